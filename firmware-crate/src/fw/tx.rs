@@ -1,0 +1,282 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! Send side: send ring → send staging (host-bus reads) → link out, cut-through.
+
+use super::pulse::pulse_len;
+use super::staging::Staging;
+use super::{Firmware, HostXfer, TX_QUEUE};
+use crate::hal::Engines;
+use crate::iface::entry::{state, Ring, Slot, TxStatus};
+use crate::iface::layout::{
+    ctrl, notify, Counter, CTRL_MSG_BYTES, MAX_SEGMENTS, SEND_RING_ENTRIES, SEND_STAGING_BYTES,
+    SEND_STAGING_OFF,
+};
+use crate::iface::mem::NicMemory;
+use crate::iface::regs::tx_flags;
+use crate::iface::wire::{ctrl_wire_bytes, Header, FLAG_TOKEN, HEADER_BYTES};
+use heapless::Deque;
+
+/// A packet accepted from the send ring.
+#[derive(Clone, Copy, Debug)]
+struct TxPkt {
+    id: u32,
+    slot: u32,
+    slot_seq: u32,
+    /// Absolute NIC-memory offset of the packet in send staging.
+    off: u32,
+    prefix: u32,
+    payload: u32,
+    /// Payload bytes covered by host reads issued / completed.
+    issued: u32,
+    read: u32,
+    /// Progress of the running read, if it is ours.
+    reading: u32,
+    seg: u32,
+    seg_off: u32,
+    /// Bytes handed to the link (completed pulses), and the pulse in progress.
+    sent: u32,
+    sending: u32,
+    failed: Option<TxStatus>,
+}
+
+impl TxPkt {
+    fn total(&self) -> u32 {
+        self.prefix + self.payload
+    }
+    /// Bytes in staging, ready for the link.
+    fn staged(&self) -> u32 {
+        self.prefix + self.read + self.reading
+    }
+}
+
+pub(super) struct TxSide {
+    q: Deque<TxPkt, TX_QUEUE>,
+    next_slot: u32,
+    next_id: u32,
+    wire_seq: u32,
+    staging: Staging,
+    link_busy: bool,
+}
+
+impl TxSide {
+    pub(super) const fn new() -> Self {
+        Self {
+            q: Deque::new(),
+            next_slot: 0,
+            next_id: 0,
+            wire_seq: 0,
+            staging: Staging::new(SEND_STAGING_BYTES),
+            link_busy: false,
+        }
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.q.is_empty()
+    }
+
+    fn get_mut(&mut self, id: u32) -> Option<&mut TxPkt> {
+        self.q.iter_mut().find(|p| p.id == id)
+    }
+
+    /// The next payload read: the rest of the current segment of the oldest packet that
+    /// still has payload to read. Reads are as large as possible (the source side).
+    pub(super) fn next_source<M: NicMemory>(&self, mem: &M) -> Option<HostXfer> {
+        let p = self.q.iter().find(|p| p.failed.is_none() && p.issued < p.payload)?;
+        let slot = Slot::new(mem, Ring::Send, p.slot);
+        let mut seg_i = p.seg;
+        let mut seg_off = p.seg_off;
+        // Skip empty segments (validated at accept: the segments hold the payload).
+        let seg = loop {
+            if seg_i >= MAX_SEGMENTS {
+                return None;
+            }
+            let s = slot.segment(seg_i);
+            if s.len > seg_off {
+                break s;
+            }
+            seg_i += 1;
+            seg_off = 0;
+        };
+        let len = (seg.len - seg_off).min(p.payload - p.issued);
+        Some(HostXfer {
+            id: p.id,
+            host_addr: seg.addr.wrapping_add(seg_off as u64),
+            nic_off: p.off + p.prefix + p.issued,
+            len,
+            seg: seg_i,
+            seg_off: seg_off + len,
+        })
+    }
+
+    pub(super) fn source_started(&mut self, x: &HostXfer) {
+        if let Some(p) = self.get_mut(x.id) {
+            p.issued += x.len;
+            p.seg = x.seg;
+            p.seg_off = x.seg_off;
+            p.reading = 0;
+        }
+    }
+
+    /// Credit read progress (`done` of the running read) to its packet.
+    pub(super) fn source_progress(&mut self, id: u32, done: u32, finished: bool, failed: bool) {
+        let Some(p) = self.get_mut(id) else { return };
+        if failed {
+            p.failed = Some(TxStatus::DmaRefused);
+            p.reading = 0;
+            return;
+        }
+        if finished {
+            p.read += done;
+            p.reading = 0;
+        } else {
+            p.reading = done;
+        }
+    }
+}
+
+impl<M: NicMemory> Firmware<M> {
+    /// Take ready send-ring entries into staging while there is room.
+    pub(super) fn accept_sends(&mut self) -> bool {
+        let mut progress = false;
+        while !self.tx.q.is_full() {
+            let slot_i = self.tx.next_slot;
+            let slot = Slot::new(&self.mem, Ring::Send, slot_i);
+            let st = slot.state_acquire();
+            if st & state::READY == 0 {
+                break;
+            }
+            let seq = st >> state::SEQ_SHIFT;
+            let ctrl_len = slot.ctrl_len();
+            let payload = slot.payload_len();
+            let nseg = slot.nseg();
+            let seg_bytes: u64 = (0..nseg.min(MAX_SEGMENTS)).map(|i| slot.segment(i).len as u64).sum();
+            let valid = ctrl_len <= CTRL_MSG_BYTES
+                && payload <= self.cfg.mtu
+                && nseg <= MAX_SEGMENTS
+                && seg_bytes >= payload as u64;
+            if !valid {
+                slot.set_state_release(
+                    state::DONE | (TxStatus::Malformed as u32) << state::STATUS_SHIFT | seq << state::SEQ_SHIFT,
+                );
+                self.bump(Counter::TxMalformed, 1);
+                self.bump_seq(ctrl::FW_TX_SEQ);
+                self.tx.next_slot = (slot_i + 1) % SEND_RING_ENTRIES;
+                progress = true;
+                continue;
+            }
+            let prefix = HEADER_BYTES + ctrl_wire_bytes(ctrl_len);
+            let Some(rel) = self.tx.staging.alloc(prefix + payload) else { break };
+            let off = SEND_STAGING_OFF + rel;
+            let token = slot.token();
+            let hdr = Header {
+                flags: if token != 0 { FLAG_TOKEN } else { 0 },
+                src: self.cfg.node_id,
+                dst: slot.peer() as u16,
+                ctrl_len: ctrl_len as u16,
+                payload_len: payload,
+                token,
+                seq: self.tx.wire_seq,
+            };
+            self.tx.wire_seq = self.tx.wire_seq.wrapping_add(1);
+            for (i, w) in hdr.to_words().iter().enumerate() {
+                self.mem.store_relaxed(off + 4 * i as u32, *w);
+            }
+            self.mem.copy_words(slot.ctrl_offset(), off + HEADER_BYTES, ctrl_wire_bytes(ctrl_len) / 4);
+            let id = self.tx.next_id;
+            self.tx.next_id = id.wrapping_add(1);
+            let pkt = TxPkt {
+                id,
+                slot: slot_i,
+                slot_seq: seq,
+                off,
+                prefix,
+                payload,
+                issued: 0,
+                read: 0,
+                reading: 0,
+                seg: 0,
+                seg_off: 0,
+                sent: 0,
+                sending: 0,
+                failed: None,
+            };
+            // Cannot fail: the loop condition checked there is room.
+            let _ = self.tx.q.push_back(pkt);
+            self.tx.next_slot = (slot_i + 1) % SEND_RING_ENTRIES;
+            progress = true;
+        }
+        progress
+    }
+
+    /// Link out: finish the running pulse, complete sent packets, start the next pulse.
+    pub(super) fn poll_link_tx<E: Engines>(&mut self, eng: &mut E) -> bool {
+        let mut progress = false;
+        if self.tx.link_busy {
+            if eng.link_tx_status().busy {
+                return false;
+            }
+            self.tx.link_busy = false;
+            if let Some(p) = self.tx.q.front_mut() {
+                p.sent += p.sending;
+                p.sending = 0;
+            }
+            progress = true;
+        }
+        // Complete the front packet while it is sent or failed.
+        while let Some(p) = self.tx.q.front().copied() {
+            if let Some(status) = p.failed {
+                // The failing read was the host bus's only transfer, so nothing more
+                // will land in its staging.
+                if p.sent > 0 {
+                    // Part of it is on the wire: make the receiver drop it.
+                    eng.link_tx_start(p.off, 0, tx_flags::ABORT | tx_flags::LAST);
+                    self.tx.link_busy = true;
+                }
+                self.complete_send(eng, status);
+                progress = true;
+                if self.tx.link_busy {
+                    return progress;
+                }
+                continue;
+            }
+            if p.sent < p.total() {
+                break;
+            }
+            self.bump(Counter::TxPackets, 1);
+            self.bump(Counter::TxBytes, p.payload as u64);
+            self.complete_send(eng, TxStatus::Sent);
+            progress = true;
+        }
+        // Start the next pulse of the front packet.
+        let (policy, thresh) = (self.cfg.policy, self.cfg.send_pulse);
+        let Some(p) = self.tx.q.front_mut() else { return progress };
+        let buffered = p.staged() - p.sent;
+        let remaining = p.total() - p.sent;
+        if let Some(len) = pulse_len(policy, thresh, buffered, remaining) {
+            let mut flags = 0;
+            if p.sent == 0 {
+                flags |= tx_flags::FIRST;
+            }
+            if p.sent + len == p.total() {
+                flags |= tx_flags::LAST;
+            }
+            eng.link_tx_start(p.off + p.sent, len, flags);
+            p.sending = len;
+            self.tx.link_busy = true;
+            self.bump(Counter::LinkTxTransfers, 1);
+            progress = true;
+        }
+        progress
+    }
+
+    fn complete_send<E: Engines>(&mut self, eng: &mut E, status: TxStatus) {
+        let Some(p) = self.tx.q.pop_front() else { return };
+        let slot = Slot::new(&self.mem, Ring::Send, p.slot);
+        slot.set_state_release(
+            state::DONE | (status as u32) << state::STATUS_SHIFT | p.slot_seq << state::SEQ_SHIFT,
+        );
+        let next = self.tx.q.front().map(|n| n.off - SEND_STAGING_OFF);
+        self.tx.staging.free_oldest(next);
+        self.bump_seq(ctrl::FW_TX_SEQ);
+        self.notify_host(eng, notify::IRQ_ON_SEND_DONE);
+    }
+}

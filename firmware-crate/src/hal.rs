@@ -1,0 +1,59 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! The NIC's DMA engines as the firmware sees them: the only hardware the scheduler uses
+//! besides NIC memory. Implemented by the timing model ([`crate::sim`]), by the virtual
+//! NIC in native mode, and over MMIO registers ([`crate::iface::regs`]) in the flashed
+//! image. Engines are started with a command and then polled: the firmware reads
+//! progress counters to pipeline a packet through the NIC while a transfer still runs.
+
+/// Direction of a host-bus DMA.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HostDir {
+    /// Host memory → NIC memory (a send payload).
+    ToNic,
+    /// NIC memory → host memory (a received payload).
+    ToHost,
+}
+
+/// Status of a host-DMA or link-out engine.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EngineStatus {
+    pub busy: bool,
+    /// Bytes of the current (or last) transfer completed so far.
+    pub done: u32,
+    /// The last transfer was refused (no bytes moved after the refusal).
+    pub error: bool,
+}
+
+/// Status of the link-in engine.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RxStatus {
+    /// A buffer is posted and its packet has not completed.
+    pub posted: bool,
+    /// Bytes of the current packet in the buffer so far.
+    pub bytes: u32,
+    /// The packet ended (`bytes` is final).
+    pub complete: bool,
+    /// The link trailer checked (only with `complete`).
+    pub crc_ok: bool,
+}
+
+/// The three DMA engines (host bus, link out, link in) plus host notification.
+pub trait Engines {
+    /// Start a host-bus transfer. Only called when the engine is not busy.
+    fn host_dma_start(&mut self, dir: HostDir, host_addr: u64, nic_off: u32, len: u32);
+    fn host_dma_status(&mut self) -> EngineStatus;
+    /// Start a link-out transfer of `len` bytes at `nic_off` with [`crate::iface::regs::tx_flags`].
+    /// Only called when the engine is not busy.
+    fn link_tx_start(&mut self, nic_off: u32, len: u32, flags: u32);
+    fn link_tx_status(&mut self) -> EngineStatus;
+    /// Post a buffer for the next incoming packet. Only called when no buffer is posted.
+    fn link_rx_post(&mut self, nic_off: u32, cap: u32);
+    fn link_rx_status(&mut self) -> RxStatus;
+    fn raise_host_irq(&mut self);
+    /// Called when a main-loop iteration found nothing to do. `engines_busy` says a
+    /// transfer is running (so progress will come without an event); an implementation
+    /// may block until a doorbell or engine event, or return at once.
+    fn idle(&mut self, engines_busy: bool) {
+        let _ = engines_busy;
+    }
+}

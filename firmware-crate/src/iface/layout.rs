@@ -1,0 +1,259 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! NIC memory map: where the firmware image, the control block, the rings, the IPT and the
+//! staging buffers live inside the 256 KiB of NIC memory, and the control-block words.
+//!
+//! ```text
+//! 0x00000 ┌──────────────────────┐
+//!         │ firmware image       │ code + rodata (IMAGE_TEXT_BYTES)
+//! 0x08000 ├──────────────────────┤
+//!         │ firmware RAM         │ data + bss + stack (IMAGE_RAM_BYTES)
+//! 0x0C000 ├──────────────────────┤
+//!         │ control block        │ config, status, counters, interrupt words
+//! 0x0D000 ├──────────────────────┤
+//!         │ send ring            │ SEND_RING_ENTRIES × 256 B
+//! 0x0F000 ├──────────────────────┤
+//!         │ receive ring         │ RECV_RING_ENTRIES × 256 B
+//! 0x11000 ├──────────────────────┤
+//!         │ IPT                  │ IPT_ENTRIES × 128 B
+//! 0x15000 ├──────────────────────┤
+//!         │ send staging         │ packets between host bus and link out
+//! 0x2A800 ├──────────────────────┤
+//!         │ receive staging      │ packets between link in and host bus
+//! 0x40000 └──────────────────────┘
+//! ```
+
+/// Total NIC memory, as on a LANai 4 Myrinet adapter.
+pub const NIC_MEM_BYTES: u32 = 256 * 1024;
+
+/// Firmware code and read-only data.
+pub const IMAGE_TEXT_OFF: u32 = 0x0_0000;
+pub const IMAGE_TEXT_BYTES: u32 = 0x8000;
+/// Firmware data, bss and stack.
+pub const IMAGE_RAM_OFF: u32 = 0x0_8000;
+pub const IMAGE_RAM_BYTES: u32 = 0x4000;
+/// Everything the image may occupy.
+pub const IMAGE_BUDGET_BYTES: u32 = IMAGE_TEXT_BYTES + IMAGE_RAM_BYTES;
+
+pub const CTRL_OFF: u32 = 0x0_C000;
+pub const CTRL_BYTES: u32 = 0x1000;
+
+/// Size of one ring entry: 128 bytes of header fields + a 128-byte control message.
+pub const RING_ENTRY_BYTES: u32 = 256;
+pub const SEND_RING_ENTRIES: u32 = 32;
+pub const RECV_RING_ENTRIES: u32 = 32;
+pub const SEND_RING_OFF: u32 = 0x0_D000;
+pub const RECV_RING_OFF: u32 = SEND_RING_OFF + SEND_RING_ENTRIES * RING_ENTRY_BYTES;
+
+pub const IPT_ENTRY_BYTES: u32 = 128;
+pub const IPT_ENTRIES: u32 = 128;
+pub const IPT_OFF: u32 = RECV_RING_OFF + RECV_RING_ENTRIES * RING_ENTRY_BYTES;
+
+pub const STAGING_OFF: u32 = IPT_OFF + IPT_ENTRIES * IPT_ENTRY_BYTES;
+pub const STAGING_BYTES: u32 = NIC_MEM_BYTES - STAGING_OFF;
+pub const SEND_STAGING_OFF: u32 = STAGING_OFF;
+pub const SEND_STAGING_BYTES: u32 = STAGING_BYTES / 2;
+pub const RECV_STAGING_OFF: u32 = SEND_STAGING_OFF + SEND_STAGING_BYTES;
+pub const RECV_STAGING_BYTES: u32 = STAGING_BYTES - SEND_STAGING_BYTES;
+
+/// Largest control message.
+pub const CTRL_MSG_BYTES: u32 = 128;
+/// Largest payload any configuration may allow (scatter/gather over several frames).
+pub const MAX_MTU_BYTES: u32 = 64 * 1024;
+/// Scatter/gather segments per ring entry or IPT entry.
+pub const MAX_SEGMENTS: u32 = 8;
+
+/// Control block: word offsets relative to [`CTRL_OFF`]. "host" words are written by the
+/// host only, "fw" words by the firmware only.
+pub mod ctrl {
+    /// host: [`super::ENDPOINT_MAGIC`] once the host has initialised the endpoint.
+    pub const MAGIC: u32 = 0x000;
+    /// host: [`super::LAYOUT_VERSION`].
+    pub const LAYOUT_VERSION: u32 = 0x004;
+    /// host: this node's id on the link.
+    pub const NODE_ID: u32 = 0x008;
+    /// host: DMA policy ([`super::Policy`] as u32).
+    pub const POLICY: u32 = 0x00C;
+    /// host: send pulse threshold in bytes (host bus → link).
+    pub const SEND_PULSE: u32 = 0x010;
+    /// host: receive pulse threshold in bytes (link → host bus).
+    pub const RECV_PULSE: u32 = 0x014;
+    /// host: payload MTU in bytes (≤ MAX_MTU_BYTES).
+    pub const MTU: u32 = 0x018;
+    /// host: notification bits ([`super::notify`]).
+    pub const NOTIFY: u32 = 0x01C;
+    /// host: bumped after changing any config word; the firmware reloads config when it
+    /// sees a new value and echoes it in [`FW_CONFIG_SEQ`].
+    pub const CONFIG_SEQ: u32 = 0x020;
+
+    /// fw: [`super::FwState`] — the ready word a loader waits for.
+    pub const FW_STATE: u32 = 0x040;
+    /// fw: firmware version (major << 16 | minor << 8 | patch).
+    pub const FW_VERSION: u32 = 0x044;
+    /// fw: build id (low 32 bits of a hash of the image), 0 for native builds.
+    pub const FW_BUILD_ID: u32 = 0x048;
+    /// fw: main-loop iterations (wrapping) — a heartbeat.
+    pub const FW_HEARTBEAT: u32 = 0x04C;
+    /// fw: last CONFIG_SEQ applied.
+    pub const FW_CONFIG_SEQ: u32 = 0x050;
+    /// fw: receive sequence: bumped for every message made ready in the receive ring.
+    pub const FW_RX_SEQ: u32 = 0x054;
+    /// fw: send sequence: bumped for every send entry completed.
+    pub const FW_TX_SEQ: u32 = 0x058;
+    /// fw: why the firmware stopped, if FW_STATE is FAULT.
+    pub const FW_FAULT: u32 = 0x05C;
+
+    /// fw: counters, [`super::Counter::COUNT`] × u64 (low word first).
+    pub const COUNTERS: u32 = 0x100;
+}
+
+pub const ENDPOINT_MAGIC: u32 = 0x545A_5045; // "TPZE"
+pub const LAYOUT_VERSION: u32 = 1;
+
+/// Firmware life-cycle, published in `ctrl::FW_STATE`.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FwState {
+    Halted = 0,
+    Booting = 1,
+    /// The main loop runs; the endpoint is live.
+    Ready = 2,
+    /// The firmware stopped on an internal error (see `ctrl::FW_FAULT`).
+    Fault = 3,
+}
+
+impl FwState {
+    pub fn from_u32(v: u32) -> Option<Self> {
+        match v {
+            0 => Some(Self::Halted),
+            1 => Some(Self::Booting),
+            2 => Some(Self::Ready),
+            3 => Some(Self::Fault),
+            _ => None,
+        }
+    }
+}
+
+/// Notification bits in `ctrl::NOTIFY`.
+pub mod notify {
+    /// Interrupt the host for every message made ready in the receive ring.
+    pub const IRQ_ON_RECV: u32 = 1 << 0;
+    /// Interrupt the host when a send entry completes.
+    pub const IRQ_ON_SEND_DONE: u32 = 1 << 1;
+}
+
+/// How a sink DMA engine is fed from the bytes buffered in NIC memory.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Policy {
+    /// Cut-through with eager DMA: start once `pulse` bytes are buffered, then move
+    /// everything buffered (the pulse threshold is a minimum). Adapts under load.
+    Eager = 0,
+    /// Cut-through with fixed pulses: move exactly `pulse` bytes per transfer.
+    FixedPulse = 1,
+    /// Store-and-forward: move the packet once it is entirely buffered.
+    StoreAndForward = 2,
+}
+
+impl Policy {
+    pub fn from_u32(v: u32) -> Option<Self> {
+        match v {
+            0 => Some(Self::Eager),
+            1 => Some(Self::FixedPulse),
+            2 => Some(Self::StoreAndForward),
+            _ => None,
+        }
+    }
+}
+
+/// Firmware counters, each a u64 at `ctrl::COUNTERS + 8 * index`.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Counter {
+    TxPackets = 0,
+    TxBytes,
+    RxPackets,
+    RxBytes,
+    /// Receive ring full: packet dropped.
+    RxDropRingFull,
+    /// Link CRC failed or the packet was aborted by its sender.
+    RxDropCrc,
+    /// Header malformed (magic, version, lengths): packet dropped.
+    RxDropMalformed,
+    /// Token failed validation: payload dropped, control message delivered with error.
+    RxBadToken,
+    /// Unsolicited payload with no (or too small a) receive frame attached.
+    RxNoFrame,
+    /// Payloads delivered through the IPT.
+    RxIptDelivered,
+    /// Host DMA refused by the bus (address outside registered host memory).
+    DmaRefused,
+    /// Send entries rejected as malformed (lengths, segments).
+    TxMalformed,
+    HostDmaTransfers,
+    LinkTxTransfers,
+    Interrupts,
+}
+
+impl Counter {
+    pub const COUNT: usize = 15;
+    pub const ALL: [Counter; Self::COUNT] = [
+        Self::TxPackets,
+        Self::TxBytes,
+        Self::RxPackets,
+        Self::RxBytes,
+        Self::RxDropRingFull,
+        Self::RxDropCrc,
+        Self::RxDropMalformed,
+        Self::RxBadToken,
+        Self::RxNoFrame,
+        Self::RxIptDelivered,
+        Self::DmaRefused,
+        Self::TxMalformed,
+        Self::HostDmaTransfers,
+        Self::LinkTxTransfers,
+        Self::Interrupts,
+    ];
+
+    pub const fn offset(self) -> u32 {
+        CTRL_OFF + ctrl::COUNTERS + 8 * self as u32
+    }
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::TxPackets => "tx_packets",
+            Self::TxBytes => "tx_bytes",
+            Self::RxPackets => "rx_packets",
+            Self::RxBytes => "rx_bytes",
+            Self::RxDropRingFull => "rx_drop_ring_full",
+            Self::RxDropCrc => "rx_drop_crc",
+            Self::RxDropMalformed => "rx_drop_malformed",
+            Self::RxBadToken => "rx_bad_token",
+            Self::RxNoFrame => "rx_no_frame",
+            Self::RxIptDelivered => "rx_ipt_delivered",
+            Self::DmaRefused => "dma_refused",
+            Self::TxMalformed => "tx_malformed",
+            Self::HostDmaTransfers => "host_dma_transfers",
+            Self::LinkTxTransfers => "link_tx_transfers",
+            Self::Interrupts => "interrupts",
+        }
+    }
+}
+
+/// Absolute offset of a control-block word.
+pub const fn ctrl_word(rel: u32) -> u32 {
+    CTRL_OFF + rel
+}
+
+// Build-time checks of the map: regions are ordered, aligned and within NIC memory.
+const _: () = {
+    assert!(IMAGE_RAM_OFF == IMAGE_TEXT_OFF + IMAGE_TEXT_BYTES);
+    assert!(CTRL_OFF == IMAGE_RAM_OFF + IMAGE_RAM_BYTES);
+    assert!(SEND_RING_OFF >= CTRL_OFF + CTRL_BYTES);
+    assert!(ctrl::COUNTERS + 8 * Counter::COUNT as u32 <= CTRL_BYTES);
+    assert!(SEND_RING_ENTRIES.is_power_of_two() && RECV_RING_ENTRIES.is_power_of_two());
+    assert!(STAGING_OFF % 8 == 0 && RECV_STAGING_OFF % 8 == 0);
+    assert!(RECV_STAGING_OFF + RECV_STAGING_BYTES == NIC_MEM_BYTES);
+    // Each staging buffer holds at least one packet of the largest MTU.
+    assert!(SEND_STAGING_BYTES >= super::wire::HEADER_BYTES + CTRL_MSG_BYTES + MAX_MTU_BYTES + 8);
+    assert!(RECV_STAGING_BYTES >= super::wire::HEADER_BYTES + CTRL_MSG_BYTES + MAX_MTU_BYTES + 8);
+};
