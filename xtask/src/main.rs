@@ -1,1 +1,63 @@
-fn main() {}
+// SPDX-License-Identifier: GPL-2.0-only
+//! `cargo xtask` — the one entry point: build the firmware image, run the tests, run the
+//! benchmarks, run the demonstration. Each command lives in its own module.
+
+mod bench;
+mod build;
+mod run;
+mod test;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "cargo xtask", about = "Trapeze-rs build, test and benchmark driver")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Build the riscv32imac firmware image; print its path and size against the NIC budget.
+    Build(build::BuildArgs),
+    /// Run every test: unit, property and integration tests (the README's test command).
+    Test(test::TestArgs),
+    /// Run a benchmark and print its table (or JSON with --json).
+    Bench(bench::BenchArgs),
+    /// The main demonstration: the most complete real run that exists.
+    Run(run::RunArgs),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.cmd {
+        Cmd::Build(a) => build::run(a),
+        Cmd::Test(a) => test::run(a),
+        Cmd::Bench(a) => bench::run(a),
+        Cmd::Run(a) => run::run(a),
+    };
+    if let Err(e) = result {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+/// The workspace root (xtask lives one level below it).
+pub fn workspace_root() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask has a parent directory")
+        .to_path_buf()
+}
+
+/// Run a command in the workspace root, echoing it; fail with its exit status.
+pub fn cargo(args: &[&str]) -> anyhow::Result<()> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    eprintln!("$ cargo {}", args.join(" "));
+    let status = std::process::Command::new(cargo)
+        .args(args)
+        .current_dir(workspace_root())
+        .status()?;
+    anyhow::ensure!(status.success(), "`cargo {}` failed ({status})", args.join(" "));
+    Ok(())
+}

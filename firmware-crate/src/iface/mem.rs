@@ -63,23 +63,34 @@ pub trait NicMemory {
 }
 
 /// NIC memory as a slice of atomic words (host mapping, simulator, or the NIC's own view).
+///
+/// The slice may cover only the top of NIC memory: `words[0]` is at NIC offset `base`,
+/// and offsets below `base` are refused. The flashed firmware uses this to view just the
+/// endpoint (control block, rings, IPT, staging) and never its own code or stack.
 #[derive(Clone, Copy)]
 pub struct AtomicWords<'a> {
     words: &'a [AtomicU32],
+    base: u32,
 }
 
 impl<'a> AtomicWords<'a> {
+    /// `words[0]` is NIC offset 0.
     pub const fn new(words: &'a [AtomicU32]) -> Self {
-        Self { words }
+        Self { words, base: 0 }
+    }
+
+    /// `words[0]` is NIC offset `base` (4-byte aligned).
+    pub const fn with_base(words: &'a [AtomicU32], base: u32) -> Self {
+        Self { words, base }
     }
 
     #[inline]
     fn word(&self, off: u32) -> Option<&AtomicU32> {
-        if off % 4 != 0 {
-            debug_assert!(false, "unaligned NIC memory access at {off:#x}");
+        if off % 4 != 0 || off < self.base {
+            debug_assert!(false, "NIC memory access refused at {off:#x}");
             return None;
         }
-        let w = self.words.get((off / 4) as usize);
+        let w = self.words.get(((off - self.base) / 4) as usize);
         debug_assert!(w.is_some(), "NIC memory access out of range at {off:#x}");
         w
     }
@@ -98,6 +109,6 @@ impl NicMemory for AtomicWords<'_> {
     }
     #[inline]
     fn len_bytes(&self) -> u32 {
-        (self.words.len() * 4) as u32
+        self.base + (self.words.len() * 4) as u32
     }
 }
