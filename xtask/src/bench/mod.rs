@@ -1,0 +1,25 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! `cargo xtask bench <what>`: benchmarks that print figures and ratios against a
+//! baseline measured in the same run.
+
+mod dma;
+
+#[derive(clap::Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    what: What,
+}
+
+#[derive(clap::Subcommand)]
+enum What {
+    /// The firmware's DMA policies in the timing model: one-way latency of a 128 B + 8 KB
+    /// message and streaming bandwidth, store-and-forward vs fixed pulses vs eager DMA,
+    /// beside the papers' figures.
+    Dma(dma::DmaArgs),
+}
+
+pub fn run(a: BenchArgs) -> anyhow::Result<()> {
+    match a.what {
+        What::Dma(d) => dma::run(d),
+    }
+}
