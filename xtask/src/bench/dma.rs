@@ -29,6 +29,12 @@ pub struct DmaArgs {
     stream_count: u32,
 }
 
+impl Default for DmaArgs {
+    fn default() -> Self {
+        DmaArgs { json: false, calibrate: false, sweep: false, stream_count: 64 }
+    }
+}
+
 const PAYLOAD: u32 = 8192;
 const EAGER_THRESHOLDS: [u32; 5] = [256, 384, 512, 768, 1024];
 const FIXED_PULSES: [u32; 8] = [512, 768, 1024, 1280, 1408, 1536, 2048, 4096];

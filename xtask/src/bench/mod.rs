@@ -23,3 +23,8 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         What::Dma(d) => dma::run(d),
     }
 }
+
+/// The DMA-policy tables, as printed by `cargo xtask bench dma`.
+pub fn dma_table() -> anyhow::Result<()> {
+    dma::run(dma::DmaArgs::default())
+}
