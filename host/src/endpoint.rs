@@ -1,0 +1,347 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! The host side of a NIC endpoint: send ring, receive ring, IPT, configuration.
+//!
+//! Call order, as in the papers' Trapeze API:
+//! * sending — [`Endpoint::post_send`] fills the next send slot (control message, payload
+//!   frames as DMA segments, optional payload token) and hands it to the NIC with a
+//!   cookie; the frames stay owned by the NIC until [`Endpoint::reap_sends`] returns that
+//!   cookie (the completion handler), which a caller runs on reuse or on an explicit
+//!   check (`tpz_check_xmit_complete`).
+//! * receiving — [`Endpoint::poll_recv`] returns the next message (`tpz_get_rcvmsg`); its
+//!   payload is in the slot's attached frame or, with [`RecvMsg::via_ipt`], in the IPT
+//!   frame of its token. [`Endpoint::release_recv`] gives the slot back, optionally with
+//!   a fresh frame attached (`tpz_detach_rcvmsg` + `tpz_attach_rcvmsg` +
+//!   `tpz_release_rcvmsg`).
+//! * solicited payloads — [`Endpoint::arm`] maps frames into a free IPT entry and returns
+//!   the token to send to a peer; after the tagged message arrives (or to give up),
+//!   [`Endpoint::disarm`] returns the entry to the free pool.
+//!
+//! The endpoint is single-threaded (`&mut self`); a runtime that needs concurrency wraps
+//! it in its own lock. Nothing allocates.
+
+use super::iface::entry::{rx_flags, state, Ring, Segment, Slot, TxStatus};
+use super::iface::ipt::{CancelState, IptEntry, PayloadToken};
+use super::iface::layout::{
+    ctrl, ctrl_word, Counter, FwState, Policy, CTRL_MSG_BYTES, ENDPOINT_MAGIC, IPT_ENTRIES,
+    LAYOUT_VERSION, MAX_SEGMENTS, RECV_RING_ENTRIES, SEND_RING_ENTRIES,
+};
+use super::iface::mem::NicMemory;
+use super::keys::KeyGen;
+use core::sync::atomic::Ordering;
+
+/// Configuration written into the control block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EndpointConfig {
+    pub node_id: u16,
+    pub policy: Policy,
+    pub send_pulse: u32,
+    pub recv_pulse: u32,
+    pub mtu: u32,
+    /// [`super::iface::layout::notify`] bits.
+    pub notify: u32,
+}
+
+impl Default for EndpointConfig {
+    fn default() -> Self {
+        EndpointConfig { node_id: 0, policy: Policy::Eager, send_pulse: 512, recv_pulse: 512, mtu: 8192, notify: 0 }
+    }
+}
+
+/// A message to send. The payload is `payload_len` bytes gathered from `segments`.
+#[derive(Clone, Copy, Debug)]
+pub struct SendMsg<'a> {
+    pub peer: u16,
+    pub ctrl: &'a [u8],
+    pub payload_len: u32,
+    pub segments: &'a [Segment],
+    /// Tag the payload for the receiver's IPT entry (`NONE`: unsolicited).
+    pub token: PayloadToken,
+}
+
+/// Why a send could not be posted. Nothing was handed to the NIC.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SendError {
+    /// The next send slot is still owned by the NIC or not yet reaped.
+    RingFull,
+    CtrlTooLong,
+    TooManySegments,
+    /// The segments hold fewer bytes than `payload_len`.
+    SegmentsTooShort,
+}
+
+/// A received message (the control message copied out of the slot).
+#[derive(Clone, Copy, Debug)]
+pub struct RecvMsg {
+    /// Receive-ring position (pass to [`Endpoint::release_recv`]).
+    pub slot: u32,
+    pub src: u16,
+    pub ctrl_len: u32,
+    pub ctrl: [u8; CTRL_MSG_BYTES as usize],
+    pub payload_len: u32,
+    pub token: PayloadToken,
+    pub flags: u32,
+}
+
+impl RecvMsg {
+    pub fn ctrl(&self) -> &[u8] {
+        &self.ctrl[..(self.ctrl_len as usize).min(self.ctrl.len())]
+    }
+    /// The payload went into the IPT frame armed for [`RecvMsg::token`].
+    pub fn via_ipt(&self) -> bool {
+        self.flags & rx_flags::IPT != 0
+    }
+    /// The payload was refused (forged/stale token, no frame, DMA refused).
+    pub fn payload_refused(&self) -> bool {
+        self.flags & (rx_flags::BAD_TOKEN | rx_flags::NO_FRAME | rx_flags::DMA_REFUSED) != 0
+    }
+}
+
+/// Why an IPT entry could not be armed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArmError {
+    /// Every IPT entry is in use.
+    TableFull,
+    /// No segments, or more than [`MAX_SEGMENTS`].
+    BadSegments,
+}
+
+const WORDS: usize = (IPT_ENTRIES as usize).div_ceil(32);
+
+/// The host's handle on one NIC endpoint. `C` is the send-completion cookie.
+pub struct Endpoint<M: NicMemory, C: Copy> {
+    mem: M,
+    keys: KeyGen,
+    send_next: u32,
+    send_seq: u32,
+    /// Cookie of each send slot handed to the NIC and not yet reaped.
+    send_cookie: [Option<C>; SEND_RING_ENTRIES as usize],
+    recv_next: u32,
+    /// IPT entries in use by this host (armed, or delivered and not yet disarmed).
+    ipt_used: [u32; WORDS],
+}
+
+impl<M: NicMemory, C: Copy> Endpoint<M, C> {
+    /// Take over a freshly reset endpoint: clear both rings, attach to every receive
+    /// slot the frame `recv_frame(slot)` gives for unsolicited payloads (or none), write
+    /// `cfg`, and publish the endpoint magic. Call before any traffic can arrive.
+    pub fn init(
+        mem: M,
+        cfg: &EndpointConfig,
+        key_seed: [u64; 2],
+        mut recv_frame: impl FnMut(u32) -> Option<Segment>,
+    ) -> Self {
+        for ring in [Ring::Send, Ring::Recv] {
+            for i in 0..ring.entries() {
+                let s = Slot::new(&mem, ring, i);
+                s.set_nseg(0);
+                s.set_state_release(0);
+            }
+        }
+        for i in 0..RECV_RING_ENTRIES {
+            if let Some(seg) = recv_frame(i) {
+                let s = Slot::new(&mem, Ring::Recv, i);
+                s.set_segment(0, seg);
+                s.set_nseg(1);
+            }
+        }
+        let ep = Endpoint {
+            mem,
+            keys: KeyGen::new(key_seed),
+            send_next: 0,
+            send_seq: 0,
+            send_cookie: [None; SEND_RING_ENTRIES as usize],
+            recv_next: 0,
+            ipt_used: [0; WORDS],
+        };
+        ep.configure(cfg);
+        ep.mem.store_relaxed(ctrl_word(ctrl::LAYOUT_VERSION), LAYOUT_VERSION);
+        ep.mem.store(ctrl_word(ctrl::MAGIC), ENDPOINT_MAGIC, Ordering::Release);
+        ep
+    }
+
+    pub fn mem(&self) -> &M {
+        &self.mem
+    }
+
+    /// Write configuration words and ask the firmware to reload them.
+    pub fn configure(&self, cfg: &EndpointConfig) {
+        for (rel, v) in [
+            (ctrl::NODE_ID, cfg.node_id as u32),
+            (ctrl::POLICY, cfg.policy as u32),
+            (ctrl::SEND_PULSE, cfg.send_pulse),
+            (ctrl::RECV_PULSE, cfg.recv_pulse),
+            (ctrl::MTU, cfg.mtu),
+            (ctrl::NOTIFY, cfg.notify),
+        ] {
+            self.mem.store_relaxed(ctrl_word(rel), v);
+        }
+        let seq = self.mem.load_relaxed(ctrl_word(ctrl::CONFIG_SEQ)).wrapping_add(1);
+        self.mem.store(ctrl_word(ctrl::CONFIG_SEQ), seq, Ordering::Release);
+    }
+
+    /// Has the firmware applied the latest configuration?
+    pub fn config_applied(&self) -> bool {
+        self.mem.load(ctrl_word(ctrl::FW_CONFIG_SEQ), Ordering::Acquire)
+            == self.mem.load_relaxed(ctrl_word(ctrl::CONFIG_SEQ))
+    }
+
+    pub fn fw_state(&self) -> Option<FwState> {
+        FwState::from_u32(self.mem.load(ctrl_word(ctrl::FW_STATE), Ordering::Acquire))
+    }
+    pub fn fw_version(&self) -> u32 {
+        self.mem.load_relaxed(ctrl_word(ctrl::FW_VERSION))
+    }
+    pub fn counter(&self, c: Counter) -> u64 {
+        self.mem.load_u64(c.offset())
+    }
+    /// Bumped by the firmware for every received message: wait for it to change.
+    pub fn rx_seq(&self) -> u32 {
+        self.mem.load(ctrl_word(ctrl::FW_RX_SEQ), Ordering::Acquire)
+    }
+
+    // ---- sending ---------------------------------------------------------------
+
+    /// Hand a message to the NIC. `cookie` is returned by [`Self::reap_sends`] once the
+    /// NIC no longer needs the payload frames.
+    pub fn post_send(&mut self, msg: &SendMsg<'_>, cookie: C) -> Result<(), SendError> {
+        if msg.ctrl.len() > CTRL_MSG_BYTES as usize {
+            return Err(SendError::CtrlTooLong);
+        }
+        if msg.segments.len() > MAX_SEGMENTS as usize {
+            return Err(SendError::TooManySegments);
+        }
+        let cap: u64 = msg.segments.iter().map(|s| s.len as u64).sum();
+        if cap < msg.payload_len as u64 {
+            return Err(SendError::SegmentsTooShort);
+        }
+        let i = self.send_next;
+        let slot = Slot::new(&self.mem, Ring::Send, i);
+        if slot.state_acquire() != 0 || self.send_cookie[i as usize].is_some() {
+            return Err(SendError::RingFull);
+        }
+        slot.set_peer(msg.peer as u32);
+        slot.set_ctrl_len(msg.ctrl.len() as u32);
+        slot.write_ctrl(msg.ctrl);
+        slot.set_payload_len(msg.payload_len);
+        slot.set_token(msg.token.0);
+        slot.set_nseg(msg.segments.len() as u32);
+        for (k, s) in msg.segments.iter().enumerate() {
+            slot.set_segment(k as u32, *s);
+        }
+        self.send_seq = self.send_seq.wrapping_add(1);
+        self.send_cookie[i as usize] = Some(cookie);
+        slot.set_state_release(state::READY | (self.send_seq & 0xFFFF) << state::SEQ_SHIFT);
+        self.send_next = (i + 1) % SEND_RING_ENTRIES;
+        Ok(())
+    }
+
+    /// Run `done(cookie, status)` for every send the NIC has finished with, oldest
+    /// first; returns how many.
+    pub fn reap_sends(&mut self, mut done: impl FnMut(C, TxStatus)) -> usize {
+        let mut n = 0;
+        for k in 0..SEND_RING_ENTRIES {
+            // Oldest first: start at the slot after the newest posted one.
+            let i = (self.send_next + k) % SEND_RING_ENTRIES;
+            let slot = Slot::new(&self.mem, Ring::Send, i);
+            let st = slot.state_acquire();
+            if st & state::DONE == 0 {
+                continue;
+            }
+            let status = TxStatus::from_u8(((st & state::STATUS_MASK) >> state::STATUS_SHIFT) as u8)
+                .unwrap_or(TxStatus::Malformed);
+            slot.set_state_release(0);
+            if let Some(c) = self.send_cookie[i as usize].take() {
+                done(c, status);
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// Sends handed to the NIC and not yet reaped.
+    pub fn sends_in_flight(&self) -> usize {
+        self.send_cookie.iter().filter(|c| c.is_some()).count()
+    }
+
+    // ---- receiving -------------------------------------------------------------
+
+    /// The frame currently attached to receive slot `slot` (where an unsolicited payload
+    /// of a message in that slot lies).
+    pub fn recv_frame(&self, slot: u32, i: u32) -> Segment {
+        Slot::new(&self.mem, Ring::Recv, slot).segment(i)
+    }
+
+    /// The next received message, if any. The slot stays the host's until
+    /// [`Self::release_recv`]; messages come in order.
+    pub fn poll_recv(&mut self) -> Option<RecvMsg> {
+        let pos = self.recv_next;
+        let slot = Slot::new(&self.mem, Ring::Recv, pos);
+        if slot.state_acquire() & state::READY == 0 {
+            return None;
+        }
+        let mut m = RecvMsg {
+            slot: pos,
+            src: slot.peer() as u16,
+            ctrl_len: slot.ctrl_len().min(CTRL_MSG_BYTES),
+            ctrl: [0; CTRL_MSG_BYTES as usize],
+            payload_len: slot.payload_len(),
+            token: PayloadToken(slot.token()),
+            flags: slot.flags(),
+        };
+        slot.read_ctrl(&mut m.ctrl[..m.ctrl_len as usize]);
+        Some(m)
+    }
+
+    /// Give the slot of the message last returned by [`Self::poll_recv`] back to the NIC,
+    /// first attaching `new_frame` if given (the old frame then belongs to the caller).
+    pub fn release_recv(&mut self, new_frame: Option<&[Segment]>) {
+        let pos = self.recv_next;
+        let slot = Slot::new(&self.mem, Ring::Recv, pos);
+        if let Some(segs) = new_frame {
+            let n = segs.len().min(MAX_SEGMENTS as usize);
+            for (k, seg) in segs[..n].iter().enumerate() {
+                slot.set_segment(k as u32, *seg);
+            }
+            slot.set_nseg(n as u32);
+        }
+        slot.set_state_release(0);
+        self.recv_next = pos.wrapping_add(1);
+    }
+
+    // ---- IPT -------------------------------------------------------------------
+
+    /// Map `segs` into a free IPT entry and return the token to give a sender.
+    pub fn arm(&mut self, segs: &[Segment]) -> Result<PayloadToken, ArmError> {
+        if segs.is_empty() || segs.len() > MAX_SEGMENTS as usize {
+            return Err(ArmError::BadSegments);
+        }
+        let index = (0..IPT_ENTRIES as usize).find(|&i| self.ipt_used[i / 32] & (1 << (i % 32)) == 0);
+        let index = index.ok_or(ArmError::TableFull)?;
+        let entry = IptEntry::new(&self.mem, index as u16).ok_or(ArmError::TableFull)?;
+        let key = self.keys.next_key();
+        // An entry free in our bitmap is never armed-and-undelivered, so this succeeds.
+        let token = entry.host_arm(key, segs).ok_or(ArmError::TableFull)?;
+        self.ipt_used[index / 32] |= 1 << (index % 32);
+        Ok(token)
+    }
+
+    /// Stop accepting payloads for `token` and free its entry. Returns what happened;
+    /// on [`CancelState::InFlight`] the frame is still being written: call again later.
+    pub fn disarm(&mut self, token: PayloadToken) -> CancelState {
+        let index = token.index() as usize;
+        let Some(entry) = IptEntry::new(&self.mem, token.index()) else { return CancelState::Idle };
+        if self.ipt_used.get(index / 32).is_none_or(|w| w & (1 << (index % 32)) == 0) {
+            return CancelState::Idle;
+        }
+        let st = entry.host_cancel();
+        if st != CancelState::InFlight {
+            self.ipt_used[index / 32] &= !(1 << (index % 32));
+        }
+        st
+    }
+
+    /// IPT entries in use.
+    pub fn ipt_in_use(&self) -> u32 {
+        self.ipt_used.iter().map(|w| w.count_ones()).sum()
+    }
+}

@@ -1,0 +1,174 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! The NIC's view of host memory: DMA addresses translated through registered regions.
+//!
+//! A user-space host registers frame regions (shared memfds) at DMA base addresses it
+//! chooses; a QEMU guest's RAM (a shared `memory-backend-file`) is registered with the
+//! guest-physical → file-offset layout of the machine type, so guest-physical addresses
+//! are DMA addresses. A transfer must lie entirely inside one region; anything else is
+//! refused and counted, never dereferenced.
+
+use crate::shm::Mapping;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+/// A window of host memory visible to DMA.
+#[derive(Clone, Debug)]
+pub struct Region {
+    pub name: String,
+    pub dma_base: u64,
+    pub len: u64,
+    map: Arc<Mapping>,
+    map_off: u64,
+}
+
+/// QEMU x86 machine types, for the guest RAM layout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Machine {
+    /// `-machine pc`: all RAM low if ≤ 3.5 GiB, else 3 GiB low and the rest from 4 GiB.
+    Pc,
+    /// `-machine q35`: all RAM low if ≤ 2.75 GiB, else 2 GiB low and the rest from 4 GiB.
+    Q35,
+}
+
+const GIB: u64 = 1 << 30;
+
+/// Registered regions plus the count of refused transfers.
+#[derive(Debug, Default)]
+pub struct DmaSpace {
+    regions: RwLock<Vec<Region>>,
+    refused: AtomicU64,
+}
+
+/// Why a region could not be registered.
+#[derive(Debug, PartialEq, Eq)]
+pub enum RegionError {
+    Empty,
+    /// Extends past the end of its mapping.
+    OutsideMapping,
+    /// Overlaps an already registered region's DMA range.
+    Overlap(String),
+    AddressOverflow,
+}
+
+impl std::fmt::Display for RegionError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RegionError::Empty => write!(f, "region is empty"),
+            RegionError::OutsideMapping => write!(f, "region extends past the end of its memory"),
+            RegionError::Overlap(n) => write!(f, "region overlaps the DMA range of region {n:?}"),
+            RegionError::AddressOverflow => write!(f, "region's DMA range overflows 64 bits"),
+        }
+    }
+}
+
+impl std::error::Error for RegionError {}
+
+impl DmaSpace {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Make `len` bytes of `map` starting at `map_off` visible at DMA address `dma_base`.
+    pub fn register(
+        &self,
+        name: &str,
+        dma_base: u64,
+        map: Arc<Mapping>,
+        map_off: u64,
+        len: u64,
+    ) -> Result<(), RegionError> {
+        if len == 0 {
+            return Err(RegionError::Empty);
+        }
+        if map_off.checked_add(len).is_none_or(|e| e > map.len() as u64) {
+            return Err(RegionError::OutsideMapping);
+        }
+        let end = dma_base.checked_add(len).ok_or(RegionError::AddressOverflow)?;
+        let mut regions = self.regions.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(r) = regions.iter().find(|r| dma_base < r.dma_base + r.len && r.dma_base < end) {
+            return Err(RegionError::Overlap(r.name.clone()));
+        }
+        regions.push(Region { name: name.into(), dma_base, len, map, map_off });
+        Ok(())
+    }
+
+    /// Register a guest's RAM (the whole `memory-backend-file` mapping) with the
+    /// guest-physical layout of `machine`.
+    pub fn register_guest_ram(&self, map: Arc<Mapping>, machine: Machine) -> Result<(), RegionError> {
+        let size = map.len() as u64;
+        let (all_low, low) = match machine {
+            Machine::Pc => (7 * GIB / 2, 3 * GIB),
+            Machine::Q35 => (11 * GIB / 4, 2 * GIB),
+        };
+        if size <= all_low {
+            return self.register("guest-ram", 0, map, 0, size);
+        }
+        self.register("guest-ram-low", 0, map.clone(), 0, low)?;
+        self.register("guest-ram-high", 4 * GIB, map, low, size - low)
+    }
+
+    /// Remove every region named `name`; returns how many were removed.
+    pub fn unregister(&self, name: &str) -> usize {
+        let mut regions = self.regions.write().unwrap_or_else(|e| e.into_inner());
+        let before = regions.len();
+        regions.retain(|r| r.name != name);
+        before - regions.len()
+    }
+
+    pub fn regions(&self) -> Vec<(String, u64, u64)> {
+        let regions = self.regions.read().unwrap_or_else(|e| e.into_inner());
+        regions.iter().map(|r| (r.name.clone(), r.dma_base, r.len)).collect()
+    }
+
+    /// Translate `[addr, addr + len)` to a mapping and offset, or count a refusal.
+    pub fn translate(&self, addr: u64, len: u64) -> Option<(Arc<Mapping>, usize)> {
+        let regions = self.regions.read().unwrap_or_else(|e| e.into_inner());
+        let hit = addr.checked_add(len).and_then(|end| {
+            regions
+                .iter()
+                .find(|r| addr >= r.dma_base && end <= r.dma_base + r.len)
+                .map(|r| (r.map.clone(), (r.map_off + (addr - r.dma_base)) as usize))
+        });
+        if hit.is_none() {
+            self.refused.fetch_add(1, Ordering::Relaxed);
+        }
+        hit
+    }
+
+    /// Transfers refused so far.
+    pub fn refused(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn translation_stays_inside_one_region_and_refusals_are_counted() {
+        let d = DmaSpace::new();
+        let m = Arc::new(Mapping::create_memfd("r", 8192).unwrap());
+        d.register("a", 0x1000_0000, m.clone(), 4096, 4096).unwrap();
+        let (_, off) = d.translate(0x1000_0010, 16).unwrap();
+        assert_eq!(off, 4096 + 16);
+        assert!(d.translate(0x1000_0ff0, 32).is_none()); // crosses the end
+        assert!(d.translate(0x0fff_ffff, 2).is_none()); // starts before
+        assert!(d.translate(u64::MAX - 1, 8).is_none()); // overflows
+        assert_eq!(d.refused(), 3);
+        assert_eq!(d.register("b", 0x1000_0800, m.clone(), 0, 16), Err(RegionError::Overlap("a".into())));
+        assert_eq!(d.register("c", 0, m.clone(), 8000, 400), Err(RegionError::OutsideMapping));
+        assert_eq!(d.unregister("a"), 1);
+        assert!(d.translate(0x1000_0010, 16).is_none());
+    }
+
+    #[test]
+    fn guest_ram_layout_follows_the_machine_type() {
+        // A small guest: identity.
+        let d = DmaSpace::new();
+        let m = Arc::new(Mapping::create_memfd("g", 1 << 20).unwrap());
+        d.register_guest_ram(m, Machine::Pc).unwrap();
+        assert_eq!(d.translate(0x8_0000, 8).unwrap().1, 0x8_0000);
+        assert!(d.translate(1 << 20, 1).is_none());
+    }
+}

@@ -1,0 +1,160 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! Shared-memory mappings: NIC memory, host frame regions and guest RAM. This is the
+//! crate's only `unsafe` code.
+//!
+//! A [`Mapping`] is a `MAP_SHARED` mapping of a memfd or file that other processes (a
+//! host, a QEMU guest) map too. Two kinds of access exist, and the module keeps them apart:
+//! * **words** — the endpoint structures (control block, rings, IPT) are read and written
+//!   concurrently by NIC and host, so they are reached only as `AtomicU32`s
+//!   ([`Mapping::words`]); the ownership protocols in `iface` decide who writes what.
+//! * **bytes** — payload frames and staging buffers are moved by DMA with plain copies
+//!   ([`Mapping::copy_from`], [`Mapping::read`], [`Mapping::write`]). Those bytes are
+//!   owned by exactly one side at a time (a frame handed to the NIC is not touched by its
+//!   host until the NIC hands it back; staging belongs to the NIC), so the copies never
+//!   overlap a concurrent write from this process. Another process violating the protocol
+//!   can only corrupt data in flight, never memory safety here: the copies are bounds
+//!   checked and go through raw pointers, not references.
+
+use memmap2::{MmapOptions, MmapRaw};
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::AtomicU32;
+
+/// A shared mapping of a whole file or memfd.
+pub struct Mapping {
+    raw: MmapRaw,
+    file: File,
+    len: usize,
+}
+
+impl std::fmt::Debug for Mapping {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mapping").field("len", &self.len).finish()
+    }
+}
+
+impl Mapping {
+    /// A new zero-filled memfd of `len` bytes (a multiple of 4), mapped shared.
+    pub fn create_memfd(name: &str, len: usize) -> io::Result<Self> {
+        let fd = rustix::fs::memfd_create(name, rustix::fs::MemfdFlags::CLOEXEC)?;
+        let file = File::from(fd);
+        file.set_len(len as u64)?;
+        Self::from_file(file, len)
+    }
+
+    /// Map an existing file or memfd received from another process.
+    pub fn from_fd(fd: OwnedFd, len: usize) -> io::Result<Self> {
+        Self::from_file(File::from(fd), len)
+    }
+
+    /// Map `len` bytes of `file` (which must be at least that long).
+    pub fn from_file(file: File, len: usize) -> io::Result<Self> {
+        if len == 0 || len % 4 != 0 {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "mapping length must be a non-zero multiple of 4"));
+        }
+        let have = file.metadata()?.len();
+        if have < len as u64 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("file is {have} bytes, mapping needs {len}"),
+            ));
+        }
+        let raw = MmapOptions::new().len(len).map_raw(&file)?;
+        Ok(Mapping { raw, file, len })
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.file.as_fd()
+    }
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+    /// Base address of the mapping (to map it into an emulated core).
+    pub fn as_mut_ptr(&self) -> *mut u8 {
+        self.raw.as_mut_ptr()
+    }
+
+    /// The mapping as atomic words.
+    pub fn words(&self) -> &[AtomicU32] {
+        // SAFETY: the mapping is page-aligned (so 4-byte aligned), `len` is a multiple of
+        // 4 and the mapping stays valid for as long as `self` is borrowed (MmapRaw unmaps
+        // on drop only). AtomicU32 has the same size and alignment as u32 and every bit
+        // pattern is valid; all access through the slice is atomic, which is what memory
+        // shared with other processes requires.
+        unsafe { std::slice::from_raw_parts(self.raw.as_ptr() as *const AtomicU32, self.len / 4) }
+    }
+
+    fn range_ok(&self, off: usize, len: usize) -> bool {
+        off.checked_add(len).is_some_and(|end| end <= self.len)
+    }
+
+    /// Copy `out.len()` bytes from offset `off`. `false` (and nothing copied) if the
+    /// range is outside the mapping.
+    pub fn read(&self, off: usize, out: &mut [u8]) -> bool {
+        if !self.range_ok(off, out.len()) {
+            return false;
+        }
+        // SAFETY: the source range is inside the mapping (checked above); `out` is a
+        // distinct, exclusively borrowed buffer in this process, so the ranges cannot
+        // overlap. The bytes belong to one side at a time (module doc).
+        unsafe { std::ptr::copy_nonoverlapping(self.raw.as_ptr().add(off), out.as_mut_ptr(), out.len()) };
+        true
+    }
+
+    /// Copy `data` to offset `off`. `false` (and nothing copied) if out of range.
+    pub fn write(&self, off: usize, data: &[u8]) -> bool {
+        if !self.range_ok(off, data.len()) {
+            return false;
+        }
+        // SAFETY: the destination range is inside the mapping (checked above) and `data`
+        // is a separate buffer of this process, so they cannot overlap; the destination
+        // bytes are owned by the writer under the DMA ownership protocol (module doc).
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.raw.as_mut_ptr().add(off), data.len()) };
+        true
+    }
+
+    /// DMA: copy `len` bytes from `src` at `src_off` to `self` at `off`. `false` (and
+    /// nothing copied) if either range is outside its mapping.
+    pub fn copy_from(&self, off: usize, src: &Mapping, src_off: usize, len: usize) -> bool {
+        if !self.range_ok(off, len) || !src.range_ok(src_off, len) {
+            return false;
+        }
+        let (d, s) = (self.raw.as_mut_ptr() as usize + off, src.raw.as_ptr() as usize + src_off);
+        // `copy` tolerates overlap (the same mapping), `copy_nonoverlapping` would not.
+        // SAFETY: both ranges are inside live mappings (checked above); ptr::copy allows
+        // overlapping ranges; the bytes moved are owned by the DMA engine under the
+        // ownership protocol (module doc).
+        unsafe { std::ptr::copy(s as *const u8, d as *mut u8, len) };
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::Ordering;
+
+    #[test]
+    fn memfd_words_and_bytes_agree_and_bounds_hold() {
+        let m = Mapping::create_memfd("t", 4096).unwrap();
+        m.words()[1].store(0x0403_0201, Ordering::Relaxed);
+        let mut b = [0u8; 4];
+        assert!(m.read(4, &mut b));
+        assert_eq!(b, [1, 2, 3, 4]);
+        assert!(m.write(4094, &[9, 9]));
+        assert!(!m.write(4095, &[9, 9]));
+        assert!(!m.read(usize::MAX, &mut b));
+        let n = Mapping::create_memfd("u", 4096).unwrap();
+        assert!(n.copy_from(0, &m, 4, 4));
+        assert_eq!(n.words()[0].load(Ordering::Relaxed), 0x0403_0201);
+        assert!(!n.copy_from(4093, &m, 0, 4));
+        assert!(Mapping::create_memfd("bad", 6).is_err());
+    }
+}
