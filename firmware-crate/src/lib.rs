@@ -9,6 +9,8 @@
 //!   host memory with IPT token validation, and drives the send and receive rings.
 //! * [`hal`] — the DMA engines as the firmware sees them; implemented by the timing
 //!   model, by the virtual NIC, and over MMIO in the flashed riscv32 image.
+//! * `log` — `log::warn!` and friends: defmt in the riscv32 image (feature `defmt`),
+//!   nothing anywhere else.
 //! * [`sim`] (feature `sim`, std) — a deterministic discrete-time model of two NICs, their
 //!   hosts and a link (bus and link bandwidths, per-transfer overheads) that runs the real
 //!   firmware in simulated time: the basis of `cargo xtask bench dma` and of the
@@ -27,6 +29,7 @@ extern crate std;
 pub mod fw;
 pub mod hal;
 pub mod iface;
+pub(crate) mod log;
 #[cfg(feature = "sim")]
 pub mod sim;
 

@@ -89,7 +89,8 @@ pub mod ctrl {
     pub const FW_STATE: u32 = 0x040;
     /// fw: firmware version (major << 16 | minor << 8 | patch).
     pub const FW_VERSION: u32 = 0x044;
-    /// fw: build id (low 32 bits of a hash of the image), 0 for native builds.
+    /// fw: build id (FNV-1a of the firmware sources the image was built from), 0 for
+    /// native builds.
     pub const FW_BUILD_ID: u32 = 0x048;
     /// fw: main-loop iterations (wrapping) — a heartbeat.
     pub const FW_HEARTBEAT: u32 = 0x04C;
