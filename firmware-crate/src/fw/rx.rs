@@ -50,6 +50,9 @@ struct RxPkt {
     /// Reserved receive-ring position (running counter).
     slot: Option<u32>,
     flags: u32,
+    /// What the header made of the packet (drop reason, refused token, no frame): counted
+    /// once the trailer checked. A damaged packet counts only as a CRC drop.
+    verdict: Option<Counter>,
     issued: u32,
     delivered: u32,
     sinking: bool,
@@ -229,6 +232,7 @@ impl<M: NicMemory> Firmware<M> {
                     dest: Dest::Undecided,
                     slot: None,
                     flags: 0,
+                    verdict: None,
                     issued: 0,
                     delivered: 0,
                     sinking: false,
@@ -259,38 +263,35 @@ impl<M: NicMemory> Firmware<M> {
         } else {
             None
         };
-        let (dest, hdr, slot, flags) = match parsed {
+        let (dest, hdr, slot, flags, verdict) = match parsed {
             Some(h) if h.dst == self.cfg.node_id => self.choose_dest(h),
-            _ => {
-                self.bump(Counter::RxDropMalformed, 1);
-                (Dest::Drop, Header::default(), None, 0)
-            }
+            _ => (Dest::Drop, Header::default(), None, 0, Some(Counter::RxDropMalformed)),
         };
         if let Some(p) = self.rx.q.back_mut() {
             p.dest = dest;
             p.hdr = hdr;
             p.slot = slot;
             p.flags = flags;
+            p.verdict = verdict;
         }
     }
 
-    fn choose_dest(&mut self, h: Header) -> (Dest, Header, Option<u32>, u32) {
+    /// Destination, header, reserved slot, flags and the counter for the verdict.
+    fn choose_dest(&mut self, h: Header) -> (Dest, Header, Option<u32>, u32, Option<Counter>) {
         let pos = self.rx.reserve;
         let slot = Slot::new(&self.mem, Ring::Recv, pos);
         if slot.state_acquire() & state::READY != 0 {
-            self.bump(Counter::RxDropRingFull, 1);
-            return (Dest::Drop, h, None, 0);
+            return (Dest::Drop, h, None, 0, Some(Counter::RxDropRingFull));
         }
         self.rx.reserve = pos.wrapping_add(1);
         if h.payload_len == 0 {
-            return (Dest::CtrlOnly, h, Some(pos), 0);
+            return (Dest::CtrlOnly, h, Some(pos), 0, None);
         }
         if h.token != 0 {
             return match ipt::fw_claim(&self.mem, PayloadToken(h.token), h.payload_len) {
-                Ok(c) => (Dest::Ipt(c), h, Some(pos), rx_flags::IPT),
+                Ok(c) => (Dest::Ipt(c), h, Some(pos), rx_flags::IPT, None),
                 Err(_) => {
-                    self.bump(Counter::RxBadToken, 1);
-                    (Dest::CtrlOnly, h, Some(pos), rx_flags::BAD_TOKEN)
+                    (Dest::CtrlOnly, h, Some(pos), rx_flags::BAD_TOKEN, Some(Counter::RxBadToken))
                 }
             };
         }
@@ -301,10 +302,9 @@ impl<M: NicMemory> Firmware<M> {
             0
         };
         if cap >= h.payload_len as u64 {
-            (Dest::Frame, h, Some(pos), 0)
+            (Dest::Frame, h, Some(pos), 0, None)
         } else {
-            self.bump(Counter::RxNoFrame, 1);
-            (Dest::CtrlOnly, h, Some(pos), rx_flags::NO_FRAME)
+            (Dest::CtrlOnly, h, Some(pos), rx_flags::NO_FRAME, Some(Counter::RxNoFrame))
         }
     }
 
@@ -313,8 +313,14 @@ impl<M: NicMemory> Firmware<M> {
         let Some(p) = self.rx.q.back_mut() else { return };
         p.complete = true;
         p.arrived = len;
+        let verdict = p.verdict.take();
         let good = crc_ok && p.dest != Dest::Undecided && len == p.hdr.packet_bytes();
-        if good || p.dest == Dest::Drop {
+        // A packet dropped at its header is still judged by its trailer: a header that
+        // looks malformed (or a token that looks bad) may just be damaged in transit.
+        if good || (crc_ok && p.dest == Dest::Drop) {
+            if let Some(c) = verdict {
+                self.bump(c, 1);
+            }
             return;
         }
         p.dropping = true;

@@ -29,6 +29,11 @@ impl Staging {
 
     /// Allocate `len` contiguous bytes; `None` if there is no room now.
     pub fn alloc(&mut self, len: u32) -> Option<u32> {
+        // Refuse before rounding up: align8 overflows for len > u32::MAX - 7. Past this
+        // check it cannot, as size is a multiple of 8.
+        if len > self.size {
+            return None;
+        }
         let len = align8(len.max(1));
         if len > self.size {
             return None;

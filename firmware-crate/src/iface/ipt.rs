@@ -72,9 +72,10 @@ impl PayloadToken {
 pub enum TokenError {
     /// Index outside the table, or key zero.
     Forged,
-    /// Entry not armed (never armed, cancelled, or re-armed under another key).
+    /// Entry not armed (never armed, or cancelled).
     NotArmed,
-    /// Key does not match the armed key.
+    /// Key does not match the armed key (forged, or stale: the entry was re-armed under
+    /// another key since the token was issued).
     WrongKey,
     /// This generation was already delivered (a replay or duplicate).
     Consumed,
@@ -173,7 +174,12 @@ impl<'m, M: NicMemory + ?Sized> IptEntry<'m, M> {
     pub fn host_cancel(&self) -> CancelState {
         let s = self.arm_seq();
         if s & 1 == 0 {
-            return CancelState::Idle;
+            // Already disarmed, but a delivery into the cancelled generation may still be
+            // running (an earlier cancel answered InFlight): the frame is not free yet.
+            return match self.cancel_outcome(s.wrapping_sub(1)) {
+                CancelState::InFlight => CancelState::InFlight,
+                _ => CancelState::Idle,
+            };
         }
         self.mem.store(self.base + ARM_SEQ, s.wrapping_add(1), Ordering::SeqCst);
         fence(Ordering::SeqCst);

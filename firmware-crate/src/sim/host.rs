@@ -117,6 +117,8 @@ pub struct Host {
     recv_next: u32,
     /// IPT entries this host armed: frame (offset, len) per index.
     ipt_frames: Vec<Option<(u64, u32)>>,
+    /// Host software reads the receive ring (off: messages stay in the ring).
+    reading: bool,
     /// Messages read from the receive ring, in order.
     pub delivered: Vec<Delivered>,
     /// Completed sends, in completion order.
@@ -139,6 +141,7 @@ impl Host {
             in_flight: (0..SEND_RING_ENTRIES).map(|_| None).collect(),
             recv_next: 0,
             ipt_frames: std::vec![None; IPT_ENTRIES as usize],
+            reading: true,
             delivered: Vec::new(),
             sent: Vec::new(),
         };
@@ -164,8 +167,16 @@ impl Host {
         let off = addr.checked_sub(HOST_DMA_BASE)? as usize;
         self.memory.get(off..off.checked_add(len)?)
     }
+    /// Stop (`false`) or resume reading the receive ring. While stopped, delivered
+    /// messages stay `READY` in the ring, so the ring fills up.
+    pub fn set_reading(&mut self, on: bool) {
+        self.reading = on;
+    }
     pub(super) fn is_quiet(&self) -> bool {
-        self.pending.is_empty() && self.in_flight.iter().all(|f| f.is_none())
+        // A message waiting in the receive ring is work for a host that reads it.
+        let unread = self.reading
+            && Slot::new(&self.nic, Ring::Recv, self.recv_next).state_acquire() & state::READY != 0;
+        self.pending.is_empty() && self.in_flight.iter().all(|f| f.is_none()) && !unread
     }
 
     /// Queue `msg`; host software makes it visible to the NIC `host_send_ps` after `now`.
@@ -223,7 +234,9 @@ impl Host {
                 break;
             }
         }
-        self.poll_recv(now);
+        if self.reading {
+            self.poll_recv(now);
+        }
     }
 
     fn reap_sends(&mut self, now: u64) {
