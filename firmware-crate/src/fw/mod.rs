@@ -175,6 +175,15 @@ impl<M: NicMemory> Firmware<M> {
         }
         self.config_seq = seq;
         self.cfg = Config::load(&self.mem);
+        crate::log::info!(
+            "config {=u32}: node {=u16}, policy {=u32}, pulses {=u32}/{=u32}, mtu {=u32}",
+            seq,
+            self.cfg.node_id,
+            self.cfg.policy as u32,
+            self.cfg.send_pulse,
+            self.cfg.recv_pulse,
+            self.cfg.mtu
+        );
         self.mem.store(ctrl_word(ctrl::FW_CONFIG_SEQ), seq, Ordering::Release);
         true
     }
@@ -211,6 +220,7 @@ impl<M: NicMemory> Firmware<M> {
                 let failed = finished && st.error;
                 self.tx.source_progress(id, done, finished, failed);
                 if failed {
+                    crate::log::warn!("tx: host bus refused a payload read ({=u32} bytes)", len);
                     self.bump(Counter::DmaRefused, 1);
                 }
             }
@@ -219,6 +229,7 @@ impl<M: NicMemory> Firmware<M> {
                     return false;
                 }
                 if st.error {
+                    crate::log::warn!("rx: host bus refused a payload write ({=u32} bytes)", len);
                     self.bump(Counter::DmaRefused, 1);
                 }
                 self.rx.sink_done(id, len, st.error);

@@ -319,10 +319,12 @@ impl<M: NicMemory> Firmware<M> {
         // looks malformed (or a token that looks bad) may just be damaged in transit.
         if good || (crc_ok && p.dest == Dest::Drop) {
             if let Some(c) = verdict {
+                crate::log::warn!("rx: {=str} (src {=u16}, token {=u64:x})", c.name(), p.hdr.src, p.hdr.token);
                 self.bump(c, 1);
             }
             return;
         }
+        crate::log::warn!("rx: {=u32}-byte packet dropped: link CRC bad", len);
         p.dropping = true;
         // It is the newest reservation: give the slot back for the next packet.
         if p.slot.take().is_some() {

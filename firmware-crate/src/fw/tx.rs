@@ -154,6 +154,13 @@ impl<M: NicMemory> Firmware<M> {
                 && nseg <= MAX_SEGMENTS
                 && seg_bytes >= payload as u64;
             if !valid {
+                crate::log::warn!(
+                    "tx: malformed send entry {=u32} (ctrl {=u32}, payload {=u32}, {=u32} segments)",
+                    slot_i,
+                    ctrl_len,
+                    payload,
+                    nseg
+                );
                 slot.set_state_release(
                     state::DONE | (TxStatus::Malformed as u32) << state::STATUS_SHIFT | seq << state::SEQ_SHIFT,
                 );
