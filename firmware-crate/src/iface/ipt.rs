@@ -148,14 +148,19 @@ impl<'m, M: NicMemory + ?Sized> IptEntry<'m, M> {
     // ---- host side -------------------------------------------------------------
 
     /// Arm the entry for `segs` under `key` (48 bits, non-zero) and return the token.
-    /// The caller must own the entry: not armed (or armed and already delivered), and
-    /// not [`CancelState::InFlight`]. Returns `None` if the key is zero, the segment list
-    /// is empty or too long, or the entry is still armed and undelivered.
+    /// The entry must be free: not armed (or armed and already delivered), and no
+    /// delivery still running into it ([`CancelState::InFlight`]). Returns `None` if the
+    /// key is zero, the segment list is empty or too long, or the entry is not free.
     pub fn host_arm(&self, key: u64, segs: &[Segment]) -> Option<PayloadToken> {
         let key = key & KEY_MASK;
         let s = self.arm_seq();
-        // Free: never armed / cancelled (even), or armed and already consumed.
-        let free = s & 1 == 0 || self.done_seq() == s;
+        // Free: never armed / cancelled (even), or armed and already consumed — and in
+        // either case no delivery still running into the previous generation (a cancel
+        // that answered InFlight and was not yet polled to completion).
+        let done = self.done_seq();
+        let prev = if s & 1 == 0 { s.wrapping_sub(1) } else { s };
+        let delivering = self.mem.load(self.base + CLAIM_SEQ, Ordering::SeqCst) == prev && done != prev;
+        let free = (s & 1 == 0 || done == s) && !delivering;
         if key == 0 || segs.is_empty() || segs.len() > MAX_SEGMENTS as usize || !free {
             return None;
         }
@@ -254,8 +259,10 @@ impl<'m, M: NicMemory + ?Sized> IptEntry<'m, M> {
     /// The packet carrying `claim` was lost (bad CRC): release the claim and leave the
     /// entry armed, so a retransmission with the same token can still be delivered.
     pub fn fw_release(&self, claim: &Claim) {
-        let _ = claim;
-        self.mem.store(self.base + CLAIM_SEQ, 0, Ordering::Release);
+        // Only the firmware writes CLAIM_SEQ, so check-then-store is not a race.
+        if self.mem.load(self.base + CLAIM_SEQ, Ordering::Acquire) == claim.seq {
+            self.mem.store(self.base + CLAIM_SEQ, 0, Ordering::Release);
+        }
     }
 }
 
