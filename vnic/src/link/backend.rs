@@ -1,0 +1,177 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! What carries link frames between NICs: the [`LinkBackend`] trait and its three
+//! implementations — an in-process crossbar ([`InProcSwitch`]), UDP ([`UdpBackend`]) and
+//! raw Ethernet ([`EtherBackend`], the only one with unsafe code, in `ether.rs`).
+//!
+//! Backends move opaque frames to a node and know nothing of fragmentation, CRCs or
+//! faults; [`super::Link`] does that on top of any of them.
+
+use std::fmt;
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::BorrowedFd;
+use std::str::FromStr;
+
+mod ether;
+mod inproc;
+mod udp;
+
+pub use ether::{parse_ether_peer, EtherBackend, MacAddr, ETHERTYPE};
+pub use inproc::{InProcPort, InProcSwitch, DEFAULT_QUEUE_BYTES, DEFAULT_QUEUE_FRAMES};
+pub use udp::{parse_peer, UdpBackend, UDP_MAX_FRAME_BYTES};
+
+/// Moves link frames to other nodes and hands over frames that arrived.
+///
+/// Object-safe; [`super::Link`] holds a `Box<dyn LinkBackend>`. Nothing blocks: sends
+/// either go or fail, receives return `Ok(None)` when nothing is waiting.
+pub trait LinkBackend: Send {
+    /// Send one frame (at most [`max_frame_bytes`](Self::max_frame_bytes)) to node `dst`.
+    /// A frame that the medium drops (full queue, full socket buffer) may still return
+    /// `Ok`, as on a real link.
+    fn send_frame(&mut self, dst: u16, frame: &[u8]) -> io::Result<()>;
+
+    /// Copy the next received frame into `buf` and return its length, or `Ok(None)` if
+    /// none is waiting. A frame longer than `buf` is cut to `buf.len()` (and will then fail
+    /// to parse); give a buffer of at least `max_frame_bytes()`.
+    fn try_recv_frame(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>>;
+
+    /// A descriptor that polls readable (poll(2) `POLLIN`) when frames may be waiting.
+    /// Contract: after it polls readable, call `try_recv_frame` until it returns
+    /// `Ok(None)`; only then is the next arrival guaranteed to make it readable again.
+    fn readable_fd(&self) -> Option<BorrowedFd<'_>>;
+
+    /// Largest frame (link header + fragment bytes) this backend carries.
+    fn max_frame_bytes(&self) -> usize;
+
+    /// Whether frames can be sent to `dst` (a route or a port exists).
+    fn routes_to(&self, dst: u16) -> bool;
+
+    /// One line for logs, e.g. `udp 127.0.0.1:7000 (2 peers)`.
+    fn describe(&self) -> String;
+}
+
+/// A command-line value that did not parse; the message says what was expected.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SpecError(pub String);
+
+impl fmt::Display for SpecError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for SpecError {}
+
+impl From<SpecError> for io::Error {
+    fn from(e: SpecError) -> io::Error {
+        io::Error::new(io::ErrorKind::InvalidInput, e.0)
+    }
+}
+
+/// Which backend to open, as given on a command line: `udp:ADDR:PORT` (the local
+/// bind address) or `ether:IFNAME`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BackendSpec {
+    Udp(SocketAddr),
+    Ether(String),
+}
+
+impl FromStr for BackendSpec {
+    type Err = SpecError;
+
+    fn from_str(s: &str) -> Result<Self, SpecError> {
+        let s = s.trim();
+        if let Some(addr) = s.strip_prefix("udp:") {
+            let addr = addr.parse::<SocketAddr>().map_err(|_| {
+                SpecError(format!(
+                    "bad link backend {s:?}: expected udp:IP:PORT, e.g. udp:127.0.0.1:7000"
+                ))
+            })?;
+            Ok(BackendSpec::Udp(addr))
+        } else if let Some(ifname) = s.strip_prefix("ether:") {
+            if ifname.is_empty() || ifname.len() > 15 || ifname.contains(['/', ' ', '\0']) {
+                return Err(SpecError(format!(
+                    "bad link backend {s:?}: expected ether:IFNAME with an interface name \
+                     of 1-15 characters, e.g. ether:eth0"
+                )));
+            }
+            Ok(BackendSpec::Ether(ifname.to_string()))
+        } else {
+            Err(SpecError(format!(
+                "bad link backend {s:?}: expected udp:IP:PORT or ether:IFNAME"
+            )))
+        }
+    }
+}
+
+impl fmt::Display for BackendSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BackendSpec::Udp(a) => write!(f, "udp:{a}"),
+            BackendSpec::Ether(i) => write!(f, "ether:{i}"),
+        }
+    }
+}
+
+impl BackendSpec {
+    /// Open the backend and add `peers`, each `NODE=ADDR:PORT` (udp) or
+    /// `NODE=MAC` (ether). Errors name the bad peer or the system call that failed.
+    pub fn open<S: AsRef<str>>(&self, peers: &[S]) -> io::Result<Box<dyn LinkBackend>> {
+        match self {
+            BackendSpec::Udp(addr) => {
+                let mut b = UdpBackend::bind(*addr)?;
+                for p in peers {
+                    let (node, a) = parse_peer(p.as_ref())?;
+                    b.add_peer(node, a);
+                }
+                Ok(Box::new(b))
+            }
+            BackendSpec::Ether(ifname) => {
+                let mut b = EtherBackend::open(ifname)?;
+                for p in peers {
+                    let (node, mac) = parse_ether_peer(p.as_ref())?;
+                    b.add_peer(node, mac);
+                }
+                Ok(Box::new(b))
+            }
+        }
+    }
+}
+
+/// Parse the `NODE` part of a `NODE=...` peer.
+pub(crate) fn parse_node(s: &str, whole: &str, example: &str) -> Result<u16, SpecError> {
+    s.trim().parse::<u16>().map_err(|_| {
+        SpecError(format!(
+            "bad peer {whole:?}: node {s:?} is not a number 0-65535 (expected e.g. {example})"
+        ))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs() {
+        assert_eq!(
+            "udp:127.0.0.1:7000".parse::<BackendSpec>(),
+            Ok(BackendSpec::Udp("127.0.0.1:7000".parse().unwrap()))
+        );
+        assert_eq!(
+            "ether:veth0".parse::<BackendSpec>(),
+            Ok(BackendSpec::Ether("veth0".into()))
+        );
+        assert_eq!(
+            "ether:veth0".parse::<BackendSpec>().unwrap().to_string(),
+            "ether:veth0"
+        );
+        let e = "udp:localhost".parse::<BackendSpec>().unwrap_err();
+        assert!(e.0.contains("expected udp:IP:PORT"), "{e}");
+        assert!("ether:".parse::<BackendSpec>().is_err());
+        assert!("ether:a-very-long-interface"
+            .parse::<BackendSpec>()
+            .is_err());
+        let e = "tcp:1.2.3.4:5".parse::<BackendSpec>().unwrap_err();
+        assert!(e.0.contains("udp:IP:PORT or ether:IFNAME"), "{e}");
+    }
+}

@@ -1,0 +1,299 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! The in-process crossbar: one bounded frame queue per node, each with an eventfd that
+//! polls readable when frames arrive. For tests and one-process clusters.
+
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use rustix::event::{eventfd, EventfdFlags};
+
+use super::LinkBackend;
+
+/// Frames a port queues before the switch drops further frames to it.
+pub const DEFAULT_QUEUE_FRAMES: usize = 4096;
+/// Bytes a port queues before the switch drops further frames to it.
+pub const DEFAULT_QUEUE_BYTES: usize = 64 << 20;
+/// Largest frame the switch carries.
+pub const INPROC_MAX_FRAME_BYTES: usize = 65536;
+
+/// A handle to an in-process switch; clones share the switch.
+///
+/// ```
+/// use trapeze_vnic::link::backend::{InProcSwitch, LinkBackend};
+/// let switch = InProcSwitch::new();
+/// let mut a = switch.port(1);
+/// let mut b = switch.port(2);
+/// a.send_frame(2, b"hello").unwrap();
+/// let mut buf = [0u8; 16];
+/// assert_eq!(b.try_recv_frame(&mut buf).unwrap(), Some(5));
+/// assert_eq!(b.try_recv_frame(&mut buf).unwrap(), None);
+/// ```
+#[derive(Clone, Debug)]
+pub struct InProcSwitch {
+    inner: Arc<Switch>,
+}
+
+#[derive(Debug)]
+struct Switch {
+    ports: Mutex<HashMap<u16, Arc<PortQueue>>>,
+    queue_frames: usize,
+    queue_bytes: usize,
+    dropped_frames: AtomicU64,
+}
+
+#[derive(Debug)]
+struct PortQueue {
+    frames: Mutex<Queue>,
+    /// Signalled (written) after every enqueue; signals merge, so the reader drains the
+    /// queue rather than counting signals.
+    event: OwnedFd,
+    dropped_frames: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct Queue {
+    frames: VecDeque<Vec<u8>>,
+    bytes: usize,
+}
+
+/// Lock a mutex, ignoring poisoning: every critical section here leaves the data
+/// consistent (a push or a pop), so a panic elsewhere cannot break it.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Default for InProcSwitch {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl InProcSwitch {
+    /// A switch whose ports queue up to [`DEFAULT_QUEUE_FRAMES`] frames or
+    /// [`DEFAULT_QUEUE_BYTES`] bytes each.
+    pub fn new() -> Self {
+        Self::with_queue_limits(DEFAULT_QUEUE_FRAMES, DEFAULT_QUEUE_BYTES)
+    }
+
+    /// A switch whose ports queue at most `frames` frames and `bytes` bytes each; frames
+    /// beyond that are dropped and counted.
+    pub fn with_queue_limits(frames: usize, bytes: usize) -> Self {
+        InProcSwitch {
+            inner: Arc::new(Switch {
+                ports: Mutex::new(HashMap::new()),
+                queue_frames: frames,
+                queue_bytes: bytes,
+                dropped_frames: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// Attach node `node` and return its port. Attaching a node again replaces the old
+    /// port (which then receives nothing more). Fails only if no eventfd can be made.
+    pub fn try_port(&self, node: u16) -> io::Result<InProcPort> {
+        let queue = Arc::new(PortQueue {
+            frames: Mutex::new(Queue::default()),
+            event: eventfd(0, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC)?,
+            dropped_frames: AtomicU64::new(0),
+        });
+        lock(&self.inner.ports).insert(node, queue.clone());
+        Ok(InProcPort {
+            node,
+            switch: self.inner.clone(),
+            queue,
+        })
+    }
+
+    /// [`try_port`](Self::try_port), panicking if the process is out of file descriptors
+    /// (for tests and examples, where that is a setup failure).
+    pub fn port(&self, node: u16) -> InProcPort {
+        self.try_port(node)
+            .expect("eventfd for an in-process switch port")
+    }
+
+    /// Frames dropped because the destination queue was full, over all ports.
+    pub fn dropped_frames(&self) -> u64 {
+        self.inner.dropped_frames.load(Ordering::Relaxed)
+    }
+}
+
+/// One node's attachment to an [`InProcSwitch`]. Dropping it detaches the node.
+#[derive(Debug)]
+pub struct InProcPort {
+    node: u16,
+    switch: Arc<Switch>,
+    queue: Arc<PortQueue>,
+}
+
+impl InProcPort {
+    pub fn node(&self) -> u16 {
+        self.node
+    }
+
+    /// Frames dropped on the way to this port because its queue was full.
+    pub fn dropped_frames(&self) -> u64 {
+        self.queue.dropped_frames.load(Ordering::Relaxed)
+    }
+
+    /// Frames waiting in this port's queue.
+    pub fn queued_frames(&self) -> usize {
+        lock(&self.queue.frames).frames.len()
+    }
+
+    fn clear_event(&self) {
+        let mut b = [0u8; 8];
+        // EAGAIN means the counter was already zero; nothing else can fail on an eventfd.
+        let _ = rustix::io::read(&self.queue.event, &mut b);
+    }
+}
+
+impl Drop for InProcPort {
+    fn drop(&mut self) {
+        let mut ports = lock(&self.switch.ports);
+        if ports
+            .get(&self.node)
+            .is_some_and(|q| Arc::ptr_eq(q, &self.queue))
+        {
+            ports.remove(&self.node);
+        }
+    }
+}
+
+impl LinkBackend for InProcPort {
+    fn send_frame(&mut self, dst: u16, frame: &[u8]) -> io::Result<()> {
+        if frame.len() > INPROC_MAX_FRAME_BYTES {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "frame of {} bytes exceeds {INPROC_MAX_FRAME_BYTES}",
+                    frame.len()
+                ),
+            ));
+        }
+        let Some(q) = lock(&self.switch.ports).get(&dst).cloned() else {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("no port for node {dst} on the in-process switch"),
+            ));
+        };
+        {
+            let mut fq = lock(&q.frames);
+            if fq.frames.len() >= self.switch.queue_frames
+                || fq.bytes + frame.len() > self.switch.queue_bytes
+            {
+                drop(fq);
+                q.dropped_frames.fetch_add(1, Ordering::Relaxed);
+                self.switch.dropped_frames.fetch_add(1, Ordering::Relaxed);
+                return Ok(());
+            }
+            fq.bytes += frame.len();
+            fq.frames.push_back(frame.to_vec());
+        }
+        // Signal after the frame is visible. EAGAIN (counter saturated) still leaves the
+        // fd readable, which is all the reader needs.
+        let _ = rustix::io::write(&q.event, &1u64.to_ne_bytes());
+        Ok(())
+    }
+
+    fn try_recv_frame(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        let pop = |port: &Self| {
+            let mut fq = lock(&port.queue.frames);
+            let f = fq.frames.pop_front()?;
+            fq.bytes -= f.len();
+            Some(f)
+        };
+        let frame = match pop(self) {
+            Some(f) => f,
+            None => {
+                // Clear the signal, then look again: a frame queued between the first
+                // look and the clear is found now, and any later one signals afresh.
+                self.clear_event();
+                match pop(self) {
+                    Some(f) => f,
+                    None => return Ok(None),
+                }
+            }
+        };
+        let n = frame.len().min(buf.len());
+        buf[..n].copy_from_slice(&frame[..n]);
+        Ok(Some(n))
+    }
+
+    fn readable_fd(&self) -> Option<BorrowedFd<'_>> {
+        Some(self.queue.event.as_fd())
+    }
+
+    fn max_frame_bytes(&self) -> usize {
+        INPROC_MAX_FRAME_BYTES
+    }
+
+    fn routes_to(&self, dst: u16) -> bool {
+        lock(&self.switch.ports).contains_key(&dst)
+    }
+
+    fn describe(&self) -> String {
+        format!("inproc node {}", self.node)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+
+    fn readable(fd: BorrowedFd<'_>) -> bool {
+        let mut fds = [PollFd::from_borrowed_fd(fd, PollFlags::IN)];
+        let zero = Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        poll(&mut fds, Some(&zero)).unwrap() == 1
+    }
+
+    #[test]
+    fn queue_limit_drops_and_counts() {
+        let sw = InProcSwitch::with_queue_limits(2, 1 << 20);
+        let mut a = sw.port(1);
+        let mut b = sw.port(2);
+        assert!(!readable(b.readable_fd().unwrap()));
+        for i in 0..3u8 {
+            a.send_frame(2, &[i]).unwrap();
+        }
+        assert!(readable(b.readable_fd().unwrap()));
+        assert_eq!(sw.dropped_frames(), 1);
+        assert_eq!(b.dropped_frames(), 1);
+        let mut buf = [0u8; 4];
+        assert_eq!(b.try_recv_frame(&mut buf).unwrap(), Some(1));
+        assert_eq!(buf[0], 0);
+        assert_eq!(b.try_recv_frame(&mut buf).unwrap(), Some(1));
+        assert_eq!(buf[0], 1);
+        assert_eq!(b.try_recv_frame(&mut buf).unwrap(), None);
+        assert!(!readable(b.readable_fd().unwrap()));
+        a.send_frame(2, &[9]).unwrap();
+        assert!(readable(b.readable_fd().unwrap()));
+    }
+
+    #[test]
+    fn routes_and_detach() {
+        let sw = InProcSwitch::new();
+        let mut a = sw.port(1);
+        assert!(!a.routes_to(2));
+        assert_eq!(
+            a.send_frame(2, b"x").unwrap_err().kind(),
+            io::ErrorKind::NotFound
+        );
+        let b = sw.port(2);
+        assert!(a.routes_to(2));
+        let b2 = sw.port(2); // replaces b
+        drop(b); // must not detach b2
+        assert!(a.routes_to(2));
+        drop(b2);
+        assert!(!a.routes_to(2));
+        assert!(a
+            .send_frame(1, &vec![0; INPROC_MAX_FRAME_BYTES + 1])
+            .is_err());
+    }
+}

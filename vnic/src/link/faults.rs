@@ -1,0 +1,465 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! Seeded fault injection on the send side of a link: drop, duplicate, reorder or
+//! corrupt frames, each with a probability per million frames. No unsafe.
+//!
+//! Decisions come from a small xorshift64* generator seeded from [`FaultConfig::seed`],
+//! drawn in a fixed order per frame, so a given configuration, seed and frame sequence
+//! always produces the same faults.
+//!
+//! Per frame, in this order:
+//! 1. **drop** — the frame is not sent.
+//! 2. **corrupt** — one bit, anywhere in the frame (header included), is flipped.
+//! 3. **duplicate** — the frame is sent twice (both copies carry the same corruption).
+//! 4. **reorder** — one copy is held back and sent right after the *next* frame that goes
+//!    through the injector (whatever happens to that one). At most one frame is held: a
+//!    frame picked for reordering while another is held is sent normally and not
+//!    counted. A held frame is never held for long: [`FaultInjector::release_due`] sends
+//!    it once it has waited [`REORDER_HOLD_MAX`] (the link calls that from `poll_packet`
+//!    and `poll_timers`, and its `poll_deadline` includes it), and
+//!    [`FaultInjector::flush`] sends it at once. Sending does not look at the clock, so a
+//!    link that only sends injects the same faults in the same order on every run.
+
+use std::fmt;
+use std::io;
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use super::backend::{LinkBackend, SpecError};
+use super::LinkStats;
+
+/// The longest a reordered frame is held when no further frame is sent.
+pub const REORDER_HOLD_MAX: Duration = Duration::from_millis(1);
+
+const PPM: u32 = 1_000_000;
+
+/// Fault probabilities, in frames per million, and the generator seed.
+///
+/// Parses from and prints as `drop=0.01,dup=0.01,reorder=0.02,corrupt=0.001,seed=7`:
+/// probabilities as fractions (`0.01`), percentages (`1%`) or parts per million
+/// (`10000ppm`); keys may be omitted (0); `none` or an empty string is no faults.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FaultConfig {
+    pub drop_ppm: u32,
+    pub duplicate_ppm: u32,
+    pub reorder_ppm: u32,
+    pub corrupt_ppm: u32,
+    pub seed: u64,
+}
+
+impl FaultConfig {
+    /// No faults.
+    pub const NONE: FaultConfig = FaultConfig {
+        drop_ppm: 0,
+        duplicate_ppm: 0,
+        reorder_ppm: 0,
+        corrupt_ppm: 0,
+        seed: 0,
+    };
+
+    /// Whether no fault can ever be injected.
+    pub fn is_none(&self) -> bool {
+        self.drop_ppm == 0
+            && self.duplicate_ppm == 0
+            && self.reorder_ppm == 0
+            && self.corrupt_ppm == 0
+    }
+}
+
+fn parse_probability(key: &str, v: &str) -> Result<u32, SpecError> {
+    let bad = |why: &str| {
+        SpecError(format!(
+            "bad fault value {key}={v:?}: {why} (expected a probability like 0.01, 1% or 10000ppm)"
+        ))
+    };
+    let (num, scale) = if let Some(n) = v.strip_suffix("ppm") {
+        (n, 1.0)
+    } else if let Some(n) = v.strip_suffix('%') {
+        (n, 10_000.0)
+    } else {
+        (v, PPM as f64)
+    };
+    let x: f64 = num.trim().parse().map_err(|_| bad("not a number"))?;
+    let ppm = (x * scale).round();
+    if !ppm.is_finite() || !(0.0..=PPM as f64).contains(&ppm) || x < 0.0 {
+        return Err(bad("out of range 0..=1"));
+    }
+    Ok(ppm as u32)
+}
+
+impl FromStr for FaultConfig {
+    type Err = SpecError;
+
+    fn from_str(s: &str) -> Result<Self, SpecError> {
+        let mut c = FaultConfig::NONE;
+        let s = s.trim();
+        if s.is_empty() || s == "none" {
+            return Ok(c);
+        }
+        let mut seen: Vec<&str> = Vec::new();
+        for item in s.split(',') {
+            let Some((k, v)) = item.split_once('=') else {
+                return Err(SpecError(format!(
+                    "bad fault setting {item:?}: expected KEY=VALUE with KEY one of drop, dup, \
+                     reorder, corrupt, seed"
+                )));
+            };
+            let (k, v) = (k.trim(), v.trim());
+            let key = match k {
+                "duplicate" => "dup",
+                k => k,
+            };
+            if seen.contains(&key) {
+                return Err(SpecError(format!("fault setting {k:?} given twice")));
+            }
+            seen.push(key);
+            match key {
+                "drop" => c.drop_ppm = parse_probability(k, v)?,
+                "dup" => c.duplicate_ppm = parse_probability(k, v)?,
+                "reorder" => c.reorder_ppm = parse_probability(k, v)?,
+                "corrupt" => c.corrupt_ppm = parse_probability(k, v)?,
+                "seed" => {
+                    c.seed = v.parse().map_err(|_| {
+                        SpecError(format!(
+                            "bad fault seed {v:?}: expected an integer 0-{}",
+                            u64::MAX
+                        ))
+                    })?
+                }
+                _ => {
+                    return Err(SpecError(format!(
+                        "unknown fault {k:?}: expected drop, dup, reorder, corrupt or seed"
+                    )))
+                }
+            }
+        }
+        Ok(c)
+    }
+}
+
+impl fmt::Display for FaultConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let p = |ppm: u32| ppm as f64 / PPM as f64;
+        write!(
+            f,
+            "drop={},dup={},reorder={},corrupt={},seed={}",
+            p(self.drop_ppm),
+            p(self.duplicate_ppm),
+            p(self.reorder_ppm),
+            p(self.corrupt_ppm),
+            self.seed
+        )
+    }
+}
+
+/// xorshift64* (Marsaglia / Vigna), seeded through splitmix64 so any seed, 0 included,
+/// gives a non-zero state.
+#[derive(Clone, Debug)]
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Self {
+        let mut z = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        Rng(if z == 0 { 1 } else { z })
+    }
+
+    fn next_u64(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// True with probability `ppm` per million; draws nothing when `ppm` is 0.
+    fn chance(&mut self, ppm: u32) -> bool {
+        ppm != 0 && self.next_u64() % (PPM as u64) < (ppm as u64)
+    }
+
+    /// Uniform in `0..n` (n > 0; bias below 2^-40 for the sizes used).
+    fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Held {
+    dst: u16,
+    len: usize,
+    since: Instant,
+}
+
+/// Applies a [`FaultConfig`] to frames on their way to a backend. See the module doc for
+/// the rules; every injected fault is counted in [`LinkStats`].
+#[derive(Debug)]
+pub struct FaultInjector {
+    config: FaultConfig,
+    rng: Rng,
+    held: Option<Held>,
+    held_buf: Vec<u8>,
+}
+
+/// Send one frame, counting it or the error.
+fn put(
+    backend: &mut dyn LinkBackend,
+    dst: u16,
+    frame: &[u8],
+    stats: &mut LinkStats,
+) -> io::Result<()> {
+    match backend.send_frame(dst, frame) {
+        Ok(()) => {
+            stats.frames_sent += 1;
+            Ok(())
+        }
+        Err(e) => {
+            stats.send_errors += 1;
+            Err(e)
+        }
+    }
+}
+
+impl FaultInjector {
+    pub fn new(config: FaultConfig) -> Self {
+        FaultInjector {
+            config,
+            rng: Rng::new(config.seed),
+            held: None,
+            held_buf: Vec::new(),
+        }
+    }
+
+    pub fn config(&self) -> &FaultConfig {
+        &self.config
+    }
+
+    /// Whether a reordered frame is waiting.
+    pub fn holding(&self) -> bool {
+        self.held.is_some()
+    }
+
+    /// When the held frame (if any) must be sent at the latest.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.held.map(|h| h.since + REORDER_HOLD_MAX)
+    }
+
+    /// Pass one frame to `backend`, injecting faults (`frame` may be modified). Sends a
+    /// previously held frame after this one. Returns the first send error, after still
+    /// attempting every other send.
+    pub fn transmit(
+        &mut self,
+        backend: &mut dyn LinkBackend,
+        dst: u16,
+        frame: &mut [u8],
+        now: Instant,
+        stats: &mut LinkStats,
+    ) -> io::Result<()> {
+        if self.config.is_none() && self.held.is_none() {
+            return put(backend, dst, frame, stats);
+        }
+        let prev = self.held.take();
+        let mut result = Ok(());
+        if self.rng.chance(self.config.drop_ppm) {
+            stats.injected_drops += 1;
+        } else {
+            if self.rng.chance(self.config.corrupt_ppm) && !frame.is_empty() {
+                let bit = self.rng.below(frame.len() as u64 * 8);
+                frame[(bit / 8) as usize] ^= 1 << (bit % 8);
+                stats.injected_corruptions += 1;
+            }
+            let mut copies = 1;
+            if self.rng.chance(self.config.duplicate_ppm) {
+                stats.injected_duplicates += 1;
+                copies = 2;
+            }
+            if self.rng.chance(self.config.reorder_ppm) && prev.is_none() {
+                stats.injected_reorders += 1;
+                copies -= 1;
+                self.held_buf.clear();
+                self.held_buf.extend_from_slice(frame);
+                self.held = Some(Held {
+                    dst,
+                    len: frame.len(),
+                    since: now,
+                });
+            }
+            for _ in 0..copies {
+                result = result.and(put(backend, dst, frame, stats));
+            }
+        }
+        if let Some(h) = prev {
+            result = result.and(put(backend, h.dst, &self.held_buf[..h.len], stats));
+        }
+        result
+    }
+
+    /// Send the held frame if it has waited [`REORDER_HOLD_MAX`] by `now`.
+    pub fn release_due(
+        &mut self,
+        backend: &mut dyn LinkBackend,
+        now: Instant,
+        stats: &mut LinkStats,
+    ) -> io::Result<()> {
+        match self.held {
+            Some(h) if now >= h.since + REORDER_HOLD_MAX => self.flush(backend, stats),
+            _ => Ok(()),
+        }
+    }
+
+    /// Send the held frame, if any, now.
+    pub fn flush(
+        &mut self,
+        backend: &mut dyn LinkBackend,
+        stats: &mut LinkStats,
+    ) -> io::Result<()> {
+        match self.held.take() {
+            Some(h) => put(backend, h.dst, &self.held_buf[..h.len], stats),
+            None => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::BorrowedFd;
+
+    #[test]
+    fn parse_and_print() {
+        let c: FaultConfig = "drop=0.01,dup=0.01,reorder=0.02,corrupt=0.001,seed=7"
+            .parse()
+            .unwrap();
+        assert_eq!(
+            c,
+            FaultConfig {
+                drop_ppm: 10_000,
+                duplicate_ppm: 10_000,
+                reorder_ppm: 20_000,
+                corrupt_ppm: 1_000,
+                seed: 7
+            }
+        );
+        assert_eq!(c.to_string().parse::<FaultConfig>(), Ok(c));
+        assert_eq!(
+            "drop=20%, duplicate=5ppm"
+                .parse::<FaultConfig>()
+                .unwrap()
+                .drop_ppm,
+            200_000
+        );
+        assert_eq!(
+            "drop=20%,duplicate=5ppm"
+                .parse::<FaultConfig>()
+                .unwrap()
+                .duplicate_ppm,
+            5
+        );
+        assert_eq!("none".parse::<FaultConfig>(), Ok(FaultConfig::NONE));
+        assert_eq!("".parse::<FaultConfig>(), Ok(FaultConfig::NONE));
+        assert!(FaultConfig::NONE.is_none());
+        for (bad, msg) in [
+            ("lose=0.1", "unknown fault \"lose\""),
+            ("drop", "expected KEY=VALUE"),
+            ("drop=x", "not a number"),
+            ("drop=1.5", "out of range"),
+            ("drop=-0.1", "out of range"),
+            ("drop=NaN", "out of range"),
+            ("drop=0.1,drop=0.2", "given twice"),
+            ("seed=-1", "bad fault seed"),
+        ] {
+            let e = bad.parse::<FaultConfig>().unwrap_err();
+            assert!(e.0.contains(msg), "{bad}: {e}");
+        }
+    }
+
+    /// Records frames instead of sending them.
+    #[derive(Default)]
+    struct Tape(Vec<Vec<u8>>);
+
+    impl LinkBackend for Tape {
+        fn send_frame(&mut self, _dst: u16, frame: &[u8]) -> io::Result<()> {
+            self.0.push(frame.to_vec());
+            Ok(())
+        }
+        fn try_recv_frame(&mut self, _buf: &mut [u8]) -> io::Result<Option<usize>> {
+            Ok(None)
+        }
+        fn readable_fd(&self) -> Option<BorrowedFd<'_>> {
+            None
+        }
+        fn max_frame_bytes(&self) -> usize {
+            1500
+        }
+        fn routes_to(&self, _dst: u16) -> bool {
+            true
+        }
+        fn describe(&self) -> String {
+            "tape".into()
+        }
+    }
+
+    fn run(config: FaultConfig, n: u8) -> (Vec<Vec<u8>>, LinkStats) {
+        let mut inj = FaultInjector::new(config);
+        let mut tape = Tape::default();
+        let mut stats = LinkStats::default();
+        let now = Instant::now();
+        for i in 0..n {
+            inj.transmit(&mut tape, 1, &mut [i, 0, 0, 0], now, &mut stats)
+                .unwrap();
+        }
+        assert!(inj.deadline().is_none() || inj.holding());
+        inj.release_due(&mut tape, now + REORDER_HOLD_MAX, &mut stats)
+            .unwrap();
+        assert!(!inj.holding());
+        (tape.0, stats)
+    }
+
+    #[test]
+    fn deterministic_and_counted() {
+        let c = FaultConfig {
+            drop_ppm: 200_000,
+            duplicate_ppm: 200_000,
+            reorder_ppm: 200_000,
+            corrupt_ppm: 200_000,
+            seed: 42,
+        };
+        let (a, sa) = run(c, 200);
+        let (b, sb) = run(c, 200);
+        assert_eq!(a, b);
+        assert_eq!(sa, sb);
+        assert_eq!(sa.frames_sent as usize, a.len());
+        assert_eq!(
+            a.len() as u64,
+            200 - sa.injected_drops + sa.injected_duplicates
+        );
+        for s in [
+            sa.injected_drops,
+            sa.injected_duplicates,
+            sa.injected_reorders,
+            sa.injected_corruptions,
+        ] {
+            assert!((20..=60).contains(&s), "{sa:?}");
+        }
+        let corrupted = a.iter().filter(|f| f[1..] != [0, 0, 0]).count();
+        assert!(corrupted > 0);
+        let (c2, _) = run(FaultConfig { seed: 43, ..c }, 200);
+        assert_ne!(a, c2);
+    }
+
+    #[test]
+    fn reorder_sends_after_next() {
+        let c = FaultConfig {
+            reorder_ppm: PPM,
+            ..FaultConfig::NONE
+        };
+        let (tape, stats) = run(c, 5);
+        // 0 held, 1 sent then 0; 2 held, 3 sent then 2; 4 held, released by the timer.
+        let order: Vec<u8> = tape.iter().map(|f| f[0]).collect();
+        assert_eq!(order, [1, 0, 3, 2, 4]);
+        assert_eq!(stats.injected_reorders, 3);
+        let (tape, _) = run(FaultConfig::NONE, 3);
+        assert_eq!(tape.iter().map(|f| f[0]).collect::<Vec<_>>(), [0, 1, 2]);
+    }
+}

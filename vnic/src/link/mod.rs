@@ -1,0 +1,381 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! The link: carries whole Trapeze packets between NICs over a backend (in-process
+//! switch, UDP, raw Ethernet), the way Myrinet's link hardware carried them.
+//!
+//! [`Link::send_packet`] takes a packet (Trapeze header + control message + payload, as
+//! the firmware's link-out pulses assembled it), appends the CRC-32 trailer
+//! (`iface::wire::crc32`; inverted when the sender aborts the packet), splits it into
+//! link frames no larger than the backend allows, and sends them to the packet's
+//! destination node. [`Link::poll_packet`] reassembles frames into packets and checks
+//! the trailer: the receiver sees each packet once, whole, with `crc_ok`. A seeded
+//! [`faults::FaultInjector`] can drop, duplicate, reorder or corrupt frames on the way.
+//!
+//! Frame format (little-endian), defined in [`frame`]:
+//! ```text
+//! +0 magic u16 0x7A4C | version u8 | flags u8
+//! +4 src node u16 | dst node u16
+//! +8 packet id u32 (per sender)
+//! +12 fragment index u16 | fragment count u16
+//! +16 total packet length u32 (including the 4-byte trailer)
+//! +20 fragment offset u32
+//! +24 fragment bytes...
+//! ```
+//!
+//! Delivery rules (details in `reassembly.rs` and `faults.rs`):
+//! - A packet is delivered at most once, whole, with `crc_ok` computed over all of it;
+//!   duplicated frames (even every frame of a packet) do not make a second copy unless
+//!   they arrive more than [`REASSEMBLY_TIMEOUT`] after the first copy completed.
+//! - A packet missing a fragment for [`REASSEMBLY_TIMEOUT`] is dropped and counted.
+//! - The frame header is not covered by the CRC (the trailer belongs to the Trapeze
+//!   packet). A corrupted header makes a frame unparsable, misaddressed or inconsistent
+//!   with its packet (dropped, counted), or puts its bytes into another packet, whose CRC
+//!   then fails; the packet bytes delivered with `crc_ok` are always the ones sent.
+//!
+//! Call order: `send_packet` any time; wait for [`Link::readable_fd`] (or until
+//! [`Link::poll_deadline`]), then call [`Link::poll_packet`] until it returns `None`.
+//! `poll_packet` runs the link's timers (reassembly timeouts, a reordered frame held by
+//! the fault injector); [`Link::poll_timers`] runs them alone. `send_packet` never looks
+//! at the clock's timers, so a seeded fault run is reproducible.
+//!
+//! ```
+//! use trapeze_vnic::link::{backend::InProcSwitch, FaultConfig, Link};
+//! let switch = InProcSwitch::new();
+//! let mut a = Link::new(1, Box::new(switch.port(1)), FaultConfig::NONE);
+//! let mut b = Link::new(2, Box::new(switch.port(2)), FaultConfig::NONE);
+//! let mut packet = [0u8; 40];
+//! packet[6..8].copy_from_slice(&2u16.to_le_bytes()); // Trapeze header: dst node 2
+//! a.send_packet(&packet, false).unwrap();
+//! let mut out = [0u8; 128];
+//! let rx = b.poll_packet(&mut out).unwrap();
+//! assert_eq!((rx.len, rx.src, rx.crc_ok), (40, 1, true));
+//! assert_eq!(&out[..40], &packet[..]);
+//! ```
+
+pub mod backend;
+pub mod faults;
+pub mod frame;
+mod reassembly;
+
+pub use backend::{BackendSpec, LinkBackend, SpecError};
+pub use faults::{FaultConfig, FaultInjector};
+pub use reassembly::{MAX_PARTIAL_PACKETS, MAX_READY_PACKETS, REASSEMBLY_TIMEOUT};
+
+use std::fmt;
+use std::io;
+use std::os::fd::BorrowedFd;
+use std::time::Instant;
+
+use frame::FrameHeader;
+use reassembly::Reassembler;
+
+/// Bytes of the CRC-32 trailer the link appends to every packet.
+pub const TRAILER_BYTES: usize = 4;
+/// Largest packet (trailer included) the link carries: a maximal Trapeze packet
+/// (32-byte header, 128-byte control message, 64 KiB payload) fits with room to spare.
+pub const MAX_PACKET_BYTES: usize = 256 * 1024;
+/// Bytes at the start of a packet that must be present to route it (the Trapeze header;
+/// the destination node is the u16 at bytes 6..8).
+pub const ROUTE_HEADER_BYTES: usize = 32;
+/// Frames taken from the backend per `poll_packet` call at most, so a flood of bad
+/// frames cannot keep the caller inside the link.
+const RX_FRAMES_PER_POLL: usize = 1024;
+
+/// Counters kept by a link endpoint.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct LinkStats {
+    pub packets_sent: u64,
+    pub frames_sent: u64,
+    pub packets_received: u64,
+    pub frames_received: u64,
+    /// Packets whose trailer did not check (corrupted or aborted).
+    pub crc_errors: u64,
+    /// Frames that could not be parsed, were for another node, or did not fit their
+    /// packet (size limit, fragment geometry).
+    pub bad_frames: u64,
+    /// Frames ignored because their fragment (or whole packet) had already arrived.
+    pub duplicate_frames: u64,
+    /// Partially received packets abandoned (a fragment never came).
+    pub reassembly_timeouts: u64,
+    /// Packets to a node the backend has no route to.
+    pub unroutable: u64,
+    /// Send errors reported by the backend.
+    pub send_errors: u64,
+    /// Receive errors reported by the backend.
+    pub recv_errors: u64,
+    /// Completed packets dropped because [`MAX_READY_PACKETS`] were waiting.
+    pub rx_queue_drops: u64,
+    /// Packets cut short because the caller's buffer was too small.
+    pub rx_truncated: u64,
+    /// Injected faults.
+    pub injected_drops: u64,
+    pub injected_duplicates: u64,
+    pub injected_reorders: u64,
+    pub injected_corruptions: u64,
+}
+
+/// A packet delivered by [`Link::poll_packet`]. If the caller's buffer was too small,
+/// `len` is the buffer's length (the bytes copied) and `crc_ok` is false.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RxPacket {
+    /// Bytes of the packet without the trailer.
+    pub len: usize,
+    pub src: u16,
+    pub crc_ok: bool,
+}
+
+/// One NIC's end of the link: fragments, faults and sends packets; receives and
+/// reassembles them. See the module doc for the rules and the call order.
+pub struct Link {
+    node: u16,
+    backend: Box<dyn LinkBackend>,
+    faults: FaultInjector,
+    stats: LinkStats,
+    next_packet_id: u32,
+    tx_frame: Vec<u8>,
+    rx_frame: Vec<u8>,
+    rx: Reassembler,
+}
+
+impl fmt::Debug for Link {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Link")
+            .field("node", &self.node)
+            .field("backend", &self.backend.describe())
+            .field("faults", self.faults.config())
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A starting packet id that differs between runs, so a restarted sender's packets are
+/// not mistaken for duplicates of its previous life's (ids are only compared, never
+/// interpreted, so this does not affect determinism of anything else).
+fn initial_packet_id(node: u16) -> u32 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let x =
+        (t ^ (std::process::id() as u64) << 32 ^ node as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    (x >> 32) as u32
+}
+
+impl Link {
+    /// A link endpoint for node `node` over `backend`, injecting `faults` on send.
+    pub fn new(node: u16, backend: Box<dyn LinkBackend>, faults: FaultConfig) -> Link {
+        let max_frame = backend.max_frame_bytes();
+        Link {
+            node,
+            tx_frame: vec![0; max_frame.max(frame::HEADER_BYTES)],
+            // Slack so an oversized frame is seen as such (and rejected), not cut to fit.
+            rx_frame: vec![0; max_frame + 64],
+            backend,
+            faults: FaultInjector::new(faults),
+            stats: LinkStats::default(),
+            next_packet_id: initial_packet_id(node),
+            rx: Reassembler::new(node),
+        }
+    }
+
+    pub fn node(&self) -> u16 {
+        self.node
+    }
+
+    pub fn stats(&self) -> LinkStats {
+        self.stats
+    }
+
+    /// Packets with some but not all fragments received.
+    pub fn partial_packets(&self) -> usize {
+        self.rx.partial_packets()
+    }
+
+    /// The backend, e.g. for its description.
+    pub fn backend(&self) -> &dyn LinkBackend {
+        &*self.backend
+    }
+
+    /// Polls readable when frames may have arrived (see [`LinkBackend::readable_fd`]).
+    pub fn readable_fd(&self) -> Option<BorrowedFd<'_>> {
+        self.backend.readable_fd()
+    }
+
+    /// When the link's timers next need running (a held reordered frame, a packet
+    /// waiting for fragments), if ever: wake by then and call [`poll_packet`] or
+    /// [`poll_timers`](Self::poll_timers).
+    ///
+    /// [`poll_packet`]: Self::poll_packet
+    pub fn poll_deadline(&self) -> Option<Instant> {
+        match (self.faults.deadline(), self.rx.deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Run the timers: send a reordered frame held too long, drop packets whose
+    /// fragments stopped coming. Returns a backend send error, if one happened.
+    pub fn poll_timers(&mut self) -> io::Result<()> {
+        let now = Instant::now();
+        self.rx.handle_timeout(now, &mut self.stats);
+        self.faults
+            .release_due(&mut *self.backend, now, &mut self.stats)
+    }
+
+    /// Send any frame the fault injector is holding back, now.
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.faults.flush(&mut *self.backend, &mut self.stats)
+    }
+
+    /// Send one packet (Trapeze header + control message + payload) to the node in its
+    /// header, with the CRC-32 trailer appended (inverted if `abort`, so the receiver
+    /// sees a bad CRC). A packet shorter than the header or for a node the backend cannot
+    /// reach is counted as `unroutable` and dropped (`Ok`). A packet longer than
+    /// [`MAX_PACKET_BYTES`] − 4 is an `InvalidInput` error. Backend errors are counted
+    /// (`send_errors`) and the first is returned; the packet is then lost.
+    pub fn send_packet(&mut self, packet: &[u8], abort: bool) -> io::Result<()> {
+        let now = Instant::now();
+        if packet.len() < ROUTE_HEADER_BYTES {
+            self.stats.unroutable += 1;
+            return Ok(());
+        }
+        let dst = u16::from_le_bytes([packet[6], packet[7]]);
+        if !self.backend.routes_to(dst) {
+            self.stats.unroutable += 1;
+            return Ok(());
+        }
+        let total = packet.len() + TRAILER_BYTES;
+        let chunk = reassembly::chunk_bytes(self.tx_frame.len());
+        let count = if chunk == 0 {
+            usize::MAX
+        } else {
+            total.div_ceil(chunk)
+        };
+        if total > MAX_PACKET_BYTES || count > u16::MAX as usize {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "packet of {} bytes too large for the link (max {} bytes, frames of {})",
+                    packet.len(),
+                    MAX_PACKET_BYTES - TRAILER_BYTES,
+                    self.tx_frame.len()
+                ),
+            ));
+        }
+        let crc = crc32fast::hash(packet);
+        let trailer = if abort { !crc } else { crc }.to_le_bytes();
+        let id = self.next_packet_id;
+        self.next_packet_id = id.wrapping_add(1);
+        let mut result = Ok(());
+        for index in 0..count {
+            let start = index * chunk;
+            let end = (start + chunk).min(total);
+            let header = FrameHeader {
+                flags: 0,
+                src: self.node,
+                dst,
+                packet_id: id,
+                frag_index: index as u16,
+                frag_count: count as u16,
+                total_len: total as u32,
+                frag_offset: start as u32,
+            };
+            let f = &mut self.tx_frame;
+            header.emit(f);
+            let body = &mut f[frame::HEADER_BYTES..frame::HEADER_BYTES + (end - start)];
+            // Bytes start..end of (packet ++ trailer): a part of each, either possibly empty.
+            let plen = packet.len();
+            let (p_start, p_end) = (start.min(plen), end.min(plen));
+            body[..p_end - p_start].copy_from_slice(&packet[p_start..p_end]);
+            body[p_end - p_start..]
+                .copy_from_slice(&trailer[start.max(plen) - plen..end.max(plen) - plen]);
+            let n = frame::HEADER_BYTES + end - start;
+            let r = self.faults.transmit(
+                &mut *self.backend,
+                dst,
+                &mut self.tx_frame[..n],
+                now,
+                &mut self.stats,
+            );
+            if r.is_err() && result.is_ok() {
+                result = r;
+            }
+        }
+        if result.is_ok() {
+            self.stats.packets_sent += 1;
+        }
+        result
+    }
+
+    /// Take frames that have arrived (without blocking) and return the next complete
+    /// packet, copied into `out` without its trailer, or `None` if no packet is complete.
+    /// If `out` is shorter than the packet, the first `out.len()` bytes are delivered
+    /// with `len == out.len()` and `crc_ok == false` (counted in `rx_truncated`).
+    /// Packets come out in the order they completed.
+    pub fn poll_packet(&mut self, out: &mut [u8]) -> Option<RxPacket> {
+        let now = Instant::now();
+        self.rx.handle_timeout(now, &mut self.stats);
+        // A send error here is counted; the receive path has nothing to add to it.
+        let _ = self
+            .faults
+            .release_due(&mut *self.backend, now, &mut self.stats);
+        let mut budget = RX_FRAMES_PER_POLL;
+        while !self.rx.has_ready() && budget > 0 {
+            budget -= 1;
+            match self.backend.try_recv_frame(&mut self.rx_frame) {
+                Ok(Some(n)) => {
+                    self.stats.frames_received += 1;
+                    self.rx
+                        .handle_frame(&self.rx_frame[..n], now, &mut self.stats);
+                }
+                Ok(None) => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => {
+                    self.stats.recv_errors += 1;
+                    break;
+                }
+            }
+        }
+        let ready = self.rx.pop()?;
+        let len = ready.bytes.len() - TRAILER_BYTES;
+        let (body, trailer) = ready.bytes.split_at(len);
+        let crc_ok = crc32fast::hash(body).to_le_bytes() == trailer;
+        self.stats.packets_received += 1;
+        if !crc_ok {
+            self.stats.crc_errors += 1;
+        }
+        let rx = if out.len() >= len {
+            out[..len].copy_from_slice(body);
+            RxPacket {
+                len,
+                src: ready.src,
+                crc_ok,
+            }
+        } else {
+            self.stats.rx_truncated += 1;
+            let n = out.len();
+            out.copy_from_slice(&body[..n]);
+            RxPacket {
+                len: n,
+                src: ready.src,
+                crc_ok: false,
+            }
+        };
+        self.rx.recycle(ready.bytes);
+        Some(rx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn crc_matches_the_firmware() {
+        let data: Vec<u8> = (0..5000u32).map(|i| (i * 31 + 7) as u8).collect();
+        assert_eq!(
+            crc32fast::hash(&data),
+            trapeze_firmware::iface::wire::crc32(&data)
+        );
+        assert_eq!(
+            crc32fast::hash(b""),
+            trapeze_firmware::iface::wire::crc32(b"")
+        );
+    }
+}
