@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0-only
-//! `cargo xtask` — the one entry point: build the firmware image, run the tests, run the
-//! benchmarks, run the demonstration. Each command lives in its own module.
+//! `cargo xtask` — the one entry point: build the firmware image, flash it into running
+//! virtual NICs, run the tests, run the benchmarks, run the demonstration. Each command lives in its own module.
 
 mod bench;
 mod build;
+mod flash;
 mod run;
 mod test;
 
@@ -20,6 +21,9 @@ struct Cli {
 enum Cmd {
     /// Build the riscv32imac firmware image; print its path and size against the NIC budget.
     Build(build::BuildArgs),
+    /// Build the firmware image and load it into running virtual NICs (flashed mode);
+    /// print the firmware version and build id each NIC now runs.
+    Flash(flash::FlashArgs),
     /// Run every test: unit, property and integration tests (the README's test command).
     Test(test::TestArgs),
     /// Run a benchmark and print its table (or JSON with --json).
@@ -32,6 +36,7 @@ fn main() {
     let cli = Cli::parse();
     let result = match cli.cmd {
         Cmd::Build(a) => build::run(a),
+        Cmd::Flash(a) => flash::run(a),
         Cmd::Test(a) => test::run(a),
         Cmd::Bench(a) => bench::run(a),
         Cmd::Run(a) => run::run(a),
