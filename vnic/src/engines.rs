@@ -40,8 +40,8 @@ impl Notifier {
     pub fn add(&self, fd: Arc<OwnedFd>) {
         self.fds.lock().unwrap_or_else(|e| e.into_inner()).push(fd);
     }
-    pub fn clear(&self) {
-        self.fds.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    pub fn remove(&self, fd: &Arc<OwnedFd>) {
+        self.fds.lock().unwrap_or_else(|e| e.into_inner()).retain(|f| !Arc::ptr_eq(f, fd));
     }
     pub fn raise(&self) {
         self.raised.fetch_add(1, Ordering::Relaxed);
@@ -65,6 +65,13 @@ pub struct Wakers {
 impl Wakers {
     pub fn new() -> std::io::Result<Self> {
         Ok(Wakers { doorbells: Mutex::new(Vec::new()), control: new_eventfd()?, stop: AtomicBool::new(false) })
+    }
+    pub fn add_doorbell(&self, fd: Arc<OwnedFd>) {
+        self.doorbells.lock().unwrap_or_else(|e| e.into_inner()).push(fd);
+        self.kick();
+    }
+    pub fn remove_doorbell(&self, fd: &Arc<OwnedFd>) {
+        self.doorbells.lock().unwrap_or_else(|e| e.into_inner()).retain(|f| !Arc::ptr_eq(f, fd));
     }
     /// Wake the processor (to stop it, or after changing something it should see).
     pub fn kick(&self) {
@@ -158,6 +165,12 @@ impl SoftEngines {
 
     /// Block until a doorbell, a link frame or a control kick (or `timeout`).
     pub fn park(&mut self, timeout: Duration) {
+        self.park_events(timeout);
+    }
+
+    /// [`park`](Self::park), reporting what woke it (flashed mode turns this into the
+    /// WAIT_EVENT register's event bits).
+    pub fn park_events(&mut self, timeout: Duration) -> Wake {
         self.publish_link_stats();
         self.stats.parks.fetch_add(1, Ordering::Relaxed);
         let doorbells = self.wakers.doorbells.lock().unwrap_or_else(|e| e.into_inner()).clone();
@@ -166,20 +179,62 @@ impl SoftEngines {
         for d in &doorbells {
             fds.push(PollFd::new(d.as_ref(), PollFlags::IN));
         }
-        if let Some(l) = self.link.readable_fd() {
+        let has_link_fd = if let Some(l) = self.link.readable_fd() {
             fds.push(PollFd::from_borrowed_fd(l, PollFlags::IN));
-        }
+            true
+        } else {
+            false
+        };
         let ts = rustix::event::Timespec {
             tv_sec: timeout.as_secs() as i64,
             tv_nsec: timeout.subsec_nanos() as i64,
         };
         let _ = poll(&mut fds, Some(&ts));
+        let ready = |f: &PollFd<'_>| !f.revents().is_empty();
+        let wake = Wake {
+            control: ready(&fds[0]),
+            doorbell: fds[1..1 + doorbells.len()].iter().any(ready),
+            link: has_link_fd && fds.last().is_some_and(ready),
+        };
         drop(fds);
         drain_eventfd(&self.wakers.control);
         for d in &doorbells {
             drain_eventfd(d);
         }
+        wake
     }
+
+    /// One idle pass, as [`Engines::idle`] does it: spin (return `None` at once) until
+    /// the spin budget since the first idle pass is used up, then park for up to 100 ms
+    /// (or until the link's next timer) and report what woke it. Any engine start ends the idle stretch.
+    pub fn idle_wait(&mut self) -> Option<Wake> {
+        let now = Instant::now();
+        let since = *self.idle_since.get_or_insert(now);
+        if now.duration_since(since) < self.spin {
+            // Yield rather than burn the core: hosts and other NICs often share it.
+            std::thread::yield_now();
+            return None;
+        }
+        // Sleep until a wakeup or the link's next timer (held frames, reassembly).
+        let mut timeout = Duration::from_millis(100);
+        if let Some(d) = self.link.poll_deadline() {
+            timeout = timeout.min(d.saturating_duration_since(now));
+        }
+        let wake = self.park_events(timeout);
+        self.idle_since = None;
+        Some(wake)
+    }
+}
+
+/// What ended a [`SoftEngines::park_events`] (all false: the timeout).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Wake {
+    /// A host doorbell eventfd was signalled.
+    pub doorbell: bool,
+    /// The link has frames to read.
+    pub link: bool,
+    /// The control eventfd was kicked (stop, or a change the processor should see).
+    pub control: bool,
 }
 
 impl Engines for SoftEngines {
@@ -237,6 +292,8 @@ impl Engines for SoftEngines {
     }
 
     fn link_rx_status(&mut self) -> RxStatus {
+        // Held (reordered) frames and stale reassemblies have deadlines; errors are counted.
+        let _ = self.link.poll_timers();
         if let Some((off, cap)) = self.rx_post {
             if let Some(p) = self.link.poll_packet(&mut self.rx_buf) {
                 self.idle_since = None;
@@ -261,13 +318,6 @@ impl Engines for SoftEngines {
     /// Soft transfers finish when started, so no engine is ever mid-transfer here: an idle
     /// pass always means "wait for the host or the link".
     fn idle(&mut self, _engines_busy: bool) {
-        let now = Instant::now();
-        let since = *self.idle_since.get_or_insert(now);
-        if now.duration_since(since) < self.spin {
-            std::hint::spin_loop();
-            return;
-        }
-        self.park(Duration::from_millis(100));
-        self.idle_since = None;
+        self.idle_wait();
     }
 }

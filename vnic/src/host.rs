@@ -6,16 +6,18 @@
 //! This is the binding tests and tools use; payloads are copied into and out of frames
 //! of the region (the zero-copy paths belong to the services built on the host API).
 
+use crate::control::{ControlClient, Request};
 use crate::nic::NicMem;
 use crate::shm::Mapping;
 use anyhow::{bail, Context};
 use rustix::event::{poll, PollFd, PollFlags};
 use std::os::fd::{AsFd, OwnedFd};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use trapeze_firmware::iface::entry::{Segment, TxStatus};
 use trapeze_firmware::iface::ipt::{CancelState, PayloadToken};
-use trapeze_firmware::iface::layout::{notify, Counter, RECV_RING_ENTRIES};
+use trapeze_firmware::iface::layout::{notify, Counter, NIC_MEM_BYTES, RECV_RING_ENTRIES};
 use trapeze_host::endpoint::{Endpoint, EndpointConfig, SendMsg};
 
 /// DMA address where a host's frame region starts by default.
@@ -81,6 +83,30 @@ pub struct HostPort {
     doorbell: Arc<OwnedFd>,
     irq: Arc<OwnedFd>,
     mtu: u32,
+    /// How long [`Self::recv`] polls the ring before sleeping on the interrupt.
+    spin: Duration,
+    /// The control connection that holds this host's attachment (remote hosts only):
+    /// closing it detaches the host and unregisters its region.
+    _control: Option<ControlClient>,
+}
+
+/// A secret seed for IPT keys, from the OS.
+pub fn random_seed() -> [u64; 2] {
+    let mut b = [0u8; 16];
+    let mut got = 0;
+    while got < b.len() {
+        match rustix::rand::getrandom(&mut b[got..], rustix::rand::GetRandomFlags::empty()) {
+            Ok(n) => got += n,
+            Err(rustix::io::Errno::INTR) => {}
+            // getrandom(2) exists on every supported kernel; a failure here is fatal for
+            // key secrecy, so fall back to the clock only with the pid mixed in.
+            Err(_) => {
+                let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+                return [t.as_nanos() as u64, std::process::id() as u64 ^ 0x5851_F42D_4C95_7F2D];
+            }
+        }
+    }
+    [u64::from_le_bytes(b[..8].try_into().unwrap_or_default()), u64::from_le_bytes(b[8..].try_into().unwrap_or_default())]
 }
 
 impl HostPort {
@@ -117,6 +143,8 @@ impl HostPort {
             doorbell,
             irq,
             mtu: cfg.mtu,
+            spin: Duration::from_micros(50),
+            _control: None,
         };
         port.ring();
         let t0 = Instant::now();
@@ -130,6 +158,34 @@ impl HostPort {
         Ok(port)
     }
 
+    /// Attach to the NIC serving `control` (another process): map its NIC memory, create
+    /// a frame region of `region_bytes` and register it for DMA at
+    /// [`DEFAULT_REGION_BASE`], and initialise the endpoint with `cfg` (its node id is
+    /// taken from the NIC: it is the NIC's address on the link).
+    pub fn attach(control: &Path, region_bytes: usize, cfg: EndpointConfig) -> anyhow::Result<HostPort> {
+        let client = ControlClient::connect(control)?;
+        let (v, fds) = client.request_with_fds(&Request::Attach, &[], Duration::from_secs(10))?;
+        let [mem, db, irq]: [OwnedFd; 3] =
+            fds.try_into().map_err(|f: Vec<OwnedFd>| anyhow::anyhow!("attach answered with {} descriptors, expected 3", f.len()))?;
+        let mem_bytes = v["nic_mem_bytes"].as_u64().context("attach answer lacks nic_mem_bytes")? as usize;
+        if mem_bytes != NIC_MEM_BYTES as usize {
+            bail!("NIC memory is {mem_bytes} bytes, this host expects {NIC_MEM_BYTES}");
+        }
+        let node = v["node"].as_u64().context("attach answer lacks node")? as u16;
+        let cfg = EndpointConfig { node_id: node, ..cfg };
+        let mem = NicMem(Arc::new(Mapping::from_fd(mem, mem_bytes)?));
+        let region = Arc::new(Mapping::create_memfd("trapeze-host-frames", region_bytes)?);
+        let name = format!("host-{}", std::process::id());
+        client.request_with_fds(
+            &Request::RegisterRegion { name, dma_base: DEFAULT_REGION_BASE, len: region_bytes as u64 },
+            &[region.fd()],
+            Duration::from_secs(10),
+        )?;
+        let mut port = HostPort::new(mem, region, DEFAULT_REGION_BASE, Arc::new(db), Arc::new(irq), cfg, random_seed())?;
+        port._control = Some(client);
+        Ok(port)
+    }
+
     pub fn endpoint(&self) -> &Endpoint<NicMem, SendCookie> {
         &self.ep
     }
@@ -138,6 +194,11 @@ impl HostPort {
     }
     pub fn mtu(&self) -> u32 {
         self.mtu
+    }
+    /// How long [`Self::recv`] polls before sleeping on the interrupt eventfd (waking a
+    /// thread on another core costs tens of µs; polling costs a core).
+    pub fn set_spin(&mut self, spin: Duration) {
+        self.spin = spin;
     }
 
     fn ring(&self) {
@@ -301,8 +362,8 @@ impl HostPort {
             if waited >= timeout {
                 return None;
             }
-            if waited < Duration::from_micros(50) {
-                std::hint::spin_loop();
+            if waited < self.spin {
+                std::thread::yield_now();
                 continue;
             }
             let left = (timeout - waited).min(Duration::from_millis(20));

@@ -6,8 +6,11 @@
 //! or to load new firmware) stops the thread at its next loop pass and takes the
 //! engines back, so the link and its counters survive a firmware change.
 
+use crate::cpu::flashed::{self, CoreStopper, FlashedCore};
+use crate::cpu::FwLog;
 use crate::dma::DmaSpace;
 use crate::engines::{EngineStats, Notifier, SoftEngines, Wakers};
+use crate::image::{version_string, ImageInfo, LoadedImage};
 use crate::link::{Link, LinkStats};
 use crate::shm::Mapping;
 use anyhow::{bail, Context};
@@ -43,6 +46,32 @@ impl NicMemory for NicMem {
 pub enum FirmwareKind {
     /// The firmware crate linked into this process.
     Native,
+    /// A riscv32imac firmware image on the emulated core (`cpu::flashed`).
+    Flashed(Arc<LoadedImage>),
+}
+
+impl FirmwareKind {
+    /// "native" or "flashed".
+    pub fn mode(&self) -> &'static str {
+        match self {
+            FirmwareKind::Native => "native",
+            FirmwareKind::Flashed(_) => "flashed",
+        }
+    }
+}
+
+/// The flashed image a NIC runs, as status reports it.
+#[derive(Clone, Debug, Serialize)]
+pub struct ImageStatus {
+    pub build_id: String,
+    pub version: String,
+    /// CRC-32 of the text region as loaded (`image` module doc).
+    pub checksum: String,
+    /// The text region in NIC memory still has that checksum.
+    pub intact: bool,
+    pub load_bytes: u32,
+    /// The firmware log is decoded with the image's defmt table.
+    pub defmt: bool,
 }
 
 /// Everything a status request reports.
@@ -54,6 +83,13 @@ pub struct NicStatus {
     pub fw_state: String,
     pub fw_version: String,
     pub fw_build_id: String,
+    /// `ctrl::FW_FAULT` when the firmware is in the Fault state (`cpu::flashed::fault`
+    /// lists the NIC's own codes).
+    pub fw_fault: Option<String>,
+    /// The flashed image running, if any.
+    pub image: Option<ImageStatus>,
+    /// The most recent firmware log lines (flashed mode: decoded defmt), oldest first.
+    pub log: Vec<String>,
     pub heartbeat: u32,
     pub uptime_s: f64,
     pub counters: Vec<(String, u64)>,
@@ -73,12 +109,16 @@ pub struct NicShared {
     pub notifier: Arc<Notifier>,
     pub wakers: Arc<Wakers>,
     pub stats: Arc<EngineStats>,
+    /// This NIC's node id on the link (hosts must configure the same id).
+    pub node: u16,
+    /// A host owns the endpoint (one host per NIC, as one endpoint per Myrinet NIC).
+    pub host_attached: std::sync::atomic::AtomicBool,
     started: Instant,
 }
 
 enum Cpu {
     Halted(Box<SoftEngines>),
-    Running { thread: JoinHandle<SoftEngines>, kind: FirmwareKind },
+    Running { thread: JoinHandle<SoftEngines>, kind: FirmwareKind, stopper: Option<CoreStopper> },
     /// Only while a transition is in progress (or after a processor thread panicked).
     Lost,
 }
@@ -87,6 +127,12 @@ enum Cpu {
 pub struct Nic {
     shared: Arc<NicShared>,
     cpu: Mutex<Cpu>,
+    /// Firmware log lines (flashed mode), kept across loads.
+    fw_log: Arc<FwLog>,
+    /// The image last started in flashed mode.
+    last_image: Mutex<Option<Arc<LoadedImage>>>,
+    /// Serialises [`Nic::load_image`] calls.
+    loading: Mutex<()>,
 }
 
 /// How long the firmware has to publish its ready word after starting.
@@ -98,12 +144,14 @@ impl Nic {
     pub fn new(name: &str, link: Link, spin: Duration) -> anyhow::Result<Nic> {
         let mem = Arc::new(Mapping::create_memfd(&format!("trapeze-nic-{name}"), NIC_MEM_BYTES as usize)?);
         let shared = Arc::new(NicShared {
+            node: link.node(),
             name: name.into(),
             mem: mem.clone(),
             dma: Arc::new(DmaSpace::new()),
             notifier: Arc::new(Notifier::default()),
             wakers: Arc::new(Wakers::new()?),
             stats: Arc::new(EngineStats::default()),
+            host_attached: std::sync::atomic::AtomicBool::new(false),
             started: Instant::now(),
         });
         let eng = SoftEngines::new(
@@ -115,7 +163,13 @@ impl Nic {
             shared.stats.clone(),
             spin,
         );
-        Ok(Nic { shared, cpu: Mutex::new(Cpu::Halted(Box::new(eng))) })
+        Ok(Nic {
+            shared,
+            cpu: Mutex::new(Cpu::Halted(Box::new(eng))),
+            fw_log: Arc::new(FwLog::default()),
+            last_image: Mutex::new(None),
+            loading: Mutex::new(()),
+        })
     }
 
     pub fn shared(&self) -> &Arc<NicShared> {
@@ -125,7 +179,19 @@ impl Nic {
         NicMem(self.shared.mem.clone())
     }
 
-    /// Start the processor on `kind` and wait for the firmware's ready word.
+    /// The firmware log (flashed mode).
+    pub fn fw_log(&self) -> &Arc<FwLog> {
+        &self.fw_log
+    }
+
+    /// The image last started in flashed mode, if any.
+    pub fn last_image(&self) -> Option<Arc<LoadedImage>> {
+        self.last_image.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Start the processor on `kind` and wait for the firmware's ready word. A flashed
+    /// image is first written into NIC memory and checked against its checksum; its
+    /// firmware must then report the image's build id.
     pub fn start(&self, kind: FirmwareKind) -> anyhow::Result<()> {
         let mut cpu = self.cpu.lock().unwrap_or_else(|e| e.into_inner());
         let mut eng = match std::mem::replace(&mut *cpu, Cpu::Lost) {
@@ -139,24 +205,95 @@ impl Nic {
         self.shared.wakers.stop.store(false, Ordering::Release);
         let mem = NicMem(self.shared.mem.clone());
         mem.store(ctrl_word(ctrl::FW_STATE), FwState::Halted as u32, Ordering::Release);
+        let mut stopper = None;
         let thread = match &kind {
             FirmwareKind::Native => std::thread::Builder::new()
                 .name(format!("nic-{}", self.shared.name))
                 .spawn(move || run_native(mem, *eng))
                 .context("spawning the NIC processor thread")?,
+            FirmwareKind::Flashed(image) => {
+                if let Err(e) = flashed::load(&self.shared.mem, image) {
+                    *cpu = Cpu::Halted(eng);
+                    return Err(e);
+                }
+                let i = &image.info;
+                self.fw_log.push(format!(
+                    "NIC: loaded image v{} build {:#010x}: {} bytes, checksum {:#010x}",
+                    i.version_string(),
+                    i.build_id,
+                    i.load_bytes,
+                    i.checksum
+                ));
+                *self.last_image.lock().unwrap_or_else(|e| e.into_inner()) = Some(image.clone());
+                let st = CoreStopper::default();
+                stopper = Some(st.clone());
+                let core = FlashedCore {
+                    name: self.shared.name.clone(),
+                    image: image.clone(),
+                    mem: self.shared.mem.clone(),
+                    log: self.fw_log.clone(),
+                    stopper: st,
+                };
+                std::thread::Builder::new()
+                    .name(format!("nic-{}", self.shared.name))
+                    .spawn(move || flashed::run(core, *eng))
+                    .context("spawning the NIC processor thread")?
+            }
         };
-        *cpu = Cpu::Running { thread, kind };
+        let want_build_id = match &kind {
+            FirmwareKind::Native => None,
+            FirmwareKind::Flashed(image) => Some(image.info.build_id),
+        };
+        *cpu = Cpu::Running { thread, kind, stopper };
         drop(cpu);
-        self.wait_ready(READY_TIMEOUT)
+        self.wait_ready(READY_TIMEOUT, want_build_id)
     }
 
-    fn wait_ready(&self, timeout: Duration) -> anyhow::Result<()> {
+    /// Validate the ELF image `bytes`, then replace the running firmware with it: halt,
+    /// load, verify the checksum, start, and wait for the firmware's ready word carrying
+    /// the image's build id. An image that fails validation is refused before anything
+    /// is touched: the running firmware keeps running. If the new image is loaded but its
+    /// firmware does not come up, the previous firmware is restarted (if one ran) and the
+    /// error says so.
+    pub fn load_image(&self, bytes: &[u8]) -> anyhow::Result<ImageInfo> {
+        let image = Arc::new(LoadedImage::from_elf(bytes).context("image refused")?);
+        let _one = self.loading.lock().unwrap_or_else(|e| e.into_inner());
+        let previous = match &*self.cpu.lock().unwrap_or_else(|e| e.into_inner()) {
+            Cpu::Running { kind, .. } => Some(kind.clone()),
+            _ => None,
+        };
+        self.halt()?;
+        match self.start(FirmwareKind::Flashed(image.clone())) {
+            Ok(()) => Ok(image.info.clone()),
+            Err(e) => {
+                let _ = self.halt();
+                let Some(prev) = previous else {
+                    return Err(e.context("the new image did not start; the NIC is halted"));
+                };
+                let mode = prev.mode();
+                match self.start(prev) {
+                    Ok(()) => Err(e.context(format!("the new image did not start; the previous {mode} firmware was restarted"))),
+                    Err(e2) => Err(e.context(format!(
+                        "the new image did not start, and restarting the previous {mode} firmware failed too ({e2:#}); the NIC is halted"
+                    ))),
+                }
+            }
+        }
+    }
+
+    fn wait_ready(&self, timeout: Duration, build_id: Option<u32>) -> anyhow::Result<()> {
         let mem = self.mem();
         let t0 = Instant::now();
         loop {
             let st = mem.load(ctrl_word(ctrl::FW_STATE), Ordering::Acquire);
             if st == FwState::Ready as u32 {
-                return Ok(());
+                let have = mem.load_relaxed(ctrl_word(ctrl::FW_BUILD_ID));
+                match build_id {
+                    Some(want) if have != want => {
+                        bail!("the firmware reports build id {have:#010x}, the image has {want:#010x}")
+                    }
+                    _ => return Ok(()),
+                }
             }
             if st == FwState::Fault as u32 {
                 bail!("firmware faulted while starting (code {:#x})", mem.load_relaxed(ctrl_word(ctrl::FW_FAULT)));
@@ -172,9 +309,19 @@ impl Nic {
     pub fn halt(&self) -> anyhow::Result<()> {
         let mut cpu = self.cpu.lock().unwrap_or_else(|e| e.into_inner());
         match std::mem::replace(&mut *cpu, Cpu::Lost) {
-            Cpu::Running { thread, .. } => {
+            Cpu::Running { thread, stopper, .. } => {
                 self.shared.wakers.stop.store(true, Ordering::Release);
                 self.shared.wakers.kick();
+                // A flashed core stops in WAIT_EVENT; one that never reads a register (a
+                // firmware spinning) is stopped from here, repeatedly until it is gone (a
+                // stop request between two emulation runs would otherwise be lost).
+                if let Some(st) = stopper {
+                    while !thread.is_finished() {
+                        st.stop();
+                        self.shared.wakers.kick();
+                        std::thread::sleep(Duration::from_millis(2));
+                    }
+                }
                 match thread.join() {
                     Ok(eng) => *cpu = Cpu::Halted(Box::new(eng)),
                     Err(_) => bail!("the NIC processor thread panicked; the NIC must be recreated"),
@@ -193,20 +340,36 @@ impl Nic {
     pub fn status(&self) -> NicStatus {
         let mem = self.mem();
         let w = |rel| mem.load_relaxed(ctrl_word(rel));
-        let (running, mode) = match &*self.cpu.lock().unwrap_or_else(|e| e.into_inner()) {
-            Cpu::Running { kind: FirmwareKind::Native, .. } => (true, "native".to_string()),
-            Cpu::Halted(_) => (false, "halted".to_string()),
-            Cpu::Lost => (false, "lost".to_string()),
+        let (running, mode, image) = match &*self.cpu.lock().unwrap_or_else(|e| e.into_inner()) {
+            Cpu::Running { kind: FirmwareKind::Native, .. } => (true, "native".to_string(), None),
+            Cpu::Running { kind: FirmwareKind::Flashed(img), .. } => {
+                let i = &img.info;
+                let image = ImageStatus {
+                    build_id: format!("{:08x}", i.build_id),
+                    version: i.version_string(),
+                    checksum: format!("{:08x}", i.checksum),
+                    intact: flashed::text_checksum(&self.shared.mem) == i.checksum,
+                    load_bytes: i.load_bytes,
+                    defmt: img.defmt.is_some(),
+                };
+                (true, "flashed".to_string(), Some(image))
+            }
+            Cpu::Halted(_) => (false, "halted".to_string(), None),
+            Cpu::Lost => (false, "lost".to_string(), None),
         };
+        let state = w(ctrl::FW_STATE);
         let v = w(ctrl::FW_VERSION);
         let s = &self.shared;
         NicStatus {
             name: s.name.clone(),
             mode,
             running,
-            fw_state: format!("{:?}", FwState::from_u32(w(ctrl::FW_STATE))),
-            fw_version: format!("{}.{}.{}", v >> 16, (v >> 8) & 0xFF, v & 0xFF),
+            fw_state: FwState::from_u32(state).map_or_else(|| format!("invalid ({state:#x})"), |s| format!("{s:?}")),
+            fw_version: version_string(v),
             fw_build_id: format!("{:08x}", w(ctrl::FW_BUILD_ID)),
+            fw_fault: (state == FwState::Fault as u32).then(|| format!("{:#010x}", w(ctrl::FW_FAULT))),
+            image,
+            log: self.fw_log.recent(),
             heartbeat: w(ctrl::FW_HEARTBEAT),
             uptime_s: s.started.elapsed().as_secs_f64(),
             counters: Counter::ALL.iter().map(|c| (c.name().to_string(), mem.load_u64(c.offset()))).collect(),

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! Shared-memory mappings: NIC memory, host frame regions and guest RAM. This is the
-//! crate's only `unsafe` code.
+//! crate's only `unsafe` code besides `cpu/flashed.rs` (mapping NIC memory into the
+//! emulated core, and stopping that core from another thread).
 //!
 //! A [`Mapping`] is a `MAP_SHARED` mapping of a memfd or file that other processes (a
 //! host, a QEMU guest) map too. Two kinds of access exist, and the module keeps them apart:
