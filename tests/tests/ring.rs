@@ -10,7 +10,7 @@ use trapeze_firmware::iface::layout::{
     CTRL_MSG_BYTES, MAX_SEGMENTS, NIC_MEM_BYTES, RECV_RING_ENTRIES, RECV_RING_OFF, RING_ENTRY_BYTES,
     SEND_RING_ENTRIES, SEND_RING_OFF,
 };
-use trapeze_firmware::iface::mem::{AtomicWords, NicMemory};
+use trapeze_firmware::iface::mem::AtomicWords;
 
 const SLOT_WORDS: usize = (RING_ENTRY_BYTES / 4) as usize;
 

@@ -66,7 +66,6 @@ struct RxEngine {
 
 /// One NIC's engines; implements [`Engines`] for its firmware.
 pub struct NicEngines {
-    id: usize,
     params: Params,
     now: u64,
     hdma: Option<HostXfer>,
@@ -79,9 +78,8 @@ pub struct NicEngines {
 }
 
 impl NicEngines {
-    pub(super) fn new(id: usize, params: Params) -> Self {
+    pub(super) fn new(params: Params) -> Self {
         NicEngines {
-            id,
             params,
             now: 0,
             hdma: None,
@@ -102,9 +100,6 @@ impl NicEngines {
     }
     pub(super) fn is_idle(&self) -> bool {
         self.hdma.is_none() && self.tx.is_none() && self.rx.from.is_none()
-    }
-    pub fn irqs(&self) -> u64 {
-        self.irqs
     }
 
     /// Advance the host-bus engine by one tick, moving the bytes its bandwidth allows.

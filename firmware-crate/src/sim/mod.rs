@@ -205,7 +205,7 @@ impl Cluster {
                 }
                 let host = Host::new(id as u16, mem.clone(), host_mem_bytes, cfg.mtu, params, faults.seed ^ id as u64);
                 let fw = Firmware::new(mem.clone(), 0);
-                Node { fw, eng: NicEngines::new(id, params), host, mem }
+                Node { fw, eng: NicEngines::new(params), host, mem }
             })
             .collect();
         Cluster { params, now_ps: 0, next_poll_ps: 0, nodes, wire: Wire::new(n, faults) }
