@@ -6,7 +6,9 @@
 //! or to load new firmware) stops the thread at its next loop pass and takes the
 //! engines back, so the link and its counters survive a firmware change.
 
-use crate::cpu::flashed::{self, CoreStopper, FlashedCore};
+use crate::cpu::flashed::{self, CoreStopper};
+#[cfg(feature = "flashed")]
+use crate::cpu::flashed::FlashedCore;
 use crate::cpu::FwLog;
 use crate::dma::DmaSpace;
 use crate::engines::{EngineStats, Notifier, SoftEngines, Wakers};
@@ -205,12 +207,19 @@ impl Nic {
         self.shared.wakers.stop.store(false, Ordering::Release);
         let mem = NicMem(self.shared.mem.clone());
         mem.store(ctrl_word(ctrl::FW_STATE), FwState::Halted as u32, Ordering::Release);
+        #[cfg_attr(not(feature = "flashed"), allow(unused_mut))]
         let mut stopper = None;
         let thread = match &kind {
             FirmwareKind::Native => std::thread::Builder::new()
                 .name(format!("nic-{}", self.shared.name))
                 .spawn(move || run_native(mem, *eng))
                 .context("spawning the NIC processor thread")?,
+            #[cfg(not(feature = "flashed"))]
+            FirmwareKind::Flashed(_) => {
+                *cpu = Cpu::Halted(eng);
+                bail!("this trapeze-vnic was built without the `flashed` feature (the riscv32 emulator): rebuild it with default features to run firmware images");
+            }
+            #[cfg(feature = "flashed")]
             FirmwareKind::Flashed(image) => {
                 if let Err(e) = flashed::load(&self.shared.mem, image) {
                     *cpu = Cpu::Halted(eng);

@@ -154,6 +154,7 @@ macro_rules! both_modes {
             use super::*;
             $( #[test] fn $name() { super::$name(Mode::Native, $link) } )*
         }
+        #[cfg(feature = "flashed")]
         mod flashed {
             use super::*;
             $( #[test] fn $name() { super::$name(Mode::Flashed, $link) } )*

@@ -4,6 +4,7 @@
 
 mod bench;
 mod build;
+mod prereq;
 mod flash;
 mod run;
 mod test;

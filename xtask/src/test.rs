@@ -13,6 +13,7 @@ pub struct TestArgs {
 
 pub fn run(a: TestArgs) -> anyhow::Result<()> {
     let t0 = Instant::now();
+    step("system packages for the flashed NIC's emulator", crate::prereq::ensure_emulator_build_deps)?;
     step("unit, property and integration tests (host)", || {
         crate::cargo(&["test", "--workspace", "--locked"])
     })?;

@@ -1,9 +1,28 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! The NIC processor's flashed mode: the riscv32imac firmware image on an emulated core
-//! ([`flashed`]), and the firmware log it produces ([`FwLog`]). Native mode (the firmware
+//! ([`flashed`], cargo feature `flashed`, on by default: it builds unicorn, which needs
+//! cmake and libclang), loading images into NIC memory ([`load`]), and the firmware log
+//! it produces ([`FwLog`]). Native mode (the firmware
 //! crate linked into this process) lives in `nic.rs`.
 
+#[cfg(feature = "flashed")]
 pub mod flashed;
+pub mod load;
+
+/// Without the `flashed` feature there is no emulator: the image helpers remain, and a
+/// request to run an image is refused by `Nic::start` with an error saying so.
+#[cfg(not(feature = "flashed"))]
+pub mod flashed {
+    pub use super::load::{fault, load, text_checksum};
+
+    /// Nothing to stop: no emulated core exists in this build.
+    #[derive(Clone, Default)]
+    pub struct CoreStopper;
+
+    impl CoreStopper {
+        pub fn stop(&self) {}
+    }
+}
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -1,0 +1,70 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! System packages the build needs beyond the Rust toolchain, checked before the cargo
+//! step that needs them: installed with apt when running as root on Debian, otherwise
+//! named exactly in the error.
+
+use anyhow::{bail, Context};
+use std::process::Command;
+
+/// (package, what needs it)
+const EMULATOR_DEPS: [(&str, &str); 2] = [
+    ("cmake", "builds unicorn, the flashed NIC's riscv32 emulator"),
+    ("libclang-dev", "bindgen generates unicorn's bindings"),
+];
+
+fn installed(pkg: &str) -> bool {
+    Command::new("dpkg-query")
+        .args(["-W", "-f=${Status}", pkg])
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
+}
+
+fn have_command(cmd: &str) -> bool {
+    Command::new(cmd).arg("--version").output().is_ok_and(|o| o.status.success())
+}
+
+/// Make sure `pkgs` are installed, installing them with apt as root.
+pub fn ensure_packages(pkgs: &[(&str, &str)]) -> anyhow::Result<()> {
+    let missing: Vec<&(&str, &str)> = pkgs
+        .iter()
+        .filter(|(p, _)| !(installed(p) || (*p == "cmake" && have_command("cmake"))))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let names: Vec<&str> = missing.iter().map(|(p, _)| *p).collect();
+    let why: Vec<String> = missing.iter().map(|(p, w)| format!("{p} ({w})")).collect();
+    let root = rustix::process::geteuid().is_root();
+    if !root || !have_command("apt-get") {
+        bail!(
+            "missing system packages: {}. Install them with: sudo apt-get install --no-install-recommends {}",
+            why.join(", "),
+            names.join(" ")
+        );
+    }
+    eprintln!("xtask: installing {} with apt-get ({})", names.join(" "), why.join(", "));
+    let install = |update: bool| -> anyhow::Result<bool> {
+        if update {
+            let st = Command::new("apt-get").args(["-o", "DPkg::Lock::Timeout=300", "update"]).status()?;
+            if !st.success() {
+                return Ok(false);
+            }
+        }
+        let st = Command::new("apt-get")
+            .args(["-o", "DPkg::Lock::Timeout=300", "install", "-y", "--no-install-recommends"])
+            .args(&names)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .status()
+            .context("running apt-get")?;
+        Ok(st.success())
+    };
+    if !(install(false)? || install(true)?) {
+        bail!("apt-get could not install {}", names.join(" "));
+    }
+    Ok(())
+}
+
+/// What building flashed mode (unicorn) needs.
+pub fn ensure_emulator_build_deps() -> anyhow::Result<()> {
+    ensure_packages(&EMULATOR_DEPS)
+}
