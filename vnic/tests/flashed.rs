@@ -9,6 +9,8 @@
 //! cargo's JSON messages give the path). Tests that need it are skipped, with a message,
 //! only if the riscv32imac target is not installed. Every test runs under a watchdog.
 
+mod common;
+
 use object::elf;
 use object::write::elf::{FileHeader, ProgramHeader, SectionHeader, Sym, Writer};
 use object::Endianness;
@@ -53,43 +55,6 @@ fn riscv_target_installed() -> bool {
     }
 }
 
-fn build_image() -> Result<Vec<u8>, String> {
-    if let Some(p) = std::env::var_os("TRAPEZE_FW_IMAGE") {
-        return std::fs::read(&p).map_err(|e| format!("TRAPEZE_FW_IMAGE={}: {e}", Path::new(&p).display()));
-    }
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let out = std::process::Command::new(cargo)
-        .args([
-            "build",
-            "-p",
-            "trapeze-firmware",
-            "--bin",
-            "trapeze-fw",
-            "--features",
-            "image",
-            "--target",
-            TARGET,
-            "--profile",
-            "fw",
-            "--message-format=json-render-diagnostics",
-        ])
-        .env("DEFMT_LOG", "info")
-        .current_dir(workspace_root())
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .map_err(|e| format!("running cargo: {e}"))?;
-    if !out.status.success() {
-        return Err(format!("building the firmware image failed ({})", out.status));
-    }
-    let exe = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|v| v["reason"] == "compiler-artifact" && v["target"]["name"] == "trapeze-fw")
-        .find_map(|v| v["executable"].as_str().map(PathBuf::from))
-        .ok_or("cargo reported no trapeze-fw executable")?;
-    std::fs::read(&exe).map_err(|e| format!("{}: {e}", exe.display()))
-}
-
 /// The firmware image, or `None` (after saying why) if the riscv32 target is missing.
 fn image() -> Option<&'static [u8]> {
     static IMAGE: OnceLock<Option<Vec<u8>>> = OnceLock::new();
@@ -102,7 +67,7 @@ fn image() -> Option<&'static [u8]> {
                 );
                 return None;
             }
-            Some(build_image().unwrap_or_else(|e| panic!("{e}")))
+            Some(common::build_image().unwrap_or_else(|e| panic!("{e}")))
         })
         .as_deref()
 }
