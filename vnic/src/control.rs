@@ -5,7 +5,7 @@
 //! one packet, descriptors travel with SCM_RIGHTS. Requests ([`Request`], tagged by
 //! `"cmd"`): `status`, `halt`, `start` (`"mode": "native"`, or `"flashed"` to restart the
 //! last loaded image), `load` (`"path"`: a firmware ELF the NIC reads, validates and runs
-//! in flashed mode; answered with `"image"` and the new `"status"`), `attach` (answered with
+//! in flashed mode; answered with `"image"` and the new `"status"`), `attach` (resets the processor so the host starts on a fresh endpoint, then answers with
 //! three descriptors: the NIC-memory memfd, a doorbell eventfd the host writes after
 //! posting work, and an interrupt eventfd the NIC signals), `register_region`
 //! (`name`, `dma_base`, `len`, with the region's memfd attached) and
@@ -37,6 +37,8 @@ pub const MAX_MSG: usize = 64 * 1024;
 pub enum Request {
     Status,
     Halt,
+    /// Halt the processor and start the same firmware again (rings reset: hosts re-attach).
+    Reset,
     Start { mode: String },
     /// Load the firmware ELF image at `path` (read by the NIC) and run it in flashed mode.
     Load { path: String },
@@ -174,6 +176,10 @@ fn handle(nic: &Nic, req: Request, mut fds: Vec<OwnedFd>, att: &mut Attached) ->
             nic.halt()?;
             (json!({ "ok": true }), Vec::new())
         }
+        Request::Reset => {
+            nic.reset()?;
+            (json!({ "ok": true, "status": nic.status() }), Vec::new())
+        }
         Request::Start { mode } => {
             match mode.as_str() {
                 "native" => nic.start(FirmwareKind::Native)?,
@@ -195,6 +201,13 @@ fn handle(nic: &Nic, req: Request, mut fds: Vec<OwnedFd>, att: &mut Attached) ->
                 bail!("NIC {} already has a host attached (one endpoint per NIC)", s.name);
             }
             att.host = true;
+            // A fresh endpoint for the new host: the firmware's ring positions restart
+            // with the host's (a running firmware mid-ring would not match them).
+            if let Err(e) = nic.reset() {
+                s.host_attached.store(false, Ordering::Release);
+                att.host = false;
+                return Err(e.context("resetting the NIC for the new host"));
+            }
             let db = Arc::new(new_eventfd()?);
             let irq = Arc::new(new_eventfd()?);
             let mem = s.mem.fd().try_clone_to_owned()?;

@@ -342,6 +342,22 @@ impl Nic {
         Ok(())
     }
 
+    /// Halt and start the same firmware again (native, or the image last flashed); a
+    /// halted NIC starts native firmware unless an image was flashed before.
+    pub fn reset(&self) -> anyhow::Result<()> {
+        let kind = match &*self.cpu.lock().unwrap_or_else(|e| e.into_inner()) {
+            Cpu::Running { kind, .. } => Some(kind.clone()),
+            _ => None,
+        };
+        let kind = match (kind, self.last_image()) {
+            (Some(k), _) => k,
+            (None, Some(img)) => FirmwareKind::Flashed(img),
+            (None, None) => FirmwareKind::Native,
+        };
+        self.halt()?;
+        self.start(kind)
+    }
+
     pub fn is_running(&self) -> bool {
         matches!(*self.cpu.lock().unwrap_or_else(|e| e.into_inner()), Cpu::Running { .. })
     }

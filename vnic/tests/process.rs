@@ -125,4 +125,12 @@ fn nic_processes_exchange_attach_and_reflash() {
     assert_eq!(after["fw_build_id"], before["fw_build_id"]);
     assert_eq!(after["fw_state"], "Ready");
     exchange(&mut a, &mut b, 30);
+    // Reset restarts the same firmware; hosts attach anew and traffic flows.
+    drop((a, b));
+    let v = ControlClient::connect(&socks[1]).unwrap().request(&Request::Reset).unwrap();
+    assert_eq!(v["status"]["mode"], "flashed");
+    assert_eq!(v["status"]["fw_state"], "Ready");
+    assert_eq!(v["status"]["fw_build_id"], format!("{:08x}", info.build_id));
+    let (mut a, mut b) = (attach(&socks[0]), attach(&socks[1]));
+    exchange(&mut a, &mut b, 40);
 }

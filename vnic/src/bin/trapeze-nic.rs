@@ -14,6 +14,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use trapeze_vnic::control::{default_socket_path, serve};
+use trapeze_vnic::dma::Machine;
+use trapeze_vnic::ivshmem::{register_guest_ram, IvshmemServer};
 use trapeze_vnic::link::backend::BackendSpec;
 use trapeze_vnic::link::{FaultConfig, Link};
 use trapeze_vnic::nic::{FirmwareKind, Nic};
@@ -46,6 +48,20 @@ struct Args {
     /// core instead of the native firmware.
     #[arg(long, value_name = "IMAGE")]
     flashed: Option<PathBuf>,
+    /// Serve a QEMU guest: listen on this Unix socket as an ivshmem-doorbell server (start
+    /// the NIC before QEMU; `-chardev socket,path=PATH,id=n -device ivshmem-doorbell,chardev=n,vectors=V`).
+    #[arg(long, value_name = "PATH")]
+    ivshmem: Option<PathBuf>,
+    /// MSI-X vectors offered to the guest (must match the device's `vectors=`).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    vectors: u32,
+    /// The guest's RAM (a `memory-backend-file,share=on` file): guest-physical addresses
+    /// become DMA addresses.
+    #[arg(long, value_name = "PATH")]
+    guest_ram: Option<PathBuf>,
+    /// The guest's QEMU machine type, for the RAM layout above 3 GiB.
+    #[arg(long, default_value = "pc", value_parser = ["pc", "q35"])]
+    machine: String,
     /// Print a status line every SECS seconds.
     #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
     status_every: Option<u64>,
@@ -73,17 +89,26 @@ fn run(a: Args) -> anyhow::Result<()> {
             nic.load_image(&bytes).with_context(|| format!("flashing {}", path.display()))?;
         }
     }
+    if let Some(ram) = &a.guest_ram {
+        let machine = if a.machine == "q35" { Machine::Q35 } else { Machine::Pc };
+        register_guest_ram(&nic, ram, machine).with_context(|| format!("mapping guest RAM {}", ram.display()))?;
+    }
+    let _ivshmem = match &a.ivshmem {
+        Some(p) => Some(IvshmemServer::start(nic.clone(), p, a.vectors)?),
+        None => None,
+    };
     let path = a.control.unwrap_or_else(|| default_socket_path(&a.name));
     let _server = serve(nic.clone(), &path)?;
     let st = nic.status();
     eprintln!(
-        "trapeze-nic {}: node {} on {}, firmware {} ({}), control socket {}",
+        "trapeze-nic {}: node {} on {}, firmware {} ({}), control socket {}{}",
         a.name,
         a.node,
         a.link,
         st.fw_version,
         st.mode,
-        path.display()
+        path.display(),
+        a.ivshmem.as_ref().map_or(String::new(), |p| format!(", ivshmem server {}", p.display()))
     );
     loop {
         std::thread::sleep(Duration::from_secs(a.status_every.unwrap_or(3600)));
