@@ -1,0 +1,542 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! The NetRPC state machine of one node: call records, continuation stacks, deferred
+//! continuations, server dispatch and delegation. Sans-IO: the runtime feeds it received
+//! messages ([`Rpc::handle_message`]) and time ([`Rpc::handle_timeouts`]), and sends what
+//! [`Rpc::poll_transmit`] returns.
+//!
+//! Method kinds, in quinn-proto's terms: *commands* (`call`, `push_continuation`,
+//! `take_outcome`, `cancel`), *inputs* (`handle_message`, `handle_timeouts`,
+//! `run_deferred`) and *outputs* (`poll_transmit`, `poll_event`, `poll_timeout`). After
+//! any command or input, drain the outputs. Commands that queue a request do not send it:
+//! continuations pushed right after `call` are in place before any reply can arrive.
+
+use super::ring::Ring;
+use super::types::*;
+use super::wire::{Header, Kind, Message, Operation, PayloadKind, ReplyToken, CTRL_BYTES, HEADER_BYTES};
+
+/// Delegations allowed before a request is answered with [`RpcError::TooManyHops`].
+pub const MAX_HOPS: u8 = 8;
+
+/// Timeouts, in the runtime's time unit (ns suggested).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// A blocking call fails with [`RpcError::Timeout`] after this long.
+    pub call_timeout: u64,
+    /// A nonblocking call fails after this long; `None` keeps it until its record is
+    /// evicted (least recently issued first) by a newer call, as in the papers.
+    pub nonblocking_timeout: Option<u64>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config { call_timeout: 1_000_000_000, nonblocking_timeout: None }
+    }
+}
+
+/// How the caller waits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// A thread waits for [`Event::Completed`] and takes the outcome.
+    Wait,
+    /// Continuations run from the receive handler.
+    NonBlocking,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    Free,
+    /// Request sent, reply awaited.
+    InFlight,
+    /// A blocking call's outcome, waiting to be taken.
+    Done,
+    /// A nonblocking call's remaining continuations could not run yet.
+    Deferred,
+}
+
+#[derive(Clone, Copy)]
+struct Record<Ctx, F: Copy, const CONTS: usize> {
+    state: State,
+    mode: Mode,
+    generation: u32,
+    op: u16,
+    issued: u64,
+    deadline: Option<u64>,
+    reply_to: ReplyTo<F>,
+    conts: [Option<(Continuation<Ctx, F>, u64)>; CONTS],
+    nconts: usize,
+    outcome: Option<Outcome<F>>,
+}
+
+impl<Ctx, F: Copy, const CONTS: usize> Record<Ctx, F, CONTS> {
+    fn free() -> Self {
+        Record {
+            state: State::Free,
+            mode: Mode::Wait,
+            generation: 1,
+            op: 0,
+            issued: 0,
+            deadline: None,
+            reply_to: ReplyTo::None,
+            conts: [None; CONTS],
+            nconts: 0,
+            outcome: None,
+        }
+    }
+}
+
+/// One node's NetRPC. `F` is the runtime's frame handle; `CALLS` call records, `CONTS`
+/// continuations per call, `TX` queued transmits.
+pub struct Rpc<Ctx, F: Copy, const CALLS: usize = 64, const CONTS: usize = 4, const TX: usize = 64> {
+    node: u16,
+    cfg: Config,
+    seq: u64,
+    records: [Record<Ctx, F, CONTS>; CALLS],
+    tx: Ring<Transmit<F>, TX>,
+    events: Ring<Event, CALLS>,
+    deferred: Ring<u16, CALLS>,
+    stats: Stats,
+}
+
+impl<Ctx: Runtime<F>, F: Copy, const CALLS: usize, const CONTS: usize, const TX: usize> Rpc<Ctx, F, CALLS, CONTS, TX> {
+    const _FITS: () = assert!(CALLS > 0 && CALLS <= u16::MAX as usize && CONTS > 0 && TX > 0);
+
+    pub fn new(node: u16, cfg: Config) -> Self {
+        let () = Self::_FITS;
+        Rpc {
+            node,
+            cfg,
+            seq: 0,
+            records: core::array::from_fn(|_| Record::free()),
+            tx: Ring::new(),
+            events: Ring::new(),
+            deferred: Ring::new(),
+            stats: Stats::default(),
+        }
+    }
+
+    pub fn node(&self) -> u16 {
+        self.node
+    }
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+    /// Calls in flight (sent, or completed and not yet taken or still deferred).
+    pub fn calls_in_use(&self) -> usize {
+        self.records.iter().filter(|r| r.state != State::Free).count()
+    }
+
+    // ---- commands ----------------------------------------------------------------
+
+    /// Issue a typed call of operation `O` to node `dst`.
+    pub fn call<O: Operation>(
+        &mut self,
+        now: u64,
+        ctx: &mut Ctx,
+        dst: u16,
+        req: &O::Request,
+        reply_to: ReplyTo<F>,
+        mode: Mode,
+    ) -> Result<CallId, RpcError> {
+        let body = Body::encode(req)?;
+        self.call_raw(now, ctx, dst, O::OP, body.as_slice(), reply_to, mode)
+    }
+
+    /// Issue a call with a raw body. On error nothing was queued and `reply_to`'s frame is
+    /// still the caller's.
+    #[allow(clippy::too_many_arguments)]
+    pub fn call_raw(
+        &mut self,
+        now: u64,
+        ctx: &mut Ctx,
+        dst: u16,
+        op: u16,
+        body: &[u8],
+        reply_to: ReplyTo<F>,
+        mode: Mode,
+    ) -> Result<CallId, RpcError> {
+        let body = Body::from_slice(body)?;
+        if self.tx.is_full() {
+            return Err(RpcError::TxFull);
+        }
+        let i = self.alloc_record(ctx)?;
+        self.seq += 1;
+        let deadline = match mode {
+            Mode::Wait => Some(now.saturating_add(self.cfg.call_timeout)),
+            Mode::NonBlocking => self.cfg.nonblocking_timeout.map(|t| now.saturating_add(t)),
+        };
+        let r = &mut self.records[i];
+        r.state = State::InFlight;
+        r.mode = mode;
+        r.op = op;
+        r.issued = self.seq;
+        r.deadline = deadline;
+        r.reply_to = reply_to;
+        r.nconts = 0;
+        r.conts = [None; CONTS];
+        r.outcome = None;
+        let (kind, tag) = match reply_to {
+            ReplyTo::None => (PayloadKind::None, 0),
+            ReplyTo::Solicited { token, .. } => (PayloadKind::Solicited, token),
+            ReplyTo::Unsolicited => (PayloadKind::Unsolicited, 0),
+            ReplyTo::UnsolicitedCopy { .. } => (PayloadKind::UnsolicitedCopy, 0),
+        };
+        let token = ReplyToken {
+            origin: self.node,
+            record: i as u16,
+            generation: r.generation,
+            payload_kind: kind as u8,
+            payload_token: tag,
+        };
+        let id = CallId { record: i as u16, generation: r.generation };
+        // Cannot fail: checked that the queue has room above.
+        let _ = self.queue(dst, Kind::Request, op, token, 0, &body, None, 0);
+        self.stats.calls += 1;
+        Ok(id)
+    }
+
+    /// Send a one-way request (no reply, no call record).
+    pub fn send_oneway(&mut self, dst: u16, op: u16, body: &[u8], payload: Option<(F, u32)>) -> Result<(), RpcError> {
+        let body = Body::from_slice(body)?;
+        let token = ReplyToken { origin: self.node, ..ReplyToken::default() };
+        self.queue(dst, Kind::OneWay, op, token, 0, &body, payload, 0)
+    }
+
+    /// Push a continuation on a nonblocking call's stack; continuations run last pushed
+    /// first when the call completes (successfully or not).
+    pub fn push_continuation(&mut self, call: CallId, f: Continuation<Ctx, F>, arg: u64) -> Result<(), RpcError> {
+        let r = self.live(call).ok_or(RpcError::NoSuchCall)?;
+        if r.mode != Mode::NonBlocking || r.state != State::InFlight {
+            return Err(RpcError::NoSuchCall);
+        }
+        if r.nconts == CONTS {
+            return Err(RpcError::ContinuationStackFull);
+        }
+        r.conts[r.nconts] = Some((f, arg));
+        r.nconts += 1;
+        Ok(())
+    }
+
+    /// The outcome of a completed blocking call (frees its record), or `None` while it is
+    /// still in flight.
+    pub fn take_outcome(&mut self, call: CallId) -> Option<Outcome<F>> {
+        let r = self.live(call)?;
+        if r.mode != Mode::Wait || r.state != State::Done {
+            return None;
+        }
+        let o = r.outcome.take();
+        Self::free_record(r);
+        o
+    }
+
+    /// Give up on a call: it completes with [`RpcError::Cancelled`] now (its caller frame
+    /// is released; a late reply will be dropped as stale).
+    pub fn cancel(&mut self, ctx: &mut Ctx, call: CallId) -> Result<(), RpcError> {
+        match self.live(call) {
+            Some(r) if r.state == State::InFlight => {}
+            Some(r) if r.state == State::Done => {
+                Self::free_record(r);
+                return Ok(());
+            }
+            _ => return Err(RpcError::NoSuchCall),
+        }
+        self.complete(ctx, call.record as usize, Err(RpcError::Cancelled));
+        if let Some(r) = self.live(call) {
+            if r.state == State::Done {
+                Self::free_record(r);
+            }
+        }
+        Ok(())
+    }
+
+    // ---- inputs ------------------------------------------------------------------
+
+    /// A message arrived from node `src` with control bytes `ctrl` and `payload`.
+    /// Runs server stubs, delegations, and reply handling (waking waiters or running
+    /// continuations). Bad input is counted and dropped, never a panic.
+    pub fn handle_message(&mut self, now: u64, ctx: &mut Ctx, src: u16, ctrl: &[u8], payload: InPayload<F>) {
+        let Ok((h, body)) = Header::parse(ctrl) else {
+            self.stats.malformed += 1;
+            self.drop_payload(ctx, payload);
+            return;
+        };
+        match h.kind {
+            Kind::Request | Kind::OneWay => self.serve(now, ctx, src, &h, body, payload),
+            Kind::Reply | Kind::ErrorReply => self.reply(ctx, &h, body, payload),
+        }
+    }
+
+    /// Fail the calls whose deadline has passed.
+    pub fn handle_timeouts(&mut self, now: u64, ctx: &mut Ctx) {
+        for i in 0..CALLS {
+            let r = &self.records[i];
+            if r.state == State::InFlight && r.deadline.is_some_and(|d| d <= now) {
+                self.stats.timeouts += 1;
+                self.complete(ctx, i, Err(RpcError::Timeout));
+            }
+        }
+    }
+
+    /// Retry deferred continuations in order (a worker thread's job). Stops at the first
+    /// that still cannot run. Returns how many calls finished their continuations.
+    pub fn run_deferred(&mut self, ctx: &mut Ctx) -> usize {
+        let mut done = 0;
+        while let Some(&i) = self.deferred.peek() {
+            let i = i as usize;
+            if !self.run_continuations(ctx, i) {
+                break;
+            }
+            self.deferred.pop();
+            self.stats.deferred_runs += 1;
+            done += 1;
+        }
+        done
+    }
+
+    // ---- outputs -----------------------------------------------------------------
+
+    pub fn poll_transmit(&mut self) -> Option<Transmit<F>> {
+        self.tx.pop()
+    }
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop()
+    }
+    /// The earliest deadline of a call in flight.
+    pub fn poll_timeout(&self) -> Option<u64> {
+        self.records.iter().filter(|r| r.state == State::InFlight).filter_map(|r| r.deadline).min()
+    }
+    /// Deferred continuations are waiting for [`Self::run_deferred`].
+    pub fn has_deferred(&self) -> bool {
+        !self.deferred.is_empty()
+    }
+
+    // ---- internals ---------------------------------------------------------------
+
+    fn live(&mut self, call: CallId) -> Option<&mut Record<Ctx, F, CONTS>> {
+        self.records
+            .get_mut(call.record as usize)
+            .filter(|r| r.generation == call.generation && r.state != State::Free)
+    }
+
+    fn free_record(r: &mut Record<Ctx, F, CONTS>) {
+        r.state = State::Free;
+        r.generation = r.generation.wrapping_add(1).max(1);
+        r.conts = [None; CONTS];
+        r.nconts = 0;
+        r.outcome = None;
+        r.reply_to = ReplyTo::None;
+    }
+
+    /// A free record, evicting the least recently issued nonblocking call if needed.
+    fn alloc_record(&mut self, ctx: &mut Ctx) -> Result<usize, RpcError> {
+        if let Some(i) = self.records.iter().position(|r| r.state == State::Free) {
+            return Ok(i);
+        }
+        let victim = (0..CALLS)
+            .filter(|&i| self.records[i].state == State::InFlight && self.records[i].mode == Mode::NonBlocking)
+            .min_by_key(|&i| self.records[i].issued)
+            .ok_or(RpcError::TableFull)?;
+        self.stats.evictions += 1;
+        self.complete(ctx, victim, Err(RpcError::Evicted));
+        if self.records[victim].state == State::Free {
+            Ok(victim)
+        } else {
+            // Its continuations were deferred: the record stays until they run.
+            Err(RpcError::TableFull)
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn queue(
+        &mut self,
+        dst: u16,
+        kind: Kind,
+        op: u16,
+        token: ReplyToken,
+        hops: u8,
+        body: &Body,
+        payload: Option<(F, u32)>,
+        tag: u64,
+    ) -> Result<(), RpcError> {
+        let mut ctrl = [0u8; CTRL_BYTES];
+        let h = Header { kind, op, token, hops, body_len: body.len as u16 };
+        h.emit(&mut ctrl);
+        ctrl[HEADER_BYTES..HEADER_BYTES + body.len as usize].copy_from_slice(body.as_slice());
+        let t = Transmit { dst, ctrl, ctrl_len: HEADER_BYTES + body.len as usize, payload, tag };
+        self.tx.push(t).map_err(|_| RpcError::TxFull)
+    }
+
+    fn drop_payload(&mut self, ctx: &mut Ctx, payload: InPayload<F>) {
+        if let InPayload::Buffer { frame, .. } = payload {
+            ctx.release(frame);
+        }
+    }
+
+    fn serve(&mut self, now: u64, ctx: &mut Ctx, src: u16, h: &Header, body: &[u8], payload: InPayload<F>) {
+        let one_way = h.kind == Kind::OneWay;
+        let inc = Incoming { src, op: h.op, body, token: h.token, hops: h.hops, payload, one_way, now };
+        self.stats.requests_served += 1;
+        let action = ctx.serve(&inc);
+        let origin = h.token.origin;
+        let result = match action {
+            Action::Done => Ok(()),
+            _ if one_way => Ok(()),
+            Action::Reply { body, payload } => {
+                let tag = if h.token.payload_kind == PayloadKind::Solicited as u8 && payload.is_some() {
+                    h.token.payload_token
+                } else {
+                    0
+                };
+                self.queue(origin, Kind::Reply, h.op, h.token, h.hops, &body, payload, tag)
+            }
+            Action::Delegate { to, body } => {
+                if h.hops >= MAX_HOPS {
+                    self.error_reply(origin, h, RpcError::TooManyHops)
+                } else {
+                    self.stats.delegated += 1;
+                    self.queue(to, Kind::Request, h.op, h.token, h.hops + 1, &body, None, 0)
+                }
+            }
+            Action::Error(e) => {
+                if e == RpcError::UnknownOp {
+                    self.stats.unknown_ops += 1;
+                }
+                self.error_reply(origin, h, e)
+            }
+        };
+        if result.is_err() {
+            self.stats.tx_dropped += 1;
+        }
+    }
+
+    fn error_reply(&mut self, origin: u16, h: &Header, e: RpcError) -> Result<(), RpcError> {
+        let body = Body::from_slice(&e.code().to_le_bytes())?;
+        self.queue(origin, Kind::ErrorReply, h.op, h.token, h.hops, &body, None, 0)
+    }
+
+    fn reply(&mut self, ctx: &mut Ctx, h: &Header, body: &[u8], payload: InPayload<F>) {
+        let t = h.token;
+        let i = t.record as usize;
+        let fresh = t.origin == self.node
+            && self.records.get(i).is_some_and(|r| {
+                r.generation == t.generation && r.state == State::InFlight && r.op == h.op
+            });
+        if !fresh {
+            self.stats.stale_replies += 1;
+            self.drop_payload(ctx, payload);
+            return;
+        }
+        let outcome = if h.kind == Kind::ErrorReply {
+            self.stats.error_replies += 1;
+            self.drop_payload(ctx, payload);
+            let code = match body {
+                [a, b, ..] => u16::from_le_bytes([*a, *b]),
+                _ => RpcError::Malformed.code(),
+            };
+            Err(RpcError::from_code(code))
+        } else {
+            self.stats.replies += 1;
+            match Body::from_slice(body) {
+                Err(e) => {
+                    self.drop_payload(ctx, payload);
+                    Err(e)
+                }
+                Ok(b) => self.reply_payload(ctx, i, payload).map(|p| Reply { op: h.op, body: b, payload: p }),
+            }
+        };
+        self.complete(ctx, i, outcome);
+    }
+
+    /// Match what arrived with what the caller asked for.
+    fn reply_payload(&mut self, ctx: &mut Ctx, i: usize, payload: InPayload<F>) -> Result<Payload<F>, RpcError> {
+        let reply_to = self.records[i].reply_to;
+        // The caller frame is handed back with the payload, so `complete` must not release
+        // it again on success.
+        self.records[i].reply_to = ReplyTo::None;
+        match (reply_to, payload) {
+            (ReplyTo::Solicited { frame, token }, InPayload::Ipt { token: t, len }) if t == token => {
+                Ok(Payload::Frame { frame, len })
+            }
+            (ReplyTo::UnsolicitedCopy { frame }, InPayload::Buffer { frame: buf, len }) => {
+                let ok = ctx.copy_payload(&buf, &frame, len);
+                ctx.release(buf);
+                if ok {
+                    Ok(Payload::Frame { frame, len })
+                } else {
+                    ctx.release(frame);
+                    Err(RpcError::PayloadRefused)
+                }
+            }
+            (rt, InPayload::Buffer { frame: buf, len }) => {
+                // Unsolicited (or a server that did not tag a solicited payload).
+                if let Some(f) = rt.caller_frame() {
+                    ctx.release(*f);
+                }
+                Ok(Payload::Buffer { frame: buf, len })
+            }
+            (rt, InPayload::None) => Ok(match rt.caller_frame() {
+                Some(f) => Payload::Frame { frame: *f, len: 0 },
+                None => Payload::None,
+            }),
+            (rt, InPayload::Refused) | (rt, InPayload::Ipt { .. }) => {
+                // Refused at the NIC, or delivered under someone else's token.
+                if let Some(f) = rt.caller_frame() {
+                    ctx.release(*f);
+                }
+                Err(RpcError::PayloadRefused)
+            }
+        }
+    }
+
+    /// Finish call record `i` with `outcome`, exactly once.
+    fn complete(&mut self, ctx: &mut Ctx, i: usize, outcome: Outcome<F>) {
+        if outcome.is_err() {
+            if let Some(f) = self.records[i].reply_to.caller_frame() {
+                ctx.release(*f);
+            }
+            self.records[i].reply_to = ReplyTo::None;
+        }
+        let r = &mut self.records[i];
+        r.outcome = Some(outcome);
+        match r.mode {
+            Mode::Wait => {
+                r.state = State::Done;
+                let id = CallId { record: i as u16, generation: r.generation };
+                // Cannot overflow: at most one event per record.
+                let _ = self.events.push(Event::Completed(id));
+            }
+            Mode::NonBlocking => {
+                if !self.run_continuations(ctx, i) {
+                    self.records[i].state = State::Deferred;
+                    self.stats.deferred += 1;
+                    // Cannot overflow: at most one entry per record.
+                    let _ = self.deferred.push(i as u16);
+                }
+            }
+        }
+    }
+
+    /// Pop and run record `i`'s continuations; `false` if one must wait (it and those
+    /// below it stay on the stack). Frees the record when all have run.
+    fn run_continuations(&mut self, ctx: &mut Ctx, i: usize) -> bool {
+        let Some(outcome) = self.records[i].outcome else {
+            Self::free_record(&mut self.records[i]);
+            return true;
+        };
+        while self.records[i].nconts > 0 {
+            let n = self.records[i].nconts - 1;
+            let Some((f, arg)) = self.records[i].conts[n] else { break };
+            if !f(ctx, &outcome, arg) {
+                return false;
+            }
+            self.records[i].conts[n] = None;
+            self.records[i].nconts = n;
+        }
+        Self::free_record(&mut self.records[i]);
+        true
+    }
+}
+
+/// Encode a typed request body (for tests and runtimes that build messages by hand).
+pub fn encode<M: Message>(m: &M) -> Result<Body, RpcError> {
+    Body::encode(m)
+}
