@@ -234,7 +234,11 @@ impl<Ctx: Runtime<F>, F: Copy, const CALLS: usize, const CONTS: usize, const TX:
         match self.live(call) {
             Some(r) if r.state == State::InFlight => {}
             Some(r) if r.state == State::Done => {
+                // The waiter gives up on an outcome it never took: the frame that outcome
+                // hands back (caller frame or receive buffer) has no taker any more.
+                let o = r.outcome.take();
                 Self::free_record(r);
+                Self::release_outcome(ctx, o);
                 return Ok(());
             }
             _ => return Err(RpcError::NoSuchCall),
@@ -365,6 +369,14 @@ impl<Ctx: Runtime<F>, F: Copy, const CALLS: usize, const CONTS: usize, const TX:
         self.tx.push(t).map_err(|_| RpcError::TxFull)
     }
 
+    /// Give the frame an outcome would hand back (caller frame or receive buffer) to the
+    /// runtime, when nobody can take that outcome any more.
+    fn release_outcome(ctx: &mut Ctx, o: Option<Outcome<F>>) {
+        if let Some(Ok(Reply { payload: Payload::Frame { frame, .. } | Payload::Buffer { frame, .. }, .. })) = o {
+            ctx.release(frame);
+        }
+    }
+
     fn drop_payload(&mut self, ctx: &mut Ctx, payload: InPayload<F>) {
         if let InPayload::Buffer { frame, .. } = payload {
             ctx.release(frame);
@@ -377,16 +389,28 @@ impl<Ctx: Runtime<F>, F: Copy, const CALLS: usize, const CONTS: usize, const TX:
         self.stats.requests_served += 1;
         let action = ctx.serve(&inc);
         let origin = h.token.origin;
+        // A reply payload frame handed over by the stub but not sent (one-way request, or
+        // transmit queue full) goes back to the runtime.
+        let mut unsent = None;
         let result = match action {
             Action::Done => Ok(()),
-            _ if one_way => Ok(()),
+            _ if one_way => {
+                if let Action::Reply { payload: Some((f, _)), .. } = action {
+                    unsent = Some(f);
+                }
+                Ok(())
+            }
             Action::Reply { body, payload } => {
                 let tag = if h.token.payload_kind == PayloadKind::Solicited as u8 && payload.is_some() {
                     h.token.payload_token
                 } else {
                     0
                 };
-                self.queue(origin, Kind::Reply, h.op, h.token, h.hops, &body, payload, tag)
+                let r = self.queue(origin, Kind::Reply, h.op, h.token, h.hops, &body, payload, tag);
+                if r.is_err() {
+                    unsent = payload.map(|(f, _)| f);
+                }
+                r
             }
             Action::Delegate { to, body } => {
                 if h.hops >= MAX_HOPS {
@@ -405,6 +429,9 @@ impl<Ctx: Runtime<F>, F: Copy, const CALLS: usize, const CONTS: usize, const TX:
         };
         if result.is_err() {
             self.stats.tx_dropped += 1;
+        }
+        if let Some(f) = unsent {
+            ctx.release(f);
         }
     }
 
@@ -505,6 +532,10 @@ impl<Ctx: Runtime<F>, F: Copy, const CALLS: usize, const CONTS: usize, const TX:
                 let _ = self.events.push(Event::Completed(id));
             }
             Mode::NonBlocking => {
+                if r.nconts == 0 {
+                    // No continuation will ever see this outcome.
+                    Self::release_outcome(ctx, r.outcome);
+                }
                 if !self.run_continuations(ctx, i) {
                     self.records[i].state = State::Deferred;
                     self.stats.deferred += 1;
