@@ -13,3 +13,4 @@ pub mod image;
 pub mod cpu;
 pub mod ivshmem;
 pub mod testbed;
+pub mod rpc;

@@ -121,6 +121,8 @@ pub struct NicShared {
 enum Cpu {
     Halted(Box<SoftEngines>),
     Running { thread: JoinHandle<SoftEngines>, kind: FirmwareKind, stopper: Option<CoreStopper> },
+    /// The native firmware is driven by a host thread ([`Nic::start_inline`]).
+    Inline,
     /// Only while a transition is in progress (or after a processor thread panicked).
     Lost,
 }
@@ -380,6 +382,7 @@ impl Nic {
                 (true, "flashed".to_string(), Some(image))
             }
             Cpu::Halted(_) => (false, "halted".to_string(), None),
+            Cpu::Inline => (true, "native-inline".to_string(), None),
             Cpu::Lost => (false, "lost".to_string(), None),
         };
         let state = w(ctrl::FW_STATE);
@@ -425,6 +428,53 @@ fn run_native(mem: NicMem, mut eng: SoftEngines) -> SoftEngines {
         if !fw.poll(&mut eng) {
             trapeze_firmware::hal::Engines::idle(&mut eng, !fw.is_quiet());
         }
+    }
+}
+
+/// The native firmware and the engines of a NIC, driven by the caller's thread instead of
+/// a processor thread of their own: [`InlineNative::poll`] runs one pass of the firmware's
+/// main loop. Same firmware, engines and link; only who schedules them differs. Used
+/// where one thread per node must do everything (benchmarks on few cores: spinning
+/// threads beyond the core count would measure the scheduler). Dropping it halts the
+/// NIC and gives the engines back.
+pub struct InlineNative {
+    nic: Arc<Nic>,
+    fw: Firmware<NicMem>,
+    eng: Option<SoftEngines>,
+}
+
+impl InlineNative {
+    /// One pass of the firmware's main loop; whether anything changed.
+    pub fn poll(&mut self) -> bool {
+        match self.eng.as_mut() {
+            Some(e) => self.fw.poll(e),
+            None => false,
+        }
+    }
+}
+
+impl Drop for InlineNative {
+    fn drop(&mut self) {
+        if let Some(e) = self.eng.take() {
+            *self.nic.cpu.lock().unwrap_or_else(|e| e.into_inner()) = Cpu::Halted(Box::new(e));
+            self.nic.mem().store(ctrl_word(ctrl::FW_STATE), FwState::Halted as u32, Ordering::Release);
+        }
+    }
+}
+
+impl Nic {
+    /// Halt the processor thread (if running) and boot the native firmware for the
+    /// caller to drive with [`InlineNative::poll`].
+    pub fn start_inline(self: &Arc<Self>) -> anyhow::Result<InlineNative> {
+        self.halt()?;
+        let mut cpu = self.cpu.lock().unwrap_or_else(|e| e.into_inner());
+        let Cpu::Halted(mut eng) = std::mem::replace(&mut *cpu, Cpu::Inline) else {
+            *cpu = Cpu::Lost;
+            bail!("NIC {} has no engines to drive (lost)", self.shared.name);
+        };
+        eng.reset();
+        let fw = Firmware::new(self.mem(), 0);
+        Ok(InlineNative { nic: self.clone(), fw, eng: Some(*eng) })
     }
 }
 

@@ -1,0 +1,303 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! NetRPC on a virtual NIC in user space: the runtime that moves `netrpc` messages
+//! through the Trapeze host API.
+//!
+//! Frames are fixed-size slots of a shared region registered with the NIC for DMA
+//! ([`Frame`] = offset in the region). Solicited replies land, zero-copy, in a caller
+//! frame armed in the IPT; unsolicited ones land in the receive slot's frame, which is
+//! detached and handed over (a fresh frame is attached in its place) — the papers'
+//! "unsolicited" cost; `UnsolicitedCopy` then copies into the caller's frame.
+//! [`RpcPort::poll`] is one pass of the node: the NIC's firmware (when driven inline),
+//! send completions, received messages into `Rpc::handle_message`, timeouts, deferred
+//! continuations and transmits.
+
+use crate::nic::{InlineNative, NicMem};
+use crate::shm::Mapping;
+use anyhow::{bail, Context};
+use netrpc::prelude::*;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::Arc;
+use std::time::Instant;
+use trapeze_firmware::iface::entry::Segment;
+use trapeze_firmware::iface::ipt::{CancelState, PayloadToken};
+use trapeze_firmware::iface::layout::RECV_RING_ENTRIES;
+use trapeze_host::endpoint::{Endpoint, EndpointConfig, SendMsg, SendError};
+
+/// A frame: offset of a [`FRAME_BYTES`] slot in the port's region.
+pub type Frame = u64;
+/// Size of every frame (a page of the papers' Alphas).
+pub const FRAME_BYTES: u32 = 8192;
+
+/// A service's server stubs, with access to the port's frames.
+pub trait Service {
+    fn serve(&mut self, inc: &Incoming<'_, Frame>, frames: &mut Frames) -> Action<Frame>;
+}
+
+/// The port's frames: a pool of fixed-size slots in the shared region.
+pub struct Frames {
+    region: Arc<Mapping>,
+    free: Vec<Frame>,
+    /// Frames armed in the IPT, with their tokens.
+    armed: Vec<(Frame, PayloadToken)>,
+    /// Receive buffers handed out because the pool was empty and the buffer stayed.
+    pub starved: u64,
+}
+
+impl Frames {
+    pub fn alloc(&mut self) -> Option<Frame> {
+        self.free.pop()
+    }
+    pub fn free(&mut self, f: Frame) {
+        debug_assert!(!self.free.contains(&f), "frame {f:#x} freed twice");
+        self.free.push(f);
+    }
+    pub fn available(&self) -> usize {
+        self.free.len()
+    }
+    pub fn write(&self, f: Frame, data: &[u8]) -> bool {
+        data.len() <= FRAME_BYTES as usize && self.region.write(f as usize, data)
+    }
+    pub fn read(&self, f: Frame, out: &mut [u8]) -> bool {
+        out.len() <= FRAME_BYTES as usize && self.region.read(f as usize, out)
+    }
+}
+
+/// The context NetRPC calls back into: the service, the frames and the endpoint.
+pub struct Node<S> {
+    pub service: S,
+    pub frames: Frames,
+    ep: Endpoint<NicMem, Option<Frame>>,
+    base: u64,
+}
+
+impl<S: Service> Runtime<Frame> for Node<S> {
+    fn serve(&mut self, inc: &Incoming<'_, Frame>) -> Action<Frame> {
+        self.service.serve(inc, &mut self.frames)
+    }
+    fn copy_payload(&mut self, from: &Frame, to: &Frame, len: u32) -> bool {
+        len <= FRAME_BYTES && self.frames.region.copy_from(*to as usize, &self.frames.region, *from as usize, len as usize)
+    }
+    fn release(&mut self, frame: Frame) {
+        if let Some(i) = self.frames.armed.iter().position(|a| a.0 == frame) {
+            let (_, token) = self.frames.armed.swap_remove(i);
+            // The NIC may be writing into it right now: wait (bounded by one packet).
+            let mut st = self.ep.disarm(token);
+            while st == CancelState::InFlight {
+                std::hint::spin_loop();
+                st = self.ep.disarm(token);
+            }
+        }
+        self.frames.free(frame);
+    }
+}
+
+/// One node: NetRPC over a host endpoint on a virtual NIC.
+pub struct RpcPort<S: Service> {
+    pub rpc: Rpc<Node<S>, Frame>,
+    pub node: Node<S>,
+    cpu: Option<InlineNative>,
+    doorbell: Option<Arc<OwnedFd>>,
+    epoch: Instant,
+    /// The frame attached to each receive slot.
+    slot_frame: Vec<Frame>,
+}
+
+impl<S: Service> RpcPort<S> {
+    /// Set up node `cfg.node_id` on NIC memory `mem` with `region` registered for DMA at
+    /// `base`. `cpu`: drive the NIC's firmware from [`Self::poll`] (inline), or `None`
+    /// if the NIC has its own processor thread (then `doorbell` wakes it).
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        mem: NicMem,
+        region: Arc<Mapping>,
+        base: u64,
+        cfg: EndpointConfig,
+        seed: [u64; 2],
+        service: S,
+        rpc_cfg: Config,
+        cpu: Option<InlineNative>,
+        doorbell: Option<Arc<OwnedFd>>,
+    ) -> anyhow::Result<Self> {
+        let n = region.len() / FRAME_BYTES as usize;
+        if n < RECV_RING_ENTRIES as usize + 8 {
+            bail!("region holds {n} frames; need at least {}", RECV_RING_ENTRIES + 8);
+        }
+        let mut free: Vec<Frame> = (0..n as u64).rev().map(|i| i * FRAME_BYTES as u64).collect();
+        let slot_frame: Vec<Frame> = (0..RECV_RING_ENTRIES).map(|_| free.pop().unwrap_or_default()).collect();
+        let cfg = EndpointConfig { mtu: cfg.mtu.min(FRAME_BYTES), ..cfg };
+        let ep = Endpoint::init(mem, &cfg, seed, |i| Some(Segment { addr: base + slot_frame[i as usize], len: FRAME_BYTES }));
+        let mut port = RpcPort {
+            rpc: Rpc::new(cfg.node_id, rpc_cfg),
+            node: Node { service, frames: Frames { region, free, armed: Vec::new(), starved: 0 }, ep, base },
+            cpu,
+            doorbell,
+            epoch: Instant::now(),
+            slot_frame,
+        };
+        let t0 = Instant::now();
+        while !port.node.ep.config_applied() {
+            port.poll_nic();
+            if t0.elapsed().as_secs() > 5 {
+                bail!("the NIC did not apply the configuration");
+            }
+        }
+        Ok(port)
+    }
+
+    /// A firmware counter of this node's NIC.
+    pub fn counter(&self, c: trapeze_firmware::iface::layout::Counter) -> u64 {
+        self.node.ep.counter(c)
+    }
+
+    /// Time in ns since the port started (NetRPC's clock).
+    pub fn now(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    fn poll_nic(&mut self) -> bool {
+        match (&mut self.cpu, &self.doorbell) {
+            (Some(c), _) => c.poll(),
+            (None, Some(d)) => {
+                let _ = rustix::io::write(d.as_fd(), &1u64.to_ne_bytes());
+                false
+            }
+            (None, None) => false,
+        }
+    }
+
+    /// Allocate a frame and arm it for a solicited reply.
+    pub fn solicit(&mut self) -> anyhow::Result<ReplyTo<Frame>> {
+        let f = self.node.frames.alloc().context("no free frame")?;
+        let seg = Segment { addr: self.node.base + f, len: FRAME_BYTES };
+        match self.node.ep.arm(&[seg]) {
+            Ok(token) => {
+                self.node.frames.armed.push((f, token));
+                Ok(ReplyTo::Solicited { token: token.0, frame: f })
+            }
+            Err(e) => {
+                self.node.frames.free(f);
+                bail!("cannot arm an IPT entry: {e:?}")
+            }
+        }
+    }
+
+    /// The caller is done with a frame it got back in a reply (solicited frames are
+    /// already consumed by the NIC; their IPT entry is disarmed here).
+    pub fn done_with(&mut self, f: Frame) {
+        self.node.release(f);
+    }
+
+    /// One pass: NIC firmware, send completions, received messages, timeouts, deferred
+    /// continuations, transmits. Returns whether anything happened.
+    pub fn poll(&mut self) -> bool {
+        let mut busy = self.poll_nic();
+        let now = self.now();
+        let ep = &mut self.node.ep;
+        busy |= ep.reap_sends(|_, _| {}) > 0;
+        while let Some(m) = self.node.ep.poll_recv() {
+            busy = true;
+            let slot = (m.slot % RECV_RING_ENTRIES) as usize;
+            let payload = if m.via_ipt() {
+                InPayload::Ipt { token: m.token.0, len: m.payload_len }
+            } else if m.payload_refused() {
+                InPayload::Refused
+            } else if m.payload_len > 0 {
+                match self.node.frames.alloc() {
+                    Some(fresh) => {
+                        let old = std::mem::replace(&mut self.slot_frame[slot], fresh);
+                        InPayload::Buffer { frame: old, len: m.payload_len }
+                    }
+                    None => {
+                        self.node.frames.starved += 1;
+                        InPayload::Refused
+                    }
+                }
+            } else {
+                InPayload::None
+            };
+            let seg = Segment { addr: self.node.base + self.slot_frame[slot], len: FRAME_BYTES };
+            self.node.ep.release_recv(Some(&[seg]));
+            self.rpc.handle_message(now, &mut self.node, m.src, m.ctrl(), payload);
+        }
+        self.rpc.handle_timeouts(now, &mut self.node);
+        if self.rpc.has_deferred() {
+            self.rpc.run_deferred(&mut self.node);
+        }
+        busy |= self.flush();
+        busy
+    }
+
+    /// Hand queued transmits to the NIC. A full send ring leaves the rest queued.
+    pub fn flush(&mut self) -> bool {
+        let mut sent = false;
+        while let Some(t) = self.rpc.poll_transmit() {
+            let seg;
+            let segs: &[Segment] = match t.payload {
+                Some((f, len)) => {
+                    seg = [Segment { addr: self.node.base + f, len }];
+                    &seg
+                }
+                None => &[],
+            };
+            let msg = SendMsg {
+                peer: t.dst,
+                ctrl: t.ctrl(),
+                payload_len: t.payload.map_or(0, |p| p.1),
+                segments: segs,
+                token: PayloadToken(t.tag),
+            };
+            loop {
+                match self.node.ep.post_send(&msg, None) {
+                    Ok(()) => break,
+                    Err(SendError::RingFull) => {
+                        self.poll_nic();
+                        self.node.ep.reap_sends(|_, _| {});
+                    }
+                    // Cannot happen for transmits built by netrpc (ctrl ≤ 128, one segment).
+                    Err(_) => break,
+                }
+            }
+            sent = true;
+        }
+        if sent {
+            self.poll_nic();
+        }
+        sent
+    }
+
+    /// Raw Trapeze send beside NetRPC (for baselines): `false` if the send ring is full.
+    pub fn raw_send(&mut self, msg: &SendMsg<'_>) -> bool {
+        self.node.ep.reap_sends(|_, _| {});
+        let ok = self.node.ep.post_send(msg, None).is_ok();
+        self.poll_nic();
+        ok
+    }
+
+    /// Raw Trapeze receive beside NetRPC (for baselines): run the NIC, drain the receive
+    /// ring (frames stay attached) and return (messages with a payload, without one).
+    pub fn raw_recv(&mut self) -> (u32, u32) {
+        self.poll_nic();
+        let (mut with, mut without) = (0, 0);
+        while let Some(m) = self.node.ep.poll_recv() {
+            if m.payload_len > 0 {
+                with += 1;
+            } else {
+                without += 1;
+            }
+            self.node.ep.release_recv(None);
+        }
+        (with, without)
+    }
+
+    /// A blocking call: issue it and poll until its outcome arrives.
+    pub fn call_wait<O: Operation>(&mut self, dst: u16, req: &O::Request, reply_to: ReplyTo<Frame>) -> Outcome<Frame> {
+        let now = self.now();
+        let id = self.rpc.call::<O>(now, &mut self.node, dst, req, reply_to, Mode::Wait)?;
+        loop {
+            self.poll();
+            if let Some(o) = self.rpc.take_outcome(id) {
+                return o;
+            }
+        }
+    }
+}
