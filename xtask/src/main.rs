@@ -1,13 +1,16 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! `cargo xtask` — the one entry point: build the firmware image, flash it into running
-//! virtual NICs, run the tests, run the benchmarks, run the demonstration. Each command lives in its own module.
+//! virtual NICs, run the tests, run the benchmarks, run the demonstration, build the guest
+//! kernel and boot QEMU guests. Each command lives in its own module.
 
 mod bench;
 mod build;
-mod prereq;
 mod flash;
+mod kernel;
+mod prereq;
 mod run;
 mod test;
+mod vm;
 
 use clap::{Parser, Subcommand};
 
@@ -31,6 +34,12 @@ enum Cmd {
     Bench(bench::BenchArgs),
     /// The main demonstration: the most complete real run that exists.
     Run(run::RunArgs),
+    /// Build the guest kernel (linux-source-6.12, Rust enabled) into ~/.cache/trapeze,
+    /// installing what is missing; steps already done are skipped.
+    Kernel(kernel::KernelArgs),
+    /// Boot QEMU guests (TCG) on the cached kernel, each with a virtual NIC as an
+    /// ivshmem-doorbell PCI device; `--smoke` checks one guest boots and powers off.
+    Vm(vm::VmArgs),
 }
 
 fn main() {
@@ -41,6 +50,8 @@ fn main() {
         Cmd::Test(a) => test::run(a),
         Cmd::Bench(a) => bench::run(a),
         Cmd::Run(a) => run::run(a),
+        Cmd::Kernel(a) => kernel::run(a),
+        Cmd::Vm(a) => vm::run(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

@@ -23,12 +23,17 @@ fn have_command(cmd: &str) -> bool {
     Command::new(cmd).arg("--version").output().is_ok_and(|o| o.status.success())
 }
 
-/// Make sure `pkgs` are installed, installing them with apt as root.
-pub fn ensure_packages(pkgs: &[(&str, &str)]) -> anyhow::Result<()> {
-    let missing: Vec<&(&str, &str)> = pkgs
-        .iter()
+/// Which of `pkgs` are not installed (cmake also counts as present when on PATH).
+pub fn missing_packages<'a>(pkgs: &'a [(&'a str, &'a str)]) -> Vec<&'a (&'a str, &'a str)> {
+    pkgs.iter()
         .filter(|(p, _)| !(installed(p) || (*p == "cmake" && have_command("cmake"))))
-        .collect();
+        .collect()
+}
+
+/// Make sure `pkgs` are installed, installing them with apt as root
+/// (`--no-install-recommends`, waiting up to 5 minutes for another apt's lock).
+pub fn ensure_packages(pkgs: &[(&str, &str)]) -> anyhow::Result<()> {
+    let missing = missing_packages(pkgs);
     if missing.is_empty() {
         return Ok(());
     }

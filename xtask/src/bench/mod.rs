@@ -4,6 +4,7 @@
 
 mod dma;
 mod nic;
+mod rpc;
 
 #[derive(clap::Args)]
 pub struct BenchArgs {
@@ -20,12 +21,16 @@ enum What {
     /// The virtual NIC, native firmware vs the flashed riscv32 image: messages/s, 8 KB
     /// streaming and one-way 8 KB latency (p50/p99) over the in-process link.
     Nic(nic::NicArgs),
+    /// NetRPC over virtual NICs: 2-way and 3-way × wait / cont / defer × 0 / 4 / 8 KB ×
+    /// solicited / unsolicited / unsolicited+copy, with raw-NIC, UDP and TCP baselines.
+    Rpc(rpc::RpcArgs),
 }
 
 pub fn run(a: BenchArgs) -> anyhow::Result<()> {
     match a.what {
         What::Dma(d) => dma::run(d),
         What::Nic(n) => nic::run(n),
+        What::Rpc(r) => rpc::run(r),
     }
 }
 

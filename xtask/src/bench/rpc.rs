@@ -1,0 +1,30 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! `cargo xtask bench rpc`: NetRPC over virtual NICs in the shape of the RPC-variants
+//! paper's Table 1, with raw-NIC and UDP/TCP loopback baselines from the same run
+//! (`vnic/examples/bench_rpc.rs`, release build). Run it on a quiet machine.
+
+#[derive(clap::Args)]
+pub struct RpcArgs {
+    /// One JSON object per row (variant, ways, payload, kind, p50_us, p99_us, mb_s,
+    /// udp_8k_p50_us, tcp_8k_p50_us), then a summary object.
+    #[arg(long)]
+    json: bool,
+    /// Calls per latency measurement.
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u32).range(10..=1_000_000))]
+    calls: u32,
+    /// Calls per bandwidth measurement.
+    #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u32).range(10..=10_000_000))]
+    bw_calls: u32,
+}
+
+pub fn run(a: RpcArgs) -> anyhow::Result<()> {
+    let (c, b) = (a.calls.to_string(), a.bw_calls.to_string());
+    let mut args = vec![
+        "run", "--quiet", "--locked", "--release", "-p", "trapeze-vnic", "--example", "bench_rpc", "--",
+        "--calls", &c, "--bw-calls", &b,
+    ];
+    if a.json {
+        args.push("--json");
+    }
+    crate::cargo(&args)
+}

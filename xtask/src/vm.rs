@@ -1,0 +1,683 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! `cargo xtask vm`: boot QEMU guests (TCG) on the cached kernel, each with its own
+//! virtual NIC as a PCI device.
+//!
+//! Per guest K, in a runtime directory (`$XDG_RUNTIME_DIR/trapeze/vm-PID`, else
+//! `/dev/shm/trapeze-UID/vm-PID`, so guest RAM is never written to disk):
+//! * `guestK.ram` — the guest's RAM, a `memory-backend-file,share=on` created by xtask at its
+//!   final size, which the NIC maps for DMA (guest-physical address = DMA address);
+//! * a `trapeze-nic` process, node K, on one UDP link with every other guest's NIC, serving
+//!   `nicK.ivshmem.sock` as an ivshmem-doorbell server (BAR2 = NIC memory, 2 MSI-X vectors);
+//!   it must listen before QEMU starts, so xtask waits for its "ivshmem server" line;
+//! * `qemu-system-x86_64 -machine pc -accel tcg` with `-device ivshmem-doorbell` on that
+//!   socket, the busybox initramfs and the serial console in `guestK.console`.
+//!
+//! The initramfs (`kernel-crate/guest/init` as `/init`, busybox, the kernel's modules in
+//! `/lib/modules`, optionally `--script` as `/etc/trapeze/run.sh`) is a newc cpio written
+//! here and gzipped. `--cmd` reaches the guest base64-encoded as `trapeze_cmd=` on the
+//! kernel command line.
+//!
+//! Children are started through `setpriv --pdeathsig KILL`, so they die with xtask even if
+//! it is killed; a drop guard kills them and removes RAM files, sockets and the initramfs on
+//! every return. Console and process logs stay until the next `cargo xtask vm`, which
+//! removes the runtime directories of runs whose xtask is gone.
+
+use anyhow::{bail, ensure, Context};
+use std::fs;
+use std::io::{Read, Write};
+use std::net::UdpSocket;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// The ivshmem-doorbell device's PCI id (vendor:device) as the guest lists it.
+pub const IVSHMEM_PCI_ID: &str = "1af4:1110";
+/// MSI-X vectors of the NIC device.
+pub const VECTORS: u32 = 2;
+/// The guest's `/init`, relative to the workspace root.
+const INIT: &str = "kernel-crate/guest/init";
+/// The kernel prints this when `poweroff -f` reaches ACPI.
+const POWER_DOWN: &str = "reboot: Power down";
+/// What `--smoke` runs in the guest: load and unload the Rust sample module.
+const SMOKE_CMD: &str = "insmod /lib/modules/rust_minimal.ko && rmmod rust_minimal";
+/// How long a NIC may take to start listening.
+const NIC_START: Duration = Duration::from_secs(20);
+
+#[derive(clap::Args)]
+pub struct VmArgs {
+    /// Guests to boot, each with its own virtual NIC (all NICs on one UDP link).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=16))]
+    guests: u16,
+    /// Boot (by default one) guest and check that it lists the NIC (PCI 1af4:1110), loads
+    /// and unloads the Rust sample module and powers off cleanly; exit status 0 or 1.
+    #[arg(long)]
+    smoke: bool,
+    /// Shell commands every guest runs before powering off.
+    #[arg(long, value_name = "SHELL")]
+    cmd: Option<String>,
+    /// A script embedded in the initramfs as /etc/trapeze/run.sh, run after --cmd.
+    #[arg(long, value_name = "FILE")]
+    script: Option<PathBuf>,
+    /// Guest RAM in MiB.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(64..=4096))]
+    mem: u32,
+    /// Seconds to wait for every guest to power off before killing them (an error).
+    #[arg(long, default_value_t = 60)]
+    timeout: u64,
+    /// Extra words for the kernel command line.
+    #[arg(long, value_name = "WORDS")]
+    append: Option<String>,
+    /// Do not echo the guests' console output (from /init on) to the terminal.
+    #[arg(long)]
+    quiet: bool,
+}
+
+pub fn run(a: VmArgs) -> anyhow::Result<()> {
+    let t0 = Instant::now();
+    let qemu = which("qemu-system-x86_64")
+        .context("qemu-system-x86_64 not found (cargo xtask kernel installs qemu-system-x86)")?;
+
+    eprintln!("==> guest kernel (cargo xtask kernel)");
+    let kernel = crate::kernel::ensure(None, false)?;
+    let bzimage = kernel.bzimage();
+
+    eprintln!("==> virtual NIC: cargo build -p trapeze-vnic --bin trapeze-nic");
+    crate::prereq::ensure_emulator_build_deps()?;
+    crate::cargo(&["build", "--locked", "-p", "trapeze-vnic", "--bin", "trapeze-nic"])?;
+    let nic_bin = target_dir()?.join("debug/trapeze-nic");
+    ensure!(nic_bin.exists(), "{} was not built", nic_bin.display());
+
+    let runtime = runtime_base()?;
+    prune_stale(&runtime);
+    let dir = runtime.join(format!("vm-{}", std::process::id()));
+    fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut cluster = Cluster::new(dir.clone());
+
+    eprintln!("==> initramfs");
+    let script = match &a.script {
+        Some(p) => Some(fs::read(p).with_context(|| format!("reading {}", p.display()))?),
+        None => None,
+    };
+    let modules = kernel.paths.modules();
+    let initrd = build_initramfs(&dir, &modules, script.as_deref())?;
+    cluster.remove_on_drop.push(initrd.clone());
+
+    let cmd = match (&a.cmd, a.smoke) {
+        (Some(c), true) => Some(format!("{SMOKE_CMD}\n{c}")),
+        (Some(c), false) => Some(c.clone()),
+        (None, true) => Some(SMOKE_CMD.to_string()),
+        (None, false) => None,
+    };
+    let ports = free_udp_ports(a.guests as usize)?;
+    let setpriv = setpriv_pdeathsig();
+    if !setpriv {
+        eprintln!("note: setpriv --pdeathsig is not available; children outlive a killed xtask");
+    }
+
+    eprintln!("==> {} guest(s): virtual NICs, then QEMU (TCG, {} MiB each)", a.guests, a.mem);
+    for k in 0..a.guests {
+        cluster.add_guest(k, a.mem);
+        let mut args: Vec<String> = vec![
+            "--name".into(),
+            format!("vm{}-g{k}", std::process::id()),
+            "--node".into(),
+            k.to_string(),
+            "--link".into(),
+            format!("udp:127.0.0.1:{}", ports[k as usize]),
+        ];
+        args.extend(ports
+            .iter()
+            .enumerate()
+            .filter(|&(j, _)| j != k as usize)
+            .flat_map(|(j, p)| ["--peer".to_string(), format!("{j}=127.0.0.1:{p}")]));
+        cluster.start_nic(k, &nic_bin, &args, setpriv)?;
+    }
+    for k in 0..a.guests {
+        let mut append = format!("console=ttyS0 panic=-1 trapeze_guest={k}");
+        if let Some(c) = &cmd {
+            append.push_str(&format!(" trapeze_cmd={}", base64(c.as_bytes())));
+        }
+        if let Some(x) = &a.append {
+            append.push(' ');
+            append.push_str(x);
+        }
+        cluster.start_qemu(k, &qemu, &bzimage, &initrd, &append, setpriv)?;
+    }
+    for g in &cluster.guests {
+        eprintln!(
+            "guest {}: console {}  (qemu log {}, nic log {})",
+            g.idx,
+            g.console.display(),
+            g.qemu_log.display(),
+            g.nic_log.display()
+        );
+    }
+
+    let all_off = cluster.wait(Duration::from_secs(a.timeout), !a.quiet)?;
+    eprintln!();
+    let mut failures = Vec::new();
+    for g in &cluster.guests {
+        let console = fs::read_to_string(&g.console).unwrap_or_default();
+        let report = GuestReport::of(&console, g.exit.as_ref().map(|e| e.0));
+        let took = g.exit.as_ref().map_or("still running".to_string(), |e| format!("{:.1?}", e.1));
+        eprintln!(
+            "guest {}: {} PCI {}: {}; Rust module: {}; powered off: {} ({}, QEMU {})",
+            g.idx,
+            if report.ok(a.smoke) { "ok  " } else { "FAIL" },
+            IVSHMEM_PCI_ID,
+            yes_no(report.nic_listed),
+            if report.rust_loaded { "loaded and unloaded" } else if a.smoke { "NOT loaded" } else { "-" },
+            yes_no(report.powered_off),
+            took,
+            g.exit.as_ref().map_or("killed".to_string(), |e| e.0.to_string()),
+        );
+        if a.smoke || a.quiet {
+            for l in console.lines().filter(|l| report::interesting(l)) {
+                eprintln!("    | {}", l.trim_end());
+            }
+        }
+        if !report.ok(a.smoke) {
+            failures.push(format!("guest {} (console {})", g.idx, g.console.display()));
+        }
+    }
+    drop(cluster);
+    eprintln!("runtime dir {} (RAM files and sockets removed; logs kept until the next run)", dir.display());
+    if !all_off {
+        bail!("guests did not power off within {} s: {}", a.timeout, failures.join(", "));
+    }
+    if !failures.is_empty() {
+        bail!("{} failed: {}", if a.smoke { "smoke test" } else { "vm run" }, failures.join(", "));
+    }
+    eprintln!(
+        "xtask vm: {} in {:.1?}",
+        if a.smoke { "smoke test passed" } else { "all guests powered off" },
+        t0.elapsed()
+    );
+    Ok(())
+}
+
+fn yes_no(b: bool) -> &'static str {
+    if b {
+        "yes"
+    } else {
+        "NO"
+    }
+}
+
+/// What a guest's console shows.
+struct GuestReport {
+    nic_listed: bool,
+    rust_loaded: bool,
+    powered_off: bool,
+}
+
+impl GuestReport {
+    fn of(console: &str, exit: Option<ExitStatus>) -> Self {
+        GuestReport {
+            nic_listed: console
+                .lines()
+                .any(|l| l.contains("trapeze-guest: pci ") && l.contains(IVSHMEM_PCI_ID)),
+            rust_loaded: console.contains("Rust minimal sample (init)")
+                && console.contains("Rust minimal sample (exit)"),
+            powered_off: console.contains(POWER_DOWN)
+                && !console.contains("Kernel panic")
+                && exit.is_some_and(|s| s.success()),
+        }
+    }
+    fn ok(&self, smoke: bool) -> bool {
+        self.nic_listed && self.powered_off && (!smoke || self.rust_loaded)
+    }
+}
+
+mod report {
+    /// Console lines worth repeating in the summary.
+    pub fn interesting(l: &str) -> bool {
+        ["trapeze-guest:", "rust_minimal", "Linux version", "reboot:", "Kernel panic", "ivshmem"]
+            .iter()
+            .any(|k| l.contains(k))
+    }
+}
+
+/// One guest: its NIC, its QEMU and their files.
+struct Guest {
+    idx: u16,
+    ram: PathBuf,
+    ivshmem: PathBuf,
+    control: PathBuf,
+    console: PathBuf,
+    qemu_log: PathBuf,
+    nic_log: PathBuf,
+    mem_mib: u32,
+    nic: Option<Child>,
+    qemu: Option<Child>,
+    started: Option<Instant>,
+    /// How QEMU ended and how long it ran.
+    exit: Option<(ExitStatus, Duration)>,
+    /// Console bytes already echoed.
+    echoed: usize,
+    /// Echoing starts at /init's first line.
+    echoing: bool,
+}
+
+/// The guests of one run; dropping it kills every child and removes the run's big files.
+struct Cluster {
+    dir: PathBuf,
+    guests: Vec<Guest>,
+    remove_on_drop: Vec<PathBuf>,
+}
+
+impl Cluster {
+    fn new(dir: PathBuf) -> Self {
+        Cluster { dir, guests: Vec::new(), remove_on_drop: Vec::new() }
+    }
+
+    fn add_guest(&mut self, idx: u16, mem_mib: u32) {
+        let f = |s: &str| self.dir.join(s);
+        let g = Guest {
+            idx,
+            ram: f(&format!("guest{idx}.ram")),
+            ivshmem: f(&format!("nic{idx}.ivshmem.sock")),
+            control: f(&format!("nic{idx}.control.sock")),
+            console: f(&format!("guest{idx}.console")),
+            qemu_log: f(&format!("guest{idx}.qemu.log")),
+            nic_log: f(&format!("nic{idx}.log")),
+            mem_mib,
+            nic: None,
+            qemu: None,
+            started: None,
+            exit: None,
+            echoed: 0,
+            echoing: false,
+        };
+        self.remove_on_drop.extend([g.ram.clone(), g.ivshmem.clone(), g.control.clone()]);
+        self.guests.push(g);
+    }
+
+    fn guest(&mut self, idx: u16) -> &mut Guest {
+        self.guests.iter_mut().find(|g| g.idx == idx).expect("guest added")
+    }
+
+    /// Create the guest's RAM file (the NIC maps it; QEMU reuses a file of the same size),
+    /// start its NIC and wait until its ivshmem server listens.
+    fn start_nic(&mut self, idx: u16, nic_bin: &Path, args: &[String], setpriv: bool) -> anyhow::Result<()> {
+        let g = self.guest(idx);
+        let mut cmd = child_command(nic_bin, setpriv);
+        cmd.args(args)
+            .arg("--control")
+            .arg(&g.control)
+            .arg("--ivshmem")
+            .arg(&g.ivshmem)
+            .args(["--vectors", &VECTORS.to_string()])
+            .arg("--guest-ram")
+            .arg(&g.ram)
+            .args(["--machine", "pc"]);
+        let ram = fs::File::create(&g.ram).with_context(|| format!("creating {}", g.ram.display()))?;
+        ram.set_len(u64::from(g.mem_mib) << 20)?;
+        drop(ram);
+        let log = fs::File::create(&g.nic_log)?;
+        cmd.stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
+        let t = Instant::now();
+        let child = cmd.spawn().context("starting trapeze-nic")?;
+        eprintln!("  guest {idx}: trapeze-nic pid {} (ivshmem server {})", child.id(), g.ivshmem.display());
+        g.nic = Some(child);
+        loop {
+            let text = fs::read_to_string(&g.nic_log).unwrap_or_default();
+            if text.contains("ivshmem server") && g.ivshmem.exists() {
+                break;
+            }
+            if let Some(st) = g.nic.as_mut().expect("set above").try_wait()? {
+                bail!("trapeze-nic for guest {idx} exited ({st}):\n{}", tail(&text, 20));
+            }
+            ensure!(t.elapsed() < NIC_START, "trapeze-nic for guest {idx} did not listen within {NIC_START:?} (log {})", g.nic_log.display());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(())
+    }
+
+    fn start_qemu(&mut self, idx: u16, qemu: &Path, kernel: &Path, initrd: &Path, append: &str, setpriv: bool) -> anyhow::Result<()> {
+        let g = self.guest(idx);
+        let _ = fs::remove_file(&g.console);
+        let mut cmd = child_command(qemu, setpriv);
+        cmd.args(["-machine", "pc,memory-backend=mem", "-accel", "tcg", "-m", &format!("{}M", g.mem_mib)])
+            .args(["-nodefaults", "-nographic", "-no-reboot", "-monitor", "none"])
+            .arg("-serial")
+            .arg(format!("file:{}", g.console.display()))
+            .arg("-kernel")
+            .arg(kernel)
+            .arg("-initrd")
+            .arg(initrd)
+            .args(["-append", append])
+            .arg("-object")
+            .arg(format!("memory-backend-file,id=mem,size={}M,mem-path={},share=on", g.mem_mib, g.ram.display()))
+            .arg("-chardev")
+            .arg(format!("socket,path={},id=nic", g.ivshmem.display()))
+            .args(["-device", &format!("ivshmem-doorbell,chardev=nic,vectors={VECTORS}")]);
+        let log = fs::File::create(&g.qemu_log)?;
+        cmd.stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
+        let child = cmd.spawn().context("starting qemu-system-x86_64")?;
+        eprintln!("  guest {idx}: qemu pid {} (TCG, RAM {})", child.id(), g.ram.display());
+        g.qemu = Some(child);
+        g.started = Some(Instant::now());
+        g.exit = None;
+        Ok(())
+    }
+
+    /// Wait until every QEMU has exited (true) or `timeout` passed (false, QEMUs killed),
+    /// echoing consoles from /init on. A NIC that dies is an error.
+    fn wait(&mut self, timeout: Duration, echo: bool) -> anyhow::Result<bool> {
+        let t = Instant::now();
+        loop {
+            let mut running = 0;
+            for g in &mut self.guests {
+                if echo {
+                    g.echo_console();
+                }
+                if let Some(q) = g.qemu.as_mut() {
+                    match q.try_wait()? {
+                        Some(st) => {
+                            let took = g.started.map_or(Duration::ZERO, |s| s.elapsed());
+                            g.exit = Some((st, took));
+                            g.qemu = None;
+                            if echo {
+                                g.echo_console();
+                            }
+                            eprintln!("  guest {}: QEMU exited ({st}) after {took:.1?}", g.idx);
+                        }
+                        None => running += 1,
+                    }
+                }
+                if let Some(n) = g.nic.as_mut() {
+                    if let Some(st) = n.try_wait()? {
+                        g.nic = None;
+                        let text = fs::read_to_string(&g.nic_log).unwrap_or_default();
+                        bail!("trapeze-nic of guest {} exited ({st}):\n{}", g.idx, tail(&text, 20));
+                    }
+                }
+            }
+            if running == 0 {
+                return Ok(true);
+            }
+            if t.elapsed() >= timeout {
+                for g in &mut self.guests {
+                    if let Some(mut q) = g.qemu.take() {
+                        eprintln!("  guest {}: still running after {timeout:?}: killing QEMU", g.idx);
+                        let _ = q.kill();
+                        let _ = q.wait();
+                    }
+                }
+                return Ok(false);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Guest {
+    /// Print new console lines, from /init's first line on, prefixed with the guest.
+    fn echo_console(&mut self) {
+        let Ok(mut f) = fs::File::open(&self.console) else { return };
+        let mut bytes = Vec::new();
+        if f.read_to_end(&mut bytes).is_err() || bytes.len() <= self.echoed {
+            return;
+        }
+        let new = &bytes[self.echoed..];
+        // Only whole lines.
+        let Some(end) = new.iter().rposition(|&b| b == b'\n') else { return };
+        let text = String::from_utf8_lossy(&new[..=end]);
+        self.echoed += end + 1;
+        let mut out = std::io::stderr().lock();
+        for l in text.lines() {
+            if !self.echoing && l.contains("trapeze-guest: up") {
+                self.echoing = true;
+            }
+            if self.echoing {
+                let _ = writeln!(out, "  [g{}] {}", self.idx, l.trim_end_matches('\r'));
+            }
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for g in &mut self.guests {
+            for child in [g.qemu.take(), g.nic.take()].into_iter().flatten() {
+                let mut child = child;
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+        for p in &self.remove_on_drop {
+            let _ = fs::remove_file(p);
+        }
+    }
+}
+
+/// A command for `program`, through `setpriv --pdeathsig KILL --` when available (the
+/// child then dies with this process, however it ends).
+fn child_command(program: &Path, setpriv: bool) -> Command {
+    if setpriv {
+        let mut c = Command::new("setpriv");
+        c.args(["--pdeathsig", "KILL", "--"]).arg(program);
+        c
+    } else {
+        Command::new(program)
+    }
+}
+
+fn setpriv_pdeathsig() -> bool {
+    Command::new("setpriv")
+        .arg("--help")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("--pdeathsig"))
+}
+
+/// Build `initramfs.cpio.gz` in `dir`: /init, busybox, the modules, the optional script.
+fn build_initramfs(dir: &Path, modules: &[PathBuf], script: Option<&[u8]>) -> anyhow::Result<PathBuf> {
+    let root = crate::workspace_root();
+    let init = fs::read(root.join(INIT)).with_context(|| format!("reading {INIT}"))?;
+    let busybox = fs::read("/bin/busybox").context("reading /bin/busybox (apt-get install busybox-static)")?;
+    let mut c = Cpio::default();
+    for d in ["bin", "sbin", "usr", "usr/bin", "usr/sbin", "dev", "proc", "sys", "tmp", "run", "root", "etc", "etc/trapeze", "lib", "lib/modules"] {
+        c.dir(d);
+    }
+    c.char_dev("dev/console", 0o600, 5, 1);
+    c.char_dev("dev/null", 0o666, 1, 3);
+    c.file("bin/busybox", 0o755, &busybox);
+    c.symlink("bin/sh", "busybox");
+    c.file("init", 0o755, &init);
+    let mut names = Vec::new();
+    for m in modules {
+        let name = m.file_name().context("module path")?.to_string_lossy().into_owned();
+        c.file(&format!("lib/modules/{name}"), 0o644, &fs::read(m)?);
+        names.push(name);
+    }
+    if let Some(s) = script {
+        c.file("etc/trapeze/run.sh", 0o755, s);
+    }
+    let cpio = dir.join("initramfs.cpio");
+    fs::write(&cpio, c.finish())?;
+    let st = Command::new("gzip").args(["-9", "-n", "-f"]).arg(&cpio).status().context("running gzip")?;
+    ensure!(st.success(), "gzip {} failed ({st})", cpio.display());
+    let gz = dir.join("initramfs.cpio.gz");
+    let size = fs::metadata(&gz)?.len();
+    eprintln!(
+        "  {} ({} KiB): /init from {INIT}, busybox, modules: {}{}",
+        gz.display(),
+        size / 1024,
+        if names.is_empty() { "none".to_string() } else { names.join(" ") },
+        if script.is_some() { ", /etc/trapeze/run.sh" } else { "" }
+    );
+    Ok(gz)
+}
+
+/// A newc ("070701") cpio archive, as the kernel unpacks an initramfs.
+#[derive(Default)]
+struct Cpio {
+    buf: Vec<u8>,
+    ino: u32,
+}
+
+impl Cpio {
+    fn entry(&mut self, name: &str, mode: u32, nlink: u32, rdev: (u32, u32), data: &[u8]) {
+        self.ino += 1;
+        let fields = [
+            self.ino,
+            mode,
+            0, // uid
+            0, // gid
+            nlink,
+            0, // mtime
+            data.len() as u32,
+            0, // devmajor
+            0, // devminor
+            rdev.0,
+            rdev.1,
+            name.len() as u32 + 1,
+            0, // check
+        ];
+        self.buf.extend_from_slice(b"070701");
+        for f in fields {
+            self.buf.extend_from_slice(format!("{f:08x}").as_bytes());
+        }
+        self.buf.extend_from_slice(name.as_bytes());
+        self.buf.push(0);
+        self.pad();
+        self.buf.extend_from_slice(data);
+        self.pad();
+    }
+    fn pad(&mut self) {
+        while self.buf.len() % 4 != 0 {
+            self.buf.push(0);
+        }
+    }
+    fn dir(&mut self, name: &str) {
+        self.entry(name, 0o040_755, 2, (0, 0), &[]);
+    }
+    fn file(&mut self, name: &str, perm: u32, data: &[u8]) {
+        self.entry(name, 0o100_000 | perm, 1, (0, 0), data);
+    }
+    fn symlink(&mut self, name: &str, target: &str) {
+        self.entry(name, 0o120_777, 1, (0, 0), target.as_bytes());
+    }
+    fn char_dev(&mut self, name: &str, perm: u32, major: u32, minor: u32) {
+        self.entry(name, 0o020_000 | perm, 1, (major, minor), &[]);
+    }
+    fn finish(mut self) -> Vec<u8> {
+        self.entry("TRAILER!!!", 0, 1, (0, 0), &[]);
+        while self.buf.len() % 512 != 0 {
+            self.buf.push(0);
+        }
+        self.buf
+    }
+}
+
+/// Standard base64 with padding (the guest decodes it with busybox `base64 -d`).
+fn base64(data: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
+    for chunk in data.chunks(3) {
+        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// `n` UDP ports on 127.0.0.1 that were free a moment ago.
+fn free_udp_ports(n: usize) -> anyhow::Result<Vec<u16>> {
+    let socks: Vec<UdpSocket> =
+        (0..n).map(|_| UdpSocket::bind("127.0.0.1:0")).collect::<Result<_, _>>().context("finding free UDP ports")?;
+    socks.iter().map(|s| Ok(s.local_addr()?.port())).collect()
+}
+
+/// `$XDG_RUNTIME_DIR/trapeze`, else `/dev/shm/trapeze-UID`, else `/tmp/trapeze-UID`.
+fn runtime_base() -> anyhow::Result<PathBuf> {
+    let uid = rustix::process::geteuid().as_raw();
+    let base = match std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty()) {
+        Some(d) => PathBuf::from(d).join("trapeze"),
+        None if Path::new("/dev/shm").is_dir() => PathBuf::from(format!("/dev/shm/trapeze-{uid}")),
+        None => PathBuf::from(format!("/tmp/trapeze-{uid}")),
+    };
+    fs::create_dir_all(&base).with_context(|| format!("creating {}", base.display()))?;
+    Ok(base)
+}
+
+/// Remove `vm-PID` directories whose xtask is gone (their logs, and any RAM files a killed
+/// run left behind).
+fn prune_stale(base: &Path) {
+    let Ok(entries) = fs::read_dir(base) else { return };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name.strip_prefix("vm-").and_then(|p| p.parse::<u32>().ok()) else { continue };
+        if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+            if fs::remove_dir_all(e.path()).is_ok() {
+                eprintln!("  removed the previous run's {}", e.path().display());
+            }
+        }
+    }
+}
+
+/// The workspace's cargo target directory.
+fn target_dir() -> anyhow::Result<PathBuf> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .args(["metadata", "--format-version", "1", "--no-deps"])
+        .current_dir(crate::workspace_root())
+        .output()
+        .context("cargo metadata")?;
+    ensure!(out.status.success(), "cargo metadata failed ({})", out.status);
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    Ok(PathBuf::from(meta["target_directory"].as_str().context("cargo metadata: target_directory")?))
+}
+
+fn which(cmd: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")
+        .and_then(|p| std::env::split_paths(&p).map(|d| d.join(cmd)).find(|p| p.is_file()))
+}
+
+fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_matches_the_standard() {
+        assert_eq!(base64(b""), "");
+        assert_eq!(base64(b"f"), "Zg==");
+        assert_eq!(base64(b"fo"), "Zm8=");
+        assert_eq!(base64(b"foo"), "Zm9v");
+        assert_eq!(base64(b"insmod x && rmmod x"), "aW5zbW9kIHggJiYgcm1tb2QgeA==");
+    }
+
+    #[test]
+    fn cpio_entries_are_aligned_and_terminated() {
+        let mut c = Cpio::default();
+        c.dir("bin");
+        c.file("init", 0o755, b"#!/bin/sh\n");
+        let a = c.finish();
+        assert!(a.starts_with(b"070701"));
+        assert_eq!(a.len() % 512, 0);
+        let s = String::from_utf8_lossy(&a);
+        assert!(s.contains("TRAILER!!!"));
+        assert!(s.contains("init\0"));
+    }
+
+    #[test]
+    fn report_needs_the_nic_and_a_clean_poweroff() {
+        let good = "trapeze-guest: pci 0000:00:02.0 1af4:1110 class 050000\nreboot: Power down\n";
+        let r = GuestReport::of(good, Some(ExitStatus::default()));
+        assert!(r.ok(false) && !r.ok(true));
+        let panic = format!("{good}Kernel panic - not syncing\n");
+        assert!(!GuestReport::of(&panic, Some(ExitStatus::default())).ok(false));
+    }
+}
