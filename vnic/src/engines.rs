@@ -179,6 +179,10 @@ impl SoftEngines {
         for d in &doorbells {
             fds.push(PollFd::new(d.as_ref(), PollFlags::IN));
         }
+        if !self.link.prepare_wait() {
+            // Frames arrived while we were deciding to sleep.
+            return Wake { link: true, ..Wake::default() };
+        }
         let has_link_fd = if let Some(l) = self.link.readable_fd() {
             fds.push(PollFd::from_borrowed_fd(l, PollFlags::IN));
             true
@@ -197,6 +201,7 @@ impl SoftEngines {
             link: has_link_fd && fds.last().is_some_and(ready),
         };
         drop(fds);
+        self.link.end_wait();
         drain_eventfd(&self.wakers.control);
         for d in &doorbells {
             drain_eventfd(d);

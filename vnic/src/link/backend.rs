@@ -46,6 +46,16 @@ pub trait LinkBackend: Send {
     /// Whether frames can be sent to `dst` (a route or a port exists).
     fn routes_to(&self, dst: u16) -> bool;
 
+    /// The caller is about to sleep on [`readable_fd`](Self::readable_fd). Returns
+    /// `false` if frames are already waiting (then it must not sleep). Backends whose
+    /// senders signal only announced sleepers rely on this; kernel sockets need nothing.
+    fn prepare_wait(&self) -> bool {
+        true
+    }
+
+    /// The sleep announced by [`prepare_wait`](Self::prepare_wait) is over.
+    fn end_wait(&self) {}
+
     /// One line for logs, e.g. `udp 127.0.0.1:7000 (2 peers)`.
     fn describe(&self) -> String;
 }

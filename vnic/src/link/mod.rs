@@ -195,6 +195,16 @@ impl Link {
     }
 
     /// Polls readable when frames may have arrived (see [`LinkBackend::readable_fd`]).
+    /// About to sleep on [`Self::readable_fd`]: `false` if packets or frames are already
+    /// waiting (then do not sleep). Pair with [`Self::end_wait`].
+    pub fn prepare_wait(&self) -> bool {
+        !self.rx.has_ready() && self.backend.prepare_wait()
+    }
+
+    pub fn end_wait(&self) {
+        self.backend.end_wait()
+    }
+
     pub fn readable_fd(&self) -> Option<BorrowedFd<'_>> {
         self.backend.readable_fd()
     }

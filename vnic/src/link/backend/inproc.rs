@@ -5,7 +5,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use rustix::event::{eventfd, EventfdFlags};
@@ -39,6 +39,8 @@ pub struct InProcSwitch {
 #[derive(Debug)]
 struct Switch {
     ports: Mutex<HashMap<u16, Arc<PortQueue>>>,
+    /// Bumped whenever a port is attached or detached: invalidates senders' caches.
+    generation: AtomicU64,
     queue_frames: usize,
     queue_bytes: usize,
     dropped_frames: AtomicU64,
@@ -47,9 +49,14 @@ struct Switch {
 #[derive(Debug)]
 struct PortQueue {
     frames: Mutex<Queue>,
-    /// Signalled (written) after every enqueue; signals merge, so the reader drains the
-    /// queue rather than counting signals.
+    /// Signalled (written) after an enqueue while the reader is `waiting`; signals merge,
+    /// so the reader drains the queue rather than counting signals.
     event: OwnedFd,
+    /// The reader announced it is about to sleep on `event` (see `prepare_wait`): a
+    /// sender that sees this after its push signals `event`; a reader that set it and
+    /// then finds the queue empty may sleep. (SeqCst on both sides, with the queue lock
+    /// ordering push and check, means one of them sees the other.)
+    waiting: AtomicBool,
     dropped_frames: AtomicU64,
 }
 
@@ -84,6 +91,7 @@ impl InProcSwitch {
         InProcSwitch {
             inner: Arc::new(Switch {
                 ports: Mutex::new(HashMap::new()),
+                generation: AtomicU64::new(0),
                 queue_frames: frames,
                 queue_bytes: bytes,
                 dropped_frames: AtomicU64::new(0),
@@ -97,13 +105,17 @@ impl InProcSwitch {
         let queue = Arc::new(PortQueue {
             frames: Mutex::new(Queue::default()),
             event: eventfd(0, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC)?,
+            waiting: AtomicBool::new(false),
             dropped_frames: AtomicU64::new(0),
         });
         lock(&self.inner.ports).insert(node, queue.clone());
+        self.inner.generation.fetch_add(1, Ordering::AcqRel);
         Ok(InProcPort {
             node,
             switch: self.inner.clone(),
             queue,
+            routes: Vec::new(),
+            routes_generation: u64::MAX,
         })
     }
 
@@ -126,6 +138,9 @@ pub struct InProcPort {
     node: u16,
     switch: Arc<Switch>,
     queue: Arc<PortQueue>,
+    /// Destination queues looked up so far, valid while the switch generation matches.
+    routes: Vec<(u16, Arc<PortQueue>)>,
+    routes_generation: u64,
 }
 
 impl InProcPort {
@@ -158,7 +173,25 @@ impl Drop for InProcPort {
             .is_some_and(|q| Arc::ptr_eq(q, &self.queue))
         {
             ports.remove(&self.node);
+            self.switch.generation.fetch_add(1, Ordering::AcqRel);
         }
+    }
+}
+
+impl InProcPort {
+    /// The queue of node `dst`, from the cache while no port was attached or detached.
+    fn route(&mut self, dst: u16) -> Option<Arc<PortQueue>> {
+        let generation = self.switch.generation.load(Ordering::Acquire);
+        if generation != self.routes_generation {
+            self.routes.clear();
+            self.routes_generation = generation;
+        }
+        if let Some((_, q)) = self.routes.iter().find(|(d, _)| *d == dst) {
+            return Some(q.clone());
+        }
+        let q = lock(&self.switch.ports).get(&dst).cloned()?;
+        self.routes.push((dst, q.clone()));
+        Some(q)
     }
 }
 
@@ -173,7 +206,7 @@ impl LinkBackend for InProcPort {
                 ),
             ));
         }
-        let Some(q) = lock(&self.switch.ports).get(&dst).cloned() else {
+        let Some(q) = self.route(dst) else {
             return Err(io::Error::new(
                 io::ErrorKind::NotFound,
                 format!("no port for node {dst} on the in-process switch"),
@@ -192,9 +225,11 @@ impl LinkBackend for InProcPort {
             fq.bytes += frame.len();
             fq.frames.push_back(frame.to_vec());
         }
-        // Signal after the frame is visible. EAGAIN (counter saturated) still leaves the
-        // fd readable, which is all the reader needs.
-        let _ = rustix::io::write(&q.event, &1u64.to_ne_bytes());
+        // Wake the reader only if it announced it is going to sleep (see `waiting`).
+        // EAGAIN (counter saturated) still leaves the fd readable, which is all it needs.
+        if q.waiting.load(Ordering::SeqCst) {
+            let _ = rustix::io::write(&q.event, &1u64.to_ne_bytes());
+        }
         Ok(())
     }
 
@@ -205,18 +240,7 @@ impl LinkBackend for InProcPort {
             fq.bytes -= f.len();
             Some(f)
         };
-        let frame = match pop(self) {
-            Some(f) => f,
-            None => {
-                // Clear the signal, then look again: a frame queued between the first
-                // look and the clear is found now, and any later one signals afresh.
-                self.clear_event();
-                match pop(self) {
-                    Some(f) => f,
-                    None => return Ok(None),
-                }
-            }
-        };
+        let Some(frame) = pop(self) else { return Ok(None) };
         let n = frame.len().min(buf.len());
         buf[..n].copy_from_slice(&frame[..n]);
         Ok(Some(n))
@@ -228,6 +252,22 @@ impl LinkBackend for InProcPort {
 
     fn max_frame_bytes(&self) -> usize {
         INPROC_MAX_FRAME_BYTES
+    }
+
+    fn prepare_wait(&self) -> bool {
+        self.queue.waiting.store(true, Ordering::SeqCst);
+        // Clear old signals first, then look: a frame pushed before our store is found by
+        // the look; one pushed after it signals afresh.
+        self.clear_event();
+        if !lock(&self.queue.frames).frames.is_empty() {
+            self.queue.waiting.store(false, Ordering::SeqCst);
+            return false;
+        }
+        true
+    }
+
+    fn end_wait(&self) {
+        self.queue.waiting.store(false, Ordering::SeqCst);
     }
 
     fn routes_to(&self, dst: u16) -> bool {
@@ -262,18 +302,40 @@ mod tests {
         for i in 0..3u8 {
             a.send_frame(2, &[i]).unwrap();
         }
-        assert!(readable(b.readable_fd().unwrap()));
         assert_eq!(sw.dropped_frames(), 1);
         assert_eq!(b.dropped_frames(), 1);
+        // Frames are waiting: a reader about to sleep is told not to.
+        assert!(!b.prepare_wait());
         let mut buf = [0u8; 4];
         assert_eq!(b.try_recv_frame(&mut buf).unwrap(), Some(1));
         assert_eq!(buf[0], 0);
         assert_eq!(b.try_recv_frame(&mut buf).unwrap(), Some(1));
         assert_eq!(buf[0], 1);
         assert_eq!(b.try_recv_frame(&mut buf).unwrap(), None);
+    }
+
+    #[test]
+    fn senders_signal_only_a_reader_that_announced_its_sleep() {
+        let sw = InProcSwitch::new();
+        let mut a = sw.port(1);
+        let mut b = sw.port(2);
+        // A busy (polling) reader costs the sender no syscall: nothing is signalled.
+        a.send_frame(2, b"x").unwrap();
         assert!(!readable(b.readable_fd().unwrap()));
-        a.send_frame(2, &[9]).unwrap();
+        let mut buf = [0u8; 4];
+        assert_eq!(b.try_recv_frame(&mut buf).unwrap(), Some(1));
+        // A reader going to sleep: the next frame makes its fd readable.
+        assert!(b.prepare_wait());
+        assert!(!readable(b.readable_fd().unwrap()));
+        a.send_frame(2, b"y").unwrap();
         assert!(readable(b.readable_fd().unwrap()));
+        b.end_wait();
+        assert_eq!(b.try_recv_frame(&mut buf).unwrap(), Some(1));
+        // A re-attached destination is found again (the sender's route cache is renewed).
+        let mut b2 = sw.port(2);
+        a.send_frame(2, b"z").unwrap();
+        assert_eq!(b2.try_recv_frame(&mut buf).unwrap(), Some(1));
+        assert_eq!(b.try_recv_frame(&mut buf).unwrap(), None);
     }
 
     #[test]
