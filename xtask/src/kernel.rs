@@ -642,6 +642,23 @@ mod tests {
     }
 
     #[test]
+    fn run_logged_counts_steps_and_reports_a_failure_with_its_log() {
+        let dir = std::env::temp_dir().join(format!("xtask-kernel-test-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let log = dir.join("ok.log");
+        let mut ok = Command::new("sh");
+        ok.args(["-c", "echo '  CC      a.o'; echo noise; echo '  LD      vmlinux' >&2"]);
+        assert_eq!(run_logged("ok", &mut ok, &log, None).unwrap(), 2);
+        let log = dir.join("fail.log");
+        let mut fail = Command::new("sh");
+        fail.args(["-c", "echo 'error: something broke'; exit 3"]);
+        let e = run_logged("failing step", &mut fail, &log, None).unwrap_err().to_string();
+        assert!(e.contains("failing step failed") && e.contains(&log.display().to_string()), "{e}");
+        assert!(fs::read_to_string(&log).unwrap().contains("something broke"));
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn fnv_separates_parts() {
         assert_ne!(fnv(&[b"ab", b"c"]), fnv(&[b"a", b"bc"]));
     }

@@ -17,10 +17,12 @@
 //! here and gzipped. `--cmd` reaches the guest base64-encoded as `trapeze_cmd=` on the
 //! kernel command line.
 //!
-//! Children are started through `setpriv --pdeathsig KILL`, so they die with xtask even if
-//! it is killed; a drop guard kills them and removes RAM files, sockets and the initramfs on
-//! every return. Console and process logs stay until the next `cargo xtask vm`, which
-//! removes the runtime directories of runs whose xtask is gone.
+//! A drop guard kills every child and removes RAM files, sockets and the initramfs on every
+//! return, error or not; SIGINT, SIGTERM and SIGHUP end the run through it (once the
+//! children start, a handler turns them into an error). Children are also started through
+//! `setpriv --pdeathsig KILL`, so they die with xtask even if it is SIGKILLed. Console and
+//! process logs stay until the next `cargo xtask vm`, which removes the runtime directories
+//! of runs whose xtask is gone (and anything such a run left behind).
 
 use anyhow::{bail, ensure, Context};
 use std::fs;
@@ -28,7 +30,16 @@ use std::io::{Read, Write};
 use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+
+/// Set by the SIGINT/SIGTERM/SIGHUP handler; the waiting loops turn it into an error.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+fn check_interrupted() -> anyhow::Result<()> {
+    ensure!(!INTERRUPTED.load(Ordering::Relaxed), "interrupted by a signal: stopping the guests");
+    Ok(())
+}
 
 /// The ivshmem-doorbell device's PCI id (vendor:device) as the guest lists it.
 pub const IVSHMEM_PCI_ID: &str = "1af4:1110";
@@ -67,7 +78,8 @@ pub struct VmArgs {
     /// Extra words for the kernel command line.
     #[arg(long, value_name = "WORDS")]
     append: Option<String>,
-    /// Do not echo the guests' console output (from /init on) to the terminal.
+    /// Do not echo the guests' console output (from /init on) to the terminal while they
+    /// run; print the lines that matter at the end (what --smoke does).
     #[arg(long)]
     quiet: bool,
 }
@@ -87,6 +99,8 @@ pub fn run(a: VmArgs) -> anyhow::Result<()> {
     let nic_bin = target_dir()?.join("debug/trapeze-nic");
     ensure!(nic_bin.exists(), "{} was not built", nic_bin.display());
 
+    // From here on a signal must not kill xtask before its drop guard has run.
+    ctrlc::set_handler(|| INTERRUPTED.store(true, Ordering::Relaxed)).context("installing the signal handler")?;
     let runtime = runtime_base()?;
     prune_stale(&runtime);
     let dir = runtime.join(format!("vm-{}", std::process::id()));
@@ -153,7 +167,8 @@ pub fn run(a: VmArgs) -> anyhow::Result<()> {
         );
     }
 
-    let all_off = cluster.wait(Duration::from_secs(a.timeout), !a.quiet)?;
+    // The smoke test prints the console lines that matter at the end instead.
+    let all_off = cluster.wait(Duration::from_secs(a.timeout), !(a.quiet || a.smoke))?;
     eprintln!();
     let mut failures = Vec::new();
     for g in &cluster.guests {
@@ -172,8 +187,8 @@ pub fn run(a: VmArgs) -> anyhow::Result<()> {
             g.exit.as_ref().map_or("killed".to_string(), |e| e.0.to_string()),
         );
         if a.smoke || a.quiet {
-            for l in console.lines().filter(|l| report::interesting(l)) {
-                eprintln!("    | {}", l.trim_end());
+            for l in console.lines().filter(|l| interesting(l)) {
+                eprintln!("    | {}", printable(l));
             }
         }
         if !report.ok(a.smoke) {
@@ -229,13 +244,33 @@ impl GuestReport {
     }
 }
 
-mod report {
-    /// Console lines worth repeating in the summary.
-    pub fn interesting(l: &str) -> bool {
-        ["trapeze-guest:", "rust_minimal", "Linux version", "reboot:", "Kernel panic", "ivshmem"]
-            .iter()
-            .any(|k| l.contains(k))
+/// A console line without terminal escape sequences (the BIOS clears the screen) and
+/// other control characters.
+fn printable(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\u{1b}' => {
+                // ESC [ params letter, or ESC + one character.
+                if chars.next_if_eq(&'[').is_some() {
+                    while chars.next().is_some_and(|c| !c.is_ascii_alphabetic()) {}
+                } else {
+                    chars.next();
+                }
+            }
+            c if c.is_control() => {}
+            c => out.push(c),
+        }
     }
+    out.trim_end().to_string()
+}
+
+/// Console lines worth repeating in the summary.
+fn interesting(l: &str) -> bool {
+    ["trapeze-guest:", "rust_minimal", "Linux version", "reboot:", "Kernel panic", "ivshmem"]
+        .iter()
+        .any(|k| l.contains(k))
 }
 
 /// One guest: its NIC, its QEMU and their files.
@@ -321,6 +356,7 @@ impl Cluster {
         eprintln!("  guest {idx}: trapeze-nic pid {} (ivshmem server {})", child.id(), g.ivshmem.display());
         g.nic = Some(child);
         loop {
+            check_interrupted()?;
             let text = fs::read_to_string(&g.nic_log).unwrap_or_default();
             if text.contains("ivshmem server") && g.ivshmem.exists() {
                 break;
@@ -367,6 +403,7 @@ impl Cluster {
     fn wait(&mut self, timeout: Duration, echo: bool) -> anyhow::Result<bool> {
         let t = Instant::now();
         loop {
+            check_interrupted()?;
             let mut running = 0;
             for g in &mut self.guests {
                 if echo {
@@ -431,7 +468,7 @@ impl Guest {
                 self.echoing = true;
             }
             if self.echoing {
-                let _ = writeln!(out, "  [g{}] {}", self.idx, l.trim_end_matches('\r'));
+                let _ = writeln!(out, "  [g{}] {}", self.idx, printable(l));
             }
         }
     }
@@ -546,7 +583,7 @@ impl Cpio {
         self.pad();
     }
     fn pad(&mut self) {
-        while self.buf.len() % 4 != 0 {
+        while !self.buf.len().is_multiple_of(4) {
             self.buf.push(0);
         }
     }
@@ -564,7 +601,7 @@ impl Cpio {
     }
     fn finish(mut self) -> Vec<u8> {
         self.entry("TRAILER!!!", 0, 1, (0, 0), &[]);
-        while self.buf.len() % 512 != 0 {
+        while !self.buf.len().is_multiple_of(512) {
             self.buf.push(0);
         }
         self.buf
@@ -615,10 +652,9 @@ fn prune_stale(base: &Path) {
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
         let Some(pid) = name.strip_prefix("vm-").and_then(|p| p.parse::<u32>().ok()) else { continue };
-        if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
-            if fs::remove_dir_all(e.path()).is_ok() {
-                eprintln!("  removed the previous run's {}", e.path().display());
-            }
+        let gone = pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists();
+        if gone && fs::remove_dir_all(e.path()).is_ok() {
+            eprintln!("  removed the previous run's {}", e.path().display());
         }
     }
 }
@@ -657,6 +693,11 @@ mod tests {
         assert_eq!(base64(b"fo"), "Zm8=");
         assert_eq!(base64(b"foo"), "Zm9v");
         assert_eq!(base64(b"insmod x && rmmod x"), "aW5zbW9kIHggJiYgcm1tb2QgeA==");
+    }
+
+    #[test]
+    fn escapes_are_dropped_from_console_lines() {
+        assert_eq!(printable("Booting from ROM..\u{1b}c\u{1b}[?7l\u{1b}[2JLinux version 6.12\r"), "Booting from ROM..Linux version 6.12");
     }
 
     #[test]
