@@ -9,6 +9,9 @@ pub struct TestArgs {
     /// Skip building the riscv32 firmware image.
     #[arg(long)]
     no_image: bool,
+    /// Skip the guest stage (test kernel + a QEMU guest on a virtual NIC).
+    #[arg(long)]
+    no_vm: bool,
 }
 
 pub fn run(a: TestArgs) -> anyhow::Result<()> {
@@ -20,6 +23,14 @@ pub fn run(a: TestArgs) -> anyhow::Result<()> {
     if !a.no_image {
         step("firmware image: riscv32imac build and NIC-memory budget", || {
             crate::cargo(&["run", "--quiet", "--locked", "-p", "xtask", "--", "build"])
+        })?;
+    }
+    if !a.no_vm {
+        // Heavy on a fresh machine (the kernel build, ~15 min on 2 cores), cached under
+        // ~/.cache/trapeze afterwards: each step says whether it built or reused.
+        step("guests: the cached Rust-enabled test kernel, one QEMU guest on a virtual NIC", || {
+            crate::cargo(&["run", "--quiet", "--locked", "-p", "xtask", "--", "kernel"])?;
+            crate::cargo(&["run", "--quiet", "--locked", "-p", "xtask", "--", "vm", "--smoke"])
         })?;
     }
     eprintln!("xtask test: all stages passed in {:.0?}", t0.elapsed());
