@@ -10,9 +10,14 @@
 //!   to the NIC's [`Notifier`](crate::engines::Notifier)); further vectors can be raised
 //!   with [`IvshmemServer::interrupt_guest`];
 //! * **Doorbell** (BAR0 + 0xC): a guest write of `(0 << 16) | v` signals the server's
-//!   (peer 0's) eventfd `v`, and every one of those is a NIC doorbell
-//!   ([`Wakers::add_doorbell`](crate::engines::Wakers::add_doorbell)), so it wakes a
-//!   parked NIC.
+//!   (peer 0's) eventfd `v`. Vector [`REQUEST_VECTOR`] (1) is the *device-request*
+//!   doorbell: the server carries out the request the guest wrote to the control block's
+//!   `HOST_REQ` word (halt the NIC processor, or start its firmware afresh; see
+//!   `iface::layout::host_req`) and echoes it in `HOST_REQ_DONE`. This is how a guest
+//!   driver gets the fresh endpoint a user-space host gets from `attach`, and how it
+//!   stops all DMA into its memory before it frees its frames. Every other vector is a
+//!   NIC doorbell ([`Wakers::add_doorbell`](crate::engines::Wakers::add_doorbell)): it
+//!   wakes a parked NIC.
 //!
 //! # Protocol (QEMU `docs/specs/ivshmem-spec.rst`, as QEMU 7.2 implements it)
 //! Every message is one little-endian `i64` sent in its own `sendmsg`, carrying at most
@@ -58,6 +63,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
+use trapeze_firmware::iface::layout::{ctrl, ctrl_word, host_req};
+use trapeze_firmware::iface::mem::NicMemory;
 
 /// The protocol version the server announces (the only one QEMU accepts).
 pub const PROTOCOL_VERSION: i64 = 0;
@@ -71,6 +78,8 @@ pub const MAX_VECTORS: u32 = 64;
 pub const MAX_PEER_ID: u16 = u16::MAX;
 /// How long one send of the handshake may block on a guest that does not read.
 pub const SEND_TIMEOUT: Duration = Duration::from_secs(5);
+/// The doorbell vector (of peer 0) that asks the device to carry out `ctrl::HOST_REQ`.
+pub const REQUEST_VECTOR: usize = 1;
 
 /// The `ivshmem-doorbell` peer id of the n-th guest: guests count from 1, wrapping
 /// within `1..=MAX_PEER_ID` (0 is the server).
@@ -216,19 +225,23 @@ struct Guest {
     sock: OwnedFd,
     /// The guest's MSI-X vectors (vector 0 is on the NIC's notifier).
     vectors: Vec<Arc<OwnedFd>>,
-    /// Peer 0's eventfds as handed to this guest (all on the NIC's doorbell list).
+    /// Peer 0's eventfds as handed to this guest: [`REQUEST_VECTOR`] is polled by the
+    /// server thread, every other one is on the NIC's doorbell list.
     doorbells: Vec<Arc<OwnedFd>>,
 }
 
 impl Server {
     fn run(&mut self) {
         loop {
-            let (stop, accept, guest_event) = {
-                let mut fds = Vec::with_capacity(3);
+            let (stop, accept, guest_event, request) = {
+                let mut fds = Vec::with_capacity(4);
                 fds.push(PollFd::new(self.stop.as_ref(), PollFlags::IN));
                 fds.push(PollFd::new(&self.listener, PollFlags::IN));
                 if let Some(g) = &self.guest {
                     fds.push(PollFd::new(&g.sock, PollFlags::IN));
+                    if let Some(d) = g.doorbells.get(REQUEST_VECTOR) {
+                        fds.push(PollFd::new(d.as_ref(), PollFlags::IN));
+                    }
                 }
                 match poll(&mut fds, None) {
                     Ok(_) => {}
@@ -239,10 +252,13 @@ impl Server {
                     }
                 }
                 let ev = |i: usize| fds.get(i).is_some_and(|f| !f.revents().is_empty());
-                (ev(0), ev(1), ev(2))
+                (ev(0), ev(1), ev(2), ev(3))
             };
             if stop {
                 break;
+            }
+            if request {
+                self.service_request();
             }
             if guest_event {
                 self.service_guest();
@@ -299,8 +315,10 @@ impl Server {
             Ok((vectors, doorbells)) => {
                 self.last_id = id;
                 s.notifier.add(vectors[0].clone());
-                for d in &doorbells {
-                    s.wakers.add_doorbell(d.clone());
+                for (v, d) in doorbells.iter().enumerate() {
+                    if v != REQUEST_VECTOR {
+                        s.wakers.add_doorbell(d.clone());
+                    }
                 }
                 *lock(&self.shared.guest) = Some(GuestView { id, vectors: vectors.clone() });
                 self.shared.accepted.fetch_add(1, Ordering::Relaxed);
@@ -340,6 +358,26 @@ impl Server {
         drop(conn);
     }
 
+    /// The guest rang the device-request doorbell: carry out `ctrl::HOST_REQ` unless it
+    /// was already done (doorbell signals merge, so one ring may stand for several).
+    fn service_request(&mut self) {
+        let Some(g) = &self.guest else { return };
+        if let Some(d) = g.doorbells.get(REQUEST_VECTOR) {
+            let mut b = [0u8; 8];
+            let _ = rustix::io::read(d.as_fd(), &mut b);
+        }
+        let id = g.id;
+        if let Some((req, status)) = carry_out_request(&self.nic) {
+            tracing::info!(
+                "ivshmem: guest {id} of NIC {}: device request {} (seq {}): {}",
+                self.nic.shared().name,
+                request_name(req & host_req::OP_MASK),
+                req >> host_req::SEQ_SHIFT,
+                if status == host_req::STATUS_OK { "done".to_string() } else { format!("status {status}") }
+            );
+        }
+    }
+
     /// Unwire a guest from the NIC and give the endpoint back.
     fn release(&self, g: Guest, why: &str) {
         let s = self.nic.shared();
@@ -353,6 +391,43 @@ impl Server {
         // With one guest per NIC there is no other peer to send "peer {id} left" to.
         drop(g);
     }
+}
+
+fn request_name(op: u32) -> &'static str {
+    match op {
+        host_req::HALT => "HALT",
+        host_req::START => "START",
+        _ => "unknown",
+    }
+}
+
+/// Carry out the request in `nic`'s `ctrl::HOST_REQ` if it differs from the last one done
+/// (`ctrl::HOST_REQ_DONE`): write the status, then echo the request with `Release`.
+/// Returns the request and its status, or `None` if there was nothing new.
+pub fn carry_out_request(nic: &Nic) -> Option<(u32, u32)> {
+    let mem = nic.mem();
+    let req = mem.load(ctrl_word(ctrl::HOST_REQ), Ordering::Acquire);
+    if req == mem.load_relaxed(ctrl_word(ctrl::HOST_REQ_DONE)) {
+        return None;
+    }
+    let result = match req & host_req::OP_MASK {
+        host_req::HALT => Some(nic.halt()),
+        // `reset` halts (if running) and starts the firmware it last ran, waiting for the
+        // ready word: the firmware starts on fresh rings with the host's configuration.
+        host_req::START => Some(nic.reset()),
+        _ => None,
+    };
+    let status = match result {
+        Some(Ok(())) => host_req::STATUS_OK,
+        Some(Err(e)) => {
+            tracing::warn!("NIC {}: device request {req:#x} failed: {e:#}", nic.shared().name);
+            host_req::STATUS_FAILED
+        }
+        None => host_req::STATUS_UNKNOWN_OP,
+    };
+    mem.store_relaxed(ctrl_word(ctrl::HOST_REQ_STATUS), status);
+    mem.store(ctrl_word(ctrl::HOST_REQ_DONE), req, Ordering::Release);
+    Some((req, status))
 }
 
 /// One protocol message: `val` as a little-endian i64, with at most one descriptor.
@@ -402,6 +477,43 @@ pub fn unregister_guest_ram(nic: &Nic) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn device_requests_halt_and_restart_the_firmware_once_each() {
+        use crate::link::backend::InProcSwitch;
+        use crate::link::faults::FaultConfig;
+        use crate::link::Link;
+        use crate::nic::FirmwareKind;
+        use trapeze_firmware::iface::layout::{FwState, NIC_NODE_VALID};
+
+        let sw = InProcSwitch::new();
+        let link = Link::new(3, Box::new(sw.port(3)), FaultConfig::default());
+        let nic = Nic::new("req-test", link, Duration::from_micros(50)).unwrap();
+        nic.start(FirmwareKind::Native).unwrap();
+        let mem = nic.mem();
+        let state = || mem.load(ctrl_word(ctrl::FW_STATE), Ordering::Acquire);
+        assert_eq!(mem.load_relaxed(ctrl_word(ctrl::NIC_NODE)), NIC_NODE_VALID | 3);
+        assert_eq!(carry_out_request(&nic), None, "no request yet");
+
+        let halt = 1 << host_req::SEQ_SHIFT | host_req::HALT;
+        mem.store(ctrl_word(ctrl::HOST_REQ), halt, Ordering::Release);
+        assert_eq!(carry_out_request(&nic), Some((halt, host_req::STATUS_OK)));
+        assert_eq!(state(), FwState::Halted as u32);
+        assert!(!nic.is_running());
+        assert_eq!(carry_out_request(&nic), None, "a repeated doorbell does nothing");
+
+        let start = 2 << host_req::SEQ_SHIFT | host_req::START;
+        mem.store(ctrl_word(ctrl::HOST_REQ), start, Ordering::Release);
+        assert_eq!(carry_out_request(&nic), Some((start, host_req::STATUS_OK)));
+        assert_eq!(state(), FwState::Ready as u32);
+        assert_eq!(mem.load(ctrl_word(ctrl::HOST_REQ_DONE), Ordering::Acquire), start);
+
+        let bad = 3 << host_req::SEQ_SHIFT | 0x7F;
+        mem.store(ctrl_word(ctrl::HOST_REQ), bad, Ordering::Release);
+        assert_eq!(carry_out_request(&nic), Some((bad, host_req::STATUS_UNKNOWN_OP)));
+        assert!(nic.is_running());
+        nic.halt().unwrap();
+    }
 
     #[test]
     fn peer_ids_skip_the_server_and_wrap() {

@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use trapeze_firmware::fw::Firmware;
-use trapeze_firmware::iface::layout::{ctrl, ctrl_word, Counter, FwState, NIC_MEM_BYTES};
+use trapeze_firmware::iface::layout::{ctrl, ctrl_word, Counter, FwState, NIC_MEM_BYTES, NIC_NODE_VALID};
 use trapeze_firmware::iface::mem::{AtomicWords, NicMemory};
 
 /// NIC memory as the firmware and host API see it.
@@ -147,6 +147,8 @@ impl Nic {
     /// processor polls before parking.
     pub fn new(name: &str, link: Link, spin: Duration) -> anyhow::Result<Nic> {
         let mem = Arc::new(Mapping::create_memfd(&format!("trapeze-nic-{name}"), NIC_MEM_BYTES as usize)?);
+        // The node id on the link, for hosts that see only NIC memory (a guest driver).
+        NicMem(mem.clone()).store(ctrl_word(ctrl::NIC_NODE), NIC_NODE_VALID | link.node() as u32, Ordering::Release);
         let shared = Arc::new(NicShared {
             node: link.node(),
             name: name.into(),

@@ -11,11 +11,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use trapeze_firmware::iface::layout::NIC_MEM_BYTES;
+use trapeze_firmware::iface::layout::{ctrl, ctrl_word, host_req, FwState, NIC_MEM_BYTES};
 use trapeze_vnic::control::{self, ControlClient, Request};
 use trapeze_vnic::dma::Machine;
 use trapeze_vnic::fdpass::{connect, recv_with_fds};
-use trapeze_vnic::ivshmem::{register_guest_ram, unregister_guest_ram, IvshmemServer, MAX_VECTORS};
+use trapeze_vnic::ivshmem::{register_guest_ram, unregister_guest_ram, IvshmemServer, MAX_VECTORS, REQUEST_VECTOR};
 use trapeze_vnic::link::backend::InProcSwitch;
 use trapeze_vnic::link::{FaultConfig, Link};
 use trapeze_vnic::nic::{FirmwareKind, Nic};
@@ -157,7 +157,8 @@ fn handshake_hands_over_nic_memory_and_wires_interrupts_and_doorbells() {
     assert_eq!(g.id, 1);
     assert!(wait_until(STEP, || server.guest() == Some(1)), "server never wired the guest");
     assert!(nic.shared().host_attached.load(Ordering::Acquire));
-    assert_eq!(doorbell_count(&nic), 2);
+    // Vector 1 is the device-request doorbell, not a NIC doorbell.
+    assert_eq!(doorbell_count(&nic), 1);
 
     // BAR2 is NIC memory: the whole memfd, both directions.
     let shm_file = std::fs::File::from(g.shm);
@@ -192,11 +193,32 @@ fn handshake_hands_over_nic_memory_and_wires_interrupts_and_doorbells() {
     assert!(wait_until(STEP, || parks() != p));
     let idle_sleep = t.elapsed();
     assert!(idle_sleep >= Duration::from_millis(50), "an unwoken parked NIC slept only {idle_sleep:?}");
-    for (v, fd) in g.nic_doorbells.iter().enumerate() {
+    for (v, fd) in g.nic_doorbells.iter().enumerate().filter(|&(v, _)| v != REQUEST_VECTOR) {
         let dt = wake_latency(&nic, fd);
         assert!(dt < Duration::from_millis(50), "doorbell vector {v} woke the NIC only after {dt:?}");
         eprintln!("doorbell vector {v}: NIC woke and parked again in {dt:?} (unwoken: {idle_sleep:?})");
     }
+
+    // The device-request doorbell: what a guest driver does through BAR2 + Doorbell
+    // (0 << 16) | 1 to halt the NIC before it frees its frames, and to start it afresh.
+    let word = |rel: u32| &bar2.words()[(ctrl_word(rel) / 4) as usize];
+    let request = |seq: u32, op: u32| {
+        let req = seq << host_req::SEQ_SHIFT | op;
+        word(ctrl::HOST_REQ).store(req, Ordering::Release);
+        signal(&g.nic_doorbells[REQUEST_VECTOR]);
+        assert!(
+            wait_until(STEP, || word(ctrl::HOST_REQ_DONE).load(Ordering::Acquire) == req),
+            "device request {req:#x} not carried out"
+        );
+        word(ctrl::HOST_REQ_STATUS).load(Ordering::Relaxed)
+    };
+    assert_eq!(request(1, host_req::HALT), host_req::STATUS_OK);
+    assert!(!nic.is_running());
+    assert_eq!(word(ctrl::FW_STATE).load(Ordering::Acquire), FwState::Halted as u32);
+    assert_eq!(request(2, host_req::START), host_req::STATUS_OK);
+    assert!(nic.is_running());
+    assert_eq!(word(ctrl::FW_STATE).load(Ordering::Acquire), FwState::Ready as u32);
+    assert_eq!(request(3, 0x42), host_req::STATUS_UNKNOWN_OP);
     nic.halt().unwrap();
 
     // Disconnect: unwired, endpoint released.

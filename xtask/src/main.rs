@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! `cargo xtask` — the one entry point: build the firmware image, flash it into running
 //! virtual NICs, run the tests, run the benchmarks, run the demonstration, build the guest
-//! kernel and boot QEMU guests. Each command lives in its own module.
+//! kernel and its module, and boot QEMU guests. Each command lives in its own module.
 
 mod bench;
 mod build;
 mod flash;
 mod kernel;
+mod module;
 mod prereq;
 mod run;
 mod test;
@@ -37,8 +38,12 @@ enum Cmd {
     /// Build the guest kernel (linux-source-6.12, Rust enabled) into ~/.cache/trapeze,
     /// installing what is missing; steps already done are skipped.
     Kernel(kernel::KernelArgs),
+    /// Build the kernel module trapeze.ko (kernel-crate/) against the cached kernel;
+    /// `--clippy` lints it with the kernel's clippy settings.
+    Module(module::ModuleArgs),
     /// Boot QEMU guests (TCG) on the cached kernel, each with a virtual NIC as an
-    /// ivshmem-doorbell PCI device; `--smoke` checks one guest boots and powers off.
+    /// ivshmem-doorbell PCI device; `--smoke` checks one guest boots and powers off;
+    /// `--module-test` loads trapeze.ko in two guests that ping each other.
     Vm(vm::VmArgs),
 }
 
@@ -51,6 +56,7 @@ fn main() {
         Cmd::Bench(a) => bench::run(a),
         Cmd::Run(a) => run::run(a),
         Cmd::Kernel(a) => kernel::run(a),
+        Cmd::Module(a) => module::run(a),
         Cmd::Vm(a) => vm::run(a),
     };
     if let Err(e) = result {

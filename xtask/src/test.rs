@@ -9,7 +9,7 @@ pub struct TestArgs {
     /// Skip building the riscv32 firmware image.
     #[arg(long)]
     no_image: bool,
-    /// Skip the guest stage (test kernel + a QEMU guest on a virtual NIC).
+    /// Skip the guest stages (test kernel, QEMU guests on virtual NICs, the kernel module).
     #[arg(long)]
     no_vm: bool,
 }
@@ -31,6 +31,9 @@ pub fn run(a: TestArgs) -> anyhow::Result<()> {
         step("guests: the cached Rust-enabled test kernel, one QEMU guest on a virtual NIC", || {
             crate::cargo(&["run", "--quiet", "--locked", "-p", "xtask", "--", "kernel"])?;
             crate::cargo(&["run", "--quiet", "--locked", "-p", "xtask", "--", "vm", "--smoke"])
+        })?;
+        step("kernel module: two guests load trapeze.ko, ping 4 KB through their virtual NICs, unload", || {
+            crate::cargo(&["run", "--quiet", "--locked", "-p", "xtask", "--", "vm", "--module-test"])
         })?;
     }
     eprintln!("xtask test: all stages passed in {:.0?}", t0.elapsed());

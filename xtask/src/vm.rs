@@ -12,10 +12,19 @@
 //! * `qemu-system-x86_64 -machine pc -accel tcg` with `-device ivshmem-doorbell` on that
 //!   socket, the busybox initramfs and the serial console in `guestK.console`.
 //!
-//! The initramfs (`kernel-crate/guest/init` as `/init`, busybox, the kernel's modules in
-//! `/lib/modules`, optionally `--script` as `/etc/trapeze/run.sh`) is a newc cpio written
-//! here and gzipped. `--cmd` reaches the guest base64-encoded as `trapeze_cmd=` on the
-//! kernel command line.
+//! The initramfs (`kernel-crate/guest/init` as `/init`, busybox, the kernel's modules and
+//! any `--module` in `/lib/modules`, optionally `--script` as `/etc/trapeze/run.sh`) is a
+//! newc cpio written here and gzipped. `--cmd` reaches the guest base64-encoded as
+//! `trapeze_cmd=` on the kernel command line; `trapeze_guest=K` and `trapeze_guests=N`
+//! tell each guest who it is.
+//!
+//! `--module-test` builds `trapeze.ko` (`cargo xtask module`), boots at least two guests
+//! with it and `kernel-crate/guest/ping.sh` as their script: guest 0 loads it as node 0
+//! and answers pings, every other guest K loads it as node K with `ping_peer=0`, which
+//! sends node 0 a control message + 4 KB payload at load and checks the pong byte for
+//! byte; then every guest unloads it. It passes when each guest's console shows the
+//! endpoint up, its side of the ping, a clean `rmmod` (NIC halted, frames freed), the
+//! script's status 0, no oops/BUG/WARNING, and a clean power-off.
 //!
 //! A drop guard kills every child and removes RAM files, sockets and the initramfs on every
 //! return, error or not; SIGINT, SIGTERM and SIGHUP end the run through it (once the
@@ -53,6 +62,12 @@ const POWER_DOWN: &str = "reboot: Power down";
 const SMOKE_CMD: &str = "insmod /lib/modules/rust_minimal.ko && rmmod rust_minimal";
 /// How long a NIC may take to start listening.
 const NIC_START: Duration = Duration::from_secs(20);
+/// The guests' script under `--module-test`, relative to the workspace root.
+const MODULE_TEST_SCRIPT: &str = "kernel-crate/guest/ping.sh";
+/// Shortest power-off wait under `--module-test` (boot, load, ping retries, unload).
+const MODULE_TEST_TIMEOUT: u64 = 120;
+/// Console text that means the kernel is in trouble.
+const KERNEL_TROUBLE: [&str; 6] = ["Kernel panic", "Oops", "BUG:", "WARNING:", "Call Trace", "general protection fault"];
 
 #[derive(clap::Args)]
 pub struct VmArgs {
@@ -82,16 +97,34 @@ pub struct VmArgs {
     /// run; print the lines that matter at the end (what --smoke does).
     #[arg(long)]
     quiet: bool,
+    /// A kernel module (.ko) to add to the guests' /lib/modules (repeatable), e.g.
+    /// kernel-crate/trapeze.ko from `cargo xtask module`.
+    #[arg(long, value_name = "KO")]
+    module: Vec<PathBuf>,
+    /// Build trapeze.ko and test it in (at least) two guests: guest 0 loads it as node 0,
+    /// the others as node K pinging node 0 with a 4 KB payload; each checks its side,
+    /// unloads it and powers off. Exit status 0 or 1, with the console lines that matter.
+    #[arg(long, conflicts_with_all = ["smoke", "script", "cmd"])]
+    module_test: bool,
 }
 
-pub fn run(a: VmArgs) -> anyhow::Result<()> {
+pub fn run(mut a: VmArgs) -> anyhow::Result<()> {
     let t0 = Instant::now();
+    if a.module_test {
+        a.guests = a.guests.max(2);
+        a.timeout = a.timeout.max(MODULE_TEST_TIMEOUT);
+        a.script = Some(crate::workspace_root().join(MODULE_TEST_SCRIPT));
+    }
     let qemu = which("qemu-system-x86_64")
         .context("qemu-system-x86_64 not found (cargo xtask kernel installs qemu-system-x86)")?;
 
     eprintln!("==> guest kernel (cargo xtask kernel)");
     let kernel = crate::kernel::ensure(None, false)?;
     let bzimage = kernel.bzimage();
+    let mut extra_modules = a.module.clone();
+    if a.module_test {
+        extra_modules.push(crate::module::build(&kernel, false)?);
+    }
 
     eprintln!("==> virtual NIC: cargo build -p trapeze-vnic --bin trapeze-nic");
     crate::prereq::ensure_emulator_build_deps()?;
@@ -112,7 +145,12 @@ pub fn run(a: VmArgs) -> anyhow::Result<()> {
         Some(p) => Some(fs::read(p).with_context(|| format!("reading {}", p.display()))?),
         None => None,
     };
-    let modules = kernel.paths.modules();
+    let mut modules = kernel.paths.modules();
+    for m in &extra_modules {
+        ensure!(m.extension().is_some_and(|e| e == "ko"), "--module {}: not a .ko file", m.display());
+        ensure!(m.is_file(), "--module {}: no such file", m.display());
+        modules.push(m.clone());
+    }
     let initrd = build_initramfs(&dir, &modules, script.as_deref())?;
     cluster.remove_on_drop.push(initrd.clone());
 
@@ -147,7 +185,7 @@ pub fn run(a: VmArgs) -> anyhow::Result<()> {
         cluster.start_nic(k, &nic_bin, &args, setpriv)?;
     }
     for k in 0..a.guests {
-        let mut append = format!("console=ttyS0 panic=-1 trapeze_guest={k}");
+        let mut append = format!("console=ttyS0 panic=-1 trapeze_guest={k} trapeze_guests={}", a.guests);
         if let Some(c) = &cmd {
             append.push_str(&format!(" trapeze_cmd={}", base64(c.as_bytes())));
         }
@@ -168,30 +206,53 @@ pub fn run(a: VmArgs) -> anyhow::Result<()> {
     }
 
     // The smoke test prints the console lines that matter at the end instead.
-    let all_off = cluster.wait(Duration::from_secs(a.timeout), !(a.quiet || a.smoke))?;
+    let summary_only = a.quiet || a.smoke || a.module_test;
+    let all_off = cluster.wait(Duration::from_secs(a.timeout), !summary_only)?;
     eprintln!();
+    let mode = if a.module_test {
+        Mode::ModuleTest
+    } else if a.smoke {
+        Mode::Smoke
+    } else {
+        Mode::Plain
+    };
     let mut failures = Vec::new();
     for g in &cluster.guests {
         let console = fs::read_to_string(&g.console).unwrap_or_default();
-        let report = GuestReport::of(&console, g.exit.as_ref().map(|e| e.0));
+        let report = GuestReport::of(&console, g.exit.as_ref().map(|e| e.0), g.idx);
         let took = g.exit.as_ref().map_or("still running".to_string(), |e| format!("{:.1?}", e.1));
+        let ok = report.ok(mode);
+        let what = match mode {
+            Mode::ModuleTest => format!(
+                "trapeze.ko up: {}; {}: {}; rmmod clean: {}; script status 0: {}; kernel quiet: {}",
+                yes_no(report.trapeze_up),
+                if g.idx == 0 { "answered a ping" } else { "pong verified" },
+                yes_no(report.ping_ok),
+                yes_no(report.trapeze_removed),
+                yes_no(report.script_ok),
+                yes_no(!report.kernel_trouble),
+            ),
+            _ => format!(
+                "Rust module: {}",
+                if report.rust_loaded { "loaded and unloaded" } else if a.smoke { "NOT loaded" } else { "-" }
+            ),
+        };
         eprintln!(
-            "guest {}: {} PCI {}: {}; Rust module: {}; powered off: {} ({}, QEMU {})",
+            "guest {}: {} PCI {}: {}; {what}; powered off: {} ({}, QEMU {})",
             g.idx,
-            if report.ok(a.smoke) { "ok  " } else { "FAIL" },
+            if ok { "ok  " } else { "FAIL" },
             IVSHMEM_PCI_ID,
             yes_no(report.nic_listed),
-            if report.rust_loaded { "loaded and unloaded" } else if a.smoke { "NOT loaded" } else { "-" },
             yes_no(report.powered_off),
             took,
             g.exit.as_ref().map_or("killed".to_string(), |e| e.0.to_string()),
         );
-        if a.smoke || a.quiet {
+        if summary_only {
             for l in console.lines().filter(|l| interesting(l)) {
                 eprintln!("    | {}", printable(l));
             }
         }
-        if !report.ok(a.smoke) {
+        if !ok {
             failures.push(format!("guest {} (console {})", g.idx, g.console.display()));
         }
     }
@@ -200,12 +261,17 @@ pub fn run(a: VmArgs) -> anyhow::Result<()> {
     if !all_off {
         bail!("guests did not power off within {} s: {}", a.timeout, failures.join(", "));
     }
+    let name = match mode {
+        Mode::ModuleTest => "module test",
+        Mode::Smoke => "smoke test",
+        Mode::Plain => "vm run",
+    };
     if !failures.is_empty() {
-        bail!("{} failed: {}", if a.smoke { "smoke test" } else { "vm run" }, failures.join(", "));
+        bail!("{name} failed: {}", failures.join(", "));
     }
     eprintln!(
         "xtask vm: {} in {:.1?}",
-        if a.smoke { "smoke test passed" } else { "all guests powered off" },
+        if mode == Mode::Plain { "all guests powered off".to_string() } else { format!("{name} passed") },
         t0.elapsed()
     );
     Ok(())
@@ -219,15 +285,33 @@ fn yes_no(b: bool) -> &'static str {
     }
 }
 
+/// What a run checks in each guest.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Plain,
+    Smoke,
+    ModuleTest,
+}
+
 /// What a guest's console shows.
 struct GuestReport {
     nic_listed: bool,
     rust_loaded: bool,
     powered_off: bool,
+    /// trapeze.ko brought the endpoint up.
+    trapeze_up: bool,
+    /// trapeze.ko's remove halted the NIC and freed its frames.
+    trapeze_removed: bool,
+    /// Guest 0 answered a ping; any other guest had its pong verified.
+    ping_ok: bool,
+    /// The guest's script ended with status 0.
+    script_ok: bool,
+    kernel_trouble: bool,
 }
 
 impl GuestReport {
-    fn of(console: &str, exit: Option<ExitStatus>) -> Self {
+    fn of(console: &str, exit: Option<ExitStatus>, guest: u16) -> Self {
+        let kernel_trouble = KERNEL_TROUBLE.iter().any(|t| console.contains(t));
         GuestReport {
             nic_listed: console
                 .lines()
@@ -237,10 +321,29 @@ impl GuestReport {
             powered_off: console.contains(POWER_DOWN)
                 && !console.contains("Kernel panic")
                 && exit.is_some_and(|s| s.success()),
+            trapeze_up: console.lines().any(|l| l.contains("trapeze: ") && l.contains(" up: endpoint live")),
+            trapeze_removed: console.contains("removed: NIC halted, frames freed"),
+            ping_ok: console.lines().any(|l| {
+                l.contains("trapeze: ")
+                    && if guest == 0 {
+                        l.contains("answered with a pong")
+                    } else {
+                        l.contains("bytes verified byte for byte")
+                    }
+            }),
+            script_ok: console.contains("/etc/trapeze/run.sh exited with status 0"),
+            kernel_trouble,
         }
     }
-    fn ok(&self, smoke: bool) -> bool {
-        self.nic_listed && self.powered_off && (!smoke || self.rust_loaded)
+    fn ok(&self, mode: Mode) -> bool {
+        let base = self.nic_listed && self.powered_off;
+        match mode {
+            Mode::Plain => base,
+            Mode::Smoke => base && self.rust_loaded,
+            Mode::ModuleTest => {
+                base && self.trapeze_up && self.trapeze_removed && self.ping_ok && self.script_ok && !self.kernel_trouble
+            }
+        }
     }
 }
 
@@ -268,8 +371,9 @@ fn printable(line: &str) -> String {
 
 /// Console lines worth repeating in the summary.
 fn interesting(l: &str) -> bool {
-    ["trapeze-guest:", "rust_minimal", "Linux version", "reboot:", "Kernel panic", "ivshmem"]
+    ["trapeze-guest:", "trapeze-test:", "trapeze: ", "rust_minimal", "Linux version", "reboot:", "ivshmem"]
         .iter()
+        .chain(KERNEL_TROUBLE.iter())
         .any(|k| l.contains(k))
 }
 
@@ -716,9 +820,27 @@ mod tests {
     #[test]
     fn report_needs_the_nic_and_a_clean_poweroff() {
         let good = "trapeze-guest: pci 0000:00:02.0 1af4:1110 class 050000\nreboot: Power down\n";
-        let r = GuestReport::of(good, Some(ExitStatus::default()));
-        assert!(r.ok(false) && !r.ok(true));
+        let r = GuestReport::of(good, Some(ExitStatus::default()), 0);
+        assert!(r.ok(Mode::Plain) && !r.ok(Mode::Smoke) && !r.ok(Mode::ModuleTest));
         let panic = format!("{good}Kernel panic - not syncing\n");
-        assert!(!GuestReport::of(&panic, Some(ExitStatus::default())).ok(false));
+        assert!(!GuestReport::of(&panic, Some(ExitStatus::default()), 0).ok(Mode::Plain));
+    }
+
+    #[test]
+    fn module_test_needs_each_side_of_the_ping_and_a_clean_unload() {
+        let common = "trapeze-guest: pci 0000:00:03.0 1af4:1110 class 050000\n\
+            [    3.1] trapeze: 0000:00:03.0: node 1 up: endpoint live, 32 receive frames\n\
+            [    5.2] trapeze: 0000:00:03.0: node 1 removed: NIC halted, frames freed\n\
+            trapeze-guest: /etc/trapeze/run.sh exited with status 0\nreboot: Power down\n";
+        let pinger = format!("{common}[ 4.0] trapeze: pong 2 from node 0: 4096 bytes verified byte for byte (crc 1), round trip 900 us\n");
+        let ok = Some(ExitStatus::default());
+        assert!(GuestReport::of(&pinger, ok, 1).ok(Mode::ModuleTest));
+        assert!(!GuestReport::of(&pinger, ok, 0).ok(Mode::ModuleTest), "guest 0 must answer, not ping");
+        let answered = format!("{common}[ 4.0] trapeze: ping 2 from node 1: 4096 bytes; answered with a pong\n");
+        assert!(GuestReport::of(&answered, ok, 0).ok(Mode::ModuleTest));
+        let oops = format!("{answered}BUG: kernel NULL pointer dereference\n");
+        assert!(!GuestReport::of(&oops, ok, 0).ok(Mode::ModuleTest));
+        let failed = answered.replace("status 0", "status 1");
+        assert!(!GuestReport::of(&failed, ok, 0).ok(Mode::ModuleTest));
     }
 }

@@ -84,6 +84,13 @@ pub mod ctrl {
     /// host: bumped after changing any config word; the firmware reloads config when it
     /// sees a new value and echoes it in [`FW_CONFIG_SEQ`].
     pub const CONFIG_SEQ: u32 = 0x020;
+    /// host: a request to the NIC device itself, not to its firmware, for hosts that
+    /// reach the NIC only through NIC memory and doorbells (a QEMU guest's driver):
+    /// `seq << host_req::SEQ_SHIFT | op` ([`super::host_req`]). Write it with `Release`,
+    /// then ring the device-request doorbell (ivshmem: vector 1 of peer 0); the device
+    /// carries it out and echoes the word in [`HOST_REQ_DONE`]. A new request needs a new
+    /// `seq`.
+    pub const HOST_REQ: u32 = 0x024;
 
     /// fw: [`super::FwState`] — the ready word a loader waits for.
     pub const FW_STATE: u32 = 0x040;
@@ -103,12 +110,47 @@ pub mod ctrl {
     /// fw: why the firmware stopped, if FW_STATE is FAULT.
     pub const FW_FAULT: u32 = 0x05C;
 
+    /// device (the NIC, not its firmware): 0 if the request in [`HOST_REQ_DONE`]
+    /// succeeded, else a `host_req::STATUS_*` code; written before `HOST_REQ_DONE`.
+    pub const HOST_REQ_STATUS: u32 = 0x0C0;
+    /// device: the last [`HOST_REQ`] value carried out, stored with `Release` after
+    /// [`HOST_REQ_STATUS`]. A host waits for it to equal the request it wrote.
+    pub const HOST_REQ_DONE: u32 = 0x0C4;
+    /// device: this NIC's node id on its link, as `super::NIC_NODE_VALID | id`, published
+    /// by the NIC when it is created (like an adapter's burnt-in address); 0 if unknown.
+    /// A host should configure `NODE_ID` to it: the link routes packets by node id.
+    pub const NIC_NODE: u32 = 0x0C8;
+
     /// fw: counters, [`super::Counter::COUNT`] × u64 (low word first).
     pub const COUNTERS: u32 = 0x100;
 }
 
 pub const ENDPOINT_MAGIC: u32 = 0x545A_5045; // "TPZE"
 pub const LAYOUT_VERSION: u32 = 1;
+/// Set in `ctrl::NIC_NODE` when the word holds a node id (bits 0..16).
+pub const NIC_NODE_VALID: u32 = 1 << 31;
+
+/// Requests to the NIC device in `ctrl::HOST_REQ` (see there for the handshake).
+pub mod host_req {
+    /// The operation is in bits 0..8 …
+    pub const OP_MASK: u32 = 0xFF;
+    /// … and a host-chosen sequence number above them.
+    pub const SEQ_SHIFT: u32 = 8;
+    /// Stop the NIC processor: no DMA and no delivery until `START`; `FW_STATE` reads
+    /// `Halted` once done. Idempotent.
+    pub const HALT: u32 = 1;
+    /// Start the firmware afresh (halting it first if it runs): the firmware reads the
+    /// control block's configuration and starts at ring position 0 on both rings, so the
+    /// host initialises its endpoint while halted, then asks for `START`. Done once
+    /// `FW_STATE` reads `Ready`.
+    pub const START: u32 = 2;
+
+    pub const STATUS_OK: u32 = 0;
+    /// The device could not carry the request out (its log says why).
+    pub const STATUS_FAILED: u32 = 1;
+    /// Unknown operation.
+    pub const STATUS_UNKNOWN_OP: u32 = 2;
+}
 
 /// Firmware life-cycle, published in `ctrl::FW_STATE`.
 #[repr(u32)]
@@ -251,6 +293,7 @@ const _: () = {
     assert!(CTRL_OFF == IMAGE_RAM_OFF + IMAGE_RAM_BYTES);
     assert!(SEND_RING_OFF >= CTRL_OFF + CTRL_BYTES);
     assert!(ctrl::COUNTERS + 8 * Counter::COUNT as u32 <= CTRL_BYTES);
+    assert!(ctrl::FW_FAULT < ctrl::HOST_REQ_STATUS && ctrl::NIC_NODE < ctrl::COUNTERS);
     assert!(SEND_RING_ENTRIES.is_power_of_two() && RECV_RING_ENTRIES.is_power_of_two());
     assert!(STAGING_OFF % 8 == 0 && RECV_STAGING_OFF % 8 == 0);
     assert!(RECV_STAGING_OFF + RECV_STAGING_BYTES == NIC_MEM_BYTES);

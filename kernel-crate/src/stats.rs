@@ -1,0 +1,106 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! The driver's counters: module-wide atomics (one NIC per guest), shown read-only in
+//! `/sys/module/trapeze/parameters/stats` and printed on unload. The firmware's own
+//! counters live in the NIC's control block; the driver prints them on unload.
+
+#![forbid(unsafe_code)]
+
+use crate::sys::param::Show;
+use core::fmt::Write;
+use core::sync::atomic::{AtomicU64, Ordering};
+
+/// One counter.
+pub(crate) struct Counter(AtomicU64);
+
+impl Counter {
+    const fn new() -> Self {
+        Self(AtomicU64::new(0))
+    }
+    pub(crate) fn inc(&self) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+    pub(crate) fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+macro_rules! counters {
+    ($($name:ident: $doc:literal,)*) => {
+        /// The driver's counters.
+        pub(crate) struct Stats {
+            $(#[doc = $doc] pub(crate) $name: Counter,)*
+        }
+
+        /// The counters of this module.
+        pub(crate) static STATS: Stats = Stats { $($name: Counter::new(),)* };
+
+        impl Stats {
+            /// Every counter as (name, value).
+            pub(crate) fn each(&self, mut f: impl FnMut(&'static str, u64)) {
+                $(f(stringify!($name), self.$name.get());)*
+            }
+        }
+    };
+}
+
+counters! {
+    irqs: "threaded IRQ handler runs",
+    irqs_empty: "handler runs that found no message (merged or early interrupts)",
+    rx_msgs: "messages taken from the receive ring",
+    rx_unknown: "messages that are not ping or pong",
+    rx_refused: "messages whose payload the NIC refused (no frame, bad token, DMA)",
+    tx_msgs: "messages posted to the send ring",
+    tx_ring_full: "sends not posted: send ring full",
+    tx_no_frame: "sends not posted: no free transmit frame",
+    tx_errors: "send completions with an error status",
+    pings_sent: "pings posted",
+    pings_answered: "pings answered with a pong",
+    pongs_ok: "pongs whose payload matched the ping byte for byte",
+    pongs_bad: "pongs with a wrong length, checksum or payload byte",
+    pongs_stale: "pongs for a ping no longer waited for",
+    bad_nic_access: "NIC-memory accesses outside the BAR (refused)",
+}
+
+/// A `fmt::Write` into a byte slice that truncates (at a character boundary).
+pub(crate) struct SliceWriter<'a> {
+    out: &'a mut [u8],
+    len: usize,
+}
+
+impl<'a> SliceWriter<'a> {
+    pub(crate) fn new(out: &'a mut [u8]) -> Self {
+        Self { out, len: 0 }
+    }
+
+    /// What was written.
+    pub(crate) fn as_str(&self) -> &str {
+        core::str::from_utf8(&self.out[..self.len]).unwrap_or("?")
+    }
+}
+
+impl Write for SliceWriter<'_> {
+    fn write_str(&mut self, s: &str) -> core::fmt::Result {
+        let room = self.out.len() - self.len;
+        let mut n = s.len().min(room);
+        while !s.is_char_boundary(n) {
+            n -= 1;
+        }
+        self.out[self.len..self.len + n].copy_from_slice(&s.as_bytes()[..n]);
+        self.len += n;
+        if n < s.len() {
+            Err(core::fmt::Error)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl Show for Stats {
+    fn show(out: &mut [u8]) -> usize {
+        let mut w = SliceWriter::new(out);
+        STATS.each(|name, v| {
+            let _ = writeln!(w, "{name}: {v}");
+        });
+        w.len
+    }
+}

@@ -1,0 +1,37 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! The driver's thin `unsafe` shell over the kernel's C API, for what 6.12 has no Rust
+//! abstraction of: PCI drivers and resources ([`pci`]), MSI-X vectors and threaded IRQs
+//! ([`irq`]), coherent DMA buffers ([`dma`]), module parameters ([`param`]), and two plain
+//! calls (`msleep`, `get_random_bytes`).
+//!
+//! Every other module of the driver is `#![forbid(unsafe_code)]`. Each type here owns
+//! exactly one C resource and gives it back in `Drop`, so the safe body cannot leak or
+//! double-free one; every `unsafe` block states why it is sound.
+//!
+//! C headers: [`include/linux/pci.h`](srctree/include/linux/pci.h),
+//! [`include/linux/interrupt.h`](srctree/include/linux/interrupt.h),
+//! [`include/linux/dma-mapping.h`](srctree/include/linux/dma-mapping.h),
+//! [`include/linux/moduleparam.h`](srctree/include/linux/moduleparam.h).
+
+pub(crate) mod dma;
+pub(crate) mod irq;
+pub(crate) mod param;
+pub(crate) mod pci;
+
+use kernel::bindings;
+
+/// Sleep for at least `ms` milliseconds (process context only).
+pub(crate) fn msleep(ms: u32) {
+    // SAFETY: `msleep` has no preconditions beyond process context, which every caller in
+    // this driver is in (probe, remove, module init); it touches no memory of ours.
+    unsafe { bindings::msleep(ms) }
+}
+
+/// 64 random bits from the kernel's CRNG.
+pub(crate) fn random_u64() -> u64 {
+    let mut v = 0u64;
+    // SAFETY: `get_random_bytes` writes exactly `len` bytes at `buf`, which points to the
+    // 8 bytes of `v`.
+    unsafe { bindings::get_random_bytes((&raw mut v).cast(), core::mem::size_of::<u64>()) };
+    v
+}

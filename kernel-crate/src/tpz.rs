@@ -1,0 +1,28 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! The Trapeze host↔NIC interface and host API, compiled from the same source files as
+//! user space: `firmware-crate/src/iface/` (NIC-memory map, rings, IPT, wire format) and
+//! `host/src/{endpoint,keys}.rs` (the `tpz_*` API). Those files use only `core` and reach
+//! each other through `super::` paths, so this module only places them side by side; the
+//! `#[path]`s point at the workspace's files (relative to this file), nothing is copied.
+//! They contain no `unsafe` code, and `forbid` keeps it that way here. They need rustc
+//! 1.82 or newer (`Option::is_none_or`), which the pinned 1.95 that builds the kernel is.
+
+#![forbid(unsafe_code)]
+
+/// The host↔NIC interface (`firmware-crate/src/iface/`).
+#[allow(unreachable_pub, dead_code, unused_attributes, missing_docs)]
+#[allow(clippy::wrong_self_convention, clippy::incompatible_msrv)]
+#[path = "../../firmware-crate/src/iface/mod.rs"]
+pub(crate) mod iface;
+
+/// The host side of an endpoint (`host/src/endpoint.rs`).
+#[allow(unreachable_pub, dead_code, unused_attributes, missing_docs)]
+#[allow(clippy::wrong_self_convention, clippy::incompatible_msrv)]
+#[path = "../../host/src/endpoint.rs"]
+pub(crate) mod endpoint;
+
+/// IPT protection keys (`host/src/keys.rs`).
+#[allow(unreachable_pub, dead_code, unused_attributes, missing_docs)]
+#[allow(clippy::wrong_self_convention, clippy::incompatible_msrv)]
+#[path = "../../host/src/keys.rs"]
+pub(crate) mod keys;
