@@ -1,0 +1,426 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! Client entry points: getpage, putpage, movepage, discard, and how their replies
+//! complete them.
+//!
+//! Every operation returns an [`OpId`] at once and completes exactly once: through
+//! [`Host::completed`] (`Mode::NonBlocking`, from the receive path, like the papers'
+//! continuations) or by [`GmsNode::take`] after [`GmsNode::poll_event`] names it
+//! (`Mode::Wait`). GMS's own NetRPC calls are always nonblocking with a continuation;
+//! an operation not finished after [`GmsConfig::op_timeout`] is cancelled by
+//! [`GmsNode::drive`] and completes as a failure.
+
+use super::net::prelude::*;
+use super::node::{GmsNode, Held, HeldState, Host, OpKind, OpState};
+use super::ops::*;
+use super::page::{PageId, Version};
+use super::types::*;
+
+impl<
+        F: Copy + PartialEq,
+        H: Host<F>,
+        const MEMBERS: usize,
+        const HELD: usize,
+        const DIR: usize,
+        const OPS: usize,
+        const TASKS: usize,
+        const OUTQ: usize,
+    > GmsNode<F, H, MEMBERS, HELD, DIR, OPS, TASKS, OUTQ>
+{
+    /// Fetch `page` into `reply_to` (normally `Solicited`: the runtime armed an IPT entry
+    /// for its frame). Goes to the page's directory node, which answers itself (2-way) or
+    /// delegates to the caching site (3-way); the page lands in the frame zero-copy. In a
+    /// space with moving reads the caching site drops its copy and this node becomes the
+    /// holder. On `Err` nothing was sent and the frame is still the caller's.
+    pub fn getpage<const C: usize, const K: usize, const X: usize>(
+        &mut self,
+        now: u64,
+        rpc: &mut Rpc<Self, F, C, K, X>,
+        page: PageId,
+        reply_to: ReplyTo<F>,
+        mode: Mode,
+    ) -> Result<OpId, GmsError> {
+        self.enter(now);
+        let moving = self.policy(page.space).reads == ReadPolicy::Moving;
+        let i = self.alloc_op(OpKind::Get, mode, page, Version(0))?;
+        let id = self.op_id(i);
+        self.ops[i].moving = moving;
+        self.stats.gets += 1;
+        let caller_frame = reply_to.caller_frame().copied();
+        let Some(dir) = self.members.directory_of(&page) else {
+            self.stats.get_failures += 1;
+            self.finish(i, OpResult::Get(GetResult::Miss { reason: MissReason::NoDirectory, frame: caller_frame }));
+            return Ok(id);
+        };
+        let mut flags = if moving { GET_MOVING } else { 0 };
+        let (dst, want) = if dir == self.id {
+            // The requester is the directory node: look up here, ask the site directly.
+            match self.dir.lookup(&page) {
+                None => {
+                    self.stats.misses += 1;
+                    self.finish(
+                        i,
+                        OpResult::Get(GetResult::Miss { reason: MissReason::NotCached, frame: caller_frame }),
+                    );
+                    return Ok(id);
+                }
+                Some((site, v)) if site == self.id => {
+                    let r = self.local_hit(page, v, caller_frame);
+                    self.finish(i, OpResult::Get(r));
+                    return Ok(id);
+                }
+                Some((site, v)) => {
+                    flags |= GET_DIRECT;
+                    (site, v)
+                }
+            }
+        } else {
+            (dir, Version(0))
+        };
+        let req = GetReq { page, want, view: self.members.view(), flags };
+        self.ops[i].dst = dst;
+        match rpc.call::<GetPage>(now, self, dst, &req, reply_to, Mode::NonBlocking) {
+            Ok(call) => self.launched(rpc, i, call),
+            Err(e) => {
+                self.free_op(i);
+                self.stats.gets -= 1;
+                return Err(GmsError::Rpc(e));
+            }
+        }
+        Ok(id)
+    }
+
+    /// Put a copy of `page` at `version` from the runtime's `frame` into `target`'s
+    /// memory (the target is chosen by the global LRU). One-way with the page as payload;
+    /// the target stores it (or refuses: budget), has the directory name it, and answers
+    /// with `PUTDONE` once the directory did — so a getpage issued after a `Stored`
+    /// completion sees this version or a newer one. The frame stays the runtime's (free it
+    /// after the send). Any older copy in the cluster is dropped.
+    #[allow(clippy::too_many_arguments)]
+    pub fn putpage<const C: usize, const K: usize, const X: usize>(
+        &mut self,
+        now: u64,
+        rpc: &mut Rpc<Self, F, C, K, X>,
+        page: PageId,
+        version: Version,
+        frame: F,
+        len: u32,
+        target: u16,
+        dirty: bool,
+        mode: Mode,
+    ) -> Result<OpId, GmsError> {
+        self.enter(now);
+        if dirty && self.policy(page.space).writes == WritePolicy::WriteThrough {
+            return Err(GmsError::DirtyWriteThrough);
+        }
+        self.send_put(rpc, OpKind::Put, page, version, (frame, len), target, dirty, mode)
+    }
+
+    /// Move this node's held copy of `page` to `target`: like putpage, and when it is
+    /// stored this node drops its copy (single copy: the directory names the target only).
+    /// On failure this node keeps the copy (and the directory, if it moved the name, has
+    /// this node drop it).
+    pub fn movepage<const C: usize, const K: usize, const X: usize>(
+        &mut self,
+        now: u64,
+        rpc: &mut Rpc<Self, F, C, K, X>,
+        page: PageId,
+        target: u16,
+        mode: Mode,
+    ) -> Result<OpId, GmsError> {
+        self.enter(now);
+        let h = *self.held.get(&page).ok_or(GmsError::NotHeld)?;
+        let moving = self.ops.iter().any(|o| o.state == OpState::InFlight && o.kind == OpKind::Move && o.page == page);
+        if h.state != HeldState::Registered || moving {
+            return Err(GmsError::Busy);
+        }
+        self.send_put(rpc, OpKind::Move, page, h.version, (h.frame, h.len), target, h.dirty, mode)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn send_put<const C: usize, const K: usize, const X: usize>(
+        &mut self,
+        rpc: &mut Rpc<Self, F, C, K, X>,
+        kind: OpKind,
+        page: PageId,
+        version: Version,
+        payload: (F, u32),
+        target: u16,
+        dirty: bool,
+        mode: Mode,
+    ) -> Result<OpId, GmsError> {
+        if target == self.id || !self.members.contains(target) {
+            return Err(GmsError::BadTarget);
+        }
+        let i = self.alloc_op(kind, mode, page, version)?;
+        self.ops[i].dst = target;
+        let tag = self.op_id(i);
+        let req = PutReq { page, version, view: self.members.view(), tag, flags: if dirty { PUT_DIRTY } else { 0 } };
+        let op = if kind == OpKind::Move { OP_MOVEPAGE } else { OP_PUTPAGE };
+        let sent = Body::encode(&req).and_then(|b| rpc.send_oneway(target, op, b.as_slice(), Some(payload)));
+        if let Err(e) = sent {
+            self.free_op(i);
+            return Err(GmsError::Rpc(e));
+        }
+        if kind == OpKind::Move {
+            self.stats.moves += 1;
+        } else {
+            self.stats.puts += 1;
+        }
+        Ok(tag)
+    }
+
+    /// Forget `page` cluster-wide up to `version` (e.g. the file was truncated or the page
+    /// rewritten): a getpage issued after `Done` never returns such a version. The
+    /// directory answers; the holder drops its copy in the background.
+    pub fn discard<const C: usize, const K: usize, const X: usize>(
+        &mut self,
+        now: u64,
+        rpc: &mut Rpc<Self, F, C, K, X>,
+        page: PageId,
+        version: Version,
+        mode: Mode,
+    ) -> Result<OpId, GmsError> {
+        self.enter(now);
+        let i = self.alloc_op(OpKind::Discard, mode, page, version)?;
+        let id = self.op_id(i);
+        self.stats.discards += 1;
+        match self.members.directory_of(&page) {
+            None => self.finish(i, OpResult::Discard(DiscardResult::Failed)),
+            Some(d) if d == self.id => {
+                let r = match self.apply_discard(page, version) {
+                    AckStatus::Ok => DiscardResult::Done,
+                    _ => DiscardResult::Failed,
+                };
+                self.finish(i, OpResult::Discard(r));
+            }
+            Some(d) => {
+                self.ops[i].dst = d;
+                let req = DiscardReq { page, version };
+                match rpc.call::<DiscardPage>(now, self, d, &req, ReplyTo::None, Mode::NonBlocking) {
+                    Ok(call) => self.launched(rpc, i, call),
+                    Err(e) => {
+                        self.free_op(i);
+                        self.stats.discards -= 1;
+                        return Err(GmsError::Rpc(e));
+                    }
+                }
+            }
+        }
+        Ok(id)
+    }
+
+    /// A wait-mode operation that finished (take it with [`Self::take`]).
+    pub fn poll_event(&mut self) -> Option<OpId> {
+        self.events.pop()
+    }
+
+    /// The result of a finished wait-mode operation (frees its slot), or `None` while it
+    /// is in flight.
+    pub fn take(&mut self, op: OpId) -> Option<Completion<F>> {
+        let o = self.ops.get(op.slot as usize)?;
+        if o.generation != op.generation || o.state != OpState::Done {
+            return None;
+        }
+        let done = o.done;
+        self.free_op(op.slot as usize);
+        done
+    }
+
+    // ---- completion ------------------------------------------------------------------
+
+    /// A call was queued for operation `i`: hang the completion on it.
+    fn launched<const C: usize, const K: usize, const X: usize>(
+        &mut self,
+        rpc: &mut Rpc<Self, F, C, K, X>,
+        i: usize,
+        call: CallId,
+    ) {
+        self.ops[i].call = Some(call);
+        let arg = (self.ops[i].generation as u64) << 16 | i as u64;
+        if let Err(e) = rpc.push_continuation(call, Self::op_reply, arg) {
+            // Cannot happen (a fresh call has an empty stack); fail cleanly anyway.
+            let _ = rpc.cancel(self, call);
+            self.fail_op(i, e);
+        }
+    }
+
+    fn op_slot(&self, arg: u64) -> Option<usize> {
+        let i = (arg & 0xffff) as usize;
+        let o = self.ops.get(i)?;
+        (o.generation == (arg >> 16) as u32 && o.state == OpState::InFlight).then_some(i)
+    }
+
+    /// The continuation of every client call.
+    fn op_reply(node: &mut Self, o: &Outcome<F>, arg: u64) -> bool {
+        node.lent = None;
+        let Some(i) = node.op_slot(arg) else {
+            // Not ours any more: whatever frame came back is the runtime's.
+            if let Ok(Reply { payload: Payload::Frame { frame, .. } | Payload::Buffer { frame, .. }, .. }) = o {
+                node.host.release(*frame);
+            }
+            return true;
+        };
+        let result = match node.ops[i].kind {
+            OpKind::Get => OpResult::Get(node.get_reply(i, o)),
+            OpKind::Discard => {
+                if let Ok(Reply { payload: Payload::Buffer { frame, .. }, .. }) = o {
+                    node.host.release(*frame);
+                }
+                let page = node.ops[i].page;
+                let ok = matches!(o, Ok(r) if r.decode::<DirAck>().is_ok_and(|a| a.status == AckStatus::Ok && a.page == page));
+                OpResult::Discard(if ok { DiscardResult::Done } else { DiscardResult::Failed })
+            }
+            OpKind::Put | OpKind::Move => OpResult::Put(PutResult::Failed),
+        };
+        node.finish(i, result);
+        true
+    }
+
+    fn get_reply(&mut self, i: usize, o: &Outcome<F>) -> GetResult<F> {
+        let op = self.ops[i];
+        let r = match o {
+            Ok(r) => r,
+            Err(e) => {
+                self.stats.get_failures += 1;
+                let e = if op.timed_out { RpcError::Timeout } else { *e };
+                return GetResult::Miss { reason: MissReason::Failed(e), frame: None };
+            }
+        };
+        let (frame, len) = match r.payload {
+            Payload::Frame { frame, len } | Payload::Buffer { frame, len } => (Some(frame), len),
+            Payload::None => (None, 0),
+        };
+        let rep = match r.decode::<GetReply>() {
+            Ok(rep) if rep.page == op.page => rep,
+            _ => {
+                self.stats.get_failures += 1;
+                return GetResult::Miss { reason: MissReason::Malformed, frame };
+            }
+        };
+        match (rep.status, frame) {
+            (GetStatus::Hit, Some(frame)) if len > 0 => {
+                let via = if rep.server == op.dst { Via::TwoWay } else { Via::ThreeWay };
+                if via == Via::TwoWay {
+                    self.stats.hits_2way += 1;
+                } else {
+                    self.stats.hits_3way += 1;
+                }
+                let dirty = rep.flags & REPLY_DIRTY != 0;
+                // A moving read makes this node the holder — only within the view the page
+                // was read in (a directory lost since then may have known newer versions).
+                let held =
+                    op.moving && op.view == self.members.view() && self.adopt(op.page, rep.version, frame, len, dirty);
+                GetResult::Hit { version: rep.version, frame, len, via, held }
+            }
+            (GetStatus::Hit, frame) => {
+                self.stats.get_failures += 1;
+                GetResult::Miss { reason: MissReason::Malformed, frame }
+            }
+            (GetStatus::Miss, frame) => {
+                self.stats.misses += 1;
+                GetResult::Miss { reason: MissReason::NotCached, frame }
+            }
+            (GetStatus::Local, frame) => {
+                // A receive buffer is no caller frame: hand it back and serve from the copy.
+                let to = match r.payload {
+                    Payload::Frame { .. } => frame,
+                    _ => {
+                        if let Some(b) = frame {
+                            self.host.release(b);
+                        }
+                        None
+                    }
+                };
+                self.local_hit(op.page, rep.version, to)
+            }
+        }
+    }
+
+    /// The directory names this node for `page` at `version`: serve from the held copy,
+    /// copied into the caller's frame (or lent, if the caller gave none).
+    pub(super) fn local_hit(&mut self, page: PageId, version: Version, to: Option<F>) -> GetResult<F> {
+        let epoch = self.epoch;
+        let Some(h) = self.held.get_mut(&page).filter(|h| h.version >= version) else {
+            // Named for a copy this node does not have: repair the directory.
+            self.forget_site(page, version);
+            self.stats.misses += 1;
+            return GetResult::Miss { reason: MissReason::NotCached, frame: to };
+        };
+        h.last_access = epoch;
+        let h = *h;
+        match to {
+            Some(to) if self.host.copy_payload(&h.frame, &to, h.len) => {
+                self.stats.hits_local += 1;
+                GetResult::Hit { version: h.version, frame: to, len: h.len, via: Via::Local, held: false }
+            }
+            Some(to) => {
+                self.stats.get_failures += 1;
+                GetResult::Miss { reason: MissReason::Failed(RpcError::PayloadRefused), frame: Some(to) }
+            }
+            None => {
+                self.stats.hits_local += 1;
+                GetResult::Hit { version: h.version, frame: h.frame, len: h.len, via: Via::Local, held: true }
+            }
+        }
+    }
+
+    /// Become the holder of a page read by a moving read (if there is room, and the
+    /// directory takes it). `false`: the frame stays the runtime's alone.
+    fn adopt(&mut self, page: PageId, version: Version, frame: F, len: u32, dirty: bool) -> bool {
+        let local = self.members.directory_of(&page) == Some(self.id);
+        if self.held.contains(&page) || self.held.len() >= self.budget() || (!local && self.free_task().is_none()) {
+            return false;
+        }
+        // This node is the directory: decide first, so a refusal never drops a frame the
+        // completion hands to the runtime.
+        let state = if local {
+            if self.apply_update(page, self.id, version) != AckStatus::Ok {
+                return false;
+            }
+            HeldState::Registered
+        } else {
+            HeldState::Registering
+        };
+        let h = Held { frame, len, version, dirty, last_access: self.epoch, state };
+        if self.held.insert(page, h).is_err() {
+            if local {
+                self.forget_site(page, version);
+            }
+            return false;
+        }
+        if !local {
+            self.register(page, None);
+        }
+        true
+    }
+
+    /// A target's `PUTDONE` for one of this node's putpages or movepages.
+    pub(super) fn put_done(&mut self, from: u16, d: &PutDone) {
+        let i = d.tag.slot as usize;
+        let Some(o) = self.ops.get(i) else { return };
+        let matches = o.generation == d.tag.generation
+            && o.state == OpState::InFlight
+            && matches!(o.kind, OpKind::Put | OpKind::Move)
+            && o.page == d.page
+            && o.version == d.version
+            && o.dst == from;
+        if !matches {
+            return;
+        }
+        let result = match d.status {
+            PutStatus::Stored => PutResult::Stored { target: d.site },
+            PutStatus::Refused => PutResult::Refused,
+            PutStatus::Superseded => PutResult::Superseded,
+            PutStatus::WrongView => PutResult::WrongView,
+            PutStatus::Failed => PutResult::Failed,
+        };
+        if o.kind == OpKind::Move && matches!(result, PutResult::Stored { .. } | PutResult::Superseded) {
+            // Single copy: the target's is the one the directory names now.
+            self.drop_held(&d.page, d.version);
+        }
+        if matches!(result, PutResult::Stored { .. }) {
+            self.stats.puts_stored += 1;
+        }
+        self.finish(i, OpResult::Put(result));
+    }
+}

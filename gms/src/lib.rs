@@ -1,0 +1,129 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! GMS: the Global Memory Service — a cluster-wide page cache — as a sans-IO protocol
+//! core over NetRPC, after the GMS/Trapeze papers.
+//!
+//! Every node holds some pages in frames (its **page-frame directory**, bounded by a
+//! memory budget) and is the **directory node** for the pages that rendezvous hashing of
+//! (page id, node) gives it among the live members (a globally replicated function: when
+//! a node dies only its pages' directory entries move). A directory entry names the one
+//! caching site of a page and its version.
+//!
+//! - **getpage**: requester → directory node; the directory node answers with the page
+//!   (2-way) or **delegates** the request, with the requester's reply token, to the
+//!   caching site, which replies straight to the requester with the page tagged by the
+//!   requester's IPT token (3-way, zero-copy); or "miss". Moving reads (per space) hand
+//!   the copy to the requester.
+//! - **putpage / movepage**: the page goes one-way to a target (chosen by the global
+//!   LRU), which stores it or refuses (budget), has the directory name it, and only then
+//!   answers (`PUTDONE`). A movepage's sender drops its copy: one copy per page.
+//! - **discardpage**: the directory forgets the page; its holder drops it.
+//! - **Failures**: calls time out into clean misses; a failed node's entries are removed,
+//!   pages whose directory it was are dropped; background updates are retried until
+//!   answered and a slow scrub re-checks entries and copies, so the directory converges. Versions (and tombstones that keep a version
+//!   floor after an entry is removed) make sure a getpage never returns a version older
+//!   than the newest completed putpage, and never another page's data.
+//!
+//! The runtime owns the NIC, the frames and the clock: it implements [`node::Host`],
+//! keeps a `netrpc::rpc::Rpc<GmsNode<..>, F>` next to the [`node::GmsNode`] (which is the
+//! `Rpc`'s [`net::types::Runtime`]), feeds messages to the `Rpc`, calls
+//! [`node::GmsNode::drive`] after every input, and sends what the `Rpc` transmits.
+//! `#![no_std]`, no heap (every table is a const-generic array), no `unsafe`.
+//!
+//! ```
+//! use gms::prelude::*;
+//! use netrpc::prelude::*;
+//!
+//! /// Frames are plain numbers here; the "page contents" live in a table next to them.
+//! #[derive(Default)]
+//! struct Frames { data: std::collections::HashMap<u32, u64>, next: u32, done: Vec<Completion<u32>> }
+//! impl Host<u32> for Frames {
+//!     fn copy_payload(&mut self, from: &u32, to: &u32, _: u32) -> bool {
+//!         let d = self.data[from];
+//!         self.data.insert(*to, d);
+//!         true
+//!     }
+//!     fn release(&mut self, f: u32) { self.data.remove(&f); }
+//!     fn dropped(&mut self, _: PageId, f: u32, _: bool) { self.data.remove(&f); }
+//!     fn completed(&mut self, done: Completion<u32>) { self.done.push(done); }
+//! }
+//! type Node = GmsNode<u32, Frames, 4, 16, 16, 4, 4, 4>;
+//!
+//! let mut nodes: Vec<Node> = (0..3).map(|i| GmsNode::new(i, GmsConfig::default(), Frames::default())).collect();
+//! let mut rpcs: Vec<Rpc<Node, u32>> = (0..3).map(|i| Rpc::new(i, netrpc::rpc::Config::default())).collect();
+//! for i in 0..3 {
+//!     nodes[i].set_members(0, &mut rpcs[i], 1, &[0, 1, 2]).unwrap();
+//! }
+//! // A perfect network: deliver until quiet. Payloads carry the frame's contents;
+//! // a tagged payload lands in the frame the IPT token names (token = frame here).
+//! let run = |nodes: &mut Vec<Node>, rpcs: &mut Vec<Rpc<Node, u32>>| loop {
+//!     let mut moved = false;
+//!     for src in 0..3 {
+//!         nodes[src].drive(0, &mut rpcs[src]);
+//!         while let Some(t) = rpcs[src].poll_transmit() {
+//!             let dst = t.dst as usize;
+//!             let payload = match t.payload {
+//!                 None => InPayload::None,
+//!                 Some((f, len)) => {
+//!                     let data = nodes[src].host.data[&f];
+//!                     let to = if t.tag != 0 { t.tag as u32 } else {
+//!                         nodes[dst].host.next += 1;
+//!                         1000 * (dst as u32 + 1) + nodes[dst].host.next
+//!                     };
+//!                     nodes[dst].host.data.insert(to, data);
+//!                     if t.tag != 0 { InPayload::Ipt { token: t.tag, len } } else { InPayload::Buffer { frame: to, len } }
+//!                 }
+//!             };
+//!             rpcs[dst].handle_message(0, &mut nodes[dst], src as u16, t.ctrl(), payload);
+//!             moved = true;
+//!         }
+//!     }
+//!     if !moved { break; }
+//! };
+//!
+//! // Node 0 evicts page (1, 7), version 3, into node 1's memory.
+//! let page = PageId::new(1, 7);
+//! nodes[0].host.data.insert(1, 0xAB);
+//! nodes[0].putpage(0, &mut rpcs[0], page, Version(3), 1, 8192, 1, false, Mode::NonBlocking).unwrap();
+//! run(&mut nodes, &mut rpcs);
+//! assert!(matches!(nodes[0].host.done[0].result, OpResult::Put(PutResult::Stored { target: 1 })));
+//!
+//! // Node 2 faults on it: the page comes from node 1's memory straight into frame 9.
+//! let reply_to = ReplyTo::Solicited { token: 9, frame: 9 };
+//! nodes[2].getpage(0, &mut rpcs[2], page, reply_to, Mode::NonBlocking).unwrap();
+//! run(&mut nodes, &mut rpcs);
+//! let OpResult::Get(GetResult::Hit { version, frame, .. }) = nodes[2].host.done[0].result else { panic!() };
+//! assert_eq!((version, nodes[2].host.data[&frame]), (Version(3), 0xAB));
+//! ```
+
+#![no_std]
+#![forbid(unsafe_code)]
+
+/// NetRPC, the one dependency. (The kernel module, which compiles these sources as
+/// modules next to NetRPC's, points this line at its own `netrpc` module.)
+pub use netrpc as net;
+
+pub mod client;
+pub mod directory;
+pub mod members;
+pub mod node;
+pub mod ops;
+pub mod page;
+pub mod serve;
+pub mod table;
+pub mod tasks;
+pub mod types;
+pub mod lru;
+pub mod readahead;
+
+/// Everything a runtime needs.
+pub mod prelude {
+    pub use super::directory::{DirEntry, Directory};
+    pub use super::members::Members;
+    pub use super::node::{GmsNode, Held, HeldState, Host};
+    pub use super::ops::is_gms_op;
+    pub use super::page::{PageId, Version};
+    pub use super::types::{
+        Completion, DiscardResult, GetResult, GmsConfig, GmsError, GmsStats, MissReason, OpId, OpResult, Policy,
+        PutResult, ReadPolicy, Via, WritePolicy,
+    };
+}

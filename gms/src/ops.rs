@@ -1,0 +1,491 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! GMS operations as NetRPC [`Operation`]s and their fixed-layout bodies (little-endian;
+//! every decoder checks the exact length and the enum codes, and never panics).
+//!
+//! | op | kind | request | reply |
+//! |----|------|---------|-------|
+//! | `GETPAGE` 0x4701 | call, may be delegated once | [`GetReq`] 33 B | [`GetReply`] 28 B + page payload |
+//! | `PUTPAGE` 0x4702 | one-way + page payload | [`PutReq`] 39 B | — (answered by `PUTDONE`) |
+//! | `MOVEPAGE` 0x4703 | one-way + page payload | [`PutReq`] | — (answered by `PUTDONE`) |
+//! | `DISCARDPAGE` 0x4704 | call to the directory | [`DiscardReq`] 24 B | [`DirAck`] 17 B |
+//! | `PUTDONE` 0x4705 | one-way, target → putter | [`PutDone`] 33 B | — |
+//! | `DIRUPDATE` 0x4706 | call, holder → directory | [`DirUpdateReq`] 34 B | [`DirAck`] |
+//! | `DIRREMOVE` 0x4707 | call, ex-holder → directory | [`DirRemoveReq`] 26 B | [`DirAck`] |
+//! | `DROPPAGE` 0x4708 | call, directory → stale holder | [`DropReq`] 24 B | [`DirAck`] |
+//! | `DIRVERIFY` 0x4709 | call, directory → named holder (scrub) | [`DropReq`] | [`DirAck`] |
+
+use super::net::wire::{CodecError, Message, Operation};
+use super::page::{PageId, Version};
+use super::types::OpId;
+
+pub const OP_GETPAGE: u16 = 0x4701;
+pub const OP_PUTPAGE: u16 = 0x4702;
+pub const OP_MOVEPAGE: u16 = 0x4703;
+pub const OP_DISCARDPAGE: u16 = 0x4704;
+pub const OP_PUTDONE: u16 = 0x4705;
+pub const OP_DIRUPDATE: u16 = 0x4706;
+pub const OP_DIRREMOVE: u16 = 0x4707;
+pub const OP_DROPPAGE: u16 = 0x4708;
+pub const OP_DIRVERIFY: u16 = 0x4709;
+
+/// Whether `op` is one of GMS's (a runtime sharing its NetRPC with other services routes
+/// on this).
+pub fn is_gms_op(op: u16) -> bool {
+    (OP_GETPAGE..=OP_DIRVERIFY).contains(&op)
+}
+
+// ---- encoding helpers -------------------------------------------------------------------
+
+struct Out<'a> {
+    b: &'a mut [u8],
+    at: usize,
+}
+
+impl Out<'_> {
+    fn bytes(&mut self, v: &[u8]) -> Result<(), CodecError> {
+        let end = self.at + v.len();
+        self.b.get_mut(self.at..end).ok_or(CodecError)?.copy_from_slice(v);
+        self.at = end;
+        Ok(())
+    }
+    fn u8(&mut self, v: u8) -> Result<(), CodecError> {
+        self.bytes(&[v])
+    }
+    fn u16(&mut self, v: u16) -> Result<(), CodecError> {
+        self.bytes(&v.to_le_bytes())
+    }
+    fn u32(&mut self, v: u32) -> Result<(), CodecError> {
+        self.bytes(&v.to_le_bytes())
+    }
+    fn u64(&mut self, v: u64) -> Result<(), CodecError> {
+        self.bytes(&v.to_le_bytes())
+    }
+    fn page(&mut self, p: &PageId) -> Result<(), CodecError> {
+        self.bytes(&p.to_bytes())
+    }
+    fn op(&mut self, o: &OpId) -> Result<(), CodecError> {
+        self.u16(o.slot)?;
+        self.u32(o.generation)
+    }
+}
+
+struct In<'a> {
+    b: &'a [u8],
+    at: usize,
+}
+
+impl<'a> In<'a> {
+    /// A reader over a body that must be exactly `len` bytes.
+    fn exact(b: &'a [u8], len: usize) -> Result<Self, CodecError> {
+        if b.len() == len {
+            Ok(In { b, at: 0 })
+        } else {
+            Err(CodecError)
+        }
+    }
+    fn take<const N: usize>(&mut self) -> Result<[u8; N], CodecError> {
+        let mut a = [0u8; N];
+        a.copy_from_slice(self.b.get(self.at..self.at + N).ok_or(CodecError)?);
+        self.at += N;
+        Ok(a)
+    }
+    fn u8(&mut self) -> Result<u8, CodecError> {
+        Ok(self.take::<1>()?[0])
+    }
+    fn u16(&mut self) -> Result<u16, CodecError> {
+        Ok(u16::from_le_bytes(self.take()?))
+    }
+    fn u32(&mut self) -> Result<u32, CodecError> {
+        Ok(u32::from_le_bytes(self.take()?))
+    }
+    fn u64(&mut self) -> Result<u64, CodecError> {
+        Ok(u64::from_le_bytes(self.take()?))
+    }
+    fn version(&mut self) -> Result<Version, CodecError> {
+        Ok(Version(self.u64()?))
+    }
+    fn page(&mut self) -> Result<PageId, CodecError> {
+        Ok(PageId::from_bytes(&self.take()?))
+    }
+    fn op(&mut self) -> Result<OpId, CodecError> {
+        Ok(OpId { slot: self.u16()?, generation: self.u32()? })
+    }
+}
+
+/// A `u8`-coded enum on the wire.
+macro_rules! wire_enum {
+    ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $v:ident = $n:literal),* $(,)? }) => {
+        $(#[$m])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub enum $name { $($(#[$vm])* $v = $n),* }
+        impl $name {
+            pub fn from_u8(b: u8) -> Result<$name, CodecError> {
+                match b { $($n => Ok($name::$v),)* _ => Err(CodecError) }
+            }
+        }
+    };
+}
+
+/// A body type: `$len` bytes, written and read field by field in order.
+macro_rules! body {
+    ($name:ident, $len:literal, |$s:ident, $o:ident| $enc:block, |$i:ident| $dec:block) => {
+        impl $name {
+            pub const WIRE_BYTES: usize = $len;
+        }
+        impl Message for $name {
+            fn encode(&self, out: &mut [u8]) -> Result<usize, CodecError> {
+                let $s = self;
+                let mut $o = Out { b: out, at: 0 };
+                $enc
+                debug_assert_eq!($o.at, $len);
+                Ok($o.at)
+            }
+            fn decode(body: &[u8]) -> Result<Self, CodecError> {
+                let mut $i = In::exact(body, $len)?;
+                $dec
+            }
+        }
+    };
+}
+
+// ---- GETPAGE ----------------------------------------------------------------------------
+
+/// Getpage flags.
+pub const GET_MOVING: u8 = 1;
+/// Sent straight to the caching site (the requester is the directory node itself).
+pub const GET_DIRECT: u8 = 2;
+
+/// Requester → directory (hops 0), or directory → caching site (delegated, hops 1) with
+/// `want` = the version the directory names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GetReq {
+    pub page: PageId,
+    pub want: Version,
+    pub view: u64,
+    pub flags: u8,
+}
+body!(
+    GetReq,
+    33,
+    |s, o| {
+        o.page(&s.page)?;
+        o.u64(s.want.0)?;
+        o.u64(s.view)?;
+        o.u8(s.flags)?;
+    },
+    |i| { Ok(GetReq { page: i.page()?, want: i.version()?, view: i.u64()?, flags: i.u8()? }) }
+);
+
+wire_enum!(
+    /// What a getpage found.
+    GetStatus {
+        /// The page at `version` is the reply's payload.
+        Hit = 1,
+        Miss = 2,
+        /// The directory names the requester itself as the holder of `version`.
+        Local = 3,
+    }
+);
+
+/// Reply flag: the page is dirty (a moving read hands the dirt to the requester).
+pub const REPLY_DIRTY: u8 = 1;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GetReply {
+    pub status: GetStatus,
+    pub page: PageId,
+    pub version: Version,
+    /// The node that answered.
+    pub server: u16,
+    pub flags: u8,
+}
+body!(
+    GetReply,
+    28,
+    |s, o| {
+        o.u8(s.status as u8)?;
+        o.page(&s.page)?;
+        o.u64(s.version.0)?;
+        o.u16(s.server)?;
+        o.u8(s.flags)?;
+    },
+    |i| {
+        Ok(GetReply {
+            status: GetStatus::from_u8(i.u8()?)?,
+            page: i.page()?,
+            version: i.version()?,
+            server: i.u16()?,
+            flags: i.u8()?,
+        })
+    }
+);
+
+// ---- PUTPAGE / MOVEPAGE / PUTDONE ---------------------------------------------------------
+
+/// Put flag: the page is dirty.
+pub const PUT_DIRTY: u8 = 1;
+
+/// Putter → target, one-way, with the page as payload. `tag` names the putter's
+/// operation; the target answers with `PUTDONE` once the directory decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PutReq {
+    pub page: PageId,
+    pub version: Version,
+    pub view: u64,
+    pub tag: OpId,
+    pub flags: u8,
+}
+body!(
+    PutReq,
+    39,
+    |s, o| {
+        o.page(&s.page)?;
+        o.u64(s.version.0)?;
+        o.u64(s.view)?;
+        o.op(&s.tag)?;
+        o.u8(s.flags)?;
+    },
+    |i| { Ok(PutReq { page: i.page()?, version: i.version()?, view: i.u64()?, tag: i.op()?, flags: i.u8()? }) }
+);
+
+wire_enum!(
+    /// A putpage's outcome as the target reports it.
+    PutStatus { Stored = 1, Refused = 2, Superseded = 3, WrongView = 4, Failed = 5 }
+);
+
+/// Target → putter, one-way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PutDone {
+    pub page: PageId,
+    pub version: Version,
+    pub tag: OpId,
+    pub status: PutStatus,
+    pub site: u16,
+}
+body!(
+    PutDone,
+    33,
+    |s, o| {
+        o.page(&s.page)?;
+        o.u64(s.version.0)?;
+        o.op(&s.tag)?;
+        o.u8(s.status as u8)?;
+        o.u16(s.site)?;
+    },
+    |i| {
+        Ok(PutDone {
+            page: i.page()?,
+            version: i.version()?,
+            tag: i.op()?,
+            status: PutStatus::from_u8(i.u8()?)?,
+            site: i.u16()?,
+        })
+    }
+);
+
+// ---- directory maintenance ----------------------------------------------------------------
+
+/// Requester → directory: forget the page up to `version`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DiscardReq {
+    pub page: PageId,
+    pub version: Version,
+}
+body!(
+    DiscardReq,
+    24,
+    |s, o| {
+        o.page(&s.page)?;
+        o.u64(s.version.0)?;
+    },
+    |i| { Ok(DiscardReq { page: i.page()?, version: i.version()? }) }
+);
+
+/// Holder → directory: "`site` (the sender) holds `page` at `version`; name it".
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DirUpdateReq {
+    pub page: PageId,
+    pub version: Version,
+    pub view: u64,
+    pub site: u16,
+}
+body!(
+    DirUpdateReq,
+    34,
+    |s, o| {
+        o.page(&s.page)?;
+        o.u64(s.version.0)?;
+        o.u64(s.view)?;
+        o.u16(s.site)?;
+    },
+    |i| { Ok(DirUpdateReq { page: i.page()?, version: i.version()?, view: i.u64()?, site: i.u16()? }) }
+);
+
+/// Ex-holder → directory: "`site` no longer holds `page` up to `version`".
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DirRemoveReq {
+    pub page: PageId,
+    pub version: Version,
+    pub site: u16,
+}
+body!(
+    DirRemoveReq,
+    26,
+    |s, o| {
+        o.page(&s.page)?;
+        o.u64(s.version.0)?;
+        o.u16(s.site)?;
+    },
+    |i| { Ok(DirRemoveReq { page: i.page()?, version: i.version()?, site: i.u16()? }) }
+);
+
+/// Directory → a holder it no longer names: drop `page` if held at `version` or older.
+/// Also the scrub's question to a named holder: "do you hold `page` at `version`?"
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DropReq {
+    pub page: PageId,
+    pub version: Version,
+}
+body!(
+    DropReq,
+    24,
+    |s, o| {
+        o.page(&s.page)?;
+        o.u64(s.version.0)?;
+    },
+    |i| { Ok(DropReq { page: i.page()?, version: i.version()? }) }
+);
+
+wire_enum!(
+    /// A directory-maintenance answer.
+    AckStatus {
+        /// Applied (or nothing to do).
+        Ok = 1,
+        /// Refused: an equal-or-newer version, a discard floor, or a dead site.
+        Rejected = 2,
+        /// The sender is in another view: retry in the current one.
+        WrongView = 3,
+        /// This node is not the page's directory in its view.
+        NotDirectory = 4,
+        /// No room now: retry later.
+        Busy = 5,
+    }
+);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DirAck {
+    pub status: AckStatus,
+    pub page: PageId,
+}
+body!(
+    DirAck,
+    17,
+    |s, o| {
+        o.u8(s.status as u8)?;
+        o.page(&s.page)?;
+    },
+    |i| { Ok(DirAck { status: AckStatus::from_u8(i.u8()?)?, page: i.page()? }) }
+);
+
+// ---- the operations -----------------------------------------------------------------------
+
+macro_rules! operation {
+    ($(#[$m:meta])* $name:ident, $op:expr, $req:ty, $rep:ty) => {
+        $(#[$m])*
+        pub struct $name;
+        impl Operation for $name {
+            const OP: u16 = $op;
+            type Request = $req;
+            type Reply = $rep;
+        }
+    };
+}
+
+operation!(
+    /// Fetch a page through its directory node (2-way or delegated 3-way).
+    GetPage, OP_GETPAGE, GetReq, GetReply
+);
+operation!(
+    /// Put a copy of a page into another node's memory (one-way + payload).
+    PutPage, OP_PUTPAGE, PutReq, ()
+);
+operation!(
+    /// Move this node's held copy of a page to another node (one-way + payload).
+    MovePage, OP_MOVEPAGE, PutReq, ()
+);
+operation!(
+    /// Forget a page cluster-wide.
+    DiscardPage, OP_DISCARDPAGE, DiscardReq, DirAck
+);
+operation!(
+    /// The target's answer to a putpage/movepage (one-way).
+    PutDoneOp, OP_PUTDONE, PutDone, ()
+);
+operation!(
+    /// Name a holder in the directory.
+    DirUpdate, OP_DIRUPDATE, DirUpdateReq, DirAck
+);
+operation!(
+    /// Remove a holder from the directory.
+    DirRemove, OP_DIRREMOVE, DirRemoveReq, DirAck
+);
+operation!(
+    /// Make a superseded holder drop its copy.
+    DropPage, OP_DROPPAGE, DropReq, DirAck
+);
+operation!(
+    /// Ask a named holder whether it still holds the page (`Ok`) or not (`Rejected`).
+    DirVerify, OP_DIRVERIFY, DropReq, DirAck
+);
+
+#[cfg(test)]
+mod tests {
+    use super::super::net::wire::MAX_BODY;
+    use super::*;
+
+    fn round_trip<M: Message + PartialEq + core::fmt::Debug>(m: M, len: usize) {
+        let mut buf = [0u8; MAX_BODY];
+        let n = m.encode(&mut buf).unwrap();
+        assert_eq!(n, len);
+        assert_eq!(M::decode(&buf[..n]).unwrap(), m);
+        assert!(M::decode(&buf[..n - 1]).is_err(), "short body accepted");
+        let mut long = [0u8; MAX_BODY];
+        long[..n].copy_from_slice(&buf[..n]);
+        assert!(M::decode(&long[..n + 1]).is_err(), "long body accepted");
+        assert!(m.encode(&mut buf[..n - 1]).is_err(), "encode into a short buffer");
+    }
+
+    #[test]
+    fn bodies_round_trip_and_reject_bad_lengths() {
+        let page = PageId::new(7, 0xdead_beef);
+        let tag = OpId { slot: 3, generation: 0x0102_0304 };
+        let v = Version(42);
+        round_trip(GetReq { page, want: v, view: 9, flags: GET_MOVING }, GetReq::WIRE_BYTES);
+        round_trip(GetReply { status: GetStatus::Local, page, version: v, server: 4, flags: 1 }, GetReply::WIRE_BYTES);
+        round_trip(PutReq { page, version: v, view: 2, tag, flags: PUT_DIRTY }, PutReq::WIRE_BYTES);
+        round_trip(PutDone { page, version: v, tag, status: PutStatus::Superseded, site: 2 }, PutDone::WIRE_BYTES);
+        round_trip(DiscardReq { page, version: v }, DiscardReq::WIRE_BYTES);
+        round_trip(DirUpdateReq { page, version: v, view: 3, site: 1 }, DirUpdateReq::WIRE_BYTES);
+        round_trip(DirRemoveReq { page, version: v, site: 1 }, DirRemoveReq::WIRE_BYTES);
+        round_trip(DropReq { page, version: v }, DropReq::WIRE_BYTES);
+        round_trip(DirAck { status: AckStatus::Busy, page }, DirAck::WIRE_BYTES);
+    }
+
+    #[test]
+    fn bad_enum_codes_are_rejected() {
+        let mut buf = [0u8; MAX_BODY];
+        let n = DirAck { status: AckStatus::Ok, page: PageId::new(1, 1) }.encode(&mut buf).unwrap();
+        for bad in [0u8, 6, 255] {
+            buf[0] = bad;
+            assert!(DirAck::decode(&buf[..n]).is_err());
+        }
+        assert!(GetStatus::from_u8(0).is_err() && PutStatus::from_u8(6).is_err());
+    }
+
+    #[test]
+    fn op_codes() {
+        assert!(is_gms_op(OP_GETPAGE) && is_gms_op(OP_DROPPAGE) && is_gms_op(OP_DIRVERIFY));
+        assert!(!is_gms_op(0x0101) && !is_gms_op(OP_DIRVERIFY + 1));
+        assert_eq!(<GetPage as Operation>::OP, OP_GETPAGE);
+    }
+}

@@ -1,0 +1,276 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! Read-ahead from network memory: sequential-access detection per stream and the table of
+//! pending fetches a reader waits on instead of fetching twice. No `unsafe`.
+//!
+//! A stream is an address space or file (`space`); pages are numbered within it. Every
+//! reference goes through [`ReadAhead::on_access`], which both feeds the stream's detector
+//! and says what the reader does: [`Decision::Hit`] (in the local cache),
+//! [`Decision::WaitFor`] (a fetch of the page is pending: sleep on that call until
+//! [`ReadAhead::complete`] reports it) or [`Decision::Fetch`] (fetch it now; the fetch is
+//! recorded as pending too, so a second reader waits for it).
+//!
+//! After `trigger` (`K`) consecutive sequential accesses (each page one past the previous)
+//! a stream wants the next `depth` (`N`) pages; [`ReadAhead::prefetches`] hands them out
+//! — skipping pages that are cached or pending — as nonblocking getpages to issue now,
+//! never more than `N` in flight per stream. Any non-sequential access resets the
+//! detector; a failed prefetch (the page is not in network memory) does too. Every
+//! prefetch and recorded fetch must end in [`ReadAhead::complete`] (a failed or timed-out
+//! call, or one the runtime could not issue, with `ok = false`), or its entry stays.
+//!
+//! ```
+//! use gms::readahead::{Config, Decision, ReadAhead};
+//!
+//! let mut ra = ReadAhead::<4, 16>::new(Config { trigger: 2, depth: 3 });
+//! let cached = |_space: u64, _page: u64| false;
+//! for page in 0..2 {
+//!     let Decision::Fetch(Some(_)) = ra.on_access(9, page, false) else { panic!() };
+//!     ra.complete(9, page, true); // the demand fetch finished
+//!     assert_eq!(ra.prefetches(cached).count(), 0); // not sequential enough yet
+//! }
+//! let Decision::Fetch(_) = ra.on_access(9, 2, false) else { panic!() };
+//! // Two sequential accesses (1 after 0, 2 after 1): prefetch pages 3, 4 and 5.
+//! let issued: Vec<_> = ra.prefetches(cached).map(|p| p.page).collect();
+//! assert_eq!(issued, [3, 4, 5]);
+//! // A reader of page 3 waits for its prefetch instead of fetching it again.
+//! assert!(matches!(ra.on_access(9, 3, false), Decision::WaitFor(_)));
+//! ```
+
+/// Read-ahead parameters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// `K`: consecutive sequential accesses before read-ahead starts (0: from the first).
+    pub trigger: u32,
+    /// `N`: pages read ahead, and the most prefetches in flight per stream (0: disabled).
+    pub depth: u32,
+}
+
+/// Names one pending fetch (unique among the pending ones).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PendingId(pub u32);
+
+/// What a reader of a page does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use]
+pub enum Decision {
+    /// The page is in the local cache.
+    Hit,
+    /// A fetch of the page is pending: wait for it, then access the page again.
+    WaitFor(PendingId),
+    /// Fetch the page now. `Some`: the fetch is recorded as pending (other readers wait
+    /// for it) and must be reported to [`ReadAhead::complete`]; `None`: the pending table
+    /// is full, so the fetch is not recorded.
+    Fetch(Option<PendingId>),
+}
+
+/// A prefetch to issue now (a nonblocking getpage whose continuation inserts the frame
+/// into the local page cache and calls [`ReadAhead::complete`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Prefetch {
+    pub space: u64,
+    pub page: u64,
+    pub id: PendingId,
+}
+
+/// A pending fetch that [`ReadAhead::complete`] ended: wake the readers waiting on `id`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Completed {
+    pub id: PendingId,
+    /// Whether it was a prefetch (else a reader's fetch).
+    pub prefetch: bool,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Pending {
+    space: u64,
+    page: u64,
+    id: PendingId,
+    prefetch: bool,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Stream {
+    space: u64,
+    /// The last page accessed.
+    last: u64,
+    /// Consecutive sequential accesses ending at `last`.
+    run: u32,
+    /// Pages `next..until` are wanted but not issued yet.
+    next: u64,
+    until: u64,
+    /// Access clock of the last use, for replacing the least recently used stream.
+    used: u64,
+}
+
+/// Sequential-access detectors for up to `STREAMS` streams (least recently used replaced)
+/// and a table of up to `PENDING` pending fetches.
+///
+/// Call order: [`ReadAhead::on_access`] on each page reference, then drain
+/// [`ReadAhead::prefetches`] (or [`ReadAhead::poll_prefetch`]) and issue what it yields;
+/// [`ReadAhead::complete`] when a fetch ends.
+#[derive(Clone, Debug)]
+pub struct ReadAhead<const STREAMS: usize, const PENDING: usize> {
+    config: Config,
+    streams: [Option<Stream>; STREAMS],
+    pending: [Option<Pending>; PENDING],
+    next_id: u32,
+    clock: u64,
+}
+
+impl<const STREAMS: usize, const PENDING: usize> ReadAhead<STREAMS, PENDING> {
+    pub fn new(config: Config) -> Self {
+        ReadAhead { config, streams: [None; STREAMS], pending: [None; PENDING], next_id: 0, clock: 0 }
+    }
+
+    pub fn config(&self) -> Config {
+        self.config
+    }
+
+    /// Change `K` and `N`; applies from the next access (prefetches in flight stay).
+    pub fn set_config(&mut self, config: Config) {
+        self.config = config;
+    }
+
+    /// A reader references `page` of `space`; `cached` says whether it is in the local
+    /// cache. Feeds the stream's detector and decides what the reader does.
+    pub fn on_access(&mut self, space: u64, page: u64, cached: bool) -> Decision {
+        self.detect(space, page);
+        if cached {
+            Decision::Hit
+        } else if let Some(id) = self.pending_id(space, page) {
+            Decision::WaitFor(id)
+        } else {
+            Decision::Fetch(self.insert(space, page, false))
+        }
+    }
+
+    fn detect(&mut self, space: u64, page: u64) {
+        self.clock += 1;
+        let Some(i) = self.stream_slot(space) else { return };
+        let Config { trigger, depth } = self.config;
+        let s = match &mut self.streams[i] {
+            Some(s) if s.space == space => s,
+            slot => slot.insert(Stream { space, last: page, run: 0, next: 0, until: 0, used: 0 }),
+        };
+        s.used = self.clock;
+        if page != s.last {
+            if s.last.checked_add(1) == Some(page) {
+                s.run = s.run.saturating_add(1);
+            } else {
+                s.run = 0;
+                (s.next, s.until) = (0, 0); // forget the window
+            }
+            s.last = page;
+        }
+        if s.run >= trigger && depth > 0 {
+            let start = page.saturating_add(1);
+            s.next = s.next.max(start);
+            s.until = start.saturating_add(depth as u64);
+        }
+    }
+
+    /// The slot of `space`'s stream: its own, else a free one, else the least recently used.
+    fn stream_slot(&self, space: u64) -> Option<usize> {
+        let mine = self.streams.iter().position(|s| s.is_some_and(|s| s.space == space));
+        let free = || self.streams.iter().position(|s| s.is_none());
+        let lru = || (0..STREAMS).min_by_key(|&i| self.streams[i].map_or(0, |s| s.used));
+        mine.or_else(free).or_else(lru)
+    }
+
+    /// The next prefetch to issue now, recorded as pending, or `None`. `skip(space, page)`
+    /// says whether a page needs no prefetch (cached locally, beyond the end of the file…).
+    pub fn poll_prefetch(&mut self, mut skip: impl FnMut(u64, u64) -> bool) -> Option<Prefetch> {
+        let depth = self.config.depth as usize;
+        for i in 0..STREAMS {
+            let Some(mut s) = self.streams[i] else { continue };
+            let mut issued = None;
+            while s.next < s.until && self.in_flight(s.space) < depth {
+                let page = s.next;
+                if !skip(s.space, page) && self.pending_id(s.space, page).is_none() {
+                    let Some(id) = self.insert(s.space, page, true) else { break };
+                    issued = Some(Prefetch { space: s.space, page, id });
+                }
+                s.next += 1; // < until: no overflow
+                if issued.is_some() {
+                    break;
+                }
+            }
+            self.streams[i] = Some(s);
+            if issued.is_some() {
+                return issued;
+            }
+        }
+        None
+    }
+
+    /// The prefetches to issue now (see [`ReadAhead::poll_prefetch`]); each one yielded is
+    /// recorded as pending, and dropping the iterator early leaves the rest for later.
+    pub fn prefetches<F: FnMut(u64, u64) -> bool>(&mut self, skip: F) -> Prefetches<'_, F, STREAMS, PENDING> {
+        Prefetches { ra: self, skip }
+    }
+
+    /// A fetch of `page` ended (`ok`: the frame is in the local cache now). Removes the
+    /// pending entry and returns it, or `None` if none was pending (late or duplicate). A
+    /// failed prefetch resets its stream's detector: the data is not in network memory.
+    pub fn complete(&mut self, space: u64, page: u64, ok: bool) -> Option<Completed> {
+        let slot = self.pending.iter_mut().find(|p| p.is_some_and(|p| p.space == space && p.page == page))?;
+        let p = slot.take()?;
+        if p.prefetch && !ok {
+            if let Some(s) = self.streams.iter_mut().flatten().find(|s| s.space == space) {
+                s.run = 0;
+                (s.next, s.until) = (0, 0);
+            }
+        }
+        Some(Completed { id: p.id, prefetch: p.prefetch })
+    }
+
+    /// The pending fetch of `page`, if any.
+    pub fn pending_id(&self, space: u64, page: u64) -> Option<PendingId> {
+        self.pending.iter().flatten().find(|p| p.space == space && p.page == page).map(|p| p.id)
+    }
+
+    /// Prefetches of `space` in flight.
+    pub fn in_flight(&self, space: u64) -> usize {
+        self.pending.iter().flatten().filter(|p| p.prefetch && p.space == space).count()
+    }
+
+    /// Pending fetches (prefetches and recorded reader fetches).
+    pub fn pending_len(&self) -> usize {
+        self.pending.iter().flatten().count()
+    }
+
+    /// Forget `space`'s detector (the file was closed); its pending fetches stay.
+    pub fn forget_stream(&mut self, space: u64) {
+        for s in self.streams.iter_mut().filter(|s| s.is_some_and(|s| s.space == space)) {
+            *s = None;
+        }
+    }
+
+    /// Record a pending fetch; `None` if the table is full.
+    fn insert(&mut self, space: u64, page: u64, prefetch: bool) -> Option<PendingId> {
+        let slot = self.pending.iter().position(|p| p.is_none())?;
+        // At most PENDING ids are live, so one of PENDING + 1 candidates is free.
+        let mut id = PendingId(self.next_id);
+        while self.pending.iter().flatten().any(|p| p.id == id) {
+            id = PendingId(id.0.wrapping_add(1));
+        }
+        self.next_id = id.0.wrapping_add(1);
+        self.pending[slot] = Some(Pending { space, page, id, prefetch });
+        Some(id)
+    }
+}
+
+/// Iterator over the prefetches to issue now; see [`ReadAhead::prefetches`].
+pub struct Prefetches<'a, F, const STREAMS: usize, const PENDING: usize> {
+    ra: &'a mut ReadAhead<STREAMS, PENDING>,
+    skip: F,
+}
+
+impl<F: FnMut(u64, u64) -> bool, const STREAMS: usize, const PENDING: usize> Iterator
+    for Prefetches<'_, F, STREAMS, PENDING>
+{
+    type Item = Prefetch;
+
+    fn next(&mut self) -> Option<Prefetch> {
+        self.ra.poll_prefetch(&mut self.skip)
+    }
+}

@@ -1,0 +1,310 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! The server stubs: NetRPC's dispatch into GMS ([`Runtime`] for [`GmsNode`]).
+//!
+//! Message flows (R requester, D the page's directory node, C caching site, T target):
+//! - getpage: R→D `GETPAGE`; D holds it: D→R reply + page (2-way); C holds it: D
+//!   delegates to C with R's reply token and the version it names, C→R reply + page
+//!   tagged with R's IPT token (3-way); nobody: D→R miss; D names R itself: "local".
+//!   A moving read: C drops its copy (and has D un-name it); R registers itself.
+//! - putpage/movepage: R→T `PUTPAGE`/`MOVEPAGE` + page (one-way); T stores it (or
+//!   refuses), T→D `DIRUPDATE`, D→T ack (D has a displaced holder drop its copy with
+//!   `DROPPAGE`), T→R `PUTDONE`. A movepage's R drops its copy on `Stored`.
+//! - discard: R→D `DISCARDPAGE`, D→R ack; D→C `DROPPAGE` in the background.
+//! - upkeep: a holder that lost a copy tells D (`DIRREMOVE`); a caching site asked for a
+//!   copy it lacks does too (lazy repair); the scrub has D ask each named holder
+//!   (`DIRVERIFY`) and each holder re-register its copies (`DIRUPDATE`), one entry per
+//!   [`super::types::GmsConfig::scrub_interval`]. All retried until answered.
+
+use super::net::prelude::*;
+use super::node::{GmsNode, Held, HeldState, Host, TaskKind};
+use super::ops::*;
+use super::page::Version;
+
+impl<
+        F: Copy + PartialEq,
+        H: Host<F>,
+        const MEMBERS: usize,
+        const HELD: usize,
+        const DIR: usize,
+        const OPS: usize,
+        const TASKS: usize,
+        const OUTQ: usize,
+    > Runtime<F> for GmsNode<F, H, MEMBERS, HELD, DIR, OPS, TASKS, OUTQ>
+{
+    fn serve(&mut self, inc: &Incoming<'_, F>) -> Action<F> {
+        self.enter(inc.now);
+        if !is_gms_op(inc.op) {
+            // Another service's request: `serve_other` owns its payload.
+            return self.host.serve_other(inc);
+        }
+        if let (OP_PUTPAGE | OP_MOVEPAGE, true) = (inc.op, inc.one_way) {
+            self.serve_put(inc);
+            return Action::Done;
+        }
+        // Only puts carry a page.
+        self.release_payload(inc.payload);
+        match (inc.op, inc.one_way) {
+            (OP_GETPAGE, false) => self.serve_get(inc),
+            (OP_PUTDONE, true) => {
+                if let Ok(d) = inc.decode::<PutDoneOp>() {
+                    self.put_done(inc.src, &d);
+                }
+                Action::Done
+            }
+            (OP_DISCARDPAGE, false) => match inc.decode::<DiscardPage>() {
+                Ok(req) if self.members.directory_of(&req.page) == Some(self.id) => {
+                    ack(self.apply_discard(req.page, req.version), &req)
+                }
+                Ok(req) => ack(AckStatus::NotDirectory, &req),
+                Err(e) => Action::Error(e),
+            },
+            (OP_DIRUPDATE, false) => self.serve_update(inc),
+            (OP_DIRREMOVE, false) => match inc.decode::<DirRemove>() {
+                Ok(req) if req.site != inc.src => Action::Error(RpcError::Malformed),
+                Ok(req) if self.members.directory_of(&req.page) == Some(self.id) => {
+                    if self.dir.remove(&req.page, req.site, req.version, self.now) {
+                        self.stats.dir_removes += 1;
+                    }
+                    ack(AckStatus::Ok, &req)
+                }
+                Ok(req) => ack(AckStatus::NotDirectory, &req),
+                Err(e) => Action::Error(e),
+            },
+            (OP_DIRVERIFY, false) => match inc.decode::<DirVerify>() {
+                Ok(req) => {
+                    let holds = self.held.get(&req.page).is_some_and(|h| h.version >= req.version);
+                    ack(if holds { AckStatus::Ok } else { AckStatus::Rejected }, &req)
+                }
+                Err(e) => Action::Error(e),
+            },
+            (OP_DROPPAGE, false) => match inc.decode::<DropPage>() {
+                Ok(req) => {
+                    self.drop_held(&req.page, req.version);
+                    ack(AckStatus::Ok, &req)
+                }
+                Err(e) => Action::Error(e),
+            },
+            // A GMS op sent the wrong way (a call that should be one-way or vice versa).
+            (_, true) => Action::Done,
+            (_, false) => Action::Error(RpcError::Malformed),
+        }
+    }
+
+    fn copy_payload(&mut self, from: &F, to: &F, len: u32) -> bool {
+        self.host.copy_payload(from, to, len)
+    }
+
+    fn release(&mut self, frame: F) {
+        // The held frame of a reply NetRPC could not queue stays GMS's.
+        if self.lent.take() == Some(frame) {
+            return;
+        }
+        self.host.release(frame)
+    }
+}
+
+/// The page a directory-maintenance request is about.
+trait AboutPage {
+    fn page(&self) -> super::page::PageId;
+}
+macro_rules! about_page {
+    ($($t:ty),*) => { $(impl AboutPage for $t { fn page(&self) -> super::page::PageId { self.page } })* };
+}
+about_page!(DiscardReq, DirUpdateReq, DirRemoveReq, DropReq);
+
+fn ack<F, R: AboutPage>(status: AckStatus, req: &R) -> Action<F> {
+    Action::reply(&DirAck { status, page: req.page() }, None)
+}
+
+impl<
+        F: Copy + PartialEq,
+        H: Host<F>,
+        const MEMBERS: usize,
+        const HELD: usize,
+        const DIR: usize,
+        const OPS: usize,
+        const TASKS: usize,
+        const OUTQ: usize,
+    > GmsNode<F, H, MEMBERS, HELD, DIR, OPS, TASKS, OUTQ>
+{
+    fn release_payload(&mut self, p: InPayload<F>) {
+        if let InPayload::Buffer { frame, .. } = p {
+            self.host.release(frame);
+        }
+    }
+
+    fn get_answer(&self, status: GetStatus, req: &GetReq, version: Version) -> Action<F> {
+        let rep = GetReply { status, page: req.page, version, server: self.id, flags: 0 };
+        Action::reply(&rep, None)
+    }
+
+    /// `GETPAGE` at the directory node (hops 0), or at the caching site (delegated, or
+    /// sent directly by a requester that is the directory node).
+    fn serve_get(&mut self, inc: &Incoming<'_, F>) -> Action<F> {
+        let req = match inc.decode::<GetPage>() {
+            Ok(r) => r,
+            Err(e) => return Action::Error(e),
+        };
+        if inc.hops > 0 || req.flags & GET_DIRECT != 0 {
+            return self.serve_as_site(&req);
+        }
+        if self.members.directory_of(&req.page) != Some(self.id) {
+            return self.get_answer(GetStatus::Miss, &req, Version(0));
+        }
+        match self.dir.lookup(&req.page) {
+            None => self.get_answer(GetStatus::Miss, &req, Version(0)),
+            Some((site, v)) if site == inc.token.origin => self.get_answer(GetStatus::Local, &req, v),
+            Some((site, v)) if site == self.id => self.serve_as_site(&GetReq { want: v, ..req }),
+            Some((site, v)) => {
+                self.stats.gets_delegated += 1;
+                match Body::encode(&GetReq { want: v, ..req }) {
+                    Ok(body) => Action::Delegate { to: site, body },
+                    Err(e) => Action::Error(e),
+                }
+            }
+        }
+    }
+
+    /// Serve `req.page` at `req.want` or newer from this node's copy.
+    fn serve_as_site(&mut self, req: &GetReq) -> Action<F> {
+        let page = req.page;
+        let epoch = self.epoch;
+        let Some(h) = self.held.get_mut(&page).filter(|h| h.version >= req.want) else {
+            // The directory named a copy this node does not have: repair the entry.
+            self.forget_site(page, req.want);
+            return self.get_answer(GetStatus::Miss, req, Version(0));
+        };
+        h.last_access = epoch;
+        let h: Held<F> = *h;
+        self.stats.gets_served += 1;
+        let moving = req.flags & GET_MOVING != 0;
+        let local_dir = self.members.directory_of(&page) == Some(self.id);
+        // A moving read hands the copy (and its dirt) to the requester. Only a registered
+        // copy moves, and only if the directory can be told.
+        if moving && h.state == HeldState::Registered && (local_dir || self.free_task().is_some()) {
+            self.held.remove(&page);
+            self.cancel_register(&page, PutStatus::Failed);
+            self.stats.gets_moved += 1;
+            if local_dir {
+                if self.dir.remove(&page, self.id, h.version, self.now) {
+                    self.stats.dir_removes += 1;
+                }
+            } else {
+                self.queue_task(TaskKind::Remove, page, h.version, self.id, None);
+            }
+            self.host.dropped(page, h.frame, false);
+        }
+        self.lent = Some(h.frame);
+        let flags = if h.dirty { REPLY_DIRTY } else { 0 };
+        let rep = GetReply { status: GetStatus::Hit, page, version: h.version, server: self.id, flags };
+        Action::reply(&rep, Some((h.frame, h.len)))
+    }
+
+    /// `PUTPAGE`/`MOVEPAGE` at the target (one-way, the page in a receive buffer).
+    fn serve_put(&mut self, inc: &Incoming<'_, F>) {
+        let Ok(req) = inc.decode::<PutPage>() else {
+            self.release_payload(inc.payload);
+            return;
+        };
+        let to = Some((inc.src, req.tag));
+        let InPayload::Buffer { frame, len } = inc.payload else {
+            self.release_payload(inc.payload);
+            self.notify(to, req.page, req.version, PutStatus::Refused);
+            return;
+        };
+        if let Err(status) = self.store(&req, frame, len, to) {
+            self.host.release(frame);
+            if status == PutStatus::Refused {
+                self.stats.puts_refused += 1;
+            }
+            self.notify(to, req.page, req.version, status);
+        }
+    }
+
+    /// Take the page into this node's page-frame directory and start its registration
+    /// (which answers the putter). `Err`: answer now, the frame was not taken.
+    fn store(
+        &mut self,
+        req: &PutReq,
+        frame: F,
+        len: u32,
+        to: Option<(u16, super::types::OpId)>,
+    ) -> Result<(), PutStatus> {
+        if req.view != self.members.view() {
+            return Err(PutStatus::WrongView);
+        }
+        let page = req.page;
+        let dir = self.members.directory_of(&page).ok_or(PutStatus::Refused)?;
+        match self.held.get(&page).copied() {
+            Some(h) if h.version > req.version => return Err(PutStatus::Superseded),
+            Some(h) if h.version == req.version => {
+                // A duplicate, or the same page again: keep the copy we have.
+                self.host.release(frame);
+                match h.state {
+                    HeldState::Registered => self.notify(to, page, req.version, PutStatus::Stored),
+                    HeldState::Registering if self.attach_notify(&page, to) => {}
+                    HeldState::Registering => self.notify(to, page, req.version, PutStatus::Refused),
+                }
+                return Ok(());
+            }
+            // Busy registering an older version: try again later.
+            Some(h) if h.state == HeldState::Registering => return Err(PutStatus::Refused),
+            Some(_) => {}
+            None if self.held.len() >= self.budget() => return Err(PutStatus::Refused),
+            None => {}
+        }
+        if dir != self.id && self.free_task().is_none() {
+            return Err(PutStatus::Refused);
+        }
+        let h = Held {
+            frame,
+            len,
+            version: req.version,
+            dirty: req.flags & PUT_DIRTY != 0,
+            last_access: self.epoch,
+            state: HeldState::Registering,
+        };
+        match self.held.insert(page, h) {
+            Ok(Some(old)) => self.host.dropped(page, old.frame, false),
+            Ok(None) => {}
+            Err(_) => return Err(PutStatus::Refused),
+        }
+        self.stats.pages_stored += 1;
+        self.register(page, to);
+        Ok(())
+    }
+
+    /// A second putter of the same version waits on the registration in progress.
+    fn attach_notify(&mut self, page: &super::page::PageId, to: Option<(u16, super::types::OpId)>) -> bool {
+        let Some(t) = self.tasks.iter_mut().find(|t| t.live() && t.kind == TaskKind::Register && t.page == *page)
+        else {
+            return false;
+        };
+        match t.notify {
+            None => {
+                t.notify = to;
+                true
+            }
+            n => n == to,
+        }
+    }
+
+    /// `DIRUPDATE` at the directory node.
+    fn serve_update(&mut self, inc: &Incoming<'_, F>) -> Action<F> {
+        let req = match inc.decode::<DirUpdate>() {
+            Ok(r) => r,
+            Err(e) => return Action::Error(e),
+        };
+        if req.site != inc.src {
+            return Action::Error(RpcError::Malformed);
+        }
+        let status = if req.view != self.members.view() {
+            AckStatus::WrongView
+        } else if self.members.directory_of(&req.page) != Some(self.id) {
+            AckStatus::NotDirectory
+        } else {
+            self.apply_update(req.page, req.site, req.version)
+        };
+        ack(status, &req)
+    }
+}

@@ -1,0 +1,281 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! Background directory maintenance (`DIRUPDATE`, `DIRREMOVE`, `DROPPAGE`, each retried
+//! until answered or its peer leaves the view), operation timeouts, and the one-way
+//! notices queue: everything [`GmsNode::drive`] does.
+
+use super::net::prelude::*;
+use super::node::{GmsNode, HeldState, Host, OpState, Task, TaskKind, TaskState};
+use super::ops::*;
+
+impl<
+        F: Copy + PartialEq,
+        H: Host<F>,
+        const MEMBERS: usize,
+        const HELD: usize,
+        const DIR: usize,
+        const OPS: usize,
+        const TASKS: usize,
+        const OUTQ: usize,
+    > GmsNode<F, H, MEMBERS, HELD, DIR, OPS, TASKS, OUTQ>
+{
+    /// Time passes and work queued by the last inputs goes out: fail overdue operations
+    /// (cancelling their calls: a miss, never a hang), retry overdue background updates,
+    /// issue due ones, send queued notices. Call after every input to the node or its
+    /// `Rpc`, and at [`Self::poll_timeout`]; then drain the `Rpc`'s transmits.
+    pub fn drive<const C: usize, const K: usize, const X: usize>(&mut self, now: u64, rpc: &mut Rpc<Self, F, C, K, X>) {
+        self.enter(now);
+        for i in 0..OPS {
+            let o = self.ops[i];
+            if o.state != OpState::InFlight || o.deadline > now {
+                continue;
+            }
+            self.ops[i].timed_out = true;
+            self.stats.op_timeouts += 1;
+            match o.call {
+                // The continuation completes it (as a timeout).
+                Some(call) if rpc.cancel(self, call).is_ok() => {}
+                _ => self.fail_op(i, RpcError::Timeout),
+            }
+        }
+        for i in 0..TASKS {
+            let state = self.tasks[i].state;
+            match state {
+                // Cancelled: the continuation schedules the retry.
+                TaskState::InFlight { call, deadline } if deadline <= now && rpc.cancel(self, call).is_err() => {
+                    self.retry(i);
+                }
+                TaskState::Cancel(call) => {
+                    // The continuation ignores it (the task's generation moved on).
+                    let _ = rpc.cancel(self, call);
+                    self.tasks[i].state = TaskState::Free;
+                }
+                _ => {}
+            }
+        }
+        for i in 0..TASKS {
+            let state = self.tasks[i].state;
+            match state {
+                TaskState::Backoff => self.tasks[i].state = TaskState::Due(now.saturating_add(self.cfg.retry_delay)),
+                TaskState::Due(at) if at <= now && !self.issue(now, rpc, i) => break,
+                _ => {}
+            }
+        }
+        if self.cfg.scrub_interval > 0 && now >= self.scrub_at {
+            self.scrub_at = now.saturating_add(self.cfg.scrub_interval);
+            self.scrub_step();
+        }
+        while let Some(n) = self.outq.peek().copied() {
+            let sent = Body::encode(&n.done).and_then(|b| rpc.send_oneway(n.dst, OP_PUTDONE, b.as_slice(), None));
+            if sent == Err(RpcError::TxFull) {
+                break;
+            }
+            self.outq.pop();
+        }
+    }
+
+    /// When [`Self::drive`] has something to do next (an operation or update deadline, a
+    /// retry, a queued notice).
+    pub fn poll_timeout(&self) -> Option<u64> {
+        let ops = self.ops.iter().filter(|o| o.state == OpState::InFlight).map(|o| o.deadline);
+        let tasks = self.tasks.iter().filter_map(|t| match t.state {
+            TaskState::Free => None,
+            TaskState::Due(at) => Some(at),
+            TaskState::Backoff | TaskState::Cancel(_) => Some(self.now),
+            TaskState::InFlight { deadline, .. } => Some(deadline),
+        });
+        let notices = (!self.outq.is_empty()).then_some(self.now);
+        ops.chain(tasks).chain(notices).min()
+    }
+
+    /// One step of the scrub: check the next directory entry with its site, and
+    /// re-register the next registered held page (both idempotent when all is well).
+    fn scrub_step(&mut self) {
+        let next = self.dir.next_live_from(self.scrub_dir).or_else(|| self.dir.next_live_from(0));
+        if let Some((i, page, site, version)) = next {
+            self.scrub_dir = i + 1;
+            if site == self.id {
+                if self.held.get(&page).is_none_or(|h| h.version < version) {
+                    self.unname(page, site, version);
+                }
+            } else {
+                self.queue_task(TaskKind::Verify, page, version, site, None);
+            }
+        }
+        let next = self.held.next_from(self.scrub_held).or_else(|| self.held.next_from(0));
+        if let Some((i, page, h)) = next {
+            self.scrub_held = i + 1;
+            if h.state == HeldState::Registered {
+                if self.members.directory_of(&page) == Some(self.id) {
+                    if self.dir.lookup(&page) != Some((self.id, h.version)) {
+                        let status = self.apply_update(page, self.id, h.version);
+                        self.registered(page, h.version, status, None);
+                    }
+                } else {
+                    self.queue_task(TaskKind::Register, page, h.version, self.id, None);
+                }
+            }
+        }
+    }
+
+    /// The directory learnt that `site` does not hold `page` at `version`.
+    fn unname(&mut self, page: super::page::PageId, site: u16, version: super::page::Version) {
+        if self.dir.remove(&page, site, version, self.now) {
+            self.stats.scrub_removed += 1;
+            self.stats.dir_removes += 1;
+        }
+    }
+
+    /// Free task `i` without telling anyone, and return it.
+    fn take_task(&mut self, i: usize) -> Task {
+        let t = self.tasks[i];
+        self.tasks[i].state = TaskState::Free;
+        self.tasks[i].notify = None;
+        self.tasks[i].generation = t.generation.wrapping_add(1).max(1);
+        t
+    }
+
+    /// Send task `i` (or do it here when this node is its peer). `false`: NetRPC has no
+    /// room now, stop issuing.
+    fn issue<const C: usize, const K: usize, const X: usize>(
+        &mut self,
+        now: u64,
+        rpc: &mut Rpc<Self, F, C, K, X>,
+        i: usize,
+    ) -> bool {
+        let t = self.tasks[i];
+        let dst = match t.kind {
+            TaskKind::Register | TaskKind::Remove => self.members.directory_of(&t.page),
+            TaskKind::Drop | TaskKind::Verify => Some(t.site).filter(|&s| self.members.contains(s)),
+        };
+        let Some(dst) = dst else {
+            self.give_up(i);
+            return true;
+        };
+        if dst == self.id {
+            let t = self.take_task(i);
+            match t.kind {
+                TaskKind::Register => {
+                    let status = self.apply_update(t.page, self.id, t.version);
+                    self.registered(t.page, t.version, status, t.notify);
+                }
+                TaskKind::Remove => {
+                    if self.dir.remove(&t.page, self.id, t.version, now) {
+                        self.stats.dir_removes += 1;
+                    }
+                }
+                TaskKind::Drop => {
+                    self.drop_held(&t.page, t.version);
+                }
+                TaskKind::Verify => {
+                    if self.held.get(&t.page).is_none_or(|h| h.version < t.version) {
+                        self.unname(t.page, self.id, t.version);
+                    }
+                }
+            }
+            return true;
+        }
+        let (page, version, view, me) = (t.page, t.version, self.members.view(), self.id);
+        let none = ReplyTo::None;
+        let nb = Mode::NonBlocking;
+        let r = match t.kind {
+            TaskKind::Register => {
+                rpc.call::<DirUpdate>(now, self, dst, &DirUpdateReq { page, version, view, site: me }, none, nb)
+            }
+            TaskKind::Remove => {
+                rpc.call::<DirRemove>(now, self, dst, &DirRemoveReq { page, version, site: me }, none, nb)
+            }
+            TaskKind::Drop => rpc.call::<DropPage>(now, self, dst, &DropReq { page, version }, none, nb),
+            TaskKind::Verify => rpc.call::<DirVerify>(now, self, dst, &DropReq { page, version }, none, nb),
+        };
+        match r {
+            Ok(call) => {
+                // Issuing may have evicted another call whose continuation ended this task.
+                if self.tasks[i].generation != t.generation || self.tasks[i].state == TaskState::Free {
+                    let _ = rpc.cancel(self, call);
+                    return true;
+                }
+                let arg = (t.generation as u64) << 16 | i as u64;
+                if rpc.push_continuation(call, Self::task_reply, arg).is_err() {
+                    // Cannot happen (a fresh call has an empty stack).
+                    let _ = rpc.cancel(self, call);
+                    self.retry(i);
+                    return true;
+                }
+                let deadline = now.saturating_add(self.cfg.task_timeout);
+                self.tasks[i].state = TaskState::InFlight { call, deadline };
+                self.tasks[i].sent = version;
+                self.stats.tasks_issued += 1;
+                true
+            }
+            Err(RpcError::TxFull | RpcError::TableFull) => false,
+            Err(_) => {
+                self.retry(i);
+                true
+            }
+        }
+    }
+
+    /// The continuation of every background call.
+    fn task_reply(node: &mut Self, o: &Outcome<F>, arg: u64) -> bool {
+        node.lent = None;
+        if let Ok(Reply { payload: Payload::Buffer { frame, .. }, .. }) = o {
+            node.host.release(*frame);
+        }
+        let i = (arg & 0xffff) as usize;
+        let Some(t) = node.tasks.get(i).copied() else { return true };
+        if t.generation != (arg >> 16) as u32 || !matches!(t.state, TaskState::InFlight { .. }) {
+            return true;
+        }
+        let status = match o {
+            Ok(r) => r.decode::<DirAck>().ok().filter(|a| a.page == t.page).map(|a| a.status),
+            Err(_) => None,
+        };
+        match (t.kind, status) {
+            (TaskKind::Register, Some(_)) if t.version != t.sent => {
+                // A newer copy replaced the one this call registered: register that one.
+                node.tasks[i].state = TaskState::Due(node.now);
+            }
+            (TaskKind::Register, Some(s @ (AckStatus::Ok | AckStatus::Rejected))) => {
+                let t = node.take_task(i);
+                node.registered(t.page, t.sent, s, t.notify);
+            }
+            (TaskKind::Verify, Some(s @ (AckStatus::Ok | AckStatus::Rejected))) => {
+                let t = node.take_task(i);
+                if s == AckStatus::Rejected && node.members.directory_of(&t.page) == Some(node.id) {
+                    node.unname(t.page, t.site, t.sent);
+                }
+            }
+            (TaskKind::Remove | TaskKind::Drop, Some(_)) => {
+                if t.version > t.sent {
+                    // Merged with a newer version while in flight: send that too.
+                    node.tasks[i].state = TaskState::Due(node.now);
+                } else {
+                    node.take_task(i);
+                }
+            }
+            _ => node.retry(i),
+        }
+        true
+    }
+
+    /// Task `i` failed: back off and retry, or give up after `max_attempts`.
+    fn retry(&mut self, i: usize) {
+        self.stats.task_retries += 1;
+        let t = &mut self.tasks[i];
+        t.attempts = t.attempts.saturating_add(1);
+        if self.cfg.max_attempts > 0 && t.attempts >= self.cfg.max_attempts {
+            self.give_up(i);
+        } else {
+            t.state = TaskState::Backoff;
+        }
+    }
+
+    /// Abandon task `i`: an unregistered copy is dropped (never served as if named).
+    fn give_up(&mut self, i: usize) {
+        let t = self.take_task(i);
+        if t.kind == TaskKind::Register {
+            self.drop_held(&t.page, t.version);
+            self.notify(t.notify, t.page, t.version, PutStatus::Failed);
+        }
+    }
+}

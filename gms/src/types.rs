@@ -1,0 +1,230 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! The types a runtime exchanges with a [`super::node::GmsNode`]: operation handles and
+//! results, errors, per-space policies, configuration and counters.
+
+use super::net::prelude::RpcError;
+use super::page::{PageId, Version};
+
+/// Names a client operation (getpage, putpage, movepage, discard) at its issuing node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct OpId {
+    pub slot: u16,
+    pub generation: u32,
+}
+
+/// Where a getpage hit was served from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Via {
+    /// This node holds the page itself (the directory said so): copied locally.
+    Local,
+    /// Requester → directory node, which held the page (or: the requester is the
+    /// directory node and asked the caching site directly).
+    TwoWay,
+    /// Requester → directory → caching site → requester (delegated RPC).
+    ThreeWay,
+}
+
+/// Why a getpage missed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MissReason {
+    /// No node holds the page (or the holder no longer had the version the directory named).
+    NotCached,
+    /// No live node to be the directory.
+    NoDirectory,
+    /// The call failed: timeout (GMS cancels overdue calls: `Cancelled`), eviction of the
+    /// call record, a refused payload, or the peer left the view.
+    Failed(RpcError),
+    /// A reply that did not decode or did not match the request.
+    Malformed,
+}
+
+/// How a getpage ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GetResult<F> {
+    /// `frame` holds `len` bytes of the page at `version`. `held`: this node is now the
+    /// page's holder (a moving read) and GMS keeps referencing `frame` until it reports
+    /// it through [`super::node::Host::dropped`]; otherwise the frame is the runtime's.
+    Hit { version: Version, frame: F, len: u32, via: Via, held: bool },
+    /// `frame`: the caller's frame back, unused (`None` if NetRPC already released it
+    /// through [`super::node::Host::release`], as it does for failed calls).
+    Miss { reason: MissReason, frame: Option<F> },
+}
+
+/// How a putpage or movepage ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PutResult {
+    /// The target holds the page and the directory names it: a getpage issued from now
+    /// on returns this version (or newer) or a miss.
+    Stored { target: u16 },
+    /// The target had no room (budget, or its update table), or was busy with the page.
+    Refused,
+    /// A newer version (or a discard) is already recorded: the target dropped the copy.
+    Superseded,
+    /// The target or the directory is in another view (membership changed).
+    WrongView,
+    /// No answer in time, or the target left: the outcome is unknown.
+    Failed,
+}
+
+/// How a discard ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DiscardResult {
+    /// The directory forgot the page (versions up to the discarded one are never served
+    /// again); the holder drops its copy in the background.
+    Done,
+    Failed,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpResult<F> {
+    Get(GetResult<F>),
+    Put(PutResult),
+    Discard(DiscardResult),
+}
+
+/// A finished client operation, handed to [`super::node::Host::completed`] (nonblocking
+/// mode) or taken with [`super::node::GmsNode::take`] (wait mode).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Completion<F> {
+    pub op: OpId,
+    pub page: PageId,
+    pub result: OpResult<F>,
+}
+
+/// Why a client operation could not be issued (nothing was sent; frames stay the caller's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GmsError {
+    /// Every operation slot is in use.
+    OpsFull,
+    /// The target is this node or not a member.
+    BadTarget,
+    /// A movepage of a page this node does not hold.
+    NotHeld,
+    /// A movepage of a page whose directory registration is still in progress.
+    Busy,
+    /// A dirty page put into a write-through space.
+    DirtyWriteThrough,
+    /// The page-frame directory or the update table is full.
+    Full,
+    /// The policy table is full.
+    PoliciesFull,
+    /// Too many members.
+    MembersFull,
+    /// NetRPC refused the call (e.g. `TxFull`: poll transmits first).
+    Rpc(RpcError),
+}
+
+/// What a read does to the caching site's copy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum ReadPolicy {
+    /// Non-destructive: the caching site keeps serving the page.
+    #[default]
+    Sticky,
+    /// The caching site drops its copy when it serves it, and the requester becomes the
+    /// holder (the directory follows).
+    Moving,
+}
+
+/// How the client treats dirty pages (GMS itself only refuses dirty puts in write-through
+/// spaces; writeback to disk is the runtime's job).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum WritePolicy {
+    /// Dirty pages may live in network memory (scratch data, swap): written back when
+    /// evicted from the cluster.
+    #[default]
+    WriteBack,
+    /// Pages are written to disk before they are put: network memory holds clean pages only.
+    WriteThrough,
+}
+
+/// Per-space policy, set by the runtime ([`super::node::GmsNode::set_policy`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Policy {
+    pub reads: ReadPolicy,
+    pub writes: WritePolicy,
+}
+
+/// Timeouts in the runtime's clock unit (ns suggested), and the memory budget.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GmsConfig {
+    /// A client operation that has not completed after this long completes as a miss /
+    /// failure (its call is cancelled): no operation hangs.
+    pub op_timeout: u64,
+    /// A background directory update (register, remove, drop) is retried after this long
+    /// without an answer.
+    pub task_timeout: u64,
+    /// Pause before retrying a failed background update.
+    pub retry_delay: u64,
+    /// Give a background update up after this many attempts (0: retry until its peer
+    /// leaves the view).
+    pub max_attempts: u32,
+    /// A directory tombstone (the version floor left by a removed entry) may be reclaimed
+    /// for space after this long; keep it above the longest a message can live in the
+    /// network.
+    pub tombstone_ttl: u64,
+    /// Pages this node holds at most (≤ the frame directory's capacity).
+    pub budget: usize,
+    /// Every this long, the scrub checks one directory entry (`DIRVERIFY` to its site)
+    /// and re-registers one held page: soft-state repair after races between duplicated
+    /// or reordered updates (0: off).
+    pub scrub_interval: u64,
+}
+
+impl Default for GmsConfig {
+    fn default() -> Self {
+        GmsConfig {
+            op_timeout: 50_000_000,
+            task_timeout: 20_000_000,
+            retry_delay: 5_000_000,
+            max_attempts: 0,
+            tombstone_ttl: 10_000_000_000,
+            budget: usize::MAX,
+            scrub_interval: 10_000_000,
+        }
+    }
+}
+
+/// Counters of one node.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GmsStats {
+    // -- as a client --
+    pub gets: u64,
+    pub hits_local: u64,
+    pub hits_2way: u64,
+    pub hits_3way: u64,
+    /// Getpages answered "not cached".
+    pub misses: u64,
+    /// Getpages that failed (timeout, peer gone, ...): also misses for the caller.
+    pub get_failures: u64,
+    pub puts: u64,
+    pub moves: u64,
+    pub puts_stored: u64,
+    pub discards: u64,
+    pub op_timeouts: u64,
+    // -- as a caching site --
+    pub gets_served: u64,
+    /// Moving reads served (copy dropped).
+    pub gets_moved: u64,
+    /// Pages stored for putpage/movepage.
+    pub pages_stored: u64,
+    /// Putpages refused (budget, update table, busy).
+    pub puts_refused: u64,
+    /// Copies dropped because a newer version or a discard superseded them.
+    pub pages_dropped: u64,
+    // -- as a directory node --
+    pub gets_delegated: u64,
+    pub dir_updates: u64,
+    pub dir_rejects: u64,
+    pub dir_removes: u64,
+    pub dir_discards: u64,
+    // -- background --
+    pub tasks_issued: u64,
+    pub task_retries: u64,
+    /// Background updates that could not be queued (table full): the directory repairs
+    /// lazily (a getpage that finds no copy removes the entry).
+    pub task_overflow: u64,
+    /// One-way notifications that could not be queued.
+    pub outq_overflow: u64,
+    /// Entries the scrub found pointing at a node without the page, and removed.
+    pub scrub_removed: u64,
+}

@@ -1,0 +1,934 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! A simulated cluster for the GMS tests: 3–5 nodes, each a NetRPC `Rpc` and a
+//! `GmsNode`, over a network that can drop, duplicate and reorder messages, with one node
+//! that may crash (and be declared failed some steps later).
+//!
+//! Frames are numbers; a frame's contents are modelled as the (page, version) written
+//! into it, so every payload can be checked. The NIC's incoming payload table is modelled
+//! per node (token → armed frame, one shot; an unarmed token refuses the payload); an
+//! untagged payload lands in a fresh receive buffer. The harness plays every runtime: it
+//! frees a frame when GMS drops it (after the transmits drained, i.e. after the sends it
+//! may be attached to), frees putpage sources after their send, and frees getpage frames
+//! after checking them.
+//!
+//! The model beside it: per page, the versions ever issued and the *floor* — the newest
+//! version a completed putpage/movepage stored, or one past a completed discard. A
+//! getpage must return the page's own data at a version ≥ the floor when it was issued,
+//! or a miss.
+
+#![allow(dead_code)]
+
+use gms::ops::{GetStatus, OP_GETPAGE};
+use gms::prelude::*;
+use netrpc::prelude::*;
+use netrpc::wire::{Header, Kind};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+pub type Frame = u32;
+pub const PAGE_LEN: u32 = 8192;
+pub const HELD: usize = 16;
+pub const DIR: usize = 64;
+pub const OPS: usize = 8;
+pub const TASKS: usize = 16;
+pub const CALLS: usize = 32;
+pub type Node = GmsNode<Frame, TestHost, 8, HELD, DIR, OPS, TASKS, 16>;
+pub type Net = Rpc<Node, Frame, CALLS, 2, 64>;
+
+/// Spaces: 0 sticky reads, 1 moving reads.
+pub const MOVING_SPACE: u64 = 1;
+
+// ---- a small deterministic PRNG (splitmix64) ----------------------------------------------
+
+#[derive(Clone)]
+pub struct Rng(pub u64);
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+    pub fn pct(&mut self, p: u32) -> bool {
+        self.below(100) < p as u64
+    }
+}
+
+// ---- scenario -------------------------------------------------------------------------------
+
+#[derive(Clone, Copy, Debug)]
+pub struct Knobs {
+    pub nodes: usize,
+    pub pages: u64,
+    pub drop_pct: u32,
+    pub dup_pct: u32,
+    pub reorder: bool,
+    /// (node, crash step, steps until the others declare it failed)
+    pub crash: Option<(u16, usize, usize)>,
+    pub op_timeout: u64,
+    pub max_dt: u64,
+    pub budget: usize,
+}
+
+impl Knobs {
+    pub fn faultless(&self) -> bool {
+        self.drop_pct == 0 && self.dup_pct == 0 && self.crash.is_none() && self.op_timeout >= 1 << 39
+    }
+}
+
+// ---- the world the runtimes share -----------------------------------------------------------
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FState {
+    Live,
+    /// GMS dropped it: freed once the transmits it may be attached to are drained.
+    Dropped,
+    Freed,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct FrameInfo {
+    pub node: u16,
+    pub contents: Option<(PageId, u64)>,
+    pub state: FState,
+}
+
+pub struct World {
+    pub ctx: String,
+    pub frames: HashMap<Frame, FrameInfo>,
+    pub next_frame: Frame,
+    pub ipt: Vec<HashMap<u64, Frame>>,
+    pub completions: Vec<(u16, Completion<Frame>)>,
+    /// Frames GMS dropped since the last drain.
+    pub dropped: Vec<Frame>,
+    pub trace: bool,
+}
+
+impl World {
+    pub fn alloc(&mut self, node: u16, contents: Option<(PageId, u64)>) -> Frame {
+        self.next_frame += 1;
+        self.frames.insert(self.next_frame, FrameInfo { node, contents, state: FState::Live });
+        self.next_frame
+    }
+
+    pub fn frame(&mut self, f: Frame) -> &mut FrameInfo {
+        let ctx = &self.ctx;
+        self.frames.get_mut(&f).unwrap_or_else(|| panic!("{ctx}: unknown frame {f}"))
+    }
+
+    /// The runtime frees a frame of `node` (disarming its IPT entry).
+    pub fn free(&mut self, node: u16, f: Frame) {
+        let ctx = self.ctx.clone();
+        let info = self.frame(f);
+        assert_eq!((info.node, info.state), (node, FState::Live), "{ctx}: free of frame {f}: {info:?}");
+        info.state = FState::Freed;
+        self.ipt[node as usize].retain(|_, fr| *fr != f);
+    }
+}
+
+pub struct TestHost {
+    pub id: u16,
+    pub w: Rc<RefCell<World>>,
+}
+
+impl Host<Frame> for TestHost {
+    fn copy_payload(&mut self, from: &Frame, to: &Frame, len: u32) -> bool {
+        let mut w = self.w.borrow_mut();
+        let ctx = w.ctx.clone();
+        let src = *w.frame(*from);
+        let dst = w.frame(*to);
+        assert_eq!((src.node, src.state), (self.id, FState::Live), "{ctx}: copy from frame {from}");
+        assert_eq!((dst.node, dst.state), (self.id, FState::Live), "{ctx}: copy into frame {to}");
+        assert_eq!(len, PAGE_LEN, "{ctx}: copy length");
+        dst.contents = src.contents;
+        true
+    }
+    fn release(&mut self, frame: Frame) {
+        let mut w = self.w.borrow_mut();
+        if w.trace {
+            eprintln!("  node {}: release frame {frame}", self.id);
+        }
+        w.free(self.id, frame);
+    }
+    fn dropped(&mut self, page: PageId, frame: Frame, _dirty: bool) {
+        let mut w = self.w.borrow_mut();
+        if w.trace {
+            eprintln!("  node {}: dropped {page:?} frame {frame}", self.id);
+        }
+        let ctx = w.ctx.clone();
+        let info = w.frame(frame);
+        assert_eq!((info.node, info.state), (self.id, FState::Live), "{ctx}: GMS dropped frame {frame}: {info:?}");
+        assert_eq!(info.contents.map(|c| c.0), Some(page), "{ctx}: GMS dropped frame {frame} as page {page:?}");
+        info.state = FState::Dropped;
+        w.dropped.push(frame);
+    }
+    fn completed(&mut self, done: Completion<Frame>) {
+        self.w.borrow_mut().completions.push((self.id, done));
+    }
+}
+
+// ---- the network ----------------------------------------------------------------------------
+
+#[derive(Clone, Debug)]
+pub struct Msg {
+    pub src: u16,
+    pub dst: u16,
+    pub ctrl: Vec<u8>,
+    /// (contents, length)
+    pub payload: Option<((PageId, u64), u32)>,
+    pub tag: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpKind {
+    Get,
+    Put,
+    Move,
+    Discard,
+}
+
+#[derive(Clone, Debug)]
+pub struct OpRec {
+    pub node: u16,
+    pub kind: OpKind,
+    pub page: PageId,
+    pub version: u64,
+    pub floor_at_issue: u64,
+    pub frame: Option<Frame>,
+    pub target: u16,
+    pub result: Option<OpResult<Frame>>,
+}
+
+/// How often the interesting paths were taken.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Cov {
+    pub dropped: u64,
+    pub duplicated: u64,
+    pub to_crashed: u64,
+    pub ipt_refused: u64,
+    pub hits_2way: u64,
+    pub hits_3way: u64,
+    pub hits_local: u64,
+    pub hits_moved: u64,
+    pub misses: u64,
+    pub failed_gets: u64,
+    pub stored: u64,
+    pub refused: u64,
+    pub superseded: u64,
+    pub moves_stored: u64,
+    pub discards_done: u64,
+    pub dir_rejects: u64,
+    pub pages_dropped: u64,
+    pub scrub_removed: u64,
+    pub op_timeouts: u64,
+    pub crashes: u64,
+}
+
+pub struct Sim {
+    pub k: Knobs,
+    pub seed: u64,
+    pub ctx: String,
+    pub rng: Rng,
+    pub now: u64,
+    pub step: usize,
+    pub w: Rc<RefCell<World>>,
+    pub nodes: Vec<Node>,
+    pub rpcs: Vec<Net>,
+    pub net: Vec<Msg>,
+    pub crashed: Vec<bool>,
+    /// Declared failed at the survivors.
+    pub failed: Vec<bool>,
+    pub ops: HashMap<(u16, OpId), OpRec>,
+    pub order: Vec<(u16, OpId)>,
+    pub floor: HashMap<PageId, u64>,
+    pub issued: HashMap<PageId, u64>,
+    pub next_token: u64,
+    /// Runtime frames to free once the transmits are drained (putpage sources).
+    pub to_free: Vec<(u16, Frame)>,
+    pub cov: Cov,
+    /// `GMS_TRACE=1`: print every action, message and completion.
+    pub trace: bool,
+    /// (node, page) the runtime took back with `drop_local`.
+    pub local_drops: std::collections::HashSet<(u16, PageId)>,
+}
+
+pub fn gms_config(k: &Knobs) -> GmsConfig {
+    GmsConfig {
+        op_timeout: k.op_timeout,
+        task_timeout: (k.op_timeout / 2).max(10),
+        retry_delay: 20,
+        max_attempts: 0,
+        tombstone_ttl: u64::MAX / 4,
+        budget: k.budget,
+        scrub_interval: 40,
+    }
+}
+
+impl Sim {
+    pub fn new(seed: u64, k: Knobs) -> Sim {
+        let ctx = format!("seed {seed:#x} {k:?}");
+        let n = k.nodes;
+        let w = Rc::new(RefCell::new(World {
+            ctx: ctx.clone(),
+            frames: HashMap::new(),
+            next_frame: 0,
+            ipt: vec![HashMap::new(); n],
+            completions: Vec::new(),
+            dropped: Vec::new(),
+            trace: std::env::var("GMS_TRACE").is_ok_and(|v| v == "1"),
+        }));
+        let cfg = gms_config(&k);
+        let rpc_cfg = netrpc::rpc::Config { call_timeout: 1 << 40, nonblocking_timeout: None };
+        let mut sim = Sim {
+            k,
+            seed,
+            ctx,
+            rng: Rng(seed),
+            now: 1,
+            step: 0,
+            nodes: (0..n as u16).map(|id| GmsNode::new(id, cfg, TestHost { id, w: w.clone() })).collect(),
+            rpcs: (0..n as u16).map(|id| Net::new(id, rpc_cfg)).collect(),
+            w,
+            net: Vec::new(),
+            crashed: vec![false; n],
+            failed: vec![false; n],
+            ops: HashMap::new(),
+            order: Vec::new(),
+            floor: HashMap::new(),
+            issued: HashMap::new(),
+            next_token: 0x100,
+            to_free: Vec::new(),
+            cov: Cov::default(),
+            trace: std::env::var("GMS_TRACE").is_ok_and(|v| v == "1"),
+            local_drops: Default::default(),
+        };
+        let ids: Vec<u16> = (0..n as u16).collect();
+        for i in 0..n {
+            let moving = Policy { reads: ReadPolicy::Moving, writes: WritePolicy::WriteBack };
+            sim.nodes[i].set_policy(MOVING_SPACE, moving).unwrap();
+            sim.nodes[i].set_members(sim.now, &mut sim.rpcs[i], 1, &ids).unwrap();
+        }
+        sim
+    }
+
+    /// No drops, duplicates or crashes so far (reordering allowed).
+    pub fn faultless(&self) -> bool {
+        self.k.faultless() && self.cov.crashes == 0
+    }
+
+    pub fn n(&self) -> usize {
+        self.k.nodes
+    }
+    pub fn live(&self) -> Vec<u16> {
+        (0..self.n() as u16).filter(|&i| !self.crashed[i as usize]).collect()
+    }
+    pub fn page(&mut self) -> PageId {
+        let p = self.rng.below(2 * self.k.pages);
+        PageId::new(p % 2, p / 2)
+    }
+    fn pick(&mut self, from: &[u16]) -> Option<u16> {
+        (!from.is_empty()).then(|| from[self.rng.below(from.len() as u64) as usize])
+    }
+
+    // ---- after every input: drain a node's outputs -------------------------------------
+
+    /// Run `drive`, drain transmits, process completions, free what the runtime may.
+    pub fn settle_node(&mut self, node: u16) {
+        if self.crashed[node as usize] {
+            return;
+        }
+        let i = node as usize;
+        self.nodes[i].drive(self.now, &mut self.rpcs[i]);
+        self.drain(node);
+    }
+
+    pub fn drain(&mut self, node: u16) {
+        let ctx = self.ctx.clone();
+        let i = node as usize;
+        while let Some(t) = self.rpcs[i].poll_transmit() {
+            let payload = t.payload.map(|(f, len)| {
+                let w = self.w.borrow();
+                let info = w.frames.get(&f).unwrap_or_else(|| panic!("{ctx}: transmit of unknown frame {f}"));
+                assert_eq!(info.node, node, "{ctx}: node {node} sent frame {f} of node {}", info.node);
+                assert!(info.state != FState::Freed, "{ctx}: node {node} sent freed frame {f}");
+                let c = info.contents.unwrap_or_else(|| panic!("{ctx}: node {node} sent empty frame {f}"));
+                assert_eq!(len, PAGE_LEN, "{ctx}: payload length");
+                (c, len)
+            });
+            let (h, body) = Header::parse(t.ctrl()).unwrap_or_else(|e| panic!("{ctx}: bad ctrl from {node}: {e:?}"));
+            if let Some(((page, v), _)) = payload {
+                // A page payload goes with a getpage hit or a put, and the body names it.
+                if h.op == OP_GETPAGE {
+                    let rep: gms::ops::GetReply = netrpc::wire::Message::decode(body).unwrap();
+                    assert_eq!((rep.status, rep.page, rep.version.0), (GetStatus::Hit, page, v), "{ctx}: hit payload");
+                    assert_eq!(h.kind, Kind::Reply);
+                } else {
+                    let req: gms::ops::PutReq = netrpc::wire::Message::decode(body).unwrap();
+                    assert_eq!((req.page, req.version.0), (page, v), "{ctx}: put payload");
+                    assert_eq!(h.kind, Kind::OneWay);
+                }
+            }
+            self.net.push(Msg { src: node, dst: t.dst, ctrl: t.ctrl().to_vec(), payload, tag: t.tag });
+        }
+        // Sends are done: the runtime frees what GMS dropped and the put sources.
+        {
+            let mut w = self.w.borrow_mut();
+            for f in std::mem::take(&mut w.dropped) {
+                w.frame(f).state = FState::Freed;
+            }
+            for (n, f) in std::mem::take(&mut self.to_free) {
+                w.free(n, f);
+            }
+        }
+        // Waiters take finished wait-mode operations at once.
+        while let Some(op) = self.nodes[i].poll_event() {
+            let done = self.nodes[i].take(op).unwrap_or_else(|| panic!("{ctx}: event for {op:?} without a result"));
+            assert!(self.nodes[i].take(op).is_none(), "{ctx}: taken twice");
+            self.w.borrow_mut().completions.push((node, done));
+        }
+        let done: Vec<(u16, Completion<Frame>)> = std::mem::take(&mut self.w.borrow_mut().completions);
+        for (n, c) in done {
+            self.complete(n, c);
+        }
+    }
+
+    // ---- completions against the model ------------------------------------------------------
+
+    pub fn complete(&mut self, node: u16, c: Completion<Frame>) {
+        let ctx = self.ctx.clone();
+        if self.trace {
+            eprintln!("t={} node {node}: done {:?} {:?} {:?}", self.now, c.op, c.page, c.result);
+        }
+        let key = (node, c.op);
+        let rec = self.ops.get(&key).cloned().unwrap_or_else(|| panic!("{ctx}: completion of unknown op {key:?}"));
+        assert!(rec.result.is_none(), "{ctx}: op {key:?} ({rec:?}) completed twice: {c:?}");
+        assert_eq!(c.page, rec.page, "{ctx}: op {key:?}");
+        let page = rec.page;
+        match (rec.kind, c.result) {
+            (OpKind::Get, OpResult::Get(GetResult::Hit { version, frame, len, via, held })) => {
+                let v = version.0;
+                {
+                    let w = self.w.borrow();
+                    let info = w.frames[&frame];
+                    assert_eq!(info.contents, Some((page, v)), "{ctx}: getpage {rec:?} got the wrong data: {info:?}");
+                    assert_eq!((info.node, info.state), (node, FState::Live), "{ctx}: getpage frame {info:?}");
+                }
+                assert!(
+                    v >= rec.floor_at_issue,
+                    "{ctx}: STALE: getpage {rec:?} returned version {v}, a newer one was stored before it was issued"
+                );
+                assert!(v <= self.issued.get(&page).copied().unwrap_or(0), "{ctx}: version {v} never issued");
+                assert_eq!(len, PAGE_LEN);
+                assert_eq!(Some(frame), rec.frame, "{ctx}: getpage returned somebody else's frame");
+                match via {
+                    Via::TwoWay => self.cov.hits_2way += 1,
+                    Via::ThreeWay => self.cov.hits_3way += 1,
+                    Via::Local => self.cov.hits_local += 1,
+                }
+                if held {
+                    self.cov.hits_moved += 1;
+                    let h = self.nodes[node as usize].held(&page).copied();
+                    assert_eq!(h.map(|h| (h.frame, h.version)), Some((frame, version)), "{ctx}: held hit not held");
+                } else {
+                    self.w.borrow_mut().free(node, frame);
+                }
+            }
+            (OpKind::Get, OpResult::Get(GetResult::Miss { reason, frame })) => {
+                match frame {
+                    Some(f) => {
+                        assert_eq!(Some(f), rec.frame, "{ctx}: miss returned somebody else's frame");
+                        self.w.borrow_mut().free(node, f);
+                    }
+                    None => {
+                        let st = self.w.borrow().frames[&rec.frame.unwrap()].state;
+                        assert_eq!(st, FState::Freed, "{ctx}: failed getpage {rec:?}: frame not released");
+                    }
+                }
+                match reason {
+                    MissReason::NotCached => self.cov.misses += 1,
+                    r => {
+                        assert!(!self.faultless(), "{ctx}: no faults, yet getpage {rec:?} failed: {r:?}");
+                        self.cov.failed_gets += 1;
+                    }
+                }
+            }
+            (OpKind::Put | OpKind::Move, OpResult::Put(r)) => match r {
+                PutResult::Stored { target } => {
+                    assert_eq!(target, rec.target, "{ctx}: stored elsewhere");
+                    let f = self.floor.entry(page).or_insert(0);
+                    *f = (*f).max(rec.version);
+                    if rec.kind == OpKind::Move {
+                        self.cov.moves_stored += 1;
+                        let h = self.nodes[node as usize].held(&page).map(|h| h.version.0);
+                        assert_ne!(h, Some(rec.version), "{ctx}: movepage {rec:?} stored, the sender still holds it");
+                    } else {
+                        self.cov.stored += 1;
+                    }
+                }
+                PutResult::Refused => self.cov.refused += 1,
+                PutResult::Superseded => self.cov.superseded += 1,
+                PutResult::WrongView | PutResult::Failed => {
+                    // Without faults only the target's runtime taking the page back while
+                    // it registered makes the outcome unknown.
+                    let taken_back = r == PutResult::Failed && self.local_drops.contains(&(rec.target, page));
+                    assert!(!self.faultless() || taken_back, "{ctx}: no faults, yet put {rec:?} ended {r:?}");
+                }
+            },
+            (OpKind::Discard, OpResult::Discard(r)) => {
+                if r == DiscardResult::Done {
+                    self.cov.discards_done += 1;
+                    let f = self.floor.entry(page).or_insert(0);
+                    *f = (*f).max(rec.version + 1);
+                } else {
+                    assert!(!self.faultless(), "{ctx}: no faults, yet discard {rec:?} failed");
+                }
+            }
+            (k, r) => panic!("{ctx}: op {key:?} of kind {k:?} completed with {r:?}"),
+        }
+        self.ops.get_mut(&key).unwrap().result = Some(c.result);
+    }
+
+    // ---- client actions ---------------------------------------------------------------------
+
+    fn record(&mut self, node: u16, op: OpId, rec: OpRec) {
+        let ctx = &self.ctx;
+        if self.trace {
+            eprintln!("t={} node {node}: issue {op:?} {rec:?}", self.now);
+        }
+        assert!(self.ops.insert((node, op), rec).is_none(), "{ctx}: op id {op:?} reused while live");
+        self.order.push((node, op));
+    }
+
+    fn mode(&mut self) -> Mode {
+        if self.rng.pct(50) {
+            Mode::Wait
+        } else {
+            Mode::NonBlocking
+        }
+    }
+
+    pub fn getpage(&mut self, node: u16, page: PageId) -> Option<OpId> {
+        let frame = self.w.borrow_mut().alloc(node, None);
+        self.next_token += 1 + self.rng.below(3);
+        let token = self.next_token;
+        self.w.borrow_mut().ipt[node as usize].insert(token, frame);
+        let mode = self.mode();
+        let floor = self.floor.get(&page).copied().unwrap_or(0);
+        let i = node as usize;
+        // Records first: a getpage may complete before it returns.
+        let rec = OpRec {
+            node,
+            kind: OpKind::Get,
+            page,
+            version: 0,
+            floor_at_issue: floor,
+            frame: Some(frame),
+            target: 0,
+            result: None,
+        };
+        let r = self.nodes[i].getpage(self.now, &mut self.rpcs[i], page, ReplyTo::Solicited { token, frame }, mode);
+        self.after_issue(node, r, rec, Some(frame))
+    }
+
+    fn after_issue(&mut self, node: u16, r: Result<OpId, GmsError>, rec: OpRec, frame: Option<Frame>) -> Option<OpId> {
+        match r {
+            Ok(op) => {
+                // Completions queued during the call are processed by the drain below,
+                // after the record exists.
+                self.record(node, op, rec);
+                self.settle_node(node);
+                Some(op)
+            }
+            Err(e) => {
+                assert!(
+                    matches!(e, GmsError::OpsFull | GmsError::Busy | GmsError::Rpc(RpcError::TxFull)),
+                    "{}: issue failed: {e:?}",
+                    self.ctx
+                );
+                if let Some(f) = frame {
+                    self.w.borrow_mut().free(node, f);
+                }
+                self.settle_node(node);
+                None
+            }
+        }
+    }
+
+    pub fn putpage(&mut self, node: u16, page: PageId, target: u16) -> Option<OpId> {
+        let v = {
+            let e = self.issued.entry(page).or_insert(0);
+            *e += 1;
+            *e
+        };
+        let frame = self.w.borrow_mut().alloc(node, Some((page, v)));
+        let mode = self.mode();
+        let i = node as usize;
+        let rec =
+            OpRec { node, kind: OpKind::Put, page, version: v, floor_at_issue: 0, frame: None, target, result: None };
+        let r =
+            self.nodes[i].putpage(self.now, &mut self.rpcs[i], page, Version(v), frame, PAGE_LEN, target, false, mode);
+        if r.is_ok() {
+            // The source frame is the runtime's: freed once its send is done.
+            self.to_free.push((node, frame));
+        }
+        self.after_issue(node, r, rec, if r.is_ok() { None } else { Some(frame) })
+    }
+
+    pub fn movepage(&mut self, node: u16, page: PageId, target: u16) -> Option<OpId> {
+        let h = *self.nodes[node as usize].held(&page)?;
+        let mode = self.mode();
+        let i = node as usize;
+        let rec = OpRec {
+            node,
+            kind: OpKind::Move,
+            page,
+            version: h.version.0,
+            floor_at_issue: 0,
+            frame: None,
+            target,
+            result: None,
+        };
+        let r = self.nodes[i].movepage(self.now, &mut self.rpcs[i], page, target, mode);
+        self.after_issue(node, r, rec, None)
+    }
+
+    pub fn discard(&mut self, node: u16, page: PageId) -> Option<OpId> {
+        let v = self.issued.get(&page).copied().unwrap_or(0);
+        let mode = self.mode();
+        let i = node as usize;
+        let rec = OpRec {
+            node,
+            kind: OpKind::Discard,
+            page,
+            version: v,
+            floor_at_issue: 0,
+            frame: None,
+            target: 0,
+            result: None,
+        };
+        let r = self.nodes[i].discard(self.now, &mut self.rpcs[i], page, Version(v), mode);
+        self.after_issue(node, r, rec, None)
+    }
+
+    /// The runtime registers a page it read from disk (a new version).
+    pub fn hold(&mut self, node: u16, page: PageId) {
+        let v = {
+            let e = self.issued.entry(page).or_insert(0);
+            *e += 1;
+            *e
+        };
+        let frame = self.w.borrow_mut().alloc(node, Some((page, v)));
+        let r = self.nodes[node as usize].hold(self.now, page, Version(v), frame, PAGE_LEN, false);
+        if self.trace {
+            eprintln!("t={} node {node}: hold {page:?} v{v}: {r:?}", self.now);
+        }
+        if r.is_err() {
+            self.w.borrow_mut().free(node, frame);
+        }
+        self.settle_node(node);
+    }
+
+    /// The runtime takes a held page back (aged out).
+    pub fn drop_local(&mut self, node: u16, page: PageId) {
+        if self.trace {
+            eprintln!("t={} node {node}: drop_local {page:?}", self.now);
+        }
+        self.local_drops.insert((node, page));
+        if let Some(h) = self.nodes[node as usize].drop_local(self.now, &page) {
+            let info = self.w.borrow().frames[&h.frame];
+            assert_eq!(info.contents, Some((page, h.version.0)), "{}: drop_local frame", self.ctx);
+            self.w.borrow_mut().free(node, h.frame);
+        }
+        self.settle_node(node);
+    }
+
+    // ---- network and time ---------------------------------------------------------------------
+
+    pub fn deliver(&mut self, faults: bool) {
+        if self.net.is_empty() {
+            return;
+        }
+        let i = if self.k.reorder { self.rng.below(self.net.len() as u64) as usize } else { 0 };
+        let msg = if faults && self.rng.pct(self.k.dup_pct) {
+            self.cov.duplicated += 1;
+            self.net[i].clone()
+        } else {
+            self.net.remove(i)
+        };
+        if faults && self.rng.pct(self.k.drop_pct) {
+            self.cov.dropped += 1;
+            return;
+        }
+        let dst = msg.dst;
+        if self.crashed[dst as usize] {
+            self.cov.to_crashed += 1;
+            return;
+        }
+        let payload = match msg.payload {
+            None => InPayload::None,
+            Some((c, len)) if msg.tag != 0 => {
+                let mut w = self.w.borrow_mut();
+                match w.ipt[dst as usize].remove(&msg.tag) {
+                    Some(f) => {
+                        let ctx = w.ctx.clone();
+                        let info = w.frame(f);
+                        assert_eq!(info.state, FState::Live, "{ctx}: IPT write into frame {f}");
+                        info.contents = Some(c);
+                        InPayload::Ipt { token: msg.tag, len }
+                    }
+                    None => {
+                        self.cov.ipt_refused += 1;
+                        InPayload::Refused
+                    }
+                }
+            }
+            Some((c, len)) => {
+                let f = self.w.borrow_mut().alloc(dst, Some(c));
+                InPayload::Buffer { frame: f, len }
+            }
+        };
+        if self.trace {
+            let (h, body) = Header::parse(&msg.ctrl).unwrap();
+            eprintln!(
+                "t={} {} -> {}: {:?} op {:#x} hops {} tok {}/{} body {:02x?} payload {:?} {payload:?}",
+                self.now, msg.src, dst, h.kind, h.op, h.hops, h.token.origin, h.token.record, body, msg.payload
+            );
+        }
+        let d = dst as usize;
+        self.rpcs[d].handle_message(self.now, &mut self.nodes[d], msg.src, &msg.ctrl, payload);
+        self.settle_node(dst);
+    }
+
+    /// Deliver every message (no faults, no time passing).
+    pub fn run_net(&mut self) {
+        while !self.net.is_empty() {
+            self.deliver(false);
+        }
+    }
+
+    /// The result of an operation, once completed.
+    pub fn result(&self, node: u16, op: OpId) -> Option<OpResult<Frame>> {
+        self.ops.get(&(node, op)).and_then(|r| r.result)
+    }
+
+    /// A page of `space` whose directory node is `dir` (in node 0's view).
+    pub fn page_with_dir(&self, space: u64, dir: u16, skip: usize) -> PageId {
+        (0..)
+            .map(|i| PageId::new(space, i))
+            .filter(|p| self.nodes[0].members().directory_of(p) == Some(dir))
+            .nth(skip)
+            .unwrap()
+    }
+
+    pub fn tick(&mut self, dt: u64) {
+        self.now += dt;
+        for n in self.live() {
+            let i = n as usize;
+            self.rpcs[i].handle_timeouts(self.now, &mut self.nodes[i]);
+            self.settle_node(n);
+        }
+    }
+
+    pub fn crash(&mut self, node: u16) {
+        if self.trace {
+            eprintln!("t={} CRASH {node}", self.now);
+        }
+        self.crashed[node as usize] = true;
+        self.cov.crashes += 1;
+    }
+
+    /// The survivors learn that `node` failed.
+    pub fn declare_failed(&mut self, node: u16) {
+        if self.trace {
+            eprintln!("t={} node {node} declared failed", self.now);
+        }
+        self.failed[node as usize] = true;
+        for n in self.live() {
+            let i = n as usize;
+            self.nodes[i].node_failed(self.now, &mut self.rpcs[i], node);
+            self.settle_node(n);
+        }
+    }
+
+    // ---- checks -------------------------------------------------------------------------------
+
+    /// Every held page's frame is live, this node's, and holds that page at that version.
+    pub fn check_frames(&self) {
+        let ctx = &self.ctx;
+        let w = self.w.borrow();
+        let mut seen = HashMap::new();
+        for n in self.live() {
+            for (p, h) in self.nodes[n as usize].holdings() {
+                let info = w.frames.get(&h.frame).unwrap_or_else(|| panic!("{ctx}: node {n} holds unknown frame"));
+                assert_eq!(
+                    (info.node, info.state, info.contents),
+                    (n, FState::Live, Some((*p, h.version.0))),
+                    "{ctx}: node {n} holds {p:?} {h:?} in frame {info:?}"
+                );
+                assert!(seen.insert(h.frame, *p).is_none(), "{ctx}: frame {} held twice", h.frame);
+            }
+            assert!(self.nodes[n as usize].held_count() <= self.k.budget, "{ctx}: node {n} over budget");
+        }
+    }
+
+    pub fn pending_ops(&self) -> usize {
+        let live = self.live();
+        self.ops.values().filter(|r| r.result.is_none() && live.contains(&r.node)).count()
+    }
+
+    /// Deliver everything without faults and let time pass until nothing is left to do;
+    /// then keep going until the scrub has walked every table twice.
+    pub fn settle(&mut self) {
+        self.step = usize::MAX;
+        let quiet = |s: &Sim| {
+            s.net.is_empty()
+                && s.pending_ops() == 0
+                && s.live().iter().all(|&n| s.nodes[n as usize].tasks_pending() == 0)
+        };
+        // A scrub step visits one live entry and one held page: two passes over the
+        // largest table this workload can fill.
+        let scrub_rounds = 2 * (2 * self.k.pages as usize).max(self.k.budget).max(HELD) + 4;
+        let (mut rounds, mut quiet_rounds) = (0, 0);
+        loop {
+            // Run to a fixed point at this time.
+            loop {
+                while !self.net.is_empty() {
+                    self.deliver(false);
+                }
+                for n in self.live() {
+                    self.settle_node(n);
+                }
+                if self.net.is_empty() {
+                    break;
+                }
+            }
+            quiet_rounds = if quiet(self) { quiet_rounds + 1 } else { 0 };
+            if quiet_rounds >= scrub_rounds {
+                break;
+            }
+            rounds += 1;
+            assert!(
+                rounds < 20_000,
+                "{}: the cluster never settles: {} ops, tasks {:?}",
+                self.ctx,
+                self.pending_ops(),
+                self.live().iter().map(|&n| self.nodes[n as usize].tasks_pending()).collect::<Vec<_>>()
+            );
+            let dt = if quiet(self) { gms_config(&self.k).scrub_interval } else { self.k.op_timeout / 4 + 1 };
+            self.tick(dt);
+        }
+    }
+
+    /// After `settle`: every directory entry names a live node that holds that page at
+    /// that version, and every held page is named by its directory (one copy per page).
+    pub fn check_converged(&self) {
+        let ctx = &self.ctx;
+        for d in self.live() {
+            let node = &self.nodes[d as usize];
+            for (p, e) in node.directory().iter() {
+                let Some(site) = e.site() else { continue };
+                assert_eq!(node.members().directory_of(p), Some(d), "{ctx}: node {d} keeps an entry for {p:?}");
+                assert!(!self.crashed[site as usize], "{ctx}: node {d} names crashed node {site} for {p:?}");
+                let h = self.nodes[site as usize].held(p).copied();
+                assert_eq!(
+                    h.map(|h| (h.version, h.state)),
+                    Some((e.version, HeldState::Registered)),
+                    "{ctx}: directory {d} names node {site} for {p:?} {e:?}, which holds {h:?}"
+                );
+            }
+        }
+        for s in self.live() {
+            for (p, h) in self.nodes[s as usize].holdings() {
+                let d = self.nodes[s as usize].members().directory_of(p).unwrap();
+                let named = self.nodes[d as usize].directory().lookup(p);
+                assert_eq!(
+                    named,
+                    Some((s, h.version)),
+                    "{ctx}: node {s} holds {p:?} {h:?}; directory {d} names {named:?}"
+                );
+            }
+        }
+    }
+
+    /// After `settle`: no operation left, no frame leaked, no IPT entry armed.
+    pub fn check_quiet(&self) {
+        let ctx = &self.ctx;
+        for ((n, op), r) in &self.ops {
+            if !self.crashed[*n as usize] {
+                assert!(r.result.is_some(), "{ctx}: op {op:?} of node {n} never completed: {r:?}");
+            }
+        }
+        let w = self.w.borrow();
+        for n in self.live() {
+            let i = n as usize;
+            assert_eq!(self.nodes[i].ops_in_use(), 0, "{ctx}: node {n}");
+            assert_eq!(self.nodes[i].tasks_pending(), 0, "{ctx}: node {n}");
+            assert_eq!(self.rpcs[i].calls_in_use(), 0, "{ctx}: node {n}: NetRPC calls left");
+            assert!(w.ipt[i].is_empty(), "{ctx}: node {n}: IPT entries left armed: {:?}", w.ipt[i]);
+            let s = self.nodes[i].stats();
+            assert_eq!(
+                s.gets,
+                s.hits_local + s.hits_2way + s.hits_3way + s.misses + s.get_failures,
+                "{ctx}: node {n}: every getpage ends once: {s:?}"
+            );
+        }
+        for (f, info) in &w.frames {
+            if info.state == FState::Live && !self.crashed[info.node as usize] {
+                let held = self.nodes[info.node as usize].holdings().any(|(_, h)| h.frame == *f);
+                assert!(held, "{ctx}: frame {f} leaked: {info:?}");
+            }
+        }
+    }
+
+    /// After `settle`: every page reads back as the directory says (a hit of exactly the
+    /// named version, or a miss), from a random live node.
+    pub fn read_back(&mut self) {
+        let ctx = self.ctx.clone();
+        for p in 0..2 * self.k.pages {
+            let page = PageId::new(p % 2, p / 2);
+            let live = self.live();
+            let Some(r) = self.pick(&live) else { return };
+            let d = self.nodes[r as usize].members().directory_of(&page).unwrap();
+            let named = self.nodes[d as usize].directory().lookup(&page);
+            let Some(op) = self.getpage(r, page) else { panic!("{ctx}: read-back getpage refused") };
+            self.run_to_idle();
+            let res = self.ops[&(r, op)].result.unwrap_or_else(|| panic!("{ctx}: read-back of {page:?} hangs"));
+            match (named, res) {
+                (Some((_, v)), OpResult::Get(GetResult::Hit { version, .. })) => {
+                    assert_eq!(version, v, "{ctx}: {page:?}")
+                }
+                (None, OpResult::Get(GetResult::Miss { reason: MissReason::NotCached, .. })) => {}
+                (n, r) => panic!("{ctx}: read-back of {page:?} named {n:?} gave {r:?}"),
+            }
+        }
+        self.settle();
+    }
+
+    /// Deliver and drive until no message is left, without letting time pass.
+    pub fn run_to_idle(&mut self) {
+        loop {
+            self.run_net();
+            for n in self.live() {
+                self.settle_node(n);
+            }
+            if self.net.is_empty() {
+                break;
+            }
+        }
+    }
+
+    pub fn gather_stats(&mut self) {
+        for n in 0..self.n() {
+            let s = self.nodes[n].stats();
+            self.cov.dir_rejects += s.dir_rejects;
+            self.cov.pages_dropped += s.pages_dropped;
+            self.cov.scrub_removed += s.scrub_removed;
+            self.cov.op_timeouts += s.op_timeouts;
+        }
+    }
+}
