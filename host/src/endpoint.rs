@@ -22,30 +22,15 @@
 use super::iface::entry::{rx_flags, state, Ring, Segment, Slot, TxStatus};
 use super::iface::ipt::{CancelState, IptEntry, PayloadToken};
 use super::iface::layout::{
-    ctrl, ctrl_word, Counter, FwState, Policy, CTRL_MSG_BYTES, ENDPOINT_MAGIC, IPT_ENTRIES,
+    ctrl, ctrl_word, Counter, FwState, CTRL_MSG_BYTES, ENDPOINT_MAGIC, IPT_ENTRIES,
     LAYOUT_VERSION, MAX_SEGMENTS, RECV_RING_ENTRIES, SEND_RING_ENTRIES,
 };
 use super::iface::mem::NicMemory;
 use super::keys::KeyGen;
 use core::sync::atomic::Ordering;
 
-/// Configuration written into the control block.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct EndpointConfig {
-    pub node_id: u16,
-    pub policy: Policy,
-    pub send_pulse: u32,
-    pub recv_pulse: u32,
-    pub mtu: u32,
-    /// [`super::iface::layout::notify`] bits.
-    pub notify: u32,
-}
-
-impl Default for EndpointConfig {
-    fn default() -> Self {
-        EndpointConfig { node_id: 0, policy: Policy::Eager, send_pulse: 512, recv_pulse: 512, mtu: 8192, notify: 0 }
-    }
-}
+/// Configuration written into the control block (defined once, in `iface`).
+pub use super::iface::layout::EndpointConfig;
 
 /// A message to send. The payload is `payload_len` bytes gathered from `segments`.
 #[derive(Clone, Copy, Debug)]
@@ -165,16 +150,7 @@ impl<M: NicMemory, C: Copy> Endpoint<M, C> {
 
     /// Write configuration words and ask the firmware to reload them.
     pub fn configure(&self, cfg: &EndpointConfig) {
-        for (rel, v) in [
-            (ctrl::NODE_ID, cfg.node_id as u32),
-            (ctrl::POLICY, cfg.policy as u32),
-            (ctrl::SEND_PULSE, cfg.send_pulse),
-            (ctrl::RECV_PULSE, cfg.recv_pulse),
-            (ctrl::MTU, cfg.mtu),
-            (ctrl::NOTIFY, cfg.notify),
-        ] {
-            self.mem.store_relaxed(ctrl_word(rel), v);
-        }
+        cfg.store(&self.mem);
         let seq = self.mem.load_relaxed(ctrl_word(ctrl::CONFIG_SEQ)).wrapping_add(1);
         self.mem.store(ctrl_word(ctrl::CONFIG_SEQ), seq, Ordering::Release);
     }

@@ -17,9 +17,7 @@ pub mod staging;
 mod tx;
 
 use crate::hal::{Engines, HostDir};
-use crate::iface::layout::{
-    ctrl, ctrl_word, Counter, FwState, Policy, MAX_MTU_BYTES,
-};
+use crate::iface::layout::{ctrl, ctrl_word, Counter, FwState};
 use crate::iface::mem::NicMemory;
 use core::sync::atomic::Ordering;
 
@@ -33,40 +31,8 @@ pub const RX_QUEUE: usize = 16;
 /// Version published in `ctrl::FW_VERSION`.
 pub const FW_VERSION: u32 = (0 << 16) | (1 << 8);
 
-/// Defaults applied when the host leaves a config word at zero or invalid.
-pub const DEFAULT_PULSE: u32 = 512;
-pub const DEFAULT_MTU: u32 = 8192;
-
-/// Run-time configuration, read from the control block.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Config {
-    pub node_id: u16,
-    pub policy: Policy,
-    pub send_pulse: u32,
-    pub recv_pulse: u32,
-    pub mtu: u32,
-    pub notify: u32,
-}
-
-impl Config {
-    /// Read and sanitise the config words: out-of-range values fall back to defaults.
-    pub fn load<M: NicMemory>(mem: &M) -> Self {
-        let w = |rel| mem.load_relaxed(ctrl_word(rel));
-        let pulse = |v: u32| if v == 0 { DEFAULT_PULSE } else { v.min(MAX_MTU_BYTES) };
-        let mtu = match w(ctrl::MTU) {
-            0 => DEFAULT_MTU,
-            v => v.min(MAX_MTU_BYTES),
-        };
-        Config {
-            node_id: w(ctrl::NODE_ID) as u16,
-            policy: Policy::from_u32(w(ctrl::POLICY)).unwrap_or(Policy::Eager),
-            send_pulse: pulse(w(ctrl::SEND_PULSE)),
-            recv_pulse: pulse(w(ctrl::RECV_PULSE)),
-            mtu,
-            notify: w(ctrl::NOTIFY),
-        }
-    }
-}
+/// Run-time configuration, read from the control block (defined in `iface`).
+pub use crate::iface::layout::{EndpointConfig as Config, DEFAULT_MTU, DEFAULT_PULSE};
 
 /// What the host-bus engine is doing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -208,6 +208,74 @@ impl Policy {
     }
 }
 
+/// Defaults applied when a config word is zero or out of range.
+pub const DEFAULT_PULSE: u32 = 512;
+pub const DEFAULT_MTU: u32 = 8192;
+
+/// The control block's configuration words as one value: written by the host
+/// ([`EndpointConfig::store`], then a `CONFIG_SEQ` bump), read by the firmware
+/// ([`EndpointConfig::load`], which sanitises what it reads).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EndpointConfig {
+    pub node_id: u16,
+    pub policy: Policy,
+    /// Send pulse threshold in bytes (host bus → link).
+    pub send_pulse: u32,
+    /// Receive pulse threshold in bytes (link → host bus).
+    pub recv_pulse: u32,
+    /// Payload MTU in bytes (≤ [`MAX_MTU_BYTES`]).
+    pub mtu: u32,
+    /// [`notify`] bits.
+    pub notify: u32,
+}
+
+impl Default for EndpointConfig {
+    fn default() -> Self {
+        EndpointConfig {
+            node_id: 0,
+            policy: Policy::Eager,
+            send_pulse: DEFAULT_PULSE,
+            recv_pulse: DEFAULT_PULSE,
+            mtu: DEFAULT_MTU,
+            notify: 0,
+        }
+    }
+}
+
+impl EndpointConfig {
+    /// Read the words; zero or out-of-range values become defaults (what the firmware
+    /// applies, whatever a host wrote).
+    pub fn load<M: super::mem::NicMemory + ?Sized>(mem: &M) -> Self {
+        let w = |rel| mem.load_relaxed(ctrl_word(rel));
+        let pulse = |v: u32| if v == 0 { DEFAULT_PULSE } else { v.min(MAX_MTU_BYTES) };
+        EndpointConfig {
+            node_id: w(ctrl::NODE_ID) as u16,
+            policy: Policy::from_u32(w(ctrl::POLICY)).unwrap_or(Policy::Eager),
+            send_pulse: pulse(w(ctrl::SEND_PULSE)),
+            recv_pulse: pulse(w(ctrl::RECV_PULSE)),
+            mtu: match w(ctrl::MTU) {
+                0 => DEFAULT_MTU,
+                v => v.min(MAX_MTU_BYTES),
+            },
+            notify: w(ctrl::NOTIFY),
+        }
+    }
+
+    /// Write the words (relaxed: publish them with a release store of `CONFIG_SEQ`).
+    pub fn store<M: super::mem::NicMemory + ?Sized>(&self, mem: &M) {
+        for (rel, v) in [
+            (ctrl::NODE_ID, self.node_id as u32),
+            (ctrl::POLICY, self.policy as u32),
+            (ctrl::SEND_PULSE, self.send_pulse),
+            (ctrl::RECV_PULSE, self.recv_pulse),
+            (ctrl::MTU, self.mtu),
+            (ctrl::NOTIFY, self.notify),
+        ] {
+            mem.store_relaxed(ctrl_word(rel), v);
+        }
+    }
+}
+
 /// Firmware counters, each a u64 at `ctrl::COUNTERS + 8 * index`.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -26,8 +26,7 @@ pub use host::{Delivered, Host, OutMsg, SentRecord, HOST_DMA_BASE};
 pub use mem::SharedMem;
 
 use crate::fw::Firmware;
-use crate::iface::layout::{ctrl, ctrl_word, Policy};
-use crate::iface::mem::NicMemory;
+use crate::iface::layout::{EndpointConfig, Policy};
 use engines::{NicEngines, Wire};
 use std::vec::Vec;
 
@@ -193,16 +192,15 @@ impl Cluster {
         let nodes = (0..n)
             .map(|id| {
                 let mem = SharedMem::new();
-                for (rel, v) in [
-                    (ctrl::NODE_ID, id as u32),
-                    (ctrl::POLICY, cfg.policy as u32),
-                    (ctrl::SEND_PULSE, cfg.send_pulse),
-                    (ctrl::RECV_PULSE, cfg.recv_pulse),
-                    (ctrl::MTU, cfg.mtu),
-                    (ctrl::NOTIFY, cfg.notify),
-                ] {
-                    mem.store_relaxed(ctrl_word(rel), v);
+                EndpointConfig {
+                    node_id: id as u16,
+                    policy: cfg.policy,
+                    send_pulse: cfg.send_pulse,
+                    recv_pulse: cfg.recv_pulse,
+                    mtu: cfg.mtu,
+                    notify: cfg.notify,
                 }
+                .store(&mem);
                 let host = Host::new(id as u16, mem.clone(), host_mem_bytes, cfg.mtu, params, faults.seed ^ id as u64);
                 let fw = Firmware::new(mem.clone(), 0);
                 Node { fw, eng: NicEngines::new(params), host, mem }
