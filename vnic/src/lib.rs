@@ -14,3 +14,4 @@ pub mod cpu;
 pub mod ivshmem;
 pub mod testbed;
 pub mod rpc;
+pub mod gms;

@@ -35,10 +35,10 @@ pub trait Service {
 
 /// The port's frames: a pool of fixed-size slots in the shared region.
 pub struct Frames {
-    region: Arc<Mapping>,
-    free: Vec<Frame>,
+    pub(crate) region: Arc<Mapping>,
+    pub(crate) free: Vec<Frame>,
     /// Frames armed in the IPT, with their tokens.
-    armed: Vec<(Frame, PayloadToken)>,
+    pub(crate) armed: Vec<(Frame, PayloadToken)>,
     /// Receive buffers handed out because the pool was empty and the buffer stayed.
     pub starved: u64,
 }

@@ -1,0 +1,279 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! A 3-node Global Memory Service cluster in one process on virtual NICs (native
+//! firmware, in-process link), driven from one thread: node 0 is the client, nodes 1 and 2
+//! lend their memory (each with a budget in pages). Node 0 loads a data set larger than one
+//! node's budget with putpages (targets: least loaded), then runs a workload — sequential
+//! scans with read-ahead depth 0 / 4 / 16, random getpages, and eviction pressure (puts
+//! beyond the budgets: refused pages counted) — verifying every byte (contents are a
+//! function of page id and version), and prints a summary.
+//!
+//! `cargo run --release -p trapeze-vnic --example gms_cluster [-- --pages 4000 --budget 2048]`
+
+use clap::Parser;
+use gms::prelude::*;
+use std::collections::HashMap;
+use std::time::Instant;
+use trapeze_vnic::gms::{Cluster, Got, Source};
+use trapeze_vnic::rpc::FRAME_BYTES;
+
+#[derive(Parser, Clone)]
+#[command(about = "GMS: a 3-node in-process cluster on virtual NICs")]
+struct Args {
+    /// Pages in the data set (8 KiB each).
+    #[arg(long, default_value_t = 4000)]
+    pages: u64,
+    /// Memory budget of each node, in pages.
+    #[arg(long, default_value_t = 2048)]
+    budget: usize,
+    /// Random getpages.
+    #[arg(long, default_value_t = 4000)]
+    random: u64,
+    /// Extra pages put beyond the data set (eviction pressure).
+    #[arg(long, default_value_t = 1000)]
+    pressure: u64,
+    /// Drive all three nodes from one thread (default: the client on one thread, the
+    /// two servers on another).
+    #[arg(long)]
+    one_thread: bool,
+    /// Putpages kept outstanding.
+    #[arg(long, default_value_t = 32)]
+    window: usize,
+}
+
+const SPACE: u64 = 1;
+
+fn content(page: PageId, v: Version) -> Vec<u8> {
+    let mut x = page.space.wrapping_mul(0xff51_afd7_ed55_8ccd) ^ page.page.wrapping_mul(0xc4ce_b9fe_1a85_ec53) ^ v.0.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 1;
+    let mut out = Vec::with_capacity(FRAME_BYTES as usize);
+    while out.len() < FRAME_BYTES as usize {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out
+}
+
+/// Per page: newest version put, newest stored.
+#[derive(Default)]
+struct Model {
+    attempted: HashMap<u64, Version>,
+    stored: HashMap<u64, Version>,
+    wrong: u64,
+}
+
+impl Model {
+    fn check(&mut self, n: u64, got: &Got) -> bool {
+        let Got::Hit { version, data, .. } = got else { return false };
+        let ok = self.attempted.get(&n).is_some_and(|top| version <= top)
+            && self.stored.get(&n).is_none_or(|s| version >= s)
+            && *data == content(PageId::new(SPACE, n), *version);
+        if !ok {
+            self.wrong += 1;
+        }
+        true
+    }
+}
+
+fn pct(v: &mut [u64], p: f64) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_unstable();
+    v[((v.len() - 1) as f64 * p).round() as usize] as f64 / 1000.0
+}
+
+fn put_range(c: &mut Cluster, m: &mut Model, pages: impl Iterator<Item = u64>, v: Version, window: usize) -> anyhow::Result<u64> {
+    let log0 = c.ports[0].put_log.len();
+    let mut n_put = 0;
+    for n in pages {
+        let page = PageId::new(SPACE, n);
+        while c.ports[0].in_flight() >= window {
+            c.poll();
+        }
+        m.attempted.insert(n, v);
+        c.ports[0].put(page, v, &content(page, v), None)?;
+        n_put += 1;
+    }
+    c.settle(0)?;
+    for &(page, version, r) in &c.ports[0].put_log[log0..] {
+        if matches!(r, PutResult::Stored { .. }) && m.stored.get(&page.page).is_none_or(|s| *s <= version) {
+            m.stored.insert(page.page, version);
+        }
+    }
+    Ok(n_put)
+}
+
+fn run(a: Args) -> anyhow::Result<()> {
+    let t_all = Instant::now();
+    let mut c = Cluster::new(3, a.budget, GmsConfig { op_timeout: 500_000_000, ..GmsConfig::default() })?;
+    let mut m = Model::default();
+    let servers = if a.one_thread { None } else { Some(c.spawn_servers(1)?) };
+    let mb = |pages: u64, secs: f64| pages as f64 * FRAME_BYTES as f64 / secs / 1e6;
+    println!(
+        "GMS cluster: 3 nodes in-process on virtual NICs (native firmware), budget {} pages ({} MiB) per node; data set {} pages ({} MiB)",
+        a.budget,
+        (a.budget * FRAME_BYTES as usize) >> 20,
+        a.pages,
+        (a.pages * FRAME_BYTES as u64) >> 20
+    );
+
+    // 1. Load.
+    let t = Instant::now();
+    put_range(&mut c, &mut m, 0..a.pages, Version(1), a.window)?;
+    let load_s = t.elapsed().as_secs_f64();
+    let s0 = c.ports[0].stats;
+    println!(
+        "load: {} putpages in {:.2}s ({:.0} puts/s, {:.0} MB/s): stored {}, refused {}",
+        a.pages,
+        load_s,
+        a.pages as f64 / load_s,
+        mb(a.pages, load_s),
+        s0.puts_stored,
+        s0.puts_refused,
+    );
+
+    // 2. Sequential scans with read-ahead.
+    let mut seq = Vec::new();
+    for depth in [0u32, 4, 16] {
+        let p0 = &mut c.ports[0];
+        p0.set_cache_pages(0);
+        p0.set_cache_pages(256);
+        p0.set_readahead(depth);
+        let before = p0.stats;
+        let t = Instant::now();
+        let mut hits = 0;
+        for n in 0..a.pages {
+            let g = c.read(0, PageId::new(SPACE, n))?;
+            if m.check(n, &g) {
+                hits += 1;
+            }
+        }
+        let secs = t.elapsed().as_secs_f64();
+        c.settle(0)?;
+        let s = c.ports[0].stats;
+        println!(
+            "seq scan, read-ahead {depth:>2}: {:.2}s, {:.0} MB/s of hits ({hits} hits / {} reads), prefetches {}, waited on pending {}",
+            secs,
+            mb(hits, secs),
+            a.pages,
+            s.prefetches - before.prefetches,
+            s.waited_pending - before.waited_pending
+        );
+        seq.push((depth, mb(hits, secs)));
+    }
+
+    // 3. Random getpages (no cache, no read-ahead).
+    for p in c.ports.iter_mut() {
+        p.lat_2way.clear();
+        p.lat_3way.clear();
+    }
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let t = Instant::now();
+    let (mut rhits, mut rmiss) = (0u64, 0u64);
+    let mut local = 0;
+    for _ in 0..a.random {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let n = x % a.pages;
+        let g = c.get_wait(0, PageId::new(SPACE, n))?;
+        if let Got::Hit { source: Source::Local, .. } = g {
+            local += 1;
+        }
+        if m.check(n, &g) {
+            rhits += 1;
+        } else {
+            rmiss += 1;
+        }
+    }
+    let rand_s = t.elapsed().as_secs_f64();
+    let (mut l2, mut l3) = (c.ports[0].lat_2way.clone(), c.ports[0].lat_3way.clone());
+    println!(
+        "random getpages: {} in {:.2}s ({:.0} ops/s): {} hits ({} 2-way, {} 3-way, {} local), {} misses",
+        a.random,
+        rand_s,
+        a.random as f64 / rand_s,
+        rhits,
+        l2.len(),
+        l3.len(),
+        local,
+        rmiss
+    );
+
+    // 4. Eviction pressure: more pages beyond the budgets, and rewrites.
+    let t = Instant::now();
+    let before = c.ports[0].stats;
+    put_range(&mut c, &mut m, a.pages..a.pages + a.pressure, Version(1), a.window)?;
+    put_range(&mut c, &mut m, (0..a.pages).step_by(7), Version(2), a.window)?;
+    let press_s = t.elapsed().as_secs_f64();
+    let s = c.ports[0].stats;
+    println!(
+        "pressure: {} putpages in {:.2}s: stored {}, refused {}",
+        s.puts - before.puts,
+        press_s,
+        s.puts_stored - before.puts_stored,
+        s.puts_refused - before.puts_refused,
+    );
+    // Verify everything once more (plain getpages).
+    let (mut vh, mut vm) = (0, 0);
+    for n in 0..a.pages + a.pressure {
+        let g = c.get_wait(0, PageId::new(SPACE, n))?;
+        if m.check(n, &g) {
+            vh += 1;
+        } else {
+            vm += 1;
+        }
+    }
+    println!("verify: {} pages read back: {vh} hits, {vm} misses, {} wrong", a.pages + a.pressure, m.wrong);
+
+    // Summary.
+    let total_s = t_all.elapsed().as_secs_f64();
+    if let Some(s) = servers {
+        c.rejoin(s)?;
+    }
+    let s = c.ports[0].stats;
+    let g = c.ports[0].node.stats();
+    let ops = s.puts + g.gets + s.cache_hits;
+    let bytes: u64 = c.ports.iter().map(|p| p.stats.bytes_out).sum();
+    let refused: u64 = c.ports.iter().map(|p| p.node.stats().puts_refused).sum();
+    let dropped: u64 = c.ports.iter().map(|p| p.node.host.pages_dropped).sum();
+    println!();
+    println!("== summary ({}) ==", if a.one_thread { "one thread" } else { "client thread + server thread" });
+    println!("ops:              {ops} ({} putpages, {} getpages, {} cache hits) in {:.2}s = {:.0} ops/s", s.puts, g.gets, s.cache_hits, total_s, ops as f64 / total_s);
+    println!("getpage 2-way:    p50 {:.1} us  p99 {:.1} us  ({} random gets)", pct(&mut l2, 0.5), pct(&mut l2, 0.99), l2.len());
+    println!("getpage 3-way:    p50 {:.1} us  p99 {:.1} us  ({} random gets)", pct(&mut l3, 0.5), pct(&mut l3, 0.99), l3.len());
+    println!(
+        "hit rate:         {:.1}% of getpages hit network memory ({} of {}); {:.1}% of reads served by the local cache",
+        100.0 * s.gets_hit as f64 / (s.gets_hit + s.gets_miss).max(1) as f64,
+        s.gets_hit,
+        s.gets_hit + s.gets_miss,
+        100.0 * s.cache_hits as f64 / s.reads.max(1) as f64
+    );
+    println!("bytes moved:      {:.1} MB of page payload on the wire", bytes as f64 / 1e6);
+    println!(
+        "memory use:       node1 {} / node2 {} pages held of {} each",
+        c.ports[1].node.held_count(),
+        c.ports[2].node.held_count(),
+        a.budget
+    );
+    println!("pages refused:    {refused} (budget)   copies dropped: {dropped} (replaced by a newer version / superseded / lost directory)");
+    for (d, bw) in &seq {
+        println!("sequential read:  read-ahead {d:>2}: {bw:.0} MB/s");
+    }
+    for _ in 0..1000 {
+        c.poll();
+    }
+    for p in &c.ports {
+        let f = p.frame_audit();
+        anyhow::ensure!(f.balanced() && f.in_flight == 0, "node {}: frames not accounted for: {f:?}", p.id());
+    }
+    anyhow::ensure!(m.wrong == 0, "{} reads returned wrong or stale data", m.wrong);
+    Ok(())
+}
+
+fn main() -> anyhow::Result<()> {
+    let a = Args::parse();
+    // GMS nodes are large const-generic tables: run on a thread with a big stack.
+    std::thread::Builder::new().stack_size(256 << 20).spawn(move || run(a))?.join().map_err(|_| anyhow::anyhow!("panicked"))?
+}

@@ -1,0 +1,958 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! The GMS user-space runtime on a virtual NIC: a [`GmsPort`] is one node of the Global
+//! Memory Service — NetRPC whose runtime is a [`gms::node::GmsNode`] — with its frame pool
+//! (8 KiB slots of a region registered with the NIC: one page each), a bounded local page
+//! cache, and read-ahead. [`Cluster`] drives several ports from one thread (the in-process
+//! cluster: every blocking operation polls every live node until it completes).
+//!
+//! Frames and the IPT follow [`crate::rpc`]: solicited getpage replies land zero-copy in a
+//! frame armed in the IPT; unsolicited messages (putpages, delegated requests) land in the
+//! receive slot's frame, which is detached and handed over. Frames GMS drops are freed only
+//! once the sends posted before the drop have completed (they may still be carrying them).
+//!
+//! Putpage targets: **least-loaded** (the member other than this node with the fewest pages
+//! this node stored there, skipping members that refused recently) — not the epoch-based
+//! global LRU of [`gms::lru`], which this runtime does not run yet.
+
+use crate::nic::{InlineNative, NicMem};
+use crate::rpc::{Frame, Frames, FRAME_BYTES};
+use crate::shm::Mapping;
+use anyhow::{bail, Context};
+use gms::prelude::*;
+use gms::readahead::{self, Decision, ReadAhead};
+use netrpc::prelude::*;
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Instant;
+use trapeze_firmware::iface::entry::Segment;
+use trapeze_firmware::iface::ipt::{CancelState, PayloadToken};
+use trapeze_firmware::iface::layout::RECV_RING_ENTRIES;
+use trapeze_host::endpoint::{Endpoint, EndpointConfig, SendError, SendMsg};
+
+/// Capacities of the node (pages held, directory entries, operations, background tasks).
+pub const HELD: usize = 4096;
+pub const DIR: usize = 8192;
+pub const OPS: usize = 64;
+pub const TASKS: usize = 128;
+pub const OUTQ: usize = 128;
+/// Most pages a port keeps in its local page cache by default.
+pub const CACHE_PAGES: usize = 256;
+/// Read-ahead streams and pending fetches.
+const RA_STREAMS: usize = 4;
+const RA_PENDING: usize = 64;
+
+pub type Node = GmsNode<Frame, PortHost, 16, HELD, DIR, OPS, TASKS, OUTQ>;
+pub type GmsRpc = Rpc<Node, Frame>;
+
+/// The runtime's side of a node: frames, the endpoint, completions.
+pub struct PortHost {
+    pub frames: Frames,
+    ep: Endpoint<NicMem, Option<Frame>>,
+    base: u64,
+    /// Nonblocking completions, handled after each poll.
+    done: Vec<Completion<Frame>>,
+    /// Frames GMS stopped holding, waiting for the sends posted so far to complete:
+    /// (frame, send serial to wait for; `u64::MAX` until the next flush tags it).
+    limbo: VecDeque<(Frame, u64)>,
+    posted: u64,
+    reaped: u64,
+    /// Pages GMS dropped on this node (superseded, moved away, lost directory).
+    pub pages_dropped: u64,
+}
+
+impl PortHost {
+    /// Disarm `frame`'s IPT entry if it has one (the frame stays allocated).
+    fn unarm(&mut self, frame: Frame) {
+        if let Some(i) = self.frames.armed.iter().position(|a| a.0 == frame) {
+            let (_, token) = self.frames.armed.swap_remove(i);
+            // The NIC may be writing into it right now: wait (bounded by one packet).
+            let mut st = self.ep.disarm(token);
+            while st == CancelState::InFlight {
+                std::hint::spin_loop();
+                st = self.ep.disarm(token);
+            }
+        }
+    }
+
+    fn reap(&mut self) -> bool {
+        let n = self.ep.reap_sends(|_, _| {}) as u64;
+        self.reaped += n;
+        while let Some(&(f, serial)) = self.limbo.front() {
+            if serial > self.reaped {
+                break;
+            }
+            self.limbo.pop_front();
+            self.frames.free(f);
+        }
+        n > 0
+    }
+}
+
+impl Host<Frame> for PortHost {
+    fn copy_payload(&mut self, from: &Frame, to: &Frame, len: u32) -> bool {
+        len <= FRAME_BYTES && self.frames.region.copy_from(*to as usize, &self.frames.region, *from as usize, len as usize)
+    }
+    fn release(&mut self, frame: Frame) {
+        self.unarm(frame);
+        self.frames.free(frame);
+    }
+    fn dropped(&mut self, _page: PageId, frame: Frame, _dirty: bool) {
+        self.pages_dropped += 1;
+        self.limbo.push_back((frame, u64::MAX));
+    }
+    fn completed(&mut self, done: Completion<Frame>) {
+        self.done.push(done);
+    }
+}
+
+/// Where a read was served from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Source {
+    /// The local page cache (no network).
+    Cache,
+    /// This node held the page itself.
+    Local,
+    TwoWay,
+    ThreeWay,
+}
+
+/// The result of a get.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Got {
+    Hit { version: Version, data: Vec<u8>, source: Source },
+    Miss,
+}
+
+/// What the client operation is for.
+#[derive(Clone, Copy, Debug)]
+enum Pending {
+    /// A getpage into `frame` (a solicited frame armed in the IPT).
+    Get { frame: Frame, issued: u64, kind: GetKind },
+    /// A putpage from `frame` to `target`.
+    Put { frame: Frame, target: u16, version: Version },
+}
+
+/// Who a getpage is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum GetKind {
+    /// [`GmsPort::get_start`]: the result is kept by operation for [`GmsPort::get_poll`].
+    Plain,
+    /// A reader's fetch through the cache: kept by page for the reader.
+    Reader,
+    /// Read-ahead: a hit goes into the cache; a miss is remembered briefly for a reader
+    /// that waited for it.
+    Prefetch,
+}
+
+/// How long a prefetch's miss answers a reader that comes for the page (ns).
+const MISS_TTL: u64 = 100_000_000;
+
+/// A finished get, kept until the reader takes it (fetches the cache cannot keep).
+#[derive(Clone, Copy, Debug)]
+enum Finished {
+    Hit { version: Version, frame: Frame, source: Source },
+    Miss,
+}
+
+/// Where a port's frames are ([`GmsPort::frame_audit`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FrameAudit {
+    pub total: usize,
+    pub free: usize,
+    /// Attached to receive slots.
+    pub recv_slots: usize,
+    /// Held by GMS (pages stored here).
+    pub held: usize,
+    /// In the local page cache.
+    pub cache: usize,
+    /// Finished gets not taken yet.
+    pub kept: usize,
+    /// Client operations in flight (one frame each).
+    pub in_flight: usize,
+    /// Dropped by GMS, waiting for sends to complete.
+    pub limbo: usize,
+    /// Armed in the IPT (a subset of `in_flight`).
+    pub armed: usize,
+}
+
+impl FrameAudit {
+    /// Every frame is accounted for exactly once.
+    pub fn balanced(&self) -> bool {
+        self.free + self.recv_slots + self.held + self.cache + self.kept + self.in_flight + self.limbo == self.total
+    }
+}
+
+/// Counters of the runtime (GMS's own are in [`GmsNode::stats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PortStats {
+    pub reads: u64,
+    pub cache_hits: u64,
+    /// Reads that found a fetch of the page pending and waited for it.
+    pub waited_pending: u64,
+    /// Getpages issued for readers (not read-ahead).
+    pub demand_fetches: u64,
+    pub prefetches: u64,
+    /// Prefetches that could not be issued (ops full, no frame).
+    pub prefetch_failed: u64,
+    pub gets_hit: u64,
+    pub gets_miss: u64,
+    pub puts: u64,
+    pub puts_stored: u64,
+    pub puts_refused: u64,
+    pub puts_other: u64,
+    /// Payload bytes received by getpage hits and sent by putpages.
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    pub cache_evictions: u64,
+}
+
+/// One GMS node on a virtual NIC.
+pub struct GmsPort {
+    pub rpc: GmsRpc,
+    pub node: Box<Node>,
+    cpu: Option<InlineNative>,
+    epoch: Instant,
+    slot_frame: Vec<Frame>,
+    /// Client operations in flight.
+    pending: HashMap<OpId, (PageId, Pending)>,
+    /// Reads finished but not taken (demand fetches whose page the cache did not keep).
+    finished: HashMap<PageId, Finished>,
+    /// Results of plain getpages, by operation.
+    plain: HashMap<OpId, Finished>,
+    /// Recent prefetch misses: page → when (a short-lived negative cache).
+    missed: HashMap<PageId, u64>,
+    /// The local page cache: page → (version, frame), and insertion order (FIFO bound).
+    cache: HashMap<PageId, (Version, Frame)>,
+    order: VecDeque<PageId>,
+    cache_cap: usize,
+    ra: ReadAhead<RA_STREAMS, RA_PENDING>,
+    /// Least-loaded target choice: pages this node stored at each member, and members that
+    /// refused (skipped until a put elsewhere is refused too).
+    stored_at: HashMap<u16, u64>,
+    refused_by: HashMap<u16, u64>,
+    pub stats: PortStats,
+    /// Every finished putpage: (page, version, result), in completion order.
+    pub put_log: Vec<(PageId, Version, PutResult)>,
+    /// getpage latencies (ns) by how they were served: 2-way, 3-way.
+    pub lat_2way: Vec<u64>,
+    pub lat_3way: Vec<u64>,
+}
+
+impl GmsPort {
+    /// Node `cfg.node_id` on NIC memory `mem` with `region` registered for DMA at `base`,
+    /// the NIC's firmware driven inline from [`Self::poll`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        mem: NicMem,
+        region: Arc<Mapping>,
+        base: u64,
+        cfg: EndpointConfig,
+        seed: [u64; 2],
+        gms_cfg: GmsConfig,
+        rpc_cfg: Config,
+        cpu: InlineNative,
+    ) -> anyhow::Result<Self> {
+        let n = region.len() / FRAME_BYTES as usize;
+        if n < RECV_RING_ENTRIES as usize + 64 {
+            bail!("region holds {n} frames; need at least {}", RECV_RING_ENTRIES + 64);
+        }
+        let mut free: Vec<Frame> = (0..n as u64).rev().map(|i| i * FRAME_BYTES as u64).collect();
+        let slot_frame: Vec<Frame> = (0..RECV_RING_ENTRIES).map(|_| free.pop().unwrap_or_default()).collect();
+        let cfg = EndpointConfig { mtu: cfg.mtu.min(FRAME_BYTES), ..cfg };
+        let ep = Endpoint::init(mem, &cfg, seed, |i| Some(Segment { addr: base + slot_frame[i as usize], len: FRAME_BYTES }));
+        let host = PortHost {
+            frames: Frames { region, free, armed: Vec::new(), starved: 0 },
+            ep,
+            base,
+            done: Vec::new(),
+            limbo: VecDeque::new(),
+            posted: 0,
+            reaped: 0,
+            pages_dropped: 0,
+        };
+        let mut port = GmsPort {
+            rpc: Rpc::new(cfg.node_id, rpc_cfg),
+            node: Box::new(GmsNode::new(cfg.node_id, gms_cfg, host)),
+            cpu: Some(cpu),
+            epoch: Instant::now(),
+            slot_frame,
+            pending: HashMap::new(),
+            finished: HashMap::new(),
+            plain: HashMap::new(),
+            missed: HashMap::new(),
+            cache: HashMap::new(),
+            order: VecDeque::new(),
+            cache_cap: CACHE_PAGES,
+            ra: ReadAhead::new(readahead::Config { trigger: 2, depth: 0 }),
+            stored_at: HashMap::new(),
+            refused_by: HashMap::new(),
+            stats: PortStats::default(),
+            put_log: Vec::new(),
+            lat_2way: Vec::new(),
+            lat_3way: Vec::new(),
+        };
+        let t0 = Instant::now();
+        while !port.node.host.ep.config_applied() {
+            port.poll_nic();
+            if t0.elapsed().as_secs() > 5 {
+                bail!("the NIC did not apply the configuration");
+            }
+        }
+        Ok(port)
+    }
+
+    pub fn id(&self) -> u16 {
+        self.node.id()
+    }
+
+    /// Time in ns since the port started (the node's clock).
+    pub fn now(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    /// Read-ahead depth (0: off) — pages prefetched after 2 sequential accesses.
+    pub fn set_readahead(&mut self, depth: u32) {
+        self.ra.set_config(readahead::Config { trigger: 2, depth: depth.min(RA_PENDING as u32 / 2) });
+    }
+
+    pub fn set_cache_pages(&mut self, n: usize) {
+        self.cache_cap = n;
+        self.trim_cache();
+    }
+
+    pub fn cached(&self, page: &PageId) -> Option<Version> {
+        self.cache.get(page).map(|c| c.0)
+    }
+    pub fn cache_len(&self) -> usize {
+        self.cache.len()
+    }
+    /// Client operations in flight.
+    pub fn in_flight(&self) -> usize {
+        self.pending.len()
+    }
+    /// Fetches read-ahead has pending.
+    pub fn readahead_pending(&self) -> usize {
+        self.ra.pending_len()
+    }
+    pub fn free_frames(&self) -> usize {
+        self.node.host.frames.available()
+    }
+
+    /// Where every frame of the region is (a leak check: `total` = the sum of the rest).
+    pub fn frame_audit(&self) -> FrameAudit {
+        let h = &self.node.host;
+        let kept = self.finished.values().chain(self.plain.values()).filter(|f| matches!(f, Finished::Hit { .. })).count();
+        let gets = self.pending.values().filter(|p| matches!(p.1, Pending::Get { .. })).count();
+        let puts = self.pending.len() - gets;
+        FrameAudit {
+            total: h.frames.region.len() / FRAME_BYTES as usize,
+            free: h.frames.available(),
+            recv_slots: self.slot_frame.len(),
+            held: self.node.held_count(),
+            cache: self.cache.len(),
+            kept,
+            in_flight: gets + puts,
+            limbo: h.limbo.len(),
+            armed: h.frames.armed.len(),
+        }
+    }
+
+    /// A new membership view.
+    pub fn set_members(&mut self, view: u64, ids: &[u16]) -> anyhow::Result<()> {
+        let now = self.now();
+        self.node.set_members(now, &mut self.rpc, view, ids).map_err(|e| anyhow::anyhow!("set_members: {e:?}"))?;
+        self.after_input();
+        Ok(())
+    }
+
+    /// Node `n` died: its directory entries go, calls to it fail.
+    pub fn node_failed(&mut self, n: u16) {
+        let now = self.now();
+        self.node.node_failed(now, &mut self.rpc, n);
+        self.stored_at.remove(&n);
+        self.after_input();
+    }
+
+    fn poll_nic(&mut self) -> bool {
+        self.cpu.as_mut().is_some_and(|c| c.poll())
+    }
+
+    /// One pass: NIC firmware, send completions, received messages, timeouts, GMS's
+    /// background work, transmits, completions. Returns whether anything happened.
+    pub fn poll(&mut self) -> bool {
+        let mut busy = self.poll_nic();
+        let now = self.now();
+        busy |= self.node.host.reap();
+        while let Some(m) = self.node.host.ep.poll_recv() {
+            busy = true;
+            let slot = (m.slot % RECV_RING_ENTRIES) as usize;
+            let host = &mut self.node.host;
+            let payload = if m.via_ipt() {
+                InPayload::Ipt { token: m.token.0, len: m.payload_len }
+            } else if m.payload_refused() {
+                InPayload::Refused
+            } else if m.payload_len > 0 {
+                match host.frames.alloc() {
+                    Some(fresh) => {
+                        let old = std::mem::replace(&mut self.slot_frame[slot], fresh);
+                        InPayload::Buffer { frame: old, len: m.payload_len }
+                    }
+                    None => {
+                        host.frames.starved += 1;
+                        InPayload::Refused
+                    }
+                }
+            } else {
+                InPayload::None
+            };
+            let seg = Segment { addr: host.base + self.slot_frame[slot], len: FRAME_BYTES };
+            host.ep.release_recv(Some(&[seg]));
+            self.rpc.handle_message(now, &mut *self.node, m.src, m.ctrl(), payload);
+            self.node.drive(now, &mut self.rpc);
+        }
+        self.rpc.handle_timeouts(now, &mut *self.node);
+        if self.rpc.has_deferred() {
+            self.rpc.run_deferred(&mut *self.node);
+        }
+        if self.node.poll_timeout().is_some_and(|t| t <= now) || busy {
+            self.node.drive(now, &mut self.rpc);
+        }
+        busy |= self.flush();
+        busy |= self.handle_completions();
+        busy
+    }
+
+    /// After a direct input to the node: drive it and send.
+    fn after_input(&mut self) {
+        let now = self.now();
+        self.node.drive(now, &mut self.rpc);
+        self.flush();
+        self.handle_completions();
+    }
+
+    /// Hand queued transmits to the NIC.
+    fn flush(&mut self) -> bool {
+        let mut sent = false;
+        while let Some(t) = self.rpc.poll_transmit() {
+            let seg;
+            let host = &mut self.node.host;
+            let segs: &[Segment] = match t.payload {
+                Some((f, len)) => {
+                    seg = [Segment { addr: host.base + f, len }];
+                    &seg
+                }
+                None => &[],
+            };
+            let msg = SendMsg {
+                peer: t.dst,
+                ctrl: t.ctrl(),
+                payload_len: t.payload.map_or(0, |p| p.1),
+                segments: segs,
+                token: PayloadToken(t.tag),
+            };
+            loop {
+                match host.ep.post_send(&msg, None) {
+                    Ok(()) => {
+                        host.posted += 1;
+                        break;
+                    }
+                    Err(SendError::RingFull) => {
+                        if let Some(c) = self.cpu.as_mut() {
+                            c.poll();
+                        }
+                        host.reap();
+                    }
+                    Err(_) => break,
+                }
+            }
+            if let Some((_, len)) = t.payload {
+                self.stats.bytes_out += len as u64;
+            }
+            sent = true;
+        }
+        // Frames dropped so far wait for every send posted up to now.
+        let host = &mut self.node.host;
+        for l in host.limbo.iter_mut().rev() {
+            if l.1 != u64::MAX {
+                break;
+            }
+            l.1 = host.posted;
+        }
+        host.reap();
+        if sent {
+            for _ in 0..16 {
+                if !self.poll_nic() {
+                    break;
+                }
+            }
+        }
+        sent
+    }
+
+    // ---- the page cache --------------------------------------------------------------------
+
+    fn cache_insert(&mut self, page: PageId, version: Version, frame: Frame) {
+        if let Some((_, old)) = self.cache.insert(page, (version, frame)) {
+            self.node.host.frames.free(old);
+        } else {
+            self.order.push_back(page);
+        }
+        self.trim_cache();
+    }
+
+    fn cache_remove(&mut self, page: &PageId) {
+        if let Some((_, f)) = self.cache.remove(page) {
+            self.node.host.frames.free(f);
+            self.order.retain(|p| p != page);
+        }
+    }
+
+    fn trim_cache(&mut self) {
+        while self.cache.len() > self.cache_cap {
+            let Some(p) = self.order.pop_front() else { break };
+            if let Some((_, f)) = self.cache.remove(&p) {
+                self.node.host.frames.free(f);
+                self.stats.cache_evictions += 1;
+            }
+        }
+    }
+
+    fn read_frame(&self, f: Frame) -> Vec<u8> {
+        let mut v = vec![0u8; FRAME_BYTES as usize];
+        self.node.host.frames.read(f, &mut v);
+        v
+    }
+
+    // ---- completions -------------------------------------------------------------------------
+
+    fn handle_completions(&mut self) -> bool {
+        if self.node.host.done.is_empty() {
+            return false;
+        }
+        let now = self.now();
+        let done = std::mem::take(&mut self.node.host.done);
+        for c in done {
+            let Some((page, what)) = self.pending.remove(&c.op) else { continue };
+            match (what, c.result) {
+                (Pending::Get { frame, issued, kind }, OpResult::Get(r)) => {
+                    let fin = match r {
+                        GetResult::Hit { version, frame: f, len, via, held } => {
+                            let source = match via {
+                                Via::Local => Source::Local,
+                                Via::TwoWay => Source::TwoWay,
+                                Via::ThreeWay => Source::ThreeWay,
+                            };
+                            match via {
+                                Via::TwoWay => self.lat_2way.push(now - issued),
+                                Via::ThreeWay => self.lat_3way.push(now - issued),
+                                Via::Local => {}
+                            }
+                            self.stats.gets_hit += 1;
+                            self.stats.bytes_in += len as u64;
+                            if held {
+                                // A moving read made this node the holder: copy out of GMS's frame.
+                                let mine = frame;
+                                let ok = self.node.host.copy_payload(&f, &mine, len);
+                                self.node.host.unarm(mine);
+                                if ok {
+                                    Finished::Hit { version, frame: mine, source }
+                                } else {
+                                    self.node.host.frames.free(mine);
+                                    Finished::Miss
+                                }
+                            } else {
+                                self.node.host.unarm(f);
+                                Finished::Hit { version, frame: f, source }
+                            }
+                        }
+                        GetResult::Miss { frame: f, .. } => {
+                            self.stats.gets_miss += 1;
+                            if let Some(f) = f {
+                                self.node.host.release(f);
+                            }
+                            Finished::Miss
+                        }
+                    };
+                    if kind != GetKind::Plain {
+                        self.ra.complete(page.space, page.page, matches!(fin, Finished::Hit { .. }));
+                    }
+                    match (kind, fin) {
+                        (GetKind::Plain, fin) => {
+                            self.plain.insert(c.op, fin);
+                        }
+                        (GetKind::Prefetch, Finished::Hit { version, frame, .. }) => self.cache_insert(page, version, frame),
+                        (GetKind::Prefetch, Finished::Miss) => {
+                            if self.missed.len() > 4096 {
+                                self.missed.retain(|_, t| now.saturating_sub(*t) < MISS_TTL);
+                            }
+                            self.missed.insert(page, now);
+                        }
+                        (GetKind::Reader, fin) => {
+                            if let Some(Finished::Hit { frame, .. }) = self.finished.insert(page, fin) {
+                                self.node.host.frames.free(frame);
+                            }
+                        }
+                    }
+                }
+                (Pending::Put { frame, target, version }, OpResult::Put(r)) => {
+                    // The send may not be reaped yet: free after the sends posted so far.
+                    self.node.host.limbo.push_back((frame, u64::MAX));
+                    match r {
+                        PutResult::Stored { target } => {
+                            self.stats.puts_stored += 1;
+                            *self.stored_at.entry(target).or_default() += 1;
+                            self.refused_by.remove(&target);
+                        }
+                        PutResult::Refused => {
+                            self.stats.puts_refused += 1;
+                            *self.refused_by.entry(target).or_default() += 1;
+                        }
+                        _ => self.stats.puts_other += 1,
+                    }
+                    self.put_log.push((page, version, r));
+                }
+                (Pending::Get { frame, .. }, _) => self.node.host.release(frame),
+                (Pending::Put { frame, .. }, _) => self.node.host.limbo.push_back((frame, u64::MAX)),
+            }
+        }
+        true
+    }
+
+    // ---- client operations -----------------------------------------------------------------------
+
+    /// The least-loaded target for a putpage: among the other members, skip those that
+    /// refused since their last stored page (unless all did), and take the one this node
+    /// stored the fewest pages at.
+    pub fn pick_target(&self) -> Option<u16> {
+        let me = self.id();
+        let others: Vec<u16> = self.node.members().ids().iter().copied().filter(|&n| n != me).collect();
+        let fresh: Vec<u16> = others.iter().copied().filter(|n| !self.refused_by.contains_key(n)).collect();
+        let pool = if fresh.is_empty() { &others } else { &fresh };
+        pool.iter().copied().min_by_key(|n| (self.stored_at.get(n).copied().unwrap_or(0), *n))
+    }
+
+    /// Start a putpage of `data` as `page` at `version` to `target` (default: least
+    /// loaded). The page leaves the local cache (it may be stale now).
+    pub fn put(&mut self, page: PageId, version: Version, data: &[u8], target: Option<u16>) -> anyhow::Result<OpId> {
+        let target = target.or_else(|| self.pick_target()).context("no put target")?;
+        self.cache_remove(&page);
+        if let Some(Finished::Hit { frame, .. }) = self.finished.remove(&page) {
+            self.node.host.frames.free(frame);
+        }
+        self.missed.remove(&page);
+        let f = self.node.host.frames.alloc().context("no free frame")?;
+        self.node.host.frames.write(f, data);
+        let now = self.now();
+        match self.node.putpage(now, &mut self.rpc, page, version, f, data.len() as u32, target, false, Mode::NonBlocking)
+        {
+            Ok(op) => {
+                self.pending.insert(op, (page, Pending::Put { frame: f, target, version }));
+                self.stats.puts += 1;
+                self.after_input();
+                Ok(op)
+            }
+            Err(e) => {
+                self.node.host.frames.free(f);
+                bail!("putpage: {e:?}")
+            }
+        }
+    }
+
+    /// Issue a getpage of `page` into a fresh solicited frame.
+    fn issue_get(&mut self, page: PageId, kind: GetKind) -> anyhow::Result<OpId> {
+        let f = self.node.host.frames.alloc().context("no free frame")?;
+        let seg = Segment { addr: self.node.host.base + f, len: FRAME_BYTES };
+        let token = match self.node.host.ep.arm(&[seg]) {
+            Ok(t) => t,
+            Err(e) => {
+                self.node.host.frames.free(f);
+                bail!("cannot arm an IPT entry: {e:?}")
+            }
+        };
+        self.node.host.frames.armed.push((f, token));
+        let now = self.now();
+        let reply_to = ReplyTo::Solicited { token: token.0, frame: f };
+        match self.node.getpage(now, &mut self.rpc, page, reply_to, Mode::NonBlocking) {
+            Ok(op) => {
+                // A getpage served locally completes inside the call: handled below.
+                self.pending.insert(op, (page, Pending::Get { frame: f, issued: now, kind }));
+                if kind == GetKind::Prefetch {
+                    self.stats.prefetches += 1;
+                } else {
+                    self.stats.demand_fetches += 1;
+                }
+                self.after_input();
+                Ok(op)
+            }
+            Err(e) => {
+                self.node.host.release(f);
+                bail!("getpage: {e:?}")
+            }
+        }
+    }
+
+    /// Nonblocking read of `page` through the cache and read-ahead: `Some` if it is
+    /// answered now (cache hit, or a fetch that already finished), else the fetch (or the
+    /// pending prefetch) is under way: poll and ask again. Issues read-ahead.
+    pub fn read_start(&mut self, page: PageId) -> Option<Got> {
+        if let Some(fin) = self.finished.remove(&page) {
+            return Some(self.take_finished(page, fin));
+        }
+        if let Some(t) = self.missed.remove(&page) {
+            if self.now().saturating_sub(t) < MISS_TTL && !self.cache.contains_key(&page) {
+                self.stats.reads += 1;
+                return Some(Got::Miss);
+            }
+        }
+        let cached = self.cache.contains_key(&page);
+        let d = self.ra.on_access(page.space, page.page, cached);
+        let r = match d {
+            Decision::Hit => {
+                self.stats.reads += 1;
+                self.stats.cache_hits += 1;
+                let (version, f) = self.cache[&page];
+                Some(Got::Hit { version, data: self.read_frame(f), source: Source::Cache })
+            }
+            Decision::WaitFor(_) => {
+                self.stats.waited_pending += 1;
+                None
+            }
+            Decision::Fetch(id) => {
+                if self.issue_get(page, GetKind::Reader).is_err() {
+                    if id.is_some() {
+                        self.ra.complete(page.space, page.page, false);
+                    }
+                    self.stats.reads += 1;
+                    Some(Got::Miss)
+                } else {
+                    None
+                }
+            }
+        };
+        self.issue_prefetches();
+        r
+    }
+
+    /// Issue the prefetches read-ahead wants now.
+    fn issue_prefetches(&mut self) {
+        loop {
+            let cache = &self.cache;
+            let Some(p) = self.ra.poll_prefetch(|s, n| cache.contains_key(&PageId::new(s, n))) else { break };
+            let page = PageId::new(p.space, p.page);
+            if self.issue_get(page, GetKind::Prefetch).is_err() {
+                self.stats.prefetch_failed += 1;
+                self.ra.complete(p.space, p.page, false);
+                break;
+            }
+        }
+    }
+
+    /// Continue a read started with [`Self::read_start`]: the answer once the fetch it
+    /// waits for finished (a prefetch lands in the cache; a reader's fetch is kept for it).
+    pub fn read_poll(&mut self, page: PageId) -> Option<Got> {
+        if let Some(fin) = self.finished.remove(&page) {
+            return Some(self.take_finished(page, fin));
+        }
+        if self.ra.pending_id(page.space, page.page).is_some() {
+            return None;
+        }
+        if self.missed.remove(&page).is_some() {
+            // The prefetch this reader waited for missed.
+            self.stats.reads += 1;
+            return Some(Got::Miss);
+        }
+        if let Some(&(version, f)) = self.cache.get(&page) {
+            self.stats.reads += 1;
+            return Some(Got::Hit { version, data: self.read_frame(f), source: Source::Cache });
+        }
+        // The prefetch it waited for missed: fetch it ourselves (or report the miss).
+        self.read_start(page)
+    }
+
+    fn take_finished(&mut self, page: PageId, fin: Finished) -> Got {
+        self.stats.reads += 1;
+        match fin {
+            Finished::Hit { version, frame, source } => {
+                let data = self.read_frame(frame);
+                // The page goes into the local cache (a reader's fetch is cached too).
+                self.cache_insert(page, version, frame);
+                Got::Hit { version, data, source }
+            }
+            Finished::Miss => Got::Miss,
+        }
+    }
+
+    /// Start a plain getpage (no cache, no read-ahead): poll, then [`Self::get_poll`]
+    /// (a result never taken keeps its frame).
+    pub fn get_start(&mut self, page: PageId) -> anyhow::Result<OpId> {
+        self.issue_get(page, GetKind::Plain)
+    }
+
+    /// The result of a getpage started with [`Self::get_start`], once finished (the
+    /// local cache is left alone).
+    pub fn get_poll(&mut self, op: OpId) -> Option<Got> {
+        Some(match self.plain.remove(&op)? {
+            Finished::Hit { version, frame, source } => {
+                let data = self.read_frame(frame);
+                self.node.host.frames.free(frame);
+                Got::Hit { version, data, source }
+            }
+            Finished::Miss => Got::Miss,
+        })
+    }
+}
+
+/// Nodes polled by a thread of their own (see [`Cluster::spawn_servers`]).
+pub struct Servers {
+    handle: std::thread::JoinHandle<(Vec<GmsPort>, Vec<bool>)>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// Several GMS nodes driven from one thread (an in-process cluster on one switch).
+pub struct Cluster {
+    pub ports: Vec<GmsPort>,
+    /// Nodes still polled (a dead node is never polled again).
+    pub alive: Vec<bool>,
+    /// Limit on polls a blocking operation waits (guards against hangs).
+    pub max_polls: u64,
+    view: u64,
+    _switch: crate::link::backend::InProcSwitch,
+}
+
+impl Cluster {
+    /// `n` nodes on an in-process switch, each with `budget` pages of memory for GMS.
+    pub fn new(n: u16, budget: usize, gms_cfg: GmsConfig) -> anyhow::Result<Self> {
+        use crate::host::DEFAULT_REGION_BASE;
+        use crate::link::backend::InProcSwitch;
+        use crate::link::{FaultConfig, Link};
+        use crate::nic::Nic;
+        use std::time::Duration;
+        let sw = InProcSwitch::new();
+        let frames = budget + CACHE_PAGES + 2 * RECV_RING_ENTRIES as usize + 512;
+        let bytes = (frames * FRAME_BYTES as usize).next_power_of_two();
+        let mut ports = Vec::new();
+        for id in 0..n {
+            let nic = Arc::new(Nic::new(&format!("g{id}"), Link::new(id, Box::new(sw.port(id)), FaultConfig::default()), Duration::ZERO)?);
+            let inline = nic.start_inline()?;
+            let region = Arc::new(Mapping::create_memfd("gms-frames", bytes)?);
+            nic.shared()
+                .dma
+                .register("gms", DEFAULT_REGION_BASE, region.clone(), 0, bytes as u64)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            let cfg = EndpointConfig { node_id: id, mtu: FRAME_BYTES, ..EndpointConfig::default() };
+            let rcfg = Config { call_timeout: 2_000_000_000, nonblocking_timeout: Some(2_000_000_000) };
+            let gcfg = GmsConfig { budget, ..gms_cfg };
+            ports.push(GmsPort::new(nic.mem(), region, DEFAULT_REGION_BASE, cfg, [id as u64 + 1, 77], gcfg, rcfg, inline)?);
+            // The NIC lives as long as its inline driver holds it.
+            drop(nic);
+        }
+        let ids: Vec<u16> = (0..n).collect();
+        for p in ports.iter_mut() {
+            p.set_members(1, &ids)?;
+        }
+        Ok(Cluster { alive: vec![true; n as usize], ports, max_polls: 50_000_000, view: 1, _switch: sw })
+    }
+
+    /// One pass over the live nodes.
+    pub fn poll(&mut self) -> bool {
+        let mut busy = false;
+        for (p, &a) in self.ports.iter_mut().zip(&self.alive) {
+            if a {
+                busy |= p.poll();
+            }
+        }
+        busy
+    }
+
+    /// Poll until `done` says so (bounded by `max_polls`).
+    pub fn poll_until(&mut self, mut done: impl FnMut(&mut Self) -> bool) -> anyhow::Result<()> {
+        for _ in 0..self.max_polls {
+            if done(self) {
+                return Ok(());
+            }
+            self.poll();
+        }
+        bail!("cluster: operation did not finish")
+    }
+
+    /// Poll until no client operation is in flight at node `i`.
+    pub fn settle(&mut self, i: usize) -> anyhow::Result<()> {
+        self.poll_until(|c| c.ports[i].in_flight() == 0)
+    }
+
+    /// Blocking putpage from node `i`: the result.
+    pub fn put_wait(&mut self, i: usize, page: PageId, version: Version, data: &[u8]) -> anyhow::Result<PortStats> {
+        self.ports[i].put(page, version, data, None)?;
+        self.settle(i)?;
+        Ok(self.ports[i].stats)
+    }
+
+    /// Blocking plain getpage from node `i`.
+    pub fn get_wait(&mut self, i: usize, page: PageId) -> anyhow::Result<Got> {
+        let op = self.ports[i].get_start(page)?;
+        let mut out = None;
+        self.poll_until(|c| {
+            out = c.ports[i].get_poll(op);
+            out.is_some()
+        })?;
+        Ok(out.unwrap_or(Got::Miss))
+    }
+
+    /// Blocking read from node `i` through its cache and read-ahead.
+    pub fn read(&mut self, i: usize, page: PageId) -> anyhow::Result<Got> {
+        if let Some(g) = self.ports[i].read_start(page) {
+            return Ok(g);
+        }
+        let mut out = None;
+        self.poll_until(|c| {
+            out = c.ports[i].read_poll(page);
+            out.is_some()
+        })?;
+        Ok(out.unwrap_or(Got::Miss))
+    }
+
+    /// Move nodes `from..` to a thread of their own that polls them until
+    /// [`Self::rejoin`] (the client's blocking operations then poll only the nodes left).
+    /// Two threads on two cores: the servers answer while the client works.
+    pub fn spawn_servers(&mut self, from: usize) -> anyhow::Result<Servers> {
+        let mut ports = self.ports.split_off(from);
+        let alive = self.alive.split_off(from);
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let handle = std::thread::Builder::new().name("gms-servers".into()).stack_size(64 << 20).spawn(move || {
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                let mut busy = false;
+                for (p, &a) in ports.iter_mut().zip(&alive) {
+                    if a {
+                        busy |= p.poll();
+                    }
+                }
+                if !busy {
+                    std::thread::yield_now();
+                }
+            }
+            (ports, alive)
+        })?;
+        Ok(Servers { handle, stop })
+    }
+
+    /// Take the nodes of [`Self::spawn_servers`] back.
+    pub fn rejoin(&mut self, s: Servers) -> anyhow::Result<()> {
+        s.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let (ports, alive) = s.handle.join().map_err(|_| anyhow::anyhow!("server thread panicked"))?;
+        self.ports.extend(ports);
+        self.alive.extend(alive);
+        Ok(())
+    }
+
+    /// Node `dead` stops (never polled again); the survivors are told it failed.
+    pub fn kill(&mut self, dead: usize) {
+        self.alive[dead] = false;
+        self.view += 1;
+        for (k, p) in self.ports.iter_mut().enumerate() {
+            if self.alive[k] {
+                p.node_failed(dead as u16);
+            }
+        }
+    }
+}
