@@ -1,7 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! `cargo xtask run`: the main demonstration — the most complete real run that exists.
 //!
-//! Today: a three-node cluster in the timing model, running the real firmware on every
+//! First, a three-node Global Memory Service cluster on virtual NICs in one process
+//! (`vnic/examples/gms_cluster.rs`, native firmware, in-process link): node 0 loads a
+//! data set larger than one node's memory budget into network memory, scans it with
+//! read-ahead 0/4/16, issues random getpages (2-way and 3-way through the directory),
+//! applies eviction pressure, and verifies every byte; it prints a summary.
+//!
+//! Then the firmware in the timing model: a three-node cluster running the real firmware on every
 //! NIC. Node 0 is a client that demand-fetches 8 KB pages from page servers on nodes 1
 //! and 2 (the cut-through paper's demand-fetch experiment, section 4.5): for each page
 //! it arms an IPT frame, sends a request carrying the payload token, and the server's
@@ -31,6 +37,9 @@ pub struct RunArgs {
     /// Skip the closing DMA-policy table.
     #[arg(long)]
     no_table: bool,
+    /// Skip the GMS cluster on virtual NICs (run only the timing-model part).
+    #[arg(long)]
+    no_gms: bool,
 }
 
 const PAGE: u32 = 8192;
@@ -167,6 +176,14 @@ fn pct(v: &mut [f64], p: f64) -> f64 {
 }
 
 pub fn run(a: RunArgs) -> anyhow::Result<()> {
+    if !a.no_gms {
+        println!("== Global Memory Service: 3 nodes on virtual NICs (native firmware, in-process link) ==");
+        crate::cargo(&[
+            "run", "--quiet", "--locked", "--release", "-p", "trapeze-vnic", "--no-default-features",
+            "--example", "gms_cluster",
+        ])?;
+        println!("\n== The firmware in the timing model ==");
+    }
     let params = Params::alpha500();
     println!("Trapeze-rs demonstration: 3 NICs running the real firmware in the timing model");
     println!("(AlphaStation 500 + Myrinet parameters). Node 0 demand-fetches 8 KB pages from");
