@@ -160,12 +160,20 @@ pub enum TrapKind {
     Exception,
 }
 
+/// A decoded `.defmt` table (the decoder is part of flashed mode).
+#[cfg(feature = "flashed")]
+pub type DefmtTable = defmt_decoder::Table;
+/// Without flashed mode there is no decoder, so no table can exist.
+#[cfg(not(feature = "flashed"))]
+#[derive(Debug)]
+pub enum DefmtTable {}
+
 /// A validated image, ready to be written into NIC memory and run.
 pub struct LoadedImage {
     pub info: ImageInfo,
     pub segments: Vec<LoadSegment>,
     /// The image's defmt table (its `.defmt` section), if it has one the decoder reads.
-    pub defmt: Option<Arc<defmt_decoder::Table>>,
+    pub defmt: Option<Arc<DefmtTable>>,
     /// Why `defmt` is `None`.
     pub defmt_note: Option<String>,
     /// Addresses where the firmware has stopped for good: a core that reaches one is
@@ -189,6 +197,9 @@ impl LoadedImage {
     /// Validate `bytes` ([`check_image`]) and extract what loading needs.
     pub fn from_elf(bytes: &[u8]) -> anyhow::Result<LoadedImage> {
         let (info, segments, traps) = parse(bytes)?;
+        #[cfg(not(feature = "flashed"))]
+        let (defmt, defmt_note) = (None, Some("built without flashed mode: defmt logs are not decoded".to_string()));
+        #[cfg(feature = "flashed")]
         let (defmt, defmt_note) = match defmt_decoder::Table::parse(bytes) {
             Ok(Some(t)) => (Some(Arc::new(t)), None),
             Ok(None) => (None, Some("the image has no .defmt section".to_string())),
