@@ -15,7 +15,7 @@
 //! global LRU of [`gms::lru`], which this runtime does not run yet.
 
 use crate::nic::{InlineNative, NicMem};
-use crate::rpc::{Frame, Frames, FRAME_BYTES};
+use crate::rpc::{post, receive, Frame, Frames, FRAME_BYTES};
 use crate::shm::Mapping;
 use anyhow::{bail, Context};
 use gms::prelude::*;
@@ -25,9 +25,9 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 use trapeze_firmware::iface::entry::Segment;
-use trapeze_firmware::iface::ipt::{CancelState, PayloadToken};
+use trapeze_firmware::iface::ipt::CancelState;
 use trapeze_firmware::iface::layout::RECV_RING_ENTRIES;
-use trapeze_host::endpoint::{Endpoint, EndpointConfig, SendError, SendMsg};
+use trapeze_host::endpoint::{Endpoint, EndpointConfig};
 
 /// Capacities of the node (pages held, directory entries, operations, background tasks).
 pub const HELD: usize = 4096;
@@ -386,27 +386,8 @@ impl GmsPort {
         while let Some(m) = self.node.host.ep.poll_recv() {
             busy = true;
             let slot = (m.slot % RECV_RING_ENTRIES) as usize;
-            let host = &mut self.node.host;
-            let payload = if m.via_ipt() {
-                InPayload::Ipt { token: m.token.0, len: m.payload_len }
-            } else if m.payload_refused() {
-                InPayload::Refused
-            } else if m.payload_len > 0 {
-                match host.frames.alloc() {
-                    Some(fresh) => {
-                        let old = std::mem::replace(&mut self.slot_frame[slot], fresh);
-                        InPayload::Buffer { frame: old, len: m.payload_len }
-                    }
-                    None => {
-                        host.frames.starved += 1;
-                        InPayload::Refused
-                    }
-                }
-            } else {
-                InPayload::None
-            };
-            let seg = Segment { addr: host.base + self.slot_frame[slot], len: FRAME_BYTES };
-            host.ep.release_recv(Some(&[seg]));
+            let h = &mut self.node.host;
+            let payload = receive(&mut h.ep, h.base, &m, &mut self.slot_frame[slot], &mut h.frames);
             self.rpc.handle_message(now, &mut *self.node, m.src, m.ctrl(), payload);
             self.node.drive(now, &mut self.rpc);
         }
@@ -434,37 +415,18 @@ impl GmsPort {
     fn flush(&mut self) -> bool {
         let mut sent = false;
         while let Some(t) = self.rpc.poll_transmit() {
-            let seg;
             let host = &mut self.node.host;
-            let segs: &[Segment] = match t.payload {
-                Some((f, len)) => {
-                    seg = [Segment { addr: host.base + f, len }];
-                    &seg
+            let cpu = &mut self.cpu;
+            let mut reaped = 0;
+            if post(&mut host.ep, host.base, &t, None, |ep| {
+                if let Some(c) = cpu.as_mut() {
+                    c.poll();
                 }
-                None => &[],
-            };
-            let msg = SendMsg {
-                peer: t.dst,
-                ctrl: t.ctrl(),
-                payload_len: t.payload.map_or(0, |p| p.1),
-                segments: segs,
-                token: PayloadToken(t.tag),
-            };
-            loop {
-                match host.ep.post_send(&msg, None) {
-                    Ok(()) => {
-                        host.posted += 1;
-                        break;
-                    }
-                    Err(SendError::RingFull) => {
-                        if let Some(c) = self.cpu.as_mut() {
-                            c.poll();
-                        }
-                        host.reap();
-                    }
-                    Err(_) => break,
-                }
+                reaped += ep.reap_sends(|_, _| {}) as u64;
+            }) {
+                host.posted += 1;
             }
+            host.reaped += reaped;
             if let Some((_, len)) = t.payload {
                 self.stats.bytes_out += len as u64;
             }

@@ -91,6 +91,70 @@ impl<S: Service> Runtime<Frame> for Node<S> {
     }
 }
 
+/// Take the message the host API just returned off its receive slot for NetRPC: what
+/// arrived with it, and the slot given back to the NIC. An unsolicited payload's frame is
+/// detached (the caller gets it as a `Buffer`) and a fresh frame from `frames` takes its
+/// place in `slot_frame`; if no frame is free the payload is refused and counted.
+pub(crate) fn receive<C: Copy>(
+    ep: &mut Endpoint<NicMem, C>,
+    base: u64,
+    m: &trapeze_host::endpoint::RecvMsg,
+    slot_frame: &mut Frame,
+    frames: &mut Frames,
+) -> InPayload<Frame> {
+    let payload = if m.via_ipt() {
+        InPayload::Ipt { token: m.token.0, len: m.payload_len }
+    } else if m.payload_refused() {
+        InPayload::Refused
+    } else if m.payload_len > 0 {
+        match frames.alloc() {
+            Some(fresh) => InPayload::Buffer { frame: std::mem::replace(slot_frame, fresh), len: m.payload_len },
+            None => {
+                frames.starved += 1;
+                InPayload::Refused
+            }
+        }
+    } else {
+        InPayload::None
+    };
+    ep.release_recv(Some(&[Segment { addr: base + *slot_frame, len: FRAME_BYTES }]));
+    payload
+}
+
+/// Post a NetRPC transmit through the host API; while the send ring is full, `make_room`
+/// runs (poll the NIC, reap completions). `false` only for a transmit the API refuses
+/// (cannot happen for netrpc's: ctrl ≤ 128 bytes, one segment).
+pub(crate) fn post<C: Copy>(
+    ep: &mut Endpoint<NicMem, C>,
+    base: u64,
+    t: &Transmit<Frame>,
+    cookie: C,
+    mut make_room: impl FnMut(&mut Endpoint<NicMem, C>),
+) -> bool {
+    let seg;
+    let segs: &[Segment] = match t.payload {
+        Some((f, len)) => {
+            seg = [Segment { addr: base + f, len }];
+            &seg
+        }
+        None => &[],
+    };
+    let msg = SendMsg {
+        peer: t.dst,
+        ctrl: t.ctrl(),
+        payload_len: t.payload.map_or(0, |p| p.1),
+        segments: segs,
+        token: PayloadToken(t.tag),
+    };
+    loop {
+        match ep.post_send(&msg, cookie) {
+            Ok(()) => return true,
+            Err(SendError::RingFull) => make_room(ep),
+            Err(_) => return false,
+        }
+    }
+}
+
 /// One node: NetRPC over a host endpoint on a virtual NIC.
 pub struct RpcPort<S: Service> {
     pub rpc: Rpc<Node<S>, Frame>,
@@ -197,26 +261,8 @@ impl<S: Service> RpcPort<S> {
         while let Some(m) = self.node.ep.poll_recv() {
             busy = true;
             let slot = (m.slot % RECV_RING_ENTRIES) as usize;
-            let payload = if m.via_ipt() {
-                InPayload::Ipt { token: m.token.0, len: m.payload_len }
-            } else if m.payload_refused() {
-                InPayload::Refused
-            } else if m.payload_len > 0 {
-                match self.node.frames.alloc() {
-                    Some(fresh) => {
-                        let old = std::mem::replace(&mut self.slot_frame[slot], fresh);
-                        InPayload::Buffer { frame: old, len: m.payload_len }
-                    }
-                    None => {
-                        self.node.frames.starved += 1;
-                        InPayload::Refused
-                    }
-                }
-            } else {
-                InPayload::None
-            };
-            let seg = Segment { addr: self.node.base + self.slot_frame[slot], len: FRAME_BYTES };
-            self.node.ep.release_recv(Some(&[seg]));
+            let n = &mut self.node;
+            let payload = receive(&mut n.ep, n.base, &m, &mut self.slot_frame[slot], &mut n.frames);
             self.rpc.handle_message(now, &mut self.node, m.src, m.ctrl(), payload);
         }
         self.rpc.handle_timeouts(now, &mut self.node);
@@ -231,32 +277,13 @@ impl<S: Service> RpcPort<S> {
     pub fn flush(&mut self) -> bool {
         let mut sent = false;
         while let Some(t) = self.rpc.poll_transmit() {
-            let seg;
-            let segs: &[Segment] = match t.payload {
-                Some((f, len)) => {
-                    seg = [Segment { addr: self.node.base + f, len }];
-                    &seg
+            let cpu = &mut self.cpu;
+            post(&mut self.node.ep, self.node.base, &t, None, |ep| {
+                if let Some(c) = cpu.as_mut() {
+                    c.poll();
                 }
-                None => &[],
-            };
-            let msg = SendMsg {
-                peer: t.dst,
-                ctrl: t.ctrl(),
-                payload_len: t.payload.map_or(0, |p| p.1),
-                segments: segs,
-                token: PayloadToken(t.tag),
-            };
-            loop {
-                match self.node.ep.post_send(&msg, None) {
-                    Ok(()) => break,
-                    Err(SendError::RingFull) => {
-                        self.poll_nic();
-                        self.node.ep.reap_sends(|_, _| {});
-                    }
-                    // Cannot happen for transmits built by netrpc (ctrl ≤ 128, one segment).
-                    Err(_) => break,
-                }
-            }
+                ep.reap_sends(|_, _| {});
+            });
             sent = true;
         }
         if sent {
