@@ -15,7 +15,7 @@
 //! global LRU of [`gms::lru`], which this runtime does not run yet.
 
 use crate::nic::{InlineNative, NicMem};
-use crate::rpc::{post, receive, Frame, Frames, FRAME_BYTES};
+use crate::rpc::{carve, post, receive, Frame, Frames, FRAME_BYTES};
 use crate::shm::Mapping;
 use anyhow::{bail, Context};
 use gms::prelude::*;
@@ -252,16 +252,9 @@ impl GmsPort {
         rpc_cfg: Config,
         cpu: InlineNative,
     ) -> anyhow::Result<Self> {
-        let n = region.len() / FRAME_BYTES as usize;
-        if n < RECV_RING_ENTRIES as usize + 64 {
-            bail!("region holds {n} frames; need at least {}", RECV_RING_ENTRIES + 64);
-        }
-        let mut free: Vec<Frame> = (0..n as u64).rev().map(|i| i * FRAME_BYTES as u64).collect();
-        let slot_frame: Vec<Frame> = (0..RECV_RING_ENTRIES).map(|_| free.pop().unwrap_or_default()).collect();
-        let cfg = EndpointConfig { mtu: cfg.mtu.min(FRAME_BYTES), ..cfg };
-        let ep = Endpoint::init(mem, &cfg, seed, |i| Some(Segment { addr: base + slot_frame[i as usize], len: FRAME_BYTES }));
+        let (ep, frames, slot_frame) = carve(mem, region, base, &cfg, seed, 64)?;
         let host = PortHost {
-            frames: Frames { region, free, armed: Vec::new(), starved: 0 },
+            frames,
             ep,
             base,
             done: Vec::new(),

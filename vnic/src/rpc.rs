@@ -91,6 +91,29 @@ impl<S: Service> Runtime<Frame> for Node<S> {
     }
 }
 
+/// Cut `region` into [`FRAME_BYTES`] frames, attach one to every receive slot, and
+/// initialise the endpoint on `mem` with `cfg` (MTU capped at a frame). Needs at least
+/// `spare` frames beyond the receive ring. Returns the endpoint, the free frames and each
+/// slot's frame.
+pub(crate) fn carve<C: Copy>(
+    mem: NicMem,
+    region: Arc<Mapping>,
+    base: u64,
+    cfg: &EndpointConfig,
+    seed: [u64; 2],
+    spare: usize,
+) -> anyhow::Result<(Endpoint<NicMem, C>, Frames, Vec<Frame>)> {
+    let n = region.len() / FRAME_BYTES as usize;
+    if n < RECV_RING_ENTRIES as usize + spare {
+        bail!("region holds {n} frames; need at least {}", RECV_RING_ENTRIES as usize + spare);
+    }
+    let mut free: Vec<Frame> = (0..n as u64).rev().map(|i| i * FRAME_BYTES as u64).collect();
+    let slot_frame: Vec<Frame> = (0..RECV_RING_ENTRIES).map(|_| free.pop().unwrap_or_default()).collect();
+    let cfg = EndpointConfig { mtu: cfg.mtu.min(FRAME_BYTES), ..*cfg };
+    let ep = Endpoint::init(mem, &cfg, seed, |i| Some(Segment { addr: base + slot_frame[i as usize], len: FRAME_BYTES }));
+    Ok((ep, Frames { region, free, armed: Vec::new(), starved: 0 }, slot_frame))
+}
+
 /// Take the message the host API just returned off its receive slot for NetRPC: what
 /// arrived with it, and the slot given back to the NIC. An unsolicited payload's frame is
 /// detached (the caller gets it as a `Buffer`) and a fresh frame from `frames` takes its
@@ -182,17 +205,10 @@ impl<S: Service> RpcPort<S> {
         cpu: Option<InlineNative>,
         doorbell: Option<Arc<OwnedFd>>,
     ) -> anyhow::Result<Self> {
-        let n = region.len() / FRAME_BYTES as usize;
-        if n < RECV_RING_ENTRIES as usize + 8 {
-            bail!("region holds {n} frames; need at least {}", RECV_RING_ENTRIES + 8);
-        }
-        let mut free: Vec<Frame> = (0..n as u64).rev().map(|i| i * FRAME_BYTES as u64).collect();
-        let slot_frame: Vec<Frame> = (0..RECV_RING_ENTRIES).map(|_| free.pop().unwrap_or_default()).collect();
-        let cfg = EndpointConfig { mtu: cfg.mtu.min(FRAME_BYTES), ..cfg };
-        let ep = Endpoint::init(mem, &cfg, seed, |i| Some(Segment { addr: base + slot_frame[i as usize], len: FRAME_BYTES }));
+        let (ep, frames, slot_frame) = carve(mem, region, base, &cfg, seed, 8)?;
         let mut port = RpcPort {
             rpc: Rpc::new(cfg.node_id, rpc_cfg),
-            node: Node { service, frames: Frames { region, free, armed: Vec::new(), starved: 0 }, ep, base },
+            node: Node { service, frames, ep, base },
             cpu,
             doorbell,
             epoch: Instant::now(),
