@@ -58,6 +58,10 @@ impl<const N: usize> Directory<N> {
         Directory { t: Table::new(), ttl: tombstone_ttl }
     }
 
+    pub(super) fn set_ttl(&mut self, tombstone_ttl: u64) {
+        self.ttl = tombstone_ttl;
+    }
+
     /// The live entry: (site, version).
     pub fn lookup(&self, page: &PageId) -> Option<(u16, Version)> {
         self.t.get(page).and_then(|e| e.site().map(|s| (s, e.version)))

@@ -98,9 +98,13 @@
 #![no_std]
 #![forbid(unsafe_code)]
 
-/// NetRPC, the one dependency. (The kernel module, which compiles these sources as
-/// modules next to NetRPC's, points this line at its own `netrpc` module.)
+/// NetRPC, the one dependency. The kernel module compiles these sources as a module
+/// next to its own `netrpc` module (Kbuild passes `--cfg MODULE`), so there the name
+/// resolves to that sibling instead of the crate.
+#[cfg(not(MODULE))]
 pub use netrpc as net;
+#[cfg(MODULE)]
+pub use super::netrpc as net;
 
 pub mod client;
 pub mod directory;

@@ -32,6 +32,16 @@ impl<const M: usize> Members<M> {
         Members { ids: [0; M], len: 0, view: 0 }
     }
 
+    /// Only node `id`, in view 0 (empty if `M` is 0).
+    pub const fn single(id: u16) -> Self {
+        let mut m = Self::new();
+        if M > 0 {
+            m.ids[0] = id;
+            m.len = 1;
+        }
+        m
+    }
+
     /// The view number: requests that add directory state carry it, and nodes in
     /// different views refuse each other's updates.
     pub fn view(&self) -> u64 {

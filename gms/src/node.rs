@@ -245,12 +245,13 @@ impl<
 {
     const _FITS: () = assert!(OPS > 0 && OPS <= u16::MAX as usize && TASKS > 0 && TASKS <= u16::MAX as usize);
 
-    /// Node `id`, alone in view 0 until the runtime sets the members.
-    pub fn new(id: u16, cfg: GmsConfig, host: H) -> Self {
+    /// Node `id`, alone in view 0 until the runtime sets the members. A `const fn`: the
+    /// kernel module copies a `static` made with it into its heap allocation (a node is
+    /// too large for a kernel stack), then calls [`GmsNode::set_identity`]. With
+    /// `MEMBERS` = 0 the node is alone with no directory.
+    pub const fn new(id: u16, cfg: GmsConfig, host: H) -> Self {
         let () = Self::_FITS;
-        let mut members = Members::new();
-        // Only fails with MEMBERS = 0, which leaves the node alone with no directory.
-        let _ = members.set(0, &[id]);
+        let members = Members::single(id);
         GmsNode {
             host,
             id,
@@ -265,13 +266,21 @@ impl<
             tasks: [Task::FREE; TASKS],
             outq: Ring::new(),
             policies: [None; POLICY_SLOTS],
-            default_policy: Policy::default(),
+            default_policy: Policy::DEFAULT,
             lent: None,
             scrub_at: 0,
             scrub_dir: 0,
             scrub_held: 0,
-            stats: GmsStats::default(),
+            stats: GmsStats::ZERO,
         }
+    }
+
+    /// Give a fresh node (made by [`GmsNode::new`], no input yet) its id and configuration.
+    pub fn set_identity(&mut self, id: u16, cfg: GmsConfig) {
+        self.id = id;
+        self.cfg = cfg;
+        self.dir.set_ttl(cfg.tombstone_ttl);
+        self.members = Members::single(id);
     }
 
     // ---- getters ---------------------------------------------------------------------

@@ -228,3 +228,40 @@ pub struct GmsStats {
     /// Entries the scrub found pointing at a node without the page, and removed.
     pub scrub_removed: u64,
 }
+
+impl GmsStats {
+    /// All counters zero (`Default`, usable in `const` contexts).
+    pub const ZERO: GmsStats = GmsStats {
+        gets: 0,
+        hits_local: 0,
+        hits_2way: 0,
+        hits_3way: 0,
+        misses: 0,
+        get_failures: 0,
+        puts: 0,
+        moves: 0,
+        puts_stored: 0,
+        discards: 0,
+        op_timeouts: 0,
+        gets_served: 0,
+        gets_moved: 0,
+        pages_stored: 0,
+        puts_refused: 0,
+        pages_dropped: 0,
+        gets_delegated: 0,
+        dir_updates: 0,
+        dir_rejects: 0,
+        dir_removes: 0,
+        dir_discards: 0,
+        tasks_issued: 0,
+        task_retries: 0,
+        task_overflow: 0,
+        outq_overflow: 0,
+        scrub_removed: 0,
+    };
+}
+
+impl Policy {
+    /// The default policy (`Default`, usable in `const` contexts).
+    pub const DEFAULT: Policy = Policy { reads: ReadPolicy::Sticky, writes: WritePolicy::WriteBack };
+}

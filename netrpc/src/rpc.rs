@@ -68,7 +68,9 @@ struct Record<Ctx, F: Copy, const CONTS: usize> {
 }
 
 impl<Ctx, F: Copy, const CONTS: usize> Record<Ctx, F, CONTS> {
-    fn free() -> Self {
+    const FREE: Self = Self::free();
+
+    const fn free() -> Self {
         Record {
             state: State::Free,
             mode: Mode::Wait,
@@ -100,22 +102,30 @@ pub struct Rpc<Ctx, F: Copy, const CALLS: usize = 64, const CONTS: usize = 4, co
 impl<Ctx: Runtime<F>, F: Copy, const CALLS: usize, const CONTS: usize, const TX: usize> Rpc<Ctx, F, CALLS, CONTS, TX> {
     const _FITS: () = assert!(CALLS > 0 && CALLS <= u16::MAX as usize && CONTS > 0 && TX > 0);
 
-    pub fn new(node: u16, cfg: Config) -> Self {
+    /// A `const fn`: the kernel module copies a `static` made with it into its heap
+    /// allocation (an `Rpc` is too large for a kernel stack), then [`Rpc::set_node`].
+    pub const fn new(node: u16, cfg: Config) -> Self {
         let () = Self::_FITS;
         Rpc {
             node,
             cfg,
             seq: 0,
-            records: core::array::from_fn(|_| Record::free()),
+            // A repeat expression (not `array::from_fn`), so that `new` is a `const fn`.
+            records: [Record::FREE; CALLS],
             tx: Ring::new(),
             events: Ring::new(),
             deferred: Ring::new(),
-            stats: Stats::default(),
+            stats: Stats::ZERO,
         }
     }
 
     pub fn node(&self) -> u16 {
         self.node
+    }
+    /// Give a fresh `Rpc` (no call issued yet) its node id and configuration.
+    pub fn set_node(&mut self, node: u16, cfg: Config) {
+        self.node = node;
+        self.cfg = cfg;
     }
     pub fn stats(&self) -> Stats {
         self.stats

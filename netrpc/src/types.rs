@@ -291,3 +291,22 @@ pub struct Stats {
     /// Replies or delegations dropped because the transmit queue was full.
     pub tx_dropped: u64,
 }
+
+impl Stats {
+    /// All counters zero (`Default`, usable in `const` contexts).
+    pub const ZERO: Stats = Stats {
+        calls: 0,
+        requests_served: 0,
+        delegated: 0,
+        replies: 0,
+        error_replies: 0,
+        stale_replies: 0,
+        malformed: 0,
+        unknown_ops: 0,
+        timeouts: 0,
+        evictions: 0,
+        deferred: 0,
+        deferred_runs: 0,
+        tx_dropped: 0,
+    };
+}
