@@ -1,0 +1,622 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! The daemon's control socket: a non-blocking UNIX stream listener and its clients,
+//! each request ([`crate::proto`]) a **job** whose pages are issued to the node as
+//! operation slots free up (at most `window` client operations in flight) and answered,
+//! in request order, once every page has completed. Polled from the daemon's loop;
+//! nothing here blocks.
+
+use crate::hist::Histogram;
+use crate::proto::{
+    encode_error, encode_get_reply, encode_put_reply, read_len, GetOutcome, PutOutcome, Request,
+    Served, Stat, MAX_FRAME_BYTES, PAGE_BYTES,
+};
+use crate::targets::Targets;
+use anyhow::{bail, Context};
+use gms::prelude::*;
+use rustix::event::{PollFd, PollFlags};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::io::{self, Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use trapeze_vnic::gms::{GmsPort, Got};
+
+/// Times an item is issued at most (a timed-out operation is retried once).
+const MAX_TRIES: u8 = 2;
+
+/// A job not finished after this long is answered with what it has (misses / failures).
+/// GMS completes every operation within its own timeout, so this is a last resort.
+pub const JOB_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Counters of the requests served.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Counters {
+    pub gets: u64,
+    pub misses: u64,
+    /// Hits by [`Served`] (cache, local, 2-way, 3-way).
+    pub hits_by: [u64; 4],
+    pub puts: u64,
+    pub puts_stored: u64,
+    /// Operations issued again after a timeout (puts that failed, network-only gets that
+    /// timed out into a miss).
+    pub retries: u64,
+}
+
+impl Counters {
+    pub fn hits(&self) -> u64 {
+        self.hits_by.iter().sum()
+    }
+}
+
+struct Conn {
+    stream: UnixStream,
+    rbuf: Vec<u8>,
+    wbuf: Vec<u8>,
+    wpos: usize,
+    /// The job being served (requests are answered in order, one at a time).
+    job: Option<u64>,
+    /// Waiting for a stat answer.
+    stat: bool,
+    eof: bool,
+}
+
+enum Items {
+    Put {
+        items: Vec<(PageId, Vec<u8>)>,
+        res: Vec<Option<PutOutcome>>,
+    },
+    Get {
+        network_only: bool,
+        pages: Vec<PageId>,
+        res: Vec<Option<GetOutcome>>,
+    },
+}
+
+struct Job {
+    conn: u64,
+    items: Items,
+    /// Items to issue, in order (a retried item goes to the back).
+    queue: VecDeque<usize>,
+    /// Times each item was issued.
+    tries: Vec<u8>,
+    /// Items without a result.
+    left: usize,
+    deadline: Instant,
+}
+
+/// A page's waiter: (job, item, issued at).
+type Waiter = (u64, usize, Instant);
+
+/// The listener, its clients and their jobs.
+pub struct Control {
+    listener: UnixListener,
+    path: PathBuf,
+    conns: HashMap<u64, Conn>,
+    next_conn: u64,
+    jobs: BTreeMap<u64, Job>,
+    next_job: u64,
+    /// Putpages in flight: (page, version) → (job, item, target).
+    put_wait: HashMap<(PageId, u64), (u64, usize, u16)>,
+    targets: Targets,
+    get_wait: HashMap<OpId, Waiter>,
+    read_wait: HashMap<PageId, Vec<Waiter>>,
+    last_version: u64,
+    /// A miss that took at least this long was a timeout.
+    retry_after: Duration,
+    pub counters: Counters,
+    /// getpage latency, issue to answer (hits and misses), and the port's 2-/3-way figures.
+    pub lat_all: Histogram,
+    pub lat_2way: Histogram,
+    pub lat_3way: Histogram,
+}
+
+impl Control {
+    /// Listen at `path`. A stale socket file (nobody accepting) is replaced; a live one is
+    /// an error.
+    pub fn bind(path: &Path, op_timeout: Duration) -> anyhow::Result<Control> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+        if path.exists() {
+            if UnixStream::connect(path).is_ok() {
+                bail!("another daemon is listening at {}", path.display());
+            }
+            std::fs::remove_file(path)
+                .with_context(|| format!("removing the stale socket {}", path.display()))?;
+        }
+        let listener = UnixListener::bind(path)
+            .with_context(|| format!("cannot listen at {}", path.display()))?;
+        listener.set_nonblocking(true)?;
+        Ok(Control {
+            listener,
+            path: path.to_path_buf(),
+            conns: HashMap::new(),
+            next_conn: 0,
+            jobs: BTreeMap::new(),
+            next_job: 0,
+            put_wait: HashMap::new(),
+            targets: Targets::default(),
+            get_wait: HashMap::new(),
+            read_wait: HashMap::new(),
+            last_version: 0,
+            retry_after: op_timeout / 2,
+            counters: Counters::default(),
+            lat_all: Histogram::default(),
+            lat_2way: Histogram::default(),
+            lat_3way: Histogram::default(),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Jobs under way or replies still to write (the loop must not sleep long).
+    pub fn has_work(&self) -> bool {
+        !self.jobs.is_empty() || self.conns.values().any(|c| c.wpos < c.wbuf.len())
+    }
+
+    /// Add the listener and the clients to a `poll(2)` set.
+    pub fn poll_fds<'a>(&'a self, fds: &mut Vec<PollFd<'a>>) {
+        fds.push(PollFd::new(&self.listener, PollFlags::IN));
+        for c in self.conns.values() {
+            let mut fl = PollFlags::IN;
+            if c.wpos < c.wbuf.len() {
+                fl |= PollFlags::OUT;
+            }
+            fds.push(PollFd::new(&c.stream, fl));
+        }
+    }
+
+    pub fn wants_stat(&self) -> bool {
+        self.conns.values().any(|c| c.stat)
+    }
+
+    /// Answer every client waiting for `stat`.
+    pub fn answer_stat(&mut self, s: &Stat) {
+        let mut body = vec![crate::proto::STATUS_OK];
+        body.extend_from_slice(&serde_json::to_vec(s).unwrap_or_default());
+        for c in self.conns.values_mut().filter(|c| c.stat) {
+            c.stat = false;
+            queue(c, &body);
+        }
+    }
+
+    /// One pass: accept, read requests, collect completions, issue, answer, write.
+    pub fn step(&mut self, port: &mut GmsPort, window: usize) -> bool {
+        let mut busy = self.accept();
+        busy |= self.read_all();
+        busy |= self.collect(port);
+        busy |= self.issue(port, window);
+        busy |= self.finish();
+        busy |= self.write_all();
+        busy
+    }
+
+    fn accept(&mut self) -> bool {
+        let mut any = false;
+        loop {
+            match self.listener.accept() {
+                Ok((stream, _)) => {
+                    if stream.set_nonblocking(true).is_err() {
+                        continue;
+                    }
+                    self.next_conn += 1;
+                    let c = Conn {
+                        stream,
+                        rbuf: Vec::new(),
+                        wbuf: Vec::new(),
+                        wpos: 0,
+                        job: None,
+                        stat: false,
+                        eof: false,
+                    };
+                    self.conns.insert(self.next_conn, c);
+                    any = true;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => return any,
+            }
+        }
+    }
+
+    fn read_all(&mut self) -> bool {
+        let mut any = false;
+        let ids: Vec<u64> = self.conns.keys().copied().collect();
+        for id in ids {
+            let Some(c) = self.conns.get_mut(&id) else {
+                continue;
+            };
+            let mut buf = [0u8; 64 * 1024];
+            while !c.eof && c.rbuf.len() < MAX_FRAME_BYTES + 4 {
+                match c.stream.read(&mut buf) {
+                    Ok(0) => c.eof = true,
+                    Ok(n) => {
+                        c.rbuf.extend_from_slice(&buf[..n]);
+                        any = true;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(_) => c.eof = true,
+                }
+            }
+            any |= self.start_request(id);
+            let c = &self.conns[&id];
+            if c.eof && c.job.is_none() && !c.stat && c.wpos >= c.wbuf.len() {
+                self.conns.remove(&id);
+            }
+        }
+        any
+    }
+
+    /// Start the next complete request of client `id` if it has none under way.
+    fn start_request(&mut self, id: u64) -> bool {
+        let Some(c) = self.conns.get_mut(&id) else {
+            return false;
+        };
+        if c.job.is_some() || c.stat {
+            return false;
+        }
+        let len = match read_len(&c.rbuf) {
+            None => return false,
+            Some(Ok(len)) if c.rbuf.len() >= 4 + len => len,
+            Some(Ok(_)) => return false,
+            Some(Err(e)) => {
+                // A length we will not read: say so and hang up.
+                queue(c, &encode_error(&format!("{e:#}")));
+                c.rbuf.clear();
+                c.eof = true;
+                return true;
+            }
+        };
+        // Split the message off without a per-byte pass (a batch is megabytes).
+        let rest = c.rbuf.split_off(4 + len);
+        let msg = std::mem::replace(&mut c.rbuf, rest);
+        let req = match Request::decode(&msg[4..]) {
+            Ok(r) => r,
+            Err(e) => {
+                queue(c, &encode_error(&format!("bad request: {e:#}")));
+                return true;
+            }
+        };
+        let now = Instant::now();
+        let items = match req {
+            Request::Stat => {
+                c.stat = true;
+                return true;
+            }
+            Request::Put(items) => {
+                let n = items.len();
+                Items::Put {
+                    items,
+                    res: vec![None; n],
+                }
+            }
+            Request::Get {
+                network_only,
+                pages,
+            } => {
+                let n = pages.len();
+                Items::Get {
+                    network_only,
+                    pages,
+                    res: vec![None; n],
+                }
+            }
+        };
+        self.next_job += 1;
+        c.job = Some(self.next_job);
+        let left = match &items {
+            Items::Put { res, .. } => res.len(),
+            Items::Get { res, .. } => res.len(),
+        };
+        let job = Job {
+            conn: id,
+            items,
+            queue: (0..left).collect(),
+            tries: vec![0; left],
+            left,
+            deadline: now + JOB_TIMEOUT,
+        };
+        self.jobs.insert(self.next_job, job);
+        true
+    }
+
+    /// Issue pages of the jobs, oldest job first, while the window has room.
+    fn issue(&mut self, port: &mut GmsPort, window: usize) -> bool {
+        let mut any = false;
+        let mut answered = Vec::new();
+        let Control {
+            jobs,
+            put_wait,
+            get_wait,
+            read_wait,
+            counters,
+            last_version,
+            targets,
+            ..
+        } = self;
+        'jobs: for (&jid, job) in jobs.iter_mut() {
+            while port.in_flight() < window {
+                let Some(&idx) = job.queue.front() else { break };
+                let now = Instant::now();
+                match &mut job.items {
+                    Items::Put { items, res } => {
+                        let (page, data) = &mut items[idx];
+                        let page = *page;
+                        let me = port.id();
+                        let members: Vec<u16> = port
+                            .node
+                            .members()
+                            .ids()
+                            .iter()
+                            .copied()
+                            .filter(|&n| n != me)
+                            .collect();
+                        if members.is_empty() {
+                            res[idx] = Some(PutOutcome::Error);
+                            job.left -= 1;
+                        } else {
+                            let Some(target) = targets.pick(&members, window, now) else {
+                                break 'jobs;
+                            };
+                            let version = next_version(last_version);
+                            data.resize(PAGE_BYTES, 0);
+                            match port.put(page, Version(version), data, Some(target)) {
+                                Ok(_) => {
+                                    *targets.in_flight.entry(target).or_default() += 1;
+                                    put_wait.insert((page, version), (jid, idx, target));
+                                    counters.puts += 1;
+                                }
+                                Err(e) if port.in_flight() > 0 => {
+                                    tracing::trace!("put {page:?} deferred: {e:#}");
+                                    break 'jobs;
+                                }
+                                Err(e) => {
+                                    tracing::warn!("put {page:?}: {e:#}");
+                                    res[idx] = Some(PutOutcome::Error);
+                                    job.left -= 1;
+                                }
+                            }
+                        }
+                    }
+                    Items::Get {
+                        network_only,
+                        pages,
+                        ..
+                    } => {
+                        let page = pages[idx];
+                        if *network_only {
+                            match port.get_start(page) {
+                                Ok(op) => {
+                                    get_wait.insert(op, (jid, idx, now));
+                                }
+                                Err(e) if port.in_flight() > 0 => {
+                                    tracing::trace!("get {page:?} deferred: {e:#}");
+                                    break 'jobs;
+                                }
+                                Err(e) => {
+                                    tracing::warn!("get {page:?}: {e:#}");
+                                    answered.push((jid, idx, Got::Miss, now));
+                                }
+                            }
+                        } else if let Some(w) = read_wait.get_mut(&page) {
+                            w.push((jid, idx, now));
+                        } else if let Some(got) = port.read_start(page) {
+                            answered.push((jid, idx, got, now));
+                        } else {
+                            read_wait.insert(page, vec![(jid, idx, now)]);
+                        }
+                    }
+                }
+                job.queue.pop_front();
+                job.tries[idx] = job.tries[idx].saturating_add(1);
+                any = true;
+            }
+        }
+        for (jid, idx, got, t0) in answered {
+            self.deliver(jid, idx, got, t0);
+        }
+        any
+    }
+
+    /// Take finished operations from the port.
+    fn collect(&mut self, port: &mut GmsPort) -> bool {
+        let mut any = false;
+        for (page, version, r) in port.put_log.drain(..).collect::<Vec<_>>() {
+            any = true;
+            let Some((jid, idx, target)) = self.put_wait.remove(&(page, version.0)) else {
+                continue;
+            };
+            self.targets.done(target, &r);
+            let out = match r {
+                PutResult::Stored { target } => {
+                    self.counters.puts_stored += 1;
+                    PutOutcome::Stored {
+                        target,
+                        version: version.0,
+                    }
+                }
+                PutResult::Refused => PutOutcome::Refused,
+                PutResult::Superseded => PutOutcome::Superseded,
+                PutResult::WrongView => PutOutcome::WrongView,
+                PutResult::Failed => PutOutcome::Failed,
+            };
+            if let Some(job) = self.jobs.get_mut(&jid) {
+                if let Items::Put { res, .. } = &mut job.items {
+                    if res[idx].is_none() {
+                        if out == PutOutcome::Failed && job.tries[idx] < MAX_TRIES {
+                            // No answer in time (a dropped packet, a dead target): again,
+                            // as a newer version (to another target if this one died).
+                            self.counters.retries += 1;
+                            job.queue.push_back(idx);
+                        } else {
+                            res[idx] = Some(out);
+                            job.left -= 1;
+                        }
+                    }
+                }
+            }
+        }
+        if !self.get_wait.is_empty() {
+            let ops: Vec<OpId> = self.get_wait.keys().copied().collect();
+            for op in ops {
+                if let Some(got) = port.get_poll(op) {
+                    let (jid, idx, t0) = self.get_wait.remove(&op).expect("key taken from the map");
+                    self.deliver(jid, idx, got, t0);
+                    any = true;
+                }
+            }
+        }
+        if !self.read_wait.is_empty() {
+            let pages: Vec<PageId> = self.read_wait.keys().copied().collect();
+            for page in pages {
+                if let Some(got) = port.read_poll(page) {
+                    for (jid, idx, t0) in self.read_wait.remove(&page).unwrap_or_default() {
+                        self.deliver(jid, idx, got.clone(), t0);
+                    }
+                    any = true;
+                }
+            }
+        }
+        for ns in port.lat_2way.drain(..) {
+            self.lat_2way.record(ns);
+        }
+        for ns in port.lat_3way.drain(..) {
+            self.lat_3way.record(ns);
+        }
+        any
+    }
+
+    fn deliver(&mut self, jid: u64, idx: usize, got: Got, t0: Instant) {
+        let took = t0.elapsed();
+        self.lat_all.record(took.as_nanos() as u64);
+        if got == Got::Miss && took >= self.retry_after {
+            // A miss that took this long was a timeout, not a "not cached" answer: a
+            // dropped packet or a dead node. Once more (the failure may be known by now).
+            if let Some(job) = self.jobs.get_mut(&jid) {
+                if matches!(&job.items, Items::Get { network_only: true, res, .. } if res[idx].is_none())
+                    && job.tries[idx] < MAX_TRIES
+                {
+                    self.counters.retries += 1;
+                    job.queue.push_back(idx);
+                    return;
+                }
+            }
+        }
+        self.counters.gets += 1;
+        let out = match got {
+            Got::Hit {
+                version,
+                data,
+                source,
+            } => {
+                let s = Served::from(source);
+                self.counters.hits_by[s as usize] += 1;
+                GetOutcome::Hit {
+                    version: version.0,
+                    source: s,
+                    data,
+                }
+            }
+            Got::Miss => {
+                self.counters.misses += 1;
+                GetOutcome::Miss
+            }
+        };
+        if let Some(job) = self.jobs.get_mut(&jid) {
+            if let Items::Get { res, .. } = &mut job.items {
+                if res[idx].is_none() {
+                    res[idx] = Some(out);
+                    job.left -= 1;
+                }
+            }
+        }
+    }
+
+    /// Answer finished (or overdue) jobs.
+    fn finish(&mut self) -> bool {
+        let now = Instant::now();
+        let done: Vec<u64> = self
+            .jobs
+            .iter()
+            .filter(|(_, j)| j.left == 0 || now >= j.deadline)
+            .map(|(&k, _)| k)
+            .collect();
+        for jid in &done {
+            let job = self.jobs.remove(jid).expect("key taken from the map");
+            if job.left > 0 {
+                tracing::error!(
+                    job = jid,
+                    left = job.left,
+                    "job overdue: answering the rest as failures"
+                );
+            }
+            let body = match job.items {
+                Items::Put { res, .. } => encode_put_reply(
+                    &res.into_iter()
+                        .map(|r| r.unwrap_or(PutOutcome::Failed))
+                        .collect::<Vec<_>>(),
+                ),
+                Items::Get { res, .. } => encode_get_reply(
+                    &res.into_iter()
+                        .map(|r| r.unwrap_or(GetOutcome::Miss))
+                        .collect::<Vec<_>>(),
+                ),
+            };
+            if let Some(c) = self.conns.get_mut(&job.conn) {
+                queue(c, &body);
+                c.job = None;
+            }
+            // The client may have sent its next request already.
+            self.start_request(job.conn);
+        }
+        !done.is_empty()
+    }
+
+    fn write_all(&mut self) -> bool {
+        let mut any = false;
+        self.conns.retain(|_, c| {
+            while c.wpos < c.wbuf.len() {
+                match c.stream.write(&c.wbuf[c.wpos..]) {
+                    Ok(0) => return false,
+                    Ok(n) => {
+                        c.wpos += n;
+                        any = true;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    // The client went away: its jobs finish unanswered.
+                    Err(_) => return false,
+                }
+            }
+            if c.wpos >= c.wbuf.len() {
+                c.wbuf.clear();
+                c.wpos = 0;
+            }
+            !(c.eof && c.job.is_none() && !c.stat && c.wbuf.is_empty())
+        });
+        any
+    }
+}
+
+impl Drop for Control {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// A version newer than any this daemon gave before and, across daemons, ordered by
+/// wall-clock time (ns since the epoch).
+fn next_version(last: &mut u64) -> u64 {
+    let wall = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    *last = wall.max(*last + 1);
+    *last
+}
+
+fn queue(c: &mut Conn, body: &[u8]) {
+    c.wbuf.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    c.wbuf.extend_from_slice(body);
+}

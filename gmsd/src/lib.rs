@@ -1,0 +1,15 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! `gmsd`: the Global Memory Service as processes. One daemon per node runs a GMS node on a
+//! virtual NIC over UDP ([`daemon`]), watches its peers with heartbeats ([`liveness`]) and
+//! serves local clients on a UNIX socket ([`control`], protocol in [`proto`]); the
+//! [`client`] library and the `gms` command talk to it. No `unsafe` here.
+
+#![forbid(unsafe_code)]
+
+pub mod client;
+pub mod control;
+pub mod daemon;
+pub mod hist;
+pub mod liveness;
+pub mod proto;
+pub mod targets;

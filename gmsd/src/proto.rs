@@ -1,0 +1,565 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! The control protocol between `gms` clients and a `gmsd` daemon over its UNIX stream
+//! socket: length-prefixed binary frames (the page data stays binary; only `stat`
+//! answers in JSON).
+//!
+//! Every message is `u32 length (LE)` + body, at most [`MAX_FRAME_BYTES`]. A request body
+//! starts with an op byte; a reply body with a status byte (`0` ok, `1` error + UTF-8
+//! message). Integers are little-endian.
+//!
+//! | request | body after the op byte | ok reply after the status byte |
+//! |---|---|---|
+//! | `PUT` (1) | `u32 n`, n × (`u64 vol`, `u64 page`, `u32 len`, data) | `u32 n`, n × (`u8 outcome`, `u16 target`, `u64 version`) |
+//! | `GET` (2) | `u8 flags` (bit 0: network only), `u32 n`, n × (`u64 vol`, `u64 page`) | `u32 n`, n × (`u8 0` miss \| `u8 1`, `u8 source`, `u64 version`, `u32 len`, data) |
+//! | `STAT` (3) | — | JSON of [`Stat`] |
+
+use anyhow::{bail, Context};
+use gms::prelude::PageId;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::io::{Read, Write};
+use std::str::FromStr;
+
+/// Size of a page (the GMS frame size); shorter data is zero-padded by the daemon.
+pub const PAGE_BYTES: usize = trapeze_vnic::rpc::FRAME_BYTES as usize;
+/// Largest message either side accepts (a batch of 1024 pages plus headers).
+pub const MAX_FRAME_BYTES: usize = 1024 * (PAGE_BYTES + 32) + 64;
+/// Most pages in one batch (fits [`MAX_FRAME_BYTES`]).
+pub const MAX_BATCH: usize = 1024;
+
+pub const OP_PUT: u8 = 1;
+pub const OP_GET: u8 = 2;
+pub const OP_STAT: u8 = 3;
+pub const STATUS_OK: u8 = 0;
+pub const STATUS_ERR: u8 = 1;
+/// GET flag: plain getpage over the network (no local page cache, no read-ahead).
+pub const GET_NETWORK_ONLY: u8 = 1;
+
+/// A page named on a command line as `VOL:PAGE` (both decimal or 0x-hex).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PageRef(pub PageId);
+
+impl FromStr for PageRef {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let num = |x: &str| -> Option<u64> {
+            let x = x.trim();
+            match x.strip_prefix("0x") {
+                Some(h) => u64::from_str_radix(h, 16).ok(),
+                None => x.parse().ok(),
+            }
+        };
+        let (v, p) = s
+            .split_once(':')
+            .ok_or_else(|| format!("bad page {s:?}: expected VOL:PAGE, e.g. 1:42"))?;
+        match (num(v), num(p)) {
+            (Some(v), Some(p)) => Ok(PageRef(PageId::new(v, p))),
+            _ => Err(format!(
+                "bad page {s:?}: VOL and PAGE must be unsigned 64-bit numbers, e.g. 1:42"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for PageRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.0.space, self.0.page)
+    }
+}
+
+/// How a put ended (GMS's [`gms::prelude::PutResult`], plus errors of the daemon).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PutOutcome {
+    /// Stored at node `target` as `version`.
+    Stored {
+        target: u16,
+        version: u64,
+    },
+    Refused,
+    Superseded,
+    WrongView,
+    /// No answer in time or the target left: unknown.
+    Failed,
+    /// The daemon could not issue it (no target, bad length).
+    Error,
+}
+
+impl PutOutcome {
+    fn encode(self, out: &mut Vec<u8>) {
+        let (code, target, version) = match self {
+            PutOutcome::Stored { target, version } => (0u8, target, version),
+            PutOutcome::Refused => (1, 0, 0),
+            PutOutcome::Superseded => (2, 0, 0),
+            PutOutcome::WrongView => (3, 0, 0),
+            PutOutcome::Failed => (4, 0, 0),
+            PutOutcome::Error => (5, 0, 0),
+        };
+        out.push(code);
+        out.extend_from_slice(&target.to_le_bytes());
+        out.extend_from_slice(&version.to_le_bytes());
+    }
+    fn decode(r: &mut Reader<'_>) -> anyhow::Result<Self> {
+        let code = r.u8()?;
+        let target = r.u16()?;
+        let version = r.u64()?;
+        Ok(match code {
+            0 => PutOutcome::Stored { target, version },
+            1 => PutOutcome::Refused,
+            2 => PutOutcome::Superseded,
+            3 => PutOutcome::WrongView,
+            4 => PutOutcome::Failed,
+            5 => PutOutcome::Error,
+            c => bail!("bad put outcome {c}"),
+        })
+    }
+}
+
+/// Where a hit was served from (the vNIC runtime's [`trapeze_vnic::gms::Source`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Served {
+    Cache,
+    Local,
+    TwoWay,
+    ThreeWay,
+}
+
+impl Served {
+    pub fn name(self) -> &'static str {
+        match self {
+            Served::Cache => "cache",
+            Served::Local => "local",
+            Served::TwoWay => "2-way",
+            Served::ThreeWay => "3-way",
+        }
+    }
+    fn code(self) -> u8 {
+        self as u8
+    }
+    fn from_code(c: u8) -> anyhow::Result<Self> {
+        Ok(match c {
+            0 => Served::Cache,
+            1 => Served::Local,
+            2 => Served::TwoWay,
+            3 => Served::ThreeWay,
+            c => bail!("bad source {c}"),
+        })
+    }
+}
+
+impl From<trapeze_vnic::gms::Source> for Served {
+    fn from(s: trapeze_vnic::gms::Source) -> Self {
+        use trapeze_vnic::gms::Source;
+        match s {
+            Source::Cache => Served::Cache,
+            Source::Local => Served::Local,
+            Source::TwoWay => Served::TwoWay,
+            Source::ThreeWay => Served::ThreeWay,
+        }
+    }
+}
+
+/// How a get ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GetOutcome {
+    Hit {
+        version: u64,
+        source: Served,
+        data: Vec<u8>,
+    },
+    Miss,
+}
+
+impl GetOutcome {
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            GetOutcome::Miss => out.push(0),
+            GetOutcome::Hit {
+                version,
+                source,
+                data,
+            } => {
+                out.push(1);
+                out.push(source.code());
+                out.extend_from_slice(&version.to_le_bytes());
+                out.extend_from_slice(&(data.len() as u32).to_le_bytes());
+                out.extend_from_slice(data);
+            }
+        }
+    }
+    fn decode(r: &mut Reader<'_>) -> anyhow::Result<Self> {
+        Ok(match r.u8()? {
+            0 => GetOutcome::Miss,
+            1 => {
+                let source = Served::from_code(r.u8()?)?;
+                let version = r.u64()?;
+                let len = r.u32()? as usize;
+                GetOutcome::Hit {
+                    version,
+                    source,
+                    data: r.bytes(len)?.to_vec(),
+                }
+            }
+            c => bail!("bad get outcome {c}"),
+        })
+    }
+}
+
+/// A decoded request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Request {
+    Put(Vec<(PageId, Vec<u8>)>),
+    Get {
+        network_only: bool,
+        pages: Vec<PageId>,
+    },
+    Stat,
+}
+
+impl Request {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        match self {
+            Request::Put(items) => {
+                out.push(OP_PUT);
+                out.extend_from_slice(&(items.len() as u32).to_le_bytes());
+                for (p, d) in items {
+                    put_page(&mut out, p);
+                    out.extend_from_slice(&(d.len() as u32).to_le_bytes());
+                    out.extend_from_slice(d);
+                }
+            }
+            Request::Get {
+                network_only,
+                pages,
+            } => {
+                out.push(OP_GET);
+                out.push(if *network_only { GET_NETWORK_ONLY } else { 0 });
+                out.extend_from_slice(&(pages.len() as u32).to_le_bytes());
+                for p in pages {
+                    put_page(&mut out, p);
+                }
+            }
+            Request::Stat => out.push(OP_STAT),
+        }
+        out
+    }
+
+    /// Parse a request body; errors say what is wrong (the daemon sends them back).
+    pub fn decode(body: &[u8]) -> anyhow::Result<Request> {
+        let mut r = Reader(body);
+        let req = match r.u8().context("empty request")? {
+            OP_PUT => {
+                let n = r.count()?;
+                let mut items = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let page = r.page()?;
+                    let len = r.u32()? as usize;
+                    if len > PAGE_BYTES {
+                        bail!(
+                            "page {}:{}: {len} bytes exceed the page size {PAGE_BYTES}",
+                            page.space,
+                            page.page
+                        );
+                    }
+                    items.push((page, r.bytes(len)?.to_vec()));
+                }
+                Request::Put(items)
+            }
+            OP_GET => {
+                let flags = r.u8()?;
+                let n = r.count()?;
+                let pages = (0..n).map(|_| r.page()).collect::<anyhow::Result<_>>()?;
+                Request::Get {
+                    network_only: flags & GET_NETWORK_ONLY != 0,
+                    pages,
+                }
+            }
+            OP_STAT => Request::Stat,
+            op => bail!("unknown request op {op}"),
+        };
+        if !r.0.is_empty() {
+            bail!("{} stray bytes after the request", r.0.len());
+        }
+        Ok(req)
+    }
+}
+
+/// Encode an ok PUT reply.
+pub fn encode_put_reply(res: &[PutOutcome]) -> Vec<u8> {
+    let mut out = vec![STATUS_OK];
+    out.extend_from_slice(&(res.len() as u32).to_le_bytes());
+    for r in res {
+        r.encode(&mut out);
+    }
+    out
+}
+
+/// Encode an ok GET reply.
+pub fn encode_get_reply(res: &[GetOutcome]) -> Vec<u8> {
+    let mut out = vec![STATUS_OK];
+    out.extend_from_slice(&(res.len() as u32).to_le_bytes());
+    for r in res {
+        r.encode(&mut out);
+    }
+    out
+}
+
+pub fn encode_error(msg: &str) -> Vec<u8> {
+    let mut out = vec![STATUS_ERR];
+    out.extend_from_slice(msg.as_bytes());
+    out
+}
+
+/// The ok payload of a reply, or the daemon's error.
+pub fn reply_body(body: &[u8]) -> anyhow::Result<&[u8]> {
+    match body.split_first() {
+        Some((&STATUS_OK, rest)) => Ok(rest),
+        Some((&STATUS_ERR, msg)) => bail!("gmsd: {}", String::from_utf8_lossy(msg)),
+        Some((s, _)) => bail!("bad reply status {s}"),
+        None => bail!("empty reply"),
+    }
+}
+
+pub fn decode_put_reply(body: &[u8]) -> anyhow::Result<Vec<PutOutcome>> {
+    let mut r = Reader(reply_body(body)?);
+    let n = r.count()?;
+    (0..n).map(|_| PutOutcome::decode(&mut r)).collect()
+}
+
+pub fn decode_get_reply(body: &[u8]) -> anyhow::Result<Vec<GetOutcome>> {
+    let mut r = Reader(reply_body(body)?);
+    let n = r.count()?;
+    (0..n).map(|_| GetOutcome::decode(&mut r)).collect()
+}
+
+fn put_page(out: &mut Vec<u8>, p: &PageId) {
+    out.extend_from_slice(&p.space.to_le_bytes());
+    out.extend_from_slice(&p.page.to_le_bytes());
+}
+
+/// A bounds-checked little-endian reader: every short read is an error, never a panic.
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn bytes(&mut self, n: usize) -> anyhow::Result<&'a [u8]> {
+        if self.0.len() < n {
+            bail!("message truncated: wanted {n} bytes, {} left", self.0.len());
+        }
+        let (a, b) = self.0.split_at(n);
+        self.0 = b;
+        Ok(a)
+    }
+    fn u8(&mut self) -> anyhow::Result<u8> {
+        Ok(self.bytes(1)?[0])
+    }
+    fn u16(&mut self) -> anyhow::Result<u16> {
+        Ok(u16::from_le_bytes(self.bytes(2)?.try_into()?))
+    }
+    fn u32(&mut self) -> anyhow::Result<u32> {
+        Ok(u32::from_le_bytes(self.bytes(4)?.try_into()?))
+    }
+    fn u64(&mut self) -> anyhow::Result<u64> {
+        Ok(u64::from_le_bytes(self.bytes(8)?.try_into()?))
+    }
+    fn page(&mut self) -> anyhow::Result<PageId> {
+        Ok(PageId::new(self.u64()?, self.u64()?))
+    }
+    fn count(&mut self) -> anyhow::Result<usize> {
+        let n = self.u32()? as usize;
+        if n > MAX_BATCH {
+            bail!("batch of {n} pages exceeds {MAX_BATCH}");
+        }
+        Ok(n)
+    }
+}
+
+/// Write one length-prefixed message.
+pub fn write_frame(w: &mut impl Write, body: &[u8]) -> std::io::Result<()> {
+    w.write_all(&(body.len() as u32).to_le_bytes())?;
+    w.write_all(body)?;
+    w.flush()
+}
+
+/// The length of the message at the start of `buf`: `None` until 4 bytes are there, an
+/// error if it exceeds [`MAX_FRAME_BYTES`].
+pub fn read_len(buf: &[u8]) -> Option<anyhow::Result<usize>> {
+    let len = u32::from_le_bytes(buf.get(..4)?.try_into().ok()?) as usize;
+    Some(if len > MAX_FRAME_BYTES {
+        Err(anyhow::anyhow!(
+            "message of {len} bytes exceeds {MAX_FRAME_BYTES}"
+        ))
+    } else {
+        Ok(len)
+    })
+}
+
+/// Read one length-prefixed message (blocking).
+pub fn read_frame(r: &mut impl Read) -> anyhow::Result<Vec<u8>> {
+    let mut len = [0u8; 4];
+    r.read_exact(&mut len)
+        .context("reading a reply from gmsd")?;
+    let len = u32::from_le_bytes(len) as usize;
+    if len > MAX_FRAME_BYTES {
+        bail!("message of {len} bytes exceeds {MAX_FRAME_BYTES}");
+    }
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body)
+        .context("reading a reply from gmsd")?;
+    Ok(body)
+}
+
+/// One node's memory as a daemon knows it (itself: now; peers: from their heartbeats).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeMem {
+    pub node: u16,
+    pub alive: bool,
+    /// Pages held for GMS.
+    pub held: u64,
+    pub budget: u64,
+    /// Milliseconds since this daemon last heard from it (0 for itself).
+    pub last_heard_ms: u64,
+}
+
+/// A latency histogram as reported: bucket upper bounds in µs and counts.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct HistReport {
+    pub count: u64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub max_us: f64,
+    /// (upper bound µs, count) for non-empty buckets.
+    pub buckets: Vec<(f64, u64)>,
+}
+
+/// The answer to `stat`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Stat {
+    pub node: u16,
+    pub uptime_s: f64,
+    pub members: Vec<u16>,
+    pub view: u64,
+    pub nodes: Vec<NodeMem>,
+    pub gets: u64,
+    pub hits: u64,
+    pub misses: u64,
+    pub hits_cache: u64,
+    pub hits_local: u64,
+    pub hits_2way: u64,
+    pub hits_3way: u64,
+    pub puts: u64,
+    pub puts_stored: u64,
+    /// Operations retried after a timeout (failed puts, gets that timed out into a miss).
+    pub retries: u64,
+    /// Puts of this node's clients that a target refused.
+    pub puts_refused: u64,
+    /// Putpages this node refused as a target (budget).
+    pub refused_here: u64,
+    pub pages_dropped: u64,
+    pub op_timeouts: u64,
+    /// Peers declared dead by the heartbeat.
+    pub failures_detected: u64,
+    /// Longest gap between two passes of the daemon's loop, ms (a stalled daemon misses
+    /// heartbeats and may be declared dead by its peers).
+    pub max_pass_gap_ms: f64,
+    /// getpage latency as the daemon saw it (issue to completion), all sources.
+    pub get_latency: HistReport,
+    pub get_latency_2way: HistReport,
+    pub get_latency_3way: HistReport,
+    /// The NIC's non-zero firmware and link counters (`rx_drop_ring_full`, `link_…`).
+    pub nic: Vec<(String, u64)>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_round_trip() {
+        let p = PageId::new(3, u64::MAX);
+        for req in [
+            Request::Put(vec![(p, vec![7; 100]), (PageId::new(0, 0), vec![])]),
+            Request::Get {
+                network_only: true,
+                pages: vec![p, p],
+            },
+            Request::Get {
+                network_only: false,
+                pages: vec![],
+            },
+            Request::Stat,
+        ] {
+            assert_eq!(Request::decode(&req.encode()).unwrap(), req);
+        }
+    }
+
+    #[test]
+    fn bad_requests_are_errors() {
+        assert!(Request::decode(&[]).is_err());
+        assert!(Request::decode(&[9])
+            .unwrap_err()
+            .to_string()
+            .contains("unknown request op 9"));
+        let mut put = Request::Put(vec![(PageId::new(1, 1), vec![1; 10])]).encode();
+        put.pop();
+        assert!(Request::decode(&put)
+            .unwrap_err()
+            .to_string()
+            .contains("truncated"));
+        let mut big = vec![OP_PUT];
+        big.extend_from_slice(&1u32.to_le_bytes());
+        big.extend_from_slice(&[0; 16]);
+        big.extend_from_slice(&(PAGE_BYTES as u32 + 1).to_le_bytes());
+        assert!(Request::decode(&big)
+            .unwrap_err()
+            .to_string()
+            .contains("exceed the page size"));
+        let mut many = vec![OP_GET, 0];
+        many.extend_from_slice(&(MAX_BATCH as u32 + 1).to_le_bytes());
+        assert!(Request::decode(&many)
+            .unwrap_err()
+            .to_string()
+            .contains("exceeds"));
+        let mut stray = Request::Stat.encode();
+        stray.push(0);
+        assert!(Request::decode(&stray).is_err());
+    }
+
+    #[test]
+    fn replies_round_trip() {
+        let puts = [
+            PutOutcome::Stored {
+                target: 2,
+                version: 99,
+            },
+            PutOutcome::Refused,
+            PutOutcome::Failed,
+        ];
+        assert_eq!(decode_put_reply(&encode_put_reply(&puts)).unwrap(), puts);
+        let gets = [
+            GetOutcome::Miss,
+            GetOutcome::Hit {
+                version: 5,
+                source: Served::ThreeWay,
+                data: vec![1, 2, 3],
+            },
+        ];
+        assert_eq!(decode_get_reply(&encode_get_reply(&gets)).unwrap(), gets);
+        let e = decode_get_reply(&encode_error("no such thing")).unwrap_err();
+        assert!(e.to_string().contains("no such thing"));
+    }
+
+    #[test]
+    fn page_refs() {
+        assert_eq!("1:42".parse::<PageRef>(), Ok(PageRef(PageId::new(1, 42))));
+        assert_eq!(
+            "0x10:0xff".parse::<PageRef>(),
+            Ok(PageRef(PageId::new(16, 255)))
+        );
+        assert!("142"
+            .parse::<PageRef>()
+            .unwrap_err()
+            .contains("expected VOL:PAGE"));
+        assert!("1:-2".parse::<PageRef>().unwrap_err().contains("unsigned"));
+        assert_eq!(PageRef(PageId::new(1, 42)).to_string(), "1:42");
+    }
+}
