@@ -59,6 +59,21 @@ counters! {
     pongs_bad: "pongs with a wrong length, checksum or payload byte",
     pongs_stale: "pongs for a ping no longer waited for",
     bad_nic_access: "NIC-memory accesses outside the BAR (refused)",
+    rpc_in: "NetRPC messages handed to the Rpc (requests and replies)",
+    rpc_tx: "NetRPC transmits posted",
+    rpc_no_frame: "unsolicited payloads refused: no free frame",
+    continuations: "NetRPC continuations run from the receive path",
+    deferred_work: "deferred-continuation work items run",
+    echo_served: "NetRPC echo requests answered",
+    heartbeats: "heartbeats (zero-length echo requests) answered",
+    echo_ok: "NetRPC echo replies verified (body and payload)",
+    echo_bad: "NetRPC echo replies that failed, timed out or did not match",
+    gms_put_stored: "GMS putpages stored at another node",
+    gms_put_failed: "GMS putpages refused or failed",
+    gms_get_ok: "GMS getpages whose page matched what was put",
+    gms_get_bad: "GMS getpages that missed, failed or returned other bytes",
+    gms_node_failed: "members declared failed (no answer within the timeout)",
+    inflight_failed: "calls still in flight at unload whose continuation ran with an error",
 }
 
 /// A `fmt::Write` into a byte slice that truncates (at a character boundary).

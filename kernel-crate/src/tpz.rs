@@ -26,3 +26,18 @@ pub(crate) mod endpoint;
 #[allow(clippy::wrong_self_convention, clippy::incompatible_msrv)]
 #[path = "../../host/src/keys.rs"]
 pub(crate) mod keys;
+
+/// NetRPC (`netrpc/src/lib.rs`): typed RPC with call records, continuations, deferred
+/// continuations and delegation; `core` only, sans-IO.
+/// `pub` (the crate's root keeps `tpz` private) because `gms` re-exports it.
+#[allow(unreachable_pub, dead_code, unused_attributes, unused_imports, missing_docs, rustdoc::all)]
+#[allow(clippy::all, clippy::incompatible_msrv)]
+#[path = "../../netrpc/src/lib.rs"]
+pub mod netrpc;
+
+/// The Global Memory Service core (`gms/src/lib.rs`); its `net` names the sibling
+/// [`netrpc`] here (`--cfg MODULE`).
+#[allow(unreachable_pub, dead_code, unused_attributes, unused_imports, missing_docs, rustdoc::all)]
+#[allow(clippy::all, clippy::incompatible_msrv)]
+#[path = "../../gms/src/lib.rs"]
+pub(crate) mod gms;

@@ -16,7 +16,10 @@
 use core::sync::atomic::Ordering;
 use kernel::{c_str, prelude::*};
 
+mod blk;
 mod driver;
+mod gms_backend;
+mod net;
 mod nicmem;
 mod proto;
 mod stats;
@@ -33,11 +36,14 @@ module! {
 }
 
 struct Trapeze {
+    /// `/dev/gms0` (`gms_disk_mb` > 0); declared first so it goes before the NIC driver.
+    _gms_disk: Option<blk::GmsDisk>,
     _pci: sys::pci::Registration<driver::TrapezeDriver>,
 }
 
 impl kernel::Module for Trapeze {
     fn init(module: &'static ThisModule) -> Result<Self> {
+        let gms_disk = blk::GmsDisk::ram_from_params()?;
         let pci = sys::pci::Registration::register(c_str!("trapeze"), &driver::IDS, module)?;
         pr_info!(
             "loaded (node={}, ping_peer={}): {} NIC(s) bound\n",
@@ -45,7 +51,7 @@ impl kernel::Module for Trapeze {
             sys::param::PING_PEER.get(),
             driver::BOUND.load(Ordering::Relaxed)
         );
-        Ok(Self { _pci: pci })
+        Ok(Self { _gms_disk: gms_disk, _pci: pci })
     }
 }
 

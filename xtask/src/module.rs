@@ -9,6 +9,11 @@
 //! edit there rebuilds the module. Any compiler warning fails the build; `--clippy` runs
 //! the kernel's clippy lint set (`CLIPPY=1`), which includes
 //! `undocumented_unsafe_blocks`.
+//!
+//! After each build the module's stack frames are checked (`objdump -d`: each function's
+//! `sub $N,%rsp`): the kernel stack is 16 KiB, NetRPC's `Rpc` and the GMS node are tens
+//! of KiB, and Rust does not promise to build a value in place, so a frame above
+//! [`MAX_FRAME`] fails the build and names the function.
 
 use crate::kernel::{self, Kernel};
 use anyhow::{bail, ensure, Context};
@@ -20,6 +25,8 @@ use std::time::Instant;
 pub const DIR: &str = "kernel-crate";
 /// The module file Kbuild produces there.
 pub const KO: &str = "trapeze.ko";
+/// Largest stack frame a function of the module may have (bytes; the stack is 16 KiB).
+pub const MAX_FRAME: u64 = 8192;
 
 #[derive(clap::Args)]
 pub struct ModuleArgs {
@@ -50,7 +57,9 @@ pub fn run(a: ModuleArgs) -> anyhow::Result<()> {
             }
         }
     }
-    println!("load       insmod {KO} node=N [ping_peer=M] (in a guest: cargo xtask vm --module-test)");
+    println!(
+        "load       insmod {KO} node=N [ping_peer=M] [gms_nodes=0,1,2 [gms_disk_pages=P]] (in guests: cargo xtask vm --module-test)"
+    );
     println!("xtask module: done in {:.1?}", t0.elapsed());
     Ok(())
 }
@@ -68,7 +77,79 @@ pub fn build(k: &Kernel, clippy: bool) -> anyhow::Result<PathBuf> {
     let ko = crate::workspace_root().join(DIR).join(KO);
     ensure!(ko.exists(), "make succeeded but {} is missing", ko.display());
     eprintln!("    built {} in {:.1?}", ko.display(), t.elapsed());
+    let frames = stack_frames(&ko)?;
+    let over: Vec<&(u64, String)> = frames.iter().filter(|f| f.0 > MAX_FRAME).collect();
+    if let Some((bytes, func)) = frames.first() {
+        eprintln!("    largest stack frame: {bytes} bytes ({func}); limit {MAX_FRAME}");
+    }
+    if !over.is_empty() {
+        for (bytes, func) in &over {
+            eprintln!("    stack frame of {bytes} bytes: {func}");
+        }
+        bail!("{} function(s) of {KO} have a stack frame above {MAX_FRAME} bytes (the kernel stack is 16 KiB)", over.len());
+    }
     Ok(ko)
+}
+
+/// Every function's stack frame (`sub $N,%rsp` in its code), largest first: (bytes, name).
+fn stack_frames(ko: &std::path::Path) -> anyhow::Result<Vec<(u64, String)>> {
+    let out = Command::new("objdump")
+        .args(["-d", "-C", "--no-show-raw-insn"])
+        .arg(ko)
+        .output()
+        .context("running objdump (binutils) on the module")?;
+    ensure!(out.status.success(), "objdump -d {} failed: {}", ko.display(), String::from_utf8_lossy(&out.stderr));
+    Ok(parse_frames(&String::from_utf8_lossy(&out.stdout)))
+}
+
+/// The frames in `objdump -d` text (see [`stack_frames`]).
+fn parse_frames(text: &str) -> Vec<(u64, String)> {
+    let mut frames: Vec<(u64, String)> = Vec::new();
+    let mut func = String::new();
+    for l in text.lines() {
+        if let Some(name) = l.strip_suffix(">:").and_then(|h| h.split_once('<')).map(|(_, n)| n) {
+            func = name.to_string();
+            continue;
+        }
+        // `sub    $0x1a0,%rsp`
+        let Some((_, rest)) = l.split_once("sub ") else { continue };
+        let Some((imm, reg)) = rest.trim_start().split_once(',') else { continue };
+        let Some(hex) = imm.strip_prefix("$0x") else { continue };
+        if reg.trim() != "%rsp" {
+            continue;
+        }
+        if let Ok(n) = u64::from_str_radix(hex, 16) {
+            match frames.iter_mut().find(|f| f.1 == func) {
+                Some(f) => f.0 = f.0.max(n),
+                None => frames.push((n, func.clone())),
+            }
+        }
+    }
+    frames.sort_by(|a, b| b.0.cmp(&a.0));
+    frames
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stack_frames_are_read_from_objdump_output() {
+        let text = "\
+0000000000000000 <trapeze::driver::new_core>:
+   0:\tpush   %rbp
+   1:\tsub    $0x28c48,%rsp
+  10:\tsub    $0x10,%rax
+0000000000000100 <trapeze::net::KHost::new>:
+ 100:\tsub    $0xce8,%rsp
+ 120:\tsub    $0x20,%rsp
+0000000000000200 <small>:
+ 200:\tret
+";
+        let f = parse_frames(text);
+        assert_eq!(f, vec![(0x28c48, "trapeze::driver::new_core".to_string()), (0xce8, "trapeze::net::KHost::new".to_string())]);
+        assert!(f[0].0 > MAX_FRAME && f[1].0 < MAX_FRAME);
+    }
 }
 
 /// Run `make -C <kernel build> M=kernel-crate <toolchain vars> <targets>`; return its

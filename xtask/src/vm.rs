@@ -26,12 +26,19 @@
 //! endpoint up, its side of the ping, a clean `rmmod` (NIC halted, frames freed), the
 //! script's status 0, no oops/BUG/WARNING, and a clean power-off.
 //!
+//! `--blk-test` builds `trapeze.ko` and boots one guest with `kernel-crate/guest/blk.sh`,
+//! which tests the GMS block device `/dev/gms0` on its RAM backend (`gms_disk_mb=`): it
+//! passes when the console shows the script's PASS lines and its total with no FAIL, the
+//! script's status 0, no oops/BUG/WARNING, and a clean power-off.
+//!
 //! A drop guard kills every child and removes RAM files, sockets and the initramfs on every
 //! return, error or not; SIGINT, SIGTERM and SIGHUP end the run through it (once the
 //! children start, a handler turns them into an error). Children are also started through
 //! `setpriv --pdeathsig KILL`, so they die with xtask even if it is SIGKILLed. Console and
 //! process logs stay until the next `cargo xtask vm`, which removes the runtime directories
 //! of runs whose xtask is gone (and anything such a run left behind).
+
+pub mod bench_guests;
 
 use anyhow::{bail, ensure, Context};
 use std::fs;
@@ -66,6 +73,11 @@ const NIC_START: Duration = Duration::from_secs(20);
 const MODULE_TEST_SCRIPT: &str = "kernel-crate/guest/ping.sh";
 /// Shortest power-off wait under `--module-test` (boot, load, ping retries, unload).
 const MODULE_TEST_TIMEOUT: u64 = 120;
+/// The guest's script under `--blk-test`, relative to the workspace root.
+const BLK_TEST_SCRIPT: &str = "kernel-crate/guest/blk.sh";
+/// Shortest power-off wait under `--blk-test` (boot, three loads, 8 MiB round trips under
+/// TCG, a 2 s request timeout).
+const BLK_TEST_TIMEOUT: u64 = 300;
 /// Console text that means the kernel is in trouble.
 const KERNEL_TROUBLE: [&str; 6] = ["Kernel panic", "Oops", "BUG:", "WARNING:", "Call Trace", "general protection fault"];
 
@@ -106,14 +118,26 @@ pub struct VmArgs {
     /// unloads it and powers off. Exit status 0 or 1, with the console lines that matter.
     #[arg(long, conflicts_with_all = ["smoke", "script", "cmd"])]
     module_test: bool,
+    /// Build trapeze.ko and test its GMS block device /dev/gms0 on the RAM backend in one
+    /// guest (`kernel-crate/guest/blk.sh`: data round trips with dropped caches, O_DIRECT,
+    /// a tar file round trip, rmmod while the disk is open, reload, failing and stalling
+    /// pages). Exit status 0 or 1, with the console lines that matter.
+    #[arg(long, conflicts_with_all = ["smoke", "script", "cmd", "module_test"])]
+    blk_test: bool,
 }
 
 pub fn run(mut a: VmArgs) -> anyhow::Result<()> {
     let t0 = Instant::now();
     if a.module_test {
-        a.guests = a.guests.max(2);
+        // Three guests: ping, then NetRPC echo, GMS put/get between guests and an unload
+        // with requests in flight (`rpc_phase_ok`).
+        a.guests = a.guests.max(3);
         a.timeout = a.timeout.max(MODULE_TEST_TIMEOUT);
         a.script = Some(crate::workspace_root().join(MODULE_TEST_SCRIPT));
+    }
+    if a.blk_test {
+        a.timeout = a.timeout.max(BLK_TEST_TIMEOUT);
+        a.script = Some(crate::workspace_root().join(BLK_TEST_SCRIPT));
     }
     let qemu = which("qemu-system-x86_64")
         .context("qemu-system-x86_64 not found (cargo xtask kernel installs qemu-system-x86)")?;
@@ -123,6 +147,9 @@ pub fn run(mut a: VmArgs) -> anyhow::Result<()> {
     let bzimage = kernel.bzimage();
     let mut extra_modules = a.module.clone();
     if a.module_test {
+        extra_modules.push(crate::module::build(&kernel, false)?);
+    }
+    if a.blk_test {
         extra_modules.push(crate::module::build(&kernel, false)?);
     }
 
@@ -206,11 +233,13 @@ pub fn run(mut a: VmArgs) -> anyhow::Result<()> {
     }
 
     // The smoke test prints the console lines that matter at the end instead.
-    let summary_only = a.quiet || a.smoke || a.module_test;
+    let summary_only = a.quiet || a.smoke || a.module_test || a.blk_test;
     let all_off = cluster.wait(Duration::from_secs(a.timeout), !summary_only)?;
     eprintln!();
     let mode = if a.module_test {
         Mode::ModuleTest
+    } else if a.blk_test {
+        Mode::BlkTest
     } else if a.smoke {
         Mode::Smoke
     } else {
@@ -222,6 +251,11 @@ pub fn run(mut a: VmArgs) -> anyhow::Result<()> {
         let report = GuestReport::of(&console, g.exit.as_ref().map(|e| e.0), g.idx);
         let took = g.exit.as_ref().map_or("still running".to_string(), |e| format!("{:.1?}", e.1));
         let ok = report.ok(mode);
+        let rpc = (mode == Mode::ModuleTest && cluster.guests.len() >= 3).then(|| rpc_phase_ok(&console, g.idx));
+        let ok = ok && rpc.as_ref().is_none_or(|r| r.0);
+        if let Some((_, what)) = &rpc {
+            eprintln!("guest {}: netrpc/gms phase: {what}", g.idx);
+        }
         let what = match mode {
             Mode::ModuleTest => format!(
                 "trapeze.ko up: {}; {}: {}; rmmod clean: {}; script status 0: {}; kernel quiet: {}",
@@ -229,6 +263,14 @@ pub fn run(mut a: VmArgs) -> anyhow::Result<()> {
                 if g.idx == 0 { "answered a ping" } else { "pong verified" },
                 yes_no(report.ping_ok),
                 yes_no(report.trapeze_removed),
+                yes_no(report.script_ok),
+                yes_no(!report.kernel_trouble),
+            ),
+            Mode::BlkTest => format!(
+                "gms0 checks: {} passed, {} failed{}; script status 0: {}; kernel quiet: {}",
+                report.blk_passed,
+                report.blk_failed,
+                if report.blk_done { "" } else { " (script did not finish)" },
                 yes_no(report.script_ok),
                 yes_no(!report.kernel_trouble),
             ),
@@ -263,6 +305,7 @@ pub fn run(mut a: VmArgs) -> anyhow::Result<()> {
     }
     let name = match mode {
         Mode::ModuleTest => "module test",
+        Mode::BlkTest => "blk test",
         Mode::Smoke => "smoke test",
         Mode::Plain => "vm run",
     };
@@ -275,6 +318,39 @@ pub fn run(mut a: VmArgs) -> anyhow::Result<()> {
         t0.elapsed()
     );
     Ok(())
+}
+
+/// The `--module-test` phases after the ping with 3 guests or more
+/// (`kernel-crate/guest/ping.sh`): guest 0 answered every echo call; every other guest's
+/// NetRPC echo test and GMS put/get test passed (checked byte for byte in the module), and
+/// it unloaded with calls and getpages in flight, all failed cleanly. (passed, summary).
+fn rpc_phase_ok(console: &str, guest: u16) -> (bool, String) {
+    let has = |t: &str| console.lines().any(|l| l.contains(t));
+    if guest == 0 {
+        let served = console.lines().find_map(|l| {
+            let t = l.split("trapeze-test: node 0 answered ").nth(1)?;
+            let mut w = t.split(' ');
+            let got: u32 = w.next()?.parse().ok()?;
+            let want: u32 = w.nth(1)?.parse().ok()?;
+            Some((got, want))
+        });
+        let ok = served.is_some_and(|(g, w)| w > 0 && g >= w);
+        let what = served.map_or("no echo count".to_string(), |(g, w)| format!("answered {g} of {w} echo calls"));
+        return (ok, what);
+    }
+    let echo = has("trapeze: netrpc echo with node 0: PASSED");
+    let gms = has("trapeze: gms test: PASSED");
+    let inflight = has("were in flight at unload: failed (0 calls, 0 operations left)");
+    // Guest 1 also checks /dev/gms0 on the GMS backend.
+    let disk = guest != 1 || has("trapeze-test: node 1: gms0 on GMS") && has("read back O_DIRECT") && !has(": FAILED");
+    let ok = echo && gms && inflight && disk;
+    (ok, format!(
+        "echo (wait, continuation, deferred): {}; gms put/get verified: {}; unload with requests in flight failed them cleanly: {}{}",
+        yes_no(echo),
+        yes_no(gms),
+        yes_no(inflight),
+        if guest == 1 { format!("; /dev/gms0 on GMS: {}", yes_no(disk)) } else { String::new() }
+    ))
 }
 
 fn yes_no(b: bool) -> &'static str {
@@ -291,6 +367,7 @@ enum Mode {
     Plain,
     Smoke,
     ModuleTest,
+    BlkTest,
 }
 
 /// What a guest's console shows.
@@ -307,6 +384,10 @@ struct GuestReport {
     /// The guest's script ended with status 0.
     script_ok: bool,
     kernel_trouble: bool,
+    /// `--blk-test`: the script's PASS and FAIL lines, and whether it printed its total.
+    blk_passed: usize,
+    blk_failed: usize,
+    blk_done: bool,
 }
 
 impl GuestReport {
@@ -333,6 +414,13 @@ impl GuestReport {
             }),
             script_ok: console.contains("/etc/trapeze/run.sh exited with status 0"),
             kernel_trouble,
+            blk_passed: console.lines().filter(|l| l.starts_with("trapeze-blk: PASS ")).count(),
+            blk_failed: console.lines().filter(|l| l.starts_with("trapeze-blk: FAIL ")).count(),
+            blk_done: console.lines().any(|l| {
+                l.strip_prefix("trapeze-blk: ").is_some_and(|t| {
+                    t.ends_with(" failed") && t.split(' ').next().is_some_and(|n| n.parse::<u32>().is_ok())
+                })
+            }),
         }
     }
     fn ok(&self, mode: Mode) -> bool {
@@ -340,6 +428,9 @@ impl GuestReport {
         match mode {
             Mode::Plain => base,
             Mode::Smoke => base && self.rust_loaded,
+            Mode::BlkTest => {
+                base && self.blk_done && self.blk_passed > 0 && self.blk_failed == 0 && self.script_ok && !self.kernel_trouble
+            }
             Mode::ModuleTest => {
                 base && self.trapeze_up && self.trapeze_removed && self.ping_ok && self.script_ok && !self.kernel_trouble
             }
@@ -371,7 +462,7 @@ fn printable(line: &str) -> String {
 
 /// Console lines worth repeating in the summary.
 fn interesting(l: &str) -> bool {
-    ["trapeze-guest:", "trapeze-test:", "trapeze: ", "rust_minimal", "Linux version", "reboot:", "ivshmem"]
+    ["trapeze-guest:", "trapeze-test:", "trapeze-blk:", "trapeze: ", "rust_minimal", "Linux version", "reboot:", "ivshmem"]
         .iter()
         .chain(KERNEL_TROUBLE.iter())
         .any(|k| l.contains(k))
@@ -396,6 +487,8 @@ struct Guest {
     echoed: usize,
     /// Echoing starts at /init's first line.
     echoing: bool,
+    /// More QEMU arguments for this guest (e.g. a virtio-net link, `cargo xtask bench vm`).
+    qemu_extra: Vec<String>,
 }
 
 /// The guests of one run; dropping it kills every child and removes the run's big files.
@@ -427,6 +520,7 @@ impl Cluster {
             exit: None,
             echoed: 0,
             echoing: false,
+            qemu_extra: Vec::new(),
         };
         self.remove_on_drop.extend([g.ram.clone(), g.ivshmem.clone(), g.control.clone()]);
         self.guests.push(g);
@@ -491,7 +585,8 @@ impl Cluster {
             .arg(format!("memory-backend-file,id=mem,size={}M,mem-path={},share=on", g.mem_mib, g.ram.display()))
             .arg("-chardev")
             .arg(format!("socket,path={},id=nic", g.ivshmem.display()))
-            .args(["-device", &format!("ivshmem-doorbell,chardev=nic,vectors={VECTORS}")]);
+            .args(["-device", &format!("ivshmem-doorbell,chardev=nic,vectors={VECTORS}")])
+            .args(&g.qemu_extra);
         let log = fs::File::create(&g.qemu_log)?;
         cmd.stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
         let child = cmd.spawn().context("starting qemu-system-x86_64")?;
@@ -824,6 +919,24 @@ mod tests {
         assert!(r.ok(Mode::Plain) && !r.ok(Mode::Smoke) && !r.ok(Mode::ModuleTest));
         let panic = format!("{good}Kernel panic - not syncing\n");
         assert!(!GuestReport::of(&panic, Some(ExitStatus::default()), 0).ok(Mode::Plain));
+    }
+
+    #[test]
+    fn blk_test_needs_every_check_passed_and_the_total() {
+        let ok = Some(ExitStatus::default());
+        let run = "trapeze-guest: pci 0000:00:03.0 1af4:1110 class 050000\n\
+            trapeze-blk: PASS disk /dev/gms0 appears\n\
+            trapeze-blk: PASS 8 MiB read back after drop_caches: md5 0\n\
+            trapeze-blk: 2 passed, 0 failed\n\
+            trapeze-guest: /etc/trapeze/run.sh exited with status 0\nreboot: Power down\n";
+        let r = GuestReport::of(run, ok, 0);
+        assert!(r.ok(Mode::BlkTest) && r.blk_passed == 2);
+        let failed = run.replacen("PASS 8 MiB", "FAIL 8 MiB", 1);
+        assert!(!GuestReport::of(&failed, ok, 0).ok(Mode::BlkTest));
+        let cut_short = run.replace("trapeze-blk: 2 passed, 0 failed\n", "");
+        assert!(!GuestReport::of(&cut_short, ok, 0).ok(Mode::BlkTest), "the total line must be there");
+        let oops = format!("{run}Oops: 0000 [#1] SMP\n");
+        assert!(!GuestReport::of(&oops, ok, 0).ok(Mode::BlkTest));
     }
 
     #[test]

@@ -27,9 +27,9 @@ impl Shared {
             STATS.tx_no_frame.inc();
             return false;
         };
-        let Core { rx, tx, .. } = &mut *core;
-        if tx[t].copy_from(0, &rx[frame], 0, len).is_err() {
-            core.tx_busy &= !(1 << t);
+        let h = &mut core.node.host;
+        if h.tx[t].copy_from(0, &h.pool[frame], 0, len).is_err() {
+            h.tx_busy &= !(1 << t);
             return false;
         }
         let pong = Msg { kind: Kind::Pong, ..*msg };
@@ -56,7 +56,7 @@ impl Shared {
         let verdict = if !payload_ok || msg.len != m.payload_len || param::PING_BYTES.get() as u32 != msg.len {
             Err("wrong length or payload refused")
         } else {
-            compare_payload(&core.rx[frame], msg.seq, len, msg.crc)
+            compare_payload(&core.node.host.pool[frame], msg.seq, len, msg.crc)
         };
         match verdict {
             Ok(()) => {
@@ -87,14 +87,14 @@ impl Shared {
         for seq in 1..=PING_TRIES {
             {
                 let mut core = self.core.lock();
-                core.reap();
+                core.node.host.reap();
                 let t = core.take_tx_frame().ok_or(EBUSY)?;
                 let mut chunk = [0u8; 64];
                 let mut off = 0;
                 while off < bytes {
                     let n = (bytes - off).min(chunk.len());
                     proto::pattern(seq, off, &mut chunk[..n]);
-                    core.tx[t].write(off, &chunk[..n])?;
+                    core.node.host.tx[t].write(off, &chunk[..n])?;
                     off += n;
                 }
                 let msg = Msg { kind: Kind::Ping, seq, len: bytes as u32, crc: proto::pattern_crc(seq, bytes) };

@@ -9,7 +9,7 @@
 
 use super::pci::PciDev;
 use core::{ffi::c_void, marker::PhantomData};
-use kernel::{bindings, prelude::*, sync::Arc, types::ForeignOwnable};
+use kernel::{bindings, prelude::*, sync::Arc, sync::ArcBorrow, types::ForeignOwnable};
 
 /// MSI-X vectors allocated to a function (`pci_free_irq_vectors` on drop).
 pub(crate) struct IrqVectors {
@@ -53,8 +53,9 @@ pub(crate) enum IrqReturn {
 
 /// A handler run in the IRQ's kernel thread (process context: it may take mutexes).
 pub(crate) trait ThreadedHandler: Send + Sync + 'static {
-    /// Called once per interrupt (several raises may be merged into one call).
-    fn handle_irq(&self) -> IrqReturn;
+    /// Called once per interrupt (several raises may be merged into one call), with the
+    /// handler's `Arc` borrowed (a handler may clone it, e.g. to queue work).
+    fn handle_irq(this: ArcBorrow<'_, Self>) -> IrqReturn;
 }
 
 /// A threaded handler registered on one vector (`free_irq` on drop, then the vectors go).
@@ -148,7 +149,7 @@ unsafe extern "C" fn thread_fn<T: ThreadedHandler>(
     // SAFETY: `dev_id` is the cookie `ThreadedIrq::request` registered, an `Arc<T>` that
     // stays alive until `free_irq` has returned, which waits for this function.
     let handler = unsafe { Arc::<T>::borrow(dev_id) };
-    match handler.handle_irq() {
+    match T::handle_irq(handler) {
         IrqReturn::Handled => bindings::irqreturn_IRQ_HANDLED,
     }
 }

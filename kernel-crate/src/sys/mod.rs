@@ -13,10 +13,13 @@
 //! [`include/linux/dma-mapping.h`](srctree/include/linux/dma-mapping.h),
 //! [`include/linux/moduleparam.h`](srctree/include/linux/moduleparam.h).
 
+pub(crate) mod blk;
+pub(crate) mod boxed;
 pub(crate) mod dma;
 pub(crate) mod irq;
 pub(crate) mod param;
 pub(crate) mod pci;
+pub(crate) mod work;
 
 use kernel::bindings;
 

@@ -1,0 +1,290 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! The GMS block device `/dev/gms0`: a blk-mq disk of 4096-byte blocks whose requests are
+//! split into 4 KiB pages, each served by a pluggable [`PageBackend`] (a RAM backend here,
+//! [`ram::RamBackend`]; the GMS backend does getpage/putpage over NetRPC).
+//!
+//! # The backend contract
+//!
+//! * [`PageBackend::read`] / [`PageBackend::write`] are called from blk-mq's `queue_rq`:
+//!   atomic context, **must not sleep**. They get the disk page number and a [`PageIo`]
+//!   for it, and own that `PageIo` from then on.
+//! * A read delivers the page with [`PageIo::fill`] (any chunks, any order; a page never
+//!   written may be [`PageIo::fill_zero`]ed); a write takes the page's bytes with
+//!   [`PageIo::copy_out`]. Then the backend calls [`PageIo::complete`] exactly once, with
+//!   `Ok` or an error. This may happen inside `read`/`write`, or later **from any context**:
+//!   process, softirq or hard interrupt (the GMS backend completes in a NetRPC
+//!   continuation run by the receive interrupt). Copies are `kmap_local` + `memcpy`, fine
+//!   in every context.
+//! * The request's data pages belong to the block layer; the backend reaches them only
+//!   through its `PageIo`, and only until the request ends. Its own buffers (a frame, the
+//!   RAM store) stay its own: `copy_out` copies out, `fill` copies in, no page is lent.
+//! * A request ends when all its pages completed: with `BLK_STS_IOERR` if any page failed
+//!   (a `PageIo` dropped without `complete` counts as failed), else success.
+//! * Nothing hangs: if pages are still out when blk-mq's timer fires (`gms_disk_timeout_ms`,
+//!   default 30 s), the request ends with `BLK_STS_TIMEOUT`; the `PageIo`s still out go
+//!   stale: `fill`/`copy_out` return `ETIMEDOUT` and `complete` does nothing. A backend
+//!   with its own deadline just completes with an error earlier.
+//! * Teardown ([`GmsDisk`]'s drop, process context): `del_gendisk` (new I/O fails; waits
+//!   until every request in flight completed, failed or timed out), then the disk drops
+//!   its backend reference, which should drop every `PageIo` the backend still holds;
+//!   the tag set is freed once no `PageIo` is left (after 10 s it is leaked instead, with
+//!   an error logged). A backend shared elsewhere must drop its `PageIo`s when asked to
+//!   stop (e.g. when its NIC goes away), never keep them past the module's unload.
+//!
+//! An open `/dev/gms0` pins the module (`owner = THIS_MODULE`), so `rmmod` refuses with
+//! `EBUSY`/`EAGAIN` while a process has it open, and unloads cleanly once it is closed.
+//!
+//! Parameters (`insmod trapeze.ko gms_disk_mb=16 …`, see `sys/blk.rs`): `gms_disk_mb`
+//! (0 = no disk), `gms_disk_timeout_ms`, the RAM backend's fault injection
+//! `gms_ram_fail_page` / `gms_ram_stall_page`, and the read-only `gms_disk_stats`.
+
+#![forbid(unsafe_code)]
+
+pub(crate) mod ram;
+
+use crate::stats::SliceWriter;
+use crate::sys::blk::{Config, Disk, Driver, Op, Part, RqInfo};
+use crate::sys::param::Show;
+use core::fmt::Write;
+use core::sync::atomic::{AtomicU64, Ordering};
+use kernel::{prelude::*, sync::Arc};
+
+/// Bytes of a disk block and of a backend page.
+pub(crate) const PAGE_BYTES: usize = 4096;
+const SECTORS_PER_PAGE: u64 = (PAGE_BYTES / 512) as u64;
+/// Largest request: 64 pages.
+const MAX_REQUEST_BYTES: u32 = 256 * 1024;
+/// Requests in flight at once.
+const QUEUE_DEPTH: u32 = 64;
+/// Largest disk `gms_disk_mb` may ask for.
+pub(crate) const MAX_DISK_MB: u64 = 1024;
+
+/// One 4 KiB page of a request, handed to a [`PageBackend`] (see the module docs for the
+/// contract). Dropping it without [`PageIo::complete`] fails the page.
+pub(crate) struct PageIo {
+    part: Part,
+    write: bool,
+}
+
+impl PageIo {
+    fn range(off: usize, len: usize) -> Result<usize> {
+        match off.checked_add(len) {
+            Some(end) if end <= PAGE_BYTES => Ok(off),
+            _ => Err(EINVAL),
+        }
+    }
+
+    fn base(&self) -> usize {
+        self.part.index() as usize * PAGE_BYTES
+    }
+
+    /// A read's data: copy `data` to byte `off` of this page of the request. `EINVAL` if
+    /// the range passes the page's end, `ETIMEDOUT` if the request already ended.
+    pub(crate) fn fill(&self, off: usize, data: &[u8]) -> Result {
+        let off = Self::range(off, data.len())?;
+        self.part.copy_to_rq(self.base() + off, data)
+    }
+
+    /// A read of a page that holds nothing: zeros.
+    // Used by backends that do not store every page (the GMS backend); the RAM backend's
+    // store is zeroed.
+    #[allow(dead_code)]
+    pub(crate) fn fill_zero(&self) -> Result {
+        const ZEROS: [u8; 512] = [0; 512];
+        for off in (0..PAGE_BYTES).step_by(ZEROS.len()) {
+            self.fill(off, &ZEROS)?;
+        }
+        Ok(())
+    }
+
+    /// A write's data: copy byte `off..off + out.len()` of this page of the request into
+    /// `out`. Errors as for [`PageIo::fill`].
+    pub(crate) fn copy_out(&self, off: usize, out: &mut [u8]) -> Result {
+        let off = Self::range(off, out.len())?;
+        self.part.copy_from_rq(self.base() + off, out)
+    }
+
+    /// Finish this page: `Ok`, or an error that fails the whole request with an I/O error.
+    pub(crate) fn complete(self, result: Result) {
+        let c = match (&result, self.write) {
+            (Err(_), _) => &STATS.page_errors,
+            (Ok(()), false) => &STATS.pages_read,
+            (Ok(()), true) => &STATS.pages_written,
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+        self.part.complete(result);
+    }
+}
+
+/// Where the disk's pages live.
+pub(crate) trait PageBackend: Send + Sync {
+    /// Read disk page `page` into `io` ([`PageIo::fill`]) and complete it, now or later.
+    fn read(&self, page: u64, io: PageIo);
+    /// Store `io`'s data ([`PageIo::copy_out`]) as disk page `page` and complete it.
+    fn write(&self, page: u64, io: PageIo);
+}
+
+/// The disk's counters (module-wide: one disk), in `gms_disk_stats`.
+pub(crate) struct Stats {
+    requests: AtomicU64,
+    rejected: AtomicU64,
+    pages_read: AtomicU64,
+    pages_written: AtomicU64,
+    page_errors: AtomicU64,
+    timeouts: AtomicU64,
+}
+
+pub(crate) static STATS: Stats = Stats {
+    requests: AtomicU64::new(0),
+    rejected: AtomicU64::new(0),
+    pages_read: AtomicU64::new(0),
+    pages_written: AtomicU64::new(0),
+    page_errors: AtomicU64::new(0),
+    timeouts: AtomicU64::new(0),
+};
+
+impl Stats {
+    fn write_to(&self, w: &mut impl Write) -> core::fmt::Result {
+        let c = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        writeln!(w, "requests: {}", c(&self.requests))?;
+        writeln!(w, "rejected: {}", c(&self.rejected))?;
+        writeln!(w, "pages_read: {}", c(&self.pages_read))?;
+        writeln!(w, "pages_written: {}", c(&self.pages_written))?;
+        writeln!(w, "page_errors: {}", c(&self.page_errors))?;
+        writeln!(w, "timeouts: {}", c(&self.timeouts))
+    }
+}
+
+impl Show for Stats {
+    fn show(out: &mut [u8]) -> usize {
+        let mut w = SliceWriter::new(out);
+        let _ = STATS.write_to(&mut w);
+        w.as_str().len()
+    }
+}
+
+/// Splits requests into pages for a backend.
+struct BlkDriver {
+    backend: Arc<dyn PageBackend>,
+    pages: u64,
+}
+
+impl Driver for BlkDriver {
+    fn accept(&self, rq: &RqInfo) -> Result<u32> {
+        let r = match rq.op {
+            Op::Read | Op::Write => self.pages_of(rq),
+            Op::Other(_) => Err(ENOTSUPP),
+        };
+        let c = if r.is_ok() { &STATS.requests } else { &STATS.rejected };
+        c.fetch_add(1, Ordering::Relaxed);
+        r
+    }
+
+    fn serve(&self, rq: &RqInfo, part: Part) {
+        let page = rq.sector / SECTORS_PER_PAGE + u64::from(part.index());
+        let write = rq.op == Op::Write;
+        let io = PageIo { part, write };
+        if write {
+            self.backend.write(page, io);
+        } else {
+            self.backend.read(page, io);
+        }
+    }
+
+    fn timed_out(&self, rq: &RqInfo, pending: u32) {
+        STATS.timeouts.fetch_add(1, Ordering::Relaxed);
+        pr_warn!(
+            "gms0: {:?} of {} bytes at sector {} timed out with {pending} page(s) pending\n",
+            rq.op,
+            rq.bytes,
+            rq.sector
+        );
+    }
+}
+
+impl BlkDriver {
+    /// Pages of a read or write, if it is whole pages inside the disk.
+    fn pages_of(&self, rq: &RqInfo) -> Result<u32> {
+        let bytes = rq.bytes as usize;
+        if rq.sector % SECTORS_PER_PAGE != 0 || bytes % PAGE_BYTES != 0 {
+            return Err(EINVAL);
+        }
+        let n = (bytes / PAGE_BYTES) as u64;
+        match (rq.sector / SECTORS_PER_PAGE).checked_add(n) {
+            Some(end) if end <= self.pages => Ok(n as u32),
+            _ => Err(EINVAL),
+        }
+    }
+}
+
+/// `/dev/gms0` and its backend; dropping it tears the disk down (module docs).
+pub(crate) struct GmsDisk {
+    /// `Some` until dropped.
+    disk: Option<Disk<BlkDriver>>,
+    pages: u64,
+}
+
+impl GmsDisk {
+    /// Add `/dev/gms0` with `pages` 4 KiB pages served by `backend` (process context).
+    pub(crate) fn new(pages: u64, backend: Arc<dyn PageBackend>) -> Result<Self> {
+        if pages == 0 || pages > MAX_DISK_MB * 1024 * 1024 / PAGE_BYTES as u64 {
+            return Err(EINVAL);
+        }
+        let timeout_ms = match crate::sys::blk::params::timeout_ms() {
+            t @ 100..=600_000 => t as u32,
+            t => {
+                pr_err!("gms_disk_timeout_ms={t}: must be 100 ..= 600000\n");
+                return Err(EINVAL);
+            }
+        };
+        let cfg = Config {
+            name: c"gms0",
+            capacity_bytes: pages * PAGE_BYTES as u64,
+            block_bytes: PAGE_BYTES as u32,
+            max_request_bytes: MAX_REQUEST_BYTES,
+            queue_depth: QUEUE_DEPTH,
+            timeout_ms,
+        };
+        let disk = Disk::new(&cfg, BlkDriver { backend, pages })?;
+        pr_info!("gms0: {} MiB disk ({pages} pages of 4 KiB), timeout {timeout_ms} ms\n", pages / 256);
+        Ok(Self { disk: Some(disk), pages })
+    }
+
+    /// `gms_disk_mb` > 0: a disk of that size on a [`ram::RamBackend`] (with the fault
+    /// injection parameters); 0: none.
+    pub(crate) fn ram_from_params() -> Result<Option<Self>> {
+        let mb = crate::sys::blk::params::disk_mb();
+        if mb == 0 {
+            return Ok(None);
+        }
+        if mb < 0 || mb as u64 > MAX_DISK_MB {
+            pr_err!("gms_disk_mb={mb}: must be 0 ..= {MAX_DISK_MB}\n");
+            return Err(EINVAL);
+        }
+        let pages = mb as u64 * 256;
+        let page_param = |v: i32| u64::try_from(v).ok();
+        let backend = ram::RamBackend::new(
+            pages,
+            page_param(crate::sys::blk::params::ram_fail_page()),
+            page_param(crate::sys::blk::params::ram_stall_page()),
+        )?;
+        let backend: Arc<dyn PageBackend> = Arc::new(backend, GFP_KERNEL)?;
+        Self::new(pages, backend).map(Some)
+    }
+}
+
+impl Drop for GmsDisk {
+    fn drop(&mut self) {
+        pr_info!("gms0: removing the disk ({} pages)\n", self.pages);
+        // del_gendisk (waits for requests in flight), backend, tag set.
+        drop(self.disk.take());
+        let mut buf = [0u8; 256];
+        let mut w = SliceWriter::new(&mut buf);
+        let _ = STATS.write_to(&mut w);
+        let mut text = w.as_str().lines();
+        pr_info!("gms0: removed (no request left in flight)\n");
+        for line in text.by_ref() {
+            pr_info!("gms0: {line}\n");
+        }
+    }
+}

@@ -1,0 +1,710 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! The GMS backend of the block device `/dev/gms0` (K1b's [`crate::blk`]): disk page `p`
+//! (4 KiB) is GMS page `(DISK_SPACE, p)`, stored in the other members' memory.
+//!
+//! * **write** → putpage, write-through: the page's bytes go into a frame and one-way to
+//!   a target member (round robin over the others); the write completes when the target
+//!   stored it and the directory named it (`PutResult::Stored`), else with an I/O error.
+//!   Each write bumps the page's version, kept here ([`DiskState::versions`]).
+//! * **read** → a page never written reads as zeros (no network); otherwise getpage into a
+//!   solicited frame: a hit at the version of the last write (or newer) fills the page; a
+//!   miss, a failure or an older version is an I/O error (the data was written and is gone).
+//! * Nothing waits: `read`/`write` (blk-mq's `queue_rq`, atomic context) queue the page
+//!   and issue what GMS has room for; completions arrive in [`KHost::completed`] on the
+//!   receive path (IRQ thread, core spinlock held), which fills the page and marks it
+//!   finished; `PageIo::complete` runs once the lock is released
+//!   ([`Shared::complete_disk`]: ending a block request may submit I/O again). The
+//!   backlog is issued after every input. GMS's own deadline fails an operation whose
+//!   member does not answer; blk-mq's timer is the last resort.
+//! * **Read-ahead** (`gms_disk_readahead=N` > 0): reads go through `gms::readahead`; after
+//!   two sequential page reads the next N written pages are prefetched (getpages) into a
+//!   small page cache of frames ([`CACHE_PAGES`]); a read finds its page there, or waits
+//!   for the fetch of it that is pending (parked, then filled from the same frame). A write
+//!   drops the page from the cache; a prefetch that returns an older version than the last
+//!   write is not cached. Readers of a prefetch that failed are queued as plain reads.
+//! * Teardown (remove): [`DiskState::fail_all`] completes every page still queued or in
+//!   flight with an error, before the disk goes.
+
+#![forbid(unsafe_code)]
+
+use crate::blk::{PageBackend, PageIo, PAGE_BYTES};
+use crate::driver::Shared;
+use crate::net::{Frame, KHost, MEMBERS, OPS};
+use crate::sys::dma::DmaBuf;
+use crate::tpz::gms::prelude::*;
+use crate::tpz::gms::readahead::{self, Decision, ReadAhead};
+use crate::tpz::netrpc::prelude::Mode;
+use kernel::{prelude::*, sync::Arc};
+
+/// The GMS space of the disk's pages.
+pub(crate) const DISK_SPACE: u64 = 0x6d73_6730; // "gms0"
+/// Client operations the disk leaves to others (tests, heartbeats).
+const OPS_RESERVE: usize = 4;
+/// Pages queued at most: blk-mq's queue depth × pages per request.
+const BACKLOG: usize = 64 * 64;
+/// Read-ahead: pages kept in the disk's page cache, readers parked on pending fetches,
+/// streams and pending fetches tracked, and the deepest read-ahead.
+pub(crate) const CACHE_PAGES: usize = 64;
+const WAITERS: usize = 256;
+/// Pages finished under the core lock, completed after it is released.
+const FINISHED: usize = 1024;
+const RA_STREAMS: usize = 4;
+const RA_PENDING: usize = 64;
+pub(crate) const MAX_READAHEAD: u32 = 32;
+
+/// Disk counters.
+pub(crate) struct DiskCounters {
+    pub(crate) reads_zero: u64,
+    /// Reads served from the read-ahead cache, directly or after waiting for a fetch.
+    pub(crate) reads_cache: u64,
+    pub(crate) prefetches: u64,
+    pub(crate) reads_ok: u64,
+    pub(crate) writes_ok: u64,
+    pub(crate) errors: u64,
+}
+
+/// A page of a request that GMS is working on.
+struct InFlight {
+    op: OpId,
+    /// `None` once teardown failed the page (the operation still owns `frame`).
+    io: Option<PageIo>,
+    frame: Frame,
+    write: bool,
+    version: u64,
+    /// Read-ahead recorded this fetch as pending (report it to `ra.complete`).
+    ra: bool,
+    /// A prefetch: the page goes into the cache.
+    prefetch: bool,
+}
+
+/// A page in the read-ahead cache.
+#[derive(Clone, Copy)]
+struct Cached {
+    page: u64,
+    version: u64,
+    frame: Frame,
+}
+
+/// The disk's state on the host (under the core spinlock).
+pub(crate) struct DiskState {
+    /// Version of each page's last write (0: never written).
+    versions: KVec<u64>,
+    /// By GMS operation slot.
+    in_flight: KVec<Option<InFlight>>,
+    /// Pages waiting for an operation slot or a frame: a ring of (page, io, write,
+    /// recorded as pending by read-ahead).
+    backlog: KVec<Option<(u64, PageIo, bool, bool)>>,
+    head: usize,
+    queued: usize,
+    targets: [u16; MEMBERS],
+    ntargets: usize,
+    next_target: usize,
+    pub(crate) counters: DiskCounters,
+    /// Read-ahead (depth 0: off), its cache and the readers parked on pending fetches.
+    ra: KBox<ReadAhead<RA_STREAMS, RA_PENDING>>,
+    ra_on: bool,
+    cache: KVec<Option<Cached>>,
+    cache_next: usize,
+    waiting: KVec<Option<(u64, PageIo)>>,
+    /// Pages finished (result: ok?) and not yet completed: `PageIo::complete` ends the
+    /// block request, whose completion path may submit I/O again (stacked devices), so it
+    /// never runs under the core spinlock ([`Shared::complete_disk`] runs it after).
+    finished: KVec<Option<(PageIo, bool)>>,
+    nfinished: usize,
+}
+
+impl DiskState {
+    /// A disk of `pages` pages putting to `targets` (the other members), reading `depth`
+    /// pages ahead (0: no read-ahead).
+    pub(crate) fn new(pages: u64, targets: &[u16], depth: u32) -> Result<Self> {
+        if targets.is_empty() || targets.len() > MEMBERS {
+            return Err(EINVAL);
+        }
+        let mut t = [0u16; MEMBERS];
+        t[..targets.len()].copy_from_slice(targets);
+        let mut in_flight = KVec::with_capacity(OPS, GFP_KERNEL)?;
+        for _ in 0..OPS {
+            in_flight.push(None, GFP_KERNEL)?;
+        }
+        let mut backlog = KVec::with_capacity(BACKLOG, GFP_KERNEL)?;
+        for _ in 0..BACKLOG {
+            backlog.push(None, GFP_KERNEL)?;
+        }
+        let mut waiting = KVec::with_capacity(WAITERS, GFP_KERNEL)?;
+        for _ in 0..WAITERS {
+            waiting.push(None, GFP_KERNEL)?;
+        }
+        let depth = depth.min(MAX_READAHEAD);
+        let mut finished = KVec::with_capacity(FINISHED, GFP_KERNEL)?;
+        for _ in 0..FINISHED {
+            finished.push(None, GFP_KERNEL)?;
+        }
+        Ok(Self {
+            versions: KVec::from_elem(0u64, usize::try_from(pages).map_err(|_| EINVAL)?, GFP_KERNEL)?,
+            in_flight,
+            backlog,
+            head: 0,
+            queued: 0,
+            targets: t,
+            ntargets: targets.len(),
+            next_target: 0,
+            counters: DiskCounters { reads_zero: 0, reads_cache: 0, prefetches: 0, reads_ok: 0, writes_ok: 0, errors: 0 },
+            ra: KBox::new(ReadAhead::new(readahead::Config { trigger: 2, depth }), GFP_KERNEL)?,
+            ra_on: depth > 0,
+            cache: KVec::from_elem(None, if depth > 0 { CACHE_PAGES } else { 0 }, GFP_KERNEL)?,
+            cache_next: 0,
+            waiting,
+            finished,
+            nfinished: 0,
+        })
+    }
+
+    /// Stop putting to `node` (declared failed); the last target stays.
+    pub(crate) fn drop_target(&mut self, node: u16) {
+        if self.ntargets > 1 {
+            if let Some(i) = self.targets[..self.ntargets].iter().position(|&t| t == node) {
+                self.targets.copy_within(i + 1..self.ntargets, i);
+                self.ntargets -= 1;
+            }
+        }
+    }
+
+    fn push(&mut self, page: u64, io: PageIo, write: bool, ra: bool) -> core::result::Result<(), PageIo> {
+        if self.queued == self.backlog.len() {
+            return Err(io);
+        }
+        let i = (self.head + self.queued) % self.backlog.len();
+        self.backlog[i] = Some((page, io, write, ra));
+        self.queued += 1;
+        Ok(())
+    }
+
+    /// The cache slot of `page` at `version` or newer.
+    fn cached(&self, page: u64, version: u64) -> Option<usize> {
+        self.cache.iter().position(|c| c.is_some_and(|c| c.page == page && c.version >= version))
+    }
+
+    /// Forget `page`'s cached copy (written); its frame to release.
+    fn uncache(&mut self, page: u64) -> Option<Frame> {
+        let i = self.cache.iter().position(|c| c.is_some_and(|c| c.page == page))?;
+        self.cache[i].take().map(|c| c.frame)
+    }
+
+    /// Cache `page` in `frame`; the frame of the copy it replaces, to release.
+    fn insert_cache(&mut self, page: u64, version: u64, frame: Frame) -> Option<Frame> {
+        if self.cache.is_empty() {
+            return Some(frame);
+        }
+        let old = self.uncache(page);
+        let i = match self.cache.iter().position(|c| c.is_none()) {
+            Some(i) => i,
+            None => {
+                let i = self.cache_next % self.cache.len();
+                self.cache_next = self.cache_next.wrapping_add(1);
+                i
+            }
+        };
+        let evicted = self.cache[i].replace(Cached { page, version, frame }).map(|c| c.frame);
+        // At most one of the two is set (the page had one slot).
+        old.or(evicted)
+    }
+
+    /// Park a reader until the pending fetch of `page` ends.
+    fn park(&mut self, page: u64, io: PageIo) -> core::result::Result<(), PageIo> {
+        match self.waiting.iter_mut().find(|w| w.is_none()) {
+            Some(w) => {
+                *w = Some((page, io));
+                Ok(())
+            }
+            None => Err(io),
+        }
+    }
+
+    /// The fetch of `page` ended: fill its parked readers from `data` (the page's frame),
+    /// or queue them as plain reads.
+    fn wake(&mut self, page: u64, data: Option<&DmaBuf>) {
+        for i in 0..self.waiting.len() {
+            if !self.waiting[i].as_ref().is_some_and(|w| w.0 == page) {
+                continue;
+            }
+            let Some((_, io)) = self.waiting[i].take() else { continue };
+            match data {
+                Some(buf) => {
+                    let r = fill_from(&io, buf);
+                    if r.is_ok() {
+                        self.counters.reads_cache += 1;
+                    } else {
+                        self.counters.errors += 1;
+                    }
+                    self.finish(io, r);
+                }
+                None => {
+                    if let Err(io) = self.push(page, io, false, false) {
+                        self.fail(io);
+                    }
+                }
+            }
+        }
+    }
+
+    fn pop(&mut self) -> Option<(u64, PageIo, bool, bool)> {
+        if self.queued == 0 {
+            return None;
+        }
+        let x = self.backlog[self.head].take();
+        self.head = (self.head + 1) % self.backlog.len();
+        self.queued -= 1;
+        x
+    }
+
+    fn fail(&mut self, io: PageIo) {
+        self.counters.errors += 1;
+        self.finish(io, Err(EIO));
+    }
+
+    /// Finish a page: completed once the core lock is released.
+    fn finish(&mut self, io: PageIo, r: Result) {
+        match self.finished.get_mut(self.nfinished) {
+            Some(slot) => {
+                *slot = Some((io, r.is_ok()));
+                self.nfinished += 1;
+            }
+            // Cannot happen (more than every page in flight); completing here is the
+            // lesser evil.
+            None => io.complete(r),
+        }
+    }
+
+    /// Move up to `out.len()` finished pages into `out`; how many.
+    fn take_finished(&mut self, out: &mut [Option<(PageIo, bool)>]) -> usize {
+        let mut n = 0;
+        while n < out.len() && self.nfinished > 0 {
+            self.nfinished -= 1;
+            out[n] = self.finished[self.nfinished].take();
+            n += 1;
+        }
+        n
+    }
+
+    /// Fail every page queued or in flight (teardown). The operations in flight keep
+    /// their frames until GMS finishes them.
+    pub(crate) fn fail_all(&mut self) -> usize {
+        let mut n = 0;
+        while let Some((_, io, _, _)) = self.pop() {
+            self.fail(io);
+            n += 1;
+        }
+        for i in 0..self.waiting.len() {
+            if let Some((_, io)) = self.waiting[i].take() {
+                self.fail(io);
+                n += 1;
+            }
+        }
+        for i in 0..self.in_flight.len() {
+            if let Some(io) = self.in_flight[i].as_mut().and_then(|f| f.io.take()) {
+                self.fail(io);
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// A GMS completion: a disk page's, handled here (`true`), or someone else's.
+    pub(crate) fn complete(host: &mut KHost, done: &Completion<Frame>) -> bool {
+        let Some(d) = host.disk.as_mut() else { return false };
+        let slot = usize::from(done.op.slot);
+        let Some(entry) = d.in_flight.get_mut(slot) else { return false };
+        if !entry.as_ref().is_some_and(|f| f.op == done.op) {
+            return false;
+        }
+        let Some(f) = entry.take() else { return false };
+        let page = done.page.page;
+        // A write's frame rode a send: retired (freed once it completed). A read's frame
+        // is released (its IPT entry disarmed) or, fetched ahead, cached; a moving read
+        // leaves GMS's frame with GMS.
+        let (verdict, retire, release) = match done.result {
+            OpResult::Put(PutResult::Stored { .. }) if f.write => (Ok(()), Some(f.frame), None),
+            OpResult::Put(_) => (Err(EIO), Some(f.frame), None),
+            OpResult::Get(GetResult::Hit { version, frame, len, held, .. }) if !f.write => {
+                let good = version.0 >= f.version && (len as usize) >= PAGE_BYTES;
+                let r = if !good {
+                    Err(EIO)
+                } else {
+                    match (f.io.as_ref(), host.frame(frame)) {
+                        (Some(io), Some(buf)) => fill_from(io, buf),
+                        (None, _) if f.prefetch => Ok(()),
+                        (None, _) => Err(EIO),
+                        (_, None) => Err(EINVAL),
+                    }
+                };
+                let mut release = Some(if held { f.frame } else { frame });
+                let mut cache_it = false;
+                if let Some(d) = host.disk.as_mut() {
+                    // Readers parked on this fetch get the same bytes (or are queued again).
+                    let buf = if good { host.pool.get(usize::from(frame)) } else { None };
+                    d.wake(page, buf);
+                    if f.ra {
+                        let _ = d.ra.complete(DISK_SPACE, page, good);
+                    }
+                    let current = d.versions.get(page as usize).is_some_and(|&v| version.0 >= v);
+                    cache_it = f.prefetch && good && current && !held && d.ra_on;
+                }
+                if cache_it {
+                    host.disarm_frame(frame);
+                    release = host.disk.as_mut().map_or(Some(frame), |d| d.insert_cache(page, version.0, frame));
+                }
+                (r, None, release)
+            }
+            OpResult::Get(GetResult::Miss { frame, .. }) => {
+                if let Some(d) = host.disk.as_mut() {
+                    d.wake(page, None);
+                    if f.ra {
+                        let _ = d.ra.complete(DISK_SPACE, page, false);
+                    }
+                }
+                (Err(EIO), None, frame)
+            }
+            _ => (Err(EIO), None, Some(f.frame)),
+        };
+        if let (Some(d), true) = (host.disk.as_mut(), f.prefetch) {
+            d.counters.prefetches += 1;
+        }
+        if let Some(io) = f.io {
+            match host.disk.as_mut() {
+                Some(d) => {
+                    match verdict {
+                        Ok(()) if f.write => d.counters.writes_ok += 1,
+                        Ok(()) => d.counters.reads_ok += 1,
+                        Err(_) => d.counters.errors += 1,
+                    }
+                    d.finish(io, verdict);
+                }
+                None => io.complete(verdict),
+            }
+        }
+        if let Some(r) = retire {
+            host.retire(r);
+        }
+        if let Some(r) = release {
+            host.release(r);
+        }
+        true
+    }
+}
+
+/// Copy a frame's first page into a read's request.
+fn fill_from(io: &PageIo, buf: &DmaBuf) -> Result {
+    let mut chunk = [0u8; 256];
+    for off in (0..PAGE_BYTES).step_by(chunk.len()) {
+        buf.read(off, &mut chunk)?;
+        io.fill(off, &chunk)?;
+    }
+    Ok(())
+}
+
+/// Copy a write's page into a frame.
+fn copy_into(io: &PageIo, buf: &DmaBuf) -> Result {
+    let mut chunk = [0u8; 256];
+    for off in (0..PAGE_BYTES).step_by(chunk.len()) {
+        io.copy_out(off, &mut chunk)?;
+        buf.write(off, &chunk)?;
+    }
+    Ok(())
+}
+
+impl Shared {
+    /// Issue backlogged disk pages while GMS has operation slots and frames. Returns
+    /// whether anything was issued (flush after).
+    pub(crate) fn issue_disk(core: &mut crate::driver::Core, now: u64) -> bool {
+        let mut issued = false;
+        loop {
+            let c = &mut *core;
+            let Some(d) = c.node.host.disk.as_ref() else { return issued };
+            if d.queued == 0 || c.node.ops_in_use() + OPS_RESERVE >= OPS || c.node.host.free_frames() < 2 {
+                return issued;
+            }
+            let Some(d) = c.node.host.disk.as_mut() else { return issued };
+            let Some((page, io, write, ra)) = d.pop() else { return issued };
+            let id = PageId::new(DISK_SPACE, page);
+            let Some(v) = d.versions.get(page as usize).copied() else {
+                d.fail(io);
+                continue;
+            };
+            if write {
+                let target = d.targets[d.next_target % d.ntargets];
+                d.next_target = d.next_target.wrapping_add(1);
+                let Some(f) = c.node.host.alloc() else {
+                    fail_io(c, io);
+                    continue;
+                };
+                let ok = c.node.host.frame(f).is_some_and(|b| copy_into(&io, b).is_ok());
+                if !ok {
+                    c.node.host.release(f);
+                    fail_io(c, io);
+                    continue;
+                }
+                let nv = v + 1;
+                match c.node.putpage(now, &mut c.rpc, id, Version(nv), f, PAGE_BYTES as u32, target, false, Mode::NonBlocking) {
+                    Ok(op) => {
+                        let d = c.node.host.disk.as_mut();
+                        if let Some(d) = d {
+                            d.versions[page as usize] = nv;
+                            d.in_flight[usize::from(op.slot)] =
+                                Some(InFlight { op, io: Some(io), frame: f, write: true, version: nv, ra: false, prefetch: false });
+                        }
+                        issued = true;
+                    }
+                    Err(_) => {
+                        c.node.host.release(f);
+                        fail_io(c, io);
+                    }
+                }
+            } else {
+                let Some(reply_to) = c.node.host.solicit() else {
+                    fail_read(c, page, io, ra);
+                    continue;
+                };
+                let Some(&f) = reply_to.caller_frame() else {
+                    fail_read(c, page, io, ra);
+                    continue;
+                };
+                match c.node.getpage(now, &mut c.rpc, id, reply_to, Mode::NonBlocking) {
+                    Ok(op) => {
+                        // A getpage answered locally completed inside the call (and found no
+                        // in-flight entry): handle that completion now.
+                        let slot = usize::from(op.slot);
+                        if let Some(d) = c.node.host.disk.as_mut() {
+                            d.in_flight[slot] =
+                                Some(InFlight { op, io: Some(io), frame: f, write: false, version: v, ra, prefetch: false });
+                        }
+                        if let Some(done) = c.node.host.take_done(op) {
+                            DiskState::complete(&mut c.node.host, &done);
+                        }
+                        issued = true;
+                    }
+                    Err(_) => {
+                        c.node.host.release(f);
+                        fail_read(c, page, io, ra);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Issue the prefetches read-ahead wants, while GMS has room.
+    pub(crate) fn issue_prefetches(core: &mut crate::driver::Core, now: u64) -> bool {
+        let mut issued = false;
+        loop {
+            let c = &mut *core;
+            if c.node.ops_in_use() + OPS_RESERVE + 4 >= OPS || c.node.host.free_frames() < 8 {
+                return issued;
+            }
+            let Some(d) = c.node.host.disk.as_mut() else { return issued };
+            if !d.ra_on {
+                return issued;
+            }
+            let DiskState { ra, versions, cache, .. } = d;
+            // Pages never written read as zeros; cached ones need no fetch.
+            let skip = |_s: u64, p: u64| {
+                versions.get(p as usize).map_or(true, |&v| v == 0)
+                    || cache.iter().any(|x| x.is_some_and(|x| x.page == p))
+            };
+            let Some(p) = ra.poll_prefetch(skip) else { return issued };
+            let page = p.page;
+            let v = versions.get(page as usize).copied().unwrap_or(0);
+            let Some(reply_to) = c.node.host.solicit() else {
+                if let Some(d) = c.node.host.disk.as_mut() {
+                    let _ = d.ra.complete(DISK_SPACE, page, false);
+                }
+                return issued;
+            };
+            let Some(&f) = reply_to.caller_frame() else { return issued };
+            match c.node.getpage(now, &mut c.rpc, PageId::new(DISK_SPACE, page), reply_to, Mode::NonBlocking) {
+                Ok(op) => {
+                    if let Some(d) = c.node.host.disk.as_mut() {
+                        d.in_flight[usize::from(op.slot)] =
+                            Some(InFlight { op, io: None, frame: f, write: false, version: v, ra: true, prefetch: true });
+                    }
+                    if let Some(done) = c.node.host.take_done(op) {
+                        DiskState::complete(&mut c.node.host, &done);
+                    }
+                    issued = true;
+                }
+                Err(_) => {
+                    c.node.host.release(f);
+                    if let Some(d) = c.node.host.disk.as_mut() {
+                        let _ = d.ra.complete(DISK_SPACE, page, false);
+                    }
+                    return issued;
+                }
+            }
+        }
+    }
+
+    /// A disk page from blk-mq (atomic context): zeros for a page never written, else
+    /// queued for GMS; then complete what finished.
+    fn disk_io(&self, page: u64, io: PageIo, write: bool) {
+        self.disk_io_locked(page, io, write);
+        self.complete_disk();
+    }
+
+    /// Complete the pages that finished under the core lock (any context; the lock is
+    /// not held).
+    pub(crate) fn complete_disk(&self) {
+        loop {
+            let mut batch: [Option<(PageIo, bool)>; 16] = [const { None }; 16];
+            let n = match self.core.lock().node.host.disk.as_mut() {
+                Some(d) => d.take_finished(&mut batch),
+                None => 0,
+            };
+            for (io, ok) in batch.iter_mut().filter_map(Option::take) {
+                io.complete(if ok { Ok(()) } else { Err(EIO) });
+            }
+            if n < batch.len() {
+                return;
+            }
+        }
+    }
+
+    fn disk_io_locked(&self, page: u64, io: PageIo, write: bool) {
+        let sent = {
+            let mut core = self.core.lock();
+            let c = &mut *core;
+            let closing = self.is_closing();
+            let Some(d) = c.node.host.disk.as_mut() else {
+                io.complete(Err(EIO));
+                return;
+            };
+            if closing {
+                d.fail(io);
+                return;
+            }
+            match d.versions.get(page as usize) {
+                None => {
+                    d.fail(io);
+                    return;
+                }
+                Some(0) if !write => {
+                    let r = io.fill_zero();
+                    if r.is_ok() {
+                        d.counters.reads_zero += 1;
+                    } else {
+                        d.counters.errors += 1;
+                    }
+                    d.finish(io, r);
+                    return;
+                }
+                Some(_) => {}
+            }
+            let mut ra = false;
+            if write {
+                if let Some(f) = d.uncache(page) {
+                    c.node.host.release(f);
+                }
+            } else if d.ra_on {
+                let v = d.versions.get(page as usize).copied().unwrap_or(0);
+                let hit = d.cached(page, v);
+                match d.ra.on_access(DISK_SPACE, page, hit.is_some()) {
+                    Decision::Hit => {
+                        if let Some(cached) = hit.and_then(|i| d.cache[i]) {
+                            let r = match c.node.host.pool.get(usize::from(cached.frame)) {
+                                Some(buf) => fill_from(&io, buf),
+                                None => Err(EINVAL),
+                            };
+                            match c.node.host.disk.as_mut() {
+                                Some(d) => {
+                                    if r.is_ok() {
+                                        d.counters.reads_cache += 1;
+                                    } else {
+                                        d.counters.errors += 1;
+                                    }
+                                    d.finish(io, r);
+                                }
+                                None => io.complete(r),
+                            }
+                            let now = crate::driver::now_ns();
+                            let sent = Self::issue_prefetches(c, now);
+                            drop(core);
+                            if sent {
+                                self.ring_nic();
+                            }
+                            return;
+                        }
+                    }
+                    Decision::WaitFor(_) => match d.park(page, io) {
+                        Ok(()) => return,
+                        Err(back) => {
+                            if let Err(io) = d.push(page, back, false, false) {
+                                d.fail(io);
+                            }
+                            return;
+                        }
+                    },
+                    Decision::Fetch(id) => ra = id.is_some(),
+                }
+                let Some(d) = c.node.host.disk.as_mut() else { return };
+                if let Err(io) = d.push(page, io, write, ra) {
+                    if ra {
+                        let _ = d.ra.complete(DISK_SPACE, page, false);
+                    }
+                    d.fail(io);
+                    return;
+                }
+                let now = crate::driver::now_ns();
+                let a = Self::issue_disk(c, now);
+                let b = Self::issue_prefetches(c, now);
+                return_sent(a | b, c, self);
+                return;
+            }
+            let Some(d) = c.node.host.disk.as_mut() else { return };
+            if let Err(io) = d.push(page, io, write, ra) {
+                d.fail(io);
+                return;
+            }
+            Self::issue_disk(c, crate::driver::now_ns()) && c.flush()
+        };
+        if sent {
+            self.ring_nic();
+        }
+    }
+}
+
+/// Flush after issuing (under the lock) and ring the doorbell if anything was posted.
+fn return_sent(issued: bool, c: &mut crate::driver::Core, s: &Shared) {
+    if issued && c.flush() {
+        s.ring_nic();
+    }
+}
+
+/// A read that could not be issued: fail it, and end its read-ahead entry (its parked
+/// readers are queued as plain reads).
+fn fail_read(c: &mut crate::driver::Core, page: u64, io: PageIo, ra: bool) {
+    if let Some(d) = c.node.host.disk.as_mut() {
+        if ra {
+            let _ = d.ra.complete(DISK_SPACE, page, false);
+            d.wake(page, None);
+        }
+    }
+    fail_io(c, io);
+}
+
+fn fail_io(c: &mut crate::driver::Core, io: PageIo) {
+    match c.node.host.disk.as_mut() {
+        Some(d) => d.fail(io),
+        None => io.complete(Err(EIO)),
+    }
+}
+
+/// The backend `/dev/gms0` calls.
+pub(crate) struct GmsBackend {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl PageBackend for GmsBackend {
+    fn read(&self, page: u64, io: PageIo) {
+        self.shared.disk_io(page, io, false);
+    }
+    fn write(&self, page: u64, io: PageIo) {
+        self.shared.disk_io(page, io, true);
+    }
+}
