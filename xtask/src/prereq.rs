@@ -73,3 +73,15 @@ pub fn ensure_packages(pkgs: &[(&str, &str)]) -> anyhow::Result<()> {
 pub fn ensure_emulator_build_deps() -> anyhow::Result<()> {
     ensure_packages(&EMULATOR_DEPS)
 }
+
+/// What `cargo xtask bench vm` copies into the guests for its NBD baseline (the binaries and
+/// the shared libraries `ldd` lists for them).
+const NBD_BENCH_DEPS: [(&str, &str); 2] = [
+    ("nbd-client", "Linux's NBD client setup tool, run in guest A (busybox has no nbd-client applet)"),
+    ("nbd-server", "serves the NBD baseline's RAM-backed export from guest B"),
+];
+
+/// What the NBD baseline of `cargo xtask bench vm` needs.
+pub fn ensure_nbd_bench_deps() -> anyhow::Result<()> {
+    ensure_packages(&NBD_BENCH_DEPS)
+}

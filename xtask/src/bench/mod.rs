@@ -5,6 +5,7 @@
 mod dma;
 mod nic;
 mod rpc;
+mod vm;
 
 #[derive(clap::Args)]
 pub struct BenchArgs {
@@ -24,6 +25,10 @@ enum What {
     /// NetRPC over virtual NICs: 2-way and 3-way × wait / cont / defer × 0 / 4 / 8 KB ×
     /// solicited / unsolicited / unsolicited+copy, with raw-NIC, UDP and TCP baselines.
     Rpc(rpc::RpcArgs),
+    /// QEMU guests: 4 KiB random read p50/p99 and sequential MB/s of the GMS block device
+    /// /dev/gms0 in guest A against Linux's NBD client reading nbd-server in guest B over
+    /// virtio-net, in the same run, with the gms/nbd ratios.
+    Vm(vm::VmBenchArgs),
 }
 
 pub fn run(a: BenchArgs) -> anyhow::Result<()> {
@@ -31,6 +36,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         What::Dma(d) => dma::run(d),
         What::Nic(n) => nic::run(n),
         What::Rpc(r) => rpc::run(r),
+        What::Vm(v) => vm::run(v),
     }
 }
 
