@@ -68,6 +68,38 @@ pub const PLAN_HEADER_BYTES: usize = 12;
 pub const PLAN_MAX_NODES: usize = (100 - PLAN_HEADER_BYTES) / 4;
 const WIRE_VERSION: u8 = 1;
 
+/// The global LRU's NetRPC operations, all one-way (outside [`super::ops::is_gms_op`]'s
+/// range, so a runtime serves them next to GMS's, through `Host::serve_other`):
+///
+/// | op | direction | body |
+/// |----|-----------|------|
+/// | `LRU_START` 0x4720 | coordinator → every member | epoch (u32 LE) |
+/// | `LRU_SUMMARY` 0x4721 | member → coordinator | an encoded [`AgeSummary`] |
+/// | `LRU_PLAN` 0x4722 | coordinator → every other member | an encoded [`EpochPlan`] |
+/// | `LRU_NEXT` 0x4723 | member → coordinator | epoch (u32 LE) whose budget it used up |
+pub const OP_LRU_START: u16 = 0x4720;
+pub const OP_LRU_SUMMARY: u16 = 0x4721;
+pub const OP_LRU_PLAN: u16 = 0x4722;
+pub const OP_LRU_NEXT: u16 = 0x4723;
+
+/// Whether `op` is one of the global LRU's operations.
+pub fn is_lru_op(op: u16) -> bool {
+    (OP_LRU_START..=OP_LRU_NEXT).contains(&op)
+}
+
+/// Map an age in clock ticks onto a coarse, order-preserving scale (exact below 8 ticks,
+/// then 4 steps per doubling), so that an [`AgeSummary`]'s few groups cover many pages.
+/// Every node must use the same tick.
+pub fn quantize_age(ticks: u64) -> u32 {
+    if ticks < 8 {
+        return ticks as u32;
+    }
+    let e = 63 - ticks.leading_zeros(); // >= 3
+    // (e - 1) * 4 + the two bits below the leading one: 8 for ticks = 8, strictly
+    // increasing in steps; below AGE_FREE for any u64.
+    ((e - 1) * 4 + ((ticks >> (e - 2)) & 3) as u32).min(AGE_FREE - 1)
+}
+
 /// Bytes that are not a valid summary or plan, or an output buffer that is too small.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WireError;
@@ -579,5 +611,34 @@ impl<const NODES: usize, const K: usize> Coordinator<NODES, K> {
         }
         self.phase = Phase::Planned;
         Some(compute(self.me, self.epoch, self.oldest_pages, &self.summaries))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use super::*;
+
+    #[test]
+    fn quantized_ages_keep_order_and_merge_old_ones() {
+        let mut prev = 0;
+        for t in 0..100_000u64 {
+            let q = quantize_age(t);
+            assert!(q >= prev, "quantize_age({t}) = {q} < {prev}");
+            prev = q;
+        }
+        assert_eq!((0..8).map(quantize_age).collect::<std::vec::Vec<_>>(), [0, 1, 2, 3, 4, 5, 6, 7]);
+        // Four steps per doubling: 1000..2000 ticks fall into four groups.
+        let mut steps: std::vec::Vec<u32> = (1024..2048).map(quantize_age).collect();
+        steps.dedup();
+        assert_eq!(steps.len(), 4);
+        assert!(quantize_age(u64::MAX) < AGE_FREE);
+    }
+
+    #[test]
+    fn lru_ops_are_not_gms_ops() {
+        for op in OP_LRU_START..=OP_LRU_NEXT {
+            assert!(is_lru_op(op) && !super::super::ops::is_gms_op(op));
+        }
     }
 }

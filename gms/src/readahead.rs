@@ -228,6 +228,12 @@ impl<const STREAMS: usize, const PENDING: usize> ReadAhead<STREAMS, PENDING> {
         self.pending.iter().flatten().find(|p| p.space == space && p.page == page).map(|p| p.id)
     }
 
+    /// Pages `space`'s stream wants read ahead but [`ReadAhead::poll_prefetch`] has not
+    /// handed out yet (a runtime may wait until there are several, to send them together).
+    pub fn wanted(&self, space: u64) -> u64 {
+        self.streams.iter().flatten().find(|s| s.space == space).map_or(0, |s| s.until.saturating_sub(s.next))
+    }
+
     /// Prefetches of `space` in flight.
     pub fn in_flight(&self, space: u64) -> usize {
         self.pending.iter().flatten().filter(|p| p.prefetch && p.space == space).count()
@@ -272,5 +278,34 @@ impl<F: FnMut(u64, u64) -> bool, const STREAMS: usize, const PENDING: usize> Ite
 
     fn next(&mut self) -> Option<Prefetch> {
         self.ra.poll_prefetch(&mut self.skip)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wanted_counts_pages_not_handed_out_yet() {
+        let mut ra = ReadAhead::<2, 32>::new(Config { trigger: 2, depth: 8 });
+        assert_eq!(ra.wanted(1), 0);
+        for page in 0..3 {
+            if let Decision::Fetch(Some(_)) = ra.on_access(1, page, false) {
+                ra.complete(1, page, true);
+            }
+        }
+        // Sequential: pages 3..11 wanted, none handed out.
+        assert_eq!(ra.wanted(1), 8);
+        let first: [u64; 3] = core::array::from_fn(|_| ra.poll_prefetch(|_, _| false).unwrap().page);
+        assert_eq!(first, [3, 4, 5]);
+        assert_eq!(ra.wanted(1), 5);
+        while ra.poll_prefetch(|_, _| false).is_some() {}
+        assert_eq!((ra.wanted(1), ra.in_flight(1)), (0, 8));
+        // The reader moves on by one page: one more wanted.
+        assert!(matches!(ra.on_access(1, 3, false), Decision::WaitFor(_)));
+        ra.complete(1, 3, true);
+        assert_eq!(ra.on_access(1, 3, true), Decision::Hit);
+        assert_eq!(ra.wanted(1), 1);
+        assert_eq!(ra.wanted(2), 0, "another space has no stream");
     }
 }

@@ -10,24 +10,33 @@
 //! receive slot's frame, which is detached and handed over. Frames GMS drops are freed only
 //! once the sends posted before the drop have completed (they may still be carrying them).
 //!
-//! Putpage targets: **least-loaded** (the member other than this node with the fewest pages
-//! this node stored there, skipping members that refused recently) — not the epoch-based
-//! global LRU of [`gms::lru`], which this runtime does not run yet.
+//! Putpage targets: the epoch-based **global LRU** ([`lru`], after [`gms::lru`]): drawn in
+//! proportion to the epoch plan's weights (the share of the cluster's oldest pages and free
+//! frames on each member); evicted pages older than the plan's threshold are discarded
+//! ([`GmsPort::evict`]) and targets discard their globally oldest pages to make room.
+//! Before the first plan (or when no member has weight left this epoch) the target is the
+//! **least-loaded** member (the fewest pages this node stored there, skipping members that
+//! refused recently).
 
 use crate::nic::{InlineNative, NicMem};
 use crate::rpc::{carve, post, receive, Frame, Frames, FRAME_BYTES};
 use crate::shm::Mapping;
+use lru::{build_summary, Lru, LruConfig, LruMsg, Summary};
 use anyhow::{bail, Context};
 use gms::prelude::*;
 use gms::readahead::{self, Decision, ReadAhead};
 use netrpc::prelude::*;
-use std::collections::{HashMap, VecDeque};
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
 use trapeze_firmware::iface::entry::Segment;
 use trapeze_firmware::iface::ipt::CancelState;
-use trapeze_firmware::iface::layout::RECV_RING_ENTRIES;
+use trapeze_firmware::iface::layout::{ctrl, ctrl_word, RECV_RING_ENTRIES};
+use trapeze_firmware::iface::mem::NicMemory;
 use trapeze_host::endpoint::{Endpoint, EndpointConfig};
+
+pub mod lru;
 
 /// Capacities of the node (pages held, directory entries, operations, background tasks).
 pub const HELD: usize = 4096;
@@ -58,6 +67,10 @@ pub struct PortHost {
     reaped: u64,
     /// Pages GMS dropped on this node (superseded, moved away, lost directory).
     pub pages_dropped: u64,
+    /// Global-LRU messages received, handled after each poll.
+    lru_inbox: Vec<LruMsg>,
+    /// The firmware's send-completion sequence when the send ring was last reaped.
+    tx_seq_seen: u32,
 }
 
 impl PortHost {
@@ -75,6 +88,13 @@ impl PortHost {
     }
 
     fn reap(&mut self) -> bool {
+        let seq = self.ep.mem().load(ctrl_word(ctrl::FW_TX_SEQ), std::sync::atomic::Ordering::Acquire);
+        if seq == self.tx_seq_seen {
+            // No send completed since the last scan of the ring.
+            return false;
+        }
+        // Completions published before `seq` are visible now; later ones move it again.
+        self.tx_seq_seen = seq;
         let n = self.ep.reap_sends(|_, _| {}) as u64;
         self.reaped += n;
         while let Some(&(f, serial)) = self.limbo.front() {
@@ -102,6 +122,19 @@ impl Host<Frame> for PortHost {
     }
     fn completed(&mut self, done: Completion<Frame>) {
         self.done.push(done);
+    }
+    fn serve_other(&mut self, inc: &Incoming<'_, Frame>) -> Action<Frame> {
+        if let InPayload::Buffer { frame, .. } = inc.payload {
+            self.release(frame);
+        }
+        if !gms::lru::is_lru_op(inc.op) || !inc.one_way {
+            return Action::Error(RpcError::UnknownOp);
+        }
+        let mut body = [0u8; 104];
+        let len = inc.body.len().min(body.len());
+        body[..len].copy_from_slice(&inc.body[..len]);
+        self.lru_inbox.push(LruMsg { src: inc.src, op: inc.op, len, body });
+        Action::Done
     }
 }
 
@@ -211,6 +244,8 @@ pub struct GmsPort {
     pub rpc: GmsRpc,
     pub node: Box<Node>,
     cpu: Option<InlineNative>,
+    /// Wakes the NIC's own processor thread (when not driven inline).
+    doorbell: Option<Arc<std::os::fd::OwnedFd>>,
     epoch: Instant,
     slot_frame: Vec<Frame>,
     /// Client operations in flight.
@@ -236,6 +271,30 @@ pub struct GmsPort {
     /// getpage latencies (ns) by how they were served: 2-way, 3-way.
     pub lat_2way: Vec<u64>,
     pub lat_3way: Vec<u64>,
+    /// The global LRU (epochs, plan, coordinator when this is the lowest live member).
+    pub lru: Lru,
+    /// `pages_stored` of the node when the LRU last looked.
+    lru_stored_seen: u64,
+    /// When an idle [`Self::poll`] next checks the timers.
+    timers_at: u64,
+    /// Idle passes until [`Self::poll`] next reads the clock.
+    clock_in: u32,
+    /// The plan epoch when `refused_by` was last cleared.
+    refused_epoch: u32,
+    /// The plan epoch under which [`Self::make_room`] found too few old pages.
+    room_blocked: Option<u32>,
+}
+
+/// Idle passes between two clock reads in [`GmsPort::poll`] (a few µs).
+const CLOCK_PASSES: u32 = 32;
+
+/// How often an idle poll checks NetRPC's, GMS's and the LRU's timers (ns).
+const TIMER_CHECK_NS: u64 = 20_000;
+
+/// This node's age summary for `epoch` at LRU clock `tick`.
+fn summary_of(node: &Node, tick: u64, epoch: u32) -> Summary {
+    let mut ages: Vec<u32> = node.holdings().map(|(_, h)| gms::lru::quantize_age(tick.saturating_sub(h.last_access))).collect();
+    build_summary(node.id(), epoch, node.budget(), &mut ages)
 }
 
 impl GmsPort {
@@ -252,6 +311,24 @@ impl GmsPort {
         rpc_cfg: Config,
         cpu: InlineNative,
     ) -> anyhow::Result<Self> {
+        Self::new_on(mem, region, base, cfg, seed, gms_cfg, rpc_cfg, Some(cpu), None)
+    }
+
+    /// Like [`Self::new`]; `cpu`: drive the NIC's firmware from [`Self::poll`] (inline),
+    /// or `None` if the NIC has its own processor thread (e.g. the flashed image on the
+    /// emulated core), which `doorbell` wakes after sends.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new_on(
+        mem: NicMem,
+        region: Arc<Mapping>,
+        base: u64,
+        cfg: EndpointConfig,
+        seed: [u64; 2],
+        gms_cfg: GmsConfig,
+        rpc_cfg: Config,
+        cpu: Option<InlineNative>,
+        doorbell: Option<Arc<std::os::fd::OwnedFd>>,
+    ) -> anyhow::Result<Self> {
         let (ep, frames, slot_frame) = carve(mem, region, base, &cfg, seed, 64)?;
         let host = PortHost {
             frames,
@@ -262,27 +339,36 @@ impl GmsPort {
             posted: 0,
             reaped: 0,
             pages_dropped: 0,
+            lru_inbox: Vec::new(),
+            tx_seq_seen: 0,
         };
         let mut port = GmsPort {
             rpc: Rpc::new(cfg.node_id, rpc_cfg),
             node: Box::new(GmsNode::new(cfg.node_id, gms_cfg, host)),
-            cpu: Some(cpu),
+            cpu,
+            doorbell,
             epoch: Instant::now(),
             slot_frame,
-            pending: HashMap::new(),
-            finished: HashMap::new(),
-            plain: HashMap::new(),
-            missed: HashMap::new(),
-            cache: HashMap::new(),
+            pending: HashMap::default(),
+            finished: HashMap::default(),
+            plain: HashMap::default(),
+            missed: HashMap::default(),
+            cache: HashMap::default(),
             order: VecDeque::new(),
             cache_cap: CACHE_PAGES,
             ra: ReadAhead::new(readahead::Config { trigger: 2, depth: 0 }),
-            stored_at: HashMap::new(),
-            refused_by: HashMap::new(),
+            stored_at: HashMap::default(),
+            refused_by: HashMap::default(),
             stats: PortStats::default(),
             put_log: Vec::new(),
             lat_2way: Vec::new(),
             lat_3way: Vec::new(),
+            lru: Lru::new(cfg.node_id, LruConfig::default()),
+            lru_stored_seen: 0,
+            timers_at: 0,
+            clock_in: 0,
+            refused_epoch: 0,
+            room_blocked: None,
         };
         let t0 = Instant::now();
         while !port.node.host.ep.config_applied() {
@@ -370,30 +456,83 @@ impl GmsPort {
         self.cpu.as_mut().is_some_and(|c| c.poll())
     }
 
+    /// Wake a NIC processor thread that may sleep on its doorbell.
+    fn ring(doorbell: &Option<Arc<std::os::fd::OwnedFd>>) {
+        if let Some(d) = doorbell {
+            let _ = rustix::io::write(d, &1u64.to_ne_bytes());
+        }
+    }
+
     /// One pass: NIC firmware, send completions, received messages, timeouts, GMS's
     /// background work, transmits, completions. Returns whether anything happened.
     pub fn poll(&mut self) -> bool {
         let mut busy = self.poll_nic();
-        let now = self.now();
         busy |= self.node.host.reap();
+        // The clock is read when something happened, else every CLOCK_PASSES idle passes
+        // (a clock read costs more than the rest of an idle pass).
+        self.clock_in = self.clock_in.saturating_sub(1);
+        let idle = !busy && self.clock_in > 0;
+        let mut clock = None;
         while let Some(m) = self.node.host.ep.poll_recv() {
             busy = true;
+            let now = match clock {
+                Some(t) => t,
+                None => *clock.insert(self.tick_clock()),
+            };
             let slot = (m.slot % RECV_RING_ENTRIES) as usize;
             let h = &mut self.node.host;
             let payload = receive(&mut h.ep, h.base, &m, &mut self.slot_frame[slot], &mut h.frames);
             self.rpc.handle_message(now, &mut *self.node, m.src, m.ctrl(), payload);
-            self.node.drive(now, &mut self.rpc);
+            // `drive` runs once after the batch (below): its scans of the operation and
+            // task tables cost more than handling a message. A batch is at most a receive
+            // ring (32), well within the node's notice queue.
+            // A burst of putpages must find room as it arrives, not after the burst.
+            self.make_room(now);
         }
-        self.rpc.handle_timeouts(now, &mut *self.node);
         if self.rpc.has_deferred() {
             self.rpc.run_deferred(&mut *self.node);
+            busy = true;
         }
-        if self.node.poll_timeout().is_some_and(|t| t <= now) || busy {
+        if idle && clock.is_none() {
+            // Nothing arrived, nothing completed: no input for GMS, nothing to send.
+            return false;
+        }
+        let now = match clock {
+            Some(t) => t,
+            None => self.tick_clock(),
+        };
+        // Timers are coarse (ms): an idle spin checks them every TIMER_CHECK_NS, not on
+        // every pass (the scans of the call, operation and task tables dominated it).
+        let timers = now >= self.timers_at;
+        if timers {
+            self.timers_at = now + TIMER_CHECK_NS;
+            self.rpc.handle_timeouts(now, &mut *self.node);
+        }
+        if busy || (timers && self.node.poll_timeout().is_some_and(|t| t <= now)) {
             self.node.drive(now, &mut self.rpc);
+        }
+        if busy || timers || !self.node.host.lru_inbox.is_empty() {
+            busy |= self.lru_step(now);
         }
         busy |= self.flush();
         busy |= self.handle_completions();
         busy
+    }
+
+    /// Read the clock (and give the node its LRU tick).
+    fn tick_clock(&mut self) -> u64 {
+        self.clock_in = CLOCK_PASSES;
+        let now = self.now();
+        self.node.set_epoch(self.lru.tick(now));
+        now
+    }
+
+    /// After a client call that only queued messages (a getpage): send them. The node's
+    /// timers and tasks wait for the next poll's `drive` (a getpage arms no task, and its
+    /// deadline is milliseconds away); on the read-ahead path this halves the table scans.
+    fn after_call(&mut self) {
+        self.flush();
+        self.handle_completions();
     }
 
     /// After a direct input to the node: drive it and send.
@@ -404,16 +543,108 @@ impl GmsPort {
         self.handle_completions();
     }
 
+    // ---- the global LRU -----------------------------------------------------------------------
+
+    /// The global LRU's coordinator: the lowest live member.
+    pub fn coordinator(&self) -> Option<u16> {
+        self.node.members().ids().iter().copied().min()
+    }
+
+    /// Set the global LRU's parameters (keeps its state).
+    pub fn set_lru_config(&mut self, cfg: LruConfig) {
+        self.lru.cfg = cfg;
+    }
+
+    /// Global-LRU work after a poll: messages received, coordinator duties, putpages
+    /// stored here, room for more, messages to send. Returns whether it sent anything.
+    fn lru_step(&mut self, now: u64) -> bool {
+        let tick = self.lru.tick(now);
+        let inbox = std::mem::take(&mut self.node.host.lru_inbox);
+        for m in &inbox {
+            let node = &self.node;
+            self.lru.handle(now, m, |e| summary_of(node, tick, e));
+        }
+        let node = &self.node;
+        self.lru.poll(now, node.members().ids(), |e| summary_of(node, tick, e));
+        self.count_received();
+        self.make_room(now);
+        let mut sent = false;
+        for m in std::mem::take(&mut self.lru.out) {
+            // A full transmit queue loses the message: the epoch's deadline covers it.
+            sent |= self.rpc.send_oneway(m.dst, m.op, &m.body[..m.len], None).is_ok();
+        }
+        sent
+    }
+
+    /// Count the putpages this node stored since last time against the plan.
+    fn count_received(&mut self) {
+        let stored = self.node.stats().pages_stored;
+        if stored > self.lru_stored_seen {
+            let c = self.coordinator();
+            self.lru.received(stored - self.lru_stored_seen, c);
+            self.lru_stored_seen = stored;
+        }
+    }
+
+    /// Keep `headroom` frames of the budget free by discarding held pages at least as old
+    /// as the plan's threshold (ages as of the plan), oldest first, down to twice the
+    /// headroom free. A node that is full while the plan still sends it putpages (its
+    /// weight is not used up) discards its oldest pages whatever their age: the puts
+    /// replace them, as the plan intends.
+    fn make_room(&mut self, now: u64) {
+        let budget = self.node.budget();
+        let headroom = self.lru.cfg.headroom;
+        let held = self.node.held_count();
+        if budget == 0 || held + headroom <= budget {
+            return;
+        }
+        self.count_received();
+        let Some(plan) = self.lru.plan().copied() else { return };
+        let owed = plan.remaining().get(self.id() as usize).copied().unwrap_or(0) as usize;
+        let full = held >= budget;
+        // A scan that found too few old pages is not repeated until the next plan.
+        if self.room_blocked == Some(plan.epoch()) && !(full && owed > 0) {
+            return;
+        }
+        let mut old: Vec<(u32, PageId)> = self
+            .node
+            .holdings()
+            .filter(|(_, h)| h.state == HeldState::Registered)
+            .map(|(p, h)| (self.lru.age_at_plan(h.last_access), *p))
+            .collect();
+        old.sort_unstable_by_key(|a| std::cmp::Reverse(a.0));
+        let want = (held + 2 * headroom).saturating_sub(budget);
+        let old_enough = old.iter().take_while(|a| a.0 >= plan.threshold()).count();
+        let mut n = want.min(old_enough);
+        if n < want {
+            self.room_blocked = Some(plan.epoch());
+            if full && owed > 0 {
+                n = want.min(owed.max(1)).min(old.len());
+            }
+        }
+        for &(_, page) in old.iter().take(n) {
+            if let Some(h) = self.node.drop_local(now, &page) {
+                // Replies posted earlier may still carry the frame.
+                self.node.host.limbo.push_back((h.frame, u64::MAX));
+                self.lru.stats.held_discarded += 1;
+            }
+        }
+    }
+
     /// Hand queued transmits to the NIC.
     fn flush(&mut self) -> bool {
         let mut sent = false;
         while let Some(t) = self.rpc.poll_transmit() {
             let host = &mut self.node.host;
             let cpu = &mut self.cpu;
+            let doorbell = &self.doorbell;
             let mut reaped = 0;
             if post(&mut host.ep, host.base, &t, None, |ep| {
-                if let Some(c) = cpu.as_mut() {
-                    c.poll();
+                match cpu.as_mut() {
+                    Some(c) => {
+                        c.poll();
+                    }
+                    None => Self::ring(doorbell),
                 }
                 reaped += ep.reap_sends(|_, _| {}) as u64;
             }) {
@@ -435,6 +666,7 @@ impl GmsPort {
         }
         host.reap();
         if sent {
+            Self::ring(&self.doorbell);
             for _ in 0..16 {
                 if !self.poll_nic() {
                     break;
@@ -586,10 +818,35 @@ impl GmsPort {
         pool.iter().copied().min_by_key(|n| (self.stored_at.get(n).copied().unwrap_or(0), *n))
     }
 
-    /// Start a putpage of `data` as `page` at `version` to `target` (default: least
-    /// loaded). The page leaves the local cache (it may be stale now).
+    /// The target of a putpage by the global LRU's plan, else least loaded.
+    pub fn choose_target(&mut self) -> Option<u16> {
+        // A new plan reflects the members' free memory now: forget who refused before it.
+        let epoch = self.lru.plan().map_or(0, |p| p.epoch());
+        if epoch != self.refused_epoch {
+            self.refused_epoch = epoch;
+            self.refused_by.clear();
+        }
+        let me = self.id();
+        let c = self.coordinator();
+        let members = self.node.members();
+        let refused = &self.refused_by;
+        let t = self.lru.choose_target(c, |n| n != me && members.contains(n) && !refused.contains_key(&n));
+        if t.is_some() {
+            self.lru.stats.puts_by_plan += 1;
+            return t;
+        }
+        self.lru.stats.puts_fallback += 1;
+        self.pick_target()
+    }
+
+    /// Start a putpage of `data` as `page` at `version` to `target` (default: by the
+    /// global LRU, [`Self::choose_target`]). The page leaves the local cache (it may be
+    /// stale now).
     pub fn put(&mut self, page: PageId, version: Version, data: &[u8], target: Option<u16>) -> anyhow::Result<OpId> {
-        let target = target.or_else(|| self.pick_target()).context("no put target")?;
+        let target = match target {
+            Some(t) => t,
+            None => self.choose_target().context("no put target")?,
+        };
         self.cache_remove(&page);
         if let Some(Finished::Hit { frame, .. }) = self.finished.remove(&page) {
             self.node.host.frames.free(frame);
@@ -613,8 +870,47 @@ impl GmsPort {
         }
     }
 
+    /// Evict a page this node last used at `last_used` (ns of [`Self::now`]): discarded
+    /// (`Ok(None)`, counted in the LRU's `evictions_discarded`) if it is older than the
+    /// plan's threshold, else put like [`Self::put`].
+    pub fn evict(&mut self, page: PageId, version: Version, data: &[u8], last_used: u64) -> anyhow::Result<Option<OpId>> {
+        let age = self.lru.age_at_plan(self.lru.tick(last_used));
+        let c = self.coordinator();
+        if self.lru.should_discard(age, c) {
+            self.cache_remove(&page);
+            return Ok(None);
+        }
+        self.put(page, version, data, None).map(Some)
+    }
+
+    /// This node at a glance.
+    pub fn view(&self) -> NodeView {
+        let g = self.node.stats();
+        let recent = |v: &Vec<u64>| v[v.len().saturating_sub(2048)..].to_vec();
+        let mut lat = recent(&self.lat_2way);
+        lat.extend(recent(&self.lat_3way));
+        lat.sort_unstable();
+        NodeView {
+            id: self.id(),
+            held: self.node.held_count(),
+            budget: self.node.budget(),
+            gets_served: g.gets_served,
+            puts_received: g.pages_stored,
+            gets_hit: self.stats.gets_hit,
+            gets: self.stats.gets_hit + self.stats.gets_miss,
+            p50_us: (!lat.is_empty()).then(|| lat[lat.len() / 2] as f64 / 1000.0),
+            discarded: self.pages_discarded(),
+        }
+    }
+
+    /// Pages this node discarded by the global LRU (evictions not put, held pages aged out).
+    pub fn pages_discarded(&self) -> u64 {
+        self.lru.stats.evictions_discarded + self.lru.stats.held_discarded
+    }
+
     /// Issue a getpage of `page` into a fresh solicited frame.
-    fn issue_get(&mut self, page: PageId, kind: GetKind) -> anyhow::Result<OpId> {
+    /// `send`: hand it to the NIC now (else the caller does, after more).
+    fn issue_get(&mut self, page: PageId, kind: GetKind, send: bool) -> anyhow::Result<OpId> {
         let f = self.node.host.frames.alloc().context("no free frame")?;
         let seg = Segment { addr: self.node.host.base + f, len: FRAME_BYTES };
         let token = match self.node.host.ep.arm(&[seg]) {
@@ -636,7 +932,9 @@ impl GmsPort {
                 } else {
                     self.stats.demand_fetches += 1;
                 }
-                self.after_input();
+                if send {
+                    self.after_call();
+                }
                 Ok(op)
             }
             Err(e) => {
@@ -673,7 +971,7 @@ impl GmsPort {
                 None
             }
             Decision::Fetch(id) => {
-                if self.issue_get(page, GetKind::Reader).is_err() {
+                if self.issue_get(page, GetKind::Reader, true).is_err() {
                     if id.is_some() {
                         self.ra.complete(page.space, page.page, false);
                     }
@@ -684,21 +982,38 @@ impl GmsPort {
                 }
             }
         };
-        self.issue_prefetches();
+        self.issue_prefetches(page.space);
         r
     }
 
-    /// Issue the prefetches read-ahead wants now.
-    fn issue_prefetches(&mut self) {
+    /// Issue the prefetches read-ahead wants now for `space`'s stream, in batches of a
+    /// quarter of the depth sent together: one send-and-poll of the NIC per batch instead
+    /// of per page, and the servers answer a batch per pass.
+    fn issue_prefetches(&mut self, space: u64) {
+        let batch = (self.ra.config().depth as u64 / 4).max(1);
+        if self.ra.wanted(space) < batch {
+            return;
+        }
+        let mut issued = false;
         loop {
-            let cache = &self.cache;
-            let Some(p) = self.ra.poll_prefetch(|s, n| cache.contains_key(&PageId::new(s, n))) else { break };
+            let (cache, missed) = (&self.cache, &self.missed);
+            // Skip pages cached, and pages a recent prefetch found missing (a miss resets
+            // the stream, whose new window may cover them again).
+            let skip = |s, n| {
+                let p = PageId::new(s, n);
+                cache.contains_key(&p) || missed.contains_key(&p)
+            };
+            let Some(p) = self.ra.poll_prefetch(skip) else { break };
             let page = PageId::new(p.space, p.page);
-            if self.issue_get(page, GetKind::Prefetch).is_err() {
+            if self.issue_get(page, GetKind::Prefetch, false).is_err() {
                 self.stats.prefetch_failed += 1;
                 self.ra.complete(p.space, p.page, false);
                 break;
             }
+            issued = true;
+        }
+        if issued {
+            self.after_call();
         }
     }
 
@@ -740,7 +1055,7 @@ impl GmsPort {
     /// Start a plain getpage (no cache, no read-ahead): poll, then [`Self::get_poll`]
     /// (a result never taken keeps its frame).
     pub fn get_start(&mut self, page: PageId) -> anyhow::Result<OpId> {
-        self.issue_get(page, GetKind::Plain)
+        self.issue_get(page, GetKind::Plain, true)
     }
 
     /// The result of a getpage started with [`Self::get_start`], once finished (the
@@ -761,6 +1076,39 @@ impl GmsPort {
 pub struct Servers {
     handle: std::thread::JoinHandle<(Vec<GmsPort>, Vec<bool>)>,
     stop: Arc<std::sync::atomic::AtomicBool>,
+    views: Arc<std::sync::Mutex<Vec<NodeView>>>,
+}
+
+impl Servers {
+    /// The server nodes as their thread last published them (every [`VIEW_EVERY_NS`]).
+    pub fn views(&self) -> Vec<NodeView> {
+        self.views.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+/// How often the servers' thread publishes its nodes' [`NodeView`]s.
+pub const VIEW_EVERY_NS: u64 = 25_000_000;
+/// Idle passes a server thread spins before yielding its core.
+const SPIN_PASSES: u32 = 256;
+
+/// One node at a glance (the main command's live table).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct NodeView {
+    pub id: u16,
+    /// Pages held for the cluster, and the budget.
+    pub held: usize,
+    pub budget: usize,
+    /// Getpages this node served as a caching site.
+    pub gets_served: u64,
+    /// Putpages it stored.
+    pub puts_received: u64,
+    /// As a client: getpages that hit / all its getpages.
+    pub gets_hit: u64,
+    pub gets: u64,
+    /// As a client: getpage latency p50 over the recent ones (µs), if any.
+    pub p50_us: Option<f64>,
+    /// Pages discarded by the global LRU.
+    pub discarded: u64,
 }
 
 /// Several GMS nodes driven from one thread (an in-process cluster on one switch).
@@ -772,23 +1120,42 @@ pub struct Cluster {
     pub max_polls: u64,
     view: u64,
     _switch: crate::link::backend::InProcSwitch,
+    _nics: Vec<Arc<crate::nic::Nic>>,
 }
 
 impl Cluster {
     /// `n` nodes on an in-process switch, each with `budget` pages of memory for GMS.
     pub fn new(n: u16, budget: usize, gms_cfg: GmsConfig) -> anyhow::Result<Self> {
+        Self::with_firmware(n, budget, gms_cfg, None)
+    }
+
+    /// Like [`Self::new`]; with `image`, every NIC runs that flashed riscv32 firmware
+    /// image on its emulated core (a processor thread per NIC, woken by a doorbell)
+    /// instead of the native firmware driven inline.
+    pub fn with_firmware(n: u16, budget: usize, gms_cfg: GmsConfig, image: Option<&[u8]>) -> anyhow::Result<Self> {
         use crate::host::DEFAULT_REGION_BASE;
         use crate::link::backend::InProcSwitch;
         use crate::link::{FaultConfig, Link};
         use crate::nic::Nic;
         use std::time::Duration;
         let sw = InProcSwitch::new();
+        // One clock origin for every node, so the global LRU compares their page ages.
+        let origin = Instant::now();
         let frames = budget + CACHE_PAGES + 2 * RECV_RING_ENTRIES as usize + 512;
         let bytes = (frames * FRAME_BYTES as usize).next_power_of_two();
         let mut ports = Vec::new();
+        let mut nics = Vec::new();
         for id in 0..n {
             let nic = Arc::new(Nic::new(&format!("g{id}"), Link::new(id, Box::new(sw.port(id)), FaultConfig::default()), Duration::ZERO)?);
-            let inline = nic.start_inline()?;
+            let (inline, doorbell) = match image {
+                None => (Some(nic.start_inline()?), None),
+                Some(img) => {
+                    nic.load_image(img)?;
+                    let db = Arc::new(crate::engines::new_eventfd()?);
+                    nic.shared().wakers.add_doorbell(db.clone());
+                    (None, Some(db))
+                }
+            };
             let region = Arc::new(Mapping::create_memfd("gms-frames", bytes)?);
             nic.shared()
                 .dma
@@ -797,15 +1164,18 @@ impl Cluster {
             let cfg = EndpointConfig { node_id: id, mtu: FRAME_BYTES, ..EndpointConfig::default() };
             let rcfg = Config { call_timeout: 2_000_000_000, nonblocking_timeout: Some(2_000_000_000) };
             let gcfg = GmsConfig { budget, ..gms_cfg };
-            ports.push(GmsPort::new(nic.mem(), region, DEFAULT_REGION_BASE, cfg, [id as u64 + 1, 77], gcfg, rcfg, inline)?);
-            // The NIC lives as long as its inline driver holds it.
-            drop(nic);
+            let seed = [id as u64 + 1, 77];
+            ports.push(GmsPort::new_on(nic.mem(), region, DEFAULT_REGION_BASE, cfg, seed, gcfg, rcfg, inline, doorbell)?);
+            // An inline NIC lives as long as its driver holds it; a NIC with its own
+            // processor, as long as the cluster.
+            nics.push(nic);
         }
         let ids: Vec<u16> = (0..n).collect();
         for p in ports.iter_mut() {
+            p.epoch = origin;
             p.set_members(1, &ids)?;
         }
-        Ok(Cluster { alive: vec![true; n as usize], ports, max_polls: 50_000_000, view: 1, _switch: sw })
+        Ok(Cluster { alive: vec![true; n as usize], ports, max_polls: 50_000_000, view: 1, _switch: sw, _nics: nics })
     }
 
     /// One pass over the live nodes.
@@ -874,7 +1244,11 @@ impl Cluster {
         let alive = self.alive.split_off(from);
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let flag = stop.clone();
+        let views = Arc::new(std::sync::Mutex::new(ports.iter().map(GmsPort::view).collect::<Vec<_>>()));
+        let shown = views.clone();
         let handle = std::thread::Builder::new().name("gms-servers".into()).stack_size(64 << 20).spawn(move || {
+            let (mut idle, mut passes) = (0u32, 0u32);
+            let mut shown_at = Instant::now();
             while !flag.load(std::sync::atomic::Ordering::Relaxed) {
                 let mut busy = false;
                 for (p, &a) in ports.iter_mut().zip(&alive) {
@@ -882,13 +1256,23 @@ impl Cluster {
                         busy |= p.poll();
                     }
                 }
-                if !busy {
+                // Spin while work is likely to come (a wakeup on the other core costs tens
+                // of µs), then give the core away.
+                idle = if busy { 0 } else { idle + 1 };
+                if idle >= SPIN_PASSES {
+                    idle = 0;
                     std::thread::yield_now();
+                }
+                passes = passes.wrapping_add(1);
+                if passes % 1024 == 0 && shown_at.elapsed().as_nanos() as u64 >= VIEW_EVERY_NS {
+                    shown_at = Instant::now();
+                    let v: Vec<NodeView> = ports.iter().map(GmsPort::view).collect();
+                    *shown.lock().unwrap_or_else(|e| e.into_inner()) = v;
                 }
             }
             (ports, alive)
         })?;
-        Ok(Servers { handle, stop })
+        Ok(Servers { handle, stop, views })
     }
 
     /// Take the nodes of [`Self::spawn_servers`] back.

@@ -3,6 +3,7 @@
 //! baseline measured in the same run.
 
 mod dma;
+mod gms;
 mod nic;
 mod rpc;
 mod vm;
@@ -25,6 +26,9 @@ enum What {
     /// NetRPC over virtual NICs: 2-way and 3-way × wait / cont / defer × 0 / 4 / 8 KB ×
     /// solicited / unsolicited / unsolicited+copy, with raw-NIC, UDP and TCP baselines.
     Rpc(rpc::RpcArgs),
+    /// GMS on a 3-node in-process cluster: sequential read MB/s with read-ahead 0 / 4 /
+    /// 16 and random 8 KB getpage p50/p99, against O_DIRECT reads of a local disk file.
+    Gms(gms::GmsArgs),
     /// QEMU guests: 4 KiB random read p50/p99 and sequential MB/s of the GMS block device
     /// /dev/gms0 in guest A against Linux's NBD client reading nbd-server in guest B over
     /// virtio-net, in the same run, with the gms/nbd ratios.
@@ -36,6 +40,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         What::Dma(d) => dma::run(d),
         What::Nic(n) => nic::run(n),
         What::Rpc(r) => rpc::run(r),
+        What::Gms(g) => gms::run(g),
         What::Vm(v) => vm::run(v),
     }
 }

@@ -1,0 +1,326 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! The GMS benchmark run by `cargo xtask bench gms`: reading 8 KB pages from network
+//! memory on a 3-node in-process cluster (virtual NICs, native firmware; the client node
+//! on one thread, the two lending nodes on another) against the disk GMS exists to avoid,
+//! measured in the same run.
+//!
+//! Rows: sequential read bandwidth through the client's cache with read-ahead depth 0 / 4
+//! / 16 (the cache emptied before each scan), and random 8 KB getpages one at a time
+//! (p50/p99). Baseline: the same data in a file on the local disk, read with `O_DIRECT`
+//! (no page cache): sequential 8 KB reads one at a time and random 8 KB reads, p50/p99.
+//! The file lives under `--dir` (default `~/.cache/trapeze/bench`); the benchmark refuses
+//! a directory on tmpfs or ramfs (that would be memory, not disk) and says which file
+//! system it used.
+
+use anyhow::{bail, Context};
+use clap::Parser;
+use gms::prelude::*;
+use rustix::fs::{Mode, OFlags};
+use serde_json::json;
+use std::path::PathBuf;
+use std::time::Instant;
+use trapeze_vnic::gms::{Cluster, Got};
+use trapeze_vnic::rpc::FRAME_BYTES;
+
+#[derive(Parser, Clone)]
+#[command(about = "GMS read bandwidth and getpage latency vs O_DIRECT disk reads")]
+struct Args {
+    /// Pages in the data set (8 KiB each).
+    #[arg(long, default_value_t = 4000, value_parser = clap::value_parser!(u64).range(64..=1_000_000))]
+    pages: u64,
+    /// Memory budget of each lending node, in pages.
+    #[arg(long, default_value_t = 4096)]
+    budget: usize,
+    /// Random reads (each side).
+    #[arg(long, default_value_t = 4000, value_parser = clap::value_parser!(u64).range(10..=10_000_000))]
+    random: u64,
+    /// Sequential scans per depth (the best is reported).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
+    repeat: u32,
+    /// Directory of the disk baseline's file (default: ~/.cache/trapeze/bench).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// One JSON object per row, then one with the ratios.
+    #[arg(long)]
+    json: bool,
+    /// Drive all three nodes from one thread (default: the client on one thread, the two
+    /// lending nodes on another).
+    #[arg(long)]
+    one_thread: bool,
+    /// Only the network-memory side (no disk baseline), e.g. for profiling.
+    #[arg(long)]
+    no_disk: bool,
+    /// Read-ahead depths of the sequential scans.
+    #[arg(long, value_delimiter = ',', default_values_t = [0u32, 4, 16])]
+    depths: Vec<u32>,
+}
+
+const SPACE: u64 = 5;
+const PAGE: usize = FRAME_BYTES as usize;
+
+fn content(n: u64) -> Vec<u8> {
+    let mut x = n.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..PAGE / 8)
+        .flat_map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x.to_le_bytes()
+        })
+        .collect()
+}
+
+fn pct(v: &mut [f64], p: f64) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_unstable_by(f64::total_cmp);
+    v[((v.len() - 1) as f64 * p).round() as usize]
+}
+
+fn mb_s(pages: u64, secs: f64) -> f64 {
+    pages as f64 * PAGE as f64 / secs / 1e6
+}
+
+struct Rand(u64);
+impl Rand {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+/// CPU time of this thread (s): with `--one-thread` the work per page, whatever else
+/// the machine runs.
+fn thread_cpu() -> f64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
+}
+
+/// Figures of one side (network memory or disk).
+struct Side {
+    seq: Vec<(u32, f64)>,
+    /// Sequential scans: CPU µs per page of the thread that ran them (best of runs).
+    cpu_us: Vec<(u32, f64)>,
+    p50: f64,
+    p99: f64,
+}
+
+fn bench_gms(a: &Args, data: &[Vec<u8>]) -> anyhow::Result<Side> {
+    let mut c = Cluster::new(3, a.budget, GmsConfig { op_timeout: 500_000_000, ..GmsConfig::default() })?;
+    c.ports[0].node.set_budget(0); // the client lends no memory
+    let servers = if a.one_thread { None } else { Some(c.spawn_servers(1)?) };
+    // Load, putting again what a busy target refused (its update table was full).
+    let mut todo: Vec<u64> = (0..a.pages).collect();
+    for _round in 0..5 {
+        let log0 = c.ports[0].put_log.len();
+        for &n in &todo {
+            while c.ports[0].in_flight() >= 32 {
+                c.poll();
+            }
+            c.ports[0].put(PageId::new(SPACE, n), Version(1), &data[n as usize], None)?;
+        }
+        c.settle(0)?;
+        todo = c.ports[0].put_log[log0..]
+            .iter()
+            .filter(|l| !matches!(l.2, PutResult::Stored { .. }))
+            .map(|l| l.0.page)
+            .collect();
+        if todo.is_empty() {
+            break;
+        }
+    }
+    if !todo.is_empty() {
+        bail!("{} of {} pages could not be stored (raise --budget)", todo.len(), a.pages);
+    }
+    let mut seq = Vec::new();
+    let mut cpu_us = Vec::new();
+    for &depth in &a.depths {
+        let mut best = 0.0f64;
+        let mut best_cpu = f64::INFINITY;
+        for _ in 0..a.repeat {
+            let p0 = &mut c.ports[0];
+            p0.set_cache_pages(0);
+            p0.set_cache_pages(256);
+            p0.set_readahead(depth);
+            let t = Instant::now();
+            let cpu0 = thread_cpu();
+            for n in 0..a.pages {
+                match c.read(0, PageId::new(SPACE, n))? {
+                    Got::Hit { data: d, .. } if d == data[n as usize] => {}
+                    g => bail!("page {n}: {}", if matches!(g, Got::Miss) { "missed" } else { "wrong bytes" }),
+                }
+            }
+            best = best.max(mb_s(a.pages, t.elapsed().as_secs_f64()));
+            best_cpu = best_cpu.min((thread_cpu() - cpu0) * 1e6 / a.pages as f64);
+            c.settle(0)?;
+        }
+        seq.push((depth, best));
+        cpu_us.push((depth, best_cpu));
+    }
+    let mut r = Rand(0x2545_f491_4f6c_dd1d);
+    let mut lat = Vec::with_capacity(a.random as usize);
+    for _ in 0..a.random {
+        let n = r.next() % a.pages;
+        let t = Instant::now();
+        let g = c.get_wait(0, PageId::new(SPACE, n))?;
+        lat.push(t.elapsed().as_secs_f64() * 1e6);
+        match g {
+            Got::Hit { data: d, .. } if d == data[n as usize] => {}
+            _ => bail!("random getpage of page {n} failed"),
+        }
+    }
+    if let Some(s) = servers {
+        c.rejoin(s)?;
+    }
+    Ok(Side { seq, cpu_us, p50: pct(&mut lat, 0.5), p99: pct(&mut lat, 0.99) })
+}
+
+/// The file system type of `dir` (refusing memory-backed ones).
+fn disk_kind(dir: &std::path::Path) -> anyhow::Result<String> {
+    const TMPFS: i64 = 0x0102_1994;
+    const RAMFS: i64 = 0x8584_58f6;
+    const EXT4: i64 = 0xef53;
+    const XFS: i64 = 0x5846_5342;
+    const BTRFS: i64 = 0x9123_683e;
+    let s = rustix::fs::statfs(dir).with_context(|| format!("statfs {}", dir.display()))?;
+    let t = s.f_type as i64;
+    Ok(match t {
+        TMPFS | RAMFS => bail!("{} is on tmpfs/ramfs (memory, not disk): pass --dir on a disk", dir.display()),
+        EXT4 => "ext4".into(),
+        XFS => "xfs".into(),
+        BTRFS => "btrfs".into(),
+        other => format!("fs type {other:#x}"),
+    })
+}
+
+fn bench_disk(a: &Args, dir: &std::path::Path) -> anyhow::Result<Side> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let path = dir.join("gms-baseline.dat");
+    {
+        use std::io::Write;
+        let mut f = std::io::BufWriter::new(std::fs::File::create(&path)?);
+        for n in 0..a.pages {
+            f.write_all(&content(n))?;
+        }
+        f.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+    }
+    let fd = rustix::fs::open(&path, OFlags::RDONLY | OFlags::DIRECT, Mode::empty())
+        .with_context(|| format!("opening {} with O_DIRECT", path.display()))?;
+    // O_DIRECT wants an aligned buffer: an anonymous mapping is page-aligned.
+    let mut buf = memmap2::MmapMut::map_anon(PAGE)?;
+    let read_page = |n: u64, buf: &mut [u8]| -> anyhow::Result<()> {
+        let got = rustix::io::pread(&fd, &mut *buf, n * PAGE as u64)?;
+        if got != PAGE {
+            bail!("short O_DIRECT read of page {n}: {got} bytes");
+        }
+        Ok(())
+    };
+    let mut best = 0.0f64;
+    for _ in 0..a.repeat {
+        let t = Instant::now();
+        for n in 0..a.pages {
+            read_page(n, &mut buf)?;
+        }
+        best = best.max(mb_s(a.pages, t.elapsed().as_secs_f64()));
+    }
+    read_page(a.pages - 1, &mut buf)?;
+    if buf[..] != content(a.pages - 1)[..] {
+        bail!("the disk file reads back wrong");
+    }
+    let mut r = Rand(0x2545_f491_4f6c_dd1d);
+    let mut lat = Vec::with_capacity(a.random as usize);
+    for _ in 0..a.random {
+        let n = r.next() % a.pages;
+        let t = Instant::now();
+        read_page(n, &mut buf)?;
+        lat.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    drop(fd);
+    let _ = std::fs::remove_file(&path);
+    Ok(Side { seq: vec![(0, best)], cpu_us: Vec::new(), p50: pct(&mut lat, 0.5), p99: pct(&mut lat, 0.99) })
+}
+
+fn run(a: Args) -> anyhow::Result<()> {
+    let dir = match &a.dir {
+        Some(d) => d.clone(),
+        None => {
+            PathBuf::from(std::env::var_os("HOME").context("HOME is not set: pass --dir")?).join(".cache/trapeze/bench")
+        }
+    };
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let fs = disk_kind(&dir)?;
+    // Every page's bytes, made once: reads are checked against them without regenerating.
+    let data: Vec<Vec<u8>> = (0..a.pages).map(content).collect();
+    let g = bench_gms(&a, &data)?;
+    let d = if a.no_disk {
+        Side { seq: vec![(0, f64::NAN)], cpu_us: Vec::new(), p50: f64::NAN, p99: f64::NAN }
+    } else {
+        bench_disk(&a, &dir)?
+    };
+    let bw = |depth| g.seq.iter().find(|s| s.0 == depth).map_or(f64::NAN, |s| s.1);
+    let ra_ratio = bw(16) / bw(0);
+    let lat_ratio = d.p50 / g.p50;
+    let disk_seq = d.seq[0].1;
+    if a.json {
+        for (&(depth, mbs), &(_, cpu)) in g.seq.iter().zip(&g.cpu_us) {
+            println!(
+                "{}",
+                json!({ "row": "seq_read", "source": "gms", "readahead": depth, "mb_s": mbs, "pages": a.pages,
+                        "client_cpu_us_per_page": cpu })
+            );
+        }
+        println!(
+            "{}",
+            json!({ "row": "seq_read", "source": "disk_odirect", "readahead": 0, "mb_s": disk_seq, "pages": a.pages, "fs": fs })
+        );
+        println!(
+            "{}",
+            json!({ "row": "random_8k", "source": "gms", "p50_us": g.p50, "p99_us": g.p99, "reads": a.random })
+        );
+        println!(
+            "{}",
+            json!({ "row": "random_8k", "source": "disk_odirect", "p50_us": d.p50, "p99_us": d.p99, "reads": a.random, "fs": fs })
+        );
+        println!(
+            "{}",
+            json!({ "summary": true, "readahead16_over_0": ra_ratio, "disk_p50_over_gms_p50": lat_ratio,
+                    "gms_seq16_over_disk_seq": bw(16) / disk_seq,
+                    "readahead_target_met": ra_ratio >= 3.0, "latency_target_met": lat_ratio >= 3.0 })
+        );
+        return Ok(());
+    }
+    println!(
+        "GMS: 3 nodes in-process on virtual NICs (native firmware; client thread + lenders' thread), {} pages of 8 KiB",
+        a.pages
+    );
+    println!("baseline: a file on {} ({fs}) read with O_DIRECT, same pages, same random sequence\n", dir.display());
+    println!("{:<34} {:>10}", "sequential read (best of runs)", "MB/s");
+    for (&(depth, mbs), &(_, cpu)) in g.seq.iter().zip(&g.cpu_us) {
+        println!(
+            "{:<34} {:>10.0}   (client thread CPU {cpu:.1} µs/page)",
+            format!("  network memory, read-ahead {depth:>2}"),
+            mbs
+        );
+    }
+    println!("{:<34} {:>10.0}", "  disk O_DIRECT, 8 KB reads", disk_seq);
+    println!("\n{:<34} {:>10} {:>10}", "random 8 KB read, one at a time", "p50 µs", "p99 µs");
+    println!("{:<34} {:>10.1} {:>10.1}", "  network memory (getpage)", g.p50, g.p99);
+    println!("{:<34} {:>10.1} {:>10.1}", "  disk O_DIRECT", d.p50, d.p99);
+    println!("\nread-ahead 16 / read-ahead 0 bandwidth: {ra_ratio:.2}x (target ≥ 3)");
+    println!("disk p50 / getpage p50:                 {lat_ratio:.2}x (target ≥ 3)");
+    println!("network memory read-ahead 16 / disk sequential: {:.2}x", bw(16) / disk_seq);
+    Ok(())
+}
+
+fn main() -> anyhow::Result<()> {
+    let a = Args::parse();
+    // GMS nodes are large const-generic tables: run on a thread with a big stack.
+    std::thread::Builder::new()
+        .stack_size(256 << 20)
+        .spawn(move || run(a))?
+        .join()
+        .map_err(|_| anyhow::anyhow!("panicked"))?
+}

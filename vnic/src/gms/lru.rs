@@ -1,0 +1,430 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! The epoch-based global LRU of [`gms::lru`] as the user-space runtime runs it: one
+//! [`Lru`] per port. No `unsafe`.
+//!
+//! The coordinator is the lowest live member. Every `epoch_ns` (or earlier, when a member
+//! reports that the epoch's budget is used up: `LRU_NEXT`) it sends `LRU_START` to every
+//! member; each answers with its [`AgeSummary`] (`LRU_SUMMARY`: resident pages, free
+//! frames under its budget, its oldest pages' ages on the [`quantize_age`] scale of a
+//! `tick_ns` clock); once all reported or `deadline_ns` passed, the coordinator computes
+//! the [`EpochPlan`] and broadcasts it (`LRU_PLAN`). A node then
+//! - draws its putpage targets in proportion to the plan's weights (least-loaded only
+//!   before its first plan, or when no other member has weight left this epoch),
+//! - discards an evicted page older than the threshold instead of putting it, and
+//! - as a target, keeps `headroom` frames free by discarding its oldest held pages at
+//!   least as old as the threshold (the globally oldest pages make room for new ones).
+
+use gms::lru::{
+    quantize_age, AgeSummary, Coordinator, EpochPlan, OP_LRU_NEXT, OP_LRU_PLAN, OP_LRU_START, OP_LRU_SUMMARY,
+    SUMMARY_MAX_GROUPS,
+};
+
+/// Node ids a plan covers (= the GMS node's member capacity).
+pub const LRU_NODES: usize = 16;
+/// Age groups per summary.
+pub const LRU_GROUPS: usize = SUMMARY_MAX_GROUPS;
+
+pub type Plan = EpochPlan<LRU_NODES>;
+pub type Summary = AgeSummary<LRU_GROUPS>;
+
+/// Global-LRU parameters (times in ns of the port clock).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LruConfig {
+    /// Longest epoch.
+    pub epoch_ns: u64,
+    /// Shortest epoch (an early `LRU_NEXT` waits this long after the last start).
+    pub min_epoch_ns: u64,
+    /// How long the coordinator waits for summaries.
+    pub deadline_ns: u64,
+    /// `M`: the globally oldest pages an epoch plans to replace.
+    pub oldest_pages: u32,
+    /// The unit of page ages.
+    pub tick_ns: u64,
+    /// Free frames a target keeps by discarding its oldest pages.
+    pub headroom: usize,
+}
+
+impl Default for LruConfig {
+    fn default() -> Self {
+        LruConfig {
+            epoch_ns: 50_000_000,
+            min_epoch_ns: 2_000_000,
+            deadline_ns: 5_000_000,
+            oldest_pages: 256,
+            tick_ns: 1_000_000,
+            headroom: 16,
+        }
+    }
+}
+
+/// Counters of the global LRU on one node.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LruStats {
+    /// Epochs this node started as coordinator.
+    pub epochs_started: u64,
+    /// Plans this node adopted.
+    pub plans: u64,
+    pub summaries_sent: u64,
+    /// Putpage targets drawn from a plan / chosen least-loaded (no plan, or the drawn member
+    /// was not usable).
+    pub puts_by_plan: u64,
+    pub puts_fallback: u64,
+    /// Evicted pages discarded instead of put (older than the threshold).
+    pub evictions_discarded: u64,
+    /// Held pages discarded to make room (the globally oldest).
+    pub held_discarded: u64,
+    /// LRU messages that were malformed or for another epoch.
+    pub rejected: u64,
+}
+
+/// A received LRU message (copied out of the receive path).
+#[derive(Clone, Copy, Debug)]
+pub struct LruMsg {
+    pub src: u16,
+    pub op: u16,
+    pub len: usize,
+    pub body: [u8; 104],
+}
+
+/// What the port must send (one-way) after [`Lru::handle`] or [`Lru::poll`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LruSend {
+    pub dst: u16,
+    pub op: u16,
+    pub len: usize,
+    pub body: [u8; 100],
+}
+
+/// One node's global-LRU state.
+#[derive(Debug)]
+pub struct Lru {
+    pub cfg: LruConfig,
+    me: u16,
+    /// The newest plan adopted, and the LRU clock when it was.
+    plan: Option<Plan>,
+    plan_tick: u64,
+    coord: Coordinator<LRU_NODES, LRU_GROUPS>,
+    /// As coordinator: the epoch being collected or last planned, when it started.
+    coord_epoch: u32,
+    started_at: Option<u64>,
+    /// An `LRU_NEXT` (or our own plan's end) asked for the next epoch.
+    next_asked: bool,
+    /// [`Self::start_next_epoch`] was called.
+    forced: bool,
+    /// The epoch we last sent `LRU_NEXT` for.
+    asked_for: u32,
+    rng: u64,
+    pub stats: LruStats,
+    pub out: Vec<LruSend>,
+}
+
+fn u32_body(v: u32) -> ([u8; 100], usize) {
+    let mut b = [0u8; 100];
+    b[..4].copy_from_slice(&v.to_le_bytes());
+    (b, 4)
+}
+
+fn read_u32(b: &[u8]) -> Option<u32> {
+    Some(u32::from_le_bytes(b.get(..4)?.try_into().ok()?))
+}
+
+impl Lru {
+    pub fn new(me: u16, cfg: LruConfig) -> Self {
+        Lru {
+            cfg,
+            me,
+            plan: None,
+            plan_tick: 0,
+            coord: Coordinator::new(me, cfg.oldest_pages),
+            coord_epoch: 0,
+            started_at: None,
+            next_asked: false,
+            forced: false,
+            asked_for: 0,
+            rng: 0x9e37_79b9_7f4a_7c15 ^ ((me as u64 + 1) << 32),
+            stats: LruStats::default(),
+            out: Vec::new(),
+        }
+    }
+
+    /// The plan in force (none before the first).
+    pub fn plan(&self) -> Option<&Plan> {
+        self.plan.as_ref()
+    }
+
+    /// The age, on the summaries' scale, of a page last used at `last_tick`, as of the
+    /// plan (the threshold is an age at the epoch's start; a page used since is younger
+    /// than any).
+    pub fn age_at_plan(&self, last_tick: u64) -> u32 {
+        quantize_age(self.plan_tick.saturating_sub(last_tick))
+    }
+
+    /// The LRU clock at `now` (ns).
+    pub fn tick(&self, now: u64) -> u64 {
+        now / self.cfg.tick_ns.max(1)
+    }
+
+    fn send(&mut self, dst: u16, op: u16, body: [u8; 100], len: usize) {
+        self.out.push(LruSend { dst, op, len, body });
+    }
+
+    /// Coordinator duties at `now`: start an epoch when due, make the plan when every
+    /// summary is in or the deadline passed. `members`: the live view; `summary` builds
+    /// this node's own summary for an epoch.
+    pub fn poll(&mut self, now: u64, members: &[u16], summary: impl FnOnce(u32) -> Summary) {
+        let me = self.me;
+        let coordinator = members.iter().copied().min() == Some(me);
+        if !coordinator {
+            self.started_at = None;
+            return;
+        }
+        let due = match self.started_at {
+            None => true,
+            Some(_) if self.forced => true,
+            Some(t) => {
+                now.saturating_sub(t) >= self.cfg.epoch_ns
+                    || (self.next_asked && now.saturating_sub(t) >= self.cfg.min_epoch_ns)
+            }
+        };
+        if due {
+            self.next_asked = false;
+            self.forced = false;
+            self.coord_epoch = self.coord_epoch.max(self.plan.map_or(0, |p| p.epoch())) + 1;
+            self.started_at = Some(now);
+            self.stats.epochs_started += 1;
+            self.coord.start_epoch(self.coord_epoch, members, now + self.cfg.deadline_ns);
+            let (b, n) = u32_body(self.coord_epoch);
+            for m in members.iter().copied().filter(|&m| m != me) {
+                self.send(m, OP_LRU_START, b, n);
+            }
+            let own = summary(self.coord_epoch);
+            if self.coord.handle_summary(now, &own).is_err() {
+                self.stats.rejected += 1;
+            }
+        }
+        if let Some(plan) = self.coord.poll_plan(now) {
+            let mut b = [0u8; 100];
+            if let Ok(n) = plan.encode(&mut b) {
+                for m in members.iter().copied().filter(|&m| m != me) {
+                    self.send(m, OP_LRU_PLAN, b, n);
+                }
+            }
+            self.adopt(plan, now);
+        }
+    }
+
+    fn adopt(&mut self, plan: Plan, now: u64) {
+        if self.plan.is_none_or(|p| plan.epoch() >= p.epoch()) {
+            self.plan = Some(plan);
+            self.plan_tick = self.tick(now);
+            self.stats.plans += 1;
+        }
+    }
+
+    /// As coordinator: start the next epoch at the next [`Self::poll`], whatever its
+    /// timers say (tests, and a membership change).
+    pub fn start_next_epoch(&mut self) {
+        self.forced = true;
+    }
+
+    /// When [`Self::poll`] must run next (as coordinator).
+    pub fn poll_timeout(&self) -> Option<u64> {
+        let next = self.started_at.map(|t| t + self.cfg.epoch_ns);
+        match (next, self.coord.poll_timeout()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// A received LRU message.
+    pub fn handle(&mut self, now: u64, m: &LruMsg, summary: impl FnOnce(u32) -> Summary) {
+        let body = &m.body[..m.len.min(m.body.len())];
+        match m.op {
+            OP_LRU_START => match read_u32(body) {
+                Some(epoch) if body.len() == 4 => {
+                    let s = summary(epoch);
+                    let mut b = [0u8; 100];
+                    if let Ok(n) = s.encode(&mut b) {
+                        self.send(m.src, OP_LRU_SUMMARY, b, n);
+                        self.stats.summaries_sent += 1;
+                    }
+                }
+                _ => self.stats.rejected += 1,
+            },
+            OP_LRU_SUMMARY => match Summary::decode(body) {
+                Ok(s) if s.node() == m.src && self.coord.handle_summary(now, &s).is_ok() => {}
+                _ => self.stats.rejected += 1,
+            },
+            OP_LRU_PLAN => match Plan::decode(body, self.me) {
+                Ok(p) => self.adopt(p, now),
+                Err(_) => self.stats.rejected += 1,
+            },
+            OP_LRU_NEXT => match read_u32(body) {
+                Some(e) if body.len() == 4 && e == self.coord_epoch => self.next_asked = true,
+                Some(_) if body.len() == 4 => {} // an older epoch: already moved on
+                _ => self.stats.rejected += 1,
+            },
+            _ => self.stats.rejected += 1,
+        }
+    }
+
+    fn next_random(&mut self) -> u64 {
+        // xorshift64*
+        self.rng ^= self.rng >> 12;
+        self.rng ^= self.rng << 25;
+        self.rng ^= self.rng >> 27;
+        self.rng.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// The target of a putpage by the plan, or `None` (fall back to least loaded).
+    /// Drawn in proportion to what is left of the weights this epoch (counted down); once
+    /// that is used up (the next epoch is asked for), in proportion to the whole weights.
+    /// `usable`: whether a member may be chosen (e.g. it did not just refuse).
+    pub fn choose_target(&mut self, coordinator: Option<u16>, usable: impl Fn(u16) -> bool) -> Option<u16> {
+        let r = self.next_random();
+        let plan = self.plan.as_mut()?;
+        let t = match plan.choose_target(r) {
+            Some(t) => {
+                plan.note_put(t);
+                Some(t)
+            }
+            None => Plan::new(plan.me(), plan.epoch(), plan.threshold(), *plan.weights()).choose_target(r),
+        };
+        self.maybe_ask_next(coordinator);
+        t.filter(|&t| usable(t))
+    }
+
+    /// Whether an evicted page of `age` is discarded rather than put (counted if so).
+    pub fn should_discard(&mut self, age: u32, coordinator: Option<u16>) -> bool {
+        let Some(plan) = self.plan.as_mut() else { return false };
+        if !plan.should_discard(age) {
+            return false;
+        }
+        plan.note_discarded();
+        self.stats.evictions_discarded += 1;
+        self.maybe_ask_next(coordinator);
+        true
+    }
+
+    /// This node stored `n` putpages.
+    pub fn received(&mut self, n: u64, coordinator: Option<u16>) {
+        if let Some(plan) = self.plan.as_mut() {
+            for _ in 0..n {
+                plan.note_received();
+            }
+            self.maybe_ask_next(coordinator);
+        }
+    }
+
+    /// The threshold a held page must reach to be discarded for room (`None`: no plan).
+    pub fn threshold(&self) -> Option<u32> {
+        self.plan.map(|p| p.threshold())
+    }
+
+    fn maybe_ask_next(&mut self, coordinator: Option<u16>) {
+        let Some(plan) = self.plan else { return };
+        let (Some(c), e) = (coordinator, plan.epoch()) else { return };
+        if plan.should_end_epoch() && self.asked_for != e {
+            self.asked_for = e;
+            if c == self.me {
+                if e == self.coord_epoch {
+                    self.next_asked = true;
+                }
+            } else {
+                let (b, n) = u32_body(e);
+                self.send(c, OP_LRU_NEXT, b, n);
+            }
+        }
+    }
+}
+
+/// This node's summary for `epoch`: `ages` are its held pages' ages (any order).
+pub fn build_summary(me: u16, epoch: u32, budget: usize, ages: &mut [u32]) -> Summary {
+    let pages = ages.len() as u32;
+    let free = budget.saturating_sub(ages.len()).min(u32::MAX as usize) as u32;
+    let mut s = Summary::new(me, epoch, pages, free);
+    ages.sort_unstable_by(|a, b| b.cmp(a));
+    let mut i = 0;
+    while i < ages.len() {
+        let age = ages[i];
+        let mut j = i;
+        while j < ages.len() && ages[j] == age {
+            j += 1;
+        }
+        if s.add_pages(age, (j - i) as u32).is_err() {
+            break;
+        }
+        i = j;
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summaries_group_the_oldest_ages() {
+        let mut ages: Vec<u32> = (0..100).map(|i| (i % 20) as u32).collect();
+        let s = build_summary(3, 9, 150, &mut ages);
+        assert_eq!((s.node(), s.epoch(), s.pages(), s.free_frames()), (3, 9, 100, 50));
+        assert_eq!(s.groups().len(), LRU_GROUPS);
+        assert_eq!(s.groups()[0].age, 19);
+        assert!(s.groups().iter().all(|g| g.count == 5));
+    }
+
+    #[test]
+    fn a_plan_made_by_the_coordinator_reaches_the_members() {
+        let members = [0u16, 1, 2];
+        let mut lrus: Vec<Lru> = (0..3).map(|i| Lru::new(i, LruConfig::default())).collect();
+        // Node 1 holds 10 old pages, node 2 has 30 free frames, node 0 lends nothing.
+        let summary = |me: u16, e: u32| match me {
+            1 => build_summary(1, e, 10, &mut [40; 10]),
+            2 => build_summary(2, e, 30, &mut []),
+            _ => build_summary(0, e, 0, &mut []),
+        };
+        lrus[0].poll(0, &members, |e| summary(0, e));
+        let starts = std::mem::take(&mut lrus[0].out);
+        assert_eq!(starts.len(), 2);
+        for s in starts {
+            let m = LruMsg { src: 0, op: s.op, len: s.len, body: pad(&s.body) };
+            let d = s.dst as usize;
+            lrus[d].handle(1, &m, |e| summary(s.dst, e));
+            for r in std::mem::take(&mut lrus[d].out) {
+                assert_eq!((r.dst, r.op), (0, OP_LRU_SUMMARY));
+                lrus[0].handle(2, &LruMsg { src: s.dst, op: r.op, len: r.len, body: pad(&r.body) }, |e| summary(0, e));
+            }
+        }
+        lrus[0].poll(3, &members, |e| summary(0, e));
+        let plans = std::mem::take(&mut lrus[0].out);
+        assert_eq!(plans.len(), 2);
+        for p in plans {
+            lrus[p.dst as usize]
+                .handle(4, &LruMsg { src: 0, op: p.op, len: p.len, body: pad(&p.body) }, |e| summary(p.dst, e));
+        }
+        // M = 256 > 40 known pages: the 30 free frames and the 10 pages.
+        let plan = *lrus[0].plan().unwrap();
+        assert_eq!(&plan.weights()[..3], &[0, 10, 30]);
+        assert_eq!(lrus[1].plan().unwrap().weights(), plan.weights());
+        // Node 0's targets follow the weights: about 3 of 4 puts go to node 2.
+        let mut to = [0u32; 3];
+        for _ in 0..40 {
+            to[lrus[0].choose_target(Some(0), |_| true).unwrap() as usize] += 1;
+        }
+        assert_eq!(to, [0, 10, 30], "the whole budget is drawn exactly");
+        // Budget used up: still drawn by the whole weights (never node 0, weight 0).
+        let mut more = [0u32; 3];
+        for _ in 0..400 {
+            more[lrus[0].choose_target(Some(0), |_| true).unwrap() as usize] += 1;
+        }
+        assert_eq!(more[0], 0);
+        assert!(more[2] > 2 * more[1] && more[1] > 50, "{more:?}");
+        assert_eq!(lrus[0].choose_target(Some(0), |n| n == 0), None, "no usable member");
+    }
+
+    fn pad(b: &[u8; 100]) -> [u8; 104] {
+        let mut o = [0u8; 104];
+        o[..100].copy_from_slice(b);
+        o
+    }
+}

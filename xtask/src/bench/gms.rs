@@ -1,0 +1,50 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! `cargo xtask bench gms`: sequential read bandwidth from network memory with read-ahead
+//! depth 0 / 4 / 16 and random 8 KB getpage latency (p50/p99) on a 3-node in-process
+//! cluster, against the same pages in a file on the local disk read with `O_DIRECT` in
+//! the same run (`vnic/examples/bench_gms.rs`, release build). Run it on a quiet machine.
+
+#[derive(clap::Args)]
+pub struct GmsArgs {
+    /// One JSON object per row (row, source, readahead, mb_s / p50_us, p99_us), then a
+    /// summary object with the ratios.
+    #[arg(long)]
+    json: bool,
+    /// Pages in the data set (8 KiB each).
+    #[arg(long, default_value_t = 4000, value_parser = clap::value_parser!(u64).range(64..=1_000_000))]
+    pages: u64,
+    /// Random reads per side.
+    #[arg(long, default_value_t = 4000, value_parser = clap::value_parser!(u64).range(10..=10_000_000))]
+    random: u64,
+    /// Directory on a real disk for the baseline's file (default ~/.cache/trapeze/bench;
+    /// tmpfs is refused).
+    #[arg(long)]
+    dir: Option<std::path::PathBuf>,
+}
+
+pub fn run(a: GmsArgs) -> anyhow::Result<()> {
+    let (p, r) = (a.pages.to_string(), a.random.to_string());
+    let dir = a.dir.map(|d| d.display().to_string());
+    let mut args = vec![
+        "run",
+        "--quiet",
+        "--locked",
+        "--release",
+        "-p",
+        "trapeze-vnic",
+        "--example",
+        "bench_gms",
+        "--",
+        "--pages",
+        &p,
+        "--random",
+        &r,
+    ];
+    if let Some(d) = &dir {
+        args.extend(["--dir", d.as_str()]);
+    }
+    if a.json {
+        args.push("--json");
+    }
+    crate::cargo(&args)
+}
