@@ -14,6 +14,11 @@
 //! `sub $N,%rsp`): the kernel stack is 16 KiB, NetRPC's `Rpc` and the GMS node are tens
 //! of KiB, and Rust does not promise to build a value in place, so a frame above
 //! [`MAX_FRAME`] fails the build and names the function.
+//!
+//! Builds are in place, so two at once (two checkouts' xtasks, or a test and a bench) would
+//! write the same objects: every build and clean holds an exclusive lock on
+//! `~/.cache/trapeze/module.lock` (`flock`, released when the process ends however it
+//! ends), and a second one waits for it, saying so.
 
 use crate::kernel::{self, Kernel};
 use anyhow::{bail, ensure, Context};
@@ -43,6 +48,7 @@ pub fn run(a: ModuleArgs) -> anyhow::Result<()> {
     eprintln!("==> guest kernel (cargo xtask kernel)");
     let k = kernel::ensure(None, false)?;
     if a.clean {
+        let _lock = BuildLock::take()?;
         make(&k, &["clean"], false)?;
         println!("xtask module: cleaned {DIR}/ in {:.1?}", t0.elapsed());
         return Ok(());
@@ -66,6 +72,7 @@ pub fn run(a: ModuleArgs) -> anyhow::Result<()> {
 
 /// Build `trapeze.ko` (incrementally) and return its path. `clippy` lints it too.
 pub fn build(k: &Kernel, clippy: bool) -> anyhow::Result<PathBuf> {
+    let _lock = BuildLock::take()?;
     let t = Instant::now();
     eprintln!("==> trapeze.ko: make M={DIR} modules{}", if clippy { " CLIPPY=1" } else { "" });
     let out = make(k, &["modules"], clippy)?;
@@ -125,7 +132,7 @@ fn parse_frames(text: &str) -> Vec<(u64, String)> {
             }
         }
     }
-    frames.sort_by(|a, b| b.0.cmp(&a.0));
+    frames.sort_by_key(|f| std::cmp::Reverse(f.0));
     frames
 }
 
@@ -154,6 +161,37 @@ mod tests {
 
 /// Run `make -C <kernel build> M=kernel-crate <toolchain vars> <targets>`; return its
 /// combined output (printed, with an error, if it fails).
+/// The exclusive lock on `~/.cache/trapeze/module.lock` for one build of `kernel-crate/`
+/// (an advisory `flock`, held until dropped or the process exits).
+struct BuildLock(#[allow(dead_code)] std::fs::File);
+
+impl BuildLock {
+    fn take() -> anyhow::Result<Self> {
+        let dir = kernel::trapeze_cache()?;
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let path = dir.join("module.lock");
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        match f.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let t = Instant::now();
+                eprintln!("    another build of {DIR}/ holds {}: waiting for it", path.display());
+                f.lock().with_context(|| format!("locking {}", path.display()))?;
+                eprintln!("    got the lock after {:.1?}", t.elapsed());
+            }
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(e).with_context(|| format!("locking {}", path.display()));
+            }
+        }
+        Ok(BuildLock(f))
+    }
+}
+
 fn make(k: &Kernel, targets: &[&str], clippy: bool) -> anyhow::Result<String> {
     let dir = crate::workspace_root().join(DIR);
     let mut cmd = Command::new("make");

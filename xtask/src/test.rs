@@ -26,15 +26,23 @@ pub fn run(a: TestArgs) -> anyhow::Result<()> {
         })?;
     }
     if !a.no_vm {
-        // Heavy on a fresh machine (the kernel build, ~15 min on 2 cores), cached under
+        // Heavy on a fresh machine (the kernel build, ~5-15 min on 2 cores), cached under
         // ~/.cache/trapeze afterwards: each step says whether it built or reused.
         step("guests: the cached Rust-enabled test kernel, one QEMU guest on a virtual NIC", || {
             crate::cargo(&["run", "--quiet", "--locked", "-p", "xtask", "--", "kernel"])?;
             crate::cargo(&["run", "--quiet", "--locked", "-p", "xtask", "--", "vm", "--smoke"])
         })?;
-        step("kernel module: two guests load trapeze.ko, ping 4 KB through their virtual NICs, unload", || {
-            crate::cargo(&["run", "--quiet", "--locked", "-p", "xtask", "--", "vm", "--module-test"])
+        step(
+            "kernel module: three guests load trapeze.ko: ping 4 KB, NetRPC echo, GMS put/get, unload with calls in flight",
+            || crate::cargo(&["run", "--quiet", "--locked", "-p", "xtask", "--", "vm", "--module-test"]),
+        )?;
+        step("block device: /dev/gms0 on its RAM backend (data, O_DIRECT, EIO and timeout paths, rmmod)", || {
+            crate::cargo(&["run", "--quiet", "--locked", "-p", "xtask", "--", "vm", "--blk-test"])
         })?;
+        step(
+            "guest suite: ext2 on /dev/gms0 on GMS across 3 guests, data verified, a server killed, clean unload",
+            || crate::cargo(&["run", "--quiet", "--locked", "-p", "xtask", "--", "vm", "--suite"]),
+        )?;
     }
     eprintln!("xtask test: all stages passed in {:.0?}", t0.elapsed());
     Ok(())

@@ -31,6 +31,17 @@
 //! passes when the console shows the script's PASS lines and its total with no FAIL, the
 //! script's status 0, no oops/BUG/WARNING, and a clean power-off.
 //!
+//! `--suite` is the guest suite (`kernel-crate/guest/suite.sh`, a stage of `cargo xtask
+//! test`): three GMS members; guest 0 (A) puts an ext2 file system on `/dev/gms0` on the
+//! GMS backend, writes files, verifies their md5sums after dropping its caches and
+//! remounting, writes probe pages, then prints `trapeze-suite: KILL node 2`; xtask then
+//! SIGKILLs guest 2's QEMU and NIC (C, a server) and A checks that C's pages fail with
+//! I/O errors in bounded time while B's still read correctly, then unloads under load.
+//! It passes when A's PASS lines and total show no FAIL, guest 1 (B) loaded and unloaded
+//! cleanly, guest 2 was killed on request, no console shows an oops/BUG/WARNING, and A
+//! and B power off; it prints the lines the issue asks for (module load, data verified,
+//! failure case, clean unload).
+//!
 //! A drop guard kills every child and removes RAM files, sockets and the initramfs on every
 //! return, error or not; SIGINT, SIGTERM and SIGHUP end the run through it (once the
 //! children start, a handler turns them into an error). Children are also started through
@@ -78,6 +89,13 @@ const BLK_TEST_SCRIPT: &str = "kernel-crate/guest/blk.sh";
 /// Shortest power-off wait under `--blk-test` (boot, three loads, 8 MiB round trips under
 /// TCG, a 2 s request timeout).
 const BLK_TEST_TIMEOUT: u64 = 300;
+/// The guests' script under `--suite`, relative to the workspace root.
+const SUITE_SCRIPT: &str = "kernel-crate/guest/suite.sh";
+/// Shortest power-off wait under `--suite` (boot, mke2fs and 2 MiB through GMS under TCG,
+/// failure detection, the bounded reads after the kill, two unloads).
+const SUITE_TIMEOUT: u64 = 300;
+/// Under `--suite`: the guest whose console asks for the kill, the line, and the victim.
+const SUITE_KILL: (u16, &str, u16) = (0, "trapeze-suite: KILL node 2", 2);
 /// Console text that means the kernel is in trouble.
 const KERNEL_TROUBLE: [&str; 6] = ["Kernel panic", "Oops", "BUG:", "WARNING:", "Call Trace", "general protection fault"];
 
@@ -124,6 +142,12 @@ pub struct VmArgs {
     /// pages). Exit status 0 or 1, with the console lines that matter.
     #[arg(long, conflicts_with_all = ["smoke", "script", "cmd", "module_test"])]
     blk_test: bool,
+    /// Build trapeze.ko and run the guest suite on three guests (`kernel-crate/guest/suite.sh`):
+    /// ext2 on /dev/gms0 on GMS with data verified after dropping caches, a server guest
+    /// SIGKILLed mid-run (I/O errors, not a hang), unload under load. Exit status 0 or 1,
+    /// with the console lines that matter.
+    #[arg(long, conflicts_with_all = ["smoke", "script", "cmd", "module_test", "blk_test"])]
+    suite: bool,
 }
 
 pub fn run(mut a: VmArgs) -> anyhow::Result<()> {
@@ -139,6 +163,11 @@ pub fn run(mut a: VmArgs) -> anyhow::Result<()> {
         a.timeout = a.timeout.max(BLK_TEST_TIMEOUT);
         a.script = Some(crate::workspace_root().join(BLK_TEST_SCRIPT));
     }
+    if a.suite {
+        a.guests = 3;
+        a.timeout = a.timeout.max(SUITE_TIMEOUT);
+        a.script = Some(crate::workspace_root().join(SUITE_SCRIPT));
+    }
     let qemu = which("qemu-system-x86_64")
         .context("qemu-system-x86_64 not found (cargo xtask kernel installs qemu-system-x86)")?;
 
@@ -149,7 +178,7 @@ pub fn run(mut a: VmArgs) -> anyhow::Result<()> {
     if a.module_test {
         extra_modules.push(crate::module::build(&kernel, false)?);
     }
-    if a.blk_test {
+    if a.blk_test || a.suite {
         extra_modules.push(crate::module::build(&kernel, false)?);
     }
 
@@ -166,6 +195,10 @@ pub fn run(mut a: VmArgs) -> anyhow::Result<()> {
     let dir = runtime.join(format!("vm-{}", std::process::id()));
     fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut cluster = Cluster::new(dir.clone());
+    if a.suite {
+        let (watch, line, victim) = SUITE_KILL;
+        cluster.kill_on = Some(KillOn { watch, line, victim, done: None });
+    }
 
     eprintln!("==> initramfs");
     let script = match &a.script {
@@ -233,11 +266,13 @@ pub fn run(mut a: VmArgs) -> anyhow::Result<()> {
     }
 
     // The smoke test prints the console lines that matter at the end instead.
-    let summary_only = a.quiet || a.smoke || a.module_test || a.blk_test;
+    let summary_only = a.quiet || a.smoke || a.module_test || a.blk_test || a.suite;
     let all_off = cluster.wait(Duration::from_secs(a.timeout), !summary_only)?;
     eprintln!();
     let mode = if a.module_test {
         Mode::ModuleTest
+    } else if a.suite {
+        Mode::Suite
     } else if a.blk_test {
         Mode::BlkTest
     } else if a.smoke {
@@ -246,11 +281,23 @@ pub fn run(mut a: VmArgs) -> anyhow::Result<()> {
         Mode::Plain
     };
     let mut failures = Vec::new();
+    let mut suite_lines = Vec::new();
+    if mode == Mode::Suite {
+        let (_, _, victim) = SUITE_KILL;
+        let killed = cluster.guests.iter().any(|g| g.idx == victim && g.killed.is_some());
+        if !killed {
+            failures.push(format!("guest {victim} was never killed (guest 0 did not ask, or asked too late)"));
+        }
+    }
     for g in &cluster.guests {
         let console = fs::read_to_string(&g.console).unwrap_or_default();
         let report = GuestReport::of(&console, g.exit.as_ref().map(|e| e.0), g.idx);
-        let took = g.exit.as_ref().map_or("still running".to_string(), |e| format!("{:.1?}", e.1));
-        let ok = report.ok(mode);
+        let took = match (&g.exit, g.killed) {
+            (Some(e), _) => format!("{:.1?}", e.1),
+            (None, Some(d)) => format!("SIGKILLed by xtask after {d:.1?}"),
+            (None, None) => "still running".to_string(),
+        };
+        let ok = if mode == Mode::Suite { report.suite_ok(g.idx, g.killed.is_some()) } else { report.ok(mode) };
         let rpc = (mode == Mode::ModuleTest && cluster.guests.len() >= 3).then(|| rpc_phase_ok(&console, g.idx));
         let ok = ok && rpc.as_ref().is_none_or(|r| r.0);
         if let Some((_, what)) = &rpc {
@@ -264,6 +311,24 @@ pub fn run(mut a: VmArgs) -> anyhow::Result<()> {
                 yes_no(report.ping_ok),
                 yes_no(report.trapeze_removed),
                 yes_no(report.script_ok),
+                yes_no(!report.kernel_trouble),
+            ),
+            Mode::Suite if g.idx == 0 => format!(
+                "suite checks: {} passed, {} failed{}; script status 0: {}; kernel quiet: {}",
+                report.suite_passed,
+                report.suite_failed,
+                if report.suite_done { "" } else { " (script did not finish)" },
+                yes_no(report.script_ok),
+                yes_no(!report.kernel_trouble),
+            ),
+            Mode::Suite => format!(
+                "server: trapeze.ko up: {}; {}; kernel quiet: {}",
+                yes_no(report.trapeze_up),
+                if g.killed.is_some() {
+                    "killed mid-run as asked".to_string()
+                } else {
+                    format!("rmmod clean: {}; script status 0: {}", yes_no(report.trapeze_removed), yes_no(report.script_ok))
+                },
                 yes_no(!report.kernel_trouble),
             ),
             Mode::BlkTest => format!(
@@ -289,6 +354,9 @@ pub fn run(mut a: VmArgs) -> anyhow::Result<()> {
             took,
             g.exit.as_ref().map_or("killed".to_string(), |e| e.0.to_string()),
         );
+        if mode == Mode::Suite && g.idx == 0 {
+            suite_lines = suite_summary(&console);
+        }
         if summary_only {
             for l in console.lines().filter(|l| interesting(l)) {
                 eprintln!("    | {}", printable(l));
@@ -296,6 +364,12 @@ pub fn run(mut a: VmArgs) -> anyhow::Result<()> {
         }
         if !ok {
             failures.push(format!("guest {} (console {})", g.idx, g.console.display()));
+        }
+    }
+    if !suite_lines.is_empty() {
+        eprintln!("guest suite (guest 0):");
+        for l in &suite_lines {
+            eprintln!("  {l}");
         }
     }
     drop(cluster);
@@ -306,6 +380,7 @@ pub fn run(mut a: VmArgs) -> anyhow::Result<()> {
     let name = match mode {
         Mode::ModuleTest => "module test",
         Mode::BlkTest => "blk test",
+        Mode::Suite => "guest suite",
         Mode::Smoke => "smoke test",
         Mode::Plain => "vm run",
     };
@@ -368,6 +443,27 @@ enum Mode {
     Smoke,
     ModuleTest,
     BlkTest,
+    Suite,
+}
+
+/// What the issue asks the suite's log to show, from guest 0's console: each item with
+/// the PASS/FAIL lines behind it.
+fn suite_summary(console: &str) -> Vec<String> {
+    let lines: Vec<String> =
+        console.lines().map(printable).filter(|l| l.starts_with("trapeze-suite: PASS ") || l.starts_with("trapeze-suite: FAIL ")).collect();
+    let mut out = Vec::new();
+    for (item, keys) in [
+        ("module load", &["module loaded", "servers B and C"][..]),
+        ("data verified", &["mke2fs", "mount -t ext2", "files written", "data verified", "probe pages"][..]),
+        ("failure case", &["failure case"][..]),
+        ("clean unload", &["clean unload"][..]),
+    ] {
+        let hits: Vec<&String> = lines.iter().filter(|l| keys.iter().any(|k| l.contains(k))).collect();
+        let ok = !hits.is_empty() && hits.iter().all(|l| l.contains(": PASS "));
+        out.push(format!("{item}: {}", if ok { "PASS" } else { "FAIL" }));
+        out.extend(hits.iter().map(|l| format!("    {l}")));
+    }
+    out
 }
 
 /// What a guest's console shows.
@@ -388,12 +484,37 @@ struct GuestReport {
     blk_passed: usize,
     blk_failed: usize,
     blk_done: bool,
+    /// `--suite`, guest 0: the same for `trapeze-suite:` lines.
+    suite_passed: usize,
+    suite_failed: usize,
+    suite_done: bool,
+}
+
+/// A script's `PREFIX PASS …` and `PREFIX FAIL …` lines, and whether it printed its total
+/// (`PREFIX N passed, M failed`).
+fn pass_fail(console: &str, prefix: &str) -> (usize, usize, bool) {
+    let lines = || console.lines().map(printable);
+    let pass = format!("{prefix}PASS ");
+    let fail = format!("{prefix}FAIL ");
+    (
+        lines().filter(|l| l.starts_with(&pass)).count(),
+        lines().filter(|l| l.starts_with(&fail)).count(),
+        lines().any(|l| {
+            l.strip_prefix(prefix).is_some_and(|t| {
+                t.ends_with(" failed") && t.split(' ').next().is_some_and(|n| n.parse::<u32>().is_ok())
+            })
+        }),
+    )
 }
 
 impl GuestReport {
     fn of(console: &str, exit: Option<ExitStatus>, guest: u16) -> Self {
         let kernel_trouble = KERNEL_TROUBLE.iter().any(|t| console.contains(t));
+        let (suite_passed, suite_failed, suite_done) = pass_fail(console, "trapeze-suite: ");
         GuestReport {
+            suite_passed,
+            suite_failed,
+            suite_done,
             nic_listed: console
                 .lines()
                 .any(|l| l.contains("trapeze-guest: pci ") && l.contains(IVSHMEM_PCI_ID)),
@@ -423,6 +544,21 @@ impl GuestReport {
             }),
         }
     }
+    /// `--suite`: guest 0 passed every check; a server loaded the module, and either was
+    /// the guest killed on request or unloaded cleanly and powered off. No kernel trouble.
+    fn suite_ok(&self, guest: u16, killed: bool) -> bool {
+        if self.kernel_trouble || !self.nic_listed {
+            return false;
+        }
+        if guest == 0 {
+            return self.powered_off && self.suite_done && self.suite_passed > 0 && self.suite_failed == 0 && self.script_ok;
+        }
+        if guest == SUITE_KILL.2 {
+            return killed && self.trapeze_up;
+        }
+        self.powered_off && self.trapeze_up && self.trapeze_removed && self.script_ok
+    }
+
     fn ok(&self, mode: Mode) -> bool {
         let base = self.nic_listed && self.powered_off;
         match mode {
@@ -434,6 +570,7 @@ impl GuestReport {
             Mode::ModuleTest => {
                 base && self.trapeze_up && self.trapeze_removed && self.ping_ok && self.script_ok && !self.kernel_trouble
             }
+            Mode::Suite => false,
         }
     }
 }
@@ -462,7 +599,7 @@ fn printable(line: &str) -> String {
 
 /// Console lines worth repeating in the summary.
 fn interesting(l: &str) -> bool {
-    ["trapeze-guest:", "trapeze-test:", "trapeze-blk:", "trapeze: ", "rust_minimal", "Linux version", "reboot:", "ivshmem"]
+    ["trapeze-guest:", "trapeze-test:", "trapeze-blk:", "trapeze-suite:", "trapeze: ", "rust_minimal", "Linux version", "reboot:", "ivshmem"]
         .iter()
         .chain(KERNEL_TROUBLE.iter())
         .any(|k| l.contains(k))
@@ -489,6 +626,16 @@ struct Guest {
     echoing: bool,
     /// More QEMU arguments for this guest (e.g. a virtio-net link, `cargo xtask bench vm`).
     qemu_extra: Vec<String>,
+    /// Killed on purpose (`--suite`): how long after its start.
+    killed: Option<Duration>,
+}
+
+/// Kill guest `victim` (QEMU and NIC, SIGKILL) once guest `watch`'s console shows `line`.
+struct KillOn {
+    watch: u16,
+    line: &'static str,
+    victim: u16,
+    done: Option<Instant>,
 }
 
 /// The guests of one run; dropping it kills every child and removes the run's big files.
@@ -496,11 +643,12 @@ struct Cluster {
     dir: PathBuf,
     guests: Vec<Guest>,
     remove_on_drop: Vec<PathBuf>,
+    kill_on: Option<KillOn>,
 }
 
 impl Cluster {
     fn new(dir: PathBuf) -> Self {
-        Cluster { dir, guests: Vec::new(), remove_on_drop: Vec::new() }
+        Cluster { dir, guests: Vec::new(), remove_on_drop: Vec::new(), kill_on: None }
     }
 
     fn add_guest(&mut self, idx: u16, mem_mib: u32) {
@@ -521,6 +669,7 @@ impl Cluster {
             echoed: 0,
             echoing: false,
             qemu_extra: Vec::new(),
+            killed: None,
         };
         self.remove_on_drop.extend([g.ram.clone(), g.ivshmem.clone(), g.control.clone()]);
         self.guests.push(g);
@@ -597,12 +746,44 @@ impl Cluster {
         Ok(())
     }
 
+    /// `kill_on`: once the watched console shows the line, SIGKILL the victim's QEMU and
+    /// NIC (once).
+    fn kill_if_asked(&mut self) -> anyhow::Result<()> {
+        let Some(k) = self.kill_on.as_mut() else { return Ok(()) };
+        if k.done.is_some() {
+            return Ok(());
+        }
+        let (watch, line, victim) = (k.watch, k.line, k.victim);
+        let console = self.guests.iter().find(|g| g.idx == watch).map(|g| g.console.clone());
+        let asked = console.and_then(|c| fs::read(c).ok()).is_some_and(|b| String::from_utf8_lossy(&b).contains(line));
+        if !asked {
+            return Ok(());
+        }
+        k.done = Some(Instant::now());
+        let g = self.guest(victim);
+        let mut what = Vec::new();
+        if let Some(mut q) = g.qemu.take() {
+            what.push(format!("QEMU pid {}", q.id()));
+            q.kill().context("killing QEMU")?;
+            let _ = q.wait();
+        }
+        if let Some(mut n) = g.nic.take() {
+            what.push(format!("trapeze-nic pid {}", n.id()));
+            n.kill().context("killing trapeze-nic")?;
+            let _ = n.wait();
+        }
+        g.killed = Some(g.started.map_or(Duration::ZERO, |s| s.elapsed()));
+        eprintln!("  guest {watch} asked (\"{line}\"): SIGKILLed guest {victim}: {}", what.join(", "));
+        Ok(())
+    }
+
     /// Wait until every QEMU has exited (true) or `timeout` passed (false, QEMUs killed),
     /// echoing consoles from /init on. A NIC that dies is an error.
     fn wait(&mut self, timeout: Duration, echo: bool) -> anyhow::Result<bool> {
         let t = Instant::now();
         loop {
             check_interrupted()?;
+            self.kill_if_asked()?;
             let mut running = 0;
             for g in &mut self.guests {
                 if echo {
@@ -937,6 +1118,36 @@ mod tests {
         assert!(!GuestReport::of(&cut_short, ok, 0).ok(Mode::BlkTest), "the total line must be there");
         let oops = format!("{run}Oops: 0000 [#1] SMP\n");
         assert!(!GuestReport::of(&oops, ok, 0).ok(Mode::BlkTest));
+    }
+
+    #[test]
+    fn suite_needs_every_check_the_kill_and_a_clean_server() {
+        let ok = Some(ExitStatus::default());
+        let a = "trapeze-guest: pci 0000:00:02.0 1af4:1110 class 050000\n\
+            trapeze-suite: PASS module loaded, /dev/gms0 on GMS (1024 pages)\n\
+            trapeze-suite: PASS data verified: 4 files' md5sums match\n\
+            trapeze-suite: PASS failure case: node 2 declared failed 3.4 s after the kill request\n\
+            trapeze-suite: PASS clean unload with NetRPC calls and getpages in flight\n\
+            trapeze-suite: 4 passed, 0 failed\n\
+            trapeze-guest: /etc/trapeze/run.sh exited with status 0\nreboot: Power down\n";
+        assert!(GuestReport::of(a, ok, 0).suite_ok(0, false));
+        let failed = a.replacen("PASS failure case", "FAIL failure case", 1);
+        assert!(!GuestReport::of(&failed, ok, 0).suite_ok(0, false));
+        let cut = a.replace("trapeze-suite: 4 passed, 0 failed\n", "");
+        assert!(!GuestReport::of(&cut, ok, 0).suite_ok(0, false), "the total line must be there");
+        let sum = suite_summary(&failed);
+        assert_eq!(sum.iter().filter(|l| l.ends_with(": PASS")).count(), 3);
+        assert!(sum.contains(&"failure case: FAIL".to_string()));
+        // A server: loaded and unloaded cleanly; the victim: loaded, then killed.
+        let b = "trapeze-guest: pci 0000:00:02.0 1af4:1110 class 050000\n\
+            [ 3.1] trapeze: 0000:00:02.0: node 1 up: endpoint live, 32 receive frames\n\
+            [ 9.2] trapeze: 0000:00:02.0: node 1 removed: NIC halted, frames freed\n\
+            trapeze-guest: /etc/trapeze/run.sh exited with status 0\nreboot: Power down\n";
+        assert!(GuestReport::of(b, ok, 1).suite_ok(1, false));
+        let c = b.split("[ 9.2]").next().unwrap_or_default();
+        assert!(GuestReport::of(c, None, 2).suite_ok(2, true));
+        assert!(!GuestReport::of(c, None, 2).suite_ok(2, false), "the victim must have been killed");
+        assert!(!GuestReport::of(&format!("{c}WARNING: CPU: 0 PID: 1\n"), None, 2).suite_ok(2, true));
     }
 
     #[test]

@@ -42,10 +42,12 @@ pub struct VmBenchArgs {
     #[arg(long)]
     json: bool,
     /// Guests: 0 measures, 1 serves NBD and GMS, the others serve GMS.
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(2..=8))]
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(2..=8))]
     guests: u16,
-    /// Size of both disks in MiB (the GMS disk's gms_disk_mb and the NBD export).
-    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    /// Size of both disks in MiB (the GMS disk's gms_disk_pages / 256 and the NBD
+    /// export). GMS members store 512 pages each at most: the servers (guests - 1) must
+    /// hold the disk with a quarter to spare, so 3 MiB with 3 guests.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=1024))]
     disk_mb: u32,
     /// Random 4 KiB reads per device.
     #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u32).range(10..=1_000_000))]
@@ -198,29 +200,39 @@ fn module_params(ko: &[u8]) -> Vec<String> {
     names
 }
 
-/// Whether the module describes `gms_disk_mb` as a RAM-backed disk (its `parm=` text), i.e.
-/// `/dev/gms0` is not yet served by GMS over the network.
+/// Pages one GMS member stores for others at most (`gms_budget_pages`, net.rs `HELD`).
+const MAX_BUDGET_PAGES: u64 = 512;
+
+/// Whether `/dev/gms0` would be RAM-backed: the module has no `gms_disk_pages` (its GMS
+/// backend), only the RAM backend's `gms_disk_mb` (whose `parm=` text says so).
 fn disk_is_ram_backed(ko: &[u8]) -> bool {
-    ko.split(|&b| b == 0)
-        .filter_map(|s| s.strip_prefix(b"parm=gms_disk_mb:"))
-        .any(|d| String::from_utf8_lossy(d).contains("RAM backend"))
+    let has = |key: &[u8]| ko.split(|&b| b == 0).any(|s| s.starts_with(key));
+    !has(b"parmtype=gms_disk_pages:")
+        && ko
+            .split(|&b| b == 0)
+            .filter_map(|s| s.strip_prefix(b"parm=gms_disk_mb:"))
+            .any(|d| String::from_utf8_lossy(d).contains("RAM backend"))
 }
 
 /// The insmod arguments of trapeze.ko per guest, or why the GMS disk cannot be measured.
+/// With `gms_disk_pages` (the GMS backend) guest 0's `/dev/gms0` is served by the other
+/// guests' memory: they get budgets that hold the whole disk with a quarter to spare,
+/// which must fit `MAX_BUDGET_PAGES` each. Without it, `gms_disk_mb` (RAM backend).
 fn gms_args(
     params: &[String],
     guests: u16,
     disk_mb: u32,
     extra: &[String],
 ) -> Result<Vec<String>, String> {
-    if !params.iter().any(|p| p == "gms_disk_mb") {
+    let has = |p: &str| params.iter().any(|x| x == p);
+    let gms_backend = has("gms_disk_pages");
+    if !gms_backend && !has("gms_disk_mb") {
         return Err(format!(
-            "trapeze.ko (kernel-crate, as built now) has no gms_disk_mb parameter, so no GMS block device /dev/gms0 \
-             yet (its parameters: {})",
+            "trapeze.ko (kernel-crate, as built now) has neither gms_disk_pages nor gms_disk_mb, so no block device \
+             /dev/gms0 (its parameters: {})",
             params.join(", ")
         ));
     }
-    let has = |p: &str| params.iter().any(|x| x == p);
     for e in extra {
         let key = e.split('=').next().unwrap_or("");
         if !e.contains('=') || !has(key) {
@@ -229,6 +241,18 @@ fn gms_args(
                 params.join(", ")
             ));
         }
+    }
+    let disk_pages = u64::from(disk_mb) * 256;
+    let servers = u64::from(guests - 1);
+    // The servers together hold the whole disk with a quarter to spare.
+    let budget = (disk_pages * 5 / 4).div_ceil(servers);
+    let budget_given = extra.iter().any(|e| e.starts_with("gms_budget_pages="));
+    if gms_backend && !budget_given && budget > MAX_BUDGET_PAGES {
+        return Err(format!(
+            "a {disk_mb} MiB GMS disk ({disk_pages} pages, +25%) needs {budget} pages on each of {servers} server(s), \
+             more than a member stores ({MAX_BUDGET_PAGES}): use --disk-mb {} or more --guests",
+            MAX_BUDGET_PAGES * servers * 4 / 5 / 256
+        ));
     }
     let members: Vec<String> = (0..guests).map(|k| k.to_string()).collect();
     Ok((0..guests)
@@ -241,16 +265,13 @@ fn gms_args(
                 a.push(format!("gms_nodes={}", members.join(",")));
             }
             if k == 0 {
-                a.push(format!("gms_disk_mb={disk_mb}"));
-            } else if has("gms_budget_pages")
-                && !extra.iter().any(|e| e.starts_with("gms_budget_pages="))
-            {
-                // The servers together hold the whole disk with a quarter to spare.
-                let pages = u64::from(disk_mb) * 256 * 5 / 4;
-                a.push(format!(
-                    "gms_budget_pages={}",
-                    pages.div_ceil(u64::from(guests - 1))
-                ));
+                if gms_backend {
+                    a.push(format!("gms_disk_pages={disk_pages}"));
+                } else {
+                    a.push(format!("gms_disk_mb={disk_mb}"));
+                }
+            } else if has("gms_budget_pages") && !budget_given {
+                a.push(format!("gms_budget_pages={}", if gms_backend { budget } else { budget.min(MAX_BUDGET_PAGES) }));
             }
             a.extend(extra.iter().cloned());
             a.join(" ")
@@ -734,35 +755,34 @@ mod tests {
         assert!(!disk_is_ram_backed(ko));
         let ram = b"\0parm=gms_disk_mb:size of /dev/gms0 in MiB, RAM backend (default 0)\0";
         assert!(disk_is_ram_backed(ram));
-        assert!(!disk_is_ram_backed(
-            b"\0parm=gms_disk_mb:size of /dev/gms0 in MiB, served by GMS\0"
-        ));
+        // A module with the GMS backend's gms_disk_pages is measured on GMS, even though
+        // it still has the RAM backend's gms_disk_mb.
+        let both = b"\0parm=gms_disk_mb:size of /dev/gms0 in MiB, RAM backend (default 0)\0parmtype=gms_disk_pages:int\0";
+        assert!(!disk_is_ram_backed(both));
     }
 
     #[test]
-    fn gms_args_need_the_disk_parameter_and_name_each_node() {
+    fn gms_args_need_a_disk_parameter_and_name_each_node() {
         let without: Vec<String> = ["node", "ping_peer", "stats"].map(String::from).to_vec();
         let why = gms_args(&without, 2, 64, &[]).unwrap_err();
-        assert!(
-            why.contains("no gms_disk_mb parameter") && why.contains("ping_peer"),
-            "{why}"
-        );
-        let with: Vec<String> = ["node", "gms_disk_mb", "gms_nodes", "gms_budget_pages"]
-            .map(String::from)
-            .to_vec();
-        let args = gms_args(&with, 3, 32, &["gms_budget_pages=100".into()]).unwrap();
-        assert_eq!(
-            args[0],
-            "node=0 gms_nodes=0,1,2 gms_disk_mb=32 gms_budget_pages=100"
-        );
+        assert!(why.contains("neither gms_disk_pages nor gms_disk_mb") && why.contains("ping_peer"), "{why}");
+        // RAM backend: gms_disk_mb on guest 0.
+        let ram: Vec<String> = ["node", "gms_disk_mb", "gms_nodes", "gms_budget_pages"].map(String::from).to_vec();
+        let args = gms_args(&ram, 3, 32, &["gms_budget_pages=100".into()]).unwrap();
+        assert_eq!(args[0], "node=0 gms_nodes=0,1,2 gms_disk_mb=32 gms_budget_pages=100");
         assert_eq!(args[2], "node=2 gms_nodes=0,1,2 gms_budget_pages=100");
-        // Without a budget given, the two servers share 32 MiB * 1.25 = 10240 pages.
-        let args = gms_args(&with, 3, 32, &[]).unwrap();
-        assert_eq!(args[0], "node=0 gms_nodes=0,1,2 gms_disk_mb=32");
-        assert_eq!(args[1], "node=1 gms_nodes=0,1,2 gms_budget_pages=5120");
-        assert!(gms_args(&with, 2, 32, &["nope=1".into()])
-            .unwrap_err()
-            .contains("no parameter \"nope\""));
+        assert!(gms_args(&ram, 2, 32, &["nope=1".into()]).unwrap_err().contains("no parameter \"nope\""));
+        // GMS backend: gms_disk_pages on guest 0, budgets that hold the disk + 25%.
+        let gms: Vec<String> =
+            ["node", "gms_disk_mb", "gms_disk_pages", "gms_nodes", "gms_budget_pages"].map(String::from).to_vec();
+        let args = gms_args(&gms, 3, 3, &[]).unwrap();
+        assert_eq!(args[0], "node=0 gms_nodes=0,1,2 gms_disk_pages=768");
+        // 768 pages * 1.25 = 960 over two servers.
+        assert_eq!(args[1], "node=1 gms_nodes=0,1,2 gms_budget_pages=480");
+        assert_eq!(args[2], "node=2 gms_nodes=0,1,2 gms_budget_pages=480");
+        let why = gms_args(&gms, 3, 4, &[]).unwrap_err();
+        assert!(why.contains("needs 640 pages") && why.contains("--disk-mb 3"), "{why}");
+        assert!(gms_args(&gms, 5, 4, &[]).is_ok(), "four servers hold 4 MiB");
     }
 
     #[test]

@@ -1,0 +1,228 @@
+#!/bin/sh
+# SPDX-License-Identifier: GPL-2.0-only
+# kernel-crate/guest/suite.sh — the guest suite, `cargo xtask vm --suite` (a stage of
+# `cargo xtask test`). Three guests, all GMS members 0,1,2 (gms_nodes=0,1,2):
+#
+# * B (guest 1) and C (guest 2) are servers: they load trapeze.ko with a budget of $budget
+#   pages and store what A puts. C is SIGKILLed by the host mid-run (QEMU and its NIC) when
+#   A prints "trapeze-suite: KILL node 2". B unloads once A has gone silent (it declared
+#   node 0 failed: A unloaded), bounded.
+# * A (guest 0) loads it with /dev/gms0 on the GMS backend ($disk_pages pages, no module
+#   read-ahead: every read that reaches the disk is a getpage) and checks:
+#   1. the file system: mke2fs (ext2, 4 KiB blocks) on the first 3 MiB, mount, files of
+#      random data (1 MiB, 512 KiB, 300 KiB and a small one), md5sums, sync, umount, drop
+#      the kernel's caches (the module caches nothing), mount again, md5sums verified —
+#      and the disk's counters show the pages were read from the disk, i.e. fetched from
+#      B and C (the only place a written page exists);
+#   2. 64 probe pages past the file system, written one at a time with O_DIRECT (the
+#      backend puts them round robin: consecutive pages alternate between B and C), read
+#      back O_DIRECT and verified;
+#   3. the failure case: A asks the host to kill C, with a reader looping over the probe
+#      pages in flight; C must be declared failed (bounded), the reader must end (no
+#      hang), then each probe page is read once (O_DIRECT, each read bounded by
+#      `timeout`): the pages of one parity class (C's) must all fail with an I/O error;
+#      the other class (B's) must read back correctly, except pages whose GMS directory
+#      node was C (the directory moved, B dropped the copy: an I/O error, about 1/3 of
+#      them) — at least one must read correctly, and no page may come back with wrong
+#      bytes;
+#   4. unload: rmmod while a reader loops over the disk (rmmod is refused while the disk
+#      is open, so it is retried until it lands between two reads; then the reader sees no
+#      disk), then reload with a silent member and unload_inflight=8 (NetRPC echo calls
+#      and getpages in flight) and rmmod at once: remove must fail them cleanly.
+# Lines for the host start with "trapeze-suite:"; checks print PASS or FAIL, and the total
+# "N passed, M failed". Every wait is bounded.
+
+say() { echo "trapeze-suite: $*"; }
+k=${trapeze_guest:-0}
+ko=/lib/modules/trapeze.ko
+members=0,1,2
+budget=512
+disk_pages=1024
+dev=/dev/gms0
+passes=0
+fails=0
+pass() { say "PASS $*"; passes=$((passes + 1)); }
+fail() { say "FAIL $*"; fails=$((fails + 1)); }
+check() { what=$1; shift; if "$@"; then pass "$what"; else fail "$what"; fi; }
+logged() { dmesg | grep -q "$1"; }
+now() { cut -d' ' -f1 /proc/uptime; }
+# Whole seconds since $1 (a /proc/uptime reading).
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+stat_of() { v=$(sed -n "s/^$1: //p" /sys/module/trapeze/parameters/gms_disk_stats 2>/dev/null); echo "${v:-0}"; }
+
+if [ "$k" != 0 ]; then
+    insmod "$ko" node="$k" gms_nodes="$members" gms_budget_pages="$budget" || { say "insmod failed"; exit 1; }
+    say "node $k: serving, budget $budget pages"
+    # C is killed by the host long before this ends. B waits until A unloaded (A silent
+    # for 3 s: declared failed here), at most 280 s.
+    t=0
+    while ! dmesg | grep -q "gms: node 0 silent" && [ "$t" -lt 2800 ]; do sleep 0.1; t=$((t + 1)); done
+    say "node $k: node 0 gone after $((t / 10)) s; stats: $(tr '\n' ' ' < /sys/module/trapeze/parameters/stats)"
+    rmmod trapeze || { say "rmmod failed"; exit 1; }
+    say "node $k: rmmod trapeze done"
+    exit 0
+fi
+
+# ---- guest A ----------------------------------------------------------------------
+insmod "$ko" node=0 gms_nodes="$members" gms_budget_pages="$budget" gms_disk_pages="$disk_pages" ||
+    { say "FAIL insmod"; say "0 passed, 1 failed"; exit 1; }
+check "module loaded, $dev on GMS ($disk_pages pages)" [ -b "$dev" ]
+[ -b "$dev" ] || { say "$passes passed, $fails failed"; rmmod trapeze; exit 1; }
+
+# Wait (60 s at most) until B and C store pages: a 2-page O_DIRECT write puts one page to
+# each of them (round robin); they load as A does.
+head -c 8192 /dev/urandom > /tmp/w
+t0=$(now)
+up=no
+for i in $(seq 1 60); do
+    if dd if=/tmp/w of="$dev" bs=4k seek=1020 count=2 oflag=direct conv=notrunc 2>/dev/null &&
+        dd if=/tmp/w of="$dev" bs=4k seek=1022 count=2 oflag=direct conv=notrunc 2>/dev/null; then
+        up=yes
+        break
+    fi
+    sleep 1
+done
+check "servers B and C store pages (after $(since "$t0") s)" [ "$up" = yes ]
+
+# 1. ext2 on the first 3 MiB.
+fsk=3072
+mkdir -p /mnt
+if mke2fs -F -b 4096 -i 65536 -m 0 "$dev" "$fsk" > /tmp/mkfs.log 2>&1; then
+    pass "mke2fs: ext2, 4 KiB blocks, $fsk KiB on $dev"
+else
+    fail "mke2fs: $(tail -1 /tmp/mkfs.log)"
+fi
+mounted=no
+mount -t ext2 "$dev" /mnt && mounted=yes
+check "mount -t ext2 $dev /mnt" [ "$mounted" = yes ]
+if [ "$mounted" = yes ]; then
+    head -c 1048576 /dev/urandom > /mnt/a
+    head -c 524288 /dev/urandom > /mnt/b
+    mkdir -p /mnt/d
+    head -c 307200 /dev/urandom > /mnt/d/c
+    echo "trapeze guest suite $(now)" > /mnt/d/small
+    (cd /mnt && md5sum a b d/c d/small > /tmp/sums)
+    sync
+    umount /mnt && mounted=no
+    check "files written (1 MiB, 512 KiB, 300 KiB, small), synced, unmounted" [ "$mounted" = no ]
+    sync
+    echo 3 > /proc/sys/vm/drop_caches
+    r0=$(stat_of pages_read)
+    mount -t ext2 -o ro "$dev" /mnt && mounted=yes
+    if [ "$mounted" = yes ] && (cd /mnt && md5sum -c /tmp/sums > /tmp/sums.out 2>&1); then
+        got=$(( $(stat_of pages_read) - r0 ))
+        say "md5: $(cut -c1-8 /tmp/sums | tr '\n' ' ')"
+        # 1.8 MiB of file data alone is 460 pages.
+        check "data verified: 4 files' md5sums match after drop_caches and remount ($got pages read from GMS)" [ "$got" -ge 460 ]
+    else
+        fail "data verified: md5sum -c after remount: $(grep -v ': OK' /tmp/sums.out 2>/dev/null | tr '\n' ' ')"
+    fi
+    [ "$mounted" = yes ] && umount /mnt
+fi
+
+# 2. Probe pages 900..963, one O_DIRECT write each: consecutive pages alternate targets.
+base=900
+np=64
+head -c $((np * 4096)) /dev/urandom > /tmp/probe
+wrote=0
+for i in $(seq 0 $((np - 1))); do
+    dd if=/tmp/probe of="$dev" bs=4k count=1 skip="$i" seek=$((base + i)) oflag=direct conv=notrunc 2>/dev/null &&
+        wrote=$((wrote + 1))
+done
+sync
+echo 3 > /proc/sys/vm/drop_caches
+dd if="$dev" of=/tmp/probe.back bs=4k skip="$base" count="$np" iflag=direct 2>/dev/null
+same=no
+[ "$wrote" = "$np" ] && cmp -s /tmp/probe /tmp/probe.back && same=yes
+check "$np probe pages written one by one ($wrote ok) and read back O_DIRECT" [ "$same" = yes ]
+
+# 3. Kill C with reads in flight.
+rm -f /tmp/reader.stop /tmp/reader.done
+(
+    n=0
+    while [ ! -e /tmp/reader.stop ]; do
+        dd if="$dev" of=/dev/null bs=4k skip="$base" count="$np" iflag=direct 2>/dev/null
+        n=$((n + 1))
+    done
+    echo "$n" > /tmp/reader.done
+) &
+sleep 1
+tk=$(now)
+say "KILL node 2 now (the host SIGKILLs guest 2's QEMU and NIC)"
+t=0
+while ! dmesg | grep -q "gms: node 2 silent" && [ "$t" -lt 300 ]; do sleep 0.1; t=$((t + 1)); done
+check "failure case: node 2 declared failed $(since "$tk") s after the kill request" logged "gms: node 2 silent"
+touch /tmp/reader.stop
+t=0
+while [ ! -e /tmp/reader.done ] && [ "$t" -lt 600 ]; do sleep 0.1; t=$((t + 1)); done
+check "failure case: the reader in flight during the kill ended ($(cat /tmp/reader.done 2>/dev/null || echo '?') passes), no hang" \
+    [ -e /tmp/reader.done ]
+# Each probe page once, bounded: EIO or the right bytes.
+eio0=0; eio1=0; ok0=0; ok1=0; bad=0; hung=0; other=0
+slow=0
+for i in $(seq 0 $((np - 1))); do
+    c=$((i % 2))
+    t1=$(now)
+    timeout 40 dd if="$dev" of=/tmp/pg bs=4k count=1 skip=$((base + i)) iflag=direct 2>/tmp/pg.err
+    rc=$?
+    s=$(since "$t1")
+    slow=$(awk -v a="$slow" -v b="$s" 'BEGIN { print (b > a) ? b : a }')
+    if [ "$rc" = 0 ]; then
+        dd if=/tmp/probe of=/tmp/want bs=4k count=1 skip="$i" 2>/dev/null
+        if cmp -s /tmp/pg /tmp/want; then eval "ok$c=\$((ok$c + 1))"; else bad=$((bad + 1)); fi
+    elif [ "$rc" = 143 ] || [ "$rc" = 124 ]; then
+        hung=$((hung + 1))
+    elif grep -qi "input/output error" /tmp/pg.err; then
+        eval "eio$c=\$((eio$c + 1))"
+    else
+        other=$((other + 1))
+        say "page $((base + i)): rc $rc: $(cat /tmp/pg.err)"
+    fi
+done
+half=$((np / 2))
+say "after the kill: even pages $ok0 ok / $eio0 EIO, odd pages $ok1 ok / $eio1 EIO, $bad wrong bytes, $hung timed out, $other other errors; slowest read ${slow} s"
+check "failure case: no read hung (each bounded by 40 s; slowest ${slow} s), none returned wrong bytes" \
+    [ "$hung$bad$other" = 000 ]
+c_class=none
+[ "$eio0" = "$half" ] && [ "$ok1" -ge 1 ] && c_class=even
+[ "$eio1" = "$half" ] && [ "$ok0" -ge 1 ] && c_class=odd
+check "failure case: A sees I/O errors for every page C held (the $c_class pages, $half EIO) and reads B's pages back correctly (except those whose directory was C)" \
+    [ "$c_class" != none ]
+say "disk stats: $(tr '\n' ' ' < /sys/module/trapeze/parameters/gms_disk_stats)"
+
+# 4. Unload under load: a reader loops over the disk; rmmod is refused while it has the
+# disk open, so retry until it lands between two reads (60 s at most).
+rm -f /tmp/reader.stop /tmp/reader.done
+(
+    n=0
+    while [ ! -e /tmp/reader.stop ] && [ -b "$dev" ]; do
+        dd if="$dev" of=/dev/null bs=4k count=16 iflag=direct 2>/dev/null
+        n=$((n + 1))
+    done
+    echo "$n" > /tmp/reader.done
+) &
+sleep 1
+tries=0
+gone=no
+while [ "$tries" -lt 600 ]; do
+    tries=$((tries + 1))
+    if rmmod trapeze 2>/dev/null; then gone=yes; break; fi
+    sleep 0.1
+done
+touch /tmp/reader.stop
+t=0
+while [ ! -e /tmp/reader.done ] && [ "$t" -lt 300 ]; do sleep 0.1; t=$((t + 1)); done
+clean=no
+[ "$gone" = yes ] && [ -e /tmp/reader.done ] && logged "removed: NIC halted, frames freed" && clean=yes
+check "clean unload: rmmod with a reader looping on $dev (after $tries tries; reader ended: $(cat /tmp/reader.done 2>/dev/null || echo no) passes)" \
+    [ "$clean" = yes ]
+# Requests in flight at unload: echo calls to a silent member, getpages (some with it
+# as directory node).
+if insmod "$ko" node=0 gms_nodes=0,1,1023 unload_inflight=8 && rmmod trapeze; then
+    check "clean unload with NetRPC calls and getpages in flight" \
+        logged "in flight at unload: failed (0 calls, 0 operations left)"
+else
+    fail "clean unload with NetRPC calls and getpages in flight: insmod/rmmod failed"
+fi
+say "$passes passed, $fails failed"
+[ "$fails" = 0 ]
