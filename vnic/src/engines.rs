@@ -4,9 +4,12 @@
 //!
 //! Transfers complete when they are started (a `memcpy` is faster than any poll), so a
 //! packet's cut-through pulses reach the link as fast as the firmware issues them. The
-//! link-out engine gathers a packet's pulses and hands the whole packet to the [`Link`]
-//! at its last pulse (a datagram link cannot stream a packet); link in delivers one whole
-//! packet per posted buffer. Host memory is reached only through the [`DmaSpace`]: a
+//! link-out engine notes where a packet's pulses lie in send staging and at its last
+//! pulse has the [`Link`] copy the whole packet from there straight into its frames (a
+//! datagram link cannot stream a packet; the firmware keeps a packet's staging until
+//! its last pulse completed, so the pulses' bytes are still there); link in delivers one
+//! whole packet per posted buffer, written into receive staging straight from the
+//! link's frame. Host memory is reached only through the [`DmaSpace`]: a
 //! transfer outside every registered region is refused and counted.
 //!
 //! When the firmware finds nothing to do, [`SoftEngines::idle`] spins for a short budget
@@ -24,7 +27,7 @@ use std::time::{Duration, Instant};
 use trapeze_firmware::hal::{EngineStatus, Engines, HostDir, RxStatus};
 use trapeze_firmware::iface::layout::{CTRL_MSG_BYTES, MAX_MTU_BYTES};
 use trapeze_firmware::iface::regs::tx_flags;
-use trapeze_firmware::iface::wire::{HEADER_BYTES, TRAILER_BYTES};
+use trapeze_firmware::iface::wire::HEADER_BYTES;
 
 /// Largest packet on the link, trailer excluded.
 pub const MAX_PACKET_BYTES: usize = (HEADER_BYTES + CTRL_MSG_BYTES + MAX_MTU_BYTES) as usize;
@@ -108,11 +111,13 @@ pub struct SoftEngines {
     spin: Duration,
     hdma: EngineStatus,
     tx: EngineStatus,
-    tx_buf: Vec<u8>,
+    /// The packet being sent: its pulses as (NIC offset, length), in order (one run
+    /// when the pulses are contiguous, as the firmware's are), and its length so far.
+    tx_pulses: Vec<(u32, u32)>,
+    tx_len: usize,
     tx_over: bool,
     rx_post: Option<(u32, u32)>,
     rx: RxStatus,
-    rx_buf: Vec<u8>,
     idle_since: Option<Instant>,
 }
 
@@ -136,11 +141,11 @@ impl SoftEngines {
             spin,
             hdma: EngineStatus::default(),
             tx: EngineStatus::default(),
-            tx_buf: Vec::with_capacity(MAX_PACKET_BYTES),
+            tx_pulses: Vec::with_capacity(8),
+            tx_len: 0,
             tx_over: false,
             rx_post: None,
             rx: RxStatus::default(),
-            rx_buf: vec![0; MAX_PACKET_BYTES + TRAILER_BYTES as usize],
             idle_since: None,
         }
     }
@@ -149,7 +154,8 @@ impl SoftEngines {
     pub fn reset(&mut self) {
         self.hdma = EngineStatus::default();
         self.tx = EngineStatus::default();
-        self.tx_buf.clear();
+        self.tx_pulses.clear();
+        self.tx_len = 0;
         self.rx_post = None;
         self.rx = RxStatus::default();
         self.idle_since = None;
@@ -265,24 +271,48 @@ impl Engines for SoftEngines {
     fn link_tx_start(&mut self, nic_off: u32, len: u32, flags: u32) {
         self.idle_since = None;
         if flags & tx_flags::FIRST != 0 {
-            self.tx_buf.clear();
+            self.tx_pulses.clear();
+            self.tx_len = 0;
             self.tx_over = false;
         }
-        let at = self.tx_buf.len();
-        if at + len as usize <= MAX_PACKET_BYTES {
-            self.tx_buf.resize(at + len as usize, 0);
-            if !self.nic.read(nic_off as usize, &mut self.tx_buf[at..]) {
-                self.tx_over = true;
-            }
-        } else {
+        if self.tx_len + len as usize > MAX_PACKET_BYTES
+            || nic_off as usize + len as usize > self.nic.len()
+        {
             self.tx_over = true;
+        } else if len > 0 {
+            match self.tx_pulses.last_mut() {
+                Some((off, l)) if *off + *l == nic_off => *l += len,
+                _ => self.tx_pulses.push((nic_off, len)),
+            }
+            self.tx_len += len as usize;
         }
         if flags & tx_flags::LAST != 0 {
             let abort = flags & tx_flags::ABORT != 0 || self.tx_over;
+            let (nic, pulses) = (&self.nic, &self.tx_pulses);
+            // Packet offset `at` → the pulse holding it; `read` asks for bytes in order.
+            let (mut i, mut base) = (0usize, 0usize);
+            let mut read = |at: usize, buf: &mut [u8]| {
+                let mut done = 0;
+                while done < buf.len() {
+                    while i < pulses.len() && at + done >= base + pulses[i].1 as usize {
+                        base += pulses[i].1 as usize;
+                        i += 1;
+                    }
+                    let Some(&(off, l)) = pulses.get(i) else { return false };
+                    let skip = at + done - base;
+                    let n = (l as usize - skip).min(buf.len() - done);
+                    if !nic.read(off as usize + skip, &mut buf[done..done + n]) {
+                        return false;
+                    }
+                    done += n;
+                }
+                true
+            };
             // Send errors are counted by the link; the firmware sees the packet sent.
-            let _ = self.link.send_packet(&self.tx_buf, abort);
+            let _ = self.link.send_packet_from(self.tx_len, abort, &mut read);
             self.stats.link_tx_packets.fetch_add(1, Ordering::Relaxed);
-            self.tx_buf.clear();
+            self.tx_pulses.clear();
+            self.tx_len = 0;
         }
         self.tx = EngineStatus { busy: false, done: len, error: false };
     }
@@ -300,16 +330,15 @@ impl Engines for SoftEngines {
         // Held (reordered) frames and stale reassemblies have deadlines; errors are counted.
         let _ = self.link.poll_timers();
         if let Some((off, cap)) = self.rx_post {
-            if let Some(p) = self.link.poll_packet(&mut self.rx_buf) {
+            let nic = &self.nic;
+            let got = self.link.poll_packet_with(|bytes, _src, crc_ok| {
+                let n = bytes.len().min(cap as usize);
+                let wrote = nic.write(off as usize, &bytes[..n]);
+                (n, crc_ok && wrote && bytes.len() <= cap as usize)
+            });
+            if let Some((n, ok)) = got {
                 self.idle_since = None;
-                let n = p.len.min(cap as usize);
-                let wrote = self.nic.write(off as usize, &self.rx_buf[..n]);
-                self.rx = RxStatus {
-                    posted: false,
-                    bytes: n as u32,
-                    complete: true,
-                    crc_ok: p.crc_ok && wrote && p.len <= cap as usize,
-                };
+                self.rx = RxStatus { posted: false, bytes: n as u32, complete: true, crc_ok: ok };
                 self.rx_post = None;
             }
         }
@@ -324,5 +353,76 @@ impl Engines for SoftEngines {
     /// pass always means "wait for the host or the link".
     fn idle(&mut self, _engines_busy: bool) {
         self.idle_wait();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::link::backend::InProcSwitch;
+    use crate::link::FaultConfig;
+
+    fn engines(link: Link) -> (SoftEngines, Arc<Mapping>) {
+        let nic = Arc::new(Mapping::create_memfd("eng-test", 64 * 1024).unwrap());
+        let eng = SoftEngines::new(
+            nic.clone(),
+            Arc::new(DmaSpace::new()),
+            link,
+            Arc::new(Notifier::default()),
+            Arc::new(Wakers::new().unwrap()),
+            Arc::new(EngineStats::default()),
+            Duration::ZERO,
+        );
+        (eng, nic)
+    }
+
+    /// A packet (32-byte header with dst node 2, then `len - 32` bytes) for the link.
+    fn packet(len: usize, seed: u8) -> Vec<u8> {
+        let mut p: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(7).wrapping_add(seed)).collect();
+        p[6..8].copy_from_slice(&2u16.to_le_bytes());
+        p
+    }
+
+    #[test]
+    fn link_out_sends_the_pulses_from_staging_in_order_even_when_apart() {
+        let sw = InProcSwitch::new();
+        let (mut a, nic) = engines(Link::new(1, Box::new(sw.port(1)), FaultConfig::NONE));
+        let mut b = Link::new(2, Box::new(sw.port(2)), FaultConfig::NONE);
+        let p = packet(3000, 3);
+        // Three pulses: two contiguous, then one elsewhere in NIC memory.
+        assert!(nic.write(1000, &p[..1200]));
+        assert!(nic.write(9000, &p[1200..]));
+        a.link_tx_start(1000, 700, tx_flags::FIRST);
+        a.link_tx_start(1700, 500, 0);
+        a.link_tx_start(9000, 1800, tx_flags::LAST);
+        let mut out = vec![0u8; 4096];
+        let rx = b.poll_packet(&mut out).expect("packet");
+        assert_eq!((rx.len, rx.src, rx.crc_ok), (3000, 1, true));
+        assert_eq!(&out[..3000], &p[..]);
+        // A pulse outside NIC memory aborts the packet: the receiver sees a bad CRC.
+        a.link_tx_start(1000, 1200, tx_flags::FIRST);
+        a.link_tx_start(64 * 1024 - 10, 100, tx_flags::LAST);
+        let rx = b.poll_packet(&mut out).expect("aborted packet");
+        assert!(!rx.crc_ok);
+    }
+
+    #[test]
+    fn link_in_writes_the_packet_into_the_posted_buffer() {
+        let sw = InProcSwitch::new();
+        let mut a = Link::new(1, Box::new(sw.port(1)), FaultConfig::NONE);
+        let (mut b, nic) = engines(Link::new(2, Box::new(sw.port(2)), FaultConfig::NONE));
+        let p = packet(500, 9);
+        a.send_packet(&p, false).unwrap();
+        a.send_packet(&p, false).unwrap();
+        b.link_rx_post(2048, 1024);
+        let st = b.link_rx_status();
+        assert_eq!((st.complete, st.crc_ok, st.bytes), (true, true, 500));
+        let mut got = vec![0u8; 500];
+        assert!(nic.read(2048, &mut got));
+        assert_eq!(got, p);
+        // A packet larger than the posted buffer is cut and marked bad.
+        b.link_rx_post(4096, 100);
+        let st = b.link_rx_status();
+        assert_eq!((st.complete, st.crc_ok, st.bytes), (true, false, 100));
     }
 }

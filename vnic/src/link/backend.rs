@@ -35,6 +35,48 @@ pub trait LinkBackend: Send {
     /// to parse); give a buffer of at least `max_frame_bytes()`.
     fn try_recv_frame(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>>;
 
+    /// Send one frame of `len` bytes that `fill` writes in place, so a backend that
+    /// queues frames in buffers of its own can take the bytes without an intermediate
+    /// copy. The default fills `scratch` (at least `len` bytes; the link's frame buffer)
+    /// and calls [`send_frame`](Self::send_frame).
+    fn send_frame_with(
+        &mut self,
+        dst: u16,
+        len: usize,
+        scratch: &mut [u8],
+        fill: &mut dyn FnMut(&mut [u8]),
+    ) -> io::Result<()> {
+        let Some(buf) = scratch.get_mut(..len) else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "frame of {len} bytes exceeds the {}-byte frame buffer",
+                    scratch.len()
+                ),
+            ));
+        };
+        fill(buf);
+        self.send_frame(dst, buf)
+    }
+
+    /// Lend the next received frame to `take` and return `Ok(true)`, or `Ok(false)` if
+    /// none is waiting. The default copies it into `scratch` with
+    /// [`try_recv_frame`](Self::try_recv_frame) (same truncation rule); a backend that
+    /// holds whole frames in memory lends them in place.
+    fn recv_frame_with(
+        &mut self,
+        scratch: &mut [u8],
+        take: &mut dyn FnMut(&[u8]),
+    ) -> io::Result<bool> {
+        match self.try_recv_frame(scratch)? {
+            Some(n) => {
+                take(&scratch[..n]);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
     /// A descriptor that polls readable (poll(2) `POLLIN`) when frames may be waiting.
     /// Contract: after it polls readable, call `try_recv_frame` until it returns
     /// `Ok(None)`; only then is the next arrival guaranteed to make it readable again.

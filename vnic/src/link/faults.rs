@@ -235,6 +235,12 @@ impl FaultInjector {
         &self.config
     }
 
+    /// Whether frames pass untouched: no faults configured and none held back (then the
+    /// link may hand frames to the backend directly).
+    pub fn is_passthrough(&self) -> bool {
+        self.config.is_none() && self.held.is_none()
+    }
+
     /// Whether a reordered frame is waiting.
     pub fn holding(&self) -> bool {
         self.held.is_some()

@@ -224,6 +224,9 @@ impl Link {
     /// Run the timers: send a reordered frame held too long, drop packets whose
     /// fragments stopped coming. Returns a backend send error, if one happened.
     pub fn poll_timers(&mut self) -> io::Result<()> {
+        if self.poll_deadline().is_none() {
+            return Ok(());
+        }
         let now = Instant::now();
         self.rx.handle_timeout(now, &mut self.stats);
         self.faults
@@ -242,17 +245,35 @@ impl Link {
     /// [`MAX_PACKET_BYTES`] − 4 is an `InvalidInput` error. Backend errors are counted
     /// (`send_errors`) and the first is returned; the packet is then lost.
     pub fn send_packet(&mut self, packet: &[u8], abort: bool) -> io::Result<()> {
-        let now = Instant::now();
-        if packet.len() < ROUTE_HEADER_BYTES {
+        self.send_packet_from(packet.len(), abort, &mut |off, buf| {
+            buf.copy_from_slice(&packet[off..off + buf.len()]);
+            true
+        })
+    }
+
+    /// [`send_packet`](Self::send_packet) for a packet of `len` bytes that `read(offset,
+    /// buf)` copies out of wherever it is (a NIC's send staging), straight into each
+    /// frame: with no faults configured and a backend that queues its own buffers, each
+    /// byte is copied once (and checksummed while hot). `read` is asked for every byte
+    /// exactly once, in order; if it returns `false` the packet goes out aborted.
+    pub fn send_packet_from(
+        &mut self,
+        len: usize,
+        abort: bool,
+        read: &mut dyn FnMut(usize, &mut [u8]) -> bool,
+    ) -> io::Result<()> {
+        if len < ROUTE_HEADER_BYTES {
             self.stats.unroutable += 1;
             return Ok(());
         }
-        let dst = u16::from_le_bytes([packet[6], packet[7]]);
+        let mut route = [0u8; 8];
+        let mut ok = read(0, &mut route);
+        let dst = u16::from_le_bytes([route[6], route[7]]);
         if !self.backend.routes_to(dst) {
             self.stats.unroutable += 1;
             return Ok(());
         }
-        let total = packet.len() + TRAILER_BYTES;
+        let total = len + TRAILER_BYTES;
         let chunk = reassembly::chunk_bytes(self.tx_frame.len());
         let count = if chunk == 0 {
             usize::MAX
@@ -264,16 +285,17 @@ impl Link {
                 io::ErrorKind::InvalidInput,
                 format!(
                     "packet of {} bytes too large for the link (max {} bytes, frames of {})",
-                    packet.len(),
+                    len,
                     MAX_PACKET_BYTES - TRAILER_BYTES,
                     self.tx_frame.len()
                 ),
             ));
         }
-        let crc = crc32fast::hash(packet);
-        let trailer = if abort { !crc } else { crc }.to_le_bytes();
         let id = self.next_packet_id;
         self.next_packet_id = id.wrapping_add(1);
+        let mut hasher = crc32fast::Hasher::new();
+        let mut trailer: Option<[u8; TRAILER_BYTES]> = None;
+        let mut now = None;
         let mut result = Ok(());
         for index in 0..count {
             let start = index * chunk;
@@ -288,23 +310,47 @@ impl Link {
                 total_len: total as u32,
                 frag_offset: start as u32,
             };
-            let f = &mut self.tx_frame;
-            header.emit(f);
-            let body = &mut f[frame::HEADER_BYTES..frame::HEADER_BYTES + (end - start)];
-            // Bytes start..end of (packet ++ trailer): a part of each, either possibly empty.
-            let plen = packet.len();
-            let (p_start, p_end) = (start.min(plen), end.min(plen));
-            body[..p_end - p_start].copy_from_slice(&packet[p_start..p_end]);
-            body[p_end - p_start..]
-                .copy_from_slice(&trailer[start.max(plen) - plen..end.max(plen) - plen]);
+            // Bytes start..end of (packet ++ trailer): a part of each, either possibly
+            // empty. The trailer is known once every packet byte went through the hasher,
+            // which happens before it is needed (fragments are filled in order).
+            let mut fill = |f: &mut [u8]| {
+                header.emit(f);
+                let body = &mut f[frame::HEADER_BYTES..];
+                let (p_start, p_end) = (start.min(len), end.min(len));
+                let data = &mut body[..p_end - p_start];
+                if !data.is_empty() {
+                    ok &= read(p_start, data);
+                    hasher.update(data);
+                }
+                if end > len {
+                    let t = *trailer.get_or_insert_with(|| {
+                        let crc = hasher.clone().finalize();
+                        if abort || !ok { !crc } else { crc }.to_le_bytes()
+                    });
+                    body[p_end - p_start..].copy_from_slice(&t[start.max(len) - len..end - len]);
+                }
+            };
             let n = frame::HEADER_BYTES + end - start;
-            let r = self.faults.transmit(
-                &mut *self.backend,
-                dst,
-                &mut self.tx_frame[..n],
-                now,
-                &mut self.stats,
-            );
+            let r = if self.faults.is_passthrough() {
+                let r = self
+                    .backend
+                    .send_frame_with(dst, n, &mut self.tx_frame, &mut fill);
+                match r {
+                    Ok(()) => self.stats.frames_sent += 1,
+                    Err(_) => self.stats.send_errors += 1,
+                }
+                r
+            } else {
+                fill(&mut self.tx_frame[..n]);
+                let t = *now.get_or_insert_with(Instant::now);
+                self.faults.transmit(
+                    &mut *self.backend,
+                    dst,
+                    &mut self.tx_frame[..n],
+                    t,
+                    &mut self.stats,
+                )
+            };
             if r.is_err() && result.is_ok() {
                 result = r;
             }
@@ -321,22 +367,68 @@ impl Link {
     /// with `len == out.len()` and `crc_ok == false` (counted in `rx_truncated`).
     /// Packets come out in the order they completed.
     pub fn poll_packet(&mut self, out: &mut [u8]) -> Option<RxPacket> {
-        let now = Instant::now();
-        self.rx.handle_timeout(now, &mut self.stats);
-        // A send error here is counted; the receive path has nothing to add to it.
-        let _ = self
-            .faults
-            .release_due(&mut *self.backend, now, &mut self.stats);
+        let (rx, truncated) = self.poll_packet_with(|body, src, crc_ok| {
+            if out.len() >= body.len() {
+                out[..body.len()].copy_from_slice(body);
+                (
+                    RxPacket {
+                        len: body.len(),
+                        src,
+                        crc_ok,
+                    },
+                    false,
+                )
+            } else {
+                let n = out.len();
+                out.copy_from_slice(&body[..n]);
+                (
+                    RxPacket {
+                        len: n,
+                        src,
+                        crc_ok: false,
+                    },
+                    true,
+                )
+            }
+        })?;
+        if truncated {
+            self.stats.rx_truncated += 1;
+        }
+        Some(rx)
+    }
+
+    /// [`poll_packet`](Self::poll_packet), lending the next complete packet (without its
+    /// trailer) to `take` with its source node and whether its CRC checked, and returning
+    /// what `take` returns. A packet that is one frame is lent straight from the
+    /// backend's buffer when the backend lends frames (no copy in the link).
+    pub fn poll_packet_with<R>(&mut self, take: impl FnOnce(&[u8], u16, bool) -> R) -> Option<R> {
+        if self.poll_deadline().is_some() {
+            // A send error here is counted; the receive path has nothing to add to it.
+            let _ = self.poll_timers();
+        }
+        let mut take = Some(take);
+        let mut out = None;
+        let mut now = None;
         let mut budget = RX_FRAMES_PER_POLL;
-        while !self.rx.has_ready() && budget > 0 {
+        while !self.rx.has_ready() && out.is_none() && budget > 0 {
             budget -= 1;
-            match self.backend.try_recv_frame(&mut self.rx_frame) {
-                Ok(Some(n)) => {
-                    self.stats.frames_received += 1;
-                    self.rx
-                        .handle_frame(&self.rx_frame[..n], now, &mut self.stats);
-                }
-                Ok(None) => break,
+            let (rx, stats) = (&mut self.rx, &mut self.stats);
+            let r = self
+                .backend
+                .recv_frame_with(&mut self.rx_frame, &mut |frame| {
+                    stats.frames_received += 1;
+                    let t = *now.get_or_insert_with(Instant::now);
+                    match rx.take_whole(frame, t) {
+                        Some((src, bytes)) => {
+                            let (body, crc_ok) = check_trailer(bytes, stats);
+                            out = take.take().map(|f| f(body, src, crc_ok));
+                        }
+                        None => rx.handle_frame(frame, t, stats),
+                    }
+                });
+            match r {
+                Ok(true) => {}
+                Ok(false) => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(_) => {
                     self.stats.recv_errors += 1;
@@ -344,38 +436,94 @@ impl Link {
                 }
             }
         }
-        let ready = self.rx.pop()?;
-        let len = ready.bytes.len() - TRAILER_BYTES;
-        let (body, trailer) = ready.bytes.split_at(len);
-        let crc_ok = crc32fast::hash(body).to_le_bytes() == trailer;
-        self.stats.packets_received += 1;
-        if !crc_ok {
-            self.stats.crc_errors += 1;
+        if out.is_some() {
+            return out;
         }
-        let rx = if out.len() >= len {
-            out[..len].copy_from_slice(body);
-            RxPacket {
-                len,
-                src: ready.src,
-                crc_ok,
-            }
-        } else {
-            self.stats.rx_truncated += 1;
-            let n = out.len();
-            out.copy_from_slice(&body[..n]);
-            RxPacket {
-                len: n,
-                src: ready.src,
-                crc_ok: false,
-            }
-        };
+        let take = take.take()?;
+        let ready = self.rx.pop()?;
+        let (body, crc_ok) = check_trailer(&ready.bytes, &mut self.stats);
+        let r = take(body, ready.src, crc_ok);
         self.rx.recycle(ready.bytes);
-        Some(rx)
+        Some(r)
     }
+}
+
+/// Split a whole packet into body and trailer, check the CRC and count the packet.
+fn check_trailer<'p>(bytes: &'p [u8], stats: &mut LinkStats) -> (&'p [u8], bool) {
+    let len = bytes.len() - TRAILER_BYTES;
+    let (body, trailer) = bytes.split_at(len);
+    let crc_ok = crc32fast::hash(body).to_le_bytes() == trailer;
+    stats.packets_received += 1;
+    if !crc_ok {
+        stats.crc_errors += 1;
+    }
+    (body, crc_ok)
 }
 
 #[cfg(test)]
 mod tests {
+    use super::backend::InProcSwitch;
+    use super::*;
+
+    fn packet(len: usize) -> Vec<u8> {
+        let mut p: Vec<u8> = (0..len).map(|i| (i * 13 + 1) as u8).collect();
+        p[6..8].copy_from_slice(&2u16.to_le_bytes());
+        p
+    }
+
+    #[test]
+    fn send_from_asks_for_each_byte_once_in_order() {
+        let sw = InProcSwitch::new();
+        let mut a = Link::new(1, Box::new(sw.port(1)), FaultConfig::NONE);
+        let mut b = Link::new(2, Box::new(sw.port(2)), FaultConfig::NONE);
+        let p = packet(70_000); // two frames on the in-process switch
+        let mut asked = Vec::new();
+        a.send_packet_from(p.len(), false, &mut |off, buf| {
+            asked.push((off, buf.len()));
+            buf.copy_from_slice(&p[off..off + buf.len()]);
+            true
+        })
+        .unwrap();
+        // The route peek, then every byte once, in order.
+        assert_eq!(asked[0], (0, 8));
+        let mut next = 0;
+        for &(off, len) in &asked[1..] {
+            assert_eq!(off, next);
+            next += len;
+        }
+        assert_eq!(next, p.len());
+        let mut out = vec![0u8; 80_000];
+        let rx = b.poll_packet(&mut out).unwrap();
+        assert_eq!((rx.len, rx.crc_ok), (p.len(), true));
+        assert_eq!(&out[..p.len()], &p[..]);
+        assert_eq!(a.stats().frames_sent, 2);
+    }
+
+    #[test]
+    fn whole_frame_packets_are_lent_once_and_duplicates_dropped() {
+        let sw = InProcSwitch::new();
+        let dup = FaultConfig {
+            duplicate_ppm: 1_000_000,
+            ..FaultConfig::NONE
+        };
+        let mut a = Link::new(1, Box::new(sw.port(1)), dup);
+        let mut b = Link::new(2, Box::new(sw.port(2)), FaultConfig::NONE);
+        let p = packet(9000);
+        a.send_packet(&p, false).unwrap();
+        a.send_packet(&p[..100], true).unwrap();
+        let got = b.poll_packet_with(|body, src, ok| (body.to_vec(), src, ok));
+        assert_eq!(got, Some((p.clone(), 1, true)));
+        // The duplicate of the first is ignored; the aborted second comes with a bad CRC.
+        let got = b.poll_packet_with(|body, _, ok| (body.len(), ok));
+        assert_eq!(got, Some((100, false)));
+        assert_eq!(b.poll_packet_with(|_, _, _| ()), None);
+        let s = b.stats();
+        assert_eq!(
+            (s.packets_received, s.duplicate_frames, s.crc_errors),
+            (2, 2, 1)
+        );
+    }
+
     #[test]
     fn crc_matches_the_firmware() {
         let data: Vec<u8> = (0..5000u32).map(|i| (i * 31 + 7) as u8).collect();

@@ -20,6 +20,7 @@
 //!   arriving later than that would be delivered again.
 
 use std::collections::{HashSet, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::time::{Duration, Instant};
 
 use super::frame::{FrameHeader, HEADER_BYTES};
@@ -73,12 +74,43 @@ fn chunk_of(h: &FrameHeader, len: usize) -> Option<usize> {
     (count == 1 || ((count - 1) * chunk < total && total <= count * chunk)).then_some(chunk)
 }
 
+/// Hashes (source node, packet id) keys with one multiply per field: SipHash would cost
+/// more than the rest of a packet's bookkeeping, and the set is bounded
+/// ([`RECENT_PACKETS`]), so even colliding keys cannot make it slow for long.
+#[derive(Clone, Copy, Debug, Default)]
+struct KeyHasher(u64);
+
+impl KeyHasher {
+    fn mix(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x517C_C1B7_2722_0A95);
+    }
+}
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.mix(b as u64);
+        }
+    }
+    fn write_u16(&mut self, n: u16) {
+        self.mix(n as u64);
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.mix(n as u64);
+    }
+}
+
+type KeySet = HashSet<(u16, u32), BuildHasherDefault<KeyHasher>>;
+
 #[derive(Debug)]
 pub struct Reassembler {
     node: u16,
     partials: Vec<Partial>,
     ready: VecDeque<Ready>,
-    recent: HashSet<(u16, u32)>,
+    recent: KeySet,
     recent_order: VecDeque<(u16, u32, Instant)>,
     pool: Vec<Vec<u8>>,
 }
@@ -89,7 +121,7 @@ impl Reassembler {
             node,
             partials: Vec::new(),
             ready: VecDeque::new(),
-            recent: HashSet::new(),
+            recent: KeySet::default(),
             recent_order: VecDeque::new(),
             pool: Vec::new(),
         }
@@ -170,7 +202,39 @@ impl Reassembler {
         });
     }
 
-    fn finish(&mut self, src: u16, id: u32, bytes: Vec<u8>, now: Instant, stats: &mut LinkStats) {
+    /// A frame that is a whole packet by itself, delivered in place: if `frame` is a
+    /// valid single-fragment packet for this node, not a duplicate, and no completed
+    /// packet is queued before it, remember it as delivered and return its source and
+    /// bytes (trailer included). Otherwise `None`, and the frame must go to
+    /// [`handle_frame`](Self::handle_frame), which applies the same rules with copying
+    /// (and counts what this leaves alone). Counts nothing itself.
+    pub fn take_whole<'f>(&mut self, frame: &'f [u8], now: Instant) -> Option<(u16, &'f [u8])> {
+        if !self.ready.is_empty() {
+            return None;
+        }
+        let (h, frag) = FrameHeader::parse(frame).ok()?;
+        let total = h.total_len as usize;
+        if h.frag_count != 1
+            || h.dst != self.node
+            || !(TRAILER_BYTES..=MAX_PACKET_BYTES).contains(&total)
+            || chunk_of(&h, frag.len()).is_none()
+        {
+            return None;
+        }
+        let key = (h.src, h.packet_id);
+        if self.partials.iter().any(|p| (p.src, p.id) == key) {
+            return None;
+        }
+        self.expire_recent(now);
+        if self.recent.contains(&key) {
+            return None;
+        }
+        self.remember(h.src, h.packet_id, now);
+        Some((h.src, frag))
+    }
+
+    /// Note a completed packet, so its late fragments count as duplicates.
+    fn remember(&mut self, src: u16, id: u32, now: Instant) {
         if self.recent_order.len() >= RECENT_PACKETS {
             if let Some((s, i, _)) = self.recent_order.pop_front() {
                 self.recent.remove(&(s, i));
@@ -178,6 +242,10 @@ impl Reassembler {
         }
         self.recent.insert((src, id));
         self.recent_order.push_back((src, id, now));
+    }
+
+    fn finish(&mut self, src: u16, id: u32, bytes: Vec<u8>, now: Instant, stats: &mut LinkStats) {
+        self.remember(src, id, now);
         if self.ready.len() >= MAX_READY_PACKETS {
             stats.rx_queue_drops += 1;
             self.recycle(bytes);

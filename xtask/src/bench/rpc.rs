@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! `cargo xtask bench rpc`: NetRPC over virtual NICs in the shape of the RPC-variants
 //! paper's Table 1, with raw-NIC and UDP/TCP loopback baselines from the same run
-//! (`vnic/examples/bench_rpc.rs`, release build). Run it on a quiet machine.
+//! (`vnic/examples/bench_rpc.rs`, release build). Run it on a quiet machine. The
+//! nonblocking-vs-raw bandwidth ratio compares the best of `--bw-reps` interleaved runs
+//! of each side (load only ever slows a run), and prints every pair's ratio beside it.
 
 #[derive(clap::Args)]
 pub struct RpcArgs {
@@ -15,13 +17,21 @@ pub struct RpcArgs {
     /// Calls per bandwidth measurement.
     #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u32).range(10..=10_000_000))]
     bw_calls: u32,
+    /// Interleaved (raw NIC, NetRPC) pairs in the nonblocking-bandwidth comparison; each
+    /// side's best run is compared, and the per-pair ratios are printed.
+    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u32).range(1..=101))]
+    bw_reps: u32,
+    /// 8 KB replies per run in that comparison.
+    #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u32).range(1000..=10_000_000))]
+    bw_pair_calls: u32,
 }
 
 pub fn run(a: RpcArgs) -> anyhow::Result<()> {
     let (c, b) = (a.calls.to_string(), a.bw_calls.to_string());
+    let (r, p) = (a.bw_reps.to_string(), a.bw_pair_calls.to_string());
     let mut args = vec![
         "run", "--quiet", "--locked", "--release", "-p", "trapeze-vnic", "--example", "bench_rpc", "--",
-        "--calls", &c, "--bw-calls", &b,
+        "--calls", &c, "--bw-calls", &b, "--bw-reps", &r, "--bw-pair-calls", &p,
     ];
     if a.json {
         args.push("--json");

@@ -1,11 +1,18 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! The in-process crossbar: one bounded frame queue per node, each with an eventfd that
 //! polls readable when frames arrive. For tests and one-process clusters.
+//!
+//! The hot path allocates nothing and copies each frame once: a sender fills a frame
+//! buffer taken from the destination's pool of spare buffers
+//! ([`LinkBackend::send_frame_with`]) and moves it into the queue; the receiver lends
+//! it out in place ([`LinkBackend::recv_frame_with`]) and gives it back to the pool at its
+//! next pop. A reader finding its queue empty looks at an atomic count, not the lock, so
+//! a polling reader never contends with its senders.
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use rustix::event::{eventfd, EventfdFlags};
@@ -18,6 +25,8 @@ pub const DEFAULT_QUEUE_FRAMES: usize = 4096;
 pub const DEFAULT_QUEUE_BYTES: usize = 64 << 20;
 /// Largest frame the switch carries.
 pub const INPROC_MAX_FRAME_BYTES: usize = 65536;
+/// Spare frame buffers a port's pool keeps for its senders.
+const SPARE_BUFFERS: usize = 64;
 
 /// A handle to an in-process switch; clones share the switch.
 ///
@@ -58,12 +67,26 @@ struct PortQueue {
     /// ordering push and check, means one of them sees the other.)
     waiting: AtomicBool,
     dropped_frames: AtomicU64,
+    /// `frames.frames.len()`, stored under the lock after each push and pop: a reader
+    /// that sees 0 returns without locking (a push racing with that look is found by the
+    /// next poll, or by `prepare_wait`, which looks under the lock).
+    queued: AtomicUsize,
+}
+
+/// A frame in a queue: the buffer (kept at the largest length it ever had, so reuse
+/// never zero-fills it again) and the frame's length.
+#[derive(Debug)]
+struct QueuedFrame {
+    buf: Vec<u8>,
+    len: usize,
 }
 
 #[derive(Debug, Default)]
 struct Queue {
-    frames: VecDeque<Vec<u8>>,
+    frames: VecDeque<QueuedFrame>,
     bytes: usize,
+    /// Buffers given back by the reader, for senders to fill.
+    spare: Vec<Vec<u8>>,
 }
 
 /// Lock a mutex, ignoring poisoning: every critical section here leaves the data
@@ -107,6 +130,7 @@ impl InProcSwitch {
             event: eventfd(0, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC)?,
             waiting: AtomicBool::new(false),
             dropped_frames: AtomicU64::new(0),
+            queued: AtomicUsize::new(0),
         });
         lock(&self.inner.ports).insert(node, queue.clone());
         self.inner.generation.fetch_add(1, Ordering::AcqRel);
@@ -116,6 +140,8 @@ impl InProcSwitch {
             queue,
             routes: Vec::new(),
             routes_generation: u64::MAX,
+            next_buf: None,
+            lent: None,
         })
     }
 
@@ -141,6 +167,11 @@ pub struct InProcPort {
     /// Destination queues looked up so far, valid while the switch generation matches.
     routes: Vec<(u16, Arc<PortQueue>)>,
     routes_generation: u64,
+    /// A spare buffer taken from a destination's pool at the last send, for the next.
+    next_buf: Option<Vec<u8>>,
+    /// The buffer of the frame last lent out by `recv_frame_with`, given back to this
+    /// port's pool at the next pop.
+    lent: Option<Vec<u8>>,
 }
 
 impl InProcPort {
@@ -195,15 +226,18 @@ impl InProcPort {
     }
 }
 
-impl LinkBackend for InProcPort {
-    fn send_frame(&mut self, dst: u16, frame: &[u8]) -> io::Result<()> {
-        if frame.len() > INPROC_MAX_FRAME_BYTES {
+impl InProcPort {
+    /// Queue a frame of `len` bytes that `fill` writes, to node `dst`.
+    fn push_frame(
+        &mut self,
+        dst: u16,
+        len: usize,
+        fill: &mut dyn FnMut(&mut [u8]),
+    ) -> io::Result<()> {
+        if len > INPROC_MAX_FRAME_BYTES {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!(
-                    "frame of {} bytes exceeds {INPROC_MAX_FRAME_BYTES}",
-                    frame.len()
-                ),
+                format!("frame of {len} bytes exceeds {INPROC_MAX_FRAME_BYTES}"),
             ));
         }
         let Some(q) = self.route(dst) else {
@@ -212,18 +246,29 @@ impl LinkBackend for InProcPort {
                 format!("no port for node {dst} on the in-process switch"),
             ));
         };
+        // Fill outside the lock: the reader may be popping meanwhile.
+        let mut buf = self.next_buf.take().unwrap_or_default();
+        if buf.len() < len {
+            buf.resize(len, 0);
+        }
+        fill(&mut buf[..len]);
         {
             let mut fq = lock(&q.frames);
+            self.next_buf = fq.spare.pop();
             if fq.frames.len() >= self.switch.queue_frames
-                || fq.bytes + frame.len() > self.switch.queue_bytes
+                || fq.bytes + len > self.switch.queue_bytes
             {
+                if fq.spare.len() < SPARE_BUFFERS {
+                    fq.spare.push(buf);
+                }
                 drop(fq);
                 q.dropped_frames.fetch_add(1, Ordering::Relaxed);
                 self.switch.dropped_frames.fetch_add(1, Ordering::Relaxed);
                 return Ok(());
             }
-            fq.bytes += frame.len();
-            fq.frames.push_back(frame.to_vec());
+            fq.bytes += len;
+            fq.frames.push_back(QueuedFrame { buf, len });
+            q.queued.store(fq.frames.len(), Ordering::Release);
         }
         // Wake the reader only if it announced it is going to sleep (see `waiting`).
         // EAGAIN (counter saturated) still leaves the fd readable, which is all it needs.
@@ -233,17 +278,60 @@ impl LinkBackend for InProcPort {
         Ok(())
     }
 
+    /// Take the next frame off this port's queue, giving the last lent buffer back.
+    fn pop_frame(&mut self) -> Option<QueuedFrame> {
+        if self.queue.queued.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let mut fq = lock(&self.queue.frames);
+        let f = fq.frames.pop_front()?;
+        fq.bytes -= f.len;
+        self.queue.queued.store(fq.frames.len(), Ordering::Release);
+        if let Some(b) = self.lent.take() {
+            if fq.spare.len() < SPARE_BUFFERS {
+                fq.spare.push(b);
+            }
+        }
+        Some(f)
+    }
+}
+
+impl LinkBackend for InProcPort {
+    fn send_frame(&mut self, dst: u16, frame: &[u8]) -> io::Result<()> {
+        self.push_frame(dst, frame.len(), &mut |buf| buf.copy_from_slice(frame))
+    }
+
+    fn send_frame_with(
+        &mut self,
+        dst: u16,
+        len: usize,
+        _scratch: &mut [u8],
+        fill: &mut dyn FnMut(&mut [u8]),
+    ) -> io::Result<()> {
+        self.push_frame(dst, len, fill)
+    }
+
     fn try_recv_frame(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
-        let pop = |port: &Self| {
-            let mut fq = lock(&port.queue.frames);
-            let f = fq.frames.pop_front()?;
-            fq.bytes -= f.len();
-            Some(f)
+        let Some(f) = self.pop_frame() else {
+            return Ok(None);
         };
-        let Some(frame) = pop(self) else { return Ok(None) };
-        let n = frame.len().min(buf.len());
-        buf[..n].copy_from_slice(&frame[..n]);
+        let n = f.len.min(buf.len());
+        buf[..n].copy_from_slice(&f.buf[..n]);
+        self.lent = Some(f.buf);
         Ok(Some(n))
+    }
+
+    fn recv_frame_with(
+        &mut self,
+        _scratch: &mut [u8],
+        take: &mut dyn FnMut(&[u8]),
+    ) -> io::Result<bool> {
+        let Some(f) = self.pop_frame() else {
+            return Ok(false);
+        };
+        take(&f.buf[..f.len]);
+        self.lent = Some(f.buf);
+        Ok(true)
     }
 
     fn readable_fd(&self) -> Option<BorrowedFd<'_>> {
@@ -271,7 +359,10 @@ impl LinkBackend for InProcPort {
     }
 
     fn routes_to(&self, dst: u16) -> bool {
-        lock(&self.switch.ports).contains_key(&dst)
+        // The route cache first: the switch-wide lock is shared by every sender.
+        let cached = self.switch.generation.load(Ordering::Acquire) == self.routes_generation
+            && self.routes.iter().any(|(d, _)| *d == dst);
+        cached || lock(&self.switch.ports).contains_key(&dst)
     }
 
     fn describe(&self) -> String {
@@ -336,6 +427,40 @@ mod tests {
         a.send_frame(2, b"z").unwrap();
         assert_eq!(b2.try_recv_frame(&mut buf).unwrap(), Some(1));
         assert_eq!(b.try_recv_frame(&mut buf).unwrap(), None);
+    }
+
+    #[test]
+    fn frames_filled_in_place_are_lent_in_place_and_buffers_reused() {
+        let sw = InProcSwitch::with_queue_limits(2, 1 << 20);
+        let mut a = sw.port(1);
+        let mut b = sw.port(2);
+        let mut scratch = [0u8; 0]; // unused by this backend
+        for round in 0..3u8 {
+            for i in 0..3u8 {
+                let len = 1000 + 3000 * i as usize;
+                a.send_frame_with(2, len, &mut scratch, &mut |buf| buf.fill(round * 16 + i))
+                    .unwrap();
+            }
+            // The third frame of each round overflowed the 2-frame queue.
+            assert_eq!(sw.dropped_frames(), round as u64 + 1);
+            let mut got = Vec::new();
+            while b
+                .recv_frame_with(&mut scratch, &mut |f| {
+                    got.push((f.len(), f[0], f[f.len() - 1]))
+                })
+                .unwrap()
+            {}
+            assert_eq!(
+                got,
+                [
+                    (1000, round * 16, round * 16),
+                    (4000, round * 16 + 1, round * 16 + 1)
+                ]
+            );
+        }
+        // Buffers went back to the destination's pool: at most a few were ever made.
+        let pooled = lock(&b.queue.frames).spare.len();
+        assert!((1..=3).contains(&pooled), "{pooled} spare buffers");
     }
 
     #[test]
