@@ -152,6 +152,70 @@ fn node(sw: &InProcSwitch, id: u16, directory: bool) -> anyhow::Result<Port> {
 /// ~0.3 µs here, longer than a pass; yielding now and then keeps a busy machine fair).
 const SPIN_PASSES: u32 = 256;
 
+/// Where the two ends of a round trip run: `Unpinned` (where the scheduler puts them),
+/// `SameCore` (both on CPU 0: a blocking socket round trip then never moves data across
+/// cores and its wakeups are cheap) or `CrossCore` (client on CPU 0, server on CPU 1).
+/// Comparisons are only fair between matching placements, so the summary pairs them.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Placement {
+    Unpinned,
+    SameCore,
+    CrossCore,
+}
+
+impl Placement {
+    /// Pin the calling thread as this placement's `server` or client end.
+    fn pin(self, server: bool) -> anyhow::Result<()> {
+        let cpu = match self {
+            Placement::Unpinned => return Ok(()),
+            Placement::SameCore => 0,
+            Placement::CrossCore => usize::from(server),
+        };
+        let mut set = rustix::thread::CpuSet::new();
+        set.set(cpu);
+        rustix::thread::sched_setaffinity(None, &set).with_context(|| format!("pinning a thread to CPU {cpu}"))
+    }
+
+    /// Undo [`Self::pin`] for the calling thread (every CPU the process may use).
+    fn unpin() -> anyhow::Result<()> {
+        let mut set = rustix::thread::CpuSet::new();
+        for cpu in 0..std::thread::available_parallelism().map_or(1, |n| n.get()) {
+            set.set(cpu);
+        }
+        rustix::thread::sched_setaffinity(None, &set).context("unpinning")
+    }
+}
+
+/// 2-way wait 8 KB solicited NetRPC with both nodes polled by the calling thread: the
+/// NetRPC counterpart of a same-core socket round trip (no data crosses cores, no
+/// wakeup). p50 in µs.
+fn rpc_same_thread(calls: u32) -> anyhow::Result<f64> {
+    Placement::SameCore.pin(false)?;
+    let sw = InProcSwitch::new();
+    let mut client = node(&sw, 0, false)?;
+    let mut server = node(&sw, 1, false)?;
+    let mut lat = Vec::with_capacity(calls as usize);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for _ in 0..calls {
+        let t0 = Instant::now();
+        let rt = client.solicit()?;
+        let now = client.now();
+        let id = client.rpc.call::<Get2>(now, &mut client.node, 1, &req(FRAME_BYTES), rt, Mode::Wait).map_err(|e| anyhow::anyhow!("call: {e:?}"))?;
+        let o = loop {
+            client.poll();
+            server.poll();
+            if let Some(o) = client.rpc.take_outcome(id) {
+                break o;
+            }
+            anyhow::ensure!(Instant::now() < deadline, "same-thread call did not finish");
+        };
+        lat.push(t0.elapsed().as_nanos() as u64);
+        finish(&mut client, o, FRAME_BYTES)?;
+    }
+    Placement::unpin()?;
+    Ok(pct(&mut lat, 0.5))
+}
+
 /// Poll the server nodes on one thread until `stop` (a thread per node would put three
 /// spinning threads on two cores in 3-way runs).
 fn serve_thread(mut ports: Vec<Port>, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
@@ -470,7 +534,7 @@ fn raw_round_trip(calls: u32, reply: u32) -> anyhow::Result<f64> {
     Ok(pct(&mut lat, 0.5))
 }
 
-fn udp_baseline(n: u32, spin: bool) -> anyhow::Result<f64> {
+fn udp_baseline(n: u32, spin: bool, place: Placement) -> anyhow::Result<f64> {
     let srv = UdpSocket::bind("127.0.0.1:0")?;
     let cli = UdpSocket::bind("127.0.0.1:0")?;
     let (sa, ca) = (srv.local_addr()?, cli.local_addr()?);
@@ -479,6 +543,7 @@ fn udp_baseline(n: u32, spin: bool) -> anyhow::Result<f64> {
     let stop = Arc::new(AtomicBool::new(false));
     let st = stop.clone();
     let server = std::thread::spawn(move || {
+        let _ = place.pin(true);
         let mut buf = [0u8; 64];
         let reply = vec![0x5Au8; 8192];
         srv.set_read_timeout(Some(Duration::from_millis(50))).ok();
@@ -491,6 +556,7 @@ fn udp_baseline(n: u32, spin: bool) -> anyhow::Result<f64> {
             }
         }
     });
+    place.pin(false)?;
     let mut lat = Vec::with_capacity(n as usize);
     let mut buf = vec![0u8; 9000];
     for _ in 0..n {
@@ -509,13 +575,15 @@ fn udp_baseline(n: u32, spin: bool) -> anyhow::Result<f64> {
     let _ = ca;
     stop.store(true, Ordering::Relaxed);
     let _ = server.join();
+    Placement::unpin()?;
     Ok(pct(&mut lat, 0.5))
 }
 
-fn tcp_baseline(n: u32, spin: bool) -> anyhow::Result<f64> {
+fn tcp_baseline(n: u32, spin: bool, place: Placement) -> anyhow::Result<f64> {
     let l = TcpListener::bind("127.0.0.1:0")?;
     let addr = l.local_addr()?;
     let server = std::thread::spawn(move || -> std::io::Result<()> {
+        let _ = place.pin(true);
         let (mut s, _) = l.accept()?;
         s.set_nodelay(true)?;
         s.set_nonblocking(spin)?;
@@ -541,6 +609,7 @@ fn tcp_baseline(n: u32, spin: bool) -> anyhow::Result<f64> {
             }
         }
     });
+    place.pin(false)?;
     let mut c = TcpStream::connect(addr)?;
     c.set_nodelay(true)?;
     c.set_nonblocking(spin)?;
@@ -569,6 +638,7 @@ fn tcp_baseline(n: u32, spin: bool) -> anyhow::Result<f64> {
     }
     drop(c);
     let _ = server.join();
+    Placement::unpin()?;
     Ok(pct(&mut lat, 0.5))
 }
 
@@ -618,10 +688,17 @@ fn run(a: Args) -> anyhow::Result<()> {
     let paired_median = median(&ratios);
     let raw_rt0 = raw_round_trip(a.calls, 0)?;
     let raw_rt8 = raw_round_trip(a.calls, FRAME_BYTES)?;
-    let udp = udp_baseline(a.calls, false)?;
-    let tcp = tcp_baseline(a.calls, false)?;
-    let udp_spin = udp_baseline(a.calls, true)?;
-    let tcp_spin = tcp_baseline(a.calls, true)?;
+    let udp = udp_baseline(a.calls, false, Placement::Unpinned)?;
+    let tcp = tcp_baseline(a.calls, false, Placement::Unpinned)?;
+    let udp_spin = udp_baseline(a.calls, true, Placement::Unpinned)?;
+    let tcp_spin = tcp_baseline(a.calls, true, Placement::Unpinned)?;
+    // Matched placements: NetRPC with both nodes on one thread against blocking sockets
+    // with both ends on CPU 0; NetRPC's usual two threads against sockets on CPU 0 / 1.
+    let rpc_same = rpc_same_thread(a.calls)?;
+    let udp_same = udp_baseline(a.calls, false, Placement::SameCore)?;
+    let tcp_same = tcp_baseline(a.calls, false, Placement::SameCore)?;
+    let udp_cross = udp_baseline(a.calls, false, Placement::CrossCore)?;
+    let tcp_cross = tcp_baseline(a.calls, false, Placement::CrossCore)?;
     let find = |v: &str, w: u32, p: u32, k: &str| rows.iter().find(|r| r.variant == v && r.ways == w && r.payload == p && r.kind == k);
     let two = find("wait", 2, 8192, "solicited").map_or(f64::NAN, |r| r.p50);
     let three = find("wait", 3, 8192, "solicited").map_or(f64::NAN, |r| r.p50);
@@ -646,7 +723,11 @@ fn run(a: Args) -> anyhow::Result<()> {
                     "cont_over_raw_paired_median": paired_median,
                     "bw_pairs_raw_mb_s": bw.raw, "bw_pairs_rpc_mb_s": bw.rpc,
                     "cont_over_raw_min": ratios.first(), "cont_over_raw_max": ratios.last(),
-                    "over_udp": two / udp, "over_tcp": two / tcp })
+                    "over_udp": two / udp, "over_tcp": two / tcp,
+                    "same_core": { "rpc_2way_8k_p50_us": rpc_same, "udp_8k_p50_us": udp_same, "tcp_8k_p50_us": tcp_same,
+                                   "over_udp": rpc_same / udp_same, "over_tcp": rpc_same / tcp_same },
+                    "cross_core": { "rpc_2way_8k_p50_us": two, "udp_8k_p50_us": udp_cross, "tcp_8k_p50_us": tcp_cross,
+                                    "over_udp": two / udp_cross, "over_tcp": two / tcp_cross } })
         );
         return Ok(());
     }
@@ -672,6 +753,17 @@ fn run(a: Args) -> anyhow::Result<()> {
     );
     println!("  raw Trapeze round trip (no NetRPC), one at a time: 0 B {raw_rt0:.1} µs, 8 KB reply {raw_rt8:.1} µs");
     println!("\n2-way wait 8 KB solicited p50 {two:.1} µs: {:.2}x UDP, {:.2}x TCP (busy-polled: {:.2}x, {:.2}x)", two / udp, two / tcp, two / udp_spin, two / tcp_spin);
+    println!("matched placements, 2-way 8 KB p50 (blocking sockets):");
+    println!(
+        "  same core (NetRPC: both nodes on one thread; sockets: both ends on CPU 0): NetRPC {rpc_same:.1} µs, UDP {udp_same:.1} µs ({:.2}x), TCP {tcp_same:.1} µs ({:.2}x)",
+        rpc_same / udp_same,
+        rpc_same / tcp_same
+    );
+    println!(
+        "  two cores (NetRPC: a thread per side; sockets: CPU 0 / CPU 1): NetRPC {two:.1} µs, UDP {udp_cross:.1} µs ({:.2}x), TCP {tcp_cross:.1} µs ({:.2}x)",
+        two / udp_cross,
+        two / tcp_cross
+    );
     println!("3-way / 2-way (wait, 8 KB solicited): {:.2}", three / two);
     println!(
         "nonblocking 8 KB solicited bandwidth / raw NIC bandwidth: {cont_over_raw:.2} (best of {} each; paired median {paired_median:.2}, range {:.2}-{:.2}; table row alone: {:.2})",
