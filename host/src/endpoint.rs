@@ -218,6 +218,11 @@ impl<M: NicMemory, C: Copy> Endpoint<M, C> {
         for k in 0..SEND_RING_ENTRIES {
             // Oldest first: start at the slot after the newest posted one.
             let i = (self.send_next + k) % SEND_RING_ENTRIES;
+            // Only a posted slot (one with a cookie) can be DONE: skip the others without
+            // a load from NIC memory.
+            if self.send_cookie[i as usize].is_none() {
+                continue;
+            }
             let slot = Slot::new(&self.mem, Ring::Send, i);
             let st = slot.state_acquire();
             if st & state::DONE == 0 {

@@ -194,7 +194,14 @@ pub struct RpcPort<S: Service> {
     /// Passes until [`Self::poll`] next looks at the clock for NetRPC's timeouts when
     /// nothing arrived (a clock read costs more than the rest of an idle pass).
     timeout_check_in: u32,
+    /// Time (ns since `epoch`) before which arrivals do not scan NetRPC's call records
+    /// for timeouts again.
+    next_timeout_scan: u64,
 }
+
+/// Nanoseconds between two scans of the call records for timeouts while messages keep
+/// arriving (a scan reads every record; timeouts are milliseconds and more).
+const TIMEOUT_SCAN_NS: u64 = 20_000;
 
 /// Idle passes between two timeout checks when the NIC is driven inline: a few µs of
 /// passes, so timeouts (milliseconds and more) fire practically on time.
@@ -226,6 +233,7 @@ impl<S: Service> RpcPort<S> {
             slot_frame,
             tx_seq_seen: 0,
             timeout_check_in: 0,
+            next_timeout_scan: 0,
         };
         let t0 = Instant::now();
         while !port.node.ep.config_applied() {
@@ -308,7 +316,12 @@ impl<S: Service> RpcPort<S> {
         if now.is_some() || self.timeout_check_in == 0 || self.cpu.is_none() {
             self.timeout_check_in = TIMEOUT_CHECK_PASSES;
             let t = *now.get_or_insert_with(|| self.epoch.elapsed().as_nanos() as u64);
-            self.rpc.handle_timeouts(t, &mut self.node);
+            // Polls far apart (no inline NIC) scan every time; a tight loop at most every
+            // TIMEOUT_SCAN_NS.
+            if t >= self.next_timeout_scan || self.cpu.is_none() {
+                self.next_timeout_scan = t + TIMEOUT_SCAN_NS;
+                self.rpc.handle_timeouts(t, &mut self.node);
+            }
         }
         if self.rpc.has_deferred() {
             self.rpc.run_deferred(&mut self.node);
