@@ -108,6 +108,7 @@ pub use super::netrpc as net;
 
 pub mod client;
 pub mod directory;
+pub mod heartbeat;
 pub mod members;
 pub mod node;
 pub mod ops;

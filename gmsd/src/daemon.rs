@@ -1,15 +1,16 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! The `gmsd` node daemon: one GMS node ([`GmsPort`]) on a virtual NIC whose firmware is
-//! driven inline over the vNIC's UDP link backend, the heartbeat ([`crate::liveness`]),
-//! and the control socket ([`crate::control`]), all polled from one loop.
+//! driven inline over the vNIC's UDP link backend, the GMS heartbeat on the same link
+//! ([`crate::liveness`]), and the control socket ([`crate::control`]), all polled from
+//! one loop.
 //!
 //! The loop spins while there is work (a wakeup costs 25–45 µs on this kind of machine, more
 //! than a whole 8 KiB getpage) and, after [`IDLE_SPIN`] without any, sleeps in `poll(2)` on
-//! the link socket, the heartbeat socket and the control sockets for at most
+//! the link socket and the control sockets for at most
 //! [`IDLE_SLEEP`] (GMS's timers are in the tens of milliseconds).
 
 use crate::control::Control;
-use crate::liveness::{heartbeat_addr, Event, Liveness};
+use crate::liveness::{Event, Liveness};
 use crate::proto::{NodeMem, Stat};
 use anyhow::{bail, Context};
 use gms::prelude::*;
@@ -40,7 +41,7 @@ pub const MAX_MEMBERS: usize = 16;
 #[derive(Clone, Debug)]
 pub struct Options {
     pub node: u16,
-    /// The link's UDP address; heartbeats use the next port.
+    /// The link's UDP address (heartbeats ride the link too).
     pub listen: SocketAddr,
     /// The other nodes' link addresses.
     pub peers: Vec<(u16, SocketAddr)>,
@@ -71,7 +72,9 @@ impl Options {
                 bail!("peer {n}={a}: that is this node's own --listen address");
             }
             ids.push(n);
-            heartbeat_addr(a).with_context(|| format!("peer {n}={a}"))?;
+            if a.port() == 0 {
+                bail!("peer {n}={a}: port 0");
+            }
         }
         if ids.len() > MAX_MEMBERS {
             bail!(
@@ -84,7 +87,9 @@ impl Options {
                 bail!("peers {m} and {n} have the same address {a}");
             }
         }
-        heartbeat_addr(self.listen).context("--listen")?;
+        if self.listen.port() == 0 {
+            bail!("--listen {}: port 0", self.listen);
+        }
         if self.budget_pages == 0 {
             bail!("--budget-mb must give at least one page ({FRAME_BYTES} bytes)");
         }
@@ -113,17 +118,9 @@ impl Options {
 /// The view number of a member set: the same set gives the same number on every daemon
 /// (GMS only compares views for equality), so daemons that agree on who is alive agree on
 /// the view without a membership service.
+/// The kernel module computes it with the same function ([`gms::heartbeat::view_of`]).
 pub fn view_of(ids: &[u16]) -> u64 {
-    let mut sorted = ids.to_vec();
-    sorted.sort_unstable();
-    sorted.dedup();
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for n in sorted {
-        for b in n.to_le_bytes() {
-            h = (h ^ b as u64).wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-    h | 1
+    gms::heartbeat::view_of(ids)
 }
 
 /// Counters the daemon keeps beside the port's.
@@ -162,17 +159,12 @@ impl Daemon {
             .readable_fd()
             .context("the UDP backend has no descriptor")?
             .try_clone_to_owned()?;
-        let live = Liveness::bind(
+        let live = Liveness::new(
             opts.node,
-            heartbeat_addr(opts.listen)?,
-            &opts
-                .peers
-                .iter()
-                .map(|&(n, a)| Ok((n, heartbeat_addr(a)?)))
-                .collect::<std::io::Result<Vec<_>>>()?,
+            &opts.peers.iter().map(|p| p.0).collect::<Vec<_>>(),
             opts.heartbeat,
             opts.dead_after,
-        )?;
+        );
         let control = Control::bind(&opts.socket, opts.op_timeout)?;
         let link = Link::new(opts.node, Box::new(backend), FaultConfig::default());
         let nic = Arc::new(Nic::new(
@@ -278,7 +270,18 @@ impl Daemon {
     fn liveness(&mut self, now: Instant) {
         let held = self.port.node.held_count() as u32;
         let budget = self.port.node.budget() as u32;
-        self.live.poll(now, held, budget, &mut self.events);
+        if let Some(hb) = self.live.due(now, held, budget) {
+            for &(n, _) in &self.opts.peers {
+                // A full NetRPC transmit queue drops this one; the next is 100 ms away.
+                if let Err(e) = self.port.send_heartbeat(n, &hb) {
+                    tracing::debug!("{e}");
+                }
+            }
+        }
+        for (_, hb) in std::mem::take(&mut self.port.node.host.heartbeats) {
+            self.live.heard(now, &hb, &mut self.events);
+        }
+        self.live.check(now, &mut self.events);
         for ev in std::mem::take(&mut self.events) {
             let alive: Vec<u16> = self
                 .live
@@ -330,10 +333,7 @@ impl Daemon {
             tv_sec: wait.as_secs() as _,
             tv_nsec: wait.subsec_nanos() as _,
         };
-        let mut fds = vec![
-            PollFd::new(&self.link_fd, PollFlags::IN),
-            PollFd::from_borrowed_fd(self.live.fd(), PollFlags::IN),
-        ];
+        let mut fds = vec![PollFd::new(&self.link_fd, PollFlags::IN)];
         self.control.poll_fds(&mut fds);
         match rustix::event::poll(&mut fds, Some(&ts)) {
             Ok(_) | Err(rustix::io::Errno::INTR) => Ok(()),
@@ -490,10 +490,8 @@ mod tests {
         assert!(
             err(|o| o.peers.push((3, "127.0.0.1:7010".parse().unwrap()))).contains("same address")
         );
-        assert!(
-            err(|o| o.peers.push((3, "127.0.0.1:65535".parse().unwrap())))
-                .contains("heartbeat port")
-        );
+        assert!(err(|o| o.peers.push((3, "127.0.0.1:0".parse().unwrap()))).contains("port 0"));
+        assert!(err(|o| o.listen = "127.0.0.1:0".parse().unwrap()).contains("port 0"));
         assert!(err(|o| o.budget_pages = 0).contains("at least one page"));
         assert!(
             err(|o| o.budget_pages = HELD + 1).contains("exceeds a node's page-frame directory")

@@ -69,6 +69,8 @@ pub struct PortHost {
     pub pages_dropped: u64,
     /// Global-LRU messages received, handled after each poll.
     lru_inbox: Vec<LruMsg>,
+    /// Heartbeats received (`gms::heartbeat`), for the runtime's liveness: sender, body.
+    pub heartbeats: Vec<(u16, gms::heartbeat::Heartbeat)>,
     /// The firmware's send-completion sequence when the send ring was last reaped.
     tx_seq_seen: u32,
 }
@@ -126,6 +128,13 @@ impl Host<Frame> for PortHost {
     fn serve_other(&mut self, inc: &Incoming<'_, Frame>) -> Action<Frame> {
         if let InPayload::Buffer { frame, .. } = inc.payload {
             self.release(frame);
+        }
+        if gms::heartbeat::is_heartbeat_op(inc.op) && inc.one_way {
+            // A malformed one is dropped: it says nothing about its sender.
+            if let Ok(hb) = gms::heartbeat::Heartbeat::from_message(inc.src, inc.body) {
+                self.heartbeats.push((inc.src, hb));
+            }
+            return Action::Done;
         }
         if !gms::lru::is_lru_op(inc.op) || !inc.one_way {
             return Action::Error(RpcError::UnknownOp);
@@ -340,6 +349,7 @@ impl GmsPort {
             reaped: 0,
             pages_dropped: 0,
             lru_inbox: Vec::new(),
+            heartbeats: Vec::new(),
             tx_seq_seen: 0,
         };
         let mut port = GmsPort {
@@ -441,6 +451,15 @@ impl GmsPort {
         let now = self.now();
         self.node.set_members(now, &mut self.rpc, view, ids).map_err(|e| anyhow::anyhow!("set_members: {e:?}"))?;
         self.after_input();
+        Ok(())
+    }
+
+    /// Send a one-way heartbeat (`gms::heartbeat`) to `dst` now.
+    pub fn send_heartbeat(&mut self, dst: u16, hb: &gms::heartbeat::Heartbeat) -> anyhow::Result<()> {
+        self.rpc
+            .send_oneway(dst, gms::heartbeat::OP_HEARTBEAT, &hb.to_bytes(), None)
+            .map_err(|e| anyhow::anyhow!("heartbeat to {dst}: {e:?}"))?;
+        self.flush();
         Ok(())
     }
 

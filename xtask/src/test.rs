@@ -43,6 +43,9 @@ pub fn run(a: TestArgs) -> anyhow::Result<()> {
             "guest suite: ext2 on /dev/gms0 on GMS across 3 guests, data verified, a server killed, clean unload",
             || crate::cargo(&["run", "--quiet", "--locked", "-p", "xtask", "--", "vm", "--suite"]),
         )?;
+        step("host gmsd in the guests' cluster: a guest's /dev/gms0 pages stored on and read from a host gmsd", || {
+            crate::cargo(&["run", "--quiet", "--locked", "-p", "xtask", "--", "vm", "--gmsd-test"])
+        })?;
     }
     eprintln!("xtask test: all stages passed in {:.0?}", t0.elapsed());
     Ok(())

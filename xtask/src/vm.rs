@@ -50,6 +50,7 @@
 //! of runs whose xtask is gone (and anything such a run left behind).
 
 pub mod bench_guests;
+pub mod host_gmsd;
 
 use anyhow::{bail, ensure, Context};
 use std::fs;
@@ -148,6 +149,12 @@ pub struct VmArgs {
     /// with the console lines that matter.
     #[arg(long, conflicts_with_all = ["smoke", "script", "cmd", "module_test", "blk_test"])]
     suite: bool,
+    /// Build trapeze.ko and gmsd: one guest (node 0) and a host `gmsd` (node 1) on the
+    /// guests' UDP link in one GMS cluster (`kernel-crate/guest/gmsd.sh`): the guest's
+    /// /dev/gms0 pages land on the daemon and read back; `gms stat` on the host shows them
+    /// held and `gms get` reads each one. Exit status 0 or 1.
+    #[arg(long, conflicts_with_all = ["smoke", "script", "cmd", "module_test", "blk_test", "suite"])]
+    gmsd_test: bool,
 }
 
 pub fn run(mut a: VmArgs) -> anyhow::Result<()> {
@@ -168,6 +175,11 @@ pub fn run(mut a: VmArgs) -> anyhow::Result<()> {
         a.timeout = a.timeout.max(SUITE_TIMEOUT);
         a.script = Some(crate::workspace_root().join(SUITE_SCRIPT));
     }
+    if a.gmsd_test {
+        a.guests = 1;
+        a.timeout = a.timeout.max(240);
+        a.script = Some(crate::workspace_root().join(host_gmsd::SCRIPT));
+    }
     let qemu = which("qemu-system-x86_64")
         .context("qemu-system-x86_64 not found (cargo xtask kernel installs qemu-system-x86)")?;
 
@@ -180,6 +192,11 @@ pub fn run(mut a: VmArgs) -> anyhow::Result<()> {
     }
     if a.blk_test || a.suite {
         extra_modules.push(crate::module::build(&kernel, false)?);
+    }
+    if a.gmsd_test {
+        extra_modules.push(crate::module::build(&kernel, false)?);
+        eprintln!("==> host gmsd: cargo build -p trapeze-gmsd");
+        crate::cargo(&["build", "--locked", "-p", "trapeze-gmsd"])?;
     }
 
     eprintln!("==> virtual NIC: cargo build -p trapeze-vnic --bin trapeze-nic");
@@ -220,7 +237,8 @@ pub fn run(mut a: VmArgs) -> anyhow::Result<()> {
         (None, true) => Some(SMOKE_CMD.to_string()),
         (None, false) => None,
     };
-    let ports = free_udp_ports(a.guests as usize)?;
+    // Under --gmsd-test one more port: the host daemon's (node = a.guests), in every NIC's peer list.
+    let ports = free_udp_ports(a.guests as usize + usize::from(a.gmsd_test))?;
     let setpriv = setpriv_pdeathsig();
     if !setpriv {
         eprintln!("note: setpriv --pdeathsig is not available; children outlive a killed xtask");
@@ -244,6 +262,12 @@ pub fn run(mut a: VmArgs) -> anyhow::Result<()> {
             .flat_map(|(j, p)| ["--peer".to_string(), format!("{j}=127.0.0.1:{p}")]));
         cluster.start_nic(k, &nic_bin, &args, setpriv)?;
     }
+    let host_gmsd = if a.gmsd_test {
+        let peers: Vec<(u16, u16)> = (0..a.guests).map(|k| (k, ports[k as usize])).collect();
+        Some(host_gmsd::HostGmsd::start(&target_dir()?.join("debug"), &dir, a.guests, ports[a.guests as usize], &peers)?)
+    } else {
+        None
+    };
     for k in 0..a.guests {
         let mut append = format!("console=ttyS0 panic=-1 trapeze_guest={k} trapeze_guests={}", a.guests);
         if let Some(c) = &cmd {
@@ -266,7 +290,10 @@ pub fn run(mut a: VmArgs) -> anyhow::Result<()> {
     }
 
     // The smoke test prints the console lines that matter at the end instead.
-    let summary_only = a.quiet || a.smoke || a.module_test || a.blk_test || a.suite;
+    if let (Some(h), Some(g)) = (&host_gmsd, cluster.guests.first()) {
+        h.watch(g.console.clone(), Duration::from_secs(a.timeout));
+    }
+    let summary_only = a.quiet || a.smoke || a.module_test || a.blk_test || a.suite || a.gmsd_test;
     let all_off = cluster.wait(Duration::from_secs(a.timeout), !summary_only)?;
     eprintln!();
     let mode = if a.module_test {
@@ -370,6 +397,28 @@ pub fn run(mut a: VmArgs) -> anyhow::Result<()> {
         eprintln!("guest suite (guest 0):");
         for l in &suite_lines {
             eprintln!("  {l}");
+        }
+    }
+    if let Some(h) = host_gmsd {
+        // The guest's own checks (writes and reads through the daemon) and the host's.
+        let console = cluster.guests.first().map(|g| fs::read_to_string(&g.console).unwrap_or_default()).unwrap_or_default();
+        let lines: Vec<String> = console.lines().map(printable).filter(|l| l.starts_with("trapeze-gmsd: ")).collect();
+        for l in &lines {
+            eprintln!("    | {l}");
+        }
+        if lines.iter().any(|l| l.contains(": FAIL ")) || !lines.iter().any(|l| l.ends_with("passed, 0 failed")) {
+            failures.push("guest 0's gmsd checks (a FAIL line, or no total)".into());
+        }
+        let (found, failed) = (h.found.lock().unwrap().clone(), h.failed.lock().unwrap().clone());
+        for l in &found {
+            eprintln!("host: {l}");
+        }
+        if found.len() < 2 || !failed.is_empty() {
+            failures.push(format!("host gmsd checks: {}", if failed.is_empty() { "did not run".to_string() } else { failed.join("; ") }));
+        }
+        let tail = h.stop();
+        if !failures.is_empty() {
+            eprintln!("host gmsd log (tail):\n{tail}");
         }
     }
     drop(cluster);

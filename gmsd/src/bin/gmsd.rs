@@ -21,7 +21,7 @@ struct Args {
     /// This node's id (0-65535), unique in the cluster.
     #[arg(long)]
     node: u16,
-    /// The link's local UDP address, e.g. 127.0.0.1:7000 (heartbeats use the next port).
+    /// The link's local UDP address, e.g. 127.0.0.1:7000 (heartbeats ride the link).
     #[arg(long)]
     listen: SocketAddr,
     /// Another node: ID=IP:PORT (its --listen address); repeat for each peer.
