@@ -116,6 +116,10 @@ case "$k" in
     if lsmod 2>/dev/null | grep -q '^trapeze ' || [ -d /sys/module/trapeze ]; then
         rmmod trapeze && say "rmmod trapeze done" || say "rmmod trapeze failed"
     fi
+    # The GMS backend's counters, printed at remove: reads over the network, from the
+    # read-ahead cache, prefetches (did read-ahead engage?).
+    c=$(dmesg | sed -n 's/.*\/dev\/gms0 on GMS: //p' | tail -n 1)
+    [ -n "$c" ] && say "gms: counters: $c"
     say "done"
     ;;
 *)

@@ -37,11 +37,12 @@ use crate::sys::pci::{self, BusMaster, Enabled, IoMem, PciDev, Regions};
 use crate::sys::{self, param};
 use crate::tpz::endpoint::{Endpoint, EndpointConfig, RecvMsg, SendMsg};
 use crate::tpz::gms::prelude::{GmsConfig, GmsNode, Host};
+use crate::tpz::gms::heartbeat;
 use crate::tpz::iface::entry::Segment;
 use crate::tpz::iface::ipt::PayloadToken;
 use crate::tpz::iface::layout::{ctrl, ctrl_word, host_req, notify, Counter, FwState, Policy, NIC_MEM_BYTES, RECV_RING_ENTRIES};
 use crate::tpz::iface::mem::NicMemory;
-use crate::tpz::netrpc::prelude::{Mode, ReplyTo};
+use crate::tpz::netrpc::prelude::Mode;
 use crate::tpz::netrpc::rpc::{Config as RpcConfig, Rpc};
 use control::{choose_node, detach_frames, device_request, wait_firmware};
 use core::fmt::Write;
@@ -155,7 +156,8 @@ pub(crate) struct Shared {
 /// spinlock).
 pub(crate) struct Core {
     pub(crate) rpc: KBox<NetRpc>,
-    pub(crate) node: KBox<Node>,
+    /// ~0.8 MiB with `net::HELD` = 8192: `kvmalloc`.
+    pub(crate) node: KVBox<Node>,
 }
 
 impl Device {
@@ -351,7 +353,7 @@ impl Drop for Device {
             );
         } else {
             // Leaking is safe; freeing memory the NIC may still write is not.
-            let pool = core::mem::take(&mut host.pool);
+            let pool = core::mem::replace(&mut host.pool, KVVec::new());
             let tx = core::mem::take(&mut host.tx);
             pr_err!("{}: the NIC did not confirm HALT: leaking {} DMA frames\n", name, pool.len() + tx.len());
             core::mem::forget(pool);
@@ -406,6 +408,8 @@ impl WorkItem<1> for Shared {
     /// nothing), heartbeats to the members, and failure detection.
     fn run(this: Arc<Shared>) {
         let mut last_beat = 0u64;
+        // This run's incarnation in the GMS heartbeats (never 0).
+        let incarnation = sys::random_u64() | 1;
         while !this.closing.load(Ordering::Acquire) {
             sys::msleep(TICK_MS);
             let now = now_ns();
@@ -413,7 +417,7 @@ impl WorkItem<1> for Shared {
             if beat {
                 last_beat = now;
             }
-            this.tick(now, beat);
+            this.tick(now, beat.then_some(incarnation));
         }
     }
 }
@@ -444,7 +448,7 @@ static NODE_TEMPLATE: sys::boxed::Template<Node> =
 fn new_core(node: u16, budget: usize, host: KHost) -> Result<Core> {
     let mut rpc = RPC_TEMPLATE.copy()?;
     rpc.set_node(node, RPC_CONFIG);
-    let mut gms = NODE_TEMPLATE.copy()?;
+    let mut gms = NODE_TEMPLATE.copy_kv()?;
     gms.set_identity(node, GmsConfig { budget, ..GMS_CONFIG });
     gms.host = host;
     Ok(Core { rpc, node: gms })
@@ -628,7 +632,8 @@ impl Shared {
     }
 
     /// One tick of the GMS ticker (see `WorkItem<1>`).
-    fn tick(&self, now: u64, beat: bool) {
+    /// `beat`: send the members a heartbeat with this incarnation.
+    fn tick(&self, now: u64, beat: Option<u64>) {
         let sent = {
             let mut core = self.core.lock();
             let c = &mut *core;
@@ -646,14 +651,25 @@ impl Shared {
                         STATS.gms_node_failed.inc();
                         pr_warn!("gms: node {} silent for more than {} ms: declared failed\n", m, FAIL_MS);
                         c.node.node_failed(now, &mut c.rpc, m);
+                        // The survivors' view number, as every node (gmsd too) computes it.
+                        let mut left = [0u16; net::MEMBERS];
+                        let k = c.node.members().len().min(net::MEMBERS);
+                        left[..k].copy_from_slice(&c.node.members().ids()[..k]);
+                        let _ = c.node.set_members(now, &mut c.rpc, heartbeat::view_of(&left[..k]), &left[..k]);
                         if let Some(d) = c.node.host.disk.as_mut() {
                             d.drop_target(m);
                         }
                     }
-                } else if beat {
-                    // A heartbeat: a zero-length echo whose reply only refreshes `heard`.
-                    let hb = net::Echo::body(0, 0);
-                    let _ = c.rpc.call::<net::Echo>(now, &mut c.node, m, &hb, ReplyTo::None, Mode::NonBlocking);
+                } else if let Some(incarnation) = beat {
+                    // The GMS heartbeat (one-way; the same message a host `gmsd` sends and
+                    // expects): any message from a member refreshes `heard`.
+                    let hb = heartbeat::Heartbeat {
+                        node: self.node,
+                        incarnation,
+                        held: c.node.held_count() as u32,
+                        budget: c.node.budget() as u32,
+                    };
+                    let _ = c.rpc.send_oneway(m, heartbeat::OP_HEARTBEAT, &hb.to_bytes(), None);
                 }
             }
             Self::issue_disk(c, now);
@@ -684,7 +700,8 @@ impl Shared {
         let sent = {
             let mut core = self.core.lock();
             let c = &mut *core;
-            if let Err(e) = c.node.set_members(now_ns(), &mut c.rpc, 1, &ids[..n]) {
+            // The view number every node computes from the member set (gmsd too).
+            if let Err(e) = c.node.set_members(now_ns(), &mut c.rpc, heartbeat::view_of(&ids[..n]), &ids[..n]) {
                 pr_err!("gms: set_members: {:?}\n", e);
                 return 0;
             }
@@ -822,8 +839,11 @@ impl Core {
     }
 }
 
-fn alloc_frames(pdev: &PciDev, n: usize) -> Result<KVec<DmaBuf>> {
-    let mut v = KVec::with_capacity(n, GFP_KERNEL)?;
+/// `n` coherent DMA frames (one `dma_alloc_attrs` of 8 KiB each: order-1 pages, no large
+/// contiguous block); the vector itself from allocator `A` (`KVVec` for the pool of
+/// thousands of frames).
+fn alloc_frames<A: kernel::alloc::Allocator>(pdev: &PciDev, n: usize) -> Result<kernel::alloc::Vec<DmaBuf, A>> {
+    let mut v = kernel::alloc::Vec::with_capacity(n, GFP_KERNEL)?;
     for _ in 0..n {
         v.push(DmaBuf::alloc_coherent(pdev, FRAME_BYTES)?, GFP_KERNEL)?;
     }

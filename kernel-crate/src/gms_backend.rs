@@ -88,7 +88,7 @@ struct Cached {
 /// The disk's state on the host (under the core spinlock).
 pub(crate) struct DiskState {
     /// Version of each page's last write (0: never written).
-    versions: KVec<u64>,
+    versions: KVVec<u64>,
     /// By GMS operation slot.
     in_flight: KVec<Option<InFlight>>,
     /// Pages waiting for an operation slot or a frame: a ring of (page, io, write,
@@ -140,7 +140,7 @@ impl DiskState {
             finished.push(None, GFP_KERNEL)?;
         }
         Ok(Self {
-            versions: KVec::from_elem(0u64, usize::try_from(pages).map_err(|_| EINVAL)?, GFP_KERNEL)?,
+            versions: KVVec::from_elem(0u64, usize::try_from(pages).map_err(|_| EINVAL)?, GFP_KERNEL)?,
             in_flight,
             backlog,
             head: 0,

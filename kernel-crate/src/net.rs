@@ -38,11 +38,13 @@ use kernel::prelude::*;
 pub(crate) type Frame = u16;
 /// Bytes in every frame (the MTU: a payload always fits one frame; a GMS page).
 pub(crate) const FRAME_BYTES: usize = 8192;
-/// GMS capacities in the kernel: members, pages held (the budget's ceiling), directory
-/// entries, client operations, background tasks, queued notifications.
+/// GMS capacities in the kernel: members, pages held (the budget's ceiling: 8192 pages =
+/// 64 MiB of frames), directory entries, client operations, background tasks, queued
+/// notifications. The node is ~0.8 MiB, allocated with `kvmalloc` (`sys::boxed`); the
+/// frame pool and the stacks over it with `kvmalloc` too ([`KVVec`]).
 pub(crate) const MEMBERS: usize = 8;
-pub(crate) const HELD: usize = 512;
-const DIR: usize = 1024;
+pub(crate) const HELD: usize = 8192;
+const DIR: usize = 8192;
 pub(crate) const OPS: usize = 32;
 const TASKS: usize = 64;
 const OUTQ: usize = 32;
@@ -129,17 +131,17 @@ impl Ep {
 }
 
 /// A fixed-capacity stack on the heap (6.12's `KVec` has no `pop`); never allocates after
-/// [`Stack::new`].
+/// [`Stack::new`]. `kvmalloc`: a stack over every frame of the pool is tens of KiB.
 pub(crate) struct Stack<T: Copy> {
-    v: KVec<T>,
+    v: KVVec<T>,
     n: usize,
 }
 
 impl<T: Copy> Stack<T> {
-    const EMPTY: Self = Self { v: KVec::new(), n: 0 };
+    const EMPTY: Self = Self { v: KVVec::new(), n: 0 };
 
     fn new(cap: usize, fill: T) -> Result<Self> {
-        Ok(Self { v: KVec::from_elem(fill, cap, GFP_KERNEL)?, n: 0 })
+        Ok(Self { v: KVVec::from_elem(fill, cap, GFP_KERNEL)?, n: 0 })
     }
     fn push(&mut self, x: T) -> bool {
         match self.v.get_mut(self.n) {
@@ -185,7 +187,7 @@ pub(crate) struct EchoState {
 /// What GMS and NetRPC need from the kernel: frames, the endpoint, completions.
 pub(crate) struct KHost {
     pub(crate) ep: Ep,
-    pub(crate) pool: KVec<DmaBuf>,
+    pub(crate) pool: KVVec<DmaBuf>,
     free: Stack<Frame>,
     armed: Stack<(Frame, PayloadToken)>,
     /// Frames waiting for the sends posted before they were dropped (send serial;
@@ -213,7 +215,7 @@ impl KHost {
     pub(crate) const fn empty() -> KHost {
         KHost {
             ep: Ep(None),
-            pool: KVec::new(),
+            pool: KVVec::new(),
             free: Stack::EMPTY,
             armed: Stack::EMPTY,
             limbo: Stack::EMPTY,
@@ -230,7 +232,7 @@ impl KHost {
     }
 
     /// A host over `ep` whose receive slots hold `pool[0..rx]`; the rest of the pool is free.
-    pub(crate) fn new(ep: Endpoint<BarMem, usize>, pool: KVec<DmaBuf>, rx: usize, tx: KVec<DmaBuf>) -> Result<Self> {
+    pub(crate) fn new(ep: Endpoint<BarMem, usize>, pool: KVVec<DmaBuf>, rx: usize, tx: KVec<DmaBuf>) -> Result<Self> {
         let n = pool.len();
         if n > usize::from(u16::MAX) || n < rx {
             return Err(EINVAL);
@@ -476,6 +478,14 @@ impl Host<Frame> for KHost {
     fn serve_other(&mut self, inc: &Incoming<'_, Frame>) -> Action<Frame> {
         if let InPayload::Buffer { frame, .. } = inc.payload {
             self.release(frame);
+        }
+        if inc.op == crate::tpz::gms::heartbeat::OP_HEARTBEAT && inc.one_way {
+            // The GMS heartbeat (from a guest or a host `gmsd`): the driver's receive path
+            // already refreshed its sender's liveness; a malformed one is only not counted.
+            if crate::tpz::gms::heartbeat::Heartbeat::from_message(inc.src, inc.body).is_ok() {
+                STATS.heartbeats.inc();
+            }
+            return Action::Done;
         }
         if inc.op != Echo::OP {
             return Action::Error(RpcError::UnknownOp);

@@ -7,8 +7,14 @@
 //! it straight into a fresh allocation (one `memcpy`, no stack temporary); the caller then
 //! sets the fields that depend on run time (`Rpc::set_node`, `GmsNode::set_identity`).
 //! `cargo xtask module` checks that no stack frame in the module exceeds its limit.
+//!
+//! [`Template::copy`] allocates with `kmalloc` (physically contiguous; NetRPC's `Rpc`);
+//! [`Template::copy_kv`] with `kvmalloc`, which falls back to `vmalloc` — for the GMS node,
+//! whose tables for thousands of pages (hundreds of KiB) are too big for a reliable
+//! `kmalloc`.
 
 use core::mem::MaybeUninit;
+use kernel::alloc::{Allocator, Box};
 use kernel::prelude::*;
 
 /// A value made by constant evaluation, kept in the module image only to be copied
@@ -25,9 +31,19 @@ impl<T> Template<T> {
         Self(v)
     }
 
-    /// A heap copy of the value.
+    /// A heap copy of the value (`kmalloc`).
     pub(crate) fn copy(&'static self) -> Result<KBox<T>> {
-        let mut b: KBox<MaybeUninit<T>> = KBox::new_uninit(GFP_KERNEL)?;
+        self.copy_in()
+    }
+
+    /// A heap copy of the value (`kvmalloc`: `vmalloc` if `kmalloc` cannot).
+    pub(crate) fn copy_kv(&'static self) -> Result<KVBox<T>> {
+        self.copy_in()
+    }
+
+    /// A copy of the value in memory from allocator `A`.
+    fn copy_in<A: Allocator>(&'static self) -> Result<Box<T, A>> {
+        let mut b: Box<MaybeUninit<T>, A> = Box::new_uninit(GFP_KERNEL)?;
         // SAFETY: `b` is a fresh allocation of one `T`, `self.0` a valid `T`; they do not
         // overlap. The copy is a valid `T` (the same bytes) and no resource gets two
         // owners: a `static` initialised by constant evaluation owns no heap memory (const
