@@ -8,7 +8,7 @@
 use crate::hist::Histogram;
 use crate::proto::{
     encode_error, encode_get_reply, encode_put_reply, read_len, GetOutcome, PutOutcome, Request,
-    Served, Stat, MAX_FRAME_BYTES, PAGE_BYTES,
+    Served, Stat, MAX_FRAME_BYTES,
 };
 use crate::targets::Targets;
 use anyhow::{bail, Context};
@@ -342,7 +342,7 @@ impl Control {
                 let now = Instant::now();
                 match &mut job.items {
                     Items::Put { items, res } => {
-                        let (page, data) = &mut items[idx];
+                        let (page, data) = &items[idx];
                         let page = *page;
                         let me = port.id();
                         let members: Vec<u16> = port
@@ -353,7 +353,10 @@ impl Control {
                             .copied()
                             .filter(|&n| n != me)
                             .collect();
-                        if members.is_empty() {
+                        // A page is stored with its own length (at most PAGE_BYTES, checked
+                        // when the request was decoded) and read back with exactly that
+                        // length; GMS carries no empty page.
+                        if members.is_empty() || data.is_empty() {
                             res[idx] = Some(PutOutcome::Error);
                             job.left -= 1;
                         } else {
@@ -361,7 +364,6 @@ impl Control {
                                 break 'jobs;
                             };
                             let version = next_version(last_version);
-                            data.resize(PAGE_BYTES, 0);
                             match port.put(page, Version(version), data, Some(target)) {
                                 Ok(_) => {
                                     *targets.in_flight.entry(target).or_default() += 1;

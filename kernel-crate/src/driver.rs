@@ -82,11 +82,14 @@ const READY_TIMEOUT_MS: u32 = 5_000;
 const REQUEST_TIMEOUT_MS: u32 = 10_000;
 const SENDS_TIMEOUT_MS: u32 = 1_000;
 const PING_TRIES: u32 = 20;
-/// The GMS ticker's period, the heartbeat period, and how long a member that was heard
-/// from may stay silent before it is declared failed (ms).
+/// The GMS ticker's period and the heartbeat period (ms).
 const TICK_MS: u32 = 100;
 const HEARTBEAT_MS: u64 = 1_000;
-const FAIL_MS: u64 = 3_000;
+/// Bounds of `gms_fail_ms=` (how long a member that was heard from may stay silent before
+/// it is declared failed; default 3000): at least two heartbeat periods, at most a minute
+/// (readers of a dead member's pages wait that long before they fail).
+pub(crate) const FAIL_MS_MIN: u64 = 2 * HEARTBEAT_MS;
+pub(crate) const FAIL_MS_MAX: u64 = 60_000;
 /// Node ids whose liveness is tracked (0..64).
 const HEARD_NODES: usize = 64;
 const PING_WAIT_MS: u32 = 1_000;
@@ -98,6 +101,18 @@ impl pci::Driver for TrapezeDriver {
     type Data = Device;
     fn probe(dev: &PciDev) -> Result<KBox<Device>> {
         Device::probe(dev)
+    }
+}
+
+/// `gms_fail_ms=`, checked: out of `FAIL_MS_MIN ..= FAIL_MS_MAX` refuses the load.
+pub(crate) fn gms_fail_ms() -> Result<u64> {
+    let v = param::GMS_FAIL_MS.get();
+    match u64::try_from(v) {
+        Ok(ms @ FAIL_MS_MIN..=FAIL_MS_MAX) => Ok(ms),
+        _ => {
+            pr_err!("gms_fail_ms={} is out of range ({}..={} ms)\n", v, FAIL_MS_MIN, FAIL_MS_MAX);
+            Err(EINVAL)
+        }
     }
 }
 
@@ -138,6 +153,8 @@ pub(crate) struct Shared {
     heard: [AtomicU64; HEARD_NODES],
     /// Members declared failed (bit per node id < 64).
     failed: AtomicU64,
+    /// A member heard from and silent longer than this is declared failed (ms; `gms_fail_ms=`).
+    fail_ms: u64,
     regs: IoMem,
     /// A second mapping of NIC memory for the control block (device requests and the
     /// firmware's state word wait with `msleep`, which the spinlock forbids).
@@ -190,6 +207,7 @@ impl Device {
             nic.load_relaxed(ctrl_word(ctrl::FW_HEARTBEAT)),
         );
         let node = choose_node(&nic)?;
+        let fail_ms = gms_fail_ms()?;
 
         device_request(&nic, &regs, host_req::HALT)?;
         let budget = usize::try_from(param::GMS_BUDGET_PAGES.get()).unwrap_or(0).min(net::HELD);
@@ -216,6 +234,7 @@ impl Device {
                 completed <- new_condvar!("trapeze::completed"),
                 heard: [const { AtomicU64::new(0) }; HEARD_NODES],
                 failed: AtomicU64::new(0),
+                fail_ms,
                 regs,
                 ctl,
                 node,
@@ -645,11 +664,11 @@ impl Shared {
             for &m in members[..n].iter().filter(|&&m| m != self.node) {
                 let heard = self.heard.get(usize::from(m)).map_or(0, |h| h.load(Ordering::Relaxed));
                 // Only a member that was heard from can fail: the others may not be up yet.
-                if heard != 0 && now.saturating_sub(heard) > FAIL_MS * 1_000_000 {
+                if heard != 0 && now.saturating_sub(heard) > self.fail_ms * 1_000_000 {
                     let bit = 1u64 << (m % 64);
                     if self.failed.fetch_or(bit, Ordering::Relaxed) & bit == 0 {
                         STATS.gms_node_failed.inc();
-                        pr_warn!("gms: node {} silent for more than {} ms: declared failed\n", m, FAIL_MS);
+                        pr_warn!("gms: node {} silent for more than {} ms: declared failed\n", m, self.fail_ms);
                         c.node.node_failed(now, &mut c.rpc, m);
                         // The survivors' view number, as every node (gmsd too) computes it.
                         let mut left = [0u16; net::MEMBERS];

@@ -65,7 +65,7 @@ counters! {
     continuations: "NetRPC continuations run from the receive path",
     deferred_work: "deferred-continuation work items run",
     echo_served: "NetRPC echo requests answered",
-    heartbeats: "heartbeats (zero-length echo requests) answered",
+    heartbeats: "GMS heartbeats received (gms::heartbeat one-way messages; zero-length seq-0 echoes too)",
     echo_ok: "NetRPC echo replies verified (body and payload)",
     echo_bad: "NetRPC echo replies that failed, timed out or did not match",
     gms_put_stored: "GMS putpages stored at another node",

@@ -43,6 +43,8 @@ struct Trapeze {
 
 impl kernel::Module for Trapeze {
     fn init(module: &'static ThisModule) -> Result<Self> {
+        // A bad `gms_fail_ms=` refuses the load itself (not only each NIC's probe).
+        driver::gms_fail_ms()?;
         let gms_disk = blk::GmsDisk::ram_from_params()?;
         let pci = sys::pci::Registration::register(c_str!("trapeze"), &driver::IDS, module)?;
         pr_info!(

@@ -161,6 +161,7 @@ pub enum Source {
 /// The result of a get.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Got {
+    /// `data`: exactly the bytes stored with the page (a 4 KiB page reads back as 4 KiB).
     Hit { version: Version, data: Vec<u8>, source: Source },
     Miss,
 }
@@ -192,7 +193,8 @@ const MISS_TTL: u64 = 100_000_000;
 /// A finished get, kept until the reader takes it (fetches the cache cannot keep).
 #[derive(Clone, Copy, Debug)]
 enum Finished {
-    Hit { version: Version, frame: Frame, source: Source },
+    /// `len`: the page's length in bytes (the bytes the hit carried into `frame`).
+    Hit { version: Version, frame: Frame, len: u32, source: Source },
     Miss,
 }
 
@@ -265,8 +267,9 @@ pub struct GmsPort {
     plain: HashMap<OpId, Finished>,
     /// Recent prefetch misses: page → when (a short-lived negative cache).
     missed: HashMap<PageId, u64>,
-    /// The local page cache: page → (version, frame), and insertion order (FIFO bound).
-    cache: HashMap<PageId, (Version, Frame)>,
+    /// The local page cache: page → (version, frame, length in bytes), and insertion
+    /// order (FIFO bound).
+    cache: HashMap<PageId, (Version, Frame, u32)>,
     order: VecDeque<PageId>,
     cache_cap: usize,
     ra: ReadAhead<RA_STREAMS, RA_PENDING>,
@@ -697,8 +700,8 @@ impl GmsPort {
 
     // ---- the page cache --------------------------------------------------------------------
 
-    fn cache_insert(&mut self, page: PageId, version: Version, frame: Frame) {
-        if let Some((_, old)) = self.cache.insert(page, (version, frame)) {
+    fn cache_insert(&mut self, page: PageId, version: Version, frame: Frame, len: u32) {
+        if let Some((_, old, _)) = self.cache.insert(page, (version, frame, len)) {
             self.node.host.frames.free(old);
         } else {
             self.order.push_back(page);
@@ -707,7 +710,7 @@ impl GmsPort {
     }
 
     fn cache_remove(&mut self, page: &PageId) {
-        if let Some((_, f)) = self.cache.remove(page) {
+        if let Some((_, f, _)) = self.cache.remove(page) {
             self.node.host.frames.free(f);
             self.order.retain(|p| p != page);
         }
@@ -716,15 +719,16 @@ impl GmsPort {
     fn trim_cache(&mut self) {
         while self.cache.len() > self.cache_cap {
             let Some(p) = self.order.pop_front() else { break };
-            if let Some((_, f)) = self.cache.remove(&p) {
+            if let Some((_, f, _)) = self.cache.remove(&p) {
                 self.node.host.frames.free(f);
                 self.stats.cache_evictions += 1;
             }
         }
     }
 
-    fn read_frame(&self, f: Frame) -> Vec<u8> {
-        let mut v = vec![0u8; FRAME_BYTES as usize];
+    /// The first `len` bytes of frame `f` (a page's stored bytes; never more than a frame).
+    fn read_frame(&self, f: Frame, len: u32) -> Vec<u8> {
+        let mut v = vec![0u8; len.min(FRAME_BYTES) as usize];
         self.node.host.frames.read(f, &mut v);
         v
     }
@@ -761,14 +765,14 @@ impl GmsPort {
                                 let ok = self.node.host.copy_payload(&f, &mine, len);
                                 self.node.host.unarm(mine);
                                 if ok {
-                                    Finished::Hit { version, frame: mine, source }
+                                    Finished::Hit { version, frame: mine, len, source }
                                 } else {
                                     self.node.host.frames.free(mine);
                                     Finished::Miss
                                 }
                             } else {
                                 self.node.host.unarm(f);
-                                Finished::Hit { version, frame: f, source }
+                                Finished::Hit { version, frame: f, len, source }
                             }
                         }
                         GetResult::Miss { frame: f, .. } => {
@@ -786,7 +790,9 @@ impl GmsPort {
                         (GetKind::Plain, fin) => {
                             self.plain.insert(c.op, fin);
                         }
-                        (GetKind::Prefetch, Finished::Hit { version, frame, .. }) => self.cache_insert(page, version, frame),
+                        (GetKind::Prefetch, Finished::Hit { version, frame, len, .. }) => {
+                            self.cache_insert(page, version, frame, len)
+                        }
                         (GetKind::Prefetch, Finished::Miss) => {
                             if self.missed.len() > 4096 {
                                 self.missed.retain(|_, t| now.saturating_sub(*t) < MISS_TTL);
@@ -982,8 +988,8 @@ impl GmsPort {
             Decision::Hit => {
                 self.stats.reads += 1;
                 self.stats.cache_hits += 1;
-                let (version, f) = self.cache[&page];
-                Some(Got::Hit { version, data: self.read_frame(f), source: Source::Cache })
+                let (version, f, len) = self.cache[&page];
+                Some(Got::Hit { version, data: self.read_frame(f, len), source: Source::Cache })
             }
             Decision::WaitFor(_) => {
                 self.stats.waited_pending += 1;
@@ -1050,9 +1056,9 @@ impl GmsPort {
             self.stats.reads += 1;
             return Some(Got::Miss);
         }
-        if let Some(&(version, f)) = self.cache.get(&page) {
+        if let Some(&(version, f, len)) = self.cache.get(&page) {
             self.stats.reads += 1;
-            return Some(Got::Hit { version, data: self.read_frame(f), source: Source::Cache });
+            return Some(Got::Hit { version, data: self.read_frame(f, len), source: Source::Cache });
         }
         // The prefetch it waited for missed: fetch it ourselves (or report the miss).
         self.read_start(page)
@@ -1061,10 +1067,10 @@ impl GmsPort {
     fn take_finished(&mut self, page: PageId, fin: Finished) -> Got {
         self.stats.reads += 1;
         match fin {
-            Finished::Hit { version, frame, source } => {
-                let data = self.read_frame(frame);
+            Finished::Hit { version, frame, len, source } => {
+                let data = self.read_frame(frame, len);
                 // The page goes into the local cache (a reader's fetch is cached too).
-                self.cache_insert(page, version, frame);
+                self.cache_insert(page, version, frame, len);
                 Got::Hit { version, data, source }
             }
             Finished::Miss => Got::Miss,
@@ -1081,8 +1087,8 @@ impl GmsPort {
     /// local cache is left alone).
     pub fn get_poll(&mut self, op: OpId) -> Option<Got> {
         Some(match self.plain.remove(&op)? {
-            Finished::Hit { version, frame, source } => {
-                let data = self.read_frame(frame);
+            Finished::Hit { version, frame, len, source } => {
+                let data = self.read_frame(frame, len);
                 self.node.host.frames.free(frame);
                 Got::Hit { version, data, source }
             }
@@ -1311,6 +1317,72 @@ impl Cluster {
             if self.alive[k] {
                 p.node_failed(dead as u16);
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `len` bytes of a pattern that differs per `seed` (no zero byte, so padding shows).
+    fn bytes(len: usize, seed: u8) -> Vec<u8> {
+        (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) | 1).collect()
+    }
+
+    /// A page shorter than a frame reads back with exactly its stored bytes, through every
+    /// path (plain getpage from each node, a reader's fetch, then the local cache), even
+    /// when its frames last held a longer page.
+    #[test]
+    fn short_pages_read_back_with_their_length() {
+        // GMS nodes are large const-generic tables: give the cluster a big stack.
+        std::thread::Builder::new().stack_size(256 << 20).spawn(short_pages).unwrap().join().unwrap();
+    }
+
+    fn short_pages() {
+        let mut c = Cluster::new(3, 64, GmsConfig::default()).expect("cluster");
+        let page = PageId::new(5, 1);
+        // A full page first, so frames are dirty past 4 KiB when the short one reuses them.
+        let full = bytes(FRAME_BYTES as usize, 3);
+        c.ports[0].put(page, Version(1), &full, Some(1)).expect("put");
+        c.settle(0).expect("put finishes");
+        match c.get_wait(2, page).expect("get") {
+            Got::Hit { data, .. } => assert!(data == full, "full page: wrong bytes"),
+            Got::Miss => panic!("full page missed"),
+        }
+        for (v, len) in [(2u64, 4096usize), (3, 100), (4, 1)] {
+            let short = bytes(len, v as u8);
+            c.ports[0].put(page, Version(v), &short, Some(1)).expect("put");
+            c.settle(0).expect("put finishes");
+            let last = c.ports[0].put_log.last();
+            assert!(
+                matches!(last, Some((_, vv, PutResult::Stored { target: 1 })) if *vv == Version(v)),
+                "{len} B page stored: {last:?}"
+            );
+            for from in 0..3 {
+                match c.get_wait(from, page).expect("get") {
+                    Got::Hit { version, data, .. } => {
+                        assert_eq!(version, Version(v));
+                        assert_eq!(data.len(), len, "node {from}: length");
+                        assert!(data == short, "node {from}: wrong bytes");
+                    }
+                    Got::Miss => panic!("node {from}: {len} B page missed"),
+                }
+            }
+            // Through the cache: the reader's fetch, then a cache hit.
+            let mut sources = Vec::new();
+            for _ in 0..2 {
+                match c.read(2, page).expect("read") {
+                    Got::Hit { data, source, .. } => {
+                        assert_eq!(data.len(), len, "read: length");
+                        assert!(data == short, "read: wrong bytes");
+                        sources.push(source);
+                    }
+                    Got::Miss => panic!("read of the {len} B page missed"),
+                }
+            }
+            assert_eq!(sources[1], Source::Cache, "second read from the cache ({sources:?})");
+            c.ports[2].cache_remove(&page);
         }
     }
 }

@@ -67,6 +67,12 @@ fn run(a: Args) -> anyhow::Result<()> {
         Cmd::Put { page, file } => {
             let data =
                 std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
+            if data.is_empty() {
+                bail!(
+                    "{} is empty; a page holds 1 to {PAGE_BYTES} bytes",
+                    file.display()
+                );
+            }
             if data.len() > PAGE_BYTES {
                 bail!(
                     "{} has {} bytes; a page holds {PAGE_BYTES}",

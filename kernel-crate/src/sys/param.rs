@@ -160,12 +160,17 @@ pub(crate) static GMS_DISK_PAGES: IntParam = IntParam::new(0);
 /// reads (0: none; at most 32).
 pub(crate) static GMS_DISK_READAHEAD: IntParam = IntParam::new(0);
 
+/// `gms_fail_ms=`: how long a GMS member that was heard from may stay silent before it is
+/// declared failed (ms; default 3000, `driver::FAIL_MS_MIN ..= driver::FAIL_MS_MAX`).
+/// Loaded hosts running TCG guests give more (`cargo xtask bench vm` gives 10000).
+pub(crate) static GMS_FAIL_MS: IntParam = IntParam::new(3000);
+
 static STATS_OPS: ParamOps = ParamOps::show::<crate::stats::Stats>();
 
 /// The module's parameter table, found by the loader in the `__param` section.
 #[link_section = "__param"]
 #[used]
-static PARAMS: ParamTable<11> = ParamTable([
+static PARAMS: ParamTable<12> = ParamTable([
     entry(c"node", &raw const bindings::param_ops_int, int_arg(&NODE), crate::THIS_MODULE.as_ptr()),
     entry(c"echo_peer", &raw const bindings::param_ops_int, int_arg(&ECHO_PEER), crate::THIS_MODULE.as_ptr()),
     entry(c"gms_nodes", &raw const bindings::param_ops_charp, GMS_NODES.0.get().cast(), crate::THIS_MODULE.as_ptr()),
@@ -188,6 +193,7 @@ static PARAMS: ParamTable<11> = ParamTable([
         int_arg(&GMS_DISK_READAHEAD),
         crate::THIS_MODULE.as_ptr(),
     ),
+    entry(c"gms_fail_ms", &raw const bindings::param_ops_int, int_arg(&GMS_FAIL_MS), crate::THIS_MODULE.as_ptr()),
     entry(c"gms_test_pages", &raw const bindings::param_ops_int, int_arg(&GMS_TEST_PAGES), crate::THIS_MODULE.as_ptr()),
     entry(c"ping_peer", &raw const bindings::param_ops_int, int_arg(&PING_PEER), crate::THIS_MODULE.as_ptr()),
     entry(c"ping_bytes", &raw const bindings::param_ops_int, int_arg(&PING_BYTES), crate::THIS_MODULE.as_ptr()),
@@ -241,6 +247,8 @@ modinfo!(PARMTYPE_GMS_DISK_PAGES, "parmtype=gms_disk_pages:int\0");
 modinfo!(PARM_GMS_DISK_PAGES, "parm=gms_disk_pages:if > 0, /dev/gms0 with that many 4 KiB pages on GMS (default 0)\0");
 modinfo!(PARMTYPE_GMS_DISK_RA, "parmtype=gms_disk_readahead:int\0");
 modinfo!(PARM_GMS_DISK_RA, "parm=gms_disk_readahead:pages /dev/gms0 on GMS reads ahead (default 0, at most 32)\0");
+modinfo!(PARMTYPE_GMS_FAIL_MS, "parmtype=gms_fail_ms:int\0");
+modinfo!(PARM_GMS_FAIL_MS, "parm=gms_fail_ms:a GMS member silent this long (ms) is declared failed (default 3000, 2000..=60000)\0");
 modinfo!(PARM_STATS, "parm=stats:driver counters (read-only, text)\0");
 
 // For parts of the driver that keep their own parameter table in `__param` (the block

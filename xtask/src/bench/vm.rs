@@ -211,6 +211,11 @@ fn module_params(ko: &[u8]) -> Vec<String> {
 
 /// Pages one GMS member stores for others at most (`gms_budget_pages`, net.rs `HELD`).
 const MAX_BUDGET_PAGES: u64 = 8192;
+/// `gms_fail_ms` for every guest of the bench (the module's default is 3000): TCG guests
+/// on a loaded 2-core host can go silent for seconds, and a server declared failed
+/// mid-run would turn its pages into errors. `cargo xtask vm --suite` keeps the default
+/// (it times the failure detection of a killed guest).
+const BENCH_FAIL_MS: u32 = 10_000;
 
 /// Whether `/dev/gms0` would be RAM-backed: the module has no `gms_disk_pages` (its GMS
 /// backend), only the RAM backend's `gms_disk_mb` (whose `parm=` text says so).
@@ -228,7 +233,8 @@ fn disk_is_ram_backed(ko: &[u8]) -> bool {
 /// guests' memory: they get budgets that hold the whole disk with a quarter to spare,
 /// which must fit `MAX_BUDGET_PAGES` each, and guest 0 reads ahead `readahead` pages
 /// (`gms_disk_readahead`, if the module has it and `extra` does not set it). Without it,
-/// `gms_disk_mb` (RAM backend).
+/// `gms_disk_mb` (RAM backend). Every guest gets `gms_fail_ms=BENCH_FAIL_MS` (if the
+/// module has it and `extra` does not set it).
 fn gms_args(
     params: &[String],
     guests: u16,
@@ -297,6 +303,9 @@ fn gms_args(
                         budget.min(MAX_BUDGET_PAGES)
                     }
                 ));
+            }
+            if has("gms_fail_ms") && !extra.iter().any(|e| e.starts_with("gms_fail_ms=")) {
+                a.push(format!("gms_fail_ms={BENCH_FAIL_MS}"));
             }
             a.extend(extra.iter().cloned());
             a.join(" ")
@@ -870,6 +879,42 @@ mod tests {
         assert_eq!(
             args[0],
             "node=0 gms_nodes=0,1,2 gms_disk_pages=8192 gms_disk_readahead=4"
+        );
+    }
+
+    #[test]
+    fn every_guest_gets_the_bench_failure_timeout_unless_given() {
+        let p: Vec<String> = [
+            "node",
+            "gms_disk_pages",
+            "gms_nodes",
+            "gms_budget_pages",
+            "gms_fail_ms",
+        ]
+        .map(String::from)
+        .to_vec();
+        let args = gms_args(&p, 3, 3, 0, &[]).unwrap();
+        assert_eq!(
+            args[0],
+            "node=0 gms_nodes=0,1,2 gms_disk_pages=768 gms_fail_ms=10000"
+        );
+        assert_eq!(
+            args[1],
+            "node=1 gms_nodes=0,1,2 gms_budget_pages=480 gms_fail_ms=10000"
+        );
+        assert_eq!(
+            args[2],
+            "node=2 gms_nodes=0,1,2 gms_budget_pages=480 gms_fail_ms=10000"
+        );
+        // Given with --ko-param: that value only, once.
+        let args = gms_args(&p, 2, 3, 0, &["gms_fail_ms=20000".into()]).unwrap();
+        assert_eq!(
+            args[0],
+            "node=0 gms_nodes=0,1 gms_disk_pages=768 gms_fail_ms=20000"
+        );
+        assert_eq!(
+            args[1],
+            "node=1 gms_nodes=0,1 gms_budget_pages=960 gms_fail_ms=20000"
         );
     }
 
