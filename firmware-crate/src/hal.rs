@@ -49,6 +49,12 @@ pub trait Engines {
     /// Post a buffer for the next incoming packet. Only called when no buffer is posted.
     fn link_rx_post(&mut self, nic_off: u32, cap: u32);
     fn link_rx_status(&mut self) -> RxStatus;
+    /// Whether [`link_rx_status`](Self::link_rx_status) could report anything new now (a
+    /// packet waiting for the posted buffer, link timers due). `false` only when polling
+    /// link in would surely find nothing; engines that cannot tell cheaply keep `true`.
+    fn link_rx_pending(&mut self) -> bool {
+        true
+    }
     fn raise_host_irq(&mut self);
     /// Called when a main-loop iteration found nothing to do. `engines_busy` says a
     /// transfer is running (so progress will come without an event); an implementation

@@ -266,7 +266,9 @@ impl<Ctx: Runtime<F>, F: Copy, const CALLS: usize, const CONTS: usize, const TX:
 
     /// A message arrived from node `src` with control bytes `ctrl` and `payload`.
     /// Runs server stubs, delegations, and reply handling (waking waiters or running
-    /// continuations). Bad input is counted and dropped, never a panic.
+    /// continuations). Bad input is counted and dropped, never a panic. `now` is used
+    /// only for requests and one-way messages (their handlers see it); for a reply
+    /// ([`wire::message_kind`](crate::wire::message_kind)) any value will do.
     pub fn handle_message(&mut self, now: u64, ctx: &mut Ctx, src: u16, ctrl: &[u8], payload: InPayload<F>) {
         let Ok((h, body)) = Header::parse(ctrl) else {
             self.stats.malformed += 1;

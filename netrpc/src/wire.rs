@@ -111,6 +111,12 @@ fn u64_at(b: &[u8], i: usize) -> u64 {
     u64::from_le_bytes(w)
 }
 
+/// The kind of a message from its control bytes, without validating the rest (a cheap
+/// look, e.g. to skip reading a clock for replies, whose handling never uses it).
+pub fn message_kind(ctrl: &[u8]) -> Option<Kind> {
+    ctrl.get(1).and_then(|&k| Kind::from_u8(k))
+}
+
 impl Header {
     /// Parse the header and return it with the body.
     pub fn parse(b: &[u8]) -> Result<(Header, &[u8]), WireError> {

@@ -9,8 +9,12 @@
 //! datagram link cannot stream a packet; the firmware keeps a packet's staging until
 //! its last pulse completed, so the pulses' bytes are still there); link in delivers one
 //! whole packet per posted buffer, written into receive staging straight from the
-//! link's frame. Host memory is reached only through the [`DmaSpace`]: a
-//! transfer outside every registered region is refused and counted.
+//! link's frame — only its header and control message at once when the link keeps that
+//! frame ([`Link::held_packet`]): the payload's host-bus writes then read the frame, and
+//! whatever is left goes to staging before the link receives again (one copy of the
+//! payload fewer; what the firmware sees is the same). Host memory is reached only
+//! through the [`DmaSpace`]: a transfer outside every registered region is refused and
+//! counted.
 //!
 //! When the firmware finds nothing to do, [`SoftEngines::idle`] spins for a short budget
 //! (a wakeup across cores costs tens of µs on these machines) and then parks in `poll(2)`
@@ -118,8 +122,17 @@ pub struct SoftEngines {
     tx_over: bool,
     rx_post: Option<(u32, u32)>,
     rx: RxStatus,
+    /// A received packet whose bytes past [`RX_PREFIX_BYTES`] are still only in the
+    /// link's held frame ([`Link::held_packet`]): (NIC offset of the packet, its length).
+    /// Host-bus writes from that range are served from the frame; the rest is copied to
+    /// staging before the link receives again or when asked for otherwise.
+    rx_held: Option<(u32, u32)>,
     idle_since: Option<Instant>,
 }
+
+/// Bytes of a received packet link in always writes to receive staging at once: the
+/// Trapeze header and the largest control message (what the firmware itself reads).
+const RX_PREFIX_BYTES: usize = (HEADER_BYTES + CTRL_MSG_BYTES) as usize;
 
 impl SoftEngines {
     pub fn new(
@@ -146,6 +159,7 @@ impl SoftEngines {
             tx_over: false,
             rx_post: None,
             rx: RxStatus::default(),
+            rx_held: None,
             idle_since: None,
         }
     }
@@ -158,7 +172,40 @@ impl SoftEngines {
         self.tx_len = 0;
         self.rx_post = None;
         self.rx = RxStatus::default();
+        self.rx_held = None;
         self.idle_since = None;
+    }
+
+    /// Copy the rest of a held received packet into receive staging (the link is about
+    /// to receive again, which gives its frame back).
+    fn settle_held(&mut self) {
+        if let Some((off, len)) = self.rx_held.take() {
+            if let Some(bytes) = self.link.held_packet() {
+                let from = RX_PREFIX_BYTES.min(bytes.len());
+                let to = (len as usize).min(bytes.len());
+                if from < to {
+                    let _ = self.nic.write(off as usize + from, &bytes[from..to]);
+                }
+            }
+        }
+    }
+
+    /// A host-bus write of `len` bytes from NIC offset `nic_off` to `map` at `off`, served
+    /// from the held packet if it lies inside it. `None` when it does not.
+    fn write_from_held(&mut self, nic_off: u32, map: &Mapping, off: usize, len: u32) -> Option<bool> {
+        let (p_off, p_len) = self.rx_held?;
+        let start = nic_off.checked_sub(p_off)? as usize;
+        let end = start.checked_add(len as usize)?;
+        if end > p_len as usize {
+            return None;
+        }
+        let bytes = self.link.held_packet()?;
+        let ok = map.write(off, bytes.get(start..end)?);
+        if end == p_len as usize {
+            // The packet's last bytes went to the host: the firmware is done with them.
+            self.rx_held = None;
+        }
+        Some(ok)
     }
 
     pub fn wakers(&self) -> &Arc<Wakers> {
@@ -255,7 +302,15 @@ impl Engines for SoftEngines {
             None => false,
             Some((map, off)) => match dir {
                 HostDir::ToNic => self.nic.copy_from(nic_off as usize, &map, off, len as usize),
-                HostDir::ToHost => map.copy_from(off, &self.nic, nic_off as usize, len as usize),
+                HostDir::ToHost => match self.write_from_held(nic_off, &map, off, len) {
+                    Some(ok) => ok,
+                    None => {
+                        if self.rx_held.is_some_and(|(o, l)| nic_off < o + l && o < nic_off + len) {
+                            self.settle_held();
+                        }
+                        map.copy_from(off, &self.nic, nic_off as usize, len as usize)
+                    }
+                },
             },
         };
         if ok {
@@ -322,6 +377,12 @@ impl Engines for SoftEngines {
     }
 
     fn link_rx_post(&mut self, nic_off: u32, cap: u32) {
+        if let Some((off, len)) = self.rx_held {
+            if nic_off < off + len && off < nic_off + cap {
+                // The firmware reuses that staging: it is done with the held packet.
+                self.rx_held = None;
+            }
+        }
         self.rx_post = Some((nic_off, cap));
         self.rx = RxStatus { posted: true, bytes: 0, complete: false, crc_ok: false };
     }
@@ -330,19 +391,31 @@ impl Engines for SoftEngines {
         // Held (reordered) frames and stale reassemblies have deadlines; errors are counted.
         let _ = self.link.poll_timers();
         if let Some((off, cap)) = self.rx_post {
+            // Receiving gives the link's held frame back: settle the held packet first.
+            self.settle_held();
             let nic = &self.nic;
-            let got = self.link.poll_packet_with(|bytes, _src, crc_ok| {
+            let got = self.link.poll_packet_held_with(|bytes, _src, crc_ok, held| {
                 let n = bytes.len().min(cap as usize);
-                let wrote = nic.write(off as usize, &bytes[..n]);
-                (n, crc_ok && wrote && bytes.len() <= cap as usize)
+                let fits = bytes.len() <= cap as usize;
+                // The firmware reads the header and control message from staging; a held
+                // packet's payload can wait in the link's frame for the host-bus write
+                // (one copy fewer), everything else is written now.
+                let now = if held && fits { n.min(RX_PREFIX_BYTES) } else { n };
+                let wrote = nic.write(off as usize, &bytes[..now]) && off as usize + n <= nic.len();
+                (n, crc_ok && wrote && fits, now < n)
             });
-            if let Some((n, ok)) = got {
+            if let Some((n, ok, held)) = got {
                 self.idle_since = None;
                 self.rx = RxStatus { posted: false, bytes: n as u32, complete: true, crc_ok: ok };
                 self.rx_post = None;
+                self.rx_held = held.then_some((off, n as u32));
             }
         }
         self.rx
+    }
+
+    fn link_rx_pending(&mut self) -> bool {
+        self.link.rx_pending()
     }
 
     fn raise_host_irq(&mut self) {
@@ -407,6 +480,24 @@ mod tests {
     }
 
     #[test]
+    fn link_in_reports_pending_input_only_while_a_packet_waits() {
+        let sw = InProcSwitch::new();
+        let mut a = Link::new(1, Box::new(sw.port(1)), FaultConfig::NONE);
+        let (mut b, _nic) = engines(Link::new(2, Box::new(sw.port(2)), FaultConfig::NONE));
+        b.link_rx_post(2048, 1024);
+        assert!(!b.link_rx_pending(), "nothing sent yet");
+        assert!(!b.link_rx_status().complete);
+        a.send_packet(&packet(300, 1), false).unwrap();
+        assert!(b.link_rx_pending(), "a frame is queued");
+        let st = b.link_rx_status();
+        assert_eq!((st.complete, st.crc_ok, st.bytes), (true, true, 300));
+        assert!(!b.link_rx_pending(), "the only packet was taken");
+        // A packet in fragments on a small-frame link: pending until every part is in.
+        a.send_packet(&packet(70_000, 2), false).unwrap();
+        assert!(b.link_rx_pending());
+    }
+
+    #[test]
     fn link_in_writes_the_packet_into_the_posted_buffer() {
         let sw = InProcSwitch::new();
         let mut a = Link::new(1, Box::new(sw.port(1)), FaultConfig::NONE);
@@ -417,12 +508,60 @@ mod tests {
         b.link_rx_post(2048, 1024);
         let st = b.link_rx_status();
         assert_eq!((st.complete, st.crc_ok, st.bytes), (true, true, 500));
+        // Header and control message are in staging at once; the rest by the time the
+        // link receives again.
         let mut got = vec![0u8; 500];
-        assert!(nic.read(2048, &mut got));
-        assert_eq!(got, p);
+        assert!(nic.read(2048, &mut got[..RX_PREFIX_BYTES]));
+        assert_eq!(got[..RX_PREFIX_BYTES], p[..RX_PREFIX_BYTES]);
         // A packet larger than the posted buffer is cut and marked bad.
         b.link_rx_post(4096, 100);
         let st = b.link_rx_status();
         assert_eq!((st.complete, st.crc_ok, st.bytes), (true, false, 100));
+        assert!(nic.read(2048, &mut got));
+        assert_eq!(got, p);
+    }
+
+    #[test]
+    fn host_bus_writes_of_a_held_packet_deliver_the_same_bytes() {
+        let sw = InProcSwitch::new();
+        let mut a = Link::new(1, Box::new(sw.port(1)), FaultConfig::NONE);
+        let (mut b, nic) = engines(Link::new(2, Box::new(sw.port(2)), FaultConfig::NONE));
+        let host = Arc::new(Mapping::create_memfd("eng-host", 64 * 1024).unwrap());
+        b.dma.register("host", 0x10_0000, host.clone(), 0, 64 * 1024).unwrap();
+        let p = packet(9000, 5);
+        let read_host = |off: usize, len: usize| {
+            let mut v = vec![0u8; len];
+            assert!(host.read(off, &mut v));
+            v
+        };
+        // The payload from the held frame, in two pulses (the second ends the packet).
+        a.send_packet(&p, false).unwrap();
+        b.link_rx_post(0, 16 * 1024);
+        assert!(b.link_rx_status().complete);
+        b.host_dma_start(HostDir::ToHost, 0x10_0000, 200, 3000);
+        b.host_dma_start(HostDir::ToHost, 0x10_0000 + 3000, 3200, 5800);
+        assert!(!b.host_dma_status().error);
+        assert_eq!(read_host(0, 8800), p[200..]);
+        // A packet the firmware writes out only after the link received again: the bytes
+        // were settled into staging meanwhile and come from there.
+        let q = packet(6000, 9);
+        a.send_packet(&q, false).unwrap();
+        b.link_rx_post(16 * 1024, 16 * 1024);
+        assert!(b.link_rx_status().complete);
+        a.send_packet(&p, false).unwrap();
+        b.link_rx_post(32 * 1024, 16 * 1024);
+        assert!(b.link_rx_status().complete);
+        b.host_dma_start(HostDir::ToHost, 0x10_0000 + 20_000, 16 * 1024 + 160, 5840);
+        assert_eq!(read_host(20_000, 5840), q[160..]);
+        let mut staged = vec![0u8; 6000];
+        assert!(nic.read(16 * 1024, &mut staged));
+        assert_eq!(staged, q);
+        // A transfer reaching past the held packet's end comes from staging, after the
+        // packet was settled there.
+        b.host_dma_start(HostDir::ToHost, 0x10_0000 + 40_000, 32 * 1024 + 8500, 1000);
+        assert_eq!(read_host(40_000, 500), p[8500..9000]);
+        let mut staged = vec![0u8; 9000];
+        assert!(nic.read(32 * 1024, &mut staged));
+        assert_eq!(staged, p);
     }
 }

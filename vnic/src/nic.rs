@@ -446,10 +446,14 @@ pub struct InlineNative {
 }
 
 impl InlineNative {
-    /// One pass of the firmware's main loop; whether anything changed.
+    /// One pass of the firmware's main loop; whether anything changed. A pass that could
+    /// find nothing ([`Firmware::has_work`]: no packet in flight, no new send entry or
+    /// configuration, nothing on the link) is skipped: the caller polls in a tight loop,
+    /// and those passes were a large part of a round trip's cost. (The firmware's
+    /// heartbeat then counts only passes that ran.)
     pub fn poll(&mut self) -> bool {
         match self.eng.as_mut() {
-            Some(e) => self.fw.poll(e),
+            Some(e) => self.fw.has_work(e) && self.fw.poll(e),
             None => false,
         }
     }

@@ -124,6 +124,19 @@ impl<M: NicMemory> Firmware<M> {
         progress
     }
 
+    /// Whether a [`poll`](Self::poll) now could do anything: a packet in flight, a new
+    /// send-ring entry, a configuration change, no buffer posted to link in, or link in
+    /// reporting something may be waiting ([`Engines::link_rx_pending`]). A few loads;
+    /// a caller driving the firmware inline skips the pass when this is `false` (a pass
+    /// that finds nothing costs several times more). Conservative: `true` whenever unsure.
+    pub fn has_work<E: Engines>(&self, eng: &mut E) -> bool {
+        !self.is_quiet()
+            || !self.rx.is_receiving()
+            || self.tx.send_waiting(&self.mem)
+            || self.mem.load(ctrl_word(ctrl::CONFIG_SEQ), Ordering::Acquire) != self.config_seq
+            || eng.link_rx_pending()
+    }
+
     /// The main loop: poll forever, idling when nothing happens.
     pub fn run<E: Engines>(&mut self, eng: &mut E) -> ! {
         loop {

@@ -110,6 +110,11 @@ impl RxSide {
         self.q.iter().all(|p| !p.complete && p.arrived == 0)
     }
 
+    /// Whether a buffer is posted to link in.
+    pub(super) fn is_receiving(&self) -> bool {
+        self.receiving
+    }
+
     pub(super) fn stats(&self) -> RxQueueStats {
         RxQueueStats { packets: self.q.len(), receiving: self.receiving }
     }

@@ -73,6 +73,11 @@ impl TxSide {
         self.q.is_empty()
     }
 
+    /// Whether the host has handed over the next send-ring entry (one acquire load).
+    pub(super) fn send_waiting<M: NicMemory>(&self, mem: &M) -> bool {
+        Slot::new(mem, Ring::Send, self.next_slot).state_acquire() & state::READY != 0
+    }
+
     fn get_mut(&mut self, id: u32) -> Option<&mut TxPkt> {
         self.q.iter_mut().find(|p| p.id == id)
     }

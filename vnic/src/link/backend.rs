@@ -98,6 +98,24 @@ pub trait LinkBackend: Send {
     /// The sleep announced by [`prepare_wait`](Self::prepare_wait) is over.
     fn end_wait(&self) {}
 
+    /// The frame the last [`recv_frame_with`](Self::recv_frame_with) lent, if the backend
+    /// keeps it readable (unchanged) until its next receive; `None` if it does not.
+    fn last_frame(&self) -> Option<&[u8]> {
+        None
+    }
+
+    /// Whether [`last_frame`](Self::last_frame) returns the frame last lent (the same
+    /// bytes the receive callback saw).
+    fn keeps_last_frame(&self) -> bool {
+        false
+    }
+
+    /// Whether a receive might find a frame now. `false` only when none is surely
+    /// waiting (a cheap look, no lock, no syscall); backends that cannot tell say `true`.
+    fn frames_waiting(&self) -> bool {
+        true
+    }
+
     /// One line for logs, e.g. `udp 127.0.0.1:7000 (2 peers)`.
     fn describe(&self) -> String;
 }

@@ -134,6 +134,9 @@ pub struct Link {
     tx_frame: Vec<u8>,
     rx_frame: Vec<u8>,
     rx: Reassembler,
+    /// The last packet lent straight from the backend's kept frame: (offset in that
+    /// frame, length without trailer). Cleared by every receiving call.
+    held: Option<(usize, usize)>,
 }
 
 impl fmt::Debug for Link {
@@ -173,6 +176,7 @@ impl Link {
             stats: LinkStats::default(),
             next_packet_id: initial_packet_id(node),
             rx: Reassembler::new(node),
+            held: None,
         }
     }
 
@@ -219,6 +223,20 @@ impl Link {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
+    }
+
+    /// The packet the last [`poll_packet_held_with`](Self::poll_packet_held_with) lent
+    /// with `held` set, while it is still readable (until the next receiving call).
+    pub fn held_packet(&self) -> Option<&[u8]> {
+        let (start, len) = self.held?;
+        self.backend.last_frame()?.get(start..start + len)
+    }
+
+    /// Whether [`poll_packet`](Self::poll_packet) could return a packet or run a timer
+    /// now: a packet is reassembled and waiting, a timer is pending, or the backend may
+    /// hold frames. `false` only when a poll would surely find nothing.
+    pub fn rx_pending(&self) -> bool {
+        self.rx.has_ready() || self.poll_deadline().is_some() || self.backend.frames_waiting()
     }
 
     /// Run the timers: send a reordered frame held too long, drop packets whose
@@ -402,6 +420,15 @@ impl Link {
     /// what `take` returns. A packet that is one frame is lent straight from the
     /// backend's buffer when the backend lends frames (no copy in the link).
     pub fn poll_packet_with<R>(&mut self, take: impl FnOnce(&[u8], u16, bool) -> R) -> Option<R> {
+        self.poll_packet_held_with(|body, src, crc_ok, _held| take(body, src, crc_ok))
+    }
+
+    /// [`poll_packet_with`](Self::poll_packet_with), telling `take` also whether the
+    /// packet's bytes stay readable, unchanged, through [`held_packet`](Self::held_packet)
+    /// until the next call that receives (this one, [`poll_packet`](Self::poll_packet)):
+    /// then a receiver may leave them where they are instead of copying them out now.
+    pub fn poll_packet_held_with<R>(&mut self, take: impl FnOnce(&[u8], u16, bool, bool) -> R) -> Option<R> {
+        self.held = None;
         if self.poll_deadline().is_some() {
             // A send error here is counted; the receive path has nothing to add to it.
             let _ = self.poll_timers();
@@ -410,6 +437,8 @@ impl Link {
         let mut out = None;
         let mut now = None;
         let mut budget = RX_FRAMES_PER_POLL;
+        let keeps = self.backend.keeps_last_frame();
+        let mut held = None;
         while !self.rx.has_ready() && out.is_none() && budget > 0 {
             budget -= 1;
             let (rx, stats) = (&mut self.rx, &mut self.stats);
@@ -421,7 +450,11 @@ impl Link {
                     match rx.take_whole(frame, t) {
                         Some((src, bytes)) => {
                             let (body, crc_ok) = check_trailer(bytes, stats);
-                            out = take.take().map(|f| f(body, src, crc_ok));
+                            if keeps {
+                                // Where the body lies in the frame the backend keeps.
+                                held = Some((body.as_ptr() as usize - frame.as_ptr() as usize, body.len()));
+                            }
+                            out = take.take().map(|f| f(body, src, crc_ok, keeps));
                         }
                         None => rx.handle_frame(frame, t, stats),
                     }
@@ -437,12 +470,13 @@ impl Link {
             }
         }
         if out.is_some() {
+            self.held = held;
             return out;
         }
         let take = take.take()?;
         let ready = self.rx.pop()?;
         let (body, crc_ok) = check_trailer(&ready.bytes, &mut self.stats);
-        let r = take(body, ready.src, crc_ok);
+        let r = take(body, ready.src, crc_ok, false);
         self.rx.recycle(ready.bytes);
         Some(r)
     }

@@ -142,6 +142,7 @@ impl InProcSwitch {
             routes_generation: u64::MAX,
             next_buf: None,
             lent: None,
+            lent_len: 0,
         })
     }
 
@@ -172,6 +173,8 @@ pub struct InProcPort {
     /// The buffer of the frame last lent out by `recv_frame_with`, given back to this
     /// port's pool at the next pop.
     lent: Option<Vec<u8>>,
+    /// The length of the frame in `lent`.
+    lent_len: usize,
 }
 
 impl InProcPort {
@@ -318,6 +321,7 @@ impl LinkBackend for InProcPort {
         let n = f.len.min(buf.len());
         buf[..n].copy_from_slice(&f.buf[..n]);
         self.lent = Some(f.buf);
+        self.lent_len = f.len;
         Ok(Some(n))
     }
 
@@ -331,7 +335,17 @@ impl LinkBackend for InProcPort {
         };
         take(&f.buf[..f.len]);
         self.lent = Some(f.buf);
+        self.lent_len = f.len;
         Ok(true)
+    }
+
+    fn keeps_last_frame(&self) -> bool {
+        true
+    }
+
+    fn last_frame(&self) -> Option<&[u8]> {
+        // The buffer goes back to the pool only at the next pop.
+        self.lent.as_deref().and_then(|b| b.get(..self.lent_len))
     }
 
     fn readable_fd(&self) -> Option<BorrowedFd<'_>> {
@@ -356,6 +370,10 @@ impl LinkBackend for InProcPort {
 
     fn end_wait(&self) {
         self.queue.waiting.store(false, Ordering::SeqCst);
+    }
+
+    fn frames_waiting(&self) -> bool {
+        self.queue.queued.load(Ordering::Acquire) != 0
     }
 
     fn routes_to(&self, dst: u16) -> bool {
