@@ -179,33 +179,7 @@ impl SoftEngines {
     /// Copy the rest of a held received packet into receive staging (the link is about
     /// to receive again, which gives its frame back).
     fn settle_held(&mut self) {
-        if let Some((off, len)) = self.rx_held.take() {
-            if let Some(bytes) = self.link.held_packet() {
-                let from = RX_PREFIX_BYTES.min(bytes.len());
-                let to = (len as usize).min(bytes.len());
-                if from < to {
-                    let _ = self.nic.write(off as usize + from, &bytes[from..to]);
-                }
-            }
-        }
-    }
-
-    /// A host-bus write of `len` bytes from NIC offset `nic_off` to `map` at `off`, served
-    /// from the held packet if it lies inside it. `None` when it does not.
-    fn write_from_held(&mut self, nic_off: u32, map: &Mapping, off: usize, len: u32) -> Option<bool> {
-        let (p_off, p_len) = self.rx_held?;
-        let start = nic_off.checked_sub(p_off)? as usize;
-        let end = start.checked_add(len as usize)?;
-        if end > p_len as usize {
-            return None;
-        }
-        let bytes = self.link.held_packet()?;
-        let ok = map.write(off, bytes.get(start..end)?);
-        if end == p_len as usize {
-            // The packet's last bytes went to the host: the firmware is done with them.
-            self.rx_held = None;
-        }
-        Some(ok)
+        settle_held(&mut self.rx_held, &self.link, &self.nic);
     }
 
     pub fn wakers(&self) -> &Arc<Wakers> {
@@ -295,24 +269,64 @@ pub struct Wake {
     pub control: bool,
 }
 
+/// Copy the rest of a held received packet (`rx_held`, see [`SoftEngines`]) from the
+/// link's frame into receive staging, and forget it.
+fn settle_held(rx_held: &mut Option<(u32, u32)>, link: &Link, nic: &Mapping) {
+    if let Some((off, len)) = rx_held.take() {
+        if let Some(bytes) = link.held_packet() {
+            let from = RX_PREFIX_BYTES.min(bytes.len());
+            let to = (len as usize).min(bytes.len());
+            if from < to {
+                let _ = nic.write(off as usize + from, &bytes[from..to]);
+            }
+        }
+    }
+}
+
+/// A host-bus write of `len` bytes from NIC offset `nic_off` to `map` at `off`, served
+/// from the held packet (`rx_held`) if it lies inside it. `None` when it does not.
+fn write_from_held(
+    rx_held: &mut Option<(u32, u32)>,
+    link: &Link,
+    nic_off: u32,
+    map: &Mapping,
+    off: usize,
+    len: u32,
+) -> Option<bool> {
+    let (p_off, p_len) = (*rx_held)?;
+    let start = nic_off.checked_sub(p_off)? as usize;
+    let end = start.checked_add(len as usize)?;
+    if end > p_len as usize {
+        return None;
+    }
+    let bytes = link.held_packet()?;
+    let ok = map.write(off, bytes.get(start..end)?);
+    if end == p_len as usize {
+        // The packet's last bytes went to the host: the firmware is done with them.
+        *rx_held = None;
+    }
+    Some(ok)
+}
+
 impl Engines for SoftEngines {
     fn host_dma_start(&mut self, dir: HostDir, host_addr: u64, nic_off: u32, len: u32) {
         self.idle_since = None;
-        let ok = match self.dma.translate(host_addr, len as u64) {
-            None => false,
-            Some((map, off)) => match dir {
-                HostDir::ToNic => self.nic.copy_from(nic_off as usize, &map, off, len as usize),
-                HostDir::ToHost => match self.write_from_held(nic_off, &map, off, len) {
+        let SoftEngines { dma, nic, link, rx_held, .. } = self;
+        // The mapping is lent for the transfer (no reference count taken per DMA).
+        let ok = dma
+            .with_translated(host_addr, len as u64, |map, off| match dir {
+                HostDir::ToNic => nic.copy_from(nic_off as usize, map, off, len as usize),
+                HostDir::ToHost => match write_from_held(rx_held, link, nic_off, map, off, len) {
                     Some(ok) => ok,
                     None => {
-                        if self.rx_held.is_some_and(|(o, l)| nic_off < o + l && o < nic_off + len) {
-                            self.settle_held();
+                        if rx_held.is_some_and(|(o, l)| nic_off < o + l && o < nic_off + len) {
+                            settle_held(rx_held, link, nic);
                         }
-                        map.copy_from(off, &self.nic, nic_off as usize, len as usize)
+                        map.copy_from(off, nic, nic_off as usize, len as usize)
                     }
                 },
-            },
-        };
+            })
+            .unwrap_or(false);
         if ok {
             self.stats.host_dma_bytes.fetch_add(len as u64, Ordering::Relaxed);
         }

@@ -446,7 +446,11 @@ impl Link {
                 .backend
                 .recv_frame_with(&mut self.rx_frame, &mut |frame| {
                     stats.frames_received += 1;
-                    let t = *now.get_or_insert_with(Instant::now);
+                    // A whole-frame packet needs no time: its key is stamped at the next
+                    // clock read, at the latest every STAMP_FRAMES frames (so its
+                    // duplicate window can only grow; see `reassembly`).
+                    let t = (stats.frames_received % STAMP_FRAMES == 0)
+                        .then(|| *now.get_or_insert_with(Instant::now));
                     match rx.take_whole(frame, t) {
                         Some((src, bytes)) => {
                             let (body, crc_ok) = check_trailer(bytes, stats);
@@ -456,7 +460,10 @@ impl Link {
                             }
                             out = take.take().map(|f| f(body, src, crc_ok, keeps));
                         }
-                        None => rx.handle_frame(frame, t, stats),
+                        None => {
+                            let t = *now.get_or_insert_with(Instant::now);
+                            rx.handle_frame(frame, t, stats)
+                        }
                     }
                 });
             match r {
@@ -481,6 +488,10 @@ impl Link {
         Some(r)
     }
 }
+
+/// Received frames between clock reads while whole-frame packets arrive (each read
+/// stamps and expires the duplicate keys remembered since the last).
+const STAMP_FRAMES: u64 = 64;
 
 /// Split a whole packet into body and trailer, check the CRC and count the packet.
 fn check_trailer<'p>(bytes: &'p [u8], stats: &mut LinkStats) -> (&'p [u8], bool) {

@@ -18,6 +18,10 @@
 //!   it arriving in that window are duplicates. So a packet is delivered at most once per
 //!   window even when the network duplicates some or all of its frames; only a copy
 //!   arriving later than that would be delivered again.
+//! - A whole-frame packet taken without the time ([`Reassembler::take_whole`] with
+//!   `None`) is remembered unstamped; the next call that brings the time stamps it with
+//!   that (later) time. Its window can only grow that way, never shrink: duplicates stay
+//!   caught, and memory stays bounded by [`RECENT_PACKETS`].
 
 use std::collections::{HashSet, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -111,7 +115,10 @@ pub struct Reassembler {
     partials: Vec<Partial>,
     ready: VecDeque<Ready>,
     recent: KeySet,
-    recent_order: VecDeque<(u16, u32, Instant)>,
+    /// Remembered keys, oldest first, with when they were remembered; the last
+    /// `unstamped` have no time yet (see the module rules).
+    recent_order: VecDeque<(u16, u32, Option<Instant>)>,
+    unstamped: usize,
     pool: Vec<Vec<u8>>,
 }
 
@@ -123,6 +130,7 @@ impl Reassembler {
             ready: VecDeque::new(),
             recent: KeySet::default(),
             recent_order: VecDeque::new(),
+            unstamped: 0,
             pool: Vec::new(),
         }
     }
@@ -208,7 +216,10 @@ impl Reassembler {
     /// bytes (trailer included). Otherwise `None`, and the frame must go to
     /// [`handle_frame`](Self::handle_frame), which applies the same rules with copying
     /// (and counts what this leaves alone). Counts nothing itself.
-    pub fn take_whole<'f>(&mut self, frame: &'f [u8], now: Instant) -> Option<(u16, &'f [u8])> {
+    ///
+    /// `now` may be `None` to spare the caller a clock read per frame: then nothing
+    /// expires now and the packet is remembered unstamped (see the module rules).
+    pub fn take_whole<'f>(&mut self, frame: &'f [u8], now: Option<Instant>) -> Option<(u16, &'f [u8])> {
         if !self.ready.is_empty() {
             return None;
         }
@@ -225,7 +236,9 @@ impl Reassembler {
         if self.partials.iter().any(|p| (p.src, p.id) == key) {
             return None;
         }
-        self.expire_recent(now);
+        if let Some(now) = now {
+            self.expire_recent(now);
+        }
         if self.recent.contains(&key) {
             return None;
         }
@@ -234,18 +247,33 @@ impl Reassembler {
     }
 
     /// Note a completed packet, so its late fragments count as duplicates.
-    fn remember(&mut self, src: u16, id: u32, now: Instant) {
+    fn remember(&mut self, src: u16, id: u32, now: Option<Instant>) {
         if self.recent_order.len() >= RECENT_PACKETS {
             if let Some((s, i, _)) = self.recent_order.pop_front() {
                 self.recent.remove(&(s, i));
             }
+            self.unstamped = self.unstamped.min(self.recent_order.len());
+        }
+        if now.is_some() {
+            self.stamp(now);
+        } else {
+            self.unstamped += 1;
         }
         self.recent.insert((src, id));
         self.recent_order.push_back((src, id, now));
     }
 
+    /// Give the unstamped remembered keys the time `now` (later than when they came).
+    fn stamp(&mut self, now: Option<Instant>) {
+        let len = self.recent_order.len();
+        for e in self.recent_order.range_mut(len - self.unstamped..) {
+            e.2 = now;
+        }
+        self.unstamped = 0;
+    }
+
     fn finish(&mut self, src: u16, id: u32, bytes: Vec<u8>, now: Instant, stats: &mut LinkStats) {
-        self.remember(src, id, now);
+        self.remember(src, id, Some(now));
         if self.ready.len() >= MAX_READY_PACKETS {
             stats.rx_queue_drops += 1;
             self.recycle(bytes);
@@ -255,7 +283,8 @@ impl Reassembler {
     }
 
     fn expire_recent(&mut self, now: Instant) {
-        while let Some(&(s, i, t)) = self.recent_order.front() {
+        self.stamp(Some(now));
+        while let Some(&(s, i, Some(t))) = self.recent_order.front() {
             if now.saturating_duration_since(t) <= REASSEMBLY_TIMEOUT {
                 break;
             }
@@ -464,6 +493,38 @@ mod tests {
             n += 1;
         }
         assert_eq!(n, MAX_READY_PACKETS);
+    }
+
+    #[test]
+    fn untimed_whole_frames_stay_duplicates_until_stamped_and_expired() {
+        let mut r = Reassembler::new(9);
+        let mut s = LinkStats::default();
+        let t = Instant::now();
+        let a = frames(1, 7, 100, 100).remove(0);
+        let b = frames(1, 8, 100, 100).remove(0);
+        assert_eq!(r.take_whole(&a, None).map(|(src, p)| (src, p.len())), Some((1, 100)));
+        assert!(r.take_whole(&a, None).is_none());
+        // Long after it arrived, but the time was never read: still a duplicate.
+        let late = t + REASSEMBLY_TIMEOUT * 5;
+        r.handle_frame(&a, late, &mut s);
+        assert_eq!(s.duplicate_frames, 1);
+        assert!(!r.has_ready());
+        // That read stamped it with `late`: its window runs from there.
+        assert!(r.take_whole(&b, Some(late)).is_some());
+        r.handle_timeout(late + REASSEMBLY_TIMEOUT, &mut s);
+        assert!(r.take_whole(&a, Some(late + REASSEMBLY_TIMEOUT)).is_none());
+        // Both expire once the window from the stamp has passed.
+        let later = late + REASSEMBLY_TIMEOUT * 2;
+        assert!(r.take_whole(&a, Some(later)).is_some());
+        assert!(r.take_whole(&b, Some(later)).is_some());
+        // Untimed keys still count against the bound, and eviction keeps the stamp count
+        // in range.
+        for id in 100..(100 + RECENT_PACKETS as u32 + 10) {
+            assert!(r.take_whole(&frames(2, id, 8, 8)[0], None).is_some());
+        }
+        r.handle_timeout(later, &mut s);
+        assert!(r.take_whole(&frames(2, 100 + RECENT_PACKETS as u32 + 9, 8, 8)[0], None).is_none());
+        assert!(r.take_whole(&frames(2, 100, 8, 8)[0], None).is_some()); // evicted by count
     }
 
     #[test]
