@@ -217,8 +217,16 @@ pub struct GmsNode<
     pub(super) held: Table<PageId, Held<F>, HELD>,
     pub(super) dir: Directory<DIR>,
     pub(super) ops: [OpSlot<F>; OPS],
+    /// Where [`Self::alloc_op`] looks for a free slot first (one past the last one taken:
+    /// operations mostly end in the order they began, so that slot is usually free).
+    pub(super) op_hint: usize,
+    /// No operation in flight has a deadline before this (a lower bound: `drive` scans
+    /// the operation table for timeouts only once it has passed, and tightens it).
+    pub(super) ops_deadline: u64,
     pub(super) events: Ring<OpId, OPS>,
     pub(super) tasks: [Task; TASKS],
+    /// Every task is free (`drive` skips the task table); cleared when one is queued.
+    pub(super) tasks_idle: bool,
     pub(super) outq: Ring<Notice, OUTQ>,
     pub(super) policies: [Option<(u64, Policy)>; POLICY_SLOTS],
     pub(super) default_policy: Policy,
@@ -262,8 +270,11 @@ impl<
             held: Table::new(),
             dir: Directory::new(cfg.tombstone_ttl),
             ops: [OpSlot::FREE; OPS],
+            op_hint: 0,
+            ops_deadline: u64::MAX,
             events: Ring::new(),
             tasks: [Task::FREE; TASKS],
+            tasks_idle: true,
             outq: Ring::new(),
             policies: [None; POLICY_SLOTS],
             default_policy: Policy::DEFAULT,
@@ -533,7 +544,11 @@ impl<
         page: PageId,
         version: Version,
     ) -> Result<usize, GmsError> {
-        let i = self.ops.iter().position(|o| o.state == OpState::Free).ok_or(GmsError::OpsFull)?;
+        let start = self.op_hint % OPS;
+        let i = (start..OPS).chain(0..start).find(|&i| self.ops[i].state == OpState::Free).ok_or(GmsError::OpsFull)?;
+        self.op_hint = i + 1;
+        let deadline = self.now.saturating_add(self.cfg.op_timeout);
+        self.ops_deadline = self.ops_deadline.min(deadline);
         let o = &mut self.ops[i];
         o.state = OpState::InFlight;
         o.kind = kind;
@@ -544,7 +559,7 @@ impl<
         o.view = self.members.view();
         o.moving = false;
         o.call = None;
-        o.deadline = self.now.saturating_add(self.cfg.op_timeout);
+        o.deadline = deadline;
         o.timed_out = false;
         o.done = None;
         Ok(i)
@@ -632,6 +647,7 @@ impl<
             return false;
         };
         let now = self.now;
+        self.tasks_idle = false;
         let t = &mut self.tasks[i];
         t.state = TaskState::Due(now);
         t.kind = kind;

@@ -99,6 +99,9 @@ struct Stream {
     until: u64,
     /// Access clock of the last use, for replacing the least recently used stream.
     used: u64,
+    /// Prefetches of `space` pending (kept equal to a count over the pending table, so
+    /// the per-page checks need not scan it).
+    in_flight: u32,
 }
 
 /// Sequential-access detectors for up to `STREAMS` streams (least recently used replaced)
@@ -112,13 +115,25 @@ pub struct ReadAhead<const STREAMS: usize, const PENDING: usize> {
     config: Config,
     streams: [Option<Stream>; STREAMS],
     pending: [Option<Pending>; PENDING],
+    /// Entries of `pending` in use.
+    pending_count: usize,
     next_id: u32,
+    /// `next_id` wrapped around once: a new id must be checked against the live ones.
+    ids_wrapped: bool,
     clock: u64,
 }
 
 impl<const STREAMS: usize, const PENDING: usize> ReadAhead<STREAMS, PENDING> {
     pub fn new(config: Config) -> Self {
-        ReadAhead { config, streams: [None; STREAMS], pending: [None; PENDING], next_id: 0, clock: 0 }
+        ReadAhead {
+            config,
+            streams: [None; STREAMS],
+            pending: [None; PENDING],
+            pending_count: 0,
+            next_id: 0,
+            ids_wrapped: false,
+            clock: 0,
+        }
     }
 
     pub fn config(&self) -> Config {
@@ -147,10 +162,12 @@ impl<const STREAMS: usize, const PENDING: usize> ReadAhead<STREAMS, PENDING> {
         self.clock += 1;
         let Some(i) = self.stream_slot(space) else { return };
         let Config { trigger, depth } = self.config;
-        let s = match &mut self.streams[i] {
-            Some(s) if s.space == space => s,
-            slot => slot.insert(Stream { space, last: page, run: 0, next: 0, until: 0, used: 0 }),
-        };
+        if self.streams[i].is_none_or(|s| s.space != space) {
+            // A new stream: its space may have prefetches pending from an older one.
+            let in_flight = self.count_prefetches(space) as u32;
+            self.streams[i] = Some(Stream { space, last: page, run: 0, next: 0, until: 0, used: 0, in_flight });
+        }
+        let Some(s) = &mut self.streams[i] else { return };
         s.used = self.clock;
         if page != s.last {
             if s.last.checked_add(1) == Some(page) {
@@ -183,10 +200,11 @@ impl<const STREAMS: usize, const PENDING: usize> ReadAhead<STREAMS, PENDING> {
         for i in 0..STREAMS {
             let Some(mut s) = self.streams[i] else { continue };
             let mut issued = None;
-            while s.next < s.until && self.in_flight(s.space) < depth {
+            while s.next < s.until && (s.in_flight as usize) < depth {
                 let page = s.next;
                 if !skip(s.space, page) && self.pending_id(s.space, page).is_none() {
                     let Some(id) = self.insert(s.space, page, true) else { break };
+                    s.in_flight += 1;
                     issued = Some(Prefetch { space: s.space, page, id });
                 }
                 s.next += 1; // < until: no overflow
@@ -212,12 +230,19 @@ impl<const STREAMS: usize, const PENDING: usize> ReadAhead<STREAMS, PENDING> {
     /// pending entry and returns it, or `None` if none was pending (late or duplicate). A
     /// failed prefetch resets its stream's detector: the data is not in network memory.
     pub fn complete(&mut self, space: u64, page: u64, ok: bool) -> Option<Completed> {
+        if self.pending_count == 0 {
+            return None;
+        }
         let slot = self.pending.iter_mut().find(|p| p.is_some_and(|p| p.space == space && p.page == page))?;
         let p = slot.take()?;
-        if p.prefetch && !ok {
+        self.pending_count -= 1;
+        if p.prefetch {
             if let Some(s) = self.streams.iter_mut().flatten().find(|s| s.space == space) {
-                s.run = 0;
-                (s.next, s.until) = (0, 0);
+                s.in_flight = s.in_flight.saturating_sub(1);
+                if !ok {
+                    s.run = 0;
+                    (s.next, s.until) = (0, 0);
+                }
             }
         }
         Some(Completed { id: p.id, prefetch: p.prefetch })
@@ -225,6 +250,9 @@ impl<const STREAMS: usize, const PENDING: usize> ReadAhead<STREAMS, PENDING> {
 
     /// The pending fetch of `page`, if any.
     pub fn pending_id(&self, space: u64, page: u64) -> Option<PendingId> {
+        if self.pending_count == 0 {
+            return None;
+        }
         self.pending.iter().flatten().find(|p| p.space == space && p.page == page).map(|p| p.id)
     }
 
@@ -236,12 +264,23 @@ impl<const STREAMS: usize, const PENDING: usize> ReadAhead<STREAMS, PENDING> {
 
     /// Prefetches of `space` in flight.
     pub fn in_flight(&self, space: u64) -> usize {
+        match self.streams.iter().flatten().find(|s| s.space == space) {
+            Some(s) => s.in_flight as usize,
+            None => self.count_prefetches(space),
+        }
+    }
+
+    /// Prefetches of `space` in the pending table (a scan).
+    fn count_prefetches(&self, space: u64) -> usize {
+        if self.pending_count == 0 {
+            return 0;
+        }
         self.pending.iter().flatten().filter(|p| p.prefetch && p.space == space).count()
     }
 
     /// Pending fetches (prefetches and recorded reader fetches).
     pub fn pending_len(&self) -> usize {
-        self.pending.iter().flatten().count()
+        self.pending_count
     }
 
     /// Forget `space`'s detector (the file was closed); its pending fetches stay.
@@ -253,14 +292,20 @@ impl<const STREAMS: usize, const PENDING: usize> ReadAhead<STREAMS, PENDING> {
 
     /// Record a pending fetch; `None` if the table is full.
     fn insert(&mut self, space: u64, page: u64, prefetch: bool) -> Option<PendingId> {
+        if self.pending_count == PENDING {
+            return None;
+        }
         let slot = self.pending.iter().position(|p| p.is_none())?;
-        // At most PENDING ids are live, so one of PENDING + 1 candidates is free.
+        // Ids count up, so they are unique until the counter wraps; after that, at most
+        // PENDING ids are live, so one of PENDING + 1 candidates is free.
         let mut id = PendingId(self.next_id);
-        while self.pending.iter().flatten().any(|p| p.id == id) {
+        while self.ids_wrapped && self.pending.iter().flatten().any(|p| p.id == id) {
             id = PendingId(id.0.wrapping_add(1));
         }
         self.next_id = id.0.wrapping_add(1);
+        self.ids_wrapped |= self.next_id == 0;
         self.pending[slot] = Some(Pending { space, page, id, prefetch });
+        self.pending_count += 1;
         Some(id)
     }
 }

@@ -24,6 +24,29 @@ impl<
     /// `Rpc`, and at [`Self::poll_timeout`]; then drain the `Rpc`'s transmits.
     pub fn drive<const C: usize, const K: usize, const X: usize>(&mut self, now: u64, rpc: &mut Rpc<Self, F, C, K, X>) {
         self.enter(now);
+        // The tables are scanned only when something in them may be due.
+        if now >= self.ops_deadline {
+            self.drive_ops(now, rpc);
+        }
+        if !self.tasks_idle {
+            self.drive_tasks(now, rpc);
+            self.tasks_idle = self.tasks.iter().all(|t| t.state == TaskState::Free);
+        }
+        if self.cfg.scrub_interval > 0 && now >= self.scrub_at {
+            self.scrub_at = now.saturating_add(self.cfg.scrub_interval);
+            self.scrub_step();
+        }
+        while let Some(n) = self.outq.peek().copied() {
+            let sent = Body::encode(&n.done).and_then(|b| rpc.send_oneway(n.dst, OP_PUTDONE, b.as_slice(), None));
+            if sent == Err(RpcError::TxFull) {
+                break;
+            }
+            self.outq.pop();
+        }
+    }
+
+    /// The operation table's part of [`Self::drive`]: fail overdue operations.
+    fn drive_ops<const C: usize, const K: usize, const X: usize>(&mut self, now: u64, rpc: &mut Rpc<Self, F, C, K, X>) {
         for i in 0..OPS {
             let o = self.ops[i];
             if o.state != OpState::InFlight || o.deadline > now {
@@ -37,6 +60,14 @@ impl<
                 _ => self.fail_op(i, RpcError::Timeout),
             }
         }
+        // The earliest deadline left (an operation still in flight past its deadline keeps
+        // it due, as before: it is looked at again on the next drive).
+        let next = self.ops.iter().filter(|o| o.state == OpState::InFlight).map(|o| o.deadline).min();
+        self.ops_deadline = next.unwrap_or(u64::MAX);
+    }
+
+    /// The task table's part of [`Self::drive`]: timeouts, cancellations, retries due.
+    fn drive_tasks<const C: usize, const K: usize, const X: usize>(&mut self, now: u64, rpc: &mut Rpc<Self, F, C, K, X>) {
         for i in 0..TASKS {
             let state = self.tasks[i].state;
             match state {
@@ -59,17 +90,6 @@ impl<
                 TaskState::Due(at) if at <= now && !self.issue(now, rpc, i) => break,
                 _ => {}
             }
-        }
-        if self.cfg.scrub_interval > 0 && now >= self.scrub_at {
-            self.scrub_at = now.saturating_add(self.cfg.scrub_interval);
-            self.scrub_step();
-        }
-        while let Some(n) = self.outq.peek().copied() {
-            let sent = Body::encode(&n.done).and_then(|b| rpc.send_oneway(n.dst, OP_PUTDONE, b.as_slice(), None));
-            if sent == Err(RpcError::TxFull) {
-                break;
-            }
-            self.outq.pop();
         }
     }
 

@@ -19,7 +19,7 @@ use rustix::fs::{Mode, OFlags};
 use serde_json::json;
 use std::path::PathBuf;
 use std::time::Instant;
-use trapeze_vnic::gms::{Cluster, Got};
+use trapeze_vnic::gms::{Cluster, Got, ReadInto};
 use trapeze_vnic::rpc::FRAME_BYTES;
 
 #[derive(Parser, Clone)]
@@ -47,6 +47,10 @@ struct Args {
     /// lending nodes on another).
     #[arg(long)]
     one_thread: bool,
+    /// The lenders' thread also runs the client's NIC firmware (as the NIC's own
+    /// processor would), so the client thread does host work only.
+    #[arg(long)]
+    nic_thread: bool,
     /// Only the network-memory side (no disk baseline), e.g. for profiling.
     #[arg(long)]
     no_disk: bool,
@@ -111,7 +115,7 @@ struct Side {
 fn bench_gms(a: &Args, data: &[Vec<u8>]) -> anyhow::Result<Side> {
     let mut c = Cluster::new(3, a.budget, GmsConfig { op_timeout: 500_000_000, ..GmsConfig::default() })?;
     c.ports[0].node.set_budget(0); // the client lends no memory
-    let servers = if a.one_thread { None } else { Some(c.spawn_servers(1)?) };
+    let servers = if a.one_thread { None } else { Some(c.spawn_servers_with(1, a.nic_thread)?) };
     // Load, putting again what a busy target refused (its update table was full).
     let mut todo: Vec<u64> = (0..a.pages).collect();
     for _round in 0..5 {
@@ -145,12 +149,14 @@ fn bench_gms(a: &Args, data: &[Vec<u8>]) -> anyhow::Result<Side> {
             p0.set_cache_pages(0);
             p0.set_cache_pages(256);
             p0.set_readahead(depth);
+            // The reader's own buffer: each page is copied into it and checked there.
+            let mut buf = vec![0u8; PAGE];
             let t = Instant::now();
             let cpu0 = thread_cpu();
             for n in 0..a.pages {
-                match c.read(0, PageId::new(SPACE, n))? {
-                    Got::Hit { data: d, .. } if d == data[n as usize] => {}
-                    g => bail!("page {n}: {}", if matches!(g, Got::Miss) { "missed" } else { "wrong bytes" }),
+                match c.read_into(0, PageId::new(SPACE, n), &mut buf)? {
+                    ReadInto::Hit { len, .. } if len == PAGE && buf == data[n as usize] => {}
+                    g => bail!("page {n}: {}", if g == ReadInto::Miss { "missed" } else { "wrong bytes" }),
                 }
             }
             best = best.max(mb_s(a.pages, t.elapsed().as_secs_f64()));

@@ -17,7 +17,7 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::collections::HashMap;
 use std::io::IsTerminal;
 use std::time::{Duration, Instant};
-use trapeze_vnic::gms::{Cluster, Got, NodeView, Servers, Source};
+use trapeze_vnic::gms::{Cluster, Got, NodeView, ReadInto, Servers, Source};
 use trapeze_vnic::rpc::FRAME_BYTES;
 
 #[derive(Parser, Clone)]
@@ -153,9 +153,21 @@ struct Model {
 impl Model {
     fn check(&mut self, n: u64, got: &Got) -> bool {
         let Got::Hit { version, data, .. } = got else { return false };
-        let ok = self.attempted.get(&n).is_some_and(|top| version <= top)
-            && self.stored.get(&n).is_none_or(|s| version >= s)
-            && *data == content(PageId::new(SPACE, n), *version);
+        self.check_bytes(n, *version, data)
+    }
+
+    /// Like [`Self::check`] for a read into a buffer (`buf`: the reader's buffer).
+    fn check_into(&mut self, n: u64, got: &ReadInto, buf: &[u8]) -> bool {
+        let ReadInto::Hit { version, len, .. } = *got else { return false };
+        // A page longer than the buffer would be cut short: count it wrong.
+        let data = if len <= buf.len() { &buf[..len] } else { &[][..] };
+        self.check_bytes(n, version, data)
+    }
+
+    fn check_bytes(&mut self, n: u64, version: Version, data: &[u8]) -> bool {
+        let ok = self.attempted.get(&n).is_some_and(|&top| version <= top)
+            && self.stored.get(&n).is_none_or(|&s| version >= s)
+            && data == &content(PageId::new(SPACE, n), version)[..];
         if !ok {
             self.wrong += 1;
         }
@@ -254,9 +266,11 @@ fn run(a: Args) -> anyhow::Result<()> {
         let before = p0.stats;
         let t = Instant::now();
         let mut hits = 0;
+        // One buffer for the whole scan: the reader copies each page into it.
+        let mut buf = vec![0u8; FRAME_BYTES as usize];
         for n in 0..a.pages {
-            let g = c.read(0, PageId::new(SPACE, n))?;
-            if m.check(n, &g) {
+            let g = c.read_into(0, PageId::new(SPACE, n), &mut buf)?;
+            if m.check_into(n, &g, &buf) {
                 hits += 1;
             }
             if n % 64 == 63 {

@@ -166,6 +166,38 @@ pub enum Got {
     Miss,
 }
 
+/// The answer of a read into the reader's buffer ([`GmsPort::read_start_into`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadInto {
+    /// The page's first `min(len, buf.len())` bytes are in the buffer; `len` is the page's
+    /// length (a buffer shorter than the page gets only its start).
+    Hit { version: Version, len: usize, source: Source },
+    Miss,
+}
+
+/// Where a read's bytes go: a fresh `Vec` ([`Got`]) or the reader's buffer.
+enum Sink<'a> {
+    Vec(Vec<u8>),
+    Buf(&'a mut [u8]),
+}
+
+impl Sink<'_> {
+    /// Take the first `len` bytes of frame `f` (never more than a frame).
+    fn fill(&mut self, frames: &Frames, f: Frame, len: u32) {
+        let len = len.min(FRAME_BYTES) as usize;
+        match self {
+            Sink::Vec(v) => {
+                v.resize(len, 0);
+                frames.read(f, v);
+            }
+            Sink::Buf(b) => {
+                let n = len.min(b.len());
+                frames.read(f, &mut b[..n]);
+            }
+        }
+    }
+}
+
 /// What the client operation is for.
 #[derive(Clone, Copy, Debug)]
 enum Pending {
@@ -248,6 +280,8 @@ pub struct PortStats {
     pub bytes_in: u64,
     pub bytes_out: u64,
     pub cache_evictions: u64,
+    /// Poll passes blocking reads ([`Cluster::read`]) spent waiting for their page.
+    pub read_wait_polls: u64,
 }
 
 /// One GMS node on a virtual NIC.
@@ -973,23 +1007,54 @@ impl GmsPort {
     /// answered now (cache hit, or a fetch that already finished), else the fetch (or the
     /// pending prefetch) is under way: poll and ask again. Issues read-ahead.
     pub fn read_start(&mut self, page: PageId) -> Option<Got> {
-        if let Some(fin) = self.finished.remove(&page) {
-            return Some(self.take_finished(page, fin));
+        let mut sink = Sink::Vec(Vec::new());
+        let r = self.read_start_to(page, &mut sink);
+        r.map(|r| Self::got(r, sink))
+    }
+
+    /// Like [`Self::read_start`], the page's bytes copied into `buf` (no allocation):
+    /// what a reader with a buffer of its own (a block device, a file read) uses.
+    pub fn read_start_into(&mut self, page: PageId, buf: &mut [u8]) -> Option<ReadInto> {
+        self.read_start_to(page, &mut Sink::Buf(buf))
+    }
+
+    /// Like [`Self::read_poll`], into `buf` (see [`Self::read_start_into`]).
+    pub fn read_poll_into(&mut self, page: PageId, buf: &mut [u8]) -> Option<ReadInto> {
+        self.read_poll_to(page, &mut Sink::Buf(buf))
+    }
+
+    fn got(r: ReadInto, sink: Sink<'_>) -> Got {
+        match (r, sink) {
+            (ReadInto::Hit { version, source, .. }, Sink::Vec(data)) => Got::Hit { version, data, source },
+            _ => Got::Miss,
         }
-        if let Some(t) = self.missed.remove(&page) {
-            if self.now().saturating_sub(t) < MISS_TTL && !self.cache.contains_key(&page) {
-                self.stats.reads += 1;
-                return Some(Got::Miss);
+    }
+
+    fn read_start_to(&mut self, page: PageId, sink: &mut Sink<'_>) -> Option<ReadInto> {
+        // The maps are usually empty on the read-ahead path: skip hashing then.
+        if !self.finished.is_empty() {
+            if let Some(fin) = self.finished.remove(&page) {
+                return Some(self.take_finished(page, fin, sink));
             }
         }
-        let cached = self.cache.contains_key(&page);
-        let d = self.ra.on_access(page.space, page.page, cached);
+        let cached = self.cache.get(&page).copied();
+        if !self.missed.is_empty() {
+            if let Some(t) = self.missed.remove(&page) {
+                if self.now().saturating_sub(t) < MISS_TTL && cached.is_none() {
+                    self.stats.reads += 1;
+                    return Some(ReadInto::Miss);
+                }
+            }
+        }
+        let d = self.ra.on_access(page.space, page.page, cached.is_some());
         let r = match d {
             Decision::Hit => {
                 self.stats.reads += 1;
+                // Read-ahead answers a hit only for a page said to be cached.
+                let Some((version, f, len)) = cached else { return Some(ReadInto::Miss) };
                 self.stats.cache_hits += 1;
-                let (version, f, len) = self.cache[&page];
-                Some(Got::Hit { version, data: self.read_frame(f, len), source: Source::Cache })
+                sink.fill(&self.node.host.frames, f, len);
+                Some(ReadInto::Hit { version, len: len as usize, source: Source::Cache })
             }
             Decision::WaitFor(_) => {
                 self.stats.waited_pending += 1;
@@ -1001,7 +1066,7 @@ impl GmsPort {
                         self.ra.complete(page.space, page.page, false);
                     }
                     self.stats.reads += 1;
-                    Some(Got::Miss)
+                    Some(ReadInto::Miss)
                 } else {
                     None
                 }
@@ -1045,35 +1110,44 @@ impl GmsPort {
     /// Continue a read started with [`Self::read_start`]: the answer once the fetch it
     /// waits for finished (a prefetch lands in the cache; a reader's fetch is kept for it).
     pub fn read_poll(&mut self, page: PageId) -> Option<Got> {
-        if let Some(fin) = self.finished.remove(&page) {
-            return Some(self.take_finished(page, fin));
+        let mut sink = Sink::Vec(Vec::new());
+        let r = self.read_poll_to(page, &mut sink);
+        r.map(|r| Self::got(r, sink))
+    }
+
+    fn read_poll_to(&mut self, page: PageId, sink: &mut Sink<'_>) -> Option<ReadInto> {
+        if !self.finished.is_empty() {
+            if let Some(fin) = self.finished.remove(&page) {
+                return Some(self.take_finished(page, fin, sink));
+            }
         }
         if self.ra.pending_id(page.space, page.page).is_some() {
             return None;
         }
-        if self.missed.remove(&page).is_some() {
+        if !self.missed.is_empty() && self.missed.remove(&page).is_some() {
             // The prefetch this reader waited for missed.
             self.stats.reads += 1;
-            return Some(Got::Miss);
+            return Some(ReadInto::Miss);
         }
         if let Some(&(version, f, len)) = self.cache.get(&page) {
             self.stats.reads += 1;
-            return Some(Got::Hit { version, data: self.read_frame(f, len), source: Source::Cache });
+            sink.fill(&self.node.host.frames, f, len);
+            return Some(ReadInto::Hit { version, len: len as usize, source: Source::Cache });
         }
         // The prefetch it waited for missed: fetch it ourselves (or report the miss).
-        self.read_start(page)
+        self.read_start_to(page, sink)
     }
 
-    fn take_finished(&mut self, page: PageId, fin: Finished) -> Got {
+    fn take_finished(&mut self, page: PageId, fin: Finished, sink: &mut Sink<'_>) -> ReadInto {
         self.stats.reads += 1;
         match fin {
             Finished::Hit { version, frame, len, source } => {
-                let data = self.read_frame(frame, len);
+                sink.fill(&self.node.host.frames, frame, len);
                 // The page goes into the local cache (a reader's fetch is cached too).
                 self.cache_insert(page, version, frame, len);
-                Got::Hit { version, data, source }
+                ReadInto::Hit { version, len: len as usize, source }
             }
-            Finished::Miss => Got::Miss,
+            Finished::Miss => ReadInto::Miss,
         }
     }
 
@@ -1097,9 +1171,13 @@ impl GmsPort {
     }
 }
 
+/// What the servers' thread gives back: its nodes, whether each is alive, and the
+/// inline NICs it ran for other nodes (by index).
+type ServersState = (Vec<GmsPort>, Vec<bool>, Vec<(usize, InlineNative)>);
+
 /// Nodes polled by a thread of their own (see [`Cluster::spawn_servers`]).
 pub struct Servers {
-    handle: std::thread::JoinHandle<(Vec<GmsPort>, Vec<bool>)>,
+    handle: std::thread::JoinHandle<ServersState>,
     stop: Arc<std::sync::atomic::AtomicBool>,
     views: Arc<std::sync::Mutex<Vec<NodeView>>>,
 }
@@ -1248,6 +1326,21 @@ impl Cluster {
         Ok(out.unwrap_or(Got::Miss))
     }
 
+    /// Blocking read from node `i` through its cache and read-ahead into `buf` (see
+    /// [`GmsPort::read_start_into`]).
+    pub fn read_into(&mut self, i: usize, page: PageId, buf: &mut [u8]) -> anyhow::Result<ReadInto> {
+        if let Some(g) = self.ports[i].read_start_into(page, buf) {
+            return Ok(g);
+        }
+        let mut out = None;
+        self.poll_until(|c| {
+            out = c.ports[i].read_poll_into(page, buf);
+            c.ports[i].stats.read_wait_polls += out.is_none() as u64;
+            out.is_some()
+        })?;
+        Ok(out.unwrap_or(ReadInto::Miss))
+    }
+
     /// Blocking read from node `i` through its cache and read-ahead.
     pub fn read(&mut self, i: usize, page: PageId) -> anyhow::Result<Got> {
         if let Some(g) = self.ports[i].read_start(page) {
@@ -1256,6 +1349,7 @@ impl Cluster {
         let mut out = None;
         self.poll_until(|c| {
             out = c.ports[i].read_poll(page);
+            c.ports[i].stats.read_wait_polls += out.is_none() as u64;
             out.is_some()
         })?;
         Ok(out.unwrap_or(Got::Miss))
@@ -1265,8 +1359,23 @@ impl Cluster {
     /// [`Self::rejoin`] (the client's blocking operations then poll only the nodes left).
     /// Two threads on two cores: the servers answer while the client works.
     pub fn spawn_servers(&mut self, from: usize) -> anyhow::Result<Servers> {
+        self.spawn_servers_with(from, false)
+    }
+
+    /// Like [`Self::spawn_servers`]; with `nics`, the servers' thread also runs the
+    /// firmware of the remaining nodes' inline NICs, as a NIC's own processor would (the
+    /// client thread then does host work only; its sends wait for that thread to poll).
+    pub fn spawn_servers_with(&mut self, from: usize, nics: bool) -> anyhow::Result<Servers> {
         let mut ports = self.ports.split_off(from);
         let alive = self.alive.split_off(from);
+        let mut cpus: Vec<(usize, InlineNative)> = Vec::new();
+        if nics {
+            for (i, p) in self.ports.iter_mut().enumerate() {
+                if let Some(c) = p.cpu.take() {
+                    cpus.push((i, c));
+                }
+            }
+        }
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let flag = stop.clone();
         let views = Arc::new(std::sync::Mutex::new(ports.iter().map(GmsPort::view).collect::<Vec<_>>()));
@@ -1276,6 +1385,9 @@ impl Cluster {
             let mut shown_at = Instant::now();
             while !flag.load(std::sync::atomic::Ordering::Relaxed) {
                 let mut busy = false;
+                for (_, c) in cpus.iter_mut() {
+                    busy |= c.poll();
+                }
                 for (p, &a) in ports.iter_mut().zip(&alive) {
                     if a {
                         busy |= p.poll();
@@ -1295,7 +1407,7 @@ impl Cluster {
                     *shown.lock().unwrap_or_else(|e| e.into_inner()) = v;
                 }
             }
-            (ports, alive)
+            (ports, alive, cpus)
         })?;
         Ok(Servers { handle, stop, views })
     }
@@ -1303,7 +1415,10 @@ impl Cluster {
     /// Take the nodes of [`Self::spawn_servers`] back.
     pub fn rejoin(&mut self, s: Servers) -> anyhow::Result<()> {
         s.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        let (ports, alive) = s.handle.join().map_err(|_| anyhow::anyhow!("server thread panicked"))?;
+        let (ports, alive, cpus) = s.handle.join().map_err(|_| anyhow::anyhow!("server thread panicked"))?;
+        for (i, c) in cpus {
+            self.ports[i].cpu = Some(c);
+        }
         self.ports.extend(ports);
         self.alive.extend(alive);
         Ok(())
@@ -1384,5 +1499,80 @@ mod tests {
             assert_eq!(sources[1], Source::Cache, "second read from the cache ({sources:?})");
             c.ports[2].cache_remove(&page);
         }
+    }
+
+    /// Reads into the reader's buffer give the same bytes as reads into a `Vec`, through
+    /// the fetch, read-ahead and cache paths; a short buffer gets the page's start and the
+    /// page's full length; a page never stored is a miss.
+    #[test]
+    fn read_into_matches_read() {
+        std::thread::Builder::new().stack_size(256 << 20).spawn(read_into_pages).unwrap().join().unwrap();
+    }
+
+    fn read_into_pages() {
+        let mut c = Cluster::new(3, 256, GmsConfig::default()).expect("cluster");
+        let pages: Vec<Vec<u8>> = (0..64u64).map(|n| bytes(FRAME_BYTES as usize - n as usize * 7, n as u8)).collect();
+        for (n, d) in pages.iter().enumerate() {
+            c.ports[0].put(PageId::new(7, n as u64), Version(1), d, Some(1 + n as u16 % 2)).expect("put");
+            c.settle(0).expect("put finishes");
+        }
+        c.ports[2].set_readahead(8);
+        let mut buf = vec![0u8; FRAME_BYTES as usize];
+        for (n, d) in pages.iter().enumerate() {
+            buf.fill(0);
+            match c.read_into(2, PageId::new(7, n as u64), &mut buf).expect("read") {
+                ReadInto::Hit { version, len, .. } => {
+                    assert_eq!((version, len), (Version(1), d.len()), "page {n}");
+                    assert!(buf[..len] == d[..], "page {n}: wrong bytes");
+                    assert!(buf[len..].iter().all(|&b| b == 0), "page {n}: bytes past its end");
+                }
+                ReadInto::Miss => panic!("page {n} missed"),
+            }
+        }
+        assert!(c.ports[2].stats.prefetches > 0, "a sequential scan reads ahead");
+        c.settle(2).expect("prefetches finish");
+        // From the cache: the same bytes as a read into a Vec; a short buffer gets the start.
+        let page = PageId::new(7, 63);
+        let mut short = [0u8; 100];
+        match c.read_into(2, page, &mut short).expect("read") {
+            ReadInto::Hit { len, source, .. } => {
+                assert_eq!((len, source), (pages[63].len(), Source::Cache));
+                assert!(short[..] == pages[63][..100]);
+            }
+            ReadInto::Miss => panic!("cached page missed"),
+        }
+        match c.read(2, page).expect("read") {
+            Got::Hit { data, .. } => assert!(data == pages[63]),
+            Got::Miss => panic!("cached page missed"),
+        }
+        assert_eq!(c.read_into(2, PageId::new(7, 1000), &mut buf).expect("read"), ReadInto::Miss);
+        assert!(c.ports[2].frame_audit().balanced(), "{:?}", c.ports[2].frame_audit());
+    }
+
+    /// With the servers' thread running the client's NIC too, reads and puts still
+    /// complete with the right bytes, and the client drives its NIC again after rejoin.
+    #[test]
+    fn servers_thread_can_run_the_client_nic() {
+        std::thread::Builder::new().stack_size(256 << 20).spawn(client_nic_on_servers).unwrap().join().unwrap();
+    }
+
+    fn client_nic_on_servers() {
+        let mut c = Cluster::new(3, 64, GmsConfig::default()).expect("cluster");
+        let s = c.spawn_servers_with(1, true).expect("servers");
+        assert!(c.ports[0].cpu.is_none(), "the client's NIC moved to the servers' thread");
+        let mut buf = vec![0u8; FRAME_BYTES as usize];
+        for n in 0..16u64 {
+            let d = bytes(FRAME_BYTES as usize, n as u8);
+            c.ports[0].put(PageId::new(3, n), Version(1), &d, None).expect("put");
+            c.settle(0).expect("put finishes");
+            c.ports[0].cache_remove(&PageId::new(3, n));
+            match c.read_into(0, PageId::new(3, n), &mut buf).expect("read") {
+                ReadInto::Hit { len, .. } => assert!(len == d.len() && buf == d, "page {n}: wrong bytes"),
+                ReadInto::Miss => panic!("page {n} missed"),
+            }
+        }
+        c.rejoin(s).expect("rejoin");
+        assert!(c.ports[0].cpu.is_some(), "the client's NIC is back");
+        assert!(matches!(c.get_wait(0, PageId::new(3, 5)).expect("get"), Got::Hit { .. }));
     }
 }
