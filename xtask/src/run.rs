@@ -2,7 +2,7 @@
 //! `cargo xtask run`: the main demonstration — the most complete real run that exists.
 //!
 //! First, a three-node Global Memory Service cluster on virtual NICs in one process
-//! (`vnic/examples/gms_cluster.rs`, native firmware — or with `--flashed` the riscv32
+//! (`vnic/src/bin/trapeze-gms-demo.rs`, native firmware — or with `--flashed` the riscv32
 //! image on every NIC's emulated core — in-process link): node 0 loads a data set larger
 //! than one node's memory budget into network memory (targets by the epoch-based global
 //! LRU), scans it with read-ahead 0/4/16, issues random getpages (2-way and 3-way through
@@ -191,7 +191,7 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         let image = crate::build::image_path()?.display().to_string();
         println!("== Global Memory Service: 3 nodes on virtual NICs (flashed firmware {image}, in-process link) ==");
         crate::cargo(&[
-            "run", "--quiet", "--locked", "--release", "-p", "trapeze-vnic", "--example", "gms_cluster", "--",
+            "run", "--quiet", "--locked", "--release", "-p", "trapeze-vnic", "--features", "demo", "--bin", "trapeze-gms-demo", "--",
             "--image", &image, "--pages", "1200", "--budget", "700", "--random", "1000", "--pressure", "300",
         ])?;
         println!("\n== The firmware in the timing model ==");
@@ -199,7 +199,7 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         println!("== Global Memory Service: 3 nodes on virtual NICs (native firmware, in-process link) ==");
         crate::cargo(&[
             "run", "--quiet", "--locked", "--release", "-p", "trapeze-vnic", "--no-default-features",
-            "--example", "gms_cluster",
+            "--features", "demo", "--bin", "trapeze-gms-demo",
         ])?;
         println!("\n== The firmware in the timing model ==");
     }

@@ -9,7 +9,7 @@
 //! page id and version), and prints a summary. On a terminal it shows a progress bar and a
 //! live table of the nodes; otherwise one line per phase.
 //!
-//! `cargo run --release -p trapeze-vnic --example gms_cluster [-- --pages 4000 --budget 2048]`
+//! `cargo run --release -p trapeze-vnic --features demo --bin trapeze-gms-demo [-- --pages 4000 --budget 2048]`
 
 use clap::Parser;
 use gms::prelude::*;
