@@ -1,0 +1,272 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! An in-process GMS cluster: [`Cluster`] holds several [`GmsPort`]s on one in-process
+//! switch and drives them from the calling thread (every blocking operation polls every
+//! live node until it completes); [`Cluster::spawn_servers`] moves the lending nodes to a
+//! thread of their own ([`Servers`]), which publishes [`NodeView`]s for live tables. The
+//! main command, the GMS bench and the tests run on it.
+
+use super::*;
+/// What the servers' thread gives back: its nodes, whether each is alive, and the
+/// inline NICs it ran for other nodes (by index).
+type ServersState = (Vec<GmsPort>, Vec<bool>, Vec<(usize, InlineNative)>);
+
+/// Nodes polled by a thread of their own (see [`Cluster::spawn_servers`]).
+pub struct Servers {
+    handle: std::thread::JoinHandle<ServersState>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    views: Arc<std::sync::Mutex<Vec<NodeView>>>,
+}
+
+impl Servers {
+    /// The server nodes as their thread last published them (every [`VIEW_EVERY_NS`]).
+    pub fn views(&self) -> Vec<NodeView> {
+        self.views.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+/// How often the servers' thread publishes its nodes' [`NodeView`]s.
+pub const VIEW_EVERY_NS: u64 = 25_000_000;
+/// Idle passes a server thread spins before yielding its core.
+const SPIN_PASSES: u32 = 256;
+
+/// One node at a glance (the main command's live table).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct NodeView {
+    pub id: u16,
+    /// Pages held for the cluster, and the budget.
+    pub held: usize,
+    pub budget: usize,
+    /// Getpages this node served as a caching site.
+    pub gets_served: u64,
+    /// Putpages it stored.
+    pub puts_received: u64,
+    /// As a client: getpages that hit / all its getpages.
+    pub gets_hit: u64,
+    pub gets: u64,
+    /// As a client: getpage latency p50 over the recent ones (µs), if any.
+    pub p50_us: Option<f64>,
+    /// Pages discarded by the global LRU.
+    pub discarded: u64,
+}
+
+/// Several GMS nodes driven from one thread (an in-process cluster on one switch).
+pub struct Cluster {
+    pub ports: Vec<GmsPort>,
+    /// Nodes still polled (a dead node is never polled again).
+    pub alive: Vec<bool>,
+    /// Limit on polls a blocking operation waits (guards against hangs).
+    pub max_polls: u64,
+    view: u64,
+    _switch: crate::link::backend::InProcSwitch,
+    _nics: Vec<Arc<crate::nic::Nic>>,
+}
+
+impl Cluster {
+    /// `n` nodes on an in-process switch, each with `budget` pages of memory for GMS.
+    pub fn new(n: u16, budget: usize, gms_cfg: GmsConfig) -> anyhow::Result<Self> {
+        Self::with_firmware(n, budget, gms_cfg, None)
+    }
+
+    /// Like [`Self::new`]; with `image`, every NIC runs that flashed riscv32 firmware
+    /// image on its emulated core (a processor thread per NIC, woken by a doorbell)
+    /// instead of the native firmware driven inline.
+    pub fn with_firmware(n: u16, budget: usize, gms_cfg: GmsConfig, image: Option<&[u8]>) -> anyhow::Result<Self> {
+        use crate::host::DEFAULT_REGION_BASE;
+        use crate::link::backend::InProcSwitch;
+        use crate::link::{FaultConfig, Link};
+        use crate::nic::Nic;
+        use std::time::Duration;
+        let sw = InProcSwitch::new();
+        // One clock origin for every node, so the global LRU compares their page ages.
+        let origin = Instant::now();
+        let frames = budget + CACHE_PAGES + 2 * RECV_RING_ENTRIES as usize + 512;
+        let bytes = (frames * FRAME_BYTES as usize).next_power_of_two();
+        let mut ports = Vec::new();
+        let mut nics = Vec::new();
+        for id in 0..n {
+            let nic = Arc::new(Nic::new(&format!("g{id}"), Link::new(id, Box::new(sw.port(id)), FaultConfig::default()), Duration::ZERO)?);
+            let (inline, doorbell) = match image {
+                None => (Some(nic.start_inline()?), None),
+                Some(img) => {
+                    nic.load_image(img)?;
+                    let db = Arc::new(crate::engines::new_eventfd()?);
+                    nic.shared().wakers.add_doorbell(db.clone());
+                    (None, Some(db))
+                }
+            };
+            let region = Arc::new(Mapping::create_memfd("gms-frames", bytes)?);
+            nic.shared()
+                .dma
+                .register("gms", DEFAULT_REGION_BASE, region.clone(), 0, bytes as u64)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            let cfg = EndpointConfig { node_id: id, mtu: FRAME_BYTES, ..EndpointConfig::default() };
+            let rcfg = Config { call_timeout: 2_000_000_000, nonblocking_timeout: Some(2_000_000_000) };
+            let gcfg = GmsConfig { budget, ..gms_cfg };
+            let seed = [id as u64 + 1, 77];
+            ports.push(GmsPort::new_on(nic.mem(), region, DEFAULT_REGION_BASE, cfg, seed, gcfg, rcfg, inline, doorbell)?);
+            // An inline NIC lives as long as its driver holds it; a NIC with its own
+            // processor, as long as the cluster.
+            nics.push(nic);
+        }
+        let ids: Vec<u16> = (0..n).collect();
+        for p in ports.iter_mut() {
+            p.epoch = origin;
+            p.set_members(1, &ids)?;
+        }
+        Ok(Cluster { alive: vec![true; n as usize], ports, max_polls: 50_000_000, view: 1, _switch: sw, _nics: nics })
+    }
+
+    /// One pass over the live nodes.
+    pub fn poll(&mut self) -> bool {
+        let mut busy = false;
+        for (p, &a) in self.ports.iter_mut().zip(&self.alive) {
+            if a {
+                busy |= p.poll();
+            }
+        }
+        busy
+    }
+
+    /// Poll until `done` says so (bounded by `max_polls`).
+    pub fn poll_until(&mut self, mut done: impl FnMut(&mut Self) -> bool) -> anyhow::Result<()> {
+        for _ in 0..self.max_polls {
+            if done(self) {
+                return Ok(());
+            }
+            self.poll();
+        }
+        bail!("cluster: operation did not finish")
+    }
+
+    /// Poll until no client operation is in flight at node `i`.
+    pub fn settle(&mut self, i: usize) -> anyhow::Result<()> {
+        self.poll_until(|c| c.ports[i].in_flight() == 0)
+    }
+
+    /// Blocking putpage from node `i`: the result.
+    pub fn put_wait(&mut self, i: usize, page: PageId, version: Version, data: &[u8]) -> anyhow::Result<PortStats> {
+        self.ports[i].put(page, version, data, None)?;
+        self.settle(i)?;
+        Ok(self.ports[i].stats)
+    }
+
+    /// Blocking plain getpage from node `i`.
+    pub fn get_wait(&mut self, i: usize, page: PageId) -> anyhow::Result<Got> {
+        let op = self.ports[i].get_start(page)?;
+        let mut out = None;
+        self.poll_until(|c| {
+            out = c.ports[i].get_poll(op);
+            out.is_some()
+        })?;
+        Ok(out.unwrap_or(Got::Miss))
+    }
+
+    /// Blocking read from node `i` through its cache and read-ahead into `buf` (see
+    /// [`GmsPort::read_start_into`]).
+    pub fn read_into(&mut self, i: usize, page: PageId, buf: &mut [u8]) -> anyhow::Result<ReadInto> {
+        if let Some(g) = self.ports[i].read_start_into(page, buf) {
+            return Ok(g);
+        }
+        let mut out = None;
+        self.poll_until(|c| {
+            out = c.ports[i].read_poll_into(page, buf);
+            c.ports[i].stats.read_wait_polls += out.is_none() as u64;
+            out.is_some()
+        })?;
+        Ok(out.unwrap_or(ReadInto::Miss))
+    }
+
+    /// Blocking read from node `i` through its cache and read-ahead.
+    pub fn read(&mut self, i: usize, page: PageId) -> anyhow::Result<Got> {
+        if let Some(g) = self.ports[i].read_start(page) {
+            return Ok(g);
+        }
+        let mut out = None;
+        self.poll_until(|c| {
+            out = c.ports[i].read_poll(page);
+            c.ports[i].stats.read_wait_polls += out.is_none() as u64;
+            out.is_some()
+        })?;
+        Ok(out.unwrap_or(Got::Miss))
+    }
+
+    /// Move nodes `from..` to a thread of their own that polls them until
+    /// [`Self::rejoin`] (the client's blocking operations then poll only the nodes left).
+    /// Two threads on two cores: the servers answer while the client works.
+    pub fn spawn_servers(&mut self, from: usize) -> anyhow::Result<Servers> {
+        self.spawn_servers_with(from, false)
+    }
+
+    /// Like [`Self::spawn_servers`]; with `nics`, the servers' thread also runs the
+    /// firmware of the remaining nodes' inline NICs, as a NIC's own processor would (the
+    /// client thread then does host work only; its sends wait for that thread to poll).
+    pub fn spawn_servers_with(&mut self, from: usize, nics: bool) -> anyhow::Result<Servers> {
+        let mut ports = self.ports.split_off(from);
+        let alive = self.alive.split_off(from);
+        let mut cpus: Vec<(usize, InlineNative)> = Vec::new();
+        if nics {
+            for (i, p) in self.ports.iter_mut().enumerate() {
+                if let Some(c) = p.cpu.take() {
+                    cpus.push((i, c));
+                }
+            }
+        }
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let views = Arc::new(std::sync::Mutex::new(ports.iter().map(GmsPort::view).collect::<Vec<_>>()));
+        let shown = views.clone();
+        let handle = std::thread::Builder::new().name("gms-servers".into()).stack_size(64 << 20).spawn(move || {
+            let (mut idle, mut passes) = (0u32, 0u32);
+            let mut shown_at = Instant::now();
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                let mut busy = false;
+                for (_, c) in cpus.iter_mut() {
+                    busy |= c.poll();
+                }
+                for (p, &a) in ports.iter_mut().zip(&alive) {
+                    if a {
+                        busy |= p.poll();
+                    }
+                }
+                // Spin while work is likely to come (a wakeup on the other core costs tens
+                // of µs), then give the core away.
+                idle = if busy { 0 } else { idle + 1 };
+                if idle >= SPIN_PASSES {
+                    idle = 0;
+                    std::thread::yield_now();
+                }
+                passes = passes.wrapping_add(1);
+                if passes % 1024 == 0 && shown_at.elapsed().as_nanos() as u64 >= VIEW_EVERY_NS {
+                    shown_at = Instant::now();
+                    let v: Vec<NodeView> = ports.iter().map(GmsPort::view).collect();
+                    *shown.lock().unwrap_or_else(|e| e.into_inner()) = v;
+                }
+            }
+            (ports, alive, cpus)
+        })?;
+        Ok(Servers { handle, stop, views })
+    }
+
+    /// Take the nodes of [`Self::spawn_servers`] back.
+    pub fn rejoin(&mut self, s: Servers) -> anyhow::Result<()> {
+        s.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let (ports, alive, cpus) = s.handle.join().map_err(|_| anyhow::anyhow!("server thread panicked"))?;
+        for (i, c) in cpus {
+            self.ports[i].cpu = Some(c);
+        }
+        self.ports.extend(ports);
+        self.alive.extend(alive);
+        Ok(())
+    }
+
+    /// Node `dead` stops (never polled again); the survivors are told it failed.
+    pub fn kill(&mut self, dead: usize) {
+        self.alive[dead] = false;
+        self.view += 1;
+        for (k, p) in self.ports.iter_mut().enumerate() {
+            if self.alive[k] {
+                p.node_failed(dead as u16);
+            }
+        }
+    }
+}
