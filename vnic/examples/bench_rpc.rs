@@ -103,6 +103,9 @@ struct Server {
 }
 
 impl Service for Server {
+    // The stubs never look at `inc.now`: no clock read per request.
+    const READS_CLOCK: bool = false;
+
     fn serve(&mut self, inc: &Incoming<'_, Frame>, _frames: &mut Frames) -> Action<Frame> {
         let len = match inc.decode::<Get2>() {
             Ok(r) => u32::from_le_bytes(r.0[..4].try_into().unwrap_or_default()).min(FRAME_BYTES),

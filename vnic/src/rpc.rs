@@ -32,6 +32,12 @@ pub const FRAME_BYTES: u32 = 8192;
 
 /// A service's server stubs, with access to the port's frames.
 pub trait Service {
+    /// Whether the stubs read [`Incoming::now`]. A service that never does sets this to
+    /// `false`: the port then reads no clock for its requests (a clock read is a tenth
+    /// of a same-thread round trip's bookkeeping) and hands them the last reading it
+    /// took, which may be old (bounded by the port's idle timeout checks).
+    const READS_CLOCK: bool = true;
+
     fn serve(&mut self, inc: &Incoming<'_, Frame>, frames: &mut Frames) -> Action<Frame>;
 }
 
@@ -313,12 +319,14 @@ impl<S: Service> RpcPort<S> {
         let mut now = None;
         while let Some(m) = self.node.ep.poll_recv() {
             busy = true;
-            // Replies never look at the time: no clock read for them (it costs as much as
-            // a tenth of a same-thread round trip's bookkeeping).
-            let reply = matches!(message_kind(m.ctrl()), Some(Kind::Reply | Kind::ErrorReply));
+            // Replies never look at the time, nor do requests to a service that does not
+            // read it: no clock read for them (it costs as much as a tenth of a
+            // same-thread round trip's bookkeeping).
+            let timeless = !S::READS_CLOCK
+                || matches!(message_kind(m.ctrl()), Some(Kind::Reply | Kind::ErrorReply));
             let t = match now {
                 Some(t) => t,
-                None if reply => self.last_now,
+                None if timeless => self.last_now,
                 None => {
                     let t = self.epoch.elapsed().as_nanos() as u64;
                     self.last_now = t;
@@ -442,6 +450,8 @@ mod tests {
         page: Frame,
     }
     impl Service for PageServer {
+        const READS_CLOCK: bool = false;
+
         fn serve(&mut self, inc: &Incoming<'_, Frame>, _frames: &mut Frames) -> Action<Frame> {
             match inc.decode::<Echo>() {
                 Ok(r) => Action::reply(&(), Some((self.page, u32::from_le_bytes(r.0).min(FRAME_BYTES)))),
