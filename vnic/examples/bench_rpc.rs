@@ -201,28 +201,43 @@ fn rpc_same_thread(calls: u32) -> anyhow::Result<f64> {
     let sw = InProcSwitch::new();
     let mut client = node(&sw, 0, false)?;
     let mut server = node(&sw, 1, false)?;
+    let p50 = wait_8k_p50_on(&mut client, 2, calls, || {
+        server.poll();
+    });
+    Placement::unpin()?;
+    p50
+}
+
+/// p50 (µs) of `calls` blocking 8 KB solicited calls from `p`, `ways` = 2 (to node 1) or 3
+/// (node 1 delegates to node 2); `also` runs beside each poll of `p` (a same-thread
+/// server). The clock is read only now and then while waiting: it is not part of the
+/// round trip measured.
+fn wait_8k_p50_on(p: &mut Port, ways: u32, calls: u32, mut also: impl FnMut()) -> anyhow::Result<f64> {
     let mut lat = Vec::with_capacity(calls as usize);
     let deadline = Instant::now() + Duration::from_secs(30);
     for _ in 0..calls {
         let t0 = Instant::now();
-        let rt = client.solicit()?;
-        let now = client.now();
-        let id = client.rpc.call::<Get2>(now, &mut client.node, 1, &req(FRAME_BYTES), rt, Mode::Wait).map_err(|e| anyhow::anyhow!("call: {e:?}"))?;
+        let rt = p.solicit()?;
+        let now = p.now();
+        let r = if ways == 2 {
+            p.rpc.call::<Get2>(now, &mut p.node, 1, &req(FRAME_BYTES), rt, Mode::Wait)
+        } else {
+            p.rpc.call::<Get3>(now, &mut p.node, 1, &req(FRAME_BYTES), rt, Mode::Wait)
+        };
+        let id = r.map_err(|e| anyhow::anyhow!("call: {e:?}"))?;
         let mut spins = 0u32;
         let o = loop {
-            client.poll();
-            server.poll();
-            if let Some(o) = client.rpc.take_outcome(id) {
+            p.poll();
+            also();
+            if let Some(o) = p.rpc.take_outcome(id) {
                 break o;
             }
-            // The clock only now and then: it is not part of the round trip measured.
             spins = spins.wrapping_add(1);
-            anyhow::ensure!(spins % 1024 != 0 || Instant::now() < deadline, "same-thread call did not finish");
+            anyhow::ensure!(spins % 1024 != 0 || Instant::now() < deadline, "{ways}-way call did not finish");
         };
         lat.push(t0.elapsed().as_nanos() as u64);
-        finish(&mut client, o, FRAME_BYTES)?;
+        finish(p, o, FRAME_BYTES)?;
     }
-    Placement::unpin()?;
     Ok(pct(&mut lat, 0.5))
 }
 
@@ -453,37 +468,10 @@ fn wait_8k_p50(ways: u32, calls: u32) -> anyhow::Result<f64> {
         servers.push(node(&sw, 2, false)?);
     }
     let thread = serve_thread(servers, stop.clone());
-    let mut lat = Vec::with_capacity(calls as usize);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let result = (|| -> anyhow::Result<()> {
-        for _ in 0..calls {
-            let t0 = Instant::now();
-            let rt = p.solicit()?;
-            let now = p.now();
-            let r = if ways == 2 {
-                p.rpc.call::<Get2>(now, &mut p.node, 1, &req(FRAME_BYTES), rt, Mode::Wait)
-            } else {
-                p.rpc.call::<Get3>(now, &mut p.node, 1, &req(FRAME_BYTES), rt, Mode::Wait)
-            };
-            let id = r.map_err(|e| anyhow::anyhow!("call: {e:?}"))?;
-            let mut spins = 0u32;
-            let o = loop {
-                p.poll();
-                if let Some(o) = p.rpc.take_outcome(id) {
-                    break o;
-                }
-                spins = spins.wrapping_add(1);
-                anyhow::ensure!(spins % 1024 != 0 || Instant::now() < deadline, "{ways}-way call did not finish");
-            };
-            lat.push(t0.elapsed().as_nanos() as u64);
-            finish(&mut p, o, FRAME_BYTES)?;
-        }
-        Ok(())
-    })();
+    let result = wait_8k_p50_on(&mut p, ways, calls, || {});
     stop.store(true, Ordering::Relaxed);
     let _ = thread.join();
-    result?;
-    Ok(pct(&mut lat, 0.5))
+    result
 }
 
 /// The 3-way / 2-way latency ratio from `reps` interleaved pairs of fresh setups (order
