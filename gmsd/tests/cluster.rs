@@ -10,7 +10,7 @@
 //! under other builds a daemon has been seen descheduled for 250 ms.
 //! `GMSD_TEST_PAGES` shrinks the data set for quick runs.
 
-use gms::prelude::{Members, PageId};
+use gms::prelude::{Members, PageId, Version};
 use gmsd::client::Client;
 use gmsd::proto::{GetOutcome, PutOutcome, Served, Stat, PAGE_BYTES};
 use std::collections::HashMap;
@@ -18,22 +18,15 @@ use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use trapeze_vnic::gms::page_pattern;
 
 const VOL: u64 = 9;
-const SEED: u64 = 0x5eed_0f6d_5d00;
 const BUDGET_MB: u64 = 28;
 const NODES: u16 = 3;
 
+/// Page `page`'s contents (the vNIC runtime's shared pattern, version 0).
 fn content(page: u64) -> Vec<u8> {
-    let mut x = (SEED ^ page.wrapping_mul(0x9e37_79b9_7f4a_7c15)) | 1;
-    let mut out = Vec::with_capacity(PAGE_BYTES);
-    while out.len() < PAGE_BYTES {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        out.extend_from_slice(&x.to_le_bytes());
-    }
-    out
+    page_pattern(PageId::new(VOL, page), Version(0))
 }
 
 fn checksum(d: &[u8]) -> u64 {

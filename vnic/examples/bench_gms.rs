@@ -19,7 +19,7 @@ use rustix::fs::{Mode, OFlags};
 use serde_json::json;
 use std::path::PathBuf;
 use std::time::Instant;
-use trapeze_vnic::gms::{Cluster, Got, ReadInto};
+use trapeze_vnic::gms::{page_pattern, Cluster, Got, ReadInto};
 use trapeze_vnic::rpc::FRAME_BYTES;
 
 #[derive(Parser, Clone)]
@@ -62,16 +62,9 @@ struct Args {
 const SPACE: u64 = 5;
 const PAGE: usize = FRAME_BYTES as usize;
 
+/// Page `n`'s contents (version 0 of the shared pattern).
 fn content(n: u64) -> Vec<u8> {
-    let mut x = n.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..PAGE / 8)
-        .flat_map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x.to_le_bytes()
-        })
-        .collect()
+    page_pattern(PageId::new(SPACE, n), Version(0))
 }
 
 fn pct(v: &mut [f64], p: f64) -> f64 {

@@ -233,7 +233,7 @@ fn wait_8k_p50_on(p: &mut Port, ways: u32, calls: u32, mut also: impl FnMut()) -
                 break o;
             }
             spins = spins.wrapping_add(1);
-            anyhow::ensure!(spins % 1024 != 0 || Instant::now() < deadline, "{ways}-way call did not finish");
+            anyhow::ensure!(!spins.is_multiple_of(1024) || Instant::now() < deadline, "{ways}-way call did not finish");
         };
         lat.push(t0.elapsed().as_nanos() as u64);
         finish(p, o, FRAME_BYTES)?;

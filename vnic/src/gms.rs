@@ -150,6 +150,23 @@ impl Host<Frame> for PortHost {
     }
 }
 
+/// Deterministic contents of `page` at `version`, a frame long (xorshift seeded by both):
+/// what the demo, the benches and the tests put, so any read can be checked byte for byte.
+pub fn page_pattern(page: PageId, version: Version) -> Vec<u8> {
+    let mut x = page.space.wrapping_mul(0xff51_afd7_ed55_8ccd)
+        ^ page.page.wrapping_mul(0xc4ce_b9fe_1a85_ec53)
+        ^ version.0.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        ^ 1;
+    let mut out = Vec::with_capacity(FRAME_BYTES as usize);
+    while out.len() < FRAME_BYTES as usize {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out
+}
+
 /// Where a read was served from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Source {

@@ -7,23 +7,11 @@ use gms::prelude::*;
 use std::collections::HashMap;
 use trapeze_vnic::gms::lru::LruConfig;
 use trapeze_vnic::gms::{Cluster, Got, Source};
-use trapeze_vnic::rpc::FRAME_BYTES;
+use trapeze_vnic::gms::page_pattern as content;
 
 const SPACE: u64 = 7;
 const PAGES: u64 = 300;
 const BUDGET: usize = 120;
-
-fn content(page: PageId, v: Version) -> Vec<u8> {
-    let mut x = page.space.wrapping_mul(0xff51_afd7_ed55_8ccd) ^ page.page.wrapping_mul(0xc4ce_b9fe_1a85_ec53) ^ v.0.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 1;
-    let mut out = Vec::with_capacity(FRAME_BYTES as usize);
-    while out.len() < FRAME_BYTES as usize {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        out.extend_from_slice(&x.to_le_bytes());
-    }
-    out
-}
 
 /// What the client knows: per page, the newest version attempted, the newest stored and
 /// where it was stored.

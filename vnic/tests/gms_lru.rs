@@ -8,22 +8,14 @@
 use gms::prelude::*;
 use std::time::{Duration, Instant};
 use trapeze_vnic::gms::lru::LruConfig;
-use trapeze_vnic::gms::{Cluster, Got};
-use trapeze_vnic::rpc::FRAME_BYTES;
+use trapeze_vnic::gms::{page_pattern, Cluster, Got};
 
 const SPACE: u64 = 3;
 const BUDGET: usize = 200;
 
+/// Page `n`'s contents (version 0 of the shared pattern).
 fn content(n: u64) -> Vec<u8> {
-    let mut x = n.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..FRAME_BYTES / 8)
-        .flat_map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x.to_le_bytes()
-        })
-        .collect()
+    page_pattern(PageId::new(SPACE, n), Version(0))
 }
 
 /// Put pages `pages` from node 0 (to `target`, or by the LRU); the targets that stored them.

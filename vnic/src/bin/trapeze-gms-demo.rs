@@ -18,6 +18,7 @@ use std::collections::HashMap;
 use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 use trapeze_vnic::gms::{Cluster, Got, NodeView, ReadInto, Servers, Source};
+use trapeze_vnic::gms::page_pattern as content;
 use trapeze_vnic::rpc::FRAME_BYTES;
 
 #[derive(Parser, Clone)]
@@ -129,18 +130,6 @@ fn table_row(v: &NodeView) -> String {
 }
 
 const SPACE: u64 = 1;
-
-fn content(page: PageId, v: Version) -> Vec<u8> {
-    let mut x = page.space.wrapping_mul(0xff51_afd7_ed55_8ccd) ^ page.page.wrapping_mul(0xc4ce_b9fe_1a85_ec53) ^ v.0.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 1;
-    let mut out = Vec::with_capacity(FRAME_BYTES as usize);
-    while out.len() < FRAME_BYTES as usize {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        out.extend_from_slice(&x.to_le_bytes());
-    }
-    out
-}
 
 /// Per page: newest version put, newest stored.
 #[derive(Default)]
