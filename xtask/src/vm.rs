@@ -247,20 +247,7 @@ pub fn run(mut a: VmArgs) -> anyhow::Result<()> {
     eprintln!("==> {} guest(s): virtual NICs, then QEMU (TCG, {} MiB each)", a.guests, a.mem);
     for k in 0..a.guests {
         cluster.add_guest(k, a.mem);
-        let mut args: Vec<String> = vec![
-            "--name".into(),
-            format!("vm{}-g{k}", std::process::id()),
-            "--node".into(),
-            k.to_string(),
-            "--link".into(),
-            format!("udp:127.0.0.1:{}", ports[k as usize]),
-        ];
-        args.extend(ports
-            .iter()
-            .enumerate()
-            .filter(|&(j, _)| j != k as usize)
-            .flat_map(|(j, p)| ["--peer".to_string(), format!("{j}=127.0.0.1:{p}")]));
-        cluster.start_nic(k, &nic_bin, &args, setpriv)?;
+        cluster.start_nic(k, &nic_bin, &nic_args(k, &ports), setpriv)?;
     }
     let host_gmsd = if a.gmsd_test {
         let peers: Vec<(u16, u16)> = (0..a.guests).map(|k| (k, ports[k as usize])).collect();
@@ -442,6 +429,27 @@ pub fn run(mut a: VmArgs) -> anyhow::Result<()> {
         t0.elapsed()
     );
     Ok(())
+}
+
+/// `trapeze-nic` arguments for guest `k`'s NIC: node `k` on the UDP link at `ports[k]`, every
+/// other port a peer (node id = index; a host gmsd's port may follow the guests').
+fn nic_args(k: u16, ports: &[u16]) -> Vec<String> {
+    let mut args: Vec<String> = vec![
+        "--name".into(),
+        format!("vm{}-g{k}", std::process::id()),
+        "--node".into(),
+        k.to_string(),
+        "--link".into(),
+        format!("udp:127.0.0.1:{}", ports[k as usize]),
+    ];
+    args.extend(
+        ports
+            .iter()
+            .enumerate()
+            .filter(|&(j, _)| j != k as usize)
+            .flat_map(|(j, p)| ["--peer".to_string(), format!("{j}=127.0.0.1:{p}")]),
+    );
+    args
 }
 
 /// The `--module-test` phases after the ping with 3 guests or more

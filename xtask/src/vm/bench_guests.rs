@@ -112,22 +112,7 @@ pub fn run(spec: BenchGuests) -> anyhow::Result<Vec<GuestOutcome>> {
     );
     for k in 0..spec.guests {
         cluster.add_guest(k, spec.mem_mib);
-        let mut args: Vec<String> = vec![
-            "--name".into(),
-            format!("vm{}-g{k}", std::process::id()),
-            "--node".into(),
-            k.to_string(),
-            "--link".into(),
-            format!("udp:127.0.0.1:{}", ports[k as usize]),
-        ];
-        args.extend(
-            ports
-                .iter()
-                .enumerate()
-                .filter(|&(j, _)| j != k as usize)
-                .flat_map(|(j, p)| ["--peer".to_string(), format!("{j}=127.0.0.1:{p}")]),
-        );
-        cluster.start_nic(k, &nic_bin, &args, setpriv)?;
+        cluster.start_nic(k, &nic_bin, &super::nic_args(k, &ports), setpriv)?;
         if spec.net_pair && k < 2 {
             let (me, other) = (net_ports[k as usize], net_ports[1 - k as usize]);
             cluster.guest(k).qemu_extra = vec![
