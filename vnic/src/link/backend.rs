@@ -116,6 +116,16 @@ pub trait LinkBackend: Send {
         true
     }
 
+    /// Whether frames cross process memory only, handed from sender to receiver
+    /// without a wire, a socket or a copy the medium could damage (the in-process
+    /// switch). The link then writes a verdict instead of computing the CRC trailer, as
+    /// Linux's loopback device skips checksums: what a CRC guards against cannot happen
+    /// there, and on a real link the hardware computes it at no cost to the NIC's
+    /// processor. Default `false`.
+    fn is_memory_medium(&self) -> bool {
+        false
+    }
+
     /// One line for logs, e.g. `udp 127.0.0.1:7000 (2 peers)`.
     fn describe(&self) -> String;
 }

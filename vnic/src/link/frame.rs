@@ -18,6 +18,14 @@ pub const MAGIC: u16 = 0x7A4C;
 pub const VERSION: u8 = 1;
 /// Bytes of the frame header.
 pub const HEADER_BYTES: usize = 24;
+/// Flag of a one-frame packet sent over a memory medium
+/// ([`LinkBackend::is_memory_medium`](super::LinkBackend::is_memory_medium)) with no
+/// faults configured: its trailer is a verdict ([`VERDICT_GOOD`], or anything else for
+/// an aborted packet) instead of a CRC. A receiver whose own backend is not a memory
+/// medium treats such a packet as failing its CRC.
+pub const FLAG_VERDICT: u8 = 0x01;
+/// The trailer of a good packet sent with [`FLAG_VERDICT`].
+pub const VERDICT_GOOD: [u8; 4] = *b"GOOD";
 
 /// Byte ranges of the header fields.
 mod field {
@@ -64,7 +72,7 @@ impl std::error::Error for FrameError {}
 /// The link frame header, parsed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FrameHeader {
-    /// Reserved, carried as is (0 today).
+    /// [`FLAG_VERDICT`] or 0; other bits are reserved and carried as is.
     pub flags: u8,
     pub src: u16,
     pub dst: u16,

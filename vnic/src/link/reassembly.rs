@@ -219,7 +219,7 @@ impl Reassembler {
     ///
     /// `now` may be `None` to spare the caller a clock read per frame: then nothing
     /// expires now and the packet is remembered unstamped (see the module rules).
-    pub fn take_whole<'f>(&mut self, frame: &'f [u8], now: Option<Instant>) -> Option<(u16, &'f [u8])> {
+    pub fn take_whole<'f>(&mut self, frame: &'f [u8], now: Option<Instant>) -> Option<(u16, &'f [u8], u8)> {
         if !self.ready.is_empty() {
             return None;
         }
@@ -243,7 +243,7 @@ impl Reassembler {
             return None;
         }
         self.remember(h.src, h.packet_id, now);
-        Some((h.src, frag))
+        Some((h.src, frag, h.flags))
     }
 
     /// Note a completed packet, so its late fragments count as duplicates.
@@ -502,7 +502,7 @@ mod tests {
         let t = Instant::now();
         let a = frames(1, 7, 100, 100).remove(0);
         let b = frames(1, 8, 100, 100).remove(0);
-        assert_eq!(r.take_whole(&a, None).map(|(src, p)| (src, p.len())), Some((1, 100)));
+        assert_eq!(r.take_whole(&a, None).map(|(src, p, _)| (src, p.len())), Some((1, 100)));
         assert!(r.take_whole(&a, None).is_none());
         // Long after it arrived, but the time was never read: still a duplicate.
         let late = t + REASSEMBLY_TIMEOUT * 5;

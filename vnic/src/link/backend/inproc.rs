@@ -376,6 +376,10 @@ impl LinkBackend for InProcPort {
         self.queue.queued.load(Ordering::Acquire) != 0
     }
 
+    fn is_memory_medium(&self) -> bool {
+        true
+    }
+
     fn routes_to(&self, dst: u16) -> bool {
         // The route cache first: the switch-wide lock is shared by every sender.
         let cached = self.switch.generation.load(Ordering::Acquire) == self.routes_generation
