@@ -492,6 +492,40 @@ fn ways_compare(reps: u32, calls: u32) -> anyhow::Result<Vec<f64>> {
     Ok(ratios)
 }
 
+/// The same-core comparison as interleaved triples (NetRPC with both nodes on one
+/// thread, blocking UDP and TCP with both ends on CPU 0), `reps` of them, each side
+/// `calls` round trips: this VM's speed drifts by tens of percent from second to second,
+/// and a triple measured back to back sees the same machine. Per triple (NetRPC/UDP,
+/// NetRPC/TCP), plus each side's p50s.
+struct SameCore {
+    over_udp: Vec<f64>,
+    over_tcp: Vec<f64>,
+    rpc: Vec<f64>,
+    udp: Vec<f64>,
+    tcp: Vec<f64>,
+}
+
+fn same_core_compare(reps: u32, calls: u32) -> anyhow::Result<SameCore> {
+    let mut s = SameCore { over_udp: Vec::new(), over_tcp: Vec::new(), rpc: Vec::new(), udp: Vec::new(), tcp: Vec::new() };
+    for i in 0..reps {
+        let (rpc, udp, tcp) = if i % 2 == 0 {
+            let rpc = rpc_same_thread(calls)?;
+            let udp = udp_baseline(calls, false, Placement::SameCore)?;
+            (rpc, udp, tcp_baseline(calls, false, Placement::SameCore)?)
+        } else {
+            let tcp = tcp_baseline(calls, false, Placement::SameCore)?;
+            let udp = udp_baseline(calls, false, Placement::SameCore)?;
+            (rpc_same_thread(calls)?, udp, tcp)
+        };
+        s.over_udp.push(rpc / udp);
+        s.over_tcp.push(rpc / tcp);
+        s.rpc.push(rpc);
+        s.udp.push(udp);
+        s.tcp.push(tcp);
+    }
+    Ok(s)
+}
+
 fn median(v: &[f64]) -> f64 {
     let mut v = v.to_vec();
     v.sort_by(f64::total_cmp);
@@ -761,9 +795,9 @@ fn run(a: Args) -> anyhow::Result<()> {
     let tcp_spin = tcp_baseline(a.calls, true, Placement::Unpinned)?;
     // Matched placements: NetRPC with both nodes on one thread against blocking sockets
     // with both ends on CPU 0; NetRPC's usual two threads against sockets on CPU 0 / 1.
-    let rpc_same = rpc_same_thread(a.calls)?;
-    let udp_same = udp_baseline(a.calls, false, Placement::SameCore)?;
-    let tcp_same = tcp_baseline(a.calls, false, Placement::SameCore)?;
+    let same = same_core_compare(a.bw_reps.min(9), a.calls.max(20_000))?;
+    let (rpc_same, udp_same, tcp_same) = (median(&same.rpc), median(&same.udp), median(&same.tcp));
+    let (same_over_udp, same_over_tcp) = (median(&same.over_udp), median(&same.over_tcp));
     let udp_cross = udp_baseline(a.calls, false, Placement::CrossCore)?;
     let tcp_cross = tcp_baseline(a.calls, false, Placement::CrossCore)?;
     let find = |v: &str, w: u32, p: u32, k: &str| rows.iter().find(|r| r.variant == v && r.ways == w && r.payload == p && r.kind == k);
@@ -793,7 +827,8 @@ fn run(a: Args) -> anyhow::Result<()> {
                     "cont_over_raw_min": ratios.first(), "cont_over_raw_max": ratios.last(),
                     "over_udp": two / udp, "over_tcp": two / tcp,
                     "same_core": { "rpc_2way_8k_p50_us": rpc_same, "udp_8k_p50_us": udp_same, "tcp_8k_p50_us": tcp_same,
-                                   "over_udp": rpc_same / udp_same, "over_tcp": rpc_same / tcp_same },
+                                   "over_udp": same_over_udp, "over_tcp": same_over_tcp,
+                                   "over_udp_triples": same.over_udp, "over_tcp_triples": same.over_tcp },
                     "cross_core": { "rpc_2way_8k_p50_us": two, "udp_8k_p50_us": udp_cross, "tcp_8k_p50_us": tcp_cross,
                                     "over_udp": two / udp_cross, "over_tcp": two / tcp_cross } })
         );
@@ -822,10 +857,16 @@ fn run(a: Args) -> anyhow::Result<()> {
     println!("  raw Trapeze round trip (no NetRPC), one at a time: 0 B {raw_rt0:.1} µs, 8 KB reply {raw_rt8:.1} µs");
     println!("\n2-way wait 8 KB solicited p50 {two:.1} µs: {:.2}x UDP, {:.2}x TCP (busy-polled: {:.2}x, {:.2}x)", two / udp, two / tcp, two / udp_spin, two / tcp_spin);
     println!("matched placements, 2-way 8 KB p50 (blocking sockets):");
+    let list = |v: &[f64]| v.iter().map(|r| format!("{r:.2}")).collect::<Vec<_>>().join(" ");
     println!(
-        "  same core (NetRPC: both nodes on one thread; sockets: both ends on CPU 0): NetRPC {rpc_same:.1} µs, UDP {udp_same:.1} µs ({:.2}x), TCP {tcp_same:.1} µs ({:.2}x)",
-        rpc_same / udp_same,
-        rpc_same / tcp_same
+        "  same core (NetRPC: both nodes on one thread; sockets: both ends on CPU 0): NetRPC {rpc_same:.2} µs, UDP {udp_same:.1} µs ({same_over_udp:.2}x), TCP {tcp_same:.1} µs ({same_over_tcp:.2}x)"
+    );
+    println!(
+        "    (medians of {} interleaved triples of {} calls each; per triple NetRPC/UDP {}, NetRPC/TCP {})",
+        same.rpc.len(),
+        a.calls.max(20_000),
+        list(&same.over_udp),
+        list(&same.over_tcp)
     );
     println!(
         "  two cores (NetRPC: a thread per side; sockets: CPU 0 / CPU 1): NetRPC {two:.1} µs, UDP {udp_cross:.1} µs ({:.2}x), TCP {tcp_cross:.1} µs ({:.2}x)",
