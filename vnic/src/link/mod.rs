@@ -464,7 +464,7 @@ impl Link {
                     // duplicate window can only grow; see `reassembly`).
                     let t = (stats.frames_received % STAMP_FRAMES == 0)
                         .then(|| *now.get_or_insert_with(Instant::now));
-                    match rx.take_whole(frame, t) {
+                    match rx.take_whole(frame, t, memory) {
                         Some((src, bytes, flags)) => {
                             let verdict = (flags & frame::FLAG_VERDICT != 0).then_some(memory);
                             let (body, crc_ok) = check_trailer(bytes, verdict, stats);

@@ -27,7 +27,7 @@ use std::collections::{HashSet, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::time::{Duration, Instant};
 
-use super::frame::{FrameHeader, HEADER_BYTES};
+use super::frame::{FrameHeader, FLAG_VERDICT, HEADER_BYTES};
 use super::{LinkStats, MAX_PACKET_BYTES, TRAILER_BYTES};
 
 pub const MAX_PARTIAL_PACKETS: usize = 32;
@@ -219,7 +219,16 @@ impl Reassembler {
     ///
     /// `now` may be `None` to spare the caller a clock read per frame: then nothing
     /// expires now and the packet is remembered unstamped (see the module rules).
-    pub fn take_whole<'f>(&mut self, frame: &'f [u8], now: Option<Instant>) -> Option<(u16, &'f [u8], u8)> {
+    ///
+    /// With `memory` (the backend is a memory medium), a [`FLAG_VERDICT`] packet is not
+    /// remembered: its sender had no fault injector and the medium copies nothing twice,
+    /// so no duplicate of it can come.
+    pub fn take_whole<'f>(
+        &mut self,
+        frame: &'f [u8],
+        now: Option<Instant>,
+        memory: bool,
+    ) -> Option<(u16, &'f [u8], u8)> {
         if !self.ready.is_empty() {
             return None;
         }
@@ -231,6 +240,9 @@ impl Reassembler {
             || chunk_of(&h, frag.len()).is_none()
         {
             return None;
+        }
+        if memory && h.flags & FLAG_VERDICT != 0 {
+            return Some((h.src, frag, h.flags));
         }
         let key = (h.src, h.packet_id);
         if self.partials.iter().any(|p| (p.src, p.id) == key) {
@@ -502,29 +514,46 @@ mod tests {
         let t = Instant::now();
         let a = frames(1, 7, 100, 100).remove(0);
         let b = frames(1, 8, 100, 100).remove(0);
-        assert_eq!(r.take_whole(&a, None).map(|(src, p, _)| (src, p.len())), Some((1, 100)));
-        assert!(r.take_whole(&a, None).is_none());
+        assert_eq!(r.take_whole(&a, None, false).map(|(src, p, _)| (src, p.len())), Some((1, 100)));
+        assert!(r.take_whole(&a, None, false).is_none());
         // Long after it arrived, but the time was never read: still a duplicate.
         let late = t + REASSEMBLY_TIMEOUT * 5;
         r.handle_frame(&a, late, &mut s);
         assert_eq!(s.duplicate_frames, 1);
         assert!(!r.has_ready());
         // That read stamped it with `late`: its window runs from there.
-        assert!(r.take_whole(&b, Some(late)).is_some());
+        assert!(r.take_whole(&b, Some(late), false).is_some());
         r.handle_timeout(late + REASSEMBLY_TIMEOUT, &mut s);
-        assert!(r.take_whole(&a, Some(late + REASSEMBLY_TIMEOUT)).is_none());
+        assert!(r.take_whole(&a, Some(late + REASSEMBLY_TIMEOUT), false).is_none());
         // Both expire once the window from the stamp has passed.
         let later = late + REASSEMBLY_TIMEOUT * 2;
-        assert!(r.take_whole(&a, Some(later)).is_some());
-        assert!(r.take_whole(&b, Some(later)).is_some());
+        assert!(r.take_whole(&a, Some(later), false).is_some());
+        assert!(r.take_whole(&b, Some(later), false).is_some());
         // Untimed keys still count against the bound, and eviction keeps the stamp count
         // in range.
         for id in 100..(100 + RECENT_PACKETS as u32 + 10) {
-            assert!(r.take_whole(&frames(2, id, 8, 8)[0], None).is_some());
+            assert!(r.take_whole(&frames(2, id, 8, 8)[0], None, false).is_some());
         }
         r.handle_timeout(later, &mut s);
-        assert!(r.take_whole(&frames(2, 100 + RECENT_PACKETS as u32 + 9, 8, 8)[0], None).is_none());
-        assert!(r.take_whole(&frames(2, 100, 8, 8)[0], None).is_some()); // evicted by count
+        assert!(r.take_whole(&frames(2, 100 + RECENT_PACKETS as u32 + 9, 8, 8)[0], None, false).is_none());
+        assert!(r.take_whole(&frames(2, 100, 8, 8)[0], None, false).is_some()); // evicted by count
+    }
+
+    #[test]
+    fn verdict_packets_over_memory_are_not_tracked_as_possible_duplicates() {
+        let mut r = Reassembler::new(9);
+        let mut v = frames(1, 7, 100, 100).remove(0);
+        v[3] = FLAG_VERDICT; // the flags byte
+        // Over a memory medium: delivered each time, nothing remembered.
+        assert!(r.take_whole(&v, None, true).is_some());
+        assert!(r.take_whole(&v, None, true).is_some());
+        assert!(r.recent.is_empty());
+        // The same frame from another medium, and a CRC frame over memory, are tracked.
+        assert!(r.take_whole(&v, None, false).is_some());
+        assert!(r.take_whole(&v, None, false).is_none());
+        let c = frames(1, 8, 100, 100).remove(0);
+        assert!(r.take_whole(&c, None, true).is_some());
+        assert!(r.take_whole(&c, None, true).is_none());
     }
 
     #[test]

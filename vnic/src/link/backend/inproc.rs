@@ -214,18 +214,19 @@ impl Drop for InProcPort {
 
 impl InProcPort {
     /// The queue of node `dst`, from the cache while no port was attached or detached.
-    fn route(&mut self, dst: u16) -> Option<Arc<PortQueue>> {
+    /// Where `dst`'s queue is in the route cache (no reference count touched on a hit).
+    fn route(&mut self, dst: u16) -> Option<usize> {
         let generation = self.switch.generation.load(Ordering::Acquire);
         if generation != self.routes_generation {
             self.routes.clear();
             self.routes_generation = generation;
         }
-        if let Some((_, q)) = self.routes.iter().find(|(d, _)| *d == dst) {
-            return Some(q.clone());
+        if let Some(i) = self.routes.iter().position(|(d, _)| *d == dst) {
+            return Some(i);
         }
         let q = lock(&self.switch.ports).get(&dst).cloned()?;
-        self.routes.push((dst, q.clone()));
-        Some(q)
+        self.routes.push((dst, q));
+        Some(self.routes.len() - 1)
     }
 }
 
@@ -243,7 +244,7 @@ impl InProcPort {
                 format!("frame of {len} bytes exceeds {INPROC_MAX_FRAME_BYTES}"),
             ));
         }
-        let Some(q) = self.route(dst) else {
+        let Some(route) = self.route(dst) else {
             return Err(io::Error::new(
                 io::ErrorKind::NotFound,
                 format!("no port for node {dst} on the in-process switch"),
@@ -255,6 +256,7 @@ impl InProcPort {
             buf.resize(len, 0);
         }
         fill(&mut buf[..len]);
+        let q = &self.routes[route].1;
         {
             let mut fq = lock(&q.frames);
             self.next_buf = fq.spare.pop();
