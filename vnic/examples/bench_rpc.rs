@@ -218,7 +218,9 @@ fn wait_8k_p50_on(p: &mut Port, ways: u32, calls: u32, mut also: impl FnMut()) -
     for _ in 0..calls {
         let t0 = Instant::now();
         let rt = p.solicit()?;
-        let now = p.now();
+        // The call's start time is the one read for the latency (a socket round trip
+        // below reads the clock twice per call too).
+        let now = p.now_at(t0);
         let r = if ways == 2 {
             p.rpc.call::<Get2>(now, &mut p.node, 1, &req(FRAME_BYTES), rt, Mode::Wait)
         } else {

@@ -270,6 +270,11 @@ impl<S: Service> RpcPort<S> {
         self.epoch.elapsed().as_nanos() as u64
     }
 
+    /// NetRPC's clock at `t`, an instant the caller read anyway (no second clock read).
+    pub fn now_at(&self, t: Instant) -> u64 {
+        t.saturating_duration_since(self.epoch).as_nanos() as u64
+    }
+
     fn poll_nic(&mut self) -> bool {
         match (&mut self.cpu, &self.doorbell) {
             (Some(c), _) => c.poll(),
