@@ -35,7 +35,7 @@ struct Args {
     #[arg(long, default_value_t = 4000, value_parser = clap::value_parser!(u64).range(10..=10_000_000))]
     random: u64,
     /// Sequential scans per depth (the best is reported).
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100))]
     repeat: u32,
     /// Directory of the disk baseline's file (default: ~/.cache/trapeze/bench).
     #[arg(long)]
