@@ -67,6 +67,10 @@ struct Args {
     /// p50: the mode to profile NetRPC's CPU cost per round trip with.
     #[arg(long)]
     same_thread_only: bool,
+    /// Only run the interleaved nonblocking-NetRPC / raw-NIC bandwidth pairs and print
+    /// them: the mode to profile the nonblocking path with.
+    #[arg(long)]
+    bw_only: bool,
 }
 
 /// get(len): reply with `len` bytes of the server's page (2-way), or delegated by the
@@ -94,10 +98,8 @@ fn req(len: u32) -> Bytes<16> {
 struct Server {
     page: Frame,
     directory: bool,
-    /// Client side: completions and latencies of nonblocking calls.
+    /// Client side: nonblocking calls completed.
     done: u64,
-    lat_ns: Vec<u64>,
-    epoch: Instant,
     /// Deferred variant: the "lock" is busy once per call.
     busy_once: bool,
 }
@@ -121,15 +123,13 @@ impl Service for Server {
 
 type Port = RpcPort<Server>;
 
-fn cont(ctx: &mut trapeze_vnic::rpc::Node<Server>, o: &Outcome<Frame>, started: u64) -> bool {
+fn cont(ctx: &mut trapeze_vnic::rpc::Node<Server>, o: &Outcome<Frame>, _arg: u64) -> bool {
     if ctx.service.busy_once {
         // A "lock" held: refuse once without side effects; the retry runs deferred.
         ctx.service.busy_once = false;
         return false;
     }
     ctx.service.busy_once = ctx.service.directory; // re-armed per call by the client (see below)
-    let now = ctx.service.epoch.elapsed().as_nanos() as u64;
-    ctx.service.lat_ns.push(now - started);
     ctx.service.done += 1;
     if let Ok(r) = o {
         if let Payload::Frame { frame, .. } | Payload::Buffer { frame, .. } = r.payload {
@@ -146,7 +146,7 @@ fn node(sw: &InProcSwitch, id: u16, directory: bool) -> anyhow::Result<Port> {
     let region = Arc::new(Mapping::create_memfd("bench-frames", 16 << 20)?);
     nic.shared().dma.register("bench", DEFAULT_REGION_BASE, region.clone(), 0, 16 << 20).map_err(|e| anyhow::anyhow!("{e}"))?;
     let cfg = EndpointConfig { node_id: id, mtu: FRAME_BYTES, ..EndpointConfig::default() };
-    let service = Server { page: 0, directory, done: 0, lat_ns: Vec::new(), epoch: Instant::now(), busy_once: false };
+    let service = Server { page: 0, directory, done: 0, busy_once: false };
     let rcfg = Config { call_timeout: 2_000_000_000, nonblocking_timeout: Some(2_000_000_000) };
     let mut p = RpcPort::new(nic.mem(), region, DEFAULT_REGION_BASE, cfg, [id as u64 + 1, 99], service, rcfg, Some(inline), None)?;
     let page = p.node.frames.alloc().context("no frame for the page")?;
@@ -314,9 +314,8 @@ fn pct(v: &mut [u64], p: f64) -> f64 {
 fn run_row(p: &mut Port, ways: u32, variant: &'static str, payload: u32, kind: Kind, a: &Args) -> anyhow::Result<Row> {
     let dst = 1;
     let mut lat = Vec::with_capacity(a.calls as usize);
-    let issue = |p: &mut Port, mode: Mode| -> anyhow::Result<CallId> {
+    let issue = |p: &mut Port, mode: Mode, now: u64| -> anyhow::Result<CallId> {
         let rt = reply_to(p, kind)?;
-        let now = p.now();
         let r = if ways == 2 {
             p.rpc.call::<Get2>(now, &mut p.node, dst, &req(payload), rt, mode)
         } else {
@@ -329,7 +328,7 @@ fn run_row(p: &mut Port, ways: u32, variant: &'static str, payload: u32, kind: K
     for _ in 0..a.calls {
         let t0 = Instant::now();
         if variant == "wait" {
-            let id = issue(p, Mode::Wait)?;
+            let id = issue(p, Mode::Wait, p.now_at(t0))?;
             let o = loop {
                 p.poll();
                 if let Some(o) = p.rpc.take_outcome(id) {
@@ -341,9 +340,8 @@ fn run_row(p: &mut Port, ways: u32, variant: &'static str, payload: u32, kind: K
         } else {
             let before = p.node.service.done;
             p.node.service.busy_once = deferred;
-            let id = issue(p, Mode::NonBlocking)?;
-            let started = p.node.service.epoch.elapsed().as_nanos() as u64;
-            p.rpc.push_continuation(id, cont, started).map_err(|e| anyhow::anyhow!("{e:?}"))?;
+            let id = issue(p, Mode::NonBlocking, p.now_at(t0))?;
+            p.rpc.push_continuation(id, cont, 0).map_err(|e| anyhow::anyhow!("{e:?}"))?;
             while p.node.service.done == before {
                 p.poll();
             }
@@ -379,13 +377,13 @@ fn bandwidth(
     payload: u32,
     n: u32,
     window: u32,
-    issue: &dyn Fn(&mut Port, Mode) -> anyhow::Result<CallId>,
+    issue: &dyn Fn(&mut Port, Mode, u64) -> anyhow::Result<CallId>,
 ) -> anyhow::Result<f64> {
     let deferred = variant == "defer";
     let t0 = Instant::now();
     if variant == "wait" {
         for _ in 0..n {
-            let id = issue(p, Mode::Wait)?;
+            let id = issue(p, Mode::Wait, p.now())?;
             let o = loop {
                 p.poll();
                 if let Some(o) = p.rpc.take_outcome(id) {
@@ -398,11 +396,12 @@ fn bandwidth(
         let start_done = p.node.service.done;
         let mut issued = 0;
         while p.node.service.done - start_done < n as u64 {
+            // One clock reading per burst of calls (their timeouts need no finer time).
+            let now = p.now();
             while issued < n && issued as u64 - (p.node.service.done - start_done) < window as u64 {
                 p.node.service.busy_once = deferred;
-                let id = issue(p, Mode::NonBlocking)?;
-                let started = p.node.service.epoch.elapsed().as_nanos() as u64;
-                p.rpc.push_continuation(id, cont, started).map_err(|e| anyhow::anyhow!("{e:?}"))?;
+                let id = issue(p, Mode::NonBlocking, now)?;
+                p.rpc.push_continuation(id, cont, 0).map_err(|e| anyhow::anyhow!("{e:?}"))?;
                 issued += 1;
             }
             p.poll();
@@ -419,9 +418,8 @@ fn rpc_cont_bandwidth(count: u32, window: u32) -> anyhow::Result<f64> {
     let mut client = node(&sw, 0, false)?;
     let stop = Arc::new(AtomicBool::new(false));
     let server = serve_thread(vec![node(&sw, 1, false)?], stop.clone());
-    let issue = |p: &mut Port, mode: Mode| -> anyhow::Result<CallId> {
+    let issue = |p: &mut Port, mode: Mode, now: u64| -> anyhow::Result<CallId> {
         let rt = reply_to(p, Kind::Solicited)?;
-        let now = p.now();
         p.rpc.call::<Get2>(now, &mut p.node, 1, &req(FRAME_BYTES), rt, mode).map_err(|e| anyhow::anyhow!("call: {e:?}"))
     };
     let secs = bandwidth(&mut client, "cont", FRAME_BYTES, count, window, &issue);
@@ -750,6 +748,20 @@ fn run(a: Args) -> anyhow::Result<()> {
     if a.same_thread_only {
         let p50 = rpc_same_thread(a.calls)?;
         println!("same thread 2-way wait 8 KB solicited NetRPC p50 {p50:.2} us ({} calls)", a.calls);
+        return Ok(());
+    }
+    if a.bw_only {
+        let bw = BwCompare::run(a.bw_reps, a.bw_pair_calls.max(1000), a.window)?;
+        let best = |v: &[f64]| v.iter().copied().fold(f64::NAN, f64::max);
+        let list = |v: &[f64]| v.iter().map(|r| format!("{r:.2}")).collect::<Vec<_>>().join(" ");
+        println!(
+            "raw {:.0} MB/s, NetRPC cont {:.0} MB/s (best of {} each): {:.2}; per pair {}",
+            best(&bw.raw),
+            best(&bw.rpc),
+            a.bw_reps,
+            best(&bw.rpc) / best(&bw.raw),
+            list(&bw.ratios())
+        );
         return Ok(());
     }
     let mut rows = Vec::new();
