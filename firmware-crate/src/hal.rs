@@ -56,6 +56,12 @@ pub trait Engines {
         true
     }
     fn raise_host_irq(&mut self);
+    /// Whether every transfer has finished by the time its start call returns (engines
+    /// emulated in software copy at once). The firmware then credits a transfer in the
+    /// pass that started it instead of the next. `false` for hardware engines.
+    fn completes_at_once(&self) -> bool {
+        false
+    }
     /// Called when a main-loop iteration found nothing to do. `engines_busy` says a
     /// transfer is running (so progress will come without an event); an implementation
     /// may block until a doorbell or engine event, or return at once.

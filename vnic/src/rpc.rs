@@ -482,8 +482,9 @@ mod tests {
         p
     }
 
-    /// Inline NICs skip firmware passes that could find nothing, yet every message still
-    /// goes through: solicited 8 KB replies arrive intact, one thread polling both nodes.
+    /// Inline NICs skip firmware passes that could find nothing and run two per round
+    /// trip, yet every message still goes through: solicited 8 KB replies arrive intact,
+    /// one thread polling both nodes.
     #[test]
     fn inline_nics_skip_idle_passes_and_lose_nothing() {
         let sw = InProcSwitch::new();
@@ -500,6 +501,7 @@ mod tests {
         assert!(server.node.frames.read(server.node.service.page, &mut expect));
         for round in 0..50u32 {
             let len = [FRAME_BYTES, 1, 4000][round as usize % 3];
+            let passes = (client.fw_heartbeat(), server.fw_heartbeat());
             let rt = client.solicit().unwrap();
             let now = client.now();
             let id = client.rpc.call::<Echo>(now, &mut client.node, 2, &Bytes(len.to_le_bytes()), rt, Mode::Wait).unwrap();
@@ -513,6 +515,11 @@ mod tests {
                 spins += 1;
                 assert!(spins < 1_000_000, "call {round} never completed");
             };
+            // Engines that finish within their start calls: the firmware credits each
+            // transfer in the pass that started it, so a round trip costs each NIC two
+            // passes (request out and reply in; request in and reply out).
+            let passes = (client.fw_heartbeat() - passes.0, server.fw_heartbeat() - passes.1);
+            assert_eq!(passes, (2, 2), "firmware passes per round trip, call {round} ({len} B)");
             let r = outcome.unwrap();
             let Payload::Frame { frame, len: got } = r.payload else { panic!("no solicited payload") };
             assert_eq!(got, len);

@@ -117,10 +117,25 @@ impl<M: NicMemory> Firmware<M> {
         let mut progress = self.reload_config();
         progress |= self.accept_sends();
         progress |= self.poll_host_bus(eng);
+        let at_once = eng.completes_at_once();
         progress |= self.poll_link_tx(eng);
+        if at_once {
+            // A pulse that finished at once completes its packet now.
+            self.poll_link_tx(eng);
+        }
         progress |= self.poll_link_rx(eng);
         progress |= self.deliver_received(eng);
-        progress |= self.start_host_bus(eng);
+        if self.start_host_bus(eng) {
+            progress = true;
+            if at_once {
+                // Credit the finished transfer and move on what it unblocked (a send's
+                // pulse, a received packet's delivery) in this pass, not the next.
+                self.poll_host_bus(eng);
+                self.poll_link_tx(eng);
+                self.poll_link_tx(eng);
+                self.deliver_received(eng);
+            }
+        }
         progress
     }
 
