@@ -844,7 +844,11 @@ fn run(a: Args) -> anyhow::Result<()> {
                                    "over_udp": same_over_udp, "over_tcp": same_over_tcp,
                                    "over_udp_triples": same.over_udp, "over_tcp_triples": same.over_tcp },
                     "cross_core": { "rpc_2way_8k_p50_us": two, "udp_8k_p50_us": udp_cross, "tcp_8k_p50_us": tcp_cross,
-                                    "over_udp": two / udp_cross, "over_tcp": two / tcp_cross } })
+                                    "over_udp": two / udp_cross, "over_tcp": two / tcp_cross },
+                    // Each placement compared with its like: one third or less of both
+                    // socket baselines on one core and across two.
+                    "third_of_sockets_in_matched_placements": same_over_udp <= 1.0 / 3.0 && same_over_tcp <= 1.0 / 3.0
+                        && two / udp_cross <= 1.0 / 3.0 && two / tcp_cross <= 1.0 / 3.0 })
         );
         return Ok(());
     }

@@ -275,8 +275,9 @@ impl Link {
     /// [`send_packet`](Self::send_packet) for a packet of `len` bytes that `read(offset,
     /// buf)` copies out of wherever it is (a NIC's send staging), straight into each
     /// frame: with no faults configured and a backend that queues its own buffers, each
-    /// byte is copied once (and checksummed while hot). `read` is asked for every byte
-    /// exactly once, in order; if it returns `false` the packet goes out aborted.
+    /// byte is copied once (and checksummed while hot, where the link carries a CRC).
+    /// `read` is asked for every byte exactly once, in order; if it returns `false` the
+    /// packet goes out aborted.
     pub fn send_packet_from(
         &mut self,
         len: usize,
