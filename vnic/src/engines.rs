@@ -127,7 +127,78 @@ pub struct SoftEngines {
     /// Host-bus writes from that range are served from the frame; the rest is copied to
     /// staging before the link receives again or when asked for otherwise.
     rx_held: Option<(u32, u32)>,
+    /// Host-bus reads into send staging whose bytes are still only in host memory (see
+    /// [`Deferred`]), oldest first, at most [`DEFERRED_MAX`].
+    tx_deferred: Vec<Deferred>,
     idle_since: Option<Instant>,
+}
+
+/// A host-bus read into send staging, not copied yet: link out takes the bytes straight
+/// from host memory when it sends them (one copy of every payload fewer), and anything
+/// else that could look at the range copies them into staging first. Hardware moves
+/// host → SRAM → wire with two engines and no processor time; here every move is a
+/// memcpy. The firmware never reads payload bytes in staging, and a host must not
+/// change a frame before its send completes (which comes after link out read it), so the
+/// packet carries the bytes the read would have copied.
+struct Deferred {
+    nic_off: u32,
+    len: u32,
+    map: Arc<Mapping>,
+    map_off: usize,
+}
+
+/// Deferred reads kept at most; the oldest is copied to make room.
+const DEFERRED_MAX: usize = 8;
+
+impl Deferred {
+    /// Whether `off..off + len` (any values: a flashed image may pass anything) meets it.
+    fn overlaps(&self, off: u32, len: u32) -> bool {
+        let (off, end) = (off as u64, off as u64 + len as u64);
+        off < self.nic_off as u64 + self.len as u64 && (self.nic_off as u64) < end
+    }
+}
+
+/// Copy into staging every deferred read overlapping `off..off + len` (all with `None`).
+fn settle_deferred(deferred: &mut Vec<Deferred>, nic: &Mapping, range: Option<(u32, u32)>) {
+    deferred.retain(|d| {
+        if range.is_some_and(|(off, len)| !d.overlaps(off, len)) {
+            return true;
+        }
+        // Both ranges were checked when the read was deferred.
+        let _ = nic.copy_from(d.nic_off as usize, &d.map, d.map_off, d.len as usize);
+        false
+    });
+}
+
+/// Fill `out` with send staging from `off`, serving bytes a deferred read still holds in
+/// host memory from there. `false` if the range is outside NIC memory.
+fn read_staging(deferred: &[Deferred], nic: &Mapping, off: usize, out: &mut [u8]) -> bool {
+    let mut done = 0;
+    while done < out.len() {
+        let at = off + done;
+        let rest = out.len() - done;
+        let hit = deferred.iter().rev().find(|d| (d.nic_off as usize..(d.nic_off + d.len) as usize).contains(&at));
+        let n = match hit {
+            Some(d) => {
+                let n = rest.min((d.nic_off + d.len) as usize - at);
+                if !d.map.read(d.map_off + (at - d.nic_off as usize), &mut out[done..done + n]) {
+                    return false;
+                }
+                n
+            }
+            None => {
+                // Up to where the next deferred read begins.
+                let next = deferred.iter().map(|d| d.nic_off as usize).filter(|&o| o > at).min();
+                let n = next.map_or(rest, |o| rest.min(o - at));
+                if !nic.read(at, &mut out[done..done + n]) {
+                    return false;
+                }
+                n
+            }
+        };
+        done += n;
+    }
+    true
 }
 
 /// Bytes of a received packet link in always writes to receive staging at once: the
@@ -160,6 +231,7 @@ impl SoftEngines {
             rx_post: None,
             rx: RxStatus::default(),
             rx_held: None,
+            tx_deferred: Vec::with_capacity(DEFERRED_MAX),
             idle_since: None,
         }
     }
@@ -173,6 +245,7 @@ impl SoftEngines {
         self.rx_post = None;
         self.rx = RxStatus::default();
         self.rx_held = None;
+        settle_deferred(&mut self.tx_deferred, &self.nic, None);
         self.idle_since = None;
     }
 
@@ -311,11 +384,26 @@ fn write_from_held(
 impl Engines for SoftEngines {
     fn host_dma_start(&mut self, dir: HostDir, host_addr: u64, nic_off: u32, len: u32) {
         self.idle_since = None;
-        let SoftEngines { dma, nic, link, rx_held, .. } = self;
+        let SoftEngines { dma, nic, link, rx_held, tx_deferred, .. } = self;
+        // Whatever this transfer overwrites or reads in NIC memory must be there first.
+        if tx_deferred.iter().any(|d| d.overlaps(nic_off, len)) {
+            settle_deferred(tx_deferred, nic, Some((nic_off, len)));
+        }
         // The mapping is lent for the transfer (no reference count taken per DMA).
         let ok = dma
             .with_translated(host_addr, len as u64, |map, off| match dir {
-                HostDir::ToNic => nic.copy_from(nic_off as usize, map, off, len as usize),
+                HostDir::ToNic => {
+                    let in_nic = (nic_off as usize).checked_add(len as usize).is_some_and(|e| e <= nic.len());
+                    if !in_nic || off.checked_add(len as usize).is_none_or(|e| e > map.len()) {
+                        return false;
+                    }
+                    if tx_deferred.len() == DEFERRED_MAX {
+                        let oldest = tx_deferred.remove(0);
+                        let _ = nic.copy_from(oldest.nic_off as usize, &oldest.map, oldest.map_off, oldest.len as usize);
+                    }
+                    tx_deferred.push(Deferred { nic_off, len, map: map.clone(), map_off: off });
+                    true
+                }
                 HostDir::ToHost => match write_from_held(rx_held, link, nic_off, map, off, len) {
                     Some(ok) => ok,
                     None => {
@@ -357,7 +445,7 @@ impl Engines for SoftEngines {
         }
         if flags & tx_flags::LAST != 0 {
             let abort = flags & tx_flags::ABORT != 0 || self.tx_over;
-            let (nic, pulses) = (&self.nic, &self.tx_pulses);
+            let (nic, pulses, deferred) = (&self.nic, &self.tx_pulses, &self.tx_deferred);
             // Packet offset `at` → the pulse holding it; `read` asks for bytes in order.
             let (mut i, mut base) = (0usize, 0usize);
             let mut read = |at: usize, buf: &mut [u8]| {
@@ -370,7 +458,7 @@ impl Engines for SoftEngines {
                     let Some(&(off, l)) = pulses.get(i) else { return false };
                     let skip = at + done - base;
                     let n = (l as usize - skip).min(buf.len() - done);
-                    if !nic.read(off as usize + skip, &mut buf[done..done + n]) {
+                    if !read_staging(deferred, nic, off as usize + skip, &mut buf[done..done + n]) {
                         return false;
                     }
                     done += n;
@@ -380,6 +468,9 @@ impl Engines for SoftEngines {
             // Send errors are counted by the link; the firmware sees the packet sent.
             let _ = self.link.send_packet_from(self.tx_len, abort, &mut read);
             self.stats.link_tx_packets.fetch_add(1, Ordering::Relaxed);
+            // The packet's deferred reads went out with it (its staging is freed next).
+            let (tx_deferred, pulses) = (&mut self.tx_deferred, &self.tx_pulses);
+            tx_deferred.retain(|d| !pulses.iter().any(|&(off, l)| d.overlaps(off, l)));
             self.tx_pulses.clear();
             self.tx_len = 0;
         }
@@ -538,6 +629,66 @@ mod tests {
         assert_eq!((st.complete, st.crc_ok, st.bytes), (true, false, 100));
         assert!(nic.read(2048, &mut got));
         assert_eq!(got, p);
+    }
+
+    /// Host-bus reads into send staging are deferred until link out sends the bytes;
+    /// whatever else looks at those bytes, and however many reads wait, the packet and
+    /// NIC memory show exactly what the reads would have copied.
+    #[test]
+    fn deferred_host_reads_send_and_settle_the_bytes_they_read() {
+        let sw = InProcSwitch::new();
+        let (mut a, nic) = engines(Link::new(1, Box::new(sw.port(1)), FaultConfig::NONE));
+        let mut b = Link::new(2, Box::new(sw.port(2)), FaultConfig::NONE);
+        let host = Arc::new(Mapping::create_memfd("eng-host", 64 * 1024).unwrap());
+        a.dma.register("host", 0x10_0000, host.clone(), 0, 64 * 1024).unwrap();
+        let p = packet(9000, 11);
+        assert!(host.write(0, &p));
+        let mut out = vec![0u8; 16 * 1024];
+        // Header from the firmware, payload read from the host in two transfers.
+        assert!(nic.write(4096, &p[..32]));
+        a.host_dma_start(HostDir::ToNic, 0x10_0000 + 32, 4096 + 32, 4000);
+        a.host_dma_start(HostDir::ToNic, 0x10_0000 + 4032, 4096 + 4032, 4968);
+        assert!(!a.host_dma_status().error);
+        a.link_tx_start(4096, 9000, tx_flags::FIRST | tx_flags::LAST);
+        let rx = b.poll_packet(&mut out).expect("packet");
+        assert_eq!((rx.len, rx.crc_ok), (9000, true));
+        assert_eq!(&out[..9000], &p[..]);
+        // A second read over part of an unsent one: the packet carries the newer bytes.
+        let q = packet(3000, 77);
+        assert!(host.write(20_000, &q));
+        a.host_dma_start(HostDir::ToNic, 0x10_0000, 8192, 3000);
+        a.host_dma_start(HostDir::ToNic, 0x10_0000 + 20_000 + 1000, 8192 + 1000, 1000);
+        let mut want = p[..3000].to_vec();
+        want[1000..2000].copy_from_slice(&q[1000..2000]);
+        // A host-bus write out of a range a read is still deferred in sees the read bytes.
+        a.host_dma_start(HostDir::ToHost, 0x10_0000 + 60_000, 8192 + 1500, 100);
+        let mut back = vec![0u8; 100];
+        assert!(host.read(60_000, &mut back));
+        assert_eq!(back, want[1500..1600]);
+        a.link_tx_start(8192, 3000, tx_flags::FIRST | tx_flags::LAST);
+        let rx = b.poll_packet(&mut out).expect("packet");
+        assert_eq!((rx.len, rx.crc_ok), (3000, true));
+        assert_eq!(&out[..3000], &want[..]);
+        // More reads than are kept: the oldest settle into staging at once, the rest when
+        // the processor resets; either way staging ends up with the bytes read.
+        let n = DEFERRED_MAX as u32 + 4;
+        for k in 0..n {
+            a.host_dma_start(HostDir::ToNic, 0x10_0000 + k as u64 * 100, 30_000 + k * 1000, 500);
+        }
+        let staged = |k: u32| {
+            let mut v = vec![0u8; 500];
+            assert!(nic.read(30_000 + k as usize * 1000, &mut v));
+            v
+        };
+        for k in 0..4 {
+            assert_eq!(staged(k), p[k as usize * 100..k as usize * 100 + 500], "read {k} settled when pushed out");
+        }
+        assert_eq!(a.tx_deferred.len(), DEFERRED_MAX);
+        a.reset();
+        for k in 0..n {
+            assert_eq!(staged(k), p[k as usize * 100..k as usize * 100 + 500], "read {k} settled by the reset");
+        }
+        assert!(a.tx_deferred.is_empty(), "nothing deferred after a reset");
     }
 
     #[test]
