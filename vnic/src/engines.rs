@@ -20,7 +20,7 @@
 //! (a wakeup across cores costs tens of µs on these machines) and then parks in `poll(2)`
 //! on the host doorbell, the link and the control eventfd.
 
-use crate::dma::DmaSpace;
+use crate::dma::{DmaSpace, DmaView};
 use crate::link::{Link, LinkStats};
 use crate::shm::Mapping;
 use rustix::event::{poll, PollFd, PollFlags};
@@ -130,6 +130,8 @@ pub struct SoftEngines {
     /// Host-bus reads into send staging whose bytes are still only in host memory (see
     /// [`Deferred`]), oldest first, at most [`DEFERRED_MAX`].
     tx_deferred: Vec<Deferred>,
+    /// This engine's copy of the DMA regions (no lock per transfer).
+    dma_view: DmaView,
     idle_since: Option<Instant>,
 }
 
@@ -232,6 +234,7 @@ impl SoftEngines {
             rx: RxStatus::default(),
             rx_held: None,
             tx_deferred: Vec::with_capacity(DEFERRED_MAX),
+            dma_view: DmaView::default(),
             idle_since: None,
         }
     }
@@ -384,14 +387,14 @@ fn write_from_held(
 impl Engines for SoftEngines {
     fn host_dma_start(&mut self, dir: HostDir, host_addr: u64, nic_off: u32, len: u32) {
         self.idle_since = None;
-        let SoftEngines { dma, nic, link, rx_held, tx_deferred, .. } = self;
+        let SoftEngines { dma, nic, link, rx_held, tx_deferred, dma_view, .. } = self;
         // Whatever this transfer overwrites or reads in NIC memory must be there first.
         if tx_deferred.iter().any(|d| d.overlaps(nic_off, len)) {
             settle_deferred(tx_deferred, nic, Some((nic_off, len)));
         }
         // The mapping is lent for the transfer (no reference count taken per DMA).
         let ok = dma
-            .with_translated(host_addr, len as u64, |map, off| match dir {
+            .with_translated_in(dma_view, host_addr, len as u64, |map, off| match dir {
                 HostDir::ToNic => {
                     let in_nic = (nic_off as usize).checked_add(len as usize).is_some_and(|e| e <= nic.len());
                     if !in_nic || off.checked_add(len as usize).is_none_or(|e| e > map.len()) {
