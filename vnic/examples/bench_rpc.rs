@@ -61,7 +61,7 @@ struct Args {
     #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u32).range(1..=101))]
     bw_reps: u32,
     /// 8 KB replies per measurement in that comparison.
-    #[arg(long, default_value_t = 5000)]
+    #[arg(long, default_value_t = 20_000)]
     bw_pair_calls: u32,
     /// Only run the same-thread 2-way 8 KB round trip (`--calls` of them) and print its
     /// p50: the mode to profile NetRPC's CPU cost per round trip with.
@@ -243,10 +243,15 @@ fn wait_8k_p50_on(p: &mut Port, ways: u32, calls: u32, mut also: impl FnMut()) -
     Ok(pct(&mut lat, 0.5))
 }
 
+/// A thread with a name (profiles tell the sides apart by it).
+fn spawn_named<T: Send + 'static>(name: &str, f: impl FnOnce() -> T + Send + 'static) -> std::thread::JoinHandle<T> {
+    std::thread::Builder::new().name(name.into()).spawn(f).expect("spawning a bench thread")
+}
+
 /// Poll the server nodes on one thread until `stop` (a thread per node would put three
 /// spinning threads on two cores in 3-way runs).
 fn serve_thread(mut ports: Vec<Port>, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
-    std::thread::spawn(move || {
+    spawn_named("rpc-server", move || {
         let mut idle = 0u32;
         while !stop.load(Ordering::Relaxed) {
             let mut busy = false;
@@ -396,11 +401,13 @@ fn bandwidth(
         let start_done = p.node.service.done;
         let mut issued = 0;
         while p.node.service.done - start_done < n as u64 {
-            // One clock reading per burst of calls (their timeouts need no finer time).
-            let now = p.now();
+            // One clock reading per burst of calls (their timeouts need no finer time),
+            // none while the window is full.
+            let mut now = None;
             while issued < n && issued as u64 - (p.node.service.done - start_done) < window as u64 {
                 p.node.service.busy_once = deferred;
-                let id = issue(p, Mode::NonBlocking, now)?;
+                let t = *now.get_or_insert_with(|| p.now());
+                let id = issue(p, Mode::NonBlocking, t)?;
                 p.rpc.push_continuation(id, cont, 0).map_err(|e| anyhow::anyhow!("{e:?}"))?;
                 issued += 1;
             }
@@ -410,16 +417,16 @@ fn bandwidth(
     Ok(t0.elapsed().as_secs_f64())
 }
 
-/// NetRPC's nonblocking 8 KB solicited bandwidth (2-way, `cont`, `window` calls
-/// outstanding) on a fresh pair of nodes: the traffic of [`raw_request_reply`] through
-/// NetRPC. MB/s of reply payload.
-fn rpc_cont_bandwidth(count: u32, window: u32) -> anyhow::Result<f64> {
+/// NetRPC's nonblocking 8 KB bandwidth (2-way, `cont`, `window` calls outstanding, the
+/// reply payload `kind`) on a fresh pair of nodes: the traffic of [`raw_request_reply`]
+/// through NetRPC. MB/s of reply payload.
+fn rpc_cont_bandwidth(count: u32, window: u32, kind: Kind) -> anyhow::Result<f64> {
     let sw = InProcSwitch::new();
     let mut client = node(&sw, 0, false)?;
     let stop = Arc::new(AtomicBool::new(false));
     let server = serve_thread(vec![node(&sw, 1, false)?], stop.clone());
     let issue = |p: &mut Port, mode: Mode, now: u64| -> anyhow::Result<CallId> {
-        let rt = reply_to(p, Kind::Solicited)?;
+        let rt = reply_to(p, kind)?;
         p.rpc.call::<Get2>(now, &mut p.node, 1, &req(FRAME_BYTES), rt, mode).map_err(|e| anyhow::anyhow!("call: {e:?}"))
     };
     let secs = bandwidth(&mut client, "cont", FRAME_BYTES, count, window, &issue);
@@ -428,33 +435,51 @@ fn rpc_cont_bandwidth(count: u32, window: u32) -> anyhow::Result<f64> {
     Ok(count as f64 * FRAME_BYTES as f64 / secs? / 1e6)
 }
 
-/// The bandwidth comparison, stabilised: `reps` pairs of (raw NIC, NetRPC) measurements
-/// interleaved (the order alternating), so drift in the machine's load hits both alike.
+/// The bandwidth comparison, stabilised: `reps` rounds of (raw NIC, NetRPC) measurements
+/// for each payload kind, interleaved (the order alternating), so drift in the machine's
+/// load hits all alike. Each kind is compared with raw Trapeze moving the same payloads
+/// the same way: solicited replies into IPT-armed frames, unsolicited ones into receive
+/// buffers.
 struct BwCompare {
     raw: Vec<f64>,
     rpc: Vec<f64>,
+    raw_unsol: Vec<f64>,
+    rpc_unsol: Vec<f64>,
 }
 
 impl BwCompare {
     fn run(reps: u32, count: u32, window: u32) -> anyhow::Result<Self> {
-        let (mut raw, mut rpc) = (Vec::new(), Vec::new());
+        let mut c = BwCompare { raw: Vec::new(), rpc: Vec::new(), raw_unsol: Vec::new(), rpc_unsol: Vec::new() };
         for i in 0..reps {
-            if i % 2 == 0 {
-                raw.push(raw_request_reply(count, window)?);
-                rpc.push(rpc_cont_bandwidth(count, window)?);
-            } else {
-                rpc.push(rpc_cont_bandwidth(count, window)?);
-                raw.push(raw_request_reply(count, window)?);
+            for kind in [Kind::Solicited, Kind::Unsolicited] {
+                let (raw, rpc) = if i % 2 == 0 {
+                    let raw = raw_request_reply(count, window, kind)?;
+                    (raw, rpc_cont_bandwidth(count, window, kind)?)
+                } else {
+                    let rpc = rpc_cont_bandwidth(count, window, kind)?;
+                    (raw_request_reply(count, window, kind)?, rpc)
+                };
+                let (raws, rpcs) = if kind == Kind::Solicited { (&mut c.raw, &mut c.rpc) } else { (&mut c.raw_unsol, &mut c.rpc_unsol) };
+                raws.push(raw);
+                rpcs.push(rpc);
             }
         }
-        Ok(BwCompare { raw, rpc })
+        Ok(c)
     }
-    /// Per-pair ratios NetRPC / raw, sorted.
+    /// Per-pair ratios NetRPC / raw (solicited), sorted.
     fn ratios(&self) -> Vec<f64> {
-        let mut r: Vec<f64> = self.rpc.iter().zip(&self.raw).map(|(a, b)| a / b).collect();
-        r.sort_by(f64::total_cmp);
-        r
+        sorted_ratios(&self.rpc, &self.raw)
     }
+    /// Per-pair ratios NetRPC / raw (unsolicited), sorted.
+    fn ratios_unsol(&self) -> Vec<f64> {
+        sorted_ratios(&self.rpc_unsol, &self.raw_unsol)
+    }
+}
+
+fn sorted_ratios(a: &[f64], b: &[f64]) -> Vec<f64> {
+    let mut r: Vec<f64> = a.iter().zip(b).map(|(a, b)| a / b).collect();
+    r.sort_by(f64::total_cmp);
+    r
 }
 
 /// p50 (µs) of `calls` blocking 8 KB solicited calls, `ways` = 2 (node 0 → 1) or 3 (node 0
@@ -537,36 +562,68 @@ fn median(v: &[f64]) -> f64 {
 }
 
 /// Raw Trapeze with the same traffic as the nonblocking RPC rows but no NetRPC: node 0
-/// keeps `window` small requests outstanding, node 1 answers each with 8 KB from its page
-/// (unsolicited). MB/s of replies at node 0: the NIC path's ceiling for that pattern.
-fn raw_request_reply(count: u32, window: u32) -> anyhow::Result<f64> {
+/// keeps `window` small requests outstanding, node 1 answers each with 8 KB from its page,
+/// unsolicited (into a receive buffer) or solicited (node 0 arms an IPT frame per request
+/// and sends its payload token; the reply lands in that frame, which node 0 then frees).
+/// MB/s of replies at node 0: the NIC path's ceiling for that pattern.
+fn raw_request_reply(count: u32, window: u32, kind: Kind) -> anyhow::Result<f64> {
+    let solicited = kind == Kind::Solicited;
     let sw = InProcSwitch::new();
     let mut client = node(&sw, 0, false)?;
     let mut server = node(&sw, 1, false)?;
     let stop = Arc::new(AtomicBool::new(false));
     let st = stop.clone();
-    let srv = std::thread::spawn(move || {
+    let srv = spawn_named("raw-server", move || {
         let seg = [Segment { addr: DEFAULT_REGION_BASE + server.node.service.page, len: FRAME_BYTES }];
-        let reply = SendMsg { peer: 0, ctrl: b"page", payload_len: FRAME_BYTES, segments: &seg, token: PayloadToken::NONE };
-        let mut owed = 0u32;
+        // The payload token of each request owed a reply (NONE: unsolicited).
+        let mut owed = std::collections::VecDeque::new();
         while !st.load(Ordering::Relaxed) {
-            owed += server.raw_recv().1;
-            while owed > 0 && server.raw_send(&reply) {
-                owed -= 1;
+            server.raw_recv_each(|_, ctrl| {
+                let token = ctrl.get(..8).map_or(0, |t| u64::from_le_bytes(t.try_into().unwrap_or_default()));
+                owed.push_back(PayloadToken(token));
+            });
+            while let Some(&token) = owed.front() {
+                let reply = SendMsg { peer: 0, ctrl: b"page", payload_len: FRAME_BYTES, segments: &seg, token };
+                if !server.raw_send(&reply) {
+                    break;
+                }
+                owed.pop_front();
             }
-            if owed > 0 {
+            if !owed.is_empty() {
                 std::thread::yield_now();
             }
         }
     });
-    let request = SendMsg { peer: 1, ctrl: b"get", payload_len: 0, segments: &[], token: PayloadToken::NONE };
     let t0 = Instant::now();
     let (mut sent, mut got) = (0u32, 0u32);
+    // Solicited: the frames armed for outstanding requests, in request order (one server
+    // answers in order).
+    let mut armed = std::collections::VecDeque::new();
     while got < count {
-        while sent < count && sent - got < window && client.raw_send(&request) {
+        while sent < count && sent - got < window {
+            let mut ctrl = [0u8; 8];
+            if solicited {
+                let ReplyTo::Solicited { token, frame } = client.solicit()? else { unreachable!() };
+                ctrl = token.to_le_bytes();
+                armed.push_back(frame);
+            }
+            let request = SendMsg { peer: 1, ctrl: &ctrl, payload_len: 0, segments: &[], token: PayloadToken::NONE };
+            if !client.raw_send(&request) {
+                if let Some(f) = armed.pop_back().filter(|_| solicited) {
+                    client.done_with(f);
+                }
+                break;
+            }
             sent += 1;
         }
-        got += client.raw_recv().0;
+        let mut replies = 0;
+        client.raw_recv_each(|payload, _| replies += (payload == FRAME_BYTES) as u32);
+        for _ in 0..replies {
+            if let Some(f) = armed.pop_front() {
+                client.done_with(f);
+            }
+        }
+        got += replies;
         if t0.elapsed() > Duration::from_secs(30) {
             stop.store(true, Ordering::Relaxed);
             anyhow::bail!("raw request/reply stalled at {got}/{count}");
@@ -754,14 +811,19 @@ fn run(a: Args) -> anyhow::Result<()> {
         let bw = BwCompare::run(a.bw_reps, a.bw_pair_calls.max(1000), a.window)?;
         let best = |v: &[f64]| v.iter().copied().fold(f64::NAN, f64::max);
         let list = |v: &[f64]| v.iter().map(|r| format!("{r:.2}")).collect::<Vec<_>>().join(" ");
-        println!(
-            "raw {:.0} MB/s, NetRPC cont {:.0} MB/s (best of {} each): {:.2}; per pair {}",
-            best(&bw.raw),
-            best(&bw.rpc),
-            a.bw_reps,
-            best(&bw.rpc) / best(&bw.raw),
-            list(&bw.ratios())
-        );
+        for (name, raw, rpc, ratios) in [
+            ("solicited", &bw.raw, &bw.rpc, bw.ratios()),
+            ("unsolicited", &bw.raw_unsol, &bw.rpc_unsol, bw.ratios_unsol()),
+        ] {
+            println!(
+                "{name}: NetRPC / raw paired median {:.2}; best of {} each: raw {:.0} MB/s, NetRPC cont {:.0} MB/s; per pair {}",
+                median(&ratios),
+                a.bw_reps,
+                best(raw),
+                best(rpc),
+                list(&ratios)
+            );
+        }
         return Ok(());
     }
     let mut rows = Vec::new();
@@ -795,10 +857,13 @@ fn run(a: Args) -> anyhow::Result<()> {
     let ratios = bw.ratios();
     let best = |v: &[f64]| v.iter().copied().fold(f64::NAN, f64::max);
     let (raw, rpc_bw) = (best(&bw.raw), best(&bw.rpc));
+    let (raw_unsol, rpc_unsol) = (best(&bw.raw_unsol), best(&bw.rpc_unsol));
     // Best of N: a busy machine only ever slows a run down, so each side's fastest run
     // is the closest to its capacity; the paired median shows the spread honestly.
     let cont_over_raw = rpc_bw / raw;
+    let unsol_over_raw = rpc_unsol / raw_unsol;
     let paired_median = median(&ratios);
+    let ratios_unsol = bw.ratios_unsol();
     let ways = ways_compare(a.bw_reps.min(9), a.calls)?;
     let ways_median = median(&ways);
     let raw_rt0 = raw_round_trip(a.calls, 0)?;
@@ -839,6 +904,9 @@ fn run(a: Args) -> anyhow::Result<()> {
                     "cont_over_raw_paired_median": paired_median,
                     "bw_pairs_raw_mb_s": bw.raw, "bw_pairs_rpc_mb_s": bw.rpc,
                     "cont_over_raw_min": ratios.first(), "cont_over_raw_max": ratios.last(),
+                    "raw_nic_8k_unsolicited_best_mb_s": raw_unsol, "rpc_cont_8k_unsolicited_best_mb_s": rpc_unsol,
+                    "cont_unsolicited_over_raw_unsolicited": unsol_over_raw,
+                    "cont_unsolicited_over_raw_paired_median": median(&ratios_unsol),
                     "over_udp": two / udp, "over_tcp": two / tcp,
                     "same_core": { "rpc_2way_8k_p50_us": rpc_same, "udp_8k_p50_us": udp_same, "tcp_8k_p50_us": tcp_same,
                                    "over_udp": same_over_udp, "over_tcp": same_over_tcp,
@@ -863,11 +931,12 @@ fn run(a: Args) -> anyhow::Result<()> {
     println!("\nbaselines (same run): 16 B request / 8 KB reply, p50");
     println!("  UDP loopback {udp:.1} µs (busy-polled {udp_spin:.1} µs), TCP NODELAY {tcp:.1} µs (busy-polled {tcp_spin:.1} µs)");
     println!(
-        "  raw Trapeze request / 8 KB reply, {} outstanding (no NetRPC) {raw:.1} MB/s, NetRPC cont 8 KB solicited {rpc_bw:.1} MB/s (best of each)",
+        "  raw Trapeze request / 8 KB reply, {} outstanding (no NetRPC), against NetRPC cont 8 KB (best of each):",
         a.window
     );
+    println!("    solicited (IPT frames): raw {raw:.1} MB/s, NetRPC {rpc_bw:.1} MB/s; unsolicited (receive buffers): raw {raw_unsol:.1} MB/s, NetRPC {rpc_unsol:.1} MB/s");
     println!(
-        "    ({} interleaved pairs of {} replies; per pair NetRPC/raw, sorted: {})",
+        "    ({} interleaved pairs of {} replies; per pair NetRPC/raw solicited, sorted: {})",
         a.bw_reps,
         a.bw_pair_calls.max(1000),
         ratios.iter().map(|r| format!("{r:.2}")).collect::<Vec<_>>().join(" ")
@@ -898,12 +967,15 @@ fn run(a: Args) -> anyhow::Result<()> {
         ways.iter().map(|r| format!("{r:.2}")).collect::<Vec<_>>().join(" "),
         three / two
     );
+    // The headline is the paired median: this VM swings between phases ~1.6x apart for
+    // seconds at a time, so the best run of either side mostly says which side was lucky.
     println!(
-        "nonblocking 8 KB solicited bandwidth / raw NIC bandwidth: {cont_over_raw:.2} (best of {} each; paired median {paired_median:.2}, range {:.2}-{:.2}; table row alone: {:.2})",
+        "nonblocking 8 KB bandwidth / raw NIC bandwidth, same payload kind (median of {} interleaved pairs): solicited {paired_median:.2} (range {:.2}-{:.2}; best of each {cont_over_raw:.2}; table row alone {:.2}), unsolicited {:.2} (best of each {unsol_over_raw:.2})",
         a.bw_reps,
         ratios.first().copied().unwrap_or(f64::NAN),
         ratios.last().copied().unwrap_or(f64::NAN),
-        cont_bw / raw
+        cont_bw / raw,
+        median(&ratios_unsol)
     );
     Ok(())
 }

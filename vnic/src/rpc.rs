@@ -408,17 +408,19 @@ impl<S: Service> RpcPort<S> {
     /// Raw Trapeze receive beside NetRPC (for baselines): run the NIC, drain the receive
     /// ring (frames stay attached) and return (messages with a payload, without one).
     pub fn raw_recv(&mut self) -> (u32, u32) {
-        self.poll_nic();
         let (mut with, mut without) = (0, 0);
+        self.raw_recv_each(|payload, _| if payload > 0 { with += 1 } else { without += 1 });
+        (with, without)
+    }
+
+    /// [`Self::raw_recv`], showing each message to `f`: its payload length (landed in the
+    /// slot's buffer, or in an IPT frame for a solicited one) and its control message.
+    pub fn raw_recv_each(&mut self, mut f: impl FnMut(u32, &[u8])) {
+        self.poll_nic();
         while let Some(m) = self.node.ep.poll_recv() {
-            if m.payload_len > 0 {
-                with += 1;
-            } else {
-                without += 1;
-            }
+            f(m.payload_len, m.ctrl());
             self.node.ep.release_recv(None);
         }
-        (with, without)
     }
 
     /// A blocking call: issue it and poll until its outcome arrives.
