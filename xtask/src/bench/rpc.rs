@@ -2,13 +2,18 @@
 //! `cargo xtask bench rpc`: NetRPC over virtual NICs in the shape of the RPC-variants
 //! paper's Table 1, with raw-NIC and UDP/TCP loopback baselines from the same run
 //! (`vnic/examples/bench_rpc.rs`, release build). Run it on a quiet machine. The
-//! nonblocking-vs-raw bandwidth ratio compares the best of `--bw-reps` interleaved runs
-//! of each side (load only ever slows a run), and prints every pair's ratio beside it.
+//! nonblocking-vs-raw bandwidth ratio is the median over `--bw-reps` interleaved pairs of
+//! runs moving the same payload kind (each side's best run printed beside it). Socket
+//! baselines are placed like the NetRPC figure they are compared with: the table rows
+//! (two threads, one per core) against sockets with an end on each core, the one-thread
+//! round trip against sockets both on one core; the scheduler's own placement is reported
+//! too (`*_unpinned`).
 
 #[derive(clap::Args)]
 pub struct RpcArgs {
     /// One JSON object per row (variant, ways, payload, kind, p50_us, p99_us, mb_s,
-    /// udp_8k_p50_us, tcp_8k_p50_us), then a summary object.
+    /// udp_8k_p50_us, tcp_8k_p50_us for sockets placed like the rows, and their
+    /// *_unpinned figures), then a summary object.
     #[arg(long)]
     json: bool,
     /// Calls per latency measurement.
