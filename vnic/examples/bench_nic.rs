@@ -8,6 +8,7 @@
 //! * one-way 8 KB latency — one message in flight: node 0 stamps the send time, node 1's
 //!   host records its receive time (same process, same clock) and acknowledges with a
 //!   control message before the next one is sent. p50 and p99 over the run.
+//!
 //! Both modes run in the same invocation; ratios are flashed / native.
 
 use anyhow::{bail, Context};

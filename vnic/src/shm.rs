@@ -51,7 +51,7 @@ impl Mapping {
 
     /// Map `len` bytes of `file` (which must be at least that long).
     pub fn from_file(file: File, len: usize) -> io::Result<Self> {
-        if len == 0 || len % 4 != 0 {
+        if len == 0 || !len.is_multiple_of(4) {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "mapping length must be a non-zero multiple of 4"));
         }
         let have = file.metadata()?.len();

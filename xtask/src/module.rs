@@ -136,31 +136,6 @@ fn parse_frames(text: &str) -> Vec<(u64, String)> {
     frames
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn stack_frames_are_read_from_objdump_output() {
-        let text = "\
-0000000000000000 <trapeze::driver::new_core>:
-   0:\tpush   %rbp
-   1:\tsub    $0x28c48,%rsp
-  10:\tsub    $0x10,%rax
-0000000000000100 <trapeze::net::KHost::new>:
- 100:\tsub    $0xce8,%rsp
- 120:\tsub    $0x20,%rsp
-0000000000000200 <small>:
- 200:\tret
-";
-        let f = parse_frames(text);
-        assert_eq!(f, vec![(0x28c48, "trapeze::driver::new_core".to_string()), (0xce8, "trapeze::net::KHost::new".to_string())]);
-        assert!(f[0].0 > MAX_FRAME && f[1].0 < MAX_FRAME);
-    }
-}
-
-/// Run `make -C <kernel build> M=kernel-crate <toolchain vars> <targets>`; return its
-/// combined output (printed, with an error, if it fails).
 /// The exclusive lock on `~/.cache/trapeze/module.lock` for one build of `kernel-crate/`
 /// (an advisory `flock`, held until dropped or the process exits).
 struct BuildLock(#[allow(dead_code)] std::fs::File);
@@ -192,6 +167,8 @@ impl BuildLock {
     }
 }
 
+/// Run `make -C <kernel build> M=kernel-crate <toolchain vars> <targets>`; return its
+/// combined output (printed, with an error, if it fails).
 fn make(k: &Kernel, targets: &[&str], clippy: bool) -> anyhow::Result<String> {
     let dir = crate::workspace_root().join(DIR);
     let mut cmd = Command::new("make");
@@ -211,4 +188,27 @@ fn make(k: &Kernel, targets: &[&str], clippy: bool) -> anyhow::Result<String> {
         bail!("make {} in {DIR}/ failed ({})", targets.join(" "), out.status);
     }
     Ok(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stack_frames_are_read_from_objdump_output() {
+        let text = "\
+0000000000000000 <trapeze::driver::new_core>:
+   0:\tpush   %rbp
+   1:\tsub    $0x28c48,%rsp
+  10:\tsub    $0x10,%rax
+0000000000000100 <trapeze::net::KHost::new>:
+ 100:\tsub    $0xce8,%rsp
+ 120:\tsub    $0x20,%rsp
+0000000000000200 <small>:
+ 200:\tret
+";
+        let f = parse_frames(text);
+        assert_eq!(f, vec![(0x28c48, "trapeze::driver::new_core".to_string()), (0xce8, "trapeze::net::KHost::new".to_string())]);
+        assert!(f[0].0 > MAX_FRAME && f[1].0 < MAX_FRAME);
+    }
 }

@@ -87,9 +87,9 @@ struct Outcome {
 /// Serve: answer every new request that reached a server host.
 fn serve(c: &mut Cluster, seen: &mut [usize]) -> anyhow::Result<()> {
     let now = c.now_ps();
-    for node in 1..c.len() {
-        let new: Vec<_> = c.host(node).delivered[seen[node]..].to_vec();
-        seen[node] += new.len();
+    for (node, seen) in seen.iter_mut().enumerate().take(c.len()).skip(1) {
+        let new: Vec<_> = c.host(node).delivered[*seen..].to_vec();
+        *seen += new.len();
         for req in new {
             ensure!(req.ctrl.len() == 20, "server {node}: malformed request");
             let op = u32::from_le_bytes(req.ctrl[0..4].try_into()?);

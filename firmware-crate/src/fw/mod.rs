@@ -28,7 +28,8 @@ pub const TX_QUEUE: usize = 16;
 /// Packets in flight on the receive side (posted or draining to the host).
 pub const RX_QUEUE: usize = 16;
 
-/// Version published in `ctrl::FW_VERSION`.
+/// Version published in `ctrl::FW_VERSION`: major << 16 | minor << 8 (0.1).
+#[allow(clippy::identity_op)] // a zero major field, spelled out
 pub const FW_VERSION: u32 = (0 << 16) | (1 << 8);
 
 /// Run-time configuration, read from the control block (defined in `iface`).

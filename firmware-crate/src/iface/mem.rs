@@ -86,7 +86,7 @@ impl<'a> AtomicWords<'a> {
 
     #[inline]
     fn word(&self, off: u32) -> Option<&AtomicU32> {
-        if off % 4 != 0 || off < self.base {
+        if !off.is_multiple_of(4) || off < self.base {
             debug_assert!(false, "NIC memory access refused at {off:#x}");
             return None;
         }

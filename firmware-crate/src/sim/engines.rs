@@ -279,7 +279,7 @@ impl Wire {
         // Wormhole: the receiver's link-in must hold a buffer for this packet.
         if let Some(d) = route.dst {
             let rx = &nodes[d].0.rx;
-            let ok = rx.posted.is_some() && !rx.complete && rx.from.map_or(true, |f| f == s);
+            let ok = rx.posted.is_some() && !rx.complete && rx.from.is_none_or(|f| f == s);
             if !ok {
                 self.stats.stalled_ticks += 1;
                 return;
