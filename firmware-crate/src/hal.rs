@@ -62,6 +62,11 @@ pub trait Engines {
     fn completes_at_once(&self) -> bool {
         false
     }
+    /// The firmware is done with `len` bytes of send staging at `nic_off` (the packet was
+    /// sent or failed): engines that keep state about those bytes may drop it. Default: nothing.
+    fn tx_staging_released(&mut self, nic_off: u32, len: u32) {
+        let _ = (nic_off, len);
+    }
     /// Called when a main-loop iteration found nothing to do. `engines_busy` says a
     /// transfer is running (so progress will come without an event); an implementation
     /// may block until a doorbell or engine event, or return at once.

@@ -46,7 +46,7 @@ pub struct DmaSpace {
 /// one-thread round trip). A transfer that started before an unregister returned may
 /// still finish into the old mapping (the view keeps it alive, so that is memory-safe);
 /// transfers that start later see the change. The view keeps unregistered mappings until
-/// its engine's next transfer.
+/// its engine's next transfer or its next sleep.
 #[derive(Debug)]
 pub struct DmaView {
     generation: u64,
@@ -176,18 +176,25 @@ impl DmaSpace {
         len: u64,
         f: impl FnOnce(&Arc<Mapping>, usize) -> R,
     ) -> Option<R> {
-        let generation = self.generation.load(Ordering::Acquire);
-        if generation != view.generation {
-            // A change racing with this copy moves the generation again: renewed next time.
-            view.regions = self.regions.read().unwrap_or_else(|e| e.into_inner()).clone();
-            view.generation = generation;
-        }
+        self.renew(view);
         match find(&view.regions, addr, len) {
             Some(r) => Some(f(&r.map, (r.map_off + (addr - r.dma_base)) as usize)),
             None => {
                 self.refused.fetch_add(1, Ordering::Relaxed);
                 None
             }
+        }
+    }
+
+    /// Bring `view` up to date if the regions changed since it was made (so it lets go of
+    /// unregistered mappings): a load when nothing changed. Engines call it per transfer
+    /// and before they sleep.
+    pub fn renew(&self, view: &mut DmaView) {
+        let generation = self.generation.load(Ordering::Acquire);
+        if generation != view.generation {
+            // A change racing with this copy moves the generation again: renewed next time.
+            view.regions = self.regions.read().unwrap_or_else(|e| e.into_inner()).clone();
+            view.generation = generation;
         }
     }
 

@@ -132,6 +132,10 @@ pub struct SoftEngines {
     tx_deferred: Vec<Deferred>,
     /// This engine's copy of the DMA regions (no lock per transfer).
     dma_view: DmaView,
+    /// Whether host-bus reads into send staging may be deferred: only while the native
+    /// firmware drives the engines (it reports released staging and never reads payload
+    /// bytes); a flashed image may do anything with NIC memory.
+    defer_reads: bool,
     idle_since: Option<Instant>,
 }
 
@@ -235,8 +239,18 @@ impl SoftEngines {
             rx_held: None,
             tx_deferred: Vec::with_capacity(DEFERRED_MAX),
             dma_view: DmaView::default(),
+            defer_reads: true,
             idle_since: None,
         }
+    }
+
+    /// Allow or forbid deferring host-bus reads into send staging (see [`Deferred`]); a
+    /// flashed image's processor forbids it. Forbidding settles what is deferred.
+    pub fn set_defer_reads(&mut self, on: bool) {
+        if !on {
+            settle_deferred(&mut self.tx_deferred, &self.nic, None);
+        }
+        self.defer_reads = on;
     }
 
     /// Forget any packet in progress (processor reset). The link is kept.
@@ -275,6 +289,8 @@ impl SoftEngines {
     /// WAIT_EVENT register's event bits).
     pub fn park_events(&mut self, timeout: Duration) -> Wake {
         self.publish_link_stats();
+        // Let go of mappings unregistered meanwhile (guest RAM of a departed guest).
+        self.dma.renew(&mut self.dma_view);
         self.stats.parks.fetch_add(1, Ordering::Relaxed);
         let doorbells = self.wakers.doorbells.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(doorbells.len() + 2);
@@ -387,7 +403,7 @@ fn write_from_held(
 impl Engines for SoftEngines {
     fn host_dma_start(&mut self, dir: HostDir, host_addr: u64, nic_off: u32, len: u32) {
         self.idle_since = None;
-        let SoftEngines { dma, nic, link, rx_held, tx_deferred, dma_view, .. } = self;
+        let SoftEngines { dma, nic, link, rx_held, tx_deferred, dma_view, defer_reads, .. } = self;
         // Whatever this transfer overwrites or reads in NIC memory must be there first.
         if tx_deferred.iter().any(|d| d.overlaps(nic_off, len)) {
             settle_deferred(tx_deferred, nic, Some((nic_off, len)));
@@ -399,6 +415,9 @@ impl Engines for SoftEngines {
                     let in_nic = (nic_off as usize).checked_add(len as usize).is_some_and(|e| e <= nic.len());
                     if !in_nic || off.checked_add(len as usize).is_none_or(|e| e > map.len()) {
                         return false;
+                    }
+                    if !*defer_reads {
+                        return nic.copy_from(nic_off as usize, map, off, len as usize);
                     }
                     if tx_deferred.len() == DEFERRED_MAX {
                         let oldest = tx_deferred.remove(0);
@@ -471,9 +490,8 @@ impl Engines for SoftEngines {
             // Send errors are counted by the link; the firmware sees the packet sent.
             let _ = self.link.send_packet_from(self.tx_len, abort, &mut read);
             self.stats.link_tx_packets.fetch_add(1, Ordering::Relaxed);
-            // The packet's deferred reads went out with it (its staging is freed next).
-            let (tx_deferred, pulses) = (&mut self.tx_deferred, &self.tx_pulses);
-            tx_deferred.retain(|d| !pulses.iter().any(|&(off, l)| d.overlaps(off, l)));
+            // The packet's deferred reads are dropped when the firmware releases its
+            // staging (`tx_staging_released`), sent or failed.
             self.tx_pulses.clear();
             self.tx_len = 0;
         }
@@ -484,12 +502,23 @@ impl Engines for SoftEngines {
         self.tx
     }
 
+    fn tx_staging_released(&mut self, nic_off: u32, len: u32) {
+        // Those bytes are dead: whatever a deferred read owed them is never needed.
+        if self.tx_deferred.iter().any(|d| d.overlaps(nic_off, len)) {
+            self.tx_deferred.retain(|d| !d.overlaps(nic_off, len));
+        }
+    }
+
     fn completes_at_once(&self) -> bool {
         // Host DMA and link out copy within their start calls.
         true
     }
 
     fn link_rx_post(&mut self, nic_off: u32, cap: u32) {
+        // Link in will write there: bytes a deferred read still owes must land first.
+        if self.tx_deferred.iter().any(|d| d.overlaps(nic_off, cap)) {
+            settle_deferred(&mut self.tx_deferred, &self.nic, Some((nic_off, cap)));
+        }
         if let Some((off, len)) = self.rx_held {
             if nic_off < off + len && off < nic_off + cap {
                 // The firmware reuses that staging: it is done with the held packet.

@@ -288,6 +288,7 @@ impl<M: NicMemory> Firmware<M> {
         );
         let next = self.tx.q.front().map(|n| n.off - SEND_STAGING_OFF);
         self.tx.staging.free_oldest(next);
+        eng.tx_staging_released(p.off, p.total());
         self.bump_seq(ctrl::FW_TX_SEQ);
         self.notify_host(eng, notify::IRQ_ON_SEND_DONE);
     }

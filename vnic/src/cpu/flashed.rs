@@ -380,6 +380,8 @@ impl Core<'_> {
 /// halts it; return the engines.
 pub fn run(core: FlashedCore, mut eng: SoftEngines) -> SoftEngines {
     eng.reset();
+    // The image reads and writes NIC memory itself and reports no released staging.
+    eng.set_defer_reads(false);
     let FlashedCore { name, image, mem, log, stopper } = core;
     let table = image.defmt.clone();
     if let Some(note) = &image.defmt_note {
@@ -459,6 +461,8 @@ fn wait_for_halt(mut eng: SoftEngines) -> SoftEngines {
     while !wakers.stop.load(Ordering::Acquire) {
         eng.park(Duration::from_millis(100));
     }
+    // Back to the native firmware's terms for whoever drives the engines next.
+    eng.set_defer_reads(true);
     eng
 }
 

@@ -15,14 +15,14 @@
 //! first send (under the destination's lock, once); the reader adopts new lanes when a
 //! counter says some arrived.
 //!
-//! Sleeping readers: a reader about to sleep stores `waiting` and then looks at its
-//! lanes; a sender pushes and then reads `waiting` through a full barrier (an idempotent
-//! read-modify-write), so one of the two sees the other and no wakeup is lost.
+//! Sleeping readers: a reader about to sleep stores `waiting`, fences, and then looks at
+//! its lanes; a sender pushes, fences, and then reads `waiting`. With a SeqCst fence on
+//! each side one of the two sees the other, so no wakeup is lost.
 
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use rtrb::{Consumer, Producer, RingBuffer};
@@ -34,12 +34,14 @@ use super::LinkBackend;
 /// (a lane's ring is allocated whole: 32 KiB at this size; a NIC's send ring holds far
 /// fewer packets).
 pub const DEFAULT_QUEUE_FRAMES: usize = 1024;
-/// Bytes one sender queues to a port before the switch drops its further frames there.
-pub const DEFAULT_QUEUE_BYTES: usize = 64 << 20;
+/// Bytes one sender queues to a port before the switch drops its further frames there
+/// (per lane, so a stalled reader holds at most this much from each sender).
+pub const DEFAULT_QUEUE_BYTES: usize = 8 << 20;
 /// Largest frame the switch carries.
 pub const INPROC_MAX_FRAME_BYTES: usize = 65536;
-/// Spare frame buffers a lane keeps for its sender.
-const SPARE_BUFFERS: usize = 64;
+/// Spare frame buffers a lane keeps for its sender (each as large as the largest frame
+/// it carried: at most ~2 MiB per lane).
+const SPARE_BUFFERS: usize = 32;
 
 /// A handle to an in-process switch; clones share the switch.
 ///
@@ -319,9 +321,10 @@ impl InProcPort {
             return Ok(());
         }
         lane.pushed += len as u64;
-        // The push must be visible before `waiting` is read: a full barrier (see the
-        // module doc). An idempotent read-modify-write is one.
-        if lane.queue.waiting.fetch_or(false, Ordering::SeqCst) {
+        // The push must be visible before `waiting` is read: a full fence, paired with the
+        // reader's between storing `waiting` and looking at its lanes (module doc).
+        fence(Ordering::SeqCst);
+        if lane.queue.waiting.load(Ordering::Relaxed) {
             // EAGAIN (counter saturated) still leaves the fd readable, which is all it needs.
             let _ = rustix::io::write(&lane.queue.event, &1u64.to_ne_bytes());
         }
@@ -417,7 +420,9 @@ impl LinkBackend for InProcPort {
     }
 
     fn prepare_wait(&self) -> bool {
-        self.queue.waiting.store(true, Ordering::SeqCst);
+        self.queue.waiting.store(true, Ordering::Relaxed);
+        // Paired with the sender's fence after its push: one of the two sees the other.
+        fence(Ordering::SeqCst);
         // Clear old signals first, then look: a frame pushed before our store is found by
         // the look; one pushed after it signals afresh.
         self.clear_event();
