@@ -145,6 +145,31 @@ fn stat(path: &Path) -> Option<Stat> {
     Client::connect(path).ok()?.stat().ok()
 }
 
+/// Run `job` for every client at once, each on its own thread with its own pages (page
+/// `i` belongs to client `i % NODES`); each page number paired with its outcome, per
+/// client.
+fn on_each_client<T: Send>(
+    clients: &mut [Client],
+    pages: u64,
+    job: impl Fn(&mut Client, &[u64]) -> Vec<T> + Sync,
+) -> Vec<Vec<(u64, T)>> {
+    std::thread::scope(|s| {
+        let job = &job;
+        let hs: Vec<_> = clients
+            .iter_mut()
+            .enumerate()
+            .map(|(k, c)| {
+                s.spawn(move || {
+                    let mine: Vec<u64> = (0..pages).filter(|i| i % NODES as u64 == k as u64).collect();
+                    let out = job(c, &mine);
+                    mine.into_iter().zip(out).collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().expect("client thread")).collect()
+    })
+}
+
 #[test]
 fn three_daemons_64mib_and_a_kill() {
     let pages: u64 = std::env::var("GMSD_TEST_PAGES")
@@ -175,29 +200,14 @@ fn three_daemons_64mib_and_a_kill() {
 
     // ---- put 64 MiB: page i through daemon i % 3, all three clients at once ----
     let t_put = Instant::now();
-    let results: Vec<Vec<(u64, PutOutcome)>> = std::thread::scope(|s| {
-        let hs: Vec<_> = clients
-            .iter_mut()
-            .enumerate()
-            .map(|(k, c)| {
-                s.spawn(move || {
-                    let mine: Vec<u64> = (0..pages)
-                        .filter(|i| i % NODES as u64 == k as u64)
-                        .collect();
-                    let data: Vec<Vec<u8>> = mine.iter().map(|&i| content(i)).collect();
-                    let items: Vec<(PageId, &[u8])> = mine
-                        .iter()
-                        .zip(&data)
-                        .map(|(&i, d)| (PageId::new(VOL, i), &d[..]))
-                        .collect();
-                    let out = c.put_many(&items).expect("put_many");
-                    mine.into_iter().zip(out).collect::<Vec<_>>()
-                })
-            })
+    let results = on_each_client(&mut clients, pages, |c, mine| {
+        let data: Vec<Vec<u8>> = mine.iter().map(|&i| content(i)).collect();
+        let items: Vec<(PageId, &[u8])> = mine
+            .iter()
+            .zip(&data)
+            .map(|(&i, d)| (PageId::new(VOL, i), &d[..]))
             .collect();
-        hs.into_iter()
-            .map(|h| h.join().expect("put thread"))
-            .collect()
+        c.put_many(&items).expect("put_many")
     });
     let put_secs = t_put.elapsed().as_secs_f64();
     let checks: HashMap<u64, u64> = (0..pages).map(|i| (i, checksum(&content(i)))).collect();
@@ -291,25 +301,9 @@ fn three_daemons_64mib_and_a_kill() {
         }
     };
     let t_get = Instant::now();
-    let got: Vec<Vec<(u64, GetOutcome)>> = std::thread::scope(|s| {
-        let hs: Vec<_> = clients
-            .iter_mut()
-            .enumerate()
-            .map(|(k, c)| {
-                s.spawn(move || {
-                    let mine: Vec<u64> = (0..pages)
-                        .filter(|i| i % NODES as u64 == k as u64)
-                        .collect();
-                    let ids: Vec<PageId> = mine.iter().map(|&i| PageId::new(VOL, i)).collect();
-                    mine.into_iter()
-                        .zip(c.get_many(&ids, true).expect("get_many"))
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        hs.into_iter()
-            .map(|h| h.join().expect("get thread"))
-            .collect()
+    let got = on_each_client(&mut clients, pages, |c, mine| {
+        let ids: Vec<PageId> = mine.iter().map(|&i| PageId::new(VOL, i)).collect();
+        c.get_many(&ids, true).expect("get_many")
     });
     let get_secs = t_get.elapsed().as_secs_f64();
     let mut sources = HashMap::new();
