@@ -562,18 +562,31 @@ pub(crate) fn check_echo(host: &mut KHost, o: &Outcome<Frame>, seq: u32, len: u3
 
 /// Compare `len` bytes of a frame with the pattern of `seq`.
 pub(crate) fn compare(frame: &DmaBuf, seq: u32, len: usize) -> core::result::Result<(), &'static str> {
+    match first_difference(frame, seq, len)? {
+        None => Ok(()),
+        Some(_) => Err("payload differs from the pattern"),
+    }
+}
+
+/// The first of `len` frame bytes that differs from the pattern of `seq`, if any: its
+/// offset, the byte found and the byte expected.
+pub(crate) fn first_difference(
+    frame: &DmaBuf,
+    seq: u32,
+    len: usize,
+) -> core::result::Result<Option<(usize, u8, u8)>, &'static str> {
     let (mut got, mut want) = ([0u8; 64], [0u8; 64]);
     let mut off = 0;
     while off < len {
         let n = (len - off).min(got.len());
         frame.read(off, &mut got[..n]).map_err(|_| "frame too small")?;
         proto::pattern(seq, off, &mut want[..n]);
-        if got[..n] != want[..n] {
-            return Err("payload differs from the pattern");
+        if let Some(k) = (0..n).find(|&k| got[k] != want[k]) {
+            return Ok(Some((off + k, got[k], want[k])));
         }
         off += n;
     }
-    Ok(())
+    Ok(None)
 }
 
 /// Fill `len` bytes of a frame with the pattern of `seq`.

@@ -129,19 +129,9 @@ fn compare_payload(frame: &DmaBuf, seq: u32, len: usize, crc: u32) -> core::resu
     if crc != proto::pattern_crc(seq, len) {
         return Err("checksum in the pong differs from the ping's");
     }
-    let (mut got, mut want) = ([0u8; 64], [0u8; 64]);
-    let mut off = 0;
-    while off < len {
-        let n = (len - off).min(got.len());
-        frame.read(off, &mut got[..n]).map_err(|_| "frame too small")?;
-        proto::pattern(seq, off, &mut want[..n]);
-        if got[..n] != want[..n] {
-            if let Some(k) = (0..n).find(|&k| got[k] != want[k]) {
-                pr_err!("pong {}: byte {} is {:#04x}, sent {:#04x}\n", seq, off + k, got[k], want[k]);
-            }
-            return Err("payload differs from the ping's");
-        }
-        off += n;
+    if let Some((at, got, sent)) = crate::net::first_difference(frame, seq, len)? {
+        pr_err!("pong {}: byte {} is {:#04x}, sent {:#04x}\n", seq, at, got, sent);
+        return Err("payload differs from the ping's");
     }
     Ok(())
 }
