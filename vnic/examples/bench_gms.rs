@@ -54,6 +54,11 @@ struct Args {
     /// Only the network-memory side (no disk baseline), e.g. for profiling.
     #[arg(long)]
     no_disk: bool,
+    /// After the main rows (no wire delay: the in-process switch delivers as fast as the
+    /// receiver polls), the sequential scans again on a fresh cluster whose links model
+    /// each of these one-way wire delays, in µs (empty: none).
+    #[arg(long, value_delimiter = ',', default_values_t = [2.0f64, 10.0])]
+    wire_delays_us: Vec<f64>,
     /// Read-ahead depths of the sequential scans.
     #[arg(long, value_delimiter = ',', default_values_t = [0u32, 4, 16])]
     depths: Vec<u32>,
@@ -125,9 +130,13 @@ struct Side {
     p99: f64,
 }
 
-fn bench_gms(a: &Args, data: &[Vec<u8>]) -> anyhow::Result<Side> {
+/// The network-memory side with `wire_delay_us` modelled on every link; the random reads
+/// only with `random`.
+fn bench_gms(a: &Args, data: &[Vec<u8>], wire_delay_us: f64, random: bool) -> anyhow::Result<Side> {
     let expected: Vec<[u64; 8]> = data.iter().map(|d| fingerprint(d)).collect();
-    let mut c = Cluster::new(3, a.budget, GmsConfig { op_timeout: 500_000_000, ..GmsConfig::default() })?;
+    let link = trapeze_vnic::link::FaultConfig { delay_ns: (wire_delay_us * 1e3).round() as u64, ..Default::default() };
+    let gms_cfg = GmsConfig { op_timeout: 500_000_000, ..GmsConfig::default() };
+    let mut c = Cluster::with_firmware(3, a.budget, gms_cfg, None, link)?;
     c.ports[0].node.set_budget(0); // the client lends no memory
     let servers = if a.one_thread { None } else { Some(c.spawn_servers_with(1, a.nic_thread)?) };
     // Load, putting again what a busy target refused (its update table was full).
@@ -183,7 +192,7 @@ fn bench_gms(a: &Args, data: &[Vec<u8>]) -> anyhow::Result<Side> {
     }
     let mut r = Rand(0x2545_f491_4f6c_dd1d);
     let mut lat = Vec::with_capacity(a.random as usize);
-    for _ in 0..a.random {
+    for _ in 0..if random { a.random } else { 0 } {
         let n = r.next() % a.pages;
         let t = Instant::now();
         let g = c.get_wait(0, PageId::new(SPACE, n))?;
@@ -275,13 +284,21 @@ fn run(a: Args) -> anyhow::Result<()> {
     let fs = disk_kind(&dir)?;
     // Every page's bytes, made once: reads are checked against them without regenerating.
     let data: Vec<Vec<u8>> = (0..a.pages).map(content).collect();
-    let g = bench_gms(&a, &data)?;
+    let g = bench_gms(&a, &data, 0.0, true)?;
     let d = if a.no_disk {
         Side { seq: vec![(0, f64::NAN)], cpu_us: Vec::new(), p50: f64::NAN, p99: f64::NAN }
     } else {
         bench_disk(&a, &dir)?
     };
-    let bw = |depth| g.seq.iter().find(|s| s.0 == depth).map_or(f64::NAN, |s| s.1);
+    let mut wired = Vec::new();
+    for &w in &a.wire_delays_us {
+        if !(w > 0.0 && w <= 1000.0) {
+            bail!("--wire-delays-us: {w} is not in (0, 1000]");
+        }
+        wired.push((w, bench_gms(&a, &data, w, false)?));
+    }
+    let bw_of = |side: &Side, depth| side.seq.iter().find(|s| s.0 == depth).map_or(f64::NAN, |s| s.1);
+    let bw = |depth| bw_of(&g, depth);
     let ra_ratio = bw(16) / bw(0);
     let lat_ratio = d.p50 / g.p50;
     let disk_seq = d.seq[0].1;
@@ -290,8 +307,17 @@ fn run(a: Args) -> anyhow::Result<()> {
             println!(
                 "{}",
                 json!({ "row": "seq_read", "source": "gms", "readahead": depth, "mb_s": mbs, "pages": a.pages,
-                        "client_cpu_us_per_page": cpu })
+                        "client_cpu_us_per_page": cpu, "wire_delay_us": 0.0 })
             );
+        }
+        for (w, side) in &wired {
+            for (&(depth, mbs), &(_, cpu)) in side.seq.iter().zip(&side.cpu_us) {
+                println!(
+                    "{}",
+                    json!({ "row": "seq_read", "source": "gms", "readahead": depth, "mb_s": mbs, "pages": a.pages,
+                            "client_cpu_us_per_page": cpu, "wire_delay_us": w })
+                );
+            }
         }
         println!(
             "{}",
@@ -309,6 +335,9 @@ fn run(a: Args) -> anyhow::Result<()> {
             "{}",
             json!({ "summary": true, "readahead16_over_0": ra_ratio, "disk_p50_over_gms_p50": lat_ratio,
                     "gms_seq16_over_disk_seq": bw(16) / disk_seq,
+                    "readahead16_over_0_with_wire_delay": wired.iter()
+                        .map(|(w, side)| json!({ "wire_delay_us": w, "ratio": bw_of(side, 16) / bw_of(side, 0) }))
+                        .collect::<Vec<_>>(),
                     "readahead_target_met": ra_ratio >= 3.0, "latency_target_met": lat_ratio >= 3.0 })
         );
         return Ok(());
@@ -333,6 +362,22 @@ fn run(a: Args) -> anyhow::Result<()> {
     println!("\nread-ahead 16 / read-ahead 0 bandwidth: {ra_ratio:.2}x (target ≥ 3)");
     println!("disk p50 / getpage p50:                 {lat_ratio:.2}x (target ≥ 3)");
     println!("network memory read-ahead 16 / disk sequential: {:.2}x", bw(16) / disk_seq);
+    if !wired.is_empty() {
+        // Without a wire delay, every µs of a depth-0 round trip is some thread's CPU work
+        // on two cores, so read-ahead can only spread work over them; a wire delay is
+        // latency for it to hide, as on a real network.
+        println!("\nthe same scans with a modelled one-way wire delay on every link (what a real network adds)");
+        println!("{:<34} {:>10} {:>10} {:>8}", "", "depth 0", "depth 16", "16 / 0");
+        for (w, side) in &wired {
+            println!(
+                "{:<34} {:>10.0} {:>10.0} {:>7.2}x",
+                format!("  wire delay {w} µs, MB/s"),
+                bw_of(side, 0),
+                bw_of(side, 16),
+                bw_of(side, 16) / bw_of(side, 0)
+            );
+        }
+    }
     Ok(())
 }
 

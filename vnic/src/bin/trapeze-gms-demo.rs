@@ -209,7 +209,7 @@ fn run(a: Args) -> anyhow::Result<()> {
         Some(p) => Some(std::fs::read(p).map_err(|e| anyhow::anyhow!("reading {}: {e}", p.display()))?),
         None => None,
     };
-    let mut c = Cluster::with_firmware(3, a.budget, GmsConfig { op_timeout: 500_000_000, ..GmsConfig::default() }, image.as_deref())?;
+    let mut c = Cluster::with_firmware(3, a.budget, GmsConfig { op_timeout: 500_000_000, ..GmsConfig::default() }, image.as_deref(), trapeze_vnic::link::FaultConfig::NONE)?;
     // The client lends no memory: the global LRU places pages on nodes 1 and 2.
     c.ports[0].node.set_budget(0);
     let mut m = Model::default();

@@ -35,7 +35,8 @@ struct Args {
     /// A peer: NODE=IP:PORT for udp, NODE=MAC for ether. Repeat for each peer.
     #[arg(long = "peer")]
     peers: Vec<String>,
-    /// Link faults, e.g. drop=1%,dup=0.5%,reorder=1%,corrupt=0.1%,seed=7 (default none).
+    /// Link faults and wire delay, e.g. drop=1%,dup=0.5%,reorder=1%,corrupt=0.1%,seed=7,delay=20us
+    /// (default none).
     #[arg(long, default_value = "none")]
     faults: FaultConfig,
     /// Control socket path (default: $XDG_RUNTIME_DIR/trapeze/NAME.sock or /tmp/trapeze-UID/NAME.sock).

@@ -64,16 +64,23 @@ pub struct Cluster {
 impl Cluster {
     /// `n` nodes on an in-process switch, each with `budget` pages of memory for GMS.
     pub fn new(n: u16, budget: usize, gms_cfg: GmsConfig) -> anyhow::Result<Self> {
-        Self::with_firmware(n, budget, gms_cfg, None)
+        Self::with_firmware(n, budget, gms_cfg, None, crate::link::FaultConfig::NONE)
     }
 
     /// Like [`Self::new`]; with `image`, every NIC runs that flashed riscv32 firmware
     /// image on its emulated core (a processor thread per NIC, woken by a doorbell)
-    /// instead of the native firmware driven inline.
-    pub fn with_firmware(n: u16, budget: usize, gms_cfg: GmsConfig, image: Option<&[u8]>) -> anyhow::Result<Self> {
+    /// instead of the native firmware driven inline. Every link injects `faults` (and
+    /// its wire delay) on send.
+    pub fn with_firmware(
+        n: u16,
+        budget: usize,
+        gms_cfg: GmsConfig,
+        image: Option<&[u8]>,
+        faults: crate::link::FaultConfig,
+    ) -> anyhow::Result<Self> {
         use crate::host::DEFAULT_REGION_BASE;
         use crate::link::backend::InProcSwitch;
-        use crate::link::{FaultConfig, Link};
+        use crate::link::Link;
         use crate::nic::Nic;
         use std::time::Duration;
         let sw = InProcSwitch::new();
@@ -84,7 +91,7 @@ impl Cluster {
         let mut ports = Vec::new();
         let mut nics = Vec::new();
         for id in 0..n {
-            let nic = Arc::new(Nic::new(&format!("g{id}"), Link::new(id, Box::new(sw.port(id)), FaultConfig::default()), Duration::ZERO)?);
+            let nic = Arc::new(Nic::new(&format!("g{id}"), Link::new(id, Box::new(sw.port(id)), faults), Duration::ZERO)?);
             let (inline, doorbell) = match image {
                 None => (Some(nic.start_inline()?), None),
                 Some(img) => {

@@ -18,7 +18,16 @@
 //!    and `poll_timers`, and its `poll_deadline` includes it), and
 //!    [`FaultInjector::flush`] sends it at once. Sending does not look at the clock, so a
 //!    link that only sends injects the same faults in the same order on every run.
+//!
+//! Besides faults, a **delay** (`delay=20us`) models the wire's propagation time, as
+//! netem's delay does: every frame that leaves the injector waits in a FIFO delay line
+//! until `delay` after the send that produced it, then goes to the backend, so order is
+//! kept and the sender's NIC is not held up. The line is released by the same
+//! `release_due` calls, and its next due time is part of the link's `poll_deadline` (a
+//! NIC that sleeps wakes for it; one that spins delivers within a pass). The decisions
+//! above never depend on it.
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::io;
 use std::str::FromStr;
@@ -32,11 +41,16 @@ pub const REORDER_HOLD_MAX: Duration = Duration::from_millis(1);
 
 const PPM: u32 = 1_000_000;
 
-/// Fault probabilities, in frames per million, and the generator seed.
+/// The longest wire delay accepted (a delay line this long holds every frame a NIC sends
+/// in that time).
+pub const DELAY_MAX: Duration = Duration::from_secs(1);
+
+/// Fault probabilities, in frames per million, the generator seed, and the wire delay.
 ///
-/// Parses from and prints as `drop=0.01,dup=0.01,reorder=0.02,corrupt=0.001,seed=7`:
-/// probabilities as fractions (`0.01`), percentages (`1%`) or parts per million
-/// (`10000ppm`); keys may be omitted (0); `none` or an empty string is no faults.
+/// Parses from and prints as `drop=0.01,dup=0.01,reorder=0.02,corrupt=0.001,seed=7`
+/// (plus `delay=20us` when there is one): probabilities as fractions (`0.01`),
+/// percentages (`1%`) or parts per million (`10000ppm`); a delay in `ns`, `us` or `ms`
+/// up to [`DELAY_MAX`]; keys may be omitted (0); `none` or an empty string is no faults.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FaultConfig {
     pub drop_ppm: u32,
@@ -44,6 +58,8 @@ pub struct FaultConfig {
     pub reorder_ppm: u32,
     pub corrupt_ppm: u32,
     pub seed: u64,
+    /// One-way wire delay of every frame, in ns (0: none).
+    pub delay_ns: u64,
 }
 
 impl FaultConfig {
@@ -54,15 +70,40 @@ impl FaultConfig {
         reorder_ppm: 0,
         corrupt_ppm: 0,
         seed: 0,
+        delay_ns: 0,
     };
 
-    /// Whether no fault can ever be injected.
+    /// Whether frames pass untouched: no fault can ever be injected and there is no delay.
     pub fn is_none(&self) -> bool {
         self.drop_ppm == 0
             && self.duplicate_ppm == 0
             && self.reorder_ppm == 0
             && self.corrupt_ppm == 0
+            && self.delay_ns == 0
     }
+}
+
+fn parse_delay(v: &str) -> Result<u64, SpecError> {
+    let bad = |why: &str| {
+        SpecError(format!(
+            "bad delay {v:?}: {why} (expected a duration like 20us, 1.5ms or 800ns, at most {DELAY_MAX:?})"
+        ))
+    };
+    let (num, scale) = if let Some(n) = v.strip_suffix("ns") {
+        (n, 1.0)
+    } else if let Some(n) = v.strip_suffix("us").or_else(|| v.strip_suffix("µs")) {
+        (n, 1e3)
+    } else if let Some(n) = v.strip_suffix("ms") {
+        (n, 1e6)
+    } else {
+        return Err(bad("no unit"));
+    };
+    let x: f64 = num.trim().parse().map_err(|_| bad("not a number"))?;
+    let ns = (x * scale).round();
+    if !ns.is_finite() || x < 0.0 || ns > DELAY_MAX.as_nanos() as f64 {
+        return Err(bad("out of range"));
+    }
+    Ok(ns as u64)
 }
 
 fn parse_probability(key: &str, v: &str) -> Result<u32, SpecError> {
@@ -100,7 +141,7 @@ impl FromStr for FaultConfig {
             let Some((k, v)) = item.split_once('=') else {
                 return Err(SpecError(format!(
                     "bad fault setting {item:?}: expected KEY=VALUE with KEY one of drop, dup, \
-                     reorder, corrupt, seed"
+                     reorder, corrupt, seed, delay"
                 )));
             };
             let (k, v) = (k.trim(), v.trim());
@@ -117,6 +158,7 @@ impl FromStr for FaultConfig {
                 "dup" => c.duplicate_ppm = parse_probability(k, v)?,
                 "reorder" => c.reorder_ppm = parse_probability(k, v)?,
                 "corrupt" => c.corrupt_ppm = parse_probability(k, v)?,
+                "delay" => c.delay_ns = parse_delay(v)?,
                 "seed" => {
                     c.seed = v.parse().map_err(|_| {
                         SpecError(format!(
@@ -127,7 +169,7 @@ impl FromStr for FaultConfig {
                 }
                 _ => {
                     return Err(SpecError(format!(
-                        "unknown fault {k:?}: expected drop, dup, reorder, corrupt or seed"
+                        "unknown fault {k:?}: expected drop, dup, reorder, corrupt, seed or delay"
                     )))
                 }
             }
@@ -147,7 +189,11 @@ impl fmt::Display for FaultConfig {
             p(self.reorder_ppm),
             p(self.corrupt_ppm),
             self.seed
-        )
+        )?;
+        if self.delay_ns != 0 {
+            write!(f, ",delay={}ns", self.delay_ns)?;
+        }
+        Ok(())
     }
 }
 
@@ -192,6 +238,17 @@ struct Held {
     since: Instant,
 }
 
+/// A frame on the wire (in the delay line) until `due`.
+#[derive(Debug)]
+struct InFlight {
+    due: Instant,
+    dst: u16,
+    frame: Vec<u8>,
+}
+
+/// Most spare buffers the delay line keeps for reuse.
+const DELAY_SPARES: usize = 64;
+
 /// Applies a [`FaultConfig`] to frames on their way to a backend. See the module doc for
 /// the rules; every injected fault is counted in [`LinkStats`].
 #[derive(Debug)]
@@ -200,6 +257,9 @@ pub struct FaultInjector {
     rng: Rng,
     held: Option<Held>,
     held_buf: Vec<u8>,
+    /// The delay line (oldest first; due times never decrease).
+    line: VecDeque<InFlight>,
+    spare: Vec<Vec<u8>>,
 }
 
 /// Send one frame, counting it or the error.
@@ -228,27 +288,101 @@ impl FaultInjector {
             rng: Rng::new(config.seed),
             held: None,
             held_buf: Vec::new(),
+            line: VecDeque::new(),
+            spare: Vec::new(),
         }
+    }
+
+    fn delay(&self) -> Duration {
+        Duration::from_nanos(self.config.delay_ns)
+    }
+
+    /// Send a frame now, or put it on the delay line until `delay` after `now`.
+    fn emit(
+        &mut self,
+        backend: &mut dyn LinkBackend,
+        dst: u16,
+        frame: &[u8],
+        now: Instant,
+        stats: &mut LinkStats,
+    ) -> io::Result<()> {
+        if self.config.delay_ns == 0 {
+            return put(backend, dst, frame, stats);
+        }
+        let mut buf = self.spare.pop().unwrap_or_default();
+        buf.clear();
+        buf.extend_from_slice(frame);
+        let due = now + self.delay();
+        self.line.push_back(InFlight { due, dst, frame: buf });
+        Ok(())
+    }
+
+    /// Send the frames of the delay line due by `now` (all of them with `None`).
+    fn release_line(
+        &mut self,
+        backend: &mut dyn LinkBackend,
+        now: Option<Instant>,
+        stats: &mut LinkStats,
+    ) -> io::Result<()> {
+        let mut result = Ok(());
+        while let Some(f) = self.line.front() {
+            if now.is_some_and(|t| f.due > t) {
+                break;
+            }
+            let Some(f) = self.line.pop_front() else { break };
+            result = result.and(put(backend, f.dst, &f.frame, stats));
+            if self.spare.len() < DELAY_SPARES {
+                self.spare.push(f.frame);
+            }
+        }
+        result
     }
 
     pub fn config(&self) -> &FaultConfig {
         &self.config
     }
 
-    /// Whether frames pass untouched: no faults configured and none held back (then the
-    /// link may hand frames to the backend directly).
+    /// Whether frames pass untouched: no faults or delay configured and none held back
+    /// (then the link may hand frames to the backend directly).
     pub fn is_passthrough(&self) -> bool {
-        self.config.is_none() && self.held.is_none()
+        self.config.is_none() && self.held.is_none() && self.line.is_empty()
     }
 
-    /// Whether a reordered frame is waiting.
+    /// Whether no fault can be injected and no reordered frame is held (a delay may be
+    /// configured): every frame arrives once, intact and in order.
+    pub fn faultless(&self) -> bool {
+        FaultConfig { delay_ns: 0, ..self.config }.is_none() && self.held.is_none()
+    }
+
+    /// With [`Self::faultless`] and a delay configured: put a frame of `len` bytes that
+    /// `fill` writes on the delay line, filled in place (no copy through a scratch frame).
+    /// Returns `false` (and does nothing) otherwise.
+    pub fn delay_with(&mut self, dst: u16, len: usize, now: Instant, fill: &mut dyn FnMut(&mut [u8])) -> bool {
+        if !self.faultless() || self.config.delay_ns == 0 {
+            return false;
+        }
+        let mut buf = self.spare.pop().unwrap_or_default();
+        buf.resize(len, 0);
+        fill(&mut buf);
+        let due = now + self.delay();
+        self.line.push_back(InFlight { due, dst, frame: buf });
+        true
+    }
+
+    /// Whether a reordered frame, or a frame on the delay line, is waiting.
     pub fn holding(&self) -> bool {
-        self.held.is_some()
+        self.held.is_some() || !self.line.is_empty()
     }
 
-    /// When the held frame (if any) must be sent at the latest.
+    /// When the next waiting frame (held for reordering, or due off the delay line) must
+    /// be sent.
     pub fn deadline(&self) -> Option<Instant> {
-        self.held.map(|h| h.since + REORDER_HOLD_MAX)
+        let held = self.held.map(|h| h.since + REORDER_HOLD_MAX);
+        let line = self.line.front().map(|f| f.due);
+        match (held, line) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Pass one frame to `backend`, injecting faults (`frame` may be modified). Sends a
@@ -262,7 +396,7 @@ impl FaultInjector {
         now: Instant,
         stats: &mut LinkStats,
     ) -> io::Result<()> {
-        if self.config.is_none() && self.held.is_none() {
+        if self.is_passthrough() {
             return put(backend, dst, frame, stats);
         }
         let prev = self.held.take();
@@ -292,38 +426,49 @@ impl FaultInjector {
                 });
             }
             for _ in 0..copies {
-                result = result.and(put(backend, dst, frame, stats));
+                result = result.and(self.emit(backend, dst, frame, now, stats));
             }
         }
         if let Some(h) = prev {
-            result = result.and(put(backend, h.dst, &self.held_buf[..h.len], stats));
+            let held = std::mem::take(&mut self.held_buf);
+            result = result.and(self.emit(backend, h.dst, &held[..h.len], now, stats));
+            self.held_buf = held;
         }
         result
     }
 
-    /// Send the held frame if it has waited [`REORDER_HOLD_MAX`] by `now`.
+    /// Send the frames of the delay line due by `now`, then the held frame if it has
+    /// waited [`REORDER_HOLD_MAX`] (it goes on the delay line like any other).
     pub fn release_due(
         &mut self,
         backend: &mut dyn LinkBackend,
         now: Instant,
         stats: &mut LinkStats,
     ) -> io::Result<()> {
-        match self.held {
-            Some(h) if now >= h.since + REORDER_HOLD_MAX => self.flush(backend, stats),
-            _ => Ok(()),
+        let mut result = self.release_line(backend, Some(now), stats);
+        if let Some(h) = self.held {
+            if now >= h.since + REORDER_HOLD_MAX {
+                self.held = None;
+                let held = std::mem::take(&mut self.held_buf);
+                result = result.and(self.emit(backend, h.dst, &held[..h.len], now, stats));
+                self.held_buf = held;
+                result = result.and(self.release_line(backend, Some(now), stats));
+            }
         }
+        result
     }
 
-    /// Send the held frame, if any, now.
+    /// Send everything waiting now: the delay line, then the held frame.
     pub fn flush(
         &mut self,
         backend: &mut dyn LinkBackend,
         stats: &mut LinkStats,
     ) -> io::Result<()> {
-        match self.held.take() {
-            Some(h) => put(backend, h.dst, &self.held_buf[..h.len], stats),
-            None => Ok(()),
+        let mut result = self.release_line(backend, None, stats);
+        if let Some(h) = self.held.take() {
+            result = result.and(put(backend, h.dst, &self.held_buf[..h.len], stats));
         }
+        result
     }
 }
 
@@ -344,9 +489,16 @@ mod tests {
                 duplicate_ppm: 10_000,
                 reorder_ppm: 20_000,
                 corrupt_ppm: 1_000,
-                seed: 7
+                seed: 7,
+                delay_ns: 0
             }
         );
+        let d: FaultConfig = "delay=20us,drop=1%".parse().unwrap();
+        assert_eq!((d.delay_ns, d.drop_ppm), (20_000, 10_000));
+        assert_eq!(d.to_string().parse::<FaultConfig>(), Ok(d));
+        assert_eq!("delay=1.5ms".parse::<FaultConfig>().unwrap().delay_ns, 1_500_000);
+        assert_eq!("delay=800ns".parse::<FaultConfig>().unwrap().delay_ns, 800);
+        assert!(!"delay=1ns".parse::<FaultConfig>().unwrap().is_none());
         assert_eq!(c.to_string().parse::<FaultConfig>(), Ok(c));
         assert_eq!(
             "drop=20%, duplicate=5ppm"
@@ -374,6 +526,10 @@ mod tests {
             ("drop=NaN", "out of range"),
             ("drop=0.1,drop=0.2", "given twice"),
             ("seed=-1", "bad fault seed"),
+            ("delay=20", "no unit"),
+            ("delay=xus", "not a number"),
+            ("delay=-1us", "out of range"),
+            ("delay=2000ms", "out of range"),
         ] {
             let e = bad.parse::<FaultConfig>().unwrap_err();
             assert!(e.0.contains(msg), "{bad}: {e}");
@@ -430,6 +586,7 @@ mod tests {
             reorder_ppm: 200_000,
             corrupt_ppm: 200_000,
             seed: 42,
+            delay_ns: 0,
         };
         let (a, sa) = run(c, 200);
         let (b, sb) = run(c, 200);
@@ -467,5 +624,70 @@ mod tests {
         assert_eq!(stats.injected_reorders, 3);
         let (tape, _) = run(FaultConfig::NONE, 3);
         assert_eq!(tape.iter().map(|f| f[0]).collect::<Vec<_>>(), [0, 1, 2]);
+    }
+
+    #[test]
+    fn delay_line_holds_every_frame_for_the_delay_in_order() {
+        let delay = Duration::from_micros(50);
+        let c = FaultConfig {
+            delay_ns: delay.as_nanos() as u64,
+            ..FaultConfig::NONE
+        };
+        let mut inj = FaultInjector::new(c);
+        let (mut tape, mut stats) = (Tape::default(), LinkStats::default());
+        let t0 = Instant::now();
+        let step = Duration::from_micros(10);
+        for i in 0..4u8 {
+            inj.transmit(&mut tape, 1, &mut [i], t0 + step * i as u32, &mut stats)
+                .unwrap();
+        }
+        // Nothing is on the wire's far end yet; the next due time is the first frame's.
+        assert!(tape.0.is_empty() && inj.holding() && !inj.is_passthrough());
+        assert_eq!(inj.deadline(), Some(t0 + delay));
+        inj.release_due(&mut tape, t0 + delay - Duration::from_nanos(1), &mut stats)
+            .unwrap();
+        assert!(tape.0.is_empty());
+        // Due times pass one by one: frames leave in the order they were sent.
+        inj.release_due(&mut tape, t0 + delay + step, &mut stats)
+            .unwrap();
+        assert_eq!(tape.0, [vec![0], vec![1]]);
+        assert_eq!(inj.deadline(), Some(t0 + delay + step * 2));
+        assert_eq!(stats.frames_sent, 2);
+        inj.flush(&mut tape, &mut stats).unwrap();
+        assert_eq!(tape.0, [vec![0], vec![1], vec![2], vec![3]]);
+        assert!(!inj.holding() && inj.deadline().is_none() && !inj.is_passthrough());
+        assert_eq!(stats.frames_sent, 4);
+    }
+
+    #[test]
+    fn delay_keeps_fault_decisions_and_reorders_on_the_line() {
+        let faults = FaultConfig {
+            reorder_ppm: PPM,
+            drop_ppm: 300_000,
+            seed: 9,
+            ..FaultConfig::NONE
+        };
+        let (plain, plain_stats) = run(faults, 40);
+        let delayed = FaultConfig {
+            delay_ns: 1_000,
+            ..faults
+        };
+        let mut inj = FaultInjector::new(delayed);
+        let (mut tape, mut stats) = (Tape::default(), LinkStats::default());
+        let now = Instant::now();
+        for i in 0..40u8 {
+            inj.transmit(&mut tape, 1, &mut [i, 0, 0, 0], now, &mut stats)
+                .unwrap();
+        }
+        assert!(tape.0.is_empty());
+        let late = now + REORDER_HOLD_MAX + Duration::from_nanos(1_000);
+        inj.release_due(&mut tape, late, &mut stats).unwrap();
+        inj.release_due(&mut tape, late + Duration::from_nanos(1_000), &mut stats)
+            .unwrap();
+        assert!(!inj.holding());
+        // The same frames, faults and order as without the delay: the delay only shifts
+        // when they arrive.
+        assert_eq!(tape.0, plain);
+        assert_eq!(stats, plain_stats);
     }
 }

@@ -315,9 +315,9 @@ impl Link {
         }
         let id = self.next_packet_id;
         self.next_packet_id = id.wrapping_add(1);
-        // One frame through process memory and no faults: a verdict, not a CRC (see
-        // `LinkBackend::is_memory_medium`).
-        let verdict = count == 1 && self.faults.is_passthrough() && self.backend.is_memory_medium();
+        // One frame through process memory and no faults (a wire delay is not one): a
+        // verdict, not a CRC (see `LinkBackend::is_memory_medium`).
+        let verdict = count == 1 && self.faults.faultless() && self.backend.is_memory_medium();
         let mut hasher = crc32fast::Hasher::new();
         let mut trailer: Option<[u8; TRAILER_BYTES]> = None;
         let mut now = None;
@@ -371,6 +371,8 @@ impl Link {
                     Err(_) => self.stats.send_errors += 1,
                 }
                 r
+            } else if self.faults.delay_with(dst, n, *now.get_or_insert_with(Instant::now), &mut fill) {
+                Ok(())
             } else {
                 fill(&mut self.tx_frame[..n]);
                 let t = *now.get_or_insert_with(Instant::now);
@@ -671,6 +673,50 @@ mod tests {
         };
         assert_eq!(got, (9000, false));
         assert_eq!(u.stats().crc_errors, 1);
+    }
+
+    #[test]
+    fn a_wire_delay_holds_packets_for_it_in_order_and_keeps_verdicts() {
+        let sw = InProcSwitch::new();
+        let delay = std::time::Duration::from_millis(2);
+        let wire = FaultConfig {
+            delay_ns: delay.as_nanos() as u64,
+            ..FaultConfig::NONE
+        };
+        let mut a = Link::new(1, Box::new(sw.port(1)), wire);
+        let mut b = Link::new(2, Box::new(sw.port(2)), FaultConfig::NONE);
+        let (p, big) = (packet(9000), packet(70_000));
+        let t0 = Instant::now();
+        a.send_packet(&p, false).unwrap();
+        a.send_packet(&big, false).unwrap();
+        a.send_packet(&p[..100], true).unwrap();
+        // The sender's next timer is the first frame's arrival.
+        assert!(a.poll_deadline().is_some_and(|d| d >= t0 + delay));
+        let mut got = Vec::new();
+        while got.len() < 3 {
+            a.poll_timers().unwrap();
+            if let Some(r) = b.poll_packet_with(|body, _, ok| (body.to_vec(), ok, Instant::now())) {
+                got.push(r);
+            }
+            assert!(t0.elapsed() < std::time::Duration::from_secs(5), "delayed packets never arrived");
+        }
+        assert!(got.iter().all(|g| g.2 >= t0 + delay), "a packet beat the wire delay");
+        assert_eq!((&got[0].0, got[0].1), (&p, true));
+        assert_eq!((&got[1].0, got[1].1), (&big, true));
+        assert_eq!((got[2].0.len(), got[2].1), (100, false), "the aborted packet still fails");
+        assert_eq!(a.stats().frames_sent, 4);
+        assert!(a.poll_deadline().is_none());
+
+        // A delay is not a fault: one-frame packets still carry a verdict.
+        let mut raw = sw.port(3);
+        let mut c = Link::new(4, Box::new(sw.port(4)), wire);
+        let mut p3 = p.clone();
+        p3[6..8].copy_from_slice(&3u16.to_le_bytes());
+        c.send_packet(&p3, false).unwrap();
+        c.flush().unwrap();
+        let frames = raw_frames(&mut raw);
+        assert_eq!(frames.len(), 1);
+        assert_eq!(frame::FrameHeader::parse(&frames[0]).unwrap().0.flags, frame::FLAG_VERDICT);
     }
 
     #[test]
