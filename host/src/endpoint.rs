@@ -100,6 +100,8 @@ pub struct Endpoint<M: NicMemory, C: Copy> {
     send_seq: u32,
     /// Cookie of each send slot handed to the NIC and not yet reaped.
     send_cookie: [Option<C>; SEND_RING_ENTRIES as usize],
+    /// How many of `send_cookie` are `Some` (reaping stops once it has seen them all).
+    sends_posted: u32,
     recv_next: u32,
     /// IPT entries in use by this host (armed, or delivered and not yet disarmed).
     ipt_used: [u32; WORDS],
@@ -135,6 +137,7 @@ impl<M: NicMemory, C: Copy> Endpoint<M, C> {
             send_next: 0,
             send_seq: 0,
             send_cookie: [None; SEND_RING_ENTRIES as usize],
+            sends_posted: 0,
             recv_next: 0,
             ipt_used: [0; WORDS],
         };
@@ -206,6 +209,7 @@ impl<M: NicMemory, C: Copy> Endpoint<M, C> {
         }
         self.send_seq = self.send_seq.wrapping_add(1);
         self.send_cookie[i as usize] = Some(cookie);
+        self.sends_posted += 1;
         slot.set_state_release(state::READY | (self.send_seq & 0xFFFF) << state::SEQ_SHIFT);
         self.send_next = (i + 1) % SEND_RING_ENTRIES;
         Ok(())
@@ -215,14 +219,20 @@ impl<M: NicMemory, C: Copy> Endpoint<M, C> {
     /// first; returns how many.
     pub fn reap_sends(&mut self, mut done: impl FnMut(C, TxStatus)) -> usize {
         let mut n = 0;
-        for k in 0..SEND_RING_ENTRIES {
+        // Posted slots left to look at: the scan ends at the last one (a poll with
+        // nothing in flight costs nothing).
+        let mut left = self.sends_posted;
+        let mut k = 0;
+        while left > 0 && k < SEND_RING_ENTRIES {
             // Oldest first: start at the slot after the newest posted one.
             let i = (self.send_next + k) % SEND_RING_ENTRIES;
+            k += 1;
             // Only a posted slot (one with a cookie) can be DONE: skip the others without
             // a load from NIC memory.
             if self.send_cookie[i as usize].is_none() {
                 continue;
             }
+            left -= 1;
             let slot = Slot::new(&self.mem, Ring::Send, i);
             let st = slot.state_acquire();
             if st & state::DONE == 0 {
@@ -232,6 +242,7 @@ impl<M: NicMemory, C: Copy> Endpoint<M, C> {
                 .unwrap_or(TxStatus::Malformed);
             slot.set_state_release(0);
             if let Some(c) = self.send_cookie[i as usize].take() {
+                self.sends_posted -= 1;
                 done(c, status);
                 n += 1;
             }
@@ -241,7 +252,7 @@ impl<M: NicMemory, C: Copy> Endpoint<M, C> {
 
     /// Sends handed to the NIC and not yet reaped.
     pub fn sends_in_flight(&self) -> usize {
-        self.send_cookie.iter().filter(|c| c.is_some()).count()
+        self.sends_posted as usize
     }
 
     // ---- receiving -------------------------------------------------------------
@@ -324,5 +335,56 @@ impl<M: NicMemory, C: Copy> Endpoint<M, C> {
     /// IPT entries in use.
     pub fn ipt_in_use(&self) -> u32 {
         self.ipt_used.iter().map(|w| w.count_ones()).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use super::*;
+    use core::sync::atomic::AtomicU32;
+    use std::vec::Vec;
+    use trapeze_firmware::iface::layout::NIC_MEM_BYTES;
+    use trapeze_firmware::iface::mem::AtomicWords;
+
+    /// Sends finish in any order: each is reaped exactly once, with its own status, and
+    /// the count in flight follows (the scan stops at the last posted slot).
+    #[test]
+    fn reaping_finds_sends_finished_out_of_order() {
+        let words: Vec<AtomicU32> = (0..NIC_MEM_BYTES / 4).map(|_| AtomicU32::new(0)).collect();
+        let mem = AtomicWords::new(&words);
+        let cfg = EndpointConfig { node_id: 1, ..EndpointConfig::default() };
+        let mut ep: Endpoint<_, u32> = Endpoint::init(mem, &cfg, [1, 2], |_| None);
+        let ctrl = [7u8; 16];
+        let msg = SendMsg { peer: 2, ctrl: &ctrl, payload_len: 0, segments: &[], token: PayloadToken::NONE };
+        // Wrap the ring once first, so the posted slots straddle its end.
+        for k in 0..SEND_RING_ENTRIES - 2 {
+            ep.post_send(&msg, 1000 + k).unwrap();
+            let slot = Slot::new(&mem, Ring::Send, k);
+            slot.set_state_release(state::DONE);
+        }
+        let mut seen = Vec::new();
+        assert_eq!(ep.reap_sends(|c, _| seen.push(c)), (SEND_RING_ENTRIES - 2) as usize);
+        assert_eq!(ep.sends_in_flight(), 0);
+        assert_eq!(ep.reap_sends(|_, _| panic!("nothing is in flight")), 0);
+        let first = SEND_RING_ENTRIES - 2;
+        for c in 0..4u32 {
+            ep.post_send(&msg, c).unwrap();
+        }
+        assert_eq!(ep.sends_in_flight(), 4);
+        // The third and the first finish (the third refused), the others not yet.
+        let slot = |k: u32| Slot::new(&mem, Ring::Send, (first + k) % SEND_RING_ENTRIES);
+        slot(2).set_state_release(state::DONE | (TxStatus::DmaRefused as u32) << state::STATUS_SHIFT);
+        slot(0).set_state_release(state::DONE);
+        let mut got = Vec::new();
+        assert_eq!(ep.reap_sends(|c, st| got.push((c, st))), 2);
+        assert_eq!(got, [(0, TxStatus::Sent), (2, TxStatus::DmaRefused)]);
+        assert_eq!(ep.sends_in_flight(), 2);
+        slot(3).set_state_release(state::DONE);
+        slot(1).set_state_release(state::DONE);
+        got.clear();
+        assert_eq!(ep.reap_sends(|c, st| got.push((c, st))), 2);
+        assert_eq!(got, [(1, TxStatus::Sent), (3, TxStatus::Sent)]);
+        assert_eq!(ep.sends_in_flight(), 0);
     }
 }
