@@ -101,6 +101,14 @@ struct TxLane {
     /// Bytes pushed so far; `popped` is the reader's count.
     pushed: u64,
     popped: Arc<AtomicU64>,
+    /// `popped` as last read: it only grows, so a stale value only overstates what is
+    /// queued, and the sender rereads it (a cache line the reader writes on every pop)
+    /// only when the stale value says the lane is over its byte limit.
+    seen_popped: u64,
+    /// Spare buffers taken off `spare` and not used yet: the ring is drained in one go
+    /// when this runs dry, so under load its tail (which the reader writes) is read once
+    /// per batch rather than once per frame.
+    pool: Vec<Vec<u8>>,
 }
 
 /// The reader's end of a lane.
@@ -279,7 +287,7 @@ impl InProcPort {
             arrivals.push(RxLane { frames: rx_frames, spare: tx_spare, popped: popped.clone() });
             queue.attached.fetch_add(1, Ordering::Release);
         }
-        self.routes.push(TxLane { dst, queue, frames: tx_frames, spare: rx_spare, pushed: 0, popped });
+        self.routes.push(TxLane { dst, queue, frames: tx_frames, spare: rx_spare, pushed: 0, popped, seen_popped: 0, pool: Vec::new() });
         Some(self.routes.len() - 1)
     }
 
@@ -303,12 +311,19 @@ impl InProcPort {
             ));
         };
         let (queue_bytes, lane) = (self.switch.queue_bytes, &mut self.routes[route]);
-        let mut buf = self.next_buf.take().or_else(|| lane.spare.pop().ok()).unwrap_or_default();
+        if self.next_buf.is_none() && lane.pool.is_empty() {
+            let n = lane.spare.slots();
+            lane.pool.extend((0..n).filter_map(|_| lane.spare.pop().ok()));
+        }
+        let mut buf = self.next_buf.take().or_else(|| lane.pool.pop()).unwrap_or_default();
         if buf.len() < len {
             buf.resize(len, 0);
         }
         fill(&mut buf[..len]);
-        let queued = lane.pushed - lane.popped.load(Ordering::Acquire);
+        if lane.pushed - lane.seen_popped + len as u64 > queue_bytes as u64 {
+            lane.seen_popped = lane.popped.load(Ordering::Acquire);
+        }
+        let queued = lane.pushed - lane.seen_popped;
         if lane.frames.is_full() || queued + len as u64 > queue_bytes as u64 {
             self.next_buf = Some(buf);
             lane.queue.dropped_frames.fetch_add(1, Ordering::Relaxed);
@@ -490,6 +505,30 @@ mod tests {
         assert_eq!(b.try_recv_frame(&mut buf).unwrap(), Some(1));
         assert_eq!(buf[0], 1);
         assert_eq!(b.try_recv_frame(&mut buf).unwrap(), None);
+    }
+
+    #[test]
+    fn byte_limit_drops_and_frees_as_the_reader_pops() {
+        let sw = InProcSwitch::with_queue_limits(100, 1000);
+        let mut a = sw.port(1);
+        let mut b = sw.port(2);
+        let mut buf = [0u8; 500];
+        // 400 + 400 fit in 1000 bytes; a third is dropped until the reader takes one.
+        for round in 0..3u8 {
+            a.send_frame(2, &[round; 400]).unwrap();
+            a.send_frame(2, &[round; 400]).unwrap();
+            a.send_frame(2, &[round; 400]).unwrap();
+            assert_eq!(sw.dropped_frames(), 1 + round as u64);
+            assert_eq!(b.try_recv_frame(&mut buf).unwrap(), Some(400));
+            // The sender sees the room the pop made.
+            a.send_frame(2, &[round; 400]).unwrap();
+            assert_eq!(sw.dropped_frames(), 1 + round as u64);
+            for _ in 0..2 {
+                assert_eq!(b.try_recv_frame(&mut buf).unwrap(), Some(400));
+                assert_eq!(buf[0], round);
+            }
+            assert_eq!(b.try_recv_frame(&mut buf).unwrap(), None);
+        }
     }
 
     #[test]
