@@ -37,15 +37,21 @@ pub trait LinkBackend: Send {
 
     /// Send one frame of `len` bytes that `fill` writes in place, so a backend that
     /// queues frames in buffers of its own can take the bytes without an intermediate
-    /// copy. The default fills `scratch` (at least `len` bytes; the link's frame buffer)
-    /// and calls [`send_frame`](Self::send_frame).
+    /// copy. `align_at` is a hint: the frame's byte at that offset (where a packet's
+    /// payload starts) is best placed at the start of a cache line, since the bulk copies
+    /// into and out of the frame run markedly slower to a misaligned destination; a
+    /// backend with buffers of its own places the frame so. The default ignores it, fills
+    /// `scratch` (at least `len` bytes; the link's frame buffer) and calls
+    /// [`send_frame`](Self::send_frame).
     fn send_frame_with(
         &mut self,
         dst: u16,
         len: usize,
+        align_at: usize,
         scratch: &mut [u8],
         fill: &mut dyn FnMut(&mut [u8]),
     ) -> io::Result<()> {
+        let _ = align_at;
         let Some(buf) = scratch.get_mut(..len) else {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,

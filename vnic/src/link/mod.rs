@@ -276,8 +276,8 @@ impl Link {
     /// buf)` copies out of wherever it is (a NIC's send staging), straight into each
     /// frame: with no faults configured and a backend that queues its own buffers, each
     /// byte is copied once (and checksummed while hot, where the link carries a CRC).
-    /// `read` is asked for every byte exactly once, in order; if it returns `false` the
-    /// packet goes out aborted.
+    /// `read` is asked for the first 12 bytes (the route) and then for every byte exactly
+    /// once, in order; if it returns `false` the packet goes out aborted.
     pub fn send_packet_from(
         &mut self,
         len: usize,
@@ -288,9 +288,14 @@ impl Link {
             self.stats.unroutable += 1;
             return Ok(());
         }
-        let mut route = [0u8; 8];
+        let mut route = [0u8; 12];
         let mut ok = read(0, &mut route);
         let dst = u16::from_le_bytes([route[6], route[7]]);
+        // Where the payload starts (after the header and the control message, padded to
+        // 4 bytes): the first frame asks its backend to put it on a cache line. Only a
+        // placement hint, so a malformed length does no harm.
+        let ctrl_len = u16::from_le_bytes([route[8], route[9]]) as usize;
+        let payload_at = ROUTE_HEADER_BYTES + ctrl_len.next_multiple_of(4);
         if !self.backend.routes_to(dst) {
             self.stats.unroutable += 1;
             return Ok(());
@@ -365,7 +370,7 @@ impl Link {
             let r = if self.faults.is_passthrough() {
                 let r = self
                     .backend
-                    .send_frame_with(dst, n, &mut self.tx_frame, &mut fill);
+                    .send_frame_with(dst, n, frame::HEADER_BYTES + if index == 0 { payload_at } else { 0 }, &mut self.tx_frame, &mut fill);
                 match r {
                     Ok(()) => self.stats.frames_sent += 1,
                     Err(_) => self.stats.send_errors += 1,
@@ -551,8 +556,9 @@ mod tests {
             true
         })
         .unwrap();
-        // The route peek, then every byte once, in order.
-        assert_eq!(asked[0], (0, 8));
+        // The route peek (destination and control-message length), then every byte
+        // once, in order.
+        assert_eq!(asked[0], (0, 12));
         let mut next = 0;
         for &(off, len) in &asked[1..] {
             assert_eq!(off, next);

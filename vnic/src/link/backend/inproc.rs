@@ -88,7 +88,24 @@ struct PortQueue {
 #[derive(Debug)]
 struct QueuedFrame {
     buf: Vec<u8>,
+    /// The frame is `buf[off..off + len]`.
+    off: usize,
     len: usize,
+}
+
+impl QueuedFrame {
+    fn bytes(&self) -> &[u8] {
+        &self.buf[self.off..self.off + self.len]
+    }
+}
+
+/// Cache-line size the frames' payloads are aligned to.
+const CACHE_LINE: usize = 64;
+
+/// Where in `buf` a frame starts so that its byte `align_at` lies on a cache line.
+fn frame_offset(buf: &[u8], align_at: usize) -> usize {
+    let at = (buf.as_ptr() as usize).wrapping_add(align_at);
+    (CACHE_LINE - at % CACHE_LINE) % CACHE_LINE
 }
 
 /// The sender's end of a lane.
@@ -170,7 +187,7 @@ impl InProcSwitch {
             next_lane: 0,
             next_buf: None,
             lent: None,
-            lent_len: 0,
+            lent_at: 0..0,
         })
     }
 
@@ -207,8 +224,8 @@ pub struct InProcPort {
     /// The buffer of the frame last lent out by `recv_frame_with` and its lane, given
     /// back to that lane's spare ring at the next pop.
     lent: Option<(Vec<u8>, usize)>,
-    /// The length of the frame in `lent`.
-    lent_len: usize,
+    /// Where in `lent` its frame lies.
+    lent_at: std::ops::Range<usize>,
 }
 
 impl InProcPort {
@@ -291,11 +308,13 @@ impl InProcPort {
         Some(self.routes.len() - 1)
     }
 
-    /// Queue a frame of `len` bytes that `fill` writes, to node `dst`.
+    /// Queue a frame of `len` bytes that `fill` writes, to node `dst`, its byte
+    /// `align_at` on a cache line.
     fn push_frame(
         &mut self,
         dst: u16,
         len: usize,
+        align_at: usize,
         fill: &mut dyn FnMut(&mut [u8]),
     ) -> io::Result<()> {
         if len > INPROC_MAX_FRAME_BYTES {
@@ -316,10 +335,11 @@ impl InProcPort {
             lane.pool.extend((0..n).filter_map(|_| lane.spare.pop().ok()));
         }
         let mut buf = self.next_buf.take().or_else(|| lane.pool.pop()).unwrap_or_default();
-        if buf.len() < len {
-            buf.resize(len, 0);
+        if buf.len() < len + CACHE_LINE {
+            buf.resize(len + CACHE_LINE, 0);
         }
-        fill(&mut buf[..len]);
+        let off = frame_offset(&buf, align_at);
+        fill(&mut buf[off..off + len]);
         if lane.pushed - lane.seen_popped + len as u64 > queue_bytes as u64 {
             lane.seen_popped = lane.popped.load(Ordering::Acquire);
         }
@@ -330,7 +350,7 @@ impl InProcPort {
             self.switch.dropped_frames.fetch_add(1, Ordering::Relaxed);
             return Ok(());
         }
-        if let Err(rtrb::PushError::Full(f)) = lane.frames.push(QueuedFrame { buf, len }) {
+        if let Err(rtrb::PushError::Full(f)) = lane.frames.push(QueuedFrame { buf, off, len }) {
             // Not reached (checked above, and only this sender pushes); keep the buffer.
             self.next_buf = Some(f.buf);
             return Ok(());
@@ -379,17 +399,18 @@ impl InProcPort {
 
 impl LinkBackend for InProcPort {
     fn send_frame(&mut self, dst: u16, frame: &[u8]) -> io::Result<()> {
-        self.push_frame(dst, frame.len(), &mut |buf| buf.copy_from_slice(frame))
+        self.push_frame(dst, frame.len(), 0, &mut |buf| buf.copy_from_slice(frame))
     }
 
     fn send_frame_with(
         &mut self,
         dst: u16,
         len: usize,
+        align_at: usize,
         _scratch: &mut [u8],
         fill: &mut dyn FnMut(&mut [u8]),
     ) -> io::Result<()> {
-        self.push_frame(dst, len, fill)
+        self.push_frame(dst, len, align_at, fill)
     }
 
     fn try_recv_frame(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
@@ -397,9 +418,9 @@ impl LinkBackend for InProcPort {
             return Ok(None);
         };
         let n = f.len.min(buf.len());
-        buf[..n].copy_from_slice(&f.buf[..n]);
+        buf[..n].copy_from_slice(&f.bytes()[..n]);
+        self.lent_at = f.off..f.off + f.len;
         self.lent = Some((f.buf, lane));
-        self.lent_len = f.len;
         Ok(Some(n))
     }
 
@@ -411,9 +432,9 @@ impl LinkBackend for InProcPort {
         let Some((f, lane)) = self.pop_frame() else {
             return Ok(false);
         };
-        take(&f.buf[..f.len]);
+        take(f.bytes());
+        self.lent_at = f.off..f.off + f.len;
         self.lent = Some((f.buf, lane));
-        self.lent_len = f.len;
         Ok(true)
     }
 
@@ -423,7 +444,7 @@ impl LinkBackend for InProcPort {
 
     fn last_frame(&self) -> Option<&[u8]> {
         // The buffer goes back to its lane only at the next pop.
-        self.lent.as_ref().and_then(|(b, _)| b.get(..self.lent_len))
+        self.lent.as_ref().and_then(|(b, _)| b.get(self.lent_at.clone()))
     }
 
     fn readable_fd(&self) -> Option<BorrowedFd<'_>> {
@@ -532,6 +553,31 @@ mod tests {
     }
 
     #[test]
+    fn frames_are_placed_with_the_hinted_byte_on_a_cache_line() {
+        let sw = InProcSwitch::new();
+        let mut a = sw.port(1);
+        let mut b = sw.port(2);
+        let mut scratch = [0u8; 0];
+        for (k, align_at) in [0usize, 24, 80, 184, 1000, 3].into_iter().enumerate() {
+            let len = 2000 + k;
+            let fill = &mut |buf: &mut [u8]| {
+                for (i, x) in buf.iter_mut().enumerate() {
+                    *x = (i * 7 + k) as u8;
+                }
+            };
+            a.send_frame_with(2, len, align_at, &mut scratch, fill).unwrap();
+            let mut seen = None;
+            assert!(b
+                .recv_frame_with(&mut scratch, &mut |f| {
+                    let ok = f.iter().enumerate().all(|(i, &x)| x == (i * 7 + k) as u8);
+                    seen = Some((f.len(), ok, f[align_at..].as_ptr() as usize % CACHE_LINE));
+                })
+                .unwrap());
+            assert_eq!(seen, Some((len, true, 0)), "hint {align_at}");
+        }
+    }
+
+    #[test]
     fn senders_signal_only_a_reader_that_announced_its_sleep() {
         let sw = InProcSwitch::new();
         let mut a = sw.port(1);
@@ -564,7 +610,7 @@ mod tests {
         for round in 0..3u8 {
             for i in 0..3u8 {
                 let len = 1000 + 3000 * i as usize;
-                a.send_frame_with(2, len, &mut scratch, &mut |buf| buf.fill(round * 16 + i))
+                a.send_frame_with(2, len, 0, &mut scratch, &mut |buf| buf.fill(round * 16 + i))
                     .unwrap();
             }
             // The third frame of each round overflowed the 2-frame queue.
