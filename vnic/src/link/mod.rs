@@ -228,6 +228,12 @@ impl Link {
         }
     }
 
+    /// Whether [`Self::poll_deadline`] is `Some`, without working out when (a check on
+    /// every poll).
+    pub fn has_timers(&self) -> bool {
+        self.faults.holding() || self.rx.has_partials()
+    }
+
     /// The packet the last [`poll_packet_held_with`](Self::poll_packet_held_with) lent
     /// with `held` set, while it is still readable (until the next receiving call).
     pub fn held_packet(&self) -> Option<&[u8]> {
@@ -239,13 +245,13 @@ impl Link {
     /// now: a packet is reassembled and waiting, a timer is pending, or the backend may
     /// hold frames. `false` only when a poll would surely find nothing.
     pub fn rx_pending(&self) -> bool {
-        self.rx.has_ready() || self.poll_deadline().is_some() || self.backend.frames_waiting()
+        self.rx.has_ready() || self.has_timers() || self.backend.frames_waiting()
     }
 
     /// Run the timers: send a reordered frame held too long, drop packets whose
     /// fragments stopped coming. Returns a backend send error, if one happened.
     pub fn poll_timers(&mut self) -> io::Result<()> {
-        if self.poll_deadline().is_none() {
+        if !self.has_timers() {
             return Ok(());
         }
         let now = Instant::now();
@@ -449,7 +455,7 @@ impl Link {
     /// then a receiver may leave them where they are instead of copying them out now.
     pub fn poll_packet_held_with<R>(&mut self, take: impl FnOnce(&[u8], u16, bool, bool) -> R) -> Option<R> {
         self.held = None;
-        if self.poll_deadline().is_some() {
+        if self.has_timers() {
             // A send error here is counted; the receive path has nothing to add to it.
             let _ = self.poll_timers();
         }
@@ -698,6 +704,7 @@ mod tests {
         a.send_packet(&p[..100], true).unwrap();
         // The sender's next timer is the first frame's arrival.
         assert!(a.poll_deadline().is_some_and(|d| d >= t0 + delay));
+        assert!(a.has_timers());
         let mut got = Vec::new();
         while got.len() < 3 {
             a.poll_timers().unwrap();
@@ -711,7 +718,7 @@ mod tests {
         assert_eq!((&got[1].0, got[1].1), (&big, true));
         assert_eq!((got[2].0.len(), got[2].1), (100, false), "the aborted packet still fails");
         assert_eq!(a.stats().frames_sent, 4);
-        assert!(a.poll_deadline().is_none());
+        assert!(a.poll_deadline().is_none() && !a.has_timers());
 
         // A delay is not a fault: one-frame packets still carry a verdict.
         let mut raw = sw.port(3);

@@ -321,6 +321,12 @@ impl Reassembler {
     }
 
     /// When [`handle_timeout`](Self::handle_timeout) next has work, if ever.
+    /// Whether a partial packet is waiting for fragments (then [`Self::deadline`] is
+    /// `Some`).
+    pub fn has_partials(&self) -> bool {
+        !self.partials.is_empty()
+    }
+
     pub fn deadline(&self) -> Option<Instant> {
         self.partials
             .iter()
@@ -482,12 +488,13 @@ mod tests {
         }
         assert_eq!(r.pop().map(|p| p.bytes.len()), Some(100));
         let d = r.deadline().unwrap();
+        assert!(r.has_partials());
         r.handle_timeout(d - Duration::from_micros(1), &mut s);
         assert_eq!(s.reassembly_timeouts, 3);
         r.handle_timeout(t + REASSEMBLY_TIMEOUT + Duration::from_millis(1), &mut s);
         assert_eq!(r.partial_packets(), 0);
         assert_eq!(s.reassembly_timeouts, 3 + MAX_PARTIAL_PACKETS as u64 - 1);
-        assert!(r.deadline().is_none());
+        assert!(r.deadline().is_none() && !r.has_partials());
     }
 
     #[test]
