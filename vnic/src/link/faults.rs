@@ -249,6 +249,11 @@ struct InFlight {
 /// Most spare buffers the delay line keeps for reuse.
 const DELAY_SPARES: usize = 64;
 
+/// Most frames on a link's delay line (netem's default limit is 1000 packets): a sender
+/// that outruns its modelled wire loses frames, counted in `delay_line_drops`, rather
+/// than growing the line without bound (up to 64 KiB a frame).
+pub const DELAY_LINE_FRAMES: usize = 4096;
+
 /// Applies a [`FaultConfig`] to frames on their way to a backend. See the module doc for
 /// the rules; every injected fault is counted in [`LinkStats`].
 #[derive(Debug)]
@@ -309,6 +314,10 @@ impl FaultInjector {
         if self.config.delay_ns == 0 {
             return put(backend, dst, frame, stats);
         }
+        if self.line.len() >= DELAY_LINE_FRAMES {
+            stats.delay_line_drops += 1;
+            return Ok(());
+        }
         let mut buf = self.spare.pop().unwrap_or_default();
         buf.clear();
         buf.extend_from_slice(frame);
@@ -355,11 +364,23 @@ impl FaultInjector {
     }
 
     /// With [`Self::faultless`] and a delay configured: put a frame of `len` bytes that
-    /// `fill` writes on the delay line, filled in place (no copy through a scratch frame).
+    /// `fill` writes on the delay line, filled in place (no copy through a scratch frame),
+    /// or drop it if the line is full ([`DELAY_LINE_FRAMES`]), and return `true`.
     /// Returns `false` (and does nothing) otherwise.
-    pub fn delay_with(&mut self, dst: u16, len: usize, now: Instant, fill: &mut dyn FnMut(&mut [u8])) -> bool {
+    pub fn delay_with(
+        &mut self,
+        dst: u16,
+        len: usize,
+        now: Instant,
+        stats: &mut LinkStats,
+        fill: &mut dyn FnMut(&mut [u8]),
+    ) -> bool {
         if !self.faultless() || self.config.delay_ns == 0 {
             return false;
+        }
+        if self.line.len() >= DELAY_LINE_FRAMES {
+            stats.delay_line_drops += 1;
+            return true;
         }
         let mut buf = self.spare.pop().unwrap_or_default();
         buf.resize(len, 0);
@@ -689,5 +710,27 @@ mod tests {
         // when they arrive.
         assert_eq!(tape.0, plain);
         assert_eq!(stats, plain_stats);
+    }
+
+    #[test]
+    fn a_full_delay_line_drops_and_counts() {
+        let c = FaultConfig {
+            delay_ns: 1_000_000,
+            ..FaultConfig::NONE
+        };
+        let mut inj = FaultInjector::new(c);
+        let (mut tape, mut stats) = (Tape::default(), LinkStats::default());
+        let now = Instant::now();
+        for i in 0..DELAY_LINE_FRAMES + 5 {
+            inj.transmit(&mut tape, 1, &mut (i as u32).to_le_bytes(), now, &mut stats)
+                .unwrap();
+        }
+        // The in-place path drops past the limit too.
+        assert!(inj.delay_with(1, 4, now, &mut stats, &mut |b| b.fill(0xEE)));
+        assert_eq!(stats.delay_line_drops, 6);
+        inj.flush(&mut tape, &mut stats).unwrap();
+        assert_eq!(tape.0.len(), DELAY_LINE_FRAMES);
+        assert!(tape.0.iter().enumerate().all(|(i, f)| f[..] == (i as u32).to_le_bytes()));
+        assert_eq!(stats.frames_sent, DELAY_LINE_FRAMES as u64);
     }
 }

@@ -37,7 +37,8 @@
 //! Call order: `send_packet` any time; wait for [`Link::readable_fd`] (or until
 //! [`Link::poll_deadline`]), then call [`Link::poll_packet`] until it returns `None`.
 //! `poll_packet` runs the link's timers (reassembly timeouts, a reordered frame held by
-//! the fault injector); [`Link::poll_timers`] runs them alone. `send_packet` never looks
+//! the fault injector, frames due off the wire-delay line); [`Link::poll_timers`] runs
+//! them alone. `send_packet` never looks
 //! at the clock's timers, so a seeded fault run is reproducible.
 //!
 //! ```
@@ -114,6 +115,9 @@ pub struct LinkStats {
     pub injected_duplicates: u64,
     pub injected_reorders: u64,
     pub injected_corruptions: u64,
+    /// Frames dropped because the wire-delay line already held
+    /// [`faults::DELAY_LINE_FRAMES`] (a sender outrunning its modelled wire).
+    pub delay_line_drops: u64,
 }
 
 /// A packet delivered by [`Link::poll_packet`]. If the caller's buffer was too small,
@@ -216,9 +220,9 @@ impl Link {
         self.backend.readable_fd()
     }
 
-    /// When the link's timers next need running (a held reordered frame, a packet
-    /// waiting for fragments), if ever: wake by then and call [`poll_packet`] or
-    /// [`poll_timers`](Self::poll_timers).
+    /// When the link's timers next need running (a held reordered frame, a frame due off
+    /// the wire-delay line, a packet waiting for fragments), if ever: wake by then and
+    /// call [`poll_packet`] or [`poll_timers`](Self::poll_timers).
     ///
     /// [`poll_packet`]: Self::poll_packet
     pub fn poll_deadline(&self) -> Option<Instant> {
@@ -248,8 +252,10 @@ impl Link {
         self.rx.has_ready() || self.has_timers() || self.backend.frames_waiting()
     }
 
-    /// Run the timers: send a reordered frame held too long, drop packets whose
-    /// fragments stopped coming. Returns a backend send error, if one happened.
+    /// Run the timers: send a reordered frame held too long and the frames due off the
+    /// delay line, drop packets whose fragments stopped coming. Returns a backend send
+    /// error, if one happened (a delayed frame's send error surfaces here, not from the
+    /// `send_packet` that queued it; either way it is counted in `send_errors`).
     pub fn poll_timers(&mut self) -> io::Result<()> {
         if !self.has_timers() {
             return Ok(());
@@ -270,7 +276,9 @@ impl Link {
     /// sees a bad CRC). A packet shorter than the header or for a node the backend cannot
     /// reach is counted as `unroutable` and dropped (`Ok`). A packet longer than
     /// [`MAX_PACKET_BYTES`] − 4 is an `InvalidInput` error. Backend errors are counted
-    /// (`send_errors`) and the first is returned; the packet is then lost.
+    /// (`send_errors`) and the first is returned; the packet is then lost. (With a wire
+    /// delay the backend sees the frames later, from the link's timers, which report
+    /// their errors.)
     pub fn send_packet(&mut self, packet: &[u8], abort: bool) -> io::Result<()> {
         self.send_packet_from(packet.len(), abort, &mut |off, buf| {
             buf.copy_from_slice(&packet[off..off + buf.len()]);
@@ -382,7 +390,7 @@ impl Link {
                     Err(_) => self.stats.send_errors += 1,
                 }
                 r
-            } else if self.faults.delay_with(dst, n, *now.get_or_insert_with(Instant::now), &mut fill) {
+            } else if self.faults.delay_with(dst, n, *now.get_or_insert_with(Instant::now), &mut self.stats, &mut fill) {
                 Ok(())
             } else {
                 fill(&mut self.tx_frame[..n]);

@@ -320,13 +320,13 @@ impl Reassembler {
         self.expire_recent(now);
     }
 
-    /// When [`handle_timeout`](Self::handle_timeout) next has work, if ever.
     /// Whether a partial packet is waiting for fragments (then [`Self::deadline`] is
     /// `Some`).
     pub fn has_partials(&self) -> bool {
         !self.partials.is_empty()
     }
 
+    /// When [`handle_timeout`](Self::handle_timeout) next has work, if ever.
     pub fn deadline(&self) -> Option<Instant> {
         self.partials
             .iter()

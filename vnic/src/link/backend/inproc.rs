@@ -37,7 +37,7 @@ use rustix::event::{eventfd, EventfdFlags};
 use super::LinkBackend;
 
 /// Frames one sender queues to a port before the switch drops its further frames there
-/// (a lane's ring is allocated whole: 32 KiB at this size; a NIC's send ring holds far
+/// (a lane's ring is allocated whole: 40 KiB at this size; a NIC's send ring holds far
 /// fewer packets).
 pub const DEFAULT_QUEUE_FRAMES: usize = 1024;
 /// Bytes one sender queues to a port before the switch drops its further frames there
@@ -45,8 +45,9 @@ pub const DEFAULT_QUEUE_FRAMES: usize = 1024;
 pub const DEFAULT_QUEUE_BYTES: usize = 8 << 20;
 /// Largest frame the switch carries.
 pub const INPROC_MAX_FRAME_BYTES: usize = 65536;
-/// Spare frame buffers a lane keeps for its sender (each as large as the largest frame
-/// it carried: at most ~2 MiB per lane).
+/// Spare frame buffers a lane's ring returns to its sender (each as large as the largest
+/// frame it carried; with the sender's pool of ones taken off the ring, at most ~4 MiB
+/// per lane).
 const SPARE_BUFFERS: usize = 32;
 
 /// A handle to an in-process switch; clones share the switch.
@@ -167,7 +168,18 @@ fn sender_barrier() {
 fn reader_barrier() -> bool {
     if asymmetric_barrier() {
         use rustix::thread::{membarrier, MembarrierCommand};
-        return membarrier(MembarrierCommand::PrivateExpedited).is_ok();
+        return match membarrier(MembarrierCommand::PrivateExpedited) {
+            Ok(()) => true,
+            Err(e) => {
+                // Registered, yet refused (a forked child loses its registration): no
+                // sleep is safe now, so readers spin. Say so once.
+                static SAID: AtomicBool = AtomicBool::new(false);
+                if !SAID.swap(true, Ordering::Relaxed) {
+                    tracing::warn!("membarrier refused after registration ({e}): in-process link readers will spin instead of sleeping");
+                }
+                false
+            }
+        };
     }
     fence(Ordering::SeqCst);
     true
