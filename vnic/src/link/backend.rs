@@ -95,8 +95,7 @@ pub trait LinkBackend: Send {
     fn routes_to(&self, dst: u16) -> bool;
 
     /// The caller is about to sleep on [`readable_fd`](Self::readable_fd). Returns
-    /// `false` if frames are already waiting, or the backend cannot make the sleep safe
-    /// just now (then it must not sleep). Backends whose
+    /// `false` if frames are already waiting (then it must not sleep). Backends whose
     /// senders signal only announced sleepers rely on this; kernel sockets need nothing.
     fn prepare_wait(&self) -> bool {
         true

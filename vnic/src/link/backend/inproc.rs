@@ -16,20 +16,17 @@
 //! counter says some arrived.
 //!
 //! Sleeping readers: a reader about to sleep stores `waiting`, fences, and then looks at
-//! its lanes; a sender pushes, fences, and then reads `waiting`. With a full barrier on
-//! each side one of the two sees the other, so no wakeup is lost. Sends are frequent and
-//! sleeps rare, so the barrier is asymmetric where the kernel allows it (as liburcu
-//! does): the sleeping reader issues `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)`,
-//! which runs a full barrier on every thread of the process, and a sender needs only a
-//! compiler fence. A sender's full fence after an 8 KB copy waited for those stores to
-//! drain: 2.3 % of a one-thread round trip. Where membarrier is refused (old kernels,
-//! seccomp) both sides fence as before.
+//! its lanes; a sender pushes, fences, and then reads `waiting`. With a SeqCst fence on
+//! each side one of the two sees the other, so no wakeup is lost. (An asymmetric barrier,
+//! membarrier on the sleep and a compiler fence per send, took the fence out of the
+//! send path's profile but did not change the round trip measurably here, so the simple
+//! symmetric form stays.)
 
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::{compiler_fence, fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use rtrb::{Consumer, Producer, RingBuffer};
 use rustix::event::{eventfd, EventfdFlags};
@@ -143,48 +140,6 @@ struct RxLane {
     popped: Arc<AtomicU64>,
 }
 
-/// Whether this process registered for expedited membarrier: then senders skip their
-/// fence and a reader about to sleep issues a membarrier instead (module doc). Decided
-/// once, at the first switch, before any lane exists.
-fn asymmetric_barrier() -> bool {
-    static REGISTERED: OnceLock<bool> = OnceLock::new();
-    *REGISTERED.get_or_init(|| {
-        use rustix::thread::{membarrier, MembarrierCommand};
-        membarrier(MembarrierCommand::RegisterPrivateExpedited).is_ok()
-    })
-}
-
-/// The sender's half of the barrier, between its push and its look at `waiting`.
-fn sender_barrier() {
-    if asymmetric_barrier() {
-        compiler_fence(Ordering::SeqCst);
-    } else {
-        fence(Ordering::SeqCst);
-    }
-}
-
-/// The sleeping reader's half, between storing `waiting` and looking at its lanes.
-/// `false`: the barrier could not be run, so the reader must not sleep.
-fn reader_barrier() -> bool {
-    if asymmetric_barrier() {
-        use rustix::thread::{membarrier, MembarrierCommand};
-        return match membarrier(MembarrierCommand::PrivateExpedited) {
-            Ok(()) => true,
-            Err(e) => {
-                // Registered, yet refused (a forked child loses its registration): no
-                // sleep is safe now, so readers spin. Say so once.
-                static SAID: AtomicBool = AtomicBool::new(false);
-                if !SAID.swap(true, Ordering::Relaxed) {
-                    tracing::warn!("membarrier refused after registration ({e}): in-process link readers will spin instead of sleeping");
-                }
-                false
-            }
-        };
-    }
-    fence(Ordering::SeqCst);
-    true
-}
-
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -202,8 +157,6 @@ impl InProcSwitch {
 
     /// A switch whose lanes hold at most `frames` frames and `bytes` bytes each.
     pub fn with_queue_limits(frames: usize, bytes: usize) -> Self {
-        // Register for membarrier now, not at some sender's first push.
-        let _ = asymmetric_barrier();
         InProcSwitch {
             inner: Arc::new(Switch {
                 ports: Mutex::new(HashMap::new()),
@@ -407,9 +360,9 @@ impl InProcPort {
             return Ok(());
         }
         lane.pushed += len as u64;
-        // The push must be visible before `waiting` is read: paired with the reader's
-        // barrier between storing `waiting` and looking at its lanes (module doc).
-        sender_barrier();
+        // The push must be visible before `waiting` is read: a full fence, paired with the
+        // reader's between storing `waiting` and looking at its lanes (module doc).
+        fence(Ordering::SeqCst);
         if lane.queue.waiting.load(Ordering::Relaxed) {
             // EAGAIN (counter saturated) still leaves the fd readable, which is all it needs.
             let _ = rustix::io::write(&lane.queue.event, &1u64.to_ne_bytes());
@@ -508,11 +461,8 @@ impl LinkBackend for InProcPort {
 
     fn prepare_wait(&self) -> bool {
         self.queue.waiting.store(true, Ordering::Relaxed);
-        // Paired with the sender's barrier after its push: one of the two sees the other.
-        if !reader_barrier() {
-            self.queue.waiting.store(false, Ordering::SeqCst);
-            return false;
-        }
+        // Paired with the sender's fence after its push: one of the two sees the other.
+        fence(Ordering::SeqCst);
         // Clear old signals first, then look: a frame pushed before our store is found by
         // the look; one pushed after it signals afresh.
         self.clear_event();
