@@ -55,6 +55,8 @@ pub struct Options {
     pub cache_pages: usize,
     /// Client operations kept in flight at most.
     pub window: usize,
+    /// Faults and wire delay injected on this node's link sends.
+    pub link: FaultConfig,
 }
 
 impl Options {
@@ -166,7 +168,7 @@ impl Daemon {
             opts.dead_after,
         );
         let control = Control::bind(&opts.socket, opts.op_timeout)?;
-        let link = Link::new(opts.node, Box::new(backend), FaultConfig::default());
+        let link = Link::new(opts.node, Box::new(backend), opts.link);
         let nic = Arc::new(Nic::new(
             &format!("gmsd{}", opts.node),
             link,
@@ -455,6 +457,7 @@ mod tests {
             op_timeout: Duration::from_millis(500),
             cache_pages: 0,
             window: 8,
+            link: FaultConfig::NONE,
         }
     }
 

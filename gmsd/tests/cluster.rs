@@ -85,8 +85,9 @@ fn free_port_pair(taken: &[u16]) -> u16 {
     panic!("no free pair of UDP ports on 127.0.0.1");
 }
 
-fn start() -> Cluster {
-    let dir = std::env::temp_dir().join(format!("gmsd-cluster-test-{}", std::process::id()));
+/// Three daemons, each also given `extra` arguments; `tag` names the test's directory.
+fn start(tag: &str, extra: &[&str]) -> Cluster {
+    let dir = std::env::temp_dir().join(format!("gmsd-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let mut ports = Vec::new();
@@ -114,6 +115,7 @@ fn start() -> Cluster {
             "--op-timeout-ms",
             "500",
         ])
+        .args(extra)
         .arg("--socket")
         .arg(c.sock(n));
         for m in (0..NODES).filter(|&m| m != n) {
@@ -177,7 +179,7 @@ fn three_daemons_64mib_and_a_kill() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(8192);
     let t_all = Instant::now();
-    let mut cl = start();
+    let mut cl = start("cluster-test", &[]);
     // Every daemon up and hearing both peers.
     for n in 0..NODES {
         let s = wait_for(
@@ -474,4 +476,38 @@ fn three_daemons_64mib_and_a_kill() {
         s1.max_pass_gap_ms,
         t_all.elapsed().as_secs_f64()
     );
+}
+
+/// A one-way wire delay on every daemon's link (`--link-faults delay=…`, as a real
+/// network would add) shows in every getpage: a network-only get needs at least a request
+/// and a reply on the wire, so it takes two delays or more, and still returns the page.
+#[test]
+fn a_modelled_wire_delay_shows_in_every_getpage() {
+    const DELAY_MS: u64 = 3;
+    let delay = format!("delay={DELAY_MS}ms");
+    let cl = start("wire-delay-test", &["--link-faults", &delay]);
+    for n in 0..NODES {
+        wait_for(Duration::from_secs(20), &format!("gmsd {n} to hear its peers"), || {
+            stat(&cl.sock(n)).filter(|s| s.nodes.iter().all(|m| m.alive))
+        });
+    }
+    let mut c = Client::connect(&cl.sock(0)).expect("connect");
+    let pages: Vec<u64> = (0..24).collect();
+    for &i in &pages {
+        let put = c.put(PageId::new(VOL, i), &content(i)).expect("put");
+        assert!(matches!(put, PutOutcome::Stored { .. }), "page {i}: {put:?}");
+    }
+    for &i in &pages {
+        let t = Instant::now();
+        let got = c.get_many(&[PageId::new(VOL, i)], true).expect("get").remove(0);
+        let took = t.elapsed();
+        match got {
+            GetOutcome::Hit { data, .. } => assert_eq!(checksum(&data), checksum(&content(i)), "page {i}"),
+            GetOutcome::Miss => panic!("page {i} missed"),
+        }
+        assert!(
+            took >= Duration::from_millis(2 * DELAY_MS),
+            "page {i} came back in {took:?}, less than two one-way delays of {DELAY_MS} ms"
+        );
+    }
 }

@@ -49,6 +49,10 @@ struct Args {
     /// 32-entry NIC receive ring: keep (nodes - 1) × window well below 32.
     #[arg(long, default_value_t = 8)]
     window: usize,
+    /// Faults and wire delay on this node's link sends, e.g. delay=20us (a modelled
+    /// one-way wire) or drop=0.1%,seed=7 (default none).
+    #[arg(long, default_value = "none")]
+    link_faults: trapeze_vnic::link::FaultConfig,
 }
 
 fn peer(s: &str) -> Result<(u16, SocketAddr), String> {
@@ -78,6 +82,7 @@ fn main() {
         op_timeout: Duration::from_millis(a.op_timeout_ms),
         cache_pages: a.cache_pages,
         window: a.window,
+        link: a.link_faults,
     };
     let stop = Arc::new(AtomicBool::new(false));
     // SIGINT/SIGTERM end the loop, so the control socket file is removed on the way out.
