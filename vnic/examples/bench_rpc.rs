@@ -250,8 +250,10 @@ fn spawn_named<T: Send + 'static>(name: &str, f: impl FnOnce() -> T + Send + 'st
 
 /// Poll the server nodes on one thread until `stop` (a thread per node would put three
 /// spinning threads on two cores in 3-way runs).
-fn serve_thread(mut ports: Vec<Port>, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
+fn serve_thread(mut ports: Vec<Port>, stop: Arc<AtomicBool>, place: Placement) -> std::thread::JoinHandle<()> {
     spawn_named("rpc-server", move || {
+        // Best effort: an unpinned server still answers.
+        let _ = place.pin(true);
         let mut idle = 0u32;
         while !stop.load(Ordering::Relaxed) {
             let mut busy = false;
@@ -417,6 +419,11 @@ fn bandwidth(
     Ok(t0.elapsed().as_secs_f64())
 }
 
+/// Replies run untimed before a bandwidth measurement of `count`.
+fn warm_up(count: u32) -> u32 {
+    (count / 10).max(100)
+}
+
 /// NetRPC's nonblocking 8 KB bandwidth (2-way, `cont`, `window` calls outstanding, the
 /// reply payload `kind`) on a fresh pair of nodes: the traffic of [`raw_request_reply`]
 /// through NetRPC. MB/s of reply payload.
@@ -424,12 +431,18 @@ fn rpc_cont_bandwidth(count: u32, window: u32, kind: Kind) -> anyhow::Result<f64
     let sw = InProcSwitch::new();
     let mut client = node(&sw, 0, false)?;
     let stop = Arc::new(AtomicBool::new(false));
-    let server = serve_thread(vec![node(&sw, 1, false)?], stop.clone());
+    // Placed like the raw baseline: client on CPU 0, server on CPU 1 (left to the
+    // scheduler, the two threads sometimes shared a core and a measurement halved).
+    let server = serve_thread(vec![node(&sw, 1, false)?], stop.clone(), Placement::CrossCore);
+    Placement::CrossCore.pin(false)?;
     let issue = |p: &mut Port, mode: Mode, now: u64| -> anyhow::Result<CallId> {
         let rt = reply_to(p, kind)?;
         p.rpc.call::<Get2>(now, &mut p.node, 1, &req(FRAME_BYTES), rt, mode).map_err(|e| anyhow::anyhow!("call: {e:?}"))
     };
+    // Untimed warm-up (first touches of the frames, lanes filling), like the raw side's.
+    bandwidth(&mut client, "cont", FRAME_BYTES, warm_up(count), window, &issue)?;
     let secs = bandwidth(&mut client, "cont", FRAME_BYTES, count, window, &issue);
+    Placement::unpin()?;
     stop.store(true, Ordering::Relaxed);
     server.join().map_err(|_| anyhow::anyhow!("server panicked"))?;
     Ok(count as f64 * FRAME_BYTES as f64 / secs? / 1e6)
@@ -492,7 +505,7 @@ fn wait_8k_p50(ways: u32, calls: u32) -> anyhow::Result<f64> {
     if ways == 3 {
         servers.push(node(&sw, 2, false)?);
     }
-    let thread = serve_thread(servers, stop.clone());
+    let thread = serve_thread(servers, stop.clone(), Placement::Unpinned);
     let result = wait_8k_p50_on(&mut p, ways, calls, || {});
     stop.store(true, Ordering::Relaxed);
     let _ = thread.join();
@@ -574,6 +587,7 @@ fn raw_request_reply(count: u32, window: u32, kind: Kind) -> anyhow::Result<f64>
     let stop = Arc::new(AtomicBool::new(false));
     let st = stop.clone();
     let srv = spawn_named("raw-server", move || {
+        let _ = Placement::CrossCore.pin(true);
         let seg = [Segment { addr: DEFAULT_REGION_BASE + server.node.service.page, len: FRAME_BYTES }];
         // The payload token of each request owed a reply (NONE: unsolicited).
         let mut owed = std::collections::VecDeque::new();
@@ -594,14 +608,24 @@ fn raw_request_reply(count: u32, window: u32, kind: Kind) -> anyhow::Result<f64>
             }
         }
     });
+    Placement::CrossCore.pin(false)?;
     let t0 = Instant::now();
     let (mut sent, mut got) = (0u32, 0u32);
     // Solicited: the frames armed for outstanding requests, in request order (one server
     // answers in order).
     let mut armed = std::collections::VecDeque::new();
     let mut passes = 0u32;
-    while got < count {
-        while sent < count && sent - got < window {
+    // The first `warm` replies are not timed (first touches of the frames, lanes
+    // filling), like NetRPC's warm-up run.
+    let warm = warm_up(count);
+    let total = count + warm;
+    // When the timed part began, and how many replies were in by then.
+    let mut timed: Option<(Instant, u32)> = None;
+    while got < total {
+        if timed.is_none() && got >= warm {
+            timed = Some((Instant::now(), got));
+        }
+        while sent < total && sent - got < window {
             let mut ctrl = [0u8; 8];
             if solicited {
                 let ReplyTo::Solicited { token, frame } = client.solicit()? else { unreachable!() };
@@ -633,10 +657,12 @@ fn raw_request_reply(count: u32, window: u32, kind: Kind) -> anyhow::Result<f64>
             anyhow::bail!("raw request/reply stalled at {got}/{count}");
         }
     }
-    let secs = t0.elapsed().as_secs_f64();
+    let (t1, from) = timed.unwrap_or((t0, 0));
+    let secs = t1.elapsed().as_secs_f64();
+    Placement::unpin()?;
     stop.store(true, Ordering::Relaxed);
     srv.join().map_err(|_| anyhow::anyhow!("server panicked"))?;
-    Ok(count as f64 * FRAME_BYTES as f64 / secs / 1e6)
+    Ok((got - from) as f64 * FRAME_BYTES as f64 / secs / 1e6)
 }
 
 /// Raw Trapeze round trip, one at a time, no NetRPC: node 0 sends a small request, node
@@ -839,7 +865,7 @@ fn run(a: Args) -> anyhow::Result<()> {
         if ways == 3 {
             servers.push(node(&sw, 2, false)?);
         }
-        let threads = vec![serve_thread(servers, stop.clone())];
+        let threads = vec![serve_thread(servers, stop.clone(), Placement::Unpinned)];
         for variant in ["wait", "cont", "defer"] {
             rows.push(run_row(&mut client, ways, variant, 0, Kind::None, &a)?);
             for payload in [4096u32, 8192] {
