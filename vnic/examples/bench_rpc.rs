@@ -4,9 +4,10 @@
 //! baselines measured in the same run.
 //!
 //! Each node drives its host API, its NetRPC and its NIC's firmware (inline) from one
-//! thread; the client is one thread and the server nodes (one, or directory + holder in
-//! 3-way runs) share another: on this 2-core machine a thread per NIC and per host would
-//! measure the scheduler. Rows: 2-way (node 0 → node 1) and 3-way (node 0 → directory node 1 →
+//! thread; the client is one thread, pinned to CPU 0, and the server nodes (one, or
+//! directory + holder in 3-way runs) share another, pinned to CPU 1: on this 2-core
+//! machine a thread per NIC and per host would measure the scheduler, and so would two
+//! spinning threads it sometimes put on one core. Rows: 2-way (node 0 → node 1) and 3-way (node 0 → directory node 1 →
 //! holder node 2 → node 0) × wait / cont (nonblocking continuation) / defer (the
 //! continuation finds its "lock" held once and runs from the deferred queue) × reply
 //! payload 0 / 4 KB / 8 KB × solicited (IPT, zero-copy) / unsolicited (receive buffer
@@ -20,8 +21,8 @@
 //! share and the RPC layer's.
 //!
 //! The nonblocking-vs-raw bandwidth ratio is measured apart from the table: `--bw-reps`
-//! pairs of runs on fresh nodes, raw and NetRPC interleaved (order alternating), each
-//! side's best run compared (on a shared machine load only slows a run down), with every
+//! pairs of runs on fresh nodes (each after an untimed warm-up), raw and NetRPC
+//! interleaved (order alternating), the median of the pairs' ratios reported, with every
 //! pair's own ratio printed so the spread is visible.
 
 use anyhow::Context;
@@ -183,14 +184,28 @@ impl Placement {
         rustix::thread::sched_setaffinity(None, &set).with_context(|| format!("pinning a thread to CPU {cpu}"))
     }
 
-    /// Undo [`Self::pin`] for the calling thread (every CPU the process may use).
+    /// Undo [`Self::pin`] for the calling thread: back to the CPUs the process started
+    /// with. (Not "as many CPUs as available_parallelism says": that reads the calling
+    /// thread's current mask, which after a pin is one CPU, so the thread stayed pinned
+    /// and every thread it spawned later inherited the pin.)
     fn unpin() -> anyhow::Result<()> {
-        let mut set = rustix::thread::CpuSet::new();
-        for cpu in 0..std::thread::available_parallelism().map_or(1, |n| n.get()) {
-            set.set(cpu);
-        }
-        rustix::thread::sched_setaffinity(None, &set).context("unpinning")
+        rustix::thread::sched_setaffinity(None, start_cpus()).context("unpinning")
     }
+}
+
+/// The CPUs the process may run on, as it started (read at the first call, which `run`
+/// makes before any pin).
+fn start_cpus() -> &'static rustix::thread::CpuSet {
+    static CPUS: std::sync::OnceLock<rustix::thread::CpuSet> = std::sync::OnceLock::new();
+    CPUS.get_or_init(|| {
+        rustix::thread::sched_getaffinity(None).unwrap_or_else(|_| {
+            let mut all = rustix::thread::CpuSet::new();
+            for cpu in 0..rustix::thread::CpuSet::MAX_CPU {
+                all.set(cpu);
+            }
+            all
+        })
+    })
 }
 
 /// 2-way wait 8 KB solicited NetRPC with both nodes polled by the calling thread: the
@@ -505,8 +520,11 @@ fn wait_8k_p50(ways: u32, calls: u32) -> anyhow::Result<f64> {
     if ways == 3 {
         servers.push(node(&sw, 2, false)?);
     }
-    let thread = serve_thread(servers, stop.clone(), Placement::Unpinned);
+    // Placed like the table's rows: client on CPU 0, servers on CPU 1.
+    let thread = serve_thread(servers, stop.clone(), Placement::CrossCore);
+    Placement::CrossCore.pin(false)?;
     let result = wait_8k_p50_on(&mut p, ways, calls, || {});
+    Placement::unpin()?;
     stop.store(true, Ordering::Relaxed);
     let _ = thread.join();
     result
@@ -832,6 +850,7 @@ fn main() {
 }
 
 fn run(a: Args) -> anyhow::Result<()> {
+    start_cpus();
     if a.same_thread_only {
         let p50 = rpc_same_thread(a.calls)?;
         println!("same thread 2-way wait 8 KB solicited NetRPC p50 {p50:.2} us ({} calls)", a.calls);
@@ -865,7 +884,9 @@ fn run(a: Args) -> anyhow::Result<()> {
         if ways == 3 {
             servers.push(node(&sw, 2, false)?);
         }
-        let threads = vec![serve_thread(servers, stop.clone(), Placement::Unpinned)];
+        // A core per side, as the rows' socket baselines are placed (CPU 0 / CPU 1).
+        let threads = vec![serve_thread(servers, stop.clone(), Placement::CrossCore)];
+        Placement::CrossCore.pin(false)?;
         for variant in ["wait", "cont", "defer"] {
             rows.push(run_row(&mut client, ways, variant, 0, Kind::None, &a)?);
             for payload in [4096u32, 8192] {
@@ -878,6 +899,7 @@ fn run(a: Args) -> anyhow::Result<()> {
                 }
             }
         }
+        Placement::unpin()?;
         stop.store(true, Ordering::Relaxed);
         for t in threads {
             let _ = t.join();
