@@ -49,6 +49,10 @@ pub struct RunArgs {
     /// (the emulated cores are slower).
     #[arg(long)]
     flashed: bool,
+    /// Faults and a modelled wire delay on the GMS cluster's links, e.g. delay=10us (one
+    /// way) or drop=0.1%,seed=7 (passed to the demo; default none).
+    #[arg(long)]
+    link_faults: Option<String>,
 }
 
 const PAGE: u32 = 8192;
@@ -190,17 +194,25 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         crate::build::build_image(&crate::build::defmt_filter(None))?;
         let image = crate::build::image_path()?.display().to_string();
         println!("== Global Memory Service: 3 nodes on virtual NICs (flashed firmware {image}, in-process link) ==");
-        crate::cargo(&[
+        let mut args = vec![
             "run", "--quiet", "--locked", "--release", "-p", "trapeze-vnic", "--features", "demo", "--bin", "trapeze-gms-demo", "--",
             "--image", &image, "--pages", "1200", "--budget", "700", "--random", "1000", "--pressure", "300",
-        ])?;
+        ];
+        if let Some(f) = &a.link_faults {
+            args.extend(["--link-faults", f.as_str()]);
+        }
+        crate::cargo(&args)?;
         println!("\n== The firmware in the timing model ==");
     } else if !a.no_gms {
         println!("== Global Memory Service: 3 nodes on virtual NICs (native firmware, in-process link) ==");
-        crate::cargo(&[
+        let mut args = vec![
             "run", "--quiet", "--locked", "--release", "-p", "trapeze-vnic", "--no-default-features",
             "--features", "demo", "--bin", "trapeze-gms-demo",
-        ])?;
+        ];
+        if let Some(f) = &a.link_faults {
+            args.extend(["--", "--link-faults", f.as_str()]);
+        }
+        crate::cargo(&args)?;
         println!("\n== The firmware in the timing model ==");
     }
     let params = Params::alpha500();

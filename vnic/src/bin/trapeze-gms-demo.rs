@@ -50,6 +50,11 @@ struct Args {
     /// emulated core instead of the native firmware (needs the `flashed` feature).
     #[arg(long)]
     image: Option<std::path::PathBuf>,
+    /// Faults and a modelled wire delay on every node's link, e.g. delay=10us (one way,
+    /// as a real network adds) or drop=0.1%,seed=7 (default none: the in-process switch
+    /// delivers as fast as the receiver polls).
+    #[arg(long, default_value = "none")]
+    link_faults: trapeze_vnic::link::FaultConfig,
 }
 
 /// The progress bar and the live table (on a terminal), or plain lines.
@@ -209,7 +214,7 @@ fn run(a: Args) -> anyhow::Result<()> {
         Some(p) => Some(std::fs::read(p).map_err(|e| anyhow::anyhow!("reading {}: {e}", p.display()))?),
         None => None,
     };
-    let mut c = Cluster::with_firmware(3, a.budget, GmsConfig { op_timeout: 500_000_000, ..GmsConfig::default() }, image.as_deref(), trapeze_vnic::link::FaultConfig::NONE)?;
+    let mut c = Cluster::with_firmware(3, a.budget, GmsConfig { op_timeout: 500_000_000, ..GmsConfig::default() }, image.as_deref(), a.link_faults)?;
     // The client lends no memory: the global LRU places pages on nodes 1 and 2.
     c.ports[0].node.set_budget(0);
     let mut m = Model::default();
@@ -217,8 +222,9 @@ fn run(a: Args) -> anyhow::Result<()> {
     let sv = servers.as_ref();
     let mb = |pages: u64, secs: f64| pages as f64 * FRAME_BYTES as f64 / secs / 1e6;
     println!(
-        "GMS cluster: 3 nodes in-process on virtual NICs ({}), budget {} pages ({} MiB) on each of nodes 1 and 2; data set {} pages ({} MiB)",
+        "GMS cluster: 3 nodes in-process on virtual NICs ({}{}), budget {} pages ({} MiB) on each of nodes 1 and 2; data set {} pages ({} MiB)",
         if a.image.is_some() { "flashed riscv32 firmware on emulated cores" } else { "native firmware" },
+        if a.link_faults.is_none() { String::new() } else { format!("; link {}", a.link_faults) },
         a.budget,
         (a.budget * FRAME_BYTES as usize) >> 20,
         a.pages,

@@ -178,22 +178,33 @@ impl FromStr for FaultConfig {
     }
 }
 
+/// Prints the settings that are not zero (`none` if none is), in the form `FromStr`
+/// reads back: `drop=0.01,seed=7,delay=20us`.
 impl fmt::Display for FaultConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let p = |ppm: u32| ppm as f64 / PPM as f64;
-        write!(
-            f,
-            "drop={},dup={},reorder={},corrupt={},seed={}",
-            p(self.drop_ppm),
-            p(self.duplicate_ppm),
-            p(self.reorder_ppm),
-            p(self.corrupt_ppm),
-            self.seed
-        )?;
-        if self.delay_ns != 0 {
-            write!(f, ",delay={}ns", self.delay_ns)?;
+        let mut items: Vec<String> = [
+            ("drop", self.drop_ppm),
+            ("dup", self.duplicate_ppm),
+            ("reorder", self.reorder_ppm),
+            ("corrupt", self.corrupt_ppm),
+        ]
+        .iter()
+        .filter(|(_, ppm)| *ppm != 0)
+        .map(|(k, ppm)| format!("{k}={}", p(*ppm)))
+        .collect();
+        if self.seed != 0 {
+            items.push(format!("seed={}", self.seed));
         }
-        Ok(())
+        match self.delay_ns {
+            0 => {}
+            ns if ns.is_multiple_of(1000) => items.push(format!("delay={}us", ns / 1000)),
+            ns => items.push(format!("delay={ns}ns")),
+        }
+        if items.is_empty() {
+            return f.write_str("none");
+        }
+        f.write_str(&items.join(","))
     }
 }
 
@@ -521,6 +532,14 @@ mod tests {
         assert_eq!("delay=800ns".parse::<FaultConfig>().unwrap().delay_ns, 800);
         assert!(!"delay=1ns".parse::<FaultConfig>().unwrap().is_none());
         assert_eq!(c.to_string().parse::<FaultConfig>(), Ok(c));
+        assert_eq!(FaultConfig::NONE.to_string(), "none");
+        assert_eq!(
+            FaultConfig { delay_ns: 10_000, ..FaultConfig::NONE }.to_string(),
+            "delay=10us"
+        );
+        let odd = FaultConfig { delay_ns: 1_500, seed: 3, reorder_ppm: 5, ..FaultConfig::NONE };
+        assert_eq!(odd.to_string(), "reorder=0.000005,seed=3,delay=1500ns");
+        assert_eq!(odd.to_string().parse::<FaultConfig>(), Ok(odd));
         assert_eq!(
             "drop=20%, duplicate=5ppm"
                 .parse::<FaultConfig>()
