@@ -11,6 +11,11 @@
 //! The file lives under `--dir` (default `~/.cache/trapeze/bench`); the benchmark refuses
 //! a directory on tmpfs or ramfs (that would be memory, not disk) and says which file
 //! system it used.
+//!
+//! Then the sequential scans again on a fresh cluster per `--wire-delays-us` value (2 and
+//! 10 µs by default) with that one-way delay modelled on every link: with no delay a
+//! depth-0 round trip is all CPU work on two cores, so read-ahead can only spread it; a
+//! wire delay is latency for it to hide, as on a real network.
 
 use anyhow::{bail, Context};
 use clap::Parser;
