@@ -258,7 +258,9 @@ impl Daemon {
                 && !self.control.has_work()
                 && self.port.in_flight() == 0
             {
-                self.sleep(now + IDLE_SLEEP)?;
+                // Frames on the link's delay line must leave when due: wake by then.
+                let until = self.port.link_deadline().map_or(now + IDLE_SLEEP, |d| d.min(now + IDLE_SLEEP));
+                self.sleep(until)?;
             } else {
                 // Nothing this pass: let another process have the core (on a machine with
                 // fewer cores than spinning daemons, a descheduled daemon's 32-entry receive

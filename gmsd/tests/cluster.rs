@@ -39,6 +39,10 @@ fn checksum(d: &[u8]) -> u64 {
 struct Cluster {
     children: Vec<Option<Child>>,
     dir: PathBuf,
+    /// One cluster at a time: the tests' timing checks (failure detection, bounded
+    /// waits) assume three daemons on two cores, not six; and ports are picked free, not
+    /// reserved. Dropped last (fields drop in order), after the daemons are gone.
+    _one_at_a_time: std::sync::MutexGuard<'static, ()>,
 }
 
 impl Cluster {
@@ -87,6 +91,9 @@ fn free_port_pair(taken: &[u16]) -> u16 {
 
 /// Three daemons, each also given `extra` arguments; `tag` names the test's directory.
 fn start(tag: &str, extra: &[&str]) -> Cluster {
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    // A test that failed while holding it poisons it; the next still runs alone.
+    let guard = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let dir = std::env::temp_dir().join(format!("gmsd-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -98,6 +105,7 @@ fn start(tag: &str, extra: &[&str]) -> Cluster {
     let mut c = Cluster {
         children: Vec::new(),
         dir,
+        _one_at_a_time: guard,
     };
     for n in 0..NODES {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_gmsd"));

@@ -672,7 +672,7 @@ fn raw_request_reply(count: u32, window: u32, kind: Kind) -> anyhow::Result<f64>
         passes = passes.wrapping_add(1);
         if passes.is_multiple_of(1024) && t0.elapsed() > Duration::from_secs(30) {
             stop.store(true, Ordering::Relaxed);
-            anyhow::bail!("raw request/reply stalled at {got}/{count}");
+            anyhow::bail!("raw request/reply stalled at {got}/{total} (warm-up included)");
         }
     }
     let (t1, from) = timed.unwrap_or((t0, 0));

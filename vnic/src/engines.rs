@@ -331,6 +331,13 @@ impl SoftEngines {
     /// One idle pass, as [`Engines::idle`] does it: spin (return `None` at once) until
     /// the spin budget since the first idle pass is used up, then park for up to 100 ms
     /// (or until the link's next timer) and report what woke it. Any engine start ends the idle stretch.
+    /// When the link's timers next need running (a frame due off the wire-delay line, a
+    /// held reordered frame, a stale reassembly), if ever: a caller that sleeps instead of
+    /// polling wakes by then.
+    pub fn link_deadline(&self) -> Option<Instant> {
+        self.link.poll_deadline()
+    }
+
     pub fn idle_wait(&mut self) -> Option<Wake> {
         // Frames due off the link's delay line leave before the processor idles.
         if self.link.has_timers() {

@@ -472,6 +472,11 @@ impl GmsPort {
     pub fn cache_len(&self) -> usize {
         self.cache.len()
     }
+    /// When this node's inline NIC must run again for its link's timers (frames on a
+    /// wire-delay line), if ever: a caller that sleeps wakes by then.
+    pub fn link_deadline(&self) -> Option<Instant> {
+        self.cpu.as_ref().and_then(InlineNative::link_deadline)
+    }
     /// Client operations in flight.
     pub fn in_flight(&self) -> usize {
         self.pending.len()

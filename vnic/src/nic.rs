@@ -457,6 +457,12 @@ impl InlineNative {
             None => false,
         }
     }
+
+    /// When the link next needs a pass for its timers ([`SoftEngines::link_deadline`]):
+    /// a caller about to sleep must come back by then.
+    pub fn link_deadline(&self) -> Option<std::time::Instant> {
+        self.eng.as_ref().and_then(SoftEngines::link_deadline)
+    }
 }
 
 impl Drop for InlineNative {

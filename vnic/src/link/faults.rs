@@ -47,10 +47,12 @@ pub const DELAY_MAX: Duration = Duration::from_secs(1);
 
 /// Fault probabilities, in frames per million, the generator seed, and the wire delay.
 ///
-/// Parses from and prints as `drop=0.01,dup=0.01,reorder=0.02,corrupt=0.001,seed=7`
-/// (plus `delay=20us` when there is one): probabilities as fractions (`0.01`),
-/// percentages (`1%`) or parts per million (`10000ppm`); a delay in `ns`, `us` or `ms`
-/// up to [`DELAY_MAX`]; keys may be omitted (0); `none` or an empty string is no faults.
+/// Parses from `drop=0.01,dup=0.01,reorder=0.02,corrupt=0.001,seed=7,delay=20us`:
+/// probabilities as fractions (`0.01`), percentages (`1%`) or parts per million
+/// (`10000ppm`); a delay in `ns`, `us` or `ms` up to [`DELAY_MAX`]; keys may be omitted
+/// (0); `none` or an empty string is no faults. Prints the settings that are not zero in
+/// that form (`none` if none is), which parses back to the same value for any config
+/// within those ranges (probabilities at most 1, a delay at most [`DELAY_MAX`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FaultConfig {
     pub drop_ppm: u32,
