@@ -136,14 +136,14 @@ struct Side {
 }
 
 /// The network-memory side with `wire_delay_us` modelled on every link; the random reads
-/// only with `random`.
-fn bench_gms(a: &Args, data: &[Vec<u8>], wire_delay_us: f64, random: bool) -> anyhow::Result<Side> {
+/// only with `random`; all three nodes on the calling thread with `one_thread`.
+fn bench_gms(a: &Args, data: &[Vec<u8>], wire_delay_us: f64, random: bool, one_thread: bool) -> anyhow::Result<Side> {
     let expected: Vec<[u64; 8]> = data.iter().map(|d| fingerprint(d)).collect();
     let link = trapeze_vnic::link::FaultConfig { delay_ns: (wire_delay_us * 1e3).round() as u64, ..Default::default() };
     let gms_cfg = GmsConfig { op_timeout: 500_000_000, ..GmsConfig::default() };
     let mut c = Cluster::with_firmware(3, a.budget, gms_cfg, None, link)?;
     c.ports[0].node.set_budget(0); // the client lends no memory
-    let servers = if a.one_thread { None } else { Some(c.spawn_servers_with(1, a.nic_thread)?) };
+    let servers = if one_thread { None } else { Some(c.spawn_servers_with(1, a.nic_thread)?) };
     // Load, putting again what a busy target refused (its update table was full).
     let mut todo: Vec<u64> = (0..a.pages).collect();
     for _round in 0..5 {
@@ -289,7 +289,20 @@ fn run(a: Args) -> anyhow::Result<()> {
     let fs = disk_kind(&dir)?;
     // Every page's bytes, made once: reads are checked against them without regenerating.
     let data: Vec<Vec<u8>> = (0..a.pages).map(content).collect();
-    let g = bench_gms(&a, &data, 0.0, true)?;
+    let g = bench_gms(&a, &data, 0.0, true, a.one_thread)?;
+    // What a page costs when one thread does all three nodes' work (no idle time, no
+    // second core): the CPU per page at depth 0 and 16. With no wire delay a depth-0
+    // round trip is all such work, and two cores can at best halve the depth-16 figure,
+    // so 2 × (depth-0 time per page) / (this depth-16 CPU per page) estimates what
+    // read-ahead can gain on this machine.
+    let alone = if a.one_thread || !a.depths.contains(&0) || !a.depths.contains(&16) {
+        None
+    } else {
+        let one = Args { depths: vec![0, 16], repeat: a.repeat.min(3), ..a.clone() };
+        Some(bench_gms(&one, &data, 0.0, false, true)?)
+    };
+    let cpu_of = |side: &Side, depth| side.cpu_us.iter().find(|s| s.0 == depth).map_or(f64::NAN, |s| s.1);
+    let us_per_page = |mbs: f64| PAGE as f64 / mbs;
     let d = if a.no_disk {
         Side { seq: vec![(0, f64::NAN)], cpu_us: Vec::new(), p50: f64::NAN, p99: f64::NAN }
     } else {
@@ -300,11 +313,12 @@ fn run(a: Args) -> anyhow::Result<()> {
         if !(w > 0.0 && w <= 1000.0) {
             bail!("--wire-delays-us: {w} is not in (0, 1000]");
         }
-        wired.push((w, bench_gms(&a, &data, w, false)?));
+        wired.push((w, bench_gms(&a, &data, w, false, a.one_thread)?));
     }
     let bw_of = |side: &Side, depth| side.seq.iter().find(|s| s.0 == depth).map_or(f64::NAN, |s| s.1);
     let bw = |depth| bw_of(&g, depth);
     let ra_ratio = bw(16) / bw(0);
+    let estimate = alone.as_ref().map(|s| 2.0 * us_per_page(bw(0)) / cpu_of(s, 16));
     let lat_ratio = d.p50 / g.p50;
     let disk_seq = d.seq[0].1;
     if a.json {
@@ -340,6 +354,8 @@ fn run(a: Args) -> anyhow::Result<()> {
             "{}",
             json!({ "summary": true, "readahead16_over_0": ra_ratio, "disk_p50_over_gms_p50": lat_ratio,
                     "gms_seq16_over_disk_seq": bw(16) / disk_seq,
+                    "one_thread_cpu_us_per_page": alone.as_ref().map(|s| json!({ "readahead0": cpu_of(s, 0), "readahead16": cpu_of(s, 16) })),
+                    "readahead16_over_0_two_core_estimate": estimate,
                     "readahead16_over_0_with_wire_delay": wired.iter()
                         .map(|(w, side)| json!({ "wire_delay_us": w, "ratio": bw_of(side, 16) / bw_of(side, 0) }))
                         .collect::<Vec<_>>(),
@@ -367,6 +383,18 @@ fn run(a: Args) -> anyhow::Result<()> {
     println!("\nread-ahead 16 / read-ahead 0 bandwidth: {ra_ratio:.2}x (target ≥ 3)");
     println!("disk p50 / getpage p50:                 {lat_ratio:.2}x (target ≥ 3)");
     println!("network memory read-ahead 16 / disk sequential: {:.2}x", bw(16) / disk_seq);
+    if let (Some(s), Some(e)) = (&alone, estimate) {
+        println!(
+            "all three nodes on one thread: {:.1} µs of CPU per page at read-ahead 0, {:.1} at 16. With no wire delay a\n\
+             depth-0 round trip ({:.1} µs per page above) is that work and cross-core handoffs, never idle, and two cores\n\
+             can at best halve the depth-16 work: read-ahead 16 / 0 ≲ 2 × {:.1} / {:.1} = {e:.2}x on this machine",
+            cpu_of(s, 0),
+            cpu_of(s, 16),
+            us_per_page(bw(0)),
+            us_per_page(bw(0)),
+            cpu_of(s, 16)
+        );
+    }
     if !wired.is_empty() {
         // Without a wire delay, every µs of a depth-0 round trip is some thread's CPU work
         // on two cores, so read-ahead can only spread work over them; a wire delay is
