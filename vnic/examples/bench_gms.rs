@@ -64,6 +64,10 @@ struct Args {
     /// each of these one-way wire delays, in µs (empty: none).
     #[arg(long, value_delimiter = ',', default_values_t = [2.0f64, 10.0])]
     wire_delays_us: Vec<f64>,
+    /// Rounds measuring what two cores allow read-ahead (depth 0 and 16 on two threads,
+    /// then depth 16 with every node on one thread), after the main scans; 0: none.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(0..=100))]
+    bound_rounds: u32,
     /// Read-ahead depths of the sequential scans.
     #[arg(long, value_delimiter = ',', default_values_t = [0u32, 4, 16])]
     depths: Vec<u32>,
@@ -126,8 +130,56 @@ fn thread_cpu() -> f64 {
     t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
 }
 
+/// One round of the two-core bound (see `bench_gms`).
+struct Round {
+    /// Read-ahead 16 / 0 measured in the round.
+    ratio: f64,
+    /// Depth-0 time per page (µs), two threads.
+    t0: f64,
+    /// Depth-16 CPU per page (µs) with every node on one thread.
+    c16: f64,
+}
+
+impl Round {
+    /// 2 × t0 / c16: what two cores allow read-ahead 16 / 0 with no wire delay.
+    fn bound(&self) -> f64 {
+        2.0 * self.t0 / self.c16
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    pct(&mut v, 0.5)
+}
+
+/// One sequential scan of pages `0..pages` from node 0 through its cache with read-ahead
+/// `depth` (the cache emptied first), every page checked against `expected`: time per
+/// page and this thread's CPU per page, in µs.
+fn scan(c: &mut Cluster, depth: u32, pages: u64, expected: &[[u64; 8]]) -> anyhow::Result<(f64, f64)> {
+    let p0 = &mut c.ports[0];
+    p0.set_cache_pages(0);
+    p0.set_cache_pages(256);
+    p0.set_readahead(depth);
+    // The reader's own buffer: each page is copied into it and checked there (by
+    // fingerprint; the bytes themselves are compared in the random reads).
+    let mut buf = vec![0u8; PAGE];
+    let t = Instant::now();
+    let cpu0 = thread_cpu();
+    for n in 0..pages {
+        match c.read_into(0, PageId::new(SPACE, n), &mut buf)? {
+            ReadInto::Hit { len, .. } if len == PAGE && fingerprint(&buf) == expected[n as usize] => {}
+            g => bail!("page {n}: {}", if g == ReadInto::Miss { "missed" } else { "wrong bytes" }),
+        }
+    }
+    let us = t.elapsed().as_secs_f64() * 1e6 / pages as f64;
+    let cpu = (thread_cpu() - cpu0) * 1e6 / pages as f64;
+    c.settle(0)?;
+    Ok((us, cpu))
+}
+
 /// Figures of one side (network memory or disk).
 struct Side {
+    /// Rounds of the two-core bound (main network-memory side only).
+    bound: Vec<Round>,
     seq: Vec<(u32, f64)>,
     /// Sequential scans: CPU µs per page of the thread that ran them (best of runs).
     cpu_us: Vec<(u32, f64)>,
@@ -173,27 +225,32 @@ fn bench_gms(a: &Args, data: &[Vec<u8>], wire_delay_us: f64, random: bool, one_t
         let mut best = 0.0f64;
         let mut best_cpu = f64::INFINITY;
         for _ in 0..a.repeat {
-            let p0 = &mut c.ports[0];
-            p0.set_cache_pages(0);
-            p0.set_cache_pages(256);
-            p0.set_readahead(depth);
-            // The reader's own buffer: each page is copied into it and checked there (by
-            // fingerprint; the bytes themselves are compared in the random reads).
-            let mut buf = vec![0u8; PAGE];
-            let t = Instant::now();
-            let cpu0 = thread_cpu();
-            for n in 0..a.pages {
-                match c.read_into(0, PageId::new(SPACE, n), &mut buf)? {
-                    ReadInto::Hit { len, .. } if len == PAGE && fingerprint(&buf) == expected[n as usize] => {}
-                    g => bail!("page {n}: {}", if g == ReadInto::Miss { "missed" } else { "wrong bytes" }),
-                }
-            }
-            best = best.max(mb_s(a.pages, t.elapsed().as_secs_f64()));
-            best_cpu = best_cpu.min((thread_cpu() - cpu0) * 1e6 / a.pages as f64);
-            c.settle(0)?;
+            let (us, cpu) = scan(&mut c, depth, a.pages, &expected)?;
+            best = best.max(PAGE as f64 / us);
+            best_cpu = best_cpu.min(cpu);
         }
         seq.push((depth, best));
         cpu_us.push((depth, best_cpu));
+    }
+    // What two cores allow: rounds of (depth 0 and 16 as above, then depth 16 with all
+    // three nodes on this thread), each round within ~0.1 s so one phase of this VM
+    // covers it. The one-thread scan's CPU per page is all the work of a page; with no
+    // wire delay a depth-0 round trip is that work plus cross-core handoffs, never idle,
+    // and two cores can at best halve the depth-16 work: 2 × (depth-0 time per page) /
+    // (one-thread depth-16 CPU per page) bounds read-ahead 16 / 0.
+    let mut bound = Vec::new();
+    let mut servers = servers;
+    if servers.is_some() && a.bound_rounds > 0 && wire_delay_us == 0.0 {
+        for _ in 0..a.bound_rounds {
+            let (t0, _) = scan(&mut c, 0, a.pages, &expected)?;
+            let (t16, _) = scan(&mut c, 16, a.pages, &expected)?;
+            if let Some(s) = servers.take() {
+                c.rejoin(s)?;
+            }
+            let (_, c16) = scan(&mut c, 16, a.pages, &expected)?;
+            servers = Some(c.spawn_servers_with(1, a.nic_thread)?);
+            bound.push(Round { ratio: t0 / t16, t0, c16 });
+        }
     }
     let mut r = Rand(0x2545_f491_4f6c_dd1d);
     let mut lat = Vec::with_capacity(a.random as usize);
@@ -210,7 +267,7 @@ fn bench_gms(a: &Args, data: &[Vec<u8>], wire_delay_us: f64, random: bool, one_t
     if let Some(s) = servers {
         c.rejoin(s)?;
     }
-    Ok(Side { seq, cpu_us, p50: pct(&mut lat, 0.5), p99: pct(&mut lat, 0.99) })
+    Ok(Side { bound, seq, cpu_us, p50: pct(&mut lat, 0.5), p99: pct(&mut lat, 0.99) })
 }
 
 /// The file system type of `dir` (refusing memory-backed ones).
@@ -275,7 +332,7 @@ fn bench_disk(a: &Args, dir: &std::path::Path) -> anyhow::Result<Side> {
     }
     drop(fd);
     let _ = std::fs::remove_file(&path);
-    Ok(Side { seq: vec![(0, best)], cpu_us: Vec::new(), p50: pct(&mut lat, 0.5), p99: pct(&mut lat, 0.99) })
+    Ok(Side { bound: Vec::new(), seq: vec![(0, best)], cpu_us: Vec::new(), p50: pct(&mut lat, 0.5), p99: pct(&mut lat, 0.99) })
 }
 
 fn run(a: Args) -> anyhow::Result<()> {
@@ -290,21 +347,8 @@ fn run(a: Args) -> anyhow::Result<()> {
     // Every page's bytes, made once: reads are checked against them without regenerating.
     let data: Vec<Vec<u8>> = (0..a.pages).map(content).collect();
     let g = bench_gms(&a, &data, 0.0, true, a.one_thread)?;
-    // What a page costs when one thread does all three nodes' work (no idle time, no
-    // second core): the CPU per page at depth 0 and 16. With no wire delay a depth-0
-    // round trip is all such work, and two cores can at best halve the depth-16 figure,
-    // so 2 × (depth-0 time per page) / (this depth-16 CPU per page) estimates what
-    // read-ahead can gain on this machine.
-    let alone = if a.one_thread || !a.depths.contains(&0) || !a.depths.contains(&16) {
-        None
-    } else {
-        let one = Args { depths: vec![0, 16], repeat: a.repeat.min(3), ..a.clone() };
-        Some(bench_gms(&one, &data, 0.0, false, true)?)
-    };
-    let cpu_of = |side: &Side, depth| side.cpu_us.iter().find(|s| s.0 == depth).map_or(f64::NAN, |s| s.1);
-    let us_per_page = |mbs: f64| PAGE as f64 / mbs;
     let d = if a.no_disk {
-        Side { seq: vec![(0, f64::NAN)], cpu_us: Vec::new(), p50: f64::NAN, p99: f64::NAN }
+        Side { bound: Vec::new(), seq: vec![(0, f64::NAN)], cpu_us: Vec::new(), p50: f64::NAN, p99: f64::NAN }
     } else {
         bench_disk(&a, &dir)?
     };
@@ -318,7 +362,9 @@ fn run(a: Args) -> anyhow::Result<()> {
     let bw_of = |side: &Side, depth| side.seq.iter().find(|s| s.0 == depth).map_or(f64::NAN, |s| s.1);
     let bw = |depth| bw_of(&g, depth);
     let ra_ratio = bw(16) / bw(0);
-    let estimate = alone.as_ref().map(|s| 2.0 * us_per_page(bw(0)) / cpu_of(s, 16));
+    let rounds = &g.bound;
+    let round_ratio = median(rounds.iter().map(|r| r.ratio).collect());
+    let round_bound = median(rounds.iter().map(Round::bound).collect());
     let lat_ratio = d.p50 / g.p50;
     let disk_seq = d.seq[0].1;
     if a.json {
@@ -354,8 +400,11 @@ fn run(a: Args) -> anyhow::Result<()> {
             "{}",
             json!({ "summary": true, "readahead16_over_0": ra_ratio, "disk_p50_over_gms_p50": lat_ratio,
                     "gms_seq16_over_disk_seq": bw(16) / disk_seq,
-                    "one_thread_cpu_us_per_page": alone.as_ref().map(|s| json!({ "readahead0": cpu_of(s, 0), "readahead16": cpu_of(s, 16) })),
-                    "readahead16_over_0_two_core_estimate": estimate,
+                    "two_core_bound_rounds": rounds.iter().map(|r| json!({ "readahead16_over_0": r.ratio,
+                        "readahead0_us_per_page": r.t0, "one_thread_readahead16_cpu_us_per_page": r.c16, "bound": r.bound() }))
+                        .collect::<Vec<_>>(),
+                    "two_core_bound_median": (!rounds.is_empty()).then_some(round_bound),
+                    "readahead16_over_0_in_those_rounds_median": (!rounds.is_empty()).then_some(round_ratio),
                     "readahead16_over_0_with_wire_delay": wired.iter()
                         .map(|(w, side)| json!({ "wire_delay_us": w, "ratio": bw_of(side, 16) / bw_of(side, 0) }))
                         .collect::<Vec<_>>(),
@@ -383,17 +432,14 @@ fn run(a: Args) -> anyhow::Result<()> {
     println!("\nread-ahead 16 / read-ahead 0 bandwidth: {ra_ratio:.2}x (target ≥ 3)");
     println!("disk p50 / getpage p50:                 {lat_ratio:.2}x (target ≥ 3)");
     println!("network memory read-ahead 16 / disk sequential: {:.2}x", bw(16) / disk_seq);
-    if let (Some(s), Some(e)) = (&alone, estimate) {
-        println!(
-            "all three nodes on one thread: {:.1} µs of CPU per page at read-ahead 0, {:.1} at 16. With no wire delay a\n\
-             depth-0 round trip ({:.1} µs per page above) is that work and cross-core handoffs, never idle, and two cores\n\
-             can at best halve the depth-16 work: read-ahead 16 / 0 ≲ 2 × {:.1} / {:.1} = {e:.2}x on this machine",
-            cpu_of(s, 0),
-            cpu_of(s, 16),
-            us_per_page(bw(0)),
-            us_per_page(bw(0)),
-            cpu_of(s, 16)
-        );
+    if !rounds.is_empty() {
+        let list = |f: &dyn Fn(&Round) -> f64| rounds.iter().map(|r| format!("{:.2}", f(r))).collect::<Vec<_>>().join(" ");
+        println!("\nwhat two cores allow with no wire delay ({} rounds, each within ~0.1 s):", rounds.len());
+        println!("  depth-0 time per page (µs), two threads:            {}", list(&|r| r.t0));
+        println!("  depth-16 CPU per page (µs), all nodes on one thread: {}", list(&|r| r.c16));
+        println!("  bound 2 × depth-0 time / one-thread depth-16 CPU:    {}  (median {round_bound:.2})", list(&Round::bound));
+        println!("  read-ahead 16 / 0 measured in those rounds:          {}  (median {round_ratio:.2})", list(&|r| r.ratio));
+        println!("  (a depth-0 round trip is all the page's work plus cross-core handoffs, never idle; two cores can at best halve the depth-16 work)");
     }
     if !wired.is_empty() {
         // Without a wire delay, every µs of a depth-0 round trip is some thread's CPU work
