@@ -12,6 +12,12 @@
 //! a directory on tmpfs or ramfs (that would be memory, not disk) and says which file
 //! system it used.
 //!
+//! Then `--bound-rounds` rounds (5) measure what two cores allow read-ahead with no wire
+//! delay: depth 0 and 16 on two threads, then depth 16 with every node on one thread, each
+//! round within ~0.1 s; 2 × (depth-0 time per page) / (one-thread depth-16 CPU per page)
+//! bounds depth 16 / depth 0 here, since a depth-0 round trip is all of a page's work
+//! plus cross-core handoffs and two cores can at best halve the depth-16 work.
+//!
 //! Then the sequential scans again on a fresh cluster per `--wire-delays-us` value (2 and
 //! 10 µs by default) with that one-way delay modelled on every link: with no delay a
 //! depth-0 round trip is all CPU work on two cores, so read-ahead can only spread it; a
