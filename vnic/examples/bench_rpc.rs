@@ -263,12 +263,36 @@ fn spawn_named<T: Send + 'static>(name: &str, f: impl FnOnce() -> T + Send + 'st
     std::thread::Builder::new().name(name.into()).spawn(f).expect("spawning a bench thread")
 }
 
-/// Poll the server nodes on one thread until `stop` (a thread per node would put three
-/// spinning threads on two cores in 3-way runs).
-fn serve_thread(mut ports: Vec<Port>, stop: Arc<AtomicBool>, place: Placement) -> std::thread::JoinHandle<()> {
+/// Run `f` on a fresh client (node 0) facing `ways - 1` server nodes (node 1, the
+/// directory when `ways` is 3, and holder node 2) polled by one thread of their own (a
+/// thread per node would put three spinning threads on two cores in 3-way runs). Client
+/// on CPU 0, servers on CPU 1, as the socket baselines are placed (left to the scheduler,
+/// the two spinning threads sometimes shared a core). Afterwards, whatever `f` returned,
+/// the servers stop and the client is unpinned.
+fn with_servers<T>(ways: u32, f: impl FnOnce(&mut Port) -> anyhow::Result<T>) -> anyhow::Result<T> {
+    let sw = InProcSwitch::new();
+    let mut client = node(&sw, 0, false)?;
+    let mut servers = vec![node(&sw, 1, ways == 3)?];
+    if ways == 3 {
+        servers.push(node(&sw, 2, false)?);
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let thread = serve_thread(servers, stop.clone());
+    let result = Placement::CrossCore.pin(false).and_then(|()| f(&mut client));
+    let unpinned = Placement::unpin();
+    stop.store(true, Ordering::Relaxed);
+    let joined = thread.join().map_err(|_| anyhow::anyhow!("server panicked"));
+    let r = result?;
+    unpinned?;
+    joined?;
+    Ok(r)
+}
+
+/// Poll the server nodes on one thread, pinned to CPU 1, until `stop`.
+fn serve_thread(mut ports: Vec<Port>, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
     spawn_named("rpc-server", move || {
         // Best effort: an unpinned server still answers.
-        let _ = place.pin(true);
+        let _ = Placement::CrossCore.pin(true);
         let mut idle = 0u32;
         while !stop.load(Ordering::Relaxed) {
             let mut busy = false;
@@ -443,24 +467,17 @@ fn warm_up(count: u32) -> u32 {
 /// reply payload `kind`) on a fresh pair of nodes: the traffic of [`raw_request_reply`]
 /// through NetRPC. MB/s of reply payload.
 fn rpc_cont_bandwidth(count: u32, window: u32, kind: Kind) -> anyhow::Result<f64> {
-    let sw = InProcSwitch::new();
-    let mut client = node(&sw, 0, false)?;
-    let stop = Arc::new(AtomicBool::new(false));
-    // Placed like the raw baseline: client on CPU 0, server on CPU 1 (left to the
-    // scheduler, the two threads sometimes shared a core and a measurement halved).
-    let server = serve_thread(vec![node(&sw, 1, false)?], stop.clone(), Placement::CrossCore);
-    Placement::CrossCore.pin(false)?;
     let issue = |p: &mut Port, mode: Mode, now: u64| -> anyhow::Result<CallId> {
         let rt = reply_to(p, kind)?;
         p.rpc.call::<Get2>(now, &mut p.node, 1, &req(FRAME_BYTES), rt, mode).map_err(|e| anyhow::anyhow!("call: {e:?}"))
     };
-    // Untimed warm-up (first touches of the frames, lanes filling), like the raw side's.
-    bandwidth(&mut client, "cont", FRAME_BYTES, warm_up(count), window, &issue)?;
-    let secs = bandwidth(&mut client, "cont", FRAME_BYTES, count, window, &issue);
-    Placement::unpin()?;
-    stop.store(true, Ordering::Relaxed);
-    server.join().map_err(|_| anyhow::anyhow!("server panicked"))?;
-    Ok(count as f64 * FRAME_BYTES as f64 / secs? / 1e6)
+    // Placed like the raw baseline (client on CPU 0, server on CPU 1).
+    let secs = with_servers(2, |client| {
+        // Untimed warm-up (first touches of the frames, lanes filling), like the raw side's.
+        bandwidth(client, "cont", FRAME_BYTES, warm_up(count), window, &issue)?;
+        bandwidth(client, "cont", FRAME_BYTES, count, window, &issue)
+    })?;
+    Ok(count as f64 * FRAME_BYTES as f64 / secs / 1e6)
 }
 
 /// The bandwidth comparison, stabilised: `reps` rounds of (raw NIC, NetRPC) measurements
@@ -513,21 +530,7 @@ fn sorted_ratios(a: &[f64], b: &[f64]) -> Vec<f64> {
 /// p50 (µs) of `calls` blocking 8 KB solicited calls, `ways` = 2 (node 0 → 1) or 3 (node 0
 /// → directory 1 → holder 2 → node 0), on fresh nodes with the servers on their thread.
 fn wait_8k_p50(ways: u32, calls: u32) -> anyhow::Result<f64> {
-    let sw = InProcSwitch::new();
-    let mut p = node(&sw, 0, false)?;
-    let stop = Arc::new(AtomicBool::new(false));
-    let mut servers = vec![node(&sw, 1, ways == 3)?];
-    if ways == 3 {
-        servers.push(node(&sw, 2, false)?);
-    }
-    // Placed like the table's rows: client on CPU 0, servers on CPU 1.
-    let thread = serve_thread(servers, stop.clone(), Placement::CrossCore);
-    Placement::CrossCore.pin(false)?;
-    let result = wait_8k_p50_on(&mut p, ways, calls, || {});
-    Placement::unpin()?;
-    stop.store(true, Ordering::Relaxed);
-    let _ = thread.join();
-    result
+    with_servers(ways, |p| wait_8k_p50_on(p, ways, calls, || {}))
 }
 
 /// The 3-way / 2-way latency ratio from `reps` interleaved pairs of fresh setups (order
@@ -877,33 +880,21 @@ fn run(a: Args) -> anyhow::Result<()> {
     }
     let mut rows = Vec::new();
     for ways in [2u32, 3] {
-        let sw = InProcSwitch::new();
-        let mut client = node(&sw, 0, false)?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let mut servers = vec![node(&sw, 1, ways == 3)?];
-        if ways == 3 {
-            servers.push(node(&sw, 2, false)?);
-        }
-        // A core per side, as the rows' socket baselines are placed (CPU 0 / CPU 1).
-        let threads = vec![serve_thread(servers, stop.clone(), Placement::CrossCore)];
-        Placement::CrossCore.pin(false)?;
-        for variant in ["wait", "cont", "defer"] {
-            rows.push(run_row(&mut client, ways, variant, 0, Kind::None, &a)?);
-            for payload in [4096u32, 8192] {
-                for kind in [Kind::Solicited, Kind::Unsolicited, Kind::Copy] {
-                    let r = run_row(&mut client, ways, variant, payload, kind, &a).with_context(|| {
-                        format!("{ways}-way {variant} {payload} B kind {}: frames free {}, starved {}, stats {:?}",
-                            kind as u8, client.node.frames.available(), client.node.frames.starved, client.rpc.stats())
-                    })?;
-                    rows.push(r);
+        with_servers(ways, |client| {
+            for variant in ["wait", "cont", "defer"] {
+                rows.push(run_row(client, ways, variant, 0, Kind::None, &a)?);
+                for payload in [4096u32, 8192] {
+                    for kind in [Kind::Solicited, Kind::Unsolicited, Kind::Copy] {
+                        let r = run_row(client, ways, variant, payload, kind, &a).with_context(|| {
+                            format!("{ways}-way {variant} {payload} B kind {}: frames free {}, starved {}, stats {:?}",
+                                kind as u8, client.node.frames.available(), client.node.frames.starved, client.rpc.stats())
+                        })?;
+                        rows.push(r);
+                    }
                 }
             }
-        }
-        Placement::unpin()?;
-        stop.store(true, Ordering::Relaxed);
-        for t in threads {
-            let _ = t.join();
-        }
+            Ok(())
+        })?;
     }
     let bw = BwCompare::run(a.bw_reps, a.bw_pair_calls.max(1000), a.window)?;
     let ratios = bw.ratios();
