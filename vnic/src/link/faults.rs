@@ -327,16 +327,43 @@ impl FaultInjector {
         if self.config.delay_ns == 0 {
             return put(backend, dst, frame, stats);
         }
+        self.enqueue(dst, frame.len(), now, stats, &mut |b| b.copy_from_slice(frame));
+        Ok(())
+    }
+
+    /// Send the held (reordered) frame `h` now, or put it on the delay line.
+    fn emit_held(
+        &mut self,
+        h: Held,
+        backend: &mut dyn LinkBackend,
+        now: Instant,
+        stats: &mut LinkStats,
+    ) -> io::Result<()> {
+        let held = std::mem::take(&mut self.held_buf);
+        let result = self.emit(backend, h.dst, &held[..h.len], now, stats);
+        self.held_buf = held;
+        result
+    }
+
+    /// Put a frame of `len` bytes that `fill` writes on the delay line, due `delay` after
+    /// `now`, or drop and count it if the line is full ([`DELAY_LINE_FRAMES`]).
+    fn enqueue(
+        &mut self,
+        dst: u16,
+        len: usize,
+        now: Instant,
+        stats: &mut LinkStats,
+        fill: &mut dyn FnMut(&mut [u8]),
+    ) {
         if self.line.len() >= DELAY_LINE_FRAMES {
             stats.delay_line_drops += 1;
-            return Ok(());
+            return;
         }
         let mut buf = self.spare.pop().unwrap_or_default();
-        buf.clear();
-        buf.extend_from_slice(frame);
+        buf.resize(len, 0);
+        fill(&mut buf);
         let due = now + self.delay();
         self.line.push_back(InFlight { due, dst, frame: buf });
-        Ok(())
     }
 
     /// Send the frames of the delay line due by `now` (all of them with `None`).
@@ -391,15 +418,7 @@ impl FaultInjector {
         if !self.faultless() || self.config.delay_ns == 0 {
             return false;
         }
-        if self.line.len() >= DELAY_LINE_FRAMES {
-            stats.delay_line_drops += 1;
-            return true;
-        }
-        let mut buf = self.spare.pop().unwrap_or_default();
-        buf.resize(len, 0);
-        fill(&mut buf);
-        let due = now + self.delay();
-        self.line.push_back(InFlight { due, dst, frame: buf });
+        self.enqueue(dst, len, now, stats, fill);
         true
     }
 
@@ -464,9 +483,7 @@ impl FaultInjector {
             }
         }
         if let Some(h) = prev {
-            let held = std::mem::take(&mut self.held_buf);
-            result = result.and(self.emit(backend, h.dst, &held[..h.len], now, stats));
-            self.held_buf = held;
+            result = result.and(self.emit_held(h, backend, now, stats));
         }
         result
     }
@@ -483,9 +500,7 @@ impl FaultInjector {
         if let Some(h) = self.held {
             if now >= h.since + REORDER_HOLD_MAX {
                 self.held = None;
-                let held = std::mem::take(&mut self.held_buf);
-                result = result.and(self.emit(backend, h.dst, &held[..h.len], now, stats));
-                self.held_buf = held;
+                result = result.and(self.emit_held(h, backend, now, stats));
                 result = result.and(self.release_line(backend, Some(now), stats));
             }
         }
