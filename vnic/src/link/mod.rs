@@ -71,6 +71,7 @@ use std::time::Instant;
 
 use frame::FrameHeader;
 use reassembly::Reassembler;
+use trapeze_firmware::iface::wire;
 
 /// Bytes of the CRC-32 trailer the link appends to every packet.
 pub const TRAILER_BYTES: usize = 4;
@@ -308,8 +309,8 @@ impl Link {
         // Where the payload starts (after the header and the control message, padded to
         // 4 bytes): the first frame asks its backend to put it on a cache line. Only a
         // placement hint, so a malformed length does no harm.
-        let ctrl_len = u16::from_le_bytes([route[8], route[9]]) as usize;
-        let payload_at = ROUTE_HEADER_BYTES + ctrl_len.next_multiple_of(4);
+        let ctrl_len = u16::from_le_bytes([route[8], route[9]]) as u32;
+        let payload_at = (wire::HEADER_BYTES + wire::ctrl_wire_bytes(ctrl_len)) as usize;
         if !self.backend.routes_to(dst) {
             self.stats.unroutable += 1;
             return Ok(());
@@ -381,10 +382,12 @@ impl Link {
                 }
             };
             let n = frame::HEADER_BYTES + end - start;
+            // The payload starts in the first fragment; later ones are all payload.
+            let align_at = frame::HEADER_BYTES + if index == 0 { payload_at } else { 0 };
             let r = if self.faults.is_passthrough() {
                 let r = self
                     .backend
-                    .send_frame_with(dst, n, frame::HEADER_BYTES + if index == 0 { payload_at } else { 0 }, &mut self.tx_frame, &mut fill);
+                    .send_frame_with(dst, n, align_at, &mut self.tx_frame, &mut fill);
                 match r {
                     Ok(()) => self.stats.frames_sent += 1,
                     Err(_) => self.stats.send_errors += 1,
