@@ -191,7 +191,6 @@ impl InProcSwitch {
             next_lane: 0,
             next_buf: None,
             lent: None,
-            lent_at: 0..0,
         })
     }
 
@@ -225,11 +224,9 @@ pub struct InProcPort {
     next_lane: usize,
     /// A buffer left over from a dropped send, for the next.
     next_buf: Option<Vec<u8>>,
-    /// The buffer of the frame last lent out by `recv_frame_with` and its lane, given
-    /// back to that lane's spare ring at the next pop.
-    lent: Option<(Vec<u8>, usize)>,
-    /// Where in `lent` its frame lies.
-    lent_at: std::ops::Range<usize>,
+    /// The frame last lent out by `recv_frame_with` and its lane; its buffer goes back to
+    /// that lane's spare ring at the next pop.
+    lent: Option<(QueuedFrame, usize)>,
 }
 
 impl InProcPort {
@@ -374,10 +371,10 @@ impl InProcPort {
     /// buffer back to its lane.
     fn pop_frame(&mut self) -> Option<(QueuedFrame, usize)> {
         self.adopt();
-        if let Some((b, lane)) = self.lent.take() {
+        if let Some((f, lane)) = self.lent.take() {
             if let Some(l) = self.lanes.get_mut(lane) {
                 // A full spare ring (or an abandoned lane) just drops the buffer.
-                let _ = l.spare.push(b);
+                let _ = l.spare.push(f.buf);
             }
         }
         let n = self.lanes.len();
@@ -418,14 +415,13 @@ impl LinkBackend for InProcPort {
     }
 
     fn try_recv_frame(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
-        let Some((f, lane)) = self.pop_frame() else {
-            return Ok(None);
-        };
-        let n = f.len.min(buf.len());
-        buf[..n].copy_from_slice(&f.bytes()[..n]);
-        self.lent_at = f.off..f.off + f.len;
-        self.lent = Some((f.buf, lane));
-        Ok(Some(n))
+        let mut got = None;
+        self.recv_frame_with(&mut [], &mut |f| {
+            let n = f.len().min(buf.len());
+            buf[..n].copy_from_slice(&f[..n]);
+            got = Some(n);
+        })?;
+        Ok(got)
     }
 
     fn recv_frame_with(
@@ -437,8 +433,7 @@ impl LinkBackend for InProcPort {
             return Ok(false);
         };
         take(f.bytes());
-        self.lent_at = f.off..f.off + f.len;
-        self.lent = Some((f.buf, lane));
+        self.lent = Some((f, lane));
         Ok(true)
     }
 
@@ -448,7 +443,7 @@ impl LinkBackend for InProcPort {
 
     fn last_frame(&self) -> Option<&[u8]> {
         // The buffer goes back to its lane only at the next pop.
-        self.lent.as_ref().and_then(|(b, _)| b.get(self.lent_at.clone()))
+        self.lent.as_ref().map(|(f, _)| f.bytes())
     }
 
     fn readable_fd(&self) -> Option<BorrowedFd<'_>> {
