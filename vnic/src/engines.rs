@@ -157,6 +157,12 @@ struct Deferred {
 const DEFERRED_MAX: usize = 8;
 
 impl Deferred {
+    /// Copy the host bytes it owes into NIC memory (both ranges were checked when the
+    /// read was deferred).
+    fn settle(&self, nic: &Mapping) {
+        let _ = nic.copy_from(self.nic_off as usize, &self.map, self.map_off, self.len as usize);
+    }
+
     /// Whether `off..off + len` (any values: a flashed image may pass anything) meets it.
     fn overlaps(&self, off: u32, len: u32) -> bool {
         let (off, end) = (off as u64, off as u64 + len as u64);
@@ -340,9 +346,7 @@ impl SoftEngines {
 
     pub fn idle_wait(&mut self) -> Option<Wake> {
         // Frames due off the link's delay line leave before the processor idles.
-        if self.link.has_timers() {
-            let _ = self.link.poll_timers();
-        }
+        let _ = self.link.poll_timers();
         let now = Instant::now();
         let since = *self.idle_since.get_or_insert(now);
         if now.duration_since(since) < self.spin {
@@ -416,9 +420,7 @@ impl Engines for SoftEngines {
         self.idle_since = None;
         let SoftEngines { dma, nic, link, rx_held, tx_deferred, dma_view, defer_reads, .. } = self;
         // Whatever this transfer overwrites or reads in NIC memory must be there first.
-        if tx_deferred.iter().any(|d| d.overlaps(nic_off, len)) {
-            settle_deferred(tx_deferred, nic, Some((nic_off, len)));
-        }
+        settle_deferred(tx_deferred, nic, Some((nic_off, len)));
         // The mapping is lent for the transfer (no reference count taken per DMA).
         let ok = dma
             .with_translated_in(dma_view, host_addr, len as u64, |map, off| match dir {
@@ -431,8 +433,7 @@ impl Engines for SoftEngines {
                         return nic.copy_from(nic_off as usize, map, off, len as usize);
                     }
                     if tx_deferred.len() == DEFERRED_MAX {
-                        let oldest = tx_deferred.remove(0);
-                        let _ = nic.copy_from(oldest.nic_off as usize, &oldest.map, oldest.map_off, oldest.len as usize);
+                        tx_deferred.remove(0).settle(nic);
                     }
                     tx_deferred.push(Deferred { nic_off, len, map: map.clone(), map_off: off });
                     true
@@ -519,9 +520,7 @@ impl Engines for SoftEngines {
 
     fn tx_staging_released(&mut self, nic_off: u32, len: u32) {
         // Those bytes are dead: whatever a deferred read owed them is never needed.
-        if self.tx_deferred.iter().any(|d| d.overlaps(nic_off, len)) {
-            self.tx_deferred.retain(|d| !d.overlaps(nic_off, len));
-        }
+        self.tx_deferred.retain(|d| !d.overlaps(nic_off, len));
     }
 
     fn completes_at_once(&self) -> bool {
@@ -531,9 +530,7 @@ impl Engines for SoftEngines {
 
     fn link_rx_post(&mut self, nic_off: u32, cap: u32) {
         // Link in will write there: bytes a deferred read still owes must land first.
-        if self.tx_deferred.iter().any(|d| d.overlaps(nic_off, cap)) {
-            settle_deferred(&mut self.tx_deferred, &self.nic, Some((nic_off, cap)));
-        }
+        settle_deferred(&mut self.tx_deferred, &self.nic, Some((nic_off, cap)));
         if let Some((off, len)) = self.rx_held {
             if nic_off < off + len && off < nic_off + cap {
                 // The firmware reuses that staging: it is done with the held packet.
@@ -574,9 +571,8 @@ impl Engines for SoftEngines {
     fn link_rx_pending(&mut self) -> bool {
         // Frames on the link's delay line (or a reordered one) go out when due even while
         // the firmware posts no receive buffer (link_rx_status runs their timers too).
-        if self.link.has_timers() {
-            let _ = self.link.poll_timers();
-        }
+        // (poll_timers returns at once when the link has none.)
+        let _ = self.link.poll_timers();
         self.link.rx_pending()
     }
 
