@@ -157,14 +157,7 @@ impl DmaSpace {
         f: impl FnOnce(&Arc<Mapping>, usize) -> R,
     ) -> Option<R> {
         let regions = self.regions.read().unwrap_or_else(|e| e.into_inner());
-        match find(&regions, addr, len) {
-            Some(r) => Some(f(&r.map, (r.map_off + (addr - r.dma_base)) as usize)),
-            None => {
-                drop(regions);
-                self.refused.fetch_add(1, Ordering::Relaxed);
-                None
-            }
-        }
+        self.translate_in(&regions, addr, len, f)
     }
 
     /// [`with_translated`](Self::with_translated) through an engine's [`DmaView`]:
@@ -177,13 +170,22 @@ impl DmaSpace {
         f: impl FnOnce(&Arc<Mapping>, usize) -> R,
     ) -> Option<R> {
         self.renew(view);
-        match find(&view.regions, addr, len) {
-            Some(r) => Some(f(&r.map, (r.map_off + (addr - r.dma_base)) as usize)),
-            None => {
-                self.refused.fetch_add(1, Ordering::Relaxed);
-                None
-            }
+        self.translate_in(&view.regions, addr, len, f)
+    }
+
+    /// `f(mapping, offset)` for `addr..addr + len` in `regions`, or a refusal counted.
+    fn translate_in<R>(
+        &self,
+        regions: &[Region],
+        addr: u64,
+        len: u64,
+        f: impl FnOnce(&Arc<Mapping>, usize) -> R,
+    ) -> Option<R> {
+        let r = find(regions, addr, len).map(|r| f(&r.map, (r.map_off + (addr - r.dma_base)) as usize));
+        if r.is_none() {
+            self.refused.fetch_add(1, Ordering::Relaxed);
         }
+        r
     }
 
     /// Bring `view` up to date if the regions changed since it was made (so it lets go of
