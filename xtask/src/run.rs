@@ -189,28 +189,28 @@ fn pct(v: &mut [f64], p: f64) -> f64 {
 }
 
 pub fn run(a: RunArgs) -> anyhow::Result<()> {
-    if !a.no_gms && a.flashed {
-        crate::prereq::ensure_emulator_build_deps()?;
-        crate::build::build_image(&crate::build::defmt_filter(None))?;
-        let image = crate::build::image_path()?.display().to_string();
-        println!("== Global Memory Service: 3 nodes on virtual NICs (flashed firmware {image}, in-process link) ==");
-        let mut args = vec![
-            "run", "--quiet", "--locked", "--release", "-p", "trapeze-vnic", "--features", "demo", "--bin", "trapeze-gms-demo", "--",
-            "--image", &image, "--pages", "1200", "--budget", "700", "--random", "1000", "--pressure", "300",
-        ];
-        if let Some(f) = &a.link_faults {
-            args.extend(["--link-faults", f.as_str()]);
+    if !a.no_gms {
+        let mut args = vec!["run", "--quiet", "--locked", "--release", "-p", "trapeze-vnic"];
+        // The demo's own arguments (after `--`).
+        let mut demo: Vec<&str> = Vec::new();
+        let image;
+        if a.flashed {
+            crate::prereq::ensure_emulator_build_deps()?;
+            crate::build::build_image(&crate::build::defmt_filter(None))?;
+            image = crate::build::image_path()?.display().to_string();
+            println!("== Global Memory Service: 3 nodes on virtual NICs (flashed firmware {image}, in-process link) ==");
+            args.extend(["--features", "demo", "--bin", "trapeze-gms-demo"]);
+            demo.extend(["--image", &image, "--pages", "1200", "--budget", "700", "--random", "1000", "--pressure", "300"]);
+        } else {
+            println!("== Global Memory Service: 3 nodes on virtual NICs (native firmware, in-process link) ==");
+            args.extend(["--no-default-features", "--features", "demo", "--bin", "trapeze-gms-demo"]);
         }
-        crate::cargo(&args)?;
-        println!("\n== The firmware in the timing model ==");
-    } else if !a.no_gms {
-        println!("== Global Memory Service: 3 nodes on virtual NICs (native firmware, in-process link) ==");
-        let mut args = vec![
-            "run", "--quiet", "--locked", "--release", "-p", "trapeze-vnic", "--no-default-features",
-            "--features", "demo", "--bin", "trapeze-gms-demo",
-        ];
         if let Some(f) = &a.link_faults {
-            args.extend(["--", "--link-faults", f.as_str()]);
+            demo.extend(["--link-faults", f.as_str()]);
+        }
+        if !demo.is_empty() {
+            args.push("--");
+            args.extend(demo);
         }
         crate::cargo(&args)?;
         println!("\n== The firmware in the timing model ==");
