@@ -193,10 +193,17 @@ struct Side {
     p99: f64,
 }
 
-/// The network-memory side with `wire_delay_us` modelled on every link; the random reads
-/// only with `random`; all three nodes on the calling thread with `one_thread`.
-fn bench_gms(a: &Args, data: &[Vec<u8>], wire_delay_us: f64, random: bool, one_thread: bool) -> anyhow::Result<Side> {
-    let expected: Vec<[u64; 8]> = data.iter().map(|d| fingerprint(d)).collect();
+/// The network-memory side with `wire_delay_us` modelled on every link (`expected`: each
+/// page's fingerprint); the random reads only with `random`; all three nodes on the
+/// calling thread with `one_thread`.
+fn bench_gms(
+    a: &Args,
+    data: &[Vec<u8>],
+    expected: &[[u64; 8]],
+    wire_delay_us: f64,
+    random: bool,
+    one_thread: bool,
+) -> anyhow::Result<Side> {
     let link = trapeze_vnic::link::FaultConfig { delay_ns: (wire_delay_us * 1e3).round() as u64, ..Default::default() };
     let gms_cfg = GmsConfig { op_timeout: 500_000_000, ..GmsConfig::default() };
     let mut c = Cluster::with_firmware(3, a.budget, gms_cfg, None, link)?;
@@ -231,7 +238,7 @@ fn bench_gms(a: &Args, data: &[Vec<u8>], wire_delay_us: f64, random: bool, one_t
         let mut best = 0.0f64;
         let mut best_cpu = f64::INFINITY;
         for _ in 0..a.repeat {
-            let (us, cpu) = scan(&mut c, depth, a.pages, &expected)?;
+            let (us, cpu) = scan(&mut c, depth, a.pages, expected)?;
             best = best.max(PAGE as f64 / us);
             best_cpu = best_cpu.min(cpu);
         }
@@ -248,12 +255,12 @@ fn bench_gms(a: &Args, data: &[Vec<u8>], wire_delay_us: f64, random: bool, one_t
     let mut servers = servers;
     if servers.is_some() && a.bound_rounds > 0 && wire_delay_us == 0.0 {
         for _ in 0..a.bound_rounds {
-            let (t0, _) = scan(&mut c, 0, a.pages, &expected)?;
-            let (t16, _) = scan(&mut c, 16, a.pages, &expected)?;
+            let (t0, _) = scan(&mut c, 0, a.pages, expected)?;
+            let (t16, _) = scan(&mut c, 16, a.pages, expected)?;
             if let Some(s) = servers.take() {
                 c.rejoin(s)?;
             }
-            let (_, c16) = scan(&mut c, 16, a.pages, &expected)?;
+            let (_, c16) = scan(&mut c, 16, a.pages, expected)?;
             servers = Some(c.spawn_servers_with(1, a.nic_thread)?);
             bound.push(Round { ratio: t0 / t16, t0, c16 });
         }
@@ -352,7 +359,8 @@ fn run(a: Args) -> anyhow::Result<()> {
     let fs = disk_kind(&dir)?;
     // Every page's bytes, made once: reads are checked against them without regenerating.
     let data: Vec<Vec<u8>> = (0..a.pages).map(content).collect();
-    let g = bench_gms(&a, &data, 0.0, true, a.one_thread)?;
+    let expected: Vec<[u64; 8]> = data.iter().map(|d| fingerprint(d)).collect();
+    let g = bench_gms(&a, &data, &expected, 0.0, true, a.one_thread)?;
     let d = if a.no_disk {
         Side { bound: Vec::new(), seq: vec![(0, f64::NAN)], cpu_us: Vec::new(), p50: f64::NAN, p99: f64::NAN }
     } else {
@@ -363,7 +371,7 @@ fn run(a: Args) -> anyhow::Result<()> {
         if !(w > 0.0 && w <= 1000.0) {
             bail!("--wire-delays-us: {w} is not in (0, 1000]");
         }
-        wired.push((w, bench_gms(&a, &data, w, false, a.one_thread)?));
+        wired.push((w, bench_gms(&a, &data, &expected, w, false, a.one_thread)?));
     }
     let bw_of = |side: &Side, depth| side.seq.iter().find(|s| s.0 == depth).map_or(f64::NAN, |s| s.1);
     let bw = |depth| bw_of(&g, depth);
@@ -374,14 +382,7 @@ fn run(a: Args) -> anyhow::Result<()> {
     let lat_ratio = d.p50 / g.p50;
     let disk_seq = d.seq[0].1;
     if a.json {
-        for (&(depth, mbs), &(_, cpu)) in g.seq.iter().zip(&g.cpu_us) {
-            println!(
-                "{}",
-                json!({ "row": "seq_read", "source": "gms", "readahead": depth, "mb_s": mbs, "pages": a.pages,
-                        "client_cpu_us_per_page": cpu, "wire_delay_us": 0.0 })
-            );
-        }
-        for (w, side) in &wired {
+        for (w, side) in std::iter::once((&0.0, &g)).chain(wired.iter().map(|(w, s)| (w, s))) {
             for (&(depth, mbs), &(_, cpu)) in side.seq.iter().zip(&side.cpu_us) {
                 println!(
                     "{}",
