@@ -200,4 +200,6 @@ fn bad_command_lines_are_refused_clearly() {
     ]))
     .contains("given twice"));
     assert!(run(&["--node", "0", "--budget-mb", "8"]).contains("--listen"));
+    assert!(run(&with(&["--budget-mb", "8", "--link-faults", "delay=5"])).contains("no unit"));
+    assert!(run(&with(&["--budget-mb", "8", "--link-faults", "lose=1%"])).contains("unknown fault"));
 }
