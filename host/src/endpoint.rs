@@ -263,6 +263,12 @@ impl<M: NicMemory, C: Copy> Endpoint<M, C> {
         Slot::new(&self.mem, Ring::Recv, slot).segment(i)
     }
 
+    /// Whether the next receive slot holds a message ([`Self::poll_recv`] would return
+    /// it), without taking it.
+    pub fn recv_ready(&self) -> bool {
+        Slot::new(&self.mem, Ring::Recv, self.recv_next).state_acquire() & state::READY != 0
+    }
+
     /// The next received message, if any. The slot stays the host's until
     /// [`Self::release_recv`]; messages come in order.
     pub fn poll_recv(&mut self) -> Option<RecvMsg> {
