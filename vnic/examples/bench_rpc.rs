@@ -20,17 +20,21 @@
 //! (0 B and 8 KB reply, one at a time) that splits NetRPC's latency into the NIC path's
 //! share and the RPC layer's.
 //!
-//! The nonblocking-vs-raw bandwidth ratio is measured apart from the table: `--bw-reps`
-//! pairs of runs on fresh nodes (each after an untimed warm-up), raw and NetRPC
-//! interleaved (order alternating), the median of the pairs' ratios reported, with every
-//! pair's own ratio printed so the spread is visible.
+//! Two ratios are measured apart from the table, each between two setups that live side
+//! by side and take turns in short stretches on the one client thread and the one server
+//! thread (`SharedServer`): nonblocking NetRPC against raw Trapeze bandwidth
+//! (`--bw-chunks` pairs of stretches of `--bw-chunk-calls` replies) and 3-way against
+//! 2-way latency (`--ways-blocks` pairs of `--ways-block-calls` calls). This VM moves
+//! between phases tens of percent apart that last about a second; stretches of a few
+//! milliseconds, alternating, put both sides of a ratio in the same phases. The spread
+//! of the per-pair ratios is printed beside each headline.
 
 use anyhow::Context;
 use netrpc::prelude::*;
 use serde_json::json;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream, UdpSocket};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use trapeze_firmware::iface::ipt::PayloadToken;
@@ -57,19 +61,25 @@ struct Args {
     /// Calls outstanding in the nonblocking bandwidth runs.
     #[arg(long, default_value_t = 16)]
     window: u32,
-    /// Interleaved repetitions of the NetRPC-vs-raw bandwidth comparison (each a fresh
-    /// pair of nodes; the ratio reported is the median over the repetitions).
-    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u32).range(1..=101))]
-    bw_reps: u32,
-    /// 8 KB replies per measurement in that comparison.
-    #[arg(long, default_value_t = 20_000)]
-    bw_pair_calls: u32,
+    /// Pairs of stretches (NetRPC, raw NIC) per payload kind in the nonblocking-bandwidth
+    /// comparison (the two setups take turns; see `BwSeries`).
+    #[arg(long, default_value_t = 150, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    bw_chunks: u32,
+    /// 8 KB replies per stretch in that comparison.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(100..=10_000_000))]
+    bw_chunk_calls: u32,
+    /// Pairs of stretches (2-way, 3-way) in the 3-way / 2-way latency comparison.
+    #[arg(long, default_value_t = 40, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    ways_blocks: u32,
+    /// Blocking 8 KB calls per stretch in that comparison.
+    #[arg(long, default_value_t = 250, value_parser = clap::value_parser!(u32).range(10..=1_000_000))]
+    ways_block_calls: u32,
     /// Only run the same-thread 2-way 8 KB round trip (`--calls` of them) and print its
     /// p50: the mode to profile NetRPC's CPU cost per round trip with.
     #[arg(long)]
     same_thread_only: bool,
-    /// Only run the interleaved nonblocking-NetRPC / raw-NIC bandwidth pairs and print
-    /// them: the mode to profile the nonblocking path with.
+    /// Only run the nonblocking-NetRPC / raw-NIC bandwidth comparison and print it: the
+    /// mode to profile the nonblocking path with.
     #[arg(long)]
     bw_only: bool,
 }
@@ -227,7 +237,12 @@ fn rpc_same_thread(calls: u32) -> anyhow::Result<f64> {
 /// (node 1 delegates to node 2); `also` runs beside each poll of `p` (a same-thread
 /// server). The clock is read only now and then while waiting: it is not part of the
 /// round trip measured.
-fn wait_8k_p50_on(p: &mut Port, ways: u32, calls: u32, mut also: impl FnMut()) -> anyhow::Result<f64> {
+fn wait_8k_p50_on(p: &mut Port, ways: u32, calls: u32, also: impl FnMut()) -> anyhow::Result<f64> {
+    Ok(pct(&mut wait_8k_latencies(p, ways, calls, also)?, 0.5))
+}
+
+/// The latencies (ns) behind [`wait_8k_p50_on`].
+fn wait_8k_latencies(p: &mut Port, ways: u32, calls: u32, mut also: impl FnMut()) -> anyhow::Result<Vec<u64>> {
     let mut lat = Vec::with_capacity(calls as usize);
     let deadline = Instant::now() + Duration::from_secs(30);
     for _ in 0..calls {
@@ -255,7 +270,7 @@ fn wait_8k_p50_on(p: &mut Port, ways: u32, calls: u32, mut also: impl FnMut()) -
         lat.push(t0.elapsed().as_nanos() as u64);
         finish(p, o, FRAME_BYTES)?;
     }
-    Ok(pct(&mut lat, 0.5))
+    Ok(lat)
 }
 
 /// A thread with a name (profiles tell the sides apart by it).
@@ -270,46 +285,92 @@ fn spawn_named<T: Send + 'static>(name: &str, f: impl FnOnce() -> T + Send + 'st
 /// the two spinning threads sometimes shared a core). Afterwards, whatever `f` returned,
 /// the servers stop and the client is unpinned.
 fn with_servers<T>(ways: u32, f: impl FnOnce(&mut Port) -> anyhow::Result<T>) -> anyhow::Result<T> {
+    let (mut client, side) = rpc_setup(ways)?;
+    let server = SharedServer::spawn(vec![side]);
+    let result = Placement::CrossCore.pin(false).and_then(|()| f(&mut client));
+    let unpinned = Placement::unpin();
+    let stopped = server.stop();
+    let r = result?;
+    unpinned?;
+    stopped?;
+    Ok(r)
+}
+
+/// A fresh NetRPC setup on its own switch: the client (node 0) and its server side (node
+/// 1; with `ways` = 3 node 1 is the directory and delegates to holder node 2).
+fn rpc_setup(ways: u32) -> anyhow::Result<(Port, ServerSide)> {
     let sw = InProcSwitch::new();
-    let mut client = node(&sw, 0, false)?;
+    let client = node(&sw, 0, false)?;
     let mut servers = vec![node(&sw, 1, ways == 3)?];
     if ways == 3 {
         servers.push(node(&sw, 2, false)?);
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    let thread = serve_thread(servers, stop.clone());
-    let result = Placement::CrossCore.pin(false).and_then(|()| f(&mut client));
-    let unpinned = Placement::unpin();
-    stop.store(true, Ordering::Relaxed);
-    let joined = thread.join().map_err(|_| anyhow::anyhow!("server panicked"));
-    let r = result?;
-    unpinned?;
-    joined?;
-    Ok(r)
+    Ok((client, ServerSide::Rpc(servers)))
 }
 
-/// Poll the server nodes on one thread, pinned to CPU 1, until `stop`.
-fn serve_thread(mut ports: Vec<Port>, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
-    spawn_named("rpc-server", move || {
-        // Best effort: an unpinned server still answers.
-        let _ = Placement::CrossCore.pin(true);
-        let mut idle = 0u32;
-        while !stop.load(Ordering::Relaxed) {
-            let mut busy = false;
-            for p in ports.iter_mut() {
-                busy |= p.poll();
-            }
-            if busy {
-                idle = 0;
-            } else {
-                idle += 1;
-                if idle >= SPIN_PASSES {
+/// The server end of one setup, as the server thread drives it.
+enum ServerSide {
+    /// NetRPC server nodes, each polled in turn.
+    Rpc(Vec<Port>),
+    /// A raw Trapeze server (no NetRPC).
+    Raw(Box<RawServer>),
+}
+
+impl ServerSide {
+    /// One pass; true if anything moved.
+    fn poll(&mut self) -> bool {
+        match self {
+            ServerSide::Rpc(ports) => ports.iter_mut().fold(false, |busy, p| p.poll() | busy),
+            ServerSide::Raw(r) => r.poll(),
+        }
+    }
+}
+
+/// The one server thread, pinned to CPU 1, polling the setup `active` names: setups
+/// compared with each other take turns on it in short stretches, so the phases of this VM
+/// (tens of percent apart, lasting about a second) fall on both alike, and an idle setup
+/// never spins beside the measured one.
+struct SharedServer {
+    active: Arc<AtomicUsize>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+/// `SharedServer::active` value that ends the thread.
+const STOP: usize = usize::MAX;
+
+impl SharedServer {
+    fn spawn(mut sides: Vec<ServerSide>) -> Self {
+        let active = Arc::new(AtomicUsize::new(0));
+        let a = active.clone();
+        let thread = spawn_named("rpc-server", move || {
+            // Best effort: an unpinned server still answers.
+            let _ = Placement::CrossCore.pin(true);
+            let mut idle = 0u32;
+            while let Some(side) = sides.get_mut(a.load(Ordering::Relaxed)) {
+                if side.poll() {
                     idle = 0;
-                    std::thread::yield_now();
+                } else {
+                    idle += 1;
+                    if idle >= SPIN_PASSES {
+                        idle = 0;
+                        std::thread::yield_now();
+                    }
                 }
             }
-        }
-    })
+        });
+        SharedServer { active, thread }
+    }
+
+    /// Serve setup `i` from the next pass on. The caller has nothing outstanding on the
+    /// setup it leaves (its calls all finished).
+    fn switch_to(&self, i: usize) {
+        self.active.store(i, Ordering::Relaxed);
+    }
+
+    fn stop(self) -> anyhow::Result<()> {
+        self.active.store(STOP, Ordering::Relaxed);
+        self.thread.join().map_err(|_| anyhow::anyhow!("server panicked"))
+    }
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -458,97 +519,224 @@ fn bandwidth(
     Ok(t0.elapsed().as_secs_f64())
 }
 
-/// Replies run untimed before a bandwidth measurement of `count`.
-fn warm_up(count: u32) -> u32 {
-    (count / 10).max(100)
-}
+/// Replies each side of a comparison moves untimed before its first timed stretch (first
+/// touches of a fresh node's frames, lanes filling).
+const WARM_REPLIES: u32 = 4000;
 
-/// NetRPC's nonblocking 8 KB bandwidth (2-way, `cont`, `window` calls outstanding, the
-/// reply payload `kind`) on a fresh pair of nodes: the traffic of [`raw_request_reply`]
-/// through NetRPC. MB/s of reply payload.
-fn rpc_cont_bandwidth(count: u32, window: u32, kind: Kind) -> anyhow::Result<f64> {
-    let issue = |p: &mut Port, mode: Mode, now: u64| -> anyhow::Result<CallId> {
-        let rt = reply_to(p, kind)?;
-        p.rpc.call::<Get2>(now, &mut p.node, 1, &req(FRAME_BYTES), rt, mode).map_err(|e| anyhow::anyhow!("call: {e:?}"))
-    };
-    // Placed like the raw baseline (client on CPU 0, server on CPU 1).
-    let secs = with_servers(2, |client| {
-        // Untimed warm-up (first touches of the frames, lanes filling), like the raw side's.
-        bandwidth(client, "cont", FRAME_BYTES, warm_up(count), window, &issue)?;
-        bandwidth(client, "cont", FRAME_BYTES, count, window, &issue)
-    })?;
-    Ok(count as f64 * FRAME_BYTES as f64 / secs / 1e6)
-}
-
-/// The bandwidth comparison, stabilised: `reps` rounds of (raw NIC, NetRPC) measurements
-/// for each payload kind, interleaved (the order alternating), so drift in the machine's
-/// load hits all alike. Each kind is compared with raw Trapeze moving the same payloads
-/// the same way: solicited replies into IPT-armed frames, unsolicited ones into receive
-/// buffers.
-struct BwCompare {
-    raw: Vec<f64>,
+/// Nonblocking 8 KB bandwidth of NetRPC (2-way `cont`, the table's traffic) against raw
+/// Trapeze moving the same payloads the same way (solicited replies into IPT-armed
+/// frames, unsolicited ones into receive buffers), `window` calls outstanding. Both
+/// setups live side by side and take turns, `chunks` pairs of stretches of `chunk_calls`
+/// replies each (order alternating, nothing outstanding at a switch), on the one client
+/// thread (CPU 0) and the one server thread (CPU 1): this VM's phases, tens of percent
+/// apart and about a second long, then fall on both sides alike. Seconds per stretch.
+struct BwSeries {
     rpc: Vec<f64>,
-    raw_unsol: Vec<f64>,
-    rpc_unsol: Vec<f64>,
+    raw: Vec<f64>,
+    chunk_calls: u32,
 }
 
-impl BwCompare {
-    fn run(reps: u32, count: u32, window: u32) -> anyhow::Result<Self> {
-        let mut c = BwCompare { raw: Vec::new(), rpc: Vec::new(), raw_unsol: Vec::new(), rpc_unsol: Vec::new() };
-        for i in 0..reps {
-            for kind in [Kind::Solicited, Kind::Unsolicited] {
-                let (raw, rpc) = if i % 2 == 0 {
-                    let raw = raw_request_reply(count, window, kind)?;
-                    (raw, rpc_cont_bandwidth(count, window, kind)?)
-                } else {
-                    let rpc = rpc_cont_bandwidth(count, window, kind)?;
-                    (raw_request_reply(count, window, kind)?, rpc)
-                };
-                let (raws, rpcs) = if kind == Kind::Solicited { (&mut c.raw, &mut c.rpc) } else { (&mut c.raw_unsol, &mut c.rpc_unsol) };
-                raws.push(raw);
-                rpcs.push(rpc);
+impl BwSeries {
+    fn measure(kind: Kind, chunks: u32, chunk_calls: u32, window: u32) -> anyhow::Result<Self> {
+        let (mut rpc, rpc_side) = rpc_setup(2)?;
+        let sw = InProcSwitch::new();
+        let mut raw = RawClient { port: node(&sw, 0, false)?, solicited: kind == Kind::Solicited, armed: Default::default() };
+        let raw_side = ServerSide::Raw(Box::new(RawServer { port: node(&sw, 1, false)?, owed: Default::default() }));
+        let issue = |p: &mut Port, mode: Mode, now: u64| -> anyhow::Result<CallId> {
+            let rt = reply_to(p, kind)?;
+            p.rpc.call::<Get2>(now, &mut p.node, 1, &req(FRAME_BYTES), rt, mode).map_err(|e| anyhow::anyhow!("call: {e:?}"))
+        };
+        let server = SharedServer::spawn(vec![rpc_side, raw_side]);
+        let mut series = BwSeries { rpc: Vec::new(), raw: Vec::new(), chunk_calls };
+        let run = |s: &mut BwSeries, rpc: &mut Port, raw: &mut RawClient| -> anyhow::Result<()> {
+            Placement::CrossCore.pin(false)?;
+            server.switch_to(0);
+            bandwidth(rpc, "cont", FRAME_BYTES, WARM_REPLIES, window, &issue)?;
+            server.switch_to(1);
+            raw.run(WARM_REPLIES, window)?;
+            for i in 0..chunks {
+                for side in if i % 2 == 0 { [0, 1] } else { [1, 0] } {
+                    server.switch_to(side);
+                    if side == 0 {
+                        s.rpc.push(bandwidth(rpc, "cont", FRAME_BYTES, chunk_calls, window, &issue)?);
+                    } else {
+                        s.raw.push(raw.run(chunk_calls, window)?);
+                    }
+                }
             }
-        }
-        Ok(c)
+            Ok(())
+        };
+        let result = run(&mut series, &mut rpc, &mut raw);
+        let unpinned = Placement::unpin();
+        let stopped = server.stop();
+        result?;
+        unpinned?;
+        stopped?;
+        Ok(series)
     }
-    /// Per-pair ratios NetRPC / raw (solicited), sorted.
-    fn ratios(&self) -> Vec<f64> {
-        sorted_ratios(&self.rpc, &self.raw)
+
+    fn mb_s(&self, secs: &[f64]) -> f64 {
+        secs.len() as f64 * self.chunk_calls as f64 * FRAME_BYTES as f64 / secs.iter().sum::<f64>() / 1e6
     }
-    /// Per-pair ratios NetRPC / raw (unsolicited), sorted.
-    fn ratios_unsol(&self) -> Vec<f64> {
-        sorted_ratios(&self.rpc_unsol, &self.raw_unsol)
+    /// NetRPC's MB/s over all its stretches.
+    fn rpc_mb_s(&self) -> f64 {
+        self.mb_s(&self.rpc)
+    }
+    /// Raw Trapeze's MB/s over all its stretches.
+    fn raw_mb_s(&self) -> f64 {
+        self.mb_s(&self.raw)
+    }
+    /// NetRPC / raw over all stretches: the headline.
+    fn ratio(&self) -> f64 {
+        self.rpc_mb_s() / self.raw_mb_s()
+    }
+    /// NetRPC / raw of each pair of stretches, sorted.
+    fn pair_ratios(&self) -> Vec<f64> {
+        // Equal bytes per stretch: MB/s NetRPC / raw = raw seconds / NetRPC seconds.
+        sorted_ratios(&self.raw, &self.rpc)
     }
 }
 
+/// Raw Trapeze's client in the bandwidth comparison (no NetRPC): keeps `window` small
+/// requests outstanding; solicited, it arms an IPT frame per request and sends its
+/// payload token, and frees the frame when the reply has landed in it.
+struct RawClient {
+    port: Port,
+    solicited: bool,
+    /// The frames armed for outstanding requests, in request order (one server answers
+    /// in order).
+    armed: std::collections::VecDeque<Frame>,
+}
+
+impl RawClient {
+    /// Seconds for `count` 8 KB replies; nothing is outstanding before or after.
+    fn run(&mut self, count: u32, window: u32) -> anyhow::Result<f64> {
+        let p = &mut self.port;
+        let t0 = Instant::now();
+        let (mut sent, mut got, mut passes) = (0u32, 0u32, 0u32);
+        while got < count {
+            while sent < count && sent - got < window {
+                let mut ctrl = [0u8; 8];
+                if self.solicited {
+                    let ReplyTo::Solicited { token, frame } = p.solicit()? else { unreachable!() };
+                    ctrl = token.to_le_bytes();
+                    self.armed.push_back(frame);
+                }
+                let request = SendMsg { peer: 1, ctrl: &ctrl, payload_len: 0, segments: &[], token: PayloadToken::NONE };
+                if !p.raw_send(&request) {
+                    if let Some(f) = self.armed.pop_back().filter(|_| self.solicited) {
+                        p.done_with(f);
+                    }
+                    break;
+                }
+                sent += 1;
+            }
+            let mut replies = 0;
+            p.raw_recv_each(|payload, _| replies += (payload == FRAME_BYTES) as u32);
+            for _ in 0..replies {
+                if let Some(f) = self.armed.pop_front() {
+                    p.done_with(f);
+                }
+            }
+            got += replies;
+            // The stall check reads the clock now and then, not on every pass (a clock read
+            // costs more than an idle pass; NetRPC's loop reads it once per burst of calls).
+            passes = passes.wrapping_add(1);
+            anyhow::ensure!(
+                !passes.is_multiple_of(1024) || t0.elapsed() < Duration::from_secs(30),
+                "raw request/reply stalled at {got}/{count}"
+            );
+        }
+        Ok(t0.elapsed().as_secs_f64())
+    }
+}
+
+/// Raw Trapeze's server: answers each request with 8 KB of its page, into the frame whose
+/// payload token the request carries, or a receive buffer when it carries none.
+struct RawServer {
+    port: Port,
+    /// The payload token of each request owed a reply (NONE: unsolicited).
+    owed: std::collections::VecDeque<PayloadToken>,
+}
+
+impl RawServer {
+    fn poll(&mut self) -> bool {
+        let seg = [Segment { addr: DEFAULT_REGION_BASE + self.port.node.service.page, len: FRAME_BYTES }];
+        let (owed, mut busy) = (&mut self.owed, false);
+        self.port.raw_recv_each(|_, ctrl| {
+            let token = ctrl.get(..8).map_or(0, |t| u64::from_le_bytes(t.try_into().unwrap_or_default()));
+            owed.push_back(PayloadToken(token));
+            busy = true;
+        });
+        while let Some(&token) = owed.front() {
+            let reply = SendMsg { peer: 0, ctrl: b"page", payload_len: FRAME_BYTES, segments: &seg, token };
+            if !self.port.raw_send(&reply) {
+                break;
+            }
+            owed.pop_front();
+            busy = true;
+        }
+        busy
+    }
+}
+
+/// `a[i] / b[i]` for each pair, sorted.
 fn sorted_ratios(a: &[f64], b: &[f64]) -> Vec<f64> {
     let mut r: Vec<f64> = a.iter().zip(b).map(|(a, b)| a / b).collect();
     r.sort_by(f64::total_cmp);
     r
 }
 
-/// p50 (µs) of `calls` blocking 8 KB solicited calls, `ways` = 2 (node 0 → 1) or 3 (node 0
-/// → directory 1 → holder 2 → node 0), on fresh nodes with the servers on their thread.
-fn wait_8k_p50(ways: u32, calls: u32) -> anyhow::Result<f64> {
-    with_servers(ways, |p| wait_8k_p50_on(p, ways, calls, || {}))
+/// Blocking 8 KB solicited call latencies (ns), 2-way (node 0 → 1) and 3-way (node 0 →
+/// directory 1 → holder 2 → node 0), on two setups alive side by side that take turns on
+/// the client and server threads in `blocks` pairs of stretches of `block_calls` calls
+/// (order alternating), as [`BwSeries`] does and for the same reason.
+struct WaysSeries {
+    two: Vec<u64>,
+    three: Vec<u64>,
+    /// Per pair of stretches, 3-way p50 / 2-way p50, sorted.
+    pair_ratios: Vec<f64>,
 }
 
-/// The 3-way / 2-way latency ratio from `reps` interleaved pairs of fresh setups (order
-/// alternating), so slow phases of a shared machine hit both sides: per-pair ratios.
-fn ways_compare(reps: u32, calls: u32) -> anyhow::Result<Vec<f64>> {
-    let mut ratios = Vec::new();
-    for i in 0..reps {
-        let (two, three) = if i % 2 == 0 {
-            let two = wait_8k_p50(2, calls)?;
-            (two, wait_8k_p50(3, calls)?)
-        } else {
-            let three = wait_8k_p50(3, calls)?;
-            (wait_8k_p50(2, calls)?, three)
+impl WaysSeries {
+    fn measure(blocks: u32, block_calls: u32) -> anyhow::Result<Self> {
+        let (mut two, two_side) = rpc_setup(2)?;
+        let (mut three, three_side) = rpc_setup(3)?;
+        let server = SharedServer::spawn(vec![two_side, three_side]);
+        let mut s = WaysSeries { two: Vec::new(), three: Vec::new(), pair_ratios: Vec::new() };
+        let mut run = || -> anyhow::Result<()> {
+            Placement::CrossCore.pin(false)?;
+            for (i, p) in [&mut two, &mut three].into_iter().enumerate() {
+                server.switch_to(i);
+                wait_8k_latencies(p, i as u32 + 2, block_calls, || {})?;
+            }
+            for i in 0..blocks {
+                let mut p50 = [0.0; 2];
+                for side in if i % 2 == 0 { [0, 1] } else { [1, 0] } {
+                    server.switch_to(side);
+                    let (p, all) = if side == 0 { (&mut two, &mut s.two) } else { (&mut three, &mut s.three) };
+                    let mut lat = wait_8k_latencies(p, side as u32 + 2, block_calls, || {})?;
+                    all.extend_from_slice(&lat);
+                    p50[side] = pct(&mut lat, 0.5);
+                }
+                s.pair_ratios.push(p50[1] / p50[0]);
+            }
+            Ok(())
         };
-        ratios.push(three / two);
+        let result = run();
+        let unpinned = Placement::unpin();
+        let stopped = server.stop();
+        result?;
+        unpinned?;
+        stopped?;
+        s.pair_ratios.sort_by(f64::total_cmp);
+        Ok(s)
     }
-    ratios.sort_by(f64::total_cmp);
-    Ok(ratios)
+
+    /// p50 of all 3-way calls / p50 of all 2-way calls: the headline.
+    fn ratio(&mut self) -> f64 {
+        pct(&mut self.three, 0.5) / pct(&mut self.two, 0.5)
+    }
 }
 
 /// The same-core comparison as interleaved triples (NetRPC with both nodes on one
@@ -593,97 +781,6 @@ fn median(v: &[f64]) -> f64 {
         n if n % 2 == 1 => v[n / 2],
         n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
     }
-}
-
-/// Raw Trapeze with the same traffic as the nonblocking RPC rows but no NetRPC: node 0
-/// keeps `window` small requests outstanding, node 1 answers each with 8 KB from its page,
-/// unsolicited (into a receive buffer) or solicited (node 0 arms an IPT frame per request
-/// and sends its payload token; the reply lands in that frame, which node 0 then frees).
-/// MB/s of replies at node 0: the NIC path's ceiling for that pattern.
-fn raw_request_reply(count: u32, window: u32, kind: Kind) -> anyhow::Result<f64> {
-    let solicited = kind == Kind::Solicited;
-    let sw = InProcSwitch::new();
-    let mut client = node(&sw, 0, false)?;
-    let mut server = node(&sw, 1, false)?;
-    let stop = Arc::new(AtomicBool::new(false));
-    let st = stop.clone();
-    let srv = spawn_named("raw-server", move || {
-        let _ = Placement::CrossCore.pin(true);
-        let seg = [Segment { addr: DEFAULT_REGION_BASE + server.node.service.page, len: FRAME_BYTES }];
-        // The payload token of each request owed a reply (NONE: unsolicited).
-        let mut owed = std::collections::VecDeque::new();
-        while !st.load(Ordering::Relaxed) {
-            server.raw_recv_each(|_, ctrl| {
-                let token = ctrl.get(..8).map_or(0, |t| u64::from_le_bytes(t.try_into().unwrap_or_default()));
-                owed.push_back(PayloadToken(token));
-            });
-            while let Some(&token) = owed.front() {
-                let reply = SendMsg { peer: 0, ctrl: b"page", payload_len: FRAME_BYTES, segments: &seg, token };
-                if !server.raw_send(&reply) {
-                    break;
-                }
-                owed.pop_front();
-            }
-            if !owed.is_empty() {
-                std::thread::yield_now();
-            }
-        }
-    });
-    Placement::CrossCore.pin(false)?;
-    let t0 = Instant::now();
-    let (mut sent, mut got) = (0u32, 0u32);
-    // Solicited: the frames armed for outstanding requests, in request order (one server
-    // answers in order).
-    let mut armed = std::collections::VecDeque::new();
-    let mut passes = 0u32;
-    // The first `warm` replies are not timed (first touches of the frames, lanes
-    // filling), like NetRPC's warm-up run.
-    let warm = warm_up(count);
-    let total = count + warm;
-    // When the timed part began, and how many replies were in by then.
-    let mut timed: Option<(Instant, u32)> = None;
-    while got < total {
-        if timed.is_none() && got >= warm {
-            timed = Some((Instant::now(), got));
-        }
-        while sent < total && sent - got < window {
-            let mut ctrl = [0u8; 8];
-            if solicited {
-                let ReplyTo::Solicited { token, frame } = client.solicit()? else { unreachable!() };
-                ctrl = token.to_le_bytes();
-                armed.push_back(frame);
-            }
-            let request = SendMsg { peer: 1, ctrl: &ctrl, payload_len: 0, segments: &[], token: PayloadToken::NONE };
-            if !client.raw_send(&request) {
-                if let Some(f) = armed.pop_back().filter(|_| solicited) {
-                    client.done_with(f);
-                }
-                break;
-            }
-            sent += 1;
-        }
-        let mut replies = 0;
-        client.raw_recv_each(|payload, _| replies += (payload == FRAME_BYTES) as u32);
-        for _ in 0..replies {
-            if let Some(f) = armed.pop_front() {
-                client.done_with(f);
-            }
-        }
-        got += replies;
-        // The stall check reads the clock now and then, not on every pass (a clock read
-        // costs more than an idle pass; NetRPC's loop reads it once per burst of calls).
-        passes = passes.wrapping_add(1);
-        if passes.is_multiple_of(1024) && t0.elapsed() > Duration::from_secs(30) {
-            stop.store(true, Ordering::Relaxed);
-            anyhow::bail!("raw request/reply stalled at {got}/{total} (warm-up included)");
-        }
-    }
-    let (t1, from) = timed.unwrap_or((t0, 0));
-    let secs = t1.elapsed().as_secs_f64();
-    Placement::unpin()?;
-    stop.store(true, Ordering::Relaxed);
-    srv.join().map_err(|_| anyhow::anyhow!("server panicked"))?;
-    Ok((got - from) as f64 * FRAME_BYTES as f64 / secs / 1e6)
 }
 
 /// Raw Trapeze round trip, one at a time, no NetRPC: node 0 sends a small request, node
@@ -852,6 +949,46 @@ fn main() {
     }
 }
 
+/// Interleaved triples in the same-core socket comparison.
+const SAME_CORE_TRIPLES: u32 = 9;
+
+/// `q`-quantile of `v` (nearest rank).
+fn quantile(v: &[f64], q: f64) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    v.get(((v.len().max(1) - 1) as f64 * q).round() as usize).copied().unwrap_or(f64::NAN)
+}
+
+fn list(v: &[f64]) -> String {
+    v.iter().map(|r| format!("{r:.2}")).collect::<Vec<_>>().join(" ")
+}
+
+/// The bandwidth comparison for both payload kinds.
+fn bw_compare(a: &Args) -> anyhow::Result<[BwSeries; 2]> {
+    Ok([
+        BwSeries::measure(Kind::Solicited, a.bw_chunks, a.bw_chunk_calls, a.window)?,
+        BwSeries::measure(Kind::Unsolicited, a.bw_chunks, a.bw_chunk_calls, a.window)?,
+    ])
+}
+
+/// One line per payload kind of the bandwidth comparison.
+fn print_bw(bw: &[BwSeries; 2]) {
+    for (name, s) in ["solicited", "unsolicited"].iter().zip(bw) {
+        let r = s.pair_ratios();
+        println!(
+            "    {name}: NetRPC {:.0} MB/s, raw {:.0} MB/s: {:.2} (pairs of stretches: median {:.2}, p10 {:.2}, p90 {:.2}, min {:.2}, max {:.2})",
+            s.rpc_mb_s(),
+            s.raw_mb_s(),
+            s.ratio(),
+            median(&r),
+            quantile(&r, 0.1),
+            quantile(&r, 0.9),
+            r.first().copied().unwrap_or(f64::NAN),
+            r.last().copied().unwrap_or(f64::NAN),
+        );
+    }
+}
+
 fn run(a: Args) -> anyhow::Result<()> {
     start_cpus();
     if a.same_thread_only {
@@ -860,22 +997,9 @@ fn run(a: Args) -> anyhow::Result<()> {
         return Ok(());
     }
     if a.bw_only {
-        let bw = BwCompare::run(a.bw_reps, a.bw_pair_calls.max(1000), a.window)?;
-        let best = |v: &[f64]| v.iter().copied().fold(f64::NAN, f64::max);
-        let list = |v: &[f64]| v.iter().map(|r| format!("{r:.2}")).collect::<Vec<_>>().join(" ");
-        for (name, raw, rpc, ratios) in [
-            ("solicited", &bw.raw, &bw.rpc, bw.ratios()),
-            ("unsolicited", &bw.raw_unsol, &bw.rpc_unsol, bw.ratios_unsol()),
-        ] {
-            println!(
-                "{name}: NetRPC / raw paired median {:.2}; best of {} each: raw {:.0} MB/s, NetRPC cont {:.0} MB/s; per pair {}",
-                median(&ratios),
-                a.bw_reps,
-                best(raw),
-                best(rpc),
-                list(&ratios)
-            );
-        }
+        let bw = bw_compare(&a)?;
+        println!("nonblocking 8 KB bandwidth, NetRPC / raw NIC ({} pairs of stretches of {} replies):", a.bw_chunks, a.bw_chunk_calls);
+        print_bw(&bw);
         return Ok(());
     }
     let mut rows = Vec::new();
@@ -896,19 +1020,11 @@ fn run(a: Args) -> anyhow::Result<()> {
             Ok(())
         })?;
     }
-    let bw = BwCompare::run(a.bw_reps, a.bw_pair_calls.max(1000), a.window)?;
-    let ratios = bw.ratios();
-    let best = |v: &[f64]| v.iter().copied().fold(f64::NAN, f64::max);
-    let (raw, rpc_bw) = (best(&bw.raw), best(&bw.rpc));
-    let (raw_unsol, rpc_unsol) = (best(&bw.raw_unsol), best(&bw.rpc_unsol));
-    // Best of N: a busy machine only ever slows a run down, so each side's fastest run
-    // is the closest to its capacity; the paired median shows the spread honestly.
-    let cont_over_raw = rpc_bw / raw;
-    let unsol_over_raw = rpc_unsol / raw_unsol;
-    let paired_median = median(&ratios);
-    let ratios_unsol = bw.ratios_unsol();
-    let ways = ways_compare(a.bw_reps.min(9), a.calls)?;
-    let ways_median = median(&ways);
+    let bw = bw_compare(&a)?;
+    let [sol, unsol] = &bw;
+    let (sol_ratios, unsol_ratios) = (sol.pair_ratios(), unsol.pair_ratios());
+    let mut ways = WaysSeries::measure(a.ways_blocks, a.ways_block_calls)?;
+    let three_over_two = ways.ratio();
     let raw_rt0 = raw_round_trip(a.calls, 0)?;
     let raw_rt8 = raw_round_trip(a.calls, FRAME_BYTES)?;
     let udp = udp_baseline(a.calls, false, Placement::Unpinned)?;
@@ -917,7 +1033,7 @@ fn run(a: Args) -> anyhow::Result<()> {
     let tcp_spin = tcp_baseline(a.calls, true, Placement::Unpinned)?;
     // Matched placements: NetRPC with both nodes on one thread against blocking sockets
     // with both ends on CPU 0; NetRPC's usual two threads against sockets on CPU 0 / 1.
-    let same = same_core_compare(a.bw_reps.min(9), a.calls.max(20_000))?;
+    let same = same_core_compare(SAME_CORE_TRIPLES, a.calls.max(20_000))?;
     let (rpc_same, udp_same, tcp_same) = (median(&same.rpc), median(&same.udp), median(&same.tcp));
     let (same_over_udp, same_over_tcp) = (median(&same.over_udp), median(&same.over_tcp));
     let udp_cross = udp_baseline(a.calls, false, Placement::CrossCore)?;
@@ -943,17 +1059,22 @@ fn run(a: Args) -> anyhow::Result<()> {
         println!(
             "{}",
             json!({ "summary": true, "udp_8k_unpinned_p50_us": udp, "tcp_8k_unpinned_p50_us": tcp,
-                    "udp_8k_spin_unpinned_p50_us": udp_spin, "tcp_8k_spin_unpinned_p50_us": tcp_spin, "raw_rt_0_p50_us": raw_rt0, "raw_rt_8k_p50_us": raw_rt8, "raw_nic_8k_mb_s": raw, "wait_2way_8k_solicited_p50_us": two,
-                    "wait_3way_8k_solicited_p50_us": three, "three_over_two": three / two,
-                    "three_over_two_paired_median": ways_median, "three_over_two_pairs": ways,
-                    "cont_2way_8k_solicited_mb_s": cont_bw, "cont_over_raw": cont_over_raw,
-                    "raw_nic_8k_best_mb_s": raw, "rpc_cont_8k_best_mb_s": rpc_bw,
-                    "cont_over_raw_paired_median": paired_median,
-                    "bw_pairs_raw_mb_s": bw.raw, "bw_pairs_rpc_mb_s": bw.rpc,
-                    "cont_over_raw_min": ratios.first(), "cont_over_raw_max": ratios.last(),
-                    "raw_nic_8k_unsolicited_best_mb_s": raw_unsol, "rpc_cont_8k_unsolicited_best_mb_s": rpc_unsol,
-                    "cont_unsolicited_over_raw_unsolicited": unsol_over_raw,
-                    "cont_unsolicited_over_raw_paired_median": median(&ratios_unsol),
+                    "udp_8k_spin_unpinned_p50_us": udp_spin, "tcp_8k_spin_unpinned_p50_us": tcp_spin, "raw_rt_0_p50_us": raw_rt0, "raw_rt_8k_p50_us": raw_rt8,
+                    "wait_2way_8k_solicited_p50_us": two, "wait_3way_8k_solicited_p50_us": three,
+                    // Headline: the interleaved stretches (`WaysSeries`); the table rows
+                    // were measured seconds apart.
+                    "three_over_two": three_over_two, "three_over_two_table_rows": three / two,
+                    "three_over_two_pairs": { "median": median(&ways.pair_ratios), "p10": quantile(&ways.pair_ratios, 0.1),
+                                              "p90": quantile(&ways.pair_ratios, 0.9), "pairs": a.ways_blocks, "calls_each": a.ways_block_calls },
+                    "cont_2way_8k_solicited_mb_s": cont_bw,
+                    // Headline: NetRPC / raw over all interleaved stretches (`BwSeries`).
+                    "raw_nic_8k_mb_s": sol.raw_mb_s(), "rpc_cont_8k_mb_s": sol.rpc_mb_s(), "cont_over_raw": sol.ratio(),
+                    "raw_nic_8k_unsolicited_mb_s": unsol.raw_mb_s(), "rpc_cont_8k_unsolicited_mb_s": unsol.rpc_mb_s(),
+                    "cont_unsolicited_over_raw_unsolicited": unsol.ratio(),
+                    "cont_over_raw_pairs": { "median": median(&sol_ratios), "p10": quantile(&sol_ratios, 0.1), "p90": quantile(&sol_ratios, 0.9),
+                                             "pairs": a.bw_chunks, "replies_each": a.bw_chunk_calls },
+                    "cont_unsolicited_over_raw_pairs": { "median": median(&unsol_ratios), "p10": quantile(&unsol_ratios, 0.1),
+                                                         "p90": quantile(&unsol_ratios, 0.9), "pairs": a.bw_chunks, "replies_each": a.bw_chunk_calls },
                     "over_udp_unpinned": two / udp, "over_tcp_unpinned": two / tcp,
                     "same_core": { "rpc_2way_8k_p50_us": rpc_same, "udp_8k_p50_us": udp_same, "tcp_8k_p50_us": tcp_same,
                                    "over_udp": same_over_udp, "over_tcp": same_over_tcp,
@@ -977,17 +1098,6 @@ fn run(a: Args) -> anyhow::Result<()> {
     }
     println!("\nbaselines (same run): 16 B request / 8 KB reply, p50");
     println!("  UDP loopback {udp:.1} µs (busy-polled {udp_spin:.1} µs), TCP NODELAY {tcp:.1} µs (busy-polled {tcp_spin:.1} µs)");
-    println!(
-        "  raw Trapeze request / 8 KB reply, {} outstanding (no NetRPC), against NetRPC cont 8 KB (best of each):",
-        a.window
-    );
-    println!("    solicited (IPT frames): raw {raw:.1} MB/s, NetRPC {rpc_bw:.1} MB/s; unsolicited (receive buffers): raw {raw_unsol:.1} MB/s, NetRPC {rpc_unsol:.1} MB/s");
-    println!(
-        "    ({} interleaved pairs of {} replies; per pair NetRPC/raw solicited, sorted: {})",
-        a.bw_reps,
-        a.bw_pair_calls.max(1000),
-        ratios.iter().map(|r| format!("{r:.2}")).collect::<Vec<_>>().join(" ")
-    );
     println!("  raw Trapeze round trip (no NetRPC), one at a time: 0 B {raw_rt0:.1} µs, 8 KB reply {raw_rt8:.1} µs");
     println!(
         "\n2-way wait 8 KB solicited p50 {two:.1} µs against sockets placed by the scheduler: {:.2}x UDP, {:.2}x TCP (busy-polled: {:.2}x, {:.2}x)",
@@ -997,7 +1107,6 @@ fn run(a: Args) -> anyhow::Result<()> {
         two / tcp_spin
     );
     println!("matched placements, 2-way 8 KB p50 (blocking sockets):");
-    let list = |v: &[f64]| v.iter().map(|r| format!("{r:.2}")).collect::<Vec<_>>().join(" ");
     println!(
         "  same core (NetRPC: both nodes on one thread; sockets: both ends on CPU 0): NetRPC {rpc_same:.2} µs, UDP {udp_same:.1} µs ({same_over_udp:.2}x), TCP {tcp_same:.1} µs ({same_over_tcp:.2}x)"
     );
@@ -1014,21 +1123,23 @@ fn run(a: Args) -> anyhow::Result<()> {
         two / tcp_cross
     );
     println!(
-        "3-way / 2-way (wait, 8 KB solicited): {ways_median:.2} (median of {} interleaved pairs of {} calls: {}; table rows alone: {:.2})",
-        ways.len(),
-        a.calls,
-        ways.iter().map(|r| format!("{r:.2}")).collect::<Vec<_>>().join(" "),
+        "3-way / 2-way (wait, 8 KB solicited, {} pairs of interleaved stretches of {} calls): {three_over_two:.2} (p50 {:.1} / {:.1} µs; per pair median {:.2}, p10 {:.2}, p90 {:.2}; table rows alone {:.2})",
+        a.ways_blocks,
+        a.ways_block_calls,
+        pct(&mut ways.three, 0.5),
+        pct(&mut ways.two, 0.5),
+        median(&ways.pair_ratios),
+        quantile(&ways.pair_ratios, 0.1),
+        quantile(&ways.pair_ratios, 0.9),
         three / two
     );
-    // The headline is the paired median: this VM swings between phases ~1.6x apart for
-    // seconds at a time, so the best run of either side mostly says which side was lucky.
     println!(
-        "nonblocking 8 KB bandwidth / raw NIC bandwidth, same payload kind (median of {} interleaved pairs): solicited {paired_median:.2} (range {:.2}-{:.2}; best of each {cont_over_raw:.2}; table row alone {:.2}), unsolicited {:.2} (best of each {unsol_over_raw:.2})",
-        a.bw_reps,
-        ratios.first().copied().unwrap_or(f64::NAN),
-        ratios.last().copied().unwrap_or(f64::NAN),
-        cont_bw / raw,
-        median(&ratios_unsol)
+        "nonblocking 8 KB bandwidth, NetRPC cont / raw NIC, same payload kind, {} outstanding ({} pairs of interleaved stretches of {} replies; table row alone {:.2}):",
+        a.window,
+        a.bw_chunks,
+        a.bw_chunk_calls,
+        cont_bw / sol.raw_mb_s()
     );
+    print_bw(&bw);
     Ok(())
 }

@@ -2,8 +2,9 @@
 //! `cargo xtask bench rpc`: NetRPC over virtual NICs in the shape of the RPC-variants
 //! paper's Table 1, with raw-NIC and UDP/TCP loopback baselines from the same run
 //! (`vnic/examples/bench_rpc.rs`, release build). Run it on a quiet machine. The
-//! nonblocking-vs-raw bandwidth ratio is the median over `--bw-reps` interleaved pairs of
-//! runs moving the same payload kind (each side's best run printed beside it). Socket
+//! nonblocking-vs-raw bandwidth ratio and the 3-way / 2-way latency ratio come from setups
+//! that live side by side and take turns in short stretches (`--bw-chunks`,
+//! `--ways-blocks`), so this VM's fast and slow phases fall on both sides alike. Socket
 //! baselines are placed like the NetRPC figure they are compared with: the table rows
 //! (two threads, one per core) against sockets with an end on each core, the one-thread
 //! round trip against sockets both on one core; the scheduler's own placement is reported
@@ -22,22 +23,31 @@ pub struct RpcArgs {
     /// Calls per bandwidth measurement.
     #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u32).range(10..=10_000_000))]
     bw_calls: u32,
-    /// Interleaved (raw NIC, NetRPC) pairs per payload kind in the nonblocking-bandwidth
-    /// comparison; the median of the per-pair ratios is the headline, each side's best run
-    /// is printed beside it.
-    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u32).range(1..=101))]
-    bw_reps: u32,
-    /// 8 KB replies per run in that comparison.
-    #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u32).range(1000..=10_000_000))]
-    bw_pair_calls: u32,
+    /// Pairs of stretches (NetRPC, raw NIC) per payload kind in the nonblocking-bandwidth
+    /// comparison: the two setups live side by side and take turns on the client and
+    /// server threads; NetRPC / raw over all stretches is the headline.
+    #[arg(long, default_value_t = 150, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    bw_chunks: u32,
+    /// 8 KB replies per stretch in that comparison.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(100..=10_000_000))]
+    bw_chunk_calls: u32,
+    /// Pairs of stretches (2-way, 3-way) in the 3-way / 2-way latency comparison, taking
+    /// turns the same way; p50 of all 3-way calls over p50 of all 2-way calls.
+    #[arg(long, default_value_t = 40, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    ways_blocks: u32,
+    /// Blocking 8 KB calls per stretch in that comparison.
+    #[arg(long, default_value_t = 250, value_parser = clap::value_parser!(u32).range(10..=1_000_000))]
+    ways_block_calls: u32,
 }
 
 pub fn run(a: RpcArgs) -> anyhow::Result<()> {
     let (c, b) = (a.calls.to_string(), a.bw_calls.to_string());
-    let (r, p) = (a.bw_reps.to_string(), a.bw_pair_calls.to_string());
+    let (bc, bn) = (a.bw_chunks.to_string(), a.bw_chunk_calls.to_string());
+    let (wb, wn) = (a.ways_blocks.to_string(), a.ways_block_calls.to_string());
     let mut args = vec![
         "run", "--quiet", "--locked", "--release", "-p", "trapeze-vnic", "--example", "bench_rpc", "--",
-        "--calls", &c, "--bw-calls", &b, "--bw-reps", &r, "--bw-pair-calls", &p,
+        "--calls", &c, "--bw-calls", &b, "--bw-chunks", &bc, "--bw-chunk-calls", &bn,
+        "--ways-blocks", &wb, "--ways-block-calls", &wn,
     ];
     if a.json {
         args.push("--json");
