@@ -27,7 +27,9 @@
 //! 2-way latency (`--ways-blocks` pairs of `--ways-block-calls` calls). This VM moves
 //! between phases tens of percent apart that last about a second; stretches of a few
 //! milliseconds, alternating, put both sides of a ratio in the same phases. The spread
-//! of the per-pair ratios is printed beside each headline.
+//! of the per-pair ratios is printed beside each headline. The same-core socket
+//! comparison takes turns the same way (`--same-stretches` rounds of NetRPC, UDP and TCP,
+//! `--same-stretch-calls` round trips each).
 
 use anyhow::Context;
 use netrpc::prelude::*;
@@ -74,6 +76,13 @@ struct Args {
     /// Blocking 8 KB calls per stretch in that comparison.
     #[arg(long, default_value_t = 250, value_parser = clap::value_parser!(u32).range(10..=1_000_000))]
     ways_block_calls: u32,
+    /// Rounds of the same-core comparison (NetRPC on one thread, UDP and TCP on CPU 0,
+    /// taking turns).
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    same_stretches: u32,
+    /// Round trips per side per round in that comparison.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(10..=1_000_000))]
+    same_stretch_calls: u32,
     /// Only run the same-thread 2-way 8 KB round trip (`--calls` of them) and print its
     /// p50: the mode to profile NetRPC's CPU cost per round trip with.
     #[arg(long)]
@@ -739,38 +748,66 @@ impl WaysSeries {
     }
 }
 
-/// The same-core comparison as interleaved triples (NetRPC with both nodes on one
-/// thread, blocking UDP and TCP with both ends on CPU 0), `reps` of them, each side
-/// `calls` round trips: this VM's speed drifts by tens of percent from second to second,
-/// and a triple measured back to back sees the same machine. Per triple (NetRPC/UDP,
-/// NetRPC/TCP), plus each side's p50s.
+/// The same-core comparison: NetRPC with both nodes polled by the calling thread against
+/// blocking UDP and TCP with both ends on CPU 0 (their server ends block while the
+/// others run, so all three setups can live side by side). They take turns in
+/// `stretches` rounds of `calls` round trips each (order rotating), as the other
+/// ratios do, so this VM's phases fall on all three alike. All latencies (ns) of each,
+/// and each round's p50 ratios.
 struct SameCore {
+    rpc: Vec<u64>,
+    udp: Vec<u64>,
+    tcp: Vec<u64>,
+    /// Per round, NetRPC p50 / UDP p50 and NetRPC p50 / TCP p50, sorted.
     over_udp: Vec<f64>,
     over_tcp: Vec<f64>,
-    rpc: Vec<f64>,
-    udp: Vec<f64>,
-    tcp: Vec<f64>,
 }
 
-fn same_core_compare(reps: u32, calls: u32) -> anyhow::Result<SameCore> {
-    let mut s = SameCore { over_udp: Vec::new(), over_tcp: Vec::new(), rpc: Vec::new(), udp: Vec::new(), tcp: Vec::new() };
-    for i in 0..reps {
-        let (rpc, udp, tcp) = if i % 2 == 0 {
-            let rpc = rpc_same_thread(calls)?;
-            let udp = udp_baseline(calls, false, Placement::SameCore)?;
-            (rpc, udp, tcp_baseline(calls, false, Placement::SameCore)?)
-        } else {
-            let tcp = tcp_baseline(calls, false, Placement::SameCore)?;
-            let udp = udp_baseline(calls, false, Placement::SameCore)?;
-            (rpc_same_thread(calls)?, udp, tcp)
+impl SameCore {
+    fn measure(stretches: u32, calls: u32) -> anyhow::Result<Self> {
+        let mut udp = SocketPair::udp(false, Placement::SameCore)?;
+        let mut tcp = SocketPair::tcp(false, Placement::SameCore)?;
+        let sw = InProcSwitch::new();
+        let mut client = node(&sw, 0, false)?;
+        let mut server = node(&sw, 1, false)?;
+        let mut s = SameCore { rpc: Vec::new(), udp: Vec::new(), tcp: Vec::new(), over_udp: Vec::new(), over_tcp: Vec::new() };
+        let mut run = || -> anyhow::Result<()> {
+            Placement::SameCore.pin(false)?;
+            // Untimed warm-up of each.
+            wait_8k_latencies(&mut client, 2, calls, || {
+                server.poll();
+            })?;
+            udp.latencies(calls)?;
+            tcp.latencies(calls)?;
+            for i in 0..stretches {
+                let mut p50 = [0.0; 3];
+                for k in 0..3 {
+                    let which = (i as usize + k) % 3;
+                    let mut lat = match which {
+                        0 => wait_8k_latencies(&mut client, 2, calls, || {
+                            server.poll();
+                        })?,
+                        1 => udp.latencies(calls)?,
+                        _ => tcp.latencies(calls)?,
+                    };
+                    [&mut s.rpc, &mut s.udp, &mut s.tcp][which].extend_from_slice(&lat);
+                    p50[which] = pct(&mut lat, 0.5);
+                }
+                s.over_udp.push(p50[0] / p50[1]);
+                s.over_tcp.push(p50[0] / p50[2]);
+            }
+            Ok(())
         };
-        s.over_udp.push(rpc / udp);
-        s.over_tcp.push(rpc / tcp);
-        s.rpc.push(rpc);
-        s.udp.push(udp);
-        s.tcp.push(tcp);
+        let result = run();
+        let unpinned = Placement::unpin();
+        let closed = udp.close().and(tcp.close());
+        result?;
+        unpinned?;
+        closed?;
+        s.over_udp.sort_by(f64::total_cmp);
+        s.over_tcp.sort_by(f64::total_cmp);
+        Ok(s)
     }
-    Ok(s)
 }
 
 fn median(v: &[f64]) -> f64 {
@@ -833,112 +870,149 @@ fn raw_round_trip(calls: u32, reply: u32) -> anyhow::Result<f64> {
     Ok(pct(&mut lat, 0.5))
 }
 
+/// p50 (µs) of `n` UDP loopback round trips (16 B request, 8 KB reply), the ends placed
+/// by `place`, blocking or busy-polled (`spin`).
 fn udp_baseline(n: u32, spin: bool, place: Placement) -> anyhow::Result<f64> {
-    let srv = UdpSocket::bind("127.0.0.1:0")?;
-    let cli = UdpSocket::bind("127.0.0.1:0")?;
-    let (sa, ca) = (srv.local_addr()?, cli.local_addr()?);
-    srv.set_nonblocking(spin)?;
-    cli.set_nonblocking(spin)?;
-    let stop = Arc::new(AtomicBool::new(false));
-    let st = stop.clone();
-    let server = std::thread::spawn(move || {
-        let _ = place.pin(true);
-        let mut buf = [0u8; 64];
-        let reply = vec![0x5Au8; 8192];
-        srv.set_read_timeout(Some(Duration::from_millis(50))).ok();
-        while !st.load(Ordering::Relaxed) {
-            match srv.recv_from(&mut buf) {
-                Ok((_, from)) => {
-                    let _ = srv.send_to(&reply, from);
-                }
-                Err(_) => std::thread::yield_now(),
-            }
-        }
-    });
-    place.pin(false)?;
-    let mut lat = Vec::with_capacity(n as usize);
-    let mut buf = vec![0u8; 9000];
-    for _ in 0..n {
-        let t0 = Instant::now();
-        cli.send_to(&[1u8; 16], sa)?;
-        loop {
-            match cli.recv(&mut buf) {
-                Ok(8192) => break,
-                Ok(_) => continue,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::hint::spin_loop(),
-                Err(e) => return Err(e.into()),
-            }
-        }
-        lat.push(t0.elapsed().as_nanos() as u64);
-    }
-    let _ = ca;
-    stop.store(true, Ordering::Relaxed);
-    let _ = server.join();
-    Placement::unpin()?;
+    socket_baseline(SocketPair::udp(spin, place)?, n, place)
+}
+
+/// The same over TCP loopback (NODELAY).
+fn tcp_baseline(n: u32, spin: bool, place: Placement) -> anyhow::Result<f64> {
+    socket_baseline(SocketPair::tcp(spin, place)?, n, place)
+}
+
+fn socket_baseline(mut pair: SocketPair, n: u32, place: Placement) -> anyhow::Result<f64> {
+    let lat = place.pin(false).and_then(|()| pair.latencies(n));
+    let unpinned = Placement::unpin();
+    let closed = pair.close();
+    let mut lat = lat?;
+    unpinned?;
+    closed?;
     Ok(pct(&mut lat, 0.5))
 }
 
-fn tcp_baseline(n: u32, spin: bool, place: Placement) -> anyhow::Result<f64> {
-    let l = TcpListener::bind("127.0.0.1:0")?;
-    let addr = l.local_addr()?;
-    let server = std::thread::spawn(move || -> std::io::Result<()> {
-        let _ = place.pin(true);
-        let (mut s, _) = l.accept()?;
-        s.set_nodelay(true)?;
-        s.set_nonblocking(spin)?;
-        let reply = vec![0x5Au8; 8192];
-        let mut buf = [0u8; 16];
-        loop {
-            let mut got = 0;
-            while got < 16 {
-                match s.read(&mut buf[got..]) {
-                    Ok(0) => return Ok(()),
-                    Ok(k) => got += k,
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::hint::spin_loop(),
-                    Err(e) => return Err(e),
-                }
-            }
-            let mut off = 0;
-            while off < reply.len() {
-                match s.write(&reply[off..]) {
-                    Ok(k) => off += k,
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::hint::spin_loop(),
-                    Err(e) => return Err(e),
-                }
-            }
+/// A loopback socket pair for the baselines: its server end, on a thread of its own
+/// placed by `place`, answers each 16 B request with 8 KB; the client end is the
+/// caller's. Blocking sockets, or non-blocking ones both ends busy-poll (`spin`).
+struct SocketPair {
+    client: SocketClient,
+    stop: Arc<AtomicBool>,
+    server: std::thread::JoinHandle<std::io::Result<()>>,
+    buf: Vec<u8>,
+}
+
+enum SocketClient {
+    Udp { socket: UdpSocket, server: std::net::SocketAddr },
+    Tcp(TcpStream),
+}
+
+/// Retry an operation on a non-blocking socket until it stops saying "would block".
+fn spin_io<T>(mut f: impl FnMut() -> std::io::Result<T>) -> std::io::Result<T> {
+    loop {
+        match f() {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::hint::spin_loop(),
+            r => return r,
         }
-    });
-    place.pin(false)?;
-    let mut c = TcpStream::connect(addr)?;
-    c.set_nodelay(true)?;
-    c.set_nonblocking(spin)?;
-    let mut lat = Vec::with_capacity(n as usize);
-    let mut buf = vec![0u8; 8192];
-    for _ in 0..n {
-        let t0 = Instant::now();
-        let mut off = 0;
-        while off < 16 {
-            match c.write(&[1u8; 16][off..]) {
-                Ok(k) => off += k,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::hint::spin_loop(),
-                Err(e) => return Err(e.into()),
-            }
-        }
-        let mut got = 0;
-        while got < 8192 {
-            match c.read(&mut buf[got..]) {
-                Ok(0) => anyhow::bail!("tcp server closed"),
-                Ok(k) => got += k,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::hint::spin_loop(),
-                Err(e) => return Err(e.into()),
-            }
-        }
-        lat.push(t0.elapsed().as_nanos() as u64);
     }
-    drop(c);
-    let _ = server.join();
-    Placement::unpin()?;
-    Ok(pct(&mut lat, 0.5))
+}
+
+impl SocketPair {
+    fn udp(spin: bool, place: Placement) -> anyhow::Result<Self> {
+        let srv = UdpSocket::bind("127.0.0.1:0")?;
+        let socket = UdpSocket::bind("127.0.0.1:0")?;
+        let server = srv.local_addr()?;
+        srv.set_nonblocking(spin)?;
+        socket.set_nonblocking(spin)?;
+        // Blocking, the server wakes now and then to see `stop`.
+        srv.set_read_timeout(Some(Duration::from_millis(50)))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let st = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let _ = place.pin(true);
+            let mut buf = [0u8; 64];
+            let reply = vec![0x5Au8; 8192];
+            while !st.load(Ordering::Relaxed) {
+                match srv.recv_from(&mut buf) {
+                    Ok((_, from)) => {
+                        let _ = srv.send_to(&reply, from);
+                    }
+                    Err(_) => std::thread::yield_now(),
+                }
+            }
+            Ok(())
+        });
+        Ok(SocketPair { client: SocketClient::Udp { socket, server }, stop, server: thread, buf: vec![0; 9000] })
+    }
+
+    fn tcp(spin: bool, place: Placement) -> anyhow::Result<Self> {
+        let l = TcpListener::bind("127.0.0.1:0")?;
+        let addr = l.local_addr()?;
+        let thread = std::thread::spawn(move || -> std::io::Result<()> {
+            let _ = place.pin(true);
+            let (mut s, _) = l.accept()?;
+            s.set_nodelay(true)?;
+            s.set_nonblocking(spin)?;
+            let reply = vec![0x5Au8; 8192];
+            let mut buf = [0u8; 16];
+            loop {
+                let mut got = 0;
+                while got < 16 {
+                    match spin_io(|| s.read(&mut buf[got..]))? {
+                        // The client closed: done.
+                        0 => return Ok(()),
+                        k => got += k,
+                    }
+                }
+                let mut off = 0;
+                while off < reply.len() {
+                    off += spin_io(|| s.write(&reply[off..]))?;
+                }
+            }
+        });
+        let c = TcpStream::connect(addr)?;
+        c.set_nodelay(true)?;
+        c.set_nonblocking(spin)?;
+        Ok(SocketPair { client: SocketClient::Tcp(c), stop: Arc::new(AtomicBool::new(false)), server: thread, buf: vec![0; 8192] })
+    }
+
+    /// `n` round trips from the calling thread: their latencies (ns).
+    fn latencies(&mut self, n: u32) -> anyhow::Result<Vec<u64>> {
+        let mut lat = Vec::with_capacity(n as usize);
+        let buf = &mut self.buf;
+        for _ in 0..n {
+            let t0 = Instant::now();
+            match &mut self.client {
+                SocketClient::Udp { socket, server } => {
+                    spin_io(|| socket.send_to(&[1u8; 16], *server))?;
+                    // Anything but a whole reply (a stray datagram) is skipped.
+                    while spin_io(|| socket.recv(buf))? != 8192 {}
+                }
+                SocketClient::Tcp(c) => {
+                    let mut off = 0;
+                    while off < 16 {
+                        off += spin_io(|| c.write(&[1u8; 16][off..]))?;
+                    }
+                    let mut got = 0;
+                    while got < 8192 {
+                        match spin_io(|| c.read(&mut buf[got..8192]))? {
+                            0 => anyhow::bail!("tcp server closed"),
+                            k => got += k,
+                        }
+                    }
+                }
+            }
+            lat.push(t0.elapsed().as_nanos() as u64);
+        }
+        Ok(lat)
+    }
+
+    /// Stop the server end and wait for it.
+    fn close(self) -> anyhow::Result<()> {
+        self.stop.store(true, Ordering::Relaxed);
+        // A TCP server ends when the client end closes.
+        drop(self.client);
+        self.server.join().map_err(|_| anyhow::anyhow!("socket server panicked"))?.context("socket server")
+    }
 }
 
 fn main() {
@@ -949,18 +1023,12 @@ fn main() {
     }
 }
 
-/// Interleaved triples in the same-core socket comparison.
-const SAME_CORE_TRIPLES: u32 = 9;
 
 /// `q`-quantile of `v` (nearest rank).
 fn quantile(v: &[f64], q: f64) -> f64 {
     let mut v = v.to_vec();
     v.sort_by(f64::total_cmp);
     v.get(((v.len().max(1) - 1) as f64 * q).round() as usize).copied().unwrap_or(f64::NAN)
-}
-
-fn list(v: &[f64]) -> String {
-    v.iter().map(|r| format!("{r:.2}")).collect::<Vec<_>>().join(" ")
 }
 
 /// The bandwidth comparison for both payload kinds.
@@ -1033,9 +1101,9 @@ fn run(a: Args) -> anyhow::Result<()> {
     let tcp_spin = tcp_baseline(a.calls, true, Placement::Unpinned)?;
     // Matched placements: NetRPC with both nodes on one thread against blocking sockets
     // with both ends on CPU 0; NetRPC's usual two threads against sockets on CPU 0 / 1.
-    let same = same_core_compare(SAME_CORE_TRIPLES, a.calls.max(20_000))?;
-    let (rpc_same, udp_same, tcp_same) = (median(&same.rpc), median(&same.udp), median(&same.tcp));
-    let (same_over_udp, same_over_tcp) = (median(&same.over_udp), median(&same.over_tcp));
+    let mut same = SameCore::measure(a.same_stretches, a.same_stretch_calls)?;
+    let (rpc_same, udp_same, tcp_same) = (pct(&mut same.rpc, 0.5), pct(&mut same.udp, 0.5), pct(&mut same.tcp, 0.5));
+    let (same_over_udp, same_over_tcp) = (rpc_same / udp_same, rpc_same / tcp_same);
     let udp_cross = udp_baseline(a.calls, false, Placement::CrossCore)?;
     let tcp_cross = tcp_baseline(a.calls, false, Placement::CrossCore)?;
     let find = |v: &str, w: u32, p: u32, k: &str| rows.iter().find(|r| r.variant == v && r.ways == w && r.payload == p && r.kind == k);
@@ -1078,7 +1146,9 @@ fn run(a: Args) -> anyhow::Result<()> {
                     "over_udp_unpinned": two / udp, "over_tcp_unpinned": two / tcp,
                     "same_core": { "rpc_2way_8k_p50_us": rpc_same, "udp_8k_p50_us": udp_same, "tcp_8k_p50_us": tcp_same,
                                    "over_udp": same_over_udp, "over_tcp": same_over_tcp,
-                                   "over_udp_triples": same.over_udp, "over_tcp_triples": same.over_tcp },
+                                   "rounds": a.same_stretches, "calls_each": a.same_stretch_calls,
+                                   "over_udp_rounds": { "median": median(&same.over_udp), "p10": quantile(&same.over_udp, 0.1), "p90": quantile(&same.over_udp, 0.9) },
+                                   "over_tcp_rounds": { "median": median(&same.over_tcp), "p10": quantile(&same.over_tcp, 0.1), "p90": quantile(&same.over_tcp, 0.9) } },
                     "cross_core": { "rpc_2way_8k_p50_us": two, "udp_8k_p50_us": udp_cross, "tcp_8k_p50_us": tcp_cross,
                                     "over_udp": two / udp_cross, "over_tcp": two / tcp_cross },
                     // Each placement compared with its like: one third or less of both
@@ -1111,11 +1181,15 @@ fn run(a: Args) -> anyhow::Result<()> {
         "  same core (NetRPC: both nodes on one thread; sockets: both ends on CPU 0): NetRPC {rpc_same:.2} µs, UDP {udp_same:.1} µs ({same_over_udp:.2}x), TCP {tcp_same:.1} µs ({same_over_tcp:.2}x)"
     );
     println!(
-        "    (medians of {} interleaved triples of {} calls each; per triple NetRPC/UDP {}, NetRPC/TCP {})",
-        same.rpc.len(),
-        a.calls.max(20_000),
-        list(&same.over_udp),
-        list(&same.over_tcp)
+        "    (p50 of all calls of {} rounds in which the three take turns, {} calls each; per round NetRPC/UDP p10 {:.2} median {:.2} p90 {:.2}, NetRPC/TCP p10 {:.2} median {:.2} p90 {:.2})",
+        a.same_stretches,
+        a.same_stretch_calls,
+        quantile(&same.over_udp, 0.1),
+        median(&same.over_udp),
+        quantile(&same.over_udp, 0.9),
+        quantile(&same.over_tcp, 0.1),
+        median(&same.over_tcp),
+        quantile(&same.over_tcp, 0.9)
     );
     println!(
         "  two cores (NetRPC: a thread per side; sockets: CPU 0 / CPU 1): NetRPC {two:.1} µs, UDP {udp_cross:.1} µs ({:.2}x), TCP {tcp_cross:.1} µs ({:.2}x)",
