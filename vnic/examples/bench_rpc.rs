@@ -91,6 +91,10 @@ struct Args {
     /// mode to profile the nonblocking path with.
     #[arg(long)]
     bw_only: bool,
+    /// Only run the 3-way / 2-way latency comparison and print it: the mode to profile
+    /// delegation with.
+    #[arg(long)]
+    ways_only: bool,
 }
 
 /// get(len): reply with `len` bytes of the server's page (2-way), or delegated by the
@@ -1057,6 +1061,21 @@ fn print_bw(bw: &[BwSeries; 2]) {
     }
 }
 
+/// The 3-way / 2-way comparison's line.
+fn print_ways(ways: &mut WaysSeries, a: &Args) {
+    println!(
+        "3-way / 2-way (wait, 8 KB solicited, {} pairs of interleaved stretches of {} calls): {:.2} (p50 {:.2} / {:.2} µs; per pair median {:.2}, p10 {:.2}, p90 {:.2})",
+        a.ways_blocks,
+        a.ways_block_calls,
+        ways.ratio(),
+        pct(&mut ways.three, 0.5),
+        pct(&mut ways.two, 0.5),
+        median(&ways.pair_ratios),
+        quantile(&ways.pair_ratios, 0.1),
+        quantile(&ways.pair_ratios, 0.9),
+    );
+}
+
 fn run(a: Args) -> anyhow::Result<()> {
     start_cpus();
     if a.same_thread_only {
@@ -1068,6 +1087,11 @@ fn run(a: Args) -> anyhow::Result<()> {
         let bw = bw_compare(&a)?;
         println!("nonblocking 8 KB bandwidth, NetRPC / raw NIC ({} pairs of stretches of {} replies):", a.bw_chunks, a.bw_chunk_calls);
         print_bw(&bw);
+        return Ok(());
+    }
+    if a.ways_only {
+        let mut ways = WaysSeries::measure(a.ways_blocks, a.ways_block_calls)?;
+        print_ways(&mut ways, &a);
         return Ok(());
     }
     let mut rows = Vec::new();
@@ -1132,6 +1156,7 @@ fn run(a: Args) -> anyhow::Result<()> {
                     // Headline: the interleaved stretches (`WaysSeries`); the table rows
                     // were measured seconds apart.
                     "three_over_two": three_over_two, "three_over_two_table_rows": three / two,
+                    "ways_3way_p50_us": pct(&mut ways.three, 0.5), "ways_2way_p50_us": pct(&mut ways.two, 0.5),
                     "three_over_two_pairs": { "median": median(&ways.pair_ratios), "p10": quantile(&ways.pair_ratios, 0.1),
                                               "p90": quantile(&ways.pair_ratios, 0.9), "pairs": a.ways_blocks, "calls_each": a.ways_block_calls },
                     "cont_2way_8k_solicited_mb_s": cont_bw,
@@ -1196,17 +1221,8 @@ fn run(a: Args) -> anyhow::Result<()> {
         two / udp_cross,
         two / tcp_cross
     );
-    println!(
-        "3-way / 2-way (wait, 8 KB solicited, {} pairs of interleaved stretches of {} calls): {three_over_two:.2} (p50 {:.1} / {:.1} µs; per pair median {:.2}, p10 {:.2}, p90 {:.2}; table rows alone {:.2})",
-        a.ways_blocks,
-        a.ways_block_calls,
-        pct(&mut ways.three, 0.5),
-        pct(&mut ways.two, 0.5),
-        median(&ways.pair_ratios),
-        quantile(&ways.pair_ratios, 0.1),
-        quantile(&ways.pair_ratios, 0.9),
-        three / two
-    );
+    print_ways(&mut ways, &a);
+    println!("  (table rows alone: {:.2})", three / two);
     println!(
         "nonblocking 8 KB bandwidth, NetRPC cont / raw NIC, same payload kind, {} outstanding ({} pairs of interleaved stretches of {} replies; table row alone {:.2}):",
         a.window,
