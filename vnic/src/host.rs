@@ -173,7 +173,7 @@ impl HostPort {
         }
         let node = v["node"].as_u64().context("attach answer lacks node")? as u16;
         let cfg = EndpointConfig { node_id: node, ..cfg };
-        let mem = NicMem(Arc::new(Mapping::from_fd(mem, mem_bytes)?));
+        let mem = NicMem::new(Arc::new(Mapping::from_fd(mem, mem_bytes)?));
         let region = Arc::new(Mapping::create_memfd("trapeze-host-frames", region_bytes)?);
         let name = format!("host-{}", std::process::id());
         client.request_with_fds(

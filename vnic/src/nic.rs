@@ -14,7 +14,7 @@ use crate::dma::DmaSpace;
 use crate::engines::{EngineStats, Notifier, SoftEngines, Wakers};
 use crate::image::{version_string, ImageInfo, LoadedImage};
 use crate::link::{Link, LinkStats};
-use crate::shm::Mapping;
+use crate::shm::{Mapping, SharedWords};
 use anyhow::{bail, Context};
 use serde::Serialize;
 use std::sync::atomic::Ordering;
@@ -25,9 +25,21 @@ use trapeze_firmware::fw::Firmware;
 use trapeze_firmware::iface::layout::{ctrl, ctrl_word, Counter, FwState, NIC_MEM_BYTES, NIC_NODE_VALID};
 use trapeze_firmware::iface::mem::{AtomicWords, NicMemory};
 
-/// NIC memory as the firmware and host API see it.
+/// NIC memory as the firmware and host API see it (the word slice kept at hand: see
+/// [`SharedWords`]).
 #[derive(Clone)]
-pub struct NicMem(pub Arc<Mapping>);
+pub struct NicMem(SharedWords);
+
+impl NicMem {
+    pub fn new(map: Arc<Mapping>) -> Self {
+        NicMem(SharedWords::new(map))
+    }
+
+    /// The mapping NIC memory is in.
+    pub fn mapping(&self) -> &Arc<Mapping> {
+        self.0.mapping()
+    }
+}
 
 impl NicMemory for NicMem {
     #[inline]
@@ -39,7 +51,7 @@ impl NicMemory for NicMem {
         AtomicWords::new(self.0.words()).store(off, val, order)
     }
     fn len_bytes(&self) -> u32 {
-        self.0.len() as u32
+        self.0.mapping().len() as u32
     }
 }
 
@@ -148,7 +160,7 @@ impl Nic {
     pub fn new(name: &str, link: Link, spin: Duration) -> anyhow::Result<Nic> {
         let mem = Arc::new(Mapping::create_memfd(&format!("trapeze-nic-{name}"), NIC_MEM_BYTES as usize)?);
         // The node id on the link, for hosts that see only NIC memory (a guest driver).
-        NicMem(mem.clone()).store(ctrl_word(ctrl::NIC_NODE), NIC_NODE_VALID | link.node() as u32, Ordering::Release);
+        NicMem::new(mem.clone()).store(ctrl_word(ctrl::NIC_NODE), NIC_NODE_VALID | link.node() as u32, Ordering::Release);
         let shared = Arc::new(NicShared {
             node: link.node(),
             name: name.into(),
@@ -182,7 +194,7 @@ impl Nic {
         &self.shared
     }
     pub fn mem(&self) -> NicMem {
-        NicMem(self.shared.mem.clone())
+        NicMem::new(self.shared.mem.clone())
     }
 
     /// The firmware log (flashed mode).
@@ -209,7 +221,7 @@ impl Nic {
         };
         eng.reset();
         self.shared.wakers.stop.store(false, Ordering::Release);
-        let mem = NicMem(self.shared.mem.clone());
+        let mem = NicMem::new(self.shared.mem.clone());
         mem.store(ctrl_word(ctrl::FW_STATE), FwState::Halted as u32, Ordering::Release);
         #[cfg_attr(not(feature = "flashed"), allow(unused_mut))]
         let mut stopper = None;

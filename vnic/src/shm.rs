@@ -20,7 +20,9 @@ use memmap2::{MmapOptions, MmapRaw};
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::ptr::NonNull;
 use std::sync::atomic::AtomicU32;
+use std::sync::Arc;
 
 /// A shared mapping of a whole file or memfd.
 pub struct Mapping {
@@ -134,6 +136,45 @@ impl Mapping {
         // ownership protocol (module doc).
         unsafe { std::ptr::copy(s as *const u8, d as *mut u8, len) };
         true
+    }
+}
+
+/// A shared [`Mapping`] reached as words ([`Mapping::words`]) with the slice's base and
+/// length kept at hand: every NIC-memory access of the firmware and host API goes through
+/// one, and without the cache each would first follow `Arc` → `Mapping` → the map's base.
+#[derive(Clone)]
+pub struct SharedWords {
+    map: Arc<Mapping>,
+    base: NonNull<AtomicU32>,
+    len: usize,
+}
+
+// SAFETY: the struct is an `Arc<Mapping>` (Send + Sync) and a view of that mapping's
+// words, which is only handed out as `&[AtomicU32]` (Send + Sync): atomics may be
+// reached from any thread.
+unsafe impl Send for SharedWords {}
+// SAFETY: as for Send above.
+unsafe impl Sync for SharedWords {}
+
+impl SharedWords {
+    pub fn new(map: Arc<Mapping>) -> Self {
+        let w = map.words();
+        let (base, len) = (NonNull::from(w).cast::<AtomicU32>(), w.len());
+        SharedWords { map, base, len }
+    }
+
+    /// The mapping the words are in.
+    pub fn mapping(&self) -> &Arc<Mapping> {
+        &self.map
+    }
+
+    /// The mapping as atomic words (the same slice as [`Mapping::words`]).
+    #[inline]
+    pub fn words(&self) -> &[AtomicU32] {
+        // SAFETY: `base` and `len` were taken from `self.map.words()`, and `self.map` keeps
+        // that mapping alive (and mapped at the same address) for as long as `self` is
+        // borrowed; the reasoning of `Mapping::words` applies unchanged.
+        unsafe { std::slice::from_raw_parts(self.base.as_ptr(), self.len) }
     }
 }
 

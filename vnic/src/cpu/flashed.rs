@@ -387,7 +387,7 @@ pub fn run(core: FlashedCore, mut eng: SoftEngines) -> SoftEngines {
     if let Some(note) = &image.defmt_note {
         tracing::warn!(nic = %name, "firmware log not decoded: {note}");
     }
-    let nic_mem = NicMem(mem.clone());
+    let nic_mem = NicMem::new(mem.clone());
     let wakers = eng.wakers().clone();
     let data = Core {
         eng: None,
