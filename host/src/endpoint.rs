@@ -102,6 +102,9 @@ pub struct Endpoint<M: NicMemory, C: Copy> {
     send_cookie: [Option<C>; SEND_RING_ENTRIES as usize],
     /// How many of `send_cookie` are `Some` (reaping stops once it has seen them all).
     sends_posted: u32,
+    /// While any send is posted: the slot of the oldest one. No slot from `send_next` up
+    /// to it (ring order) has a cookie, so reaping starts its oldest-first scan there.
+    send_oldest: u32,
     recv_next: u32,
     /// IPT entries in use by this host (armed, or delivered and not yet disarmed).
     ipt_used: [u32; WORDS],
@@ -138,6 +141,7 @@ impl<M: NicMemory, C: Copy> Endpoint<M, C> {
             send_seq: 0,
             send_cookie: [None; SEND_RING_ENTRIES as usize],
             sends_posted: 0,
+            send_oldest: 0,
             recv_next: 0,
             ipt_used: [0; WORDS],
         };
@@ -209,6 +213,9 @@ impl<M: NicMemory, C: Copy> Endpoint<M, C> {
         }
         self.send_seq = self.send_seq.wrapping_add(1);
         self.send_cookie[i as usize] = Some(cookie);
+        if self.sends_posted == 0 {
+            self.send_oldest = i;
+        }
         self.sends_posted += 1;
         slot.set_state_release(state::READY | (self.send_seq & 0xFFFF) << state::SEQ_SHIFT);
         self.send_next = (i + 1) % SEND_RING_ENTRIES;
@@ -222,7 +229,10 @@ impl<M: NicMemory, C: Copy> Endpoint<M, C> {
         // Posted slots left to look at: the scan ends at the last one (a poll with
         // nothing in flight costs nothing).
         let mut left = self.sends_posted;
-        let mut k = 0;
+        // Slots before the oldest posted one (from `send_next`) hold no cookie: skip them.
+        let mut k = (self.send_oldest + SEND_RING_ENTRIES - self.send_next) % SEND_RING_ENTRIES;
+        // The oldest posted send still not done after this scan.
+        let mut oldest = None;
         while left > 0 && k < SEND_RING_ENTRIES {
             // Oldest first: start at the slot after the newest posted one.
             let i = (self.send_next + k) % SEND_RING_ENTRIES;
@@ -236,6 +246,7 @@ impl<M: NicMemory, C: Copy> Endpoint<M, C> {
             let slot = Slot::new(&self.mem, Ring::Send, i);
             let st = slot.state_acquire();
             if st & state::DONE == 0 {
+                oldest.get_or_insert(i);
                 continue;
             }
             let status = TxStatus::from_u8(((st & state::STATUS_MASK) >> state::STATUS_SHIFT) as u8)
@@ -246,6 +257,9 @@ impl<M: NicMemory, C: Copy> Endpoint<M, C> {
                 done(c, status);
                 n += 1;
             }
+        }
+        if let Some(i) = oldest {
+            self.send_oldest = i;
         }
         n
     }
