@@ -53,6 +53,19 @@ impl NicMemory for NicMem {
     fn len_bytes(&self) -> u32 {
         self.0.mapping().len() as u32
     }
+    // Runs of words are bounds-checked once (see `AtomicWords`).
+    #[inline]
+    fn copy_words(&self, src: u32, dst: u32, words: u32) {
+        AtomicWords::new(self.0.words()).copy_words(src, dst, words)
+    }
+    #[inline]
+    fn write_bytes(&self, off: u32, bytes: &[u8]) {
+        AtomicWords::new(self.0.words()).write_bytes(off, bytes)
+    }
+    #[inline]
+    fn read_bytes(&self, off: u32, out: &mut [u8]) {
+        AtomicWords::new(self.0.words()).read_bytes(off, out)
+    }
 }
 
 /// What the processor runs.

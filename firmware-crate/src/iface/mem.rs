@@ -38,28 +38,56 @@ pub trait NicMemory {
         self.store_relaxed(off, val as u32);
         self.store_relaxed(off + 4, (val >> 32) as u32);
     }
-    /// Copy `words` words from `src` to `dst` (both NIC-memory offsets).
+    /// Copy `words` words from `src` to `dst` (both NIC-memory offsets), word by word in
+    /// ascending order.
     #[inline]
     fn copy_words(&self, src: u32, dst: u32, words: u32) {
-        for i in 0..words {
-            self.store_relaxed(dst + 4 * i, self.load_relaxed(src + 4 * i));
-        }
+        copy_words_each(self, src, dst, words)
     }
     /// Write `bytes` (zero-padded to whole words) at `off`.
     fn write_bytes(&self, off: u32, bytes: &[u8]) {
-        for (i, chunk) in bytes.chunks(4).enumerate() {
-            let mut w = [0u8; 4];
-            w[..chunk.len()].copy_from_slice(chunk);
-            self.store_relaxed(off + 4 * i as u32, u32::from_le_bytes(w));
-        }
+        write_bytes_each(self, off, bytes)
     }
     /// Read `out.len()` bytes starting at `off`.
     fn read_bytes(&self, off: u32, out: &mut [u8]) {
-        for (i, chunk) in out.chunks_mut(4).enumerate() {
-            let w = self.load_relaxed(off + 4 * i as u32).to_le_bytes();
-            chunk.copy_from_slice(&w[..chunk.len()]);
-        }
+        read_bytes_each(self, off, out)
     }
+}
+
+/// [`NicMemory::copy_words`] one checked access at a time.
+#[inline]
+fn copy_words_each<M: NicMemory + ?Sized>(mem: &M, src: u32, dst: u32, words: u32) {
+    for i in 0..words {
+        mem.store_relaxed(dst + 4 * i, mem.load_relaxed(src + 4 * i));
+    }
+}
+
+/// [`NicMemory::write_bytes`] one checked access at a time.
+fn write_bytes_each<M: NicMemory + ?Sized>(mem: &M, off: u32, bytes: &[u8]) {
+    for (i, chunk) in bytes.chunks(4).enumerate() {
+        mem.store_relaxed(off + 4 * i as u32, word_of(chunk));
+    }
+}
+
+/// [`NicMemory::read_bytes`] one checked access at a time.
+fn read_bytes_each<M: NicMemory + ?Sized>(mem: &M, off: u32, out: &mut [u8]) {
+    for (i, chunk) in out.chunks_mut(4).enumerate() {
+        unword(mem.load_relaxed(off + 4 * i as u32), chunk);
+    }
+}
+
+/// Up to 4 bytes as a little-endian word, zero-padded.
+#[inline]
+fn word_of(chunk: &[u8]) -> u32 {
+    let mut w = [0u8; 4];
+    w[..chunk.len()].copy_from_slice(chunk);
+    u32::from_le_bytes(w)
+}
+
+/// The first `chunk.len()` (at most 4) bytes of little-endian `w` into `chunk`.
+#[inline]
+fn unword(w: u32, chunk: &mut [u8]) {
+    chunk.copy_from_slice(&w.to_le_bytes()[..chunk.len()]);
 }
 
 /// NIC memory as a slice of atomic words (host mapping, simulator, or the NIC's own view).
@@ -94,6 +122,18 @@ impl<'a> AtomicWords<'a> {
         debug_assert!(w.is_some(), "NIC memory access out of range at {off:#x}");
         w
     }
+
+    /// The `n` words from `off`, if every one of them is accessible (one check for a run
+    /// of accesses; `None` sends the caller to the word-by-word path, which refuses and
+    /// reports exactly the words outside).
+    #[inline]
+    fn run(&self, off: u32, n: usize) -> Option<&'a [AtomicU32]> {
+        if !off.is_multiple_of(4) || off < self.base {
+            return None;
+        }
+        let start = ((off - self.base) / 4) as usize;
+        self.words.get(start..start.checked_add(n)?)
+    }
 }
 
 impl NicMemory for AtomicWords<'_> {
@@ -110,5 +150,93 @@ impl NicMemory for AtomicWords<'_> {
     #[inline]
     fn len_bytes(&self) -> u32 {
         self.base + (self.words.len() * 4) as u32
+    }
+    #[inline]
+    fn copy_words(&self, src: u32, dst: u32, words: u32) {
+        match (self.run(src, words as usize), self.run(dst, words as usize)) {
+            // The same loads and stores, in the same order, as word by word.
+            (Some(s), Some(d)) => {
+                for (s, d) in s.iter().zip(d) {
+                    d.store(s.load(Ordering::Relaxed), Ordering::Relaxed);
+                }
+            }
+            _ => copy_words_each(self, src, dst, words),
+        }
+    }
+    #[inline]
+    fn write_bytes(&self, off: u32, bytes: &[u8]) {
+        match self.run(off, bytes.len().div_ceil(4)) {
+            Some(d) => {
+                for (d, chunk) in d.iter().zip(bytes.chunks(4)) {
+                    d.store(word_of(chunk), Ordering::Relaxed);
+                }
+            }
+            None => write_bytes_each(self, off, bytes),
+        }
+    }
+    #[inline]
+    fn read_bytes(&self, off: u32, out: &mut [u8]) {
+        match self.run(off, out.len().div_ceil(4)) {
+            Some(s) => {
+                for (s, chunk) in s.iter().zip(out.chunks_mut(4)) {
+                    unword(s.load(Ordering::Relaxed), chunk);
+                }
+            }
+            None => read_bytes_each(self, off, out),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The default methods, through a wrapper that does not override them.
+    struct EachWord<'a>(AtomicWords<'a>);
+    impl NicMemory for EachWord<'_> {
+        fn load(&self, off: u32, order: Ordering) -> u32 {
+            self.0.load(off, order)
+        }
+        fn store(&self, off: u32, val: u32, order: Ordering) {
+            self.0.store(off, val, order)
+        }
+        fn len_bytes(&self) -> u32 {
+            self.0.len_bytes()
+        }
+    }
+
+    /// Runs of words checked once do what word by word does, inside the memory and
+    /// reaching past its end (release builds: the words outside are skipped).
+    #[test]
+    fn runs_match_word_by_word() {
+        let words: [AtomicU32; 16] = core::array::from_fn(|i| AtomicU32::new(i as u32 * 0x0101_0101));
+        let other: [AtomicU32; 16] = core::array::from_fn(|i| AtomicU32::new(i as u32 * 0x0101_0101));
+        let (a, b) = (AtomicWords::with_base(&words, 64), EachWord(AtomicWords::with_base(&other, 64)));
+        let snap = |w: &[AtomicU32; 16]| w.each_ref().map(|x| x.load(Ordering::Relaxed));
+        let bytes: [u8; 11] = core::array::from_fn(|i| 0xA0 + i as u8);
+        a.write_bytes(68, &bytes);
+        b.write_bytes(68, &bytes);
+        a.copy_words(64, 100, 5);
+        b.copy_words(64, 100, 5);
+        a.copy_words(72, 76, 3);
+        b.copy_words(72, 76, 3);
+        assert_eq!(snap(&words), snap(&other));
+        let (mut x, mut y) = ([0u8; 13], [0u8; 13]);
+        a.read_bytes(70 + 2, &mut x);
+        b.read_bytes(70 + 2, &mut y);
+        assert_eq!(x, y);
+        a.read_bytes(68, &mut x);
+        b.read_bytes(68, &mut y);
+        assert_eq!(x, y);
+        if !cfg!(debug_assertions) {
+            a.write_bytes(120, &bytes);
+            b.write_bytes(120, &bytes);
+            a.copy_words(64, 124, 4);
+            b.copy_words(64, 124, 4);
+            assert_eq!(snap(&words), snap(&other));
+            a.read_bytes(124, &mut x);
+            b.read_bytes(124, &mut y);
+            assert_eq!(x, y);
+        }
     }
 }
