@@ -120,8 +120,9 @@ impl<M: NicMemory> Firmware<M> {
         progress |= self.poll_host_bus(eng);
         let at_once = eng.completes_at_once();
         progress |= self.poll_link_tx(eng);
-        if at_once {
-            // A pulse that finished at once completes its packet now.
+        if at_once && self.tx.link_busy() {
+            // A pulse that finished at once completes its packet now. (With no pulse
+            // started, a second call would find what the first left: nothing to do.)
             self.poll_link_tx(eng);
         }
         progress |= self.poll_link_rx(eng);
@@ -133,7 +134,9 @@ impl<M: NicMemory> Firmware<M> {
                 // pulse, a received packet's delivery) in this pass, not the next.
                 self.poll_host_bus(eng);
                 self.poll_link_tx(eng);
-                self.poll_link_tx(eng);
+                if self.tx.link_busy() {
+                    self.poll_link_tx(eng);
+                }
                 self.deliver_received(eng);
             }
         }

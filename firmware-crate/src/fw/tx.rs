@@ -73,6 +73,11 @@ impl TxSide {
         self.q.is_empty()
     }
 
+    /// A pulse was handed to link out and not yet seen finished.
+    pub(super) fn link_busy(&self) -> bool {
+        self.link_busy
+    }
+
     /// Whether the host has handed over the next send-ring entry (one acquire load).
     pub(super) fn send_waiting<M: NicMemory>(&self, mem: &M) -> bool {
         Slot::new(mem, Ring::Send, self.next_slot).state_acquire() & state::READY != 0
