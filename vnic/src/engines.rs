@@ -172,8 +172,13 @@ impl Deferred {
 
 /// Copy into staging every deferred read overlapping `off..off + len` (all with `None`).
 fn settle_deferred(deferred: &mut Vec<Deferred>, nic: &Mapping, range: Option<(u32, u32)>) {
+    let owed = |d: &Deferred| range.is_none_or(|(off, len)| d.overlaps(off, len));
+    // Usually nothing is owed there (a look, not a pass of `retain`).
+    if !deferred.iter().any(owed) {
+        return;
+    }
     deferred.retain(|d| {
-        if range.is_some_and(|(off, len)| !d.overlaps(off, len)) {
+        if !owed(d) {
             return true;
         }
         // Both ranges were checked when the read was deferred.
@@ -520,7 +525,9 @@ impl Engines for SoftEngines {
 
     fn tx_staging_released(&mut self, nic_off: u32, len: u32) {
         // Those bytes are dead: whatever a deferred read owed them is never needed.
-        self.tx_deferred.retain(|d| !d.overlaps(nic_off, len));
+        if self.tx_deferred.iter().any(|d| d.overlaps(nic_off, len)) {
+            self.tx_deferred.retain(|d| !d.overlaps(nic_off, len));
+        }
     }
 
     fn completes_at_once(&self) -> bool {
