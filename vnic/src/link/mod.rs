@@ -257,10 +257,17 @@ impl Link {
     /// delay line, drop packets whose fragments stopped coming. Returns a backend send
     /// error, if one happened (a delayed frame's send error surfaces here, not from the
     /// `send_packet` that queued it; either way it is counted in `send_errors`).
+    #[inline]
     pub fn poll_timers(&mut self) -> io::Result<()> {
+        // Called on every engine poll: the check is inlined, the rare work is not.
         if !self.has_timers() {
             return Ok(());
         }
+        self.run_timers()
+    }
+
+    #[inline(never)]
+    fn run_timers(&mut self) -> io::Result<()> {
         let now = Instant::now();
         self.rx.handle_timeout(now, &mut self.stats);
         self.faults
