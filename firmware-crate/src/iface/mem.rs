@@ -167,8 +167,15 @@ impl NicMemory for AtomicWords<'_> {
     fn write_bytes(&self, off: u32, bytes: &[u8]) {
         match self.run(off, bytes.len().div_ceil(4)) {
             Some(d) => {
-                for (d, chunk) in d.iter().zip(bytes.chunks(4)) {
-                    d.store(word_of(chunk), Ordering::Relaxed);
+                // Whole words, then the zero-padded tail, in ascending order.
+                let chunks = bytes.chunks_exact(4);
+                let tail = chunks.remainder();
+                let whole = chunks.len();
+                for (d, chunk) in d.iter().zip(chunks) {
+                    d.store(u32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]), Ordering::Relaxed);
+                }
+                if let Some(d) = d.get(whole).filter(|_| !tail.is_empty()) {
+                    d.store(word_of(tail), Ordering::Relaxed);
                 }
             }
             None => write_bytes_each(self, off, bytes),
@@ -178,8 +185,15 @@ impl NicMemory for AtomicWords<'_> {
     fn read_bytes(&self, off: u32, out: &mut [u8]) {
         match self.run(off, out.len().div_ceil(4)) {
             Some(s) => {
-                for (s, chunk) in s.iter().zip(out.chunks_mut(4)) {
-                    unword(s.load(Ordering::Relaxed), chunk);
+                // Whole words, then the tail, in ascending order.
+                let whole = out.len() / 4;
+                let mut chunks = out.chunks_exact_mut(4);
+                for (s, chunk) in s.iter().zip(&mut chunks) {
+                    chunk.copy_from_slice(&s.load(Ordering::Relaxed).to_le_bytes());
+                }
+                let tail = chunks.into_remainder();
+                if let Some(s) = s.get(whole).filter(|_| !tail.is_empty()) {
+                    unword(s.load(Ordering::Relaxed), tail);
                 }
             }
             None => read_bytes_each(self, off, out),
@@ -221,7 +235,12 @@ mod tests {
         a.copy_words(72, 76, 3);
         b.copy_words(72, 76, 3);
         assert_eq!(snap(&words), snap(&other));
+        a.write_bytes(88, &bytes[..8]);
+        b.write_bytes(88, &bytes[..8]);
         let (mut x, mut y) = ([0u8; 13], [0u8; 13]);
+        a.read_bytes(88, &mut x[..8]);
+        b.read_bytes(88, &mut y[..8]);
+        assert_eq!(x, y);
         a.read_bytes(70 + 2, &mut x);
         b.read_bytes(70 + 2, &mut y);
         assert_eq!(x, y);
