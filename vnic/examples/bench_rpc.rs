@@ -83,10 +83,13 @@ struct Args {
     /// Round trips per side per round in that comparison.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(10..=1_000_000))]
     same_stretch_calls: u32,
-    /// Only run the same-thread 2-way 8 KB round trip (`--calls` of them) and print its
-    /// p50: the mode to profile NetRPC's CPU cost per round trip with.
+    /// Only run `--case` (`--calls` calls) with every node polled by this thread, and print
+    /// its time per call: the mode to profile (or count instructions of) a path with.
     #[arg(long)]
     same_thread_only: bool,
+    /// What `--same-thread-only` runs.
+    #[arg(long, value_enum, default_value = "wait2")]
+    case: SameThreadCase,
     /// Only run the nonblocking-NetRPC / raw-NIC bandwidth comparison and print it: the
     /// mode to profile the nonblocking path with.
     #[arg(long)]
@@ -231,19 +234,55 @@ fn start_cpus() -> &'static rustix::thread::CpuSet {
     })
 }
 
-/// 2-way wait 8 KB solicited NetRPC with both nodes polled by the calling thread: the
-/// NetRPC counterpart of a same-core socket round trip (no data crosses cores, no
-/// wakeup). p50 in µs.
-fn rpc_same_thread(calls: u32) -> anyhow::Result<f64> {
-    Placement::SameCore.pin(false)?;
+/// What `--same-thread-only` runs, every node polled by the calling thread: a
+/// deterministic amount of work per call, so an instruction count (callgrind) divided by
+/// the calls is the CPU cost of that path.
+#[derive(Clone, Copy, Debug, PartialEq, clap::ValueEnum)]
+enum SameThreadCase {
+    /// 2-way blocking 8 KB solicited call (p50 µs).
+    Wait2,
+    /// 3-way blocking 8 KB solicited call, delegated by node 1 to node 2 (p50 µs).
+    Wait3,
+    /// Nonblocking 2-way 8 KB solicited calls, `--window` outstanding (µs per call).
+    Cont,
+    /// Raw Trapeze request / 8 KB solicited reply, `--window` outstanding (µs per reply).
+    Raw,
+}
+
+fn same_thread_on(case: SameThreadCase, calls: u32, window: u32) -> anyhow::Result<f64> {
     let sw = InProcSwitch::new();
     let mut client = node(&sw, 0, false)?;
-    let mut server = node(&sw, 1, false)?;
-    let p50 = wait_8k_p50_on(&mut client, 2, calls, || {
-        server.poll();
-    });
-    Placement::unpin()?;
-    p50
+    let mut server = node(&sw, 1, case == SameThreadCase::Wait3)?;
+    Ok(match case {
+        SameThreadCase::Wait2 => wait_8k_p50_on(&mut client, 2, calls, || {
+            server.poll();
+        })?,
+        SameThreadCase::Wait3 => {
+            let mut holder = node(&sw, 2, false)?;
+            wait_8k_p50_on(&mut client, 3, calls, || {
+                server.poll();
+                holder.poll();
+            })?
+        }
+        SameThreadCase::Cont => {
+            let issue = |p: &mut Port, mode: Mode, now: u64| -> anyhow::Result<CallId> {
+                let rt = p.solicit()?;
+                p.rpc.call::<Get2>(now, &mut p.node, 1, &req(FRAME_BYTES), rt, mode).map_err(|e| anyhow::anyhow!("call: {e:?}"))
+            };
+            let secs = bandwidth(&mut client, "cont", FRAME_BYTES, calls, window, &issue, &mut || {
+                server.poll();
+            })?;
+            secs * 1e6 / calls as f64
+        }
+        SameThreadCase::Raw => {
+            let mut raw = RawClient { port: client, solicited: true, armed: Default::default() };
+            let mut srv = RawServer { port: server, owed: Default::default() };
+            let secs = raw.run(calls, window, &mut || {
+                srv.poll();
+            })?;
+            secs * 1e6 / calls as f64
+        }
+    })
 }
 
 /// p50 (µs) of `calls` blocking 8 KB solicited calls from `p`, `ways` = 2 (to node 1) or 3
@@ -469,7 +508,7 @@ fn run_row(p: &mut Port, ways: u32, variant: &'static str, payload: u32, kind: K
         }
     }
     let n = a.bw_calls;
-    let secs = bandwidth(p, variant, payload, n, a.window, &issue)?;
+    let secs = bandwidth(p, variant, payload, n, a.window, &issue, &mut || {})?;
     let kind_name = match kind {
         Kind::None => "none",
         Kind::Solicited => "solicited",
@@ -498,6 +537,7 @@ fn bandwidth(
     n: u32,
     window: u32,
     issue: &dyn Fn(&mut Port, Mode, u64) -> anyhow::Result<CallId>,
+    also: &mut dyn FnMut(),
 ) -> anyhow::Result<f64> {
     let deferred = variant == "defer";
     let t0 = Instant::now();
@@ -506,6 +546,7 @@ fn bandwidth(
             let id = issue(p, Mode::Wait, p.now())?;
             let o = loop {
                 p.poll();
+                also();
                 if let Some(o) = p.rpc.take_outcome(id) {
                     break o;
                 }
@@ -527,6 +568,7 @@ fn bandwidth(
                 issued += 1;
             }
             p.poll();
+            also();
         }
     }
     Ok(t0.elapsed().as_secs_f64())
@@ -564,16 +606,16 @@ impl BwSeries {
         let run = |s: &mut BwSeries, rpc: &mut Port, raw: &mut RawClient| -> anyhow::Result<()> {
             Placement::CrossCore.pin(false)?;
             server.switch_to(0);
-            bandwidth(rpc, "cont", FRAME_BYTES, WARM_REPLIES, window, &issue)?;
+            bandwidth(rpc, "cont", FRAME_BYTES, WARM_REPLIES, window, &issue, &mut || {})?;
             server.switch_to(1);
-            raw.run(WARM_REPLIES, window)?;
+            raw.run(WARM_REPLIES, window, &mut || {})?;
             for i in 0..chunks {
                 for side in if i % 2 == 0 { [0, 1] } else { [1, 0] } {
                     server.switch_to(side);
                     if side == 0 {
-                        s.rpc.push(bandwidth(rpc, "cont", FRAME_BYTES, chunk_calls, window, &issue)?);
+                        s.rpc.push(bandwidth(rpc, "cont", FRAME_BYTES, chunk_calls, window, &issue, &mut || {})?);
                     } else {
-                        s.raw.push(raw.run(chunk_calls, window)?);
+                        s.raw.push(raw.run(chunk_calls, window, &mut || {})?);
                     }
                 }
             }
@@ -623,7 +665,7 @@ struct RawClient {
 
 impl RawClient {
     /// Seconds for `count` 8 KB replies; nothing is outstanding before or after.
-    fn run(&mut self, count: u32, window: u32) -> anyhow::Result<f64> {
+    fn run(&mut self, count: u32, window: u32, also: &mut dyn FnMut()) -> anyhow::Result<f64> {
         let p = &mut self.port;
         let t0 = Instant::now();
         let (mut sent, mut got, mut passes) = (0u32, 0u32, 0u32);
@@ -645,6 +687,7 @@ impl RawClient {
                 sent += 1;
             }
             let mut replies = 0;
+            also();
             p.raw_recv_each(|payload, _| replies += (payload == FRAME_BYTES) as u32);
             for _ in 0..replies {
                 if let Some(f) = self.armed.pop_front() {
@@ -1079,8 +1122,14 @@ fn print_ways(ways: &mut WaysSeries, a: &Args) {
 fn run(a: Args) -> anyhow::Result<()> {
     start_cpus();
     if a.same_thread_only {
-        let p50 = rpc_same_thread(a.calls)?;
-        println!("same thread 2-way wait 8 KB solicited NetRPC p50 {p50:.2} us ({} calls)", a.calls);
+        Placement::SameCore.pin(false)?;
+        let r = same_thread_on(a.case, a.calls, a.window);
+        Placement::unpin()?;
+        let what = match a.case {
+            SameThreadCase::Wait2 | SameThreadCase::Wait3 => "p50",
+            SameThreadCase::Cont | SameThreadCase::Raw => "per call",
+        };
+        println!("same thread {:?} 8 KB solicited: {what} {:.2} us ({} calls)", a.case, r?, a.calls);
         return Ok(());
     }
     if a.bw_only {
