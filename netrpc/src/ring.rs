@@ -39,6 +39,25 @@ impl<T: Copy, const N: usize> Ring<T, N> {
         self.len -= 1;
         v
     }
+    /// Append the item `init` (built in its slot), then let `fill` finish it there: a
+    /// large item is not built on the stack and moved. Gives `init` back if the ring is
+    /// full.
+    pub fn push_with(&mut self, init: T, fill: impl FnOnce(&mut T)) -> Result<(), T> {
+        if self.len == N {
+            return Err(init);
+        }
+        fill(self.items[(self.head + self.len) % N].insert(init));
+        self.len += 1;
+        Ok(())
+    }
+    /// Drop the oldest item (after [`Self::peek`] looked at it) without moving it out.
+    pub fn discard(&mut self) {
+        if self.len > 0 {
+            self.items[self.head] = None;
+            self.head = (self.head + 1) % N;
+            self.len -= 1;
+        }
+    }
     pub fn peek(&self) -> Option<&T> {
         if self.len == 0 {
             None

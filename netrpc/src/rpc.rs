@@ -12,7 +12,7 @@
 
 use super::ring::Ring;
 use super::types::*;
-use super::wire::{Header, Kind, Message, Operation, PayloadKind, ReplyToken, CTRL_BYTES, HEADER_BYTES};
+use super::wire::{Header, Kind, Message, Operation, PayloadKind, ReplyToken, CTRL_BYTES, HEADER_BYTES, MAX_BODY};
 
 /// Delegations allowed before a request is answered with [`RpcError::TooManyHops`].
 pub const MAX_HOPS: u8 = 8;
@@ -96,6 +96,8 @@ pub struct Rpc<Ctx, F: Copy, const CALLS: usize = 64, const CONTS: usize = 4, co
     tx: Ring<Transmit<F>, TX>,
     events: Ring<Event, CALLS>,
     deferred: Ring<u16, CALLS>,
+    /// No record below this index is free (a lower bound that `alloc_record` scans from).
+    free_hint: usize,
     stats: Stats,
 }
 
@@ -115,6 +117,7 @@ impl<Ctx: Runtime<F>, F: Copy, const CALLS: usize, const CONTS: usize, const TX:
             tx: Ring::new(),
             events: Ring::new(),
             deferred: Ring::new(),
+            free_hint: 0,
             stats: Stats::ZERO,
         }
     }
@@ -164,7 +167,9 @@ impl<Ctx: Runtime<F>, F: Copy, const CALLS: usize, const CONTS: usize, const TX:
         reply_to: ReplyTo<F>,
         mode: Mode,
     ) -> Result<CallId, RpcError> {
-        let body = Body::from_slice(body)?;
+        if body.len() > MAX_BODY {
+            return Err(RpcError::BodyTooLong);
+        }
         if self.tx.is_full() {
             return Err(RpcError::TxFull);
         }
@@ -181,9 +186,8 @@ impl<Ctx: Runtime<F>, F: Copy, const CALLS: usize, const CONTS: usize, const TX:
         r.issued = self.seq;
         r.deadline = deadline;
         r.reply_to = reply_to;
-        r.nconts = 0;
-        r.conts = [None; CONTS];
-        r.outcome = None;
+        // A free record has no continuations and no outcome (`free_record`).
+        debug_assert!(r.nconts == 0 && r.outcome.is_none());
         let (kind, tag) = match reply_to {
             ReplyTo::None => (PayloadKind::None, 0),
             ReplyTo::Solicited { token, .. } => (PayloadKind::Solicited, token),
@@ -199,16 +203,18 @@ impl<Ctx: Runtime<F>, F: Copy, const CALLS: usize, const CONTS: usize, const TX:
         };
         let id = CallId { record: i as u16, generation: r.generation };
         // Cannot fail: checked that the queue has room above.
-        let _ = self.queue(dst, Kind::Request, op, token, 0, &body, None, 0);
+        let _ = self.queue(dst, Kind::Request, op, token, 0, body, None, 0);
         self.stats.calls += 1;
         Ok(id)
     }
 
     /// Send a one-way request (no reply, no call record).
     pub fn send_oneway(&mut self, dst: u16, op: u16, body: &[u8], payload: Option<(F, u32)>) -> Result<(), RpcError> {
-        let body = Body::from_slice(body)?;
+        if body.len() > MAX_BODY {
+            return Err(RpcError::BodyTooLong);
+        }
         let token = ReplyToken { origin: self.node, ..ReplyToken::default() };
-        self.queue(dst, Kind::OneWay, op, token, 0, &body, payload, 0)
+        self.queue(dst, Kind::OneWay, op, token, 0, body, payload, 0)
     }
 
     /// Push a continuation on a nonblocking call's stack; continuations run last pushed
@@ -234,7 +240,7 @@ impl<Ctx: Runtime<F>, F: Copy, const CALLS: usize, const CONTS: usize, const TX:
             return None;
         }
         let o = r.outcome.take();
-        Self::free_record(r);
+        self.free_record(call.record as usize);
         o
     }
 
@@ -247,17 +253,15 @@ impl<Ctx: Runtime<F>, F: Copy, const CALLS: usize, const CONTS: usize, const TX:
                 // The waiter gives up on an outcome it never took: the frame that outcome
                 // hands back (caller frame or receive buffer) has no taker any more.
                 let o = r.outcome.take();
-                Self::free_record(r);
+                self.free_record(call.record as usize);
                 Self::release_outcome(ctx, o);
                 return Ok(());
             }
             _ => return Err(RpcError::NoSuchCall),
         }
         self.complete(ctx, call.record as usize, Err(RpcError::Cancelled));
-        if let Some(r) = self.live(call) {
-            if r.state == State::Done {
-                Self::free_record(r);
-            }
+        if self.live(call).is_some_and(|r| r.state == State::Done) {
+            self.free_record(call.record as usize);
         }
         Ok(())
     }
@@ -313,6 +317,15 @@ impl<Ctx: Runtime<F>, F: Copy, const CALLS: usize, const CONTS: usize, const TX:
     pub fn poll_transmit(&mut self) -> Option<Transmit<F>> {
         self.tx.pop()
     }
+    /// The transmit [`Self::poll_transmit`] would return, left in the queue (no copy of
+    /// it); [`Self::consume_transmit`] then removes it once sent.
+    pub fn peek_transmit(&self) -> Option<&Transmit<F>> {
+        self.tx.peek()
+    }
+    /// Remove the transmit [`Self::peek_transmit`] showed.
+    pub fn consume_transmit(&mut self) {
+        self.tx.discard();
+    }
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop()
     }
@@ -333,7 +346,9 @@ impl<Ctx: Runtime<F>, F: Copy, const CALLS: usize, const CONTS: usize, const TX:
             .filter(|r| r.generation == call.generation && r.state != State::Free)
     }
 
-    fn free_record(r: &mut Record<Ctx, F, CONTS>) {
+    fn free_record(&mut self, i: usize) {
+        self.free_hint = self.free_hint.min(i);
+        let r = &mut self.records[i];
         r.state = State::Free;
         r.generation = r.generation.wrapping_add(1).max(1);
         r.conts = [None; CONTS];
@@ -344,9 +359,13 @@ impl<Ctx: Runtime<F>, F: Copy, const CALLS: usize, const CONTS: usize, const TX:
 
     /// A free record, evicting the least recently issued nonblocking call if needed.
     fn alloc_record(&mut self, ctx: &mut Ctx) -> Result<usize, RpcError> {
-        if let Some(i) = self.records.iter().position(|r| r.state == State::Free) {
+        // The lowest free record, as a scan from 0 finds it: none below the hint is free.
+        if let Some(k) = self.records[self.free_hint..].iter().position(|r| r.state == State::Free) {
+            let i = self.free_hint + k;
+            self.free_hint = i;
             return Ok(i);
         }
+        self.free_hint = CALLS;
         let victim = (0..CALLS)
             .filter(|&i| self.records[i].state == State::InFlight && self.records[i].mode == Mode::NonBlocking)
             .min_by_key(|&i| self.records[i].issued)
@@ -369,16 +388,21 @@ impl<Ctx: Runtime<F>, F: Copy, const CALLS: usize, const CONTS: usize, const TX:
         op: u16,
         token: ReplyToken,
         hops: u8,
-        body: &Body,
+        body: &[u8],
         payload: Option<(F, u32)>,
         tag: u64,
     ) -> Result<(), RpcError> {
-        let mut ctrl = [0u8; CTRL_BYTES];
-        let h = Header { kind, op, token, hops, body_len: body.len as u16 };
-        h.emit(&mut ctrl);
-        ctrl[HEADER_BYTES..HEADER_BYTES + body.len as usize].copy_from_slice(body.as_slice());
-        let t = Transmit { dst, ctrl, ctrl_len: HEADER_BYTES + body.len as usize, payload, tag };
-        self.tx.push(t).map_err(|_| RpcError::TxFull)
+        // Callers checked `body.len() <= MAX_BODY`.
+        let h = Header { kind, op, token, hops, body_len: body.len() as u16 };
+        let ctrl_len = HEADER_BYTES + body.len();
+        // Built in its queue slot: a transmit is 150-odd bytes, moved twice otherwise.
+        let t = Transmit { dst, ctrl: [0u8; CTRL_BYTES], ctrl_len, payload, tag };
+        self.tx
+            .push_with(t, |t| {
+                h.emit(&mut t.ctrl);
+                t.ctrl[HEADER_BYTES..ctrl_len].copy_from_slice(body);
+            })
+            .map_err(|_| RpcError::TxFull)
     }
 
     /// Give the frame an outcome would hand back (caller frame or receive buffer) to the
@@ -418,7 +442,7 @@ impl<Ctx: Runtime<F>, F: Copy, const CALLS: usize, const CONTS: usize, const TX:
                 } else {
                     0
                 };
-                let r = self.queue(origin, Kind::Reply, h.op, h.token, h.hops, &body, payload, tag);
+                let r = self.queue(origin, Kind::Reply, h.op, h.token, h.hops, body.as_slice(), payload, tag);
                 if r.is_err() {
                     unsent = payload.map(|(f, _)| f);
                 }
@@ -429,7 +453,7 @@ impl<Ctx: Runtime<F>, F: Copy, const CALLS: usize, const CONTS: usize, const TX:
                     self.error_reply(origin, h, RpcError::TooManyHops)
                 } else {
                     self.stats.delegated += 1;
-                    self.queue(to, Kind::Request, h.op, h.token, h.hops + 1, &body, None, 0)
+                    self.queue(to, Kind::Request, h.op, h.token, h.hops + 1, body.as_slice(), None, 0)
                 }
             }
             Action::Error(e) => {
@@ -448,8 +472,7 @@ impl<Ctx: Runtime<F>, F: Copy, const CALLS: usize, const CONTS: usize, const TX:
     }
 
     fn error_reply(&mut self, origin: u16, h: &Header, e: RpcError) -> Result<(), RpcError> {
-        let body = Body::from_slice(&e.code().to_le_bytes())?;
-        self.queue(origin, Kind::ErrorReply, h.op, h.token, h.hops, &body, None, 0)
+        self.queue(origin, Kind::ErrorReply, h.op, h.token, h.hops, &e.code().to_le_bytes(), None, 0)
     }
 
     fn reply(&mut self, ctx: &mut Ctx, h: &Header, body: &[u8], payload: InPayload<F>) {
@@ -535,9 +558,9 @@ impl<Ctx: Runtime<F>, F: Copy, const CALLS: usize, const CONTS: usize, const TX:
             self.records[i].reply_to = ReplyTo::None;
         }
         let r = &mut self.records[i];
-        r.outcome = Some(outcome);
         match r.mode {
             Mode::Wait => {
+                r.outcome = Some(outcome);
                 r.state = State::Done;
                 let id = CallId { record: i as u16, generation: r.generation };
                 // Cannot overflow: at most one event per record.
@@ -546,9 +569,13 @@ impl<Ctx: Runtime<F>, F: Copy, const CALLS: usize, const CONTS: usize, const TX:
             Mode::NonBlocking => {
                 if r.nconts == 0 {
                     // No continuation will ever see this outcome.
-                    Self::release_outcome(ctx, r.outcome);
+                    Self::release_outcome(ctx, Some(outcome));
                 }
-                if !self.run_continuations(ctx, i) {
+                // The continuations see the outcome where it is; the record keeps it only
+                // if one must wait (continuations reach the context, never the record,
+                // so none can tell the difference).
+                if !self.run_continuations_with(ctx, i, &outcome) {
+                    self.records[i].outcome = Some(outcome);
                     self.records[i].state = State::Deferred;
                     self.stats.deferred += 1;
                     // Cannot overflow: at most one entry per record.
@@ -562,19 +589,24 @@ impl<Ctx: Runtime<F>, F: Copy, const CALLS: usize, const CONTS: usize, const TX:
     /// below it stay on the stack). Frees the record when all have run.
     fn run_continuations(&mut self, ctx: &mut Ctx, i: usize) -> bool {
         let Some(outcome) = self.records[i].outcome else {
-            Self::free_record(&mut self.records[i]);
+            self.free_record(i);
             return true;
         };
+        self.run_continuations_with(ctx, i, &outcome)
+    }
+
+    /// [`Self::run_continuations`] with record `i`'s outcome.
+    fn run_continuations_with(&mut self, ctx: &mut Ctx, i: usize, outcome: &Outcome<F>) -> bool {
         while self.records[i].nconts > 0 {
             let n = self.records[i].nconts - 1;
             let Some((f, arg)) = self.records[i].conts[n] else { break };
-            if !f(ctx, &outcome, arg) {
+            if !f(ctx, outcome, arg) {
                 return false;
             }
             self.records[i].conts[n] = None;
             self.records[i].nconts = n;
         }
-        Self::free_record(&mut self.records[i]);
+        self.free_record(i);
         true
     }
 }

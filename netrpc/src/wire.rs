@@ -120,9 +120,11 @@ pub fn message_kind(ctrl: &[u8]) -> Option<Kind> {
 impl Header {
     /// Parse the header and return it with the body.
     pub fn parse(b: &[u8]) -> Result<(Header, &[u8]), WireError> {
-        if b.len() < HEADER_BYTES {
+        // A fixed-size view: the field reads below need no bounds checks.
+        let Some(h) = b.first_chunk::<HEADER_BYTES>() else {
             return Err(WireError::Truncated);
-        }
+        };
+        let (b, whole) = (h, b);
         if b[0] != VERSION {
             return Err(WireError::BadVersion);
         }
@@ -134,7 +136,7 @@ impl Header {
         if body_len as usize > MAX_BODY {
             return Err(WireError::BodyTooLong);
         }
-        if b.len() < HEADER_BYTES + body_len as usize {
+        if whole.len() < HEADER_BYTES + body_len as usize {
             return Err(WireError::Truncated);
         }
         let h = Header {
@@ -150,11 +152,13 @@ impl Header {
             hops: b[13],
             body_len,
         };
-        Ok((h, &b[HEADER_BYTES..HEADER_BYTES + body_len as usize]))
+        Ok((h, &whole[HEADER_BYTES..HEADER_BYTES + body_len as usize]))
     }
 
     /// Write the header into `out[..HEADER_BYTES]` (`out` must be at least that long).
     pub fn emit(&self, out: &mut [u8]) {
+        // One length check, then fixed offsets.
+        let out: &mut [u8; HEADER_BYTES] = out.first_chunk_mut().expect("a header needs HEADER_BYTES bytes");
         out[0] = VERSION;
         out[1] = self.kind as u8;
         out[2..4].copy_from_slice(&self.op.to_le_bytes());

@@ -369,14 +369,16 @@ impl<S: Service> RpcPort<S> {
     /// Hand queued transmits to the NIC. A full send ring leaves the rest queued.
     pub fn flush(&mut self) -> bool {
         let mut sent = false;
-        while let Some(t) = self.rpc.poll_transmit() {
+        // Posted from where NetRPC queued it (a transmit is 150-odd bytes), then dropped.
+        while let Some(t) = self.rpc.peek_transmit() {
             let cpu = &mut self.cpu;
-            post(&mut self.node.ep, self.node.base, &t, None, |ep| {
+            post(&mut self.node.ep, self.node.base, t, None, |ep| {
                 if let Some(c) = cpu.as_mut() {
                     c.poll();
                 }
                 ep.reap_sends(|_, _| {});
             });
+            self.rpc.consume_transmit();
             sent = true;
         }
         if sent {
