@@ -68,14 +68,17 @@ pub struct RecvMsg {
 }
 
 impl RecvMsg {
+    #[inline]
     pub fn ctrl(&self) -> &[u8] {
         &self.ctrl[..(self.ctrl_len as usize).min(self.ctrl.len())]
     }
     /// The payload went into the IPT frame armed for [`RecvMsg::token`].
+    #[inline]
     pub fn via_ipt(&self) -> bool {
         self.flags & rx_flags::IPT != 0
     }
     /// The payload was refused (forged/stale token, no frame, DMA refused).
+    #[inline]
     pub fn payload_refused(&self) -> bool {
         self.flags & (rx_flags::BAD_TOKEN | rx_flags::NO_FRAME | rx_flags::DMA_REFUSED) != 0
     }

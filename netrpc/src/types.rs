@@ -88,6 +88,7 @@ pub struct Body {
 impl Body {
     pub const EMPTY: Body = Body { bytes: [0; MAX_BODY], len: 0 };
 
+    #[inline]
     pub fn from_slice(b: &[u8]) -> Result<Body, RpcError> {
         if b.len() > MAX_BODY {
             return Err(RpcError::BodyTooLong);
@@ -106,6 +107,7 @@ impl Body {
         body.len = n as u8;
         Ok(body)
     }
+    #[inline]
     pub fn as_slice(&self) -> &[u8] {
         &self.bytes[..self.len as usize]
     }

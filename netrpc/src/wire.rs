@@ -31,6 +31,7 @@ pub enum Kind {
 }
 
 impl Kind {
+    #[inline]
     pub fn from_u8(v: u8) -> Option<Kind> {
         match v {
             1 => Some(Kind::Request),
@@ -56,6 +57,7 @@ pub enum PayloadKind {
 }
 
 impl PayloadKind {
+    #[inline]
     pub fn from_u8(v: u8) -> Option<PayloadKind> {
         match v {
             0 => Some(PayloadKind::None),
@@ -99,12 +101,15 @@ pub enum WireError {
     BodyTooLong,
 }
 
+#[inline]
 fn u16_at(b: &[u8], i: usize) -> u16 {
     u16::from_le_bytes([b[i], b[i + 1]])
 }
+#[inline]
 fn u32_at(b: &[u8], i: usize) -> u32 {
     u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]])
 }
+#[inline]
 fn u64_at(b: &[u8], i: usize) -> u64 {
     let mut w = [0u8; 8];
     w.copy_from_slice(&b[i..i + 8]);
@@ -113,12 +118,14 @@ fn u64_at(b: &[u8], i: usize) -> u64 {
 
 /// The kind of a message from its control bytes, without validating the rest (a cheap
 /// look, e.g. to skip reading a clock for replies, whose handling never uses it).
+#[inline]
 pub fn message_kind(ctrl: &[u8]) -> Option<Kind> {
     ctrl.get(1).and_then(|&k| Kind::from_u8(k))
 }
 
 impl Header {
     /// Parse the header and return it with the body.
+    #[inline]
     pub fn parse(b: &[u8]) -> Result<(Header, &[u8]), WireError> {
         // A fixed-size view: the field reads below need no bounds checks.
         let Some(h) = b.first_chunk::<HEADER_BYTES>() else {
@@ -156,6 +163,7 @@ impl Header {
     }
 
     /// Write the header into `out[..HEADER_BYTES]` (`out` must be at least that long).
+    #[inline]
     pub fn emit(&self, out: &mut [u8]) {
         // One length check, then fixed offsets.
         let out: &mut [u8; HEADER_BYTES] = out.first_chunk_mut().expect("a header needs HEADER_BYTES bytes");
