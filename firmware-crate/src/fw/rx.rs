@@ -68,6 +68,10 @@ impl RxPkt {
             && !self.dma_failed
             && self.issued < self.hdr.payload_len
     }
+    /// Link in has put bytes of it in staging (or it ended): the receive side is busy.
+    fn active(&self) -> bool {
+        self.complete || self.arrived != 0
+    }
     fn finished(&self) -> bool {
         self.complete
             && !self.sinking
@@ -93,6 +97,10 @@ pub(super) struct RxSide {
     reserve: u32,
     /// The newest packet in `q` is posted to link in and not complete.
     receiving: bool,
+    /// Packets in `q` that are [`active`](RxPkt::active), kept as they change (only the
+    /// newest one's bytes and end are updated, the oldest is removed): the inline
+    /// driver asks [`is_quiet`](Self::is_quiet) several times per message.
+    active: u32,
 }
 
 impl RxSide {
@@ -103,11 +111,13 @@ impl RxSide {
             next_id: 0,
             reserve: 0,
             receiving: false,
+            active: 0,
         }
     }
 
     pub(super) fn is_quiet(&self) -> bool {
-        self.q.iter().all(|p| !p.complete && p.arrived == 0)
+        debug_assert_eq!(self.active as usize, self.q.iter().filter(|p| p.active()).count());
+        self.active == 0
     }
 
     /// Whether a buffer is posted to link in.
@@ -205,7 +215,9 @@ impl<M: NicMemory> Firmware<M> {
             let Some(id) = self.rx.q.back().map(|p| p.id) else { return false };
             if let Some(p) = self.rx.q.back_mut() {
                 if st.bytes != p.arrived {
+                    let was = p.active();
                     p.arrived = st.bytes;
+                    self.rx.active = self.rx.active + p.active() as u32 - was as u32;
                     progress = true;
                 }
             }
@@ -316,6 +328,7 @@ impl<M: NicMemory> Firmware<M> {
     /// The newest packet ended on the link with `len` bytes (trailer excluded).
     fn packet_ended(&mut self, len: u32, crc_ok: bool) {
         let Some(p) = self.rx.q.back_mut() else { return };
+        self.rx.active += !p.active() as u32;
         p.complete = true;
         p.arrived = len;
         let verdict = p.verdict.take();
@@ -352,6 +365,7 @@ impl<M: NicMemory> Firmware<M> {
                 (false, _) => self.deliver(eng, &p),
             }
             self.rx.q.pop_front();
+            self.rx.active -= p.active() as u32;
             let next = self.rx.q.front().map(|n| n.off - RECV_STAGING_OFF);
             self.rx.staging.free_oldest(next);
             progress = true;
