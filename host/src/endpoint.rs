@@ -68,6 +68,16 @@ pub struct RecvMsg {
 }
 
 impl RecvMsg {
+    /// No message: a buffer for [`Endpoint::poll_recv_into`].
+    pub const EMPTY: RecvMsg = RecvMsg {
+        slot: 0,
+        src: 0,
+        ctrl_len: 0,
+        ctrl: [0; CTRL_MSG_BYTES as usize],
+        payload_len: 0,
+        token: PayloadToken(0),
+        flags: 0,
+    };
     #[inline]
     pub fn ctrl(&self) -> &[u8] {
         &self.ctrl[..(self.ctrl_len as usize).min(self.ctrl.len())]
@@ -289,22 +299,29 @@ impl<M: NicMemory, C: Copy> Endpoint<M, C> {
     /// The next received message, if any. The slot stays the host's until
     /// [`Self::release_recv`]; messages come in order.
     pub fn poll_recv(&mut self) -> Option<RecvMsg> {
+        let mut m = RecvMsg::EMPTY;
+        self.poll_recv_into(&mut m).then_some(m)
+    }
+
+    /// [`Self::poll_recv`] into `m`, which a caller keeps from message to message: the
+    /// control message is copied once, straight into place (no message is zeroed or
+    /// moved per call). `false` (and `m` untouched) if nothing arrived. Bytes of
+    /// `m.ctrl` past `m.ctrl_len` are left as they were.
+    #[inline]
+    pub fn poll_recv_into(&mut self, m: &mut RecvMsg) -> bool {
         let pos = self.recv_next;
         let slot = Slot::new(&self.mem, Ring::Recv, pos);
         if slot.state_acquire() & state::READY == 0 {
-            return None;
+            return false;
         }
-        let mut m = RecvMsg {
-            slot: pos,
-            src: slot.peer() as u16,
-            ctrl_len: slot.ctrl_len().min(CTRL_MSG_BYTES),
-            ctrl: [0; CTRL_MSG_BYTES as usize],
-            payload_len: slot.payload_len(),
-            token: PayloadToken(slot.token()),
-            flags: slot.flags(),
-        };
+        m.slot = pos;
+        m.src = slot.peer() as u16;
+        m.ctrl_len = slot.ctrl_len().min(CTRL_MSG_BYTES);
+        m.payload_len = slot.payload_len();
+        m.token = PayloadToken(slot.token());
+        m.flags = slot.flags();
         slot.read_ctrl(&mut m.ctrl[..m.ctrl_len as usize]);
-        Some(m)
+        true
     }
 
     /// Give the slot of the message last returned by [`Self::poll_recv`] back to the NIC,

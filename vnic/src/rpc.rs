@@ -23,7 +23,7 @@ use trapeze_firmware::iface::entry::Segment;
 use trapeze_firmware::iface::ipt::{CancelState, PayloadToken};
 use trapeze_firmware::iface::layout::{ctrl, ctrl_word, RECV_RING_ENTRIES};
 use trapeze_firmware::iface::mem::NicMemory;
-use trapeze_host::endpoint::{Endpoint, EndpointConfig, SendMsg, SendError};
+use trapeze_host::endpoint::{Endpoint, EndpointConfig, RecvMsg, SendMsg, SendError};
 
 /// A frame: offset of a [`FRAME_BYTES`] slot in the port's region.
 pub type Frame = u64;
@@ -129,7 +129,7 @@ pub(crate) fn carve<C: Copy>(
 pub(crate) fn receive<C: Copy>(
     ep: &mut Endpoint<NicMem, C>,
     base: u64,
-    m: &trapeze_host::endpoint::RecvMsg,
+    m: &RecvMsg,
     slot_frame: &mut Frame,
     frames: &mut Frames,
 ) -> InPayload<Frame> {
@@ -198,6 +198,8 @@ pub struct RpcPort<S: Service> {
     /// The firmware's send-completion sequence when the send ring was last reaped: the
     /// ring is scanned again only once it moved.
     tx_seq_seen: u32,
+    /// The message being handled, filled in place by the endpoint (not copied out).
+    recv_msg: RecvMsg,
     /// Passes until [`Self::poll`] next looks at the clock for NetRPC's timeouts when
     /// nothing arrived (a clock read costs more than the rest of an idle pass).
     timeout_check_in: u32,
@@ -243,6 +245,7 @@ impl<S: Service> RpcPort<S> {
             epoch: Instant::now(),
             slot_frame,
             tx_seq_seen: 0,
+            recv_msg: RecvMsg::EMPTY,
             timeout_check_in: 0,
             next_timeout_scan: 0,
             last_now: 0,
@@ -324,7 +327,8 @@ impl<S: Service> RpcPort<S> {
             busy |= ep.reap_sends(|_, _| {}) > 0;
         }
         let mut now = None;
-        while let Some(m) = self.node.ep.poll_recv() {
+        while self.node.ep.poll_recv_into(&mut self.recv_msg) {
+            let m = &self.recv_msg;
             busy = true;
             // Replies never look at the time, nor do requests to a service that does not
             // read it: no clock read for them (it costs as much as a tenth of a
@@ -342,7 +346,7 @@ impl<S: Service> RpcPort<S> {
             };
             let slot = (m.slot % RECV_RING_ENTRIES) as usize;
             let n = &mut self.node;
-            let payload = receive(&mut n.ep, n.base, &m, &mut self.slot_frame[slot], &mut n.frames);
+            let payload = receive(&mut n.ep, n.base, m, &mut self.slot_frame[slot], &mut n.frames);
             self.rpc.handle_message(t, &mut self.node, m.src, m.ctrl(), payload);
         }
         // An inline NIC means a caller polling in a tight loop: look at the clock every
@@ -427,7 +431,8 @@ impl<S: Service> RpcPort<S> {
     /// slot's buffer, or in an IPT frame for a solicited one) and its control message.
     pub fn raw_recv_each(&mut self, mut f: impl FnMut(u32, &[u8])) {
         self.poll_nic();
-        while let Some(m) = self.node.ep.poll_recv() {
+        while self.node.ep.poll_recv_into(&mut self.recv_msg) {
+            let m = &self.recv_msg;
             f(m.payload_len, m.ctrl());
             self.node.ep.release_recv(None);
         }
