@@ -331,11 +331,24 @@ impl InProcPort {
             ));
         };
         let (queue_bytes, lane) = (self.switch.queue_bytes, &mut self.routes[route]);
-        if self.next_buf.is_none() && lane.pool.is_empty() {
-            let n = lane.spare.slots();
-            lane.pool.extend((0..n).filter_map(|_| lane.spare.pop().ok()));
-        }
-        let mut buf = self.next_buf.take().or_else(|| lane.pool.pop()).unwrap_or_default();
+        let mut buf = match self.next_buf.take() {
+            Some(b) => b,
+            None if lane.pool.is_empty() => match lane.spare.slots() {
+                // One frame in flight per lane is the common case: its buffer is the only
+                // spare, taken straight off the ring (what draining it into the pool and
+                // popping that would give, without the pool's round trip).
+                1 => lane.spare.pop().unwrap_or_default(),
+                n => {
+                    for _ in 0..n {
+                        if let Ok(b) = lane.spare.pop() {
+                            lane.pool.push(b);
+                        }
+                    }
+                    lane.pool.pop().unwrap_or_default()
+                }
+            },
+            None => lane.pool.pop().unwrap_or_default(),
+        };
         if buf.len() < len + CACHE_LINE {
             buf.resize(len + CACHE_LINE, 0);
         }
