@@ -42,6 +42,7 @@ impl<T: Copy, const N: usize> Ring<T, N> {
     /// Append the item `init` (built in its slot), then let `fill` finish it there: a
     /// large item is not built on the stack and moved. Gives `init` back if the ring is
     /// full.
+    #[inline]
     pub fn push_with(&mut self, init: T, fill: impl FnOnce(&mut T)) -> Result<(), T> {
         if self.len == N {
             return Err(init);
