@@ -488,6 +488,13 @@ impl Engines for SoftEngines {
             // Packet offset `at` → the pulse holding it; `read` asks for bytes in order.
             let (mut i, mut base) = (0usize, 0usize);
             let mut read = |at: usize, buf: &mut [u8]| {
+                if let [(off, l)] = pulses[..] {
+                    // One pulse (a control message, a packet staged whole): the bytes are
+                    // at `off + at`, no cursor to keep (the loop below would find the same).
+                    if at + buf.len() <= l as usize {
+                        return read_staging(deferred, nic, off as usize + at, buf);
+                    }
+                }
                 if at < base {
                     // Asked again from before the cursor (the link's route peek): restart.
                     (i, base) = (0, 0);
