@@ -111,7 +111,8 @@ pub trait LinkBackend: Send {
     }
 
     /// Whether [`last_frame`](Self::last_frame) returns the frame last lent (the same
-    /// bytes the receive callback saw).
+    /// bytes the receive callback saw). Fixed for a backend: a [`Link`](super::Link)
+    /// asks once, when it is made.
     fn keeps_last_frame(&self) -> bool {
         false
     }
@@ -127,7 +128,8 @@ pub trait LinkBackend: Send {
     /// switch). The link then writes a verdict instead of computing the CRC trailer, as
     /// Linux's loopback device skips checksums: what a CRC guards against cannot happen
     /// there, and on a real link the hardware computes it at no cost to the NIC's
-    /// processor. Default `false`.
+    /// processor. Default `false`. Fixed for a backend: a [`Link`](super::Link) asks
+    /// once, when it is made.
     fn is_memory_medium(&self) -> bool {
         false
     }

@@ -145,6 +145,11 @@ pub struct Link {
     /// The last packet lent straight from the backend's kept frame: (offset in that
     /// frame, length without trailer). Cleared by every receiving call.
     held: Option<(usize, usize)>,
+    /// The backend's [`keeps_last_frame`](LinkBackend::keeps_last_frame) and
+    /// [`is_memory_medium`](LinkBackend::is_memory_medium): properties of its medium,
+    /// asked once here rather than through the trait object on every receive and send.
+    keeps_last_frame: bool,
+    memory_medium: bool,
 }
 
 impl fmt::Debug for Link {
@@ -174,6 +179,7 @@ impl Link {
     /// A link endpoint for node `node` over `backend`, injecting `faults` on send.
     pub fn new(node: u16, backend: Box<dyn LinkBackend>, faults: FaultConfig) -> Link {
         let max_frame = backend.max_frame_bytes();
+        let (keeps_last_frame, memory_medium) = (backend.keeps_last_frame(), backend.is_memory_medium());
         Link {
             node,
             tx_frame: vec![0; max_frame.max(frame::HEADER_BYTES)],
@@ -185,6 +191,8 @@ impl Link {
             next_packet_id: initial_packet_id(node),
             rx: Reassembler::new(node),
             held: None,
+            keeps_last_frame,
+            memory_medium,
         }
     }
 
@@ -344,7 +352,7 @@ impl Link {
         self.next_packet_id = id.wrapping_add(1);
         // One frame through process memory and no faults (a wire delay is not one): a
         // verdict, not a CRC (see `LinkBackend::is_memory_medium`).
-        let verdict = count == 1 && self.faults.faultless() && self.backend.is_memory_medium();
+        let verdict = count == 1 && self.faults.faultless() && self.memory_medium;
         // A verdict frame carries no CRC: no hasher (making one detects CPU features).
         let mut hasher = (!verdict).then(crc32fast::Hasher::new);
         let mut trailer: Option<[u8; TRAILER_BYTES]> = None;
@@ -482,8 +490,7 @@ impl Link {
         let mut out = None;
         let mut now = None;
         let mut budget = RX_FRAMES_PER_POLL;
-        let keeps = self.backend.keeps_last_frame();
-        let memory = self.backend.is_memory_medium();
+        let (keeps, memory) = (self.keeps_last_frame, self.memory_medium);
         let mut held = None;
         while !self.rx.has_ready() && out.is_none() && budget > 0 {
             budget -= 1;
