@@ -316,8 +316,9 @@ impl<S: Service> RpcPort<S> {
     /// One pass: NIC firmware, send completions, received messages, timeouts, deferred
     /// continuations, transmits. Returns whether anything happened.
     pub fn poll(&mut self) -> bool {
-        // Run the firmware until it settles (a received payload takes a second pass to
-        // reach host memory), so what arrived is in the receive ring below.
+        // Run the firmware until it settles or a message has landed for the host (a
+        // received payload takes a second pass to reach host memory), so what arrived is
+        // in the receive ring below.
         let mut busy = self.run_nic();
         let ep = &mut self.node.ep;
         let seq = ep.mem().load(ctrl_word(ctrl::FW_TX_SEQ), std::sync::atomic::Ordering::Acquire);
@@ -391,9 +392,9 @@ impl<S: Service> RpcPort<S> {
         sent
     }
 
-    /// Run an inline NIC until it has nothing more to do now (bounded), so a message
-    /// just posted leaves in this call rather than at the next poll. Whether anything
-    /// changed.
+    /// Run an inline NIC until it has nothing more to do now (bounded) or a message has
+    /// landed in the receive ring, so a message just posted leaves in this call rather
+    /// than at the next poll. Whether anything changed.
     fn run_nic(&mut self) -> bool {
         let mut any = false;
         for _ in 0..16 {
