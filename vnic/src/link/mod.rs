@@ -608,6 +608,7 @@ const STAMP_FRAMES: u64 = 64;
 /// Split a whole packet into body and trailer, check the trailer and count the packet.
 /// `verdict`: `None` for a CRC trailer; for a [`frame::FLAG_VERDICT`] packet, whether it
 /// came over a memory medium (only there is a verdict believed).
+#[inline]
 fn check_trailer<'p>(bytes: &'p [u8], verdict: Option<bool>, stats: &mut LinkStats) -> (&'p [u8], bool) {
     let len = bytes.len() - TRAILER_BYTES;
     let (body, trailer) = bytes.split_at(len);
