@@ -78,28 +78,15 @@ fn chunk_of(h: &FrameHeader, len: usize) -> Option<usize> {
     (count == 1 || ((count - 1) * chunk < total && total <= count * chunk)).then_some(chunk)
 }
 
-/// The common frame on a memory medium, read straight off its bytes: a valid
-/// [`FLAG_VERDICT`] packet that is one whole frame, for `node`. Returns what
-/// [`Reassembler::take_whole`] returns for it (with `memory`, such a packet is neither
-/// looked up nor remembered); `None` for anything else, which then goes the general way
-/// (parse, geometry), which gives the same answer for every frame this accepts.
+/// The common frame on a memory medium ([`super::frame::whole_verdict`]) if it is for
+/// `node` and of a packet's possible length: what [`Reassembler::take_whole`] returns for
+/// it (with `memory`, such a packet is neither looked up nor remembered). `None` for
+/// anything else, which then goes the general way and gets the same answer for every
+/// frame this accepts.
 #[inline]
 fn whole_verdict(frame: &[u8], node: u16) -> Option<(u16, &[u8], u8)> {
-    let (b, frag) = frame.split_first_chunk::<HEADER_BYTES>()?;
-    let word = |at: usize| u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
-    // Magic and version; index 0 of 1; offset 0; the packet is exactly this fragment.
-    let [m0, m1] = super::frame::MAGIC.to_le_bytes();
-    let flags = b[3];
-    let ok = b[0] == m0
-        && b[1] == m1
-        && b[2] == super::frame::VERSION
-        && flags & FLAG_VERDICT != 0
-        && u16::from_le_bytes([b[6], b[7]]) == node
-        && word(12) == 1 << 16
-        && word(20) == 0
-        && word(16) as usize == frag.len()
-        && (TRAILER_BYTES..=MAX_PACKET_BYTES).contains(&frag.len());
-    ok.then(|| (u16::from_le_bytes([b[4], b[5]]), frag, flags))
+    let (src, dst, flags, frag) = super::frame::whole_verdict(frame)?;
+    (dst == node && (TRAILER_BYTES..=MAX_PACKET_BYTES).contains(&frag.len())).then_some((src, frag, flags))
 }
 
 /// Hashes (source node, packet id) keys with one multiply per field: SipHash would cost
