@@ -748,13 +748,11 @@ impl GmsPort {
         host.reap();
         if sent {
             Self::ring(&self.doorbell);
-            // Run the NIC until the sends have left, or stop early when a message for
-            // the host has landed: it is handled at the next pass instead of waiting
-            // behind up to 16 more payload DMAs.
-            for _ in 0..16 {
-                if !self.poll_nic() || self.node.host.ep.recv_ready() {
-                    break;
-                }
+            // Run the NIC until the sends have left, or until a message for the host has
+            // landed (handled at the next pass).
+            if let Some(c) = self.cpu.as_mut() {
+                let ep = &self.node.host.ep;
+                c.run(|| ep.recv_ready());
             }
         }
         sent

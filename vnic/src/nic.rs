@@ -483,6 +483,28 @@ impl InlineNative {
         }
     }
 
+    /// Poll until the firmware has nothing more to do now (at most [`Self::RUN_PASSES`]
+    /// passes), so a message just posted leaves in this call, or until `landed` says a
+    /// message for the host has arrived: under a stream of replies, running to the bound
+    /// first held each one back behind up to 16 payload DMAs. Whether any pass did
+    /// something.
+    pub fn run(&mut self, landed: impl Fn() -> bool) -> bool {
+        let mut any = false;
+        for _ in 0..Self::RUN_PASSES {
+            if !self.poll() {
+                break;
+            }
+            any = true;
+            if landed() {
+                break;
+            }
+        }
+        any
+    }
+
+    /// The most passes [`Self::run`] makes.
+    pub const RUN_PASSES: u32 = 16;
+
     /// When the link next needs a pass for its timers ([`SoftEngines::link_deadline`]):
     /// a caller about to sleep must come back by then.
     pub fn link_deadline(&self) -> Option<std::time::Instant> {

@@ -393,23 +393,16 @@ impl<S: Service> RpcPort<S> {
     }
 
     /// Run an inline NIC until it has nothing more to do now (bounded) or a message has
-    /// landed in the receive ring, so a message just posted leaves in this call rather
-    /// than at the next poll. Whether anything changed.
+    /// landed in the receive ring ([`InlineNative::run`]); without one, ring the
+    /// doorbell. Whether anything changed.
     fn run_nic(&mut self) -> bool {
-        let mut any = false;
-        for _ in 0..16 {
-            if !self.poll_nic() {
-                break;
+        match self.cpu.as_mut() {
+            Some(c) => {
+                let ep = &self.node.ep;
+                c.run(|| ep.recv_ready())
             }
-            any = true;
-            // A message for the host is handled before the NIC runs on: under a stream of
-            // replies, running it to the bound first held back the replies (and the calls
-            // their continuations free) by up to 16 payload DMAs.
-            if self.node.ep.recv_ready() {
-                break;
-            }
+            None => self.poll_nic(),
         }
-        any
     }
 
     /// Raw Trapeze send beside NetRPC (for baselines): `false` if the send ring is full.
