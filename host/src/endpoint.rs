@@ -292,6 +292,7 @@ impl<M: NicMemory, C: Copy> Endpoint<M, C> {
 
     /// Whether the next receive slot holds a message ([`Self::poll_recv`] would return
     /// it), without taking it.
+    #[inline]
     pub fn recv_ready(&self) -> bool {
         Slot::new(&self.mem, Ring::Recv, self.recv_next).state_acquire() & state::READY != 0
     }
@@ -309,11 +310,11 @@ impl<M: NicMemory, C: Copy> Endpoint<M, C> {
     /// `m.ctrl` past `m.ctrl_len` are left as they were.
     #[inline]
     pub fn poll_recv_into(&mut self, m: &mut RecvMsg) -> bool {
-        let pos = self.recv_next;
-        let slot = Slot::new(&self.mem, Ring::Recv, pos);
-        if slot.state_acquire() & state::READY == 0 {
+        if !self.recv_ready() {
             return false;
         }
+        let pos = self.recv_next;
+        let slot = Slot::new(&self.mem, Ring::Recv, pos);
         m.slot = pos;
         m.src = slot.peer() as u16;
         m.ctrl_len = slot.ctrl_len().min(CTRL_MSG_BYTES);
