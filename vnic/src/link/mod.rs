@@ -392,8 +392,7 @@ impl Link {
                 if end > len {
                     let t = *trailer.get_or_insert_with(|| {
                         if verdict {
-                            let good = u32::from_le_bytes(frame::VERDICT_GOOD);
-                            return if abort || !ok { !good } else { good }.to_le_bytes();
+                            return verdict_trailer(abort || !ok);
                         }
                         let crc = hasher.clone().map_or(0, crc32fast::Hasher::finalize);
                         if abort || !ok { !crc } else { crc }.to_le_bytes()
@@ -469,8 +468,7 @@ impl Link {
             h.copy_from_slice(&header);
             let (data, trailer) = body.split_at_mut(len);
             ok &= read(0, data);
-            let good = u32::from_le_bytes(frame::VERDICT_GOOD);
-            trailer.copy_from_slice(&if abort || !ok { !good } else { good }.to_le_bytes());
+            trailer.copy_from_slice(&verdict_trailer(abort || !ok));
         };
         let n = frame::HEADER_BYTES + len + TRAILER_BYTES;
         let r = self.backend.send_frame_with(
@@ -604,6 +602,14 @@ impl Link {
 /// Received frames between clock reads while whole-frame packets arrive (each read
 /// stamps and expires the duplicate keys remembered since the last).
 const STAMP_FRAMES: u64 = 64;
+
+/// The trailer of a [`frame::FLAG_VERDICT`] packet: [`frame::VERDICT_GOOD`], or its
+/// complement for a packet going out aborted (`bad`).
+#[inline]
+fn verdict_trailer(bad: bool) -> [u8; TRAILER_BYTES] {
+    let good = u32::from_le_bytes(frame::VERDICT_GOOD);
+    if bad { !good } else { good }.to_le_bytes()
+}
 
 /// Split a whole packet into body and trailer, check the trailer and count the packet.
 /// `verdict`: `None` for a CRC trailer; for a [`frame::FLAG_VERDICT`] packet, whether it
