@@ -338,14 +338,7 @@ fn spawn_named<T: Send + 'static>(name: &str, f: impl FnOnce() -> T + Send + 'st
 /// the servers stop and the client is unpinned.
 fn with_servers<T>(ways: u32, f: impl FnOnce(&mut Port) -> anyhow::Result<T>) -> anyhow::Result<T> {
     let (mut client, side) = rpc_setup(ways)?;
-    let server = SharedServer::spawn(vec![side]);
-    let result = Placement::CrossCore.pin(false).and_then(|()| f(&mut client));
-    let unpinned = Placement::unpin();
-    let stopped = server.stop();
-    let r = result?;
-    unpinned?;
-    stopped?;
-    Ok(r)
+    SharedServer::serve(vec![side], |_| f(&mut client))
 }
 
 /// A fresh NetRPC setup on its own switch: the client (node 0) and its server side (node
@@ -417,6 +410,19 @@ impl SharedServer {
     /// setup it leaves (its calls all finished).
     fn switch_to(&self, i: usize) {
         self.active.store(i, Ordering::Relaxed);
+    }
+
+    /// Serve `sides` (setup 0 first) while `f` runs as the client, pinned to CPU 0;
+    /// afterwards, whatever `f` returned, the client is unpinned and the server stops.
+    fn serve<T>(sides: Vec<ServerSide>, f: impl FnOnce(&SharedServer) -> anyhow::Result<T>) -> anyhow::Result<T> {
+        let server = SharedServer::spawn(sides);
+        let result = Placement::CrossCore.pin(false).and_then(|()| f(&server));
+        let unpinned = Placement::unpin();
+        let stopped = server.stop();
+        let r = result?;
+        unpinned?;
+        stopped?;
+        Ok(r)
     }
 
     fn stop(self) -> anyhow::Result<()> {
@@ -601,33 +607,25 @@ impl BwSeries {
             let rt = reply_to(p, kind)?;
             p.rpc.call::<Get2>(now, &mut p.node, 1, &req(FRAME_BYTES), rt, mode).map_err(|e| anyhow::anyhow!("call: {e:?}"))
         };
-        let server = SharedServer::spawn(vec![rpc_side, raw_side]);
-        let mut series = BwSeries { rpc: Vec::new(), raw: Vec::new(), chunk_calls };
-        let run = |s: &mut BwSeries, rpc: &mut Port, raw: &mut RawClient| -> anyhow::Result<()> {
-            Placement::CrossCore.pin(false)?;
+        let mut s = BwSeries { rpc: Vec::new(), raw: Vec::new(), chunk_calls };
+        SharedServer::serve(vec![rpc_side, raw_side], |server| {
             server.switch_to(0);
-            bandwidth(rpc, "cont", FRAME_BYTES, WARM_REPLIES, window, &issue, &mut || {})?;
+            bandwidth(&mut rpc, "cont", FRAME_BYTES, WARM_REPLIES, window, &issue, &mut || {})?;
             server.switch_to(1);
             raw.run(WARM_REPLIES, window, &mut || {})?;
             for i in 0..chunks {
                 for side in if i % 2 == 0 { [0, 1] } else { [1, 0] } {
                     server.switch_to(side);
                     if side == 0 {
-                        s.rpc.push(bandwidth(rpc, "cont", FRAME_BYTES, chunk_calls, window, &issue, &mut || {})?);
+                        s.rpc.push(bandwidth(&mut rpc, "cont", FRAME_BYTES, chunk_calls, window, &issue, &mut || {})?);
                     } else {
                         s.raw.push(raw.run(chunk_calls, window, &mut || {})?);
                     }
                 }
             }
             Ok(())
-        };
-        let result = run(&mut series, &mut rpc, &mut raw);
-        let unpinned = Placement::unpin();
-        let stopped = server.stop();
-        result?;
-        unpinned?;
-        stopped?;
-        Ok(series)
+        })?;
+        Ok(s)
     }
 
     fn mb_s(&self, secs: &[f64]) -> f64 {
@@ -758,10 +756,8 @@ impl WaysSeries {
     fn measure(blocks: u32, block_calls: u32) -> anyhow::Result<Self> {
         let (mut two, two_side) = rpc_setup(2)?;
         let (mut three, three_side) = rpc_setup(3)?;
-        let server = SharedServer::spawn(vec![two_side, three_side]);
         let mut s = WaysSeries { two: Vec::new(), three: Vec::new(), pair_ratios: Vec::new() };
-        let mut run = || -> anyhow::Result<()> {
-            Placement::CrossCore.pin(false)?;
+        SharedServer::serve(vec![two_side, three_side], |server| {
             for (i, p) in [&mut two, &mut three].into_iter().enumerate() {
                 server.switch_to(i);
                 wait_8k_latencies(p, i as u32 + 2, block_calls, || {})?;
@@ -778,13 +774,7 @@ impl WaysSeries {
                 s.pair_ratios.push(p50[1] / p50[0]);
             }
             Ok(())
-        };
-        let result = run();
-        let unpinned = Placement::unpin();
-        let stopped = server.stop();
-        result?;
-        unpinned?;
-        stopped?;
+        })?;
         s.pair_ratios.sort_by(f64::total_cmp);
         Ok(s)
     }
