@@ -45,10 +45,7 @@ fn build_id(root: &Path) -> u32 {
         .into_iter()
         .map(|p| {
             let rel = p.strip_prefix(root).expect("below the crate root");
-            let rel = rel
-                .components()
-                .map(|c| c.as_os_str().to_string_lossy())
-                .collect::<Vec<_>>();
+            let rel = rel.components().map(|c| c.as_os_str().to_string_lossy()).collect::<Vec<_>>();
             (rel.join("/"), p)
         })
         .collect();

@@ -17,10 +17,7 @@ mod imp {
     macro_rules! log_info { ($($t:tt)*) => { ::defmt::info!($($t)*) }; }
     macro_rules! log_debug { ($($t:tt)*) => { ::defmt::debug!($($t)*) }; }
     macro_rules! log_trace { ($($t:tt)*) => { ::defmt::trace!($($t)*) }; }
-    pub(crate) use {
-        log_debug as debug, log_error as error, log_info as info, log_trace as trace,
-        log_warn as warn,
-    };
+    pub(crate) use {log_debug as debug, log_error as error, log_info as info, log_trace as trace, log_warn as warn};
 }
 
 #[cfg(not(all(feature = "defmt", target_arch = "riscv32")))]
@@ -41,8 +38,7 @@ mod imp {
     macro_rules! log_debug { ($($t:tt)*) => { $crate::log::nothing!($($t)*) }; }
     macro_rules! log_trace { ($($t:tt)*) => { $crate::log::nothing!($($t)*) }; }
     pub(crate) use {
-        log_debug as debug, log_error as error, log_info as info, log_trace as trace,
-        log_warn as warn, nothing,
+        log_debug as debug, log_error as error, log_info as info, log_trace as trace, log_warn as warn, nothing,
     };
 }
 

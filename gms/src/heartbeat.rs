@@ -77,9 +77,7 @@ impl Heartbeat {
 
 impl Message for Heartbeat {
     fn encode(&self, out: &mut [u8]) -> Result<usize, CodecError> {
-        out.get_mut(..Self::WIRE_BYTES)
-            .ok_or(CodecError)?
-            .copy_from_slice(&self.to_bytes());
+        out.get_mut(..Self::WIRE_BYTES).ok_or(CodecError)?.copy_from_slice(&self.to_bytes());
         Ok(Self::WIRE_BYTES)
     }
     fn decode(b: &[u8]) -> Result<Self, CodecError> {
@@ -104,11 +102,7 @@ pub fn view_of(ids: &[u16]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     let mut last: Option<u16> = None;
     loop {
-        let next = ids
-            .iter()
-            .copied()
-            .filter(|&n| last.is_none_or(|l| n > l))
-            .min();
+        let next = ids.iter().copied().filter(|&n| last.is_none_or(|l| n > l)).min();
         let Some(n) = next else { break };
         for b in n.to_le_bytes() {
             h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
@@ -125,20 +119,11 @@ mod tests {
 
     #[test]
     fn heartbeats_round_trip_and_bad_bodies_are_refused() {
-        let hb = Heartbeat {
-            node: 3,
-            incarnation: 0x0102_0304_0506_0708,
-            held: 17,
-            budget: 512,
-        };
+        let hb = Heartbeat { node: 3, incarnation: 0x0102_0304_0506_0708, held: 17, budget: 512 };
         let b = hb.to_bytes();
         assert_eq!(Heartbeat::from_bytes(&b), Ok(hb));
         assert_eq!(Heartbeat::from_message(3, &b), Ok(hb));
-        assert_eq!(
-            Heartbeat::from_message(4, &b),
-            Err(CodecError),
-            "a heartbeat must name its sender"
-        );
+        assert_eq!(Heartbeat::from_message(4, &b), Err(CodecError), "a heartbeat must name its sender");
         assert_eq!(&b[2..4], &[3, 0]);
         assert_eq!(&b[12..16], &17u32.to_le_bytes());
         assert_eq!(Heartbeat::from_bytes(&b[..23]), Err(CodecError));

@@ -98,27 +98,27 @@
 #![no_std]
 #![forbid(unsafe_code)]
 
+#[cfg(MODULE)]
+pub use super::netrpc as net;
 /// NetRPC, the one dependency. The kernel module compiles these sources as a module
 /// next to its own `netrpc` module (Kbuild passes `--cfg MODULE`), so there the name
 /// resolves to that sibling instead of the crate.
 #[cfg(not(MODULE))]
 pub use netrpc as net;
-#[cfg(MODULE)]
-pub use super::netrpc as net;
 
 pub mod client;
 pub mod directory;
 pub mod heartbeat;
+pub mod lru;
 pub mod members;
 pub mod node;
 pub mod ops;
 pub mod page;
+pub mod readahead;
 pub mod serve;
 pub mod table;
 pub mod tasks;
 pub mod types;
-pub mod lru;
-pub mod readahead;
 
 /// Everything a runtime needs.
 pub mod prelude {

@@ -95,8 +95,8 @@ pub fn quantize_age(ticks: u64) -> u32 {
         return ticks as u32;
     }
     let e = 63 - ticks.leading_zeros(); // >= 3
-    // (e - 1) * 4 + the two bits below the leading one: 8 for ticks = 8, strictly
-    // increasing in steps; below AGE_FREE for any u64.
+                                        // (e - 1) * 4 + the two bits below the leading one: 8 for ticks = 8, strictly
+                                        // increasing in steps; below AGE_FREE for any u64.
     ((e - 1) * 4 + ((ticks >> (e - 2)) & 3) as u32).min(AGE_FREE - 1)
 }
 

@@ -67,7 +67,11 @@ impl<
     }
 
     /// The task table's part of [`Self::drive`]: timeouts, cancellations, retries due.
-    fn drive_tasks<const C: usize, const K: usize, const X: usize>(&mut self, now: u64, rpc: &mut Rpc<Self, F, C, K, X>) {
+    fn drive_tasks<const C: usize, const K: usize, const X: usize>(
+        &mut self,
+        now: u64,
+        rpc: &mut Rpc<Self, F, C, K, X>,
+    ) {
         for i in 0..TASKS {
             let state = self.tasks[i].state;
             match state {

@@ -4,8 +4,8 @@
 //! answering is an error, never a hang.
 
 use crate::proto::{
-    decode_get_reply, decode_put_reply, read_frame, reply_body, write_frame, GetOutcome,
-    PutOutcome, Request, Stat, MAX_BATCH, PAGE_BYTES,
+    decode_get_reply, decode_put_reply, read_frame, reply_body, write_frame, GetOutcome, PutOutcome, Request, Stat,
+    MAX_BATCH, PAGE_BYTES,
 };
 use anyhow::{bail, Context};
 use gms::prelude::PageId;
@@ -24,10 +24,7 @@ pub const BATCH: usize = 512;
 pub fn default_socket(n: u16) -> PathBuf {
     let dir = match std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
         Some(d) => PathBuf::from(d).join("trapeze"),
-        None => PathBuf::from(format!(
-            "/tmp/trapeze-{}",
-            rustix::process::getuid().as_raw()
-        )),
+        None => PathBuf::from(format!("/tmp/trapeze-{}", rustix::process::getuid().as_raw())),
     };
     dir.join(format!("gmsd-{n}.sock"))
 }
@@ -41,16 +38,9 @@ pub struct Client {
 impl Client {
     /// Connect to the daemon listening at `path`.
     pub fn connect(path: &Path) -> anyhow::Result<Client> {
-        let stream = UnixStream::connect(path).with_context(|| {
-            format!(
-                "cannot connect to gmsd at {} (is it running?)",
-                path.display()
-            )
-        })?;
-        let c = Client {
-            stream,
-            path: path.to_path_buf(),
-        };
+        let stream = UnixStream::connect(path)
+            .with_context(|| format!("cannot connect to gmsd at {} (is it running?)", path.display()))?;
+        let c = Client { stream, path: path.to_path_buf() };
         c.set_timeout(DEFAULT_TIMEOUT)?;
         Ok(c)
     }
@@ -64,8 +54,7 @@ impl Client {
 
     fn call(&mut self, req: &Request) -> anyhow::Result<Vec<u8>> {
         let path = self.path.display();
-        write_frame(&mut self.stream, &req.encode())
-            .with_context(|| format!("sending to gmsd at {path}"))?;
+        write_frame(&mut self.stream, &req.encode()).with_context(|| format!("sending to gmsd at {path}"))?;
         read_frame(&mut self.stream).with_context(|| format!("waiting for gmsd at {path}"))
     }
 
@@ -79,12 +68,7 @@ impl Client {
         let mut out = Vec::with_capacity(pages.len());
         for chunk in pages.chunks(BATCH.min(MAX_BATCH)) {
             if let Some((p, d)) = chunk.iter().find(|(_, d)| d.len() > PAGE_BYTES) {
-                bail!(
-                    "page {}:{}: {} bytes exceed the page size {PAGE_BYTES}",
-                    p.space,
-                    p.page,
-                    d.len()
-                );
+                bail!("page {}:{}: {} bytes exceed the page size {PAGE_BYTES}", p.space, p.page, d.len());
             }
             let req = Request::Put(chunk.iter().map(|(p, d)| (*p, d.to_vec())).collect());
             let res = decode_put_reply(&self.call(&req)?)?;
@@ -103,17 +87,10 @@ impl Client {
 
     /// Get many pages, [`BATCH`] per request. `network_only`: plain getpages (no local
     /// cache, no read-ahead).
-    pub fn get_many(
-        &mut self,
-        pages: &[PageId],
-        network_only: bool,
-    ) -> anyhow::Result<Vec<GetOutcome>> {
+    pub fn get_many(&mut self, pages: &[PageId], network_only: bool) -> anyhow::Result<Vec<GetOutcome>> {
         let mut out = Vec::with_capacity(pages.len());
         for chunk in pages.chunks(BATCH.min(MAX_BATCH)) {
-            let res = decode_get_reply(&self.call(&Request::Get {
-                network_only,
-                pages: chunk.to_vec(),
-            })?)?;
+            let res = decode_get_reply(&self.call(&Request::Get { network_only, pages: chunk.to_vec() })?)?;
             if res.len() != chunk.len() {
                 bail!("gmsd answered {} gets for {}", res.len(), chunk.len());
             }
@@ -124,7 +101,6 @@ impl Client {
 
     pub fn stat(&mut self) -> anyhow::Result<Stat> {
         let body = self.call(&Request::Stat)?;
-        serde_json::from_slice(reply_body(&body)?)
-            .context("a stat reply that is not the expected JSON")
+        serde_json::from_slice(reply_body(&body)?).context("a stat reply that is not the expected JSON")
     }
 }

@@ -7,8 +7,8 @@
 
 use crate::hist::Histogram;
 use crate::proto::{
-    encode_error, encode_get_reply, encode_put_reply, read_len, GetOutcome, PutOutcome, Request,
-    Served, Stat, MAX_FRAME_BYTES,
+    encode_error, encode_get_reply, encode_put_reply, read_len, GetOutcome, PutOutcome, Request, Served, Stat,
+    MAX_FRAME_BYTES,
 };
 use crate::targets::Targets;
 use anyhow::{bail, Context};
@@ -61,15 +61,8 @@ struct Conn {
 }
 
 enum Items {
-    Put {
-        items: Vec<(PageId, Vec<u8>)>,
-        res: Vec<Option<PutOutcome>>,
-    },
-    Get {
-        network_only: bool,
-        pages: Vec<PageId>,
-        res: Vec<Option<GetOutcome>>,
-    },
+    Put { items: Vec<(PageId, Vec<u8>)>, res: Vec<Option<PutOutcome>> },
+    Get { network_only: bool, pages: Vec<PageId>, res: Vec<Option<GetOutcome>> },
 }
 
 struct Job {
@@ -121,11 +114,9 @@ impl Control {
             if UnixStream::connect(path).is_ok() {
                 bail!("another daemon is listening at {}", path.display());
             }
-            std::fs::remove_file(path)
-                .with_context(|| format!("removing the stale socket {}", path.display()))?;
+            std::fs::remove_file(path).with_context(|| format!("removing the stale socket {}", path.display()))?;
         }
-        let listener = UnixListener::bind(path)
-            .with_context(|| format!("cannot listen at {}", path.display()))?;
+        let listener = UnixListener::bind(path).with_context(|| format!("cannot listen at {}", path.display()))?;
         listener.set_nonblocking(true)?;
         Ok(Control {
             listener,
@@ -287,21 +278,11 @@ impl Control {
             }
             Request::Put(items) => {
                 let n = items.len();
-                Items::Put {
-                    items,
-                    res: vec![None; n],
-                }
+                Items::Put { items, res: vec![None; n] }
             }
-            Request::Get {
-                network_only,
-                pages,
-            } => {
+            Request::Get { network_only, pages } => {
                 let n = pages.len();
-                Items::Get {
-                    network_only,
-                    pages,
-                    res: vec![None; n],
-                }
+                Items::Get { network_only, pages, res: vec![None; n] }
             }
         };
         self.next_job += 1;
@@ -326,16 +307,7 @@ impl Control {
     fn issue(&mut self, port: &mut GmsPort, window: usize) -> bool {
         let mut any = false;
         let mut answered = Vec::new();
-        let Control {
-            jobs,
-            put_wait,
-            get_wait,
-            read_wait,
-            counters,
-            last_version,
-            targets,
-            ..
-        } = self;
+        let Control { jobs, put_wait, get_wait, read_wait, counters, last_version, targets, .. } = self;
         'jobs: for (&jid, job) in jobs.iter_mut() {
             while port.in_flight() < window {
                 let Some(&idx) = job.queue.front() else { break };
@@ -345,14 +317,8 @@ impl Control {
                         let (page, data) = &items[idx];
                         let page = *page;
                         let me = port.id();
-                        let members: Vec<u16> = port
-                            .node
-                            .members()
-                            .ids()
-                            .iter()
-                            .copied()
-                            .filter(|&n| n != me)
-                            .collect();
+                        let members: Vec<u16> =
+                            port.node.members().ids().iter().copied().filter(|&n| n != me).collect();
                         // A page is stored with its own length (at most PAGE_BYTES, checked
                         // when the request was decoded) and read back with exactly that
                         // length; GMS carries no empty page.
@@ -382,11 +348,7 @@ impl Control {
                             }
                         }
                     }
-                    Items::Get {
-                        network_only,
-                        pages,
-                        ..
-                    } => {
+                    Items::Get { network_only, pages, .. } => {
                         let page = pages[idx];
                         if *network_only {
                             match port.get_start(page) {
@@ -434,10 +396,7 @@ impl Control {
             let out = match r {
                 PutResult::Stored { target } => {
                     self.counters.puts_stored += 1;
-                    PutOutcome::Stored {
-                        target,
-                        version: version.0,
-                    }
+                    PutOutcome::Stored { target, version: version.0 }
                 }
                 PutResult::Refused => PutOutcome::Refused,
                 PutResult::Superseded => PutOutcome::Superseded,
@@ -508,18 +467,10 @@ impl Control {
         }
         self.counters.gets += 1;
         let out = match got {
-            Got::Hit {
-                version,
-                data,
-                source,
-            } => {
+            Got::Hit { version, data, source } => {
                 let s = Served::from(source);
                 self.counters.hits_by[s as usize] += 1;
-                GetOutcome::Hit {
-                    version: version.0,
-                    source: s,
-                    data,
-                }
+                GetOutcome::Hit { version: version.0, source: s, data }
             }
             Got::Miss => {
                 self.counters.misses += 1;
@@ -539,32 +490,20 @@ impl Control {
     /// Answer finished (or overdue) jobs.
     fn finish(&mut self) -> bool {
         let now = Instant::now();
-        let done: Vec<u64> = self
-            .jobs
-            .iter()
-            .filter(|(_, j)| j.left == 0 || now >= j.deadline)
-            .map(|(&k, _)| k)
-            .collect();
+        let done: Vec<u64> =
+            self.jobs.iter().filter(|(_, j)| j.left == 0 || now >= j.deadline).map(|(&k, _)| k).collect();
         for jid in &done {
             let job = self.jobs.remove(jid).expect("key taken from the map");
             if job.left > 0 {
-                tracing::error!(
-                    job = jid,
-                    left = job.left,
-                    "job overdue: answering the rest as failures"
-                );
+                tracing::error!(job = jid, left = job.left, "job overdue: answering the rest as failures");
             }
             let body = match job.items {
-                Items::Put { res, .. } => encode_put_reply(
-                    &res.into_iter()
-                        .map(|r| r.unwrap_or(PutOutcome::Failed))
-                        .collect::<Vec<_>>(),
-                ),
-                Items::Get { res, .. } => encode_get_reply(
-                    &res.into_iter()
-                        .map(|r| r.unwrap_or(GetOutcome::Miss))
-                        .collect::<Vec<_>>(),
-                ),
+                Items::Put { res, .. } => {
+                    encode_put_reply(&res.into_iter().map(|r| r.unwrap_or(PutOutcome::Failed)).collect::<Vec<_>>())
+                }
+                Items::Get { res, .. } => {
+                    encode_get_reply(&res.into_iter().map(|r| r.unwrap_or(GetOutcome::Miss)).collect::<Vec<_>>())
+                }
             };
             if let Some(c) = self.conns.get_mut(&job.conn) {
                 queue(c, &body);
@@ -611,9 +550,7 @@ impl Drop for Control {
 /// A version newer than any this daemon gave before and, across daemons, ordered by
 /// wall-clock time (ns since the epoch).
 fn next_version(last: &mut u64) -> u64 {
-    let wall = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
+    let wall = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
     *last = wall.max(*last + 1);
     *last
 }

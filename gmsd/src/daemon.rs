@@ -79,10 +79,7 @@ impl Options {
             }
         }
         if ids.len() > MAX_MEMBERS {
-            bail!(
-                "{} nodes given; a cluster has at most {MAX_MEMBERS}",
-                ids.len()
-            );
+            bail!("{} nodes given; a cluster has at most {MAX_MEMBERS}", ids.len());
         }
         for (i, &(n, a)) in self.peers.iter().enumerate() {
             if let Some(&(m, _)) = self.peers[..i].iter().find(|p| p.1 == a) {
@@ -157,10 +154,7 @@ impl Daemon {
         for &(n, a) in &opts.peers {
             backend.add_peer(n, a);
         }
-        let link_fd = backend
-            .readable_fd()
-            .context("the UDP backend has no descriptor")?
-            .try_clone_to_owned()?;
+        let link_fd = backend.readable_fd().context("the UDP backend has no descriptor")?.try_clone_to_owned()?;
         let live = Liveness::new(
             opts.node,
             &opts.peers.iter().map(|p| p.0).collect::<Vec<_>>(),
@@ -169,30 +163,18 @@ impl Daemon {
         );
         let control = Control::bind(&opts.socket, opts.op_timeout)?;
         let link = Link::new(opts.node, Box::new(backend), opts.link);
-        let nic = Arc::new(Nic::new(
-            &format!("gmsd{}", opts.node),
-            link,
-            Duration::ZERO,
-        )?);
+        let nic = Arc::new(Nic::new(&format!("gmsd{}", opts.node), link, Duration::ZERO)?);
         let inline = nic.start_inline()?;
-        let frames =
-            opts.budget_pages + CACHE_PAGES.max(opts.cache_pages) + 2 * 64 + 512 + 4 * opts.window;
+        let frames = opts.budget_pages + CACHE_PAGES.max(opts.cache_pages) + 2 * 64 + 512 + 4 * opts.window;
         let bytes = (frames * FRAME_BYTES as usize).next_power_of_two();
         let region = Arc::new(Mapping::create_memfd("gmsd-frames", bytes)?);
         nic.shared()
             .dma
             .register("gms", DEFAULT_REGION_BASE, region.clone(), 0, bytes as u64)
             .map_err(|e| anyhow::anyhow!("registering the frame region: {e}"))?;
-        let cfg = EndpointConfig {
-            node_id: opts.node,
-            mtu: FRAME_BYTES,
-            ..EndpointConfig::default()
-        };
+        let cfg = EndpointConfig { node_id: opts.node, mtu: FRAME_BYTES, ..EndpointConfig::default() };
         let op_ns = opts.op_timeout.as_nanos() as u64;
-        let rcfg = netrpc::rpc::Config {
-            call_timeout: 4 * op_ns,
-            nonblocking_timeout: Some(4 * op_ns),
-        };
+        let rcfg = netrpc::rpc::Config { call_timeout: 4 * op_ns, nonblocking_timeout: Some(4 * op_ns) };
         // Background directory updates retry after half an operation timeout (the default
         // 20 ms turns a few drops on a busy machine into a retry storm).
         let gcfg = GmsConfig {
@@ -202,9 +184,8 @@ impl Daemon {
             retry_delay: op_ns / 10,
             ..GmsConfig::default()
         };
-        let seed = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(7, |d| d.as_nanos() as u64);
+        let seed =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(7, |d| d.as_nanos() as u64);
         let mut port = GmsPort::new(
             nic.mem(),
             region,
@@ -287,22 +268,11 @@ impl Daemon {
         }
         self.live.check(now, &mut self.events);
         for ev in std::mem::take(&mut self.events) {
-            let alive: Vec<u16> = self
-                .live
-                .peers
-                .iter()
-                .filter(|p| p.1.alive)
-                .map(|p| *p.0)
-                .chain([self.opts.node])
-                .collect();
+            let alive: Vec<u16> =
+                self.live.peers.iter().filter(|p| p.1.alive).map(|p| *p.0).chain([self.opts.node]).collect();
             match ev {
                 Event::Dead(n) => {
-                    let heard = self
-                        .live
-                        .peers
-                        .get(&n)
-                        .and_then(|p| p.last)
-                        .map(|t| now.saturating_duration_since(t));
+                    let heard = self.live.peers.get(&n).and_then(|p| p.last).map(|t| now.saturating_duration_since(t));
                     tracing::warn!(
                         node = self.opts.node,
                         peer = n,
@@ -333,10 +303,7 @@ impl Daemon {
     /// Sleep until something is readable or `until`.
     fn sleep(&mut self, until: Instant) -> anyhow::Result<()> {
         let wait = until.saturating_duration_since(Instant::now());
-        let ts = Timespec {
-            tv_sec: wait.as_secs() as _,
-            tv_nsec: wait.subsec_nanos() as _,
-        };
+        let ts = Timespec { tv_sec: wait.as_secs() as _, tv_nsec: wait.subsec_nanos() as _ };
         let mut fds = vec![PollFd::new(&self.link_fd, PollFlags::IN)];
         self.control.poll_fds(&mut fds);
         match rustix::event::poll(&mut fds, Some(&ts)) {
@@ -347,14 +314,7 @@ impl Daemon {
 
     /// The `stat` answer.
     pub fn stat(&self) -> Stat {
-        let mut s = stat(
-            &self.port,
-            &self.live,
-            &self.control,
-            &self.stats,
-            self.opts.node,
-            self.started,
-        );
+        let mut s = stat(&self.port, &self.live, &self.control, &self.stats, self.opts.node, self.started);
         s.nic = nic_counters(&self.nic);
         s
     }
@@ -362,32 +322,15 @@ impl Daemon {
 
 /// The NIC's firmware counters and link counters that are not zero (drops show up here).
 pub fn nic_counters(nic: &Nic) -> Vec<(String, u64)> {
-    let mut out: Vec<(String, u64)> = nic
-        .status()
-        .counters
-        .into_iter()
-        .filter(|c| c.1 != 0)
-        .collect();
-    if let Ok(serde_json::Value::Object(m)) =
-        serde_json::to_value(trapeze_vnic::nic::link_stats(nic))
-    {
-        out.extend(
-            m.into_iter()
-                .filter_map(|(k, v)| Some((format!("link_{k}"), v.as_u64().filter(|&x| x != 0)?))),
-        );
+    let mut out: Vec<(String, u64)> = nic.status().counters.into_iter().filter(|c| c.1 != 0).collect();
+    if let Ok(serde_json::Value::Object(m)) = serde_json::to_value(trapeze_vnic::nic::link_stats(nic)) {
+        out.extend(m.into_iter().filter_map(|(k, v)| Some((format!("link_{k}"), v.as_u64().filter(|&x| x != 0)?))));
     }
     out
 }
 
 /// Build a [`Stat`] from the pieces (the control socket calls this with the loop's state).
-pub fn stat(
-    port: &GmsPort,
-    live: &Liveness,
-    control: &Control,
-    ds: &DaemonStats,
-    me: u16,
-    started: Instant,
-) -> Stat {
+pub fn stat(port: &GmsPort, live: &Liveness, control: &Control, ds: &DaemonStats, me: u16, started: Instant) -> Stat {
     let gs = port.node.stats();
     let ps = port.stats;
     let now = Instant::now();
@@ -404,9 +347,7 @@ pub fn stat(
             alive: p.alive,
             held: p.held as u64,
             budget: p.budget as u64,
-            last_heard_ms: p
-                .last
-                .map_or(u64::MAX, |t| now.duration_since(t).as_millis() as u64),
+            last_heard_ms: p.last.map_or(u64::MAX, |t| now.duration_since(t).as_millis() as u64),
         });
     }
     nodes.sort_by_key(|n| n.node);
@@ -448,10 +389,7 @@ mod tests {
         Options {
             node: 0,
             listen: "127.0.0.1:7000".parse().unwrap(),
-            peers: vec![
-                (1, "127.0.0.1:7010".parse().unwrap()),
-                (2, "127.0.0.1:7020".parse().unwrap()),
-            ],
+            peers: vec![(1, "127.0.0.1:7010".parse().unwrap()), (2, "127.0.0.1:7020".parse().unwrap())],
             budget_pages: 1024,
             socket: PathBuf::from("/nonexistent/gmsd.sock"),
             heartbeat: Duration::from_millis(100),
@@ -472,30 +410,18 @@ mod tests {
             f(&mut o);
             format!("{:#}", o.validate().unwrap_err())
         };
-        assert!(
-            err(|o| o.peers.push((0, "127.0.0.1:7030".parse().unwrap())))
-                .contains("this node's own id")
-        );
-        assert!(
-            err(|o| o.peers.push((1, "127.0.0.1:7030".parse().unwrap()))).contains("given twice")
-        );
-        assert!(
-            err(|o| o.peers.push((3, "127.0.0.1:7000".parse().unwrap())))
-                .contains("own --listen address")
-        );
-        assert!(
-            err(|o| o.peers.push((3, "127.0.0.1:7010".parse().unwrap()))).contains("same address")
-        );
+        assert!(err(|o| o.peers.push((0, "127.0.0.1:7030".parse().unwrap()))).contains("this node's own id"));
+        assert!(err(|o| o.peers.push((1, "127.0.0.1:7030".parse().unwrap()))).contains("given twice"));
+        assert!(err(|o| o.peers.push((3, "127.0.0.1:7000".parse().unwrap()))).contains("own --listen address"));
+        assert!(err(|o| o.peers.push((3, "127.0.0.1:7010".parse().unwrap()))).contains("same address"));
         assert!(err(|o| o.peers.push((3, "127.0.0.1:0".parse().unwrap()))).contains("port 0"));
         assert!(err(|o| o.listen = "127.0.0.1:0".parse().unwrap()).contains("port 0"));
         assert!(err(|o| o.budget_pages = 0).contains("at least one page"));
-        assert!(
-            err(|o| o.budget_pages = HELD + 1).contains("exceeds a node's page-frame directory")
-        );
+        assert!(err(|o| o.budget_pages = HELD + 1).contains("exceeds a node's page-frame directory"));
         assert!(err(|o| o.window = 0).contains("--window"));
-        assert!(err(|o| o.peers = (1..20)
-            .map(|n| (n, format!("127.0.0.1:{}", 8000 + 2 * n).parse().unwrap()))
-            .collect())
+        assert!(err(
+            |o| o.peers = (1..20).map(|n| (n, format!("127.0.0.1:{}", 8000 + 2 * n).parse().unwrap())).collect()
+        )
         .contains("at most 16"));
     }
 }

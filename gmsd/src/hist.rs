@@ -20,11 +20,7 @@ pub struct Histogram {
 
 impl Default for Histogram {
     fn default() -> Self {
-        Histogram {
-            counts: [0; BUCKETS],
-            total: 0,
-            max_ns: 0,
-        }
+        Histogram { counts: [0; BUCKETS], total: 0, max_ns: 0 }
     }
 }
 
@@ -63,11 +59,7 @@ impl Histogram {
         for (i, &c) in self.counts.iter().enumerate() {
             seen += c;
             if seen >= rank {
-                return upper_us(i).min(self.max_ns as f64 / 1000.0).max(if i == 0 {
-                    0.0
-                } else {
-                    upper_us(i - 1)
-                });
+                return upper_us(i).min(self.max_ns as f64 / 1000.0).max(if i == 0 { 0.0 } else { upper_us(i - 1) });
             }
         }
         self.max_ns as f64 / 1000.0
@@ -79,13 +71,7 @@ impl Histogram {
             p50_us: self.quantile_us(0.5),
             p99_us: self.quantile_us(0.99),
             max_us: self.max_ns as f64 / 1000.0,
-            buckets: self
-                .counts
-                .iter()
-                .enumerate()
-                .filter(|(_, &c)| c > 0)
-                .map(|(i, &c)| (upper_us(i), c))
-                .collect(),
+            buckets: self.counts.iter().enumerate().filter(|(_, &c)| c > 0).map(|(i, &c)| (upper_us(i), c)).collect(),
         }
     }
 }

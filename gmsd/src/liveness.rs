@@ -58,28 +58,8 @@ impl Liveness {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(1, |d| d.as_nanos() as u64)
             .max(1);
-        let peers = peers
-            .iter()
-            .map(|&n| {
-                (
-                    n,
-                    Peer {
-                        alive: true,
-                        ..Peer::default()
-                    },
-                )
-            })
-            .collect();
-        Liveness {
-            me,
-            incarnation,
-            peers,
-            interval,
-            dead_after,
-            started: now,
-            next_send: now,
-            rejected: 0,
-        }
+        let peers = peers.iter().map(|&n| (n, Peer { alive: true, ..Peer::default() })).collect();
+        Liveness { me, incarnation, peers, interval, dead_after, started: now, next_send: now, rejected: 0 }
     }
 
     /// The next time [`Self::due`] has something to send.
@@ -93,12 +73,7 @@ impl Liveness {
             return None;
         }
         self.next_send = now + self.interval;
-        Some(Heartbeat {
-            node: self.me,
-            incarnation: self.incarnation,
-            held,
-            budget,
-        })
+        Some(Heartbeat { node: self.me, incarnation: self.incarnation, held, budget })
     }
 
     /// A heartbeat arrived (the port checked that it names its sender).
@@ -185,10 +160,7 @@ mod tests {
         a.heard(now, &hb, &mut ev);
         assert_eq!(ev, vec![Event::Rejoined(1)]);
         ev.clear();
-        let restarted = Heartbeat {
-            incarnation: hb.incarnation + 1,
-            ..hb
-        };
+        let restarted = Heartbeat { incarnation: hb.incarnation + 1, ..hb };
         a.heard(now, &restarted, &mut ev);
         assert_eq!(ev, vec![Event::Rejoined(1)]);
     }
@@ -198,22 +170,10 @@ mod tests {
         let mut a = Liveness::new(0, &[1], 5 * MS, 100 * MS);
         let t0 = a.started;
         let mut ev = Vec::new();
-        a.heard(
-            t0,
-            &Heartbeat {
-                node: 9,
-                incarnation: 1,
-                held: 0,
-                budget: 0,
-            },
-            &mut ev,
-        );
+        a.heard(t0, &Heartbeat { node: 9, incarnation: 1, held: 0, budget: 0 }, &mut ev);
         assert_eq!(a.rejected, 1);
         a.check(t0 + STARTUP_GRACE - MS, &mut ev);
-        assert!(
-            ev.is_empty(),
-            "never heard, still in the start-up grace: {ev:?}"
-        );
+        assert!(ev.is_empty(), "never heard, still in the start-up grace: {ev:?}");
         a.check(t0 + STARTUP_GRACE + MS, &mut ev);
         assert_eq!(ev, vec![Event::Dead(1)]);
     }

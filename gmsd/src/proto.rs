@@ -49,14 +49,10 @@ impl FromStr for PageRef {
                 None => x.parse().ok(),
             }
         };
-        let (v, p) = s
-            .split_once(':')
-            .ok_or_else(|| format!("bad page {s:?}: expected VOL:PAGE, e.g. 1:42"))?;
+        let (v, p) = s.split_once(':').ok_or_else(|| format!("bad page {s:?}: expected VOL:PAGE, e.g. 1:42"))?;
         match (num(v), num(p)) {
             (Some(v), Some(p)) => Ok(PageRef(PageId::new(v, p))),
-            _ => Err(format!(
-                "bad page {s:?}: VOL and PAGE must be unsigned 64-bit numbers, e.g. 1:42"
-            )),
+            _ => Err(format!("bad page {s:?}: VOL and PAGE must be unsigned 64-bit numbers, e.g. 1:42")),
         }
     }
 }
@@ -161,11 +157,7 @@ impl From<trapeze_vnic::gms::Source> for Served {
 /// How a get ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum GetOutcome {
-    Hit {
-        version: u64,
-        source: Served,
-        data: Vec<u8>,
-    },
+    Hit { version: u64, source: Served, data: Vec<u8> },
     Miss,
 }
 
@@ -173,11 +165,7 @@ impl GetOutcome {
     pub fn encode(&self, out: &mut Vec<u8>) {
         match self {
             GetOutcome::Miss => out.push(0),
-            GetOutcome::Hit {
-                version,
-                source,
-                data,
-            } => {
+            GetOutcome::Hit { version, source, data } => {
                 out.push(1);
                 out.push(source.code());
                 out.extend_from_slice(&version.to_le_bytes());
@@ -193,11 +181,7 @@ impl GetOutcome {
                 let source = Served::from_code(r.u8()?)?;
                 let version = r.u64()?;
                 let len = r.u32()? as usize;
-                GetOutcome::Hit {
-                    version,
-                    source,
-                    data: r.bytes(len)?.to_vec(),
-                }
+                GetOutcome::Hit { version, source, data: r.bytes(len)?.to_vec() }
             }
             c => bail!("bad get outcome {c}"),
         })
@@ -208,10 +192,7 @@ impl GetOutcome {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Request {
     Put(Vec<(PageId, Vec<u8>)>),
-    Get {
-        network_only: bool,
-        pages: Vec<PageId>,
-    },
+    Get { network_only: bool, pages: Vec<PageId> },
     Stat,
 }
 
@@ -228,10 +209,7 @@ impl Request {
                     out.extend_from_slice(d);
                 }
             }
-            Request::Get {
-                network_only,
-                pages,
-            } => {
+            Request::Get { network_only, pages } => {
                 out.push(OP_GET);
                 out.push(if *network_only { GET_NETWORK_ONLY } else { 0 });
                 out.extend_from_slice(&(pages.len() as u32).to_le_bytes());
@@ -255,11 +233,7 @@ impl Request {
                     let page = r.page()?;
                     let len = r.u32()? as usize;
                     if len > PAGE_BYTES {
-                        bail!(
-                            "page {}:{}: {len} bytes exceed the page size {PAGE_BYTES}",
-                            page.space,
-                            page.page
-                        );
+                        bail!("page {}:{}: {len} bytes exceed the page size {PAGE_BYTES}", page.space, page.page);
                     }
                     items.push((page, r.bytes(len)?.to_vec()));
                 }
@@ -269,10 +243,7 @@ impl Request {
                 let flags = r.u8()?;
                 let n = r.count()?;
                 let pages = (0..n).map(|_| r.page()).collect::<anyhow::Result<_>>()?;
-                Request::Get {
-                    network_only: flags & GET_NETWORK_ONLY != 0,
-                    pages,
-                }
+                Request::Get { network_only: flags & GET_NETWORK_ONLY != 0, pages }
             }
             OP_STAT => Request::Stat,
             op => bail!("unknown request op {op}"),
@@ -385,9 +356,7 @@ pub fn write_frame(w: &mut impl Write, body: &[u8]) -> std::io::Result<()> {
 pub fn read_len(buf: &[u8]) -> Option<anyhow::Result<usize>> {
     let len = u32::from_le_bytes(buf.get(..4)?.try_into().ok()?) as usize;
     Some(if len > MAX_FRAME_BYTES {
-        Err(anyhow::anyhow!(
-            "message of {len} bytes exceeds {MAX_FRAME_BYTES}"
-        ))
+        Err(anyhow::anyhow!("message of {len} bytes exceeds {MAX_FRAME_BYTES}"))
     } else {
         Ok(len)
     })
@@ -396,15 +365,13 @@ pub fn read_len(buf: &[u8]) -> Option<anyhow::Result<usize>> {
 /// Read one length-prefixed message (blocking).
 pub fn read_frame(r: &mut impl Read) -> anyhow::Result<Vec<u8>> {
     let mut len = [0u8; 4];
-    r.read_exact(&mut len)
-        .context("reading a reply from gmsd")?;
+    r.read_exact(&mut len).context("reading a reply from gmsd")?;
     let len = u32::from_le_bytes(len) as usize;
     if len > MAX_FRAME_BYTES {
         bail!("message of {len} bytes exceeds {MAX_FRAME_BYTES}");
     }
     let mut body = vec![0u8; len];
-    r.read_exact(&mut body)
-        .context("reading a reply from gmsd")?;
+    r.read_exact(&mut body).context("reading a reply from gmsd")?;
     Ok(body)
 }
 
@@ -478,14 +445,8 @@ mod tests {
         let p = PageId::new(3, u64::MAX);
         for req in [
             Request::Put(vec![(p, vec![7; 100]), (PageId::new(0, 0), vec![])]),
-            Request::Get {
-                network_only: true,
-                pages: vec![p, p],
-            },
-            Request::Get {
-                network_only: false,
-                pages: vec![],
-            },
+            Request::Get { network_only: true, pages: vec![p, p] },
+            Request::Get { network_only: false, pages: vec![] },
             Request::Stat,
         ] {
             assert_eq!(Request::decode(&req.encode()).unwrap(), req);
@@ -495,30 +456,18 @@ mod tests {
     #[test]
     fn bad_requests_are_errors() {
         assert!(Request::decode(&[]).is_err());
-        assert!(Request::decode(&[9])
-            .unwrap_err()
-            .to_string()
-            .contains("unknown request op 9"));
+        assert!(Request::decode(&[9]).unwrap_err().to_string().contains("unknown request op 9"));
         let mut put = Request::Put(vec![(PageId::new(1, 1), vec![1; 10])]).encode();
         put.pop();
-        assert!(Request::decode(&put)
-            .unwrap_err()
-            .to_string()
-            .contains("truncated"));
+        assert!(Request::decode(&put).unwrap_err().to_string().contains("truncated"));
         let mut big = vec![OP_PUT];
         big.extend_from_slice(&1u32.to_le_bytes());
         big.extend_from_slice(&[0; 16]);
         big.extend_from_slice(&(PAGE_BYTES as u32 + 1).to_le_bytes());
-        assert!(Request::decode(&big)
-            .unwrap_err()
-            .to_string()
-            .contains("exceed the page size"));
+        assert!(Request::decode(&big).unwrap_err().to_string().contains("exceed the page size"));
         let mut many = vec![OP_GET, 0];
         many.extend_from_slice(&(MAX_BATCH as u32 + 1).to_le_bytes());
-        assert!(Request::decode(&many)
-            .unwrap_err()
-            .to_string()
-            .contains("exceeds"));
+        assert!(Request::decode(&many).unwrap_err().to_string().contains("exceeds"));
         let mut stray = Request::Stat.encode();
         stray.push(0);
         assert!(Request::decode(&stray).is_err());
@@ -526,23 +475,9 @@ mod tests {
 
     #[test]
     fn replies_round_trip() {
-        let puts = [
-            PutOutcome::Stored {
-                target: 2,
-                version: 99,
-            },
-            PutOutcome::Refused,
-            PutOutcome::Failed,
-        ];
+        let puts = [PutOutcome::Stored { target: 2, version: 99 }, PutOutcome::Refused, PutOutcome::Failed];
         assert_eq!(decode_put_reply(&encode_put_reply(&puts)).unwrap(), puts);
-        let gets = [
-            GetOutcome::Miss,
-            GetOutcome::Hit {
-                version: 5,
-                source: Served::ThreeWay,
-                data: vec![1, 2, 3],
-            },
-        ];
+        let gets = [GetOutcome::Miss, GetOutcome::Hit { version: 5, source: Served::ThreeWay, data: vec![1, 2, 3] }];
         assert_eq!(decode_get_reply(&encode_get_reply(&gets)).unwrap(), gets);
         let e = decode_get_reply(&encode_error("no such thing")).unwrap_err();
         assert!(e.to_string().contains("no such thing"));
@@ -551,14 +486,8 @@ mod tests {
     #[test]
     fn page_refs() {
         assert_eq!("1:42".parse::<PageRef>(), Ok(PageRef(PageId::new(1, 42))));
-        assert_eq!(
-            "0x10:0xff".parse::<PageRef>(),
-            Ok(PageRef(PageId::new(16, 255)))
-        );
-        assert!("142"
-            .parse::<PageRef>()
-            .unwrap_err()
-            .contains("expected VOL:PAGE"));
+        assert_eq!("0x10:0xff".parse::<PageRef>(), Ok(PageRef(PageId::new(16, 255))));
+        assert!("142".parse::<PageRef>().unwrap_err().contains("expected VOL:PAGE"));
         assert!("1:-2".parse::<PageRef>().unwrap_err().contains("unsigned"));
         assert_eq!(PageRef(PageId::new(1, 42)).to_string(), "1:42");
     }

@@ -24,11 +24,7 @@ const REFUSED_BACKOFF: Duration = Duration::from_millis(200);
 impl Targets {
     pub fn pick(&mut self, members: &[u16], window: usize, now: Instant) -> Option<u16> {
         let cap = (window / members.len()).max(1);
-        let fresh = |n: &u16| {
-            self.refused_at
-                .get(n)
-                .is_none_or(|t| now.duration_since(*t) > REFUSED_BACKOFF)
-        };
+        let fresh = |n: &u16| self.refused_at.get(n).is_none_or(|t| now.duration_since(*t) > REFUSED_BACKOFF);
         let all_refused = !members.iter().any(fresh);
         for k in 0..members.len() {
             let n = members[(self.next + k) % members.len()];
@@ -70,11 +66,7 @@ mod tests {
             *t.in_flight.entry(n).or_default() += 1;
             picks.push(n);
         }
-        assert_eq!(
-            picks,
-            vec![1, 2, 1, 2],
-            "window 4 over two targets: two each, alternating"
-        );
+        assert_eq!(picks, vec![1, 2, 1, 2], "window 4 over two targets: two each, alternating");
         t.done(2, &PutResult::Stored { target: 2 });
         assert_eq!(t.pick(&m, 4, now), Some(2));
     }

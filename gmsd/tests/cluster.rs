@@ -30,9 +30,7 @@ fn content(page: u64) -> Vec<u8> {
 }
 
 fn checksum(d: &[u8]) -> u64 {
-    d.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
-    })
+    d.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
 }
 
 /// The daemons; killed (and their logs printed on failure) when dropped.
@@ -102,30 +100,14 @@ fn start(tag: &str, extra: &[&str]) -> Cluster {
         let p = free_port_pair(&ports);
         ports.push(p);
     }
-    let mut c = Cluster {
-        children: Vec::new(),
-        dir,
-        _one_at_a_time: guard,
-    };
+    let mut c = Cluster { children: Vec::new(), dir, _one_at_a_time: guard };
     for n in 0..NODES {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_gmsd"));
-        cmd.args([
-            "--node",
-            &n.to_string(),
-            "--listen",
-            &format!("127.0.0.1:{}", ports[n as usize]),
-        ])
-        .args([
-            "--budget-mb",
-            &BUDGET_MB.to_string(),
-            "--dead-after-ms",
-            "2000",
-            "--op-timeout-ms",
-            "500",
-        ])
-        .args(extra)
-        .arg("--socket")
-        .arg(c.sock(n));
+        cmd.args(["--node", &n.to_string(), "--listen", &format!("127.0.0.1:{}", ports[n as usize])])
+            .args(["--budget-mb", &BUDGET_MB.to_string(), "--dead-after-ms", "2000", "--op-timeout-ms", "500"])
+            .args(extra)
+            .arg("--socket")
+            .arg(c.sock(n));
         for m in (0..NODES).filter(|&m| m != n) {
             cmd.args(["--peer", &format!("{m}=127.0.0.1:{}", ports[m as usize])]);
         }
@@ -143,10 +125,7 @@ fn wait_for<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) ->
         if let Some(v) = f() {
             return v;
         }
-        assert!(
-            t0.elapsed() < limit,
-            "timed out after {limit:?} waiting for {what}"
-        );
+        assert!(t0.elapsed() < limit, "timed out after {limit:?} waiting for {what}");
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -182,41 +161,24 @@ fn on_each_client<T: Send>(
 
 #[test]
 fn three_daemons_64mib_and_a_kill() {
-    let pages: u64 = std::env::var("GMSD_TEST_PAGES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(8192);
+    let pages: u64 = std::env::var("GMSD_TEST_PAGES").ok().and_then(|v| v.parse().ok()).unwrap_or(8192);
     let t_all = Instant::now();
     let mut cl = start("cluster-test", &[]);
     // Every daemon up and hearing both peers.
     for n in 0..NODES {
-        let s = wait_for(
-            Duration::from_secs(20),
-            &format!("gmsd {n} to hear its peers"),
-            || {
-                stat(&cl.sock(n))
-                    .filter(|s| s.nodes.iter().all(|m| m.alive && m.last_heard_ms < 1000))
-            },
-        );
+        let s = wait_for(Duration::from_secs(20), &format!("gmsd {n} to hear its peers"), || {
+            stat(&cl.sock(n)).filter(|s| s.nodes.iter().all(|m| m.alive && m.last_heard_ms < 1000))
+        });
         assert_eq!(s.members, vec![0, 1, 2]);
-        assert_eq!(
-            s.nodes.iter().find(|m| m.node == n).unwrap().budget,
-            BUDGET_MB * 1024 / 8
-        );
+        assert_eq!(s.nodes.iter().find(|m| m.node == n).unwrap().budget, BUDGET_MB * 1024 / 8);
     }
-    let mut clients: Vec<Client> = (0..NODES)
-        .map(|n| Client::connect(&cl.sock(n)).expect("connect"))
-        .collect();
+    let mut clients: Vec<Client> = (0..NODES).map(|n| Client::connect(&cl.sock(n)).expect("connect")).collect();
 
     // ---- put 64 MiB: page i through daemon i % 3, all three clients at once ----
     let t_put = Instant::now();
     let results = on_each_client(&mut clients, pages, |c, mine| {
         let data: Vec<Vec<u8>> = mine.iter().map(|&i| content(i)).collect();
-        let items: Vec<(PageId, &[u8])> = mine
-            .iter()
-            .zip(&data)
-            .map(|(&i, d)| (PageId::new(VOL, i), &d[..]))
-            .collect();
+        let items: Vec<(PageId, &[u8])> = mine.iter().zip(&data).map(|(&i, d)| (PageId::new(VOL, i), &d[..])).collect();
         c.put_many(&items).expect("put_many")
     });
     let put_secs = t_put.elapsed().as_secs_f64();
@@ -228,11 +190,7 @@ fn three_daemons_64mib_and_a_kill() {
     for (i, r) in results.into_iter().flatten() {
         match r {
             PutOutcome::Stored { target, .. } => {
-                assert_ne!(
-                    target,
-                    (i % NODES as u64) as u16,
-                    "page {i}: a put never targets the putting node"
-                );
+                assert_ne!(target, (i % NODES as u64) as u16, "page {i}: a put never targets the putting node");
                 holder.insert(i, target);
             }
             PutOutcome::Refused | PutOutcome::Failed => again.push((i, r)),
@@ -245,9 +203,8 @@ fn three_daemons_64mib_and_a_kill() {
         let mut tries = Vec::new();
         let target = (1..=2 * NODES as u64)
             .find_map(|k| {
-                let r = clients[((i + k) % NODES as u64) as usize]
-                    .put(PageId::new(VOL, i), &content(i))
-                    .expect("re-put");
+                let r =
+                    clients[((i + k) % NODES as u64) as usize].put(PageId::new(VOL, i), &content(i)).expect("re-put");
                 match r {
                     PutOutcome::Stored { target, .. } => Some(target),
                     other => {
@@ -266,38 +223,26 @@ fn three_daemons_64mib_and_a_kill() {
         per_node[h as usize] += 1;
     }
     let budget_pages = BUDGET_MB * 1024 / 8;
-    assert!(
-        per_node.iter().all(|&n| n <= budget_pages),
-        "a node holds more than its budget: {per_node:?}"
-    );
+    assert!(per_node.iter().all(|&n| n <= budget_pages), "a node holds more than its budget: {per_node:?}");
     if pages == 8192 {
-        assert!(
-            pages > budget_pages,
-            "the data set must not fit in one node"
-        );
+        assert!(pages > budget_pages, "the data set must not fit in one node");
     }
     // Every daemon reports what the puts said it holds (via its own stat and its peers'
     // heartbeats); a put that failed may have left one more (older) copy somewhere.
-    let s0 = wait_for(
-        Duration::from_secs(5),
-        &format!("heartbeats showing {per_node:?} pages held (+{failed})"),
-        || {
+    let s0 =
+        wait_for(Duration::from_secs(5), &format!("heartbeats showing {per_node:?} pages held (+{failed})"), || {
             stat(&cl.sock(0)).filter(|s| {
                 s.nodes.iter().all(|m| m.held >= per_node[m.node as usize])
                     && s.nodes.iter().map(|m| m.held).sum::<u64>() <= pages + failed
             })
-        },
-    );
+        });
     eprintln!(
         "put {pages} pages ({} MiB) in {put_secs:.1} s ({:.1} MB/s); held per node {per_node:?}, {} refused or failed then re-put",
         (pages * PAGE_BYTES as u64) >> 20,
         pages as f64 * PAGE_BYTES as f64 / put_secs / 1e6,
         again.len()
     );
-    assert_eq!(
-        s0.nodes.iter().map(|m| m.budget).collect::<Vec<_>>(),
-        vec![budget_pages; 3]
-    );
+    assert_eq!(s0.nodes.iter().map(|m| m.budget).collect::<Vec<_>>(), vec![budget_pages; 3]);
 
     // ---- read everything back over the network: every page must hit with its bytes ----
     let check = |i: u64, g: &GetOutcome| -> bool {
@@ -317,21 +262,13 @@ fn three_daemons_64mib_and_a_kill() {
     });
     let get_secs = t_get.elapsed().as_secs_f64();
     let mut sources = HashMap::new();
-    let missed: Vec<(u64, u16)> = got
-        .iter()
-        .flatten()
-        .filter(|(i, g)| !check(*i, g))
-        .map(|(i, _)| (*i, holder[i]))
-        .collect();
+    let missed: Vec<(u64, u16)> =
+        got.iter().flatten().filter(|(i, g)| !check(*i, g)).map(|(i, _)| (*i, holder[i])).collect();
     if !missed.is_empty() {
         for n in 0..NODES {
             eprintln!("gmsd {n}: {:?}", stat(&cl.sock(n)));
         }
-        panic!(
-            "{} misses before any failure (page, holder): {:?}",
-            missed.len(),
-            &missed[..missed.len().min(10)]
-        );
+        panic!("{} misses before any failure (page, holder): {:?}", missed.len(), &missed[..missed.len().min(10)]);
     }
     for (_, g) in got.iter().flatten() {
         if let GetOutcome::Hit { source, .. } = g {
@@ -344,35 +281,17 @@ fn three_daemons_64mib_and_a_kill() {
     );
 
     // Reads through daemon 0's page cache: the second read of a page is served locally.
-    let few: Vec<PageId> = (0..pages)
-        .filter(|i| i % 3 == 0)
-        .take(16)
-        .map(|i| PageId::new(VOL, i))
-        .collect();
+    let few: Vec<PageId> = (0..pages).filter(|i| i % 3 == 0).take(16).map(|i| PageId::new(VOL, i)).collect();
     for pass in 0..2 {
-        for (p, g) in few
-            .iter()
-            .zip(clients[0].get_many(&few, false).expect("cached reads"))
-        {
+        for (p, g) in few.iter().zip(clients[0].get_many(&few, false).expect("cached reads")) {
             assert!(check(p.page, &g), "page {}: cached read missed", p.page);
-            let GetOutcome::Hit { source, .. } = g else {
-                unreachable!()
-            };
-            assert_eq!(
-                source == Served::Cache,
-                pass == 1,
-                "page {}: pass {pass} served from {source:?}",
-                p.page
-            );
+            let GetOutcome::Hit { source, .. } = g else { unreachable!() };
+            assert_eq!(source == Served::Cache, pass == 1, "page {}: pass {pass} served from {source:?}", p.page);
         }
     }
     let s0 = stat(&cl.sock(0)).expect("stat");
     assert!(s0.hits_cache >= few.len() as u64, "{s0:?}");
-    assert!(
-        s0.get_latency.count >= s0.gets && s0.get_latency.p50_us > 0.0,
-        "{:?}",
-        s0.get_latency
-    );
+    assert!(s0.get_latency.count >= s0.gets && s0.get_latency.p50_us > 0.0, "{:?}", s0.get_latency);
     eprintln!(
         "gmsd 0 getpage latency under load (window 8, three clients): all p50 {:.0} / p99 {:.0} µs, 2-way p50 {:.0} µs, 3-way p50 {:.0} µs",
         s0.get_latency.p50_us, s0.get_latency.p99_us, s0.get_latency_2way.p50_us, s0.get_latency_3way.p50_us
@@ -383,8 +302,7 @@ fn three_daemons_64mib_and_a_kill() {
     let mut old = Members::<16>::new();
     old.set(1, &[0, 1, 2]).unwrap();
     // A page survives the failure if its holder and its directory node (before) live on.
-    let survives =
-        |i: u64| holder[&i] != DEAD && old.directory_of(&PageId::new(VOL, i)) != Some(DEAD);
+    let survives = |i: u64| holder[&i] != DEAD && old.directory_of(&PageId::new(VOL, i)) != Some(DEAD);
     let via = |i: u64| (i % 2) as usize;
     let order: Vec<u64> = (0..pages).collect();
     let (before, rest) = order.split_at((pages as usize / 8).max(1));
@@ -393,10 +311,7 @@ fn three_daemons_64mib_and_a_kill() {
         for (k, c) in clients.iter_mut().take(2).enumerate() {
             let mine: Vec<u64> = idx.iter().copied().filter(|&i| via(i) == k).collect();
             let ids: Vec<PageId> = mine.iter().map(|&i| PageId::new(VOL, i)).collect();
-            out.extend(
-                mine.into_iter()
-                    .zip(c.get_many(&ids, true).expect("get_many")),
-            );
+            out.extend(mine.into_iter().zip(c.get_many(&ids, true).expect("get_many")));
         }
         out
     };
@@ -411,9 +326,7 @@ fn three_daemons_64mib_and_a_kill() {
             s.failures_detected,
             0,
             "gmsd {n} declared a peer dead before the kill; longest loop gaps (ms): {:?}",
-            (0..NODES)
-                .map(|m| stat(&cl.sock(m)).map(|s| s.max_pass_gap_ms))
-                .collect::<Vec<_>>()
+            (0..NODES).map(|m| stat(&cl.sock(m)).map(|s| s.max_pass_gap_ms)).collect::<Vec<_>>()
         );
     }
     cl.kill(DEAD);
@@ -430,16 +343,11 @@ fn three_daemons_64mib_and_a_kill() {
         }
     }
     let during_secs = t_kill.elapsed().as_secs_f64();
-    assert!(
-        during_secs < 15.0,
-        "reads after the kill took {during_secs:.1} s"
-    );
+    assert!(during_secs < 15.0, "reads after the kill took {during_secs:.1} s");
     for n in [0, 1] {
-        wait_for(
-            Duration::from_secs(5),
-            &format!("gmsd {n} to declare node {DEAD} failed"),
-            || stat(&cl.sock(n)).filter(|s| s.members == vec![0, 1] && s.failures_detected == 1),
-        );
+        wait_for(Duration::from_secs(5), &format!("gmsd {n} to declare node {DEAD} failed"), || {
+            stat(&cl.sock(n)).filter(|s| s.members == vec![0, 1] && s.failures_detected == 1)
+        });
     }
     let detect_secs = t_kill.elapsed().as_secs_f64();
     // Now exact: a page hits iff it survives; every page is read (the ones before included).

@@ -5,9 +5,7 @@
 
 use gms::prelude::PageId;
 use gmsd::client::Client;
-use gmsd::proto::{
-    read_frame, reply_body, write_frame, GetOutcome, PutOutcome, Request, MAX_FRAME_BYTES,
-};
+use gmsd::proto::{read_frame, reply_body, write_frame, GetOutcome, PutOutcome, Request, MAX_FRAME_BYTES};
 use std::io::Write;
 use std::net::UdpSocket;
 use std::os::unix::net::UnixStream;
@@ -32,11 +30,7 @@ fn gmsd() -> Command {
 /// A port with the next one free too.
 fn ports() -> u16 {
     for _ in 0..100 {
-        let p = UdpSocket::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let p = UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         if p < u16::MAX - 2
             && UdpSocket::bind(("127.0.0.1", p + 1)).is_ok()
             && UdpSocket::bind(("127.0.0.1", p + 2)).is_ok()
@@ -62,14 +56,7 @@ fn bad_requests_get_errors_and_the_daemon_lives_on() {
     let p = ports();
     // A peer that never answers: the node ends up alone once it is declared dead.
     let child = gmsd()
-        .args([
-            "--node",
-            "0",
-            "--listen",
-            &format!("127.0.0.1:{p}"),
-            "--peer",
-            &format!("1=127.0.0.1:{}", p + 10),
-        ])
+        .args(["--node", "0", "--listen", &format!("127.0.0.1:{p}"), "--peer", &format!("1=127.0.0.1:{}", p + 10)])
         .args(["--budget-mb", "1", "--dead-after-ms", "200", "--socket"])
         .arg(&sock)
         .stdout(Stdio::null())
@@ -82,11 +69,7 @@ fn bad_requests_get_errors_and_the_daemon_lives_on() {
         if let Ok(c) = Client::connect(&sock) {
             break c;
         }
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "gmsd did not open {}",
-            sock.display()
-        );
+        assert!(t0.elapsed() < Duration::from_secs(20), "gmsd did not open {}", sock.display());
         std::thread::sleep(Duration::from_millis(20));
     };
     let s = c.stat().expect("stat");
@@ -94,28 +77,19 @@ fn bad_requests_get_errors_and_the_daemon_lives_on() {
     assert_eq!(s.nodes[0].budget, 128, "1 MiB = 128 pages of 8 KiB");
 
     // Garbage: an unknown op, a truncated put, trailing bytes.
-    let e = reply_body(&raw_call(&sock, &[42]).unwrap())
-        .unwrap_err()
-        .to_string();
+    let e = reply_body(&raw_call(&sock, &[42]).unwrap()).unwrap_err().to_string();
     assert!(e.contains("unknown request op 42"), "{e}");
     let mut put = Request::Put(vec![(PageId::new(1, 1), vec![1; 100])]).encode();
     put.truncate(put.len() - 10);
-    let e = reply_body(&raw_call(&sock, &put).unwrap())
-        .unwrap_err()
-        .to_string();
+    let e = reply_body(&raw_call(&sock, &put).unwrap()).unwrap_err().to_string();
     assert!(e.contains("truncated"), "{e}");
-    let e = reply_body(&raw_call(&sock, &[3, 0]).unwrap())
-        .unwrap_err()
-        .to_string();
+    let e = reply_body(&raw_call(&sock, &[3, 0]).unwrap()).unwrap_err().to_string();
     assert!(e.contains("stray bytes"), "{e}");
     // An oversized length: an error, then the daemon hangs up.
     let mut s = UnixStream::connect(&sock).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(&(MAX_FRAME_BYTES as u32 + 1).to_le_bytes())
-        .unwrap();
-    let e = reply_body(&read_frame(&mut s).unwrap())
-        .unwrap_err()
-        .to_string();
+    s.write_all(&(MAX_FRAME_BYTES as u32 + 1).to_le_bytes()).unwrap();
+    let e = reply_body(&read_frame(&mut s).unwrap()).unwrap_err().to_string();
     assert!(e.contains("exceeds"), "{e}");
     assert!(read_frame(&mut s).is_err(), "the connection is closed");
     // A client that leaves mid-request does not disturb the others.
@@ -126,48 +100,24 @@ fn bad_requests_get_errors_and_the_daemon_lives_on() {
     // Once the silent peer is declared dead the node is alone: no put target; gets miss.
     let t0 = Instant::now();
     while c.stat().unwrap().members != vec![0] {
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "the silent peer was never declared dead"
-        );
+        assert!(t0.elapsed() < Duration::from_secs(10), "the silent peer was never declared dead");
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert_eq!(
-        c.put(PageId::new(1, 1), &[7; 10]).unwrap(),
-        PutOutcome::Error
-    );
-    assert_eq!(
-        c.get_many(&[PageId::new(1, 1)], true).unwrap(),
-        vec![GetOutcome::Miss]
-    );
+    assert_eq!(c.put(PageId::new(1, 1), &[7; 10]).unwrap(), PutOutcome::Error);
+    assert_eq!(c.get_many(&[PageId::new(1, 1)], true).unwrap(), vec![GetOutcome::Miss]);
     assert_eq!(c.get(PageId::new(1, 2)).unwrap(), GetOutcome::Miss);
-    assert!(c
-        .put(PageId::new(1, 3), &[0; 8193])
-        .unwrap_err()
-        .to_string()
-        .contains("exceed the page size"));
+    assert!(c.put(PageId::new(1, 3), &[0; 8193]).unwrap_err().to_string().contains("exceed the page size"));
     let s = c.stat().expect("stat after all that");
     assert_eq!((s.gets, s.misses, s.failures_detected), (2, 2, 1));
 
     // A second daemon on the same socket is refused; the first keeps serving.
     let out = gmsd()
-        .args([
-            "--node",
-            "5",
-            "--listen",
-            &format!("127.0.0.1:{}", p + 2),
-            "--budget-mb",
-            "1",
-            "--socket",
-        ])
+        .args(["--node", "5", "--listen", &format!("127.0.0.1:{}", p + 2), "--budget-mb", "1", "--socket"])
         .arg(&sock)
         .output()
         .unwrap();
     assert!(!out.status.success());
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("another daemon is listening"),
-        "{out:?}"
-    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("another daemon is listening"), "{out:?}");
     assert!(c.stat().is_ok());
 }
 
@@ -179,26 +129,16 @@ fn bad_command_lines_are_refused_clearly() {
         String::from_utf8_lossy(&out.stderr).into_owned()
     };
     let base = ["--node", "0", "--listen", "127.0.0.1:7000"];
-    let with = |extra: &[&'static str]| -> Vec<&'static str> {
-        base.iter().copied().chain(extra.iter().copied()).collect()
-    };
+    let with =
+        |extra: &[&'static str]| -> Vec<&'static str> { base.iter().copied().chain(extra.iter().copied()).collect() };
     assert!(run(&with(&["--budget-mb", "8", "--peer", "x=1"])).contains("is not a number"));
     assert!(run(&with(&["--budget-mb", "8", "--peer", "1=localhost:7"])).contains("not an IP:PORT"));
-    assert!(
-        run(&with(&["--budget-mb", "64", "--peer", "1=127.0.0.1:7010"]))
-            .contains("exceeds a node's page-frame directory")
-    );
+    assert!(run(&with(&["--budget-mb", "64", "--peer", "1=127.0.0.1:7010"]))
+        .contains("exceeds a node's page-frame directory"));
     assert!(run(&with(&["--budget-mb", "0"])).contains("--budget-mb"));
     assert!(run(&with(&["--budget-mb", "8", "--peer", "0=127.0.0.1:7010"])).contains("own id"));
-    assert!(run(&with(&[
-        "--budget-mb",
-        "8",
-        "--peer",
-        "1=127.0.0.1:7010",
-        "--peer",
-        "1=127.0.0.1:7020"
-    ]))
-    .contains("given twice"));
+    assert!(run(&with(&["--budget-mb", "8", "--peer", "1=127.0.0.1:7010", "--peer", "1=127.0.0.1:7020"]))
+        .contains("given twice"));
     assert!(run(&["--node", "0", "--budget-mb", "8"]).contains("--listen"));
     assert!(run(&with(&["--budget-mb", "8", "--link-faults", "delay=5"])).contains("no unit"));
     assert!(run(&with(&["--budget-mb", "8", "--link-faults", "lose=1%"])).contains("unknown fault"));

@@ -17,12 +17,7 @@ use std::time::{Duration, Instant};
 pub const PAGE: usize = 4096;
 
 /// `O_DIRECT` as `open(2)` takes it on this architecture.
-#[cfg(any(
-    target_arch = "x86_64",
-    target_arch = "x86",
-    target_arch = "riscv64",
-    target_arch = "riscv32"
-))]
+#[cfg(any(target_arch = "x86_64", target_arch = "x86", target_arch = "riscv64", target_arch = "riscv32"))]
 pub const O_DIRECT: i32 = 0o40000;
 #[cfg(any(target_arch = "aarch64", target_arch = "arm"))]
 pub const O_DIRECT: i32 = 0o200000;
@@ -166,10 +161,7 @@ impl AlignedBuf {
     pub fn new(len: usize) -> Self {
         let raw = vec![0u8; len + PAGE];
         let start = raw.as_ptr().align_offset(PAGE);
-        assert!(
-            start <= PAGE,
-            "align_offset on a u8 pointer is at most the alignment"
-        );
+        assert!(start <= PAGE, "align_offset on a u8 pointer is at most the alignment");
         AlignedBuf { raw, start, len }
     }
     pub fn as_slice(&self) -> &[u8] {
@@ -212,13 +204,7 @@ fn read_full(f: &File, buf: &mut [u8], off: u64) -> Result<Duration, String> {
             Ok(0) => return Err(format!("read at byte {}: end of device", off + done as u64)),
             Ok(n) => done += n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => {
-                return Err(format!(
-                    "read of {} bytes at byte {}: {e}",
-                    buf.len() - done,
-                    off + done as u64
-                ))
-            }
+            Err(e) => return Err(format!("read of {} bytes at byte {}: {e}", buf.len() - done, off + done as u64)),
         }
     }
     Ok(took)
@@ -228,21 +214,10 @@ fn write_full(f: &File, buf: &[u8], off: u64) -> Result<(), String> {
     let mut done = 0;
     while done < buf.len() {
         match f.write_at(&buf[done..], off + done as u64) {
-            Ok(0) => {
-                return Err(format!(
-                    "write at byte {}: end of device",
-                    off + done as u64
-                ))
-            }
+            Ok(0) => return Err(format!("write at byte {}: end of device", off + done as u64)),
             Ok(n) => done += n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => {
-                return Err(format!(
-                    "write of {} bytes at byte {}: {e}",
-                    buf.len() - done,
-                    off + done as u64
-                ))
-            }
+            Err(e) => return Err(format!("write of {} bytes at byte {}: {e}", buf.len() - done, off + done as u64)),
         }
     }
     Ok(())
@@ -250,17 +225,13 @@ fn write_full(f: &File, buf: &[u8], off: u64) -> Result<(), String> {
 
 /// Bytes of the device or file (seek to its end: block devices report length 0 in metadata).
 pub fn device_bytes(f: &mut File) -> Result<u64, String> {
-    f.seek(SeekFrom::End(0))
-        .map_err(|e| format!("finding the size: {e}"))
+    f.seek(SeekFrom::End(0)).map_err(|e| format!("finding the size: {e}"))
 }
 
 /// Run the benchmark on an open device. `device` only names it in the report.
 pub fn run(f: &mut File, device: &str, c: &Config) -> Result<Report, String> {
     if c.seq_block_bytes == 0 || !c.seq_block_bytes.is_multiple_of(PAGE) {
-        return Err(format!(
-            "sequential block of {} bytes: must be a positive multiple of {PAGE}",
-            c.seq_block_bytes
-        ));
+        return Err(format!("sequential block of {} bytes: must be a positive multiple of {PAGE}", c.seq_block_bytes));
     }
     if c.reads == 0 {
         return Err("--reads must be at least 1".into());
@@ -269,16 +240,11 @@ pub fn run(f: &mut File, device: &str, c: &Config) -> Result<Report, String> {
     let bytes = c.limit_bytes.map_or(size, |l| l.min(size)) / PAGE as u64 * PAGE as u64;
     if let Some(l) = c.limit_bytes {
         if l > size {
-            return Err(format!(
-                "{device} has {size} bytes, fewer than the {l} asked for"
-            ));
+            return Err(format!("{device} has {size} bytes, fewer than the {l} asked for"));
         }
     }
     if bytes < c.seq_block_bytes as u64 {
-        return Err(format!(
-            "{device}: {bytes} usable bytes, less than one {} KiB block",
-            c.seq_block_bytes / 1024
-        ));
+        return Err(format!("{device}: {bytes} usable bytes, less than one {} KiB block", c.seq_block_bytes / 1024));
     }
     let pages = bytes / PAGE as u64;
     let mut block = AlignedBuf::new(c.seq_block_bytes);
@@ -291,17 +257,13 @@ pub fn run(f: &mut File, device: &str, c: &Config) -> Result<Report, String> {
         while off < bytes {
             let len = (bytes - off).min(c.seq_block_bytes as u64) as usize;
             let first = off / PAGE as u64;
-            for (k, p) in block.as_mut_slice()[..len]
-                .chunks_exact_mut(PAGE)
-                .enumerate()
-            {
+            for (k, p) in block.as_mut_slice()[..len].chunks_exact_mut(PAGE).enumerate() {
                 fill_page(c.seed, first + k as u64, p);
             }
             write_full(f, &block.as_slice()[..len], off)?;
             off += len as u64;
         }
-        f.sync_all()
-            .map_err(|e| format!("fsync after writing the pattern: {e}"))?;
+        f.sync_all().map_err(|e| format!("fsync after writing the pattern: {e}"))?;
         Some(mb_s(bytes, t.elapsed()))
     } else {
         None
@@ -311,10 +273,7 @@ pub fn run(f: &mut File, device: &str, c: &Config) -> Result<Report, String> {
     let mut check = |page: u64, buf: &[u8]| -> Result<(), String> {
         if c.verify {
             if let Some(at) = check_page(c.seed, page, buf) {
-                return Err(format!(
-                    "{device}: page {page} differs from the pattern at byte {at} (seed {})",
-                    c.seed
-                ));
+                return Err(format!("{device}: page {page} differs from the pattern at byte {at} (seed {})", c.seed));
             }
             verified += 1;
         }
@@ -380,13 +339,7 @@ mod tests {
 
     fn temp(name: &str, len: u64) -> (std::path::PathBuf, File) {
         let p = std::env::temp_dir().join(format!("blkbench-{}-{name}", std::process::id()));
-        let f = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&p)
-            .unwrap();
+        let f = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&p).unwrap();
         f.set_len(len).unwrap();
         (p, f)
     }
@@ -402,10 +355,7 @@ mod tests {
         assert_eq!(check_page(1, 5, &a), None);
         a[1234] ^= 0x10;
         assert_eq!(check_page(1, 5, &a), Some(1234));
-        assert!(
-            check_page(1, 5, &vec![0u8; PAGE]).is_some(),
-            "a zero page is not the pattern"
-        );
+        assert!(check_page(1, 5, &vec![0u8; PAGE]).is_some(), "a zero page is not the pattern");
     }
 
     #[test]
@@ -436,15 +386,7 @@ mod tests {
         assert_eq!(r.pages_verified, 200 + 256);
         assert!(r.rand4k_p50_us > 0.0 && r.rand4k_p50_us <= r.rand4k_p99_us && r.seq_mb_s > 0.0);
         // A second run without writing finds the same pattern.
-        let again = run(
-            &mut f,
-            "file",
-            &Config {
-                write: false,
-                ..cfg(true)
-            },
-        )
-        .unwrap();
+        let again = run(&mut f, "file", &Config { write: false, ..cfg(true) }).unwrap();
         assert_eq!(again.pages_verified, 456);
         std::fs::remove_file(p).unwrap();
     }
@@ -454,20 +396,8 @@ mod tests {
         let (p, mut f) = temp("bad", 256 * 1024);
         run(&mut f, "file", &cfg(true)).unwrap();
         f.write_at(b"X", 3 * PAGE as u64 + 17).unwrap();
-        let err = run(
-            &mut f,
-            "file",
-            &Config {
-                write: false,
-                reads: 1,
-                ..cfg(true)
-            },
-        )
-        .unwrap_err();
-        assert!(
-            err.contains("page 3 differs") && err.contains("byte 17"),
-            "{err}"
-        );
+        let err = run(&mut f, "file", &Config { write: false, reads: 1, ..cfg(true) }).unwrap_err();
+        assert!(err.contains("page 3 differs") && err.contains("byte 17"), "{err}");
         std::fs::remove_file(p).unwrap();
     }
 
@@ -476,25 +406,9 @@ mod tests {
         let (p, mut f) = temp("small", 8 * 1024);
         let err = run(&mut f, "file", &cfg(true)).unwrap_err();
         assert!(err.contains("less than one 64 KiB block"), "{err}");
-        let err = run(
-            &mut f,
-            "file",
-            &Config {
-                limit_bytes: Some(1 << 30),
-                ..cfg(true)
-            },
-        )
-        .unwrap_err();
+        let err = run(&mut f, "file", &Config { limit_bytes: Some(1 << 30), ..cfg(true) }).unwrap_err();
         assert!(err.contains("fewer than"), "{err}");
-        let err = run(
-            &mut f,
-            "file",
-            &Config {
-                seq_block_bytes: 1000,
-                ..cfg(true)
-            },
-        )
-        .unwrap_err();
+        let err = run(&mut f, "file", &Config { seq_block_bytes: 1000, ..cfg(true) }).unwrap_err();
         assert!(err.contains("multiple of 4096"), "{err}");
         std::fs::remove_file(p).unwrap();
     }
@@ -516,10 +430,7 @@ mod tests {
         };
         let j = r.json();
         assert!(!j.contains('\n'));
-        assert!(
-            j.starts_with("{\"tool\":\"trapeze-blkbench\",\"name\":\"n\\\"bd\""),
-            "{j}"
-        );
+        assert!(j.starts_with("{\"tool\":\"trapeze-blkbench\",\"name\":\"n\\\"bd\""), "{j}");
         assert!(
             j.contains("\"write_mb_s\":null,")
                 && j.contains("\"rand4k_p50_us\":1.2")

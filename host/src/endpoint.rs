@@ -22,8 +22,8 @@
 use super::iface::entry::{rx_flags, state, Ring, Segment, Slot, TxStatus};
 use super::iface::ipt::{CancelState, IptEntry, PayloadToken};
 use super::iface::layout::{
-    ctrl, ctrl_word, Counter, FwState, CTRL_MSG_BYTES, ENDPOINT_MAGIC, IPT_ENTRIES,
-    LAYOUT_VERSION, MAX_SEGMENTS, RECV_RING_ENTRIES, SEND_RING_ENTRIES,
+    ctrl, ctrl_word, Counter, FwState, CTRL_MSG_BYTES, ENDPOINT_MAGIC, IPT_ENTRIES, LAYOUT_VERSION, MAX_SEGMENTS,
+    RECV_RING_ENTRIES, SEND_RING_ENTRIES,
 };
 use super::iface::mem::NicMemory;
 use super::keys::KeyGen;

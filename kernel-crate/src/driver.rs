@@ -36,11 +36,13 @@ use crate::sys::irq::{IrqReturn, IrqVectors, ThreadedHandler, ThreadedIrq};
 use crate::sys::pci::{self, BusMaster, Enabled, IoMem, PciDev, Regions};
 use crate::sys::{self, param};
 use crate::tpz::endpoint::{Endpoint, EndpointConfig, RecvMsg, SendMsg};
-use crate::tpz::gms::prelude::{GmsConfig, GmsNode, Host};
 use crate::tpz::gms::heartbeat;
+use crate::tpz::gms::prelude::{GmsConfig, GmsNode, Host};
 use crate::tpz::iface::entry::Segment;
 use crate::tpz::iface::ipt::PayloadToken;
-use crate::tpz::iface::layout::{ctrl, ctrl_word, host_req, notify, Counter, FwState, Policy, NIC_MEM_BYTES, RECV_RING_ENTRIES};
+use crate::tpz::iface::layout::{
+    ctrl, ctrl_word, host_req, notify, Counter, FwState, Policy, NIC_MEM_BYTES, RECV_RING_ENTRIES,
+};
 use crate::tpz::iface::mem::NicMemory;
 use crate::tpz::netrpc::prelude::Mode;
 use crate::tpz::netrpc::rpc::{Config as RpcConfig, Rpc};
@@ -54,8 +56,7 @@ use kernel::{c_str, new_condvar, new_spinlock, new_work, prelude::*};
 const VENDOR_ID: u16 = 0x1af4;
 const DEVICE_ID: u16 = 0x1110;
 /// The PCI ids this driver binds: the ivshmem-doorbell device the virtual NIC serves.
-pub(crate) static IDS: pci::IdTable<2> =
-    pci::IdTable::new([pci::id(VENDOR_ID, DEVICE_ID), pci::id_terminator()]);
+pub(crate) static IDS: pci::IdTable<2> = pci::IdTable::new([pci::id(VENDOR_ID, DEVICE_ID), pci::id_terminator()]);
 
 /// BAR0: ivshmem registers (IntrMask, IntrStatus, IVPosition, Doorbell).
 const REGS_BAR: u32 = 0;
@@ -247,7 +248,15 @@ impl Device {
         )?;
         // From here on, dropping `dev` halts the NIC before the frames go.
         let mut dev = KBox::new(
-            Device { disk: None, irq: None, shared, _master: master, _regions: regions, _enabled: enabled, pdev: pdev.clone() },
+            Device {
+                disk: None,
+                irq: None,
+                shared,
+                _master: master,
+                _regions: regions,
+                _enabled: enabled,
+                pdev: pdev.clone(),
+            },
             GFP_KERNEL,
         )?;
         dev.shared.start()?;
@@ -347,7 +356,12 @@ impl Drop for Device {
             let core = s.core.lock();
             let (calls, ops) = (core.rpc.calls_in_use(), core.node.ops_in_use());
             if calls + ops > 0 {
-                pr_info!("{}: unloading with {} NetRPC calls and {} GMS operations in flight: they fail\n", name, calls, ops);
+                pr_info!(
+                    "{}: unloading with {} NetRPC calls and {} GMS operations in flight: they fail\n",
+                    name,
+                    calls,
+                    ops
+                );
             }
         }
         let unsent = s.finish_sends();
@@ -754,7 +768,12 @@ impl Shared {
             }
             None => {
                 STATS.rx_unknown.inc();
-                pr_info!("message from node {}: {} control bytes, {} payload bytes (not ours)\n", m.src, m.ctrl_len, m.payload_len);
+                pr_info!(
+                    "message from node {}: {} control bytes, {} payload bytes (not ours)\n",
+                    m.src,
+                    m.ctrl_len,
+                    m.payload_len
+                );
                 false
             }
         }
@@ -868,4 +887,3 @@ fn alloc_frames<A: kernel::alloc::Allocator>(pdev: &PciDev, n: usize) -> Result<
     }
     Ok(v)
 }
-

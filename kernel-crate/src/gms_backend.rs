@@ -148,7 +148,14 @@ impl DiskState {
             targets: t,
             ntargets: targets.len(),
             next_target: 0,
-            counters: DiskCounters { reads_zero: 0, reads_cache: 0, prefetches: 0, reads_ok: 0, writes_ok: 0, errors: 0 },
+            counters: DiskCounters {
+                reads_zero: 0,
+                reads_cache: 0,
+                prefetches: 0,
+                reads_ok: 0,
+                writes_ok: 0,
+                errors: 0,
+            },
             ra: KBox::new(ReadAhead::new(readahead::Config { trigger: 2, depth }), GFP_KERNEL)?,
             ra_on: depth > 0,
             cache: KVec::from_elem(None, if depth > 0 { CACHE_PAGES } else { 0 }, GFP_KERNEL)?,
@@ -444,13 +451,30 @@ impl Shared {
                     continue;
                 }
                 let nv = v + 1;
-                match c.node.putpage(now, &mut c.rpc, id, Version(nv), f, PAGE_BYTES as u32, target, false, Mode::NonBlocking) {
+                match c.node.putpage(
+                    now,
+                    &mut c.rpc,
+                    id,
+                    Version(nv),
+                    f,
+                    PAGE_BYTES as u32,
+                    target,
+                    false,
+                    Mode::NonBlocking,
+                ) {
                     Ok(op) => {
                         let d = c.node.host.disk.as_mut();
                         if let Some(d) = d {
                             d.versions[page as usize] = nv;
-                            d.in_flight[usize::from(op.slot)] =
-                                Some(InFlight { op, io: Some(io), frame: f, write: true, version: nv, ra: false, prefetch: false });
+                            d.in_flight[usize::from(op.slot)] = Some(InFlight {
+                                op,
+                                io: Some(io),
+                                frame: f,
+                                write: true,
+                                version: nv,
+                                ra: false,
+                                prefetch: false,
+                            });
                         }
                         issued = true;
                     }
@@ -474,8 +498,15 @@ impl Shared {
                         // in-flight entry): handle that completion now.
                         let slot = usize::from(op.slot);
                         if let Some(d) = c.node.host.disk.as_mut() {
-                            d.in_flight[slot] =
-                                Some(InFlight { op, io: Some(io), frame: f, write: false, version: v, ra, prefetch: false });
+                            d.in_flight[slot] = Some(InFlight {
+                                op,
+                                io: Some(io),
+                                frame: f,
+                                write: false,
+                                version: v,
+                                ra,
+                                prefetch: false,
+                            });
                         }
                         if let Some(done) = c.node.host.take_done(op) {
                             DiskState::complete(&mut c.node.host, &done);
@@ -522,8 +553,15 @@ impl Shared {
             match c.node.getpage(now, &mut c.rpc, PageId::new(DISK_SPACE, page), reply_to, Mode::NonBlocking) {
                 Ok(op) => {
                     if let Some(d) = c.node.host.disk.as_mut() {
-                        d.in_flight[usize::from(op.slot)] =
-                            Some(InFlight { op, io: None, frame: f, write: false, version: v, ra: true, prefetch: true });
+                        d.in_flight[usize::from(op.slot)] = Some(InFlight {
+                            op,
+                            io: None,
+                            frame: f,
+                            write: false,
+                            version: v,
+                            ra: true,
+                            prefetch: true,
+                        });
                     }
                     if let Some(done) = c.node.host.take_done(op) {
                         DiskState::complete(&mut c.node.host, &done);

@@ -527,7 +527,12 @@ impl Host<Frame> for KHost {
 
 /// Check an echo reply against request `seq` of `len` bytes: the body, then the payload
 /// byte for byte. Releases the reply's frame.
-pub(crate) fn check_echo(host: &mut KHost, o: &Outcome<Frame>, seq: u32, len: u32) -> core::result::Result<(), &'static str> {
+pub(crate) fn check_echo(
+    host: &mut KHost,
+    o: &Outcome<Frame>,
+    seq: u32,
+    len: u32,
+) -> core::result::Result<(), &'static str> {
     let r = match o {
         Ok(r) => r,
         Err(_) => return Err("the call failed"),

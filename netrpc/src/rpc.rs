@@ -341,9 +341,7 @@ impl<Ctx: Runtime<F>, F: Copy, const CALLS: usize, const CONTS: usize, const TX:
     // ---- internals ---------------------------------------------------------------
 
     fn live(&mut self, call: CallId) -> Option<&mut Record<Ctx, F, CONTS>> {
-        self.records
-            .get_mut(call.record as usize)
-            .filter(|r| r.generation == call.generation && r.state != State::Free)
+        self.records.get_mut(call.record as usize).filter(|r| r.generation == call.generation && r.state != State::Free)
     }
 
     fn free_record(&mut self, i: usize) {
@@ -479,9 +477,10 @@ impl<Ctx: Runtime<F>, F: Copy, const CALLS: usize, const CONTS: usize, const TX:
         let t = h.token;
         let i = t.record as usize;
         let fresh = t.origin == self.node
-            && self.records.get(i).is_some_and(|r| {
-                r.generation == t.generation && r.state == State::InFlight && r.op == h.op
-            });
+            && self
+                .records
+                .get(i)
+                .is_some_and(|r| r.generation == t.generation && r.state == State::InFlight && r.op == h.op);
         if !fresh {
             self.stats.stale_replies += 1;
             self.drop_payload(ctx, payload);

@@ -119,11 +119,16 @@ pub enum ReplyTo<F> {
     None,
     /// The runtime armed an IPT entry for `frame` and got `token`; the replying node tags
     /// the payload with it and the NIC delivers straight into `frame`.
-    Solicited { token: u64, frame: F },
+    Solicited {
+        token: u64,
+        frame: F,
+    },
     /// Into a receive buffer of the caller's NIC, handed to the caller with the reply.
     Unsolicited,
     /// Into a receive buffer, then copied into `frame` by the runtime.
-    UnsolicitedCopy { frame: F },
+    UnsolicitedCopy {
+        frame: F,
+    },
 }
 
 impl<F> ReplyTo<F> {
@@ -140,10 +145,16 @@ impl<F> ReplyTo<F> {
 pub enum InPayload<F> {
     None,
     /// Delivered into the IPT frame of `token` (zero-copy).
-    Ipt { token: u64, len: u32 },
+    Ipt {
+        token: u64,
+        len: u32,
+    },
     /// In a receive buffer the runtime detached from its ring slot; whoever receives it
     /// (a server stub, or the caller through [`Payload::Buffer`]) owns it.
-    Buffer { frame: F, len: u32 },
+    Buffer {
+        frame: F,
+        len: u32,
+    },
     /// The NIC refused the payload (bad token, no buffer, DMA refused).
     Refused,
 }
@@ -154,9 +165,15 @@ pub enum Payload<F> {
     None,
     /// In the caller's own frame (solicited, or copied); `len` may be 0 if the reply had
     /// no payload. The frame is the caller's again.
-    Frame { frame: F, len: u32 },
+    Frame {
+        frame: F,
+        len: u32,
+    },
     /// In a receive buffer, now the caller's.
-    Buffer { frame: F, len: u32 },
+    Buffer {
+        frame: F,
+        len: u32,
+    },
 }
 
 /// A reply, as continuations and waiters see it.

@@ -7,9 +7,7 @@
 use std::collections::BTreeMap;
 use trapeze_firmware::iface::entry::{rx_flags, Ring, Segment, Slot, TxStatus};
 use trapeze_firmware::iface::ipt::{self, CancelState, IptEntry, PayloadToken};
-use trapeze_firmware::iface::layout::{
-    notify, Counter, IPT_ENTRIES, IPT_ENTRY_BYTES, IPT_OFF, RECV_RING_ENTRIES,
-};
+use trapeze_firmware::iface::layout::{notify, Counter, IPT_ENTRIES, IPT_ENTRY_BYTES, IPT_OFF, RECV_RING_ENTRIES};
 use trapeze_firmware::iface::mem::NicMemory;
 use trapeze_firmware::iface::regs::tx_flags;
 use trapeze_firmware::sim::{
@@ -55,10 +53,7 @@ fn send(c: &mut Cluster, from: usize, msg: OutMsg) -> u64 {
 /// Run until every host, NIC and the switch are idle, then a little longer (so nothing
 /// that was about to happen is missed).
 fn settle(c: &mut Cluster) {
-    assert!(
-        c.run_until(LIMIT_PS, |c| c.is_quiet()),
-        "cluster did not go quiet in 100 ms"
-    );
+    assert!(c.run_until(LIMIT_PS, |c| c.is_quiet()), "cluster did not go quiet in 100 ms");
     let t = c.now_ps();
     c.run_until(200 * US, |c| c.now_ps() > t + 100 * US);
     assert!(c.is_quiet());
@@ -70,10 +65,7 @@ fn counter(c: &Cluster, node: usize, k: Counter) -> u64 {
 
 /// All of `node`'s host memory.
 fn snapshot(c: &Cluster, node: usize) -> Vec<u8> {
-    c.host(node)
-        .read(HOST_DMA_BASE, HOST_MEM)
-        .expect("host memory")
-        .to_vec()
+    c.host(node).read(HOST_DMA_BASE, HOST_MEM).expect("host memory").to_vec()
 }
 
 /// The frame the host attached to receive slot `i` (one MTU-sized segment).
@@ -90,33 +82,17 @@ fn assert_only_changed(before: &[u8], after: &[u8], addr: u64, new: &[u8]) {
     let hi = lo + new.len();
     assert_eq!(&after[lo..hi], new, "frame contents");
     if let Some(i) = (0..before.len()).find(|&i| (i < lo || i >= hi) && before[i] != after[i]) {
-        panic!(
-            "host memory changed outside the frame at {:#x}",
-            HOST_DMA_BASE + i as u64
-        );
+        panic!("host memory changed outside the frame at {:#x}", HOST_DMA_BASE + i as u64);
     }
 }
 
 #[test]
 fn control_only_message_delivered_exactly() {
     let mut c = cluster(3, NodeConfig::default());
-    let msgs: Vec<(usize, Vec<u8>)> = vec![
-        (0, data(1, 37)),
-        (2, data(2, 128)),
-        (0, Vec::new()),
-        (2, data(3, 1)),
-        (0, data(4, 128)),
-    ];
+    let msgs: Vec<(usize, Vec<u8>)> =
+        vec![(0, data(1, 37)), (2, data(2, 128)), (0, Vec::new()), (2, data(3, 1)), (0, data(4, 128))];
     for (from, ctrl) in &msgs {
-        send(
-            &mut c,
-            *from,
-            OutMsg {
-                peer: 1,
-                ctrl: ctrl.clone(),
-                ..Default::default()
-            },
-        );
+        send(&mut c, *from, OutMsg { peer: 1, ctrl: ctrl.clone(), ..Default::default() });
     }
     settle(&mut c);
 
@@ -138,11 +114,7 @@ fn control_only_message_delivered_exactly() {
     for from in [0, 2] {
         let n = msgs.iter().filter(|m| m.0 == from).count();
         assert_eq!(c.host(from).sent.len(), n);
-        assert!(c
-            .host(from)
-            .sent
-            .iter()
-            .all(|s| s.status == Some(TxStatus::Sent)));
+        assert!(c.host(from).sent.iter().all(|s| s.status == Some(TxStatus::Sent)));
         assert_eq!(counter(&c, from, Counter::TxPackets), n as u64);
         assert_eq!(counter(&c, from, Counter::TxBytes), 0);
         // Nothing to read from host memory for a control-only message.
@@ -184,32 +156,16 @@ fn unsolicited_payloads_land_intact() {
         let at = (frame.addr - HOST_DMA_BASE) as usize;
         expect[at..at + len].copy_from_slice(&payload);
     }
-    assert!(
-        snapshot(&c, 1) == expect,
-        "host memory differs from the payloads in their frames"
-    );
-    assert!(c
-        .host(0)
-        .sent
-        .iter()
-        .all(|s| s.status == Some(TxStatus::Sent)));
+    assert!(snapshot(&c, 1) == expect, "host memory differs from the payloads in their frames");
+    assert!(c.host(0).sent.iter().all(|s| s.status == Some(TxStatus::Sent)));
     assert_eq!(counter(&c, 1, Counter::RxPackets), sizes.len() as u64);
-    assert_eq!(
-        counter(&c, 1, Counter::RxBytes),
-        sizes.iter().sum::<usize>() as u64
-    );
-    assert_eq!(
-        counter(&c, 0, Counter::TxBytes),
-        sizes.iter().sum::<usize>() as u64
-    );
+    assert_eq!(counter(&c, 1, Counter::RxBytes), sizes.iter().sum::<usize>() as u64);
+    assert_eq!(counter(&c, 0, Counter::TxBytes), sizes.iter().sum::<usize>() as u64);
 }
 
 #[test]
 fn payload_64k_from_scatter_gather_list() {
-    let cfg = NodeConfig {
-        mtu: 65536,
-        ..NodeConfig::default()
-    };
+    let cfg = NodeConfig { mtu: 65536, ..NodeConfig::default() };
     // 32 receive frames of 64 KB per host: give the hosts room for send frames too.
     let mut c = Cluster::with_host_mem(Params::alpha500(), 2, cfg, Faults::default(), 8 << 20);
     let big = data(64, 65536);
@@ -217,13 +173,7 @@ fn payload_64k_from_scatter_gather_list() {
     send(
         &mut c,
         0,
-        OutMsg {
-            peer: 1,
-            ctrl: tagged_ctrl(0, 0),
-            payload: big.clone(),
-            frame_bytes: 8192,
-            ..Default::default()
-        },
+        OutMsg { peer: 1, ctrl: tagged_ctrl(0, 0), payload: big.clone(), frame_bytes: 8192, ..Default::default() },
     );
     settle(&mut c);
     assert_eq!(c.host(0).sent.len(), 1);
@@ -233,42 +183,20 @@ fn payload_64k_from_scatter_gather_list() {
     assert_eq!((id_of(&got[0]), got[0].flags), (0, 0));
     assert!(got[0].payload == big, "64 KB payload damaged");
     // The source side read each 8 KB frame with one transfer, in order.
-    let reads: Vec<_> = c
-        .transfer_log(0)
-        .iter()
-        .filter(|t| t.kind == TransferKind::HostRead)
-        .copied()
-        .collect();
+    let reads: Vec<_> = c.transfer_log(0).iter().filter(|t| t.kind == TransferKind::HostRead).copied().collect();
     assert_eq!(reads.len(), 8);
     assert!(reads.iter().all(|t| t.len == 8192));
-    assert!(reads
-        .windows(2)
-        .all(|w| w[1].nic_off == w[0].nic_off + 8192));
+    assert!(reads.windows(2).all(|w| w[1].nic_off == w[0].nic_off + 8192));
 
     // 16 frames of 4 KB: more segments than a ring entry holds; refused, nothing sent.
     let packets = c.link_stats().packets;
     send(
         &mut c,
         0,
-        OutMsg {
-            peer: 1,
-            ctrl: tagged_ctrl(1, 0),
-            payload: big.clone(),
-            frame_bytes: 4096,
-            ..Default::default()
-        },
+        OutMsg { peer: 1, ctrl: tagged_ctrl(1, 0), payload: big.clone(), frame_bytes: 4096, ..Default::default() },
     );
     // And a 64 KB payload from a single frame still goes.
-    send(
-        &mut c,
-        0,
-        OutMsg {
-            peer: 1,
-            ctrl: tagged_ctrl(2, 0),
-            payload: big.clone(),
-            ..Default::default()
-        },
-    );
+    send(&mut c, 0, OutMsg { peer: 1, ctrl: tagged_ctrl(2, 0), payload: big.clone(), ..Default::default() });
     settle(&mut c);
     let sent = &c.host(0).sent;
     assert_eq!(sent.len(), 3);
@@ -291,25 +219,13 @@ fn ipt_tokens_deliver_once_and_refuse_everything_else() {
     // Paint the receiving host's free memory: node 1 sends a 6 KB pattern; its send frame
     // is the first free host memory and keeps the pattern once freed after the send.
     let pattern = data(0xFA, 6144);
-    send(
-        &mut c,
-        1,
-        OutMsg {
-            peer: 0,
-            payload: pattern.clone(),
-            ..Default::default()
-        },
-    );
+    send(&mut c, 1, OutMsg { peer: 0, payload: pattern.clone(), ..Default::default() });
     settle(&mut c);
     // Two 2000-byte frames (2048 apart): `frame` between `pad` and the rest of the pattern.
     let (pad_tok, pad) = c.host_mut(1).arm(2000, 1).expect("arm pad");
     let (tok, frame) = c.host_mut(1).arm(2000, 1).expect("arm frame");
     assert_eq!(frame, pad + 2048);
-    assert_eq!(
-        c.host(1).read(pad, 6144).unwrap(),
-        &pattern[..],
-        "memory not painted"
-    );
+    assert_eq!(c.host(1).read(pad, 6144).unwrap(), &pattern[..], "memory not painted");
     let ipt = |c: &Cluster, t: PayloadToken| {
         let e = IptEntry::new(c.nic_mem(1), t.index()).unwrap();
         (e.is_armed(), e.done_len())
@@ -321,21 +237,12 @@ fn ipt_tokens_deliver_once_and_refuse_everything_else() {
     send(
         &mut c,
         0,
-        OutMsg {
-            peer: 1,
-            ctrl: tagged_ctrl(1, 9),
-            payload: payload.clone(),
-            token: tok,
-            ..Default::default()
-        },
+        OutMsg { peer: 1, ctrl: tagged_ctrl(1, 9), payload: payload.clone(), token: tok, ..Default::default() },
     );
     settle(&mut c);
     let d = c.host(1).delivered.last().unwrap().clone();
     assert_eq!(c.host(1).delivered.len(), 1);
-    assert_eq!(
-        (id_of(&d), d.src, d.flags, d.token),
-        (1, 0, rx_flags::IPT, tok)
-    );
+    assert_eq!((id_of(&d), d.src, d.flags, d.token), (1, 0, rx_flags::IPT, tok));
     assert_eq!(d.ctrl, tagged_ctrl(1, 9));
     assert_eq!(d.payload, payload);
     let after = snapshot(&c, 1);
@@ -365,19 +272,12 @@ fn ipt_tokens_deliver_once_and_refuse_everything_else() {
         settle(c);
         assert_eq!(c.host(1).delivered.len(), n + 1, "message {id}");
         let d = c.host(1).delivered.last().unwrap();
-        assert_eq!(
-            (id_of(d), d.flags, d.token),
-            (id, rx_flags::BAD_TOKEN, token),
-            "message {id}"
-        );
+        assert_eq!((id_of(d), d.flags, d.token), (id, rx_flags::BAD_TOKEN, token), "message {id}");
         assert_eq!(d.ctrl, tagged_ctrl(id, 3));
         assert!(d.payload.is_empty());
         let slot = Slot::new(c.nic_mem(1), Ring::Recv, n as u32);
         assert_eq!((slot.payload_len(), slot.flags()), (0, rx_flags::BAD_TOKEN));
-        assert!(
-            snapshot(c, 1) == before,
-            "message {id}: host memory written"
-        );
+        assert!(snapshot(c, 1) == before, "message {id}: host memory written");
         refusals += 1;
         assert_eq!(counter(c, 1, Counter::RxBadToken), refusals, "message {id}");
         assert_eq!(counter(c, 1, Counter::RxIptDelivered), 1, "message {id}");
@@ -390,12 +290,7 @@ fn ipt_tokens_deliver_once_and_refuse_everything_else() {
     let forged = PayloadToken::new(pad_tok.index(), rng.next_u64() | 1);
     assert_ne!(forged, pad_tok);
     expect_refused(&mut c, 3, forged, 2000);
-    expect_refused(
-        &mut c,
-        4,
-        PayloadToken::new(IPT_ENTRIES as u16 + 5, pad_tok.key()),
-        16,
-    );
+    expect_refused(&mut c, 4, PayloadToken::new(IPT_ENTRIES as u16 + 5, pad_tok.key()), 16);
     assert!(ipt(&c, pad_tok).0, "a forgery disturbed the entry");
     // 4. Cancelled before anything arrived.
     let (ctok, _) = c.host_mut(1).arm(2000, 2).expect("arm");
@@ -411,13 +306,7 @@ fn ipt_tokens_deliver_once_and_refuse_everything_else() {
     send(
         &mut c,
         0,
-        OutMsg {
-            peer: 1,
-            ctrl: tagged_ctrl(7, 0),
-            payload: fits.clone(),
-            token: stok,
-            ..Default::default()
-        },
+        OutMsg { peer: 1, ctrl: tagged_ctrl(7, 0), payload: fits.clone(), token: stok, ..Default::default() },
     );
     settle(&mut c);
     let d = c.host(1).delivered.last().unwrap();
@@ -427,11 +316,7 @@ fn ipt_tokens_deliver_once_and_refuse_everything_else() {
     assert_eq!(counter(&c, 1, Counter::RxIptDelivered), 2);
     assert_eq!(counter(&c, 1, Counter::RxBadToken), 5);
     assert_eq!(counter(&c, 1, Counter::RxPackets), 7);
-    assert!(c
-        .host(0)
-        .sent
-        .iter()
-        .all(|s| s.status == Some(TxStatus::Sent)));
+    assert!(c.host(0).sent.iter().all(|s| s.status == Some(TxStatus::Sent)));
 }
 
 /// Unsolicited payloads need a big enough frame on the receive slot: otherwise the
@@ -444,45 +329,17 @@ fn unsolicited_payload_without_room_is_flagged_no_frame() {
     // Slot 0: no frame. Slot 1: 100 bytes. Slot 2: 100 bytes. Slot 3: 60 + 40 bytes,
     // two contiguous segments.
     Slot::new(&mem, Ring::Recv, 0).set_nseg(0);
-    Slot::new(&mem, Ring::Recv, 1).set_segment(
-        0,
-        Segment {
-            addr: f[1].addr,
-            len: 100,
-        },
-    );
-    Slot::new(&mem, Ring::Recv, 2).set_segment(
-        0,
-        Segment {
-            addr: f[2].addr,
-            len: 100,
-        },
-    );
+    Slot::new(&mem, Ring::Recv, 1).set_segment(0, Segment { addr: f[1].addr, len: 100 });
+    Slot::new(&mem, Ring::Recv, 2).set_segment(0, Segment { addr: f[2].addr, len: 100 });
     let s3 = Slot::new(&mem, Ring::Recv, 3);
-    s3.set_segment(
-        0,
-        Segment {
-            addr: f[3].addr,
-            len: 60,
-        },
-    );
-    s3.set_segment(
-        1,
-        Segment {
-            addr: f[3].addr + 60,
-            len: 40,
-        },
-    );
+    s3.set_segment(0, Segment { addr: f[3].addr, len: 60 });
+    s3.set_segment(1, Segment { addr: f[3].addr + 60, len: 40 });
     s3.set_nseg(2);
     let sizes = [1usize, 101, 100, 100];
     let before = snapshot(&c, 1);
     for (k, &len) in sizes.iter().enumerate() {
-        let msg = OutMsg {
-            peer: 1,
-            ctrl: tagged_ctrl(k as u32, 0),
-            payload: data(k as u64, len),
-            ..Default::default()
-        };
+        let msg =
+            OutMsg { peer: 1, ctrl: tagged_ctrl(k as u32, 0), payload: data(k as u64, len), ..Default::default() };
         send(&mut c, 0, msg);
     }
     settle(&mut c);
@@ -501,21 +358,11 @@ fn unsolicited_payload_without_room_is_flagged_no_frame() {
         let at = (f[k].addr - HOST_DMA_BASE) as usize;
         expect[at..at + 100].copy_from_slice(&data(k as u64, 100));
     }
-    assert!(
-        snapshot(&c, 1) == expect,
-        "host memory written outside the delivered frames"
-    );
+    assert!(snapshot(&c, 1) == expect, "host memory written outside the delivered frames");
     // The two-segment frame was written in two transfers split at the segment boundary.
-    let writes: Vec<(u64, u32)> = c
-        .transfer_log(1)
-        .iter()
-        .filter(|t| t.kind == TransferKind::HostWrite)
-        .map(|t| (t.host_addr, t.len))
-        .collect();
-    assert_eq!(
-        writes,
-        [(f[2].addr, 100), (f[3].addr, 60), (f[3].addr + 60, 40)]
-    );
+    let writes: Vec<(u64, u32)> =
+        c.transfer_log(1).iter().filter(|t| t.kind == TransferKind::HostWrite).map(|t| (t.host_addr, t.len)).collect();
+    assert_eq!(writes, [(f[2].addr, 100), (f[3].addr, 60), (f[3].addr + 60, 40)]);
     assert_eq!(counter(&c, 1, Counter::RxNoFrame), 2);
     assert_eq!(counter(&c, 1, Counter::RxPackets), 4);
     assert_eq!(counter(&c, 1, Counter::RxBytes), 200);
@@ -529,10 +376,7 @@ fn refused_source_dma_fails_the_send_and_delivers_nothing() {
         peer: 1,
         ctrl: tagged_ctrl(0, 0),
         payload: vec![0; 4096],
-        raw_segments: Some(vec![Segment {
-            addr: 0x10,
-            len: 4096,
-        }]),
+        raw_segments: Some(vec![Segment { addr: 0x10, len: 4096 }]),
         ..Default::default()
     };
     send(&mut c, 0, bad);
@@ -541,33 +385,15 @@ fn refused_source_dma_fails_the_send_and_delivers_nothing() {
     assert_eq!(c.host(0).sent[0].status, Some(TxStatus::DmaRefused));
     assert_eq!(counter(&c, 0, Counter::DmaRefused), 1);
     assert_eq!(counter(&c, 0, Counter::TxPackets), 0);
-    assert!(c
-        .transfer_log(0)
-        .iter()
-        .all(|t| t.kind != TransferKind::LinkTx));
+    assert!(c.transfer_log(0).iter().all(|t| t.kind != TransferKind::LinkTx));
     assert_eq!(c.link_stats().packets, 0);
     assert!(c.host(1).delivered.is_empty());
     // The NIC carries on.
     let ok = data(1, 3000);
-    send(
-        &mut c,
-        0,
-        OutMsg {
-            peer: 1,
-            ctrl: tagged_ctrl(1, 0),
-            payload: ok.clone(),
-            ..Default::default()
-        },
-    );
+    send(&mut c, 0, OutMsg { peer: 1, ctrl: tagged_ctrl(1, 0), payload: ok.clone(), ..Default::default() });
     settle(&mut c);
     assert_eq!(c.host(1).delivered.len(), 1);
-    assert_eq!(
-        (
-            id_of(&c.host(1).delivered[0]),
-            &c.host(1).delivered[0].payload
-        ),
-        (1, &ok)
-    );
+    assert_eq!((id_of(&c.host(1).delivered[0]), &c.host(1).delivered[0].payload), (1, &ok));
     assert_eq!(c.host(0).sent[1].status, Some(TxStatus::Sent));
 
     // (b) The first frame is good, the second is not: cut-through has already put part of
@@ -579,52 +405,24 @@ fn refused_source_dma_fails_the_send_and_delivers_nothing() {
         peer: 1,
         ctrl: tagged_ctrl(0, 0),
         payload: vec![0; 8192],
-        raw_segments: Some(vec![
-            Segment {
-                addr: good,
-                len: 4096,
-            },
-            Segment {
-                addr: 0x10,
-                len: 4096,
-            },
-        ]),
+        raw_segments: Some(vec![Segment { addr: good, len: 4096 }, Segment { addr: 0x10, len: 4096 }]),
         ..Default::default()
     };
     send(&mut c, 0, bad);
     settle(&mut c);
     assert_eq!(c.host(0).sent[0].status, Some(TxStatus::DmaRefused));
     assert_eq!(counter(&c, 0, Counter::DmaRefused), 1);
-    let link: Vec<_> = c
-        .transfer_log(0)
-        .iter()
-        .filter(|t| t.kind == TransferKind::LinkTx)
-        .copied()
-        .collect();
-    assert!(
-        link.len() >= 2,
-        "nothing went out before the refusal: {link:?}"
-    );
+    let link: Vec<_> = c.transfer_log(0).iter().filter(|t| t.kind == TransferKind::LinkTx).copied().collect();
+    assert!(link.len() >= 2, "nothing went out before the refusal: {link:?}");
     assert_eq!(link[0].flags & tx_flags::FIRST, tx_flags::FIRST);
     assert_eq!(link.last().unwrap().flags, tx_flags::ABORT | tx_flags::LAST);
-    assert!(link[..link.len() - 1]
-        .iter()
-        .all(|t| t.flags & tx_flags::LAST == 0));
+    assert!(link[..link.len() - 1].iter().all(|t| t.flags & tx_flags::LAST == 0));
     assert_eq!(c.link_stats().packets, 1);
     assert!(c.host(1).delivered.is_empty());
     assert_eq!(counter(&c, 1, Counter::RxDropCrc), 1);
     assert_eq!(counter(&c, 1, Counter::RxPackets), 0);
     let ok = data(2, 5000);
-    send(
-        &mut c,
-        0,
-        OutMsg {
-            peer: 1,
-            ctrl: tagged_ctrl(1, 0),
-            payload: ok.clone(),
-            ..Default::default()
-        },
-    );
+    send(&mut c, 0, OutMsg { peer: 1, ctrl: tagged_ctrl(1, 0), payload: ok.clone(), ..Default::default() });
     settle(&mut c);
     let got = &c.host(1).delivered;
     assert_eq!(got.len(), 1);
@@ -633,24 +431,13 @@ fn refused_source_dma_fails_the_send_and_delivers_nothing() {
     // (c) The receiving side: a frame outside host memory on the receive slot. The
     //     message arrives with DMA_REFUSED and no payload; the next slot works.
     let mut c = cluster(2, NodeConfig::default());
-    Slot::new(c.nic_mem(1), Ring::Recv, 0).set_segment(
-        0,
-        Segment {
-            addr: 0x10,
-            len: 8192,
-        },
-    );
+    Slot::new(c.nic_mem(1), Ring::Recv, 0).set_segment(0, Segment { addr: 0x10, len: 8192 });
     let before = snapshot(&c, 1);
     for k in 0..2 {
         send(
             &mut c,
             0,
-            OutMsg {
-                peer: 1,
-                ctrl: tagged_ctrl(k, 0),
-                payload: data(u64::from(k), 3000),
-                ..Default::default()
-            },
+            OutMsg { peer: 1, ctrl: tagged_ctrl(k, 0), payload: data(u64::from(k), 3000), ..Default::default() },
         );
     }
     settle(&mut c);
@@ -659,21 +446,14 @@ fn refused_source_dma_fails_the_send_and_delivers_nothing() {
     assert_eq!((id_of(&got[0]), got[0].flags), (0, rx_flags::DMA_REFUSED));
     assert!(got[0].payload.is_empty());
     assert_eq!(Slot::new(c.nic_mem(1), Ring::Recv, 0).payload_len(), 0);
-    assert_eq!(
-        (id_of(&got[1]), got[1].flags, &got[1].payload),
-        (1, 0, &data(1, 3000))
-    );
+    assert_eq!((id_of(&got[1]), got[1].flags, &got[1].payload), (1, 0, &data(1, 3000)));
     let mut expect = before;
     let at = (slot_frame(&c, 1, 1).addr - HOST_DMA_BASE) as usize;
     expect[at..at + 3000].copy_from_slice(&data(1, 3000));
     assert!(snapshot(&c, 1) == expect);
     assert_eq!(counter(&c, 1, Counter::DmaRefused), 1);
     assert_eq!(counter(&c, 1, Counter::RxBytes), 3000);
-    assert!(c
-        .host(0)
-        .sent
-        .iter()
-        .all(|s| s.status == Some(TxStatus::Sent)));
+    assert!(c.host(0).sent.iter().all(|s| s.status == Some(TxStatus::Sent)));
 }
 
 #[test]
@@ -683,46 +463,21 @@ fn full_receive_ring_drops_and_recovers() {
     let total = RECV_RING_ENTRIES + 5;
     let payload = |k: u32| data(1000 + u64::from(k), 256 + k as usize * 7);
     for k in 0..total {
-        send(
-            &mut c,
-            0,
-            OutMsg {
-                peer: 1,
-                ctrl: tagged_ctrl(k, 0),
-                payload: payload(k),
-                ..Default::default()
-            },
-        );
+        send(&mut c, 0, OutMsg { peer: 1, ctrl: tagged_ctrl(k, 0), payload: payload(k), ..Default::default() });
     }
     settle(&mut c);
     // All sends complete; the ring holds the first 32; exactly the last 5 were dropped.
     assert_eq!(c.host(0).sent.len(), total as usize);
-    assert!(c
-        .host(0)
-        .sent
-        .iter()
-        .all(|s| s.status == Some(TxStatus::Sent)));
+    assert!(c.host(0).sent.iter().all(|s| s.status == Some(TxStatus::Sent)));
     assert!(c.host(1).delivered.is_empty());
     assert_eq!(counter(&c, 1, Counter::RxDropRingFull), 5);
-    assert_eq!(
-        counter(&c, 1, Counter::RxPackets),
-        u64::from(RECV_RING_ENTRIES)
-    );
+    assert_eq!(counter(&c, 1, Counter::RxPackets), u64::from(RECV_RING_ENTRIES));
 
     // The host catches up; later messages flow again (more than a ring's worth).
     c.host_mut(1).set_reading(true);
     let more = 40;
     for k in total..total + more {
-        send(
-            &mut c,
-            0,
-            OutMsg {
-                peer: 1,
-                ctrl: tagged_ctrl(k, 0),
-                payload: payload(k),
-                ..Default::default()
-            },
-        );
+        send(&mut c, 0, OutMsg { peer: 1, ctrl: tagged_ctrl(k, 0), payload: payload(k), ..Default::default() });
     }
     settle(&mut c);
     let got = &c.host(1).delivered;
@@ -734,11 +489,7 @@ fn full_receive_ring_drops_and_recovers() {
     }
     assert_eq!(counter(&c, 1, Counter::RxDropRingFull), 5);
     assert_eq!(c.host(0).sent.len(), (total + more) as usize);
-    assert!(c
-        .host(0)
-        .sent
-        .iter()
-        .all(|s| s.status == Some(TxStatus::Sent)));
+    assert!(c.host(0).sent.iter().all(|s| s.status == Some(TxStatus::Sent)));
 }
 
 #[derive(Clone, Debug)]
@@ -755,20 +506,12 @@ struct Expected {
 /// packet was damaged stays armed for a retransmission.
 #[test]
 fn corrupted_packets_are_dropped_and_ipt_entries_survive() {
-    let faults = Faults {
-        drop_ppm: 30_000,
-        corrupt_ppm: 300_000,
-        seed: 0x5EED_0001,
-    };
+    let faults = Faults { drop_ppm: 30_000, corrupt_ppm: 300_000, seed: 0x5EED_0001 };
     let mut c = Cluster::new(Params::alpha500(), 3, NodeConfig::default(), faults);
     let mut rng = Rng::new(0xC0FFEE);
     let mut expected: BTreeMap<u32, Expected> = BTreeMap::new();
     for id in 0..200u32 {
-        let from = if rng.next_u64().is_multiple_of(2) {
-            0
-        } else {
-            2
-        };
+        let from = if rng.next_u64().is_multiple_of(2) { 0 } else { 2 };
         // Many small messages (so headers get hit too), some up to the MTU.
         let len = match rng.next_u64() % 4 {
             0 => 0,
@@ -784,32 +527,13 @@ fn corrupted_packets_are_dropped_and_ipt_entries_survive() {
             PayloadToken::NONE
         };
         let ctrl = tagged_ctrl(id, (rng.next_u64() % 100) as usize);
-        let frame_bytes = if len > 0 {
-            (len as u32).div_ceil(1 + (rng.next_u64() % 8) as u32)
-        } else {
-            0
-        };
+        let frame_bytes = if len > 0 { (len as u32).div_ceil(1 + (rng.next_u64() % 8) as u32) } else { 0 };
         let at = id as u64 * 20 * US;
         c.host_mut(from).post(
             at,
-            OutMsg {
-                peer: 1,
-                ctrl: ctrl.clone(),
-                payload: payload.clone(),
-                token,
-                frame_bytes,
-                ..Default::default()
-            },
+            OutMsg { peer: 1, ctrl: ctrl.clone(), payload: payload.clone(), token, frame_bytes, ..Default::default() },
         );
-        expected.insert(
-            id,
-            Expected {
-                from,
-                ctrl,
-                payload,
-                token,
-            },
-        );
+        expected.insert(id, Expected { from, ctrl, payload, token });
     }
     settle(&mut c);
 
@@ -819,17 +543,9 @@ fn corrupted_packets_are_dropped_and_ipt_entries_survive() {
             let e = &expected[&id_of(d)];
             assert_eq!(d.src as usize, e.from);
             assert_eq!(d.ctrl, e.ctrl, "message {} control damaged", id_of(d));
-            assert!(
-                d.payload == e.payload,
-                "message {} payload damaged",
-                id_of(d)
-            );
+            assert!(d.payload == e.payload, "message {} payload damaged", id_of(d));
             assert_eq!(d.token, e.token);
-            let flags = if e.token.is_none() || e.payload.is_empty() {
-                0
-            } else {
-                rx_flags::IPT
-            };
+            let flags = if e.token.is_none() || e.payload.is_empty() { 0 } else { rx_flags::IPT };
             assert_eq!(d.flags, flags, "message {}", id_of(d));
         }
         let n = ids.len();
@@ -840,62 +556,38 @@ fn corrupted_packets_are_dropped_and_ipt_entries_survive() {
     };
     let got = check_delivered(&c);
     let stats = c.link_stats();
-    assert!(
-        stats.corrupted > 20 && stats.dropped > 0,
-        "faults not exercised: {stats:?}"
-    );
+    assert!(stats.corrupted > 20 && stats.dropped > 0, "faults not exercised: {stats:?}");
     assert_eq!(stats.packets, 200);
     assert_eq!(200 - got.len() as u64, stats.corrupted + stats.dropped);
     assert_eq!(counter(&c, 1, Counter::RxDropCrc), stats.corrupted);
     // A damaged packet is a CRC drop, whatever its damage made it look like.
-    for k in [
-        Counter::RxDropMalformed,
-        Counter::RxBadToken,
-        Counter::RxNoFrame,
-        Counter::RxDropRingFull,
-    ] {
+    for k in [Counter::RxDropMalformed, Counter::RxBadToken, Counter::RxNoFrame, Counter::RxDropRingFull] {
         assert_eq!(counter(&c, 1, k), 0, "{}", k.name());
     }
     assert_eq!(counter(&c, 1, Counter::RxPackets), got.len() as u64);
     for from in [0, 2] {
-        assert!(c
-            .host(from)
-            .sent
-            .iter()
-            .all(|s| s.status == Some(TxStatus::Sent)));
+        assert!(c.host(from).sent.iter().all(|s| s.status == Some(TxStatus::Sent)));
     }
 
     // Retransmit the lost IPT messages with their original tokens until they get through.
     let mut lost: Vec<u32> = expected
         .iter()
-        .filter(|(id, e)| {
-            !e.token.is_none() && !e.payload.is_empty() && got.binary_search(id).is_err()
-        })
+        .filter(|(id, e)| !e.token.is_none() && !e.payload.is_empty() && got.binary_search(id).is_err())
         .map(|(id, _)| *id)
         .collect();
-    assert!(
-        !lost.is_empty(),
-        "no IPT packet was damaged: pick another seed"
-    );
+    assert!(!lost.is_empty(), "no IPT packet was damaged: pick another seed");
     let ipt_before = counter(&c, 1, Counter::RxIptDelivered);
     let n_lost = lost.len() as u64;
     for round in 0..20 {
         for id in &lost {
             let e = &expected[id];
             let entry = IptEntry::new(c.nic_mem(1), e.token.index()).unwrap();
-            assert!(
-                entry.is_armed(),
-                "round {round}: IPT entry of lost message {id} disarmed"
-            );
+            assert!(entry.is_armed(), "round {round}: IPT entry of lost message {id} disarmed");
             // ... and not left claimed by the lost packet (a claim would refuse the
             // retransmission as a duplicate in flight).
             let base = IPT_OFF + u32::from(e.token.index()) * IPT_ENTRY_BYTES;
             let claim = c.nic_mem(1).load_relaxed(base + ipt::CLAIM_SEQ);
-            assert_ne!(
-                claim,
-                entry.arm_seq(),
-                "round {round}: lost message {id} left its IPT entry claimed"
-            );
+            assert_ne!(claim, entry.arm_seq(), "round {round}: lost message {id} left its IPT entry claimed");
             let msg = OutMsg {
                 peer: 1,
                 ctrl: e.ctrl.clone(),
@@ -921,10 +613,7 @@ fn corrupted_packets_are_dropped_and_ipt_entries_survive() {
 
 #[test]
 fn one_interrupt_per_delivered_message() {
-    let cfg = NodeConfig {
-        notify: notify::IRQ_ON_RECV,
-        ..NodeConfig::default()
-    };
+    let cfg = NodeConfig { notify: notify::IRQ_ON_RECV, ..NodeConfig::default() };
     let mut c = cluster(2, cfg);
     // Slot 5 without a frame: that message is delivered with NO_FRAME (still one IRQ).
     Slot::new(c.nic_mem(1), Ring::Recv, 5).set_nseg(0);
@@ -932,18 +621,11 @@ fn one_interrupt_per_delivered_message() {
     let mut n = 0u32;
     for k in 0..12u32 {
         let len = [0usize, 1, 700, 8192][k as usize % 4];
-        let token = if k == 3 || k == 7 {
-            tok
-        } else {
-            PayloadToken::NONE
-        }; // 7: replay
+        let token = if k == 3 || k == 7 { tok } else { PayloadToken::NONE }; // 7: replay
         let msg = OutMsg {
             peer: 1,
             ctrl: tagged_ctrl(k, 0),
-            payload: data(
-                u64::from(k),
-                len.min(if token.is_none() { 8192 } else { 3000 }),
-            ),
+            payload: data(u64::from(k), len.min(if token.is_none() { 8192 } else { 3000 })),
             token,
             ..Default::default()
         };
@@ -957,29 +639,13 @@ fn one_interrupt_per_delivered_message() {
     assert_eq!(got[5].flags, rx_flags::NO_FRAME);
     assert_eq!(got[7].flags, rx_flags::BAD_TOKEN);
     assert_eq!(counter(&c, 1, Counter::Interrupts), u64::from(n));
-    assert_eq!(
-        counter(&c, 0, Counter::Interrupts),
-        0,
-        "no IRQ_ON_SEND_DONE configured"
-    );
+    assert_eq!(counter(&c, 0, Counter::Interrupts), 0, "no IRQ_ON_SEND_DONE configured");
 
     // Send completions interrupt only when asked to.
-    let cfg = NodeConfig {
-        notify: notify::IRQ_ON_SEND_DONE,
-        ..NodeConfig::default()
-    };
+    let cfg = NodeConfig { notify: notify::IRQ_ON_SEND_DONE, ..NodeConfig::default() };
     let mut c = cluster(2, cfg);
     for k in 0..5u32 {
-        send(
-            &mut c,
-            0,
-            OutMsg {
-                peer: 1,
-                ctrl: tagged_ctrl(k, 0),
-                payload: data(9, 100),
-                ..Default::default()
-            },
-        );
+        send(&mut c, 0, OutMsg { peer: 1, ctrl: tagged_ctrl(k, 0), payload: data(9, 100), ..Default::default() });
     }
     settle(&mut c);
     assert_eq!(c.host(1).delivered.len(), 5);

@@ -17,9 +17,7 @@ use proptest::strategy::Union;
 use proptest_state_machine::{prop_state_machine, ReferenceStateMachine, StateMachineTest};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
 use trapeze_firmware::iface::entry::Segment;
-use trapeze_firmware::iface::ipt::{
-    self, CancelState, Claim, IptEntry, PayloadToken, TokenError, KEY_MASK,
-};
+use trapeze_firmware::iface::ipt::{self, CancelState, Claim, IptEntry, PayloadToken, TokenError, KEY_MASK};
 use trapeze_firmware::iface::layout::{IPT_ENTRIES, IPT_ENTRY_BYTES, IPT_OFF, MAX_SEGMENTS};
 use trapeze_firmware::iface::mem::{AtomicWords, NicMemory};
 
@@ -64,14 +62,29 @@ struct Model {
 
 #[derive(Clone, Debug)]
 enum Op {
-    Arm { slot: usize, key: u64, segs: Vec<Segment> },
-    Cancel { slot: usize },
-    CancelPoll { slot: usize },
-    Claim { token: PayloadToken, len: u32 },
+    Arm {
+        slot: usize,
+        key: u64,
+        segs: Vec<Segment>,
+    },
+    Cancel {
+        slot: usize,
+    },
+    CancelPoll {
+        slot: usize,
+    },
+    Claim {
+        token: PayloadToken,
+        len: u32,
+    },
     /// Complete the `k`-th held claim (payload delivered).
-    Complete { k: usize },
+    Complete {
+        k: usize,
+    },
     /// Release the `k`-th held claim (packet lost, e.g. bad CRC).
-    Release { k: usize },
+    Release {
+        k: usize,
+    },
 }
 
 fn slot_of(index: u16) -> Option<usize> {
@@ -205,12 +218,7 @@ impl ReferenceStateMachine for IptMachine {
             (3, (0..n).prop_map(|slot| Op::Cancel { slot }).boxed()),
             // Forged tokens: anything at all, out-of-range indices, zero keys, random
             // keys on the entries in use.
-            (
-                1,
-                (any::<u64>(), any::<u32>())
-                    .prop_map(|(t, len)| Op::Claim { token: PayloadToken(t), len })
-                    .boxed(),
-            ),
+            (1, (any::<u64>(), any::<u32>()).prop_map(|(t, len)| Op::Claim { token: PayloadToken(t), len }).boxed()),
             (
                 1,
                 (IPT_ENTRIES as u16..=u16::MAX, any::<u64>(), 0..10_000u32)
@@ -246,9 +254,7 @@ impl ReferenceStateMachine for IptMachine {
             let issued = m.issued.clone();
             choices.push((
                 3,
-                (prop::sample::select(issued), 0..=20_000u32)
-                    .prop_map(|(token, len)| Op::Claim { token, len })
-                    .boxed(),
+                (prop::sample::select(issued), 0..=20_000u32).prop_map(|(token, len)| Op::Claim { token, len }).boxed(),
             ));
         }
         if !m.claims.is_empty() {

@@ -7,8 +7,8 @@ use proptest::prelude::*;
 use std::sync::atomic::{AtomicU32, Ordering};
 use trapeze_firmware::iface::entry::{Ring, Segment, Slot};
 use trapeze_firmware::iface::layout::{
-    CTRL_MSG_BYTES, MAX_SEGMENTS, NIC_MEM_BYTES, RECV_RING_ENTRIES, RECV_RING_OFF, RING_ENTRY_BYTES,
-    SEND_RING_ENTRIES, SEND_RING_OFF,
+    CTRL_MSG_BYTES, MAX_SEGMENTS, NIC_MEM_BYTES, RECV_RING_ENTRIES, RECV_RING_OFF, RING_ENTRY_BYTES, SEND_RING_ENTRIES,
+    SEND_RING_OFF,
 };
 use trapeze_firmware::iface::mem::AtomicWords;
 

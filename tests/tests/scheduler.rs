@@ -65,17 +65,15 @@ fn msg_spec(mtu: u32) -> impl Strategy<Value = MsgSpec> {
         prop::option::weighted(0.3, (1..=8u32, prop_oneof![Just(0u32), 1..=300u32])),
         4..=128usize,
     )
-        .prop_map(
-            |(from, to, gap_us, len, send_frames, ipt, ctrl_len)| MsgSpec {
-                from,
-                to,
-                gap_us,
-                len,
-                send_frames,
-                ipt,
-                ctrl_len,
-            },
-        )
+        .prop_map(|(from, to, gap_us, len, send_frames, ipt, ctrl_len)| MsgSpec {
+            from,
+            to,
+            gap_us,
+            len,
+            send_frames,
+            ipt,
+            ctrl_len,
+        })
 }
 
 fn faults() -> impl Strategy<Value = Option<Faults>> {
@@ -100,18 +98,16 @@ fn workload() -> impl Strategy<Value = Workload> {
                 prop::collection::vec(msg_spec(mtu), 1..=24),
             )
         })
-        .prop_map(
-            |(mtu, nodes, policy, send_pulse, recv_pulse, faults, seed, msgs)| Workload {
-                nodes,
-                policy,
-                send_pulse,
-                recv_pulse,
-                mtu,
-                faults,
-                seed,
-                msgs,
-            },
-        )
+        .prop_map(|(mtu, nodes, policy, send_pulse, recv_pulse, faults, seed, msgs)| Workload {
+            nodes,
+            policy,
+            send_pulse,
+            recv_pulse,
+            mtu,
+            faults,
+            seed,
+            msgs,
+        })
 }
 
 /// A message as posted.
@@ -145,19 +141,9 @@ fn id_of(d: &Delivered) -> usize {
 
 /// Build the cluster, arm IPT frames, post every message at its time, run to quiet.
 fn run(w: &Workload) -> (Cluster, Vec<Posted>) {
-    let cfg = NodeConfig {
-        policy: w.policy,
-        send_pulse: w.send_pulse,
-        recv_pulse: w.recv_pulse,
-        mtu: w.mtu,
-        notify: 0,
-    };
-    let mut c = Cluster::new(
-        Params::alpha500(),
-        w.nodes,
-        cfg,
-        w.faults.unwrap_or_default(),
-    );
+    let cfg =
+        NodeConfig { policy: w.policy, send_pulse: w.send_pulse, recv_pulse: w.recv_pulse, mtu: w.mtu, notify: 0 };
+    let mut c = Cluster::new(Params::alpha500(), w.nodes, cfg, w.faults.unwrap_or_default());
     let mut posted = Vec::new();
     let mut at = 0;
     for (id, m) in w.msgs.iter().enumerate() {
@@ -172,24 +158,16 @@ fn run(w: &Workload) -> (Cluster, Vec<Posted>) {
             0 => 0,
             k => m.len.div_ceil(k).max(1),
         };
-        let per = if frame_bytes == 0 {
-            m.len.max(1)
-        } else {
-            frame_bytes
-        };
-        let send_frames = payload
-            .chunks(per as usize)
-            .map(|c| c.len() as u32)
-            .collect();
+        let per = if frame_bytes == 0 { m.len.max(1) } else { frame_bytes };
+        let send_frames = payload.chunks(per as usize).map(|c| c.len() as u32).collect();
         let (token, ipt_segs) = match m.ipt {
             Some((k, slack)) if m.len > 0 => {
                 let len = m.len + slack;
                 let (token, addr) = c.host_mut(to).arm(len, k).expect("arm an IPT frame");
                 // Host::arm's split: equal segments of ceil(len / k), the last shorter.
                 let per = len.div_ceil(k);
-                let segs = (0..len.div_ceil(per))
-                    .map(|j| (addr + u64::from(j * per), per.min(len - j * per)))
-                    .collect();
+                let segs =
+                    (0..len.div_ceil(per)).map(|j| (addr + u64::from(j * per), per.min(len - j * per))).collect();
                 (token, Some(segs))
             }
             _ => (PayloadToken::NONE, None),
@@ -203,20 +181,9 @@ fn run(w: &Workload) -> (Cluster, Vec<Posted>) {
             raw_segments: None,
         };
         c.host_mut(from).post(at, msg);
-        posted.push(Posted {
-            from,
-            to,
-            ctrl,
-            payload,
-            token,
-            send_frames,
-            ipt_segs,
-        });
+        posted.push(Posted { from, to, ctrl, payload, token, send_frames, ipt_segs });
     }
-    assert!(
-        c.run_until(2_000_000 * US, |c| c.is_quiet()),
-        "workload did not finish in 2 s of model time"
-    );
+    assert!(c.run_until(2_000_000 * US, |c| c.is_quiet()), "workload did not finish in 2 s of model time");
     (c, posted)
 }
 
@@ -233,95 +200,44 @@ fn check_deliveries(c: &Cluster, w: &Workload, posted: &[Posted]) -> Result<(), 
             prop_assert_eq!(m.to, r, "message {} delivered to the wrong node", id);
             prop_assert_eq!(d.src as usize, m.from);
             prop_assert_eq!(&d.ctrl, &m.ctrl, "message {}: control message damaged", id);
-            prop_assert!(
-                d.payload == m.payload,
-                "message {}: payload of {} bytes damaged",
-                id,
-                m.payload.len()
-            );
+            prop_assert!(d.payload == m.payload, "message {}: payload of {} bytes damaged", id, m.payload.len());
             prop_assert_eq!(d.token, m.token);
-            let flags = if m.ipt_segs.is_some() {
-                rx_flags::IPT
-            } else {
-                0
-            };
+            let flags = if m.ipt_segs.is_some() { rx_flags::IPT } else { 0 };
             prop_assert_eq!(d.flags, flags, "message {}", id);
         }
         // Per sender, in the order sent.
         for s in 0..w.nodes {
-            let ids: Vec<usize> = got
-                .iter()
-                .filter(|d| d.src as usize == s)
-                .map(id_of)
-                .collect();
-            prop_assert!(
-                ids.windows(2).all(|p| p[0] < p[1]),
-                "from {} to {} out of order: {:?}",
-                s,
-                r,
-                ids
-            );
+            let ids: Vec<usize> = got.iter().filter(|d| d.src as usize == s).map(id_of).collect();
+            prop_assert!(ids.windows(2).all(|p| p[0] < p[1]), "from {} to {} out of order: {:?}", s, r, ids);
         }
         if w.faults.is_none() {
             let want: BTreeSet<usize> = (0..posted.len()).filter(|&i| posted[i].to == r).collect();
-            prop_assert_eq!(
-                &seen,
-                &want,
-                "node {} did not receive exactly its messages",
-                r
-            );
+            prop_assert_eq!(&seen, &want, "node {} did not receive exactly its messages", r);
         }
         delivered += seen.len() as u64;
     }
     let stats = c.link_stats();
     prop_assert_eq!(stats.packets, posted.len() as u64);
-    prop_assert_eq!(
-        posted.len() as u64 - delivered,
-        stats.corrupted + stats.dropped
-    );
+    prop_assert_eq!(posted.len() as u64 - delivered, stats.corrupted + stats.dropped);
     for s in 0..w.nodes {
         let n = posted.iter().filter(|m| m.from == s).count();
         prop_assert_eq!(c.host(s).sent.len(), n);
-        prop_assert!(c
-            .host(s)
-            .sent
-            .iter()
-            .all(|r| r.status == Some(TxStatus::Sent)));
+        prop_assert!(c.host(s).sent.iter().all(|r| r.status == Some(TxStatus::Sent)));
     }
     Ok(())
 }
 
 fn transfers(c: &Cluster, node: usize, kind: TransferKind) -> Vec<TransferLog> {
-    c.transfer_log(node)
-        .iter()
-        .filter(|t| t.kind == kind)
-        .copied()
-        .collect()
+    c.transfer_log(node).iter().filter(|t| t.kind == kind).copied().collect()
 }
 
 /// Sender side: payload reads are whole frames, in order; each packet goes out as
 /// contiguous link pulses obeying the policy.
-fn check_sender(
-    c: &Cluster,
-    w: &Workload,
-    posted: &[Posted],
-    s: usize,
-) -> Result<(), TestCaseError> {
+fn check_sender(c: &Cluster, w: &Workload, posted: &[Posted], s: usize) -> Result<(), TestCaseError> {
     let mine: Vec<&Posted> = posted.iter().filter(|m| m.from == s).collect();
-    let reads: Vec<u32> = transfers(c, s, TransferKind::HostRead)
-        .iter()
-        .map(|t| t.len)
-        .collect();
-    let frames: Vec<u32> = mine
-        .iter()
-        .flat_map(|m| m.send_frames.iter().copied())
-        .collect();
-    prop_assert_eq!(
-        reads,
-        frames,
-        "node {}: payload reads are not one per frame",
-        s
-    );
+    let reads: Vec<u32> = transfers(c, s, TransferKind::HostRead).iter().map(|t| t.len).collect();
+    let frames: Vec<u32> = mine.iter().flat_map(|m| m.send_frames.iter().copied()).collect();
+    prop_assert_eq!(reads, frames, "node {}: payload reads are not one per frame", s);
 
     let link = transfers(c, s, TransferKind::LinkTx);
     let p = w.send_pulse;
@@ -333,46 +249,19 @@ fn check_sender(
         let mut pulses = 0;
         loop {
             let Some(t) = link.get(i) else {
-                return Err(TestCaseError::fail(format!(
-                    "node {s}: link log ends inside a packet"
-                )));
+                return Err(TestCaseError::fail(format!("node {s}: link log ends inside a packet")));
             };
             i += 1;
-            prop_assert_eq!(
-                Some(t.nic_off),
-                base.map(|b| b + sent),
-                "node {}: link pulse not contiguous",
-                s
-            );
-            prop_assert_eq!(
-                t.flags & tx_flags::FIRST != 0,
-                pulses == 0,
-                "node {}: FIRST flag {:?}",
-                s,
-                t
-            );
+            prop_assert_eq!(Some(t.nic_off), base.map(|b| b + sent), "node {}: link pulse not contiguous", s);
+            prop_assert_eq!(t.flags & tx_flags::FIRST != 0, pulses == 0, "node {}: FIRST flag {:?}", s, t);
             prop_assert_eq!(t.flags & tx_flags::ABORT, 0);
             prop_assert!(t.len > 0, "node {}: empty link pulse {:?}", s, t);
             sent += t.len;
             pulses += 1;
             let last = t.flags & tx_flags::LAST != 0;
-            prop_assert_eq!(
-                last,
-                sent == total,
-                "node {}: LAST flag {:?} at {}/{}",
-                s,
-                t,
-                sent,
-                total
-            );
+            prop_assert_eq!(last, sent == total, "node {}: LAST flag {:?} at {}/{}", s, t, sent, total);
             match w.policy {
-                Policy::Eager => prop_assert!(
-                    last || t.len >= p,
-                    "node {}: eager pulse {} < {}",
-                    s,
-                    t.len,
-                    p
-                ),
+                Policy::Eager => prop_assert!(last || t.len >= p, "node {}: eager pulse {} < {}", s, t.len, p),
                 Policy::FixedPulse => prop_assert!(
                     t.len == p || (last && t.len < p),
                     "node {}: fixed pulse {} (threshold {}, last {})",
@@ -390,23 +279,13 @@ fn check_sender(
             }
         }
     }
-    prop_assert_eq!(
-        i,
-        link.len(),
-        "node {}: link pulses beyond the packets sent",
-        s
-    );
+    prop_assert_eq!(i, link.len(), "node {}: link pulses beyond the packets sent", s);
     Ok(())
 }
 
 /// Receiver side (no faults): the payload writes of each delivered message cover its
 /// destination frame(s) contiguously, never cross a frame boundary, and obey the policy.
-fn check_receiver(
-    c: &Cluster,
-    w: &Workload,
-    posted: &[Posted],
-    r: usize,
-) -> Result<(), TestCaseError> {
+fn check_receiver(c: &Cluster, w: &Workload, posted: &[Posted], r: usize) -> Result<(), TestCaseError> {
     let writes = transfers(c, r, TransferKind::HostWrite);
     let p = w.recv_pulse;
     let mut i = 0;
@@ -426,9 +305,7 @@ fn check_receiver(
         let mut segs_touched = 0;
         while remaining > 0 {
             let Some(t) = writes.get(i) else {
-                return Err(TestCaseError::fail(format!(
-                    "node {r}: payload writes missing"
-                )));
+                return Err(TestCaseError::fail(format!("node {r}: payload writes missing")));
             };
             i += 1;
             n += 1;
@@ -436,29 +313,12 @@ fn check_receiver(
                 segs_touched += 1;
             }
             let (addr, len) = segs[seg];
-            prop_assert_eq!(
-                t.host_addr,
-                addr + u64::from(seg_off),
-                "node {}: write {:?} out of place",
-                r,
-                t
-            );
+            prop_assert_eq!(t.host_addr, addr + u64::from(seg_off), "node {}: write {:?} out of place", r, t);
             let seg_rem = len - seg_off;
-            prop_assert!(
-                t.len > 0 && t.len <= seg_rem.min(remaining),
-                "node {}: write {:?} overruns",
-                r,
-                t
-            );
+            prop_assert!(t.len > 0 && t.len <= seg_rem.min(remaining), "node {}: write {:?} overruns", r, t);
             let at_end = t.len == seg_rem || t.len == remaining;
             match w.policy {
-                Policy::Eager => prop_assert!(
-                    t.len >= p || at_end,
-                    "node {}: eager write {} < {}",
-                    r,
-                    t.len,
-                    p
-                ),
+                Policy::Eager => prop_assert!(t.len >= p || at_end, "node {}: eager write {} < {}", r, t.len, p),
                 Policy::FixedPulse => prop_assert!(
                     t.len == p || (at_end && t.len < p),
                     "node {}: fixed write {} (threshold {})",
@@ -481,12 +341,7 @@ fn check_receiver(
             prop_assert_eq!(n, segs_touched, "node {}: not one write per frame", r);
         }
     }
-    prop_assert_eq!(
-        i,
-        writes.len(),
-        "node {}: payload writes no message accounts for",
-        r
-    );
+    prop_assert_eq!(i, writes.len(), "node {}: payload writes no message accounts for", r);
     Ok(())
 }
 
@@ -562,14 +417,9 @@ fn best_eager_beats_best_fixed_beats_store_and_forward() {
 #[test]
 fn eager_adapts_under_load() {
     let params = Params::alpha500();
-    let eager =
-        stream(params, cfg(Policy::Eager, 512, 512), 8192, 32).expect("eager stream intact");
-    let saf = stream(params, cfg(Policy::StoreAndForward, 512, 512), 8192, 32)
-        .expect("store-and-forward intact");
-    assert!(
-        eager.last_quarter_write_bytes > eager.first_quarter_write_bytes,
-        "eager writes did not grow: {eager:?}"
-    );
+    let eager = stream(params, cfg(Policy::Eager, 512, 512), 8192, 32).expect("eager stream intact");
+    let saf = stream(params, cfg(Policy::StoreAndForward, 512, 512), 8192, 32).expect("store-and-forward intact");
+    assert!(eager.last_quarter_write_bytes > eager.first_quarter_write_bytes, "eager writes did not grow: {eager:?}");
     assert!(
         eager.mb_s >= 0.95 * saf.mb_s,
         "eager {:.1} MB/s < 0.95 × store-and-forward {:.1} MB/s",

@@ -6,8 +6,7 @@ mod common;
 use proptest::prelude::*;
 use trapeze_firmware::iface::layout::{CTRL_MSG_BYTES, MAX_MTU_BYTES};
 use trapeze_firmware::iface::wire::{
-    crc32, crc32_update, ctrl_wire_bytes, Header, Packet, WireError, HEADER_BYTES, HEADER_WORDS, MAGIC,
-    VERSION,
+    crc32, crc32_update, ctrl_wire_bytes, Header, Packet, WireError, HEADER_BYTES, HEADER_WORDS, MAGIC, VERSION,
 };
 
 fn mtu_strategy() -> impl Strategy<Value = u32> {
@@ -240,9 +239,8 @@ proptest! {
 
 /// An independent CRC-32/IEEE: table-driven, from the reflected polynomial.
 fn crc32_reference(data: &[u8]) -> u32 {
-    let table: Vec<u32> = (0..256u32)
-        .map(|n| (0..8).fold(n, |c, _| if c & 1 == 1 { 0xEDB8_8320 ^ (c >> 1) } else { c >> 1 }))
-        .collect();
+    let table: Vec<u32> =
+        (0..256u32).map(|n| (0..8).fold(n, |c, _| if c & 1 == 1 { 0xEDB8_8320 ^ (c >> 1) } else { c >> 1 })).collect();
     !data.iter().fold(!0u32, |c, &b| table[((c ^ b as u32) & 0xFF) as usize] ^ (c >> 8))
 }
 

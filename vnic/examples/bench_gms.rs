@@ -345,7 +345,13 @@ fn bench_disk(a: &Args, dir: &std::path::Path) -> anyhow::Result<Side> {
     }
     drop(fd);
     let _ = std::fs::remove_file(&path);
-    Ok(Side { bound: Vec::new(), seq: vec![(0, best)], cpu_us: Vec::new(), p50: pct(&mut lat, 0.5), p99: pct(&mut lat, 0.99) })
+    Ok(Side {
+        bound: Vec::new(),
+        seq: vec![(0, best)],
+        cpu_us: Vec::new(),
+        p50: pct(&mut lat, 0.5),
+        p99: pct(&mut lat, 0.99),
+    })
 }
 
 fn run(a: Args) -> anyhow::Result<()> {
@@ -440,12 +446,19 @@ fn run(a: Args) -> anyhow::Result<()> {
     println!("disk p50 / getpage p50:                 {lat_ratio:.2}x (target ≥ 3)");
     println!("network memory read-ahead 16 / disk sequential: {:.2}x", bw(16) / disk_seq);
     if !rounds.is_empty() {
-        let list = |f: &dyn Fn(&Round) -> f64| rounds.iter().map(|r| format!("{:.2}", f(r))).collect::<Vec<_>>().join(" ");
+        let list =
+            |f: &dyn Fn(&Round) -> f64| rounds.iter().map(|r| format!("{:.2}", f(r))).collect::<Vec<_>>().join(" ");
         println!("\nwhat two cores allow with no wire delay ({} rounds, each within ~0.1 s):", rounds.len());
         println!("  depth-0 time per page (µs), two threads:            {}", list(&|r| r.t0));
         println!("  depth-16 CPU per page (µs), all nodes on one thread: {}", list(&|r| r.c16));
-        println!("  bound 2 × depth-0 time / one-thread depth-16 CPU:    {}  (median {round_bound:.2})", list(&Round::bound));
-        println!("  read-ahead 16 / 0 measured in those rounds:          {}  (median {round_ratio:.2})", list(&|r| r.ratio));
+        println!(
+            "  bound 2 × depth-0 time / one-thread depth-16 CPU:    {}  (median {round_bound:.2})",
+            list(&Round::bound)
+        );
+        println!(
+            "  read-ahead 16 / 0 measured in those rounds:          {}  (median {round_ratio:.2})",
+            list(&|r| r.ratio)
+        );
         println!("  (a depth-0 round trip is all the page's work plus cross-core handoffs, never idle; two cores can at best halve the depth-16 work)");
     }
     if !wired.is_empty() {

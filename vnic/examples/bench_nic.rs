@@ -168,7 +168,12 @@ fn run(a: NicArgs) -> anyhow::Result<()> {
     println!("virtual NIC to virtual NIC over the in-process link (same run, same machine)");
     println!("{:<26} {:>14} {:>14} {:>10}", "", "native", "flashed", "ratio");
     let row = |label: &str, n: f64, f: f64, unit: &str| {
-        println!("{label:<26} {:>14} {:>14} {:>10}", format!("{n:.1} {unit}"), format!("{f:.1} {unit}"), format!("{:.2}", f / n));
+        println!(
+            "{label:<26} {:>14} {:>14} {:>10}",
+            format!("{n:.1} {unit}"),
+            format!("{f:.1} {unit}"),
+            format!("{:.2}", f / n)
+        );
     };
     row("control messages/s", native.msgs_per_s, flashed.msgs_per_s, "");
     row("8 KB stream", native.mb_s, flashed.mb_s, "MB/s");

@@ -39,8 +39,8 @@ use std::net::{TcpListener, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use trapeze_firmware::iface::ipt::PayloadToken;
 use trapeze_firmware::iface::entry::Segment;
+use trapeze_firmware::iface::ipt::PayloadToken;
 use trapeze_host::endpoint::{EndpointConfig, SendMsg};
 use trapeze_vnic::host::DEFAULT_REGION_BASE;
 use trapeze_vnic::link::backend::InProcSwitch;
@@ -168,14 +168,31 @@ fn cont(ctx: &mut trapeze_vnic::rpc::Node<Server>, o: &Outcome<Frame>, _arg: u64
 }
 
 fn node(sw: &InProcSwitch, id: u16, directory: bool) -> anyhow::Result<Port> {
-    let nic = Arc::new(Nic::new(&format!("b{id}"), Link::new(id, Box::new(sw.port(id)), FaultConfig::default()), Duration::ZERO)?);
+    let nic = Arc::new(Nic::new(
+        &format!("b{id}"),
+        Link::new(id, Box::new(sw.port(id)), FaultConfig::default()),
+        Duration::ZERO,
+    )?);
     let inline = nic.start_inline()?;
     let region = Arc::new(Mapping::create_memfd("bench-frames", 16 << 20)?);
-    nic.shared().dma.register("bench", DEFAULT_REGION_BASE, region.clone(), 0, 16 << 20).map_err(|e| anyhow::anyhow!("{e}"))?;
+    nic.shared()
+        .dma
+        .register("bench", DEFAULT_REGION_BASE, region.clone(), 0, 16 << 20)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     let cfg = EndpointConfig { node_id: id, mtu: FRAME_BYTES, ..EndpointConfig::default() };
     let service = Server { page: 0, directory, done: 0, busy_once: false };
     let rcfg = Config { call_timeout: 2_000_000_000, nonblocking_timeout: Some(2_000_000_000) };
-    let mut p = RpcPort::new(nic.mem(), region, DEFAULT_REGION_BASE, cfg, [id as u64 + 1, 99], service, rcfg, Some(inline), None)?;
+    let mut p = RpcPort::new(
+        nic.mem(),
+        region,
+        DEFAULT_REGION_BASE,
+        cfg,
+        [id as u64 + 1, 99],
+        service,
+        rcfg,
+        Some(inline),
+        None,
+    )?;
     let page = p.node.frames.alloc().context("no frame for the page")?;
     p.node.frames.write(page, &vec![0x5Au8; FRAME_BYTES as usize]);
     p.node.service.page = page;
@@ -267,7 +284,9 @@ fn same_thread_on(case: SameThreadCase, calls: u32, window: u32) -> anyhow::Resu
         SameThreadCase::Cont => {
             let issue = |p: &mut Port, mode: Mode, now: u64| -> anyhow::Result<CallId> {
                 let rt = p.solicit()?;
-                p.rpc.call::<Get2>(now, &mut p.node, 1, &req(FRAME_BYTES), rt, mode).map_err(|e| anyhow::anyhow!("call: {e:?}"))
+                p.rpc
+                    .call::<Get2>(now, &mut p.node, 1, &req(FRAME_BYTES), rt, mode)
+                    .map_err(|e| anyhow::anyhow!("call: {e:?}"))
             };
             let secs = bandwidth(&mut client, "cont", FRAME_BYTES, calls, window, &issue, &mut || {
                 server.poll();
@@ -601,11 +620,14 @@ impl BwSeries {
     fn measure(kind: Kind, chunks: u32, chunk_calls: u32, window: u32) -> anyhow::Result<Self> {
         let (mut rpc, rpc_side) = rpc_setup(2)?;
         let sw = InProcSwitch::new();
-        let mut raw = RawClient { port: node(&sw, 0, false)?, solicited: kind == Kind::Solicited, armed: Default::default() };
+        let mut raw =
+            RawClient { port: node(&sw, 0, false)?, solicited: kind == Kind::Solicited, armed: Default::default() };
         let raw_side = ServerSide::Raw(Box::new(RawServer { port: node(&sw, 1, false)?, owed: Default::default() }));
         let issue = |p: &mut Port, mode: Mode, now: u64| -> anyhow::Result<CallId> {
             let rt = reply_to(p, kind)?;
-            p.rpc.call::<Get2>(now, &mut p.node, 1, &req(FRAME_BYTES), rt, mode).map_err(|e| anyhow::anyhow!("call: {e:?}"))
+            p.rpc
+                .call::<Get2>(now, &mut p.node, 1, &req(FRAME_BYTES), rt, mode)
+                .map_err(|e| anyhow::anyhow!("call: {e:?}"))
         };
         let mut s = BwSeries { rpc: Vec::new(), raw: Vec::new(), chunk_calls };
         SharedServer::serve(vec![rpc_side, raw_side], |server| {
@@ -675,7 +697,8 @@ impl RawClient {
                     ctrl = token.to_le_bytes();
                     self.armed.push_back(frame);
                 }
-                let request = SendMsg { peer: 1, ctrl: &ctrl, payload_len: 0, segments: &[], token: PayloadToken::NONE };
+                let request =
+                    SendMsg { peer: 1, ctrl: &ctrl, payload_len: 0, segments: &[], token: PayloadToken::NONE };
                 if !p.raw_send(&request) {
                     if let Some(f) = self.armed.pop_back().filter(|_| self.solicited) {
                         p.done_with(f);
@@ -807,7 +830,8 @@ impl SameCore {
         let sw = InProcSwitch::new();
         let mut client = node(&sw, 0, false)?;
         let mut server = node(&sw, 1, false)?;
-        let mut s = SameCore { rpc: Vec::new(), udp: Vec::new(), tcp: Vec::new(), over_udp: Vec::new(), over_tcp: Vec::new() };
+        let mut s =
+            SameCore { rpc: Vec::new(), udp: Vec::new(), tcp: Vec::new(), over_udp: Vec::new(), over_tcp: Vec::new() };
         let mut run = || -> anyhow::Result<()> {
             Placement::SameCore.pin(false)?;
             // Untimed warm-up of each.
@@ -1009,7 +1033,12 @@ impl SocketPair {
         let c = TcpStream::connect(addr)?;
         c.set_nodelay(true)?;
         c.set_nonblocking(spin)?;
-        Ok(SocketPair { client: SocketClient::Tcp(c), stop: Arc::new(AtomicBool::new(false)), server: thread, buf: vec![0; 8192] })
+        Ok(SocketPair {
+            client: SocketClient::Tcp(c),
+            stop: Arc::new(AtomicBool::new(false)),
+            server: thread,
+            buf: vec![0; 8192],
+        })
     }
 
     /// `n` round trips from the calling thread: their latencies (ns).
@@ -1059,7 +1088,6 @@ fn main() {
         std::process::exit(1);
     }
 }
-
 
 /// `q`-quantile of `v` (nearest rank).
 fn quantile(v: &[f64], q: f64) -> f64 {
@@ -1124,7 +1152,10 @@ fn run(a: Args) -> anyhow::Result<()> {
     }
     if a.bw_only {
         let bw = bw_compare(&a)?;
-        println!("nonblocking 8 KB bandwidth, NetRPC / raw NIC ({} pairs of stretches of {} replies):", a.bw_chunks, a.bw_chunk_calls);
+        println!(
+            "nonblocking 8 KB bandwidth, NetRPC / raw NIC ({} pairs of stretches of {} replies):",
+            a.bw_chunks, a.bw_chunk_calls
+        );
         print_bw(&bw);
         return Ok(());
     }
@@ -1141,8 +1172,13 @@ fn run(a: Args) -> anyhow::Result<()> {
                 for payload in [4096u32, 8192] {
                     for kind in [Kind::Solicited, Kind::Unsolicited, Kind::Copy] {
                         let r = run_row(client, ways, variant, payload, kind, &a).with_context(|| {
-                            format!("{ways}-way {variant} {payload} B kind {}: frames free {}, starved {}, stats {:?}",
-                                kind as u8, client.node.frames.available(), client.node.frames.starved, client.rpc.stats())
+                            format!(
+                                "{ways}-way {variant} {payload} B kind {}: frames free {}, starved {}, stats {:?}",
+                                kind as u8,
+                                client.node.frames.available(),
+                                client.node.frames.starved,
+                                client.rpc.stats()
+                            )
                         })?;
                         rows.push(r);
                     }
@@ -1169,7 +1205,9 @@ fn run(a: Args) -> anyhow::Result<()> {
     let (same_over_udp, same_over_tcp) = (rpc_same / udp_same, rpc_same / tcp_same);
     let udp_cross = udp_baseline(a.calls, false, Placement::CrossCore)?;
     let tcp_cross = tcp_baseline(a.calls, false, Placement::CrossCore)?;
-    let find = |v: &str, w: u32, p: u32, k: &str| rows.iter().find(|r| r.variant == v && r.ways == w && r.payload == p && r.kind == k);
+    let find = |v: &str, w: u32, p: u32, k: &str| {
+        rows.iter().find(|r| r.variant == v && r.ways == w && r.payload == p && r.kind == k)
+    };
     let two = find("wait", 2, 8192, "solicited").map_or(f64::NAN, |r| r.p50);
     let three = find("wait", 3, 8192, "solicited").map_or(f64::NAN, |r| r.p50);
     let cont_bw = find("cont", 2, 8192, "solicited").map_or(f64::NAN, |r| r.mb_s);
@@ -1223,11 +1261,21 @@ fn run(a: Args) -> anyhow::Result<()> {
         return Ok(());
     }
     println!("NetRPC over virtual NICs (native firmware, in-process link; one thread per node)");
-    println!("{:<6} {:<6} {:>8} {:<18} {:>9} {:>9} {:>10} {:>10}", "ways", "mode", "payload", "kind", "p50 µs", "p99 µs", "MB/s", "calls/s");
+    println!(
+        "{:<6} {:<6} {:>8} {:<18} {:>9} {:>9} {:>10} {:>10}",
+        "ways", "mode", "payload", "kind", "p50 µs", "p99 µs", "MB/s", "calls/s"
+    );
     for r in &rows {
         println!(
             "{:<6} {:<6} {:>8} {:<18} {:>9.1} {:>9.1} {:>10.1} {:>10.0}",
-            format!("{}-way", r.ways), r.variant, r.payload, r.kind, r.p50, r.p99, r.mb_s, r.calls_s
+            format!("{}-way", r.ways),
+            r.variant,
+            r.payload,
+            r.kind,
+            r.p50,
+            r.p99,
+            r.mb_s,
+            r.calls_s
         );
     }
     println!("\nbaselines (same run): 16 B request / 8 KB reply, p50");

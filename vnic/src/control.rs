@@ -39,12 +39,22 @@ pub enum Request {
     Halt,
     /// Halt the processor and start the same firmware again (rings reset: hosts re-attach).
     Reset,
-    Start { mode: String },
+    Start {
+        mode: String,
+    },
     /// Load the firmware ELF image at `path` (read by the NIC) and run it in flashed mode.
-    Load { path: String },
+    Load {
+        path: String,
+    },
     Attach,
-    RegisterRegion { name: String, dma_base: u64, len: u64 },
-    UnregisterRegion { name: String },
+    RegisterRegion {
+        name: String,
+        dma_base: u64,
+        len: u64,
+    },
+    UnregisterRegion {
+        name: String,
+    },
 }
 
 /// The default control-socket path of NIC `name`: `$XDG_RUNTIME_DIR/trapeze/NAME.sock`,
@@ -256,13 +266,19 @@ pub struct ControlClient {
 
 impl ControlClient {
     pub fn connect(path: &Path) -> anyhow::Result<Self> {
-        let sock = crate::fdpass::connect(path, SocketType::SEQPACKET)
-            .with_context(|| format!("connecting to the NIC control socket {} (is trapeze-nic running?)", path.display()))?;
+        let sock = crate::fdpass::connect(path, SocketType::SEQPACKET).with_context(|| {
+            format!("connecting to the NIC control socket {} (is trapeze-nic running?)", path.display())
+        })?;
         Ok(ControlClient { sock })
     }
 
     /// Send `req` (with `fds`) and wait up to `timeout` for the answer.
-    pub fn request_with_fds(&self, req: &Request, fds: &[std::os::fd::BorrowedFd<'_>], timeout: Duration) -> anyhow::Result<(Value, Vec<OwnedFd>)> {
+    pub fn request_with_fds(
+        &self,
+        req: &Request,
+        fds: &[std::os::fd::BorrowedFd<'_>],
+        timeout: Duration,
+    ) -> anyhow::Result<(Value, Vec<OwnedFd>)> {
         let bytes = serde_json::to_vec(req)?;
         send_with_fds(self.sock.as_fd(), &bytes, fds).context("sending the request")?;
         if !wait_readable(&self.sock, timeout.as_millis() as i64) {

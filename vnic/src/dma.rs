@@ -150,12 +150,7 @@ impl DmaSpace {
     /// [`translate`](Self::translate), lending the mapping to `f` (while the regions are
     /// read-locked) instead of handing out a counted reference: what a DMA engine does
     /// per transfer. `None` (and a refusal counted) if the range is not inside one region.
-    pub fn with_translated<R>(
-        &self,
-        addr: u64,
-        len: u64,
-        f: impl FnOnce(&Arc<Mapping>, usize) -> R,
-    ) -> Option<R> {
+    pub fn with_translated<R>(&self, addr: u64, len: u64, f: impl FnOnce(&Arc<Mapping>, usize) -> R) -> Option<R> {
         let regions = self.regions.read().unwrap_or_else(|e| e.into_inner());
         self.translate_in(&regions, addr, len, f)
     }

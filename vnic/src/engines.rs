@@ -319,10 +319,7 @@ impl SoftEngines {
         } else {
             false
         };
-        let ts = rustix::event::Timespec {
-            tv_sec: timeout.as_secs() as i64,
-            tv_nsec: timeout.subsec_nanos() as i64,
-        };
+        let ts = rustix::event::Timespec { tv_sec: timeout.as_secs() as i64, tv_nsec: timeout.subsec_nanos() as i64 };
         let _ = poll(&mut fds, Some(&ts));
         let ready = |f: &PollFd<'_>| !f.revents().is_empty();
         let wake = Wake {
@@ -471,9 +468,7 @@ impl Engines for SoftEngines {
             self.tx_len = 0;
             self.tx_over = false;
         }
-        if self.tx_len + len as usize > MAX_PACKET_BYTES
-            || nic_off as usize + len as usize > self.nic.len()
-        {
+        if self.tx_len + len as usize > MAX_PACKET_BYTES || nic_off as usize + len as usize > self.nic.len() {
             self.tx_over = true;
         } else if len > 0 {
             match self.tx_pulses.last_mut() {

@@ -3,8 +3,8 @@
 //! SOCK_SEQPACKET listeners/connections (one message per packet, boundaries kept).
 
 use rustix::net::{
-    AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
-    SendAncillaryMessage, SendFlags, SocketAddrUnix, SocketType,
+    AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer, SendAncillaryMessage,
+    SendFlags, SocketAddrUnix, SocketType,
 };
 use std::io::{self, IoSlice, IoSliceMut};
 use std::mem::MaybeUninit;

@@ -21,10 +21,10 @@
 use crate::nic::{InlineNative, NicMem};
 use crate::rpc::{carve, post, receive, Frame, Frames, FRAME_BYTES};
 use crate::shm::Mapping;
-use lru::{build_summary, Lru, LruConfig, LruMsg, Summary};
 use anyhow::{bail, Context};
 use gms::prelude::*;
 use gms::readahead::{self, Decision, ReadAhead};
+use lru::{build_summary, Lru, LruConfig, LruMsg, Summary};
 use netrpc::prelude::*;
 use rustc_hash::FxHashMap as HashMap;
 use std::collections::VecDeque;
@@ -115,7 +115,8 @@ impl PortHost {
 
 impl Host<Frame> for PortHost {
     fn copy_payload(&mut self, from: &Frame, to: &Frame, len: u32) -> bool {
-        len <= FRAME_BYTES && self.frames.region.copy_from(*to as usize, &self.frames.region, *from as usize, len as usize)
+        len <= FRAME_BYTES
+            && self.frames.region.copy_from(*to as usize, &self.frames.region, *from as usize, len as usize)
     }
     fn release(&mut self, frame: Frame) {
         self.unarm(frame);
@@ -182,7 +183,11 @@ pub enum Source {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Got {
     /// `data`: exactly the bytes stored with the page (a 4 KiB page reads back as 4 KiB).
-    Hit { version: Version, data: Vec<u8>, source: Source },
+    Hit {
+        version: Version,
+        data: Vec<u8>,
+        source: Source,
+    },
     Miss,
 }
 
@@ -191,7 +196,11 @@ pub enum Got {
 pub enum ReadInto {
     /// The page's first `min(len, buf.len())` bytes are in the buffer; `len` is the page's
     /// length (a buffer shorter than the page gets only its start).
-    Hit { version: Version, len: usize, source: Source },
+    Hit {
+        version: Version,
+        len: usize,
+        source: Source,
+    },
     Miss,
 }
 
@@ -246,7 +255,12 @@ const MISS_TTL: u64 = 100_000_000;
 #[derive(Clone, Copy, Debug)]
 enum Finished {
     /// `len`: the page's length in bytes (the bytes the hit carried into `frame`).
-    Hit { version: Version, frame: Frame, len: u32, source: Source },
+    Hit {
+        version: Version,
+        frame: Frame,
+        len: u32,
+        source: Source,
+    },
     Miss,
 }
 
@@ -359,7 +373,8 @@ const TIMER_CHECK_NS: u64 = 20_000;
 
 /// This node's age summary for `epoch` at LRU clock `tick`.
 fn summary_of(node: &Node, tick: u64, epoch: u32) -> Summary {
-    let mut ages: Vec<u32> = node.holdings().map(|(_, h)| gms::lru::quantize_age(tick.saturating_sub(h.last_access))).collect();
+    let mut ages: Vec<u32> =
+        node.holdings().map(|(_, h)| gms::lru::quantize_age(tick.saturating_sub(h.last_access))).collect();
     build_summary(node.id(), epoch, node.budget(), &mut ages)
 }
 
@@ -492,7 +507,8 @@ impl GmsPort {
     /// Where every frame of the region is (a leak check: `total` = the sum of the rest).
     pub fn frame_audit(&self) -> FrameAudit {
         let h = &self.node.host;
-        let kept = self.finished.values().chain(self.plain.values()).filter(|f| matches!(f, Finished::Hit { .. })).count();
+        let kept =
+            self.finished.values().chain(self.plain.values()).filter(|f| matches!(f, Finished::Hit { .. })).count();
         let gets = self.pending.values().filter(|p| matches!(p.1, Pending::Get { .. })).count();
         let puts = self.pending.len() - gets;
         FrameAudit {
@@ -940,8 +956,17 @@ impl GmsPort {
         let f = self.node.host.frames.alloc().context("no free frame")?;
         self.node.host.frames.write(f, data);
         let now = self.now();
-        match self.node.putpage(now, &mut self.rpc, page, version, f, data.len() as u32, target, false, Mode::NonBlocking)
-        {
+        match self.node.putpage(
+            now,
+            &mut self.rpc,
+            page,
+            version,
+            f,
+            data.len() as u32,
+            target,
+            false,
+            Mode::NonBlocking,
+        ) {
             Ok(op) => {
                 self.pending.insert(op, (page, Pending::Put { frame: f, target, version }));
                 self.stats.puts += 1;
@@ -958,7 +983,13 @@ impl GmsPort {
     /// Evict a page this node last used at `last_used` (ns of [`Self::now`]): discarded
     /// (`Ok(None)`, counted in the LRU's `evictions_discarded`) if it is older than the
     /// plan's threshold, else put like [`Self::put`].
-    pub fn evict(&mut self, page: PageId, version: Version, data: &[u8], last_used: u64) -> anyhow::Result<Option<OpId>> {
+    pub fn evict(
+        &mut self,
+        page: PageId,
+        version: Version,
+        data: &[u8],
+        last_used: u64,
+    ) -> anyhow::Result<Option<OpId>> {
         let age = self.lru.age_at_plan(self.lru.tick(last_used));
         let c = self.coordinator();
         if self.lru.should_discard(age, c) {

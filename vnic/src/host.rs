@@ -106,7 +106,10 @@ pub fn random_seed() -> [u64; 2] {
             }
         }
     }
-    [u64::from_le_bytes(b[..8].try_into().unwrap_or_default()), u64::from_le_bytes(b[8..].try_into().unwrap_or_default())]
+    [
+        u64::from_le_bytes(b[..8].try_into().unwrap_or_default()),
+        u64::from_le_bytes(b[8..].try_into().unwrap_or_default()),
+    ]
 }
 
 impl HostPort {
@@ -165,8 +168,9 @@ impl HostPort {
     pub fn attach(control: &Path, region_bytes: usize, cfg: EndpointConfig) -> anyhow::Result<HostPort> {
         let client = ControlClient::connect(control)?;
         let (v, fds) = client.request_with_fds(&Request::Attach, &[], Duration::from_secs(10))?;
-        let [mem, db, irq]: [OwnedFd; 3] =
-            fds.try_into().map_err(|f: Vec<OwnedFd>| anyhow::anyhow!("attach answered with {} descriptors, expected 3", f.len()))?;
+        let [mem, db, irq]: [OwnedFd; 3] = fds
+            .try_into()
+            .map_err(|f: Vec<OwnedFd>| anyhow::anyhow!("attach answered with {} descriptors, expected 3", f.len()))?;
         let mem_bytes = v["nic_mem_bytes"].as_u64().context("attach answer lacks nic_mem_bytes")? as usize;
         if mem_bytes != NIC_MEM_BYTES as usize {
             bail!("NIC memory is {mem_bytes} bytes, this host expects {NIC_MEM_BYTES}");
@@ -181,7 +185,8 @@ impl HostPort {
             &[region.fd()],
             Duration::from_secs(10),
         )?;
-        let mut port = HostPort::new(mem, region, DEFAULT_REGION_BASE, Arc::new(db), Arc::new(irq), cfg, random_seed())?;
+        let mut port =
+            HostPort::new(mem, region, DEFAULT_REGION_BASE, Arc::new(db), Arc::new(irq), cfg, random_seed())?;
         port._control = Some(client);
         Ok(port)
     }
@@ -226,7 +231,14 @@ impl HostPort {
 
     /// Copy `payload` into frames of `frame_bytes` (0 = one frame) and send it with `ctrl`
     /// to `peer`, tagged with `token` if given. Waits (bounded) for a free send slot.
-    pub fn send(&mut self, peer: u16, ctrl: &[u8], payload: &[u8], token: PayloadToken, frame_bytes: u32) -> anyhow::Result<()> {
+    pub fn send(
+        &mut self,
+        peer: u16,
+        ctrl: &[u8],
+        payload: &[u8],
+        token: PayloadToken,
+        frame_bytes: u32,
+    ) -> anyhow::Result<()> {
         let per = if frame_bytes == 0 { payload.len().max(1) } else { frame_bytes as usize };
         let mut segs = Vec::new();
         let mut fr = Vec::new();

@@ -19,9 +19,7 @@ use object::read::elf::{FileHeader, ProgramHeader, SectionHeader, Sym};
 use object::{Endianness, FileKind};
 use std::fmt;
 use std::sync::Arc;
-use trapeze_firmware::iface::layout::{
-    CTRL_OFF, IMAGE_RAM_BYTES, IMAGE_RAM_OFF, IMAGE_TEXT_BYTES, IMAGE_TEXT_OFF,
-};
+use trapeze_firmware::iface::layout::{CTRL_OFF, IMAGE_RAM_BYTES, IMAGE_RAM_OFF, IMAGE_TEXT_BYTES, IMAGE_TEXT_OFF};
 use trapeze_firmware::iface::regs::NIC_MEM_BASE;
 
 /// Symbols the image exports (firmware-crate/src/bin/trapeze-fw/hw.rs, memory.x).
@@ -243,26 +241,12 @@ fn parse(bytes: &[u8]) -> anyhow::Result<Parsed> {
     );
     let hdr = elf::FileHeader32::<Endianness>::parse(bytes).context("ELF header")?;
     let en = hdr.endian().context("ELF header")?;
-    ensure!(
-        en == Endianness::Little,
-        "big-endian ELF: the NIC processor is little-endian"
-    );
+    ensure!(en == Endianness::Little, "big-endian ELF: the NIC processor is little-endian");
     let machine = hdr.e_machine(en);
-    ensure!(
-        machine == elf::EM_RISCV,
-        "ELF machine {machine} is not RISC-V ({})",
-        elf::EM_RISCV
-    );
-    ensure!(
-        hdr.e_type(en) == elf::ET_EXEC,
-        "not an executable (e_type {})",
-        hdr.e_type(en)
-    );
+    ensure!(machine == elf::EM_RISCV, "ELF machine {machine} is not RISC-V ({})", elf::EM_RISCV);
+    ensure!(hdr.e_type(en) == elf::ET_EXEC, "not an executable (e_type {})", hdr.e_type(en));
     let flags = hdr.e_flags(en);
-    ensure!(
-        flags & elf::EF_RISCV_RVE == 0,
-        "RV32E image: the NIC processor is RV32I"
-    );
+    ensure!(flags & elf::EF_RISCV_RVE == 0, "RV32E image: the NIC processor is RV32I");
     ensure!(
         flags & elf::EF_RISCV_FLOAT_ABI == elf::EF_RISCV_FLOAT_ABI_SOFT,
         "hard-float ABI (e_flags {flags:#x}): riscv32imac has no FPU"
@@ -270,10 +254,7 @@ fn parse(bytes: &[u8]) -> anyhow::Result<Parsed> {
     let entry = hdr.e_entry(en);
     let (text_start, text_end) = Region::Text.range();
     let (ram_start, ram_end) = Region::Ram.range();
-    ensure!(
-        entry as u64 == text_start,
-        "entry point {entry:#x} is not the start of the image ({text_start:#x})"
-    );
+    ensure!(entry as u64 == text_start, "entry point {entry:#x} is not the start of the image ({text_start:#x})");
 
     let sections = hdr.sections(en, bytes).context("section headers")?;
     let mut info = ImageInfo {
@@ -311,10 +292,7 @@ fn parse(bytes: &[u8]) -> anyhow::Result<Parsed> {
         let nobits = sec.sh_type(en) == elf::SHT_NOBITS;
         match region {
             Region::Text => {
-                ensure!(
-                    !write && !nobits,
-                    "writable section {name} in the text region"
-                );
+                ensure!(!write && !nobits, "writable section {name} in the text region");
                 if exec {
                     info.text += size;
                 } else {
@@ -325,12 +303,7 @@ fn parse(bytes: &[u8]) -> anyhow::Result<Parsed> {
                 ensure!(!exec, "executable section {name} in the RAM region");
                 // riscv-rt's `.stack` (and an empty `.heap`) stand for the free RAM above bss.
                 if name == ".stack" || name == ".heap" {
-                    info.sections.push(SectionInfo {
-                        name,
-                        addr,
-                        size,
-                        region,
-                    });
+                    info.sections.push(SectionInfo { name, addr, size, region });
                     continue;
                 }
                 if nobits {
@@ -341,12 +314,7 @@ fn parse(bytes: &[u8]) -> anyhow::Result<Parsed> {
                 ram_top = ram_top.max(addr as u64 + size as u64);
             }
         }
-        info.sections.push(SectionInfo {
-            name,
-            addr,
-            size,
-            region,
-        });
+        info.sections.push(SectionInfo { name, addr, size, region });
     }
     ensure!(info.text > 0, "no code in the image");
     info.stack_free = (ram_end - ram_top) as u32;
@@ -398,41 +366,25 @@ fn parse(bytes: &[u8]) -> anyhow::Result<Parsed> {
     }
     ensure!(!segments.is_empty(), "no loadable bytes in the image");
 
-    let symbols = sections
-        .symbols(en, bytes, elf::SHT_SYMTAB)
-        .context("symbol table")?;
+    let symbols = sections.symbols(en, bytes, elf::SHT_SYMTAB).context("symbol table")?;
     let find = |want: &str| -> anyhow::Result<&elf::Sym32<Endianness>> {
         symbols
             .iter()
-            .find(|s| {
-                s.name(en, symbols.strings())
-                    .is_ok_and(|n| n == want.as_bytes())
-            })
+            .find(|s| s.name(en, symbols.strings()).is_ok_and(|n| n == want.as_bytes()))
             .with_context(|| format!("no symbol {want} in the image"))
     };
     let read_u32 = |name: &str| -> anyhow::Result<u32> {
         let sym = find(name)?;
         let sec = sections.section(object::SectionIndex(sym.st_shndx(en) as usize))?;
-        let data = sec
-            .data(en, bytes)
-            .with_context(|| format!("{name}: section data"))?;
-        let off = sym
-            .st_value(en)
-            .checked_sub(sec.sh_addr(en))
-            .context("symbol before section")?;
-        let word = data
-            .get(off as usize..off as usize + 4)
-            .context("symbol past section end")?;
+        let data = sec.data(en, bytes).with_context(|| format!("{name}: section data"))?;
+        let off = sym.st_value(en).checked_sub(sec.sh_addr(en)).context("symbol before section")?;
+        let word = data.get(off as usize..off as usize + 4).context("symbol past section end")?;
         Ok(u32::from_le_bytes(word.try_into().expect("4 bytes")))
     };
     info.build_id = read_u32(SYM_BUILD_ID)?;
     info.fw_version = read_u32(SYM_VERSION)?;
-    let reserve =
-        find(SYM_STACK_RESERVE).context("the image was not linked with firmware-crate/memory.x")?;
-    ensure!(
-        reserve.st_shndx(en) == elf::SHN_ABS,
-        "{SYM_STACK_RESERVE} is not an absolute symbol"
-    );
+    let reserve = find(SYM_STACK_RESERVE).context("the image was not linked with firmware-crate/memory.x")?;
+    ensure!(reserve.st_shndx(en) == elf::SHN_ABS, "{SYM_STACK_RESERVE} is not an absolute symbol");
     info.stack_reserve = reserve.st_value(en);
 
     ensure!(
@@ -462,7 +414,8 @@ fn parse(bytes: &[u8]) -> anyhow::Result<Parsed> {
             continue;
         };
         let addr = s.st_value(en) & !1;
-        if Region::holding(addr as u64, 2) == Some(Region::Text) && !traps.iter().any(|t: &(u32, TrapKind)| t.0 == addr) {
+        if Region::holding(addr as u64, 2) == Some(Region::Text) && !traps.iter().any(|t: &(u32, TrapKind)| t.0 == addr)
+        {
             traps.push((addr, kind));
         }
     }

@@ -6,9 +6,9 @@
 //! or to load new firmware) stops the thread at its next loop pass and takes the
 //! engines back, so the link and its counters survive a firmware change.
 
-use crate::cpu::flashed::{self, CoreStopper};
 #[cfg(feature = "flashed")]
 use crate::cpu::flashed::FlashedCore;
+use crate::cpu::flashed::{self, CoreStopper};
 use crate::cpu::FwLog;
 use crate::dma::DmaSpace;
 use crate::engines::{EngineStats, Notifier, SoftEngines, Wakers};
@@ -145,7 +145,11 @@ pub struct NicShared {
 
 enum Cpu {
     Halted(Box<SoftEngines>),
-    Running { thread: JoinHandle<SoftEngines>, kind: FirmwareKind, stopper: Option<CoreStopper> },
+    Running {
+        thread: JoinHandle<SoftEngines>,
+        kind: FirmwareKind,
+        stopper: Option<CoreStopper>,
+    },
     /// The native firmware is driven by a host thread ([`Nic::start_inline`]).
     Inline,
     /// Only while a transition is in progress (or after a processor thread panicked).
@@ -173,7 +177,11 @@ impl Nic {
     pub fn new(name: &str, link: Link, spin: Duration) -> anyhow::Result<Nic> {
         let mem = Arc::new(Mapping::create_memfd(&format!("trapeze-nic-{name}"), NIC_MEM_BYTES as usize)?);
         // The node id on the link, for hosts that see only NIC memory (a guest driver).
-        NicMem::new(mem.clone()).store(ctrl_word(ctrl::NIC_NODE), NIC_NODE_VALID | link.node() as u32, Ordering::Release);
+        NicMem::new(mem.clone()).store(
+            ctrl_word(ctrl::NIC_NODE),
+            NIC_NODE_VALID | link.node() as u32,
+            Ordering::Release,
+        );
         let shared = Arc::new(NicShared {
             node: link.node(),
             name: name.into(),

@@ -23,7 +23,7 @@ use trapeze_firmware::iface::entry::Segment;
 use trapeze_firmware::iface::ipt::{CancelState, PayloadToken};
 use trapeze_firmware::iface::layout::{ctrl, ctrl_word, RECV_RING_ENTRIES};
 use trapeze_firmware::iface::mem::NicMemory;
-use trapeze_host::endpoint::{Endpoint, EndpointConfig, RecvMsg, SendMsg, SendError};
+use trapeze_host::endpoint::{Endpoint, EndpointConfig, RecvMsg, SendError, SendMsg};
 
 /// A frame: offset of a [`FRAME_BYTES`] slot in the port's region.
 pub type Frame = u64;
@@ -83,7 +83,8 @@ impl<S: Service> Runtime<Frame> for Node<S> {
         self.service.serve(inc, &mut self.frames)
     }
     fn copy_payload(&mut self, from: &Frame, to: &Frame, len: u32) -> bool {
-        len <= FRAME_BYTES && self.frames.region.copy_from(*to as usize, &self.frames.region, *from as usize, len as usize)
+        len <= FRAME_BYTES
+            && self.frames.region.copy_from(*to as usize, &self.frames.region, *from as usize, len as usize)
     }
     fn release(&mut self, frame: Frame) {
         if let Some(i) = self.frames.armed.iter().position(|a| a.0 == frame) {
@@ -118,7 +119,8 @@ pub(crate) fn carve<C: Copy>(
     let mut free: Vec<Frame> = (0..n as u64).rev().map(|i| i * FRAME_BYTES as u64).collect();
     let slot_frame: Vec<Frame> = (0..RECV_RING_ENTRIES).map(|_| free.pop().unwrap_or_default()).collect();
     let cfg = EndpointConfig { mtu: cfg.mtu.min(FRAME_BYTES), ..*cfg };
-    let ep = Endpoint::init(mem, &cfg, seed, |i| Some(Segment { addr: base + slot_frame[i as usize], len: FRAME_BYTES }));
+    let ep =
+        Endpoint::init(mem, &cfg, seed, |i| Some(Segment { addr: base + slot_frame[i as usize], len: FRAME_BYTES }));
     Ok((ep, Frames { region, free, armed: Vec::new(), starved: 0 }, slot_frame))
 }
 
@@ -334,8 +336,7 @@ impl<S: Service> RpcPort<S> {
             // Replies never look at the time, nor do requests to a service that does not
             // read it: no clock read for them (it costs as much as a tenth of a
             // same-thread round trip's bookkeeping).
-            let timeless = !S::READS_CLOCK
-                || matches!(message_kind(m.ctrl()), Some(Kind::Reply | Kind::ErrorReply));
+            let timeless = !S::READS_CLOCK || matches!(message_kind(m.ctrl()), Some(Kind::Reply | Kind::ErrorReply));
             let t = match now {
                 Some(t) => t,
                 None if timeless => self.last_now,
@@ -484,8 +485,18 @@ mod tests {
         nic.shared().dma.register("frames", DEFAULT_REGION_BASE, region.clone(), 0, 2 << 20).unwrap();
         let cfg = EndpointConfig { node_id: id, mtu: FRAME_BYTES, ..EndpointConfig::default() };
         let rcfg = Config { call_timeout: 5_000_000_000, nonblocking_timeout: None };
-        let mut p = RpcPort::new(nic.mem(), region, DEFAULT_REGION_BASE, cfg, [7, id as u64], PageServer { page: 0 }, rcfg, Some(cpu), None)
-            .unwrap();
+        let mut p = RpcPort::new(
+            nic.mem(),
+            region,
+            DEFAULT_REGION_BASE,
+            cfg,
+            [7, id as u64],
+            PageServer { page: 0 },
+            rcfg,
+            Some(cpu),
+            None,
+        )
+        .unwrap();
         let page = p.node.frames.alloc().unwrap();
         let bytes: Vec<u8> = (0..FRAME_BYTES).map(|i| (i as u8).wrapping_mul(31) ^ fill).collect();
         assert!(p.node.frames.write(page, &bytes));
@@ -515,7 +526,8 @@ mod tests {
             let passes = (client.fw_heartbeat(), server.fw_heartbeat());
             let rt = client.solicit().unwrap();
             let now = client.now();
-            let id = client.rpc.call::<Echo>(now, &mut client.node, 2, &Bytes(len.to_le_bytes()), rt, Mode::Wait).unwrap();
+            let id =
+                client.rpc.call::<Echo>(now, &mut client.node, 2, &Bytes(len.to_le_bytes()), rt, Mode::Wait).unwrap();
             let mut spins = 0u32;
             let outcome = loop {
                 client.poll();

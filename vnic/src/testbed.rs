@@ -2,16 +2,16 @@
 //! A testbed: virtual NICs in this process, each with a host attached in process, on an
 //! in-process switch or UDP. Used by the integration tests and `cargo xtask bench nic`.
 
-use std::sync::Arc;
-use std::time::{Duration, Instant};
-use trapeze_firmware::iface::layout::Policy;
-use trapeze_host::endpoint::EndpointConfig;
 use crate::engines::new_eventfd;
 use crate::host::{random_seed, HostPort, DEFAULT_REGION_BASE};
 use crate::link::backend::{InProcSwitch, UdpBackend};
 use crate::link::{FaultConfig, Link, LinkBackend};
 use crate::nic::{FirmwareKind, Nic};
 use crate::shm::Mapping;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use trapeze_firmware::iface::layout::Policy;
+use trapeze_host::endpoint::EndpointConfig;
 
 /// Which processor runs the firmware.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -104,7 +104,8 @@ pub fn cluster(n: usize, mode: Mode, link: LinkKind, opt: &Options) -> anyhow::R
         let irq = Arc::new(new_eventfd()?);
         nic.shared().wakers.add_doorbell(db.clone());
         nic.shared().notifier.add(irq.clone());
-        let cfg = EndpointConfig { node_id: i as u16, policy: Policy::Eager, mtu: opt.mtu, ..EndpointConfig::default() };
+        let cfg =
+            EndpointConfig { node_id: i as u16, policy: Policy::Eager, mtu: opt.mtu, ..EndpointConfig::default() };
         let host = HostPort::new(nic.mem(), region.clone(), DEFAULT_REGION_BASE, db, irq, cfg, random_seed())?;
         nodes.push(Node { nic, host, region });
     }

@@ -140,9 +140,9 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
 /// `from` sends `ctrl` + `payload` to node `to_node`; `to` must receive exactly that.
 fn exchange(from: &mut HostPort, to: &mut HostPort, from_node: u16, to_node: u16, ctrl: &[u8], payload: &[u8]) {
     from.send(to_node, ctrl, payload, PayloadToken::NONE, 0).unwrap();
-    let m = to
-        .recv(Duration::from_secs(5))
-        .unwrap_or_else(|| panic!("node {to_node} received nothing from node {from_node} ({} payload bytes)", payload.len()));
+    let m = to.recv(Duration::from_secs(5)).unwrap_or_else(|| {
+        panic!("node {to_node} received nothing from node {from_node} ({} payload bytes)", payload.len())
+    });
     assert_eq!(m.src, from_node);
     assert_eq!(m.ctrl, ctrl);
     assert_eq!(m.payload.len(), payload.len());
@@ -429,7 +429,11 @@ fn bad_images_are_refused_and_the_old_firmware_keeps_running() {
         }
         let now = a.status();
         assert_eq!(now.mode, "flashed", "{what}");
-        assert_eq!((now.fw_state.as_str(), now.fw_build_id.as_str()), (before.fw_state.as_str(), before.fw_build_id.as_str()), "{what}");
+        assert_eq!(
+            (now.fw_state.as_str(), now.fw_build_id.as_str()),
+            (before.fw_state.as_str(), before.fw_build_id.as_str()),
+            "{what}"
+        );
         assert_eq!(now.image.as_ref().unwrap().checksum, before.image.as_ref().unwrap().checksum, "{what}");
         assert!(now.image.as_ref().unwrap().intact, "{what}");
         exchange(&mut ha, &mut hb, 1, 2, what.as_bytes(), &pattern(4096, 3));
@@ -547,4 +551,3 @@ fn panics_and_cpu_exceptions_fault_the_core() {
     assert!(err.contains(&format!("code {:#x}", fault::CPU)), "{err}");
     assert!(!n.is_running());
 }
-

@@ -6,8 +6,8 @@
 use gms::prelude::*;
 use std::collections::HashMap;
 use trapeze_vnic::gms::lru::LruConfig;
-use trapeze_vnic::gms::{Cluster, Got, Source};
 use trapeze_vnic::gms::page_pattern as content;
+use trapeze_vnic::gms::{Cluster, Got, Source};
 
 const SPACE: u64 = 7;
 const PAGES: u64 = 300;
@@ -91,10 +91,14 @@ fn run() {
             hits += 1;
             *via.entry(source).or_insert(0) += 1;
         } else if from == 0 {
-            assert!(!m.stored.contains_key(&page) || m.attempted[&page] > m.stored[&page].0, "{page:?} stored but missed");
+            assert!(
+                !m.stored.contains_key(&page) || m.attempted[&page] > m.stored[&page].0,
+                "{page:?} stored but missed"
+            );
         }
     }
-    let (h, miss): (u64, u64) = c.ports.iter().map(|p| (p.stats.gets_hit, p.stats.gets_miss)).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+    let (h, miss): (u64, u64) =
+        c.ports.iter().map(|p| (p.stats.gets_hit, p.stats.gets_miss)).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
     assert_eq!(h, hits);
     assert_eq!(h + miss, PAGES);
     assert!(via.contains_key(&Source::TwoWay) && via.contains_key(&Source::ThreeWay), "{via:?}");
@@ -116,7 +120,10 @@ fn run() {
     let fetched = (s.demand_fetches - before.demand_fetches) + (s.prefetches - before.prefetches);
     assert!(s.prefetches - before.prefetches > PAGES / 2, "read-ahead prefetched: {s:?}");
     assert!(s.waited_pending > before.waited_pending, "readers waited for pending prefetches: {s:?}");
-    assert!(fetched <= PAGES + 16, "each page fetched at most once: {fetched} fetches for {PAGES} pages: {s:?} before {before:?}");
+    assert!(
+        fetched <= PAGES + 16,
+        "each page fetched at most once: {fetched} fetches for {PAGES} pages: {s:?} before {before:?}"
+    );
     // A second scan is served from the local cache.
     let before = c.ports[0].stats;
     for n in 0..PAGES {

@@ -20,18 +20,11 @@ const WAIT: Duration = Duration::from_secs(5);
 
 /// Run `ip ARGS`, with its stderr in the error.
 fn ip(args: &[&str]) -> Result<(), String> {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .map_err(|e| format!("ip: {e}"))?;
+    let out = Command::new("ip").args(args).output().map_err(|e| format!("ip: {e}"))?;
     if out.status.success() {
         Ok(())
     } else {
-        Err(format!(
-            "ip {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
+        Err(format!("ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()))
     }
 }
 
@@ -71,20 +64,10 @@ fn open_in(ns: &str, ifname: &str) -> std::io::Result<EtherBackend> {
 }
 
 fn packet(src: u16, dst: u16, tag: u32, payload: usize) -> Vec<u8> {
-    let h = Header {
-        flags: 0,
-        src,
-        dst,
-        ctrl_len: 8,
-        payload_len: payload as u32,
-        token: 0,
-        seq: tag,
-    };
+    let h = Header { flags: 0, src, dst, ctrl_len: 8, payload_len: payload as u32, token: 0, seq: tag };
     let mut p = h.to_bytes().to_vec();
     p.extend_from_slice(&[0xC7; 8]);
-    p.extend(
-        (0..payload).map(|i| (i as u32).wrapping_mul(2654435761).wrapping_add(tag) as u8 >> 1),
-    );
+    p.extend((0..payload).map(|i| (i as u32).wrapping_mul(2654435761).wrapping_add(tag) as u8 >> 1));
     p
 }
 
@@ -98,15 +81,9 @@ fn recv_within(link: &mut Link, out: &mut [u8], wait: Duration) -> Option<RxPack
         if left.is_zero() {
             return None;
         }
-        let ts = Timespec {
-            tv_sec: 0,
-            tv_nsec: left.min(Duration::from_millis(50)).as_nanos() as i64,
-        };
+        let ts = Timespec { tv_sec: 0, tv_nsec: left.min(Duration::from_millis(50)).as_nanos() as i64 };
         let fd = link.readable_fd().expect("ether backend has an fd");
-        let _ = poll(
-            &mut [PollFd::from_borrowed_fd(fd, PollFlags::IN)],
-            Some(&ts),
-        );
+        let _ = poll(&mut [PollFd::from_borrowed_fd(fd, PollFlags::IN)], Some(&ts));
     }
 }
 
@@ -121,10 +98,7 @@ fn ether_link_over_veth_between_namespaces() {
         return;
     }
     let pid = std::process::id();
-    let (ns_a, ns_b) = (
-        format!("trapeze-link-{pid}-a"),
-        format!("trapeze-link-{pid}-b"),
-    );
+    let (ns_a, ns_b) = (format!("trapeze-link-{pid}-a"), format!("trapeze-link-{pid}-b"));
     let (if_a, if_b) = (format!("tzl{pid}a"), format!("tzl{pid}b"));
     let mut guard = Namespaces::default();
     if let Err(e) = guard.add(&ns_a) {
@@ -133,10 +107,7 @@ fn ether_link_over_veth_between_namespaces() {
     }
     guard.add(&ns_b).unwrap();
     let mtu = MTU.to_string();
-    ip(&[
-        "link", "add", &if_a, "netns", &ns_a, "type", "veth", "peer", "name", &if_b, "netns", &ns_b,
-    ])
-    .unwrap();
+    ip(&["link", "add", &if_a, "netns", &ns_a, "type", "veth", "peer", "name", &if_b, "netns", &ns_b]).unwrap();
     for (ns, ifname) in [(&ns_a, &if_a), (&ns_b, &if_b)] {
         ip(&["-n", ns, "link", "set", ifname, "mtu", &mtu, "up"]).unwrap();
     }
@@ -146,10 +117,7 @@ fn ether_link_over_veth_between_namespaces() {
     assert_eq!((a.mtu(), b.max_frame_bytes()), (MTU, MTU));
     assert_ne!(a.mac(), b.mac());
     // Each interface exists only in its own namespace.
-    assert!(open_in(&ns_a, &if_b)
-        .unwrap_err()
-        .to_string()
-        .contains("no such interface"));
+    assert!(open_in(&ns_a, &if_b).unwrap_err().to_string().contains("no such interface"));
     a.add_peer(2, b.mac());
     b.add_peer(1, a.mac());
     assert!(a.describe().contains(&format!("mtu {MTU}")));
@@ -163,14 +131,7 @@ fn ether_link_over_veth_between_namespaces() {
     for _ in 0..20 {
         a.send_packet(&hello, false).unwrap();
         if let Some(rx) = recv_within(&mut b, &mut out, Duration::from_millis(250)) {
-            assert_eq!(
-                rx,
-                RxPacket {
-                    len: hello.len(),
-                    src: 1,
-                    crc_ok: true
-                }
-            );
+            assert_eq!(rx, RxPacket { len: hello.len(), src: 1, crc_ok: true });
             up = true;
             break;
         }
@@ -183,65 +144,25 @@ fn ether_link_over_veth_between_namespaces() {
         for payload in [0usize, 1, 4096, 8192, 65536] {
             tag += 1;
             let p = packet(src, dst, tag, payload);
-            let (tx, rx) = if src == 1 {
-                (&mut a, &mut b)
-            } else {
-                (&mut b, &mut a)
-            };
+            let (tx, rx) = if src == 1 { (&mut a, &mut b) } else { (&mut b, &mut a) };
             let before = tx.stats().frames_sent;
             tx.send_packet(&p, false).unwrap();
             let frames = tx.stats().frames_sent - before;
-            assert_eq!(
-                frames as usize,
-                (p.len() + 4).div_ceil(MTU - 24),
-                "{payload} B"
-            );
-            let got = recv_within(rx, &mut out, WAIT)
-                .unwrap_or_else(|| panic!("{src}->{dst} {payload} B lost"));
-            assert_eq!(
-                got,
-                RxPacket {
-                    len: p.len(),
-                    src,
-                    crc_ok: true
-                },
-                "{payload} B"
-            );
-            assert!(
-                out[..got.len] == p[..],
-                "{src}->{dst} {payload} B: bytes differ"
-            );
+            assert_eq!(frames as usize, (p.len() + 4).div_ceil(MTU - 24), "{payload} B");
+            let got = recv_within(rx, &mut out, WAIT).unwrap_or_else(|| panic!("{src}->{dst} {payload} B lost"));
+            assert_eq!(got, RxPacket { len: p.len(), src, crc_ok: true }, "{payload} B");
+            assert!(out[..got.len] == p[..], "{src}->{dst} {payload} B: bytes differ");
         }
         // Aborted: arrives, CRC bad.
         let p = packet(src, dst, 999, 300);
-        let (tx, rx) = if src == 1 {
-            (&mut a, &mut b)
-        } else {
-            (&mut b, &mut a)
-        };
+        let (tx, rx) = if src == 1 { (&mut a, &mut b) } else { (&mut b, &mut a) };
         tx.send_packet(&p, true).unwrap();
         let got = recv_within(rx, &mut out, WAIT).expect("aborted packet");
-        assert_eq!(
-            got,
-            RxPacket {
-                len: p.len(),
-                src,
-                crc_ok: false
-            }
-        );
+        assert_eq!(got, RxPacket { len: p.len(), src, crc_ok: false });
     }
     for l in [&a, &b] {
         let s = l.stats();
-        assert_eq!(
-            (
-                s.bad_frames,
-                s.duplicate_frames,
-                s.send_errors,
-                s.recv_errors
-            ),
-            (0, 0, 0, 0),
-            "{s:?}"
-        );
+        assert_eq!((s.bad_frames, s.duplicate_frames, s.send_errors, s.recv_errors), (0, 0, 0, 0), "{s:?}");
         assert_eq!(s.crc_errors, 1, "{s:?}");
     }
     drop((a, b));

@@ -13,15 +13,8 @@ use trapeze_vnic::link::frame::{unpadded_len, FrameError, FrameHeader, HEADER_BY
 use trapeze_vnic::link::{FaultConfig, Link, LinkBackend};
 
 fn header() -> impl Strategy<Value = FrameHeader> {
-    (
-        any::<u8>(),
-        any::<u16>(),
-        any::<u16>(),
-        any::<u32>(),
-        1..=u16::MAX,
-        any::<u32>(),
-    )
-        .prop_flat_map(|(flags, src, dst, packet_id, frag_count, total_len)| {
+    (any::<u8>(), any::<u16>(), any::<u16>(), any::<u32>(), 1..=u16::MAX, any::<u32>()).prop_flat_map(
+        |(flags, src, dst, packet_id, frag_count, total_len)| {
             (0..frag_count, 0..=total_len).prop_map(move |(frag_index, frag_offset)| FrameHeader {
                 flags,
                 src,
@@ -32,7 +25,8 @@ fn header() -> impl Strategy<Value = FrameHeader> {
                 total_len,
                 frag_offset,
             })
-        })
+        },
+    )
 }
 
 proptest! {
@@ -155,11 +149,7 @@ impl Default for Tape {
 
 impl Tape {
     fn with_max_frame(max_frame: usize) -> Self {
-        Tape {
-            sent: Default::default(),
-            inbox: Default::default(),
-            max_frame,
-        }
+        Tape { sent: Default::default(), inbox: Default::default(), max_frame }
     }
 }
 

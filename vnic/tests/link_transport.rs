@@ -20,15 +20,7 @@ const PAYLOADS: [usize; 4] = [0, 4096, 8192, 65536];
 /// byte pattern) so a delivered packet can be matched to exactly one sent.
 fn packet(src: u16, dst: u16, tag: u32, payload: usize) -> Vec<u8> {
     let ctrl = [0xC5u8; 12];
-    let h = Header {
-        flags: 0,
-        src,
-        dst,
-        ctrl_len: ctrl.len() as u16,
-        payload_len: payload as u32,
-        token: 0,
-        seq: tag,
-    };
+    let h = Header { flags: 0, src, dst, ctrl_len: ctrl.len() as u16, payload_len: payload as u32, token: 0, seq: tag };
     let mut p = h.to_bytes().to_vec();
     p.extend_from_slice(&ctrl);
     p.resize(h.prefix_bytes() as usize, 0);
@@ -43,13 +35,8 @@ fn tag_of(p: &[u8]) -> u32 {
 
 /// Wait until `fd` polls readable or `until` passes.
 fn wait_readable(fd: Option<BorrowedFd<'_>>, until: Instant) {
-    let left = until
-        .saturating_duration_since(Instant::now())
-        .min(Duration::from_millis(50));
-    let ts = Timespec {
-        tv_sec: 0,
-        tv_nsec: left.as_nanos() as i64,
-    };
+    let left = until.saturating_duration_since(Instant::now()).min(Duration::from_millis(50));
+    let ts = Timespec { tv_sec: 0, tv_nsec: left.as_nanos() as i64 };
     match fd {
         Some(fd) => {
             let mut fds = [PollFd::from_borrowed_fd(fd, PollFlags::IN)];
@@ -88,33 +75,15 @@ fn exchange_all_sizes(links: &mut [Link]) {
                 links[s].send_packet(&p, false).unwrap();
                 let rx = recv(&mut links[d], &mut out)
                     .unwrap_or_else(|| panic!("{src}->{dst} {payload} B: nothing within {WAIT:?}"));
-                assert_eq!(
-                    rx,
-                    RxPacket {
-                        len: p.len(),
-                        src,
-                        crc_ok: true
-                    },
-                    "{src}->{dst} {payload} B"
-                );
-                assert!(
-                    out[..rx.len] == p[..],
-                    "{src}->{dst} {payload} B: bytes differ"
-                );
+                assert_eq!(rx, RxPacket { len: p.len(), src, crc_ok: true }, "{src}->{dst} {payload} B");
+                assert!(out[..rx.len] == p[..], "{src}->{dst} {payload} B: bytes differ");
             }
             // An aborted packet arrives with a bad CRC.
             tag += 1;
             let p = packet(src, dst, tag, 100);
             links[s].send_packet(&p, true).unwrap();
             let rx = recv(&mut links[d], &mut out).expect("aborted packet");
-            assert_eq!(
-                rx,
-                RxPacket {
-                    len: p.len(),
-                    src,
-                    crc_ok: false
-                }
-            );
+            assert_eq!(rx, RxPacket { len: p.len(), src, crc_ok: false });
         }
     }
     for l in links.iter_mut() {
@@ -126,25 +95,14 @@ fn exchange_all_sizes(links: &mut [Link]) {
         assert_eq!(s.packets_received, n, "{s:?}");
         assert_eq!(s.crc_errors, n / (PAYLOADS.len() as u64 + 1), "{s:?}");
         assert_eq!(s.frames_received, s.frames_sent, "{s:?}");
-        assert_eq!(
-            (
-                s.bad_frames,
-                s.duplicate_frames,
-                s.send_errors,
-                s.unroutable
-            ),
-            (0, 0, 0, 0),
-            "{s:?}"
-        );
+        assert_eq!((s.bad_frames, s.duplicate_frames, s.send_errors, s.unroutable), (0, 0, 0, 0), "{s:?}");
     }
 }
 
 #[test]
 fn inproc_three_nodes_all_sizes() {
     let sw = InProcSwitch::new();
-    let mut links: Vec<Link> = (1..=3)
-        .map(|n| Link::new(n, Box::new(sw.port(n)), FaultConfig::NONE))
-        .collect();
+    let mut links: Vec<Link> = (1..=3).map(|n| Link::new(n, Box::new(sw.port(n)), FaultConfig::NONE)).collect();
     exchange_all_sizes(&mut links);
     // 2 peers x (4 sizes + 1 abort) each.
     assert_eq!(links[0].stats().packets_sent, 10);
@@ -156,9 +114,8 @@ fn inproc_three_nodes_all_sizes() {
 
 #[test]
 fn udp_three_nodes_all_sizes() {
-    let mut backends: Vec<UdpBackend> = (0..3)
-        .map(|_| UdpBackend::bind("127.0.0.1:0".parse().unwrap()).unwrap())
-        .collect();
+    let mut backends: Vec<UdpBackend> =
+        (0..3).map(|_| UdpBackend::bind("127.0.0.1:0".parse().unwrap()).unwrap()).collect();
     let addrs: Vec<SocketAddr> = backends.iter().map(|b| b.local_addr()).collect();
     for b in &mut backends {
         for (i, a) in addrs.iter().enumerate() {
@@ -188,23 +145,13 @@ fn unroutable_short_and_truncated() {
     let big = vec![0u8; trapeze_vnic::link::MAX_PACKET_BYTES];
     let mut big = big;
     big[6] = 2;
-    assert_eq!(
-        a.send_packet(&big, false).unwrap_err().kind(),
-        io::ErrorKind::InvalidInput
-    );
+    assert_eq!(a.send_packet(&big, false).unwrap_err().kind(), io::ErrorKind::InvalidInput);
 
     let p = packet(1, 2, 2, 500);
     a.send_packet(&p, false).unwrap();
     let mut small = [0u8; 100];
     let rx = recv(&mut b, &mut small).unwrap();
-    assert_eq!(
-        rx,
-        RxPacket {
-            len: 100,
-            src: 1,
-            crc_ok: false
-        }
-    );
+    assert_eq!(rx, RxPacket { len: 100, src: 1, crc_ok: false });
     assert_eq!(small[..], p[..100]);
     assert_eq!((b.stats().rx_truncated, b.stats().crc_errors), (1, 0));
     // A node may send to itself.
@@ -249,37 +196,26 @@ struct Outcome {
 /// Send `n` tagged packets a -> b through `faults`, receive everything, and check that
 /// every packet delivered with a good CRC is byte-identical to the one sent with its
 /// tag, and is delivered at most once.
-fn run_faults(
-    mut a: Link,
-    mut b: Link,
-    n: u32,
-    frames_per_packet: impl Fn(usize) -> u64,
-) -> Outcome {
+fn run_faults(mut a: Link, mut b: Link, n: u32, frames_per_packet: impl Fn(usize) -> u64) -> Outcome {
     let sizes = [0usize, 100, 4096, 8192, 20_000];
     let mut sent: HashMap<u32, Vec<u8>> = HashMap::new();
     let mut delivered_ok: HashMap<u32, u32> = HashMap::new();
     let mut out = vec![0u8; 70_000];
     let (mut ok, mut bad, mut frames) = (0u64, 0u64, 0u64);
-    let mut check =
-        |rx: RxPacket, out: &[u8], ok: &mut u64, bad: &mut u64, sent: &HashMap<u32, Vec<u8>>| {
-            if rx.crc_ok {
-                let body = &out[..rx.len];
-                let tag = tag_of(body);
-                let orig = sent
-                    .get(&tag)
-                    .unwrap_or_else(|| panic!("crc_ok packet with unknown tag {tag}"));
-                assert!(
-                    body == &orig[..],
-                    "crc_ok packet differs from the one sent with tag {tag}"
-                );
-                let c = delivered_ok.entry(tag).or_default();
-                *c += 1;
-                assert_eq!(*c, 1, "tag {tag} delivered twice");
-                *ok += 1;
-            } else {
-                *bad += 1;
-            }
-        };
+    let mut check = |rx: RxPacket, out: &[u8], ok: &mut u64, bad: &mut u64, sent: &HashMap<u32, Vec<u8>>| {
+        if rx.crc_ok {
+            let body = &out[..rx.len];
+            let tag = tag_of(body);
+            let orig = sent.get(&tag).unwrap_or_else(|| panic!("crc_ok packet with unknown tag {tag}"));
+            assert!(body == &orig[..], "crc_ok packet differs from the one sent with tag {tag}");
+            let c = delivered_ok.entry(tag).or_default();
+            *c += 1;
+            assert_eq!(*c, 1, "tag {tag} delivered twice");
+            *ok += 1;
+        } else {
+            *bad += 1;
+        }
+    };
     for tag in 0..n {
         let p = packet(1, 2, tag, sizes[tag as usize % sizes.len()]);
         frames += frames_per_packet(p.len() + 4);
@@ -303,48 +239,27 @@ fn run_faults(
     assert_eq!(b.partial_packets(), 0);
     let (tx, rx) = (a.stats(), b.stats());
     // Sender: every frame generated was dropped, or sent once, or twice if duplicated.
-    assert_eq!(
-        tx.frames_sent,
-        frames - tx.injected_drops + tx.injected_duplicates,
-        "{tx:?}"
-    );
+    assert_eq!(tx.frames_sent, frames - tx.injected_drops + tx.injected_duplicates, "{tx:?}");
     assert_eq!(tx.packets_sent, n as u64);
-    assert_eq!(
-        rx.frames_received, tx.frames_sent,
-        "the in-process switch loses nothing"
-    );
+    assert_eq!(rx.frames_received, tx.frames_sent, "the in-process switch loses nothing");
     assert_eq!(rx.packets_received, ok + bad);
     assert_eq!(rx.crc_errors, bad);
     assert!(rx.packets_received <= n as u64);
     assert!(rx.bad_frames + rx.duplicate_frames <= rx.frames_received);
-    Outcome {
-        sent: n as u64,
-        ok,
-        bad,
-        tx,
-        rx,
-    }
+    Outcome { sent: n as u64, ok, bad, tx, rx }
 }
 
 fn inproc_pair(max_frame: usize, faults: FaultConfig) -> (Link, Link, impl Fn(usize) -> u64) {
     let sw = InProcSwitch::new();
     let a = Link::new(1, Box::new(SmallFrames(sw.port(1), max_frame)), faults);
-    let b = Link::new(
-        2,
-        Box::new(SmallFrames(sw.port(2), max_frame)),
-        FaultConfig::NONE,
-    );
-    (a, b, move |total: usize| {
-        total.div_ceil(max_frame - 24) as u64
-    })
+    let b = Link::new(2, Box::new(SmallFrames(sw.port(2), max_frame)), FaultConfig::NONE);
+    (a, b, move |total: usize| total.div_ceil(max_frame - 24) as u64)
 }
 
 #[test]
 fn faults_all_kinds_never_deliver_corrupt_as_ok() {
     for seed in [1, 7, 1234] {
-        let f: FaultConfig = format!("drop=0.2,dup=0.2,reorder=0.2,corrupt=0.2,seed={seed}")
-            .parse()
-            .unwrap();
+        let f: FaultConfig = format!("drop=0.2,dup=0.2,reorder=0.2,corrupt=0.2,seed={seed}").parse().unwrap();
         // Small frames: most packets span several, so faults hit reassembly.
         let (a, b, fpp) = inproc_pair(4096, f);
         let o = run_faults(a, b, 300, fpp);
@@ -357,30 +272,15 @@ fn faults_all_kinds_never_deliver_corrupt_as_ok() {
         ] {
             assert!(count > 50, "seed {seed}: only {count} {what}: {t:?}");
         }
-        assert!(
-            o.ok > 20,
-            "seed {seed}: too few packets made it: {} of {}",
-            o.ok,
-            o.sent
-        );
-        assert!(
-            o.bad > 0,
-            "seed {seed}: no corrupted packet was caught: {:?}",
-            o.rx
-        );
-        assert!(
-            o.rx.reassembly_timeouts > 0 && o.rx.duplicate_frames > 0,
-            "{:?}",
-            o.rx
-        );
+        assert!(o.ok > 20, "seed {seed}: too few packets made it: {} of {}", o.ok, o.sent);
+        assert!(o.bad > 0, "seed {seed}: no corrupted packet was caught: {:?}", o.rx);
+        assert!(o.rx.reassembly_timeouts > 0 && o.rx.duplicate_frames > 0, "{:?}", o.rx);
     }
 }
 
 #[test]
 fn faults_are_deterministic_per_seed() {
-    let f: FaultConfig = "drop=0.2,dup=0.2,reorder=0.2,corrupt=0.2,seed=99"
-        .parse()
-        .unwrap();
+    let f: FaultConfig = "drop=0.2,dup=0.2,reorder=0.2,corrupt=0.2,seed=99".parse().unwrap();
     let run = || {
         let (a, b, fpp) = inproc_pair(1500, f);
         let o = run_faults(a, b, 100, fpp);
@@ -416,9 +316,7 @@ fn faults_over_udp() {
     let mut b = UdpBackend::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     a.add_peer(2, b.local_addr());
     b.add_peer(1, a.local_addr());
-    let f = "drop=0.1,dup=0.1,reorder=0.1,corrupt=0.1,seed=11"
-        .parse()
-        .unwrap();
+    let f = "drop=0.1,dup=0.1,reorder=0.1,corrupt=0.1,seed=11".parse().unwrap();
     let mut a = Link::new(1, Box::new(a), f);
     let mut b = Link::new(2, Box::new(b), FaultConfig::NONE);
     let mut out = vec![0u8; 70_000];

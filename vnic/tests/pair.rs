@@ -30,7 +30,8 @@ fn exchange_payloads(mode: Mode, link: LinkKind) {
         for (from, to) in [(0usize, 1usize), (1, 0)] {
             let d = data(id, len);
             n[from].host.send(to as u16, &id_ctrl(id, len as u32), &d, PayloadToken::NONE, frame).unwrap();
-            let m = n[to].host.recv(T).unwrap_or_else(|| panic!("{mode:?}/{link:?}: message {id} ({len} B) not delivered"));
+            let m =
+                n[to].host.recv(T).unwrap_or_else(|| panic!("{mode:?}/{link:?}: message {id} ({len} B) not delivered"));
             assert_eq!(m.ctrl, id_ctrl(id, len as u32));
             assert_eq!(m.flags, 0, "flags of message {id}");
             assert_eq!(m.payload.len(), len);
@@ -86,7 +87,9 @@ fn bad_tokens_deliver_control_only_with_error_flag(mode: Mode, link: LinkKind) {
 fn dma_outside_registered_memory_is_refused(mode: Mode, link: LinkKind) {
     let mut n = cluster(2, mode, link, &[], 8192);
     n[0].host.send_raw(1, &id_ctrl(1, 4096), 4096, &[Segment { addr: 0x10, len: 4096 }]).unwrap();
-    eventually("the refused send to complete", T, || !n[0].host.take_send_statuses().is_empty() || counter(&n[0], "dma_refused") > 0);
+    eventually("the refused send to complete", T, || {
+        !n[0].host.take_send_statuses().is_empty() || counter(&n[0], "dma_refused") > 0
+    });
     eventually("dma_refused counted", T, || counter(&n[0], "dma_refused") == 1);
     assert!(n[0].nic.status().dma_refused >= 1);
     // Nothing (and nothing corrupt) reaches the receiver; the next message does.
@@ -197,9 +200,7 @@ fn a_refused_send_does_not_leak_into_the_next_packet() {
         let segs = [Segment { addr: good, len: 200 }, Segment { addr: 0x10, len: 4096 }];
         n[0].host.send_raw(1, &[1u8; 32], 200 + 4096, &segs).unwrap();
         eventually("the refusal", T, || counter(&n[0], "dma_refused") == 1);
-        eventually("the failed send's status", T, || {
-            n[0].host.take_send_statuses().contains(&TxStatus::DmaRefused)
-        });
+        eventually("the failed send's status", T, || n[0].host.take_send_statuses().contains(&TxStatus::DmaRefused));
         let ctrl: Vec<u8> = (0..100u8).collect();
         n[0].host.send(1, &ctrl, &[], PayloadToken::NONE, 0).unwrap();
         let m = n[1].host.recv(T).expect("delivered");

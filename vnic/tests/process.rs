@@ -101,7 +101,8 @@ fn nic_processes_exchange_attach_and_reflash() {
     std::fs::write(&path, &image).unwrap();
     let info = trapeze_vnic::image::check_image(&image).unwrap();
     for s in &socks {
-        let v = ControlClient::connect(s).unwrap().request(&Request::Load { path: path.display().to_string() }).unwrap();
+        let v =
+            ControlClient::connect(s).unwrap().request(&Request::Load { path: path.display().to_string() }).unwrap();
         assert_eq!(v["status"]["mode"], "flashed", "{v}");
         assert_eq!(v["status"]["fw_state"], "Ready");
         assert_eq!(v["status"]["fw_build_id"], format!("{:08x}", info.build_id));

@@ -8,8 +8,8 @@ use anyhow::{ensure, Context};
 use serde_json::json;
 use std::path::PathBuf;
 use trapeze_firmware::iface::layout::{
-    CTRL_BYTES, CTRL_OFF, IMAGE_BUDGET_BYTES, IMAGE_RAM_BYTES, IMAGE_TEXT_BYTES, IPT_OFF,
-    NIC_MEM_BYTES, SEND_RING_OFF, STAGING_BYTES, STAGING_OFF,
+    CTRL_BYTES, CTRL_OFF, IMAGE_BUDGET_BYTES, IMAGE_RAM_BYTES, IMAGE_TEXT_BYTES, IPT_OFF, NIC_MEM_BYTES, SEND_RING_OFF,
+    STAGING_BYTES, STAGING_OFF,
 };
 pub use trapeze_vnic::image::{check_image, size, ImageInfo};
 
@@ -37,8 +37,7 @@ pub const DEFAULT_DEFMT_LOG: &str = "info";
 
 /// The defmt filter: `--defmt-log`, else `$DEFMT_LOG`, else [`DEFAULT_DEFMT_LOG`].
 pub fn defmt_filter(arg: Option<String>) -> String {
-    arg.or_else(|| std::env::var("DEFMT_LOG").ok())
-        .unwrap_or_else(|| DEFAULT_DEFMT_LOG.into())
+    arg.or_else(|| std::env::var("DEFMT_LOG").ok()).unwrap_or_else(|| DEFAULT_DEFMT_LOG.into())
 }
 
 pub fn run(a: BuildArgs) -> anyhow::Result<()> {
@@ -53,10 +52,7 @@ pub fn run(a: BuildArgs) -> anyhow::Result<()> {
     let info = check_image(&bytes).with_context(|| format!("{}", path.display()))?;
     let shown = path.strip_prefix(crate::workspace_root()).unwrap_or(&path);
     if a.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report_json(&shown.display().to_string(), &info))?
-        );
+        println!("{}", serde_json::to_string_pretty(&report_json(&shown.display().to_string(), &info))?);
     } else {
         print!("{}", report_text(&shown.display().to_string(), &info));
     }
@@ -87,10 +83,7 @@ pub fn build_image(filter: &str) -> anyhow::Result<()> {
         .current_dir(crate::workspace_root())
         .status()
         .context("run cargo")?;
-    ensure!(
-        status.success(),
-        "building the firmware image failed ({status})"
-    );
+    ensure!(status.success(), "building the firmware image failed ({status})");
     Ok(())
 }
 
@@ -102,15 +95,9 @@ pub fn image_path() -> anyhow::Result<PathBuf> {
         .current_dir(crate::workspace_root())
         .output()
         .context("cargo metadata")?;
-    ensure!(
-        out.status.success(),
-        "cargo metadata failed ({})",
-        out.status
-    );
+    ensure!(out.status.success(), "cargo metadata failed ({})", out.status);
     let meta: serde_json::Value = serde_json::from_slice(&out.stdout)?;
-    let dir = meta["target_directory"]
-        .as_str()
-        .context("cargo metadata: target_directory")?;
+    let dir = meta["target_directory"].as_str().context("cargo metadata: target_directory")?;
     Ok(PathBuf::from(dir).join(TARGET).join(PROFILE).join(BIN))
 }
 
@@ -130,11 +117,7 @@ fn nic_memory_map() -> [(&'static str, u32); 5] {
 }
 
 fn report_text(path: &str, i: &ImageInfo) -> String {
-    let map = nic_memory_map()
-        .iter()
-        .map(|(n, b)| format!("{n} {}", size(*b)))
-        .collect::<Vec<_>>()
-        .join(" + ");
+    let map = nic_memory_map().iter().map(|(n, b)| format!("{n} {}", size(*b))).collect::<Vec<_>>().join(" + ");
     format!(
         "image      {path}\n\
          build id   {:#010x}, firmware v{}, entry {:#010x}, checksum {:#010x} ({} loaded)\n\
@@ -164,10 +147,8 @@ fn report_text(path: &str, i: &ImageInfo) -> String {
 }
 
 fn report_json(path: &str, i: &ImageInfo) -> serde_json::Value {
-    let map: serde_json::Map<String, serde_json::Value> = nic_memory_map()
-        .iter()
-        .map(|(n, b)| (n.to_lowercase(), json!(b)))
-        .collect();
+    let map: serde_json::Map<String, serde_json::Value> =
+        nic_memory_map().iter().map(|(n, b)| (n.to_lowercase(), json!(b))).collect();
     json!({
         "image": path,
         "build_id": i.build_id,

@@ -129,13 +129,14 @@ fn discover(dir: &Path) -> anyhow::Result<Vec<(String, PathBuf)>> {
         if path.extension().is_none_or(|e| e != "sock") {
             continue;
         }
-        let answer = ControlClient::connect(&path)
-            .and_then(|c| Ok(c.request_with_fds(&Request::Status, &[], PROBE_TIMEOUT)?.0));
+        let answer =
+            ControlClient::connect(&path).and_then(|c| Ok(c.request_with_fds(&Request::Status, &[], PROBE_TIMEOUT)?.0));
         match answer {
             Ok(v) => {
-                let name = v["status"]["name"].as_str().map(String::from).unwrap_or_else(|| {
-                    path.file_stem().map_or_else(String::new, |s| s.to_string_lossy().into_owned())
-                });
+                let name = v["status"]["name"]
+                    .as_str()
+                    .map(String::from)
+                    .unwrap_or_else(|| path.file_stem().map_or_else(String::new, |s| s.to_string_lossy().into_owned()));
                 found.push((name, path));
             }
             Err(e) => eprintln!("skipping {}: {e:#}", path.display()),

@@ -66,13 +66,18 @@ const PACKAGES: [(&str, &str); 17] = [
 /// Headers added to the tree's `rust/bindings/bindings_helper.h`: the PCI, IRQ, DMA and MMIO
 /// C API the NIC driver calls through the generated bindings (6.12 has no Rust abstractions
 /// for them).
-pub const HELPER_HEADERS: [&str; 4] =
-    ["linux/pci.h", "linux/interrupt.h", "linux/dma-mapping.h", "linux/io.h"];
-const HELPER_MARK: &str =
-    "/* Added by trapeze-rs `cargo xtask kernel`: the C API of the out-of-tree NIC driver. */";
+pub const HELPER_HEADERS: [&str; 4] = ["linux/pci.h", "linux/interrupt.h", "linux/dma-mapping.h", "linux/io.h"];
+const HELPER_MARK: &str = "/* Added by trapeze-rs `cargo xtask kernel`: the C API of the out-of-tree NIC driver. */";
 
 /// Kconfig options shown in the summary (all fragment options are checked).
-const SHOWN: [&str; 6] = ["CONFIG_RUST", "CONFIG_PCI_MSI", "CONFIG_VIRTIO_NET", "CONFIG_BLK_DEV_NBD", "CONFIG_SAMPLE_RUST_MINIMAL", "CONFIG_BLK_DEV_RUST_NULL"];
+const SHOWN: [&str; 6] = [
+    "CONFIG_RUST",
+    "CONFIG_PCI_MSI",
+    "CONFIG_VIRTIO_NET",
+    "CONFIG_BLK_DEV_NBD",
+    "CONFIG_SAMPLE_RUST_MINIMAL",
+    "CONFIG_BLK_DEV_RUST_NULL",
+];
 
 /// How often a long step prints a progress line.
 const HEARTBEAT: Duration = Duration::from_secs(15);
@@ -135,8 +140,9 @@ impl Paths {
 pub fn trapeze_cache() -> anyhow::Result<PathBuf> {
     let base = match std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()) {
         Some(d) => PathBuf::from(d),
-        None => PathBuf::from(std::env::var_os("HOME").context("neither XDG_CACHE_HOME nor HOME is set")?)
-            .join(".cache"),
+        None => {
+            PathBuf::from(std::env::var_os("HOME").context("neither XDG_CACHE_HOME nor HOME is set")?).join(".cache")
+        }
     };
     Ok(base.join("trapeze"))
 }
@@ -242,7 +248,10 @@ pub fn run(a: KernelArgs) -> anyhow::Result<()> {
     for m in p.modules() {
         println!("module     {}", m.display());
     }
-    println!("toolchain  {}; {}; {}", k.toolchain.rustc_version, k.toolchain.bindgen_version, k.toolchain.clang_version);
+    println!(
+        "toolchain  {}; {}; {}",
+        k.toolchain.rustc_version, k.toolchain.bindgen_version, k.toolchain.clang_version
+    );
     println!("modules    make -C {} M=$PWD {}", p.build.display(), k.toolchain.make_vars().join(" "));
     println!("cache      {} (logs in {})", p.cache.display(), p.logs.display());
     println!("xtask kernel: done in {:.1?}", t0.elapsed());
@@ -328,8 +337,7 @@ pub fn ensure(jobs: Option<usize>, rebuild: bool) -> anyhow::Result<Kernel> {
         let mut tar = Command::new("tar");
         tar.arg("-xf").arg(TARBALL).arg("-C").arg(&tmp);
         run_logged("unpack", &mut tar, &p.logs.join("unpack.log"), None)?;
-        fs::rename(tmp.join(TREE_DIR), &p.tree)
-            .with_context(|| format!("{TARBALL} did not contain {TREE_DIR}/"))?;
+        fs::rename(tmp.join(TREE_DIR), &p.tree).with_context(|| format!("{TARBALL} did not contain {TREE_DIR}/"))?;
         fs::remove_dir_all(&tmp)?;
         stamp.source = Some(source_version.clone());
         stamp.save(&p)?;
@@ -341,7 +349,8 @@ pub fn ensure(jobs: Option<usize>, rebuild: bool) -> anyhow::Result<Kernel> {
 
     // 6. .config.
     let fragment_path = crate::workspace_root().join(FRAGMENT);
-    let fragment = fs::read_to_string(&fragment_path).with_context(|| format!("reading {}", fragment_path.display()))?;
+    let fragment =
+        fs::read_to_string(&fragment_path).with_context(|| format!("reading {}", fragment_path.display()))?;
     let fragment_hash = fnv(&[fragment.as_bytes()]);
     let config_key = fnv(&[source_version.as_bytes(), tc.key().as_bytes(), fragment.as_bytes()]);
     let config_path = p.build.join(".config");
@@ -361,11 +370,21 @@ pub fn ensure(jobs: Option<usize>, rebuild: bool) -> anyhow::Result<Kernel> {
         stamp.configured = None;
         stamp.save(&p)?;
         fs::create_dir_all(&p.build)?;
-        run_logged("make tinyconfig", make_cmd(&p, &tc, false).arg("tinyconfig"), &p.logs.join("tinyconfig.log"), None)?;
+        run_logged(
+            "make tinyconfig",
+            make_cmd(&p, &tc, false).arg("tinyconfig"),
+            &p.logs.join("tinyconfig.log"),
+            None,
+        )?;
         let mut merge = Command::new(p.tree.join("scripts/kconfig/merge_config.sh"));
         merge.arg("-m").arg("-O").arg(&p.build).arg(&config_path).arg(&fragment_path).current_dir(&p.tree);
         run_logged("merge_config.sh", &mut merge, &p.logs.join("merge_config.log"), None)?;
-        run_logged("make olddefconfig", make_cmd(&p, &tc, false).arg("olddefconfig"), &p.logs.join("olddefconfig.log"), None)?;
+        run_logged(
+            "make olddefconfig",
+            make_cmd(&p, &tc, false).arg("olddefconfig"),
+            &p.logs.join("olddefconfig.log"),
+            None,
+        )?;
         let config = fs::read_to_string(&config_path)?;
         let problems = check_config(&fragment, &config);
         if !problems.is_empty() {
@@ -392,7 +411,11 @@ pub fn ensure(jobs: Option<usize>, rebuild: bool) -> anyhow::Result<Kernel> {
         let log = p.logs.join("rustavailable.log");
         run_logged("make rustavailable", make_cmd(&p, &tc, false).arg("rustavailable"), &log, None)?;
         let out = fs::read_to_string(&log).unwrap_or_default();
-        ensure!(out.contains("Rust is available!"), "make rustavailable did not say \"Rust is available!\" (log: {})", log.display());
+        ensure!(
+            out.contains("Rust is available!"),
+            "make rustavailable did not say \"Rust is available!\" (log: {})",
+            log.display()
+        );
         println!("    Rust is available! ({}, {})", tc.rustc_version, tc.bindgen_version);
         stamp.rust_available = Some(tc.key());
         stamp.save(&p)?;
@@ -468,10 +491,8 @@ fn patch_bindings_helper(tree: &Path) -> anyhow::Result<()> {
     }
     println!("==> adding {} to {}", missing.join(", "), path.display());
     let lines: Vec<&str> = text.lines().collect();
-    let last_include = lines
-        .iter()
-        .rposition(|l| l.starts_with("#include <"))
-        .context("bindings_helper.h has no #include lines")?;
+    let last_include =
+        lines.iter().rposition(|l| l.starts_with("#include <")).context("bindings_helper.h has no #include lines")?;
     let mut out: Vec<String> = lines[..=last_include].iter().map(|s| s.to_string()).collect();
     if !text.contains(HELPER_MARK) {
         out.push(HELPER_MARK.into());
@@ -557,9 +578,8 @@ fn run_logged(what: &str, cmd: &mut Command, log: &Path, expected: Option<u64>) 
         }
         if last_beat.elapsed() >= HEARTBEAT {
             last_beat = Instant::now();
-            let pct = expected
-                .filter(|&e| e > 0)
-                .map_or(String::new(), |e| format!(" (~{}%)", (steps * 100 / e).min(99)));
+            let pct =
+                expected.filter(|&e| e > 0).map_or(String::new(), |e| format!(" (~{}%)", (steps * 100 / e).min(99)));
             if steps == 0 {
                 eprintln!("    [{:>4.0?}] {what}: running", start.elapsed());
             } else {

@@ -67,20 +67,14 @@ fn main() {
 
 /// The workspace root (xtask lives one level below it).
 pub fn workspace_root() -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("xtask has a parent directory")
-        .to_path_buf()
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask has a parent directory").to_path_buf()
 }
 
 /// Run a command in the workspace root, echoing it; fail with its exit status.
 pub fn cargo(args: &[&str]) -> anyhow::Result<()> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     eprintln!("$ cargo {}", args.join(" "));
-    let status = std::process::Command::new(cargo)
-        .args(args)
-        .current_dir(workspace_root())
-        .status()?;
+    let status = std::process::Command::new(cargo).args(args).current_dir(workspace_root()).status()?;
     anyhow::ensure!(status.success(), "`cargo {}` failed ({status})", args.join(" "));
     Ok(())
 }

@@ -93,7 +93,10 @@ pub fn build(k: &Kernel, clippy: bool) -> anyhow::Result<PathBuf> {
         for (bytes, func) in &over {
             eprintln!("    stack frame of {bytes} bytes: {func}");
         }
-        bail!("{} function(s) of {KO} have a stack frame above {MAX_FRAME} bytes (the kernel stack is 16 KiB)", over.len());
+        bail!(
+            "{} function(s) of {KO} have a stack frame above {MAX_FRAME} bytes (the kernel stack is 16 KiB)",
+            over.len()
+        );
     }
     Ok(ko)
 }
@@ -208,7 +211,10 @@ mod tests {
  200:\tret
 ";
         let f = parse_frames(text);
-        assert_eq!(f, vec![(0x28c48, "trapeze::driver::new_core".to_string()), (0xce8, "trapeze::net::KHost::new".to_string())]);
+        assert_eq!(
+            f,
+            vec![(0x28c48, "trapeze::driver::new_core".to_string()), (0xce8, "trapeze::net::KHost::new".to_string())]
+        );
         assert!(f[0].0 > MAX_FRAME && f[1].0 < MAX_FRAME);
     }
 }

@@ -25,9 +25,7 @@ fn have_command(cmd: &str) -> bool {
 
 /// Which of `pkgs` are not installed (cmake also counts as present when on PATH).
 pub fn missing_packages<'a>(pkgs: &'a [(&'a str, &'a str)]) -> Vec<&'a (&'a str, &'a str)> {
-    pkgs.iter()
-        .filter(|(p, _)| !(installed(p) || (*p == "cmake" && have_command("cmake"))))
-        .collect()
+    pkgs.iter().filter(|(p, _)| !(installed(p) || (*p == "cmake" && have_command("cmake")))).collect()
 }
 
 /// Make sure `pkgs` are installed, installing them with apt as root

@@ -102,7 +102,13 @@ fn serve(c: &mut Cluster, seen: &mut [usize]) -> anyhow::Result<()> {
             let token = PayloadToken(u64::from_le_bytes(req.ctrl[12..20].try_into()?));
             c.host_mut(node).post(
                 now,
-                OutMsg { peer: req.src, ctrl: page.to_le_bytes().to_vec(), payload: page_bytes(page), token, ..Default::default() },
+                OutMsg {
+                    peer: req.src,
+                    ctrl: page.to_le_bytes().to_vec(),
+                    payload: page_bytes(page),
+                    token,
+                    ..Default::default()
+                },
             );
         }
     }
@@ -198,9 +204,22 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
             crate::prereq::ensure_emulator_build_deps()?;
             crate::build::build_image(&crate::build::defmt_filter(None))?;
             image = crate::build::image_path()?.display().to_string();
-            println!("== Global Memory Service: 3 nodes on virtual NICs (flashed firmware {image}, in-process link) ==");
+            println!(
+                "== Global Memory Service: 3 nodes on virtual NICs (flashed firmware {image}, in-process link) =="
+            );
             args.extend(["--features", "demo", "--bin", "trapeze-gms-demo"]);
-            demo.extend(["--image", &image, "--pages", "1200", "--budget", "700", "--random", "1000", "--pressure", "300"]);
+            demo.extend([
+                "--image",
+                &image,
+                "--pages",
+                "1200",
+                "--budget",
+                "700",
+                "--random",
+                "1000",
+                "--pressure",
+                "300",
+            ]);
         } else {
             println!("== Global Memory Service: 3 nodes on virtual NICs (native firmware, in-process link) ==");
             args.extend(["--no-default-features", "--features", "demo", "--bin", "trapeze-gms-demo"]);
@@ -221,7 +240,13 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
     println!("page servers on nodes 1 and 2 through IPT payload tokens; every page is verified.\n");
     println!(
         "{:<20} {:>12} {:>12} {:>16} {:>10} {:>10} {:>10}",
-        "policy", "fetch p50", "fetch p99", format!("prefetch x{}", a.depth), "verified", "host DMAs", "link txs"
+        "policy",
+        "fetch p50",
+        "fetch p99",
+        format!("prefetch x{}", a.depth),
+        "verified",
+        "host DMAs",
+        "link txs"
     );
     let mut p50s = Vec::new();
     for (name, policy) in [

@@ -17,9 +17,7 @@ pub struct TestArgs {
 pub fn run(a: TestArgs) -> anyhow::Result<()> {
     let t0 = Instant::now();
     step("system packages for the flashed NIC's emulator", crate::prereq::ensure_emulator_build_deps)?;
-    step("unit, property and integration tests (host)", || {
-        crate::cargo(&["test", "--workspace", "--locked"])
-    })?;
+    step("unit, property and integration tests (host)", || crate::cargo(&["test", "--workspace", "--locked"]))?;
     if !a.no_image {
         step("firmware image: riscv32imac build and NIC-memory budget", || {
             crate::cargo(&["run", "--quiet", "--locked", "-p", "xtask", "--", "build"])
@@ -43,9 +41,10 @@ pub fn run(a: TestArgs) -> anyhow::Result<()> {
             "guest suite: ext2 on /dev/gms0 on GMS across 3 guests, data verified, a server killed, clean unload",
             || crate::cargo(&["run", "--quiet", "--locked", "-p", "xtask", "--", "vm", "--suite"]),
         )?;
-        step("host gmsd in the guests' cluster: a guest's /dev/gms0 pages stored on and read from a host gmsd", || {
-            crate::cargo(&["run", "--quiet", "--locked", "-p", "xtask", "--", "vm", "--gmsd-test"])
-        })?;
+        step(
+            "host gmsd in the guests' cluster: a guest's /dev/gms0 pages stored on and read from a host gmsd",
+            || crate::cargo(&["run", "--quiet", "--locked", "-p", "xtask", "--", "vm", "--gmsd-test"]),
+        )?;
     }
     eprintln!("xtask test: all stages passed in {:.0?}", t0.elapsed());
     Ok(())

@@ -98,7 +98,8 @@ const SUITE_TIMEOUT: u64 = 300;
 /// Under `--suite`: the guest whose console asks for the kill, the line, and the victim.
 const SUITE_KILL: (u16, &str, u16) = (0, "trapeze-suite: KILL node 2", 2);
 /// Console text that means the kernel is in trouble.
-const KERNEL_TROUBLE: [&str; 6] = ["Kernel panic", "Oops", "BUG:", "WARNING:", "Call Trace", "general protection fault"];
+const KERNEL_TROUBLE: [&str; 6] =
+    ["Kernel panic", "Oops", "BUG:", "WARNING:", "Call Trace", "general protection fault"];
 
 #[derive(clap::Args)]
 pub struct VmArgs {
@@ -251,7 +252,13 @@ pub fn run(mut a: VmArgs) -> anyhow::Result<()> {
     }
     let host_gmsd = if a.gmsd_test {
         let peers: Vec<(u16, u16)> = (0..a.guests).map(|k| (k, ports[k as usize])).collect();
-        Some(host_gmsd::HostGmsd::start(&target_dir()?.join("debug"), &dir, a.guests, ports[a.guests as usize], &peers)?)
+        Some(host_gmsd::HostGmsd::start(
+            &target_dir()?.join("debug"),
+            &dir,
+            a.guests,
+            ports[a.guests as usize],
+            &peers,
+        )?)
     } else {
         None
     };
@@ -341,7 +348,11 @@ pub fn run(mut a: VmArgs) -> anyhow::Result<()> {
                 if g.killed.is_some() {
                     "killed mid-run as asked".to_string()
                 } else {
-                    format!("rmmod clean: {}; script status 0: {}", yes_no(report.trapeze_removed), yes_no(report.script_ok))
+                    format!(
+                        "rmmod clean: {}; script status 0: {}",
+                        yes_no(report.trapeze_removed),
+                        yes_no(report.script_ok)
+                    )
                 },
                 yes_no(!report.kernel_trouble),
             ),
@@ -355,7 +366,13 @@ pub fn run(mut a: VmArgs) -> anyhow::Result<()> {
             ),
             _ => format!(
                 "Rust module: {}",
-                if report.rust_loaded { "loaded and unloaded" } else if a.smoke { "NOT loaded" } else { "-" }
+                if report.rust_loaded {
+                    "loaded and unloaded"
+                } else if a.smoke {
+                    "NOT loaded"
+                } else {
+                    "-"
+                }
             ),
         };
         eprintln!(
@@ -388,7 +405,8 @@ pub fn run(mut a: VmArgs) -> anyhow::Result<()> {
     }
     if let Some(h) = host_gmsd {
         // The guest's own checks (writes and reads through the daemon) and the host's.
-        let console = cluster.guests.first().map(|g| fs::read_to_string(&g.console).unwrap_or_default()).unwrap_or_default();
+        let console =
+            cluster.guests.first().map(|g| fs::read_to_string(&g.console).unwrap_or_default()).unwrap_or_default();
         let lines: Vec<String> = console.lines().map(printable).filter(|l| l.starts_with("trapeze-gmsd: ")).collect();
         for l in &lines {
             eprintln!("    | {l}");
@@ -401,7 +419,10 @@ pub fn run(mut a: VmArgs) -> anyhow::Result<()> {
             eprintln!("host: {l}");
         }
         if found.len() < 2 || !failed.is_empty() {
-            failures.push(format!("host gmsd checks: {}", if failed.is_empty() { "did not run".to_string() } else { failed.join("; ") }));
+            failures.push(format!(
+                "host gmsd checks: {}",
+                if failed.is_empty() { "did not run".to_string() } else { failed.join("; ") }
+            ));
         }
         let tail = h.stop();
         if !failures.is_empty() {
@@ -506,8 +527,11 @@ enum Mode {
 /// What the issue asks the suite's log to show, from guest 0's console: each item with
 /// the PASS/FAIL lines behind it.
 fn suite_summary(console: &str) -> Vec<String> {
-    let lines: Vec<String> =
-        console.lines().map(printable).filter(|l| l.starts_with("trapeze-suite: PASS ") || l.starts_with("trapeze-suite: FAIL ")).collect();
+    let lines: Vec<String> = console
+        .lines()
+        .map(printable)
+        .filter(|l| l.starts_with("trapeze-suite: PASS ") || l.starts_with("trapeze-suite: FAIL "))
+        .collect();
     let mut out = Vec::new();
     for (item, keys) in [
         ("module load", &["module loaded", "servers B and C"][..]),
@@ -572,9 +596,7 @@ impl GuestReport {
             suite_passed,
             suite_failed,
             suite_done,
-            nic_listed: console
-                .lines()
-                .any(|l| l.contains("trapeze-guest: pci ") && l.contains(IVSHMEM_PCI_ID)),
+            nic_listed: console.lines().any(|l| l.contains("trapeze-guest: pci ") && l.contains(IVSHMEM_PCI_ID)),
             rust_loaded: console.contains("Rust minimal sample (init)")
                 && console.contains("Rust minimal sample (exit)"),
             powered_off: console.contains(POWER_DOWN)
@@ -608,7 +630,11 @@ impl GuestReport {
             return false;
         }
         if guest == 0 {
-            return self.powered_off && self.suite_done && self.suite_passed > 0 && self.suite_failed == 0 && self.script_ok;
+            return self.powered_off
+                && self.suite_done
+                && self.suite_passed > 0
+                && self.suite_failed == 0
+                && self.script_ok;
         }
         if guest == SUITE_KILL.2 {
             return killed && self.trapeze_up;
@@ -622,10 +648,18 @@ impl GuestReport {
             Mode::Plain => base,
             Mode::Smoke => base && self.rust_loaded,
             Mode::BlkTest => {
-                base && self.blk_done && self.blk_passed > 0 && self.blk_failed == 0 && self.script_ok && !self.kernel_trouble
+                base && self.blk_done
+                    && self.blk_passed > 0
+                    && self.blk_failed == 0
+                    && self.script_ok
+                    && !self.kernel_trouble
             }
             Mode::ModuleTest => {
-                base && self.trapeze_up && self.trapeze_removed && self.ping_ok && self.script_ok && !self.kernel_trouble
+                base && self.trapeze_up
+                    && self.trapeze_removed
+                    && self.ping_ok
+                    && self.script_ok
+                    && !self.kernel_trouble
             }
             Mode::Suite => false,
         }
@@ -656,10 +690,20 @@ fn printable(line: &str) -> String {
 
 /// Console lines worth repeating in the summary.
 fn interesting(l: &str) -> bool {
-    ["trapeze-guest:", "trapeze-test:", "trapeze-blk:", "trapeze-suite:", "trapeze: ", "rust_minimal", "Linux version", "reboot:", "ivshmem"]
-        .iter()
-        .chain(KERNEL_TROUBLE.iter())
-        .any(|k| l.contains(k))
+    [
+        "trapeze-guest:",
+        "trapeze-test:",
+        "trapeze-blk:",
+        "trapeze-suite:",
+        "trapeze: ",
+        "rust_minimal",
+        "Linux version",
+        "reboot:",
+        "ivshmem",
+    ]
+    .iter()
+    .chain(KERNEL_TROUBLE.iter())
+    .any(|k| l.contains(k))
 }
 
 /// One guest: its NIC, its QEMU and their files.
@@ -768,13 +812,25 @@ impl Cluster {
             if let Some(st) = g.nic.as_mut().expect("set above").try_wait()? {
                 bail!("trapeze-nic for guest {idx} exited ({st}):\n{}", tail(&text, 20));
             }
-            ensure!(t.elapsed() < NIC_START, "trapeze-nic for guest {idx} did not listen within {NIC_START:?} (log {})", g.nic_log.display());
+            ensure!(
+                t.elapsed() < NIC_START,
+                "trapeze-nic for guest {idx} did not listen within {NIC_START:?} (log {})",
+                g.nic_log.display()
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
         Ok(())
     }
 
-    fn start_qemu(&mut self, idx: u16, qemu: &Path, kernel: &Path, initrd: &Path, append: &str, setpriv: bool) -> anyhow::Result<()> {
+    fn start_qemu(
+        &mut self,
+        idx: u16,
+        qemu: &Path,
+        kernel: &Path,
+        initrd: &Path,
+        append: &str,
+        setpriv: bool,
+    ) -> anyhow::Result<()> {
         let g = self.guest(idx);
         let _ = fs::remove_file(&g.console);
         let mut cmd = child_command(qemu, setpriv);
@@ -951,7 +1007,23 @@ fn build_initramfs(dir: &Path, modules: &[PathBuf], script: Option<&[u8]>) -> an
     let init = fs::read(root.join(INIT)).with_context(|| format!("reading {INIT}"))?;
     let busybox = fs::read("/bin/busybox").context("reading /bin/busybox (apt-get install busybox-static)")?;
     let mut c = Cpio::default();
-    for d in ["bin", "sbin", "usr", "usr/bin", "usr/sbin", "dev", "proc", "sys", "tmp", "run", "root", "etc", "etc/trapeze", "lib", "lib/modules"] {
+    for d in [
+        "bin",
+        "sbin",
+        "usr",
+        "usr/bin",
+        "usr/sbin",
+        "dev",
+        "proc",
+        "sys",
+        "tmp",
+        "run",
+        "root",
+        "etc",
+        "etc/trapeze",
+        "lib",
+        "lib/modules",
+    ] {
         c.dir(d);
     }
     c.char_dev("dev/console", 0o600, 5, 1);
@@ -1110,8 +1182,7 @@ fn target_dir() -> anyhow::Result<PathBuf> {
 }
 
 fn which(cmd: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH")
-        .and_then(|p| std::env::split_paths(&p).map(|d| d.join(cmd)).find(|p| p.is_file()))
+    std::env::var_os("PATH").and_then(|p| std::env::split_paths(&p).map(|d| d.join(cmd)).find(|p| p.is_file()))
 }
 
 fn tail(text: &str, n: usize) -> String {
@@ -1134,7 +1205,10 @@ mod tests {
 
     #[test]
     fn escapes_are_dropped_from_console_lines() {
-        assert_eq!(printable("Booting from ROM..\u{1b}c\u{1b}[?7l\u{1b}[2JLinux version 6.12\r"), "Booting from ROM..Linux version 6.12");
+        assert_eq!(
+            printable("Booting from ROM..\u{1b}c\u{1b}[?7l\u{1b}[2JLinux version 6.12\r"),
+            "Booting from ROM..Linux version 6.12"
+        );
     }
 
     #[test]

@@ -31,10 +31,7 @@ pub const BUILD_ID: u32 = parse_hex_u32(env!("TRAPEZE_FW_BUILD_ID"));
 /// Parse build.rs's `0x%08x` at compile time.
 const fn parse_hex_u32(s: &str) -> u32 {
     let b = s.as_bytes();
-    assert!(
-        b.len() == 10 && b[0] == b'0' && b[1] == b'x',
-        "TRAPEZE_FW_BUILD_ID: want 0x%08x"
-    );
+    assert!(b.len() == 10 && b[0] == b'0' && b[1] == b'x', "TRAPEZE_FW_BUILD_ID: want 0x%08x");
     let mut v = 0u32;
     let mut i = 2;
     while i < b.len() {
@@ -62,11 +59,7 @@ fn run() -> ! {
 
     let id = hw::id();
     if id != ID_VALUE {
-        defmt::warn!(
-            "NIC id register reads {=u32:#x}, expected {=u32:#x}",
-            id,
-            ID_VALUE
-        );
+        defmt::warn!("NIC id register reads {=u32:#x}, expected {=u32:#x}", id, ID_VALUE);
     }
     let mem = AtomicWords::with_base(hw::endpoint(), CTRL_OFF);
     let mut engines = engines::MmioEngines::new();
@@ -87,8 +80,6 @@ fn run() -> ! {
 
 #[cfg(not(target_arch = "riscv32"))]
 fn main() {
-    eprintln!(
-        "trapeze-fw {BUILD_ID:#010x} is the riscv32imac NIC image; build it with `cargo xtask build`"
-    );
+    eprintln!("trapeze-fw {BUILD_ID:#010x} is the riscv32imac NIC image; build it with `cargo xtask build`");
     std::process::exit(2);
 }

@@ -11,8 +11,8 @@
 //!
 //! All state is fixed-size ([`TX_QUEUE`], [`RX_QUEUE`] packets); nothing is allocated.
 
-mod rx;
 pub mod pulse;
+mod rx;
 pub mod staging;
 mod tx;
 
@@ -40,9 +40,15 @@ pub use crate::iface::layout::{EndpointConfig as Config, DEFAULT_MTU, DEFAULT_PU
 enum Bus {
     Idle,
     /// Reading a send payload from host memory into packet `id`'s staging.
-    TxSource { id: u32, len: u32 },
+    TxSource {
+        id: u32,
+        len: u32,
+    },
     /// Writing received payload of packet `id` into host memory.
-    RxSink { id: u32, len: u32 },
+    RxSink {
+        id: u32,
+        len: u32,
+    },
 }
 
 /// The NIC control program. Generic over how NIC memory is reached (`M`); the engines

@@ -16,8 +16,7 @@ use crate::hal::Engines;
 use crate::iface::entry::{rx_flags, state, Ring, Segment, Slot};
 use crate::iface::ipt::{self, Claim, IptEntry, PayloadToken};
 use crate::iface::layout::{
-    ctrl, notify, Counter, Policy, CTRL_MSG_BYTES, MAX_SEGMENTS, RECV_STAGING_BYTES,
-    RECV_STAGING_OFF,
+    ctrl, notify, Counter, Policy, CTRL_MSG_BYTES, MAX_SEGMENTS, RECV_STAGING_BYTES, RECV_STAGING_OFF,
 };
 use crate::iface::mem::NicMemory;
 use crate::iface::wire::{ctrl_wire_bytes, Header, HEADER_BYTES, HEADER_WORDS, TRAILER_BYTES};
@@ -275,11 +274,7 @@ impl<M: NicMemory> Firmware<M> {
         for (i, w) in words.iter_mut().enumerate() {
             *w = self.mem.load_relaxed(p.off + 4 * i as u32);
         }
-        let parsed = if arrived >= HEADER_BYTES {
-            Header::from_words(&words, self.cfg.mtu).ok()
-        } else {
-            None
-        };
+        let parsed = if arrived >= HEADER_BYTES { Header::from_words(&words, self.cfg.mtu).ok() } else { None };
         let (dest, hdr, slot, flags, verdict) = match parsed {
             Some(h) if h.dst == self.cfg.node_id => self.choose_dest(h),
             _ => (Dest::Drop, Header::default(), None, 0, Some(Counter::RxDropMalformed)),
@@ -307,17 +302,11 @@ impl<M: NicMemory> Firmware<M> {
         if h.token != 0 {
             return match ipt::fw_claim(&self.mem, PayloadToken(h.token), h.payload_len) {
                 Ok(c) => (Dest::Ipt(c), h, Some(pos), rx_flags::IPT, None),
-                Err(_) => {
-                    (Dest::CtrlOnly, h, Some(pos), rx_flags::BAD_TOKEN, Some(Counter::RxBadToken))
-                }
+                Err(_) => (Dest::CtrlOnly, h, Some(pos), rx_flags::BAD_TOKEN, Some(Counter::RxBadToken)),
             };
         }
         let nseg = slot.nseg();
-        let cap: u64 = if nseg <= MAX_SEGMENTS {
-            (0..nseg).map(|i| slot.segment(i).len as u64).sum()
-        } else {
-            0
-        };
+        let cap: u64 = if nseg <= MAX_SEGMENTS { (0..nseg).map(|i| slot.segment(i).len as u64).sum() } else { 0 };
         if cap >= h.payload_len as u64 {
             (Dest::Frame, h, Some(pos), 0, None)
         } else {
@@ -383,11 +372,7 @@ impl<M: NicMemory> Firmware<M> {
         slot.set_peer(p.hdr.src as u32);
         slot.set_token(p.hdr.token);
         slot.set_flags(p.flags);
-        self.mem.copy_words(
-            p.off + HEADER_BYTES,
-            slot.ctrl_offset(),
-            ctrl_wire_bytes(p.hdr.ctrl_len as u32) / 4,
-        );
+        self.mem.copy_words(p.off + HEADER_BYTES, slot.ctrl_offset(), ctrl_wire_bytes(p.hdr.ctrl_len as u32) / 4);
         if let Dest::Ipt(c) = p.dest {
             if let Some(e) = IptEntry::new(&self.mem, c.index) {
                 e.fw_complete(&c, len);

@@ -7,8 +7,7 @@ use super::{Firmware, HostXfer, TX_QUEUE};
 use crate::hal::Engines;
 use crate::iface::entry::{state, Ring, Slot, TxStatus};
 use crate::iface::layout::{
-    ctrl, notify, Counter, CTRL_MSG_BYTES, MAX_SEGMENTS, SEND_RING_ENTRIES, SEND_STAGING_BYTES,
-    SEND_STAGING_OFF,
+    ctrl, notify, Counter, CTRL_MSG_BYTES, MAX_SEGMENTS, SEND_RING_ENTRIES, SEND_STAGING_BYTES, SEND_STAGING_OFF,
 };
 use crate::iface::mem::NicMemory;
 use crate::iface::regs::tx_flags;
@@ -288,9 +287,7 @@ impl<M: NicMemory> Firmware<M> {
     fn complete_send<E: Engines>(&mut self, eng: &mut E, status: TxStatus) {
         let Some(p) = self.tx.q.pop_front() else { return };
         let slot = Slot::new(&self.mem, Ring::Send, p.slot);
-        slot.set_state_release(
-            state::DONE | (status as u32) << state::STATUS_SHIFT | p.slot_seq << state::SEQ_SHIFT,
-        );
+        slot.set_state_release(state::DONE | (status as u32) << state::STATUS_SHIFT | p.slot_seq << state::SEQ_SHIFT);
         let next = self.tx.q.front().map(|n| n.off - SEND_STAGING_OFF);
         self.tx.staging.free_oldest(next);
         eng.tx_staging_released(p.off, p.total());

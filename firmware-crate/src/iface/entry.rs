@@ -27,8 +27,7 @@
 //!   A `READY` slot at the firmware's producer position means the ring is full.
 
 use super::layout::{
-    CTRL_MSG_BYTES, MAX_SEGMENTS, RECV_RING_ENTRIES, RECV_RING_OFF, RING_ENTRY_BYTES,
-    SEND_RING_ENTRIES, SEND_RING_OFF,
+    CTRL_MSG_BYTES, MAX_SEGMENTS, RECV_RING_ENTRIES, RECV_RING_OFF, RING_ENTRY_BYTES, SEND_RING_ENTRIES, SEND_RING_OFF,
 };
 use super::mem::NicMemory;
 use core::sync::atomic::Ordering;

@@ -267,11 +267,7 @@ impl<'m, M: NicMemory + ?Sized> IptEntry<'m, M> {
 }
 
 /// Validate a token against the IPT of `mem` and claim its entry.
-pub fn fw_claim<M: NicMemory + ?Sized>(
-    mem: &M,
-    token: PayloadToken,
-    len: u32,
-) -> Result<Claim, TokenError> {
+pub fn fw_claim<M: NicMemory + ?Sized>(mem: &M, token: PayloadToken, len: u32) -> Result<Claim, TokenError> {
     if token.key() == 0 {
         return Err(TokenError::Forged);
     }

@@ -150,11 +150,7 @@ impl<'a> Packet<'a> {
         }
         let c0 = HEADER_BYTES as usize;
         let p0 = header.prefix_bytes() as usize;
-        Ok(Packet {
-            header,
-            ctrl: &bytes[c0..c0 + header.ctrl_len as usize],
-            payload: &bytes[p0..],
-        })
+        Ok(Packet { header, ctrl: &bytes[c0..c0 + header.ctrl_len as usize], payload: &bytes[p0..] })
     }
 }
 

@@ -4,10 +4,10 @@
 use super::mem::SharedMem;
 use super::{Faults, Params, Rng, US};
 use crate::hal::{EngineStatus, Engines, HostDir, RxStatus};
+use crate::iface::layout::MAX_MTU_BYTES;
 use crate::iface::layout::NIC_MEM_BYTES;
 use crate::iface::regs::tx_flags;
 use crate::iface::wire::{crc32_update, Header, HEADER_BYTES};
-use crate::iface::layout::MAX_MTU_BYTES;
 use std::vec::Vec;
 
 /// What a logged transfer was.

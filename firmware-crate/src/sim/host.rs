@@ -172,8 +172,8 @@ impl Host {
     }
     pub(super) fn is_quiet(&self) -> bool {
         // A message waiting in the receive ring is work for a host that reads it.
-        let unread = self.reading
-            && Slot::new(&self.nic, Ring::Recv, self.recv_next).state_acquire() & state::READY != 0;
+        let unread =
+            self.reading && Slot::new(&self.nic, Ring::Recv, self.recv_next).state_acquire() & state::READY != 0;
         self.pending.is_empty() && self.in_flight.iter().all(|f| f.is_none()) && !unread
     }
 

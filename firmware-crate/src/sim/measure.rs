@@ -34,9 +34,8 @@ pub struct Stream {
 /// lost or damaged.
 pub fn stream(params: Params, cfg: NodeConfig, payload: u32, count: usize) -> Option<Stream> {
     let mut c = Cluster::with_host_mem(params, 2, cfg, Faults::default(), 8 << 20);
-    let msgs: Vec<Vec<u8>> = (0..count)
-        .map(|k| (0..payload).map(|i| (i as usize * 13 + k * 101) as u8).collect())
-        .collect();
+    let msgs: Vec<Vec<u8>> =
+        (0..count).map(|k| (0..payload).map(|i| (i as usize * 13 + k * 101) as u8).collect()).collect();
     for (k, m) in msgs.iter().enumerate() {
         let ctrl = (k as u32).to_le_bytes().repeat(32);
         c.host_mut(0).post(0, OutMsg { peer: 1, ctrl, payload: m.clone(), ..Default::default() });
@@ -49,12 +48,8 @@ pub fn stream(params: Params, cfg: NodeConfig, payload: u32, count: usize) -> Op
     // Skip the first message (pipeline fill): bandwidth between first and last arrival.
     let span = (got[count - 1].at_ps - got[0].at_ps) as f64 / US as f64;
     let mb_s = (count as f64 - 1.0) * payload as f64 / span;
-    let writes: Vec<u32> = c
-        .transfer_log(1)
-        .iter()
-        .filter(|t| t.kind == TransferKind::HostWrite)
-        .map(|t| t.len)
-        .collect();
+    let writes: Vec<u32> =
+        c.transfer_log(1).iter().filter(|t| t.kind == TransferKind::HostWrite).map(|t| t.len).collect();
     let q = (writes.len() / 4).max(1);
     let mean = |w: &[u32]| w.iter().map(|&x| x as f64).sum::<f64>() / w.len().max(1) as f64;
     Some(Stream {

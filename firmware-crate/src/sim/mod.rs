@@ -18,10 +18,10 @@
 
 mod engines;
 mod host;
-mod mem;
 pub mod measure;
+mod mem;
 
-pub use engines::{LinkStats, TransferLog, TransferKind};
+pub use engines::{LinkStats, TransferKind, TransferLog};
 pub use host::{Delivered, Host, OutMsg, SentRecord, HOST_DMA_BASE};
 pub use mem::SharedMem;
 
@@ -182,13 +182,7 @@ impl Cluster {
         Self::with_host_mem(params, n, cfg, faults, 2 << 20)
     }
 
-    pub fn with_host_mem(
-        params: Params,
-        n: usize,
-        cfg: NodeConfig,
-        faults: Faults,
-        host_mem_bytes: usize,
-    ) -> Self {
+    pub fn with_host_mem(params: Params, n: usize, cfg: NodeConfig, faults: Faults, host_mem_bytes: usize) -> Self {
         let nodes = (0..n)
             .map(|id| {
                 let mem = SharedMem::new();
@@ -276,7 +270,6 @@ impl Cluster {
 
     /// True when no host has work queued and no NIC or wire holds a packet.
     pub fn is_quiet(&self) -> bool {
-        self.wire.is_quiet()
-            && self.nodes.iter().all(|n| n.host.is_quiet() && n.fw.is_quiet() && n.eng.is_idle())
+        self.wire.is_quiet() && self.nodes.iter().all(|n| n.host.is_quiet() && n.fw.is_quiet() && n.eng.is_idle())
     }
 }

@@ -65,20 +65,12 @@ fn run(a: Args) -> anyhow::Result<()> {
     c.set_timeout(Duration::from_secs(a.timeout_s.max(1)))?;
     match a.cmd {
         Cmd::Put { page, file } => {
-            let data =
-                std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
+            let data = std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
             if data.is_empty() {
-                bail!(
-                    "{} is empty; a page holds 1 to {PAGE_BYTES} bytes",
-                    file.display()
-                );
+                bail!("{} is empty; a page holds 1 to {PAGE_BYTES} bytes", file.display());
             }
             if data.len() > PAGE_BYTES {
-                bail!(
-                    "{} has {} bytes; a page holds {PAGE_BYTES}",
-                    file.display(),
-                    data.len()
-                );
+                bail!("{} has {} bytes; a page holds {PAGE_BYTES}", file.display(), data.len());
             }
             match c.put(page.0, &data)? {
                 PutOutcome::Stored { target, version } => {
@@ -87,26 +79,13 @@ fn run(a: Args) -> anyhow::Result<()> {
                 other => bail!("{page}: not stored ({other:?})"),
             }
         }
-        Cmd::Get {
-            page,
-            out,
-            network_only,
-        } => match c.get_many(&[page.0], network_only)?.remove(0) {
-            GetOutcome::Hit {
-                version,
-                source,
-                data,
-            } => {
+        Cmd::Get { page, out, network_only } => match c.get_many(&[page.0], network_only)?.remove(0) {
+            GetOutcome::Hit { version, source, data } => {
                 match out {
-                    Some(f) => std::fs::write(&f, &data)
-                        .with_context(|| format!("writing {}", f.display()))?,
+                    Some(f) => std::fs::write(&f, &data).with_context(|| format!("writing {}", f.display()))?,
                     None => std::io::stdout().write_all(&data)?,
                 }
-                eprintln!(
-                    "{page}: hit ({}), version {version}, {} bytes",
-                    source.name(),
-                    data.len()
-                );
+                eprintln!("{page}: hit ({}), version {version}, {} bytes", source.name(), data.len());
             }
             GetOutcome::Miss => {
                 eprintln!("{page}: miss");
@@ -126,19 +105,14 @@ fn run(a: Args) -> anyhow::Result<()> {
 }
 
 fn hist_line(name: &str, h: &HistReport) -> String {
-    format!(
-        "  {name:<10} {:>8} {:>10.1} {:>10.1} {:>10.1}\n",
-        h.count, h.p50_us, h.p99_us, h.max_us
-    )
+    format!("  {name:<10} {:>8} {:>10.1} {:>10.1} {:>10.1}\n", h.count, h.p50_us, h.p99_us, h.max_us)
 }
 
 /// The readable form of `stat`.
 fn table(s: &Stat) -> String {
     let mib = |pages: u64| pages as f64 * PAGE_BYTES as f64 / (1 << 20) as f64;
-    let mut o = format!(
-        "gmsd node {} — up {:.1} s, members {:?} (view {:#x})\n\n",
-        s.node, s.uptime_s, s.members, s.view
-    );
+    let mut o =
+        format!("gmsd node {} — up {:.1} s, members {:?} (view {:#x})\n\n", s.node, s.uptime_s, s.members, s.view);
     o += "  node  state   held pages   budget   held MiB   use    last heard\n";
     for n in &s.nodes {
         let heard = match n.last_heard_ms {
@@ -146,11 +120,7 @@ fn table(s: &Stat) -> String {
             u64::MAX => "never".to_string(),
             ms => format!("{ms} ms ago"),
         };
-        let use_pct = if n.budget > 0 {
-            100.0 * n.held as f64 / n.budget as f64
-        } else {
-            0.0
-        };
+        let use_pct = if n.budget > 0 { 100.0 * n.held as f64 / n.budget as f64 } else { 0.0 };
         o += &format!(
             "  {:>4}  {:<6} {:>11} {:>8} {:>10.1} {:>5.1}%  {}\n",
             n.node,
@@ -162,11 +132,7 @@ fn table(s: &Stat) -> String {
             heard
         );
     }
-    let rate = if s.gets > 0 {
-        100.0 * s.hits as f64 / s.gets as f64
-    } else {
-        0.0
-    };
+    let rate = if s.gets > 0 { 100.0 * s.hits as f64 / s.gets as f64 } else { 0.0 };
     o += &format!(
         "\n  gets {} — hits {} ({rate:.1}%: cache {}, local {}, 2-way {}, 3-way {}), misses {}\n",
         s.gets, s.hits, s.hits_cache, s.hits_local, s.hits_2way, s.hits_3way, s.misses

@@ -13,10 +13,7 @@ use std::time::Duration;
 use trapeze_vnic::link::backend::parse_peer;
 
 #[derive(Parser)]
-#[command(
-    name = "gmsd",
-    about = "A Global Memory Service node daemon on a virtual NIC over UDP"
-)]
+#[command(name = "gmsd", about = "A Global Memory Service node daemon on a virtual NIC over UDP")]
 struct Args {
     /// This node's id (0-65535), unique in the cluster.
     #[arg(long)]
@@ -61,9 +58,7 @@ fn peer(s: &str) -> Result<(u16, SocketAddr), String> {
 
 fn main() {
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
         .init();
     let a = Args::parse();
@@ -87,9 +82,7 @@ fn main() {
     let stop = Arc::new(AtomicBool::new(false));
     // SIGINT/SIGTERM end the loop, so the control socket file is removed on the way out.
     let flag = stop.clone();
-    if let Err(e) =
-        ctrlc::set_handler(move || flag.store(true, std::sync::atomic::Ordering::Relaxed))
-    {
+    if let Err(e) = ctrlc::set_handler(move || flag.store(true, std::sync::atomic::Ordering::Relaxed)) {
         eprintln!("gmsd: cannot handle SIGINT/SIGTERM: {e}");
     }
     let result = Daemon::open(opts).and_then(|mut d| {

@@ -50,11 +50,7 @@ fn main() -> ExitCode {
     let mut f = match open.open(&a.device) {
         Ok(f) => f,
         Err(e) => {
-            eprintln!(
-                "trapeze-blkbench: opening {}{}: {e}",
-                a.device,
-                if a.buffered { "" } else { " with O_DIRECT" }
-            );
+            eprintln!("trapeze-blkbench: opening {}{}: {e}", a.device, if a.buffered { "" } else { " with O_DIRECT" });
             return ExitCode::FAILURE;
         }
     };

@@ -50,8 +50,8 @@ impl Shared {
             return;
         }
         // The send time is kept for the latest try only.
-        let rtt_us = (msg.seq == want)
-            .then(|| (Ktime::ktime_get().to_ns() - self.ping_sent_ns.load(Ordering::Relaxed)) / 1000);
+        let rtt_us =
+            (msg.seq == want).then(|| (Ktime::ktime_get().to_ns() - self.ping_sent_ns.load(Ordering::Relaxed)) / 1000);
         let len = m.payload_len as usize;
         let verdict = if !payload_ok || msg.len != m.payload_len || param::PING_BYTES.get() as u32 != msg.len {
             Err("wrong length or payload refused")
@@ -121,7 +121,6 @@ impl Shared {
         self.ping_want.store(0, Ordering::Release);
         Err(super::control::etimedout())
     }
-
 }
 
 /// Compare frame bytes with ping `seq`'s payload and checksum.
@@ -135,4 +134,3 @@ fn compare_payload(frame: &DmaBuf, seq: u32, len: usize, crc: u32) -> core::resu
     }
     Ok(())
 }
-

@@ -44,7 +44,13 @@ impl Shared {
             match self.echo_wait(peer, seq, ECHO_BYTES) {
                 Ok(us) => {
                     STATS.echo_ok.inc();
-                    pr_info!("echo {} (wait) from node {}: {} bytes verified, answered within {} us\n", seq, peer, ECHO_BYTES, us);
+                    pr_info!(
+                        "echo {} (wait) from node {}: {} bytes verified, answered within {} us\n",
+                        seq,
+                        peer,
+                        ECHO_BYTES,
+                        us
+                    );
                     up = true;
                     break;
                 }
@@ -130,7 +136,14 @@ impl Shared {
             c.node.host.echo.result.store(0, Ordering::Relaxed);
             c.node.host.echo.busy.store(defer, Ordering::Release);
             let reply_to = c.node.host.solicit().ok_or(ENOMEM)?;
-            let id = match c.rpc.call::<Echo>(now_ns(), &mut c.node, peer, &Echo::body(seq, len), reply_to, Mode::NonBlocking) {
+            let id = match c.rpc.call::<Echo>(
+                now_ns(),
+                &mut c.node,
+                peer,
+                &Echo::body(seq, len),
+                reply_to,
+                Mode::NonBlocking,
+            ) {
                 Ok(id) => id,
                 Err(e) => {
                     if let Some(f) = reply_to.caller_frame() {
@@ -174,7 +187,13 @@ impl Shared {
         match echo(self) {
             1 => {
                 STATS.echo_ok.inc();
-                pr_info!("echo {} (nonblocking) from node {}: {} bytes verified by a continuation run from {}\n", seq, peer, len, place);
+                pr_info!(
+                    "echo {} (nonblocking) from node {}: {} bytes verified by a continuation run from {}\n",
+                    seq,
+                    peer,
+                    len,
+                    place
+                );
                 if defer != (ran_in == 2) {
                     pr_err!("echo {}: the continuation ran in the wrong place\n", seq);
                     return Err(EIO);
@@ -220,7 +239,13 @@ impl Shared {
             start = end;
         }
         let put_ms = (now_ns() - t0) / 1_000_000;
-        pr_info!("gms test: node {} stored {} of {} pages in other members' memory ({} ms)\n", me, stored, pages, put_ms);
+        pr_info!(
+            "gms test: node {} stored {} of {} pages in other members' memory ({} ms)\n",
+            me,
+            stored,
+            pages,
+            put_ms
+        );
         let t1 = now_ns();
         let mut start = 0;
         let (mut two, mut three) = (0, 0);
@@ -235,7 +260,12 @@ impl Shared {
         let get_ms = (now_ns() - t1) / 1_000_000;
         pr_info!(
             "gms test: node {} got {} of {} pages back verified byte for byte ({} 2-way, {} 3-way; {} ms)\n",
-            me, gets_ok, pages, two, three, get_ms
+            me,
+            gets_ok,
+            pages,
+            two,
+            three,
+            get_ms
         );
         if stored == pages && gets_ok == pages {
             Ok(())
@@ -269,7 +299,17 @@ impl Shared {
                     fill(buf, seq(i), FRAME_BYTES)?;
                     let target = targets[(i + round as usize) % targets.len()];
                     let v = Version(u64::from(round) + 1);
-                    match c.node.putpage(now_ns(), &mut c.rpc, page(i), v, f, FRAME_BYTES as u32, target, false, Mode::NonBlocking) {
+                    match c.node.putpage(
+                        now_ns(),
+                        &mut c.rpc,
+                        page(i),
+                        v,
+                        f,
+                        FRAME_BYTES as u32,
+                        target,
+                        false,
+                        Mode::NonBlocking,
+                    ) {
                         Ok(op) => ops[i - start] = Some((op, f)),
                         Err(e) => {
                             c.node.host.release(f);
@@ -305,7 +345,13 @@ impl Shared {
     }
 
     /// Get pages `start..end` back and check them: (verified, 2-way, 3-way).
-    fn get_batch(&self, start: usize, end: usize, seq: impl Fn(usize) -> u32, page: impl Fn(usize) -> PageId) -> Result<(usize, usize, usize)> {
+    fn get_batch(
+        &self,
+        start: usize,
+        end: usize,
+        seq: impl Fn(usize) -> u32,
+        page: impl Fn(usize) -> PageId,
+    ) -> Result<(usize, usize, usize)> {
         let mut ops: [Option<(OpId, Frame)>; BATCH] = [None; BATCH];
         {
             let mut core = self.core.lock();

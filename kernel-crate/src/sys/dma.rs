@@ -113,14 +113,6 @@ impl Drop for DmaBuf {
     fn drop(&mut self) {
         // SAFETY: allocated by `alloc_coherent` for `dev` with these values (invariant);
         // freed once, from process context.
-        unsafe {
-            bindings::dma_free_attrs(
-                self.dev.device_raw(),
-                self.len,
-                self.cpu.as_ptr().cast(),
-                self.handle,
-                0,
-            )
-        };
+        unsafe { bindings::dma_free_attrs(self.dev.device_raw(), self.len, self.cpu.as_ptr().cast(), self.handle, 0) };
     }
 }

@@ -22,9 +22,7 @@ impl IrqVectors {
     pub(crate) fn msix(dev: &PciDev, min: u32, max: u32) -> Result<Self> {
         // SAFETY: the device is live (we hold a reference) and enabled by the caller;
         // the PCI core checks the counts.
-        let n = unsafe {
-            bindings::pci_alloc_irq_vectors(dev.as_raw(), min, max, bindings::PCI_IRQ_MSIX)
-        };
+        let n = unsafe { bindings::pci_alloc_irq_vectors(dev.as_raw(), min, max, bindings::PCI_IRQ_MSIX) };
         if n < 0 {
             return Err(Error::from_errno(n));
         }
@@ -82,12 +80,7 @@ impl<T: ThreadedHandler> ThreadedIrq<T> {
     /// Request vector `index` of `vectors` with `handler` run in a thread
     /// (`request_threaded_irq` with the default primary handler and `IRQF_ONESHOT`).
     /// On failure the vectors are freed.
-    pub(crate) fn request(
-        vectors: IrqVectors,
-        index: u32,
-        name: &'static CStr,
-        handler: Arc<T>,
-    ) -> Result<Self> {
+    pub(crate) fn request(vectors: IrqVectors, index: u32, name: &'static CStr, handler: Arc<T>) -> Result<Self> {
         if index >= vectors.count {
             return Err(EINVAL);
         }

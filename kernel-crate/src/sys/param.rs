@@ -8,8 +8,8 @@
 //! C header: [`include/linux/moduleparam.h`](srctree/include/linux/moduleparam.h).
 
 use core::{cell::UnsafeCell, ffi::CStr};
-use kernel::ffi::{c_char, c_int};
 use kernel::bindings;
+use kernel::ffi::{c_char, c_int};
 
 /// An `int` parameter's value.
 #[repr(transparent)]
@@ -242,13 +242,19 @@ modinfo!(PARM_GMS_BUDGET, "parm=gms_budget_pages:pages this node stores for othe
 modinfo!(PARMTYPE_GMS_TEST, "parmtype=gms_test_pages:int\0");
 modinfo!(PARM_GMS_TEST, "parm=gms_test_pages:if > 0, put and get back that many pages at load, checked (default 0)\0");
 modinfo!(PARMTYPE_UNLOAD_INFLIGHT, "parmtype=unload_inflight:int\0");
-modinfo!(PARM_UNLOAD_INFLIGHT, "parm=unload_inflight:leave that many echo calls to a silent node in flight (rmmod test)\0");
+modinfo!(
+    PARM_UNLOAD_INFLIGHT,
+    "parm=unload_inflight:leave that many echo calls to a silent node in flight (rmmod test)\0"
+);
 modinfo!(PARMTYPE_GMS_DISK_PAGES, "parmtype=gms_disk_pages:int\0");
 modinfo!(PARM_GMS_DISK_PAGES, "parm=gms_disk_pages:if > 0, /dev/gms0 with that many 4 KiB pages on GMS (default 0)\0");
 modinfo!(PARMTYPE_GMS_DISK_RA, "parmtype=gms_disk_readahead:int\0");
 modinfo!(PARM_GMS_DISK_RA, "parm=gms_disk_readahead:pages /dev/gms0 on GMS reads ahead (default 0, at most 32)\0");
 modinfo!(PARMTYPE_GMS_FAIL_MS, "parmtype=gms_fail_ms:int\0");
-modinfo!(PARM_GMS_FAIL_MS, "parm=gms_fail_ms:a GMS member silent this long (ms) is declared failed (default 3000, 2000..=60000)\0");
+modinfo!(
+    PARM_GMS_FAIL_MS,
+    "parm=gms_fail_ms:a GMS member silent this long (ms) is declared failed (default 3000, 2000..=60000)\0"
+);
 modinfo!(PARM_STATS, "parm=stats:driver counters (read-only, text)\0");
 
 // For parts of the driver that keep their own parameter table in `__param` (the block

@@ -315,9 +315,7 @@ impl<T: Driver> Registration<T> {
         let drv = KBox::pin(Opaque::new(d), GFP_KERNEL)?;
         // SAFETY: `drv` is pinned in a heap allocation that lives until `Drop` unregisters
         // it; `name` and `ids` are `'static`; `module` is this module.
-        to_result(unsafe {
-            bindings::__pci_register_driver(drv.get(), module.as_ptr(), name.as_char_ptr())
-        })?;
+        to_result(unsafe { bindings::__pci_register_driver(drv.get(), module.as_ptr(), name.as_char_ptr()) })?;
         Ok(Self { drv, _t: PhantomData })
     }
 }

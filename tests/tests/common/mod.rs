@@ -28,12 +28,7 @@ fn seed() -> u64 {
 pub fn config(cases: u32) -> Config {
     let seed = seed();
     eprintln!("proptest seed: {seed} (rerun with PROPTEST_RNG_SEED={seed})");
-    Config {
-        cases,
-        failure_persistence: None,
-        rng_seed: RngSeed::Fixed(seed),
-        ..Config::default()
-    }
+    Config { cases, failure_persistence: None, rng_seed: RngSeed::Fixed(seed), ..Config::default() }
 }
 
 /// A zeroed NIC memory of `layout::NIC_MEM_BYTES`, viewed with `AtomicWords::new`.

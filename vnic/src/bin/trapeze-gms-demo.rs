@@ -17,8 +17,8 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::collections::HashMap;
 use std::io::IsTerminal;
 use std::time::{Duration, Instant};
-use trapeze_vnic::gms::{Cluster, Got, NodeView, ReadInto, Servers, Source};
 use trapeze_vnic::gms::page_pattern as content;
+use trapeze_vnic::gms::{Cluster, Got, NodeView, ReadInto, Servers, Source};
 use trapeze_vnic::rpc::FRAME_BYTES;
 
 #[derive(Parser, Clone)]
@@ -131,7 +131,10 @@ fn table_row(v: &NodeView) -> String {
     let hit = if v.gets == 0 { "-".to_string() } else { format!("{:.1}%", 100.0 * v.gets_hit as f64 / v.gets as f64) };
     let p50 = v.p50_us.map_or("-".to_string(), |p| format!("{p:.1} µs"));
     let budget = if v.budget == 0 { "client".to_string() } else { format!("{:>5} / {:<5}", v.held, v.budget) };
-    format!("{:>4}   {:<13}   {:>11}   {:>9}   {:>8}   {:>11}   {:>9}", v.id, budget, v.gets_served, v.puts_received, hit, p50, v.discarded)
+    format!(
+        "{:>4}   {:<13}   {:>11}   {:>9}   {:>8}   {:>11}   {:>9}",
+        v.id, budget, v.gets_served, v.puts_received, hit, p50, v.discarded
+    )
 }
 
 const SPACE: u64 = 1;
@@ -214,7 +217,13 @@ fn run(a: Args) -> anyhow::Result<()> {
         Some(p) => Some(std::fs::read(p).map_err(|e| anyhow::anyhow!("reading {}: {e}", p.display()))?),
         None => None,
     };
-    let mut c = Cluster::with_firmware(3, a.budget, GmsConfig { op_timeout: 500_000_000, ..GmsConfig::default() }, image.as_deref(), a.link_faults)?;
+    let mut c = Cluster::with_firmware(
+        3,
+        a.budget,
+        GmsConfig { op_timeout: 500_000_000, ..GmsConfig::default() },
+        image.as_deref(),
+        a.link_faults,
+    )?;
     // The client lends no memory: the global LRU places pages on nodes 1 and 2.
     c.ports[0].node.set_budget(0);
     let mut m = Model::default();
@@ -385,9 +394,26 @@ fn run(a: Args) -> anyhow::Result<()> {
     }
     println!();
     println!("== summary ({}) ==", if a.one_thread { "one thread" } else { "client thread + server thread" });
-    println!("ops:              {ops} ({} putpages, {} getpages, {} cache hits) in {:.2}s = {:.0} ops/s", s.puts, g.gets, s.cache_hits, total_s, ops as f64 / total_s);
-    println!("getpage 2-way:    p50 {:.1} us  p99 {:.1} us  ({} random gets)", pct(&mut l2, 0.5), pct(&mut l2, 0.99), l2.len());
-    println!("getpage 3-way:    p50 {:.1} us  p99 {:.1} us  ({} random gets)", pct(&mut l3, 0.5), pct(&mut l3, 0.99), l3.len());
+    println!(
+        "ops:              {ops} ({} putpages, {} getpages, {} cache hits) in {:.2}s = {:.0} ops/s",
+        s.puts,
+        g.gets,
+        s.cache_hits,
+        total_s,
+        ops as f64 / total_s
+    );
+    println!(
+        "getpage 2-way:    p50 {:.1} us  p99 {:.1} us  ({} random gets)",
+        pct(&mut l2, 0.5),
+        pct(&mut l2, 0.99),
+        l2.len()
+    );
+    println!(
+        "getpage 3-way:    p50 {:.1} us  p99 {:.1} us  ({} random gets)",
+        pct(&mut l3, 0.5),
+        pct(&mut l3, 0.99),
+        l3.len()
+    );
     println!(
         "hit rate:         {:.1}% of getpages hit network memory ({} of {}); {:.1}% of reads served by the local cache",
         100.0 * s.gets_hit as f64 / (s.gets_hit + s.gets_miss).max(1) as f64,
@@ -424,5 +450,9 @@ fn run(a: Args) -> anyhow::Result<()> {
 fn main() -> anyhow::Result<()> {
     let a = Args::parse();
     // GMS nodes are large const-generic tables: run on a thread with a big stack.
-    std::thread::Builder::new().stack_size(256 << 20).spawn(move || run(a))?.join().map_err(|_| anyhow::anyhow!("panicked"))?
+    std::thread::Builder::new()
+        .stack_size(256 << 20)
+        .spawn(move || run(a))?
+        .join()
+        .map_err(|_| anyhow::anyhow!("panicked"))?
 }

@@ -338,7 +338,8 @@ impl Core<'_> {
         }
         self.log_bytes.push(0);
         let Some(dec) = self.decoder.as_mut() else {
-            let line = format!("(defmt frame of {} bytes; the image has no usable defmt table)", self.log_bytes.len() - 1);
+            let line =
+                format!("(defmt frame of {} bytes; the image has no usable defmt table)", self.log_bytes.len() - 1);
             self.log_bytes.clear();
             self.log.push(line);
             return;
@@ -441,10 +442,8 @@ pub fn run(core: FlashedCore, mut eng: SoftEngines) -> SoftEngines {
             Ok(()) => pc = at,
             Err(e) => {
                 let cause = uc.reg_read(RegisterRISCV::MCAUSE).unwrap_or(0);
-                uc.get_data_mut().fault(
-                    fault::CPU,
-                    &format!("CPU exception {e:?} at pc {at:#010x} (mcause {cause:#x})"),
-                );
+                uc.get_data_mut()
+                    .fault(fault::CPU, &format!("CPU exception {e:?} at pc {at:#010x} (mcause {cause:#x})"));
                 break;
             }
         }
@@ -476,15 +475,8 @@ fn setup<'t>(mem: &Mapping, image: &LoadedImage, data: Core<'t>) -> Result<Unico
     // and by `run`'s caller until after the engine is dropped. The bytes are shared with
     // the host and the DMA engines by design (see shm.rs): the emulated core reaches them
     // only through guest loads and stores, never through Rust references.
-    unsafe {
-        uc.mem_map_ptr(
-            regs::NIC_MEM_BASE as u64,
-            NIC_MEM_BYTES as u64,
-            Prot::ALL,
-            mem.as_mut_ptr().cast(),
-        )
-    }
-    .map_err(|e| format!("mapping NIC memory: {e:?}"))?;
+    unsafe { uc.mem_map_ptr(regs::NIC_MEM_BASE as u64, NIC_MEM_BYTES as u64, Prot::ALL, mem.as_mut_ptr().cast()) }
+        .map_err(|e| format!("mapping NIC memory: {e:?}"))?;
     uc.mmio_map(
         regs::REGS_BASE as u64,
         regs::REGS_BYTES as u64,
@@ -505,7 +497,9 @@ fn setup<'t>(mem: &Mapping, image: &LoadedImage, data: Core<'t>) -> Result<Unico
     for &(addr, kind) in &image.traps {
         uc.add_code_hook(addr as u64, addr as u64, move |uc: &mut Unicorn<'_, Core<'t>>, at: u64, _size: u32| {
             let (code, why) = match kind {
-                TrapKind::Panic => (fault::PANIC, format!("the firmware panicked (reached the panic handler at {at:#010x})")),
+                TrapKind::Panic => {
+                    (fault::PANIC, format!("the firmware panicked (reached the panic handler at {at:#010x})"))
+                }
                 TrapKind::Exception => {
                     let cause = uc.reg_read(RegisterRISCV::MCAUSE).unwrap_or(0);
                     let epc = uc.reg_read(RegisterRISCV::MEPC).unwrap_or(0);

@@ -6,7 +6,9 @@
 use crate::image::LoadedImage;
 use crate::shm::Mapping;
 use anyhow::{bail, ensure};
-use trapeze_firmware::iface::layout::{IMAGE_RAM_BYTES, IMAGE_RAM_OFF, IMAGE_TEXT_BYTES, IMAGE_TEXT_OFF, NIC_MEM_BYTES};
+use trapeze_firmware::iface::layout::{
+    IMAGE_RAM_BYTES, IMAGE_RAM_OFF, IMAGE_TEXT_BYTES, IMAGE_TEXT_OFF, NIC_MEM_BYTES,
+};
 
 /// Fault codes the NIC itself publishes in `ctrl::FW_FAULT` (a firmware's own `HALT`
 /// codes are whatever it writes).
@@ -29,10 +31,7 @@ pub fn load(mem: &Mapping, image: &LoadedImage) -> anyhow::Result<()> {
     ensure!(mem.len() >= NIC_MEM_BYTES as usize, "NIC memory is only {} bytes", mem.len());
     let text = image.text_region();
     ensure!(mem.write(IMAGE_TEXT_OFF as usize, &text), "text region outside NIC memory");
-    ensure!(
-        mem.write(IMAGE_RAM_OFF as usize, &vec![0u8; IMAGE_RAM_BYTES as usize]),
-        "RAM region outside NIC memory"
-    );
+    ensure!(mem.write(IMAGE_RAM_OFF as usize, &vec![0u8; IMAGE_RAM_BYTES as usize]), "RAM region outside NIC memory");
     let mut back = vec![0u8; IMAGE_TEXT_BYTES as usize];
     ensure!(mem.read(IMAGE_TEXT_OFF as usize, &mut back), "text region outside NIC memory");
     let crc = crc32fast::hash(&back);
@@ -52,4 +51,3 @@ pub fn text_checksum(mem: &Mapping) -> u32 {
     mem.read(IMAGE_TEXT_OFF as usize, &mut back);
     crc32fast::hash(&back)
 }
-

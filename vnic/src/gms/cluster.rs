@@ -91,7 +91,8 @@ impl Cluster {
         let mut ports = Vec::new();
         let mut nics = Vec::new();
         for id in 0..n {
-            let nic = Arc::new(Nic::new(&format!("g{id}"), Link::new(id, Box::new(sw.port(id)), faults), Duration::ZERO)?);
+            let nic =
+                Arc::new(Nic::new(&format!("g{id}"), Link::new(id, Box::new(sw.port(id)), faults), Duration::ZERO)?);
             let (inline, doorbell) = match image {
                 None => (Some(nic.start_inline()?), None),
                 Some(img) => {
@@ -110,7 +111,17 @@ impl Cluster {
             let rcfg = Config { call_timeout: 2_000_000_000, nonblocking_timeout: Some(2_000_000_000) };
             let gcfg = GmsConfig { budget, ..gms_cfg };
             let seed = [id as u64 + 1, 77];
-            ports.push(GmsPort::new_on(nic.mem(), region, DEFAULT_REGION_BASE, cfg, seed, gcfg, rcfg, inline, doorbell)?);
+            ports.push(GmsPort::new_on(
+                nic.mem(),
+                region,
+                DEFAULT_REGION_BASE,
+                cfg,
+                seed,
+                gcfg,
+                rcfg,
+                inline,
+                doorbell,
+            )?);
             // An inline NIC lives as long as its driver holds it; a NIC with its own
             // processor, as long as the cluster.
             nics.push(nic);

@@ -25,34 +25,13 @@ struct Sec {
 }
 
 const fn text(size: u64) -> Sec {
-    Sec {
-        name: ".text",
-        flags: elf::SHF_ALLOC | elf::SHF_EXECINSTR,
-        nobits: false,
-        addr: TEXT,
-        size,
-        lma: None,
-    }
+    Sec { name: ".text", flags: elf::SHF_ALLOC | elf::SHF_EXECINSTR, nobits: false, addr: TEXT, size, lma: None }
 }
 const fn rodata(addr: u64) -> Sec {
-    Sec {
-        name: ".rodata",
-        flags: elf::SHF_ALLOC,
-        nobits: false,
-        addr,
-        size: 8,
-        lma: None,
-    }
+    Sec { name: ".rodata", flags: elf::SHF_ALLOC, nobits: false, addr, size: 8, lma: None }
 }
 const fn bss(addr: u64, size: u64) -> Sec {
-    Sec {
-        name: ".bss",
-        flags: elf::SHF_ALLOC | elf::SHF_WRITE,
-        nobits: true,
-        addr,
-        size,
-        lma: None,
-    }
+    Sec { name: ".bss", flags: elf::SHF_ALLOC | elf::SHF_WRITE, nobits: true, addr, size, lma: None }
 }
 
 #[derive(Clone)]
@@ -99,27 +78,10 @@ fn write_elf(spec: &Spec) -> Vec<u8> {
     w.reserve_file_header();
     w.reserve_program_headers(spec.secs.len() as u32);
     let _ = w.reserve_null_section_index();
-    let names: Vec<_> = spec
-        .secs
-        .iter()
-        .map(|s| w.add_section_name(s.name.as_bytes()))
-        .collect();
-    let indices: Vec<_> = spec
-        .secs
-        .iter()
-        .map(|_| w.reserve_section_index())
-        .collect();
-    let offsets: Vec<usize> = spec
-        .secs
-        .iter()
-        .map(|s| {
-            if s.nobits {
-                w.reserved_len()
-            } else {
-                w.reserve(s.size as usize, 4)
-            }
-        })
-        .collect();
+    let names: Vec<_> = spec.secs.iter().map(|s| w.add_section_name(s.name.as_bytes())).collect();
+    let indices: Vec<_> = spec.secs.iter().map(|_| w.reserve_section_index()).collect();
+    let offsets: Vec<usize> =
+        spec.secs.iter().map(|s| if s.nobits { w.reserved_len() } else { w.reserve(s.size as usize, 4) }).collect();
     let rodata = spec.secs.iter().position(|s| s.name == ".rodata");
     let _ = w.reserve_null_symbol_index();
     let mut syms = Vec::new();
@@ -195,11 +157,7 @@ fn write_elf(spec: &Spec) -> Vec<u8> {
     for (((s, name), off), _) in spec.secs.iter().zip(&names).zip(&offsets).zip(&indices) {
         w.write_section_header(&SectionHeader {
             name: Some(*name),
-            sh_type: if s.nobits {
-                elf::SHT_NOBITS
-            } else {
-                elf::SHT_PROGBITS
-            },
+            sh_type: if s.nobits { elf::SHT_NOBITS } else { elf::SHT_PROGBITS },
             sh_flags: s.flags as u64,
             sh_addr: s.addr,
             sh_offset: *off as u64,
@@ -220,10 +178,7 @@ fn write_elf(spec: &Spec) -> Vec<u8> {
 fn rejects(spec: &Spec, needle: &str) {
     let err = check_image(&write_elf(spec)).expect_err("image should be rejected");
     let msg = format!("{err:#}");
-    assert!(
-        msg.contains(needle),
-        "error {msg:?} should mention {needle:?}"
-    );
+    assert!(msg.contains(needle), "error {msg:?} should mention {needle:?}");
 }
 
 #[test]
@@ -232,10 +187,7 @@ fn good_image_is_accepted_and_measured() {
     assert_eq!(info.entry as u64, TEXT);
     assert_eq!((info.build_id, info.fw_version), (BUILD_ID, VERSION));
     assert_eq!(info.version_string(), "1.2.3");
-    assert_eq!(
-        (info.text, info.rodata, info.data, info.bss),
-        (1024, 8, 0, 256)
-    );
+    assert_eq!((info.text, info.rodata, info.data, info.bss), (1024, 8, 0, 256));
     assert_eq!(info.stack_reserve, 0x1000);
     assert_eq!(info.stack_free, IMAGE_RAM_BYTES - 256);
     assert_eq!(info.text_region_used(), 1032);
@@ -245,34 +197,10 @@ fn good_image_is_accepted_and_measured() {
 
 #[test]
 fn rejects_wrong_architecture() {
-    rejects(
-        &Spec {
-            is_64: true,
-            ..Spec::good()
-        },
-        "64-bit",
-    );
-    rejects(
-        &Spec {
-            machine: elf::EM_X86_64,
-            ..Spec::good()
-        },
-        "not RISC-V",
-    );
-    rejects(
-        &Spec {
-            machine: elf::EM_ARM,
-            ..Spec::good()
-        },
-        "not RISC-V",
-    );
-    rejects(
-        &Spec {
-            e_flags: elf::EF_RISCV_FLOAT_ABI_DOUBLE,
-            ..Spec::good()
-        },
-        "hard-float",
-    );
+    rejects(&Spec { is_64: true, ..Spec::good() }, "64-bit");
+    rejects(&Spec { machine: elf::EM_X86_64, ..Spec::good() }, "not RISC-V");
+    rejects(&Spec { machine: elf::EM_ARM, ..Spec::good() }, "not RISC-V");
+    rejects(&Spec { e_flags: elf::EF_RISCV_FLOAT_ABI_DOUBLE, ..Spec::good() }, "hard-float");
     let err = check_image(b"\x7fELF garbage").unwrap_err();
     assert!(!format!("{err:#}").is_empty());
     assert!(check_image(b"#!/bin/sh\n").is_err());
@@ -280,13 +208,7 @@ fn rejects_wrong_architecture() {
 
 #[test]
 fn rejects_wrong_entry() {
-    rejects(
-        &Spec {
-            entry: TEXT + 4,
-            ..Spec::good()
-        },
-        "entry point",
-    );
+    rejects(&Spec { entry: TEXT + 4, ..Spec::good() }, "entry point");
 }
 
 #[test]
@@ -309,11 +231,7 @@ fn rejects_sections_outside_their_region() {
     rejects(&s, "writable section .bss in the text region");
     // code in RAM.
     let mut s = Spec::good();
-    s.secs.push(Sec {
-        name: ".ramfunc",
-        addr: RAM + 1024,
-        ..text(64)
-    });
+    s.secs.push(Sec { name: ".ramfunc", addr: RAM + 1024, ..text(64) });
     rejects(&s, "executable section .ramfunc in the RAM region");
 }
 
@@ -331,13 +249,7 @@ fn rejects_over_budget() {
 
 #[test]
 fn rejects_missing_symbols() {
-    rejects(
-        &Spec {
-            stack_reserve: None,
-            ..Spec::good()
-        },
-        "memory.x",
-    );
+    rejects(&Spec { stack_reserve: None, ..Spec::good() }, "memory.x");
     let mut s = Spec::good();
     s.secs.remove(1);
     rejects(&s, SYM_BUILD_ID);

@@ -55,10 +55,7 @@ pub trait LinkBackend: Send {
         let Some(buf) = scratch.get_mut(..len) else {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!(
-                    "frame of {len} bytes exceeds the {}-byte frame buffer",
-                    scratch.len()
-                ),
+                format!("frame of {len} bytes exceeds the {}-byte frame buffer", scratch.len()),
             ));
         };
         fill(buf);
@@ -69,11 +66,7 @@ pub trait LinkBackend: Send {
     /// none is waiting. The default copies it into `scratch` with
     /// [`try_recv_frame`](Self::try_recv_frame) (same truncation rule); a backend that
     /// holds whole frames in memory lends them in place.
-    fn recv_frame_with(
-        &mut self,
-        scratch: &mut [u8],
-        take: &mut dyn FnMut(&[u8]),
-    ) -> io::Result<bool> {
+    fn recv_frame_with(&mut self, scratch: &mut [u8], take: &mut dyn FnMut(&[u8])) -> io::Result<bool> {
         match self.try_recv_frame(scratch)? {
             Some(n) => {
                 take(&scratch[..n]);
@@ -171,9 +164,7 @@ impl FromStr for BackendSpec {
         let s = s.trim();
         if let Some(addr) = s.strip_prefix("udp:") {
             let addr = addr.parse::<SocketAddr>().map_err(|_| {
-                SpecError(format!(
-                    "bad link backend {s:?}: expected udp:IP:PORT, e.g. udp:127.0.0.1:7000"
-                ))
+                SpecError(format!("bad link backend {s:?}: expected udp:IP:PORT, e.g. udp:127.0.0.1:7000"))
             })?;
             Ok(BackendSpec::Udp(addr))
         } else if let Some(ifname) = s.strip_prefix("ether:") {
@@ -185,9 +176,7 @@ impl FromStr for BackendSpec {
             }
             Ok(BackendSpec::Ether(ifname.to_string()))
         } else {
-            Err(SpecError(format!(
-                "bad link backend {s:?}: expected udp:IP:PORT or ether:IFNAME"
-            )))
+            Err(SpecError(format!("bad link backend {s:?}: expected udp:IP:PORT or ether:IFNAME")))
         }
     }
 }
@@ -229,9 +218,7 @@ impl BackendSpec {
 /// Parse the `NODE` part of a `NODE=...` peer.
 pub(crate) fn parse_node(s: &str, whole: &str, example: &str) -> Result<u16, SpecError> {
     s.trim().parse::<u16>().map_err(|_| {
-        SpecError(format!(
-            "bad peer {whole:?}: node {s:?} is not a number 0-65535 (expected e.g. {example})"
-        ))
+        SpecError(format!("bad peer {whole:?}: node {s:?} is not a number 0-65535 (expected e.g. {example})"))
     })
 }
 
@@ -245,20 +232,12 @@ mod tests {
             "udp:127.0.0.1:7000".parse::<BackendSpec>(),
             Ok(BackendSpec::Udp("127.0.0.1:7000".parse().unwrap()))
         );
-        assert_eq!(
-            "ether:veth0".parse::<BackendSpec>(),
-            Ok(BackendSpec::Ether("veth0".into()))
-        );
-        assert_eq!(
-            "ether:veth0".parse::<BackendSpec>().unwrap().to_string(),
-            "ether:veth0"
-        );
+        assert_eq!("ether:veth0".parse::<BackendSpec>(), Ok(BackendSpec::Ether("veth0".into())));
+        assert_eq!("ether:veth0".parse::<BackendSpec>().unwrap().to_string(), "ether:veth0");
         let e = "udp:localhost".parse::<BackendSpec>().unwrap_err();
         assert!(e.0.contains("expected udp:IP:PORT"), "{e}");
         assert!("ether:".parse::<BackendSpec>().is_err());
-        assert!("ether:a-very-long-interface"
-            .parse::<BackendSpec>()
-            .is_err());
+        assert!("ether:a-very-long-interface".parse::<BackendSpec>().is_err());
         let e = "tcp:1.2.3.4:5".parse::<BackendSpec>().unwrap_err();
         assert!(e.0.contains("udp:IP:PORT or ether:IFNAME"), "{e}");
     }

@@ -66,14 +66,8 @@ pub struct FaultConfig {
 
 impl FaultConfig {
     /// No faults.
-    pub const NONE: FaultConfig = FaultConfig {
-        drop_ppm: 0,
-        duplicate_ppm: 0,
-        reorder_ppm: 0,
-        corrupt_ppm: 0,
-        seed: 0,
-        delay_ns: 0,
-    };
+    pub const NONE: FaultConfig =
+        FaultConfig { drop_ppm: 0, duplicate_ppm: 0, reorder_ppm: 0, corrupt_ppm: 0, seed: 0, delay_ns: 0 };
 
     /// Whether frames pass untouched: no fault can ever be injected and there is no delay.
     pub fn is_none(&self) -> bool {
@@ -110,9 +104,7 @@ fn parse_delay(v: &str) -> Result<u64, SpecError> {
 
 fn parse_probability(key: &str, v: &str) -> Result<u32, SpecError> {
     let bad = |why: &str| {
-        SpecError(format!(
-            "bad fault value {key}={v:?}: {why} (expected a probability like 0.01, 1% or 10000ppm)"
-        ))
+        SpecError(format!("bad fault value {key}={v:?}: {why} (expected a probability like 0.01, 1% or 10000ppm)"))
     };
     let (num, scale) = if let Some(n) = v.strip_suffix("ppm") {
         (n, 1.0)
@@ -162,12 +154,9 @@ impl FromStr for FaultConfig {
                 "corrupt" => c.corrupt_ppm = parse_probability(k, v)?,
                 "delay" => c.delay_ns = parse_delay(v)?,
                 "seed" => {
-                    c.seed = v.parse().map_err(|_| {
-                        SpecError(format!(
-                            "bad fault seed {v:?}: expected an integer 0-{}",
-                            u64::MAX
-                        ))
-                    })?
+                    c.seed = v
+                        .parse()
+                        .map_err(|_| SpecError(format!("bad fault seed {v:?}: expected an integer 0-{}", u64::MAX)))?
                 }
                 _ => {
                     return Err(SpecError(format!(
@@ -281,12 +270,7 @@ pub struct FaultInjector {
 }
 
 /// Send one frame, counting it or the error.
-fn put(
-    backend: &mut dyn LinkBackend,
-    dst: u16,
-    frame: &[u8],
-    stats: &mut LinkStats,
-) -> io::Result<()> {
+fn put(backend: &mut dyn LinkBackend, dst: u16, frame: &[u8], stats: &mut LinkStats) -> io::Result<()> {
     match backend.send_frame(dst, frame) {
         Ok(()) => {
             stats.frames_sent += 1;
@@ -347,14 +331,7 @@ impl FaultInjector {
 
     /// Put a frame of `len` bytes that `fill` writes on the delay line, due `delay` after
     /// `now`, or drop and count it if the line is full ([`DELAY_LINE_FRAMES`]).
-    fn enqueue(
-        &mut self,
-        dst: u16,
-        len: usize,
-        now: Instant,
-        stats: &mut LinkStats,
-        fill: &mut dyn FnMut(&mut [u8]),
-    ) {
+    fn enqueue(&mut self, dst: u16, len: usize, now: Instant, stats: &mut LinkStats, fill: &mut dyn FnMut(&mut [u8])) {
         if self.line.len() >= DELAY_LINE_FRAMES {
             stats.delay_line_drops += 1;
             return;
@@ -472,11 +449,7 @@ impl FaultInjector {
                 copies -= 1;
                 self.held_buf.clear();
                 self.held_buf.extend_from_slice(frame);
-                self.held = Some(Held {
-                    dst,
-                    len: frame.len(),
-                    since: now,
-                });
+                self.held = Some(Held { dst, len: frame.len(), since: now });
             }
             for _ in 0..copies {
                 result = result.and(self.emit(backend, dst, frame, now, stats));
@@ -508,11 +481,7 @@ impl FaultInjector {
     }
 
     /// Send everything waiting now: the delay line, then the held frame.
-    pub fn flush(
-        &mut self,
-        backend: &mut dyn LinkBackend,
-        stats: &mut LinkStats,
-    ) -> io::Result<()> {
+    pub fn flush(&mut self, backend: &mut dyn LinkBackend, stats: &mut LinkStats) -> io::Result<()> {
         let mut result = self.release_line(backend, None, stats);
         if let Some(h) = self.held.take() {
             result = result.and(put(backend, h.dst, &self.held_buf[..h.len], stats));
@@ -528,9 +497,7 @@ mod tests {
 
     #[test]
     fn parse_and_print() {
-        let c: FaultConfig = "drop=0.01,dup=0.01,reorder=0.02,corrupt=0.001,seed=7"
-            .parse()
-            .unwrap();
+        let c: FaultConfig = "drop=0.01,dup=0.01,reorder=0.02,corrupt=0.001,seed=7".parse().unwrap();
         assert_eq!(
             c,
             FaultConfig {
@@ -550,27 +517,12 @@ mod tests {
         assert!(!"delay=1ns".parse::<FaultConfig>().unwrap().is_none());
         assert_eq!(c.to_string().parse::<FaultConfig>(), Ok(c));
         assert_eq!(FaultConfig::NONE.to_string(), "none");
-        assert_eq!(
-            FaultConfig { delay_ns: 10_000, ..FaultConfig::NONE }.to_string(),
-            "delay=10us"
-        );
+        assert_eq!(FaultConfig { delay_ns: 10_000, ..FaultConfig::NONE }.to_string(), "delay=10us");
         let odd = FaultConfig { delay_ns: 1_500, seed: 3, reorder_ppm: 5, ..FaultConfig::NONE };
         assert_eq!(odd.to_string(), "reorder=0.000005,seed=3,delay=1500ns");
         assert_eq!(odd.to_string().parse::<FaultConfig>(), Ok(odd));
-        assert_eq!(
-            "drop=20%, duplicate=5ppm"
-                .parse::<FaultConfig>()
-                .unwrap()
-                .drop_ppm,
-            200_000
-        );
-        assert_eq!(
-            "drop=20%,duplicate=5ppm"
-                .parse::<FaultConfig>()
-                .unwrap()
-                .duplicate_ppm,
-            5
-        );
+        assert_eq!("drop=20%, duplicate=5ppm".parse::<FaultConfig>().unwrap().drop_ppm, 200_000);
+        assert_eq!("drop=20%,duplicate=5ppm".parse::<FaultConfig>().unwrap().duplicate_ppm, 5);
         assert_eq!("none".parse::<FaultConfig>(), Ok(FaultConfig::NONE));
         assert_eq!("".parse::<FaultConfig>(), Ok(FaultConfig::NONE));
         assert!(FaultConfig::NONE.is_none());
@@ -625,12 +577,10 @@ mod tests {
         let mut stats = LinkStats::default();
         let now = Instant::now();
         for i in 0..n {
-            inj.transmit(&mut tape, 1, &mut [i, 0, 0, 0], now, &mut stats)
-                .unwrap();
+            inj.transmit(&mut tape, 1, &mut [i, 0, 0, 0], now, &mut stats).unwrap();
         }
         assert!(inj.deadline().is_none() || inj.holding());
-        inj.release_due(&mut tape, now + REORDER_HOLD_MAX, &mut stats)
-            .unwrap();
+        inj.release_due(&mut tape, now + REORDER_HOLD_MAX, &mut stats).unwrap();
         assert!(!inj.holding());
         (tape.0, stats)
     }
@@ -650,16 +600,8 @@ mod tests {
         assert_eq!(a, b);
         assert_eq!(sa, sb);
         assert_eq!(sa.frames_sent as usize, a.len());
-        assert_eq!(
-            a.len() as u64,
-            200 - sa.injected_drops + sa.injected_duplicates
-        );
-        for s in [
-            sa.injected_drops,
-            sa.injected_duplicates,
-            sa.injected_reorders,
-            sa.injected_corruptions,
-        ] {
+        assert_eq!(a.len() as u64, 200 - sa.injected_drops + sa.injected_duplicates);
+        for s in [sa.injected_drops, sa.injected_duplicates, sa.injected_reorders, sa.injected_corruptions] {
             assert!((20..=60).contains(&s), "{sa:?}");
         }
         let corrupted = a.iter().filter(|f| f[1..] != [0, 0, 0]).count();
@@ -670,10 +612,7 @@ mod tests {
 
     #[test]
     fn reorder_sends_after_next() {
-        let c = FaultConfig {
-            reorder_ppm: PPM,
-            ..FaultConfig::NONE
-        };
+        let c = FaultConfig { reorder_ppm: PPM, ..FaultConfig::NONE };
         let (tape, stats) = run(c, 5);
         // 0 held, 1 sent then 0; 2 held, 3 sent then 2; 4 held, released by the timer.
         let order: Vec<u8> = tape.iter().map(|f| f[0]).collect();
@@ -686,27 +625,21 @@ mod tests {
     #[test]
     fn delay_line_holds_every_frame_for_the_delay_in_order() {
         let delay = Duration::from_micros(50);
-        let c = FaultConfig {
-            delay_ns: delay.as_nanos() as u64,
-            ..FaultConfig::NONE
-        };
+        let c = FaultConfig { delay_ns: delay.as_nanos() as u64, ..FaultConfig::NONE };
         let mut inj = FaultInjector::new(c);
         let (mut tape, mut stats) = (Tape::default(), LinkStats::default());
         let t0 = Instant::now();
         let step = Duration::from_micros(10);
         for i in 0..4u8 {
-            inj.transmit(&mut tape, 1, &mut [i], t0 + step * i as u32, &mut stats)
-                .unwrap();
+            inj.transmit(&mut tape, 1, &mut [i], t0 + step * i as u32, &mut stats).unwrap();
         }
         // Nothing is on the wire's far end yet; the next due time is the first frame's.
         assert!(tape.0.is_empty() && inj.holding() && !inj.is_passthrough());
         assert_eq!(inj.deadline(), Some(t0 + delay));
-        inj.release_due(&mut tape, t0 + delay - Duration::from_nanos(1), &mut stats)
-            .unwrap();
+        inj.release_due(&mut tape, t0 + delay - Duration::from_nanos(1), &mut stats).unwrap();
         assert!(tape.0.is_empty());
         // Due times pass one by one: frames leave in the order they were sent.
-        inj.release_due(&mut tape, t0 + delay + step, &mut stats)
-            .unwrap();
+        inj.release_due(&mut tape, t0 + delay + step, &mut stats).unwrap();
         assert_eq!(tape.0, [vec![0], vec![1]]);
         assert_eq!(inj.deadline(), Some(t0 + delay + step * 2));
         assert_eq!(stats.frames_sent, 2);
@@ -718,29 +651,19 @@ mod tests {
 
     #[test]
     fn delay_keeps_fault_decisions_and_reorders_on_the_line() {
-        let faults = FaultConfig {
-            reorder_ppm: PPM,
-            drop_ppm: 300_000,
-            seed: 9,
-            ..FaultConfig::NONE
-        };
+        let faults = FaultConfig { reorder_ppm: PPM, drop_ppm: 300_000, seed: 9, ..FaultConfig::NONE };
         let (plain, plain_stats) = run(faults, 40);
-        let delayed = FaultConfig {
-            delay_ns: 1_000,
-            ..faults
-        };
+        let delayed = FaultConfig { delay_ns: 1_000, ..faults };
         let mut inj = FaultInjector::new(delayed);
         let (mut tape, mut stats) = (Tape::default(), LinkStats::default());
         let now = Instant::now();
         for i in 0..40u8 {
-            inj.transmit(&mut tape, 1, &mut [i, 0, 0, 0], now, &mut stats)
-                .unwrap();
+            inj.transmit(&mut tape, 1, &mut [i, 0, 0, 0], now, &mut stats).unwrap();
         }
         assert!(tape.0.is_empty());
         let late = now + REORDER_HOLD_MAX + Duration::from_nanos(1_000);
         inj.release_due(&mut tape, late, &mut stats).unwrap();
-        inj.release_due(&mut tape, late + Duration::from_nanos(1_000), &mut stats)
-            .unwrap();
+        inj.release_due(&mut tape, late + Duration::from_nanos(1_000), &mut stats).unwrap();
         assert!(!inj.holding());
         // The same frames, faults and order as without the delay: the delay only shifts
         // when they arrive.
@@ -750,16 +673,12 @@ mod tests {
 
     #[test]
     fn a_full_delay_line_drops_and_counts() {
-        let c = FaultConfig {
-            delay_ns: 1_000_000,
-            ..FaultConfig::NONE
-        };
+        let c = FaultConfig { delay_ns: 1_000_000, ..FaultConfig::NONE };
         let mut inj = FaultInjector::new(c);
         let (mut tape, mut stats) = (Tape::default(), LinkStats::default());
         let now = Instant::now();
         for i in 0..DELAY_LINE_FRAMES + 5 {
-            inj.transmit(&mut tape, 1, &mut (i as u32).to_le_bytes(), now, &mut stats)
-                .unwrap();
+            inj.transmit(&mut tape, 1, &mut (i as u32).to_le_bytes(), now, &mut stats).unwrap();
         }
         // The in-place path drops past the limit too.
         assert!(inj.delay_with(1, 4, now, &mut stats, &mut |b| b.fill(0xEE)));

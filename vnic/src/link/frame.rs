@@ -237,7 +237,10 @@ mod tests {
         // packet, a later fragment, a bad magic or version.
         assert_eq!(whole_verdict(&frame(FrameHeader { flags: 0, ..whole })), None);
         assert_eq!(whole_verdict(&frame(FrameHeader { frag_count: 2, total_len: 12, ..whole })), None);
-        assert_eq!(whole_verdict(&frame(FrameHeader { frag_offset: 6, total_len: 12, frag_index: 1, frag_count: 2, ..whole })), None);
+        assert_eq!(
+            whole_verdict(&frame(FrameHeader { frag_offset: 6, total_len: 12, frag_index: 1, frag_count: 2, ..whole })),
+            None
+        );
         let mut bad = f.clone();
         bad[0] ^= 1;
         assert_eq!(whole_verdict(&bad), None);

@@ -167,11 +167,8 @@ impl fmt::Debug for Link {
 /// not mistaken for duplicates of its previous life's (ids are only compared, never
 /// interpreted, so this does not affect determinism of anything else).
 fn initial_packet_id(node: u16) -> u32 {
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    let x =
-        (t ^ (std::process::id() as u64) << 32 ^ node as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    let x = (t ^ (std::process::id() as u64) << 32 ^ node as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     (x >> 32) as u32
 }
 
@@ -278,8 +275,7 @@ impl Link {
     fn run_timers(&mut self) -> io::Result<()> {
         let now = Instant::now();
         self.rx.handle_timeout(now, &mut self.stats);
-        self.faults
-            .release_due(&mut *self.backend, now, &mut self.stats)
+        self.faults.release_due(&mut *self.backend, now, &mut self.stats)
     }
 
     /// Send any frame the fault injector is holding back, now.
@@ -336,11 +332,7 @@ impl Link {
             // The common case: one frame, a verdict, straight to the backend.
             return self.send_verdict_frame(dst, len, abort, ok, payload_at, read);
         }
-        let count = if chunk == 0 {
-            usize::MAX
-        } else {
-            total.div_ceil(chunk)
-        };
+        let count = if chunk == 0 { usize::MAX } else { total.div_ceil(chunk) };
         if total > MAX_PACKET_BYTES || count > u16::MAX as usize {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -404,26 +396,19 @@ impl Link {
             // The payload starts in the first fragment; later ones are all payload.
             let align_at = frame::HEADER_BYTES + if index == 0 { payload_at } else { 0 };
             let r = if self.faults.is_passthrough() {
-                let r = self
-                    .backend
-                    .send_frame_with(dst, n, align_at, &mut self.tx_frame, &mut fill);
+                let r = self.backend.send_frame_with(dst, n, align_at, &mut self.tx_frame, &mut fill);
                 match r {
                     Ok(()) => self.stats.frames_sent += 1,
                     Err(_) => self.stats.send_errors += 1,
                 }
                 r
-            } else if self.faults.delay_with(dst, n, *now.get_or_insert_with(Instant::now), &mut self.stats, &mut fill) {
+            } else if self.faults.delay_with(dst, n, *now.get_or_insert_with(Instant::now), &mut self.stats, &mut fill)
+            {
                 Ok(())
             } else {
                 fill(&mut self.tx_frame[..n]);
                 let t = *now.get_or_insert_with(Instant::now);
-                self.faults.transmit(
-                    &mut *self.backend,
-                    dst,
-                    &mut self.tx_frame[..n],
-                    t,
-                    &mut self.stats,
-                )
+                self.faults.transmit(&mut *self.backend, dst, &mut self.tx_frame[..n], t, &mut self.stats)
             };
             if r.is_err() && result.is_ok() {
                 result = r;
@@ -471,13 +456,7 @@ impl Link {
             trailer.copy_from_slice(&verdict_trailer(abort || !ok));
         };
         let n = frame::HEADER_BYTES + len + TRAILER_BYTES;
-        let r = self.backend.send_frame_with(
-            dst,
-            n,
-            frame::HEADER_BYTES + payload_at,
-            &mut self.tx_frame,
-            &mut fill,
-        );
+        let r = self.backend.send_frame_with(dst, n, frame::HEADER_BYTES + payload_at, &mut self.tx_frame, &mut fill);
         match r {
             Ok(()) => {
                 self.stats.frames_sent += 1;
@@ -497,25 +476,11 @@ impl Link {
         let (rx, truncated) = self.poll_packet_with(|body, src, crc_ok| {
             if out.len() >= body.len() {
                 out[..body.len()].copy_from_slice(body);
-                (
-                    RxPacket {
-                        len: body.len(),
-                        src,
-                        crc_ok,
-                    },
-                    false,
-                )
+                (RxPacket { len: body.len(), src, crc_ok }, false)
             } else {
                 let n = out.len();
                 out.copy_from_slice(&body[..n]);
-                (
-                    RxPacket {
-                        len: n,
-                        src,
-                        crc_ok: false,
-                    },
-                    true,
-                )
+                (RxPacket { len: n, src, crc_ok: false }, true)
             }
         })?;
         if truncated {
@@ -551,31 +516,28 @@ impl Link {
         while !self.rx.has_ready() && out.is_none() && budget > 0 {
             budget -= 1;
             let (rx, stats) = (&mut self.rx, &mut self.stats);
-            let r = self
-                .backend
-                .recv_frame_with(&mut self.rx_frame, &mut |frame| {
-                    stats.frames_received += 1;
-                    // A whole-frame packet needs no time: its key is stamped at the next
-                    // clock read, at the latest every STAMP_FRAMES frames (so its
-                    // duplicate window can only grow; see `reassembly`).
-                    let t = (stats.frames_received % STAMP_FRAMES == 0)
-                        .then(|| *now.get_or_insert_with(Instant::now));
-                    match rx.take_whole(frame, t, memory) {
-                        Some((src, bytes, flags)) => {
-                            let verdict = (flags & frame::FLAG_VERDICT != 0).then_some(memory);
-                            let (body, crc_ok) = check_trailer(bytes, verdict, stats);
-                            if keeps {
-                                // Where the body lies in the frame the backend keeps.
-                                held = Some((body.as_ptr() as usize - frame.as_ptr() as usize, body.len()));
-                            }
-                            out = take.take().map(|f| f(body, src, crc_ok, keeps));
+            let r = self.backend.recv_frame_with(&mut self.rx_frame, &mut |frame| {
+                stats.frames_received += 1;
+                // A whole-frame packet needs no time: its key is stamped at the next
+                // clock read, at the latest every STAMP_FRAMES frames (so its
+                // duplicate window can only grow; see `reassembly`).
+                let t = (stats.frames_received % STAMP_FRAMES == 0).then(|| *now.get_or_insert_with(Instant::now));
+                match rx.take_whole(frame, t, memory) {
+                    Some((src, bytes, flags)) => {
+                        let verdict = (flags & frame::FLAG_VERDICT != 0).then_some(memory);
+                        let (body, crc_ok) = check_trailer(bytes, verdict, stats);
+                        if keeps {
+                            // Where the body lies in the frame the backend keeps.
+                            held = Some((body.as_ptr() as usize - frame.as_ptr() as usize, body.len()));
                         }
-                        None => {
-                            let t = *now.get_or_insert_with(Instant::now);
-                            rx.handle_frame(frame, t, stats)
-                        }
+                        out = take.take().map(|f| f(body, src, crc_ok, keeps));
                     }
-                });
+                    None => {
+                        let t = *now.get_or_insert_with(Instant::now);
+                        rx.handle_frame(frame, t, stats)
+                    }
+                }
+            });
             match r {
                 Ok(true) => {}
                 Ok(false) => break,
@@ -672,10 +634,7 @@ mod tests {
     #[test]
     fn whole_frame_packets_are_lent_once_and_duplicates_dropped() {
         let sw = InProcSwitch::new();
-        let dup = FaultConfig {
-            duplicate_ppm: 1_000_000,
-            ..FaultConfig::NONE
-        };
+        let dup = FaultConfig { duplicate_ppm: 1_000_000, ..FaultConfig::NONE };
         let mut a = Link::new(1, Box::new(sw.port(1)), dup);
         let mut b = Link::new(2, Box::new(sw.port(2)), FaultConfig::NONE);
         let p = packet(9000);
@@ -688,10 +647,7 @@ mod tests {
         assert_eq!(got, Some((100, false)));
         assert_eq!(b.poll_packet_with(|_, _, _| ()), None);
         let s = b.stats();
-        assert_eq!(
-            (s.packets_received, s.duplicate_frames, s.crc_errors),
-            (2, 2, 1)
-        );
+        assert_eq!((s.packets_received, s.duplicate_frames, s.crc_errors), (2, 2, 1));
     }
 
     /// Every frame a backend has queued, taken raw.
@@ -719,25 +675,15 @@ mod tests {
             let (h, frag) = frame::FrameHeader::parse(f).unwrap();
             (h.flags, frag[frag.len() - TRAILER_BYTES..].to_vec())
         };
-        assert_eq!(
-            trailer(&frames[0]),
-            (frame::FLAG_VERDICT, frame::VERDICT_GOOD.to_vec())
-        );
+        assert_eq!(trailer(&frames[0]), (frame::FLAG_VERDICT, frame::VERDICT_GOOD.to_vec()));
         let (flags, t) = trailer(&frames[1]);
         assert_eq!(flags, frame::FLAG_VERDICT);
-        assert_ne!(
-            t,
-            frame::VERDICT_GOOD.to_vec(),
-            "an aborted packet's verdict is bad"
-        );
+        assert_ne!(t, frame::VERDICT_GOOD.to_vec(), "an aborted packet's verdict is bad");
         assert_eq!(trailer(&frames[2]).0, 0);
         assert_eq!(trailer(&frames[3]).0, 0);
 
         // With faults configured the switch carries CRCs again.
-        let dup = FaultConfig {
-            duplicate_ppm: 1,
-            ..FaultConfig::NONE
-        };
+        let dup = FaultConfig { duplicate_ppm: 1, ..FaultConfig::NONE };
         let mut c = Link::new(3, Box::new(sw.port(3)), dup);
         c.send_packet(&p, false).unwrap();
         let again = raw_frames(&mut raw);
@@ -751,14 +697,8 @@ mod tests {
         for f in &frames[..2] {
             injector.send_frame(2, f).unwrap();
         }
-        assert_eq!(
-            b.poll_packet_with(|body, _, ok| (body.to_vec(), ok)),
-            Some((p.clone(), true))
-        );
-        assert_eq!(
-            b.poll_packet_with(|body, _, ok| (body.len(), ok)),
-            Some((100, false))
-        );
+        assert_eq!(b.poll_packet_with(|body, _, ok| (body.to_vec(), ok)), Some((p.clone(), true)));
+        assert_eq!(b.poll_packet_with(|body, _, ok| (body.len(), ok)), Some((100, false)));
         assert_eq!(b.stats().crc_errors, 1);
 
         // ... while a link that is not a memory medium never believes a verdict.
@@ -782,10 +722,7 @@ mod tests {
     fn a_wire_delay_holds_packets_for_it_in_order_and_keeps_verdicts() {
         let sw = InProcSwitch::new();
         let delay = std::time::Duration::from_millis(2);
-        let wire = FaultConfig {
-            delay_ns: delay.as_nanos() as u64,
-            ..FaultConfig::NONE
-        };
+        let wire = FaultConfig { delay_ns: delay.as_nanos() as u64, ..FaultConfig::NONE };
         let mut a = Link::new(1, Box::new(sw.port(1)), wire);
         let mut b = Link::new(2, Box::new(sw.port(2)), FaultConfig::NONE);
         let (p, big) = (packet(9000), packet(70_000));
@@ -826,13 +763,7 @@ mod tests {
     #[test]
     fn crc_matches_the_firmware() {
         let data: Vec<u8> = (0..5000u32).map(|i| (i * 31 + 7) as u8).collect();
-        assert_eq!(
-            crc32fast::hash(&data),
-            trapeze_firmware::iface::wire::crc32(&data)
-        );
-        assert_eq!(
-            crc32fast::hash(b""),
-            trapeze_firmware::iface::wire::crc32(b"")
-        );
+        assert_eq!(crc32fast::hash(&data), trapeze_firmware::iface::wire::crc32(&data));
+        assert_eq!(crc32fast::hash(b""), trapeze_firmware::iface::wire::crc32(b""));
     }
 }

@@ -59,20 +59,15 @@ struct Partial {
 
 /// The fragment size a frame implies, if its geometry is valid (see `frame`).
 fn chunk_of(h: &FrameHeader, len: usize) -> Option<usize> {
-    let (total, count, index, offset) = (
-        h.total_len as usize,
-        h.frag_count as usize,
-        h.frag_index as usize,
-        h.frag_offset as usize,
-    );
+    let (total, count, index, offset) =
+        (h.total_len as usize, h.frag_count as usize, h.frag_index as usize, h.frag_offset as usize);
     let chunk = if count == 1 {
         (offset == 0 && len == total).then_some(total)?
     } else if index + 1 < count {
         (len > 0 && offset == index * len).then_some(len)?
     } else {
         let chunk = offset / (count - 1);
-        (offset % (count - 1) == 0 && offset + len == total && len > 0 && len <= chunk)
-            .then_some(chunk)?
+        (offset % (count - 1) == 0 && offset + len == total && len > 0 && len <= chunk).then_some(chunk)?
     };
     // The other fragments must fit as well: count - 1 full ones plus a non-empty last.
     (count == 1 || ((count - 1) * chunk < total && total <= count * chunk)).then_some(chunk)
@@ -154,10 +149,7 @@ impl Reassembler {
         };
         let total = h.total_len as usize;
         let chunk = chunk_of(&h, frag.len());
-        if h.dst != self.node
-            || !(TRAILER_BYTES..=MAX_PACKET_BYTES).contains(&total)
-            || chunk.is_none()
-        {
+        if h.dst != self.node || !(TRAILER_BYTES..=MAX_PACKET_BYTES).contains(&total) || chunk.is_none() {
             stats.bad_frames += 1;
             return;
         }
@@ -345,10 +337,7 @@ impl Reassembler {
 
     /// When [`handle_timeout`](Self::handle_timeout) next has work, if ever.
     pub fn deadline(&self) -> Option<Instant> {
-        self.partials
-            .iter()
-            .map(|p| p.last + REASSEMBLY_TIMEOUT)
-            .min()
+        self.partials.iter().map(|p| p.last + REASSEMBLY_TIMEOUT).min()
     }
 
     /// The next completed packet.
@@ -381,15 +370,7 @@ pub fn chunk_bytes(max_frame: usize) -> usize {
 mod tests {
     use super::*;
 
-    fn frame(
-        src: u16,
-        id: u32,
-        index: u16,
-        count: u16,
-        total: u32,
-        offset: u32,
-        data: &[u8],
-    ) -> Vec<u8> {
+    fn frame(src: u16, id: u32, index: u16, count: u16, total: u32, offset: u32, data: &[u8]) -> Vec<u8> {
         let h = FrameHeader {
             flags: 0,
             src,
@@ -413,15 +394,7 @@ mod tests {
         (0..count)
             .map(|i| {
                 let end = ((i + 1) * chunk).min(total);
-                frame(
-                    src,
-                    id,
-                    i as u16,
-                    count as u16,
-                    total as u32,
-                    (i * chunk) as u32,
-                    &data[i * chunk..end],
-                )
+                frame(src, id, i as u16, count as u16, total as u32, (i * chunk) as u32, &data[i * chunk..end])
             })
             .collect()
     }
@@ -439,10 +412,7 @@ mod tests {
         r.handle_frame(&f[2], t, &mut s);
         let p = r.pop().unwrap();
         assert_eq!((p.src, p.bytes.len()), (1, 1000));
-        assert_eq!(
-            p.bytes,
-            (0..1000).map(|i| (i * 7 + 5) as u8).collect::<Vec<_>>()
-        );
+        assert_eq!(p.bytes, (0..1000).map(|i| (i * 7 + 5) as u8).collect::<Vec<_>>());
         // Late duplicates of a completed packet are ignored, all of them.
         for f in &f {
             r.handle_frame(f, t, &mut s);
@@ -466,13 +436,13 @@ mod tests {
         let t = Instant::now();
         let good = frames(1, 1, 1000, 300);
         let bad = [
-            frame(1, 2, 0, 2, 1000, 0, &[0; 299]),   // 2 x 299 < 1000
-            frame(1, 2, 1, 4, 1000, 299, &[0; 300]), // offset != index * len
-            frame(1, 2, 3, 4, 1000, 900, &[0; 99]),  // does not end at total
-            frame(1, 2, 0, 1, 10, 0, &[0; 9]),       // single fragment short
-            frame(1, 2, 0, 1, 3, 0, &[0; 3]),        // shorter than a trailer
+            frame(1, 2, 0, 2, 1000, 0, &[0; 299]),                      // 2 x 299 < 1000
+            frame(1, 2, 1, 4, 1000, 299, &[0; 300]),                    // offset != index * len
+            frame(1, 2, 3, 4, 1000, 900, &[0; 99]),                     // does not end at total
+            frame(1, 2, 0, 1, 10, 0, &[0; 9]),                          // single fragment short
+            frame(1, 2, 0, 1, 3, 0, &[0; 3]),                           // shorter than a trailer
             frame(1, 2, 0, 2, MAX_PACKET_BYTES as u32 + 2, 0, &[0; 1]), // too large
-            vec![0; 30],                             // no magic
+            vec![0; 30],                                                // no magic
         ];
         for f in &bad {
             r.handle_frame(f, t, &mut s);
@@ -568,7 +538,7 @@ mod tests {
         let mut r = Reassembler::new(9);
         let mut v = frames(1, 7, 100, 100).remove(0);
         v[3] = FLAG_VERDICT; // the flags byte
-        // Over a memory medium: delivered each time, nothing remembered.
+                             // Over a memory medium: delivered each time, nothing remembered.
         assert!(r.take_whole(&v, None, true).is_some());
         assert!(r.take_whole(&v, None, true).is_some());
         assert!(r.recent.is_empty());

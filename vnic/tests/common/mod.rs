@@ -41,7 +41,13 @@ pub fn image_bytes() -> Vec<u8> {
 }
 
 /// `n` NICs in `mode` on `link`, with `faults` per node and payload MTU `mtu`.
-pub fn cluster(n: usize, mode: Mode, link: LinkKind, faults: &[trapeze_vnic::link::FaultConfig], mtu: u32) -> Vec<Node> {
+pub fn cluster(
+    n: usize,
+    mode: Mode,
+    link: LinkKind,
+    faults: &[trapeze_vnic::link::FaultConfig],
+    mtu: u32,
+) -> Vec<Node> {
     let opt = Options {
         faults: faults.to_vec(),
         mtu,

@@ -250,13 +250,13 @@ fn print_table(pl: &Platform, m: &Measured, sweep: bool) {
     );
     println!("{:<52} {:>12} {:>12}", "stream of 8 KB payloads (receiver)", "model", "paper");
     row("store-and-forward".into(), m.stream_saf, "MB/s", pl.paper.saf_mb_s);
+    row(format!("fixed pulses (latency-best {} B)", m.fixed_best.2), m.stream_fixed, "MB/s", None);
     row(
-        format!("fixed pulses (latency-best {} B)", m.fixed_best.2),
-        m.stream_fixed,
+        format!("fixed pulses ({SLICE_FIXED_PULSE} B, as in Slice)"),
+        m.stream_fixed_slice,
         "MB/s",
-        None,
+        pl.paper.fixed_mb_s,
     );
-    row(format!("fixed pulses ({SLICE_FIXED_PULSE} B, as in Slice)"), m.stream_fixed_slice, "MB/s", pl.paper.fixed_mb_s);
     row("eager DMA (adaptive pipelining)".into(), m.stream_eager, "MB/s", pl.paper.eager_mb_s);
     println!(
         "{:<52} {:>12} {:>12}",
@@ -276,8 +276,16 @@ fn print_table(pl: &Platform, m: &Measured, sweep: bool) {
         format!("{:.0} → {:.0}", m.eager_write_growth.0, m.eager_write_growth.1)
     );
     if sweep {
-        print_sweep("fixed pulses: latency (µs), rows = send pulse, columns = receive pulse", &FIXED_PULSES, &m.fixed_sweep);
-        print_sweep("eager DMA: latency (µs), rows = send threshold, columns = receive threshold", &EAGER_THRESHOLDS, &m.eager_sweep);
+        print_sweep(
+            "fixed pulses: latency (µs), rows = send pulse, columns = receive pulse",
+            &FIXED_PULSES,
+            &m.fixed_sweep,
+        );
+        print_sweep(
+            "eager DMA: latency (µs), rows = send threshold, columns = receive threshold",
+            &EAGER_THRESHOLDS,
+            &m.eager_sweep,
+        );
     }
 }
 
@@ -340,8 +348,20 @@ fn calibrate() -> anyhow::Result<()> {
             p.host_write_setup_ps = half_us(w);
             let ctrl0 = lat(p, Policy::Eager, 512, 512, 0)?;
             let host = (27.0 - ctrl0).max(0.0);
-            let eager = best(&EAGER_THRESHOLDS.iter().map(|&t| (t, t, lat(p, Policy::Eager, t, t, PAYLOAD).unwrap_or(f64::MAX))).collect::<Vec<_>>()).0 + host;
-            let fixed = best(&FIXED_PULSES.iter().map(|&t| (t, t, lat(p, Policy::FixedPulse, t, t, PAYLOAD).unwrap_or(f64::MAX))).collect::<Vec<_>>()).0 + host;
+            let eager = best(
+                &EAGER_THRESHOLDS
+                    .iter()
+                    .map(|&t| (t, t, lat(p, Policy::Eager, t, t, PAYLOAD).unwrap_or(f64::MAX)))
+                    .collect::<Vec<_>>(),
+            )
+            .0 + host;
+            let fixed = best(
+                &FIXED_PULSES
+                    .iter()
+                    .map(|&t| (t, t, lat(p, Policy::FixedPulse, t, t, PAYLOAD).unwrap_or(f64::MAX)))
+                    .collect::<Vec<_>>(),
+            )
+            .0 + host;
             let err = ((eager - 177.0) / 177.0).powi(2) + ((fixed - 195.0) / 195.0).powi(2);
             if best_fit.as_ref().is_none_or(|b| err < b.0) {
                 let p = p.with_host_ps((host * US as f64).round() as u64);
@@ -350,7 +370,11 @@ fn calibrate() -> anyhow::Result<()> {
         }
     }
     if let Some((err, p, eager, fixed)) = best_fit {
-        println!("  best: {}  → eager {eager:.1} µs, fixed {fixed:.1} µs, rms error {:.1}%", params_json(&p), (err / 2.0).sqrt() * 100.0);
+        println!(
+            "  best: {}  → eager {eager:.1} µs, fixed {fixed:.1} µs, rms error {:.1}%",
+            params_json(&p),
+            (err / 2.0).sqrt() * 100.0
+        );
         println!("  baked Params::alpha500(): {}", params_json(&Params::alpha500()));
     }
     // Pentium-III: fit bus bandwidth, one per-transfer setup cost and host cost to all
@@ -367,7 +391,12 @@ fn calibrate() -> anyhow::Result<()> {
             p.link_setup_ps = half_us(o);
             let saf = lat(p, Policy::StoreAndForward, PAYLOAD, PAYLOAD, PAYLOAD)?;
             let fixed = lat(p, Policy::FixedPulse, SLICE_FIXED_PULSE, SLICE_FIXED_PULSE, PAYLOAD)?;
-            let (eager, es, er) = best(&EAGER_THRESHOLDS.iter().map(|&t| (t, t, lat(p, Policy::Eager, t, t, PAYLOAD).unwrap_or(f64::MAX))).collect::<Vec<_>>());
+            let (eager, es, er) = best(
+                &EAGER_THRESHOLDS
+                    .iter()
+                    .map(|&t| (t, t, lat(p, Policy::Eager, t, t, PAYLOAD).unwrap_or(f64::MAX)))
+                    .collect::<Vec<_>>(),
+            );
             let host = ((217.0 - saf) + (124.0 - fixed) + (112.0 - eager)) / 3.0;
             let host = host.max(0.0);
             let bw = |policy, s, r| stream(p, cfg(policy, s, r), PAYLOAD, 32).map_or(0.0, |x| x.mb_s);
@@ -388,7 +417,16 @@ fn calibrate() -> anyhow::Result<()> {
     }
     if let Some((err, p, v)) = best_fit {
         println!("  best: {}", params_json(&p));
-        println!("  → {:.1} / {:.1} / {:.1} µs, {:.1} / {:.1} / {:.1} MB/s, rms error {:.1}%", v[0], v[1], v[2], v[3], v[4], v[5], (err / 6.0).sqrt() * 100.0);
+        println!(
+            "  → {:.1} / {:.1} / {:.1} µs, {:.1} / {:.1} / {:.1} MB/s, rms error {:.1}%",
+            v[0],
+            v[1],
+            v[2],
+            v[3],
+            v[4],
+            v[5],
+            (err / 6.0).sqrt() * 100.0
+        );
         println!("  baked Params::piii450(): {}", params_json(&Params::piii450()));
     }
     Ok(())

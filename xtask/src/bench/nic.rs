@@ -23,8 +23,21 @@ pub fn run(a: NicArgs) -> anyhow::Result<()> {
     let image = image.display().to_string();
     let (m, p) = (a.messages.to_string(), a.payloads.to_string());
     let mut args = vec![
-        "run", "--quiet", "--locked", "--release", "-p", "trapeze-vnic", "--example", "bench_nic", "--",
-        "--image", &image, "--messages", &m, "--payloads", &p,
+        "run",
+        "--quiet",
+        "--locked",
+        "--release",
+        "-p",
+        "trapeze-vnic",
+        "--example",
+        "bench_nic",
+        "--",
+        "--image",
+        &image,
+        "--messages",
+        &m,
+        "--payloads",
+        &p,
     ];
     if a.json {
         args.push("--json");

@@ -45,9 +45,27 @@ pub fn run(a: RpcArgs) -> anyhow::Result<()> {
     let (bc, bn) = (a.bw_chunks.to_string(), a.bw_chunk_calls.to_string());
     let (wb, wn) = (a.ways_blocks.to_string(), a.ways_block_calls.to_string());
     let mut args = vec![
-        "run", "--quiet", "--locked", "--release", "-p", "trapeze-vnic", "--example", "bench_rpc", "--",
-        "--calls", &c, "--bw-calls", &b, "--bw-chunks", &bc, "--bw-chunk-calls", &bn,
-        "--ways-blocks", &wb, "--ways-block-calls", &wn,
+        "run",
+        "--quiet",
+        "--locked",
+        "--release",
+        "-p",
+        "trapeze-vnic",
+        "--example",
+        "bench_rpc",
+        "--",
+        "--calls",
+        &c,
+        "--bw-calls",
+        &b,
+        "--bw-chunks",
+        &bc,
+        "--bw-chunk-calls",
+        &bn,
+        "--ways-blocks",
+        &wb,
+        "--ways-block-calls",
+        &wn,
     ];
     if a.json {
         args.push("--json");

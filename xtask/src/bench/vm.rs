@@ -103,19 +103,10 @@ struct Row {
 
 impl Row {
     fn parse(v: &Value) -> anyhow::Result<Row> {
-        let f = |k: &str| {
-            v[k].as_f64()
-                .with_context(|| format!("result without a number {k}: {v}"))
-        };
-        let u = |k: &str| {
-            v[k].as_u64()
-                .with_context(|| format!("result without an integer {k}: {v}"))
-        };
+        let f = |k: &str| v[k].as_f64().with_context(|| format!("result without a number {k}: {v}"));
+        let u = |k: &str| v[k].as_u64().with_context(|| format!("result without an integer {k}: {v}"));
         Ok(Row {
-            device: v["name"]
-                .as_str()
-                .context("result without a name")?
-                .to_string(),
+            device: v["name"].as_str().context("result without a name")?.to_string(),
             path: v["device"].as_str().unwrap_or("?").to_string(),
             bytes: u("bytes")?,
             reads: u("rand4k_reads")?,
@@ -159,10 +150,7 @@ impl Row {
             seq_mb_s: median(|r| r.seq_mb_s),
             write_mb_s: rows.iter().find_map(|r| r.write_mb_s),
             pages_verified: rows.iter().map(|r| r.pages_verified).sum(),
-            per_round: rows
-                .iter()
-                .map(|r| (r.p50_us, r.p99_us, r.seq_mb_s))
-                .collect(),
+            per_round: rows.iter().map(|r| (r.p50_us, r.p99_us, r.seq_mb_s)).collect(),
             ..first.clone()
         })
     }
@@ -181,11 +169,7 @@ fn parse_console(console: &str) -> (Vec<anyhow::Result<Row>>, Vec<String>) {
     for l in console.lines() {
         let l = l.trim_end_matches('\r');
         if let Some(j) = l.find(RESULT).map(|i| &l[i + RESULT.len()..]) {
-            rows.push(
-                serde_json::from_str::<Value>(j)
-                    .map_err(anyhow::Error::from)
-                    .and_then(|v| Row::parse(&v)),
-            );
+            rows.push(serde_json::from_str::<Value>(j).map_err(anyhow::Error::from).and_then(|v| Row::parse(&v)));
         } else if let Some(i) = l.find("trapeze-bench: ") {
             notes.push(l[i + "trapeze-bench: ".len()..].to_string());
         }
@@ -197,10 +181,7 @@ fn parse_console(console: &str) -> (Vec<anyhow::Result<Row>>, Vec<String>) {
 fn module_params(ko: &[u8]) -> Vec<String> {
     let mut names: Vec<String> = ko
         .split(|&b| b == 0)
-        .filter_map(|s| {
-            s.strip_prefix(b"parmtype=")
-                .or_else(|| s.strip_prefix(b"parm="))
-        })
+        .filter_map(|s| s.strip_prefix(b"parmtype=").or_else(|| s.strip_prefix(b"parm=")))
         .filter_map(|s| s.split(|&b| b == b':').next())
         .map(|s| String::from_utf8_lossy(s).into_owned())
         .collect();
@@ -254,10 +235,7 @@ fn gms_args(
     for e in extra {
         let key = e.split('=').next().unwrap_or("");
         if !e.contains('=') || !has(key) {
-            return Err(format!(
-                "--ko-param {e}: trapeze.ko has no parameter {key:?} (it has: {})",
-                params.join(", ")
-            ));
+            return Err(format!("--ko-param {e}: trapeze.ko has no parameter {key:?} (it has: {})", params.join(", ")));
         }
     }
     let disk_pages = u64::from(disk_mb) * 256;
@@ -295,14 +273,7 @@ fn gms_args(
                     a.push(format!("gms_disk_mb={disk_mb}"));
                 }
             } else if has("gms_budget_pages") && !budget_given {
-                a.push(format!(
-                    "gms_budget_pages={}",
-                    if gms_backend {
-                        budget
-                    } else {
-                        budget.min(MAX_BUDGET_PAGES)
-                    }
-                ));
+                a.push(format!("gms_budget_pages={}", if gms_backend { budget } else { budget.min(MAX_BUDGET_PAGES) }));
             }
             if has("gms_fail_ms") && !extra.iter().any(|e| e.starts_with("gms_fail_ms=")) {
                 a.push(format!("gms_fail_ms={BENCH_FAIL_MS}"));
@@ -324,8 +295,7 @@ fn is_static_elf(b: &[u8]) -> bool {
     let (size, n) = (u16_at(0x36), u16_at(0x38));
     (0..n).all(|i| {
         let o = phoff + i * size;
-        b.get(o..o + 4)
-            .is_some_and(|t| u32::from_le_bytes(t.try_into().expect("4 bytes")) != PT_INTERP)
+        b.get(o..o + 4).is_some_and(|t| u32::from_le_bytes(t.try_into().expect("4 bytes")) != PT_INTERP)
     })
 }
 
@@ -346,9 +316,7 @@ fn build_blkbench() -> anyhow::Result<Vec<u8>> {
         "-C",
         "strip=symbols",
     ])?;
-    let path = crate::vm::bench_guests::target_dir()?
-        .join("release")
-        .join(BLKBENCH);
+    let path = crate::vm::bench_guests::target_dir()?.join("release").join(BLKBENCH);
     let bytes = fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
     ensure!(
         is_static_elf(&bytes),
@@ -361,28 +329,14 @@ fn build_blkbench() -> anyhow::Result<Vec<u8>> {
 
 /// A program and the shared libraries `ldd` lists for it, at the same paths in the guest.
 fn with_libraries(program: &str) -> anyhow::Result<Vec<(String, PathBuf)>> {
-    let out = Command::new("ldd")
-        .arg(program)
-        .output()
-        .with_context(|| format!("running ldd {program}"))?;
-    ensure!(
-        out.status.success(),
-        "ldd {program} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = Command::new("ldd").arg(program).output().with_context(|| format!("running ldd {program}"))?;
+    ensure!(out.status.success(), "ldd {program} failed: {}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8_lossy(&out.stdout);
     if let Some(l) = text.lines().find(|l| l.contains("not found")) {
-        bail!(
-            "{program} needs a library that is not installed: {}",
-            l.trim()
-        );
+        bail!("{program} needs a library that is not installed: {}", l.trim());
     }
     let mut files = vec![(program.to_string(), PathBuf::from(program))];
-    files.extend(
-        ldd_paths(&text)
-            .into_iter()
-            .map(|p| (p.clone(), PathBuf::from(p))),
-    );
+    files.extend(ldd_paths(&text).into_iter().map(|p| (p.clone(), PathBuf::from(p))));
     Ok(files)
 }
 
@@ -406,10 +360,7 @@ fn json_via_child() -> anyhow::Result<()> {
     let out = std::env::temp_dir().join(format!("trapeze-bench-vm-{}.jsonl", std::process::id()));
     let _ = fs::remove_file(&out);
     let exe = std::env::current_exe().context("finding xtask's own executable")?;
-    let stderr = std::io::stderr()
-        .as_fd()
-        .try_clone_to_owned()
-        .context("duplicating stderr")?;
+    let stderr = std::io::stderr().as_fd().try_clone_to_owned().context("duplicating stderr")?;
     let st = Command::new(exe)
         .args(std::env::args_os().skip(1))
         .arg("--json-out")
@@ -420,11 +371,7 @@ fn json_via_child() -> anyhow::Result<()> {
     let text = fs::read_to_string(&out).unwrap_or_default();
     let _ = fs::remove_file(&out);
     ensure!(st.success(), "the bench failed ({st})");
-    ensure!(
-        !text.is_empty(),
-        "the bench wrote no JSON rows to {}",
-        out.display()
-    );
+    ensure!(!text.is_empty(), "the bench wrote no JSON rows to {}", out.display());
     print!("{text}");
     Ok(())
 }
@@ -439,24 +386,15 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
     let mut files: Vec<(String, Vec<u8>, u32)> = Vec::new();
     let mut seen = std::collections::BTreeSet::new();
     for prog in NBD_PROGRAMS {
-        ensure!(
-            Path::new(prog).is_file(),
-            "{prog} is missing although its package is installed"
-        );
+        ensure!(Path::new(prog).is_file(), "{prog} is missing although its package is installed");
         for (guest_path, host_path) in with_libraries(prog)? {
             if seen.insert(guest_path.clone()) {
-                let data = fs::read(&host_path)
-                    .with_context(|| format!("reading {}", host_path.display()))?;
+                let data = fs::read(&host_path).with_context(|| format!("reading {}", host_path.display()))?;
                 files.push((guest_path, data, 0o755));
             }
         }
     }
-    eprintln!(
-        "  {} and {} with {} libraries",
-        NBD_PROGRAMS[0],
-        NBD_PROGRAMS[1],
-        files.len() - 2
-    );
+    eprintln!("  {} and {} with {} libraries", NBD_PROGRAMS[0], NBD_PROGRAMS[1], files.len() - 2);
     files.push((format!("/usr/bin/{BLKBENCH}"), build_blkbench()?, 0o755));
 
     eprintln!("==> guest kernel (cargo xtask kernel)");
@@ -480,11 +418,7 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
                 Ok(args) => eprintln!(
                     "  {}: GMS disk measured{}; insmod arguments per guest: {}",
                     ko.display(),
-                    if ram_backend {
-                        " (its gms_disk_mb says: RAM backend)"
-                    } else {
-                        ""
-                    },
+                    if ram_backend { " (its gms_disk_mb says: RAM backend)" } else { "" },
                     args.join(" | ")
                 ),
                 Err(why) => eprintln!("  GMS disk NOT measured: {why}"),
@@ -525,20 +459,11 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
         net_pair: true,
         timeout: Duration::from_secs(a.timeout),
     })?;
-    let g0 = outcomes
-        .iter()
-        .find(|o| o.idx == 0)
-        .context("guest 0 missing")?;
+    let g0 = outcomes.iter().find(|o| o.idx == 0).context("guest 0 missing")?;
     let (rows, notes) = parse_console(&g0.console);
     eprintln!();
-    let trouble: Vec<String> = outcomes
-        .iter()
-        .flat_map(|o| {
-            o.trouble
-                .iter()
-                .map(move |l| format!("guest {}: {l}", o.idx))
-        })
-        .collect();
+    let trouble: Vec<String> =
+        outcomes.iter().flat_map(|o| o.trouble.iter().map(move |l| format!("guest {}: {l}", o.idx))).collect();
     for t in &trouble {
         eprintln!("  KERNEL TROUBLE: {t}");
     }
@@ -549,15 +474,7 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
     for r in rows {
         good.push(r.context("a result line of guest 0 did not parse")?);
     }
-    let of = |d: &str| {
-        Row::median_of(
-            &good
-                .iter()
-                .filter(|r| r.device == d)
-                .cloned()
-                .collect::<Vec<_>>(),
-        )
-    };
+    let of = |d: &str| Row::median_of(&good.iter().filter(|r| r.device == d).cloned().collect::<Vec<_>>());
     let nbd = of("nbd");
     let gms_row = of("gms");
     let gms_missing = match (&gms, &gms_row) {
@@ -567,19 +484,13 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
             notes
                 .iter()
                 .find(|n| n.starts_with("gms: "))
-                .map_or("guest 0 printed no GMS result".to_string(), |n| {
-                    n.trim_start_matches("gms: ").to_string()
-                }),
+                .map_or("guest 0 printed no GMS result".to_string(), |n| n.trim_start_matches("gms: ").to_string()),
         ),
     };
     let Some(nbd) = nbd else {
         bail!(
             "no NBD result from guest 0{} (console {})",
-            if g0.exited {
-                ""
-            } else {
-                ", which did not finish"
-            },
+            if g0.exited { "" } else { ", which did not finish" },
             g0.console_path.display()
         );
     };
@@ -625,16 +536,9 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
             a.disk_mb,
             a.reads,
             a.rounds,
-            if a.readahead > 0 {
-                format!("{} pages", a.readahead)
-            } else {
-                "off".into()
-            }
+            if a.readahead > 0 { format!("{} pages", a.readahead) } else { "off".into() }
         );
-        println!(
-            "{:<6} {:>14} {:>14} {:>12} {:>12}",
-            "device", "4K p50 (us)", "4K p99 (us)", "seq MB/s", "write MB/s"
-        );
+        println!("{:<6} {:>14} {:>14} {:>12} {:>12}", "device", "4K p50 (us)", "4K p99 (us)", "seq MB/s", "write MB/s");
         let row = |r: &Row| {
             println!(
                 "{:<6} {:>14.1} {:>14.1} {:>12.1} {:>12}",
@@ -646,11 +550,7 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
             );
             if r.per_round.len() > 1 {
                 let each = |f: fn(&(f64, f64, f64)) -> f64| {
-                    r.per_round
-                        .iter()
-                        .map(|x| format!("{:.0}", f(x)))
-                        .collect::<Vec<_>>()
-                        .join(" / ")
+                    r.per_round.iter().map(|x| format!("{:.0}", f(x))).collect::<Vec<_>>().join(" / ")
                 };
                 println!(
                     "         rounds: p50 {} us; p99 {} us; seq {} MB/s",
@@ -694,28 +594,16 @@ fn save(lines: &[Value]) {
         return;
     };
     let dir = PathBuf::from(home).join(".cache/trapeze/bench");
-    let when = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let text: String = lines
-        .iter()
-        .map(|l| format!("{{\"unix_time\":{when},\"row\":{l}}}\n"))
-        .collect();
+    let when = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let text: String = lines.iter().map(|l| format!("{{\"unix_time\":{when},\"row\":{l}}}\n")).collect();
     let path = dir.join("vm.jsonl");
     let r = fs::create_dir_all(&dir).and_then(|_| {
         use std::io::Write;
-        fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)?
-            .write_all(text.as_bytes())
+        fs::OpenOptions::new().create(true).append(true).open(&path)?.write_all(text.as_bytes())
     });
     match r {
         Ok(()) => eprintln!("results appended to {}", path.display()),
-        Err(e) => eprintln!(
-            "note: could not append the results to {}: {e}",
-            path.display()
-        ),
+        Err(e) => eprintln!("note: could not append the results to {}: {e}", path.display()),
     }
 }
 
@@ -734,14 +622,8 @@ mod tests {
         let (rows, notes) = parse_console(&console);
         assert_eq!(rows.len(), 1);
         let r = rows.into_iter().next().unwrap().unwrap();
-        assert_eq!(
-            (r.device.as_str(), r.bytes, r.reads),
-            ("nbd", 64 << 20, 2000)
-        );
-        assert_eq!(
-            (r.p50_us, r.p99_us, r.seq_mb_s, r.write_mb_s),
-            (410.2, 1900.0, 35.5, Some(12.5))
-        );
+        assert_eq!((r.device.as_str(), r.bytes, r.reads), ("nbd", 64 << 20, 2000));
+        assert_eq!((r.p50_us, r.p99_us, r.seq_mb_s, r.write_mb_s), (410.2, 1900.0, 35.5, Some(12.5)));
         assert_eq!(notes.len(), 2);
         assert!(notes[1].starts_with("gms: /dev/gms0 does not exist"));
         let (bad, _) = parse_console("trapeze-bench: result {\"name\":\"nbd\"}\n");
@@ -752,26 +634,16 @@ mod tests {
     fn rounds_combine_into_medians() {
         let (rows, _) = parse_console(&format!("trapeze-bench: result {LINE}\n"));
         let r = rows.into_iter().next().unwrap().unwrap();
-        let round = |p50, p99, seq, w| Row {
-            p50_us: p50,
-            p99_us: p99,
-            seq_mb_s: seq,
-            write_mb_s: w,
-            ..r.clone()
-        };
+        let round = |p50, p99, seq, w| Row { p50_us: p50, p99_us: p99, seq_mb_s: seq, write_mb_s: w, ..r.clone() };
         let m = Row::median_of(&[
             round(300.0, 900.0, 30.0, Some(9.0)),
             round(100.0, 5000.0, 10.0, None),
             round(200.0, 700.0, 20.0, None),
         ])
         .unwrap();
-        assert_eq!(
-            (m.p50_us, m.p99_us, m.seq_mb_s, m.write_mb_s),
-            (200.0, 900.0, 20.0, Some(9.0))
-        );
+        assert_eq!((m.p50_us, m.p99_us, m.seq_mb_s, m.write_mb_s), (200.0, 900.0, 20.0, Some(9.0)));
         assert_eq!((m.pages_verified, m.per_round.len()), (3 * 18384, 3));
-        let even =
-            Row::median_of(&[round(100.0, 1.0, 1.0, None), round(300.0, 3.0, 3.0, None)]).unwrap();
+        let even = Row::median_of(&[round(100.0, 1.0, 1.0, None), round(300.0, 3.0, 3.0, None)]).unwrap();
         assert_eq!(even.p50_us, 200.0);
         assert!(Row::median_of(&[]).is_none());
         let j = m.json();
@@ -781,16 +653,13 @@ mod tests {
 
     #[test]
     fn ldd_output_gives_the_library_files() {
-        let text = "\tlinux-vdso.so.1 (0x00007ffd)\n\tlibgnutls.so.30 => /lib/x86_64-linux-gnu/libgnutls.so.30 (0x7f9c)\n\
+        let text =
+            "\tlinux-vdso.so.1 (0x00007ffd)\n\tlibgnutls.so.30 => /lib/x86_64-linux-gnu/libgnutls.so.30 (0x7f9c)\n\
                     \tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x7f9b)\n\t/lib64/ld-linux-x86-64.so.2 (0x7f9e)\n\
                     \tlibmissing.so.1 => not found\n";
         assert_eq!(
             ldd_paths(text),
-            [
-                "/lib/x86_64-linux-gnu/libgnutls.so.30",
-                "/lib/x86_64-linux-gnu/libc.so.6",
-                "/lib64/ld-linux-x86-64.so.2"
-            ]
+            ["/lib/x86_64-linux-gnu/libgnutls.so.30", "/lib/x86_64-linux-gnu/libc.so.6", "/lib64/ld-linux-x86-64.so.2"]
         );
     }
 
@@ -803,7 +672,8 @@ mod tests {
         assert!(disk_is_ram_backed(ram));
         // A module with the GMS backend's gms_disk_pages is measured on GMS, even though
         // it still has the RAM backend's gms_disk_mb.
-        let both = b"\0parm=gms_disk_mb:size of /dev/gms0 in MiB, RAM backend (default 0)\0parmtype=gms_disk_pages:int\0";
+        let both =
+            b"\0parm=gms_disk_mb:size of /dev/gms0 in MiB, RAM backend (default 0)\0parmtype=gms_disk_pages:int\0";
         assert!(!disk_is_ram_backed(both));
     }
 
@@ -811,33 +681,16 @@ mod tests {
     fn gms_args_need_a_disk_parameter_and_name_each_node() {
         let without: Vec<String> = ["node", "ping_peer", "stats"].map(String::from).to_vec();
         let why = gms_args(&without, 2, 64, 0, &[]).unwrap_err();
-        assert!(
-            why.contains("neither gms_disk_pages nor gms_disk_mb") && why.contains("ping_peer"),
-            "{why}"
-        );
+        assert!(why.contains("neither gms_disk_pages nor gms_disk_mb") && why.contains("ping_peer"), "{why}");
         // RAM backend: gms_disk_mb on guest 0.
-        let ram: Vec<String> = ["node", "gms_disk_mb", "gms_nodes", "gms_budget_pages"]
-            .map(String::from)
-            .to_vec();
+        let ram: Vec<String> = ["node", "gms_disk_mb", "gms_nodes", "gms_budget_pages"].map(String::from).to_vec();
         let args = gms_args(&ram, 3, 32, 8, &["gms_budget_pages=100".into()]).unwrap();
-        assert_eq!(
-            args[0],
-            "node=0 gms_nodes=0,1,2 gms_disk_mb=32 gms_budget_pages=100"
-        );
+        assert_eq!(args[0], "node=0 gms_nodes=0,1,2 gms_disk_mb=32 gms_budget_pages=100");
         assert_eq!(args[2], "node=2 gms_nodes=0,1,2 gms_budget_pages=100");
-        assert!(gms_args(&ram, 2, 32, 0, &["nope=1".into()])
-            .unwrap_err()
-            .contains("no parameter \"nope\""));
+        assert!(gms_args(&ram, 2, 32, 0, &["nope=1".into()]).unwrap_err().contains("no parameter \"nope\""));
         // GMS backend: gms_disk_pages on guest 0, budgets that hold the disk + 25%.
-        let gms: Vec<String> = [
-            "node",
-            "gms_disk_mb",
-            "gms_disk_pages",
-            "gms_nodes",
-            "gms_budget_pages",
-        ]
-        .map(String::from)
-        .to_vec();
+        let gms: Vec<String> =
+            ["node", "gms_disk_mb", "gms_disk_pages", "gms_nodes", "gms_budget_pages"].map(String::from).to_vec();
         let args = gms_args(&gms, 3, 3, 0, &[]).unwrap();
         assert_eq!(args[0], "node=0 gms_nodes=0,1,2 gms_disk_pages=768");
         // 768 pages * 1.25 = 960 over two servers.
@@ -848,74 +701,34 @@ mod tests {
         assert_eq!(args[0], "node=0 gms_nodes=0,1,2 gms_disk_pages=8192");
         assert_eq!(args[1], "node=1 gms_nodes=0,1,2 gms_budget_pages=5120");
         let why = gms_args(&gms, 3, 52, 0, &[]).unwrap_err();
-        assert!(
-            why.contains("needs 8320 pages") && why.contains("--disk-mb 51"),
-            "{why}"
-        );
-        assert!(
-            gms_args(&gms, 4, 52, 0, &[]).is_ok(),
-            "three servers hold 52 MiB"
-        );
+        assert!(why.contains("needs 8320 pages") && why.contains("--disk-mb 51"), "{why}");
+        assert!(gms_args(&gms, 4, 52, 0, &[]).is_ok(), "three servers hold 52 MiB");
         // Read-ahead goes to guest 0 only, when the module has the parameter and the user
         // did not set it.
-        let ra: Vec<String> = [
-            "node",
-            "gms_disk_pages",
-            "gms_nodes",
-            "gms_budget_pages",
-            "gms_disk_readahead",
-        ]
-        .map(String::from)
-        .to_vec();
+        let ra: Vec<String> = ["node", "gms_disk_pages", "gms_nodes", "gms_budget_pages", "gms_disk_readahead"]
+            .map(String::from)
+            .to_vec();
         let args = gms_args(&ra, 3, 32, 16, &[]).unwrap();
-        assert_eq!(
-            args[0],
-            "node=0 gms_nodes=0,1,2 gms_disk_pages=8192 gms_disk_readahead=16"
-        );
+        assert_eq!(args[0], "node=0 gms_nodes=0,1,2 gms_disk_pages=8192 gms_disk_readahead=16");
         assert_eq!(args[1], "node=1 gms_nodes=0,1,2 gms_budget_pages=5120");
         let args = gms_args(&ra, 3, 32, 0, &[]).unwrap();
         assert_eq!(args[0], "node=0 gms_nodes=0,1,2 gms_disk_pages=8192");
         let args = gms_args(&ra, 3, 32, 16, &["gms_disk_readahead=4".into()]).unwrap();
-        assert_eq!(
-            args[0],
-            "node=0 gms_nodes=0,1,2 gms_disk_pages=8192 gms_disk_readahead=4"
-        );
+        assert_eq!(args[0], "node=0 gms_nodes=0,1,2 gms_disk_pages=8192 gms_disk_readahead=4");
     }
 
     #[test]
     fn every_guest_gets_the_bench_failure_timeout_unless_given() {
-        let p: Vec<String> = [
-            "node",
-            "gms_disk_pages",
-            "gms_nodes",
-            "gms_budget_pages",
-            "gms_fail_ms",
-        ]
-        .map(String::from)
-        .to_vec();
+        let p: Vec<String> =
+            ["node", "gms_disk_pages", "gms_nodes", "gms_budget_pages", "gms_fail_ms"].map(String::from).to_vec();
         let args = gms_args(&p, 3, 3, 0, &[]).unwrap();
-        assert_eq!(
-            args[0],
-            "node=0 gms_nodes=0,1,2 gms_disk_pages=768 gms_fail_ms=10000"
-        );
-        assert_eq!(
-            args[1],
-            "node=1 gms_nodes=0,1,2 gms_budget_pages=480 gms_fail_ms=10000"
-        );
-        assert_eq!(
-            args[2],
-            "node=2 gms_nodes=0,1,2 gms_budget_pages=480 gms_fail_ms=10000"
-        );
+        assert_eq!(args[0], "node=0 gms_nodes=0,1,2 gms_disk_pages=768 gms_fail_ms=10000");
+        assert_eq!(args[1], "node=1 gms_nodes=0,1,2 gms_budget_pages=480 gms_fail_ms=10000");
+        assert_eq!(args[2], "node=2 gms_nodes=0,1,2 gms_budget_pages=480 gms_fail_ms=10000");
         // Given with --ko-param: that value only, once.
         let args = gms_args(&p, 2, 3, 0, &["gms_fail_ms=20000".into()]).unwrap();
-        assert_eq!(
-            args[0],
-            "node=0 gms_nodes=0,1 gms_disk_pages=768 gms_fail_ms=20000"
-        );
-        assert_eq!(
-            args[1],
-            "node=1 gms_nodes=0,1 gms_budget_pages=960 gms_fail_ms=20000"
-        );
+        assert_eq!(args[0], "node=0 gms_nodes=0,1 gms_disk_pages=768 gms_fail_ms=20000");
+        assert_eq!(args[1], "node=1 gms_nodes=0,1 gms_budget_pages=960 gms_fail_ms=20000");
     }
 
     #[test]

@@ -23,21 +23,9 @@ fn memory_regions(script: &str) -> Vec<(String, u64, u64)> {
         .map(|l| {
             let (name, rest) = l.split_once(':').unwrap();
             let name = name.split_whitespace().next().unwrap().to_string();
-            let origin = rest
-                .split("ORIGIN")
-                .nth(1)
-                .unwrap()
-                .split('=')
-                .nth(1)
-                .unwrap();
+            let origin = rest.split("ORIGIN").nth(1).unwrap().split('=').nth(1).unwrap();
             let origin = num(origin.split(',').next().unwrap());
-            let length = num(rest
-                .split("LENGTH")
-                .nth(1)
-                .unwrap()
-                .split('=')
-                .nth(1)
-                .unwrap());
+            let length = num(rest.split("LENGTH").nth(1).unwrap().split('=').nth(1).unwrap());
             (name, origin, length)
         })
         .collect()
@@ -51,15 +39,7 @@ fn region_aliases(script: &str) -> Vec<(String, String)> {
         .map(|l| {
             let (alias, region) = l.split_once(',').unwrap();
             let alias = alias.trim().trim_matches('"').to_string();
-            (
-                alias,
-                region
-                    .trim()
-                    .trim_end_matches(';')
-                    .trim_end_matches(')')
-                    .trim()
-                    .to_string(),
-            )
+            (alias, region.trim().trim_end_matches(';').trim_end_matches(')').trim().to_string())
         })
         .collect()
 }
@@ -129,15 +109,9 @@ fn info() -> ImageInfo {
 fn report_shows_ids_sizes_and_budget() {
     let i = info();
     let text = report_text("img", &i);
-    assert!(
-        text.contains("build id   0xfeedbeef, firmware v1.2.3"),
-        "{text}"
-    );
+    assert!(text.contains("build id   0xfeedbeef, firmware v1.2.3"), "{text}");
     assert!(text.contains("checksum 0x12345678 (1.0 KiB loaded)"), "{text}");
-    assert!(
-        text.contains("text+rodata+data 1.0 KiB of 32 KiB"),
-        "{text}"
-    );
+    assert!(text.contains("text+rodata+data 1.0 KiB of 32 KiB"), "{text}");
     let json = report_json("img", &i);
     assert_eq!(json["sizes"]["text"], 1024);
     assert_eq!(json["checksum"], 0x1234_5678);

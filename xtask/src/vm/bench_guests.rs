@@ -11,8 +11,8 @@
 //! stopped.
 
 use super::{
-    build_initramfs, check_interrupted, free_udp_ports, prune_stale, runtime_base,
-    setpriv_pdeathsig, which, Cluster, Cpio, INTERRUPTED, KERNEL_TROUBLE,
+    build_initramfs, check_interrupted, free_udp_ports, prune_stale, runtime_base, setpriv_pdeathsig, which, Cluster,
+    Cpio, INTERRUPTED, KERNEL_TROUBLE,
 };
 use anyhow::{ensure, Context};
 use std::collections::BTreeSet;
@@ -61,28 +61,17 @@ pub fn guest_mac(k: u16) -> String {
 /// passed: guest 0's outcome then says `exited: false`).
 pub fn run(spec: BenchGuests) -> anyhow::Result<Vec<GuestOutcome>> {
     ensure!(spec.guests >= 1, "at least one guest");
-    ensure!(
-        !spec.net_pair || spec.guests >= 2,
-        "a virtio-net pair needs two guests"
-    );
+    ensure!(!spec.net_pair || spec.guests >= 2, "a virtio-net pair needs two guests");
     let qemu = which("qemu-system-x86_64")
         .context("qemu-system-x86_64 not found (cargo xtask kernel installs qemu-system-x86)")?;
 
     eprintln!("==> virtual NIC: cargo build -p trapeze-vnic --bin trapeze-nic");
     crate::prereq::ensure_emulator_build_deps()?;
-    crate::cargo(&[
-        "build",
-        "--locked",
-        "-p",
-        "trapeze-vnic",
-        "--bin",
-        "trapeze-nic",
-    ])?;
+    crate::cargo(&["build", "--locked", "-p", "trapeze-vnic", "--bin", "trapeze-nic"])?;
     let nic_bin = target_dir()?.join("debug/trapeze-nic");
     ensure!(nic_bin.exists(), "{} was not built", nic_bin.display());
 
-    ctrlc::set_handler(|| INTERRUPTED.store(true, Ordering::Relaxed))
-        .context("installing the signal handler")?;
+    ctrlc::set_handler(|| INTERRUPTED.store(true, Ordering::Relaxed)).context("installing the signal handler")?;
     let runtime = runtime_base()?;
     prune_stale(&runtime);
     let dir = runtime.join(format!("vm-{}", std::process::id()));
@@ -102,10 +91,7 @@ pub fn run(spec: BenchGuests) -> anyhow::Result<Vec<GuestOutcome>> {
         spec.guests,
         spec.mem_mib,
         if spec.net_pair {
-            format!(
-                "; virtio-net between guest 0 and guest 1 over UDP 127.0.0.1:{}<->{}",
-                net_ports[0], net_ports[1]
-            )
+            format!("; virtio-net between guest 0 and guest 1 over UDP 127.0.0.1:{}<->{}", net_ports[0], net_ports[1])
         } else {
             String::new()
         }
@@ -125,10 +111,7 @@ pub fn run(spec: BenchGuests) -> anyhow::Result<Vec<GuestOutcome>> {
         }
     }
     for k in 0..spec.guests {
-        let mut append = format!(
-            "console=ttyS0 panic=-1 trapeze_guest={k} trapeze_guests={}",
-            spec.guests
-        );
+        let mut append = format!("console=ttyS0 panic=-1 trapeze_guest={k} trapeze_guests={}", spec.guests);
         if let Some(x) = spec.append.get(k as usize).filter(|x| !x.is_empty()) {
             append.push(' ');
             append.push_str(x);
@@ -154,11 +137,7 @@ pub fn run(spec: BenchGuests) -> anyhow::Result<Vec<GuestOutcome>> {
             if let Some(n) = g.nic.as_mut() {
                 if let Some(st) = n.try_wait()? {
                     let text = fs::read_to_string(&g.nic_log).unwrap_or_default();
-                    anyhow::bail!(
-                        "trapeze-nic of guest {} exited ({st}):\n{}",
-                        g.idx,
-                        super::tail(&text, 20)
-                    );
+                    anyhow::bail!("trapeze-nic of guest {} exited ({st}):\n{}", g.idx, super::tail(&text, 20));
                 }
             }
         }
@@ -171,10 +150,7 @@ pub fn run(spec: BenchGuests) -> anyhow::Result<Vec<GuestOutcome>> {
             break;
         }
         if t.elapsed() >= spec.timeout {
-            eprintln!(
-                "  guest 0: still running after {:?}: stopping every guest",
-                spec.timeout
-            );
+            eprintln!("  guest 0: still running after {:?}: stopping every guest", spec.timeout);
             break;
         }
         std::thread::sleep(Duration::from_millis(100));
@@ -199,20 +175,11 @@ pub fn run(spec: BenchGuests) -> anyhow::Result<Vec<GuestOutcome>> {
                 .filter(|l| KERNEL_TROUBLE.iter().any(|t| l.contains(t)))
                 .map(super::printable)
                 .collect();
-            GuestOutcome {
-                idx: g.idx,
-                console,
-                console_path: g.console.clone(),
-                exited: g.idx == 0 && exited,
-                trouble,
-            }
+            GuestOutcome { idx: g.idx, console, console_path: g.console.clone(), exited: g.idx == 0 && exited, trouble }
         })
         .collect();
     drop(cluster);
-    eprintln!(
-        "runtime dir {} (RAM files and sockets removed; logs kept until the next run)",
-        dir.display()
-    );
+    eprintln!("runtime dir {} (RAM files and sockets removed; logs kept until the next run)", dir.display());
     Ok(out)
 }
 
@@ -246,30 +213,19 @@ fn append_files(gz: &Path, files: &[(String, Vec<u8>, u32)]) -> anyhow::Result<(
     }
     let extra = gz.with_extension("extra.cpio");
     fs::write(&extra, c.finish())?;
-    let st = Command::new("gzip")
-        .args(["-6", "-n", "-f"])
-        .arg(&extra)
-        .status()
-        .context("running gzip")?;
+    let st = Command::new("gzip").args(["-6", "-n", "-f"]).arg(&extra).status().context("running gzip")?;
     ensure!(st.success(), "gzip {} failed ({st})", extra.display());
     let extra_gz = PathBuf::from(format!("{}.gz", extra.display()));
     let bytes = fs::read(&extra_gz)?;
     let _ = fs::remove_file(&extra_gz);
-    let mut f = fs::OpenOptions::new()
-        .append(true)
-        .open(gz)
-        .with_context(|| format!("opening {}", gz.display()))?;
+    let mut f = fs::OpenOptions::new().append(true).open(gz).with_context(|| format!("opening {}", gz.display()))?;
     std::io::Write::write_all(&mut f, &bytes)?;
     eprintln!(
         "  appended {} file(s), {} KiB ({} KiB gzipped): {}",
         files.len(),
         total / 1024,
         bytes.len() / 1024,
-        files
-            .iter()
-            .map(|f| f.0.as_str())
-            .collect::<Vec<_>>()
-            .join(" ")
+        files.iter().map(|f| f.0.as_str()).collect::<Vec<_>>().join(" ")
     );
     Ok(())
 }
@@ -294,36 +250,22 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("bench-guests-{}", std::process::id()));
         fs::create_dir_all(&dir).unwrap();
         let gz = dir.join("initramfs.cpio.gz");
-        let first = Command::new("sh")
-            .arg("-c")
-            .arg(format!("printf first | gzip -n > {}", gz.display()))
-            .status()
-            .unwrap();
+        let first =
+            Command::new("sh").arg("-c").arg(format!("printf first | gzip -n > {}", gz.display())).status().unwrap();
         assert!(first.success());
         let files = vec![
-            (
-                "/lib/x86_64-linux-gnu/libx.so.1".to_string(),
-                b"LIBX".to_vec(),
-                0o755,
-            ),
+            ("/lib/x86_64-linux-gnu/libx.so.1".to_string(), b"LIBX".to_vec(), 0o755),
             ("/usr/bin/tool".to_string(), b"TOOL".to_vec(), 0o755),
         ];
         append_files(&gz, &files).unwrap();
         let out = Command::new("gzip").arg("-dc").arg(&gz).output().unwrap();
         assert!(out.status.success(), "both gzip members decompress");
         let text = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            text.starts_with("first070701"),
-            "the original archive comes first"
-        );
+        assert!(text.starts_with("first070701"), "the original archive comes first");
         let pos = |s: &str| text.find(s).unwrap_or_else(|| panic!("{s} missing"));
         assert!(pos("lib\0") < pos("lib/x86_64-linux-gnu\0"));
         assert!(pos("lib/x86_64-linux-gnu\0") < pos("lib/x86_64-linux-gnu/libx.so.1\0"));
-        assert!(
-            pos("usr/bin\0") < pos("usr/bin/tool\0")
-                && text.contains("LIBX")
-                && text.contains("TOOL")
-        );
+        assert!(pos("usr/bin\0") < pos("usr/bin/tool\0") && text.contains("LIBX") && text.contains("TOOL"));
         assert!(text.ends_with('\0') && text.contains("TRAILER!!!"));
         fs::remove_dir_all(&dir).unwrap();
     }

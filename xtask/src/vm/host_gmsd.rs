@@ -27,9 +27,7 @@ const LINE: &str = "trapeze-gmsd: WRITTEN ";
 
 /// Page `p` as the guest script writes it.
 pub fn page_bytes(p: u64) -> Vec<u8> {
-    format!("trapeze-gmsd page {p:05} -------\n")
-        .repeat(PAGE / 32)
-        .into_bytes()
+    format!("trapeze-gmsd page {p:05} -------\n").repeat(PAGE / 32).into_bytes()
 }
 
 /// The host daemon and what the watcher found.
@@ -44,82 +42,41 @@ pub struct HostGmsd {
 
 impl HostGmsd {
     /// Start `gmsd --node node` on 127.0.0.1:`port` with the guests' NICs as peers.
-    pub fn start(
-        bin_dir: &Path,
-        dir: &Path,
-        node: u16,
-        port: u16,
-        peers: &[(u16, u16)],
-    ) -> anyhow::Result<HostGmsd> {
+    pub fn start(bin_dir: &Path, dir: &Path, node: u16, port: u16, peers: &[(u16, u16)]) -> anyhow::Result<HostGmsd> {
         let log = dir.join("gmsd.log");
         let socket = dir.join("gmsd.sock");
         let mut cmd = Command::new(bin_dir.join("gmsd"));
-        cmd.args([
-            "--node",
-            &node.to_string(),
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-        ]);
+        cmd.args(["--node", &node.to_string(), "--listen", &format!("127.0.0.1:{port}")]);
         for (n, p) in peers {
             cmd.args(["--peer", &format!("{n}=127.0.0.1:{p}")]);
         }
         // The kernel sends a heartbeat every second and fails a member after 3 s; under
         // TCG a guest can stall longer, so the daemon waits 10 s.
-        cmd.args([
-            "--budget-mb",
-            "8",
-            "--dead-after-ms",
-            "10000",
-            "--op-timeout-ms",
-            "2000",
-        ])
-        .arg("--socket")
-        .arg(&socket);
+        cmd.args(["--budget-mb", "8", "--dead-after-ms", "10000", "--op-timeout-ms", "2000"])
+            .arg("--socket")
+            .arg(&socket);
         let out = fs::File::create(&log)?;
-        cmd.stdin(Stdio::null())
-            .stdout(out.try_clone()?)
-            .stderr(out)
-            .env("RUST_LOG", "info");
+        cmd.stdin(Stdio::null()).stdout(out.try_clone()?).stderr(out).env("RUST_LOG", "info");
         let child = cmd.spawn().context("starting gmsd")?;
-        eprintln!(
-            "  host gmsd: node {node} on 127.0.0.1:{port}, pid {} (log {})",
-            child.id(),
-            log.display()
-        );
-        Ok(HostGmsd {
-            child,
-            log,
-            socket,
-            gms: bin_dir.join("gms"),
-            found: Arc::default(),
-            failed: Arc::default(),
-        })
+        eprintln!("  host gmsd: node {node} on 127.0.0.1:{port}, pid {} (log {})", child.id(), log.display());
+        Ok(HostGmsd { child, log, socket, gms: bin_dir.join("gms"), found: Arc::default(), failed: Arc::default() })
     }
 
     /// Watch `console` for the guest's `WRITTEN` line, then check the daemon (a thread).
     pub fn watch(&self, console: PathBuf, deadline: Duration) {
-        let (gms, socket, found, failed) = (
-            self.gms.clone(),
-            self.socket.clone(),
-            self.found.clone(),
-            self.failed.clone(),
-        );
+        let (gms, socket, found, failed) =
+            (self.gms.clone(), self.socket.clone(), self.found.clone(), self.failed.clone());
         std::thread::spawn(move || {
             let t0 = Instant::now();
             let pages = loop {
                 let text = fs::read_to_string(&console).unwrap_or_default();
-                if let Some(n) = text.lines().find_map(|l| {
-                    l.split(LINE)
-                        .nth(1)
-                        .and_then(|r| r.trim().parse::<u64>().ok())
-                }) {
+                if let Some(n) =
+                    text.lines().find_map(|l| l.split(LINE).nth(1).and_then(|r| r.trim().parse::<u64>().ok()))
+                {
                     break n;
                 }
                 if t0.elapsed() > deadline {
-                    failed
-                        .lock()
-                        .unwrap()
-                        .push("the guest never printed its WRITTEN line".into());
+                    failed.lock().unwrap().push("the guest never printed its WRITTEN line".into());
                     return;
                 }
                 std::thread::sleep(Duration::from_millis(200));
@@ -155,13 +112,7 @@ impl Drop for HostGmsd {
 }
 
 fn gms(gms: &Path, socket: &Path, args: &[&str]) -> anyhow::Result<std::process::Output> {
-    Command::new(gms)
-        .arg("--socket")
-        .arg(socket)
-        .args(["--timeout-s", "20"])
-        .args(args)
-        .output()
-        .context("running gms")
+    Command::new(gms).arg("--socket").arg(socket).args(["--timeout-s", "20"]).args(args).output().context("running gms")
 }
 
 /// `gms stat`: pages held > 0; `gms get` of each page the guest wrote: the right 4 KiB.
@@ -178,10 +129,7 @@ fn check(bin: &Path, socket: &Path, pages: u64) -> anyhow::Result<Vec<String>> {
         .and_then(|ns| ns.iter().find(|n| n["node"].as_u64() == me))
         .and_then(|n| n["held"].as_u64())
         .context("gms stat: no held count for the daemon itself")?;
-    let guest = stat["nodes"]
-        .as_array()
-        .and_then(|ns| ns.iter().find(|n| n["node"].as_u64() == Some(0)))
-        .cloned();
+    let guest = stat["nodes"].as_array().and_then(|ns| ns.iter().find(|n| n["node"].as_u64() == Some(0))).cloned();
     lines.push(format!(
         "gms stat: the host gmsd holds {held} pages; members {}; guest 0 as the daemon sees it: {}",
         stat["members"],
@@ -189,9 +137,7 @@ fn check(bin: &Path, socket: &Path, pages: u64) -> anyhow::Result<Vec<String>> {
     ));
     // The guest's heartbeat as the daemon parsed it: alive, with the budget the guest
     // script loads the module with (gms_budget_pages=64).
-    let guest_ok = guest
-        .as_ref()
-        .is_some_and(|g| g["alive"] == true && g["budget"].as_u64() == Some(64));
+    let guest_ok = guest.as_ref().is_some_and(|g| g["alive"] == true && g["budget"].as_u64() == Some(64));
     if !guest_ok {
         bail!("gms stat: the daemon does not see guest 0 alive with its 64-page budget: {guest:?}");
     }
@@ -202,25 +148,12 @@ fn check(bin: &Path, socket: &Path, pages: u64) -> anyhow::Result<Vec<String>> {
     let mut good = 0;
     for p in 0..pages {
         let page = format!("{DISK_SPACE}:{p}");
-        let out = gms(
-            bin,
-            socket,
-            &[
-                "get",
-                "--page",
-                &page,
-                "--network-only",
-                "--out",
-                tmp.to_str().context("temp path")?,
-            ],
-        )?;
+        let out =
+            gms(bin, socket, &["get", "--page", &page, "--network-only", "--out", tmp.to_str().context("temp path")?])?;
         let data = fs::read(&tmp).unwrap_or_default();
         let _ = fs::remove_file(&tmp);
         if !out.status.success() {
-            bail!(
-                "gms get {page}: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
+            bail!("gms get {page}: {}", String::from_utf8_lossy(&out.stderr).trim());
         }
         // A page reads back with exactly the bytes stored: the guest's 4 KiB, no padding.
         if data != page_bytes(p) {

@@ -24,29 +24,17 @@ impl MmioEngines {
 }
 
 fn engine_status((bits, done): (u32, u32)) -> EngineStatus {
-    EngineStatus {
-        busy: bits & status::BUSY != 0,
-        done,
-        error: bits & status::ERROR != 0,
-    }
+    EngineStatus { busy: bits & status::BUSY != 0, done, error: bits & status::ERROR != 0 }
 }
 
 /// What a refused command looks like to the firmware: finished, nothing moved, failed.
-const REFUSED: EngineStatus = EngineStatus {
-    busy: false,
-    done: 0,
-    error: true,
-};
+const REFUSED: EngineStatus = EngineStatus { busy: false, done: 0, error: true };
 
 impl Engines for MmioEngines {
     fn host_dma_start(&mut self, dir: HostDir, host_addr: u64, nic_off: u32, len: u32) {
         self.hdma_refused = hw::hdma_start(dir, host_addr, nic_off, len).is_err();
         if self.hdma_refused {
-            defmt::error!(
-                "host DMA refused: nic {=u32:#x} + {=u32} outside the endpoint",
-                nic_off,
-                len
-            );
+            defmt::error!("host DMA refused: nic {=u32:#x} + {=u32} outside the endpoint", nic_off, len);
         }
     }
 
@@ -60,11 +48,7 @@ impl Engines for MmioEngines {
     fn link_tx_start(&mut self, nic_off: u32, len: u32, flags: u32) {
         self.tx_refused = hw::tx_start(nic_off, len, flags).is_err();
         if self.tx_refused {
-            defmt::error!(
-                "link tx refused: nic {=u32:#x} + {=u32} outside the endpoint",
-                nic_off,
-                len
-            );
+            defmt::error!("link tx refused: nic {=u32:#x} + {=u32} outside the endpoint", nic_off, len);
         }
     }
 
@@ -78,23 +62,14 @@ impl Engines for MmioEngines {
     fn link_rx_post(&mut self, nic_off: u32, cap: u32) {
         self.rx_refused = hw::rx_post(nic_off, cap).is_err();
         if self.rx_refused {
-            defmt::error!(
-                "link rx post refused: nic {=u32:#x} + {=u32} outside the endpoint",
-                nic_off,
-                cap
-            );
+            defmt::error!("link rx post refused: nic {=u32:#x} + {=u32} outside the endpoint", nic_off, cap);
         }
     }
 
     fn link_rx_status(&mut self) -> RxStatus {
         if self.rx_refused {
             // An empty packet with a bad trailer: the firmware drops it and posts again.
-            return RxStatus {
-                posted: false,
-                bytes: 0,
-                complete: true,
-                crc_ok: false,
-            };
+            return RxStatus { posted: false, bytes: 0, complete: true, crc_ok: false };
         }
         let (bits, bytes) = hw::rx_state();
         let complete = bits & rx_status::COMPLETE != 0;

@@ -32,11 +32,7 @@ pub struct MacAddr(pub [u8; 6]);
 impl fmt::Display for MacAddr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let m = self.0;
-        write!(
-            f,
-            "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
-            m[0], m[1], m[2], m[3], m[4], m[5]
-        )
+        write!(f, "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", m[0], m[1], m[2], m[3], m[4], m[5])
     }
 }
 
@@ -44,11 +40,7 @@ impl FromStr for MacAddr {
     type Err = SpecError;
 
     fn from_str(s: &str) -> Result<Self, SpecError> {
-        let bad = || {
-            SpecError(format!(
-                "bad MAC address {s:?}: expected six hex bytes like 02:00:00:00:00:01"
-            ))
-        };
+        let bad = || SpecError(format!("bad MAC address {s:?}: expected six hex bytes like 02:00:00:00:00:01"));
         let mut mac = [0u8; 6];
         let mut parts = s.trim().split(':');
         for b in &mut mac {
@@ -69,14 +61,10 @@ impl FromStr for MacAddr {
 pub fn parse_ether_peer(s: &str) -> Result<(u16, MacAddr), SpecError> {
     const EXAMPLE: &str = "1=02:00:00:00:00:01";
     let Some((node, mac)) = s.split_once('=') else {
-        return Err(SpecError(format!(
-            "bad peer {s:?}: expected NODE=MAC, e.g. {EXAMPLE}"
-        )));
+        return Err(SpecError(format!("bad peer {s:?}: expected NODE=MAC, e.g. {EXAMPLE}")));
     };
     let node = parse_node(node, s, EXAMPLE)?;
-    let mac = mac
-        .parse::<MacAddr>()
-        .map_err(|e| SpecError(format!("bad peer {s:?}: {e}")))?;
+    let mac = mac.parse::<MacAddr>().map_err(|e| SpecError(format!("bad peer {s:?}: {e}")))?;
     Ok((node, mac))
 }
 
@@ -97,12 +85,8 @@ impl EtherBackend {
     /// namespace), learn its MAC and MTU. Needs CAP_NET_RAW: without it the error is
     /// "raw Ethernet needs root or CAP_NET_RAW" (`PermissionDenied`).
     pub fn open(ifname: &str) -> io::Result<Self> {
-        let ctx = |what: &str, e: Errno| {
-            io::Error::new(
-                io::Error::from(e).kind(),
-                format!("ether:{ifname}: {what}: {e}"),
-            )
-        };
+        let ctx =
+            |what: &str, e: Errno| io::Error::new(io::Error::from(e).kind(), format!("ether:{ifname}: {what}: {e}"));
         let fd = rustix::net::socket_with(
             AddressFamily::PACKET,
             SocketType::RAW,
@@ -110,18 +94,14 @@ impl EtherBackend {
             Some(sys::protocol()),
         )
         .map_err(|e| match e {
-            Errno::PERM | Errno::ACCESS => io::Error::new(
-                io::ErrorKind::PermissionDenied,
-                "raw Ethernet needs root or CAP_NET_RAW",
-            ),
+            Errno::PERM | Errno::ACCESS => {
+                io::Error::new(io::ErrorKind::PermissionDenied, "raw Ethernet needs root or CAP_NET_RAW")
+            }
             e => ctx("packet socket", e),
         })?;
         let ifindex = rustix::net::netdevice::name_to_index(&fd, ifname).map_err(|e| {
             if e == Errno::NODEV {
-                io::Error::new(
-                    io::ErrorKind::NotFound,
-                    format!("ether:{ifname}: no such interface"),
-                )
+                io::Error::new(io::ErrorKind::NotFound, format!("ether:{ifname}: no such interface"))
             } else {
                 ctx("interface index", e)
             }
@@ -186,19 +166,11 @@ impl LinkBackend for EtherBackend {
         if frame.len() > self.mtu {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!(
-                    "frame of {} bytes exceeds MTU {} of {}",
-                    frame.len(),
-                    self.mtu,
-                    self.ifname
-                ),
+                format!("frame of {} bytes exceeds MTU {} of {}", frame.len(), self.mtu, self.ifname),
             ));
         }
         let Some(mac) = self.peers.get(&dst) else {
-            return Err(io::Error::new(
-                io::ErrorKind::NotFound,
-                format!("ether link: no MAC address for node {dst}"),
-            ));
+            return Err(io::Error::new(io::ErrorKind::NotFound, format!("ether link: no MAC address for node {dst}")));
         };
         self.tx[0..6].copy_from_slice(&mac.0);
         let n = ETH_HEADER_BYTES + frame.len();
@@ -221,10 +193,7 @@ impl LinkBackend for EtherBackend {
                 Err(e) => return Err(e.into()),
             };
             let rx = &self.rx[..n];
-            if n < ETH_HEADER_BYTES
-                || rx[0..6] != self.mac.0
-                || rx[12..14] != ETHERTYPE.to_be_bytes()
-            {
+            if n < ETH_HEADER_BYTES || rx[0..6] != self.mac.0 || rx[12..14] != ETHERTYPE.to_be_bytes() {
                 continue; // not ours (e.g. broadcast or another host's frame)
             }
             let mut payload = &rx[ETH_HEADER_BYTES..];
@@ -250,13 +219,7 @@ impl LinkBackend for EtherBackend {
     }
 
     fn describe(&self) -> String {
-        format!(
-            "ether {} {} mtu {} ({} peers)",
-            self.ifname,
-            self.mac,
-            self.mtu,
-            self.peers.len()
-        )
+        format!("ether {} {} mtu {} ({} peers)", self.ifname, self.mac, self.mtu, self.peers.len())
     }
 }
 
@@ -301,14 +264,8 @@ mod sys {
     // as the kernel's `struct sockaddr_ll` (20 bytes, family first), with its exact size;
     // the pointer is valid for the duration of the call because `self` is borrowed.
     unsafe impl SocketAddrArg for SockaddrLl {
-        unsafe fn with_sockaddr<R>(
-            &self,
-            f: impl FnOnce(*const SocketAddrOpaque, SocketAddrLen) -> R,
-        ) -> R {
-            f(
-                (self as *const Self).cast(),
-                core::mem::size_of::<Self>() as SocketAddrLen,
-            )
+        unsafe fn with_sockaddr<R>(&self, f: impl FnOnce(*const SocketAddrOpaque, SocketAddrLen) -> R) -> R {
+            f((self as *const Self).cast(), core::mem::size_of::<Self>() as SocketAddrLen)
         }
     }
 
@@ -335,10 +292,7 @@ mod sys {
     }
 
     fn ifreq(ifname: &str) -> Result<IfReq, Errno> {
-        let mut r = IfReq {
-            name: [0; IFNAMSIZ],
-            data: [0; 24],
-        };
+        let mut r = IfReq { name: [0; IFNAMSIZ], data: [0; 24] };
         let b = ifname.as_bytes();
         if b.is_empty() || b.len() >= IFNAMSIZ || b.contains(&0) {
             return Err(Errno::NODEV);
@@ -382,19 +336,10 @@ mod tests {
         let m: MacAddr = "02:00:00:00:00:0a".parse().unwrap();
         assert_eq!(m, MacAddr([2, 0, 0, 0, 0, 10]));
         assert_eq!(m.to_string(), "02:00:00:00:00:0a");
-        for bad in [
-            "",
-            "02:00:00:00:00",
-            "02:00:00:00:00:00:00",
-            "02:00:00:00:00:0g",
-            "002:0:0:0:0:0",
-        ] {
+        for bad in ["", "02:00:00:00:00", "02:00:00:00:00:00:00", "02:00:00:00:00:0g", "002:0:0:0:0:0"] {
             assert!(bad.parse::<MacAddr>().is_err(), "{bad}");
         }
-        assert_eq!(
-            parse_ether_peer("1=02:00:00:00:00:01"),
-            Ok((1, MacAddr([2, 0, 0, 0, 0, 1])))
-        );
+        assert_eq!(parse_ether_peer("1=02:00:00:00:00:01"), Ok((1, MacAddr([2, 0, 0, 0, 0, 1]))));
         let e = parse_ether_peer("1=zz").unwrap_err();
         assert!(e.0.contains("bad MAC address"), "{e}");
         let e = parse_ether_peer("02:00:00:00:00:01").unwrap_err();

@@ -197,8 +197,7 @@ impl InProcSwitch {
     /// [`try_port`](Self::try_port), panicking if the process is out of file descriptors
     /// (for tests and examples, where that is a setup failure).
     pub fn port(&self, node: u16) -> InProcPort {
-        self.try_port(node)
-            .expect("eventfd for an in-process switch port")
+        self.try_port(node).expect("eventfd for an in-process switch port")
     }
 
     /// Frames dropped because a lane was full, over all ports.
@@ -263,18 +262,14 @@ impl InProcPort {
 
     /// Whether any lane (adopted or not) holds a frame.
     fn any_waiting(&self) -> bool {
-        self.queue.attached.load(Ordering::Acquire) != self.adopted
-            || self.lanes.iter().any(|l| !l.frames.is_empty())
+        self.queue.attached.load(Ordering::Acquire) != self.adopted || self.lanes.iter().any(|l| !l.frames.is_empty())
     }
 }
 
 impl Drop for InProcPort {
     fn drop(&mut self) {
         let mut ports = lock(&self.switch.ports);
-        if ports
-            .get(&self.node)
-            .is_some_and(|q| Arc::ptr_eq(q, &self.queue))
-        {
+        if ports.get(&self.node).is_some_and(|q| Arc::ptr_eq(q, &self.queue)) {
             ports.remove(&self.node);
             self.switch.generation.fetch_add(1, Ordering::AcqRel);
         }
@@ -305,19 +300,22 @@ impl InProcPort {
             arrivals.push(RxLane { frames: rx_frames, spare: tx_spare, popped: popped.clone() });
             queue.attached.fetch_add(1, Ordering::Release);
         }
-        self.routes.push(TxLane { dst, queue, frames: tx_frames, spare: rx_spare, pushed: 0, popped, seen_popped: 0, pool: Vec::new() });
+        self.routes.push(TxLane {
+            dst,
+            queue,
+            frames: tx_frames,
+            spare: rx_spare,
+            pushed: 0,
+            popped,
+            seen_popped: 0,
+            pool: Vec::new(),
+        });
         Some(self.routes.len() - 1)
     }
 
     /// Queue a frame of `len` bytes that `fill` writes, to node `dst`, its byte
     /// `align_at` on a cache line.
-    fn push_frame(
-        &mut self,
-        dst: u16,
-        len: usize,
-        align_at: usize,
-        fill: &mut dyn FnMut(&mut [u8]),
-    ) -> io::Result<()> {
+    fn push_frame(&mut self, dst: u16, len: usize, align_at: usize, fill: &mut dyn FnMut(&mut [u8])) -> io::Result<()> {
         if len > INPROC_MAX_FRAME_BYTES {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -437,11 +435,7 @@ impl LinkBackend for InProcPort {
         Ok(got)
     }
 
-    fn recv_frame_with(
-        &mut self,
-        _scratch: &mut [u8],
-        take: &mut dyn FnMut(&[u8]),
-    ) -> io::Result<bool> {
+    fn recv_frame_with(&mut self, _scratch: &mut [u8], take: &mut dyn FnMut(&[u8])) -> io::Result<bool> {
         let Some((f, lane)) = self.pop_frame() else {
             return Ok(false);
         };
@@ -512,10 +506,7 @@ mod tests {
 
     fn readable(fd: BorrowedFd<'_>) -> bool {
         let mut fds = [PollFd::from_borrowed_fd(fd, PollFlags::IN)];
-        let zero = Timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
+        let zero = Timespec { tv_sec: 0, tv_nsec: 0 };
         poll(&mut fds, Some(&zero)).unwrap() == 1
     }
 
@@ -622,25 +613,13 @@ mod tests {
         for round in 0..3u8 {
             for i in 0..3u8 {
                 let len = 1000 + 3000 * i as usize;
-                a.send_frame_with(2, len, 0, &mut scratch, &mut |buf| buf.fill(round * 16 + i))
-                    .unwrap();
+                a.send_frame_with(2, len, 0, &mut scratch, &mut |buf| buf.fill(round * 16 + i)).unwrap();
             }
             // The third frame of each round overflowed the 2-frame queue.
             assert_eq!(sw.dropped_frames(), round as u64 + 1);
             let mut got = Vec::new();
-            while b
-                .recv_frame_with(&mut scratch, &mut |f| {
-                    got.push((f.len(), f[0], f[f.len() - 1]))
-                })
-                .unwrap()
-            {}
-            assert_eq!(
-                got,
-                [
-                    (1000, round * 16, round * 16),
-                    (4000, round * 16 + 1, round * 16 + 1)
-                ]
-            );
+            while b.recv_frame_with(&mut scratch, &mut |f| got.push((f.len(), f[0], f[f.len() - 1]))).unwrap() {}
+            assert_eq!(got, [(1000, round * 16, round * 16), (4000, round * 16 + 1, round * 16 + 1)]);
         }
         // Buffers went back to the lane's spare ring: at most a few were ever made.
         let pooled = a.routes[0].spare.slots();
@@ -733,10 +712,7 @@ mod tests {
         let sw = InProcSwitch::new();
         let mut a = sw.port(1);
         assert!(!a.routes_to(2));
-        assert_eq!(
-            a.send_frame(2, b"x").unwrap_err().kind(),
-            io::ErrorKind::NotFound
-        );
+        assert_eq!(a.send_frame(2, b"x").unwrap_err().kind(), io::ErrorKind::NotFound);
         let b = sw.port(2);
         assert!(a.routes_to(2));
         let b2 = sw.port(2); // replaces b
@@ -744,8 +720,6 @@ mod tests {
         assert!(a.routes_to(2));
         drop(b2);
         assert!(!a.routes_to(2));
-        assert!(a
-            .send_frame(1, &vec![0; INPROC_MAX_FRAME_BYTES + 1])
-            .is_err());
+        assert!(a.send_frame(1, &vec![0; INPROC_MAX_FRAME_BYTES + 1]).is_err());
     }
 }

@@ -35,11 +35,7 @@ impl UdpBackend {
         let _ = rustix::net::sockopt::set_socket_recv_buffer_size(&socket, SOCKET_BUFFER_BYTES);
         let _ = rustix::net::sockopt::set_socket_send_buffer_size(&socket, SOCKET_BUFFER_BYTES);
         let local = socket.local_addr()?;
-        Ok(UdpBackend {
-            socket,
-            local,
-            peers: HashMap::new(),
-        })
+        Ok(UdpBackend { socket, local, peers: HashMap::new() })
     }
 
     /// The bound address (with the real port if bound to port 0).
@@ -58,17 +54,11 @@ impl LinkBackend for UdpBackend {
         if frame.len() > UDP_MAX_FRAME_BYTES {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!(
-                    "frame of {} bytes exceeds {UDP_MAX_FRAME_BYTES}",
-                    frame.len()
-                ),
+                format!("frame of {} bytes exceeds {UDP_MAX_FRAME_BYTES}", frame.len()),
             ));
         }
         let Some(addr) = self.peers.get(&dst) else {
-            return Err(io::Error::new(
-                io::ErrorKind::NotFound,
-                format!("udp link: no peer address for node {dst}"),
-            ));
+            return Err(io::Error::new(io::ErrorKind::NotFound, format!("udp link: no peer address for node {dst}")));
         };
         self.socket.send_to(frame, addr).map(|_| ())
     }
@@ -108,15 +98,11 @@ impl LinkBackend for UdpBackend {
 pub fn parse_peer(s: &str) -> Result<(u16, SocketAddr), SpecError> {
     const EXAMPLE: &str = "1=127.0.0.1:7001";
     let Some((node, addr)) = s.split_once('=') else {
-        return Err(SpecError(format!(
-            "bad peer {s:?}: expected NODE=IP:PORT, e.g. {EXAMPLE}"
-        )));
+        return Err(SpecError(format!("bad peer {s:?}: expected NODE=IP:PORT, e.g. {EXAMPLE}")));
     };
     let node = parse_node(node, s, EXAMPLE)?;
     let addr = addr.trim().parse::<SocketAddr>().map_err(|_| {
-        SpecError(format!(
-            "bad peer {s:?}: {addr:?} is not an IP:PORT socket address (expected e.g. {EXAMPLE})"
-        ))
+        SpecError(format!("bad peer {s:?}: {addr:?} is not an IP:PORT socket address (expected e.g. {EXAMPLE})"))
     })?;
     Ok((node, addr))
 }
@@ -127,14 +113,8 @@ mod tests {
 
     #[test]
     fn peers() {
-        assert_eq!(
-            parse_peer("1=127.0.0.1:7001"),
-            Ok((1, "127.0.0.1:7001".parse().unwrap()))
-        );
-        assert_eq!(
-            parse_peer(" 7 = [::1]:9 "),
-            Ok((7, "[::1]:9".parse().unwrap()))
-        );
+        assert_eq!(parse_peer("1=127.0.0.1:7001"), Ok((1, "127.0.0.1:7001".parse().unwrap())));
+        assert_eq!(parse_peer(" 7 = [::1]:9 "), Ok((7, "[::1]:9".parse().unwrap())));
         let e = parse_peer("127.0.0.1:7001").unwrap_err();
         assert!(e.0.contains("expected NODE=IP:PORT"), "{e}");
         let e = parse_peer("x=127.0.0.1:7001").unwrap_err();
