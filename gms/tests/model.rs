@@ -195,7 +195,7 @@ proptest! {
 /// Many more, and longer, faulty scenarios (about a minute in release mode):
 /// `cargo test --release -p trapeze-gms --test model stress -- --ignored`.
 #[test]
-#[ignore]
+#[ignore = "on demand: a long run (about a minute in release mode)"]
 fn stress() {
     let cfg = ProptestConfig { rng_seed: proptest::test_runner::RngSeed::Random, ..config(20_000) };
     let mut runner = proptest::test_runner::TestRunner::new(cfg);
@@ -212,7 +212,7 @@ fn stress() {
 /// `GMS_REPLAY="seed steps nodes pages drop dup reorder crash_node crash_step crash_delay op_timeout max_dt budget"`
 /// (`crash_node` is `-` for none).
 #[test]
-#[ignore]
+#[ignore = "on demand: replays the scenario in GMS_REPLAY"]
 fn replay() {
     let line = std::env::var("GMS_REPLAY").expect("set GMS_REPLAY to the line a failure printed");
     let v: Vec<&str> = line.split_whitespace().collect();

@@ -1244,7 +1244,7 @@ proptest! {
 /// `NETRPC_REPLAY="seed steps nodes drop dup reorder dead_node dead_step copy_fail cancel call_timeout nb_timeout max_dt"`
 /// (`dead_node` is `-` for none).
 #[test]
-#[ignore]
+#[ignore = "on demand: replays the scenario in NETRPC_REPLAY"]
 fn replay() {
     let line = std::env::var("NETRPC_REPLAY").expect("set NETRPC_REPLAY to the line a failure printed");
     let v: Vec<&str> = line.split_whitespace().collect();

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 //! End to end through the timing model (`trapeze_firmware::sim`): NICs running the real
 //! firmware against modelled DMA engines that move real bytes, with minimal hosts on
 //! either side. Every test asserts exact outcomes: the bytes that reached host memory,

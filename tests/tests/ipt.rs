@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 //! The Incoming Payload Table protocol (`iface::ipt`) over an `AtomicWords` NIC memory.
 //!
 //! * `ipt_protocol_matches_model`: a state-machine test. Host operations (arm, cancel,

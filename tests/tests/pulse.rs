@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 //! The pulse rule (`fw::pulse::pulse_len`): how many buffered bytes a sink DMA engine
 //! moves now, for each DMA policy.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 //! Ring-slot views (`iface::entry::Slot`): field accessors against the documented
 //! layout, index wrapping, and isolation of each slot's 256 bytes.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 //! Property tests of the cut-through scheduler, run through the timing model: random
 //! workloads (2–3 nodes, every DMA policy, random pulse thresholds, payload sizes, frame
 //! splits, IPT or unsolicited delivery, post times, optional link faults) against the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 //! The FIFO staging allocator (`fw::staging::Staging`) against a model of its live
 //! allocations.
 

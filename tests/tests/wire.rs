@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 //! The wire packet (`iface::wire`): header encoding, validation, packet framing and the
 //! CRC-32 link trailer.
 

@@ -13,5 +13,6 @@ pub mod ivshmem;
 pub mod link;
 pub mod nic;
 pub mod rpc;
+#[allow(unsafe_code)] // shared mappings: one of the documented unsafe modules
 pub mod shm;
 pub mod testbed;

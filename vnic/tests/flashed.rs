@@ -6,15 +6,14 @@
 //! The image: `$TRAPEZE_FW_IMAGE` if set, else built here once per test process with
 //! `DEFMT_LOG=info cargo build -p trapeze-firmware --bin trapeze-fw --features image
 //! --target riscv32imac-unknown-none-elf --profile fw` (what `cargo xtask build` runs;
-//! cargo's JSON messages give the path). Tests that need it are skipped, with a message,
-//! only if the riscv32imac target is not installed. Every test runs under a watchdog.
+//! cargo's JSON messages give the path). Tests that need it are ignored unless asked for
+//! (`needs: riscv32 target`: `cargo xtask test` runs them). Every test runs under a watchdog.
 
 mod common;
 
 use object::elf;
 use object::write::elf::{FileHeader, ProgramHeader, SectionHeader, Sym, Writer};
 use object::Endianness;
-use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -36,49 +35,12 @@ use trapeze_vnic::shm::Mapping;
 
 const TARGET: &str = "riscv32imac-unknown-none-elf";
 
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
-}
-
-/// Is the riscv32imac standard library installed for the toolchain this workspace uses?
-fn riscv_target_installed() -> bool {
-    let out = std::process::Command::new("rustc")
-        .args(["--print", "target-libdir", "--target", TARGET])
-        .current_dir(workspace_root())
-        .output();
-    match out {
-        Ok(o) if o.status.success() => {
-            let dir = String::from_utf8_lossy(&o.stdout).trim().to_string();
-            Path::new(&dir).is_dir()
-        }
-        _ => false,
-    }
-}
-
-/// The firmware image, or `None` (after saying why) if the riscv32 target is missing.
-fn image() -> Option<&'static [u8]> {
-    static IMAGE: OnceLock<Option<Vec<u8>>> = OnceLock::new();
-    IMAGE
-        .get_or_init(|| {
-            if std::env::var_os("TRAPEZE_FW_IMAGE").is_none() && !riscv_target_installed() {
-                eprintln!(
-                    "SKIPPED: the {TARGET} target is not installed (rustup target add {TARGET}); \
-                     flashed-mode tests need the firmware image"
-                );
-                return None;
-            }
-            Some(common::build_image().unwrap_or_else(|e| panic!("{e}")))
-        })
-        .as_deref()
-}
-
-macro_rules! image_or_skip {
-    () => {
-        match image() {
-            Some(i) => i,
-            None => return,
-        }
-    };
+/// The firmware image, built once per test process. Tests that need it are
+/// `#[ignore = "needs: riscv32 target"]`: `cargo xtask test` runs them when the target is
+/// installed (it installs it), and plain `cargo test` lists them as ignored.
+fn image() -> &'static [u8] {
+    static IMAGE: OnceLock<Vec<u8>> = OnceLock::new();
+    IMAGE.get_or_init(|| common::build_image().unwrap_or_else(|e| panic!("{e} (is the {TARGET} target installed?)")))
 }
 
 // ---- test scaffolding --------------------------------------------------------------------
@@ -313,9 +275,10 @@ fn halt_program(code: u16) -> Vec<u8> {
 /// (a) + (d): a NIC loads the built image, the firmware publishes the ready word with the
 /// image's build id, status shows the image, and the defmt boot line is decoded.
 #[test]
+#[ignore = "needs: riscv32 target"]
 fn flashed_nic_boots_the_image_and_reports_it() {
     let _w = watchdog("flashed_nic_boots_the_image_and_reports_it", 60);
-    let bytes = image_or_skip!();
+    let bytes = image();
     let want = check_image(bytes).unwrap();
     let switch = InProcSwitch::new();
     let n = nic(&switch, "boot", 1);
@@ -345,9 +308,10 @@ fn flashed_nic_boots_the_image_and_reports_it() {
 /// (b) A flashed NIC and a native NIC exchange control messages and 4 KB / 8 KB
 /// payloads both ways.
 #[test]
+#[ignore = "needs: riscv32 target"]
 fn flashed_and_native_nics_exchange_messages() {
     let _w = watchdog("flashed_and_native_nics_exchange_messages", 90);
-    let bytes = image_or_skip!();
+    let bytes = image();
     let switch = InProcSwitch::new();
     let a = nic(&switch, "fa", 1);
     let b = nic(&switch, "nb", 2);
@@ -364,9 +328,10 @@ fn flashed_and_native_nics_exchange_messages() {
 
 /// (b) Two flashed NICs exchange control messages and 4 KB / 8 KB payloads.
 #[test]
+#[ignore = "needs: riscv32 target"]
 fn two_flashed_nics_exchange_messages() {
     let _w = watchdog("two_flashed_nics_exchange_messages", 90);
-    let bytes = image_or_skip!();
+    let bytes = image();
     let switch = InProcSwitch::new();
     let a = nic(&switch, "f1", 1);
     let b = nic(&switch, "f2", 2);
@@ -397,9 +362,10 @@ fn two_flashed_nics_exchange_messages() {
 /// keeps running its old firmware: status unchanged, traffic still flows. A valid image
 /// whose firmware faults at boot is loaded, reported, and the old firmware restarted.
 #[test]
+#[ignore = "needs: riscv32 target"]
 fn bad_images_are_refused_and_the_old_firmware_keeps_running() {
     let _w = watchdog("bad_images_are_refused_and_the_old_firmware_keeps_running", 90);
-    let bytes = image_or_skip!();
+    let bytes = image();
     let switch = InProcSwitch::new();
     let a = nic(&switch, "victim", 1);
     let b = nic(&switch, "peer", 2);
@@ -466,9 +432,10 @@ fn host_again(nic: &Nic, node: u16) -> HostPort {
 /// The control socket's `load` request reads the ELF file and answers the new status;
 /// an unreadable or invalid file is an error and changes nothing.
 #[test]
+#[ignore = "needs: riscv32 target"]
 fn control_socket_loads_an_image_file() {
     let _w = watchdog("control_socket_loads_an_image_file", 60);
-    let bytes = image_or_skip!();
+    let bytes = image();
     let want = check_image(bytes).unwrap();
     let dir = std::env::temp_dir().join(format!("trapeze-flashed-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

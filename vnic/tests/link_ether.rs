@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! The raw-Ethernet link backend over a veth pair between two network namespaces made
-//! for the test (root only; skipped otherwise). The namespaces are always removed, by a
-//! Drop guard, whatever happens.
+//! for the test. It needs root and iproute2 (`needs: root, ip`: `cargo xtask test` runs
+//! it where they are; plain `cargo test` lists it as ignored). The namespaces are always
+//! removed, by a Drop guard, whatever happens.
 
 use std::fs::File;
 use std::os::fd::AsFd;
@@ -14,7 +15,6 @@ use trapeze_firmware::iface::wire::Header;
 use trapeze_vnic::link::backend::{EtherBackend, LinkBackend};
 use trapeze_vnic::link::{FaultConfig, Link, RxPacket};
 
-const SKIP: &str = "skipped: needs root (CAP_NET_ADMIN/CAP_NET_RAW) for netns+veth";
 const MTU: usize = 9000;
 const WAIT: Duration = Duration::from_secs(5);
 
@@ -88,23 +88,13 @@ fn recv_within(link: &mut Link, out: &mut [u8], wait: Duration) -> Option<RxPack
 }
 
 #[test]
+#[ignore = "needs: root, ip — network namespaces, a veth pair and raw sockets"]
 fn ether_link_over_veth_between_namespaces() {
-    if !rustix::process::geteuid().is_root() {
-        println!("{SKIP}");
-        return;
-    }
-    if Command::new("ip").arg("-V").output().is_err() {
-        println!("skipped: the `ip` command (iproute2) is not installed");
-        return;
-    }
     let pid = std::process::id();
     let (ns_a, ns_b) = (format!("trapeze-link-{pid}-a"), format!("trapeze-link-{pid}-b"));
     let (if_a, if_b) = (format!("tzl{pid}a"), format!("tzl{pid}b"));
     let mut guard = Namespaces::default();
-    if let Err(e) = guard.add(&ns_a) {
-        println!("{SKIP} ({e})");
-        return;
-    }
+    guard.add(&ns_a).unwrap_or_else(|e| panic!("making a network namespace (root and iproute2 needed): {e}"));
     guard.add(&ns_b).unwrap();
     let mtu = MTU.to_string();
     ip(&["link", "add", &if_a, "netns", &ns_a, "type", "veth", "peer", "name", &if_b, "netns", &ns_b]).unwrap();

@@ -11,6 +11,8 @@ mod module;
 mod prereq;
 mod run;
 mod test;
+mod tidy;
+mod toolchain;
 mod vm;
 
 use clap::{Parser, Subcommand};
@@ -29,8 +31,12 @@ enum Cmd {
     /// Build the firmware image and load it into running virtual NICs (flashed mode);
     /// print the firmware version and build id each NIC now runs.
     Flash(flash::FlashArgs),
-    /// Run every test: unit, property and integration tests (the README's test command).
+    /// Run every test: lint stages, unit, property and integration tests, the firmware
+    /// image and the QEMU guest stages (the README's test command); ends with
+    /// `summary: N passed, M failed, K skipped` and every skip's reason.
     Test(test::TestArgs),
+    /// Check file headers, SAFETY comments and file sizes (a stage of `test`).
+    Tidy,
     /// Run a benchmark and print its table (or JSON with --json).
     Bench(bench::BenchArgs),
     /// The main demonstration: the most complete real run that exists.
@@ -49,10 +55,17 @@ enum Cmd {
 
 fn main() {
     let cli = Cli::parse();
+    // Every subcommand builds with the pinned toolchain: give it what rust-toolchain.toml
+    // names before anything else runs.
+    if let Err(e) = toolchain::ensure() {
+        eprintln!("error: the pinned toolchain: {e:#}");
+        std::process::exit(1);
+    }
     let result = match cli.cmd {
         Cmd::Build(a) => build::run(a),
         Cmd::Flash(a) => flash::run(a),
         Cmd::Test(a) => test::run(a),
+        Cmd::Tidy => tidy::check(&workspace_root()),
         Cmd::Bench(a) => bench::run(a),
         Cmd::Run(a) => run::run(a),
         Cmd::Kernel(a) => kernel::run(a),
@@ -77,4 +90,11 @@ pub fn cargo(args: &[&str]) -> anyhow::Result<()> {
     let status = std::process::Command::new(cargo).args(args).current_dir(workspace_root()).status()?;
     anyhow::ensure!(status.success(), "`cargo {}` failed ({status})", args.join(" "));
     Ok(())
+}
+
+/// Run another xtask subcommand in its own process (`cargo run -p xtask -- ARGS`).
+pub fn xtask(args: &[&str]) -> anyhow::Result<()> {
+    let mut all = vec!["run", "--quiet", "--locked", "-p", "xtask", "--"];
+    all.extend_from_slice(args);
+    cargo(&all)
 }

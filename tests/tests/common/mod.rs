@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 //! Shared set-up for the property tests: proptest configuration and a NIC memory.
 //!
 //! Every proptest in a test binary runs from one RNG seed, chosen once per process

@@ -6,6 +6,7 @@
 //! crate linked into this process) lives in `nic.rs`.
 
 #[cfg(feature = "flashed")]
+#[allow(unsafe_code)] // the emulator's cross-thread stop handle: a documented unsafe module
 pub mod flashed;
 pub mod load;
 
