@@ -57,7 +57,7 @@ struct Args {
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=32))]
     window: u64,
     /// Faults and wire delay on this node's link sends, e.g. delay=20us (a modelled
-    /// one-way wire) or drop=0.1%,seed=7 (default none).
+    /// one-way wire) or drop=0.1%,seed=7; none: no faults.
     #[arg(long, default_value = "none")]
     link_faults: trapeze_vnic::link::FaultConfig,
 }
