@@ -7,8 +7,8 @@
 
 use crate::hist::Histogram;
 use crate::proto::{
-    encode_error, encode_get_reply, encode_put_reply, read_len, GetOutcome, MissWhy, PutOutcome, Request, Served, Stat,
-    MAX_FRAME_BYTES,
+    encode_error, encode_get_reply, encode_put_reply, read_len, GetOutcome, MissWhy, PageRef, PutOutcome, Request,
+    Served, Stat, MAX_FRAME_BYTES,
 };
 use crate::targets::Targets;
 use anyhow::{bail, Context};
@@ -358,11 +358,11 @@ impl Control {
                                     counters.puts += 1;
                                 }
                                 Err(e) if port.in_flight() > 0 => {
-                                    tracing::trace!("put {page:?} deferred: {e:#}");
+                                    tracing::trace!("put {} deferred: {e:#}", PageRef(page));
                                     break 'jobs;
                                 }
                                 Err(e) => {
-                                    tracing::warn!("put {page:?}: {e:#}");
+                                    tracing::warn!("put {}: {e:#}", PageRef(page));
                                     res[idx] = Some(PutOutcome::Error);
                                     job.left -= 1;
                                 }
@@ -377,11 +377,11 @@ impl Control {
                                     get_wait.insert(op, (jid, idx, now));
                                 }
                                 Err(e) if port.in_flight() > 0 => {
-                                    tracing::trace!("get {page:?} deferred: {e:#}");
+                                    tracing::trace!("get {} deferred: {e:#}", PageRef(page));
                                     break 'jobs;
                                 }
                                 Err(e) => {
-                                    tracing::warn!("get {page:?}: {e:#}");
+                                    tracing::warn!("get {}: {e:#}", PageRef(page));
                                     answered.push((jid, idx, Got::Miss, now));
                                 }
                             }
