@@ -1,14 +1,18 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! The client side of a `gmsd` control socket: single and batched put/get, and stat. Every
 //! call has a deadline (the socket's read and write timeouts): a daemon that stops
-//! answering is an error, never a hang.
+//! answering is an error, never a hang. Errors say what happened in words: the daemon is
+//! not running (no socket, or nobody listening on it), it did not answer in time, or it
+//! closed the connection; each names the socket.
 
 use crate::proto::{
     decode_get_reply, decode_put_reply, read_frame, reply_body, write_frame, GetOutcome, PutOutcome, Request, Stat,
     MAX_BATCH, PAGE_BYTES,
 };
-use anyhow::{bail, Context};
+use crate::units::Human;
+use anyhow::{anyhow, bail};
 use gms::prelude::PageId;
+use std::io;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -33,32 +37,63 @@ pub fn default_socket(n: u16) -> PathBuf {
 pub struct Client {
     stream: UnixStream,
     path: PathBuf,
+    timeout: Duration,
+}
+
+/// Why connecting to `path` failed, in words.
+fn connect_error(path: &Path, e: io::Error) -> anyhow::Error {
+    let path = path.display();
+    match e.kind() {
+        io::ErrorKind::NotFound => anyhow!("gmsd is not running: there is no socket at {path}"),
+        io::ErrorKind::ConnectionRefused => {
+            anyhow!("gmsd is not running: nobody listens at {path} (a socket left behind by a daemon that died)")
+        }
+        io::ErrorKind::PermissionDenied => anyhow!("cannot connect to gmsd at {path}: permission denied"),
+        _ => anyhow!("cannot connect to gmsd at {path}: {e}"),
+    }
 }
 
 impl Client {
     /// Connect to the daemon listening at `path`.
     pub fn connect(path: &Path) -> anyhow::Result<Client> {
-        let stream = UnixStream::connect(path)
-            .with_context(|| format!("cannot connect to gmsd at {} (is it running?)", path.display()))?;
-        let c = Client { stream, path: path.to_path_buf() };
+        let stream = UnixStream::connect(path).map_err(|e| connect_error(path, e))?;
+        let mut c = Client { stream, path: path.to_path_buf(), timeout: DEFAULT_TIMEOUT };
         c.set_timeout(DEFAULT_TIMEOUT)?;
         Ok(c)
     }
 
-    /// The deadline of each request.
-    pub fn set_timeout(&self, t: Duration) -> anyhow::Result<()> {
+    /// The deadline of each request (more than zero).
+    pub fn set_timeout(&mut self, t: Duration) -> anyhow::Result<()> {
+        if t.is_zero() {
+            bail!("a gmsd request timeout must be more than zero");
+        }
         self.stream.set_read_timeout(Some(t))?;
         self.stream.set_write_timeout(Some(t))?;
+        self.timeout = t;
         Ok(())
     }
 
-    fn call(&mut self, req: &Request) -> anyhow::Result<Vec<u8>> {
+    /// What an I/O error on the connection means, in words.
+    fn io_error(&self, e: anyhow::Error, doing: &str) -> anyhow::Error {
         let path = self.path.display();
-        write_frame(&mut self.stream, &req.encode()).with_context(|| format!("sending to gmsd at {path}"))?;
-        read_frame(&mut self.stream).with_context(|| format!("waiting for gmsd at {path}"))
+        let kind = e.chain().find_map(|c| c.downcast_ref::<io::Error>()).map(|io| io.kind());
+        match kind {
+            Some(io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                anyhow!("timed out {doing} gmsd at {path}: no progress within {}", Human(self.timeout))
+            }
+            Some(io::ErrorKind::UnexpectedEof | io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset) => {
+                anyhow!("gmsd at {path} closed the connection while {doing} it (did the daemon exit?)")
+            }
+            _ => e.context(format!("{doing} gmsd at {path}")),
+        }
     }
 
-    /// Put `data` (at most one page; shorter is zero-padded) as `page`.
+    fn call(&mut self, req: &Request) -> anyhow::Result<Vec<u8>> {
+        write_frame(&mut self.stream, &req.encode()).map_err(|e| self.io_error(e.into(), "sending a request to"))?;
+        read_frame(&mut self.stream).map_err(|e| self.io_error(e, "waiting for a reply from"))
+    }
+
+    /// Put `data` (1 to [`PAGE_BYTES`] bytes; the page keeps that length) as `page`.
     pub fn put(&mut self, page: PageId, data: &[u8]) -> anyhow::Result<PutOutcome> {
         Ok(self.put_many(&[(page, data)])?[0])
     }
@@ -101,6 +136,7 @@ impl Client {
 
     pub fn stat(&mut self) -> anyhow::Result<Stat> {
         let body = self.call(&Request::Stat)?;
-        serde_json::from_slice(reply_body(&body)?).context("a stat reply that is not the expected JSON")
+        serde_json::from_slice(reply_body(&body)?)
+            .map_err(|e| anyhow!("a stat reply that is not the expected JSON: {e}"))
     }
 }

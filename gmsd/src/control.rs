@@ -7,8 +7,8 @@
 
 use crate::hist::Histogram;
 use crate::proto::{
-    encode_error, encode_get_reply, encode_put_reply, read_len, GetOutcome, PutOutcome, Request, Served, Stat,
-    MAX_FRAME_BYTES,
+    encode_error, encode_get_reply, encode_put_reply, read_len, GetOutcome, MissWhy, PageRef, PutOutcome, Request,
+    Served, Stat, MAX_FRAME_BYTES,
 };
 use crate::targets::Targets;
 use anyhow::{bail, Context};
@@ -27,6 +27,10 @@ const MAX_TRIES: u8 = 2;
 /// A job not finished after this long is answered with what it has (misses / failures).
 /// GMS completes every operation within its own timeout, so this is a last resort.
 pub const JOB_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Pages whose holder this daemon remembers (the pages it stored, so that a miss can say
+/// the holder failed): as many as the largest cluster holds (16 nodes × 4096 pages).
+pub const STORED_RECORD: usize = 16 * trapeze_vnic::gms::HELD;
 
 /// Counters of the requests served.
 #[derive(Clone, Copy, Debug, Default)]
@@ -94,6 +98,11 @@ pub struct Control {
     get_wait: HashMap<OpId, Waiter>,
     read_wait: HashMap<PageId, Vec<Waiter>>,
     last_version: u64,
+    /// Where this daemon's clients' pages were stored: page → (target, target failed
+    /// since), at most [`STORED_RECORD`] pages.
+    stored_at: HashMap<PageId, (u16, bool)>,
+    /// This node is its only member (no live peer).
+    alone: bool,
     /// A miss that took at least this long was a timeout.
     retry_after: Duration,
     pub counters: Counters,
@@ -130,6 +139,8 @@ impl Control {
             get_wait: HashMap::new(),
             read_wait: HashMap::new(),
             last_version: 0,
+            stored_at: HashMap::new(),
+            alone: false,
             retry_after: op_timeout / 2,
             counters: Counters::default(),
             lat_all: Histogram::default(),
@@ -173,8 +184,18 @@ impl Control {
         }
     }
 
+    /// Node `n` failed or restarted: the pages this daemon stored there are gone.
+    pub fn node_failed(&mut self, n: u16) {
+        for (target, lost) in self.stored_at.values_mut() {
+            if *target == n {
+                *lost = true;
+            }
+        }
+    }
+
     /// One pass: accept, read requests, collect completions, issue, answer, write.
     pub fn step(&mut self, port: &mut GmsPort, window: usize) -> bool {
+        self.alone = port.node.members().ids().iter().all(|&n| n == port.id());
         let mut busy = self.accept();
         busy |= self.read_all();
         busy |= self.collect(port);
@@ -323,7 +344,7 @@ impl Control {
                         // when the request was decoded) and read back with exactly that
                         // length; GMS carries no empty page.
                         if members.is_empty() || data.is_empty() {
-                            res[idx] = Some(PutOutcome::Error);
+                            res[idx] = Some(if members.is_empty() { PutOutcome::NoTarget } else { PutOutcome::Error });
                             job.left -= 1;
                         } else {
                             let Some(target) = targets.pick(&members, window, now) else {
@@ -337,11 +358,11 @@ impl Control {
                                     counters.puts += 1;
                                 }
                                 Err(e) if port.in_flight() > 0 => {
-                                    tracing::trace!("put {page:?} deferred: {e:#}");
+                                    tracing::trace!("put {} deferred: {e:#}", PageRef(page));
                                     break 'jobs;
                                 }
                                 Err(e) => {
-                                    tracing::warn!("put {page:?}: {e:#}");
+                                    tracing::warn!("put {}: {e:#}", PageRef(page));
                                     res[idx] = Some(PutOutcome::Error);
                                     job.left -= 1;
                                 }
@@ -356,11 +377,11 @@ impl Control {
                                     get_wait.insert(op, (jid, idx, now));
                                 }
                                 Err(e) if port.in_flight() > 0 => {
-                                    tracing::trace!("get {page:?} deferred: {e:#}");
+                                    tracing::trace!("get {} deferred: {e:#}", PageRef(page));
                                     break 'jobs;
                                 }
                                 Err(e) => {
-                                    tracing::warn!("get {page:?}: {e:#}");
+                                    tracing::warn!("get {}: {e:#}", PageRef(page));
                                     answered.push((jid, idx, Got::Miss, now));
                                 }
                             }
@@ -396,6 +417,9 @@ impl Control {
             let out = match r {
                 PutResult::Stored { target } => {
                     self.counters.puts_stored += 1;
+                    if self.stored_at.len() < STORED_RECORD || self.stored_at.contains_key(&page) {
+                        self.stored_at.insert(page, (target, false));
+                    }
                     PutOutcome::Stored { target, version: version.0 }
                 }
                 PutResult::Refused => PutOutcome::Refused,
@@ -452,7 +476,8 @@ impl Control {
     fn deliver(&mut self, jid: u64, idx: usize, got: Got, t0: Instant) {
         let took = t0.elapsed();
         self.lat_all.record(took.as_nanos() as u64);
-        if got == Got::Miss && took >= self.retry_after {
+        let timed_out = got == Got::Miss && took >= self.retry_after;
+        if timed_out {
             // A miss that took this long was a timeout, not a "not cached" answer: a
             // dropped packet or a dead node. Once more (the failure may be known by now).
             if let Some(job) = self.jobs.get_mut(&jid) {
@@ -474,7 +499,16 @@ impl Control {
             }
             Got::Miss => {
                 self.counters.misses += 1;
-                GetOutcome::Miss
+                let page = match &self.jobs.get(&jid).map(|j| &j.items) {
+                    Some(Items::Get { pages, .. }) => pages.get(idx).copied(),
+                    _ => None,
+                };
+                GetOutcome::Miss(match page.and_then(|p| self.stored_at.get(&p)) {
+                    Some(&(node, true)) => MissWhy::HolderFailed { node },
+                    _ if self.alone => MissWhy::Alone,
+                    _ if timed_out => MissWhy::TimedOut,
+                    _ => MissWhy::NotFound,
+                })
             }
         };
         if let Some(job) = self.jobs.get_mut(&jid) {
@@ -501,9 +535,9 @@ impl Control {
                 Items::Put { res, .. } => {
                     encode_put_reply(&res.into_iter().map(|r| r.unwrap_or(PutOutcome::Failed)).collect::<Vec<_>>())
                 }
-                Items::Get { res, .. } => {
-                    encode_get_reply(&res.into_iter().map(|r| r.unwrap_or(GetOutcome::Miss)).collect::<Vec<_>>())
-                }
+                Items::Get { res, .. } => encode_get_reply(
+                    &res.into_iter().map(|r| r.unwrap_or(GetOutcome::Miss(MissWhy::TimedOut))).collect::<Vec<_>>(),
+                ),
             };
             if let Some(c) = self.conns.get_mut(&job.conn) {
                 queue(c, &body);

@@ -12,6 +12,7 @@
 use crate::control::Control;
 use crate::liveness::{Event, Liveness};
 use crate::proto::{NodeMem, Stat};
+use crate::units::Human;
 use anyhow::{bail, Context};
 use gms::prelude::*;
 use rustix::event::{PollFd, PollFlags, Timespec};
@@ -36,6 +37,10 @@ pub const IDLE_SPIN: Duration = Duration::from_millis(2);
 pub const IDLE_SLEEP: Duration = Duration::from_millis(1);
 /// Most members a node supports (the node's member table).
 pub const MAX_MEMBERS: usize = 16;
+/// A peer is declared failed only after silence of at least this many heartbeat intervals
+/// (`--dead-after-ms` ≥ 2 × `--heartbeat-ms`): a shorter timeout fails live peers between
+/// two of their heartbeats, and each such false failure drops directory entries.
+pub const MIN_DEAD_AFTER_BEATS: u32 = 2;
 
 /// Everything `gmsd` is started with.
 #[derive(Clone, Debug)]
@@ -94,14 +99,23 @@ impl Options {
         }
         if self.budget_pages > HELD {
             bail!(
-                "budget of {} pages ({} MiB) exceeds a node's page-frame directory ({HELD} pages = {} MiB)",
+                "--budget-mb: a budget of {} pages ({} MiB) exceeds a node's page-frame directory ({HELD} pages = {} MiB)",
                 self.budget_pages,
                 (self.budget_pages * FRAME_BYTES as usize) >> 20,
                 (HELD * FRAME_BYTES as usize) >> 20
             );
         }
         if self.window == 0 || self.window > trapeze_vnic::gms::OPS / 2 {
-            bail!("--window must be 1..={}", trapeze_vnic::gms::OPS / 2);
+            bail!("--window {}: must be 1..={}", self.window, trapeze_vnic::gms::OPS / 2);
+        }
+        if self.heartbeat.is_zero() || self.dead_after < self.heartbeat * MIN_DEAD_AFTER_BEATS {
+            let (hb, dead) = (self.heartbeat.as_millis(), self.dead_after.as_millis());
+            let min = hb * MIN_DEAD_AFTER_BEATS as u128;
+            bail!(
+                "--dead-after-ms {dead} with --heartbeat-ms {hb}: the failure timeout must be at least \
+                 {MIN_DEAD_AFTER_BEATS} × the heartbeat interval ({min} ms), or live peers are declared failed \
+                 between two heartbeats; raise --dead-after-ms or lower --heartbeat-ms"
+            );
         }
         Ok(())
     }
@@ -150,7 +164,7 @@ impl Daemon {
     /// Open the link, the NIC, the node, the heartbeat and the control socket.
     pub fn open(opts: Options) -> anyhow::Result<Daemon> {
         opts.validate()?;
-        let mut backend = UdpBackend::bind(opts.listen)?;
+        let mut backend = UdpBackend::bind(opts.listen).with_context(|| format!("--listen {}", opts.listen))?;
         for &(n, a) in &opts.peers {
             backend.add_peer(n, a);
         }
@@ -161,13 +175,21 @@ impl Daemon {
             opts.heartbeat,
             opts.dead_after,
         );
-        let control = Control::bind(&opts.socket, opts.op_timeout)?;
+        let control = Control::bind(&opts.socket, opts.op_timeout)
+            .with_context(|| format!("control socket (--socket) {}", opts.socket.display()))?;
         let link = Link::new(opts.node, Box::new(backend), opts.link);
         let nic = Arc::new(Nic::new(&format!("gmsd{}", opts.node), link, Duration::ZERO)?);
         let inline = nic.start_inline()?;
         let frames = opts.budget_pages + CACHE_PAGES.max(opts.cache_pages) + 2 * 64 + 512 + 4 * opts.window;
         let bytes = (frames * FRAME_BYTES as usize).next_power_of_two();
-        let region = Arc::new(Mapping::create_memfd("gmsd-frames", bytes)?);
+        let region = Arc::new(Mapping::create_memfd("gmsd-frames", bytes).with_context(|| {
+            format!(
+                "allocating the {} MiB frame region for --budget-mb, --cache-pages {} and --window {}",
+                bytes >> 20,
+                opts.cache_pages,
+                opts.window
+            )
+        })?);
         nic.shared()
             .dma
             .register("gms", DEFAULT_REGION_BASE, region.clone(), 0, bytes as u64)
@@ -273,15 +295,17 @@ impl Daemon {
             match ev {
                 Event::Dead(n) => {
                     let heard = self.live.peers.get(&n).and_then(|p| p.last).map(|t| now.saturating_duration_since(t));
+                    let heard = heard.map_or("never heard".to_string(), |d| format!("last heard {} ago", Human(d)));
                     tracing::warn!(
                         node = self.opts.node,
                         peer = n,
-                        "peer silent for {:?} (last heard {heard:?} ago; this loop's longest pass gap {:?}): failed",
-                        self.opts.dead_after,
-                        self.stats.max_pass_gap
+                        "peer silent for over {} ({heard}; this loop's longest pass gap {}): failed",
+                        Human(self.opts.dead_after),
+                        Human(self.stats.max_pass_gap)
                     );
                     self.stats.failures_detected += 1;
                     self.port.node_failed(n);
+                    self.control.node_failed(n);
                 }
                 Event::Rejoined(n) => {
                     tracing::info!(node = self.opts.node, peer = n, "peer is back: rejoins");
@@ -290,6 +314,7 @@ impl Daemon {
                     if self.port.node.members().contains(n) {
                         self.port.node_failed(n);
                     }
+                    self.control.node_failed(n);
                 }
             }
             let mut ids = alive;
@@ -419,6 +444,11 @@ mod tests {
         assert!(err(|o| o.budget_pages = 0).contains("at least one page"));
         assert!(err(|o| o.budget_pages = HELD + 1).contains("exceeds a node's page-frame directory"));
         assert!(err(|o| o.window = 0).contains("--window"));
+        let hb = err(|o| o.dead_after = Duration::from_millis(150));
+        assert!(hb.contains("--dead-after-ms 150") && hb.contains("--heartbeat-ms 100"), "{hb}");
+        let mut o = opts();
+        o.dead_after = 2 * o.heartbeat;
+        assert!(o.validate().is_ok(), "exactly twice the heartbeat is enough");
         assert!(err(
             |o| o.peers = (1..20).map(|n| (n, format!("127.0.0.1:{}", 8000 + 2 * n).parse().unwrap())).collect()
         )

@@ -13,3 +13,4 @@ pub mod hist;
 pub mod liveness;
 pub mod proto;
 pub mod targets;
+pub mod units;

@@ -10,7 +10,7 @@
 //! | request | body after the op byte | ok reply after the status byte |
 //! |---|---|---|
 //! | `PUT` (1) | `u32 n`, n × (`u64 vol`, `u64 page`, `u32 len`, data) | `u32 n`, n × (`u8 outcome`, `u16 target`, `u64 version`) |
-//! | `GET` (2) | `u8 flags` (bit 0: network only), `u32 n`, n × (`u64 vol`, `u64 page`) | `u32 n`, n × (`u8 0` miss \| `u8 1`, `u8 source`, `u64 version`, `u32 len`, data) |
+//! | `GET` (2) | `u8 flags` (bit 0: network only), `u32 n`, n × (`u64 vol`, `u64 page`) | `u32 n`, n × (`u8 0` miss, `u8 why`, `u16 node` \| `u8 1` hit, `u8 source`, `u64 version`, `u32 len`, data) |
 //! | `STAT` (3) | — | JSON of [`Stat`] |
 
 use anyhow::{bail, Context};
@@ -20,7 +20,8 @@ use std::fmt;
 use std::io::{Read, Write};
 use std::str::FromStr;
 
-/// Size of a page (the GMS frame size); shorter data is zero-padded by the daemon.
+/// Size of a page (the GMS frame size). A page holds 1 to this many bytes and keeps its
+/// length: a get returns exactly the bytes put (no padding).
 pub const PAGE_BYTES: usize = trapeze_vnic::rpc::FRAME_BYTES as usize;
 /// Largest message either side accepts (a batch of 1024 pages plus headers).
 pub const MAX_FRAME_BYTES: usize = 1024 * (PAGE_BYTES + 32) + 64;
@@ -67,17 +68,20 @@ impl fmt::Display for PageRef {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PutOutcome {
     /// Stored at node `target` as `version`.
-    Stored {
-        target: u16,
-        version: u64,
-    },
+    Stored { target: u16, version: u64 },
+    /// The target had no room (its budget is full) or was busy with the page.
     Refused,
+    /// A newer version of the page (or a discard) is already recorded.
     Superseded,
+    /// Membership changed while the page was being stored.
     WrongView,
-    /// No answer in time or the target left: unknown.
+    /// No answer in time (twice) or the target left: whether it is stored is unknown.
     Failed,
-    /// The daemon could not issue it (no target, bad length).
+    /// The daemon could not issue it (an empty page, or the node refused the operation).
     Error,
+    /// No live node to store on: this node's only member is itself (GMS stores a page on
+    /// another node).
+    NoTarget,
 }
 
 impl PutOutcome {
@@ -89,6 +93,7 @@ impl PutOutcome {
             PutOutcome::WrongView => (3, 0, 0),
             PutOutcome::Failed => (4, 0, 0),
             PutOutcome::Error => (5, 0, 0),
+            PutOutcome::NoTarget => (6, 0, 0),
         };
         out.push(code);
         out.extend_from_slice(&target.to_le_bytes());
@@ -105,6 +110,7 @@ impl PutOutcome {
             3 => PutOutcome::WrongView,
             4 => PutOutcome::Failed,
             5 => PutOutcome::Error,
+            6 => PutOutcome::NoTarget,
             c => bail!("bad put outcome {c}"),
         })
     }
@@ -154,17 +160,81 @@ impl From<trapeze_vnic::gms::Source> for Served {
     }
 }
 
+/// Why a get missed, as far as the daemon knows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MissWhy {
+    /// No node answered with the page: never stored, or lost with a failed node (its holder
+    /// or its directory node) that this daemon has no record of storing it on.
+    NotFound,
+    /// This daemon stored the page at `node`, which has failed (or restarted) since: the
+    /// page went with it.
+    HolderFailed { node: u16 },
+    /// No answer within the operation timeout (a network-only get is retried once first).
+    TimedOut,
+    /// This node has no live peer (and does not hold the page itself).
+    Alone,
+}
+
+impl MissWhy {
+    fn encode(self, out: &mut Vec<u8>) {
+        let (code, node) = match self {
+            MissWhy::NotFound => (0u8, 0u16),
+            MissWhy::HolderFailed { node } => (1, node),
+            MissWhy::TimedOut => (2, 0),
+            MissWhy::Alone => (3, 0),
+        };
+        out.push(code);
+        out.extend_from_slice(&node.to_le_bytes());
+    }
+    fn decode(r: &mut Reader<'_>) -> anyhow::Result<Self> {
+        let code = r.u8()?;
+        let node = r.u16()?;
+        Ok(match code {
+            0 => MissWhy::NotFound,
+            1 => MissWhy::HolderFailed { node },
+            2 => MissWhy::TimedOut,
+            3 => MissWhy::Alone,
+            c => bail!("bad miss reason {c}"),
+        })
+    }
+}
+
+impl fmt::Display for MissWhy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MissWhy::NotFound => write!(
+                f,
+                "no node has it: it was never stored, or it was lost with a failed node (this daemon did not store \
+                 it on a node that failed)"
+            ),
+            MissWhy::HolderFailed { node } => {
+                write!(f, "this daemon stored it at node {node}, which has failed since; the page was lost with it")
+            }
+            MissWhy::TimedOut => {
+                write!(
+                    f,
+                    "no answer within the daemon's operation timeout, --op-timeout-ms (lost packets or a failing node)"
+                )
+            }
+            MissWhy::Alone => write!(f, "this node has no live peer and does not hold the page itself"),
+        }
+    }
+}
+
 /// How a get ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum GetOutcome {
     Hit { version: u64, source: Served, data: Vec<u8> },
-    Miss,
+    Miss(MissWhy),
 }
 
 impl GetOutcome {
     pub fn encode(&self, out: &mut Vec<u8>) {
         match self {
-            GetOutcome::Miss => out.push(0),
+            GetOutcome::Miss(why) => {
+                out.push(0);
+                why.encode(out);
+            }
             GetOutcome::Hit { version, source, data } => {
                 out.push(1);
                 out.push(source.code());
@@ -176,7 +246,7 @@ impl GetOutcome {
     }
     fn decode(r: &mut Reader<'_>) -> anyhow::Result<Self> {
         Ok(match r.u8()? {
-            0 => GetOutcome::Miss,
+            0 => GetOutcome::Miss(MissWhy::decode(r)?),
             1 => {
                 let source = Served::from_code(r.u8()?)?;
                 let version = r.u64()?;
@@ -475,9 +545,20 @@ mod tests {
 
     #[test]
     fn replies_round_trip() {
-        let puts = [PutOutcome::Stored { target: 2, version: 99 }, PutOutcome::Refused, PutOutcome::Failed];
+        let puts = [
+            PutOutcome::Stored { target: 2, version: 99 },
+            PutOutcome::Refused,
+            PutOutcome::Failed,
+            PutOutcome::NoTarget,
+        ];
         assert_eq!(decode_put_reply(&encode_put_reply(&puts)).unwrap(), puts);
-        let gets = [GetOutcome::Miss, GetOutcome::Hit { version: 5, source: Served::ThreeWay, data: vec![1, 2, 3] }];
+        let gets = [
+            GetOutcome::Miss(MissWhy::NotFound),
+            GetOutcome::Miss(MissWhy::HolderFailed { node: 7 }),
+            GetOutcome::Miss(MissWhy::TimedOut),
+            GetOutcome::Miss(MissWhy::Alone),
+            GetOutcome::Hit { version: 5, source: Served::ThreeWay, data: vec![1, 2, 3] },
+        ];
         assert_eq!(decode_get_reply(&encode_get_reply(&gets)).unwrap(), gets);
         let e = decode_get_reply(&encode_error("no such thing")).unwrap_err();
         assert!(e.to_string().contains("no such thing"));

@@ -252,7 +252,7 @@ fn three_daemons_64mib_and_a_kill() {
                 assert_eq!(checksum(data), checks[&i], "page {i}: wrong bytes");
                 true
             }
-            GetOutcome::Miss => false,
+            GetOutcome::Miss(_) => false,
         }
     };
     let t_get = Instant::now();
@@ -419,7 +419,7 @@ fn a_modelled_wire_delay_shows_in_every_getpage() {
         let took = t.elapsed();
         match got {
             GetOutcome::Hit { data, .. } => assert_eq!(checksum(&data), checksum(&content(i)), "page {i}"),
-            GetOutcome::Miss => panic!("page {i} missed"),
+            GetOutcome::Miss(why) => panic!("page {i} missed: {why}"),
         }
         assert!(
             took >= Duration::from_millis(2 * DELAY_MS),

@@ -5,7 +5,7 @@
 
 use gms::prelude::PageId;
 use gmsd::client::Client;
-use gmsd::proto::{read_frame, reply_body, write_frame, GetOutcome, PutOutcome, Request, MAX_FRAME_BYTES};
+use gmsd::proto::{read_frame, reply_body, write_frame, GetOutcome, MissWhy, PutOutcome, Request, MAX_FRAME_BYTES};
 use std::io::Write;
 use std::net::UdpSocket;
 use std::os::unix::net::UnixStream;
@@ -103,9 +103,9 @@ fn bad_requests_get_errors_and_the_daemon_lives_on() {
         assert!(t0.elapsed() < Duration::from_secs(10), "the silent peer was never declared dead");
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert_eq!(c.put(PageId::new(1, 1), &[7; 10]).unwrap(), PutOutcome::Error);
-    assert_eq!(c.get_many(&[PageId::new(1, 1)], true).unwrap(), vec![GetOutcome::Miss]);
-    assert_eq!(c.get(PageId::new(1, 2)).unwrap(), GetOutcome::Miss);
+    assert_eq!(c.put(PageId::new(1, 1), &[7; 10]).unwrap(), PutOutcome::NoTarget);
+    assert_eq!(c.get_many(&[PageId::new(1, 1)], true).unwrap(), vec![GetOutcome::Miss(MissWhy::Alone)]);
+    assert_eq!(c.get(PageId::new(1, 2)).unwrap(), GetOutcome::Miss(MissWhy::Alone));
     assert!(c.put(PageId::new(1, 3), &[0; 8193]).unwrap_err().to_string().contains("exceed the page size"));
     let s = c.stat().expect("stat after all that");
     assert_eq!((s.gets, s.misses, s.failures_detected), (2, 2, 1));

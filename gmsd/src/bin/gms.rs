@@ -10,16 +10,22 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 #[derive(Parser)]
-#[command(name = "gms", about = "Talk to a GMS node daemon (gmsd)")]
+#[command(
+    name = "gms",
+    about = "Put, get and stat pages through a GMS node daemon (gmsd) on this machine",
+    after_help = "Exit status: 0 done; 1 an error (daemon not running or not answering, page not stored, \
+                  bad file); 2 a bad command line; 3 `get` missed."
+)]
 struct Args {
-    /// The daemon's control socket (default: node --node's default socket).
+    /// The daemon's control socket [default: node --node's default socket,
+    /// $XDG_RUNTIME_DIR/trapeze/gmsd-N.sock or /tmp/trapeze-UID/gmsd-N.sock].
     #[arg(long, global = true)]
     socket: Option<PathBuf>,
     /// Which node's default socket to use when --socket is not given.
     #[arg(long, global = true, default_value_t = 0)]
     node: u16,
-    /// Give up on the daemon after this many seconds.
-    #[arg(long, global = true, default_value_t = 30)]
+    /// Give up when the daemon makes no progress on a request for this many seconds (1-86400).
+    #[arg(long, global = true, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     timeout_s: u64,
     #[command(subcommand)]
     cmd: Cmd,
@@ -27,26 +33,32 @@ struct Args {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Put a file (at most one 8 KiB page; shorter is zero-padded) into network memory.
+    /// Store a file of 1 to 8192 bytes as one page on another node; the page keeps exactly
+    /// that length (no padding), and `get` returns the same bytes.
     Put {
-        /// The page: VOL:PAGE.
+        /// The page: VOL:PAGE, each a decimal or 0x-hex unsigned 64-bit number (e.g. 1:42).
         #[arg(long)]
         page: PageRef,
+        /// The file whose bytes (1 to 8192) become the page.
         #[arg(long)]
         file: PathBuf,
     },
-    /// Get a page: the data goes to --out (or stdout); where it came from to stderr.
+    /// Get a page: its bytes go to --out (or stdout), where it came from to stderr; a miss
+    /// says why and exits with status 3.
     Get {
+        /// The page: VOL:PAGE, each a decimal or 0x-hex unsigned 64-bit number (e.g. 1:42).
         #[arg(long)]
         page: PageRef,
+        /// Write the page's bytes to this file instead of stdout.
         #[arg(long)]
         out: Option<PathBuf>,
-        /// A plain getpage over the network (bypass the daemon's page cache).
+        /// A plain getpage over the network (bypass the daemon's page cache and read-ahead).
         #[arg(long)]
         network_only: bool,
     },
-    /// Memory use, hits and misses, getpage latency.
+    /// Show every node's memory use, hits and misses, and getpage latency.
     Stat {
+        /// Print the daemon's answer as JSON instead of a table.
         #[arg(long)]
         json: bool,
     },
@@ -59,10 +71,28 @@ fn main() {
     }
 }
 
+/// What a put that did not store its page means, in words.
+fn not_stored(o: PutOutcome) -> String {
+    match o {
+        PutOutcome::Stored { target, .. } => format!("stored at node {target}"),
+        PutOutcome::NoTarget => "not stored: no live node to store on (this daemon's node is alone: its peers are \
+                                 down or none were given, and GMS keeps a page on another node)"
+            .into(),
+        PutOutcome::Refused => "not stored: the target node refused it (its memory budget is full)".into(),
+        PutOutcome::Superseded => "not stored: a newer version of the page is already recorded".into(),
+        PutOutcome::WrongView => "not stored: the cluster's membership changed meanwhile; try again".into(),
+        PutOutcome::Failed => "outcome unknown: no answer from the target node within the daemon's operation \
+                               timeout (--op-timeout-ms), twice; lost packets or a failing node — the page may or \
+                               may not be stored"
+            .into(),
+        PutOutcome::Error => "not stored: the daemon could not issue the putpage (see its log)".into(),
+    }
+}
+
 fn run(a: Args) -> anyhow::Result<()> {
     let path = a.socket.unwrap_or_else(|| default_socket(a.node));
     let mut c = Client::connect(&path)?;
-    c.set_timeout(Duration::from_secs(a.timeout_s.max(1)))?;
+    c.set_timeout(Duration::from_secs(a.timeout_s))?;
     match a.cmd {
         Cmd::Put { page, file } => {
             let data = std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
@@ -76,7 +106,7 @@ fn run(a: Args) -> anyhow::Result<()> {
                 PutOutcome::Stored { target, version } => {
                     println!("{page}: stored at node {target}, version {version}")
                 }
-                other => bail!("{page}: not stored ({other:?})"),
+                other => bail!("{page}: {}", not_stored(other)),
             }
         }
         Cmd::Get { page, out, network_only } => match c.get_many(&[page.0], network_only)?.remove(0) {
@@ -87,8 +117,8 @@ fn run(a: Args) -> anyhow::Result<()> {
                 }
                 eprintln!("{page}: hit ({}), version {version}, {} bytes", source.name(), data.len());
             }
-            GetOutcome::Miss => {
-                eprintln!("{page}: miss");
+            GetOutcome::Miss(why) => {
+                eprintln!("{page}: miss: {why}");
                 std::process::exit(3);
             }
         },
@@ -159,4 +189,31 @@ fn table(s: &Stat) -> String {
         }
     }
     o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// Every subcommand and every option says what it is for.
+    #[test]
+    fn every_option_has_help() {
+        let cmd = Args::command();
+        cmd.clone().debug_assert();
+        let mut missing = Vec::new();
+        for c in std::iter::once(&cmd).chain(cmd.get_subcommands()) {
+            if c.get_about().is_none() {
+                missing.push(format!("command {}", c.get_name()));
+            }
+            for a in c.get_arguments().filter(|a| !["help", "version"].contains(&a.get_id().as_str())) {
+                if a.get_help().is_none() {
+                    missing.push(format!("{} --{}", c.get_name(), a.get_id()));
+                }
+            }
+        }
+        assert!(missing.is_empty(), "no help: {missing:?}");
+        let put = cmd.find_subcommand("put").unwrap().get_about().unwrap().to_string();
+        assert!(!put.contains("padded") && put.contains("keeps exactly"), "{put}");
+    }
 }

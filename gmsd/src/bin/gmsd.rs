@@ -5,6 +5,7 @@
 use clap::Parser;
 use gmsd::client::default_socket;
 use gmsd::daemon::{Daemon, Options};
+use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
@@ -13,7 +14,12 @@ use std::time::Duration;
 use trapeze_vnic::link::backend::parse_peer;
 
 #[derive(Parser)]
-#[command(name = "gmsd", about = "A Global Memory Service node daemon on a virtual NIC over UDP")]
+#[command(
+    name = "gmsd",
+    about = "A Global Memory Service node daemon on a virtual NIC over UDP",
+    after_help = "Stop it with SIGINT or SIGTERM (its control socket is removed). Talk to it with `gms`. \
+                  Logs go to stderr (RUST_LOG sets the level, default info)."
+)]
 struct Args {
     /// This node's id (0-65535), unique in the cluster.
     #[arg(long)]
@@ -21,33 +27,37 @@ struct Args {
     /// The link's local UDP address, e.g. 127.0.0.1:7000 (heartbeats ride the link).
     #[arg(long)]
     listen: SocketAddr,
-    /// Another node: ID=IP:PORT (its --listen address); repeat for each peer.
+    /// Another node: ID=IP:PORT (its --listen address); repeat for each peer (at most 15).
     #[arg(long = "peer", value_parser = peer)]
     peers: Vec<(u16, SocketAddr)>,
-    /// Memory this node lends to GMS, in MiB (8 KiB pages).
+    /// Memory this node lends to GMS, in MiB of 8 KiB pages (1-32: a node's frame
+    /// directory holds 4096 pages).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     budget_mb: u64,
-    /// Control socket (default $XDG_RUNTIME_DIR/trapeze/gmsd-N.sock or /tmp/trapeze-UID/gmsd-N.sock).
+    /// Control socket [default: $XDG_RUNTIME_DIR/trapeze/gmsd-N.sock, or
+    /// /tmp/trapeze-UID/gmsd-N.sock without XDG_RUNTIME_DIR].
     #[arg(long)]
     socket: Option<PathBuf>,
-    /// Heartbeat interval in ms.
-    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
+    /// Heartbeat interval in ms (1-60000).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=60_000))]
     heartbeat_ms: u64,
-    /// A peer silent this long (ms) is declared failed.
-    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
+    /// A peer silent this long (ms) is declared failed; at least 2 × --heartbeat-ms
+    /// (at most 3600000). With kernel nodes in the cluster (a heartbeat a second) give 3000 or more.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(2..=3_600_000))]
     dead_after_ms: u64,
-    /// A getpage/putpage unanswered after this long (ms) completes as a miss/failure.
-    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..))]
+    /// A getpage/putpage unanswered after this long (ms) completes as a miss/failure (1-60000).
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..=60_000))]
     op_timeout_ms: u64,
-    /// Pages in the local page cache that reads (not network-only gets) go through; 0: off.
-    #[arg(long, default_value_t = 256)]
-    cache_pages: usize,
-    /// Client operations in flight at most. Every peer's putpages land in this node's
+    /// Pages in the local page cache that reads (not network-only gets) go through; 0: off
+    /// (at most 65536 = 512 MiB, all a 16-node cluster holds).
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(0..=65_536))]
+    cache_pages: u64,
+    /// Client operations in flight at most (1-32). Every peer's putpages land in this node's
     /// 32-entry NIC receive ring: keep (nodes - 1) × window well below 32.
-    #[arg(long, default_value_t = 8)]
-    window: usize,
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=32))]
+    window: u64,
     /// Faults and wire delay on this node's link sends, e.g. delay=20us (a modelled
-    /// one-way wire) or drop=0.1%,seed=7 (default none).
+    /// one-way wire) or drop=0.1%,seed=7; none: no faults.
     #[arg(long, default_value = "none")]
     link_faults: trapeze_vnic::link::FaultConfig,
 }
@@ -57,13 +67,15 @@ fn peer(s: &str) -> Result<(u16, SocketAddr), String> {
 }
 
 fn main() {
+    // Colour only on a terminal: a log file or a pipe gets plain text.
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     let a = Args::parse();
     if a.budget_mb > (u64::MAX >> 20) {
-        eprintln!("gmsd: --budget-mb {} is too large", a.budget_mb);
+        eprintln!("gmsd: --budget-mb {}: too large (at most 32)", a.budget_mb);
         std::process::exit(2);
     }
     let opts = Options {
@@ -75,8 +87,8 @@ fn main() {
         heartbeat: Duration::from_millis(a.heartbeat_ms),
         dead_after: Duration::from_millis(a.dead_after_ms),
         op_timeout: Duration::from_millis(a.op_timeout_ms),
-        cache_pages: a.cache_pages,
-        window: a.window,
+        cache_pages: a.cache_pages as usize,
+        window: a.window as usize,
         link: a.link_faults,
     };
     let stop = Arc::new(AtomicBool::new(false));
@@ -97,5 +109,24 @@ fn main() {
     if let Err(e) = result {
         eprintln!("gmsd: {e:#}");
         std::process::exit(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// Every option says what it is for.
+    #[test]
+    fn every_option_has_help() {
+        let cmd = Args::command();
+        cmd.clone().debug_assert();
+        let missing: Vec<String> = cmd
+            .get_arguments()
+            .filter(|a| !["help", "version"].contains(&a.get_id().as_str()) && a.get_help().is_none())
+            .map(|a| a.get_id().to_string())
+            .collect();
+        assert!(missing.is_empty(), "no help: {missing:?}");
     }
 }
