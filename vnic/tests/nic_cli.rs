@@ -265,6 +265,15 @@ fn an_explicit_path_in_a_missing_directory_is_refused_and_nothing_is_created() {
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("ivshmem socket") && err.contains("does not exist"), "unclear: {err}");
+    // A file that is not a socket is never replaced.
+    let file = s.path("notes.txt");
+    std::fs::write(&file, "keep me").unwrap();
+    let out = s.run(&["--name", "n", "--node", "0", "--link", "udp:127.0.0.1:0", "--control", file.to_str().unwrap()]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("is not a socket"), "unclear: {err}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep me");
+
     assert!(!missing.exists(), "a directory was created for an explicit path");
     assert!(!good.exists(), "the control socket was left behind by a failed start");
     assert!(!s.path("run").exists(), "the default directory was created for explicit paths");
