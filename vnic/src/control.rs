@@ -12,6 +12,10 @@
 //! `unregister_region`. Every response has `"ok"`; failures carry `"error"`. What a
 //! connection attached or registered is removed when it closes, so a host that goes
 //! away can no longer be the target of a DMA.
+//!
+//! A server never takes over a socket another server answers on, and never creates a
+//! directory for an explicit path ([`prepare_socket_path`]); only the default socket
+//! directory ([`create_socket_dir`]) is made. NIC names are checked by [`check_name`].
 
 use crate::engines::new_eventfd;
 use crate::fdpass::{recv_with_fds, send_with_fds};
@@ -57,10 +61,137 @@ pub enum Request {
     },
 }
 
+/// Longest NIC name, in bytes.
+pub const MAX_NAME_LEN: usize = 64;
+
 /// The default control-socket path of NIC `name`: `$XDG_RUNTIME_DIR/trapeze/NAME.sock`,
-/// or `/tmp/trapeze-UID/NAME.sock`.
+/// or `/tmp/trapeze-UID/NAME.sock`. Check the name with [`check_name`] first.
 pub fn default_socket_path(name: &str) -> PathBuf {
     socket_dir().join(format!("{name}.sock"))
+}
+
+/// Check a NIC name: it names a file in the socket directory, so it is 1 to
+/// [`MAX_NAME_LEN`] bytes of ASCII letters, digits, `.`, `_` and `-`, not starting with `.`
+/// (so never `.`, `..`, a path with `/`, or a name with a NUL or a space).
+pub fn check_name(name: &str) -> anyhow::Result<()> {
+    const RULE: &str = "a NIC name is 1-64 of the characters A-Z a-z 0-9 . _ - and does not start with '.'";
+    if name.is_empty() {
+        bail!("the NIC name is empty ({RULE})");
+    }
+    if name.len() > MAX_NAME_LEN {
+        bail!("the NIC name {name:?} is {} bytes long, over the limit of {MAX_NAME_LEN} ({RULE})", name.len());
+    }
+    if let Some(c) = name.chars().find(|&c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))) {
+        let why = match c {
+            '/' => "a name is a file name, not a path: give --control PATH for a socket elsewhere".to_string(),
+            '\0' => "NUL".to_string(),
+            c => format!("{c:?} is not allowed"),
+        };
+        bail!("the NIC name {name:?} contains {c:?} ({why}; {RULE})");
+    }
+    if name.starts_with('.') {
+        bail!("the NIC name {name:?} starts with '.' ({RULE})");
+    }
+    Ok(())
+}
+
+/// Create the default socket directory ([`socket_dir`], mode 0700) if it is missing: the
+/// only directory a NIC creates. Explicit socket paths must be in existing directories.
+pub fn create_socket_dir() -> anyhow::Result<PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    let dir = socket_dir();
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)
+        .with_context(|| format!("creating the socket directory {}", dir.display()))?;
+    Ok(dir)
+}
+
+/// What is at a Unix socket path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SocketState {
+    /// No file.
+    Absent,
+    /// A socket file nobody answers on (left by a process that ended).
+    Stale,
+    /// A socket something answers on.
+    Live,
+}
+
+/// Look at `path` without disturbing a server there beyond one connection that closes at
+/// once: a socket file is connected to (as `kind`) to see whether something answers. Any
+/// other kind of file is an error (it is never a NIC's to replace).
+pub fn probe_socket(path: &Path, kind: SocketType) -> anyhow::Result<SocketState> {
+    use std::os::unix::fs::FileTypeExt;
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_socket() => {}
+        Ok(_) => bail!("{} exists and is not a socket: refusing to replace it", path.display()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(SocketState::Absent),
+        Err(e) => return Err(e).with_context(|| format!("looking at {}", path.display())),
+    }
+    match crate::fdpass::connect(path, kind) {
+        Ok(_) => Ok(SocketState::Live),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(SocketState::Absent),
+        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::CONNREFUSED.raw_os_error()) => Ok(SocketState::Stale),
+        // A server of another socket type listens there.
+        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::PROTOTYPE.raw_os_error()) => Ok(SocketState::Live),
+        Err(e) => Err(e).with_context(|| format!("connecting to {} to see whether it is in use", path.display())),
+    }
+}
+
+/// Make `path` ready for a server to listen on as `what` (e.g. "control socket"): its
+/// directory must exist (nothing is created), a live socket there is refused (a NIC
+/// serves it), a stale one is removed (and logged).
+pub fn prepare_socket_path(path: &Path, kind: SocketType, what: &str) -> anyhow::Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    if !dir.is_dir() {
+        bail!(
+            "the {what} {} is in a directory that does not exist ({}): create it first \
+             (only the default socket directory is created)",
+            path.display(),
+            dir.display()
+        );
+    }
+    if rustix::net::SocketAddrUnix::new(path).is_err() {
+        bail!("the {what} path {} is too long for a Unix socket (at most 107 bytes)", path.display());
+    }
+    match probe_socket(path, kind)? {
+        SocketState::Absent => {}
+        SocketState::Live => bail!(
+            "the {what} {} is in use: a NIC is serving it (stop that NIC first, or choose another name or path)",
+            path.display()
+        ),
+        SocketState::Stale => {
+            tracing::info!("replacing the stale {what} {} (nothing answers on it)", path.display());
+            match std::fs::remove_file(path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e).with_context(|| format!("removing the stale {what} {}", path.display())),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A duration for people: `850 µs`, `12.5 ms`, `1.0 s`, `4 min 12 s`, `2 h 5 min`.
+pub fn human_duration(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    let whole = d.as_secs();
+    if whole >= 3600 {
+        format!("{} h {} min", whole / 3600, whole % 3600 / 60)
+    } else if whole >= 60 {
+        format!("{} min {} s", whole / 60, whole % 60)
+    } else if s >= 1.0 {
+        format!("{s:.1} s")
+    } else if s >= 1e-3 {
+        format!("{:.1} ms", s * 1e3)
+    } else {
+        format!("{} µs", d.as_micros())
+    }
 }
 
 /// Where NICs put their control sockets.
@@ -94,8 +225,10 @@ impl Drop for ControlServer {
     }
 }
 
-/// Serve `nic`'s control socket at `path`.
+/// Serve `nic`'s control socket at `path`, whose directory must exist. A socket another
+/// server answers on is refused; a stale one is replaced ([`prepare_socket_path`]).
 pub fn serve(nic: Arc<Nic>, path: &Path) -> anyhow::Result<ControlServer> {
+    prepare_socket_path(path, SocketType::SEQPACKET, "control socket")?;
     let listener = crate::fdpass::listen(path, SocketType::SEQPACKET)
         .with_context(|| format!("binding the control socket {}", path.display()))?;
     let stop = Arc::new(AtomicBool::new(false));
@@ -181,14 +314,14 @@ fn connection(nic: Arc<Nic>, conn: OwnedFd, stop: Arc<AtomicBool>) {
 fn handle(nic: &Nic, req: Request, mut fds: Vec<OwnedFd>, att: &mut Attached) -> anyhow::Result<(Value, Vec<OwnedFd>)> {
     let s = nic.shared();
     Ok(match req {
-        Request::Status => (json!({ "ok": true, "status": nic.status() }), Vec::new()),
+        Request::Status => (json!({ "ok": true, "status": status_value(nic) }), Vec::new()),
         Request::Halt => {
             nic.halt()?;
             (json!({ "ok": true }), Vec::new())
         }
         Request::Reset => {
             nic.reset()?;
-            (json!({ "ok": true, "status": nic.status() }), Vec::new())
+            (json!({ "ok": true, "status": status_value(nic) }), Vec::new())
         }
         Request::Start { mode } => {
             match mode.as_str() {
@@ -199,12 +332,12 @@ fn handle(nic: &Nic, req: Request, mut fds: Vec<OwnedFd>, att: &mut Attached) ->
                 },
                 other => bail!("unknown processor mode {other:?} (expected \"native\" or \"flashed\")"),
             }
-            (json!({ "ok": true, "status": nic.status() }), Vec::new())
+            (json!({ "ok": true, "status": status_value(nic) }), Vec::new())
         }
         Request::Load { path } => {
             let bytes = read_image_file(Path::new(&path))?;
             let info = nic.load_image(&bytes)?;
-            (json!({ "ok": true, "image": info, "status": nic.status() }), Vec::new())
+            (json!({ "ok": true, "image": info, "status": status_value(nic) }), Vec::new())
         }
         Request::Attach => {
             if att.host || s.host_attached.swap(true, Ordering::AcqRel) {
@@ -246,6 +379,13 @@ fn handle(nic: &Nic, req: Request, mut fds: Vec<OwnedFd>, att: &mut Attached) ->
     })
 }
 
+/// What a status answer carries: [`Nic::status`] and the NIC's node id on its link.
+fn status_value(nic: &Nic) -> Value {
+    let mut v = serde_json::to_value(nic.status()).unwrap_or_else(|e| json!({ "error": e.to_string() }));
+    v["node"] = json!(nic.shared().node);
+    v
+}
+
 /// Read a firmware image file, refusing anything larger than an image can be.
 fn read_image_file(path: &Path) -> anyhow::Result<Vec<u8>> {
     let len = std::fs::metadata(path).with_context(|| format!("image file {}", path.display()))?.len();
@@ -265,11 +405,20 @@ pub struct ControlClient {
 }
 
 impl ControlClient {
+    /// Connect to the control socket at `path`; the error says whether there is no socket
+    /// there or nothing answers on it.
     pub fn connect(path: &Path) -> anyhow::Result<Self> {
-        let sock = crate::fdpass::connect(path, SocketType::SEQPACKET).with_context(|| {
-            format!("connecting to the NIC control socket {} (is trapeze-nic running?)", path.display())
-        })?;
-        Ok(ControlClient { sock })
+        match crate::fdpass::connect(path, SocketType::SEQPACKET) {
+            Ok(sock) => Ok(ControlClient { sock }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                bail!("no NIC control socket at {} (is trapeze-nic running with that name?)", path.display())
+            }
+            Err(e) if e.raw_os_error() == Some(rustix::io::Errno::CONNREFUSED.raw_os_error()) => bail!(
+                "nothing answers on the NIC control socket {} (left by a NIC that is no longer running)",
+                path.display()
+            ),
+            Err(e) => Err(e).with_context(|| format!("connecting to the NIC control socket {}", path.display())),
+        }
     }
 
     /// Send `req` (with `fds`) and wait up to `timeout` for the answer.
@@ -282,7 +431,7 @@ impl ControlClient {
         let bytes = serde_json::to_vec(req)?;
         send_with_fds(self.sock.as_fd(), &bytes, fds).context("sending the request")?;
         if !wait_readable(&self.sock, timeout.as_millis() as i64) {
-            bail!("the NIC did not answer within {timeout:?}");
+            bail!("the NIC did not answer within {}", human_duration(timeout));
         }
         let mut buf = vec![0u8; MAX_MSG];
         let (n, fds) = recv_with_fds(self.sock.as_fd(), &mut buf).context("reading the answer")?;

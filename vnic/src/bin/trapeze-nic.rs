@@ -1,136 +1,321 @@
 // SPDX-License-Identifier: GPL-2.0-only
-//! `trapeze-nic`: start a virtual programmable NIC.
+//! `trapeze-nic`: start a virtual programmable NIC, or ask a running one for its status.
 //!
 //! ```text
 //! trapeze-nic --name n0 --node 0 --link udp:127.0.0.1:7000 --peer 1=127.0.0.1:7001
+//! trapeze-nic status n0
 //! ```
 //! The NIC boots the native firmware (or, with `--flashed IMAGE`, the riscv32 image on an
 //! emulated core), serves its control socket (status, load firmware, attach a host) and
-//! runs until interrupted. Set `RUST_LOG=info` to see the flashed firmware's defmt log.
+//! runs until SIGINT or SIGTERM, when it removes its sockets and exits 0. Set
+//! `RUST_LOG=info` to see the flashed firmware's defmt log.
 
-use anyhow::Context;
-use clap::Parser;
-use std::path::PathBuf;
+use anyhow::{bail, Context};
+use clap::{Args, Parser, Subcommand};
+use serde_json::Value;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
-use trapeze_vnic::control::{default_socket_path, serve};
+use trapeze_vnic::control::{
+    check_name, create_socket_dir, default_socket_path, human_duration, prepare_socket_path, serve, ControlClient,
+    Request,
+};
 use trapeze_vnic::dma::Machine;
 use trapeze_vnic::ivshmem::{register_guest_ram, IvshmemServer};
 use trapeze_vnic::link::backend::BackendSpec;
 use trapeze_vnic::link::{FaultConfig, Link};
 use trapeze_vnic::nic::{FirmwareKind, Nic};
 
+const AFTER_HELP: &str = "\
+Without a subcommand trapeze-nic starts a NIC (the options above); `trapeze-nic status NAME`
+asks a running one. The NIC runs until SIGINT or SIGTERM, then removes its control socket
+(and its ivshmem socket) and exits 0. It refuses a socket another NIC answers on; a stale
+socket file nobody answers on is replaced. RUST_LOG sets the log filter (default info).";
+
 #[derive(Parser)]
-#[command(name = "trapeze-nic", about = "A virtual programmable NIC running the Trapeze firmware")]
-struct Args {
-    /// Name of this NIC (its control socket is NAME.sock in the socket directory).
-    #[arg(long)]
-    name: String,
-    /// This NIC's node id on the link.
-    #[arg(long)]
-    node: u16,
-    /// Link backend: udp:IP:PORT (local bind address) or ether:IFNAME (raw Ethernet, root).
-    #[arg(long)]
-    link: BackendSpec,
+#[command(
+    name = "trapeze-nic",
+    version,
+    about = "A virtual programmable NIC running the Trapeze firmware",
+    after_help = AFTER_HELP,
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Option<Cmd>,
+    #[command(flatten)]
+    start: StartArgs,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Ask a running NIC for its status (firmware, node, counters) over its control socket.
+    Status(StatusArgs),
+}
+
+#[derive(Args)]
+struct StartArgs {
+    /// Name of this NIC: 1-64 of A-Z a-z 0-9 . _ - (not starting with '.'); its control
+    /// socket is NAME.sock in the default socket directory unless --control is given.
+    #[arg(long, required = true)]
+    name: Option<String>,
+    /// This NIC's node id on the link (0-65535).
+    #[arg(long, required = true)]
+    node: Option<u16>,
+    /// Link backend: udp:IP:PORT (the local address to bind) or ether:IFNAME (raw Ethernet,
+    /// needs root or CAP_NET_RAW).
+    #[arg(long, required = true)]
+    link: Option<BackendSpec>,
     /// A peer: NODE=IP:PORT for udp, NODE=MAC for ether. Repeat for each peer.
-    #[arg(long = "peer")]
+    #[arg(long = "peer", value_name = "PEER")]
     peers: Vec<String>,
-    /// Link faults and wire delay, e.g. drop=1%,dup=0.5%,reorder=1%,corrupt=0.1%,seed=7,delay=20us
-    /// (default none).
+    /// Link faults and wire delay, e.g. drop=1%,dup=0.5%,reorder=1%,corrupt=0.1%,seed=7,delay=20us.
     #[arg(long, default_value = "none")]
     faults: FaultConfig,
-    /// Control socket path (default: $XDG_RUNTIME_DIR/trapeze/NAME.sock or /tmp/trapeze-UID/NAME.sock).
-    #[arg(long)]
+    /// Control socket path (default: $XDG_RUNTIME_DIR/trapeze/NAME.sock or
+    /// /tmp/trapeze-UID/NAME.sock; only that default directory is created, an explicit
+    /// path's directory must exist).
+    #[arg(long, value_name = "PATH")]
     control: Option<PathBuf>,
-    /// How long an idle processor polls before sleeping on its doorbell, µs.
+    /// How long an idle processor polls before sleeping on its doorbell, µs (0-1000000).
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
     spin_us: u64,
     /// Run this firmware image (riscv32 ELF, e.g. from `cargo xtask build`) on the emulated
     /// core instead of the native firmware.
     #[arg(long, value_name = "IMAGE")]
     flashed: Option<PathBuf>,
-    /// Serve a QEMU guest: listen on this Unix socket as an ivshmem-doorbell server (start
-    /// the NIC before QEMU; `-chardev socket,path=PATH,id=n -device ivshmem-doorbell,chardev=n,vectors=V`).
+    /// Serve a QEMU guest: listen on this Unix socket (its directory must exist) as an
+    /// ivshmem-doorbell server (start the NIC before QEMU; `-chardev socket,path=PATH,id=n
+    /// -device ivshmem-doorbell,chardev=n,vectors=V`).
     #[arg(long, value_name = "PATH")]
     ivshmem: Option<PathBuf>,
-    /// MSI-X vectors offered to the guest (must match the device's `vectors=`).
+    /// MSI-X vectors offered to the guest, 1-64 (must match the device's `vectors=`).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
     vectors: u32,
     /// The guest's RAM (a `memory-backend-file,share=on` file): guest-physical addresses
     /// become DMA addresses.
     #[arg(long, value_name = "PATH")]
     guest_ram: Option<PathBuf>,
-    /// The guest's QEMU machine type, for the RAM layout above 3 GiB.
+    /// The guest's QEMU machine type, for the RAM layout above 3 GiB (with --guest-ram).
     #[arg(long, default_value = "pc", value_parser = ["pc", "q35"])]
     machine: String,
-    /// Print a status line every SECS seconds.
+    /// Print a status line to stderr every SECS seconds (1 or more).
     #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
     status_every: Option<u64>,
 }
 
+#[derive(Args)]
+struct StatusArgs {
+    /// The NIC's name (its control socket is NAME.sock in the default socket directory).
+    #[arg(required_unless_present = "control", conflicts_with = "control")]
+    name: Option<String>,
+    /// The NIC's control socket, for a NIC started with --control PATH.
+    #[arg(long, value_name = "PATH")]
+    control: Option<PathBuf>,
+    /// How long to wait for the answer, seconds (1-600).
+    #[arg(long, value_name = "SECS", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=600))]
+    timeout: u64,
+    /// Print the NIC's answer as JSON instead of the human summary.
+    #[arg(long)]
+    json: bool,
+}
+
 fn main() {
+    let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
-    if let Err(e) = run(Args::parse()) {
+    let result = match cli.cmd {
+        Some(Cmd::Status(s)) => status(s),
+        None => run(cli.start),
+    };
+    if let Err(e) = result {
         eprintln!("trapeze-nic: error: {e:#}");
         std::process::exit(1);
     }
 }
 
-fn run(a: Args) -> anyhow::Result<()> {
-    let backend = a.link.open(&a.peers).with_context(|| format!("opening link {}", a.link))?;
-    let link = Link::new(a.node, backend, a.faults);
-    let nic = Arc::new(Nic::new(&a.name, link, Duration::from_micros(a.spin_us))?);
+/// `trapeze-nic status`: one status request, printed.
+fn status(a: StatusArgs) -> anyhow::Result<()> {
+    let path = match (&a.control, &a.name) {
+        (Some(p), _) => p.clone(),
+        (None, Some(n)) => {
+            check_name(n)?;
+            default_socket_path(n)
+        }
+        (None, None) => bail!("give a NIC name or --control PATH"),
+    };
+    let client = ControlClient::connect(&path)?;
+    let (v, _) = client
+        .request_with_fds(&Request::Status, &[], Duration::from_secs(a.timeout))
+        .with_context(|| format!("asking the NIC at {} for its status", path.display()))?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&v["status"])?);
+    } else {
+        print!("{}", describe(&v["status"], &path));
+    }
+    Ok(())
+}
+
+/// A status answer for people.
+fn describe(s: &Value, path: &Path) -> String {
+    use std::fmt::Write;
+    let str_of = |v: &Value| v.as_str().map_or_else(|| v.to_string(), String::from);
+    let mut o = String::new();
+    let _ = writeln!(o, "NIC {} (control socket {})", str_of(&s["name"]), path.display());
+    let _ = writeln!(o, "  node          {}", str_of(&s["node"]));
+    let _ = writeln!(
+        o,
+        "  firmware      version {}, build id {}, mode {}, state {}{}",
+        str_of(&s["fw_version"]),
+        str_of(&s["fw_build_id"]),
+        str_of(&s["mode"]),
+        str_of(&s["fw_state"]),
+        s["fw_fault"].as_str().map_or(String::new(), |f| format!(", fault {f}"))
+    );
+    if let Some(img) = s["image"].as_object() {
+        let _ = writeln!(
+            o,
+            "  image         version {}, build id {}, checksum {} ({}), {} bytes loaded",
+            str_of(&img["version"]),
+            str_of(&img["build_id"]),
+            str_of(&img["checksum"]),
+            if img["intact"] == Value::Bool(true) { "intact" } else { "CHANGED in NIC memory" },
+            str_of(&img["load_bytes"])
+        );
+    }
+    let up = s["uptime_s"].as_f64().map_or_else(|| "?".into(), |u| human_duration(Duration::from_secs_f64(u.max(0.0))));
+    let _ = writeln!(o, "  uptime        {up}, heartbeat {}", str_of(&s["heartbeat"]));
+    let _ = writeln!(
+        o,
+        "  host          irqs {}, DMA bytes {}, DMA refused {}, parks {}",
+        str_of(&s["host_irqs"]),
+        str_of(&s["host_dma_bytes"]),
+        str_of(&s["dma_refused"]),
+        str_of(&s["parks"])
+    );
+    if let Some(link) = s["link"].as_object() {
+        let _ = writeln!(o, "  link");
+        for (k, v) in link {
+            let _ = writeln!(o, "    {k:<24} {}", str_of(v));
+        }
+    }
+    if let Some(counters) = s["counters"].as_array() {
+        let _ = writeln!(o, "  counters");
+        for c in counters {
+            let _ = writeln!(o, "    {:<24} {}", str_of(&c[0]), str_of(&c[1]));
+        }
+    }
+    if let Some(regions) = s["regions"].as_array().filter(|r| !r.is_empty()) {
+        let _ = writeln!(o, "  DMA regions");
+        for r in regions {
+            let _ = writeln!(o, "    {:<24} base {} length {}", str_of(&r[0]), str_of(&r[1]), str_of(&r[2]));
+        }
+    }
+    if let Some(log) = s["log"].as_array().filter(|l| !l.is_empty()) {
+        let _ = writeln!(o, "  firmware log (latest last)");
+        for l in log {
+            let _ = writeln!(o, "    {}", str_of(l));
+        }
+    }
+    o
+}
+
+/// Start the NIC and serve it until SIGINT or SIGTERM.
+fn run(a: StartArgs) -> anyhow::Result<()> {
+    let (Some(name), Some(node), Some(link_spec)) = (a.name, a.node, a.link) else {
+        bail!("starting a NIC needs --name, --node and --link (see --help)");
+    };
+    check_name(&name)?;
+    // Installed before any socket exists, so a signal from now on ends in the cleanup below.
+    let (sig_tx, signals) = mpsc::channel();
+    ctrlc::set_handler(move || {
+        let _ = sig_tx.send(());
+    })
+    .context("installing the SIGINT/SIGTERM handler")?;
+
+    let path = match a.control {
+        Some(p) => p,
+        None => {
+            create_socket_dir()?;
+            default_socket_path(&name)
+        }
+    };
+    // Refuse a busy or impossible socket path before opening the link or loading firmware.
+    prepare_socket_path(&path, rustix::net::SocketType::SEQPACKET, "control socket")?;
+    if let Some(p) = &a.ivshmem {
+        prepare_socket_path(p, rustix::net::SocketType::STREAM, "ivshmem socket")?;
+    }
+
+    let backend = link_spec.open(&a.peers).with_context(|| format!("opening link {link_spec}"))?;
+    let link = Link::new(node, backend, a.faults);
+    let nic = Arc::new(Nic::new(&name, link, Duration::from_micros(a.spin_us))?);
     match &a.flashed {
         None => nic.start(FirmwareKind::Native)?,
-        Some(path) => {
-            let bytes = std::fs::read(path).with_context(|| format!("reading firmware image {}", path.display()))?;
-            nic.load_image(&bytes).with_context(|| format!("flashing {}", path.display()))?;
+        Some(image) => {
+            let bytes = std::fs::read(image).with_context(|| format!("reading firmware image {}", image.display()))?;
+            nic.load_image(&bytes).with_context(|| format!("flashing {}", image.display()))?;
         }
     }
     if let Some(ram) = &a.guest_ram {
         let machine = if a.machine == "q35" { Machine::Q35 } else { Machine::Pc };
         register_guest_ram(&nic, ram, machine).with_context(|| format!("mapping guest RAM {}", ram.display()))?;
     }
-    let _ivshmem = match &a.ivshmem {
+    let server = serve(nic.clone(), &path)?;
+    let ivshmem = match &a.ivshmem {
         Some(p) => Some(IvshmemServer::start(nic.clone(), p, a.vectors)?),
         None => None,
     };
-    let path = a.control.unwrap_or_else(|| default_socket_path(&a.name));
-    let _server = serve(nic.clone(), &path)?;
     let st = nic.status();
     eprintln!(
-        "trapeze-nic {}: node {} on {}, firmware {} ({}), control socket {}{}",
-        a.name,
-        a.node,
-        a.link,
+        "trapeze-nic {name}: node {node} on {link_spec}, firmware {} ({}), control socket {}{}",
         st.fw_version,
         st.mode,
         path.display(),
         a.ivshmem.as_ref().map_or(String::new(), |p| format!(", ivshmem server {}", p.display()))
     );
+
+    let period = Duration::from_secs(a.status_every.unwrap_or(3600));
     loop {
-        std::thread::sleep(Duration::from_secs(a.status_every.unwrap_or(3600)));
-        if a.status_every.is_some() {
-            let s = nic.status();
-            let c = |n: &str| s.counters.iter().find(|(k, _)| k == n).map_or(0, |x| x.1);
-            eprintln!(
-                "{}: fw {} {} tx {} rx {} drops(ring {} crc {}) bad-token {} dma-refused {} link tx {} rx {} crc-err {}",
-                s.name,
-                s.fw_state,
-                s.mode,
-                c("tx_packets"),
-                c("rx_packets"),
-                c("rx_drop_ring_full"),
-                c("rx_drop_crc"),
-                c("rx_bad_token"),
-                s.dma_refused,
-                s.link.packets_sent,
-                s.link.packets_received,
-                s.link.crc_errors
-            );
+        match signals.recv_timeout(period) {
+            Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(mpsc::RecvTimeoutError::Timeout) if a.status_every.is_some() => eprintln!("{}", status_line(&nic)),
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
         }
     }
+    eprintln!(
+        "trapeze-nic {name}: SIGINT/SIGTERM: removing the control socket {}{} and exiting",
+        path.display(),
+        a.ivshmem.as_ref().map_or(String::new(), |p| format!(" and the ivshmem socket {}", p.display()))
+    );
+    drop(ivshmem);
+    drop(server);
+    Ok(())
+}
+
+/// The `--status-every` line.
+fn status_line(nic: &Nic) -> String {
+    let s = nic.status();
+    let c = |n: &str| s.counters.iter().find(|(k, _)| k == n).map_or(0, |x| x.1);
+    format!(
+        "{}: up {}, fw {} {} tx {} rx {} drops(ring {} crc {}) bad-token {} dma-refused {} link tx {} rx {} crc-err {}",
+        s.name,
+        human_duration(Duration::from_secs_f64(s.uptime_s.max(0.0))),
+        s.fw_state,
+        s.mode,
+        c("tx_packets"),
+        c("rx_packets"),
+        c("rx_drop_ring_full"),
+        c("rx_drop_crc"),
+        c("rx_bad_token"),
+        s.dma_refused,
+        s.link.packets_sent,
+        s.link.packets_received,
+        s.link.crc_errors
+    )
 }
