@@ -18,15 +18,17 @@
 //! `trapeze_cmd=` on the kernel command line; `trapeze_guest=K` and `trapeze_guests=N`
 //! tell each guest who it is.
 //!
-//! `--module-test` builds `trapeze.ko` (`cargo xtask module`), boots at least two guests
-//! with it and `kernel-crate/guest/ping.sh` as their script: guest 0 loads it as node 0
-//! and answers pings, every other guest K loads it as node K with `ping_peer=0`, which
-//! sends node 0 a control message + 4 KB payload at load and checks the pong byte for
-//! byte; then every guest unloads it. It passes when each guest's console shows the
-//! endpoint up, its side of the ping, a clean `rmmod` (NIC halted, frames freed), the
-//! script's status 0, no oops/BUG/WARNING, and a clean power-off.
+//! `--module-test` builds `trapeze.ko` (`cargo xtask module`), boots at least three guests
+//! with it and `kernel-crate/guest/ping.sh` as their script. First the ping: guest 0 loads
+//! it as node 0 and answers pings, every other guest K loads it as node K with
+//! `ping_peer=0`, which sends node 0 a control message + 4 KB payload at load and checks
+//! the pong byte for byte. Then NetRPC echo calls to node 0 and GMS put/get between the
+//! guests (guest 1 also checks `/dev/gms0` on GMS), and an unload with calls and getpages
+//! in flight. It passes when each guest's console shows the endpoint up, its side of the
+//! ping and of the later phases, a clean `rmmod` (NIC halted, frames freed), the script's
+//! status 0, no oops/BUG/WARNING, and a clean power-off.
 //!
-//! `--blk-test` builds `trapeze.ko` and boots one guest with `kernel-crate/guest/blk.sh`,
+//! `--blk-test` builds `trapeze.ko` and boots (by default) one guest with `kernel-crate/guest/blk.sh`,
 //! which tests the GMS block device `/dev/gms0` on its RAM backend (`gms_disk_mb=`): it
 //! passes when the console shows the script's PASS lines and its total with no FAIL, the
 //! script's status 0, no oops/BUG/WARNING, and a clean power-off.
@@ -41,6 +43,8 @@
 //! cleanly, guest 2 was killed on request, no console shows an oops/BUG/WARNING, and A
 //! and B power off; it prints the lines the issue asks for (module load, data verified,
 //! failure case, clean unload).
+//!
+//! `--gmsd-test` puts a host `gmsd` in one guest's GMS cluster ([`host_gmsd`]).
 //!
 //! A drop guard kills every child and removes RAM files, sockets and the initramfs on every
 //! return, error or not; SIGINT, SIGTERM and SIGHUP end the run through it (once the
@@ -109,7 +113,8 @@ const KERNEL_TROUBLE: [&str; 6] =
 
 #[derive(clap::Args)]
 pub struct VmArgs {
-    /// Guests to boot, each with its own virtual NIC (all NICs on one UDP link).
+    /// Guests to boot, each with its own virtual NIC (all NICs on one UDP link);
+    /// --module-test boots at least 3, --suite 3, --gmsd-test 1.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=16))]
     guests: u16,
     /// Boot (by default one) guest and check that it lists the NIC (PCI 1af4:1110), loads
@@ -125,27 +130,31 @@ pub struct VmArgs {
     /// Guest RAM in MiB.
     #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(64..=4096))]
     mem: u32,
-    /// Seconds to wait for every guest to power off before killing them (an error).
+    /// Seconds to wait for every guest to power off before killing them (an error); the
+    /// tests wait at least their own minimum (--module-test 120, --blk-test 300, --suite
+    /// 300, --gmsd-test 240).
     #[arg(long, default_value_t = 60)]
     timeout: u64,
     /// Extra words for the kernel command line.
     #[arg(long, value_name = "WORDS")]
     append: Option<String>,
     /// Do not echo the guests' console output (from /init on) to the terminal while they
-    /// run; print the lines that matter at the end (what --smoke does).
+    /// run; print the lines that matter at the end (what --smoke and the tests do).
     #[arg(long)]
     quiet: bool,
     /// A kernel module (.ko) to add to the guests' /lib/modules (repeatable), e.g.
     /// kernel-crate/trapeze.ko from `cargo xtask module`.
     #[arg(long, value_name = "KO")]
     module: Vec<PathBuf>,
-    /// Build trapeze.ko and test it in (at least) two guests: guest 0 loads it as node 0,
-    /// the others as node K pinging node 0 with a 4 KB payload; each checks its side,
-    /// unloads it and powers off. Exit status 0 or 1, with the console lines that matter.
+    /// Build trapeze.ko and test it in (at least) three guests (`kernel-crate/guest/ping.sh`):
+    /// guest 0 loads it as node 0, the others as node K pinging node 0 with a 4 KB payload;
+    /// then NetRPC echo calls and GMS put/get between the guests (guest 1 also /dev/gms0 on
+    /// GMS), and an unload with calls in flight; each checks its side, unloads it and powers
+    /// off. Exit status 0 or 1, with the console lines that matter.
     #[arg(long, conflicts_with_all = ["smoke", "script", "cmd"])]
     module_test: bool,
-    /// Build trapeze.ko and test its GMS block device /dev/gms0 on the RAM backend in one
-    /// guest (`kernel-crate/guest/blk.sh`: data round trips with dropped caches, O_DIRECT,
+    /// Build trapeze.ko and test its GMS block device /dev/gms0 on the RAM backend in each
+    /// guest, one by default (`kernel-crate/guest/blk.sh`: data round trips with dropped caches, O_DIRECT,
     /// a tar file round trip, rmmod while the disk is open, reload, failing and stalling
     /// pages). Exit status 0 or 1, with the console lines that matter.
     #[arg(long, conflicts_with_all = ["smoke", "script", "cmd", "module_test"])]
