@@ -131,9 +131,10 @@ impl SoftEngines {
         self.link.poll_deadline()
     }
 
-    /// One idle pass, as [`Engines::idle`] does it: spin (return `None` at once) until
-    /// the spin budget since the first idle pass is used up, then park for up to 100 ms
-    /// (or until the link's next timer) and report what woke it. Any engine start ends the idle stretch.
+    /// One idle pass, as [`Engines::idle`](trapeze_firmware::hal::Engines::idle) does it:
+    /// spin (return `None` at once) until the spin budget since the first idle pass is used
+    /// up, then park for up to 100 ms (or until the link's next timer) and report what woke
+    /// it. Any engine start ends the idle stretch.
     pub fn idle_wait(&mut self) -> Option<Wake> {
         // Frames due off the link's delay line leave before the processor idles.
         let _ = self.link.poll_timers();
