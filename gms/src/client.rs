@@ -10,9 +10,10 @@
 //! [`GmsNode::drive`] and completes as a failure.
 
 use super::net::prelude::*;
-use super::node::{GmsNode, Held, HeldState, Host, OpKind, OpState};
+use super::node::{GmsNode, Held, HeldState, Host};
 use super::ops::*;
 use super::page::{PageId, Version};
+use super::pending::{OpKind, OpState};
 use super::types::*;
 
 impl<

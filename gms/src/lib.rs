@@ -114,11 +114,14 @@ pub mod members;
 pub mod node;
 pub mod ops;
 pub mod page;
+pub mod pending;
 pub mod readahead;
+pub mod registration;
 pub mod serve;
 pub mod table;
 pub mod tasks;
 pub mod types;
+pub mod view;
 
 /// Everything a runtime needs.
 pub mod prelude {

@@ -16,9 +16,10 @@
 //!   [`super::types::GmsConfig::scrub_interval`]. All retried until answered.
 
 use super::net::prelude::*;
-use super::node::{GmsNode, Held, HeldState, Host, TaskKind};
+use super::node::{GmsNode, Held, HeldState, Host};
 use super::ops::*;
 use super::page::Version;
+use super::pending::TaskKind;
 
 impl<
         F: Copy + PartialEq,

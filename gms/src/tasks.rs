@@ -4,8 +4,9 @@
 //! notices queue: everything [`GmsNode::drive`] does.
 
 use super::net::prelude::*;
-use super::node::{GmsNode, HeldState, Host, OpState, Task, TaskKind, TaskState};
+use super::node::{GmsNode, HeldState, Host};
 use super::ops::*;
+use super::pending::{OpState, Task, TaskKind, TaskState};
 
 impl<
         F: Copy + PartialEq,

@@ -1,0 +1,294 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! A node's pending work: the client operation slots and the background directory tasks.
+
+use super::directory::NO_SITE;
+use super::net::prelude::*;
+use super::node::{GmsNode, Host};
+use super::ops::{PutDone, PutStatus};
+use super::page::{PageId, Version};
+use super::types::*;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum OpKind {
+    Get,
+    Put,
+    Move,
+    Discard,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum OpState {
+    Free,
+    InFlight,
+    /// Wait mode: finished, waiting for `take`.
+    Done,
+}
+
+#[derive(Clone, Copy)]
+pub(super) struct OpSlot<F> {
+    pub(super) state: OpState,
+    pub(super) generation: u32,
+    pub(super) kind: OpKind,
+    pub(super) mode: Mode,
+    pub(super) page: PageId,
+    pub(super) version: Version,
+    /// Where the request went (directory, caching site, or put target).
+    pub(super) dst: u16,
+    pub(super) view: u64,
+    pub(super) moving: bool,
+    pub(super) call: Option<CallId>,
+    pub(super) deadline: u64,
+    pub(super) timed_out: bool,
+    pub(super) done: Option<Completion<F>>,
+}
+
+impl<F> OpSlot<F> {
+    pub(super) const FREE: OpSlot<F> = OpSlot {
+        state: OpState::Free,
+        generation: 1,
+        kind: OpKind::Get,
+        mode: Mode::NonBlocking,
+        page: PageId::new(0, 0),
+        version: Version(0),
+        dst: NO_SITE,
+        view: 0,
+        moving: false,
+        call: None,
+        deadline: 0,
+        timed_out: false,
+        done: None,
+    };
+}
+
+/// Background directory maintenance, retried until answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum TaskKind {
+    /// `DIRUPDATE`: name this node as the holder of its copy.
+    Register,
+    /// `DIRREMOVE`: this node no longer holds the page.
+    Remove,
+    /// `DROPPAGE` to `site`: it holds a superseded copy.
+    Drop,
+    /// `DIRVERIFY` to `site` (scrub): un-name it unless it holds the page.
+    Verify,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum TaskState {
+    Free,
+    /// Send at this time.
+    Due(u64),
+    /// Failed: the next `drive` schedules a retry.
+    Backoff,
+    InFlight {
+        call: CallId,
+        deadline: u64,
+    },
+    /// Ended while its call was in flight: the next `drive` cancels the call.
+    Cancel(CallId),
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Task {
+    pub(super) state: TaskState,
+    pub(super) generation: u32,
+    pub(super) kind: TaskKind,
+    pub(super) page: PageId,
+    pub(super) version: Version,
+    /// The version the call in flight carries.
+    pub(super) sent: Version,
+    pub(super) site: u16,
+    /// A putter waiting for this registration: (node, its operation).
+    pub(super) notify: Option<(u16, OpId)>,
+    pub(super) attempts: u32,
+}
+
+impl Task {
+    /// Work still to do (not free, not being cancelled).
+    pub(super) fn live(&self) -> bool {
+        !matches!(self.state, TaskState::Free | TaskState::Cancel(_))
+    }
+
+    pub(super) const FREE: Task = Task {
+        state: TaskState::Free,
+        generation: 1,
+        kind: TaskKind::Remove,
+        page: PageId::new(0, 0),
+        version: Version(0),
+        sent: Version(0),
+        site: NO_SITE,
+        notify: None,
+        attempts: 0,
+    };
+}
+
+/// A queued one-way `PUTDONE`.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Notice {
+    pub(super) dst: u16,
+    pub(super) done: PutDone,
+}
+
+impl<
+        F: Copy + PartialEq,
+        H: Host<F>,
+        const MEMBERS: usize,
+        const HELD: usize,
+        const DIR: usize,
+        const OPS: usize,
+        const TASKS: usize,
+        const OUTQ: usize,
+    > GmsNode<F, H, MEMBERS, HELD, DIR, OPS, TASKS, OUTQ>
+{
+    pub(super) fn op_id(&self, i: usize) -> OpId {
+        OpId { slot: i as u16, generation: self.ops[i].generation }
+    }
+
+    pub(super) fn alloc_op(
+        &mut self,
+        kind: OpKind,
+        mode: Mode,
+        page: PageId,
+        version: Version,
+    ) -> Result<usize, GmsError> {
+        let start = self.op_hint % OPS;
+        let i = (start..OPS).chain(0..start).find(|&i| self.ops[i].state == OpState::Free).ok_or(GmsError::OpsFull)?;
+        self.op_hint = i + 1;
+        let deadline = self.now.saturating_add(self.cfg.op_timeout);
+        self.ops_deadline = self.ops_deadline.min(deadline);
+        let o = &mut self.ops[i];
+        o.state = OpState::InFlight;
+        o.kind = kind;
+        o.mode = mode;
+        o.page = page;
+        o.version = version;
+        o.dst = NO_SITE;
+        o.view = self.members.view();
+        o.moving = false;
+        o.call = None;
+        o.deadline = deadline;
+        o.timed_out = false;
+        o.done = None;
+        Ok(i)
+    }
+
+    pub(super) fn free_op(&mut self, i: usize) {
+        let o = &mut self.ops[i];
+        o.state = OpState::Free;
+        o.generation = o.generation.wrapping_add(1).max(1);
+        o.call = None;
+        o.done = None;
+    }
+
+    /// Finish operation `i` exactly once: hand the result to the host (nonblocking) or
+    /// park it for `take` (wait).
+    pub(super) fn finish(&mut self, i: usize, result: OpResult<F>) {
+        let o = self.ops[i];
+        if o.state != OpState::InFlight {
+            return;
+        }
+        let done = Completion { op: self.op_id(i), page: o.page, result };
+        match o.mode {
+            Mode::NonBlocking => {
+                self.free_op(i);
+                self.host.completed(done);
+            }
+            Mode::Wait => {
+                self.ops[i].state = OpState::Done;
+                self.ops[i].call = None;
+                self.ops[i].done = Some(done);
+                // Cannot overflow: one event per slot until it is taken.
+                let _ = self.events.push(done.op);
+            }
+        }
+    }
+
+    /// Finish operation `i` as failed (no reply will come).
+    pub(super) fn fail_op(&mut self, i: usize, e: RpcError) {
+        let result = match self.ops[i].kind {
+            OpKind::Get => {
+                self.stats.get_failures += 1;
+                OpResult::Get(GetResult::Miss { reason: MissReason::Failed(e), frame: None })
+            }
+            OpKind::Put | OpKind::Move => OpResult::Put(PutResult::Failed),
+            OpKind::Discard => OpResult::Discard(DiscardResult::Failed),
+        };
+        self.finish(i, result);
+    }
+
+    /// Queue a one-way `PUTDONE`.
+    pub(super) fn notify(&mut self, to: Option<(u16, OpId)>, page: PageId, version: Version, status: PutStatus) {
+        let Some((dst, tag)) = to else { return };
+        let done = PutDone { page, version, tag, status, site: self.id };
+        if self.outq.push(Notice { dst, done }).is_err() {
+            self.stats.outq_overflow += 1;
+        }
+    }
+
+    pub(super) fn free_task(&self) -> Option<usize> {
+        self.tasks.iter().position(|t| t.state == TaskState::Free)
+    }
+
+    /// Queue background work (merged with the same work already queued). `false` if the
+    /// table is full.
+    pub(super) fn queue_task(
+        &mut self,
+        kind: TaskKind,
+        page: PageId,
+        version: Version,
+        site: u16,
+        notify: Option<(u16, OpId)>,
+    ) -> bool {
+        let same = |t: &Task| t.live() && t.kind == kind && t.page == page && t.site == site;
+        if let Some(t) = self.tasks.iter_mut().find(|t| same(t)) {
+            // A registration is for the copy held now; removals and drops cover the
+            // newest version asked for.
+            t.version = if kind == TaskKind::Register { version } else { t.version.max(version) };
+            if notify.is_some() {
+                t.notify = notify;
+            }
+            return true;
+        }
+        let Some(i) = self.free_task() else {
+            self.stats.task_overflow += 1;
+            return false;
+        };
+        let now = self.now;
+        self.tasks_idle = false;
+        let t = &mut self.tasks[i];
+        t.state = TaskState::Due(now);
+        t.kind = kind;
+        t.page = page;
+        t.version = version;
+        t.sent = version;
+        t.site = site;
+        t.notify = notify;
+        t.attempts = 0;
+        true
+    }
+
+    /// End task `i`, telling a waiting putter `status`. A call in flight is cancelled by
+    /// the next `drive` (its outcome is ignored: the generation moved on).
+    pub(super) fn end_task(&mut self, i: usize, status: PutStatus) {
+        let t = self.tasks[i];
+        if matches!(t.state, TaskState::Free | TaskState::Cancel(_)) {
+            return;
+        }
+        self.tasks[i].state = match t.state {
+            TaskState::InFlight { call, .. } => TaskState::Cancel(call),
+            _ => TaskState::Free,
+        };
+        self.tasks[i].notify = None;
+        self.tasks[i].generation = t.generation.wrapping_add(1).max(1);
+        if t.kind == TaskKind::Register {
+            self.notify(t.notify, t.page, t.version, status);
+        }
+    }
+
+    /// A held copy went away: its pending registration ends.
+    pub(super) fn cancel_register(&mut self, page: &PageId, status: PutStatus) {
+        if let Some(i) = self.tasks.iter().position(|t| t.live() && t.kind == TaskKind::Register && t.page == *page) {
+            self.end_task(i, status);
+        }
+    }
+}

@@ -1,0 +1,144 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! Membership changes at a node (view, join, failure, leave) and what each one invalidates.
+
+use super::directory::NO_SITE;
+use super::members::Members;
+use super::net::prelude::*;
+use super::node::{GmsNode, Host};
+use super::ops::PutStatus;
+use super::pending::{OpState, TaskKind, TaskState};
+use super::types::*;
+
+impl<
+        F: Copy + PartialEq,
+        H: Host<F>,
+        const MEMBERS: usize,
+        const HELD: usize,
+        const DIR: usize,
+        const OPS: usize,
+        const TASKS: usize,
+        const OUTQ: usize,
+    > GmsNode<F, H, MEMBERS, HELD, DIR, OPS, TASKS, OUTQ>
+{
+    /// A new view from the membership service.
+    pub fn set_members<const C: usize, const K: usize, const X: usize>(
+        &mut self,
+        now: u64,
+        rpc: &mut Rpc<Self, F, C, K, X>,
+        view: u64,
+        ids: &[u16],
+    ) -> Result<(), GmsError> {
+        self.enter(now);
+        let old = self.members;
+        self.members.set(view, ids).map_err(|_| GmsError::MembersFull)?;
+        self.view_changed(rpc, &old);
+        Ok(())
+    }
+
+    /// Node `n` joined (the view number advances by one on every node).
+    pub fn join<const C: usize, const K: usize, const X: usize>(
+        &mut self,
+        now: u64,
+        rpc: &mut Rpc<Self, F, C, K, X>,
+        n: u16,
+    ) -> Result<(), GmsError> {
+        self.enter(now);
+        let old = self.members;
+        if self.members.add(n).map_err(|_| GmsError::MembersFull)? {
+            self.view_changed(rpc, &old);
+        }
+        Ok(())
+    }
+
+    /// Node `n` left or died: directory entries naming it are removed, pages whose
+    /// directory it was are dropped (their records died with it), operations waiting on
+    /// it fail now.
+    pub fn node_failed<const C: usize, const K: usize, const X: usize>(
+        &mut self,
+        now: u64,
+        rpc: &mut Rpc<Self, F, C, K, X>,
+        n: u16,
+    ) {
+        self.enter(now);
+        let old = self.members;
+        if self.members.remove(n) {
+            self.view_changed(rpc, &old);
+        }
+    }
+
+    /// A graceful leave is a failure as far as the protocol core goes (move pages away
+    /// first with [`GmsNode::movepage`]).
+    pub fn leave<const C: usize, const K: usize, const X: usize>(
+        &mut self,
+        now: u64,
+        rpc: &mut Rpc<Self, F, C, K, X>,
+        n: u16,
+    ) {
+        self.node_failed(now, rpc, n)
+    }
+
+    fn view_changed<const C: usize, const K: usize, const X: usize>(
+        &mut self,
+        rpc: &mut Rpc<Self, F, C, K, X>,
+        old: &Members<MEMBERS>,
+    ) {
+        let me = self.id;
+        let new = self.members;
+        let now = self.now;
+        // The directory keeps only pages it still owns, and forgets departed holders.
+        self.dir.retain_pages(|p| new.directory_of(p) == Some(me));
+        for &n in old.ids() {
+            if !new.contains(n) {
+                self.dir.site_failed(n, now);
+            }
+        }
+        // A copy whose directory moved has lost its record (or has it elsewhere): drop it.
+        let stay = new.contains(me);
+        let host = &mut self.host;
+        let mut dropped = 0;
+        self.held.retain(|p, h| {
+            if stay && old.directory_of(p) == new.directory_of(p) {
+                true
+            } else {
+                host.dropped(*p, h.frame, h.dirty);
+                dropped += 1;
+                false
+            }
+        });
+        self.stats.pages_dropped += dropped;
+        // Background work that lost its object.
+        for i in 0..TASKS {
+            let t = self.tasks[i];
+            let keep = match t.kind {
+                _ if !t.live() => continue,
+                TaskKind::Register => self.held.get(&t.page).is_some_and(|h| h.version == t.version),
+                TaskKind::Remove => old.directory_of(&t.page) == new.directory_of(&t.page),
+                TaskKind::Drop => new.contains(t.site),
+                TaskKind::Verify => new.contains(t.site) && new.directory_of(&t.page) == Some(me),
+            };
+            if !keep {
+                self.end_task(i, PutStatus::Failed);
+                if let TaskState::Cancel(call) = self.tasks[i].state {
+                    // Its continuation finds the task gone and ignores the outcome.
+                    let _ = rpc.cancel(self, call);
+                    self.tasks[i].state = TaskState::Free;
+                }
+            }
+        }
+        // Operations waiting on a departed node fail now.
+        for i in 0..OPS {
+            let o = self.ops[i];
+            if o.state != OpState::InFlight || new.contains(o.dst) || o.dst == NO_SITE {
+                continue;
+            }
+            match o.call {
+                Some(call) => {
+                    if rpc.cancel(self, call).is_err() {
+                        self.fail_op(i, RpcError::Cancelled);
+                    }
+                }
+                None => self.fail_op(i, RpcError::Cancelled),
+            }
+        }
+    }
+}

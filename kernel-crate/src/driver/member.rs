@@ -1,0 +1,156 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! This node as a GMS member: joining `gms_nodes=`, the ticker (heartbeats, failure detection), `/dev/gms0`.
+
+#![forbid(unsafe_code)]
+
+use super::{now_ns, Shared, HEARTBEAT_MS, TICK_MS};
+use crate::net;
+use crate::stats::STATS;
+use crate::sys::{self, param};
+use crate::tpz::gms::heartbeat;
+use core::sync::atomic::Ordering;
+use kernel::prelude::*;
+use kernel::sync::Arc;
+use kernel::workqueue::WorkItem;
+
+impl WorkItem<1> for Shared {
+    type Pointer = Arc<Shared>;
+    /// The GMS ticker: every `TICK_MS` until remove, NetRPC and GMS timeouts and
+    /// background work (they run on the receive path too, but a silent member sends
+    /// nothing), heartbeats to the members, and failure detection.
+    fn run(this: Arc<Shared>) {
+        let mut last_beat = 0u64;
+        // This run's incarnation in the GMS heartbeats (never 0).
+        let incarnation = sys::random_u64() | 1;
+        while !this.closing.load(Ordering::Acquire) {
+            sys::msleep(TICK_MS);
+            let now = now_ns();
+            let beat = now.saturating_sub(last_beat) >= HEARTBEAT_MS * 1_000_000;
+            if beat {
+                last_beat = now;
+            }
+            this.tick(now, beat.then_some(incarnation));
+        }
+    }
+}
+
+impl Shared {
+    /// Join the GMS members of `gms_nodes=` (if given); how many members.
+    pub(super) fn join_gms(&self) -> usize {
+        let Some(list) = param::GMS_NODES.get() else {
+            return 0;
+        };
+        let mut ids = [0u16; net::MEMBERS];
+        let Some(n) = net::parse_members(list, &mut ids) else {
+            pr_err!("gms_nodes={:?}: expected up to {} node ids separated by commas\n", list, net::MEMBERS);
+            return 0;
+        };
+        if !ids[..n].contains(&self.node) {
+            pr_err!("gms_nodes={:?} does not list this node ({}): no GMS node\n", list, self.node);
+            return 0;
+        }
+        let sent = {
+            let mut core = self.core.lock();
+            let c = &mut *core;
+            // The view number every node computes from the member set (gmsd too).
+            if let Err(e) = c.node.set_members(now_ns(), &mut c.rpc, heartbeat::view_of(&ids[..n]), &ids[..n]) {
+                pr_err!("gms: set_members: {:?}\n", e);
+                return 0;
+            }
+            c.flush()
+        };
+        if sent {
+            self.ring_nic();
+        }
+        pr_info!(
+            "gms: node {} joined members {:?} with a budget of {} pages\n",
+            self.node,
+            &ids[..n],
+            self.core.lock().node.budget()
+        );
+        n
+    }
+
+    /// One tick of the GMS ticker (see `WorkItem<1>`).
+    /// `beat`: send the members a heartbeat with this incarnation.
+    fn tick(&self, now: u64, beat: Option<u64>) {
+        let sent = {
+            let mut core = self.core.lock();
+            let c = &mut *core;
+            c.rpc.handle_timeouts(now, &mut c.node);
+            c.node.drive(now, &mut c.rpc);
+            let mut members = [0u16; net::MEMBERS];
+            let n = c.node.members().ids().len().min(net::MEMBERS);
+            members[..n].copy_from_slice(&c.node.members().ids()[..n]);
+            for &m in members[..n].iter().filter(|&&m| m != self.node) {
+                let heard = self.heard.get(usize::from(m)).map_or(0, |h| h.load(Ordering::Relaxed));
+                // Only a member that was heard from can fail: the others may not be up yet.
+                if heard != 0 && now.saturating_sub(heard) > self.fail_ms * 1_000_000 {
+                    let bit = 1u64 << (m % 64);
+                    if self.failed.fetch_or(bit, Ordering::Relaxed) & bit == 0 {
+                        STATS.gms_node_failed.inc();
+                        pr_warn!("gms: node {} silent for more than {} ms: declared failed\n", m, self.fail_ms);
+                        c.node.node_failed(now, &mut c.rpc, m);
+                        // The survivors' view number, as every node (gmsd too) computes it.
+                        let mut left = [0u16; net::MEMBERS];
+                        let k = c.node.members().len().min(net::MEMBERS);
+                        left[..k].copy_from_slice(&c.node.members().ids()[..k]);
+                        let _ = c.node.set_members(now, &mut c.rpc, heartbeat::view_of(&left[..k]), &left[..k]);
+                        if let Some(d) = c.node.host.disk.as_mut() {
+                            d.drop_target(m);
+                        }
+                    }
+                } else if let Some(incarnation) = beat {
+                    // The GMS heartbeat (one-way; the same message a host `gmsd` sends and
+                    // expects): any message from a member refreshes `heard`.
+                    let hb = heartbeat::Heartbeat {
+                        node: self.node,
+                        incarnation,
+                        held: c.node.held_count() as u32,
+                        budget: c.node.budget() as u32,
+                    };
+                    let _ = c.rpc.send_oneway(m, heartbeat::OP_HEARTBEAT, &hb.to_bytes(), None);
+                }
+            }
+            Self::issue_disk(c, now);
+            Self::issue_prefetches(c, now);
+            c.flush()
+        };
+        if sent {
+            self.ring_nic();
+        }
+        self.completed.notify_all();
+        self.complete_disk();
+    }
+
+    /// `/dev/gms0` with `pages` pages on the GMS backend, putting to the other members.
+    pub(super) fn gms_disk(&self, this: &Arc<Shared>, pages: u64) -> Result<crate::blk::GmsDisk> {
+        let mut targets = [0u16; net::MEMBERS];
+        let n = {
+            let mut core = self.core.lock();
+            let mut n = 0;
+            for &m in core.node.members().ids().iter().filter(|&&m| m != self.node) {
+                targets[n] = m;
+                n += 1;
+            }
+            if n == 0 {
+                pr_err!("gms_disk_pages= needs gms_nodes= with another member\n");
+                return Err(EINVAL);
+            }
+            drop(core);
+            let depth = u32::try_from(param::GMS_DISK_READAHEAD.get()).unwrap_or(0);
+            let state = crate::gms_backend::DiskState::new(pages, &targets[..n], depth)?;
+            core = self.core.lock();
+            core.node.host.disk = Some(state);
+            n
+        };
+        let backend: Arc<dyn crate::blk::PageBackend> =
+            Arc::new(crate::gms_backend::GmsBackend { shared: this.clone() }, GFP_KERNEL)?;
+        let disk = crate::blk::GmsDisk::new(pages, backend);
+        if disk.is_err() {
+            self.core.lock().node.host.disk = None;
+        }
+        pr_info!("/dev/gms0: {} pages on GMS, written through to {} other member(s)\n", pages, n);
+        disk
+    }
+}

@@ -1,0 +1,91 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! NetRPC and the GMS node of a bound NIC ([`Core`]): their kernel configuration, made on the heap, and sending.
+
+#![forbid(unsafe_code)]
+
+use super::Core;
+use crate::net::{KHost, NetRpc, Node};
+use crate::stats::STATS;
+use crate::sys;
+use crate::tpz::endpoint::SendMsg;
+use crate::tpz::gms::prelude::{GmsConfig, GmsNode};
+use crate::tpz::iface::entry::Segment;
+use crate::tpz::iface::ipt::PayloadToken;
+use crate::tpz::netrpc::rpc::{Config as RpcConfig, Rpc};
+use kernel::prelude::*;
+
+/// NetRPC's timeouts in the kernel (ns): a blocking call 1 s, a nonblocking one 2 s.
+const RPC_CONFIG: RpcConfig = RpcConfig { call_timeout: 1_000_000_000, nonblocking_timeout: Some(2_000_000_000) };
+/// GMS's timeouts in the kernel (ns; TCG guests answer in ~0.1–1 ms, p99 up to ~10 ms).
+const GMS_CONFIG: GmsConfig = GmsConfig {
+    op_timeout: 500_000_000,
+    task_timeout: 200_000_000,
+    retry_delay: 50_000_000,
+    max_attempts: 0,
+    tombstone_ttl: 10_000_000_000,
+    budget: 0,
+    scrub_interval: 1_000_000_000,
+};
+/// Ready-made values in the module image, copied to the heap at probe ([`sys::boxed`]).
+static RPC_TEMPLATE: sys::boxed::Template<NetRpc> = sys::boxed::Template::new(Rpc::new(0, RPC_CONFIG));
+static NODE_TEMPLATE: sys::boxed::Template<Node> =
+    sys::boxed::Template::new(GmsNode::new(0, GMS_CONFIG, KHost::empty()));
+
+/// NetRPC and the GMS node on the heap, never on the 16 KiB kernel stack.
+pub(super) fn new_core(node: u16, budget: usize, host: KHost) -> Result<Core> {
+    let mut rpc = RPC_TEMPLATE.copy()?;
+    rpc.set_node(node, RPC_CONFIG);
+    let mut gms = NODE_TEMPLATE.copy_kv()?;
+    gms.set_identity(node, GmsConfig { budget, ..GMS_CONFIG });
+    gms.host = host;
+    Ok(Core { rpc, node: gms })
+}
+
+impl Core {
+    /// Hand NetRPC's queued transmits to the NIC; whether any was posted. Frames dropped
+    /// before this wait for these sends.
+    pub(crate) fn flush(&mut self) -> bool {
+        let mut sent = false;
+        while let Some(t) = self.rpc.poll_transmit() {
+            sent |= self.node.host.post(&t);
+        }
+        self.node.host.tag_limbo();
+        self.node.host.reap();
+        // Blocking calls are polled with `take_outcome`: the events only say which.
+        while self.rpc.poll_event().is_some() {}
+        sent
+    }
+
+    pub(super) fn take_tx_frame(&mut self) -> Option<usize> {
+        let h = &mut self.node.host;
+        let t = (0..h.tx.len().min(32)).find(|&t| h.tx_busy & (1 << t) == 0)?;
+        h.tx_busy |= 1 << t;
+        Some(t)
+    }
+
+    /// Post `ctrl` + `len` bytes of `tx[t]` to `peer`; on failure `tx[t]` is free again.
+    pub(super) fn send(&mut self, peer: u16, ctrl: &[u8], len: usize, t: usize) -> Result {
+        let h = &mut self.node.host;
+        let seg = [Segment { addr: h.tx[t].dma_addr(), len: len as u32 }];
+        let msg = SendMsg {
+            peer,
+            ctrl,
+            payload_len: len as u32,
+            segments: if len > 0 { &seg } else { &[] },
+            token: PayloadToken::NONE,
+        };
+        match h.ep.post_send(&msg, t) {
+            Ok(()) => {
+                h.posted += 1;
+                STATS.tx_msgs.inc();
+                Ok(())
+            }
+            Err(e) => {
+                h.tx_busy &= !(1 << t);
+                STATS.tx_ring_full.inc();
+                pr_warn!("send to node {} not posted: {:?}\n", peer, e);
+                Err(EBUSY)
+            }
+        }
+    }
+}

@@ -1,0 +1,141 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! A port's client operations in flight, and what their completions do.
+
+use super::read::Source;
+use super::GmsPort;
+use crate::rpc::Frame;
+use gms::prelude::*;
+
+/// What the client operation is for.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Pending {
+    /// A getpage into `frame` (a solicited frame armed in the IPT).
+    Get { frame: Frame, issued: u64, kind: GetKind },
+    /// A putpage from `frame` to `target`.
+    Put { frame: Frame, target: u16, version: Version },
+}
+
+/// Who a getpage is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum GetKind {
+    /// [`GmsPort::get_start`]: the result is kept by operation for [`GmsPort::get_poll`].
+    Plain,
+    /// A reader's fetch through the cache: kept by page for the reader.
+    Reader,
+    /// Read-ahead: a hit goes into the cache; a miss is remembered briefly for a reader
+    /// that waited for it.
+    Prefetch,
+}
+
+/// How long a prefetch's miss answers a reader that comes for the page (ns).
+pub(super) const MISS_TTL: u64 = 100_000_000;
+
+/// A finished get, kept until the reader takes it (fetches the cache cannot keep).
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Finished {
+    /// `len`: the page's length in bytes (the bytes the hit carried into `frame`).
+    Hit {
+        version: Version,
+        frame: Frame,
+        len: u32,
+        source: Source,
+    },
+    Miss,
+}
+
+impl GmsPort {
+    pub(super) fn handle_completions(&mut self) -> bool {
+        if self.node.host.done.is_empty() {
+            return false;
+        }
+        let now = self.now();
+        let done = std::mem::take(&mut self.node.host.done);
+        for c in done {
+            let Some((page, what)) = self.pending.remove(&c.op) else { continue };
+            match (what, c.result) {
+                (Pending::Get { frame, issued, kind }, OpResult::Get(r)) => {
+                    let fin = match r {
+                        GetResult::Hit { version, frame: f, len, via, held } => {
+                            let source = match via {
+                                Via::Local => Source::Local,
+                                Via::TwoWay => Source::TwoWay,
+                                Via::ThreeWay => Source::ThreeWay,
+                            };
+                            match via {
+                                Via::TwoWay => self.lat_2way.push(now - issued),
+                                Via::ThreeWay => self.lat_3way.push(now - issued),
+                                Via::Local => {}
+                            }
+                            self.stats.gets_hit += 1;
+                            self.stats.bytes_in += len as u64;
+                            if held {
+                                // A moving read made this node the holder: copy out of GMS's frame.
+                                let mine = frame;
+                                let ok = self.node.host.copy_payload(&f, &mine, len);
+                                self.node.host.unarm(mine);
+                                if ok {
+                                    Finished::Hit { version, frame: mine, len, source }
+                                } else {
+                                    self.node.host.frames.free(mine);
+                                    Finished::Miss
+                                }
+                            } else {
+                                self.node.host.unarm(f);
+                                Finished::Hit { version, frame: f, len, source }
+                            }
+                        }
+                        GetResult::Miss { frame: f, .. } => {
+                            self.stats.gets_miss += 1;
+                            if let Some(f) = f {
+                                self.node.host.release(f);
+                            }
+                            Finished::Miss
+                        }
+                    };
+                    if kind != GetKind::Plain {
+                        self.ra.complete(page.space, page.page, matches!(fin, Finished::Hit { .. }));
+                    }
+                    match (kind, fin) {
+                        (GetKind::Plain, fin) => {
+                            self.plain.insert(c.op, fin);
+                        }
+                        (GetKind::Prefetch, Finished::Hit { version, frame, len, .. }) => {
+                            self.cache_insert(page, version, frame, len)
+                        }
+                        (GetKind::Prefetch, Finished::Miss) => {
+                            if self.missed.len() > 4096 {
+                                self.missed.retain(|_, t| now.saturating_sub(*t) < MISS_TTL);
+                            }
+                            self.missed.insert(page, now);
+                        }
+                        (GetKind::Reader, fin) => {
+                            if let Some(Finished::Hit { frame, .. }) = self.finished.insert(page, fin) {
+                                self.node.host.frames.free(frame);
+                            }
+                        }
+                    }
+                }
+                (Pending::Put { frame, target, version }, OpResult::Put(r)) => {
+                    // The send may not be reaped yet: free after the sends posted so far.
+                    self.node.host.limbo.push_back((frame, u64::MAX));
+                    match r {
+                        PutResult::Stored { target } => {
+                            self.stats.puts_stored += 1;
+                            *self.stored_at.entry(target).or_default() += 1;
+                            self.refused_by.remove(&target);
+                        }
+                        PutResult::Refused => {
+                            self.stats.puts_refused += 1;
+                            *self.refused_by.entry(target).or_default() += 1;
+                        }
+                        _ => self.stats.puts_other += 1,
+                    }
+                    self.put_log.push((page, version, r));
+                }
+                (Pending::Get { frame, .. }, _) => self.node.host.release(frame),
+                (Pending::Put { frame, .. }, _) => self.node.host.limbo.push_back((frame, u64::MAX)),
+            }
+        }
+        true
+    }
+}

@@ -1,0 +1,106 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! A port's part in the global LRU: its age summaries, the epoch messages, and making room for putpages.
+
+use super::lru::{build_summary, LruConfig, Summary};
+use super::{GmsPort, Node};
+use gms::prelude::*;
+
+/// This node's age summary for `epoch` at LRU clock `tick`.
+fn summary_of(node: &Node, tick: u64, epoch: u32) -> Summary {
+    let mut ages: Vec<u32> =
+        node.holdings().map(|(_, h)| gms::lru::quantize_age(tick.saturating_sub(h.last_access))).collect();
+    build_summary(node.id(), epoch, node.budget(), &mut ages)
+}
+
+impl GmsPort {
+    /// The global LRU's coordinator: the lowest live member.
+    pub fn coordinator(&self) -> Option<u16> {
+        self.node.members().ids().iter().copied().min()
+    }
+
+    /// Set the global LRU's parameters (keeps its state).
+    pub fn set_lru_config(&mut self, cfg: LruConfig) {
+        self.lru.cfg = cfg;
+    }
+
+    /// Global-LRU work after a poll: messages received, coordinator duties, putpages
+    /// stored here, room for more, messages to send. Returns whether it sent anything.
+    pub(super) fn lru_step(&mut self, now: u64) -> bool {
+        let tick = self.lru.tick(now);
+        let inbox = std::mem::take(&mut self.node.host.lru_inbox);
+        for m in &inbox {
+            let node = &self.node;
+            self.lru.handle(now, m, |e| summary_of(node, tick, e));
+        }
+        let node = &self.node;
+        self.lru.poll(now, node.members().ids(), |e| summary_of(node, tick, e));
+        self.count_received();
+        self.make_room(now);
+        let mut sent = false;
+        for m in std::mem::take(&mut self.lru.out) {
+            // A full transmit queue loses the message: the epoch's deadline covers it.
+            sent |= self.rpc.send_oneway(m.dst, m.op, &m.body[..m.len], None).is_ok();
+        }
+        sent
+    }
+
+    /// Count the putpages this node stored since last time against the plan.
+    fn count_received(&mut self) {
+        let stored = self.node.stats().pages_stored;
+        if stored > self.lru_stored_seen {
+            let c = self.coordinator();
+            self.lru.received(stored - self.lru_stored_seen, c);
+            self.lru_stored_seen = stored;
+        }
+    }
+
+    /// Keep `headroom` frames of the budget free by discarding held pages at least as old
+    /// as the plan's threshold (ages as of the plan), oldest first, down to twice the
+    /// headroom free. A node that is full while the plan still sends it putpages (its
+    /// weight is not used up) discards its oldest pages whatever their age: the puts
+    /// replace them, as the plan intends.
+    pub(super) fn make_room(&mut self, now: u64) {
+        let budget = self.node.budget();
+        let headroom = self.lru.cfg.headroom;
+        let held = self.node.held_count();
+        if budget == 0 || held + headroom <= budget {
+            return;
+        }
+        self.count_received();
+        let Some(plan) = self.lru.plan().copied() else { return };
+        let owed = plan.remaining().get(self.id() as usize).copied().unwrap_or(0) as usize;
+        let full = held >= budget;
+        // A scan that found too few old pages is not repeated until the next plan.
+        if self.room_blocked == Some(plan.epoch()) && !(full && owed > 0) {
+            return;
+        }
+        let mut old: Vec<(u32, PageId)> = self
+            .node
+            .holdings()
+            .filter(|(_, h)| h.state == HeldState::Registered)
+            .map(|(p, h)| (self.lru.age_at_plan(h.last_access), *p))
+            .collect();
+        old.sort_unstable_by_key(|a| std::cmp::Reverse(a.0));
+        let want = (held + 2 * headroom).saturating_sub(budget);
+        let old_enough = old.iter().take_while(|a| a.0 >= plan.threshold()).count();
+        let mut n = want.min(old_enough);
+        if n < want {
+            self.room_blocked = Some(plan.epoch());
+            if full && owed > 0 {
+                n = want.min(owed.max(1)).min(old.len());
+            }
+        }
+        for &(_, page) in old.iter().take(n) {
+            if let Some(h) = self.node.drop_local(now, &page) {
+                // Replies posted earlier may still carry the frame.
+                self.node.host.limbo.push_back((h.frame, u64::MAX));
+                self.lru.stats.held_discarded += 1;
+            }
+        }
+    }
+
+    /// Pages this node discarded by the global LRU (evictions not put, held pages aged out).
+    pub fn pages_discarded(&self) -> u64 {
+        self.lru.stats.evictions_discarded + self.lru.stats.held_discarded
+    }
+}

@@ -1,0 +1,152 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! A port's poll loop: the NIC, received messages, timers, GMS's background work and transmits.
+
+use super::GmsPort;
+use crate::rpc::{post, receive};
+use std::sync::Arc;
+use trapeze_firmware::iface::layout::RECV_RING_ENTRIES;
+
+/// Idle passes between two clock reads in [`GmsPort::poll`] (a few µs).
+const CLOCK_PASSES: u32 = 32;
+
+/// How often an idle poll checks NetRPC's, GMS's and the LRU's timers (ns).
+const TIMER_CHECK_NS: u64 = 20_000;
+
+impl GmsPort {
+    pub(super) fn poll_nic(&mut self) -> bool {
+        self.cpu.as_mut().is_some_and(|c| c.poll())
+    }
+
+    /// Wake a NIC processor thread that may sleep on its doorbell.
+    fn ring(doorbell: &Option<Arc<std::os::fd::OwnedFd>>) {
+        if let Some(d) = doorbell {
+            let _ = rustix::io::write(d, &1u64.to_ne_bytes());
+        }
+    }
+
+    /// One pass: NIC firmware, send completions, received messages, timeouts, GMS's
+    /// background work, transmits, completions. Returns whether anything happened.
+    pub fn poll(&mut self) -> bool {
+        let mut busy = self.poll_nic();
+        busy |= self.node.host.reap();
+        // The clock is read when something happened, else every CLOCK_PASSES idle passes
+        // (a clock read costs more than the rest of an idle pass).
+        self.clock_in = self.clock_in.saturating_sub(1);
+        let idle = !busy && self.clock_in > 0;
+        let mut clock = None;
+        while let Some(m) = self.node.host.ep.poll_recv() {
+            busy = true;
+            let now = match clock {
+                Some(t) => t,
+                None => *clock.insert(self.tick_clock()),
+            };
+            let slot = (m.slot % RECV_RING_ENTRIES) as usize;
+            let h = &mut self.node.host;
+            let payload = receive(&mut h.ep, h.base, &m, &mut self.slot_frame[slot], &mut h.frames);
+            self.rpc.handle_message(now, &mut *self.node, m.src, m.ctrl(), payload);
+            // `drive` runs once after the batch (below): its scans of the operation and
+            // task tables cost more than handling a message. A batch is at most a receive
+            // ring (32), well within the node's notice queue.
+            // A burst of putpages must find room as it arrives, not after the burst.
+            self.make_room(now);
+        }
+        if self.rpc.has_deferred() {
+            self.rpc.run_deferred(&mut *self.node);
+            busy = true;
+        }
+        if idle && clock.is_none() {
+            // Nothing arrived, nothing completed: no input for GMS, nothing to send.
+            return false;
+        }
+        let now = match clock {
+            Some(t) => t,
+            None => self.tick_clock(),
+        };
+        // Timers are coarse (ms): an idle spin checks them every TIMER_CHECK_NS, not on
+        // every pass (the scans of the call, operation and task tables dominated it).
+        let timers = now >= self.timers_at;
+        if timers {
+            self.timers_at = now + TIMER_CHECK_NS;
+            self.rpc.handle_timeouts(now, &mut *self.node);
+        }
+        if busy || (timers && self.node.poll_timeout().is_some_and(|t| t <= now)) {
+            self.node.drive(now, &mut self.rpc);
+        }
+        if busy || timers || !self.node.host.lru_inbox.is_empty() {
+            busy |= self.lru_step(now);
+        }
+        busy |= self.flush();
+        busy |= self.handle_completions();
+        busy
+    }
+
+    /// Read the clock (and give the node its LRU tick).
+    fn tick_clock(&mut self) -> u64 {
+        self.clock_in = CLOCK_PASSES;
+        let now = self.now();
+        self.node.set_epoch(self.lru.tick(now));
+        now
+    }
+
+    /// After a client call that only queued messages (a getpage): send them. The node's
+    /// timers and tasks wait for the next poll's `drive` (a getpage arms no task, and its
+    /// deadline is milliseconds away); on the read-ahead path this halves the table scans.
+    pub(super) fn after_call(&mut self) {
+        self.flush();
+        self.handle_completions();
+    }
+
+    /// After a direct input to the node: drive it and send.
+    pub(super) fn after_input(&mut self) {
+        let now = self.now();
+        self.node.drive(now, &mut self.rpc);
+        self.flush();
+        self.handle_completions();
+    }
+
+    /// Hand queued transmits to the NIC.
+    pub(super) fn flush(&mut self) -> bool {
+        let mut sent = false;
+        while let Some(t) = self.rpc.poll_transmit() {
+            let host = &mut self.node.host;
+            let cpu = &mut self.cpu;
+            let doorbell = &self.doorbell;
+            let mut reaped = 0;
+            if post(&mut host.ep, host.base, &t, None, |ep| {
+                match cpu.as_mut() {
+                    Some(c) => {
+                        c.poll();
+                    }
+                    None => Self::ring(doorbell),
+                }
+                reaped += ep.reap_sends(|_, _| {}) as u64;
+            }) {
+                host.posted += 1;
+            }
+            host.reaped += reaped;
+            if let Some((_, len)) = t.payload {
+                self.stats.bytes_out += len as u64;
+            }
+            sent = true;
+        }
+        // Frames dropped so far wait for every send posted up to now.
+        let host = &mut self.node.host;
+        for l in host.limbo.iter_mut().rev() {
+            if l.1 != u64::MAX {
+                break;
+            }
+            l.1 = host.posted;
+        }
+        host.reap();
+        if sent {
+            Self::ring(&self.doorbell);
+            // Run the NIC until the sends have left, or until a message for the host has
+            // landed (handled at the next pass).
+            if let Some(c) = self.cpu.as_mut() {
+                let ep = &self.node.host.ep;
+                c.run(|| ep.recv_ready());
+            }
+        }
+        sent
+    }
+}

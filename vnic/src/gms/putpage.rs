@@ -1,0 +1,101 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! Putpages from a port: the target (the global LRU's plan, else least loaded), put, and evict.
+
+use super::completions::{Finished, Pending};
+use super::GmsPort;
+use anyhow::{bail, Context};
+use gms::prelude::*;
+use netrpc::prelude::*;
+
+impl GmsPort {
+    /// The least-loaded target for a putpage: among the other members, skip those that
+    /// refused since their last stored page (unless all did), and take the one this node
+    /// stored the fewest pages at.
+    pub fn pick_target(&self) -> Option<u16> {
+        let me = self.id();
+        let others: Vec<u16> = self.node.members().ids().iter().copied().filter(|&n| n != me).collect();
+        let fresh: Vec<u16> = others.iter().copied().filter(|n| !self.refused_by.contains_key(n)).collect();
+        let pool = if fresh.is_empty() { &others } else { &fresh };
+        pool.iter().copied().min_by_key(|n| (self.stored_at.get(n).copied().unwrap_or(0), *n))
+    }
+
+    /// The target of a putpage by the global LRU's plan, else least loaded.
+    pub fn choose_target(&mut self) -> Option<u16> {
+        // A new plan reflects the members' free memory now: forget who refused before it.
+        let epoch = self.lru.plan().map_or(0, |p| p.epoch());
+        if epoch != self.refused_epoch {
+            self.refused_epoch = epoch;
+            self.refused_by.clear();
+        }
+        let me = self.id();
+        let c = self.coordinator();
+        let members = self.node.members();
+        let refused = &self.refused_by;
+        let t = self.lru.choose_target(c, |n| n != me && members.contains(n) && !refused.contains_key(&n));
+        if t.is_some() {
+            self.lru.stats.puts_by_plan += 1;
+            return t;
+        }
+        self.lru.stats.puts_fallback += 1;
+        self.pick_target()
+    }
+
+    /// Start a putpage of `data` as `page` at `version` to `target` (default: by the
+    /// global LRU, [`Self::choose_target`]). The page leaves the local cache (it may be
+    /// stale now).
+    pub fn put(&mut self, page: PageId, version: Version, data: &[u8], target: Option<u16>) -> anyhow::Result<OpId> {
+        let target = match target {
+            Some(t) => t,
+            None => self.choose_target().context("no put target")?,
+        };
+        self.cache_remove(&page);
+        if let Some(Finished::Hit { frame, .. }) = self.finished.remove(&page) {
+            self.node.host.frames.free(frame);
+        }
+        self.missed.remove(&page);
+        let f = self.node.host.frames.alloc().context("no free frame")?;
+        self.node.host.frames.write(f, data);
+        let now = self.now();
+        match self.node.putpage(
+            now,
+            &mut self.rpc,
+            page,
+            version,
+            f,
+            data.len() as u32,
+            target,
+            false,
+            Mode::NonBlocking,
+        ) {
+            Ok(op) => {
+                self.pending.insert(op, (page, Pending::Put { frame: f, target, version }));
+                self.stats.puts += 1;
+                self.after_input();
+                Ok(op)
+            }
+            Err(e) => {
+                self.node.host.frames.free(f);
+                bail!("putpage: {e:?}")
+            }
+        }
+    }
+
+    /// Evict a page this node last used at `last_used` (ns of [`Self::now`]): discarded
+    /// (`Ok(None)`, counted in the LRU's `evictions_discarded`) if it is older than the
+    /// plan's threshold, else put like [`Self::put`].
+    pub fn evict(
+        &mut self,
+        page: PageId,
+        version: Version,
+        data: &[u8],
+        last_used: u64,
+    ) -> anyhow::Result<Option<OpId>> {
+        let age = self.lru.age_at_plan(self.lru.tick(last_used));
+        let c = self.coordinator();
+        if self.lru.should_discard(age, c) {
+            self.cache_remove(&page);
+            return Ok(None);
+        }
+        self.put(page, version, data, None).map(Some)
+    }
+}

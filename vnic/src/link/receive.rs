@@ -1,0 +1,127 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! Receiving on the link: frames reassembled into packets, trailers checked, packets copied or lent.
+
+use super::{frame, Link, LinkStats, RxPacket, TRAILER_BYTES};
+use std::io;
+use std::time::Instant;
+
+/// Frames taken from the backend per `poll_packet` call at most, so a flood of bad
+/// frames cannot keep the caller inside the link.
+const RX_FRAMES_PER_POLL: usize = 1024;
+
+impl Link {
+    /// Take frames that have arrived (without blocking) and return the next complete
+    /// packet, copied into `out` without its trailer, or `None` if no packet is complete.
+    /// If `out` is shorter than the packet, the first `out.len()` bytes are delivered
+    /// with `len == out.len()` and `crc_ok == false` (counted in `rx_truncated`).
+    /// Packets come out in the order they completed.
+    pub fn poll_packet(&mut self, out: &mut [u8]) -> Option<RxPacket> {
+        let (rx, truncated) = self.poll_packet_with(|body, src, crc_ok| {
+            if out.len() >= body.len() {
+                out[..body.len()].copy_from_slice(body);
+                (RxPacket { len: body.len(), src, crc_ok }, false)
+            } else {
+                let n = out.len();
+                out.copy_from_slice(&body[..n]);
+                (RxPacket { len: n, src, crc_ok: false }, true)
+            }
+        })?;
+        if truncated {
+            self.stats.rx_truncated += 1;
+        }
+        Some(rx)
+    }
+
+    /// [`poll_packet`](Self::poll_packet), lending the next complete packet (without its
+    /// trailer) to `take` with its source node and whether its CRC checked, and returning
+    /// what `take` returns. A packet that is one frame is lent straight from the
+    /// backend's buffer when the backend lends frames (no copy in the link).
+    pub fn poll_packet_with<R>(&mut self, take: impl FnOnce(&[u8], u16, bool) -> R) -> Option<R> {
+        self.poll_packet_held_with(|body, src, crc_ok, _held| take(body, src, crc_ok))
+    }
+
+    /// [`poll_packet_with`](Self::poll_packet_with), telling `take` also whether the
+    /// packet's bytes stay readable, unchanged, through [`held_packet`](Self::held_packet)
+    /// until the next call that receives (this one, [`poll_packet`](Self::poll_packet)):
+    /// then a receiver may leave them where they are instead of copying them out now.
+    pub fn poll_packet_held_with<R>(&mut self, take: impl FnOnce(&[u8], u16, bool, bool) -> R) -> Option<R> {
+        self.held = None;
+        if self.has_timers() {
+            // A send error here is counted; the receive path has nothing to add to it.
+            let _ = self.poll_timers();
+        }
+        let mut take = Some(take);
+        let mut out = None;
+        let mut now = None;
+        let mut budget = RX_FRAMES_PER_POLL;
+        let (keeps, memory) = (self.keeps_last_frame, self.memory_medium);
+        let mut held = None;
+        while !self.rx.has_ready() && out.is_none() && budget > 0 {
+            budget -= 1;
+            let (rx, stats) = (&mut self.rx, &mut self.stats);
+            let r = self.backend.recv_frame_with(&mut self.rx_frame, &mut |frame| {
+                stats.frames_received += 1;
+                // A whole-frame packet needs no time: its key is stamped at the next
+                // clock read, at the latest every STAMP_FRAMES frames (so its
+                // duplicate window can only grow; see `reassembly`).
+                let t = (stats.frames_received % STAMP_FRAMES == 0).then(|| *now.get_or_insert_with(Instant::now));
+                match rx.take_whole(frame, t, memory) {
+                    Some((src, bytes, flags)) => {
+                        let verdict = (flags & frame::FLAG_VERDICT != 0).then_some(memory);
+                        let (body, crc_ok) = check_trailer(bytes, verdict, stats);
+                        if keeps {
+                            // Where the body lies in the frame the backend keeps.
+                            held = Some((body.as_ptr() as usize - frame.as_ptr() as usize, body.len()));
+                        }
+                        out = take.take().map(|f| f(body, src, crc_ok, keeps));
+                    }
+                    None => {
+                        let t = *now.get_or_insert_with(Instant::now);
+                        rx.handle_frame(frame, t, stats)
+                    }
+                }
+            });
+            match r {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => {
+                    self.stats.recv_errors += 1;
+                    break;
+                }
+            }
+        }
+        if out.is_some() {
+            self.held = held;
+            return out;
+        }
+        let take = take.take()?;
+        let ready = self.rx.pop()?;
+        let (body, crc_ok) = check_trailer(&ready.bytes, None, &mut self.stats);
+        let r = take(body, ready.src, crc_ok, false);
+        self.rx.recycle(ready.bytes);
+        Some(r)
+    }
+}
+
+/// Received frames between clock reads while whole-frame packets arrive (each read
+/// stamps and expires the duplicate keys remembered since the last).
+const STAMP_FRAMES: u64 = 64;
+
+/// Split a whole packet into body and trailer, check the trailer and count the packet.
+/// `verdict`: `None` for a CRC trailer; for a [`frame::FLAG_VERDICT`] packet, whether it
+/// came over a memory medium (only there is a verdict believed).
+#[inline]
+fn check_trailer<'p>(bytes: &'p [u8], verdict: Option<bool>, stats: &mut LinkStats) -> (&'p [u8], bool) {
+    let len = bytes.len() - TRAILER_BYTES;
+    let (body, trailer) = bytes.split_at(len);
+    let crc_ok = match verdict {
+        None => crc32fast::hash(body).to_le_bytes() == trailer,
+        Some(memory) => memory && trailer == frame::VERDICT_GOOD,
+    };
+    stats.packets_received += 1;
+    if !crc_ok {
+        stats.crc_errors += 1;
+    }
+    (body, crc_ok)
+}

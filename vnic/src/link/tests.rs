@@ -1,0 +1,176 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! Tests of the link: sends read once in order, lent frames, verdicts, the wire delay, the CRC.
+
+use super::backend::{InProcSwitch, UdpBackend};
+use super::*;
+
+fn packet(len: usize) -> Vec<u8> {
+    let mut p: Vec<u8> = (0..len).map(|i| (i * 13 + 1) as u8).collect();
+    p[6..8].copy_from_slice(&2u16.to_le_bytes());
+    p
+}
+
+#[test]
+fn send_from_asks_for_each_byte_once_in_order() {
+    let sw = InProcSwitch::new();
+    let mut a = Link::new(1, Box::new(sw.port(1)), FaultConfig::NONE);
+    let mut b = Link::new(2, Box::new(sw.port(2)), FaultConfig::NONE);
+    let p = packet(70_000); // two frames on the in-process switch
+    let mut asked = Vec::new();
+    a.send_packet_from(p.len(), false, &mut |off, buf| {
+        asked.push((off, buf.len()));
+        buf.copy_from_slice(&p[off..off + buf.len()]);
+        true
+    })
+    .unwrap();
+    // The route peek (destination and control-message length), then every byte
+    // once, in order.
+    assert_eq!(asked[0], (0, 12));
+    let mut next = 0;
+    for &(off, len) in &asked[1..] {
+        assert_eq!(off, next);
+        next += len;
+    }
+    assert_eq!(next, p.len());
+    let mut out = vec![0u8; 80_000];
+    let rx = b.poll_packet(&mut out).unwrap();
+    assert_eq!((rx.len, rx.crc_ok), (p.len(), true));
+    assert_eq!(&out[..p.len()], &p[..]);
+    assert_eq!(a.stats().frames_sent, 2);
+}
+
+#[test]
+fn whole_frame_packets_are_lent_once_and_duplicates_dropped() {
+    let sw = InProcSwitch::new();
+    let dup = FaultConfig { duplicate_ppm: 1_000_000, ..FaultConfig::NONE };
+    let mut a = Link::new(1, Box::new(sw.port(1)), dup);
+    let mut b = Link::new(2, Box::new(sw.port(2)), FaultConfig::NONE);
+    let p = packet(9000);
+    a.send_packet(&p, false).unwrap();
+    a.send_packet(&p[..100], true).unwrap();
+    let got = b.poll_packet_with(|body, src, ok| (body.to_vec(), src, ok));
+    assert_eq!(got, Some((p.clone(), 1, true)));
+    // The duplicate of the first is ignored; the aborted second comes with a bad CRC.
+    let got = b.poll_packet_with(|body, _, ok| (body.len(), ok));
+    assert_eq!(got, Some((100, false)));
+    assert_eq!(b.poll_packet_with(|_, _, _| ()), None);
+    let s = b.stats();
+    assert_eq!((s.packets_received, s.duplicate_frames, s.crc_errors), (2, 2, 1));
+}
+
+/// Every frame a backend has queued, taken raw.
+fn raw_frames(port: &mut dyn LinkBackend) -> Vec<Vec<u8>> {
+    let mut buf = vec![0u8; 80_000];
+    let mut out = Vec::new();
+    while let Some(n) = port.try_recv_frame(&mut buf).unwrap() {
+        out.push(buf[..n].to_vec());
+    }
+    out
+}
+
+#[test]
+fn memory_medium_packets_carry_a_verdict_believed_only_there() {
+    let sw = InProcSwitch::new();
+    let mut a = Link::new(1, Box::new(sw.port(1)), FaultConfig::NONE);
+    let mut raw = sw.port(2);
+    let p = packet(9000);
+    a.send_packet(&p, false).unwrap();
+    a.send_packet(&p[..100], true).unwrap();
+    a.send_packet(&packet(70_000), false).unwrap(); // two frames: a real CRC
+    let frames = raw_frames(&mut raw);
+    assert_eq!(frames.len(), 4);
+    let trailer = |f: &[u8]| {
+        let (h, frag) = frame::FrameHeader::parse(f).unwrap();
+        (h.flags, frag[frag.len() - TRAILER_BYTES..].to_vec())
+    };
+    assert_eq!(trailer(&frames[0]), (frame::FLAG_VERDICT, frame::VERDICT_GOOD.to_vec()));
+    let (flags, t) = trailer(&frames[1]);
+    assert_eq!(flags, frame::FLAG_VERDICT);
+    assert_ne!(t, frame::VERDICT_GOOD.to_vec(), "an aborted packet's verdict is bad");
+    assert_eq!(trailer(&frames[2]).0, 0);
+    assert_eq!(trailer(&frames[3]).0, 0);
+
+    // With faults configured the switch carries CRCs again.
+    let dup = FaultConfig { duplicate_ppm: 1, ..FaultConfig::NONE };
+    let mut c = Link::new(3, Box::new(sw.port(3)), dup);
+    c.send_packet(&p, false).unwrap();
+    let again = raw_frames(&mut raw);
+    assert!(!again.is_empty());
+    assert!(again.iter().all(|f| trailer(f).0 == 0));
+
+    // Over the switch the good packet checks and the aborted one fails ...
+    drop(raw);
+    let mut b = Link::new(2, Box::new(sw.port(2)), FaultConfig::NONE);
+    let mut injector = sw.port(9);
+    for f in &frames[..2] {
+        injector.send_frame(2, f).unwrap();
+    }
+    assert_eq!(b.poll_packet_with(|body, _, ok| (body.to_vec(), ok)), Some((p.clone(), true)));
+    assert_eq!(b.poll_packet_with(|body, _, ok| (body.len(), ok)), Some((100, false)));
+    assert_eq!(b.stats().crc_errors, 1);
+
+    // ... while a link that is not a memory medium never believes a verdict.
+    let udp = UdpBackend::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = udp.local_addr();
+    let mut u = Link::new(2, Box::new(udp), FaultConfig::NONE);
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    sock.send_to(&frames[0], addr).unwrap();
+    let deadline = Instant::now() + std::time::Duration::from_secs(5);
+    let got = loop {
+        if let Some(r) = u.poll_packet_with(|body, _, ok| (body.len(), ok)) {
+            break r;
+        }
+        assert!(Instant::now() < deadline, "the UDP frame never arrived");
+    };
+    assert_eq!(got, (9000, false));
+    assert_eq!(u.stats().crc_errors, 1);
+}
+
+#[test]
+fn a_wire_delay_holds_packets_for_it_in_order_and_keeps_verdicts() {
+    let sw = InProcSwitch::new();
+    let delay = std::time::Duration::from_millis(2);
+    let wire = FaultConfig { delay_ns: delay.as_nanos() as u64, ..FaultConfig::NONE };
+    let mut a = Link::new(1, Box::new(sw.port(1)), wire);
+    let mut b = Link::new(2, Box::new(sw.port(2)), FaultConfig::NONE);
+    let (p, big) = (packet(9000), packet(70_000));
+    let t0 = Instant::now();
+    a.send_packet(&p, false).unwrap();
+    a.send_packet(&big, false).unwrap();
+    a.send_packet(&p[..100], true).unwrap();
+    // The sender's next timer is the first frame's arrival.
+    assert!(a.poll_deadline().is_some_and(|d| d >= t0 + delay));
+    assert!(a.has_timers());
+    let mut got = Vec::new();
+    while got.len() < 3 {
+        a.poll_timers().unwrap();
+        if let Some(r) = b.poll_packet_with(|body, _, ok| (body.to_vec(), ok, Instant::now())) {
+            got.push(r);
+        }
+        assert!(t0.elapsed() < std::time::Duration::from_secs(5), "delayed packets never arrived");
+    }
+    assert!(got.iter().all(|g| g.2 >= t0 + delay), "a packet beat the wire delay");
+    assert_eq!((&got[0].0, got[0].1), (&p, true));
+    assert_eq!((&got[1].0, got[1].1), (&big, true));
+    assert_eq!((got[2].0.len(), got[2].1), (100, false), "the aborted packet still fails");
+    assert_eq!(a.stats().frames_sent, 4);
+    assert!(a.poll_deadline().is_none() && !a.has_timers());
+
+    // A delay is not a fault: one-frame packets still carry a verdict.
+    let mut raw = sw.port(3);
+    let mut c = Link::new(4, Box::new(sw.port(4)), wire);
+    let mut p3 = p.clone();
+    p3[6..8].copy_from_slice(&3u16.to_le_bytes());
+    c.send_packet(&p3, false).unwrap();
+    c.flush().unwrap();
+    let frames = raw_frames(&mut raw);
+    assert_eq!(frames.len(), 1);
+    assert_eq!(frame::FrameHeader::parse(&frames[0]).unwrap().0.flags, frame::FLAG_VERDICT);
+}
+
+#[test]
+fn crc_matches_the_firmware() {
+    let data: Vec<u8> = (0..5000u32).map(|i| (i * 31 + 7) as u8).collect();
+    assert_eq!(crc32fast::hash(&data), trapeze_firmware::iface::wire::crc32(&data));
+    assert_eq!(crc32fast::hash(b""), trapeze_firmware::iface::wire::crc32(b""));
+}

@@ -1,0 +1,331 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! The guests of one run: each one's NIC and QEMU, the wait for power-off, a kill on request, cleanup.
+
+use super::{check_interrupted, printable, NIC_START, VECTORS};
+use anyhow::{bail, ensure, Context};
+use std::fs;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// `trapeze-nic` arguments for guest `k`'s NIC: node `k` on the UDP link at `ports[k]`, every
+/// other port a peer (node id = index; a host gmsd's port may follow the guests').
+pub(super) fn nic_args(k: u16, ports: &[u16]) -> Vec<String> {
+    let mut args: Vec<String> = vec![
+        "--name".into(),
+        format!("vm{}-g{k}", std::process::id()),
+        "--node".into(),
+        k.to_string(),
+        "--link".into(),
+        format!("udp:127.0.0.1:{}", ports[k as usize]),
+    ];
+    args.extend(
+        ports
+            .iter()
+            .enumerate()
+            .filter(|&(j, _)| j != k as usize)
+            .flat_map(|(j, p)| ["--peer".to_string(), format!("{j}=127.0.0.1:{p}")]),
+    );
+    args
+}
+
+/// One guest: its NIC, its QEMU and their files.
+pub(super) struct Guest {
+    pub(super) idx: u16,
+    pub(super) ram: PathBuf,
+    pub(super) ivshmem: PathBuf,
+    pub(super) control: PathBuf,
+    pub(super) console: PathBuf,
+    pub(super) qemu_log: PathBuf,
+    pub(super) nic_log: PathBuf,
+    pub(super) mem_mib: u32,
+    pub(super) nic: Option<Child>,
+    pub(super) qemu: Option<Child>,
+    pub(super) started: Option<Instant>,
+    /// How QEMU ended and how long it ran.
+    pub(super) exit: Option<(ExitStatus, Duration)>,
+    /// Console bytes already echoed.
+    pub(super) echoed: usize,
+    /// Echoing starts at /init's first line.
+    pub(super) echoing: bool,
+    /// More QEMU arguments for this guest (e.g. a virtio-net link, `cargo xtask bench vm`).
+    pub(super) qemu_extra: Vec<String>,
+    /// Killed on purpose (`--suite`): how long after its start.
+    pub(super) killed: Option<Duration>,
+}
+
+/// Kill guest `victim` (QEMU and NIC, SIGKILL) once guest `watch`'s console shows `line`.
+pub(super) struct KillOn {
+    pub(super) watch: u16,
+    pub(super) line: &'static str,
+    pub(super) victim: u16,
+    pub(super) done: Option<Instant>,
+}
+
+/// The guests of one run; dropping it kills every child and removes the run's big files.
+pub(super) struct Cluster {
+    pub(super) dir: PathBuf,
+    pub(super) guests: Vec<Guest>,
+    pub(super) remove_on_drop: Vec<PathBuf>,
+    pub(super) kill_on: Option<KillOn>,
+}
+
+impl Cluster {
+    pub(super) fn new(dir: PathBuf) -> Self {
+        Cluster { dir, guests: Vec::new(), remove_on_drop: Vec::new(), kill_on: None }
+    }
+
+    pub(super) fn add_guest(&mut self, idx: u16, mem_mib: u32) {
+        let f = |s: &str| self.dir.join(s);
+        let g = Guest {
+            idx,
+            ram: f(&format!("guest{idx}.ram")),
+            ivshmem: f(&format!("nic{idx}.ivshmem.sock")),
+            control: f(&format!("nic{idx}.control.sock")),
+            console: f(&format!("guest{idx}.console")),
+            qemu_log: f(&format!("guest{idx}.qemu.log")),
+            nic_log: f(&format!("nic{idx}.log")),
+            mem_mib,
+            nic: None,
+            qemu: None,
+            started: None,
+            exit: None,
+            echoed: 0,
+            echoing: false,
+            qemu_extra: Vec::new(),
+            killed: None,
+        };
+        self.remove_on_drop.extend([g.ram.clone(), g.ivshmem.clone(), g.control.clone()]);
+        self.guests.push(g);
+    }
+
+    pub(super) fn guest(&mut self, idx: u16) -> &mut Guest {
+        self.guests.iter_mut().find(|g| g.idx == idx).expect("guest added")
+    }
+
+    /// Create the guest's RAM file (the NIC maps it; QEMU reuses a file of the same size),
+    /// start its NIC and wait until its ivshmem server listens.
+    pub(super) fn start_nic(&mut self, idx: u16, nic_bin: &Path, args: &[String], setpriv: bool) -> anyhow::Result<()> {
+        let g = self.guest(idx);
+        let mut cmd = child_command(nic_bin, setpriv);
+        cmd.args(args)
+            .arg("--control")
+            .arg(&g.control)
+            .arg("--ivshmem")
+            .arg(&g.ivshmem)
+            .args(["--vectors", &VECTORS.to_string()])
+            .arg("--guest-ram")
+            .arg(&g.ram)
+            .args(["--machine", "pc"]);
+        let ram = fs::File::create(&g.ram).with_context(|| format!("creating {}", g.ram.display()))?;
+        ram.set_len(u64::from(g.mem_mib) << 20)?;
+        drop(ram);
+        let log = fs::File::create(&g.nic_log)?;
+        cmd.stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
+        let t = Instant::now();
+        let child = cmd.spawn().context("starting trapeze-nic")?;
+        eprintln!("  guest {idx}: trapeze-nic pid {} (ivshmem server {})", child.id(), g.ivshmem.display());
+        g.nic = Some(child);
+        loop {
+            check_interrupted()?;
+            let text = fs::read_to_string(&g.nic_log).unwrap_or_default();
+            if text.contains("ivshmem server") && g.ivshmem.exists() {
+                break;
+            }
+            if let Some(st) = g.nic.as_mut().expect("set above").try_wait()? {
+                bail!("trapeze-nic for guest {idx} exited ({st}):\n{}", tail(&text, 20));
+            }
+            ensure!(
+                t.elapsed() < NIC_START,
+                "trapeze-nic for guest {idx} did not listen within {NIC_START:?} (log {})",
+                g.nic_log.display()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(())
+    }
+
+    pub(super) fn start_qemu(
+        &mut self,
+        idx: u16,
+        qemu: &Path,
+        kernel: &Path,
+        initrd: &Path,
+        append: &str,
+        setpriv: bool,
+    ) -> anyhow::Result<()> {
+        let g = self.guest(idx);
+        let _ = fs::remove_file(&g.console);
+        let mut cmd = child_command(qemu, setpriv);
+        cmd.args(["-machine", "pc,memory-backend=mem", "-accel", "tcg", "-m", &format!("{}M", g.mem_mib)])
+            .args(["-nodefaults", "-nographic", "-no-reboot", "-monitor", "none"])
+            .arg("-serial")
+            .arg(format!("file:{}", g.console.display()))
+            .arg("-kernel")
+            .arg(kernel)
+            .arg("-initrd")
+            .arg(initrd)
+            .args(["-append", append])
+            .arg("-object")
+            .arg(format!("memory-backend-file,id=mem,size={}M,mem-path={},share=on", g.mem_mib, g.ram.display()))
+            .arg("-chardev")
+            .arg(format!("socket,path={},id=nic", g.ivshmem.display()))
+            .args(["-device", &format!("ivshmem-doorbell,chardev=nic,vectors={VECTORS}")])
+            .args(&g.qemu_extra);
+        let log = fs::File::create(&g.qemu_log)?;
+        cmd.stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
+        let child = cmd.spawn().context("starting qemu-system-x86_64")?;
+        eprintln!("  guest {idx}: qemu pid {} (TCG, RAM {})", child.id(), g.ram.display());
+        g.qemu = Some(child);
+        g.started = Some(Instant::now());
+        g.exit = None;
+        Ok(())
+    }
+
+    /// `kill_on`: once the watched console shows the line, SIGKILL the victim's QEMU and
+    /// NIC (once).
+    fn kill_if_asked(&mut self) -> anyhow::Result<()> {
+        let Some(k) = self.kill_on.as_mut() else { return Ok(()) };
+        if k.done.is_some() {
+            return Ok(());
+        }
+        let (watch, line, victim) = (k.watch, k.line, k.victim);
+        let console = self.guests.iter().find(|g| g.idx == watch).map(|g| g.console.clone());
+        let asked = console.and_then(|c| fs::read(c).ok()).is_some_and(|b| String::from_utf8_lossy(&b).contains(line));
+        if !asked {
+            return Ok(());
+        }
+        k.done = Some(Instant::now());
+        let g = self.guest(victim);
+        let mut what = Vec::new();
+        if let Some(mut q) = g.qemu.take() {
+            what.push(format!("QEMU pid {}", q.id()));
+            q.kill().context("killing QEMU")?;
+            let _ = q.wait();
+        }
+        if let Some(mut n) = g.nic.take() {
+            what.push(format!("trapeze-nic pid {}", n.id()));
+            n.kill().context("killing trapeze-nic")?;
+            let _ = n.wait();
+        }
+        g.killed = Some(g.started.map_or(Duration::ZERO, |s| s.elapsed()));
+        eprintln!("  guest {watch} asked (\"{line}\"): SIGKILLed guest {victim}: {}", what.join(", "));
+        Ok(())
+    }
+
+    /// Wait until every QEMU has exited (true) or `timeout` passed (false, QEMUs killed),
+    /// echoing consoles from /init on. A NIC that dies is an error.
+    pub(super) fn wait(&mut self, timeout: Duration, echo: bool) -> anyhow::Result<bool> {
+        let t = Instant::now();
+        loop {
+            check_interrupted()?;
+            self.kill_if_asked()?;
+            let mut running = 0;
+            for g in &mut self.guests {
+                if echo {
+                    g.echo_console();
+                }
+                if let Some(q) = g.qemu.as_mut() {
+                    match q.try_wait()? {
+                        Some(st) => {
+                            let took = g.started.map_or(Duration::ZERO, |s| s.elapsed());
+                            g.exit = Some((st, took));
+                            g.qemu = None;
+                            if echo {
+                                g.echo_console();
+                            }
+                            eprintln!("  guest {}: QEMU exited ({st}) after {took:.1?}", g.idx);
+                        }
+                        None => running += 1,
+                    }
+                }
+                if let Some(n) = g.nic.as_mut() {
+                    if let Some(st) = n.try_wait()? {
+                        g.nic = None;
+                        let text = fs::read_to_string(&g.nic_log).unwrap_or_default();
+                        bail!("trapeze-nic of guest {} exited ({st}):\n{}", g.idx, tail(&text, 20));
+                    }
+                }
+            }
+            if running == 0 {
+                return Ok(true);
+            }
+            if t.elapsed() >= timeout {
+                for g in &mut self.guests {
+                    if let Some(mut q) = g.qemu.take() {
+                        eprintln!("  guest {}: still running after {timeout:?}: killing QEMU", g.idx);
+                        let _ = q.kill();
+                        let _ = q.wait();
+                    }
+                }
+                return Ok(false);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Guest {
+    /// Print new console lines, from /init's first line on, prefixed with the guest.
+    pub(super) fn echo_console(&mut self) {
+        let Ok(mut f) = fs::File::open(&self.console) else { return };
+        let mut bytes = Vec::new();
+        if f.read_to_end(&mut bytes).is_err() || bytes.len() <= self.echoed {
+            return;
+        }
+        let new = &bytes[self.echoed..];
+        // Only whole lines.
+        let Some(end) = new.iter().rposition(|&b| b == b'\n') else { return };
+        let text = String::from_utf8_lossy(&new[..=end]);
+        self.echoed += end + 1;
+        let mut out = std::io::stderr().lock();
+        for l in text.lines() {
+            if !self.echoing && l.contains("trapeze-guest: up") {
+                self.echoing = true;
+            }
+            if self.echoing {
+                let _ = writeln!(out, "  [g{}] {}", self.idx, printable(l));
+            }
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for g in &mut self.guests {
+            for child in [g.qemu.take(), g.nic.take()].into_iter().flatten() {
+                let mut child = child;
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+        for p in &self.remove_on_drop {
+            let _ = fs::remove_file(p);
+        }
+    }
+}
+
+/// A command for `program`, through `setpriv --pdeathsig KILL --` when available (the
+/// child then dies with this process, however it ends).
+pub(super) fn child_command(program: &Path, setpriv: bool) -> Command {
+    if setpriv {
+        let mut c = Command::new("setpriv");
+        c.args(["--pdeathsig", "KILL", "--"]).arg(program);
+        c
+    } else {
+        Command::new(program)
+    }
+}
+
+pub(super) fn setpriv_pdeathsig() -> bool {
+    Command::new("setpriv")
+        .arg("--help")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("--pdeathsig"))
+}
+
+pub(super) fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}

@@ -1,0 +1,169 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! The guests' initramfs: a newc cpio of /init, busybox, the modules and the script; base64 for --cmd.
+
+use super::INIT;
+use anyhow::{ensure, Context};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Build `initramfs.cpio.gz` in `dir`: /init, busybox, the modules, the optional script.
+pub(super) fn build_initramfs(dir: &Path, modules: &[PathBuf], script: Option<&[u8]>) -> anyhow::Result<PathBuf> {
+    let root = crate::workspace_root();
+    let init = fs::read(root.join(INIT)).with_context(|| format!("reading {INIT}"))?;
+    let busybox = fs::read("/bin/busybox").context("reading /bin/busybox (apt-get install busybox-static)")?;
+    let mut c = Cpio::default();
+    for d in [
+        "bin",
+        "sbin",
+        "usr",
+        "usr/bin",
+        "usr/sbin",
+        "dev",
+        "proc",
+        "sys",
+        "tmp",
+        "run",
+        "root",
+        "etc",
+        "etc/trapeze",
+        "lib",
+        "lib/modules",
+    ] {
+        c.dir(d);
+    }
+    c.char_dev("dev/console", 0o600, 5, 1);
+    c.char_dev("dev/null", 0o666, 1, 3);
+    c.file("bin/busybox", 0o755, &busybox);
+    c.symlink("bin/sh", "busybox");
+    c.file("init", 0o755, &init);
+    let mut names = Vec::new();
+    for m in modules {
+        let name = m.file_name().context("module path")?.to_string_lossy().into_owned();
+        c.file(&format!("lib/modules/{name}"), 0o644, &fs::read(m)?);
+        names.push(name);
+    }
+    if let Some(s) = script {
+        c.file("etc/trapeze/run.sh", 0o755, s);
+    }
+    let cpio = dir.join("initramfs.cpio");
+    fs::write(&cpio, c.finish())?;
+    let st = Command::new("gzip").args(["-9", "-n", "-f"]).arg(&cpio).status().context("running gzip")?;
+    ensure!(st.success(), "gzip {} failed ({st})", cpio.display());
+    let gz = dir.join("initramfs.cpio.gz");
+    let size = fs::metadata(&gz)?.len();
+    eprintln!(
+        "  {} ({} KiB): /init from {INIT}, busybox, modules: {}{}",
+        gz.display(),
+        size / 1024,
+        if names.is_empty() { "none".to_string() } else { names.join(" ") },
+        if script.is_some() { ", /etc/trapeze/run.sh" } else { "" }
+    );
+    Ok(gz)
+}
+
+/// A newc ("070701") cpio archive, as the kernel unpacks an initramfs.
+#[derive(Default)]
+pub(super) struct Cpio {
+    buf: Vec<u8>,
+    ino: u32,
+}
+
+impl Cpio {
+    fn entry(&mut self, name: &str, mode: u32, nlink: u32, rdev: (u32, u32), data: &[u8]) {
+        self.ino += 1;
+        let fields = [
+            self.ino,
+            mode,
+            0, // uid
+            0, // gid
+            nlink,
+            0, // mtime
+            data.len() as u32,
+            0, // devmajor
+            0, // devminor
+            rdev.0,
+            rdev.1,
+            name.len() as u32 + 1,
+            0, // check
+        ];
+        self.buf.extend_from_slice(b"070701");
+        for f in fields {
+            self.buf.extend_from_slice(format!("{f:08x}").as_bytes());
+        }
+        self.buf.extend_from_slice(name.as_bytes());
+        self.buf.push(0);
+        self.pad();
+        self.buf.extend_from_slice(data);
+        self.pad();
+    }
+    fn pad(&mut self) {
+        while !self.buf.len().is_multiple_of(4) {
+            self.buf.push(0);
+        }
+    }
+    pub(super) fn dir(&mut self, name: &str) {
+        self.entry(name, 0o040_755, 2, (0, 0), &[]);
+    }
+    pub(super) fn file(&mut self, name: &str, perm: u32, data: &[u8]) {
+        self.entry(name, 0o100_000 | perm, 1, (0, 0), data);
+    }
+    fn symlink(&mut self, name: &str, target: &str) {
+        self.entry(name, 0o120_777, 1, (0, 0), target.as_bytes());
+    }
+    fn char_dev(&mut self, name: &str, perm: u32, major: u32, minor: u32) {
+        self.entry(name, 0o020_000 | perm, 1, (major, minor), &[]);
+    }
+    pub(super) fn finish(mut self) -> Vec<u8> {
+        self.entry("TRAILER!!!", 0, 1, (0, 0), &[]);
+        while !self.buf.len().is_multiple_of(512) {
+            self.buf.push(0);
+        }
+        self.buf
+    }
+}
+
+/// Standard base64 with padding (the guest decodes it with busybox `base64 -d`).
+pub(super) fn base64(data: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
+    for chunk in data.chunks(3) {
+        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_matches_the_standard() {
+        assert_eq!(base64(b""), "");
+        assert_eq!(base64(b"f"), "Zg==");
+        assert_eq!(base64(b"fo"), "Zm8=");
+        assert_eq!(base64(b"foo"), "Zm9v");
+        assert_eq!(base64(b"insmod x && rmmod x"), "aW5zbW9kIHggJiYgcm1tb2QgeA==");
+    }
+
+    #[test]
+    fn cpio_entries_are_aligned_and_terminated() {
+        let mut c = Cpio::default();
+        c.dir("bin");
+        c.file("init", 0o755, b"#!/bin/sh\n");
+        let a = c.finish();
+        assert!(a.starts_with(b"070701"));
+        assert_eq!(a.len() % 512, 0);
+        let s = String::from_utf8_lossy(&a);
+        assert!(s.contains("TRAILER!!!"));
+        assert!(s.contains("init\0"));
+    }
+}

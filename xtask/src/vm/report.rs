@@ -1,0 +1,326 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! What a guest's console shows, and whether each kind of run passed.
+
+use super::{IVSHMEM_PCI_ID, KERNEL_TROUBLE, POWER_DOWN, SUITE_KILL};
+use std::process::ExitStatus;
+
+/// The `--module-test` phases after the ping with 3 guests or more
+/// (`kernel-crate/guest/ping.sh`): guest 0 answered every echo call; every other guest's
+/// NetRPC echo test and GMS put/get test passed (checked byte for byte in the module), and
+/// it unloaded with calls and getpages in flight, all failed cleanly. (passed, summary).
+pub(super) fn rpc_phase_ok(console: &str, guest: u16) -> (bool, String) {
+    let has = |t: &str| console.lines().any(|l| l.contains(t));
+    if guest == 0 {
+        let served = console.lines().find_map(|l| {
+            let t = l.split("trapeze-test: node 0 answered ").nth(1)?;
+            let mut w = t.split(' ');
+            let got: u32 = w.next()?.parse().ok()?;
+            let want: u32 = w.nth(1)?.parse().ok()?;
+            Some((got, want))
+        });
+        let ok = served.is_some_and(|(g, w)| w > 0 && g >= w);
+        let what = served.map_or("no echo count".to_string(), |(g, w)| format!("answered {g} of {w} echo calls"));
+        return (ok, what);
+    }
+    let echo = has("trapeze: netrpc echo with node 0: PASSED");
+    let gms = has("trapeze: gms test: PASSED");
+    let inflight = has("were in flight at unload: failed (0 calls, 0 operations left)");
+    // Guest 1 also checks /dev/gms0 on the GMS backend.
+    let disk = guest != 1 || has("trapeze-test: node 1: gms0 on GMS") && has("read back O_DIRECT") && !has(": FAILED");
+    let ok = echo && gms && inflight && disk;
+    (ok, format!(
+        "echo (wait, continuation, deferred): {}; gms put/get verified: {}; unload with requests in flight failed them cleanly: {}{}",
+        yes_no(echo),
+        yes_no(gms),
+        yes_no(inflight),
+        if guest == 1 { format!("; /dev/gms0 on GMS: {}", yes_no(disk)) } else { String::new() }
+    ))
+}
+
+pub(super) fn yes_no(b: bool) -> &'static str {
+    if b {
+        "yes"
+    } else {
+        "NO"
+    }
+}
+
+/// What a run checks in each guest.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Mode {
+    Plain,
+    Smoke,
+    ModuleTest,
+    BlkTest,
+    Suite,
+}
+
+/// What the issue asks the suite's log to show, from guest 0's console: each item with
+/// the PASS/FAIL lines behind it.
+pub(super) fn suite_summary(console: &str) -> Vec<String> {
+    let lines: Vec<String> = console
+        .lines()
+        .map(printable)
+        .filter(|l| l.starts_with("trapeze-suite: PASS ") || l.starts_with("trapeze-suite: FAIL "))
+        .collect();
+    let mut out = Vec::new();
+    for (item, keys) in [
+        ("module load", &["module loaded", "servers B and C"][..]),
+        ("data verified", &["mke2fs", "mount -t ext2", "files written", "data verified", "probe pages"][..]),
+        ("failure case", &["failure case"][..]),
+        ("clean unload", &["clean unload"][..]),
+    ] {
+        let hits: Vec<&String> = lines.iter().filter(|l| keys.iter().any(|k| l.contains(k))).collect();
+        let ok = !hits.is_empty() && hits.iter().all(|l| l.contains(": PASS "));
+        out.push(format!("{item}: {}", if ok { "PASS" } else { "FAIL" }));
+        out.extend(hits.iter().map(|l| format!("    {l}")));
+    }
+    out
+}
+
+/// What a guest's console shows.
+pub(super) struct GuestReport {
+    pub(super) nic_listed: bool,
+    pub(super) rust_loaded: bool,
+    pub(super) powered_off: bool,
+    /// trapeze.ko brought the endpoint up.
+    pub(super) trapeze_up: bool,
+    /// trapeze.ko's remove halted the NIC and freed its frames.
+    pub(super) trapeze_removed: bool,
+    /// Guest 0 answered a ping; any other guest had its pong verified.
+    pub(super) ping_ok: bool,
+    /// The guest's script ended with status 0.
+    pub(super) script_ok: bool,
+    pub(super) kernel_trouble: bool,
+    /// `--blk-test`: the script's PASS and FAIL lines, and whether it printed its total.
+    pub(super) blk_passed: usize,
+    pub(super) blk_failed: usize,
+    pub(super) blk_done: bool,
+    /// `--suite`, guest 0: the same for `trapeze-suite:` lines.
+    pub(super) suite_passed: usize,
+    pub(super) suite_failed: usize,
+    pub(super) suite_done: bool,
+}
+
+/// A script's `PREFIX PASS …` and `PREFIX FAIL …` lines, and whether it printed its total
+/// (`PREFIX N passed, M failed`).
+pub(super) fn pass_fail(console: &str, prefix: &str) -> (usize, usize, bool) {
+    let lines = || console.lines().map(printable);
+    let pass = format!("{prefix}PASS ");
+    let fail = format!("{prefix}FAIL ");
+    (
+        lines().filter(|l| l.starts_with(&pass)).count(),
+        lines().filter(|l| l.starts_with(&fail)).count(),
+        lines().any(|l| {
+            l.strip_prefix(prefix).is_some_and(|t| {
+                t.ends_with(" failed") && t.split(' ').next().is_some_and(|n| n.parse::<u32>().is_ok())
+            })
+        }),
+    )
+}
+
+impl GuestReport {
+    pub(super) fn of(console: &str, exit: Option<ExitStatus>, guest: u16) -> Self {
+        let kernel_trouble = KERNEL_TROUBLE.iter().any(|t| console.contains(t));
+        let (suite_passed, suite_failed, suite_done) = pass_fail(console, "trapeze-suite: ");
+        GuestReport {
+            suite_passed,
+            suite_failed,
+            suite_done,
+            nic_listed: console.lines().any(|l| l.contains("trapeze-guest: pci ") && l.contains(IVSHMEM_PCI_ID)),
+            rust_loaded: console.contains("Rust minimal sample (init)")
+                && console.contains("Rust minimal sample (exit)"),
+            powered_off: console.contains(POWER_DOWN)
+                && !console.contains("Kernel panic")
+                && exit.is_some_and(|s| s.success()),
+            trapeze_up: console.lines().any(|l| l.contains("trapeze: ") && l.contains(" up: endpoint live")),
+            trapeze_removed: console.contains("removed: NIC halted, frames freed"),
+            ping_ok: console.lines().any(|l| {
+                l.contains("trapeze: ")
+                    && if guest == 0 {
+                        l.contains("answered with a pong")
+                    } else {
+                        l.contains("bytes verified byte for byte")
+                    }
+            }),
+            script_ok: console.contains("/etc/trapeze/run.sh exited with status 0"),
+            kernel_trouble,
+            blk_passed: console.lines().filter(|l| l.starts_with("trapeze-blk: PASS ")).count(),
+            blk_failed: console.lines().filter(|l| l.starts_with("trapeze-blk: FAIL ")).count(),
+            blk_done: console.lines().any(|l| {
+                l.strip_prefix("trapeze-blk: ").is_some_and(|t| {
+                    t.ends_with(" failed") && t.split(' ').next().is_some_and(|n| n.parse::<u32>().is_ok())
+                })
+            }),
+        }
+    }
+    /// `--suite`: guest 0 passed every check; a server loaded the module, and either was
+    /// the guest killed on request or unloaded cleanly and powered off. No kernel trouble.
+    pub(super) fn suite_ok(&self, guest: u16, killed: bool) -> bool {
+        if self.kernel_trouble || !self.nic_listed {
+            return false;
+        }
+        if guest == 0 {
+            return self.powered_off
+                && self.suite_done
+                && self.suite_passed > 0
+                && self.suite_failed == 0
+                && self.script_ok;
+        }
+        if guest == SUITE_KILL.2 {
+            return killed && self.trapeze_up;
+        }
+        self.powered_off && self.trapeze_up && self.trapeze_removed && self.script_ok
+    }
+
+    pub(super) fn ok(&self, mode: Mode) -> bool {
+        let base = self.nic_listed && self.powered_off;
+        match mode {
+            Mode::Plain => base,
+            Mode::Smoke => base && self.rust_loaded,
+            Mode::BlkTest => {
+                base && self.blk_done
+                    && self.blk_passed > 0
+                    && self.blk_failed == 0
+                    && self.script_ok
+                    && !self.kernel_trouble
+            }
+            Mode::ModuleTest => {
+                base && self.trapeze_up
+                    && self.trapeze_removed
+                    && self.ping_ok
+                    && self.script_ok
+                    && !self.kernel_trouble
+            }
+            Mode::Suite => false,
+        }
+    }
+}
+
+/// A console line without terminal escape sequences (the BIOS clears the screen) and
+/// other control characters.
+pub(super) fn printable(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\u{1b}' => {
+                // ESC [ params letter, or ESC + one character.
+                if chars.next_if_eq(&'[').is_some() {
+                    while chars.next().is_some_and(|c| !c.is_ascii_alphabetic()) {}
+                } else {
+                    chars.next();
+                }
+            }
+            c if c.is_control() => {}
+            c => out.push(c),
+        }
+    }
+    out.trim_end().to_string()
+}
+
+/// Console lines worth repeating in the summary.
+pub(super) fn interesting(l: &str) -> bool {
+    [
+        "trapeze-guest:",
+        "trapeze-test:",
+        "trapeze-blk:",
+        "trapeze-suite:",
+        "trapeze: ",
+        "rust_minimal",
+        "Linux version",
+        "reboot:",
+        "ivshmem",
+    ]
+    .iter()
+    .chain(KERNEL_TROUBLE.iter())
+    .any(|k| l.contains(k))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes_are_dropped_from_console_lines() {
+        assert_eq!(
+            printable("Booting from ROM..\u{1b}c\u{1b}[?7l\u{1b}[2JLinux version 6.12\r"),
+            "Booting from ROM..Linux version 6.12"
+        );
+    }
+
+    #[test]
+    fn report_needs_the_nic_and_a_clean_poweroff() {
+        let good = "trapeze-guest: pci 0000:00:02.0 1af4:1110 class 050000\nreboot: Power down\n";
+        let r = GuestReport::of(good, Some(ExitStatus::default()), 0);
+        assert!(r.ok(Mode::Plain) && !r.ok(Mode::Smoke) && !r.ok(Mode::ModuleTest));
+        let panic = format!("{good}Kernel panic - not syncing\n");
+        assert!(!GuestReport::of(&panic, Some(ExitStatus::default()), 0).ok(Mode::Plain));
+    }
+
+    #[test]
+    fn blk_test_needs_every_check_passed_and_the_total() {
+        let ok = Some(ExitStatus::default());
+        let run = "trapeze-guest: pci 0000:00:03.0 1af4:1110 class 050000\n\
+            trapeze-blk: PASS disk /dev/gms0 appears\n\
+            trapeze-blk: PASS 8 MiB read back after drop_caches: md5 0\n\
+            trapeze-blk: 2 passed, 0 failed\n\
+            trapeze-guest: /etc/trapeze/run.sh exited with status 0\nreboot: Power down\n";
+        let r = GuestReport::of(run, ok, 0);
+        assert!(r.ok(Mode::BlkTest) && r.blk_passed == 2);
+        let failed = run.replacen("PASS 8 MiB", "FAIL 8 MiB", 1);
+        assert!(!GuestReport::of(&failed, ok, 0).ok(Mode::BlkTest));
+        let cut_short = run.replace("trapeze-blk: 2 passed, 0 failed\n", "");
+        assert!(!GuestReport::of(&cut_short, ok, 0).ok(Mode::BlkTest), "the total line must be there");
+        let oops = format!("{run}Oops: 0000 [#1] SMP\n");
+        assert!(!GuestReport::of(&oops, ok, 0).ok(Mode::BlkTest));
+    }
+
+    #[test]
+    fn suite_needs_every_check_the_kill_and_a_clean_server() {
+        let ok = Some(ExitStatus::default());
+        let a = "trapeze-guest: pci 0000:00:02.0 1af4:1110 class 050000\n\
+            trapeze-suite: PASS module loaded, /dev/gms0 on GMS (1024 pages)\n\
+            trapeze-suite: PASS data verified: 4 files' md5sums match\n\
+            trapeze-suite: PASS failure case: node 2 declared failed 3.4 s after the kill request\n\
+            trapeze-suite: PASS clean unload with NetRPC calls and getpages in flight\n\
+            trapeze-suite: 4 passed, 0 failed\n\
+            trapeze-guest: /etc/trapeze/run.sh exited with status 0\nreboot: Power down\n";
+        assert!(GuestReport::of(a, ok, 0).suite_ok(0, false));
+        let failed = a.replacen("PASS failure case", "FAIL failure case", 1);
+        assert!(!GuestReport::of(&failed, ok, 0).suite_ok(0, false));
+        let cut = a.replace("trapeze-suite: 4 passed, 0 failed\n", "");
+        assert!(!GuestReport::of(&cut, ok, 0).suite_ok(0, false), "the total line must be there");
+        let sum = suite_summary(&failed);
+        assert_eq!(sum.iter().filter(|l| l.ends_with(": PASS")).count(), 3);
+        assert!(sum.contains(&"failure case: FAIL".to_string()));
+        // A server: loaded and unloaded cleanly; the victim: loaded, then killed.
+        let b = "trapeze-guest: pci 0000:00:02.0 1af4:1110 class 050000\n\
+            [ 3.1] trapeze: 0000:00:02.0: node 1 up: endpoint live, 32 receive frames\n\
+            [ 9.2] trapeze: 0000:00:02.0: node 1 removed: NIC halted, frames freed\n\
+            trapeze-guest: /etc/trapeze/run.sh exited with status 0\nreboot: Power down\n";
+        assert!(GuestReport::of(b, ok, 1).suite_ok(1, false));
+        let c = b.split("[ 9.2]").next().unwrap_or_default();
+        assert!(GuestReport::of(c, None, 2).suite_ok(2, true));
+        assert!(!GuestReport::of(c, None, 2).suite_ok(2, false), "the victim must have been killed");
+        assert!(!GuestReport::of(&format!("{c}WARNING: CPU: 0 PID: 1\n"), None, 2).suite_ok(2, true));
+    }
+
+    #[test]
+    fn module_test_needs_each_side_of_the_ping_and_a_clean_unload() {
+        let common = "trapeze-guest: pci 0000:00:03.0 1af4:1110 class 050000\n\
+            [    3.1] trapeze: 0000:00:03.0: node 1 up: endpoint live, 32 receive frames\n\
+            [    5.2] trapeze: 0000:00:03.0: node 1 removed: NIC halted, frames freed\n\
+            trapeze-guest: /etc/trapeze/run.sh exited with status 0\nreboot: Power down\n";
+        let pinger = format!("{common}[ 4.0] trapeze: pong 2 from node 0: 4096 bytes verified byte for byte (crc 1), round trip 900 us\n");
+        let ok = Some(ExitStatus::default());
+        assert!(GuestReport::of(&pinger, ok, 1).ok(Mode::ModuleTest));
+        assert!(!GuestReport::of(&pinger, ok, 0).ok(Mode::ModuleTest), "guest 0 must answer, not ping");
+        let answered = format!("{common}[ 4.0] trapeze: ping 2 from node 1: 4096 bytes; answered with a pong\n");
+        assert!(GuestReport::of(&answered, ok, 0).ok(Mode::ModuleTest));
+        let oops = format!("{answered}BUG: kernel NULL pointer dereference\n");
+        assert!(!GuestReport::of(&oops, ok, 0).ok(Mode::ModuleTest));
+        let failed = answered.replace("status 0", "status 1");
+        assert!(!GuestReport::of(&failed, ok, 0).ok(Mode::ModuleTest));
+    }
+}
