@@ -81,6 +81,10 @@ pub struct VmBenchArgs {
     /// memory budget.
     #[arg(long, value_name = "KEY=VALUE")]
     ko_param: Vec<String>,
+    /// Also draw the figure (p50/p99 and sequential MB/s, gms against nbd) into DIR/vm.svg
+    /// and keep the JSON lines it was drawn from in DIR/vm.json.
+    #[arg(long, value_name = "DIR")]
+    plot: Option<PathBuf>,
     /// Internal: write the JSON lines to this file and the table to stdout. `--json` runs
     /// the bench again this way with its stdout sent to stderr, so the progress other
     /// steps print on stdout (`cargo xtask kernel`'s) never mixes with the JSON rows.
@@ -259,6 +263,10 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
     }
     lines.push(summary);
     save(&lines);
+    if let Some(dir) = &a.plot {
+        super::plot::write_json(dir, "vm", &lines)?;
+        super::plot::vm::write(dir, &lines)?;
+    }
 
     if let Some(p) = &a.json_out {
         let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
