@@ -28,7 +28,10 @@ fn draw(root: &Area, lines: &[Value]) -> anyhow::Result<()> {
             let r = seq.iter().find(|l| l["readahead"].as_u64() == Some(d) && l["wire_delay_us"].as_f64() == Some(w));
             v.push(r.map(|r| num(r, "mb_s")).transpose()?);
         }
-        let name = if w == 0.0 { "no wire delay".to_string() } else { format!("{w} µs one-way wire delay") };
+        let mut name = if w == 0.0 { "no wire delay".to_string() } else { format!("{w} µs one-way wire delay") };
+        if let (Some(Some(first)), Some(Some(last)), true) = (v.first(), v.last(), v.len() > 1) {
+            name.push_str(&format!(" (read-ahead {} / {}: {:.1}×)", depths[depths.len() - 1], depths[0], last / first));
+        }
         series.push((name, v));
     }
     let disk = lines.iter().find(|l| l["row"] == "seq_read" && l["source"] == "disk_odirect");
@@ -93,9 +96,16 @@ mod tests {
         lines.push(json!({"row": "random_8k", "source": "gms", "p50_us": 5.5, "p99_us": 12.0}));
         lines.push(json!({"row": "random_8k", "source": "disk_odirect", "p50_us": 70.0, "p99_us": 140.0}));
         let svg = super::super::svg_of((1300, 520), |a| draw(a, &lines)).unwrap();
-        for t in
-            ["read-ahead 16", "10 µs one-way wire delay", "no wire delay", "3000", "600", "111 MB/s", "70.0", "5.5"]
-        {
+        for t in [
+            "read-ahead 16",
+            "10 µs one-way wire delay",
+            "no wire delay (read-ahead 16 / 0: 3.0×)",
+            "3000",
+            "600",
+            "111 MB/s",
+            "70.0",
+            "5.5",
+        ] {
             assert!(svg.contains(t), "{t} missing");
         }
         assert!(super::super::svg_of((400, 300), |a| draw(a, &lines[9..])).is_err(), "no GMS rows is an error");

@@ -216,6 +216,26 @@ impl Ranged for Groups {
     }
 }
 
+/// A legend of line series drawn in its own strip (below the charts, where it hides no
+/// data): entries left to right, wrapping, each a short line in its colour and its name.
+pub fn legend_strip(area: &Area, entries: &[(String, RGBColor)]) -> anyhow::Result<()> {
+    let (w, _) = area.dim_in_pixel();
+    let size = 16;
+    let (mut x, mut y) = (40i32, 10i32);
+    for (name, colour) in entries {
+        // An estimate of the text's width: the SVG viewer picks the face.
+        let width = 34 + (name.chars().count() as f64 * f64::from(size) * 0.55) as i32 + 30;
+        if x + width > w as i32 && x > 40 {
+            (x, y) = (40, y + 26);
+        }
+        area.draw(&PathElement::new(vec![(x, y + 8), (x + 26, y + 8)], colour.stroke_width(3))).map_err(err)?;
+        area.draw(&Circle::new((x + 13, y + 8), 3, colour.filled())).map_err(err)?;
+        area.draw(&Text::new(name.clone(), (x + 34, y), (FONT, size))).map_err(err)?;
+        x += width;
+    }
+    Ok(())
+}
+
 /// An axis tick's label: whole numbers without decimals.
 pub fn tick(v: f64) -> String {
     if v == v.round() {

@@ -4,7 +4,7 @@
 //! beside its like (two cores, one core), from the bench's JSON lines (`cdf_us`: the
 //! latency at each of the summary's `cdf_quantiles`).
 
-use super::{err, legend, nums, Area, FONT, PALETTE};
+use super::{err, legend_strip, nums, Area, FONT, PALETTE};
 use anyhow::Context;
 use plotters::prelude::*;
 use serde_json::Value;
@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 /// Write `dir/rpc.svg` from the bench's JSON lines.
 pub fn write(dir: &Path, lines: &[Value]) -> anyhow::Result<PathBuf> {
-    super::write_svg(dir, "rpc", (1300, 560), |root| draw(root, lines))
+    super::write_svg(dir, "rpc", (1300, 620), |root| draw(root, lines))
 }
 
 /// One distribution: its name and (latency µs, fraction of calls at or below it).
@@ -59,11 +59,15 @@ fn draw(root: &Area, lines: &[Value]) -> anyhow::Result<()> {
             (FONT, 20),
         )
         .map_err(err)?;
-    let (left, right) = root.split_horizontally(650);
-    // Colours follow the series' names across both panels.
+    let (charts, strip) = root.split_vertically(root.dim_in_pixel().1 as i32 - 70);
+    let (left, right) = charts.split_horizontally(650);
+    // Colours follow the series' names across both panels; one legend below them.
     let names: Vec<String> = two_cores.iter().map(|c| c.0.clone()).collect();
     chart(&left, "Two cores: client on CPU 0, server on CPU 1", &two_cores, &names)?;
-    chart(&right, "One core: both NetRPC nodes on one thread, both socket ends on CPU 0", &one_core, &names)
+    chart(&right, "One core: both NetRPC nodes on one thread, both socket ends on CPU 0", &one_core, &names)?;
+    let entries: Vec<(String, RGBColor)> =
+        names.iter().enumerate().map(|(k, n)| (n.clone(), PALETTE[k % PALETTE.len()])).collect();
+    legend_strip(&strip, &entries)
 }
 
 /// One panel of CDFs on a log latency axis, up to the 99.9th percentile.
@@ -72,10 +76,11 @@ fn chart(area: &Area, title: &str, cdfs: &[Cdf], names: &[String]) -> anyhow::Re
     let lo = cdfs.iter().flat_map(shown).fold(f64::MAX, f64::min);
     let hi = cdfs.iter().flat_map(shown).fold(0.0f64, f64::max);
     anyhow::ensure!(lo > 0.0 && hi >= lo, "{title}: no latencies to draw");
-    let (lo, hi) = (10f64.powf(lo.log10().floor()), 10f64.powf(hi.log10().ceil()));
+    let (lo, hi) = (lo * 0.7, hi * 1.4);
     let mut c = ChartBuilder::on(area)
-        .caption(title, (FONT, 16))
+        .caption(title, (FONT, 18))
         .margin(14)
+        .margin_right(34)
         .x_label_area_size(44)
         .y_label_area_size(60)
         .build_cartesian_2d((lo..hi).log_scale(), 0.0..1.0)
@@ -84,21 +89,19 @@ fn chart(area: &Area, title: &str, cdfs: &[Cdf], names: &[String]) -> anyhow::Re
         .x_desc("round-trip latency (µs, log scale)")
         .y_desc("fraction of calls at or below")
         .x_label_formatter(&|x| if *x >= 1.0 { format!("{x:.0}") } else { format!("{x}") })
-        .label_style((FONT, 13))
-        .axis_desc_style((FONT, 14))
+        .label_style((FONT, 15))
+        .axis_desc_style((FONT, 16))
+        .light_line_style(BLACK.mix(0.04))
         .draw()
         .map_err(err)?;
     for (name, points) in cdfs {
         let k = names.iter().position(|n| n == name).unwrap_or(0);
         let colour = PALETTE[k % PALETTE.len()];
         let pts: Vec<(f64, f64)> = points.iter().copied().filter(|p| p.1 <= 0.999).collect();
-        c.draw_series(LineSeries::new(pts.clone(), colour.stroke_width(2)))
-            .map_err(err)?
-            .label(name.as_str())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], colour.stroke_width(2)));
+        c.draw_series(LineSeries::new(pts.clone(), colour.stroke_width(2))).map_err(err)?;
         c.draw_series(pts.iter().map(|&p| Circle::new(p, 3, colour.filled()))).map_err(err)?;
     }
-    legend(&mut c, SeriesLabelPosition::LowerRight)
+    Ok(())
 }
 
 #[cfg(test)]
@@ -119,7 +122,7 @@ mod tests {
                    "cross_core": {"udp_8k_cdf_us": d(90.0), "tcp_8k_cdf_us": d(100.0)},
                    "same_core": {"rpc_2way_8k_cdf_us": d(1.0), "udp_8k_cdf_us": d(6.0), "tcp_8k_cdf_us": d(7.0)}}),
         ];
-        let svg = super::super::svg_of((1300, 560), |a| draw(a, &lines)).unwrap();
+        let svg = super::super::svg_of((1300, 620), |a| draw(a, &lines)).unwrap();
         for t in
             ["NetRPC 3-way, 8 KB (delegated)", "UDP, 8 KB reply", "TCP (NODELAY), 8 KB reply", "log scale", "One core"]
         {
