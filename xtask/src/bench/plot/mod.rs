@@ -56,7 +56,7 @@ pub fn write_svg(
     }
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let path = dir.join(format!("{name}.svg"));
-    let text = format!("<!-- made by `{}` on {} -->\n{svg}", command_line(), today());
+    let text = stamp(&svg, &format!("made by `{}` on {}", command_line(), today()));
     std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
     eprintln!("figure written to {}", path.display());
     Ok(path)
@@ -65,8 +65,17 @@ pub fn write_svg(
 /// The command as a user types it: `cargo xtask` and xtask's own arguments.
 fn command_line() -> String {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    // `--` would end an SVG comment early.
-    format!("cargo xtask {}", args.join(" ")).replace("--", "-\u{2060}-")
+    format!("cargo xtask {}", args.join(" "))
+}
+
+/// `svg` with `note` as its `<desc>` (the first child of the root element, which viewers
+/// show as the image's description; unlike a comment it may contain `--`).
+fn stamp(svg: &str, note: &str) -> String {
+    let escaped = note.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
+    match svg.find("<svg").and_then(|i| svg[i..].find('>').map(|j| i + j + 1)) {
+        Some(at) => format!("{}\n<desc>{escaped}</desc>{}", &svg[..at], &svg[at..]),
+        None => svg.to_string(),
+    }
 }
 
 /// Today's date (UTC) as YYYY-MM-DD, from the system clock.
@@ -276,6 +285,15 @@ pub fn svg_of(size: (u32, u32), draw: impl FnOnce(&Area) -> anyhow::Result<()>) 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_stamp_is_the_root_elements_description() {
+        let s = stamp("<svg width=\"1\">\n<rect/>\n</svg>\n", "made by `cargo xtask bench dma --plot d` <now>");
+        assert_eq!(
+            s,
+            "<svg width=\"1\">\n<desc>made by `cargo xtask bench dma --plot d` &lt;now&gt;</desc>\n<rect/>\n</svg>\n"
+        );
+    }
 
     #[test]
     fn dates_are_civil() {

@@ -50,7 +50,9 @@ fn draw(root: &Area, v: &Value) -> anyhow::Result<()> {
         format!("{v:.0} k")
     })?;
     panel(1, "8 KB streaming (higher is better)", "MB/s", &["8 KB payloads"], &[1], |v| format!("{v:.0}"))?;
-    panel(2, "8 KB one-way latency (lower is better)", "µs", &["p50", "p99"], &[2, 3], |v| format!("{v:.1}"))
+    panel(2, "8 KB one-way latency (lower is better)", "one-way latency (µs)", &["p50", "p99"], &[2, 3], |v| {
+        format!("{v:.1}")
+    })
 }
 
 #[cfg(test)]

@@ -83,7 +83,7 @@ fn chart(area: &Area, title: &str, cdfs: &[Cdf], names: &[String]) -> anyhow::Re
         .margin_right(34)
         .x_label_area_size(44)
         .y_label_area_size(60)
-        .build_cartesian_2d((lo..hi).log_scale(), 0.0..1.0)
+        .build_cartesian_2d((lo..hi).log_scale().with_key_points(ticks_1_2_5(lo, hi)), 0.0..1.0)
         .map_err(err)?;
     c.configure_mesh()
         .x_desc("round-trip latency (µs, log scale)")
@@ -104,10 +104,29 @@ fn chart(area: &Area, title: &str, cdfs: &[Cdf], names: &[String]) -> anyhow::Re
     Ok(())
 }
 
+/// Ticks at 1, 2 and 5 times the powers of ten within `lo..=hi` (1 and 10 times only when
+/// the range spans more than two decades).
+fn ticks_1_2_5(lo: f64, hi: f64) -> Vec<f64> {
+    let steps: &[f64] = if hi / lo > 300.0 { &[1.0] } else { &[1.0, 2.0, 5.0] };
+    let mut v = Vec::new();
+    let mut decade = 10f64.powf(lo.log10().floor());
+    while decade <= hi {
+        v.extend(steps.iter().map(|s| s * decade).filter(|t| (lo..=hi).contains(t)));
+        decade *= 10.0;
+    }
+    v
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn log_ticks_step_1_2_5_or_by_decades() {
+        assert_eq!(ticks_1_2_5(0.7, 60.0), [1.0, 2.0, 5.0, 10.0, 20.0, 50.0]);
+        assert_eq!(ticks_1_2_5(1.0, 5000.0), [1.0, 10.0, 100.0, 1000.0]);
+    }
 
     /// A rendering test on hand-made distributions (not a measurement).
     #[test]
