@@ -29,7 +29,7 @@ pub struct DmaArgs {
     stream_count: u32,
     /// Also draw the figure (latency against pulse threshold beside the paper's points,
     /// latency and streaming bandwidth per policy) into DIR/dma.svg.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", conflicts_with = "calibrate")]
     plot: Option<std::path::PathBuf>,
 }
 
@@ -65,7 +65,7 @@ pub(super) struct Paper {
     pub(super) source: &'static str,
 }
 
-fn platforms() -> [Platform; 2] {
+pub(super) fn platforms() -> [Platform; 2] {
     [
         Platform {
             key: "alpha500",
@@ -122,7 +122,7 @@ fn best(sweep: &[(u32, u32, f64)]) -> (f64, u32, u32) {
     sweep.iter().fold((f64::MAX, 0, 0), |b, &(s, r, us)| if us < b.0 { (us, s, r) } else { b })
 }
 
-fn measure(p: Params, count: u32) -> anyhow::Result<Measured> {
+pub(super) fn measure(p: Params, count: u32) -> anyhow::Result<Measured> {
     let ctrl_us = lat(p, Policy::Eager, 512, 512, 0)?;
     let saf_us = lat(p, Policy::StoreAndForward, PAYLOAD, PAYLOAD, PAYLOAD)?;
     let mut fixed_sweep = Vec::new();

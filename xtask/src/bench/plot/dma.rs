@@ -204,3 +204,35 @@ fn draw(root: &Area, runs: &[(&Platform, &Measured)]) -> anyhow::Result<()> {
         },
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::super::dma::{measure, platforms};
+    use super::*;
+
+    /// The figure of the real (deterministic) model: both sweeps, the paper's points and
+    /// every policy's bars are drawn.
+    #[test]
+    fn the_models_figure_shows_sweeps_papers_points_and_policies() {
+        let pls = platforms();
+        let ms: Vec<Measured> = pls.iter().map(|p| measure(p.params, 16).unwrap()).collect();
+        let runs: Vec<(&Platform, &Measured)> = pls.iter().zip(&ms).collect();
+        let svg = super::super::svg_of((1400, 1000), |a| draw(a, &runs)).unwrap();
+        for t in [
+            "Fig. 4",
+            "Fig. 6",
+            "model, receive 1280 B",
+            "model, receive 384 B",
+            "paper (figures its text states)",
+            "paper 308 µs",
+            "177 µs at 384/512, 512/512, 512/384",
+            "Pentium-III paper",
+            "fixed 1408 B",
+            "latency (µs)",
+            "bandwidth (MB/s)",
+        ] {
+            assert!(svg.contains(t), "{t} missing");
+        }
+        assert!(super::super::svg_of((400, 300), |a| draw(a, &[])).is_err(), "no platform is an error");
+    }
+}
