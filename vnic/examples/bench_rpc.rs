@@ -488,11 +488,23 @@ struct Row {
     p99: f64,
     mb_s: f64,
     calls_s: f64,
+    /// Latency (µs) at each of `CDF_Q`.
+    cdf: Vec<f64>,
 }
 
 fn pct(v: &mut [u64], p: f64) -> f64 {
     v.sort_unstable();
     v[((v.len() - 1) as f64 * p).round() as usize] as f64 / 1000.0
+}
+
+/// The quantiles the JSON gives of each latency distribution (`cdf_us`): a compact
+/// stand-in for the samples, enough to draw their CDF (`cargo xtask bench rpc --plot`).
+const CDF_Q: [f64; 18] =
+    [0.0, 0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99, 0.995, 0.999, 1.0];
+
+/// Latencies (ns) at each of `CDF_Q`, in µs to 0.01.
+fn cdf(v: &mut [u64]) -> Vec<f64> {
+    CDF_Q.iter().map(|&q| (pct(v, q) * 100.0).round() / 100.0).collect()
 }
 
 fn run_row(p: &mut Port, ways: u32, variant: &'static str, payload: u32, kind: Kind, a: &Args) -> anyhow::Result<Row> {
@@ -547,6 +559,7 @@ fn run_row(p: &mut Port, ways: u32, variant: &'static str, payload: u32, kind: K
         kind: kind_name,
         p50: pct(&mut lat, 0.5),
         p99: pct(&mut lat, 0.99),
+        cdf: cdf(&mut lat),
         mb_s: n as f64 * payload as f64 / secs / 1e6,
         calls_s: n as f64 / secs,
     })
@@ -931,25 +944,25 @@ fn raw_round_trip(calls: u32, reply: u32) -> anyhow::Result<f64> {
     Ok(pct(&mut lat, 0.5))
 }
 
-/// p50 (µs) of `n` UDP loopback round trips (16 B request, 8 KB reply), the ends placed
-/// by `place`, blocking or busy-polled (`spin`).
-fn udp_baseline(n: u32, spin: bool, place: Placement) -> anyhow::Result<f64> {
+/// The latencies (ns) of `n` UDP loopback round trips (16 B request, 8 KB reply), the ends
+/// placed by `place`, blocking or busy-polled (`spin`).
+fn udp_baseline(n: u32, spin: bool, place: Placement) -> anyhow::Result<Vec<u64>> {
     socket_baseline(SocketPair::udp(spin, place)?, n, place)
 }
 
 /// The same over TCP loopback (NODELAY).
-fn tcp_baseline(n: u32, spin: bool, place: Placement) -> anyhow::Result<f64> {
+fn tcp_baseline(n: u32, spin: bool, place: Placement) -> anyhow::Result<Vec<u64>> {
     socket_baseline(SocketPair::tcp(spin, place)?, n, place)
 }
 
-fn socket_baseline(mut pair: SocketPair, n: u32, place: Placement) -> anyhow::Result<f64> {
+fn socket_baseline(mut pair: SocketPair, n: u32, place: Placement) -> anyhow::Result<Vec<u64>> {
     let lat = place.pin(false).and_then(|()| pair.latencies(n));
     let unpinned = Placement::unpin();
     let closed = pair.close();
-    let mut lat = lat?;
+    let lat = lat?;
     unpinned?;
     closed?;
-    Ok(pct(&mut lat, 0.5))
+    Ok(lat)
 }
 
 /// A loopback socket pair for the baselines: its server end, on a thread of its own
@@ -1194,17 +1207,18 @@ fn run(a: Args) -> anyhow::Result<()> {
     let three_over_two = ways.ratio();
     let raw_rt0 = raw_round_trip(a.calls, 0)?;
     let raw_rt8 = raw_round_trip(a.calls, FRAME_BYTES)?;
-    let udp = udp_baseline(a.calls, false, Placement::Unpinned)?;
-    let tcp = tcp_baseline(a.calls, false, Placement::Unpinned)?;
-    let udp_spin = udp_baseline(a.calls, true, Placement::Unpinned)?;
-    let tcp_spin = tcp_baseline(a.calls, true, Placement::Unpinned)?;
+    let udp = pct(&mut udp_baseline(a.calls, false, Placement::Unpinned)?, 0.5);
+    let tcp = pct(&mut tcp_baseline(a.calls, false, Placement::Unpinned)?, 0.5);
+    let udp_spin = pct(&mut udp_baseline(a.calls, true, Placement::Unpinned)?, 0.5);
+    let tcp_spin = pct(&mut tcp_baseline(a.calls, true, Placement::Unpinned)?, 0.5);
     // Matched placements: NetRPC with both nodes on one thread against blocking sockets
     // with both ends on CPU 0; NetRPC's usual two threads against sockets on CPU 0 / 1.
     let mut same = SameCore::measure(a.same_stretches, a.same_stretch_calls)?;
     let (rpc_same, udp_same, tcp_same) = (pct(&mut same.rpc, 0.5), pct(&mut same.udp, 0.5), pct(&mut same.tcp, 0.5));
     let (same_over_udp, same_over_tcp) = (rpc_same / udp_same, rpc_same / tcp_same);
-    let udp_cross = udp_baseline(a.calls, false, Placement::CrossCore)?;
-    let tcp_cross = tcp_baseline(a.calls, false, Placement::CrossCore)?;
+    let mut udp_cross_lat = udp_baseline(a.calls, false, Placement::CrossCore)?;
+    let mut tcp_cross_lat = tcp_baseline(a.calls, false, Placement::CrossCore)?;
+    let (udp_cross, tcp_cross) = (pct(&mut udp_cross_lat, 0.5), pct(&mut tcp_cross_lat, 0.5));
     let find = |v: &str, w: u32, p: u32, k: &str| {
         rows.iter().find(|r| r.variant == v && r.ways == w && r.payload == p && r.kind == k)
     };
@@ -1217,7 +1231,7 @@ fn run(a: Args) -> anyhow::Result<()> {
                 "{}",
                 json!({ "variant": r.variant, "ways": r.ways, "payload": r.payload, "kind": r.kind,
                         "p50_us": (r.p50 * 10.0).round() / 10.0, "p99_us": (r.p99 * 10.0).round() / 10.0,
-                        "mb_s": (r.mb_s * 10.0).round() / 10.0, "calls_s": r.calls_s.round(),
+                        "mb_s": (r.mb_s * 10.0).round() / 10.0, "calls_s": r.calls_s.round(), "cdf_us": r.cdf,
                         // The rows' nodes run on two threads, one per core: their like is
                         // sockets with an end on each core. Unpinned, the scheduler often puts
                         // both socket ends on one core instead (see the summary).
@@ -1225,9 +1239,7 @@ fn run(a: Args) -> anyhow::Result<()> {
                         "udp_8k_unpinned_p50_us": (udp * 10.0).round() / 10.0, "tcp_8k_unpinned_p50_us": (tcp * 10.0).round() / 10.0 })
             );
         }
-        println!(
-            "{}",
-            json!({ "summary": true, "udp_8k_unpinned_p50_us": udp, "tcp_8k_unpinned_p50_us": tcp,
+        let mut summary = json!({ "summary": true, "udp_8k_unpinned_p50_us": udp, "tcp_8k_unpinned_p50_us": tcp,
                     "udp_8k_spin_unpinned_p50_us": udp_spin, "tcp_8k_spin_unpinned_p50_us": tcp_spin, "raw_rt_0_p50_us": raw_rt0, "raw_rt_8k_p50_us": raw_rt8,
                     "wait_2way_8k_solicited_p50_us": two, "wait_3way_8k_solicited_p50_us": three,
                     // Headline: the interleaved stretches (`WaysSeries`); the table rows
@@ -1256,8 +1268,15 @@ fn run(a: Args) -> anyhow::Result<()> {
                     // Each placement compared with its like: one third or less of both
                     // socket baselines on one core and across two.
                     "third_of_sockets_in_matched_placements": same_over_udp <= 1.0 / 3.0 && same_over_tcp <= 1.0 / 3.0
-                        && two / udp_cross <= 1.0 / 3.0 && two / tcp_cross <= 1.0 / 3.0 })
-        );
+                        && two / udp_cross <= 1.0 / 3.0 && two / tcp_cross <= 1.0 / 3.0 });
+        // The latency distributions behind the socket comparisons, as quantiles (`cdf`).
+        summary["cdf_quantiles"] = json!(CDF_Q);
+        summary["same_core"]["rpc_2way_8k_cdf_us"] = json!(cdf(&mut same.rpc));
+        summary["same_core"]["udp_8k_cdf_us"] = json!(cdf(&mut same.udp));
+        summary["same_core"]["tcp_8k_cdf_us"] = json!(cdf(&mut same.tcp));
+        summary["cross_core"]["udp_8k_cdf_us"] = json!(cdf(&mut udp_cross_lat));
+        summary["cross_core"]["tcp_8k_cdf_us"] = json!(cdf(&mut tcp_cross_lat));
+        println!("{summary}");
         return Ok(());
     }
     println!("NetRPC over virtual NICs (native firmware, in-process link; one thread per node)");

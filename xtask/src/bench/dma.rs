@@ -27,41 +27,45 @@ pub struct DmaArgs {
     /// Messages per streaming run.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(4..=4096))]
     stream_count: u32,
+    /// Also draw the figure (latency against pulse threshold beside the paper's points,
+    /// latency and streaming bandwidth per policy) into DIR/dma.svg.
+    #[arg(long, value_name = "DIR", conflicts_with = "calibrate")]
+    plot: Option<std::path::PathBuf>,
 }
 
 impl Default for DmaArgs {
     fn default() -> Self {
-        DmaArgs { json: false, calibrate: false, sweep: false, stream_count: 64 }
+        DmaArgs { json: false, calibrate: false, sweep: false, stream_count: 64, plot: None }
     }
 }
 
 const PAYLOAD: u32 = 8192;
-const EAGER_THRESHOLDS: [u32; 5] = [256, 384, 512, 768, 1024];
-const FIXED_PULSES: [u32; 8] = [512, 768, 1024, 1280, 1408, 1536, 2048, 4096];
+pub(super) const EAGER_THRESHOLDS: [u32; 5] = [256, 384, 512, 768, 1024];
+pub(super) const FIXED_PULSES: [u32; 8] = [512, 768, 1024, 1280, 1408, 1536, 2048, 4096];
 /// The Slice paper's fixed pipeline moved 1408-byte transfers.
-const SLICE_FIXED_PULSE: u32 = 1408;
+pub(super) const SLICE_FIXED_PULSE: u32 = 1408;
 
 /// A platform: model parameters plus the paper's figures to print beside ours.
-struct Platform {
-    key: &'static str,
-    name: &'static str,
-    params: Params,
-    paper: Paper,
+pub(super) struct Platform {
+    pub(super) key: &'static str,
+    pub(super) name: &'static str,
+    pub(super) params: Params,
+    pub(super) paper: Paper,
 }
 
 #[derive(Clone, Copy, Default)]
-struct Paper {
-    saf_us: Option<f64>,
-    fixed_us: Option<f64>,
-    eager_us: Option<f64>,
-    ctrl_us: Option<f64>,
-    saf_mb_s: Option<f64>,
-    fixed_mb_s: Option<f64>,
-    eager_mb_s: Option<f64>,
-    source: &'static str,
+pub(super) struct Paper {
+    pub(super) saf_us: Option<f64>,
+    pub(super) fixed_us: Option<f64>,
+    pub(super) eager_us: Option<f64>,
+    pub(super) ctrl_us: Option<f64>,
+    pub(super) saf_mb_s: Option<f64>,
+    pub(super) fixed_mb_s: Option<f64>,
+    pub(super) eager_mb_s: Option<f64>,
+    pub(super) source: &'static str,
 }
 
-fn platforms() -> [Platform; 2] {
+pub(super) fn platforms() -> [Platform; 2] {
     [
         Platform {
             key: "alpha500",
@@ -95,18 +99,18 @@ fn platforms() -> [Platform; 2] {
 }
 
 /// Everything measured on one platform.
-struct Measured {
-    ctrl_us: f64,
-    saf_us: f64,
-    fixed_best: (f64, u32, u32),
-    eager_best: (f64, u32, u32),
-    fixed_sweep: Vec<(u32, u32, f64)>,
-    eager_sweep: Vec<(u32, u32, f64)>,
-    stream_saf: f64,
-    stream_eager: f64,
-    stream_fixed: f64,
-    stream_fixed_slice: f64,
-    eager_write_growth: (f64, f64),
+pub(super) struct Measured {
+    pub(super) ctrl_us: f64,
+    pub(super) saf_us: f64,
+    pub(super) fixed_best: (f64, u32, u32),
+    pub(super) eager_best: (f64, u32, u32),
+    pub(super) fixed_sweep: Vec<(u32, u32, f64)>,
+    pub(super) eager_sweep: Vec<(u32, u32, f64)>,
+    pub(super) stream_saf: f64,
+    pub(super) stream_eager: f64,
+    pub(super) stream_fixed: f64,
+    pub(super) stream_fixed_slice: f64,
+    pub(super) eager_write_growth: (f64, f64),
 }
 
 fn lat(p: Params, policy: Policy, s: u32, r: u32, payload: u32) -> anyhow::Result<f64> {
@@ -118,7 +122,7 @@ fn best(sweep: &[(u32, u32, f64)]) -> (f64, u32, u32) {
     sweep.iter().fold((f64::MAX, 0, 0), |b, &(s, r, us)| if us < b.0 { (us, s, r) } else { b })
 }
 
-fn measure(p: Params, count: u32) -> anyhow::Result<Measured> {
+pub(super) fn measure(p: Params, count: u32) -> anyhow::Result<Measured> {
     let ctrl_us = lat(p, Policy::Eager, 512, 512, 0)?;
     let saf_us = lat(p, Policy::StoreAndForward, PAYLOAD, PAYLOAD, PAYLOAD)?;
     let mut fixed_sweep = Vec::new();
@@ -314,6 +318,10 @@ pub fn run(a: DmaArgs) -> anyhow::Result<()> {
     let mut results = Vec::new();
     for pl in &pls {
         results.push(measure(pl.params, a.stream_count)?);
+    }
+    if let Some(dir) = &a.plot {
+        let runs: Vec<(&Platform, &Measured)> = pls.iter().zip(&results).collect();
+        super::plot::dma::write(dir, &runs)?;
     }
     if a.json {
         // The first platform (the AlphaStation, as the cut-through paper) is the headline;

@@ -12,6 +12,10 @@ pub struct GmsArgs {
     /// summary object with the ratios.
     #[arg(long)]
     json: bool,
+    /// Also draw the figure into DIR/gms.svg (and keep the JSON lines it was drawn from
+    /// in DIR/gms.json); stdout then carries the JSON lines, as with --json.
+    #[arg(long, value_name = "DIR")]
+    plot: Option<std::path::PathBuf>,
     /// Pages in the data set (8 KiB each).
     #[arg(long, default_value_t = 4000, value_parser = clap::value_parser!(u64).range(64..=1_000_000))]
     pages: u64,
@@ -45,8 +49,11 @@ pub fn run(a: GmsArgs) -> anyhow::Result<()> {
     if let Some(d) = &dir {
         args.extend(["--dir", d.as_str()]);
     }
-    if a.json {
+    if a.json || a.plot.is_some() {
         args.push("--json");
+    }
+    if a.plot.is_some() {
+        return super::cargo_json(&args, a.plot.as_deref(), "gms", super::plot::gms::write);
     }
     crate::cargo(&args)
 }

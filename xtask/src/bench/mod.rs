@@ -5,6 +5,7 @@
 mod dma;
 mod gms;
 mod nic;
+mod plot;
 mod rpc;
 mod vm;
 
@@ -43,6 +44,33 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         What::Gms(g) => gms::run(g),
         What::Vm(v) => vm::run(v),
     }
+}
+
+/// Run `cargo ARGS` (a bench example given `--json`) with its stdout captured; when `plot`
+/// names a directory, draw the figure there with `figure` from the JSON lines and keep the
+/// lines beside it (`NAME.json`). The lines are printed to stdout either way.
+fn cargo_json(
+    args: &[&str],
+    plot: Option<&std::path::Path>,
+    name: &str,
+    figure: fn(&std::path::Path, &[serde_json::Value]) -> anyhow::Result<std::path::PathBuf>,
+) -> anyhow::Result<()> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    eprintln!("$ cargo {}", args.join(" "));
+    let out = std::process::Command::new(cargo)
+        .args(args)
+        .current_dir(crate::workspace_root())
+        .stderr(std::process::Stdio::inherit())
+        .output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    print!("{text}");
+    anyhow::ensure!(out.status.success(), "`cargo {}` failed ({})", args.join(" "), out.status);
+    if let Some(dir) = plot {
+        let lines = plot::parse_lines(&text)?;
+        plot::write_json(dir, name, &lines)?;
+        figure(dir, &lines)?;
+    }
+    Ok(())
 }
 
 /// The DMA-policy tables, as printed by `cargo xtask bench dma`.

@@ -7,6 +7,10 @@ pub struct NicArgs {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
+    /// Also draw the figure into DIR/nic.svg (and keep the JSON lines it was drawn from
+    /// in DIR/nic.json); stdout then carries the JSON lines, as with --json.
+    #[arg(long, value_name = "DIR")]
+    plot: Option<std::path::PathBuf>,
     /// Control-only messages streamed per mode.
     #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u32).range(100..=10_000_000))]
     messages: u32,
@@ -39,8 +43,13 @@ pub fn run(a: NicArgs) -> anyhow::Result<()> {
         "--payloads",
         &p,
     ];
-    if a.json {
+    if a.json || a.plot.is_some() {
         args.push("--json");
+    }
+    if a.plot.is_some() {
+        return super::cargo_json(&args, a.plot.as_deref(), "nic", |dir, lines| {
+            super::plot::nic::write(dir, lines.first().ok_or_else(|| anyhow::anyhow!("bench_nic printed nothing"))?)
+        });
     }
     crate::cargo(&args)
 }

@@ -17,6 +17,10 @@ pub struct RpcArgs {
     /// *_unpinned figures), then a summary object.
     #[arg(long)]
     json: bool,
+    /// Also draw the figure into DIR/rpc.svg (and keep the JSON lines it was drawn from
+    /// in DIR/rpc.json); stdout then carries the JSON lines, as with --json.
+    #[arg(long, value_name = "DIR")]
+    plot: Option<std::path::PathBuf>,
     /// Calls per latency measurement.
     #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u32).range(10..=1_000_000))]
     calls: u32,
@@ -67,8 +71,11 @@ pub fn run(a: RpcArgs) -> anyhow::Result<()> {
         "--ways-block-calls",
         &wn,
     ];
-    if a.json {
+    if a.json || a.plot.is_some() {
         args.push("--json");
+    }
+    if a.plot.is_some() {
+        return super::cargo_json(&args, a.plot.as_deref(), "rpc", super::plot::rpc::write);
     }
     crate::cargo(&args)
 }

@@ -1,0 +1,94 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! The figure of `cargo xtask bench vm --plot`: the guest block device `/dev/gms0` against
+//! Linux's NBD client, 4 KiB random read p50/p99 and sequential MB/s, from the bench's
+//! JSON lines (the device rows and the summary).
+
+use super::{bars, num, Area, Bars, FONT};
+use anyhow::Context;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+/// The device rows' names, in the order drawn, with their legend labels.
+const DEVICES: [(&str, &str); 2] = [("gms", "/dev/gms0 on GMS"), ("nbd", "NBD (nbd-server in guest B)")];
+
+/// Write `dir/vm.svg` from the bench's JSON lines.
+pub fn write(dir: &Path, lines: &[Value]) -> anyhow::Result<PathBuf> {
+    super::write_svg(dir, "vm", (1100, 480), |root| draw(root, lines))
+}
+
+fn draw(root: &Area, lines: &[Value]) -> anyhow::Result<()> {
+    let row = |d: &str| lines.iter().find(|l| l["device"] == d);
+    let mut series = Vec::new();
+    for (dev, label) in DEVICES {
+        if let Some(r) = row(dev) {
+            series.push((label, num(r, "rand4k_p50_us")?, num(r, "rand4k_p99_us")?, num(r, "seq_mb_s")?));
+        }
+    }
+    anyhow::ensure!(!series.is_empty(), "no device rows (gms, nbd) in the bench's output");
+    let summary = lines.iter().find(|l| l["summary"] == "vm").context("no summary line in the bench's output")?;
+    let ratios = &summary["gms_over_nbd"];
+    let subtitle = match (ratios["rand4k_p50"].as_f64(), ratios["rand4k_p99"].as_f64(), ratios["seq_mb_s"].as_f64()) {
+        (Some(a), Some(b), Some(c)) => format!("gms / nbd: p50 {a:.2}×, p99 {b:.2}×, sequential {c:.2}×"),
+        _ => "gms not measured".to_string(),
+    };
+    let title = format!(
+        "Block devices in a TCG guest, {} MiB, medians of {} rounds — {subtitle}",
+        summary["disk_mb"].as_u64().unwrap_or(0),
+        summary["rounds"].as_u64().unwrap_or(0)
+    );
+    let root = root.titled(&title, (FONT, 20)).map_err(super::err)?;
+    let (left, right) = root.split_horizontally(680);
+    bars(
+        &left,
+        &Bars {
+            title: "4 KiB random reads, O_DIRECT (lower is better)",
+            y_desc: "latency (µs)",
+            groups: vec!["p50".into(), "p99".into()],
+            series: series.iter().map(|s| (s.0.to_string(), vec![Some(s.1), Some(s.2)])).collect(),
+            fmt: |v| format!("{v:.0} µs"),
+            reference: None,
+        },
+    )?;
+    bars(
+        &right,
+        &Bars {
+            title: "256 KiB sequential reads (higher is better)",
+            y_desc: "bandwidth (MB/s)",
+            groups: vec!["sequential".into()],
+            series: series.iter().map(|s| (s.0.to_string(), vec![Some(s.3)])).collect(),
+            fmt: |v| format!("{v:.1}"),
+            reference: None,
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A rendering test on a hand-made report (not a measurement): the figure shows both
+    /// devices' figures, the ratios and the axes.
+    #[test]
+    fn hand_made_report_renders() {
+        let lines = vec![
+            json!({"device": "nbd", "rand4k_p50_us": 1097.0, "rand4k_p99_us": 1882.0, "seq_mb_s": 42.0}),
+            json!({"device": "gms", "rand4k_p50_us": 715.0, "rand4k_p99_us": 1454.0, "seq_mb_s": 29.0}),
+            json!({"summary": "vm", "disk_mb": 32, "rounds": 3,
+                   "gms_over_nbd": {"rand4k_p50": 0.652, "rand4k_p99": 0.773, "seq_mb_s": 0.69}}),
+        ];
+        let svg = super::super::svg_of((1100, 480), |a| draw(a, &lines)).unwrap();
+        for t in
+            ["715 µs", "1097 µs", "1454 µs", "1882 µs", "29.0", "42.0", "p50 0.65×", "latency (µs)", "bandwidth (MB/s)"]
+        {
+            assert!(svg.contains(t), "{t} missing");
+        }
+        assert!(svg.contains("/dev/gms0 on GMS") && svg.contains("NBD (nbd-server in guest B)"));
+        // Without a GMS row the figure still shows NBD and says why.
+        let nbd_only =
+            vec![lines[0].clone(), json!({"summary": "vm", "disk_mb": 32, "rounds": 3, "gms_over_nbd": null})];
+        let svg = super::super::svg_of((1100, 480), |a| draw(a, &nbd_only)).unwrap();
+        assert!(svg.contains("gms not measured") && svg.contains("1097 µs"));
+        assert!(super::super::svg_of((400, 300), |a| draw(a, &[])).is_err(), "no rows is an error");
+    }
+}

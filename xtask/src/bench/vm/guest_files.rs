@@ -1,0 +1,118 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! What `cargo xtask bench vm` copies into the guests besides the kernel and module: the
+//! static `trapeze-blkbench` and the NBD programs with the shared libraries they need.
+
+use anyhow::{bail, ensure, Context};
+use std::fs;
+use std::path::PathBuf;
+use std::process::Command;
+
+/// The guest tools' measuring binary.
+pub(super) const BLKBENCH: &str = "trapeze-blkbench";
+
+/// True when the ELF file has no program interpreter (a static executable).
+fn is_static_elf(b: &[u8]) -> bool {
+    const PT_INTERP: u32 = 3;
+    if b.len() < 64 || &b[..4] != b"\x7fELF" || b[4] != 2 {
+        return false;
+    }
+    let u16_at = |o: usize| u16::from_le_bytes([b[o], b[o + 1]]) as usize;
+    let phoff = u64::from_le_bytes(b[0x20..0x28].try_into().expect("8 bytes")) as usize;
+    let (size, n) = (u16_at(0x36), u16_at(0x38));
+    (0..n).all(|i| {
+        let o = phoff + i * size;
+        b.get(o..o + 4).is_some_and(|t| u32::from_le_bytes(t.try_into().expect("4 bytes")) != PT_INTERP)
+    })
+}
+
+/// `trapeze-blkbench`, statically linked, release.
+pub(super) fn build_blkbench() -> anyhow::Result<Vec<u8>> {
+    eprintln!("==> {BLKBENCH}: static release build (glibc libc.a, +crt-static)");
+    crate::cargo(&[
+        "rustc",
+        "--locked",
+        "--release",
+        "-p",
+        "trapeze-guest-tools",
+        "--bin",
+        BLKBENCH,
+        "--",
+        "-C",
+        "target-feature=+crt-static",
+        "-C",
+        "strip=symbols",
+    ])?;
+    let path = crate::vm::bench_guests::target_dir()?.join("release").join(BLKBENCH);
+    let bytes = fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+    ensure!(
+        is_static_elf(&bytes),
+        "{} is dynamically linked (it has a program interpreter): the guests have no libc; is libc6-dev's libc.a installed?",
+        path.display()
+    );
+    eprintln!("  {} ({} KiB, static)", path.display(), bytes.len() / 1024);
+    Ok(bytes)
+}
+
+/// A program and the shared libraries `ldd` lists for it, at the same paths in the guest.
+pub(super) fn with_libraries(program: &str) -> anyhow::Result<Vec<(String, PathBuf)>> {
+    let out = Command::new("ldd").arg(program).output().with_context(|| format!("running ldd {program}"))?;
+    ensure!(out.status.success(), "ldd {program} failed: {}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    if let Some(l) = text.lines().find(|l| l.contains("not found")) {
+        bail!("{program} needs a library that is not installed: {}", l.trim());
+    }
+    let mut files = vec![(program.to_string(), PathBuf::from(program))];
+    files.extend(ldd_paths(&text).into_iter().map(|p| (p.clone(), PathBuf::from(p))));
+    Ok(files)
+}
+
+/// The library paths in `ldd` output: "libx.so.1 => /lib/…/libx.so.1 (0x…)" and
+/// "/lib64/ld-linux-x86-64.so.2 (0x…)"; the vDSO has no file.
+fn ldd_paths(text: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|l| match l.split_once("=>") {
+            Some((_, r)) => r.split_whitespace().next(),
+            None => l.split_whitespace().next(),
+        })
+        .filter(|p| p.starts_with('/'))
+        .map(str::to_string)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ldd_output_gives_the_library_files() {
+        let text =
+            "\tlinux-vdso.so.1 (0x00007ffd)\n\tlibgnutls.so.30 => /lib/x86_64-linux-gnu/libgnutls.so.30 (0x7f9c)\n\
+                    \tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x7f9b)\n\t/lib64/ld-linux-x86-64.so.2 (0x7f9e)\n\
+                    \tlibmissing.so.1 => not found\n";
+        assert_eq!(
+            ldd_paths(text),
+            ["/lib/x86_64-linux-gnu/libgnutls.so.30", "/lib/x86_64-linux-gnu/libc.so.6", "/lib64/ld-linux-x86-64.so.2"]
+        );
+    }
+
+    #[test]
+    fn static_executables_have_no_interpreter() {
+        let me = fs::read(std::env::current_exe().unwrap()).unwrap();
+        assert!(!is_static_elf(&me), "the test binary is dynamically linked");
+        assert!(!is_static_elf(b"not an elf"));
+        // A minimal ELF64 header with two program headers at 64, 56 bytes each.
+        let elf = |types: [u32; 2]| {
+            let mut b = vec![0u8; 64 + 2 * 56];
+            b[..5].copy_from_slice(b"\x7fELF\x02");
+            b[0x20] = 64;
+            b[0x36] = 56;
+            b[0x38] = 2;
+            for (i, t) in types.iter().enumerate() {
+                b[64 + i * 56..68 + i * 56].copy_from_slice(&t.to_le_bytes());
+            }
+            b
+        };
+        assert!(is_static_elf(&elf([1, 1])), "PT_LOAD only");
+        assert!(!is_static_elf(&elf([6, 3])), "PT_PHDR + PT_INTERP");
+    }
+}

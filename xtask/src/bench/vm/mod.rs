@@ -1,0 +1,303 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! `cargo xtask bench vm`: 4 KiB random read latency (p50/p99) and sequential read
+//! bandwidth of the GMS block device `/dev/gms0` in guest A, against the same workload on
+//! Linux's own NBD client in guest A reading an `nbd-server` export (a RAM-backed tmpfs
+//! file of the same size) in guest B over virtio-net between the same guests, in the same
+//! run.
+//!
+//! Steps: the Debian `nbd-client` and `nbd-server` packages (copied into the initramfs
+//! with the shared libraries `ldd` lists); `trapeze-blkbench` (guest-tools/) built
+//! statically (`cargo rustc --release … -C target-feature=+crt-static`: glibc's own
+//! `libc.a`, so no second Rust target has to be downloaded); the cached guest kernel;
+//! `trapeze.ko` (`cargo xtask module`), whose parameters decide whether there is a GMS
+//! disk to measure; then the guests (`kernel-crate/guest/bench.sh`), guest 0 measuring,
+//! guest 1 serving NBD and GMS, further guests serving GMS. Guest RAM and consoles live in
+//! the runtime directory of `cargo xtask vm`; the results are also appended to
+//! `~/.cache/trapeze/bench/vm.jsonl`.
+//!
+//! Under TCG every guest instruction is emulated, so the absolute figures measure this
+//! emulation; the ratios between the two devices measured in the same guests are the point.
+
+mod guest_files;
+mod module_args;
+mod report;
+
+use crate::vm::bench_guests::{self, BenchGuests};
+use anyhow::{bail, ensure, Context};
+use guest_files::{build_blkbench, with_libraries, BLKBENCH};
+use module_args::{disk_is_ram_backed, gms_args, module_params};
+use report::{parse_console, round_to, Row};
+use serde_json::{json, Value};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+/// The guests' script, relative to the workspace root.
+const SCRIPT: &str = "kernel-crate/guest/bench.sh";
+/// The NBD programs copied into the guests (with their libraries).
+const NBD_PROGRAMS: [&str; 2] = ["/usr/sbin/nbd-client", "/usr/bin/nbd-server"];
+
+#[derive(clap::Args)]
+pub struct VmBenchArgs {
+    /// One JSON object per device row (device, rand4k_p50_us, rand4k_p99_us, seq_mb_s,
+    /// write_mb_s, bytes, reads), then a summary object with the gms/nbd ratios.
+    #[arg(long)]
+    json: bool,
+    /// Guests: 0 measures, 1 serves NBD and GMS, the others serve GMS.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(2..=8))]
+    guests: u16,
+    /// Size of both disks in MiB (the GMS disk's gms_disk_pages / 256 and the NBD
+    /// export). GMS members store 8192 pages each at most: the servers (guests - 1) must
+    /// hold the disk with a quarter to spare, so up to 51 MiB with 3 guests.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    disk_mb: u32,
+    /// Read-ahead of the GMS disk (`gms_disk_readahead`, pages; 0 = off): after two
+    /// sequential page reads it prefetches the next N pages. Off by default: measured with
+    /// 0, 8 and 32 it did not raise the sequential figure (each 256 KiB O_DIRECT request
+    /// already puts its 64 pages in flight, up to GMS's operation slots, so the prefetches
+    /// mostly fetch pages of the same request); see kernel-crate/README.md. Random 4 KiB
+    /// reads never trigger it. NBD's workload is the same (O_DIRECT: no page-cache
+    /// read-ahead on either device).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=32))]
+    readahead: u32,
+    /// Random 4 KiB reads per device.
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u32).range(10..=1_000_000))]
+    reads: u32,
+    /// Seed of the random offsets and of the data pattern.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Rounds: the two devices take turns, each round measuring both; the figures are the
+    /// medians over the rounds (the first round also writes the pattern).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
+    rounds: u32,
+    /// Guest RAM in MiB (guest 1 holds the NBD export in tmpfs).
+    #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u32).range(128..=4096))]
+    mem: u32,
+    /// Seconds to wait for guest 0 to finish.
+    #[arg(long, default_value_t = 900)]
+    timeout: u64,
+    /// More trapeze.ko parameters for every guest (KEY=VALUE, repeatable), e.g. a GMS
+    /// memory budget.
+    #[arg(long, value_name = "KEY=VALUE")]
+    ko_param: Vec<String>,
+    /// Also draw the figure (p50/p99 and sequential MB/s, gms against nbd) into DIR/vm.svg
+    /// and keep the JSON lines it was drawn from in DIR/vm.json.
+    #[arg(long, value_name = "DIR")]
+    plot: Option<PathBuf>,
+    /// Internal: write the JSON lines to this file and the table to stdout. `--json` runs
+    /// the bench again this way with its stdout sent to stderr, so the progress other
+    /// steps print on stdout (`cargo xtask kernel`'s) never mixes with the JSON rows.
+    #[arg(long, hide = true, value_name = "FILE")]
+    json_out: Option<PathBuf>,
+}
+
+/// `--json`: run the bench as a child with `--json-out FILE` and its stdout on our stderr,
+/// then print the file's lines: stdout carries only the JSON rows.
+fn json_via_child() -> anyhow::Result<()> {
+    use std::os::fd::AsFd;
+    let out = std::env::temp_dir().join(format!("trapeze-bench-vm-{}.jsonl", std::process::id()));
+    let _ = fs::remove_file(&out);
+    let exe = std::env::current_exe().context("finding xtask's own executable")?;
+    let stderr = std::io::stderr().as_fd().try_clone_to_owned().context("duplicating stderr")?;
+    let st = Command::new(exe)
+        .args(std::env::args_os().skip(1))
+        .arg("--json-out")
+        .arg(&out)
+        .stdout(stderr)
+        .status()
+        .context("running the bench")?;
+    let text = fs::read_to_string(&out).unwrap_or_default();
+    let _ = fs::remove_file(&out);
+    ensure!(st.success(), "the bench failed ({st})");
+    ensure!(!text.is_empty(), "the bench wrote no JSON rows to {}", out.display());
+    print!("{text}");
+    Ok(())
+}
+
+pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
+    if a.json && a.json_out.is_none() {
+        return json_via_child();
+    }
+    let root = crate::workspace_root();
+    eprintln!("==> NBD baseline: Debian nbd-client and nbd-server");
+    crate::prereq::ensure_nbd_bench_deps()?;
+    let mut files: Vec<(String, Vec<u8>, u32)> = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for prog in NBD_PROGRAMS {
+        ensure!(Path::new(prog).is_file(), "{prog} is missing although its package is installed");
+        for (guest_path, host_path) in with_libraries(prog)? {
+            if seen.insert(guest_path.clone()) {
+                let data = fs::read(&host_path).with_context(|| format!("reading {}", host_path.display()))?;
+                files.push((guest_path, data, 0o755));
+            }
+        }
+    }
+    eprintln!("  {} and {} with {} libraries", NBD_PROGRAMS[0], NBD_PROGRAMS[1], files.len() - 2);
+    files.push((format!("/usr/bin/{BLKBENCH}"), build_blkbench()?, 0o755));
+
+    eprintln!("==> guest kernel (cargo xtask kernel)");
+    let kernel = crate::kernel::ensure(None, false)?;
+    eprintln!("==> trapeze.ko (cargo xtask module)");
+    // Other work may be building the module in the same directory at this moment (its
+    // make then trips over the other's temporary files): one retry.
+    let built = crate::module::build(&kernel, false).or_else(|e| {
+        eprintln!("  trapeze.ko did not build ({e:#}); trying once more in 5 s");
+        std::thread::sleep(Duration::from_secs(5));
+        crate::module::build(&kernel, false)
+    });
+    let mut ram_backend = false;
+    let (modules, gms) = match built {
+        Ok(ko) => {
+            let bytes = fs::read(&ko)?;
+            let params = module_params(&bytes);
+            ram_backend = disk_is_ram_backed(&bytes);
+            let gms = gms_args(&params, a.guests, a.disk_mb, a.readahead, &a.ko_param);
+            match &gms {
+                Ok(args) => eprintln!(
+                    "  {}: GMS disk measured{}; insmod arguments per guest: {}",
+                    ko.display(),
+                    if ram_backend { " (its gms_disk_mb says: RAM backend)" } else { "" },
+                    args.join(" | ")
+                ),
+                Err(why) => eprintln!("  GMS disk NOT measured: {why}"),
+            }
+            (vec![ko], gms)
+        }
+        Err(e) => {
+            eprintln!("  GMS disk NOT measured: trapeze.ko did not build: {e:#}");
+            (Vec::new(), Err(format!("trapeze.ko did not build: {e:#}")))
+        }
+    };
+
+    let script = fs::read(root.join(SCRIPT)).with_context(|| format!("reading {SCRIPT}"))?;
+    let append = (0..a.guests)
+        .map(|k| {
+            let mut w = format!(
+                "trapeze_bench_mb={} trapeze_bench_reads={} trapeze_bench_seed={} trapeze_bench_rounds={}",
+                a.disk_mb, a.reads, a.seed, a.rounds
+            );
+            match &gms {
+                Ok(args) => w.push_str(&format!(
+                    " trapeze_bench_ko={}",
+                    crate::vm::bench_guests::base64_word(&args[k as usize])
+                )),
+                Err(_) => w.push_str(" trapeze_bench_gms_why=see_the_host_output"),
+            }
+            w
+        })
+        .collect();
+    let outcomes = bench_guests::run(BenchGuests {
+        guests: a.guests,
+        mem_mib: a.mem,
+        bzimage: kernel.bzimage(),
+        modules,
+        script,
+        files,
+        append,
+        net_pair: true,
+        timeout: Duration::from_secs(a.timeout),
+    })?;
+    let g0 = outcomes.iter().find(|o| o.idx == 0).context("guest 0 missing")?;
+    let (rows, notes) = parse_console(&g0.console);
+    eprintln!();
+    let trouble: Vec<String> =
+        outcomes.iter().flat_map(|o| o.trouble.iter().map(move |l| format!("guest {}: {l}", o.idx))).collect();
+    for t in &trouble {
+        eprintln!("  KERNEL TROUBLE: {t}");
+    }
+    for n in notes.iter().filter(|n| !n.starts_with("result ")) {
+        eprintln!("  guest 0: {n}");
+    }
+    let mut good = Vec::new();
+    for r in rows {
+        good.push(r.context("a result line of guest 0 did not parse")?);
+    }
+    let of = |d: &str| Row::median_of(&good.iter().filter(|r| r.device == d).cloned().collect::<Vec<_>>());
+    let nbd = of("nbd");
+    let gms_row = of("gms");
+    let gms_missing = match (&gms, &gms_row) {
+        (_, Some(_)) => None,
+        (Err(why), None) => Some(why.clone()),
+        (Ok(_), None) => Some(
+            notes
+                .iter()
+                .find(|n| n.starts_with("gms: "))
+                .map_or("guest 0 printed no GMS result".to_string(), |n| n.trim_start_matches("gms: ").to_string()),
+        ),
+    };
+    let Some(nbd) = nbd else {
+        bail!(
+            "no NBD result from guest 0{} (console {})",
+            if g0.exited { "" } else { ", which did not finish" },
+            g0.console_path.display()
+        );
+    };
+
+    let ratios = gms_row.as_ref().map(|g| {
+        json!({
+            "rand4k_p50": round_to(g.p50_us / nbd.p50_us, 3),
+            "rand4k_p99": round_to(g.p99_us / nbd.p99_us, 3),
+            "seq_mb_s": round_to(g.seq_mb_s / nbd.seq_mb_s, 3),
+        })
+    });
+    let summary = json!({
+        "summary": "vm",
+        "guests": a.guests,
+        "disk_mb": a.disk_mb,
+        "gms_readahead": a.readahead,
+        "reads": a.reads,
+        "rounds": a.rounds,
+        "kernel_trouble": trouble,
+        "gms_over_nbd": ratios,
+        "gms_missing": gms_missing,
+        "gms_backend": gms_row.as_ref().map(|_| if ram_backend { "ram" } else { "gms" }),
+        "gms_disk_stats": notes.iter().find_map(|n| n.strip_prefix("gms: stats: ")),
+        "gms_disk_counters": notes.iter().find_map(|n| n.strip_prefix("gms: counters: ")),
+        "net_ping": notes.iter().find_map(|n| n.strip_prefix("net: ping ")),
+        "note": "TCG guests on a shared 2-core host: compare the ratios, not the absolute figures",
+    });
+    let mut lines: Vec<Value> = vec![nbd.json()];
+    if let Some(g) = &gms_row {
+        lines.push(g.json());
+    }
+    lines.push(summary);
+    save(&lines);
+    if let Some(dir) = &a.plot {
+        super::plot::write_json(dir, "vm", &lines)?;
+        super::plot::vm::write(dir, &lines)?;
+    }
+
+    if let Some(p) = &a.json_out {
+        let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+        fs::write(p, text).with_context(|| format!("writing {}", p.display()))?;
+    }
+    report::print_table(
+        &report::Heading { disk_mb: a.disk_mb, reads: a.reads, rounds: a.rounds, readahead: a.readahead },
+        &nbd,
+        gms_row.as_ref(),
+        gms_missing.as_ref(),
+        &notes,
+        ram_backend,
+    );
+    Ok(())
+}
+
+/// Append the run's lines to ~/.cache/trapeze/bench/vm.jsonl (best effort).
+fn save(lines: &[Value]) {
+    let Some(home) = std::env::var_os("HOME") else {
+        return;
+    };
+    let dir = PathBuf::from(home).join(".cache/trapeze/bench");
+    let when = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let text: String = lines.iter().map(|l| format!("{{\"unix_time\":{when},\"row\":{l}}}\n")).collect();
+    let path = dir.join("vm.jsonl");
+    let r = fs::create_dir_all(&dir).and_then(|_| {
+        use std::io::Write;
+        fs::OpenOptions::new().create(true).append(true).open(&path)?.write_all(text.as_bytes())
+    });
+    match r {
+        Ok(()) => eprintln!("results appended to {}", path.display()),
+        Err(e) => eprintln!("note: could not append the results to {}: {e}", path.display()),
+    }
+}
