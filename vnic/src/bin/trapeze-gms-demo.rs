@@ -51,8 +51,10 @@ struct Args {
     /// two servers on another).
     #[arg(long)]
     one_thread: bool,
-    /// Putpages kept outstanding.
-    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..=256))]
+    /// Putpages kept outstanding (at most the 32 entries of a host's receive ring). Half
+    /// the ring leaves room for GMS's own messages: a NIC with a processor of its own (a
+    /// flashed image) drops packets that find the ring full, and each costs a timeout.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=32))]
     window: u64,
     /// No progress bar or live table, even on a terminal.
     #[arg(long)]
@@ -123,6 +125,8 @@ struct Ui {
     bar: ProgressBar,
     rows: Vec<ProgressBar>,
     shown: Instant,
+    /// When the current phase started, if it is timed (the bar then shows its time).
+    timed: Option<(Instant, Duration)>,
 }
 
 /// The live table's header (and the final table's); rows from [`table_row`]. Both fit 80
@@ -132,7 +136,7 @@ const TABLE_HEAD: &str = "node  held / budget  gets served  puts recv  hit rate 
 impl Ui {
     fn new(live: bool) -> Ui {
         if !live {
-            return Ui { mp: None, bar: ProgressBar::hidden(), rows: Vec::new(), shown: Instant::now() };
+            return Ui { mp: None, bar: ProgressBar::hidden(), rows: Vec::new(), shown: Instant::now(), timed: None };
         }
         let mp = MultiProgress::with_draw_target(ProgressDrawTarget::stdout_with_hz(10));
         let bar = mp.add(ProgressBar::new(1));
@@ -144,15 +148,30 @@ impl Ui {
         let plain = ProgressStyle::with_template("{msg}").unwrap_or_else(|_| ProgressStyle::default_spinner());
         let rows: Vec<ProgressBar> = (0..4).map(|_| mp.add(ProgressBar::new(1).with_style(plain.clone()))).collect();
         rows[0].set_message(TABLE_HEAD);
-        Ui { mp: Some(mp), bar, rows, shown: Instant::now() - Duration::from_secs(1) }
+        Ui { mp: Some(mp), bar, rows, shown: Instant::now() - Duration::from_secs(1), timed: None }
     }
 
-    /// A pass of phase `name` (`pass` counts from 0) over `len` units starts.
-    fn pass(&self, name: &str, pass: u32, len: u64) {
+    /// Phase `name` starts: the bar shows its `slice` of time if it has one, else the
+    /// units of each pass.
+    fn phase(&mut self, name: &str, slice: Duration) {
         self.bar.set_prefix(name.to_string());
-        self.bar.set_length(len);
-        self.bar.set_position(0);
-        self.bar.set_message(format!("pass {}", pass + 1));
+        self.bar.set_message("");
+        self.timed = (!slice.is_zero()).then(|| (Instant::now(), slice));
+        if let Some((_, d)) = self.timed {
+            self.bar.set_length(d.as_millis() as u64);
+            self.bar.set_position(0);
+        }
+    }
+
+    /// A pass of the phase (`pass` counts from 0) over `len` units starts.
+    fn pass(&self, pass: u32, len: u64) {
+        if self.timed.is_none() {
+            self.bar.set_length(len);
+            self.bar.set_position(0);
+        }
+        if pass > 0 || self.timed.is_some() {
+            self.bar.set_message(format!("pass {}", pass + 1));
+        }
     }
 
     /// A line above the bar (or on its own without one).
@@ -167,7 +186,10 @@ impl Ui {
 
     /// `n` more units done; refresh the table every 100 ms.
     fn inc(&mut self, n: u64, c: &Cluster, servers: Option<&Servers>) {
-        self.bar.inc(n);
+        match self.timed {
+            Some((t0, d)) => self.bar.set_position(t0.elapsed().min(d).as_millis() as u64),
+            None => self.bar.inc(n),
+        }
         if self.mp.is_some() && self.shown.elapsed() >= Duration::from_millis(100) {
             self.shown = Instant::now();
             for (row, v) in self.rows[1..].iter().zip(views(c, servers)) {
@@ -313,7 +335,8 @@ fn run(a: Args) -> anyhow::Result<()> {
     let mut ui = Ui::new(!a.plain && std::io::stdout().is_terminal());
 
     // 1. Load.
-    ui.pass("load", 0, z.pages);
+    ui.phase("load", Duration::ZERO);
+    ui.pass(0, z.pages);
     let t = Instant::now();
     put_range(&mut c, &mut m, 0..z.pages, Version(1), z.window, &mut ui, sv)?;
     let load_s = t.elapsed().as_secs_f64();
@@ -336,8 +359,9 @@ fn run(a: Args) -> anyhow::Result<()> {
         let before = c.ports[0].stats;
         let t = Instant::now();
         let mut hits = 0;
+        ui.phase(&name, z.slice);
         let passes = repeat(z.slice, |pass| {
-            ui.pass(&name, pass, z.pages);
+            ui.pass(pass, z.pages);
             let p0 = &mut c.ports[0];
             p0.set_cache_pages(0);
             p0.set_cache_pages(256);
@@ -373,8 +397,9 @@ fn run(a: Args) -> anyhow::Result<()> {
     let mut x = 0x2545_f491_4f6c_dd1du64;
     let t = Instant::now();
     let (mut rhits, mut rmiss, mut local) = (0u64, 0u64, 0u64);
+    ui.phase("random", z.slice);
     repeat(z.slice, |pass| {
-        ui.pass("random", pass, z.random);
+        ui.pass(pass, z.random);
         for i in 0..z.random {
             x ^= x << 13;
             x ^= x >> 7;
@@ -413,8 +438,9 @@ fn run(a: Args) -> anyhow::Result<()> {
     let before = c.ports[0].stats;
     let discarded0: u64 = views(&c, sv).iter().map(|v| v.discarded).sum();
     let rewrites = z.pages.div_ceil(7);
+    ui.phase("pressure", z.slice);
     repeat(z.slice, |pass| {
-        ui.pass("pressure", pass, z.pressure + rewrites);
+        ui.pass(pass, z.pressure + rewrites);
         let v = pass as u64 + 1;
         put_range(&mut c, &mut m, z.pages..z.pages + z.pressure, Version(v), z.window, &mut ui, sv)?;
         put_range(&mut c, &mut m, (0..z.pages).step_by(7), Version(v + 1), z.window, &mut ui, sv)?;
@@ -436,7 +462,8 @@ fn run(a: Args) -> anyhow::Result<()> {
 
     // 5. Verify every page once more (plain getpages).
     let all = z.pages + z.pressure;
-    ui.pass("verify", 0, all);
+    ui.phase("verify", Duration::ZERO);
+    ui.pass(0, all);
     let (mut vh, mut missed) = (0, Vec::new());
     let wrong0 = m.wrong;
     for n in 0..all {
@@ -509,6 +536,15 @@ fn run(a: Args) -> anyhow::Result<()> {
     for (d, bw) in &seq {
         println!("sequential read:  read-ahead {d:>2}: {bw:.0} MB/s");
     }
+    let losses = c.losses();
+    println!(
+        "losses:           {}",
+        if losses.is_empty() {
+            "none".to_string()
+        } else {
+            losses.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", ")
+        }
+    );
     println!(
         "longest wait:     {:.1} ms for one operation (a wait fails after {:.0} s)",
         c.longest_wait.as_secs_f64() * 1e3,
