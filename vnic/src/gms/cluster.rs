@@ -201,7 +201,7 @@ impl Cluster {
             }
             polls += 1;
             // An idle pass costs about as much as a clock read: look at the clock now and then.
-            if polls % CLOCK_EVERY == 0 {
+            if polls.is_multiple_of(CLOCK_EVERY) {
                 let waited = t0.elapsed();
                 if waited > self.wait_limit {
                     bail!(
