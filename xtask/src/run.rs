@@ -7,8 +7,9 @@
 //! than one node's memory budget into network memory (targets by the epoch-based global
 //! LRU), scans it with read-ahead 0/4/16, issues random getpages (2-way and 3-way through
 //! the directory), applies eviction pressure (the LRU discards the cluster's oldest
-//! pages), and verifies every byte, with a progress bar and a live table of the nodes on a
-//! terminal; it prints a summary.
+//! pages) — each of those five phases repeating for a fifth of `--seconds` (20) — and
+//! verifies every byte, with a progress bar and a live table of the nodes on a terminal;
+//! it prints a summary. `--quick` makes it a couple of seconds (tests).
 //!
 //! Then the firmware in the timing model: a three-node cluster running the real firmware on every
 //! NIC. Node 0 is a client that demand-fetches 8 KB pages from page servers on nodes 1
@@ -28,12 +29,14 @@ use trapeze_firmware::sim::{Cluster, Faults, OutMsg, Params, US};
 
 #[derive(clap::Args)]
 pub struct RunArgs {
-    /// Pages fetched one at a time (demand faults), per policy.
-    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=100_000))]
-    pages: u32,
-    /// Pages fetched with requests outstanding (prefetch), per policy.
-    #[arg(long, default_value_t = 400, value_parser = clap::value_parser!(u32).range(1..=100_000))]
-    prefetch_pages: u32,
+    /// Pages fetched one at a time (demand faults), per policy [default: 200; 20 with
+    /// --quick].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pages: Option<u32>,
+    /// Pages fetched with requests outstanding (prefetch), per policy [default: 400; 40
+    /// with --quick].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    prefetch_pages: Option<u32>,
     /// Requests kept outstanding during prefetch.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=64))]
     depth: u32,
@@ -50,12 +53,32 @@ pub struct RunArgs {
     #[arg(long)]
     flashed: bool,
     /// Faults and a modelled wire delay on the GMS cluster's links, e.g. delay=10us (one
-    /// way) or drop=0.1%,seed=7 (passed to the demo; default none).
+    /// way), drop=0.1%,seed=7, corrupt=0.1%, dup=0.1% or reorder=0.1% (passed to the
+    /// demo; default none).
     #[arg(long)]
     link_faults: Option<String>,
+    /// How long the GMS cluster's workload runs, in seconds (default 20: long enough to
+    /// watch its live table).
+    #[arg(long, value_parser = seconds)]
+    seconds: Option<f64>,
+    /// A short run (for tests): the GMS cluster with a small data set and one pass of
+    /// each phase, and the timing model with 20 + 40 pages per policy (unless
+    /// --pages/--prefetch-pages say otherwise).
+    #[arg(long)]
+    quick: bool,
+}
+
+fn seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.0..=3600.0).contains(&v) => Ok(v),
+        _ => Err(format!("`{s}` is not a number of seconds from 0 to 3600")),
+    }
 }
 
 const PAGE: u32 = 8192;
+/// Real time a fetch phase of the timing model may take (a phase of the default run
+/// takes about a second).
+const WALL_LIMIT: std::time::Duration = std::time::Duration::from_secs(120);
 const OP_GETPAGE: u32 = 1;
 
 /// Page contents: a function of the page id, so every byte can be verified.
@@ -131,6 +154,8 @@ fn fetch_phase(
     let mut verified = 0u64;
     let t0 = c.now_ps();
     let deadline = t0 + 60_000_000 * US;
+    // The model's minute takes hours of real time: a stalled exchange must fail sooner.
+    let wall = std::time::Instant::now();
     while verified < pages as u64 {
         while issued < pages && outstanding.len() < depth as usize {
             let page = first_page + issued as u64;
@@ -162,6 +187,13 @@ fn fetch_phase(
         if c.now_ps() > deadline {
             bail!("fetches did not complete within a minute of model time ({verified}/{pages})");
         }
+        if wall.elapsed() > WALL_LIMIT {
+            bail!(
+                "fetches did not complete in {:.0} s ({verified}/{pages} verified, {:.1} ms of model time)",
+                wall.elapsed().as_secs_f64(),
+                (c.now_ps() - t0) as f64 / (1000 * US) as f64
+            );
+        }
     }
     let span = (c.now_ps() - t0) as f64 / US as f64;
     Ok((lat, verified, pages as f64 * PAGE as f64 / span))
@@ -175,8 +207,9 @@ fn run_policy(params: Params, policy: Policy, a: &RunArgs) -> anyhow::Result<Out
     };
     let mut c = Cluster::with_host_mem(params, 3, cfg(policy, s, r), Faults::default(), 4 << 20);
     let mut seen = vec![0usize; c.len()];
-    let (demand_us, v1, _) = fetch_phase(&mut c, &mut seen, a.pages, 1, 0)?;
-    let (_, v2, mb_s) = fetch_phase(&mut c, &mut seen, a.prefetch_pages, a.depth, 1 << 20)?;
+    let (pages, prefetch) = if a.quick { (20, 40) } else { (200, 400) };
+    let (demand_us, v1, _) = fetch_phase(&mut c, &mut seen, a.pages.unwrap_or(pages), 1, 0)?;
+    let (_, v2, mb_s) = fetch_phase(&mut c, &mut seen, a.prefetch_pages.unwrap_or(prefetch), a.depth, 1 << 20)?;
     let fw = c.firmware(0);
     let sum = |k: Counter| (0..c.len()).map(|n| c.firmware(n).counter(k)).sum::<u64>();
     Ok(Outcome {
@@ -208,24 +241,24 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
                 "== Global Memory Service: 3 nodes on virtual NICs (flashed firmware {image}, in-process link) =="
             );
             args.extend(["--features", "demo", "--bin", "trapeze-gms-demo"]);
-            demo.extend([
-                "--image",
-                &image,
-                "--pages",
-                "1200",
-                "--budget",
-                "700",
-                "--random",
-                "1000",
-                "--pressure",
-                "300",
-            ]);
+            demo.extend(["--image", &image]);
+            if !a.quick {
+                // The emulated cores are slower: a smaller data set for each pass.
+                demo.extend(["--pages", "1200", "--budget", "700", "--random", "1000", "--pressure", "300"]);
+            }
         } else {
             println!("== Global Memory Service: 3 nodes on virtual NICs (native firmware, in-process link) ==");
             args.extend(["--no-default-features", "--features", "demo", "--bin", "trapeze-gms-demo"]);
         }
         if let Some(f) = &a.link_faults {
             demo.extend(["--link-faults", f.as_str()]);
+        }
+        let secs = a.seconds.map(|s| s.to_string());
+        if let Some(s) = &secs {
+            demo.extend(["--seconds", s.as_str()]);
+        }
+        if a.quick {
+            demo.push("--quick");
         }
         if !demo.is_empty() {
             args.push("--");

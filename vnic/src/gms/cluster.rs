@@ -6,6 +6,8 @@
 //! main command, the GMS bench and the tests run on it.
 
 use super::*;
+use std::time::Duration;
+
 /// What the servers' thread gives back: its nodes, whether each is alive, and the
 /// inline NICs it ran for other nodes (by index).
 type ServersState = (Vec<GmsPort>, Vec<bool>, Vec<(usize, InlineNative)>);
@@ -28,6 +30,15 @@ impl Servers {
 pub const VIEW_EVERY_NS: u64 = 25_000_000;
 /// Idle passes a server thread spins before yielding its core.
 const SPIN_PASSES: u32 = 256;
+/// The RPC call timeout of every node (ns): a call whose request or reply was lost is
+/// failed (and its GMS operation retried or given up) after it.
+pub const CALL_TIMEOUT_NS: u64 = 2_000_000_000;
+/// A blocking operation fails after this many times the longest protocol timeout...
+pub const WAIT_FACTOR: u32 = 5;
+/// ...or this long, if that is longer.
+pub const MIN_WAIT: Duration = Duration::from_secs(10);
+/// Polls between two looks at the clock while a blocking operation waits.
+const CLOCK_EVERY: u64 = 256;
 
 /// One node at a glance (the main command's live table).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -54,8 +65,11 @@ pub struct Cluster {
     pub ports: Vec<GmsPort>,
     /// Nodes still polled (a dead node is never polled again).
     pub alive: Vec<bool>,
-    /// Limit on polls a blocking operation waits (guards against hangs).
-    pub max_polls: u64,
+    /// How long a blocking operation may wait before it fails ([`Self::wait_limit_for`]
+    /// of the protocol's timeouts: a hang becomes an error naming the operation).
+    pub wait_limit: Duration,
+    /// The longest a blocking operation has waited so far (for reports).
+    pub longest_wait: Duration,
     view: u64,
     _switch: crate::link::backend::InProcSwitch,
     _nics: Vec<Arc<crate::nic::Nic>>,
@@ -82,7 +96,6 @@ impl Cluster {
         use crate::link::backend::InProcSwitch;
         use crate::link::Link;
         use crate::nic::Nic;
-        use std::time::Duration;
         let sw = InProcSwitch::new();
         // One clock origin for every node, so the global LRU compares their page ages.
         let origin = Instant::now();
@@ -108,7 +121,7 @@ impl Cluster {
                 .register("gms", DEFAULT_REGION_BASE, region.clone(), 0, bytes as u64)
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
             let cfg = EndpointConfig { node_id: id, mtu: FRAME_BYTES, ..EndpointConfig::default() };
-            let rcfg = Config { call_timeout: 2_000_000_000, nonblocking_timeout: Some(2_000_000_000) };
+            let rcfg = Config { call_timeout: CALL_TIMEOUT_NS, nonblocking_timeout: Some(CALL_TIMEOUT_NS) };
             let gcfg = GmsConfig { budget, ..gms_cfg };
             let seed = [id as u64 + 1, 77];
             ports.push(GmsPort::new_on(
@@ -131,7 +144,25 @@ impl Cluster {
             p.epoch = origin;
             p.set_members(1, &ids)?;
         }
-        Ok(Cluster { alive: vec![true; n as usize], ports, max_polls: 50_000_000, view: 1, _switch: sw, _nics: nics })
+        Ok(Cluster {
+            alive: vec![true; n as usize],
+            ports,
+            wait_limit: Self::wait_limit_for(&gms_cfg),
+            longest_wait: Duration::ZERO,
+            view: 1,
+            _switch: sw,
+            _nics: nics,
+        })
+    }
+
+    /// How long a blocking operation may wait: [`WAIT_FACTOR`] times the longest of the
+    /// protocol's timeouts (a GMS operation's `op_timeout`, the RPC call timeout that
+    /// recovers a lost frame), and at least [`MIN_WAIT`]. Every operation ends by one of
+    /// those timeouts at the latest, so a wait past the limit is a hang, not a slow run
+    /// (a loaded machine, emulated NIC cores, a lossy link).
+    pub fn wait_limit_for(gms_cfg: &GmsConfig) -> Duration {
+        let longest = Duration::from_nanos(gms_cfg.op_timeout.max(CALL_TIMEOUT_NS));
+        (longest * WAIT_FACTOR).max(MIN_WAIT)
     }
 
     /// One pass over the live nodes.
@@ -145,20 +176,49 @@ impl Cluster {
         busy
     }
 
-    /// Poll until `done` says so (bounded by `max_polls`).
-    pub fn poll_until(&mut self, mut done: impl FnMut(&mut Self) -> bool) -> anyhow::Result<()> {
-        for _ in 0..self.max_polls {
+    /// Poll until `done` says so, for at most [`Self::wait_limit`] (see [`Self::wait_until`]).
+    pub fn poll_until(&mut self, done: impl FnMut(&mut Self) -> bool) -> anyhow::Result<()> {
+        self.wait_until(|| "a wait".into(), done)
+    }
+
+    /// Poll until `done` says so; after [`Self::wait_limit`] fail with an error naming the
+    /// operation (`what`, made only then) and the time it waited.
+    pub fn wait_until(
+        &mut self,
+        what: impl FnOnce() -> String,
+        mut done: impl FnMut(&mut Self) -> bool,
+    ) -> anyhow::Result<()> {
+        if done(self) {
+            return Ok(());
+        }
+        let t0 = Instant::now();
+        let mut polls = 0u64;
+        loop {
+            self.poll();
             if done(self) {
+                self.longest_wait = self.longest_wait.max(t0.elapsed());
                 return Ok(());
             }
-            self.poll();
+            polls += 1;
+            // An idle pass costs about as much as a clock read: look at the clock now and then.
+            if polls.is_multiple_of(CLOCK_EVERY) {
+                let waited = t0.elapsed();
+                if waited > self.wait_limit {
+                    bail!(
+                        "cluster: {} did not finish in {:.1} s ({polls} polls; the limit is {:.0} s, \
+                         {WAIT_FACTOR} times the longest protocol timeout)",
+                        what(),
+                        waited.as_secs_f64(),
+                        self.wait_limit.as_secs_f64()
+                    );
+                }
+            }
         }
-        bail!("cluster: operation did not finish")
     }
 
     /// Poll until no client operation is in flight at node `i`.
     pub fn settle(&mut self, i: usize) -> anyhow::Result<()> {
-        self.poll_until(|c| c.ports[i].in_flight() == 0)
+        self.wait_until(|| format!("node {i}: the end of its operations in flight"), |c| c.ports[i].in_flight() == 0)
     }
 
     /// Blocking putpage from node `i`: the result.
@@ -172,10 +232,13 @@ impl Cluster {
     pub fn get_wait(&mut self, i: usize, page: PageId) -> anyhow::Result<Got> {
         let op = self.ports[i].get_start(page)?;
         let mut out = None;
-        self.poll_until(|c| {
-            out = c.ports[i].get_poll(op);
-            out.is_some()
-        })?;
+        self.wait_until(
+            || format!("node {i}: getpage of page {}:{}", page.space, page.page),
+            |c| {
+                out = c.ports[i].get_poll(op);
+                out.is_some()
+            },
+        )?;
         Ok(out.unwrap_or(Got::Miss))
     }
 
@@ -186,11 +249,14 @@ impl Cluster {
             return Ok(g);
         }
         let mut out = None;
-        self.poll_until(|c| {
-            out = c.ports[i].read_poll_into(page, buf);
-            c.ports[i].stats.read_wait_polls += out.is_none() as u64;
-            out.is_some()
-        })?;
+        self.wait_until(
+            || format!("node {i}: read of page {}:{}", page.space, page.page),
+            |c| {
+                out = c.ports[i].read_poll_into(page, buf);
+                c.ports[i].stats.read_wait_polls += out.is_none() as u64;
+                out.is_some()
+            },
+        )?;
         Ok(out.unwrap_or(ReadInto::Miss))
     }
 
@@ -200,11 +266,14 @@ impl Cluster {
             return Ok(g);
         }
         let mut out = None;
-        self.poll_until(|c| {
-            out = c.ports[i].read_poll(page);
-            c.ports[i].stats.read_wait_polls += out.is_none() as u64;
-            out.is_some()
-        })?;
+        self.wait_until(
+            || format!("node {i}: read of page {}:{}", page.space, page.page),
+            |c| {
+                out = c.ports[i].read_poll(page);
+                c.ports[i].stats.read_wait_polls += out.is_none() as u64;
+                out.is_some()
+            },
+        )?;
         Ok(out.unwrap_or(Got::Miss))
     }
 
@@ -275,6 +344,27 @@ impl Cluster {
         self.ports.extend(ports);
         self.alive.extend(alive);
         Ok(())
+    }
+
+    /// Packets the NICs' firmware dropped, summed over the nodes by cause (its drop
+    /// counters in NIC memory, always current), and frames the switch dropped:
+    /// `(cause, count)` for every nonzero cause. (Faults a link injects on send are not
+    /// here: an inline NIC's link publishes its statistics only when it parks.)
+    pub fn drops(&self) -> Vec<(&'static str, u64)> {
+        use trapeze_firmware::iface::layout::Counter;
+        let causes = [
+            Counter::RxDropRingFull,
+            Counter::RxDropCrc,
+            Counter::RxDropMalformed,
+            Counter::RxBadToken,
+            Counter::RxNoFrame,
+            Counter::TxMalformed,
+        ];
+        let mut out: Vec<(&'static str, u64)> =
+            causes.iter().map(|c| (c.name(), self._nics.iter().map(|n| n.mem().load_u64(c.offset())).sum())).collect();
+        out.push(("switch_dropped_frames", self._switch.dropped_frames()));
+        out.retain(|&(_, v)| v > 0);
+        out
     }
 
     /// Node `dead` stops (never polled again); the survivors are told it failed.

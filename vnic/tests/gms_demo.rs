@@ -1,0 +1,147 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! The main command's GMS cluster (`trapeze-gms-demo --quick`, what `cargo xtask run
+//! --quick` runs) end to end: with no faults, with each link fault the README shows, and
+//! on flashed NICs; every run must read every page back and find no wrong byte.
+
+mod common;
+
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const DEMO: &str = env!("CARGO_BIN_EXE_trapeze-gms-demo");
+/// A quick run takes well under a minute even with 0.1% of its frames lost (each costs a
+/// 500 ms operation timeout) on a loaded machine.
+const LIMIT: Duration = Duration::from_secs(180);
+/// `--quick`'s data set (1000 pages) and pressure pages (300): the pages read back.
+const PAGES: u64 = 1300;
+
+/// The summary's `verified:` line, parsed.
+#[derive(Debug)]
+struct Verified {
+    read: u64,
+    of: u64,
+    hits: u64,
+    misses: u64,
+    wrong: u64,
+}
+
+/// `verified:         N of M pages read back and checked: H hits with the right bytes, X
+/// misses (U held by no node), W wrong`.
+fn parse(line: &str) -> Option<Verified> {
+    let nums: Vec<u64> = line
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|w| !w.is_empty())
+        .map(|w| w.parse().ok())
+        .collect::<Option<_>>()?;
+    match nums[..] {
+        [read, of, hits, misses, _unheld, wrong] => Some(Verified { read, of, hits, misses, wrong }),
+        _ => None,
+    }
+}
+
+/// Run the demo with `--quick --plain` and `args`; its output, after checking it ended
+/// well within [`LIMIT`].
+fn run(args: &[&str]) -> String {
+    let mut child = Command::new(DEMO)
+        .args(["--quick", "--plain"])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the demo");
+    let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    let outs = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let errs = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait for the demo") {
+            break Some(s);
+        }
+        if t0.elapsed() > LIMIT {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let (stdout, stderr) = (outs.join().unwrap(), errs.join().unwrap());
+    let Some(status) = status else {
+        panic!("the demo {args:?} ran longer than {LIMIT:?}: killed\n{stdout}\n{stderr}");
+    };
+    assert!(status.success(), "the demo {args:?} failed ({status}):\n{stdout}\n{stderr}");
+    eprintln!("demo {args:?} took {:.1}s", t0.elapsed().as_secs_f64());
+    stdout
+}
+
+/// Every page read back and checked, none wrong, most of them hits.
+fn assert_all_verified(args: &[&str]) {
+    let out = run(args);
+    let line = out.lines().find(|l| l.starts_with("verified:")).unwrap_or_else(|| panic!("no verified line:\n{out}"));
+    let v = parse(line).unwrap_or_else(|| panic!("unparsable: {line}"));
+    assert_eq!(v.of, PAGES, "{line}");
+    assert_eq!(v.read, v.of, "not every page was read back: {line}");
+    assert_eq!(v.hits + v.misses, v.read, "{line}");
+    assert_eq!(v.wrong, 0, "{line}");
+    // The global LRU discards some pages to make room for the pressure phase's; most
+    // stay in network memory.
+    assert!(v.hits * 2 > v.of, "too few hits: {line}\n{out}");
+}
+
+#[test]
+fn no_faults() {
+    assert_all_verified(&[]);
+}
+
+#[test]
+fn drop_seeded() {
+    assert_all_verified(&["--link-faults", "drop=0.1%,seed=7"]);
+}
+
+#[test]
+fn corrupt() {
+    assert_all_verified(&["--link-faults", "corrupt=0.1%"]);
+}
+
+#[test]
+fn delay() {
+    assert_all_verified(&["--link-faults", "delay=10us"]);
+}
+
+#[test]
+fn dup_and_reorder() {
+    assert_all_verified(&["--link-faults", "dup=0.1%,reorder=0.1%,seed=3"]);
+}
+
+#[test]
+fn verified_line_parses() {
+    let v = parse(
+        "verified:         1300 of 1300 pages read back and checked: 1152 hits with the right bytes, \
+         148 misses (148 held by no node), 0 wrong",
+    )
+    .expect("parses");
+    assert_eq!((v.read, v.of, v.hits, v.misses, v.wrong), (1300, 1300, 1152, 148, 0));
+}
+
+/// `--flashed`: the riscv32 image on every NIC's emulated core. Built here (or
+/// `$TRAPEZE_FW_IMAGE`); without the target the build fails and so does the test.
+#[cfg(feature = "flashed")]
+#[test]
+#[ignore = "needs the riscv32imac-unknown-none-elf target (rustup target add riscv32imac-unknown-none-elf); \
+            run with --ignored"]
+fn flashed() {
+    let image = common::build_image().unwrap_or_else(|e| panic!("the firmware image: {e}"));
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("gms-demo-fw-{}", std::process::id()));
+    std::fs::write(&path, image).expect("write the image");
+    let p = path.to_str().expect("a UTF-8 path");
+    assert_all_verified(&["--image", p]);
+    let _ = std::fs::remove_file(&path);
+}
