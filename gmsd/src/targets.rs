@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 /// Putpage targets: round robin over the other members, at most `window / members` puts
 /// in flight to each (every peer's putpages share a target's 32-entry NIC receive ring,
-/// and a full ring drops), skipping a member that refused for [`REFUSED_BACKOFF`] (unless
+/// and a full ring drops), skipping a member that refused for `REFUSED_BACKOFF` (unless
 /// all did).
 #[derive(Default)]
 pub struct Targets {

@@ -120,7 +120,7 @@ impl SoftEngines {
         }
     }
 
-    /// Allow or forbid deferring host-bus reads into send staging (see [`Deferred`]); a
+    /// Allow or forbid deferring host-bus reads into send staging (see `Deferred`); a
     /// flashed image's processor forbids it. Forbidding settles what is deferred.
     pub fn set_defer_reads(&mut self, on: bool) {
         if !on {

@@ -135,8 +135,7 @@ fn verified_line_parses() {
 /// `$TRAPEZE_FW_IMAGE`); without the target the build fails and so does the test.
 #[cfg(feature = "flashed")]
 #[test]
-#[ignore = "needs the riscv32imac-unknown-none-elf target (rustup target add riscv32imac-unknown-none-elf); \
-            run with --ignored"]
+#[ignore = "needs: riscv32 target"]
 fn flashed() {
     let image = common::build_image().unwrap_or_else(|e| panic!("the firmware image: {e}"));
     let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("gms-demo-fw-{}", std::process::id()));

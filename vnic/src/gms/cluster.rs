@@ -7,6 +7,7 @@
 
 use super::*;
 use std::time::Duration;
+use trapeze_firmware::iface::mem::NicMemory;
 
 /// What the servers' thread gives back: its nodes, whether each is alive, and the
 /// inline NICs it ran for other nodes (by index).
