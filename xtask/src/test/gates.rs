@@ -57,7 +57,7 @@ pub fn provide() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// For each test binary with gated tests: its `cargo test` selector (`-p PKG --test X`),
+/// For each test binary with gated tests: its `cargo test` selector (`--workspace --test X`),
 /// the test names, and the first prerequisite that is missing, if one is.
 pub fn plan(skipped: &[Skip], binaries: &HashMap<String, Binary>) -> Vec<(Vec<String>, Vec<String>, Option<String>)> {
     let mut by_binary: BTreeMap<&str, (Vec<String>, Vec<String>)> = BTreeMap::new();
@@ -73,7 +73,9 @@ pub fn plan(skipped: &[Skip], binaries: &HashMap<String, Binary>) -> Vec<(Vec<St
         .filter_map(|(binary, (names, prereqs))| {
             let b = binaries.get(binary)?;
             let missing = prereqs.iter().find(|p| !available(p)).map(|p| describe(p));
-            let mut sel = vec!["-p".to_string(), b.package.clone()];
+            // `--workspace`, not `-p PKG`: features unify across the workspace, so only the
+            // same selection rebuilds the same binary (the skip list names it by its hash).
+            let mut sel = vec!["--workspace".to_string()];
             sel.extend(b.selector.iter().cloned());
             Some((sel, names, missing))
         })

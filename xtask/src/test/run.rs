@@ -17,13 +17,12 @@ fn cargo_cmd() -> Command {
 /// A test binary: how to select it again with `cargo test`.
 #[derive(Clone, Debug)]
 pub struct Binary {
-    pub package: String,
     /// `--lib`, `--test NAME`, `--bin NAME`, … — cargo's selector for this target.
     pub selector: Vec<String>,
 }
 
 /// Build every test binary (`cargo test --no-run`) and map each executable's file name
-/// (`flashed-1a2b…`, as the test output names it) to its package and target.
+/// (`flashed-1a2b…`, as the test output names it) to its target.
 pub fn test_binaries() -> anyhow::Result<HashMap<String, Binary>> {
     eprintln!("$ cargo test --workspace --locked --no-run");
     let out = cargo_cmd()
@@ -37,9 +36,6 @@ pub fn test_binaries() -> anyhow::Result<HashMap<String, Binary>> {
         String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
     {
         let (Some(exe), Some(name)) = (v["executable"].as_str(), v["target"]["name"].as_str()) else { continue };
-        // "path+file:///work/main/vnic#trapeze-vnic@0.1.0"
-        let id = v["package_id"].as_str().unwrap_or_default();
-        let package = id.rsplit_once('#').map_or(id, |(_, p)| p).split('@').next().unwrap_or_default().to_string();
         let kind = v["target"]["kind"][0].as_str().unwrap_or_default();
         let selector = match kind {
             "lib" | "rlib" | "proc-macro" | "cdylib" | "staticlib" => vec!["--lib".to_string()],
@@ -47,7 +43,7 @@ pub fn test_binaries() -> anyhow::Result<HashMap<String, Binary>> {
             _ => continue,
         };
         let file = exe.rsplit('/').next().unwrap_or(exe).to_string();
-        map.insert(file, Binary { package, selector });
+        map.insert(file, Binary { selector });
     }
     Ok(map)
 }
