@@ -2,8 +2,8 @@
 //! Trapeze NIC firmware: the control program of a programmable NIC, `#![no_std]`, no heap.
 //!
 //! * [`iface`] — the host↔NIC interface defined once for every crate (NIC-memory layout,
-//!   ring entries, IPT and payload tokens, wire packet, MMIO registers). `core` only: the
-//!   kernel module compiles these files directly.
+//!   ring entries, IPT and payload tokens, wire packet, MMIO registers): the `trapeze-iface`
+//!   crate, re-exported here so `crate::iface::…` paths read as before.
 //! * [`fw`] — the firmware: a resource-centred main loop that pipelines each packet
 //!   through host bus, link out and link in (cut-through delivery with eager DMA), guards
 //!   host memory with IPT token validation, and drives the send and receive rings.
@@ -28,7 +28,7 @@ extern crate std;
 
 pub mod fw;
 pub mod hal;
-pub mod iface;
+pub use trapeze_iface as iface;
 pub(crate) mod log;
 #[cfg(feature = "sim")]
 pub mod sim;

@@ -12,7 +12,7 @@
 #![no_std]
 #![forbid(unsafe_code)]
 
-pub use trapeze_firmware::iface;
+pub use trapeze_iface as iface;
 
 pub mod endpoint;
 pub mod keys;

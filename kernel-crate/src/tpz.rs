@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! The Trapeze host↔NIC interface and host API, compiled from the same source files as
-//! user space: `firmware-crate/src/iface/` (NIC-memory map, rings, IPT, wire format) and
+//! user space: `iface/src/` (NIC-memory map, rings, IPT, wire format) and
 //! `host/src/{endpoint,keys}.rs` (the `tpz_*` API). Those files use only `core` and reach
 //! each other through `super::` paths, so this module only places them side by side; the
 //! `#[path]`s point at the workspace's files (relative to this file), nothing is copied.
@@ -9,10 +9,10 @@
 
 #![forbid(unsafe_code)]
 
-/// The host↔NIC interface (`firmware-crate/src/iface/`).
+/// The host↔NIC interface (`iface/src/lib.rs`, the `trapeze-iface` crate).
 #[allow(unreachable_pub, dead_code, unused_attributes, missing_docs)]
 #[allow(clippy::wrong_self_convention, clippy::incompatible_msrv)]
-#[path = "../../firmware-crate/src/iface/mod.rs"]
+#[path = "../../iface/src/lib.rs"]
 pub(crate) mod iface;
 
 /// The host side of an endpoint (`host/src/endpoint.rs`).

@@ -5,9 +5,9 @@
 //!
 //! The module is an out-of-tree Kbuild module built in place (6.12 has no `MO=`), so its
 //! objects land in `kernel-crate/` (git-ignored there). Kbuild tracks every source file
-//! rustc read, including the `#[path]` modules from `firmware-crate/` and `host/`, so an
-//! edit there rebuilds the module. Any compiler warning fails the build; `--clippy` runs
-//! the kernel's clippy lint set (`CLIPPY=1`), which includes
+//! rustc read, including the `#[path]` modules from `iface/`, `host/`, `netrpc/` and
+//! `gms/`, so an edit there rebuilds the module. Any compiler warning fails the build;
+//! `--clippy` runs the kernel's clippy lint set (`CLIPPY=1`), which includes
 //! `undocumented_unsafe_blocks`.
 //!
 //! After each build the module's stack frames are checked (`objdump -d`: each function's
