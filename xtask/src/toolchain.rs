@@ -92,15 +92,20 @@ pub fn ensure() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Does the workspace's rustc have the standard library (`core`) of `target`?
+pub fn target_installed(target: &str) -> bool {
+    Command::new("rustc")
+        .args(["--print", "target-libdir", "--target", target])
+        .current_dir(crate::workspace_root())
+        .output()
+        .is_ok_and(|o| o.status.success() && std::path::Path::new(String::from_utf8_lossy(&o.stdout).trim()).is_dir())
+}
+
 /// No rustup: the toolchain came some other way. Check the one thing the build cannot do
 /// without (each target's `core`) and name the commands if it is missing.
 fn no_rustup(want: &Toolchain) -> anyhow::Result<()> {
     for t in &want.targets {
-        let out = Command::new("rustc").args(["--print", "target-libdir", "--target", t]).output();
-        let ok = out.as_ref().is_ok_and(|o| {
-            o.status.success() && std::path::Path::new(String::from_utf8_lossy(&o.stdout).trim()).is_dir()
-        });
-        if !ok {
+        if !target_installed(t) {
             bail!(
                 "the Rust target {t} is not installed and rustup is not available to add it. Install rustup \
                  (https://rustup.rs, or Debian's `rustup` package) and run `rustup toolchain install` in this \

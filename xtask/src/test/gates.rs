@@ -33,13 +33,7 @@ fn runs(cmd: &str, arg: &str) -> bool {
 
 pub fn available(prereq: &str) -> bool {
     match prereq {
-        "riscv32 target" => Command::new("rustc")
-            .args(["--print", "target-libdir", "--target", crate::build::TARGET])
-            .current_dir(crate::workspace_root())
-            .output()
-            .is_ok_and(|o| {
-                o.status.success() && std::path::Path::new(String::from_utf8_lossy(&o.stdout).trim()).is_dir()
-            }),
+        "riscv32 target" => crate::toolchain::target_installed(crate::build::TARGET),
         "root" => is_root(),
         "ip" => runs("ip", "-V"),
         "qemu" => runs("qemu-system-x86_64", "--version"),
