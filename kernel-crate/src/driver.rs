@@ -38,7 +38,6 @@ use crate::sys::irq::{IrqVectors, ThreadedIrq};
 use crate::sys::pci::{self, BusMaster, Enabled, IoMem, PciDev, Regions};
 use crate::sys::{self, param};
 use crate::tpz::endpoint::{Endpoint, EndpointConfig};
-use crate::tpz::iface::entry::Segment;
 use crate::tpz::iface::layout::{ctrl, ctrl_word, host_req, notify, Policy, NIC_MEM_BYTES, RECV_RING_ENTRIES};
 use crate::tpz::iface::mem::NicMemory;
 use control::{choose_node, device_request, wait_firmware};
@@ -218,10 +217,9 @@ impl Device {
             notify: notify::IRQ_ON_RECV,
         };
         let seed = [sys::random_u64(), sys::random_u64()];
-        let ep = Endpoint::init(nic, &cfg, seed, |i| {
-            pool.get(i as usize).map(|f| Segment { addr: f.dma_addr(), len: f.len() as u32 })
-        });
-        let core = new_core(node, budget, KHost::new(ep, pool, RX_FRAMES, tx)?)?;
+        let pool = net::Pool(pool);
+        let ep = Endpoint::init(nic, &cfg, seed, |i| net::KPort::slot_segment(&pool, i));
+        let core = new_core(node, budget, KHost::new(ep, pool.0, tx)?)?;
         let shared = Arc::pin_init(
             pin_init!(Shared {
                 core <- new_spinlock!(core, "trapeze::core"),

@@ -348,7 +348,7 @@ impl DiskState {
                 let mut cache_it = false;
                 if let Some(d) = host.disk.as_mut() {
                     // Readers parked on this fetch get the same bytes (or are queued again).
-                    let buf = if good { host.pool.get(usize::from(frame)) } else { None };
+                    let buf = if good { host.ep.frame(frame) } else { None };
                     d.wake(page, buf);
                     if f.ra {
                         let _ = d.ra.complete(DISK_SPACE, page, good);
@@ -357,8 +357,11 @@ impl DiskState {
                     cache_it = f.prefetch && good && current && !held && d.ra_on;
                 }
                 if cache_it {
-                    host.disarm_frame(frame);
-                    release = host.disk.as_mut().map_or(Some(frame), |d| d.insert_cache(page, version.0, frame));
+                    // A frame whose IPT entry stays busy is leaked (counted), never cached.
+                    release = match host.disarm_frame(frame) {
+                        true => host.disk.as_mut().map_or(Some(frame), |d| d.insert_cache(page, version.0, frame)),
+                        false => None,
+                    };
                 }
                 (r, None, release)
             }
@@ -645,7 +648,7 @@ impl Shared {
                 match d.ra.on_access(DISK_SPACE, page, hit.is_some()) {
                     Decision::Hit => {
                         if let Some(cached) = hit.and_then(|i| d.cache[i]) {
-                            let r = match c.node.host.pool.get(usize::from(cached.frame)) {
+                            let r = match c.node.host.frame(cached.frame) {
                                 Some(buf) => fill_from(&io, buf),
                                 None => Err(EINVAL),
                             };

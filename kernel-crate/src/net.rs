@@ -25,12 +25,13 @@ use crate::nicmem::BarMem;
 use crate::proto;
 use crate::stats::STATS;
 use crate::sys::dma::DmaBuf;
-use crate::tpz::endpoint::{ArmError, Endpoint, RecvMsg, SendError, SendMsg};
+use crate::tpz::endpoint::{Endpoint, RecvMsg, SendError, SendMsg};
 use crate::tpz::gms::prelude::*;
-use crate::tpz::iface::entry::Segment;
-use crate::tpz::iface::ipt::{CancelState, PayloadToken};
+use crate::tpz::iface::entry::{Segment, TxStatus};
 use crate::tpz::iface::layout::Counter;
 use crate::tpz::netrpc::prelude::*;
+use crate::tpz::runtime::port::{Port, SetupError, RPC_COOKIE};
+use crate::tpz::runtime::{FrameMem, Storage};
 use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use kernel::prelude::*;
 
@@ -58,8 +59,6 @@ pub(crate) type Node = GmsNode<Frame, KHost, MEMBERS, HELD, DIR, OPS, TASKS, OUT
 /// NetRPC of one node.
 pub(crate) type NetRpc = Rpc<Node, Frame, CALLS, CONTS, TXQ>;
 
-/// The send cookie of NetRPC transmits (ping uses its transmit frame's index).
-pub(crate) const RPC_COOKIE: usize = usize::MAX;
 /// Send-ring-full retries (reaping in between) before a transmit is dropped.
 const POST_TRIES: u32 = 10_000;
 
@@ -91,86 +90,80 @@ impl Echo {
     }
 }
 
-/// The endpoint, once probe has one: [`KHost::EMPTY`] (the `static` template the node is
+/// The kernel's frames: coherent DMA buffers of [`FRAME_BYTES`]; a frame is an index.
+pub(crate) struct Pool(pub(crate) KVVec<DmaBuf>);
+
+impl FrameMem for Pool {
+    type Frame = Frame;
+    const FRAME_BYTES: u32 = FRAME_BYTES as u32;
+    fn count(&self) -> usize {
+        self.0.len()
+    }
+    fn nth(&self, i: usize) -> Frame {
+        i as Frame
+    }
+    fn dma(&self, f: Frame) -> Option<u64> {
+        self.0.get(usize::from(f)).map(DmaBuf::dma_addr)
+    }
+    fn copy(&self, from: Frame, to: Frame, len: u32) -> bool {
+        match (self.0.get(usize::from(from)), self.0.get(usize::from(to))) {
+            (Some(a), Some(b)) => b.copy_from(0, a, 0, len as usize).is_ok(),
+            _ => false,
+        }
+    }
+    fn write(&self, f: Frame, data: &[u8]) -> bool {
+        self.0.get(usize::from(f)).is_some_and(|b| b.write(0, data).is_ok())
+    }
+    fn read(&self, f: Frame, out: &mut [u8]) -> bool {
+        self.0.get(usize::from(f)).is_some_and(|b| b.read(0, out).is_ok())
+    }
+}
+
+/// The port's tables on the kernel heap (`kvmalloc`), made at probe.
+pub(crate) struct KStorage;
+
+impl Storage for KStorage {
+    type Buf<T: Copy> = KVVec<T>;
+    fn buf<T: Copy>(n: usize, fill: T) -> Option<KVVec<T>> {
+        KVVec::from_elem(fill, n, GFP_KERNEL).ok()
+    }
+}
+
+/// The shared runtime's port over the NIC's BAR and the DMA pool.
+pub(crate) type KPort = Port<BarMem, Pool, KStorage>;
+
+/// The port, once probe has one: [`KHost::empty`] (the `static` template the node is
 /// copied from) has none, and then every operation is a no-op or an error.
-pub(crate) struct Ep(pub(crate) Option<Endpoint<BarMem, usize>>);
+pub(crate) struct Ep(pub(crate) Option<KPort>);
 
 impl Ep {
     pub(crate) fn poll_recv(&mut self) -> Option<RecvMsg> {
-        self.0.as_mut()?.poll_recv()
+        self.0.as_mut()?.ep.poll_recv()
     }
     pub(crate) fn release_recv(&mut self, frame: Option<&[Segment]>) {
-        if let Some(e) = self.0.as_mut() {
-            e.release_recv(frame);
+        if let Some(p) = self.0.as_mut() {
+            p.ep.release_recv(frame);
         }
     }
-    pub(crate) fn reap_sends(&mut self, done: impl FnMut(usize, crate::tpz::iface::entry::TxStatus)) -> usize {
-        self.0.as_mut().map_or(0, |e| e.reap_sends(done))
-    }
+    /// Post a message of the driver's own (a ping) with `cookie` (below `RPC_COOKIE`).
     pub(crate) fn post_send(&mut self, msg: &SendMsg<'_>, cookie: usize) -> core::result::Result<(), SendError> {
-        self.0.as_mut().ok_or(SendError::RingFull)?.post_send(msg, cookie)
-    }
-    pub(crate) fn arm(&mut self, segs: &[Segment]) -> core::result::Result<PayloadToken, ArmError> {
-        self.0.as_mut().ok_or(ArmError::TableFull)?.arm(segs)
-    }
-    pub(crate) fn disarm(&mut self, token: PayloadToken) -> CancelState {
-        self.0.as_mut().map_or(CancelState::Idle, |e| e.disarm(token))
+        self.0.as_mut().ok_or(SendError::RingFull)?.post_raw(msg, cookie)
     }
     pub(crate) fn sends_in_flight(&self) -> usize {
-        self.0.as_ref().map_or(0, |e| e.sends_in_flight())
+        self.0.as_ref().map_or(0, |p| p.ep.sends_in_flight())
     }
     pub(crate) fn counter(&self, c: Counter) -> u64 {
-        self.0.as_ref().map_or(0, |e| e.counter(c))
+        self.0.as_ref().map_or(0, |p| p.ep.counter(c))
     }
     pub(crate) fn config_applied(&self) -> bool {
-        self.0.as_ref().is_some_and(|e| e.config_applied())
+        self.0.as_ref().is_some_and(|p| p.ep.config_applied())
     }
     pub(crate) fn mem(&self) -> Option<&BarMem> {
-        self.0.as_ref().map(|e| e.mem())
+        self.0.as_ref().map(|p| p.ep.mem())
     }
-}
-
-/// A fixed-capacity stack on the heap (6.12's `KVec` has no `pop`); never allocates after
-/// [`Stack::new`]. `kvmalloc`: a stack over every frame of the pool is tens of KiB.
-pub(crate) struct Stack<T: Copy> {
-    v: KVVec<T>,
-    n: usize,
-}
-
-impl<T: Copy> Stack<T> {
-    const EMPTY: Self = Self { v: KVVec::new(), n: 0 };
-
-    fn new(cap: usize, fill: T) -> Result<Self> {
-        Ok(Self { v: KVVec::from_elem(fill, cap, GFP_KERNEL)?, n: 0 })
-    }
-    fn push(&mut self, x: T) -> bool {
-        match self.v.get_mut(self.n) {
-            Some(s) => {
-                *s = x;
-                self.n += 1;
-                true
-            }
-            None => false,
-        }
-    }
-    fn pop(&mut self) -> Option<T> {
-        self.n = self.n.checked_sub(1)?;
-        Some(self.v[self.n])
-    }
-    fn as_slice(&self) -> &[T] {
-        &self.v[..self.n]
-    }
-    fn as_mut_slice(&mut self) -> &mut [T] {
-        &mut self.v[..self.n]
-    }
-    fn swap_remove(&mut self, i: usize) -> T {
-        let x = self.v[i];
-        self.n -= 1;
-        self.v[i] = self.v[self.n];
-        x
-    }
-    pub(crate) fn len(&self) -> usize {
-        self.n
+    /// Frame `f`'s buffer.
+    pub(crate) fn frame(&self, f: Frame) -> Option<&DmaBuf> {
+        self.0.as_ref()?.frames().0.get(usize::from(f))
     }
 }
 
@@ -184,20 +177,9 @@ pub(crate) struct EchoState {
     pub(crate) ran_in: AtomicU32,
 }
 
-/// What GMS and NetRPC need from the kernel: frames, the endpoint, completions.
+/// What GMS and NetRPC need from the kernel: the port (endpoint and frames), completions.
 pub(crate) struct KHost {
     pub(crate) ep: Ep,
-    pub(crate) pool: KVVec<DmaBuf>,
-    free: Stack<Frame>,
-    armed: Stack<(Frame, PayloadToken)>,
-    /// Frames waiting for the sends posted before they were dropped (send serial;
-    /// `u64::MAX` until the next flush tags it).
-    limbo: Stack<(Frame, u64)>,
-    /// The frame attached to each receive slot.
-    pub(crate) slot_frame: KVec<Frame>,
-    /// Sends posted and reaped (every send, ping's too: the limbo counts in these).
-    pub(crate) posted: u64,
-    reaped: u64,
     /// Nonblocking GMS completions, by operation slot.
     done: [Option<Completion<Frame>>; OPS],
     /// The ping test's transmit frames (bit `i` of `tx_busy`: posted, not yet reaped).
@@ -215,13 +197,6 @@ impl KHost {
     pub(crate) const fn empty() -> KHost {
         KHost {
             ep: Ep(None),
-            pool: KVVec::new(),
-            free: Stack::EMPTY,
-            armed: Stack::EMPTY,
-            limbo: Stack::EMPTY,
-            slot_frame: KVec::new(),
-            posted: 0,
-            reaped: 0,
             done: [None; OPS],
             tx: KVec::new(),
             tx_busy: 0,
@@ -231,97 +206,52 @@ impl KHost {
         }
     }
 
-    /// A host over `ep` whose receive slots hold `pool[0..rx]`; the rest of the pool is free.
-    pub(crate) fn new(ep: Endpoint<BarMem, usize>, pool: KVVec<DmaBuf>, rx: usize, tx: KVec<DmaBuf>) -> Result<Self> {
-        let n = pool.len();
-        if n > usize::from(u16::MAX) || n < rx {
+    /// A host over `ep`, whose receive slots were given [`KPort::slot_segment`]s of `pool`.
+    pub(crate) fn new(ep: Endpoint<BarMem, usize>, pool: KVVec<DmaBuf>, tx: KVec<DmaBuf>) -> Result<Self> {
+        if pool.len() > usize::from(Frame::MAX) {
             return Err(EINVAL);
         }
-        let mut free = Stack::new(n, 0)?;
-        for f in (rx..n).rev() {
-            free.push(f as Frame);
-        }
-        let mut slot_frame = KVec::with_capacity(rx, GFP_KERNEL)?;
-        for f in 0..rx {
-            slot_frame.push(f as Frame, GFP_KERNEL)?;
-        }
-        Ok(Self {
-            ep: Ep(Some(ep)),
-            pool,
-            free,
-            armed: Stack::new(OPS + CALLS, (0, PayloadToken::NONE))?,
-            limbo: Stack::new(n, (0, 0))?,
-            slot_frame,
-            posted: 0,
-            reaped: 0,
-            done: [None; OPS],
-            tx,
-            tx_busy: 0,
-            echo: EchoState { busy: AtomicBool::new(false), result: AtomicU32::new(0), ran_in: AtomicU32::new(0) },
-            in_work: false,
-            disk: None,
-        })
+        let port = KPort::new(ep, Pool(pool), 0).map_err(|e| match e {
+            SetupError::TooFewFrames { .. } => EINVAL,
+            SetupError::NoMemory => ENOMEM,
+        })?;
+        Ok(Self { ep: Ep(Some(port)), ..Self::empty() }.with_tx(tx))
+    }
+
+    fn with_tx(mut self, tx: KVec<DmaBuf>) -> Self {
+        self.tx = tx;
+        self
     }
 
     pub(crate) fn alloc(&mut self) -> Option<Frame> {
-        self.free.pop()
+        self.ep.0.as_mut()?.alloc()
     }
     pub(crate) fn free_frames(&self) -> usize {
-        self.free.len()
+        self.ep.0.as_ref().map_or(0, |p| p.available())
     }
     pub(crate) fn frame(&self, f: Frame) -> Option<&DmaBuf> {
-        self.pool.get(usize::from(f))
+        self.ep.frame(f)
+    }
+    /// The frame attached to receive slot `slot`.
+    pub(crate) fn slot_frame(&self, slot: u32) -> Option<Frame> {
+        self.ep.0.as_ref().map(|p| p.slot_frame(slot))
     }
 
     /// Allocate a frame and arm an IPT entry for it: a solicited reply lands in it.
     pub(crate) fn solicit(&mut self) -> Option<ReplyTo<Frame>> {
-        let f = self.alloc()?;
-        // Every frame on the free list is an index into the pool.
-        let buf = self.pool.get(usize::from(f))?;
-        let seg = Segment { addr: buf.dma_addr(), len: FRAME_BYTES as u32 };
-        match self.ep.arm(&[seg]) {
-            Ok(token) if self.armed.push((f, token)) => Some(ReplyTo::Solicited { token: token.0, frame: f }),
-            Ok(token) => {
-                self.disarm_token(token);
-                self.free.push(f);
-                None
-            }
-            Err(_) => {
-                self.free.push(f);
-                None
-            }
-        }
-    }
-
-    fn disarm_token(&mut self, token: PayloadToken) {
-        // The NIC may be writing into the frame right now: wait (bounded by one packet).
-        let mut st = self.ep.disarm(token);
-        let mut spins = 0u32;
-        while st == CancelState::InFlight && spins < 1_000_000 {
-            core::hint::spin_loop();
-            st = self.ep.disarm(token);
-            spins += 1;
-        }
+        self.ep.0.as_mut()?.solicit()
     }
 
     /// Disarm `f`'s IPT entry if it has one; the frame stays allocated (kept as data).
-    pub(crate) fn disarm_frame(&mut self, f: Frame) {
-        self.unarm(f);
-    }
-
-    /// Disarm `f`'s IPT entry if it has one (the frame stays allocated).
-    fn unarm(&mut self, f: Frame) {
-        if let Some(i) = self.armed.as_slice().iter().position(|a| a.0 == f) {
-            let (_, token) = self.armed.swap_remove(i);
-            self.disarm_token(token);
-        }
+    /// `false`: the entry stayed busy and the frame is leaked (must not be used).
+    pub(crate) fn disarm_frame(&mut self, f: Frame) -> bool {
+        self.ep.0.as_mut().is_some_and(|p| p.unarm(f))
     }
 
     /// Free `f` once the sends posted up to the next flush have completed.
     pub(crate) fn retire(&mut self, f: Frame) {
-        if !self.limbo.push((f, u64::MAX)) {
-            // Cannot happen (the limbo holds the whole pool); leaking beats a double use.
-            pr_err!("frame limbo full: frame {} leaked\n", f);
+        if let Some(p) = self.ep.0.as_mut() {
+            p.retire(f);
         }
     }
 
@@ -329,107 +259,49 @@ impl KHost {
     /// limbo whose sends are done. Whether any send completed.
     pub(crate) fn reap(&mut self) -> bool {
         let KHost { ep, tx_busy, .. } = self;
-        let n = ep.reap_sends(|t, status| {
+        let Some(p) = ep.0.as_mut() else { return false };
+        p.reap(|t, status| {
             if t != RPC_COOKIE && t < 32 {
                 *tx_busy &= !(1u32 << t);
             }
-            if status != crate::tpz::iface::entry::TxStatus::Sent {
+            if status != TxStatus::Sent {
                 STATS.tx_errors.inc();
             }
-        });
-        self.reaped += n as u64;
-        let mut i = 0;
-        while i < self.limbo.len() {
-            let (f, serial) = self.limbo.as_slice()[i];
-            if serial <= self.reaped {
-                self.limbo.swap_remove(i);
-                self.free.push(f);
-            } else {
-                i += 1;
-            }
-        }
-        n > 0
+        })
     }
 
     /// Take a message off its receive slot for NetRPC (see the module doc); the slot is
     /// given back to the NIC.
     pub(crate) fn receive(&mut self, m: &RecvMsg) -> InPayload<Frame> {
-        let slot = m.slot as usize % self.slot_frame.len().max(1);
-        let payload = if m.via_ipt() {
-            InPayload::Ipt { token: m.token.0, len: m.payload_len }
-        } else if m.payload_refused() {
+        let Some(p) = self.ep.0.as_mut() else { return InPayload::Refused };
+        let before = p.stats;
+        let payload = p.receive(m);
+        if p.stats.refused != before.refused {
             STATS.rx_refused.inc();
-            InPayload::Refused
-        } else if m.payload_len > 0 && m.payload_len as usize <= FRAME_BYTES {
-            match self.free.pop() {
-                Some(fresh) => {
-                    let old = core::mem::replace(&mut self.slot_frame[slot], fresh);
-                    InPayload::Buffer { frame: old, len: m.payload_len }
-                }
-                None => {
-                    STATS.rpc_no_frame.inc();
-                    InPayload::Refused
-                }
-            }
-        } else if m.payload_len > 0 {
-            InPayload::Refused
-        } else {
-            InPayload::None
-        };
-        let f = self.slot_frame[slot];
-        match self.pool.get(usize::from(f)) {
-            Some(b) => self.ep.release_recv(Some(&[Segment { addr: b.dma_addr(), len: FRAME_BYTES as u32 }])),
-            None => self.ep.release_recv(None),
+        }
+        if p.stats.starved != before.starved {
+            STATS.rpc_no_frame.inc();
         }
         payload
     }
 
     /// Post one NetRPC transmit; while the send ring is full, reap (bounded). `false`: dropped.
     pub(crate) fn post(&mut self, t: &Transmit<Frame>) -> bool {
-        let seg;
-        let segs: &[Segment] = match t.payload {
-            Some((f, len)) => match self.pool.get(usize::from(f)) {
-                Some(b) if len as usize <= FRAME_BYTES => {
-                    seg = [Segment { addr: b.dma_addr(), len }];
-                    &seg
-                }
-                _ => return false,
-            },
-            None => &[],
-        };
-        let msg = SendMsg {
-            peer: t.dst,
-            ctrl: t.ctrl(),
-            payload_len: t.payload.map_or(0, |p| p.1),
-            segments: segs,
-            token: PayloadToken(t.tag),
-        };
-        for _ in 0..POST_TRIES {
-            match self.ep.post_send(&msg, RPC_COOKIE) {
-                Ok(()) => {
-                    self.posted += 1;
-                    STATS.rpc_tx.inc();
-                    STATS.tx_msgs.inc();
-                    return true;
-                }
-                Err(SendError::RingFull) => {
-                    self.reap();
-                    core::hint::spin_loop();
-                }
-                Err(_) => break,
-            }
+        let Some(p) = self.ep.0.as_mut() else { return false };
+        if p.post(t, POST_TRIES, |_| core::hint::spin_loop()) {
+            STATS.rpc_tx.inc();
+            STATS.tx_msgs.inc();
+            true
+        } else {
+            STATS.tx_ring_full.inc();
+            false
         }
-        STATS.tx_ring_full.inc();
-        false
     }
 
     /// Tag the frames dropped so far with the sends posted up to now.
     pub(crate) fn tag_limbo(&mut self) {
-        let posted = self.posted;
-        for l in self.limbo.as_mut_slice() {
-            if l.1 == u64::MAX {
-                l.1 = posted;
-            }
+        if let Some(p) = self.ep.0.as_mut() {
+            p.tag_limbo();
         }
     }
 
@@ -445,24 +317,18 @@ impl KHost {
 
     /// Frames in use other than the receive slots' (for the unload report).
     pub(crate) fn frames_out(&self) -> usize {
-        self.pool.len() - self.free.len() - self.slot_frame.len() - self.limbo.len()
+        self.ep.0.as_ref().map_or(0, |p| p.frames().count() - p.available() - p.in_slots() - p.in_limbo())
     }
 }
 
 impl Host<Frame> for KHost {
     fn copy_payload(&mut self, from: &Frame, to: &Frame, len: u32) -> bool {
-        match (self.pool.get(usize::from(*from)), self.pool.get(usize::from(*to))) {
-            (Some(a), Some(b)) => b.copy_from(0, a, 0, len as usize).is_ok(),
-            _ => false,
-        }
+        self.ep.0.as_ref().is_some_and(|p| p.copy(*from, *to, len))
     }
     fn release(&mut self, frame: Frame) {
-        // A frame lent to a reply NetRPC could not send is already in limbo.
-        if self.limbo.as_slice().iter().any(|l| l.0 == frame) {
-            return;
+        if let Some(p) = self.ep.0.as_mut() {
+            p.release(frame);
         }
-        self.unarm(frame);
-        self.free.push(frame);
     }
     fn dropped(&mut self, _page: PageId, frame: Frame, _dirty: bool) {
         self.retire(frame);
@@ -512,8 +378,8 @@ impl Host<Frame> for KHost {
         while off < len as usize {
             let n = (len as usize - off).min(chunk.len());
             proto::pattern(seq, off, &mut chunk[..n]);
-            if self.pool[usize::from(f)].write(off, &chunk[..n]).is_err() {
-                self.free.push(f);
+            if !self.ep.frame(f).is_some_and(|b| b.write(off, &chunk[..n]).is_ok()) {
+                self.release(f);
                 return Action::Error(RpcError::Remote(ECHO_BAD_LEN));
             }
             off += n;

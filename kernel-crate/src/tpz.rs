@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! The Trapeze host↔NIC interface and host API, compiled from the same source files as
-//! user space: `iface/src/` (NIC-memory map, rings, IPT, wire format) and
-//! `host/src/{endpoint,keys}.rs` (the `tpz_*` API). Those files use only `core` and reach
+//! user space: `iface/src/` (NIC-memory map, rings, IPT, wire format),
+//! `host/src/{endpoint,keys}.rs` (the `tpz_*` API), NetRPC, GMS and the runtime between them
+//! and the endpoint. Those files use only `core` and reach
 //! each other through `super::` paths, so this module only places them side by side; the
 //! `#[path]`s point at the workspace's files (relative to this file), nothing is copied.
 //! They contain no `unsafe` code, and `forbid` keeps it that way here. They need rustc
@@ -41,3 +42,11 @@ pub mod netrpc;
 #[allow(clippy::all, clippy::incompatible_msrv)]
 #[path = "../../gms/src/lib.rs"]
 pub(crate) mod gms;
+
+/// The runtime between NetRPC / GMS and the endpoint (`runtime/src/lib.rs`): frames,
+/// receive slots, IPT arming, send limbo, posting; its `super::` paths name the siblings
+/// here (`--cfg MODULE`).
+#[allow(unreachable_pub, dead_code, unused_attributes, unused_imports, missing_docs, rustdoc::all)]
+#[allow(clippy::all, clippy::incompatible_msrv)]
+#[path = "../../runtime/src/lib.rs"]
+pub(crate) mod runtime;

@@ -1189,7 +1189,7 @@ fn run(a: Args) -> anyhow::Result<()> {
                                 "{ways}-way {variant} {payload} B kind {}: frames free {}, starved {}, stats {:?}",
                                 kind as u8,
                                 client.node.frames.available(),
-                                client.node.frames.starved,
+                                client.node.frames.stats.starved,
                                 client.rpc.stats()
                             )
                         })?;

@@ -145,7 +145,6 @@ pub struct GmsPort {
     /// Wakes the NIC's own processor thread (when not driven inline).
     doorbell: Option<Arc<std::os::fd::OwnedFd>>,
     epoch: Instant,
-    slot_frame: Vec<Frame>,
     /// Client operations in flight.
     pending: HashMap<OpId, (PageId, Pending)>,
     /// Reads finished but not taken (demand fetches whose page the cache did not keep).
@@ -216,27 +215,15 @@ impl GmsPort {
         cpu: Option<InlineNative>,
         doorbell: Option<Arc<std::os::fd::OwnedFd>>,
     ) -> anyhow::Result<Self> {
-        let (ep, frames, slot_frame) = carve(mem, region, base, &cfg, seed, 64)?;
-        let host = PortHost {
-            frames,
-            ep,
-            base,
-            done: Vec::new(),
-            limbo: VecDeque::new(),
-            posted: 0,
-            reaped: 0,
-            pages_dropped: 0,
-            lru_inbox: Vec::new(),
-            heartbeats: Vec::new(),
-            tx_seq_seen: 0,
-        };
+        let frames = carve(mem, region, base, &cfg, seed, 64)?;
+        let host =
+            PortHost { frames, done: Vec::new(), pages_dropped: 0, lru_inbox: Vec::new(), heartbeats: Vec::new() };
         let mut port = GmsPort {
             rpc: Rpc::new(cfg.node_id, rpc_cfg),
             node: Box::new(GmsNode::new(cfg.node_id, gms_cfg, host)),
             cpu,
             doorbell,
             epoch: Instant::now(),
-            slot_frame,
             pending: HashMap::default(),
             finished: HashMap::default(),
             plain: HashMap::default(),
@@ -259,7 +246,7 @@ impl GmsPort {
             room_blocked: None,
         };
         let t0 = Instant::now();
-        while !port.node.host.ep.config_applied() {
+        while !port.node.host.frames.ep.config_applied() {
             port.poll_nic();
             if t0.elapsed().as_secs() > 5 {
                 bail!("the NIC did not apply the configuration");
@@ -318,15 +305,15 @@ impl GmsPort {
         let gets = self.pending.values().filter(|p| matches!(p.1, Pending::Get { .. })).count();
         let puts = self.pending.len() - gets;
         FrameAudit {
-            total: h.frames.region.len() / FRAME_BYTES as usize,
+            total: trapeze_runtime::FrameMem::count(h.frames.frames()),
             free: h.frames.available(),
-            recv_slots: self.slot_frame.len(),
+            recv_slots: h.frames.in_slots(),
             held: self.node.held_count(),
             cache: self.cache.len(),
             kept,
             in_flight: gets + puts,
-            limbo: h.limbo.len(),
-            armed: h.frames.armed.len(),
+            limbo: h.frames.in_limbo(),
+            armed: h.frames.armed(),
         }
     }
 

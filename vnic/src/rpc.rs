@@ -19,16 +19,19 @@ use netrpc::wire::{message_kind, Kind};
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 use std::time::Instant;
-use trapeze_firmware::iface::entry::Segment;
-use trapeze_firmware::iface::ipt::{CancelState, PayloadToken};
 use trapeze_firmware::iface::layout::{ctrl, ctrl_word, RECV_RING_ENTRIES};
 use trapeze_firmware::iface::mem::NicMemory;
-use trapeze_host::endpoint::{Endpoint, EndpointConfig, RecvMsg, SendError, SendMsg};
+use trapeze_host::endpoint::{Endpoint, EndpointConfig, RecvMsg, SendMsg};
+use trapeze_runtime::storage::Heap;
+use trapeze_runtime::FrameMem;
 
 /// A frame: offset of a [`FRAME_BYTES`] slot in the port's region.
 pub type Frame = u64;
 /// Size of every frame (a page of the papers' Alphas).
 pub const FRAME_BYTES: u32 = 8192;
+/// Send-ring-full rounds (each runs the NIC or rings its doorbell) before a transmit is
+/// dropped: far longer than a NIC takes to drain a ring.
+pub(crate) const POST_TRIES: u32 = 1_000_000;
 
 /// A service's server stubs, with access to the port's frames.
 pub trait Service {
@@ -41,41 +44,45 @@ pub trait Service {
     fn serve(&mut self, inc: &Incoming<'_, Frame>, frames: &mut Frames) -> Action<Frame>;
 }
 
-/// The port's frames: a pool of fixed-size slots in the shared region.
-pub struct Frames {
-    pub(crate) region: Arc<Mapping>,
-    pub(crate) free: Vec<Frame>,
-    /// Frames armed in the IPT, with their tokens.
-    pub(crate) armed: Vec<(Frame, PayloadToken)>,
-    /// Receive buffers handed out because the pool was empty and the buffer stayed.
-    pub starved: u64,
+/// The frames of a region registered with the NIC for DMA at `base`: frame = offset of a
+/// [`FRAME_BYTES`] slot.
+pub struct RegionFrames {
+    pub region: Arc<Mapping>,
+    base: u64,
+    /// Offsets below this are frames.
+    end: u64,
 }
 
-impl Frames {
-    pub fn alloc(&mut self) -> Option<Frame> {
-        self.free.pop()
+impl FrameMem for RegionFrames {
+    type Frame = Frame;
+    const FRAME_BYTES: u32 = FRAME_BYTES;
+    fn count(&self) -> usize {
+        (self.end / FRAME_BYTES as u64) as usize
     }
-    pub fn free(&mut self, f: Frame) {
-        debug_assert!(!self.free.contains(&f), "frame {f:#x} freed twice");
-        self.free.push(f);
+    fn nth(&self, i: usize) -> Frame {
+        i as u64 * FRAME_BYTES as u64
     }
-    pub fn available(&self) -> usize {
-        self.free.len()
+    fn dma(&self, f: Frame) -> Option<u64> {
+        (f < self.end).then_some(self.base + f)
     }
-    pub fn write(&self, f: Frame, data: &[u8]) -> bool {
-        data.len() <= FRAME_BYTES as usize && self.region.write(f as usize, data)
+    fn copy(&self, from: Frame, to: Frame, len: u32) -> bool {
+        self.region.copy_from(to as usize, &self.region, from as usize, len as usize)
     }
-    pub fn read(&self, f: Frame, out: &mut [u8]) -> bool {
-        out.len() <= FRAME_BYTES as usize && self.region.read(f as usize, out)
+    fn write(&self, f: Frame, data: &[u8]) -> bool {
+        self.region.write(f as usize, data)
+    }
+    fn read(&self, f: Frame, out: &mut [u8]) -> bool {
+        self.region.read(f as usize, out)
     }
 }
 
-/// The context NetRPC calls back into: the service, the frames and the endpoint.
+/// A node's endpoint and frames: the shared runtime's port over a region.
+pub type Frames = trapeze_runtime::Port<NicMem, RegionFrames, Heap>;
+
+/// The context NetRPC calls back into: the service and the port.
 pub struct Node<S> {
     pub service: S,
     pub frames: Frames,
-    ep: Endpoint<NicMem, Option<Frame>>,
-    base: u64,
 }
 
 impl<S: Service> Runtime<Frame> for Node<S> {
@@ -83,109 +90,32 @@ impl<S: Service> Runtime<Frame> for Node<S> {
         self.service.serve(inc, &mut self.frames)
     }
     fn copy_payload(&mut self, from: &Frame, to: &Frame, len: u32) -> bool {
-        len <= FRAME_BYTES
-            && self.frames.region.copy_from(*to as usize, &self.frames.region, *from as usize, len as usize)
+        self.frames.copy(*from, *to, len)
     }
     fn release(&mut self, frame: Frame) {
-        if let Some(i) = self.frames.armed.iter().position(|a| a.0 == frame) {
-            let (_, token) = self.frames.armed.swap_remove(i);
-            // The NIC may be writing into it right now: wait (bounded by one packet).
-            let mut st = self.ep.disarm(token);
-            while st == CancelState::InFlight {
-                std::hint::spin_loop();
-                st = self.ep.disarm(token);
-            }
-        }
-        self.frames.free(frame);
+        self.frames.release(frame);
     }
 }
 
-/// Cut `region` into [`FRAME_BYTES`] frames, attach one to every receive slot, and
-/// initialise the endpoint on `mem` with `cfg` (MTU capped at a frame). Needs at least
-/// `spare` frames beyond the receive ring. Returns the endpoint, the free frames and each
-/// slot's frame.
-pub(crate) fn carve<C: Copy>(
+/// Cut `region` (registered for DMA at `base`) into [`FRAME_BYTES`] frames, attach one to
+/// every receive slot, and initialise the endpoint on `mem` with `cfg` (MTU capped at a
+/// frame). Needs at least `spare` frames beyond the receive ring.
+pub(crate) fn carve(
     mem: NicMem,
     region: Arc<Mapping>,
     base: u64,
     cfg: &EndpointConfig,
     seed: [u64; 2],
     spare: usize,
-) -> anyhow::Result<(Endpoint<NicMem, C>, Frames, Vec<Frame>)> {
+) -> anyhow::Result<Frames> {
     let n = region.len() / FRAME_BYTES as usize;
     if n < RECV_RING_ENTRIES as usize + spare {
         bail!("region holds {n} frames; need at least {}", RECV_RING_ENTRIES as usize + spare);
     }
-    let mut free: Vec<Frame> = (0..n as u64).rev().map(|i| i * FRAME_BYTES as u64).collect();
-    let slot_frame: Vec<Frame> = (0..RECV_RING_ENTRIES).map(|_| free.pop().unwrap_or_default()).collect();
+    let frames = RegionFrames { region, base, end: (n * FRAME_BYTES as usize) as u64 };
     let cfg = EndpointConfig { mtu: cfg.mtu.min(FRAME_BYTES), ..*cfg };
-    let ep =
-        Endpoint::init(mem, &cfg, seed, |i| Some(Segment { addr: base + slot_frame[i as usize], len: FRAME_BYTES }));
-    Ok((ep, Frames { region, free, armed: Vec::new(), starved: 0 }, slot_frame))
-}
-
-/// Take the message the host API just returned off its receive slot for NetRPC: what
-/// arrived with it, and the slot given back to the NIC. An unsolicited payload's frame is
-/// detached (the caller gets it as a `Buffer`) and a fresh frame from `frames` takes its
-/// place in `slot_frame`; if no frame is free the payload is refused and counted.
-pub(crate) fn receive<C: Copy>(
-    ep: &mut Endpoint<NicMem, C>,
-    base: u64,
-    m: &RecvMsg,
-    slot_frame: &mut Frame,
-    frames: &mut Frames,
-) -> InPayload<Frame> {
-    let payload = if m.via_ipt() {
-        InPayload::Ipt { token: m.token.0, len: m.payload_len }
-    } else if m.payload_refused() {
-        InPayload::Refused
-    } else if m.payload_len > 0 {
-        match frames.alloc() {
-            Some(fresh) => InPayload::Buffer { frame: std::mem::replace(slot_frame, fresh), len: m.payload_len },
-            None => {
-                frames.starved += 1;
-                InPayload::Refused
-            }
-        }
-    } else {
-        InPayload::None
-    };
-    ep.release_recv(Some(&[Segment { addr: base + *slot_frame, len: FRAME_BYTES }]));
-    payload
-}
-
-/// Post a NetRPC transmit through the host API; while the send ring is full, `make_room`
-/// runs (poll the NIC, reap completions). `false` only for a transmit the API refuses
-/// (cannot happen for netrpc's: ctrl ≤ 128 bytes, one segment).
-pub(crate) fn post<C: Copy>(
-    ep: &mut Endpoint<NicMem, C>,
-    base: u64,
-    t: &Transmit<Frame>,
-    cookie: C,
-    mut make_room: impl FnMut(&mut Endpoint<NicMem, C>),
-) -> bool {
-    let seg;
-    let segs: &[Segment] = match t.payload {
-        Some((f, len)) => {
-            seg = [Segment { addr: base + f, len }];
-            &seg
-        }
-        None => &[],
-    };
-    let msg = SendMsg {
-        peer: t.dst,
-        ctrl: t.ctrl(),
-        payload_len: t.payload.map_or(0, |p| p.1),
-        segments: segs,
-        token: PayloadToken(t.tag),
-    };
-    loop {
-        match ep.post_send(&msg, cookie) {
-            Ok(()) => return true,
-            Err(SendError::RingFull) => make_room(ep),
-            Err(_) => return false,
-        }
-    }
+    let ep = Endpoint::init(mem, &cfg, seed, |i| Frames::slot_segment(&frames, i));
+    Frames::new(ep, frames, spare).map_err(|e| anyhow::anyhow!("cannot set up the port: {e:?}"))
 }
 
 /// One node: NetRPC over a host endpoint on a virtual NIC.
@@ -195,11 +125,6 @@ pub struct RpcPort<S: Service> {
     cpu: Option<InlineNative>,
     doorbell: Option<Arc<OwnedFd>>,
     epoch: Instant,
-    /// The frame attached to each receive slot.
-    slot_frame: Vec<Frame>,
-    /// The firmware's send-completion sequence when the send ring was last reaped: the
-    /// ring is scanned again only once it moved.
-    tx_seq_seen: u32,
     /// The message being handled, filled in place by the endpoint (not copied out).
     recv_msg: RecvMsg,
     /// Passes until [`Self::poll`] next looks at the clock for NetRPC's timeouts when
@@ -238,22 +163,20 @@ impl<S: Service> RpcPort<S> {
         cpu: Option<InlineNative>,
         doorbell: Option<Arc<OwnedFd>>,
     ) -> anyhow::Result<Self> {
-        let (ep, frames, slot_frame) = carve(mem, region, base, &cfg, seed, 8)?;
+        let frames = carve(mem, region, base, &cfg, seed, 8)?;
         let mut port = RpcPort {
             rpc: Rpc::new(cfg.node_id, rpc_cfg),
-            node: Node { service, frames, ep, base },
+            node: Node { service, frames },
             cpu,
             doorbell,
             epoch: Instant::now(),
-            slot_frame,
-            tx_seq_seen: 0,
             recv_msg: RecvMsg::EMPTY,
             timeout_check_in: 0,
             next_timeout_scan: 0,
             last_now: 0,
         };
         let t0 = Instant::now();
-        while !port.node.ep.config_applied() {
+        while !port.node.frames.ep.config_applied() {
             port.poll_nic();
             if t0.elapsed().as_secs() > 5 {
                 bail!("the NIC did not apply the configuration");
@@ -264,12 +187,12 @@ impl<S: Service> RpcPort<S> {
 
     /// A firmware counter of this node's NIC.
     pub fn counter(&self, c: trapeze_firmware::iface::layout::Counter) -> u64 {
-        self.node.ep.counter(c)
+        self.node.frames.ep.counter(c)
     }
 
     /// The firmware's heartbeat: main-loop passes it ran (inline: skipped passes excluded).
     pub fn fw_heartbeat(&self) -> u32 {
-        self.node.ep.mem().load(ctrl_word(ctrl::FW_HEARTBEAT), std::sync::atomic::Ordering::Relaxed)
+        self.node.frames.ep.mem().load(ctrl_word(ctrl::FW_HEARTBEAT), std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Time in ns since the port started (NetRPC's clock).
@@ -295,18 +218,7 @@ impl<S: Service> RpcPort<S> {
 
     /// Allocate a frame and arm it for a solicited reply.
     pub fn solicit(&mut self) -> anyhow::Result<ReplyTo<Frame>> {
-        let f = self.node.frames.alloc().context("no free frame")?;
-        let seg = Segment { addr: self.node.base + f, len: FRAME_BYTES };
-        match self.node.ep.arm(&[seg]) {
-            Ok(token) => {
-                self.node.frames.armed.push((f, token));
-                Ok(ReplyTo::Solicited { token: token.0, frame: f })
-            }
-            Err(e) => {
-                self.node.frames.free(f);
-                bail!("cannot arm an IPT entry: {e:?}")
-            }
-        }
+        self.node.frames.solicit().context("no free frame or IPT entry for a solicited reply")
     }
 
     /// The caller is done with a frame it got back in a reply (solicited frames are
@@ -322,15 +234,9 @@ impl<S: Service> RpcPort<S> {
         // received payload takes a second pass to reach host memory), so what arrived is
         // in the receive ring below.
         let mut busy = self.run_nic();
-        let ep = &mut self.node.ep;
-        let seq = ep.mem().load(ctrl_word(ctrl::FW_TX_SEQ), std::sync::atomic::Ordering::Acquire);
-        if seq != self.tx_seq_seen {
-            // Completions published before `seq` are visible now; later ones move it again.
-            self.tx_seq_seen = seq;
-            busy |= ep.reap_sends(|_, _| {}) > 0;
-        }
+        busy |= self.node.frames.reap(|_, _| {});
         let mut now = None;
-        while self.node.ep.poll_recv_into(&mut self.recv_msg) {
+        while self.node.frames.ep.poll_recv_into(&mut self.recv_msg) {
             let m = &self.recv_msg;
             busy = true;
             // Replies never look at the time, nor do requests to a service that does not
@@ -346,9 +252,7 @@ impl<S: Service> RpcPort<S> {
                     *now.insert(t)
                 }
             };
-            let slot = (m.slot % RECV_RING_ENTRIES) as usize;
-            let n = &mut self.node;
-            let payload = receive(&mut n.ep, n.base, m, &mut self.slot_frame[slot], &mut n.frames);
+            let payload = self.node.frames.receive(m);
             self.rpc.handle_message(t, &mut self.node, m.src, m.ctrl(), payload);
         }
         // An inline NIC means a caller polling in a tight loop: look at the clock every
@@ -378,11 +282,10 @@ impl<S: Service> RpcPort<S> {
         // Posted from where NetRPC queued it (a transmit is 150-odd bytes), then dropped.
         while let Some(t) = self.rpc.peek_transmit() {
             let cpu = &mut self.cpu;
-            post(&mut self.node.ep, self.node.base, t, None, |ep| {
+            self.node.frames.post(t, POST_TRIES, |_| {
                 if let Some(c) = cpu.as_mut() {
                     c.poll();
                 }
-                ep.reap_sends(|_, _| {});
             });
             self.rpc.consume_transmit();
             sent = true;
@@ -399,7 +302,7 @@ impl<S: Service> RpcPort<S> {
     fn run_nic(&mut self) -> bool {
         match self.cpu.as_mut() {
             Some(c) => {
-                let ep = &self.node.ep;
+                let ep = &self.node.frames.ep;
                 c.run(|| ep.recv_ready())
             }
             None => self.poll_nic(),
@@ -408,8 +311,8 @@ impl<S: Service> RpcPort<S> {
 
     /// Raw Trapeze send beside NetRPC (for baselines): `false` if the send ring is full.
     pub fn raw_send(&mut self, msg: &SendMsg<'_>) -> bool {
-        self.node.ep.reap_sends(|_, _| {});
-        let ok = self.node.ep.post_send(msg, None).is_ok();
+        self.node.frames.reap(|_, _| {});
+        let ok = self.node.frames.post_raw(msg, 0).is_ok();
         self.run_nic();
         ok
     }
@@ -426,10 +329,10 @@ impl<S: Service> RpcPort<S> {
     /// slot's buffer, or in an IPT frame for a solicited one) and its control message.
     pub fn raw_recv_each(&mut self, mut f: impl FnMut(u32, &[u8])) {
         self.poll_nic();
-        while self.node.ep.poll_recv_into(&mut self.recv_msg) {
+        while self.node.frames.ep.poll_recv_into(&mut self.recv_msg) {
             let m = &self.recv_msg;
             f(m.payload_len, m.ctrl());
-            self.node.ep.release_recv(None);
+            self.node.frames.ep.release_recv(None);
         }
     }
 

@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 use super::{Core, Shared, PING_TRIES, PING_WAIT_MS, POLL_MS};
+use crate::net::Frame;
 use crate::proto::{self, Kind, Msg};
 use crate::stats::STATS;
 use crate::sys::{self, dma::DmaBuf, param};
@@ -17,7 +18,7 @@ use kernel::{prelude::*, time::Ktime};
 impl Shared {
     /// Answer a ping: copy its payload into a transmit frame and post a pong with the
     /// same control fields back to the sender. Whether a pong was posted.
-    pub(super) fn answer_ping(&self, core: &mut Core, m: &RecvMsg, msg: &Msg, frame: usize, payload_ok: bool) -> bool {
+    pub(super) fn answer_ping(&self, core: &mut Core, m: &RecvMsg, msg: &Msg, frame: Frame, payload_ok: bool) -> bool {
         if !payload_ok || msg.len != m.payload_len {
             pr_warn!("ping {} from node {}: payload unusable (flags {:#x}); not answered\n", msg.seq, m.src, m.flags);
             return false;
@@ -28,7 +29,8 @@ impl Shared {
             return false;
         };
         let h = &mut core.node.host;
-        if h.tx[t].copy_from(0, &h.pool[frame], 0, len).is_err() {
+        let copied = h.ep.frame(frame).is_some_and(|f| h.tx[t].copy_from(0, f, 0, len).is_ok());
+        if !copied {
             h.tx_busy &= !(1 << t);
             return false;
         }
@@ -42,7 +44,7 @@ impl Shared {
     }
 
     /// Check a pong against the ping it answers and wake the pinger.
-    pub(super) fn check_pong(&self, core: &Core, m: &RecvMsg, msg: &Msg, frame: usize, payload_ok: bool) {
+    pub(super) fn check_pong(&self, core: &Core, m: &RecvMsg, msg: &Msg, frame: Frame, payload_ok: bool) {
         let want = self.ping_want.load(Ordering::Acquire);
         if want == 0 || msg.seq == 0 || msg.seq > want {
             STATS.pongs_stale.inc();
@@ -56,7 +58,10 @@ impl Shared {
         let verdict = if !payload_ok || msg.len != m.payload_len || param::PING_BYTES.get() as u32 != msg.len {
             Err("wrong length or payload refused")
         } else {
-            compare_payload(&core.node.host.pool[frame], msg.seq, len, msg.crc)
+            match core.node.host.frame(frame) {
+                Some(f) => compare_payload(f, msg.seq, len, msg.crc),
+                None => Err("no frame"),
+            }
         };
         match verdict {
             Ok(()) => {

@@ -3,7 +3,7 @@
 
 #![forbid(unsafe_code)]
 
-use super::{now_ns, Core, Shared, FRAME_BYTES, RX_FRAMES};
+use super::{now_ns, Core, Shared, FRAME_BYTES};
 use crate::proto::{Kind, Msg};
 use crate::stats::STATS;
 use crate::sys::irq::{IrqReturn, ThreadedHandler};
@@ -107,7 +107,7 @@ impl Shared {
             STATS.rx_refused.inc();
         }
         let host = &core.node.host;
-        let frame = usize::from(host.slot_frame[m.slot as usize % RX_FRAMES]);
+        let frame = host.slot_frame(m.slot).unwrap_or(0);
         let payload_ok = !m.payload_refused() && !m.via_ipt() && m.payload_len as usize <= FRAME_BYTES;
         match Msg::parse(m.ctrl()) {
             Some(msg) if msg.kind == Kind::Ping => self.answer_ping(core, m, &msg, frame, payload_ok),

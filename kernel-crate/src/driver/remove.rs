@@ -76,10 +76,11 @@ impl Drop for Device {
             );
         } else {
             // Leaking is safe; freeing memory the NIC may still write is not.
-            let pool = core::mem::replace(&mut host.pool, KVVec::new());
+            let port = host.ep.0.take();
             let tx = core::mem::take(&mut host.tx);
-            pr_err!("{}: the NIC did not confirm HALT: leaking {} DMA frames\n", name, pool.len() + tx.len());
-            core::mem::forget(pool);
+            let frames = port.as_ref().map_or(0, |p| crate::tpz::runtime::FrameMem::count(p.frames()));
+            pr_err!("{}: the NIC did not confirm HALT: leaking {} DMA frames\n", name, frames + tx.len());
+            core::mem::forget(port);
             core::mem::forget(tx);
         }
         BOUND.fetch_sub(1, Ordering::Relaxed);

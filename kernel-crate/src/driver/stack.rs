@@ -76,7 +76,6 @@ impl Core {
         };
         match h.ep.post_send(&msg, t) {
             Ok(()) => {
-                h.posted += 1;
                 STATS.tx_msgs.inc();
                 Ok(())
             }

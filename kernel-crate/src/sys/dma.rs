@@ -61,10 +61,6 @@ impl DmaBuf {
         self.handle
     }
 
-    pub(crate) fn len(&self) -> usize {
-        self.len
-    }
-
     fn check(&self, off: usize, n: usize) -> Result {
         match off.checked_add(n) {
             Some(end) if end <= self.len => Ok(()),

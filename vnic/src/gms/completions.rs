@@ -72,16 +72,19 @@ impl GmsPort {
                                 // A moving read made this node the holder: copy out of GMS's frame.
                                 let mine = frame;
                                 let ok = self.node.host.copy_payload(&f, &mine, len);
-                                self.node.host.unarm(mine);
-                                if ok {
-                                    Finished::Hit { version, frame: mine, len, source }
-                                } else {
-                                    self.node.host.frames.free(mine);
-                                    Finished::Miss
+                                // A frame whose IPT entry stays busy is leaked (counted).
+                                match (self.node.host.frames.unarm(mine), ok) {
+                                    (true, true) => Finished::Hit { version, frame: mine, len, source },
+                                    (true, false) => {
+                                        self.node.host.frames.free(mine);
+                                        Finished::Miss
+                                    }
+                                    (false, _) => Finished::Miss,
                                 }
-                            } else {
-                                self.node.host.unarm(f);
+                            } else if self.node.host.frames.unarm(f) {
                                 Finished::Hit { version, frame: f, len, source }
+                            } else {
+                                Finished::Miss
                             }
                         }
                         GetResult::Miss { frame: f, .. } => {
@@ -117,7 +120,7 @@ impl GmsPort {
                 }
                 (Pending::Put { frame, target, version }, OpResult::Put(r)) => {
                     // The send may not be reaped yet: free after the sends posted so far.
-                    self.node.host.limbo.push_back((frame, u64::MAX));
+                    self.node.host.frames.retire(frame);
                     match r {
                         PutResult::Stored { target } => {
                             self.stats.puts_stored += 1;
@@ -133,7 +136,7 @@ impl GmsPort {
                     self.put_log.push((page, version, r));
                 }
                 (Pending::Get { frame, .. }, _) => self.node.host.release(frame),
-                (Pending::Put { frame, .. }, _) => self.node.host.limbo.push_back((frame, u64::MAX)),
+                (Pending::Put { frame, .. }, _) => self.node.host.frames.retire(frame),
             }
         }
         true

@@ -93,7 +93,7 @@ impl GmsPort {
         for &(_, page) in old.iter().take(n) {
             if let Some(h) = self.node.drop_local(now, &page) {
                 // Replies posted earlier may still carry the frame.
-                self.node.host.limbo.push_back((h.frame, u64::MAX));
+                self.node.host.frames.retire(h.frame);
                 self.lru.stats.held_discarded += 1;
             }
         }

@@ -2,9 +2,8 @@
 //! A port's poll loop: the NIC, received messages, timers, GMS's background work and transmits.
 
 use super::GmsPort;
-use crate::rpc::{post, receive};
+use crate::rpc::POST_TRIES;
 use std::sync::Arc;
-use trapeze_firmware::iface::layout::RECV_RING_ENTRIES;
 
 /// Idle passes between two clock reads in [`GmsPort::poll`] (a few µs).
 const CLOCK_PASSES: u32 = 32;
@@ -28,21 +27,19 @@ impl GmsPort {
     /// background work, transmits, completions. Returns whether anything happened.
     pub fn poll(&mut self) -> bool {
         let mut busy = self.poll_nic();
-        busy |= self.node.host.reap();
+        busy |= self.node.host.frames.reap(|_, _| {});
         // The clock is read when something happened, else every CLOCK_PASSES idle passes
         // (a clock read costs more than the rest of an idle pass).
         self.clock_in = self.clock_in.saturating_sub(1);
         let idle = !busy && self.clock_in > 0;
         let mut clock = None;
-        while let Some(m) = self.node.host.ep.poll_recv() {
+        while let Some(m) = self.node.host.frames.ep.poll_recv() {
             busy = true;
             let now = match clock {
                 Some(t) => t,
                 None => *clock.insert(self.tick_clock()),
             };
-            let slot = (m.slot % RECV_RING_ENTRIES) as usize;
-            let h = &mut self.node.host;
-            let payload = receive(&mut h.ep, h.base, &m, &mut self.slot_frame[slot], &mut h.frames);
+            let payload = self.node.host.frames.receive(&m);
             self.rpc.handle_message(now, &mut *self.node, m.src, m.ctrl(), payload);
             // `drive` runs once after the batch (below): its scans of the operation and
             // task tables cost more than handling a message. A batch is at most a receive
@@ -108,42 +105,29 @@ impl GmsPort {
     pub(super) fn flush(&mut self) -> bool {
         let mut sent = false;
         while let Some(t) = self.rpc.poll_transmit() {
-            let host = &mut self.node.host;
             let cpu = &mut self.cpu;
             let doorbell = &self.doorbell;
-            let mut reaped = 0;
-            if post(&mut host.ep, host.base, &t, None, |ep| {
-                match cpu.as_mut() {
-                    Some(c) => {
-                        c.poll();
-                    }
-                    None => Self::ring(doorbell),
+            self.node.host.frames.post(&t, POST_TRIES, |_| match cpu.as_mut() {
+                Some(c) => {
+                    c.poll();
                 }
-                reaped += ep.reap_sends(|_, _| {}) as u64;
-            }) {
-                host.posted += 1;
-            }
-            host.reaped += reaped;
+                None => Self::ring(doorbell),
+            });
             if let Some((_, len)) = t.payload {
                 self.stats.bytes_out += len as u64;
             }
             sent = true;
         }
         // Frames dropped so far wait for every send posted up to now.
-        let host = &mut self.node.host;
-        for l in host.limbo.iter_mut().rev() {
-            if l.1 != u64::MAX {
-                break;
-            }
-            l.1 = host.posted;
-        }
-        host.reap();
+        let frames = &mut self.node.host.frames;
+        frames.tag_limbo();
+        frames.reap(|_, _| {});
         if sent {
             Self::ring(&self.doorbell);
             // Run the NIC until the sends have left, or until a message for the host has
             // landed (handled at the next pass).
             if let Some(c) = self.cpu.as_mut() {
-                let ep = &self.node.host.ep;
+                let ep = &self.node.host.frames.ep;
                 c.run(|| ep.recv_ready());
             }
         }

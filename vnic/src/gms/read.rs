@@ -8,7 +8,6 @@ use anyhow::{bail, Context};
 use gms::prelude::*;
 use gms::readahead::Decision;
 use netrpc::prelude::*;
-use trapeze_firmware::iface::entry::Segment;
 
 /// Where a read was served from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -108,18 +107,9 @@ impl GmsPort {
     /// Issue a getpage of `page` into a fresh solicited frame.
     /// `send`: hand it to the NIC now (else the caller does, after more).
     fn issue_get(&mut self, page: PageId, kind: GetKind, send: bool) -> anyhow::Result<OpId> {
-        let f = self.node.host.frames.alloc().context("no free frame")?;
-        let seg = Segment { addr: self.node.host.base + f, len: FRAME_BYTES };
-        let token = match self.node.host.ep.arm(&[seg]) {
-            Ok(t) => t,
-            Err(e) => {
-                self.node.host.frames.free(f);
-                bail!("cannot arm an IPT entry: {e:?}")
-            }
-        };
-        self.node.host.frames.armed.push((f, token));
+        let reply_to = self.node.host.frames.solicit().context("no free frame or IPT entry for a getpage")?;
+        let ReplyTo::Solicited { frame: f, .. } = reply_to else { bail!("a solicited reply without a frame") };
         let now = self.now();
-        let reply_to = ReplyTo::Solicited { token: token.0, frame: f };
         match self.node.getpage(now, &mut self.rpc, page, reply_to, Mode::NonBlocking) {
             Ok(op) => {
                 // A getpage served locally completes inside the call: handled below.

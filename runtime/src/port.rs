@@ -1,0 +1,343 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! A port: one NIC endpoint with its payload frames, as NetRPC and GMS use it.
+//!
+//! * **Receive slots.** Every receive slot has a frame attached. An unsolicited payload
+//!   (a putpage, a delegated request) arrives in it; [`Port::receive`] detaches that frame,
+//!   hands it up as `InPayload::Buffer` and attaches a free one in its place (none free:
+//!   the payload is refused and counted) — the papers' cost of an unsolicited payload.
+//! * **IPT.** A solicited reply lands zero-copy in a frame armed in the IPT
+//!   ([`Port::solicit`]); the token travels in the request. Disarming waits while the NIC
+//!   is writing into the frame, bounded by [`DISARM_SPINS`]: a frame whose entry stays
+//!   busy is leaked and counted, never reused under the NIC.
+//! * **Limbo.** A frame a protocol stops using may still be attached to posted sends:
+//!   [`Port::retire`] parks it until every send posted before the next [`Port::tag_limbo`]
+//!   has completed ([`Port::reap`]).
+//! * **Posting.** [`Port::post`] hands a NetRPC transmit to the send ring; while the ring
+//!   is full it lets the place make room and reaps (run an inline NIC, ring a doorbell),
+//!   a bounded number of times, then drops the transmit and counts it (NetRPC's timeouts
+//!   and GMS's retries take over).
+
+use super::endpoint::{ArmError, Endpoint, RecvMsg, SendError, SendMsg};
+use super::frames::FrameMem;
+use super::iface::entry::{Segment, TxStatus};
+use super::iface::ipt::{CancelState, PayloadToken};
+use super::iface::layout::{ctrl, ctrl_word, IPT_ENTRIES, RECV_RING_ENTRIES};
+use super::iface::mem::NicMemory;
+use super::netrpc::prelude::{InPayload, ReplyTo, Transmit};
+use super::storage::{Fifo, Stack, Storage};
+use core::sync::atomic::Ordering;
+
+/// The send cookie of the transmits a port posts for NetRPC (a place numbers its own
+/// sends below it).
+pub const RPC_COOKIE: usize = usize::MAX;
+
+/// Attempts to disarm an IPT entry the NIC is writing into (one packet's DMA) before the
+/// frame is given up as leaked.
+pub const DISARM_SPINS: u32 = 1_000_000;
+
+/// A limbo entry not yet tagged with the sends it waits for.
+const UNTAGGED: u64 = u64::MAX;
+
+/// What a port counted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PortStats {
+    /// Unsolicited payloads refused because no frame was free to replace the slot's.
+    pub starved: u64,
+    /// Payloads the NIC refused (no frame attached, too long for it).
+    pub refused: u64,
+    /// Sends the NIC completed with an error.
+    pub tx_errors: u64,
+    /// Transmits dropped because the send ring stayed full.
+    pub tx_dropped: u64,
+    /// Frames leaked: their IPT entry stayed busy, or the limbo was full.
+    pub leaked: u64,
+}
+
+/// Why a port could not be set up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SetupError {
+    /// Fewer frames than the receive slots plus the spares asked for.
+    TooFewFrames { have: usize, need: usize },
+    /// The place's storage could not hold the tables.
+    NoMemory,
+}
+
+/// One endpoint and its frames. `M`: how NIC memory is reached; `A`: the frames; `S`:
+/// where the tables live.
+pub struct Port<M: NicMemory, A: FrameMem, S: Storage> {
+    pub ep: Endpoint<M, usize>,
+    frames: A,
+    free: Stack<A::Frame, S>,
+    /// Frames armed in the IPT, with their tokens.
+    armed: Stack<(A::Frame, PayloadToken), S>,
+    /// Frames waiting for sends: (frame, send serial to wait for, or [`UNTAGGED`]).
+    limbo: Fifo<(A::Frame, u64), S>,
+    /// The frame attached to each receive slot.
+    slot_frame: S::Buf<A::Frame>,
+    posted: u64,
+    reaped: u64,
+    /// The firmware's send-completion sequence when the ring was last reaped.
+    tx_seq_seen: u32,
+    pub stats: PortStats,
+}
+
+impl<M: NicMemory, A: FrameMem, S: Storage> Port<M, A, S> {
+    /// The segment to attach to receive slot `slot` when the endpoint is initialised:
+    /// slot `i` starts with frame number `i`.
+    pub fn slot_segment(frames: &A, slot: u32) -> Option<Segment> {
+        let f = frames.nth(slot as usize);
+        Some(Segment { addr: frames.dma(f)?, len: A::FRAME_BYTES })
+    }
+
+    /// A port over `ep`, whose receive slots were given [`Self::slot_segment`]s, with
+    /// `frames` of which at least `spare` stay beyond the receive slots.
+    pub fn new(ep: Endpoint<M, usize>, frames: A, spare: usize) -> Result<Self, SetupError> {
+        let (n, rx) = (frames.count(), RECV_RING_ENTRIES as usize);
+        if n < rx + spare {
+            return Err(SetupError::TooFewFrames { have: n, need: rx + spare });
+        }
+        let first = frames.nth(0);
+        let mut free = Stack::new(n, first).ok_or(SetupError::NoMemory)?;
+        for i in (rx..n).rev() {
+            free.push(frames.nth(i));
+        }
+        let mut slot_frame = S::buf(rx, first).ok_or(SetupError::NoMemory)?;
+        for (i, s) in slot_frame.iter_mut().enumerate() {
+            *s = frames.nth(i);
+        }
+        Ok(Port {
+            ep,
+            armed: Stack::new(IPT_ENTRIES as usize, (first, PayloadToken::NONE)).ok_or(SetupError::NoMemory)?,
+            limbo: Fifo::new(n, (first, 0)).ok_or(SetupError::NoMemory)?,
+            frames,
+            free,
+            slot_frame,
+            posted: 0,
+            reaped: 0,
+            tx_seq_seen: 0,
+            stats: PortStats::default(),
+        })
+    }
+
+    /// The frames themselves (to read, write or address them).
+    pub fn frames(&self) -> &A {
+        &self.frames
+    }
+    pub fn alloc(&mut self) -> Option<A::Frame> {
+        self.free.pop()
+    }
+    /// Give `f` back to the pool at once (it is attached to nothing: see [`Self::retire`]).
+    pub fn free(&mut self, f: A::Frame) {
+        debug_assert!(!self.free.as_slice().contains(&f), "frame {f:?} freed twice");
+        if !self.free.push(f) {
+            self.stats.leaked += 1;
+        }
+    }
+    /// Frames in the pool.
+    pub fn available(&self) -> usize {
+        self.free.len()
+    }
+    /// Frames attached to receive slots.
+    pub fn in_slots(&self) -> usize {
+        self.slot_frame.len()
+    }
+    /// Frames armed in the IPT.
+    pub fn armed(&self) -> usize {
+        self.armed.len()
+    }
+    /// Frames waiting in limbo.
+    pub fn in_limbo(&self) -> usize {
+        self.limbo.len()
+    }
+    /// The frame attached to receive slot `slot`.
+    pub fn slot_frame(&self, slot: u32) -> A::Frame {
+        self.slot_frame[(slot % RECV_RING_ENTRIES) as usize]
+    }
+    pub fn write(&self, f: A::Frame, data: &[u8]) -> bool {
+        data.len() <= A::FRAME_BYTES as usize && self.frames.write(f, data)
+    }
+    pub fn read(&self, f: A::Frame, out: &mut [u8]) -> bool {
+        out.len() <= A::FRAME_BYTES as usize && self.frames.read(f, out)
+    }
+    pub fn copy(&self, from: A::Frame, to: A::Frame, len: u32) -> bool {
+        len <= A::FRAME_BYTES && self.frames.copy(from, to, len)
+    }
+
+    /// Arm an IPT entry on the whole of `f`: a solicited payload for its token lands there.
+    pub fn arm(&mut self, f: A::Frame) -> Result<PayloadToken, ArmError> {
+        let addr = self.frames.dma(f).ok_or(ArmError::BadSegments)?;
+        let token = self.ep.arm(&[Segment { addr, len: A::FRAME_BYTES }])?;
+        if self.armed.push((f, token)) {
+            Ok(token)
+        } else {
+            // More armed frames than IPT entries cannot be; refuse rather than forget one.
+            self.ep.disarm(token);
+            Err(ArmError::TableFull)
+        }
+    }
+
+    /// A fresh frame armed for a solicited reply, or `None` (no frame, no IPT entry).
+    pub fn solicit(&mut self) -> Option<ReplyTo<A::Frame>> {
+        let f = self.alloc()?;
+        match self.arm(f) {
+            Ok(token) => Some(ReplyTo::Solicited { token: token.0, frame: f }),
+            Err(_) => {
+                self.free(f);
+                None
+            }
+        }
+    }
+
+    /// Disarm `f`'s IPT entry if it has one; the frame stays allocated. `false`: the NIC
+    /// kept writing into it for [`DISARM_SPINS`] attempts, and the frame must not be reused.
+    pub fn unarm(&mut self, f: A::Frame) -> bool {
+        let Some((_, token)) = self.armed.remove_where(|a| a.0 == f) else { return true };
+        for _ in 0..DISARM_SPINS {
+            if self.ep.disarm(token) != CancelState::InFlight {
+                return true;
+            }
+            core::hint::spin_loop();
+        }
+        self.stats.leaked += 1;
+        false
+    }
+
+    /// A protocol is done with `f`: disarm it and free it (unless it already waits in
+    /// limbo for a send that carries it).
+    pub fn release(&mut self, f: A::Frame) {
+        if self.limbo.any(|l| l.0 == f) {
+            return;
+        }
+        if self.unarm(f) {
+            self.free(f);
+        }
+    }
+
+    /// Free `f` once the sends posted up to the next [`Self::tag_limbo`] have completed.
+    pub fn retire(&mut self, f: A::Frame) {
+        if !self.limbo.push_back((f, UNTAGGED)) {
+            // Cannot happen (the limbo holds every frame); leaking beats a double use.
+            self.stats.leaked += 1;
+        }
+    }
+
+    /// Frames retired so far wait for every send posted up to now.
+    pub fn tag_limbo(&mut self) {
+        let posted = self.posted;
+        self.limbo.update_back_while(|l| {
+            let untagged = l.1 == UNTAGGED;
+            if untagged {
+                l.1 = posted;
+            }
+            untagged
+        });
+    }
+
+    /// Reap completed sends (each cookie and status to `done`) and free the frames in
+    /// limbo whose sends are done. Whether any send completed.
+    pub fn reap(&mut self, mut done: impl FnMut(usize, TxStatus)) -> bool {
+        let seq = self.ep.mem().load(ctrl_word(ctrl::FW_TX_SEQ), Ordering::Acquire);
+        if seq == self.tx_seq_seen {
+            // No send completed since the last scan of the ring.
+            return false;
+        }
+        // Completions published before `seq` are visible now; later ones move it again.
+        self.tx_seq_seen = seq;
+        let errors = &mut self.stats.tx_errors;
+        let n = self.ep.reap_sends(|c, st| {
+            if st != TxStatus::Sent {
+                *errors += 1;
+            }
+            done(c, st)
+        });
+        self.reaped += n as u64;
+        while let Some(&(f, serial)) = self.limbo.front() {
+            if serial > self.reaped {
+                break;
+            }
+            self.limbo.pop_front();
+            self.free(f);
+        }
+        n > 0
+    }
+
+    /// Take the message the endpoint just returned off its receive slot for NetRPC (see
+    /// the module doc); the slot goes back to the NIC.
+    pub fn receive(&mut self, m: &RecvMsg) -> InPayload<A::Frame> {
+        let slot = (m.slot % RECV_RING_ENTRIES) as usize;
+        let payload = if m.via_ipt() {
+            InPayload::Ipt { token: m.token.0, len: m.payload_len }
+        } else if m.payload_refused() || m.payload_len > A::FRAME_BYTES {
+            self.stats.refused += 1;
+            InPayload::Refused
+        } else if m.payload_len > 0 {
+            match self.free.pop() {
+                Some(fresh) => InPayload::Buffer {
+                    frame: core::mem::replace(&mut self.slot_frame[slot], fresh),
+                    len: m.payload_len,
+                },
+                None => {
+                    self.stats.starved += 1;
+                    InPayload::Refused
+                }
+            }
+        } else {
+            InPayload::None
+        };
+        let f = self.slot_frame[slot];
+        match self.frames.dma(f) {
+            Some(addr) => self.ep.release_recv(Some(&[Segment { addr, len: A::FRAME_BYTES }])),
+            None => self.ep.release_recv(None),
+        }
+        payload
+    }
+
+    /// Post a message the place built itself (a ping, a raw send) with `cookie` (below
+    /// [`RPC_COOKIE`]). It counts as a send frames in limbo may wait for.
+    pub fn post_raw(&mut self, msg: &SendMsg<'_>, cookie: usize) -> Result<(), SendError> {
+        self.ep.post_send(msg, cookie)?;
+        self.posted += 1;
+        Ok(())
+    }
+
+    /// Post a NetRPC transmit. While the send ring is full: reap, then `make_room` (run an
+    /// inline NIC, ring a doorbell, yield) and reap, at most `tries` times; then the transmit is
+    /// dropped and counted. `false`: not posted.
+    pub fn post(
+        &mut self,
+        t: &Transmit<A::Frame>,
+        tries: u32,
+        mut make_room: impl FnMut(&mut Endpoint<M, usize>),
+    ) -> bool {
+        let seg;
+        let segs: &[Segment] = match t.payload {
+            Some((f, len)) => match self.frames.dma(f) {
+                Some(addr) if len <= A::FRAME_BYTES => {
+                    seg = [Segment { addr, len }];
+                    &seg
+                }
+                _ => return false,
+            },
+            None => &[],
+        };
+        let msg = SendMsg {
+            peer: t.dst,
+            ctrl: t.ctrl(),
+            payload_len: t.payload.map_or(0, |p| p.1),
+            segments: segs,
+            token: PayloadToken(t.tag),
+        };
+        for _ in 0..tries.max(1) {
+            match self.post_raw(&msg, RPC_COOKIE) {
+                Ok(()) => return true,
+                Err(SendError::RingFull) => {
+                    make_room(&mut self.ep);
+                    self.reap(|_, _| {});
+                }
+                Err(_) => return false,
+            }
+        }
+        self.stats.tx_dropped += 1;
+        false
+    }
+}
