@@ -27,7 +27,10 @@
 //! keeps a `netrpc::rpc::Rpc<GmsNode<..>, F>` next to the [`node::GmsNode`] (which is the
 //! `Rpc`'s [`net::types::Runtime`]), feeds messages to the `Rpc`, calls
 //! [`node::GmsNode::drive`] after every input, and sends what the `Rpc` transmits.
-//! `#![no_std]`, no heap (every table is a const-generic array), no `unsafe`.
+//! Putpage targets come from the epoch-based global LRU: [`lru`] is its arithmetic (age
+//! summaries, the coordinator, epoch plans) and [`epochs`] a node's part in it (the epoch
+//! messages, drawing targets by the plan's weights), which the runtime drives beside the
+//! node. `#![no_std]`, no heap (every table is a const-generic array), no `unsafe`.
 //!
 //! ```
 //! use gms::prelude::*;
@@ -108,6 +111,7 @@ pub use netrpc as net;
 
 pub mod client;
 pub mod directory;
+pub mod epochs;
 pub mod heartbeat;
 pub mod lru;
 pub mod members;

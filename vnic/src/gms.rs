@@ -10,7 +10,7 @@
 //! receive slot's frame, which is detached and handed over. Frames GMS drops are freed only
 //! once the sends posted before the drop have completed (they may still be carrying them).
 //!
-//! Putpage targets: the epoch-based **global LRU** ([`lru`], after [`gms::lru`]): drawn in
+//! Putpage targets: the epoch-based **global LRU** ([`gms::epochs`], after [`gms::lru`]): drawn in
 //! proportion to the epoch plan's weights (the share of the cluster's oldest pages and free
 //! frames on each member); evicted pages older than the plan's threshold are discarded
 //! ([`GmsPort::evict`]) and targets discard their globally oldest pages to make room.
@@ -43,7 +43,8 @@ mod read;
 mod tests;
 
 pub mod cluster;
-pub mod lru;
+/// A node's part in the global LRU ([`gms::epochs`]).
+pub use gms::epochs as lru;
 
 pub use cluster::{Cluster, NodeView, Servers, VIEW_EVERY_NS};
 pub use host::PortHost;

@@ -37,7 +37,7 @@ impl GmsPort {
         self.count_received();
         self.make_room(now);
         let mut sent = false;
-        for m in std::mem::take(&mut self.lru.out) {
+        while let Some(m) = self.lru.take_send() {
             // A full transmit queue loses the message: the epoch's deadline covers it.
             sent |= self.rpc.send_oneway(m.dst, m.op, &m.body[..m.len], None).is_ok();
         }

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0-only
-//! The epoch-based global LRU of [`gms::lru`] as the user-space runtime runs it: one
-//! [`Lru`] per port. No `unsafe`.
+//! A node's part in the epoch-based global LRU of [`super::lru`]: one [`Lru`] per node,
+//! sans-IO (messages in through [`Lru::handle`], timers through [`Lru::poll`] and
+//! [`Lru::poll_timeout`], one-way sends out through [`Lru::take_send`]), run by user space
+//! and the kernel module alike.
 //!
 //! The coordinator is the lowest live member. Every `epoch_ns` (or earlier, when a member
 //! reports that the epoch's budget is used up: `LRU_NEXT`) it sends `LRU_START` to every
@@ -14,13 +16,16 @@
 //! - as a target, keeps `headroom` frames free by discarding its oldest held pages at
 //!   least as old as the threshold (the globally oldest pages make room for new ones).
 
-use gms::lru::{
+use super::lru::{
     quantize_age, AgeSummary, Coordinator, EpochPlan, OP_LRU_NEXT, OP_LRU_PLAN, OP_LRU_START, OP_LRU_SUMMARY,
     SUMMARY_MAX_GROUPS,
 };
 
-/// Node ids a plan covers (= the GMS node's member capacity).
+/// Node ids a plan covers (at least any GMS node's member capacity).
 pub const LRU_NODES: usize = 16;
+/// Sends one step can queue: an epoch's start and its plan to every other member, a
+/// summary and a request for the next epoch.
+const OUTBOX: usize = 2 * LRU_NODES + 2;
 /// Age groups per summary.
 pub const LRU_GROUPS: usize = SUMMARY_MAX_GROUPS;
 
@@ -75,6 +80,8 @@ pub struct LruStats {
     pub held_discarded: u64,
     /// LRU messages that were malformed or for another epoch.
     pub rejected: u64,
+    /// Sends lost because the outbox was full (the epoch's deadline covers them).
+    pub outbox_full: u64,
 }
 
 /// A received LRU message (copied out of the receive path).
@@ -115,7 +122,11 @@ pub struct Lru {
     asked_for: u32,
     rng: u64,
     pub stats: LruStats,
-    pub out: Vec<LruSend>,
+    /// Sends queued for the runtime, oldest first: `out[..nout]`.
+    out: [LruSend; OUTBOX],
+    nout: usize,
+    /// Sends already taken from the front of `out`.
+    taken: usize,
 }
 
 fn u32_body(v: u32) -> ([u8; 100], usize) {
@@ -143,7 +154,9 @@ impl Lru {
             asked_for: 0,
             rng: 0x9e37_79b9_7f4a_7c15 ^ ((me as u64 + 1) << 32),
             stats: LruStats::default(),
-            out: Vec::new(),
+            out: [LruSend { dst: 0, op: 0, len: 0, body: [0; 100] }; OUTBOX],
+            nout: 0,
+            taken: 0,
         }
     }
 
@@ -165,7 +178,23 @@ impl Lru {
     }
 
     fn send(&mut self, dst: u16, op: u16, body: [u8; 100], len: usize) {
-        self.out.push(LruSend { dst, op, len, body });
+        if self.taken == self.nout {
+            (self.taken, self.nout) = (0, 0);
+        }
+        match self.out.get_mut(self.nout) {
+            Some(s) => {
+                *s = LruSend { dst, op, len, body };
+                self.nout += 1;
+            }
+            None => self.stats.outbox_full += 1,
+        }
+    }
+
+    /// The next one-way message to send, oldest first.
+    pub fn take_send(&mut self) -> Option<LruSend> {
+        let s = self.out[..self.nout].get(self.taken).copied()?;
+        self.taken += 1;
+        Some(s)
     }
 
     /// Coordinator duties at `now`: start an epoch when due, make the plan when every
@@ -362,6 +391,12 @@ pub fn build_summary(me: u16, epoch: u32, budget: usize, ages: &mut [u32]) -> Su
 #[cfg(test)]
 mod tests {
     use super::*;
+    extern crate std;
+    use std::vec::Vec;
+
+    fn drain(l: &mut Lru) -> Vec<LruSend> {
+        core::iter::from_fn(|| l.take_send()).collect()
+    }
 
     #[test]
     fn summaries_group_the_oldest_ages() {
@@ -384,19 +419,19 @@ mod tests {
             _ => build_summary(0, e, 0, &mut []),
         };
         lrus[0].poll(0, &members, |e| summary(0, e));
-        let starts = std::mem::take(&mut lrus[0].out);
+        let starts = drain(&mut lrus[0]);
         assert_eq!(starts.len(), 2);
         for s in starts {
             let m = LruMsg { src: 0, op: s.op, len: s.len, body: pad(&s.body) };
             let d = s.dst as usize;
             lrus[d].handle(1, &m, |e| summary(s.dst, e));
-            for r in std::mem::take(&mut lrus[d].out) {
+            for r in drain(&mut lrus[d]) {
                 assert_eq!((r.dst, r.op), (0, OP_LRU_SUMMARY));
                 lrus[0].handle(2, &LruMsg { src: s.dst, op: r.op, len: r.len, body: pad(&r.body) }, |e| summary(0, e));
             }
         }
         lrus[0].poll(3, &members, |e| summary(0, e));
-        let plans = std::mem::take(&mut lrus[0].out);
+        let plans = drain(&mut lrus[0]);
         assert_eq!(plans.len(), 2);
         for p in plans {
             lrus[p.dst as usize]
