@@ -1,6 +1,6 @@
 #!/bin/sh
 # SPDX-License-Identifier: GPL-2.0-only
-# kernel-crate/guest/blk.sh — the guest's script under `cargo xtask vm --blk-test` (embedded
+# kernel-crate/guest/blk.sh — the guest's script under `cargo xtask vm blk-test` (embedded
 # as /etc/trapeze/run.sh): the GMS block device /dev/gms0 of trapeze.ko on its RAM backend.
 #
 # 1. insmod with gms_disk_mb=16: size; an 8 MiB random pattern written, caches dropped,

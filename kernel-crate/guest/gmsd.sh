@@ -1,7 +1,7 @@
 #!/bin/sh
 # SPDX-License-Identifier: GPL-2.0-only
 # kernel-crate/guest/gmsd.sh — one guest and a host `gmsd` in one GMS cluster
-# (`cargo xtask vm --gmsd-test`): the guest is node 0, the host daemon node 1 on the same
+# (`cargo xtask vm gmsd-test`): the guest is node 0, the host daemon node 1 on the same
 # UDP link, both speaking the GMS heartbeat. The guest loads trapeze.ko with
 # gms_nodes=0,1 and /dev/gms0 on GMS (its only putpage target is the daemon), writes
 # PAGES 4 KiB pages with O_DIRECT, reads them back and compares, then prints

@@ -1,7 +1,7 @@
 #!/bin/sh
 # SPDX-License-Identifier: GPL-2.0-only
 # kernel-crate/guest/gmsdisk.sh — /dev/gms0 on the GMS backend across guests, by hand:
-#   cargo xtask module && cargo xtask vm --guests 3 --module kernel-crate/trapeze.ko \
+#   cargo xtask module && cargo xtask vm run --guests 3 --module kernel-crate/trapeze.ko \
 #       --script kernel-crate/guest/gmsdisk.sh --quiet --timeout 240
 # Every guest loads trapeze.ko as a GMS member of 0..N-1. Guests other than 1 serve (store
 # pages in their memory budget) for a while; guest 1 also creates /dev/gms0 (4 MiB on GMS:

@@ -1,13 +1,13 @@
 #!/bin/sh
 # SPDX-License-Identifier: GPL-2.0-only
-# kernel-crate/guest/ping.sh — the guests' script under `cargo xtask vm --module-test`
+# kernel-crate/guest/ping.sh — the guests' script under `cargo xtask vm module-test`
 # (embedded as /etc/trapeze/run.sh; /init gives it trapeze_guest=K and trapeze_guests=N).
 #
 # 1. Ping: guest 0 loads trapeze.ko as node 0 and answers pings until every other guest's
 #    ping was answered (bounded); every other guest K loads it as node K with ping_peer=0,
 #    so its probe pings node 0 with a 4 KB payload and checks the pong byte for byte before
 #    insmod returns. Then each prints its counters and unloads the module.
-# With 3 guests or more (`--module-test --guests 3`), then:
+# With 3 guests or more (`vm module-test` boots 3 unless told --guests N), then:
 # 2. NetRPC and GMS: guest 0 keeps the module it loaded in phase 1 as a GMS member of
 #    0..N-1 (budget $budget pages), every other guest loads it again as one. Guest 0
 #    answers echo calls and stores and serves pages; every other

@@ -1,6 +1,6 @@
 #!/bin/sh
 # SPDX-License-Identifier: GPL-2.0-only
-# kernel-crate/guest/suite.sh — the guest suite, `cargo xtask vm --suite` (a stage of
+# kernel-crate/guest/suite.sh — the guest suite, `cargo xtask vm suite` (a stage of
 # `cargo xtask test`). Three guests, all GMS members 0,1,2 (gms_nodes=0,1,2):
 #
 # * B (guest 1) and C (guest 2) are servers: they load trapeze.ko with a budget of $budget

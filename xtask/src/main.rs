@@ -48,11 +48,9 @@ enum Cmd {
     /// `--clippy` lints it with the kernel's clippy settings.
     Module(module::ModuleArgs),
     /// Boot QEMU guests (TCG) on the cached kernel, each with a virtual NIC as an
-    /// ivshmem-doorbell PCI device; `--smoke` checks a guest boots, loads the Rust sample
-    /// module and powers off; `--module-test` tests trapeze.ko in (at least) three guests
-    /// (ping, NetRPC, GMS, unload with calls in flight), `--blk-test` its /dev/gms0 on RAM,
-    /// `--suite` the guest suite, `--gmsd-test` a host gmsd in a guest's GMS cluster.
-    Vm(vm::VmArgs),
+    /// ivshmem-doorbell PCI device, and run a test or given commands in them.
+    #[command(subcommand)]
+    Vm(vm::VmCmd),
 }
 
 fn main() {

@@ -64,7 +64,7 @@ pub fn run(a: ModuleArgs) -> anyhow::Result<()> {
         }
     }
     println!(
-        "load       insmod {KO} node=N [ping_peer=M] [gms_nodes=0,1,2 [gms_disk_pages=P]] (in guests: cargo xtask vm --module-test)"
+        "load       insmod {KO} node=N [ping_peer=M] [gms_nodes=0,1,2 [gms_disk_pages=P]] (in guests: cargo xtask vm module-test)"
     );
     println!("xtask module: done in {:.1?}", t0.elapsed());
     Ok(())

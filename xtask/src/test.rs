@@ -35,11 +35,11 @@ pub struct TestArgs {
 const GUEST_STAGES: [(&str, &str); 4] = [
     (
         "kernel module: three guests load trapeze.ko: ping 4 KB, NetRPC echo, GMS put/get, unload with calls in flight",
-        "--module-test",
+        "module-test",
     ),
-    ("block device: /dev/gms0 on its RAM backend (data, O_DIRECT, EIO and timeout paths, rmmod)", "--blk-test"),
-    ("guest suite: ext2 on /dev/gms0 on GMS across 3 guests, data verified, a server killed, clean unload", "--suite"),
-    ("host gmsd in the guests' cluster: a guest's /dev/gms0 pages stored on and read from a host gmsd", "--gmsd-test"),
+    ("block device: /dev/gms0 on its RAM backend (data, O_DIRECT, EIO and timeout paths, rmmod)", "blk-test"),
+    ("guest suite: ext2 on /dev/gms0 on GMS across 3 guests, data verified, a server killed, clean unload", "suite"),
+    ("host gmsd in the guests' cluster: a guest's /dev/gms0 pages stored on and read from a host gmsd", "gmsd-test"),
 ];
 
 pub fn run(a: TestArgs) -> anyhow::Result<()> {
@@ -152,7 +152,7 @@ fn guests(r: &mut Report, no_vm: bool) {
     // ~/.cache/trapeze afterwards: each step says whether it built or reused.
     let kernel = stage(r, "guests: the cached Rust-enabled test kernel, one QEMU guest on a virtual NIC", || {
         crate::xtask(&["kernel"])?;
-        crate::xtask(&["vm", "--smoke"])
+        crate::xtask(&["vm", "smoke"])
     });
     for (what, mode) in GUEST_STAGES {
         if kernel {

@@ -10,16 +10,15 @@
 //! 0 (the one measuring) has powered off; the other guests only serve, so they are then
 //! stopped.
 
-use super::{
-    build_initramfs, check_interrupted, free_udp_ports, prune_stale, runtime_base, setpriv_pdeathsig, which, Cluster,
-    Cpio, INTERRUPTED, KERNEL_TROUBLE,
-};
+use super::cluster::{check_interrupted, nic_args, setpriv_pdeathsig, stop_on_signals, tail, Cluster};
+use super::initramfs::{base64, build_initramfs, Cpio};
+use super::report::{printable, KERNEL_TROUBLE};
+use super::runtime::{free_udp_ports, prune_stale, runtime_base, which};
 use anyhow::{ensure, Context};
 use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 /// What to boot.
@@ -71,7 +70,7 @@ pub fn run(spec: BenchGuests) -> anyhow::Result<Vec<GuestOutcome>> {
     let nic_bin = target_dir()?.join("debug/trapeze-nic");
     ensure!(nic_bin.exists(), "{} was not built", nic_bin.display());
 
-    ctrlc::set_handler(|| INTERRUPTED.store(true, Ordering::Relaxed)).context("installing the signal handler")?;
+    stop_on_signals()?;
     let runtime = runtime_base()?;
     prune_stale(&runtime);
     let dir = runtime.join(format!("vm-{}", std::process::id()));
@@ -98,7 +97,7 @@ pub fn run(spec: BenchGuests) -> anyhow::Result<Vec<GuestOutcome>> {
     );
     for k in 0..spec.guests {
         cluster.add_guest(k, spec.mem_mib);
-        cluster.start_nic(k, &nic_bin, &super::nic_args(k, &ports), setpriv)?;
+        cluster.start_nic(k, &nic_bin, &nic_args(k, &ports), setpriv)?;
         if spec.net_pair && k < 2 {
             let (me, other) = (net_ports[k as usize], net_ports[1 - k as usize]);
             cluster.guest(k).qemu_extra = vec![
@@ -137,7 +136,7 @@ pub fn run(spec: BenchGuests) -> anyhow::Result<Vec<GuestOutcome>> {
             if let Some(n) = g.nic.as_mut() {
                 if let Some(st) = n.try_wait()? {
                     let text = fs::read_to_string(&g.nic_log).unwrap_or_default();
-                    anyhow::bail!("trapeze-nic of guest {} exited ({st}):\n{}", g.idx, super::tail(&text, 20));
+                    anyhow::bail!("trapeze-nic of guest {} exited ({st}):\n{}", g.idx, tail(&text, 20));
                 }
             }
         }
@@ -170,11 +169,8 @@ pub fn run(spec: BenchGuests) -> anyhow::Result<Vec<GuestOutcome>> {
         .iter()
         .map(|g| {
             let console = fs::read_to_string(&g.console).unwrap_or_default();
-            let trouble = console
-                .lines()
-                .filter(|l| KERNEL_TROUBLE.iter().any(|t| l.contains(t)))
-                .map(super::printable)
-                .collect();
+            let trouble =
+                console.lines().filter(|l| KERNEL_TROUBLE.iter().any(|t| l.contains(t))).map(printable).collect();
             GuestOutcome { idx: g.idx, console, console_path: g.console.clone(), exited: g.idx == 0 && exited, trouble }
         })
         .collect();
@@ -232,13 +228,13 @@ fn append_files(gz: &Path, files: &[(String, Vec<u8>, u32)]) -> anyhow::Result<(
 
 /// The workspace's cargo target directory.
 pub fn target_dir() -> anyhow::Result<PathBuf> {
-    super::target_dir()
+    super::runtime::target_dir()
 }
 
 /// `data` as one kernel command-line word's value (standard base64; /init's scripts
 /// decode it with busybox `base64 -d`).
 pub fn base64_word(data: &str) -> String {
-    super::base64(data.as_bytes())
+    base64(data.as_bytes())
 }
 
 #[cfg(test)]

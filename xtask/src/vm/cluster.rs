@@ -1,13 +1,33 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! The guests of one run: each one's NIC and QEMU, the wait for power-off, a kill on request, cleanup.
 
-use super::{check_interrupted, printable, NIC_START, VECTORS};
+use super::report::printable;
 use anyhow::{bail, ensure, Context};
 use std::fs;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+
+/// MSI-X vectors of the NIC device.
+pub(super) const VECTORS: u32 = 2;
+/// How long a NIC may take to start listening.
+const NIC_START: Duration = Duration::from_secs(20);
+
+/// Set by the SIGINT/SIGTERM/SIGHUP handler; the waiting loops turn it into an error.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// From here on a signal must not kill xtask before a [`Cluster`]'s drop guard has run:
+/// SIGINT, SIGTERM and SIGHUP only set a flag that the waiting loops turn into an error.
+pub(super) fn stop_on_signals() -> anyhow::Result<()> {
+    ctrlc::set_handler(|| INTERRUPTED.store(true, Ordering::Relaxed)).context("installing the signal handler")
+}
+
+pub(super) fn check_interrupted() -> anyhow::Result<()> {
+    ensure!(!INTERRUPTED.load(Ordering::Relaxed), "interrupted by a signal: stopping the guests");
+    Ok(())
+}
 
 /// `trapeze-nic` arguments for guest `k`'s NIC: node `k` on the UDP link at `ports[k]`, every
 /// other port a peer (node id = index; a host gmsd's port may follow the guests').
@@ -51,7 +71,7 @@ pub(super) struct Guest {
     pub(super) echoing: bool,
     /// More QEMU arguments for this guest (e.g. a virtio-net link, `cargo xtask bench vm`).
     pub(super) qemu_extra: Vec<String>,
-    /// Killed on purpose (`--suite`): how long after its start.
+    /// Killed on purpose (`vm suite`): how long after its start.
     pub(super) killed: Option<Duration>,
 }
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-2.0-only
-//! `cargo xtask vm --gmsd-test`: a host `gmsd` joins the guests' GMS cluster.
+//! The host `gmsd` of `cargo xtask vm gmsd-test`, which joins the guests' GMS cluster, and its checks.
 //!
 //! Guest 0 (`kernel-crate/guest/gmsd.sh`) loads trapeze.ko as node 0 with
 //! `gms_nodes=0,1`; the host daemon is node 1 on the guests' UDP link (the guest NIC's
@@ -18,8 +18,6 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// The guests' script under `--gmsd-test`, relative to the workspace root.
-pub const SCRIPT: &str = "kernel-crate/guest/gmsd.sh";
 /// The kernel disk's GMS space ("gms0"; `kernel-crate/src/gms_backend.rs`).
 const DISK_SPACE: u64 = 0x6d73_6730;
 const PAGE: usize = 4096;

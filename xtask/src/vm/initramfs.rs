@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0-only
-//! The guests' initramfs: a newc cpio of /init, busybox, the modules and the script; base64 for --cmd.
+//! The guests' initramfs: a newc cpio of /init, busybox, the modules and the script; base64 for `vm run --cmd`.
 
-use super::INIT;
 use anyhow::{ensure, Context};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+/// The guest's `/init`, relative to the workspace root.
+const INIT: &str = "kernel-crate/guest/init";
 
 /// Build `initramfs.cpio.gz` in `dir`: /init, busybox, the modules, the optional script.
 pub(super) fn build_initramfs(dir: &Path, modules: &[PathBuf], script: Option<&[u8]>) -> anyhow::Result<PathBuf> {

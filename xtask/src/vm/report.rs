@@ -1,10 +1,18 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! What a guest's console shows, and whether each kind of run passed.
 
-use super::{IVSHMEM_PCI_ID, KERNEL_TROUBLE, POWER_DOWN, SUITE_KILL};
+use super::suite::SUITE_KILL;
 use std::process::ExitStatus;
 
-/// The `--module-test` phases after the ping with 3 guests or more
+/// The ivshmem-doorbell device's PCI id (vendor:device) as the guest lists it.
+pub(super) const IVSHMEM_PCI_ID: &str = "1af4:1110";
+/// The kernel prints this when `poweroff -f` reaches ACPI.
+const POWER_DOWN: &str = "reboot: Power down";
+/// Console text that means the kernel is in trouble.
+pub(super) const KERNEL_TROUBLE: [&str; 6] =
+    ["Kernel panic", "Oops", "BUG:", "WARNING:", "Call Trace", "general protection fault"];
+
+/// The `vm module-test` phases after the ping with 3 guests or more
 /// (`kernel-crate/guest/ping.sh`): guest 0 answered every echo call; every other guest's
 /// NetRPC echo test and GMS put/get test passed (checked byte for byte in the module), and
 /// it unloaded with calls and getpages in flight, all failed cleanly. (passed, summary).
@@ -52,7 +60,6 @@ pub(super) enum Mode {
     Smoke,
     ModuleTest,
     BlkTest,
-    Suite,
 }
 
 /// What the issue asks the suite's log to show, from guest 0's console: each item with
@@ -92,11 +99,11 @@ pub(super) struct GuestReport {
     /// The guest's script ended with status 0.
     pub(super) script_ok: bool,
     pub(super) kernel_trouble: bool,
-    /// `--blk-test`: the script's PASS and FAIL lines, and whether it printed its total.
+    /// `vm blk-test`: the script's PASS and FAIL lines, and whether it printed its total.
     pub(super) blk_passed: usize,
     pub(super) blk_failed: usize,
     pub(super) blk_done: bool,
-    /// `--suite`, guest 0: the same for `trapeze-suite:` lines.
+    /// `vm suite`, guest 0: the same for `trapeze-suite:` lines.
     pub(super) suite_passed: usize,
     pub(super) suite_failed: usize,
     pub(super) suite_done: bool,
@@ -154,7 +161,7 @@ impl GuestReport {
             }),
         }
     }
-    /// `--suite`: guest 0 passed every check; a server loaded the module, and either was
+    /// `vm suite`: guest 0 passed every check; a server loaded the module, and either was
     /// the guest killed on request or unloaded cleanly and powered off. No kernel trouble.
     pub(super) fn suite_ok(&self, guest: u16, killed: bool) -> bool {
         if self.kernel_trouble || !self.nic_listed {
@@ -192,7 +199,6 @@ impl GuestReport {
                     && self.script_ok
                     && !self.kernel_trouble
             }
-            Mode::Suite => false,
         }
     }
 }

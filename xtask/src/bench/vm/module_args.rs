@@ -19,7 +19,7 @@ pub(super) fn module_params(ko: &[u8]) -> Vec<String> {
 const MAX_BUDGET_PAGES: u64 = 8192;
 /// `gms_fail_ms` for every guest of the bench (the module's default is 3000): TCG guests
 /// on a loaded 2-core host can go silent for seconds, and a server declared failed
-/// mid-run would turn its pages into errors. `cargo xtask vm --suite` keeps the default
+/// mid-run would turn its pages into errors. `cargo xtask vm suite` keeps the default
 /// (it times the failure detection of a killed guest).
 const BENCH_FAIL_MS: u32 = 10_000;
 
