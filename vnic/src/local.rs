@@ -41,21 +41,20 @@ pub fn runtime_dir() -> PathBuf {
     }
 }
 
-/// Create `dir` mode 0700 if it is missing (its parent must exist), or check the one that
+/// Create `dir` mode 0700 if it is missing (with any missing parent), or check the one that
 /// is there: a directory, not a symlink, owned by this user, not writable by group or
 /// others. Read or search bits for others on a directory of ours are removed (with a
 /// log line); anything else is refused with an error that names the path, its owner and
 /// mode, and what to do.
 pub fn ensure_private_dir(dir: &Path) -> anyhow::Result<()> {
-    match rustix::fs::mkdir(dir, Mode::from_raw_mode(DIR_MODE)) {
-        Ok(()) => {}
-        Err(rustix::io::Errno::EXIST) => {}
-        Err(e) => {
-            return Err(std::io::Error::from(e)).with_context(|| {
-                format!("creating the runtime directory {} (mode 0700; its parent must exist)", dir.display())
-            })
-        }
-    }
+    use std::os::unix::fs::DirBuilderExt;
+    // Missing parents are made mode 0700 too; an existing `dir` is left as it is and
+    // checked below (also if it is a symlink to a directory).
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(DIR_MODE)
+        .create(dir)
+        .with_context(|| format!("creating the runtime directory {} (mode 0700)", dir.display()))?;
     let m = std::fs::symlink_metadata(dir)
         .with_context(|| format!("looking at the runtime directory {}", dir.display()))?;
     let me = euid();
@@ -93,8 +92,7 @@ pub fn ensure_private_dir(dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// [`runtime_dir`], created or checked by [`ensure_private_dir`]; its parent (e.g.
-/// `$XDG_RUNTIME_DIR`) must exist.
+/// [`runtime_dir`], created or checked by [`ensure_private_dir`].
 pub fn private_runtime_dir() -> anyhow::Result<PathBuf> {
     let dir = runtime_dir();
     ensure_private_dir(&dir)?;
