@@ -262,11 +262,13 @@ fn accept_loop(nic: Arc<Nic>, listener: OwnedFd, stop: Arc<AtomicBool>) {
                 nic.shared().name
             );
             tracing::warn!("control socket: refused a connection: {why}");
-            let _ = send_with_fds(
-                conn.as_fd(),
-                &serde_json::to_vec(&json!({ "ok": false, "error": why })).unwrap_or_default(),
-                &[],
-            );
+            // Answer its first request (waited for briefly) rather than close with it unread,
+            // which would reset the connection before the client could read why.
+            if wait_readable(&conn, 200) {
+                let _ = recv_with_fds(conn.as_fd(), &mut [0u8; 256]);
+            }
+            let answer = serde_json::to_vec(&json!({ "ok": false, "error": why })).unwrap_or_default();
+            let _ = send_with_fds(conn.as_fd(), &answer, &[]);
             continue;
         }
         let (n, s) = (nic.clone(), stop.clone());

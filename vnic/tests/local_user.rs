@@ -240,3 +240,34 @@ fn a_missing_default_socket_directory_is_made_private() {
     assert_eq!(mode(&dir.join("trapeze")), 0o700);
     assert_eq!(mode(&sock), 0o600);
 }
+
+#[test]
+fn a_control_socket_serves_a_bounded_number_of_connections() {
+    use std::sync::Arc;
+    use trapeze_vnic::control::{serve, MAX_CONNECTIONS};
+    use trapeze_vnic::link::backend::InProcSwitch;
+    use trapeze_vnic::link::{FaultConfig, Link};
+    let dir = scratch("bound");
+    let link = Link::new(0, Box::new(InProcSwitch::new().port(0)), FaultConfig::default());
+    let nic = Arc::new(trapeze_vnic::nic::Nic::new("lu-bound", link, Duration::ZERO).unwrap());
+    let server = serve(nic, &dir.join("ctl.sock")).unwrap();
+    let held: Vec<ControlClient> = (0..MAX_CONNECTIONS)
+        .map(|_| {
+            let c = ControlClient::connect(server.path()).unwrap();
+            c.request(&Request::Status).expect("a connection within the bound is served");
+            c
+        })
+        .collect();
+    let over = ControlClient::connect(server.path()).unwrap();
+    let e = format!("{:#}", over.request(&Request::Status).unwrap_err());
+    assert!(e.contains(&format!("already serves {MAX_CONNECTIONS} control connections")), "{e}");
+    drop(held);
+    // Closed connections make room again (their threads end within a poll period).
+    let t0 = Instant::now();
+    while ControlClient::connect(server.path()).and_then(|c| c.request(&Request::Status)).is_err() {
+        assert!(t0.elapsed() < Duration::from_secs(10), "no room after the held connections closed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
