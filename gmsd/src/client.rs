@@ -24,13 +24,10 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 pub const BATCH: usize = 512;
 
 /// The default control socket of node `n`: `$XDG_RUNTIME_DIR/trapeze/gmsd-N.sock`, or
-/// `/tmp/trapeze-UID/gmsd-N.sock` without a runtime directory.
+/// `/tmp/trapeze-UID/gmsd-N.sock` without a runtime directory (the NICs' directory,
+/// [`trapeze_vnic::local::runtime_dir`]; the daemon makes it private).
 pub fn default_socket(n: u16) -> PathBuf {
-    let dir = match std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
-        Some(d) => PathBuf::from(d).join("trapeze"),
-        None => PathBuf::from(format!("/tmp/trapeze-{}", rustix::process::getuid().as_raw())),
-    };
-    dir.join(format!("gmsd-{n}.sock"))
+    trapeze_vnic::local::runtime_dir().join(format!("gmsd-{n}.sock"))
 }
 
 /// A connection to one daemon.

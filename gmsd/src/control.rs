@@ -4,6 +4,13 @@
 //! operation slots free up (at most `window` client operations in flight) and answered,
 //! in request order, once every page has completed. Polled from the daemon's loop;
 //! nothing here blocks.
+//!
+//! Only the daemon's own user and root are served: the socket is mode 0600 in a private
+//! directory, and each connection's peer credentials are checked when it is accepted
+//! ([`trapeze_vnic::local`]). At most [`MAX_CLIENTS`] clients are served at once, each
+//! with at most one request under way, one request frame buffered and about one frame of
+//! answers unwritten ([`MAX_UNWRITTEN`]): a client that sends without reading stalls only
+//! itself.
 
 use crate::hist::Histogram;
 use crate::proto::{
@@ -20,6 +27,13 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use trapeze_vnic::gms::{GmsPort, Got};
+
+/// Most clients served at once; a further connection is answered with an error and closed.
+pub const MAX_CLIENTS: usize = 64;
+
+/// A client's next request is not started while this many bytes of its answers are still
+/// unwritten (it does not read them): what one client makes the daemon hold is bounded.
+pub const MAX_UNWRITTEN: usize = MAX_FRAME_BYTES;
 
 /// Times an item is issued at most (a timed-out operation is retried once).
 const MAX_TRIES: u8 = 2;
@@ -115,9 +129,21 @@ pub struct Control {
 impl Control {
     /// Listen at `path`. A stale socket file (nobody accepting) is replaced; a live one is
     /// an error.
+    /// The default directory ([`trapeze_vnic::local::runtime_dir`]) is made mode 0700 or
+    /// checked to be private; another missing directory is made mode 0700; the socket is
+    /// mode 0600.
     pub fn bind(path: &Path, op_timeout: Duration) -> anyhow::Result<Control> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            if dir == trapeze_vnic::local::runtime_dir() {
+                trapeze_vnic::local::ensure_private_dir(dir)?;
+            } else if !dir.is_dir() {
+                use std::os::unix::fs::DirBuilderExt;
+                std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(dir)
+                    .with_context(|| format!("creating {}", dir.display()))?;
+            }
         }
         if path.exists() {
             if UnixStream::connect(path).is_ok() {
@@ -126,6 +152,8 @@ impl Control {
             std::fs::remove_file(path).with_context(|| format!("removing the stale socket {}", path.display()))?;
         }
         let listener = UnixListener::bind(path).with_context(|| format!("cannot listen at {}", path.display()))?;
+        // A connection made before this is refused by the peer check in `accept`.
+        trapeze_vnic::local::restrict_socket(path)?;
         listener.set_nonblocking(true)?;
         Ok(Control {
             listener,
@@ -155,7 +183,7 @@ impl Control {
 
     /// Jobs under way or replies still to write (the loop must not sleep long).
     pub fn has_work(&self) -> bool {
-        !self.jobs.is_empty() || self.conns.values().any(|c| c.wpos < c.wbuf.len())
+        !self.jobs.is_empty() || self.conns.values().any(|c| c.wpos < c.wbuf.len() || request_ready(c))
     }
 
     /// Add the listener and the clients to a `poll(2)` set.
@@ -209,7 +237,22 @@ impl Control {
         let mut any = false;
         loop {
             match self.listener.accept() {
-                Ok((stream, _)) => {
+                Ok((mut stream, _)) => {
+                    if let Err(e) = trapeze_vnic::local::check_peer(&stream) {
+                        tracing::warn!("gmsd control socket {}: {e:#}", self.path.display());
+                        continue;
+                    }
+                    if self.conns.len() >= MAX_CLIENTS {
+                        let why = format!("gmsd already serves {MAX_CLIENTS} clients: try again later");
+                        tracing::warn!("gmsd control socket {}: refused a client: {why}", self.path.display());
+                        let mut c = Vec::new();
+                        let body = encode_error(&why);
+                        c.extend_from_slice(&(body.len() as u32).to_le_bytes());
+                        c.extend_from_slice(&body);
+                        let _ = stream.set_nonblocking(true);
+                        let _ = stream.write(&c);
+                        continue;
+                    }
                     if stream.set_nonblocking(true).is_err() {
                         continue;
                     }
@@ -266,7 +309,7 @@ impl Control {
         let Some(c) = self.conns.get_mut(&id) else {
             return false;
         };
-        if c.job.is_some() || c.stat {
+        if c.job.is_some() || c.stat || c.wbuf.len() - c.wpos >= MAX_UNWRITTEN {
             return false;
         }
         let len = match read_len(&c.rbuf) {
@@ -587,6 +630,15 @@ fn next_version(last: &mut u64) -> u64 {
     let wall = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
     *last = wall.max(*last + 1);
     *last
+}
+
+/// Client `c` has a whole request buffered that nothing stops from starting (the daemon's
+/// loop must not sleep on it: its socket will not become readable again for it).
+fn request_ready(c: &Conn) -> bool {
+    c.job.is_none()
+        && !c.stat
+        && c.wbuf.len() - c.wpos < MAX_UNWRITTEN
+        && matches!(read_len(&c.rbuf), Some(Ok(len)) if c.rbuf.len() >= 4 + len)
 }
 
 fn queue(c: &mut Conn, body: &[u8]) {

@@ -15,7 +15,11 @@
 //!
 //! A server never takes over a socket another server answers on, and never creates a
 //! directory for an explicit path ([`prepare_socket_path`]); only the default socket
-//! directory ([`create_socket_dir`]) is made. NIC names are checked by [`check_name`].
+//! directory ([`create_socket_dir`]) is made, mode 0700 and owner-checked. The socket is
+//! mode 0600 and every connection's peer credentials are checked: only the NIC's own
+//! user and root are served ([`crate::local`]). At most [`MAX_CONNECTIONS`] connections
+//! are served at once; each has one [`MAX_MSG`] buffer. NIC names are checked by
+//! [`check_name`].
 
 use crate::engines::new_eventfd;
 use crate::fdpass::{recv_with_fds, send_with_fds};
@@ -35,6 +39,9 @@ use std::time::Duration;
 
 /// Largest request or response packet.
 pub const MAX_MSG: usize = 64 * 1024;
+/// Most connections a control socket serves at once; a further one is answered with an
+/// error and closed.
+pub const MAX_CONNECTIONS: usize = 16;
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(tag = "cmd", rename_all = "snake_case")]
@@ -95,17 +102,12 @@ pub fn check_name(name: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Create the default socket directory ([`socket_dir`], mode 0700) if it is missing: the
-/// only directory a NIC creates. Explicit socket paths must be in existing directories.
+/// Create the default socket directory ([`socket_dir`], mode 0700) if it is missing, or
+/// check the one there ([`crate::local::ensure_private_dir`]: ours, not a symlink, not
+/// writable by others): the only directory a NIC creates. Explicit socket paths must be
+/// in existing directories.
 pub fn create_socket_dir() -> anyhow::Result<PathBuf> {
-    use std::os::unix::fs::DirBuilderExt;
-    let dir = socket_dir();
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&dir)
-        .with_context(|| format!("creating the socket directory {}", dir.display()))?;
-    Ok(dir)
+    crate::local::private_runtime_dir().context("the default socket directory")
 }
 
 /// What is at a Unix socket path.
@@ -194,12 +196,9 @@ pub fn human_duration(d: Duration) -> String {
     }
 }
 
-/// Where NICs put their control sockets.
+/// Where NICs put their control sockets ([`crate::local::runtime_dir`]).
 pub fn socket_dir() -> PathBuf {
-    match std::env::var_os("XDG_RUNTIME_DIR") {
-        Some(d) if !d.is_empty() => PathBuf::from(d).join("trapeze"),
-        _ => PathBuf::from(format!("/tmp/trapeze-{}", rustix::process::getuid().as_raw())),
-    }
+    crate::local::runtime_dir()
 }
 
 /// A running control server; stops (and removes its socket) when dropped.
@@ -252,11 +251,30 @@ fn accept_loop(nic: Arc<Nic>, listener: OwnedFd, stop: Arc<AtomicBool>) {
             continue;
         }
         let Ok(conn) = rustix::net::accept_with(&listener, rustix::net::SocketFlags::CLOEXEC) else { continue };
+        if let Err(e) = crate::local::check_peer(&conn) {
+            tracing::warn!("control socket of NIC {}: {e:#}", nic.shared().name);
+            continue;
+        }
+        conns.retain(|t| !t.is_finished());
+        if conns.len() >= MAX_CONNECTIONS {
+            let why = format!(
+                "NIC {} already serves {MAX_CONNECTIONS} control connections: close one and try again",
+                nic.shared().name
+            );
+            tracing::warn!("control socket: refused a connection: {why}");
+            // Answer its first request (waited for briefly) rather than close with it unread,
+            // which would reset the connection before the client could read why.
+            if wait_readable(&conn, 200) {
+                let _ = recv_with_fds(conn.as_fd(), &mut [0u8; 256]);
+            }
+            let answer = serde_json::to_vec(&json!({ "ok": false, "error": why })).unwrap_or_default();
+            let _ = send_with_fds(conn.as_fd(), &answer, &[]);
+            continue;
+        }
         let (n, s) = (nic.clone(), stop.clone());
         if let Ok(t) = std::thread::Builder::new().name("nic-ctl-conn".into()).spawn(move || connection(n, conn, s)) {
             conns.push(t);
         }
-        conns.retain(|t| !t.is_finished());
     }
     for t in conns {
         let _ = t.join();
@@ -366,6 +384,7 @@ fn handle(nic: &Nic, req: Request, mut fds: Vec<OwnedFd>, att: &mut Attached) ->
                 bail!("register_region needs exactly one descriptor (the region's memfd), got {}", fds.len());
             }
             let len_usize = usize::try_from(len).context("region too large")?;
+            crate::shm::check_sealed(&fds[0]).with_context(|| format!("region {name:?} refused"))?;
             let map = Arc::new(Mapping::from_fd(fds.remove(0), len_usize).context("mapping the region")?);
             s.dma.register(&name, dma_base, map, 0, len).map_err(|e| anyhow::anyhow!("{e}"))?;
             att.regions.push(name);

@@ -42,11 +42,10 @@ pub fn recv_with_fds(sock: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<(usize,
     Ok((r.bytes, fds))
 }
 
-/// A listening Unix socket of `kind` at `path` (a stale socket file is replaced).
+/// A listening Unix socket of `kind` at `path` (a stale socket file is replaced), mode
+/// 0600 ([`crate::local::restrict_socket`]); its directory must exist. Check each
+/// accepted connection with [`crate::local::check_peer`].
 pub fn listen(path: &Path, kind: SocketType) -> io::Result<OwnedFd> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
     match std::fs::remove_file(path) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -54,6 +53,8 @@ pub fn listen(path: &Path, kind: SocketType) -> io::Result<OwnedFd> {
     }
     let sock = rustix::net::socket_with(AddressFamily::UNIX, kind, rustix::net::SocketFlags::CLOEXEC, None)?;
     rustix::net::bind(&sock, &SocketAddrUnix::new(path)?)?;
+    // Before `listen`, so no connection is queued while the file still has the umask's mode.
+    crate::local::restrict_socket(path).map_err(io::Error::other)?;
     rustix::net::listen(&sock, 16)?;
     Ok(sock)
 }

@@ -43,10 +43,27 @@
 //! them are unwired from the NIC when it disconnects, so a departed guest (or a QEMU that
 //! still holds the descriptors) can neither wake the NIC nor be interrupted by it.
 //!
+//! # A guest that leaves
+//! When the guest disconnects (QEMU exits or is killed) the NIC is made safe for whatever
+//! comes next ([`forget_guest`]): the processor is halted, the rings, the IPT and the
+//! staging buffers are zeroed (no payload token of the old guest stays valid, no stale
+//! entry is carried out), and the guest's RAM is unregistered and unmapped, so nothing
+//! can be DMAed into memory that may by now belong to someone else. A guest that
+//! connects next starts the firmware with its device-request doorbell (`START`), as a
+//! driver's probe does anyway; its RAM is mapped afresh at admission
+//! ([`IvshmemServer::start_with_ram`]).
+//!
+//! # Who may connect
+//! The socket is mode 0600 and each connection's peer credentials are checked before
+//! anything is sent ([`crate::local::check_peer`]): a process of another user (root
+//! excepted) is disconnected at once and never learns the NIC-memory descriptor.
+//!
 //! # Guest RAM
 //! [`register_guest_ram`] maps a QEMU `memory-backend-file` (created with `share=on`) and
 //! registers it with the NIC's DMA space using the machine type's layout, so the
-//! guest-physical addresses a guest driver hands to the NIC are DMA addresses.
+//! guest-physical addresses a guest driver hands to the NIC are DMA addresses. The file
+//! must be a regular file of this user, mode 0600 at most: guest RAM others could read or
+//! write would expose the guest, and the NIC's DMA into it.
 
 use crate::dma::Machine;
 use crate::engines::new_eventfd;
@@ -63,7 +80,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
-use trapeze_firmware::iface::layout::{ctrl, ctrl_word, host_req};
+use trapeze_firmware::iface::layout::{ctrl, ctrl_word, host_req, NIC_MEM_BYTES, SEND_RING_OFF};
 use trapeze_firmware::iface::mem::NicMemory;
 
 /// The protocol version the server announces (the only one QEMU accepts).
@@ -101,6 +118,14 @@ struct Shared {
     refused: AtomicU64,
 }
 
+/// A guest's RAM file and machine type, mapped into the NIC's DMA space while that guest
+/// is connected.
+#[derive(Clone, Debug)]
+pub struct GuestRam {
+    pub path: PathBuf,
+    pub machine: Machine,
+}
+
 /// The connected guest's id and its interrupt eventfds (vector order).
 struct GuestView {
     id: u16,
@@ -124,6 +149,18 @@ impl IvshmemServer {
     /// exceed the device's `vectors=` property (QEMU drops surplus eventfds with an
     /// error); equal is the natural choice.
     pub fn start(nic: Arc<Nic>, socket_path: &Path, vectors: u32) -> anyhow::Result<Self> {
+        Self::start_with_ram(nic, socket_path, vectors, None)
+    }
+
+    /// [`Self::start`], and map `ram` into the NIC's DMA space afresh for each guest
+    /// admitted (a guest whose RAM cannot be mapped is refused). When a guest leaves its
+    /// RAM is forgotten either way ([`forget_guest`]).
+    pub fn start_with_ram(
+        nic: Arc<Nic>,
+        socket_path: &Path,
+        vectors: u32,
+        ram: Option<GuestRam>,
+    ) -> anyhow::Result<Self> {
         if vectors == 0 || vectors > MAX_VECTORS {
             bail!("ivshmem vectors must be 1..={MAX_VECTORS}, got {vectors}");
         }
@@ -143,6 +180,7 @@ impl IvshmemServer {
             shared: shared.clone(),
             guest: None,
             last_id: SERVER_PEER_ID,
+            ram,
         };
         let thread = std::thread::Builder::new()
             .name(format!("nic-{}-ivshmem", nic.shared().name))
@@ -217,6 +255,7 @@ struct Server {
     shared: Arc<Shared>,
     guest: Option<Guest>,
     last_id: u16,
+    ram: Option<GuestRam>,
 }
 
 /// A connected, wired guest.
@@ -300,6 +339,12 @@ impl Server {
 
     fn admit(&mut self, conn: OwnedFd) {
         let s = self.nic.shared().clone();
+        if let Err(e) = crate::local::check_peer(&conn) {
+            // Closed before a single message: the peer never sees a descriptor.
+            self.shared.refused.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!("ivshmem server of NIC {}: {e:#}", s.name);
+            return;
+        }
         let _ =
             rustix::net::sockopt::set_socket_timeout(&conn, rustix::net::sockopt::Timeout::Send, Some(SEND_TIMEOUT));
         if self.guest.is_some() {
@@ -309,6 +354,14 @@ impl Server {
         if s.host_attached.swap(true, Ordering::AcqRel) {
             self.refuse(conn, "a host is attached through the control socket (one endpoint per NIC)");
             return;
+        }
+        if let Some(ram) = &self.ram {
+            unregister_guest_ram(&self.nic);
+            if let Err(e) = register_guest_ram(&self.nic, &ram.path, ram.machine) {
+                s.host_attached.store(false, Ordering::Release);
+                self.refuse(conn, &format!("its RAM cannot be mapped: {e:#}"));
+                return;
+            }
         }
         let id = next_peer_id(self.last_id);
         match self.handshake(&conn, id) {
@@ -326,6 +379,7 @@ impl Server {
                 self.guest = Some(Guest { id, sock: conn, vectors, doorbells });
             }
             Err(e) => {
+                forget_guest(&self.nic);
                 s.host_attached.store(false, Ordering::Release);
                 tracing::warn!("ivshmem: handshake with a new guest failed: {e}");
             }
@@ -381,16 +435,35 @@ impl Server {
     /// Unwire a guest from the NIC and give the endpoint back.
     fn release(&self, g: Guest, why: &str) {
         let s = self.nic.shared();
-        *lock(&self.shared.guest) = None;
+        // The NIC is safe (halted, cleared, the RAM forgotten) before anyone can see the
+        // guest gone and take the endpoint.
+        forget_guest(&self.nic);
         s.notifier.remove(&g.vectors[0]);
         for d in &g.doorbells {
             s.wakers.remove_doorbell(d);
         }
         s.host_attached.store(false, Ordering::Release);
+        *lock(&self.shared.guest) = None;
         tracing::info!("ivshmem: guest {} of NIC {} released: {why}", g.id, s.name);
         // With one guest per NIC there is no other peer to send "peer {id} left" to.
         drop(g);
     }
+}
+
+/// What the NIC does when its guest leaves: halt the processor (no DMA in flight after
+/// this), zero the rings, the IPT and the staging buffers, and unregister the guest's RAM
+/// (the mapping goes with its last user). The next host starts the firmware afresh.
+pub fn forget_guest(nic: &Nic) {
+    let s = nic.shared();
+    if let Err(e) = nic.halt() {
+        tracing::error!("NIC {}: halting after its guest left failed: {e:#}", s.name);
+    }
+    let zeros = vec![0u8; (NIC_MEM_BYTES - SEND_RING_OFF) as usize];
+    if !s.mem.write(SEND_RING_OFF as usize, &zeros) {
+        tracing::error!("NIC {}: NIC memory too small to clear its rings", s.name);
+    }
+    let n = unregister_guest_ram(nic);
+    tracing::info!("NIC {}: halted, rings and IPT cleared, {n} guest RAM region(s) forgotten", s.name);
 }
 
 fn request_name(op: u32) -> &'static str {
@@ -454,11 +527,33 @@ fn send_msg(sock: &OwnedFd, val: i64, fd: Option<BorrowedFd<'_>>) -> io::Result<
 /// register it with `nic`'s DMA space using `machine`'s guest-physical layout, so
 /// guest-physical addresses are DMA addresses. The whole file is mapped read-write.
 pub fn register_guest_ram(nic: &Nic, path: &Path, machine: Machine) -> anyhow::Result<()> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     let file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
         .open(path)
-        .with_context(|| format!("opening guest RAM {}", path.display()))?;
+        .with_context(|| format!("opening guest RAM {} (a symbolic link is refused)", path.display()))?;
+    let m = file.metadata().with_context(|| format!("looking at guest RAM {}", path.display()))?;
+    let me = crate::local::euid();
+    if !m.is_file() {
+        bail!("guest RAM {} is not a regular file", path.display());
+    }
+    if m.uid() != me && me != 0 {
+        bail!(
+            "guest RAM {} belongs to uid {}, not to this user (uid {me}): refusing to map it",
+            path.display(),
+            m.uid()
+        );
+    }
+    if m.mode() & 0o077 != 0 {
+        bail!(
+            "guest RAM {} has mode {:04o}: other users could read or write the guest's memory; \
+             create it mode 0600 (chmod 0600 it)",
+            path.display(),
+            m.mode() & 0o7777
+        );
+    }
     let size = file.metadata().with_context(|| format!("sizing guest RAM {}", path.display()))?.len();
     let len = usize::try_from(size).context("guest RAM larger than the address space")?;
     let map = Mapping::from_file(file, len).with_context(|| format!("mapping guest RAM {}", path.display()))?;

@@ -11,6 +11,7 @@ pub mod host;
 pub mod image;
 pub mod ivshmem;
 pub mod link;
+pub mod local;
 pub mod nic;
 pub mod rpc;
 #[allow(unsafe_code)] // shared mappings: one of the documented unsafe modules

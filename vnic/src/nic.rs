@@ -8,7 +8,7 @@
 
 #[cfg(feature = "flashed")]
 use crate::cpu::flashed::FlashedCore;
-use crate::cpu::flashed::{self, CoreStopper};
+use crate::cpu::flashed::{self, CoreStopper, ImageMemory};
 use crate::cpu::FwLog;
 use crate::dma::DmaSpace;
 use crate::engines::{EngineStats, Notifier, SoftEngines, Wakers};
@@ -94,7 +94,8 @@ pub struct ImageStatus {
     pub version: String,
     /// CRC-32 of the text region as loaded (`image` module doc).
     pub checksum: String,
-    /// The text region in NIC memory still has that checksum.
+    /// The text region the core runs (the NIC's private image memory, `cpu::load`) still
+    /// has that checksum.
     pub intact: bool,
     pub load_bytes: u32,
     /// The firmware log is decoded with the image's defmt table.
@@ -162,6 +163,8 @@ pub struct Nic {
     cpu: Mutex<Cpu>,
     /// Firmware log lines (flashed mode), kept across loads.
     fw_log: Arc<FwLog>,
+    /// The image region the flashed core runs: private, never in shared NIC memory.
+    image_mem: ImageMemory,
     /// The image last started in flashed mode.
     last_image: Mutex<Option<Arc<LoadedImage>>>,
     /// Serialises [`Nic::load_image`] calls.
@@ -206,6 +209,7 @@ impl Nic {
             shared,
             cpu: Mutex::new(Cpu::Halted(Box::new(eng))),
             fw_log: Arc::new(FwLog::default()),
+            image_mem: ImageMemory::new(name)?,
             last_image: Mutex::new(None),
             loading: Mutex::new(()),
         })
@@ -258,7 +262,7 @@ impl Nic {
             }
             #[cfg(feature = "flashed")]
             FirmwareKind::Flashed(image) => {
-                if let Err(e) = flashed::load(&self.shared.mem, image) {
+                if let Err(e) = flashed::load(&self.shared.mem, &self.image_mem, image) {
                     *cpu = Cpu::Halted(eng);
                     return Err(e);
                 }
@@ -277,6 +281,7 @@ impl Nic {
                     name: self.shared.name.clone(),
                     image: image.clone(),
                     mem: self.shared.mem.clone(),
+                    image_mem: self.image_mem.mapping().clone(),
                     log: self.fw_log.clone(),
                     stopper: st,
                 };
@@ -410,7 +415,7 @@ impl Nic {
                     build_id: format!("{:08x}", i.build_id),
                     version: i.version_string(),
                     checksum: format!("{:08x}", i.checksum),
-                    intact: flashed::text_checksum(&self.shared.mem) == i.checksum,
+                    intact: flashed::text_checksum(&self.image_mem) == i.checksum,
                     load_bytes: i.load_bytes,
                     defmt: img.defmt.is_some(),
                 };

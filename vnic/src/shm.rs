@@ -15,6 +15,12 @@
 //!   overlap a concurrent write from this process. Another process violating the protocol
 //!   can only corrupt data in flight, never memory safety here: the copies are bounds
 //!   checked and go through raw pointers, not references.
+//!
+//! A mapped file that shrinks under its mapping turns the next access beyond its new end
+//! into SIGBUS, which would end the NIC. So every memfd made here is sealed against
+//! shrinking and growing (and against removing the seals) before it is mapped or handed
+//! out ([`Mapping::create_memfd`]), and a memfd received from another process is only
+//! mapped if it carries the shrink seal ([`check_sealed`]).
 
 use memmap2::{MmapOptions, MmapRaw};
 use std::fs::File;
@@ -38,11 +44,15 @@ impl std::fmt::Debug for Mapping {
 }
 
 impl Mapping {
-    /// A new zero-filled memfd of `len` bytes (a multiple of 4), mapped shared.
+    /// A new zero-filled memfd of `len` bytes (a multiple of 4), mapped shared and sealed
+    /// (`F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL`): no process it is handed to can
+    /// change its size.
     pub fn create_memfd(name: &str, len: usize) -> io::Result<Self> {
-        let fd = rustix::fs::memfd_create(name, rustix::fs::MemfdFlags::CLOEXEC)?;
+        use rustix::fs::{MemfdFlags, SealFlags};
+        let fd = rustix::fs::memfd_create(name, MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)?;
         let file = File::from(fd);
         file.set_len(len as u64)?;
+        rustix::fs::fcntl_add_seals(&file, SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL)?;
         Self::from_file(file, len)
     }
 
@@ -139,6 +149,25 @@ impl Mapping {
     }
 }
 
+/// Check that a memfd received from another process cannot shrink under a mapping: it
+/// must carry `F_SEAL_SHRINK` (as [`Mapping::create_memfd`]'s do).
+pub fn check_sealed(fd: impl AsFd) -> io::Result<()> {
+    let seals = rustix::fs::fcntl_get_seals(fd).map_err(|e| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("the descriptor is not a sealable memfd ({e}): create it with memfd_create(MFD_ALLOW_SEALING) and seal it with F_SEAL_SHRINK"),
+        )
+    })?;
+    if !seals.contains(rustix::fs::SealFlags::SHRINK) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "the memfd is not sealed against shrinking: add F_SEAL_SHRINK (fcntl F_ADD_SEALS) before sending it, \
+             so it cannot shrink under the NIC's mapping",
+        ));
+    }
+    Ok(())
+}
+
 /// A shared [`Mapping`] reached as words ([`Mapping::words`]) with the slice's base and
 /// length kept at hand: every NIC-memory access of the firmware and host API goes through
 /// one, and without the cache each would first follow `Arc` → `Mapping` → the map's base.
@@ -198,5 +227,21 @@ mod tests {
         assert_eq!(n.words()[0].load(Ordering::Relaxed), 0x0403_0201);
         assert!(!n.copy_from(4093, &m, 0, 4));
         assert!(Mapping::create_memfd("bad", 6).is_err());
+    }
+
+    #[test]
+    fn a_memfd_cannot_change_size_and_only_sealed_ones_pass_the_check() {
+        let m = Mapping::create_memfd("sealed", 8192).unwrap();
+        let e = m.file().set_len(4096).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(rustix::io::Errno::PERM.raw_os_error()), "{e}");
+        let e = m.file().set_len(16384).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(rustix::io::Errno::PERM.raw_os_error()), "{e}");
+        assert_eq!(m.file().metadata().unwrap().len(), 8192);
+        check_sealed(m.fd()).unwrap();
+        let plain = rustix::fs::memfd_create("plain", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+        assert!(check_sealed(&plain).is_err());
+        let open = rustix::fs::memfd_create("open", rustix::fs::MemfdFlags::ALLOW_SEALING).unwrap();
+        let e = check_sealed(&open).unwrap_err().to_string();
+        assert!(e.contains("F_SEAL_SHRINK"), "{e}");
     }
 }

@@ -321,8 +321,15 @@ fn guest_ram_file_becomes_dma_space() {
     let dir = test_dir("ram");
     let path = dir.join("guest-ram");
     let nic = new_nic("ivs-ram");
-    let f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path).unwrap();
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let f =
+        std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).mode(0o600).open(&path).unwrap();
     f.set_len(1 << 20).unwrap();
+    // Guest RAM others could read is refused, naming the file and its mode.
+    f.set_permissions(std::fs::Permissions::from_mode(0o644)).unwrap();
+    let e = format!("{:#}", register_guest_ram(&nic, &path, Machine::Pc).unwrap_err());
+    assert!(e.contains(&path.display().to_string()) && e.contains("0644"), "{e}");
+    f.set_permissions(std::fs::Permissions::from_mode(0o600)).unwrap();
     f.write_all_at(b"guest-physical 0x80000", 0x8_0000).unwrap();
     register_guest_ram(&nic, &path, Machine::Pc).unwrap();
     assert_eq!(nic.shared().dma.regions(), vec![("guest-ram".to_string(), 0, 1 << 20)]);
@@ -339,6 +346,54 @@ fn guest_ram_file_becomes_dma_space() {
     assert_eq!(unregister_guest_ram(&nic), 1);
     assert!(nic.shared().dma.regions().is_empty());
     assert!(register_guest_ram(&nic, &dir.join("missing"), Machine::Q35).is_err());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_departing_guest_leaves_the_nic_halted_cleared_and_without_its_ram() {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    use trapeze_firmware::iface::layout::{IPT_OFF, SEND_RING_OFF, STAGING_OFF};
+    let dir = test_dir("leave");
+    let (path, ram) = (dir.join("ivs.sock"), dir.join("guest-ram"));
+    let f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&ram).unwrap();
+    f.set_len(1 << 20).unwrap();
+    f.set_permissions(std::fs::Permissions::from_mode(0o600)).unwrap();
+    let nic = new_nic("ivs-leave");
+    let guest_ram = trapeze_vnic::ivshmem::GuestRam { path: ram.clone(), machine: Machine::Pc };
+    let server = IvshmemServer::start_with_ram(nic.clone(), &path, 2, Some(guest_ram)).unwrap();
+    let regions = || nic.shared().dma.regions();
+
+    let sock = connect(&path, SocketType::STREAM).unwrap();
+    let g = handshake(&sock, 2);
+    assert!(wait_until(STEP, || server.guest() == Some(g.id as u16)));
+    assert_eq!(regions(), vec![("guest-ram".to_string(), 0, 1 << 20)], "admission maps the guest's RAM");
+    nic.start(FirmwareKind::Native).unwrap();
+    // What the guest's driver left in the rings and the IPT (an armed payload token).
+    let words = nic.shared().mem.words();
+    let marks = [SEND_RING_OFF, SEND_RING_OFF + 0x1000, IPT_OFF, IPT_OFF + 0x100, STAGING_OFF];
+    for &off in &marks {
+        words[(off / 4) as usize].store(0xA5A5_0000 | off, Ordering::Release);
+    }
+
+    drop(sock);
+    assert!(wait_until(STEP, || server.guest().is_none()), "server missed the disconnect");
+    assert!(!nic.is_running(), "the NIC still runs after its guest left");
+    let fw_state = nic.shared().mem.words()[(ctrl_word(ctrl::FW_STATE) / 4) as usize].load(Ordering::Acquire);
+    assert_eq!(fw_state, FwState::Halted as u32);
+    for &off in &marks {
+        assert_eq!(words[(off / 4) as usize].load(Ordering::Acquire), 0, "NIC memory at {off:#x} not cleared");
+    }
+    assert!(regions().is_empty(), "the departed guest's RAM is still DMA space: {:?}", regions());
+    assert!(nic.shared().dma.translate(0x1000, 8).is_none());
+
+    // The next guest gets its RAM mapped afresh.
+    let sock2 = connect(&path, SocketType::STREAM).unwrap();
+    let g2 = handshake(&sock2, 2);
+    assert!(wait_until(STEP, || server.guest() == Some(g2.id as u16)));
+    assert_eq!(regions().len(), 1);
+    drop(sock2);
+    assert!(wait_until(STEP, || server.guest().is_none() && regions().is_empty()));
+    drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -463,6 +518,9 @@ fn real_qemu_accepts_the_server() {
     let dir = test_dir("qemu");
     let sock = dir.join("ivs.sock");
     let ram = dir.join("guest-ram");
+    // QEMU would create it with the umask's mode; guest RAM must be 0600.
+    std::fs::File::create(&ram).unwrap().set_len(64 << 20).unwrap();
+    std::fs::set_permissions(&ram, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     let nic = new_nic("ivs-qemu");
     let server = IvshmemServer::start(nic.clone(), &sock, 2).unwrap();
 
@@ -511,7 +569,8 @@ fn real_qemu_accepts_the_server() {
     assert!(st.is_some_and(|s| s.success()), "QEMU did not quit cleanly: {st:?}\n{}", q.output());
     assert!(wait_until(STEP, || server.guest().is_none()), "server missed QEMU's exit");
     assert!(!nic.shared().host_attached.load(Ordering::Acquire));
-    assert_eq!(unregister_guest_ram(&nic), 1);
+    assert!(nic.shared().dma.regions().is_empty(), "the departed guest's RAM is still DMA space");
+    assert_eq!(unregister_guest_ram(&nic), 0);
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
     eprintln!("real QEMU test took {:?}", t0.elapsed());

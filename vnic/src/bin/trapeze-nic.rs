@@ -23,7 +23,7 @@ use trapeze_vnic::control::{
     Request,
 };
 use trapeze_vnic::dma::Machine;
-use trapeze_vnic::ivshmem::{register_guest_ram, IvshmemServer};
+use trapeze_vnic::ivshmem::{register_guest_ram, GuestRam, IvshmemServer};
 use trapeze_vnic::link::backend::BackendSpec;
 use trapeze_vnic::link::{FaultConfig, Link};
 use trapeze_vnic::nic::{FirmwareKind, Nic};
@@ -95,8 +95,8 @@ struct StartArgs {
     /// MSI-X vectors offered to the guest, 1-64 (must match the device's `vectors=`).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
     vectors: u32,
-    /// The guest's RAM (a `memory-backend-file,share=on` file): guest-physical addresses
-    /// become DMA addresses.
+    /// The guest's RAM (a `memory-backend-file,share=on` file of this user, mode 0600):
+    /// guest-physical addresses become DMA addresses while the guest is connected.
     #[arg(long, value_name = "PATH")]
     guest_ram: Option<PathBuf>,
     /// The guest's QEMU machine type, for the RAM layout above 3 GiB (with --guest-ram).
@@ -262,13 +262,18 @@ fn run(a: StartArgs) -> anyhow::Result<()> {
             nic.load_image(&bytes).with_context(|| format!("flashing {}", image.display()))?;
         }
     }
+    let machine = if a.machine == "q35" { Machine::Q35 } else { Machine::Pc };
     if let Some(ram) = &a.guest_ram {
-        let machine = if a.machine == "q35" { Machine::Q35 } else { Machine::Pc };
+        // Checked and mapped now, so a bad file is an error at start-up; mapped afresh for
+        // each guest the ivshmem server admits, and forgotten when that guest leaves.
         register_guest_ram(&nic, ram, machine).with_context(|| format!("mapping guest RAM {}", ram.display()))?;
     }
     let server = serve(nic.clone(), &path)?;
     let ivshmem = match &a.ivshmem {
-        Some(p) => Some(IvshmemServer::start(nic.clone(), p, a.vectors)?),
+        Some(p) => {
+            let ram = a.guest_ram.clone().map(|path| GuestRam { path, machine });
+            Some(IvshmemServer::start_with_ram(nic.clone(), p, a.vectors, ram)?)
+        }
         None => None,
     };
     let st = nic.status();

@@ -2,9 +2,13 @@
 //! Flashed mode: the riscv32imac firmware image runs on an emulated core (Unicorn, i.e.
 //! QEMU's TCG) inside the NIC, against the same engines native mode uses.
 //!
-//! * **Memory.** The NIC's shared mapping (256 KiB) is mapped at `regs::NIC_MEM_BASE` with
-//!   `mem_map_ptr`, so the firmware's loads and stores, the engines' DMA and the host's
-//!   atomics all touch the same bytes.
+//! * **Memory.** NIC memory is mapped at `regs::NIC_MEM_BASE` with `mem_map_ptr` in two
+//!   parts. The image region (`..CTRL_OFF`: text read and execute only, firmware RAM read
+//!   and write) comes from the NIC's private [`ImageMemory`], which no host or guest maps,
+//!   so nobody outside the NIC can change the code or the stack of the running firmware.
+//!   The endpoint (`CTRL_OFF..`) is the shared mapping, read and write but never
+//!   executed, so the firmware's loads and stores, the engines' DMA and the host's
+//!   atomics all touch the same bytes there.
 //! * **Registers.** `regs::REGS_BASE..+REGS_BYTES` is an MMIO window whose read and
 //!   write callbacks drive [`SoftEngines`] through the register protocol of
 //!   `iface::regs`: parameter registers, then a `*_CMD` write starts the engine;
@@ -36,13 +40,13 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use trapeze_firmware::hal::{EngineStatus, Engines, HostDir, RxStatus};
-use trapeze_firmware::iface::layout::{ctrl, ctrl_word, FwState, CTRL_OFF, NIC_MEM_BYTES};
+use trapeze_firmware::iface::layout::{ctrl, ctrl_word, FwState, CTRL_OFF, IMAGE_TEXT_BYTES, NIC_MEM_BYTES};
 use trapeze_firmware::iface::mem::NicMemory;
 use trapeze_firmware::iface::regs::{self, event, rx_status, status};
 use unicorn_engine::unicorn_const::{Arch, Mode, Prot};
 use unicorn_engine::{RegisterRISCV, Unicorn};
 
-pub use super::load::{fault, load, text_checksum};
+pub use super::load::{fault, load, text_checksum, ImageMemory};
 
 /// Stops a running core from another thread.
 ///
@@ -91,6 +95,8 @@ pub struct FlashedCore {
     pub name: String,
     pub image: Arc<LoadedImage>,
     pub mem: Arc<Mapping>,
+    /// The private image region (text + firmware RAM), loaded by [`load`].
+    pub image_mem: Arc<Mapping>,
     pub log: Arc<FwLog>,
     pub stopper: CoreStopper,
 }
@@ -383,7 +389,7 @@ pub fn run(core: FlashedCore, mut eng: SoftEngines) -> SoftEngines {
     eng.reset();
     // The image reads and writes NIC memory itself and reports no released staging.
     eng.set_defer_reads(false);
-    let FlashedCore { name, image, mem, log, stopper } = core;
+    let FlashedCore { name, image, mem, image_mem, log, stopper } = core;
     let table = image.defmt.clone();
     if let Some(note) = &image.defmt_note {
         tracing::warn!(nic = %name, "firmware log not decoded: {note}");
@@ -414,7 +420,7 @@ pub fn run(core: FlashedCore, mut eng: SoftEngines) -> SoftEngines {
         faulted: false,
         unknown_access_logged: false,
     };
-    let mut uc = match setup(&mem, &image, data) {
+    let mut uc = match setup(&mem, &image_mem, &image, data) {
         Ok(uc) => uc,
         Err(e) => {
             let why = format!("the emulated core could not be set up: {e}");
@@ -467,16 +473,47 @@ fn wait_for_halt(mut eng: SoftEngines) -> SoftEngines {
 
 /// Create the core, map NIC memory and the registers, and hook the image's trap
 /// addresses. `data` comes back inside the engine.
-fn setup<'t>(mem: &Mapping, image: &LoadedImage, data: Core<'t>) -> Result<Unicorn<'t, Core<'t>>, String> {
+fn setup<'t>(
+    mem: &Mapping,
+    image_mem: &Mapping,
+    image: &LoadedImage,
+    data: Core<'t>,
+) -> Result<Unicorn<'t, Core<'t>>, String> {
     let mut uc = Unicorn::new_with_data(Arch::RISCV, Mode::RISCV32, data).map_err(|e| format!("uc_open: {e:?}"))?;
-    ensure_len(mem)?;
-    // SAFETY: the mapping is page-aligned and NIC_MEM_BYTES long (checked above), and it
-    // outlives the engine: `mem` is an Arc'd Mapping held by the NIC for its whole life
-    // and by `run`'s caller until after the engine is dropped. The bytes are shared with
-    // the host and the DMA engines by design (see shm.rs): the emulated core reaches them
-    // only through guest loads and stores, never through Rust references.
-    unsafe { uc.mem_map_ptr(regs::NIC_MEM_BASE as u64, NIC_MEM_BYTES as u64, Prot::ALL, mem.as_mut_ptr().cast()) }
-        .map_err(|e| format!("mapping NIC memory: {e:?}"))?;
+    ensure_len(mem, image_mem)?;
+    let base = regs::NIC_MEM_BASE as u64;
+    let text = IMAGE_TEXT_BYTES as u64;
+    // SAFETY: `image_mem` is page-aligned and CTRL_OFF long (checked above); the text part
+    // (IMAGE_TEXT_BYTES, a page multiple) and the RAM part after it lie inside it. It
+    // outlives the engine: the NIC holds the Arc'd Mapping for its whole life and `run`
+    // holds a clone until after the engine is dropped. Only the core and the NIC's own
+    // loader (while the core is halted) touch these bytes, never through Rust references.
+    unsafe {
+        uc.mem_map_ptr(base, text, Prot::READ | Prot::EXEC, image_mem.as_mut_ptr().cast())
+            .map_err(|e| format!("mapping the image text: {e:?}"))?;
+        uc.mem_map_ptr(
+            base + text,
+            CTRL_OFF as u64 - text,
+            Prot::READ | Prot::WRITE,
+            image_mem.as_mut_ptr().add(IMAGE_TEXT_BYTES as usize).cast(),
+        )
+        .map_err(|e| format!("mapping the image RAM: {e:?}"))?;
+    }
+    // SAFETY: the mapping is page-aligned and NIC_MEM_BYTES long (checked above), so the
+    // endpoint part from CTRL_OFF (a page multiple) to its end lies inside it; it outlives
+    // the engine: `mem` is an Arc'd Mapping held by the NIC for its whole life and by
+    // `run`'s caller until after the engine is dropped. The bytes are shared with the host
+    // and the DMA engines by design (see shm.rs): the emulated core reaches them only
+    // through guest loads and stores, never through Rust references.
+    unsafe {
+        uc.mem_map_ptr(
+            base + CTRL_OFF as u64,
+            (NIC_MEM_BYTES - CTRL_OFF) as u64,
+            Prot::READ | Prot::WRITE,
+            mem.as_mut_ptr().add(CTRL_OFF as usize).cast(),
+        )
+    }
+    .map_err(|e| format!("mapping NIC memory: {e:?}"))?;
     uc.mmio_map(
         regs::REGS_BASE as u64,
         regs::REGS_BYTES as u64,
@@ -514,9 +551,14 @@ fn setup<'t>(mem: &Mapping, image: &LoadedImage, data: Core<'t>) -> Result<Unico
     Ok(uc)
 }
 
-fn ensure_len(mem: &Mapping) -> Result<(), String> {
+fn ensure_len(mem: &Mapping, image_mem: &Mapping) -> Result<(), String> {
     if mem.len() != NIC_MEM_BYTES as usize {
         return Err(format!("NIC memory is {} bytes, expected {NIC_MEM_BYTES}", mem.len()));
     }
+    if image_mem.len() != CTRL_OFF as usize {
+        return Err(format!("the image memory is {} bytes, expected {CTRL_OFF}", image_mem.len()));
+    }
     Ok(())
 }
+
+const _: () = assert!(IMAGE_TEXT_BYTES.is_multiple_of(4096) && CTRL_OFF.is_multiple_of(4096));

@@ -14,7 +14,7 @@ pub mod load;
 /// request to run an image is refused by `Nic::start` with an error saying so.
 #[cfg(not(feature = "flashed"))]
 pub mod flashed {
-    pub use super::load::{fault, load, text_checksum};
+    pub use super::load::{fault, load, text_checksum, ImageMemory};
 
     /// Nothing to stop: no emulated core exists in this build.
     #[derive(Clone, Default)]

@@ -5,6 +5,7 @@ use super::report::printable;
 use anyhow::{bail, ensure, Context};
 use std::fs;
 use std::io::{Read, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -138,7 +139,16 @@ impl Cluster {
             .arg("--guest-ram")
             .arg(&g.ram)
             .args(["--machine", "pc"]);
-        let ram = fs::File::create(&g.ram).with_context(|| format!("creating {}", g.ram.display()))?;
+        // Mode 0600: the guest's memory is nobody else's to read (the NIC refuses a looser
+        // file); a file left by an earlier run is made 0600 too.
+        let ram = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&g.ram)
+            .with_context(|| format!("creating {}", g.ram.display()))?;
+        ram.set_permissions(fs::Permissions::from_mode(0o600))?;
         ram.set_len(u64::from(g.mem_mib) << 20)?;
         drop(ram);
         let log = fs::File::create(&g.nic_log)?;

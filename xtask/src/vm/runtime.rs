@@ -14,7 +14,10 @@ pub(super) fn free_udp_ports(n: usize) -> anyhow::Result<Vec<u16>> {
     socks.iter().map(|s| Ok(s.local_addr()?.port())).collect()
 }
 
-/// `$XDG_RUNTIME_DIR/trapeze`, else `/dev/shm/trapeze-UID`, else `/tmp/trapeze-UID`.
+/// `$XDG_RUNTIME_DIR/trapeze`, else `/dev/shm/trapeze-UID`, else `/tmp/trapeze-UID`:
+/// made mode 0700, or checked to be this user's and private
+/// ([`trapeze_vnic::local::ensure_private_dir`]), as it holds the guests' RAM files and
+/// their NICs' sockets.
 pub(super) fn runtime_base() -> anyhow::Result<PathBuf> {
     let uid = rustix::process::geteuid().as_raw();
     let base = match std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty()) {
@@ -22,7 +25,7 @@ pub(super) fn runtime_base() -> anyhow::Result<PathBuf> {
         None if Path::new("/dev/shm").is_dir() => PathBuf::from(format!("/dev/shm/trapeze-{uid}")),
         None => PathBuf::from(format!("/tmp/trapeze-{uid}")),
     };
-    fs::create_dir_all(&base).with_context(|| format!("creating {}", base.display()))?;
+    trapeze_vnic::local::ensure_private_dir(&base)?;
     Ok(base)
 }
 
