@@ -20,6 +20,7 @@ use super::lru::{
     quantize_age, AgeSummary, Coordinator, EpochPlan, OP_LRU_NEXT, OP_LRU_PLAN, OP_LRU_START, OP_LRU_SUMMARY,
     SUMMARY_MAX_GROUPS,
 };
+use super::node::{GmsNode, Host};
 
 /// Node ids a plan covers (at least any GMS node's member capacity).
 pub const LRU_NODES: usize = 16;
@@ -84,6 +85,20 @@ pub struct LruStats {
     pub outbox_full: u64,
 }
 
+impl LruStats {
+    const ZERO: LruStats = LruStats {
+        epochs_started: 0,
+        plans: 0,
+        summaries_sent: 0,
+        puts_by_plan: 0,
+        puts_fallback: 0,
+        evictions_discarded: 0,
+        held_discarded: 0,
+        rejected: 0,
+        outbox_full: 0,
+    };
+}
+
 /// A received LRU message (copied out of the receive path).
 #[derive(Clone, Copy, Debug)]
 pub struct LruMsg {
@@ -121,6 +136,8 @@ pub struct Lru {
     /// The epoch we last sent `LRU_NEXT` for.
     asked_for: u32,
     rng: u64,
+    /// The node's `pages_stored` when [`Self::note_stored`] last looked.
+    stored_seen: u64,
     pub stats: LruStats,
     /// Sends queued for the runtime, oldest first: `out[..nout]`.
     out: [LruSend; OUTBOX],
@@ -140,7 +157,9 @@ fn read_u32(b: &[u8]) -> Option<u32> {
 }
 
 impl Lru {
-    pub fn new(me: u16, cfg: LruConfig) -> Self {
+    /// Node `me`'s part. A `const fn`: the kernel module copies a `static` made with it
+    /// onto its heap (an `Lru` is a few KiB), then calls [`Self::set_node`].
+    pub const fn new(me: u16, cfg: LruConfig) -> Self {
         Lru {
             cfg,
             me,
@@ -153,11 +172,19 @@ impl Lru {
             forced: false,
             asked_for: 0,
             rng: 0x9e37_79b9_7f4a_7c15 ^ ((me as u64 + 1) << 32),
-            stats: LruStats::default(),
+            stored_seen: 0,
+            stats: LruStats::ZERO,
             out: [LruSend { dst: 0, op: 0, len: 0, body: [0; 100] }; OUTBOX],
             nout: 0,
             taken: 0,
         }
+    }
+
+    /// Make this (fresh) state node `me`'s.
+    pub fn set_node(&mut self, me: u16) {
+        self.me = me;
+        self.coord = Coordinator::new(me, self.cfg.oldest_pages);
+        self.rng = 0x9e37_79b9_7f4a_7c15 ^ ((me as u64 + 1) << 32);
     }
 
     /// The plan in force (none before the first).
@@ -345,6 +372,15 @@ impl Lru {
         }
     }
 
+    /// Count the putpages the node stored since the last call against the plan:
+    /// `pages_stored` is the node's running total.
+    pub fn note_stored(&mut self, pages_stored: u64, coordinator: Option<u16>) {
+        if pages_stored > self.stored_seen {
+            self.received(pages_stored - self.stored_seen, coordinator);
+            self.stored_seen = pages_stored;
+        }
+    }
+
     /// The threshold a held page must reach to be discarded for room (`None`: no plan).
     pub fn threshold(&self) -> Option<u32> {
         self.plan.map(|p| p.threshold())
@@ -386,6 +422,34 @@ pub fn build_summary(me: u16, epoch: u32, budget: usize, ages: &mut [u32]) -> Su
         i = j;
     }
     s
+}
+
+impl<
+        F: Copy + PartialEq,
+        H: Host<F>,
+        const MEMBERS: usize,
+        const HELD: usize,
+        const DIR: usize,
+        const OPS: usize,
+        const TASKS: usize,
+        const OUTQ: usize,
+    > GmsNode<F, H, MEMBERS, HELD, DIR, OPS, TASKS, OUTQ>
+{
+    /// The global LRU's coordinator: the lowest live member.
+    pub fn lru_coordinator(&self) -> Option<u16> {
+        self.members().ids().iter().copied().min()
+    }
+
+    /// This node's age summary for `epoch` at LRU clock `tick`; `scratch` holds the held
+    /// pages' ages while they are grouped (pages beyond its length are left out).
+    pub fn lru_summary(&self, tick: u64, epoch: u32, scratch: &mut [u32]) -> Summary {
+        let mut n = 0;
+        for ((_, h), slot) in self.holdings().zip(scratch.iter_mut()) {
+            *slot = quantize_age(tick.saturating_sub(h.last_access));
+            n += 1;
+        }
+        build_summary(self.id(), epoch, self.budget(), &mut scratch[..n])
+    }
 }
 
 #[cfg(test)]

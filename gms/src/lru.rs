@@ -547,7 +547,7 @@ impl<const NODES: usize, const K: usize> Coordinator<NODES, K> {
     /// A coordinator on node `me` planning `oldest_pages` (`M`) replacements per epoch.
     /// The plan is exact when each summary covers at least `M` pages (`M` ≤ `K` suffices
     /// when every age is distinct).
-    pub fn new(me: u16, oldest_pages: u32) -> Self {
+    pub const fn new(me: u16, oldest_pages: u32) -> Self {
         Coordinator {
             me,
             oldest_pages,

@@ -172,8 +172,6 @@ pub struct GmsPort {
     pub lat_3way: Vec<u64>,
     /// The global LRU (epochs, plan, coordinator when this is the lowest live member).
     pub lru: Lru,
-    /// `pages_stored` of the node when the LRU last looked.
-    lru_stored_seen: u64,
     /// When an idle [`Self::poll`] next checks the timers.
     timers_at: u64,
     /// Idle passes until [`Self::poll`] next reads the clock.
@@ -240,7 +238,6 @@ impl GmsPort {
             lat_2way: Vec::new(),
             lat_3way: Vec::new(),
             lru: Lru::new(cfg.node_id, LruConfig::default()),
-            lru_stored_seen: 0,
             timers_at: 0,
             clock_in: 0,
             refused_epoch: 0,

@@ -1,21 +1,20 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! A port's part in the global LRU: its age summaries, the epoch messages, and making room for putpages.
 
-use super::lru::{build_summary, LruConfig, Summary};
+use super::lru::{LruConfig, Summary};
 use super::{GmsPort, Node};
 use gms::prelude::*;
 
 /// This node's age summary for `epoch` at LRU clock `tick`.
 fn summary_of(node: &Node, tick: u64, epoch: u32) -> Summary {
-    let mut ages: Vec<u32> =
-        node.holdings().map(|(_, h)| gms::lru::quantize_age(tick.saturating_sub(h.last_access))).collect();
-    build_summary(node.id(), epoch, node.budget(), &mut ages)
+    let mut ages = vec![0u32; node.held_count()];
+    node.lru_summary(tick, epoch, &mut ages)
 }
 
 impl GmsPort {
     /// The global LRU's coordinator: the lowest live member.
     pub fn coordinator(&self) -> Option<u16> {
-        self.node.members().ids().iter().copied().min()
+        self.node.lru_coordinator()
     }
 
     /// Set the global LRU's parameters (keeps its state).
@@ -46,12 +45,8 @@ impl GmsPort {
 
     /// Count the putpages this node stored since last time against the plan.
     fn count_received(&mut self) {
-        let stored = self.node.stats().pages_stored;
-        if stored > self.lru_stored_seen {
-            let c = self.coordinator();
-            self.lru.received(stored - self.lru_stored_seen, c);
-            self.lru_stored_seen = stored;
-        }
+        let c = self.coordinator();
+        self.lru.note_stored(self.node.stats().pages_stored, c);
     }
 
     /// Keep `headroom` frames of the budget free by discarding held pages at least as old
