@@ -2,17 +2,13 @@
 //! NetRPC and the GMS node inside the kernel: the runtime that moves `netrpc` messages
 //! through the endpoint, over a pool of coherent DMA frames, with GMS as NetRPC's context.
 //!
-//! The same glue as user space's `vnic/src/{rpc,gms}.rs`, over kernel memory:
-//! * **Frames** ([`Frame`]) are indices into a pool of 8 KiB coherent DMA buffers. One is
-//!   attached to each receive slot; an unsolicited payload (a putpage, a delegated
-//!   request) arrives in the slot's frame, which is detached and handed to NetRPC as an
-//!   `InPayload::Buffer` while a free frame takes its place (no free frame: the payload is
-//!   refused and counted). A solicited reply lands zero-copy in a caller frame armed in the
-//!   IPT; the token goes into the request.
-//! * Frames GMS or NetRPC stop using may still be attached to posted sends: they wait in a
-//!   limbo until every send posted before they were dropped has completed.
-//! * [`KHost`] is GMS's [`Host`]: it owns the endpoint, the pool and the completions, and
-//!   serves the [`Echo`] operation beside GMS (`serve_other`).
+//! Frames are indices into a pool of 8 KiB coherent DMA buffers ([`Pool`]); the shared
+//! runtime's port ([`KPort`], `runtime/src/port.rs`, the same code as user space's) keeps
+//! them: one attached to each receive slot and swapped out for an unsolicited payload, a
+//! caller frame armed in the IPT for a solicited reply, frames waiting in limbo for the
+//! sends that carry them. [`KHost`] is GMS's [`Host`] over that port: it adds the
+//! completions, the ping test's transmit frames, and serves the [`Echo`] operation beside
+//! GMS (`serve_other`).
 //!
 //! Everything here runs under the driver's core spinlock (`driver::Core`): in the IRQ
 //! thread, in the deferred-continuation work item, or in process context — never sleeps,
