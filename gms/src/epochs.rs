@@ -24,6 +24,8 @@ use super::node::{GmsNode, Host};
 
 /// Node ids a plan covers (at least any GMS node's member capacity).
 pub const LRU_NODES: usize = 16;
+/// Draws [`Lru::choose_target`] makes before it gives up on finding a usable member.
+const DRAWS: usize = 4;
 /// Sends one step can queue: an epoch's start and its plan to every other member, a
 /// summary and a request for the next epoch.
 const OUTBOX: usize = 2 * LRU_NODES + 2;
@@ -335,19 +337,26 @@ impl Lru {
     /// The target of a putpage by the plan, or `None` (fall back to least loaded).
     /// Drawn in proportion to what is left of the weights this epoch (counted down); once
     /// that is used up (the next epoch is asked for), in proportion to the whole weights.
-    /// `usable`: whether a member may be chosen (e.g. it did not just refuse).
+    /// `usable`: whether a member may be chosen (e.g. it did not just refuse, it is one of
+    /// the caller's targets); a draw that is not usable is drawn again, a few times, so
+    /// the usable members keep their proportions.
     pub fn choose_target(&mut self, coordinator: Option<u16>, usable: impl Fn(u16) -> bool) -> Option<u16> {
-        let r = self.next_random();
-        let plan = self.plan.as_mut()?;
-        let t = match plan.choose_target(r) {
-            Some(t) => {
+        let mut chosen = None;
+        for _ in 0..DRAWS {
+            let r = self.next_random();
+            let plan = self.plan.as_mut()?;
+            let t = match plan.choose_target(r) {
+                Some(t) => Some(t),
+                None => Plan::new(plan.me(), plan.epoch(), plan.threshold(), *plan.weights()).choose_target(r),
+            };
+            if let Some(t) = t.filter(|&t| usable(t)) {
                 plan.note_put(t);
-                Some(t)
+                chosen = Some(t);
+                break;
             }
-            None => Plan::new(plan.me(), plan.epoch(), plan.threshold(), *plan.weights()).choose_target(r),
-        };
+        }
         self.maybe_ask_next(coordinator);
-        t.filter(|&t| usable(t))
+        chosen
     }
 
     /// Whether an evicted page of `age` is discarded rather than put (counted if so).

@@ -3,8 +3,8 @@
 # kernel-crate/guest/suite.sh — the guest suite, `cargo xtask vm suite` (a stage of
 # `cargo xtask test`). Three guests, all GMS members 0,1,2 (gms_nodes=0,1,2):
 #
-# * B (guest 1) and C (guest 2) are servers: they load trapeze.ko with a budget of $budget
-#   pages and store what A puts. C is SIGKILLed by the host mid-run (QEMU and its NIC) when
+# * B (guest 1) and C (guest 2) are servers: they load trapeze.ko with budgets of 768 and
+#   256 pages and store what A puts (placed by the global LRU's plan: about 3:1). C is SIGKILLed by the host mid-run (QEMU and its NIC) when
 #   A prints "trapeze-suite: KILL node 2". B unloads once A has gone silent (it declared
 #   node 0 failed: A unloaded), bounded.
 # * A (guest 0) loads it with /dev/gms0 on the GMS backend ($disk_pages pages, no module
@@ -14,18 +14,19 @@
 #      the kernel's caches (the module caches nothing), mount again, md5sums verified —
 #      and the disk's counters show the pages were read from the disk, i.e. fetched from
 #      B and C (the only place a written page exists);
-#   2. 64 probe pages past the file system, written one at a time with O_DIRECT (the
-#      backend puts them round robin: consecutive pages alternate between B and C), read
-#      back O_DIRECT and verified;
-#   3. the failure case: A asks the host to kill C, with a reader looping over the probe
+#   2. placement: the pages A put so far went to B and C as the global LRU's plans drew
+#      them (A's counters: plans adopted, targets drawn by plan, pages stored at each
+#      node): B, with three times C's free frames, stored at least twice as many;
+#   3. 64 probe pages past the file system, written one at a time with O_DIRECT, read back
+#      O_DIRECT and verified; A's counters say how many of them C stored;
+#   4. the failure case: A asks the host to kill C, with a reader looping over the probe
 #      pages in flight; C must be declared failed (bounded), the reader must end (no
 #      hang), then each probe page is read once (O_DIRECT, each read bounded by
-#      `timeout`): the pages of one parity class (C's) must all fail with an I/O error;
-#      the other class (B's) must read back correctly, except pages whose GMS directory
-#      node was C (the directory moved, B dropped the copy: an I/O error, about 1/3 of
-#      them) — at least one must read correctly, and no page may come back with wrong
-#      bytes;
-#   4. unload: rmmod while a reader loops over the disk (rmmod is refused while the disk
+#      `timeout`): every page reads back correctly or fails with an I/O error (never
+#      wrong bytes), at least as many fail as C stored (its pages are gone), and B's read
+#      back except those whose GMS directory node was C (the directory moved, B dropped
+#      the copy: about 1/3 of them) — at least one must read correctly;
+#   5. unload: rmmod while a reader loops over the disk (rmmod is refused while the disk
 #      is open, so it is retried until it lands between two reads; then the reader sees no
 #      disk), then reload with a silent member and unload_inflight=8 (NetRPC echo calls
 #      and getpages in flight) and rmmod at once: remove must fail them cleanly.
@@ -37,6 +38,8 @@ k=${trapeze_guest:-0}
 ko=/lib/modules/trapeze.ko
 members=0,1,2
 budget=512
+# B and C: unequal budgets, so the global LRU's weights differ (3:1).
+budget_of() { case $1 in 1) echo 768 ;; 2) echo 256 ;; *) echo "$budget" ;; esac; }
 disk_pages=1024
 dev=/dev/gms0
 passes=0
@@ -49,8 +52,11 @@ now() { cut -d' ' -f1 /proc/uptime; }
 # Whole seconds since $1 (a /proc/uptime reading).
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 stat_of() { v=$(sed -n "s/^$1: //p" /sys/module/trapeze/parameters/gms_disk_stats 2>/dev/null); echo "${v:-0}"; }
+# One of the module's counters (/sys/module/trapeze/parameters/stats), 0 if absent.
+tstat() { v=$(sed -n "s/^$1: //p" /sys/module/trapeze/parameters/stats 2>/dev/null); echo "${v:-0}"; }
 
 if [ "$k" != 0 ]; then
+    budget=$(budget_of "$k")
     insmod "$ko" node="$k" gms_nodes="$members" gms_budget_pages="$budget" || { say "insmod failed"; exit 1; }
     say "node $k: serving, budget $budget pages"
     # C is killed by the host long before this ends. B waits until A unloaded (A silent
@@ -69,8 +75,8 @@ insmod "$ko" node=0 gms_nodes="$members" gms_budget_pages="$budget" gms_disk_pag
 check "module loaded, $dev on GMS ($disk_pages pages)" [ -b "$dev" ]
 [ -b "$dev" ] || { say "$passes passed, $fails failed"; rmmod trapeze; exit 1; }
 
-# Wait (60 s at most) until B and C store pages: a 2-page O_DIRECT write puts one page to
-# each of them (round robin); they load as A does.
+# Wait (60 s at most) until B and C store pages (a 2-page O_DIRECT write puts a page to
+# each of them while no plan has been made: round robin); they load as A does.
 head -c 8192 /dev/urandom > /tmp/w
 t0=$(now)
 up=no
@@ -120,7 +126,17 @@ if [ "$mounted" = yes ]; then
     [ "$mounted" = yes ] && umount /mnt
 fi
 
-# 2. Probe pages 900..963, one O_DIRECT write each: consecutive pages alternate targets.
+# 2. Placement so far (the file system's pages and the first writes).
+b1=$(tstat disk_puts_stored_at_node_1)
+c1=$(tstat disk_puts_stored_at_node_2)
+say "placement: B stored $b1 pages, C $c1; plans adopted $(tstat lru_plans), targets by plan $(tstat lru_puts_by_plan), round robin $(tstat lru_puts_fallback)"
+placed=no
+[ "$(tstat lru_plans)" -ge 1 ] && [ "$(tstat lru_puts_by_plan)" -gt "$(tstat lru_puts_fallback)" ] &&
+    [ "$c1" -ge 1 ] && [ "$b1" -ge $((2 * c1)) ] && placed=yes
+check "placement follows the global LRU's plan: B (768 pages of budget) stored $b1, C (256) $c1, at least twice as many" \
+    [ "$placed" = yes ]
+
+# 3. Probe pages 900..963, one O_DIRECT write each.
 base=900
 np=64
 head -c $((np * 4096)) /dev/urandom > /tmp/probe
@@ -135,8 +151,11 @@ dd if="$dev" of=/tmp/probe.back bs=4k skip="$base" count="$np" iflag=direct 2>/d
 same=no
 [ "$wrote" = "$np" ] && cmp -s /tmp/probe /tmp/probe.back && same=yes
 check "$np probe pages written one by one ($wrote ok) and read back O_DIRECT" [ "$same" = yes ]
+pc=$(( $(tstat disk_puts_stored_at_node_2) - c1 ))
+pb=$(( $(tstat disk_puts_stored_at_node_1) - b1 ))
+say "probe pages: B stored $pb, C $pc"
 
-# 3. Kill C with reads in flight.
+# 4. Kill C with reads in flight.
 rm -f /tmp/reader.stop /tmp/reader.done
 (
     n=0
@@ -158,10 +177,9 @@ while [ ! -e /tmp/reader.done ] && [ "$t" -lt 600 ]; do sleep 0.1; t=$((t + 1));
 check "failure case: the reader in flight during the kill ended ($(cat /tmp/reader.done 2>/dev/null || echo '?') passes), no hang" \
     [ -e /tmp/reader.done ]
 # Each probe page once, bounded: EIO or the right bytes.
-eio0=0; eio1=0; ok0=0; ok1=0; bad=0; hung=0; other=0
+eio=0; ok=0; bad=0; hung=0; other=0
 slow=0
 for i in $(seq 0 $((np - 1))); do
-    c=$((i % 2))
     t1=$(now)
     timeout 40 dd if="$dev" of=/tmp/pg bs=4k count=1 skip=$((base + i)) iflag=direct 2>/tmp/pg.err
     rc=$?
@@ -169,28 +187,26 @@ for i in $(seq 0 $((np - 1))); do
     slow=$(awk -v a="$slow" -v b="$s" 'BEGIN { print (b > a) ? b : a }')
     if [ "$rc" = 0 ]; then
         dd if=/tmp/probe of=/tmp/want bs=4k count=1 skip="$i" 2>/dev/null
-        if cmp -s /tmp/pg /tmp/want; then eval "ok$c=\$((ok$c + 1))"; else bad=$((bad + 1)); fi
+        if cmp -s /tmp/pg /tmp/want; then ok=$((ok + 1)); else bad=$((bad + 1)); fi
     elif [ "$rc" = 143 ] || [ "$rc" = 124 ]; then
         hung=$((hung + 1))
     elif grep -qi "input/output error" /tmp/pg.err; then
-        eval "eio$c=\$((eio$c + 1))"
+        eio=$((eio + 1))
     else
         other=$((other + 1))
         say "page $((base + i)): rc $rc: $(cat /tmp/pg.err)"
     fi
 done
-half=$((np / 2))
-say "after the kill: even pages $ok0 ok / $eio0 EIO, odd pages $ok1 ok / $eio1 EIO, $bad wrong bytes, $hung timed out, $other other errors; slowest read ${slow} s"
+say "after the kill: $ok pages ok, $eio EIO (C stored $pc), $bad wrong bytes, $hung timed out, $other other errors; slowest read ${slow} s"
 check "failure case: no read hung (each bounded by 40 s; slowest ${slow} s), none returned wrong bytes" \
     [ "$hung$bad$other" = 000 ]
-c_class=none
-[ "$eio0" = "$half" ] && [ "$ok1" -ge 1 ] && c_class=even
-[ "$eio1" = "$half" ] && [ "$ok0" -ge 1 ] && c_class=odd
-check "failure case: A sees I/O errors for every page C held (the $c_class pages, $half EIO) and reads B's pages back correctly (except those whose directory was C)" \
-    [ "$c_class" != none ]
+lost=no
+[ "$eio" -ge "$pc" ] && [ "$pb" -ge 1 ] && [ "$ok" -ge 1 ] && [ $((eio + ok)) = "$np" ] && lost=yes
+check "failure case: A sees I/O errors for at least the $pc pages C held ($eio EIO) and reads B's back correctly (except those whose directory was C: $ok ok)" \
+    [ "$lost" = yes ]
 say "disk stats: $(tr '\n' ' ' < /sys/module/trapeze/parameters/gms_disk_stats)"
 
-# 4. Unload under load: a reader loops over the disk; rmmod is refused while it has the
+# 5. Unload under load: a reader loops over the disk; rmmod is refused while it has the
 # disk open, so retry until it lands between two reads (60 s at most).
 rm -f /tmp/reader.stop /tmp/reader.done
 (

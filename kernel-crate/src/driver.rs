@@ -38,6 +38,7 @@ use crate::sys::irq::{IrqVectors, ThreadedIrq};
 use crate::sys::pci::{self, BusMaster, Enabled, IoMem, PciDev, Regions};
 use crate::sys::{self, param};
 use crate::tpz::endpoint::{Endpoint, EndpointConfig};
+use crate::tpz::gms::epochs::Lru;
 use crate::tpz::iface::layout::{ctrl, ctrl_word, host_req, notify, Policy, NIC_MEM_BYTES, RECV_RING_ENTRIES};
 use crate::tpz::iface::mem::NicMemory;
 use control::{choose_node, device_request, wait_firmware};
@@ -170,6 +171,10 @@ pub(crate) struct Core {
     pub(crate) rpc: KBox<NetRpc>,
     /// ~0.8 MiB with `net::HELD` = 8192: `kvmalloc`.
     pub(crate) node: KVBox<Node>,
+    /// This node's part in the global LRU, which places `/dev/gms0`'s puts.
+    pub(crate) lru: KBox<Lru>,
+    /// The held pages' ages while a summary for the global LRU is made.
+    pub(crate) ages: KVVec<u32>,
 }
 
 impl Device {

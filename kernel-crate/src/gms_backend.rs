@@ -3,7 +3,9 @@
 //! (4 KiB) is GMS page `(DISK_SPACE, p)`, stored in the other members' memory.
 //!
 //! * **write** → putpage, write-through: the page's bytes go into a frame and one-way to
-//!   a target member (round robin over the others); the write completes when the target
+//!   a target member drawn by the global LRU's plan (`gms::epochs`: in proportion to the
+//!   members' free frames and oldest pages; round robin over the others before the first
+//!   plan, or when the member drawn is not a target); the write completes when the target
 //!   stored it and the directory named it (`PutResult::Stored`), else with an I/O error.
 //!   Each write bumps the page's version, kept here ([`DiskState::versions`]).
 //! * **read** → a page never written reads as zeros (no network); otherwise getpage into a
@@ -70,6 +72,8 @@ struct InFlight {
     io: Option<PageIo>,
     frame: Frame,
     write: bool,
+    /// The member a write was put to.
+    target: u16,
     version: u64,
     /// Read-ahead recorded this fetch as pending (report it to `ra.complete`).
     ra: bool,
@@ -330,7 +334,12 @@ impl DiskState {
         // is released (its IPT entry disarmed) or, fetched ahead, cached; a moving read
         // leaves GMS's frame with GMS.
         let (verdict, retire, release) = match done.result {
-            OpResult::Put(PutResult::Stored { .. }) if f.write => (Ok(()), Some(f.frame), None),
+            OpResult::Put(PutResult::Stored { .. }) if f.write => {
+                if let Some(c) = crate::stats::PUTS_TO.get(usize::from(f.target)) {
+                    c.inc();
+                }
+                (Ok(()), Some(f.frame), None)
+            }
             OpResult::Put(_) => (Err(EIO), Some(f.frame), None),
             OpResult::Get(GetResult::Hit { version, frame, len, held, .. }) if !f.write => {
                 let good = version.0 >= f.version && (len as usize) >= PAGE_BYTES;
@@ -429,6 +438,7 @@ impl Shared {
         let mut issued = false;
         loop {
             let c = &mut *core;
+            let coordinator = c.node.lru_coordinator();
             let Some(d) = c.node.host.disk.as_ref() else { return issued };
             if d.queued == 0 || c.node.ops_in_use() + OPS_RESERVE >= OPS || c.node.host.free_frames() < 2 {
                 return issued;
@@ -441,8 +451,19 @@ impl Shared {
                 continue;
             };
             if write {
-                let target = d.targets[d.next_target % d.ntargets];
-                d.next_target = d.next_target.wrapping_add(1);
+                let targets = &d.targets[..d.ntargets];
+                let target = match c.lru.choose_target(coordinator, |t| targets.contains(&t)) {
+                    Some(t) => {
+                        crate::stats::STATS.lru_puts_by_plan.inc();
+                        t
+                    }
+                    None => {
+                        crate::stats::STATS.lru_puts_fallback.inc();
+                        let t = d.targets[d.next_target % d.ntargets];
+                        d.next_target = d.next_target.wrapping_add(1);
+                        t
+                    }
+                };
                 let Some(f) = c.node.host.alloc() else {
                     fail_io(c, io);
                     continue;
@@ -470,6 +491,7 @@ impl Shared {
                         if let Some(d) = d {
                             d.versions[page as usize] = nv;
                             d.in_flight[usize::from(op.slot)] = Some(InFlight {
+                                target,
                                 op,
                                 io: Some(io),
                                 frame: f,
@@ -502,6 +524,7 @@ impl Shared {
                         let slot = usize::from(op.slot);
                         if let Some(d) = c.node.host.disk.as_mut() {
                             d.in_flight[slot] = Some(InFlight {
+                                target: 0,
                                 op,
                                 io: Some(io),
                                 frame: f,
@@ -557,6 +580,7 @@ impl Shared {
                 Ok(op) => {
                     if let Some(d) = c.node.host.disk.as_mut() {
                         d.in_flight[usize::from(op.slot)] = Some(InFlight {
+                            target: 0,
                             op,
                             io: None,
                             frame: f,

@@ -22,6 +22,7 @@ use crate::proto;
 use crate::stats::STATS;
 use crate::sys::dma::DmaBuf;
 use crate::tpz::endpoint::{Endpoint, RecvMsg, SendError, SendMsg};
+use crate::tpz::gms::epochs::LruMsg;
 use crate::tpz::gms::prelude::*;
 use crate::tpz::iface::entry::{Segment, TxStatus};
 use crate::tpz::iface::layout::Counter;
@@ -186,7 +187,15 @@ pub(crate) struct KHost {
     pub(crate) in_work: bool,
     /// `/dev/gms0`'s pages, with the GMS backend (`gms_disk_pages=`).
     pub(crate) disk: Option<DiskState>,
+    /// Global-LRU messages received, for [`crate::driver::Core`]'s `lru` after the batch:
+    /// `lru_inbox[..lru_queued]`.
+    pub(crate) lru_inbox: KVVec<LruMsg>,
+    pub(crate) lru_queued: usize,
 }
+
+/// Global-LRU messages kept between two receive batches (a batch is a receive ring; an
+/// overflow is counted and the epoch's deadline covers it).
+pub(crate) const LRU_INBOX: usize = 32;
 
 impl KHost {
     /// No endpoint, no frames: the host of the `static` node template.
@@ -199,6 +208,8 @@ impl KHost {
             echo: EchoState { busy: AtomicBool::new(false), result: AtomicU32::new(0), ran_in: AtomicU32::new(0) },
             in_work: false,
             disk: None,
+            lru_inbox: KVVec::new(),
+            lru_queued: 0,
         }
     }
 
@@ -211,12 +222,12 @@ impl KHost {
             SetupError::TooFewFrames { .. } => EINVAL,
             SetupError::NoMemory => ENOMEM,
         })?;
-        Ok(Self { ep: Ep(Some(port)), ..Self::empty() }.with_tx(tx))
-    }
-
-    fn with_tx(mut self, tx: KVec<DmaBuf>) -> Self {
-        self.tx = tx;
-        self
+        let inbox = KVVec::from_elem(LruMsg { src: 0, op: 0, len: 0, body: [0; 104] }, LRU_INBOX, GFP_KERNEL)?;
+        let mut host = Self::empty();
+        host.ep = Ep(Some(port));
+        host.tx = tx;
+        host.lru_inbox = inbox;
+        Ok(host)
     }
 
     pub(crate) fn alloc(&mut self) -> Option<Frame> {
@@ -340,6 +351,16 @@ impl Host<Frame> for KHost {
     fn serve_other(&mut self, inc: &Incoming<'_, Frame>) -> Action<Frame> {
         if let InPayload::Buffer { frame, .. } = inc.payload {
             self.release(frame);
+        }
+        if crate::tpz::gms::lru::is_lru_op(inc.op) && inc.one_way {
+            STATS.lru_msgs.inc();
+            if let Some(m) = self.lru_inbox.get_mut(self.lru_queued) {
+                let len = inc.body.len().min(m.body.len());
+                *m = LruMsg { src: inc.src, op: inc.op, len, body: [0; 104] };
+                m.body[..len].copy_from_slice(&inc.body[..len]);
+                self.lru_queued += 1;
+            }
+            return Action::Done;
         }
         if inc.op == crate::tpz::gms::heartbeat::OP_HEARTBEAT && inc.one_way {
             // The GMS heartbeat (from a guest or a host `gmsd`): the driver's receive path

@@ -17,7 +17,10 @@ impl Counter {
         Self(AtomicU64::new(0))
     }
     pub(crate) fn inc(&self) {
-        self.0.fetch_add(1, Ordering::Relaxed);
+        self.add(1);
+    }
+    pub(crate) fn add(&self, n: u64) {
+        self.0.fetch_add(n, Ordering::Relaxed);
     }
     pub(crate) fn get(&self) -> u64 {
         self.0.load(Ordering::Relaxed)
@@ -73,8 +76,17 @@ counters! {
     gms_get_ok: "GMS getpages whose page matched what was put",
     gms_get_bad: "GMS getpages that missed, failed or returned other bytes",
     gms_node_failed: "members declared failed (no answer within the timeout)",
+    ticker_stalls: "GMS ticks that came more than half the failure timeout late (this guest did not run): members got a fresh grace period",
+    lru_msgs: "global-LRU messages received (epoch starts, summaries, plans, next-epoch requests)",
+    lru_plans: "global-LRU epoch plans adopted",
+    lru_puts_by_plan: "/dev/gms0 putpage targets drawn from the global LRU's plan",
+    lru_puts_fallback: "/dev/gms0 putpage targets chosen round robin (no plan yet, or no weight left)",
     inflight_failed: "calls still in flight at unload whose continuation ran with an error",
 }
+
+/// `/dev/gms0`'s pages stored at each member (node id < 16), by this node's writes: where
+/// the global LRU placed them.
+pub(crate) static PUTS_TO: [Counter; 16] = [const { Counter::new() }; 16];
 
 /// A `fmt::Write` into a byte slice that truncates (at a character boundary).
 pub(crate) struct SliceWriter<'a> {
@@ -116,6 +128,9 @@ impl Show for Stats {
         STATS.each(|name, v| {
             let _ = writeln!(w, "{name}: {v}");
         });
+        for (n, c) in PUTS_TO.iter().enumerate().filter(|(_, c)| c.get() > 0) {
+            let _ = writeln!(w, "disk_puts_stored_at_node_{n}: {}", c.get());
+        }
         w.len
     }
 }

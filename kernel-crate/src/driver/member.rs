@@ -22,9 +22,22 @@ impl WorkItem<1> for Shared {
         let mut last_beat = 0u64;
         // This run's incarnation in the GMS heartbeats (never 0).
         let incarnation = sys::random_u64() | 1;
+        let mut last_tick = now_ns();
         while !this.closing.load(Ordering::Acquire) {
             sys::msleep(TICK_MS);
             let now = now_ns();
+            // This guest itself did not run for a while (an emulator starved of CPU): its
+            // members' silence says nothing about them, so they get a fresh grace period.
+            let stalled = now.saturating_sub(last_tick);
+            last_tick = now;
+            if stalled > this.fail_ms * 1_000_000 / 2 {
+                STATS.ticker_stalls.inc();
+                for h in this.heard.iter() {
+                    if h.load(Ordering::Relaxed) != 0 {
+                        h.store(now, Ordering::Relaxed);
+                    }
+                }
+            }
             let beat = now.saturating_sub(last_beat) >= HEARTBEAT_MS * 1_000_000;
             if beat {
                 last_beat = now;
@@ -112,6 +125,7 @@ impl Shared {
                     let _ = c.rpc.send_oneway(m, heartbeat::OP_HEARTBEAT, &hb.to_bytes(), None);
                 }
             }
+            c.lru_step(now);
             Self::issue_disk(c, now);
             Self::issue_prefetches(c, now);
             c.flush()

@@ -85,6 +85,9 @@ impl Shared {
                 c.node.drive(now, &mut c.rpc);
             }
         }
+        if c.node.host.lru_queued > 0 {
+            c.lru_step(now);
+        }
         c.rpc.handle_timeouts(now, &mut c.node);
         c.node.drive(now, &mut c.rpc);
         Self::issue_disk(c, now);

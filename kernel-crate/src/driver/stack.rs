@@ -8,6 +8,7 @@ use crate::net::{KHost, NetRpc, Node};
 use crate::stats::STATS;
 use crate::sys;
 use crate::tpz::endpoint::SendMsg;
+use crate::tpz::gms::epochs::{Lru, LruConfig};
 use crate::tpz::gms::prelude::{GmsConfig, GmsNode};
 use crate::tpz::iface::entry::Segment;
 use crate::tpz::iface::ipt::PayloadToken;
@@ -26,8 +27,20 @@ const GMS_CONFIG: GmsConfig = GmsConfig {
     budget: 0,
     scrub_interval: 1_000_000_000,
 };
+/// The global LRU in the kernel (ns): epochs of 500 ms (TCG guests answer in ~0.1–10 ms),
+/// summaries awaited 200 ms, ages in 10 ms ticks. No headroom: the kernel discards no
+/// held page to make room (`/dev/gms0`'s pages are data, not a cache).
+const LRU_CONFIG: LruConfig = LruConfig {
+    epoch_ns: 500_000_000,
+    min_epoch_ns: 20_000_000,
+    deadline_ns: 200_000_000,
+    oldest_pages: 256,
+    tick_ns: 10_000_000,
+    headroom: 0,
+};
 /// Ready-made values in the module image, copied to the heap at probe ([`sys::boxed`]).
 static RPC_TEMPLATE: sys::boxed::Template<NetRpc> = sys::boxed::Template::new(Rpc::new(0, RPC_CONFIG));
+static LRU_TEMPLATE: sys::boxed::Template<Lru> = sys::boxed::Template::new(Lru::new(0, LRU_CONFIG));
 static NODE_TEMPLATE: sys::boxed::Template<Node> =
     sys::boxed::Template::new(GmsNode::new(0, GMS_CONFIG, KHost::empty()));
 
@@ -38,10 +51,33 @@ pub(super) fn new_core(node: u16, budget: usize, host: KHost) -> Result<Core> {
     let mut gms = NODE_TEMPLATE.copy_kv()?;
     gms.set_identity(node, GmsConfig { budget, ..GMS_CONFIG });
     gms.host = host;
-    Ok(Core { rpc, node: gms })
+    let mut lru = LRU_TEMPLATE.copy()?;
+    lru.set_node(node);
+    let ages = KVVec::from_elem(0u32, crate::net::HELD, GFP_KERNEL)?;
+    Ok(Core { rpc, node: gms, lru, ages })
 }
 
 impl Core {
+    /// Global-LRU work: the messages received since the last step, the coordinator's
+    /// duties, the putpages stored here counted against the plan, and the sends.
+    pub(crate) fn lru_step(&mut self, now: u64) {
+        let Core { rpc, node, lru, ages } = self;
+        let tick = lru.tick(now);
+        let plans = lru.stats.plans;
+        for i in 0..node.host.lru_queued.min(node.host.lru_inbox.len()) {
+            let m = node.host.lru_inbox[i];
+            lru.handle(now, &m, |e| node.lru_summary(tick, e, ages));
+        }
+        node.host.lru_queued = 0;
+        lru.poll(now, node.members().ids(), |e| node.lru_summary(tick, e, ages));
+        lru.note_stored(node.stats().pages_stored, node.lru_coordinator());
+        while let Some(m) = lru.take_send() {
+            // A full transmit queue loses the message: the epoch's deadline covers it.
+            let _ = rpc.send_oneway(m.dst, m.op, &m.body[..m.len], None);
+        }
+        STATS.lru_plans.add(lru.stats.plans - plans);
+    }
+
     /// Hand NetRPC's queued transmits to the NIC; whether any was posted. Frames dropped
     /// before this wait for these sends.
     pub(crate) fn flush(&mut self) -> bool {
