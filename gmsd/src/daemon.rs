@@ -206,14 +206,14 @@ impl Daemon {
             retry_delay: op_ns / 10,
             ..GmsConfig::default()
         };
-        let seed =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(7, |d| d.as_nanos() as u64);
+        // IPT keys and call generations from the OS's random source: a node on the link
+        // that knows our id and roughly when we started must not be able to guess them.
         let mut port = GmsPort::new(
             nic.mem(),
             region,
             DEFAULT_REGION_BASE,
             cfg,
-            [opts.node as u64 + 1, seed],
+            trapeze_vnic::host::random_seed(),
             gcfg,
             rcfg,
             inline,

@@ -20,6 +20,8 @@
 //! * [`wire`] — the packet on the link: Trapeze header, control message, payload, CRC-32
 //!   trailer.
 //! * [`regs`] — the MMIO registers of the NIC processor.
+//! * [`siphash`] — SipHash-2-4, for the secrets drawn from a seed (IPT keys, call
+//!   generations).
 //!
 //! Ownership of every shared word is single-writer at any moment; the protocol for each
 //! structure is documented beside it ([`entry`] for the rings, [`ipt`] for the IPT).
@@ -32,4 +34,5 @@ pub mod ipt;
 pub mod layout;
 pub mod mem;
 pub mod regs;
+pub mod siphash;
 pub mod wire;

@@ -15,9 +15,14 @@
 //! replies straight to the requester, tagging a solicited payload with the requester's
 //! IPT token, so a 3-way call is as zero-copy as a 2-way one.
 //!
-//! The crate is sans-IO, `#![no_std]`, allocation-free and has no dependencies: the same
-//! source runs in user space, in the kernel module (`#[path]` modules: paths inside use
-//! `super::`), and in the property tests' simulated network. The runtime owns the NIC:
+//! Call generations are drawn from a secret ([`rpc::Rpc::set_secret`]) so a node on the
+//! link cannot guess a reply token, and a solicited call takes its payload only from its
+//! own IPT frame, never from an unsolicited buffer.
+//!
+//! The crate is sans-IO, `#![no_std]` and allocation-free; its one dependency is the
+//! interface crate (for SipHash). The same source runs in user space, in the kernel module
+//! (`#[path]` modules: paths inside use `super::`), and in the property tests' simulated
+//! network. The runtime owns the NIC:
 //! it sends what [`rpc::Rpc::poll_transmit`] returns through the Trapeze host API and
 //! feeds received control messages and payloads to [`rpc::Rpc::handle_message`].
 //!
@@ -76,6 +81,12 @@
 
 #![no_std]
 #![forbid(unsafe_code)]
+
+#[cfg(MODULE)]
+use super::iface;
+/// The interface crate; in the kernel module, the sibling `iface` module (`--cfg MODULE`).
+#[cfg(not(MODULE))]
+use trapeze_iface as iface;
 
 pub mod ring;
 pub mod rpc;

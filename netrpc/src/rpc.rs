@@ -86,6 +86,11 @@ impl<Ctx, F: Copy, const CONTS: usize> Record<Ctx, F, CONTS> {
     }
 }
 
+/// The words SipHash maps a seed to the generation key with (far from the counters a
+/// seed's other uses feed it, such as IPT keys).
+const GENERATION_KEY_0: u64 = 0x6e65_7472_7063_6730; // "netrpcg0"
+const GENERATION_KEY_1: u64 = 0x6e65_7472_7063_6731; // "netrpcg1"
+
 /// One node's NetRPC. `F` is the runtime's frame handle; `CALLS` call records, `CONTS`
 /// continuations per call, `TX` queued transmits.
 pub struct Rpc<Ctx, F: Copy, const CALLS: usize = 64, const CONTS: usize = 4, const TX: usize = 64> {
@@ -98,6 +103,9 @@ pub struct Rpc<Ctx, F: Copy, const CALLS: usize = 64, const CONTS: usize = 4, co
     deferred: Ring<u16, CALLS>,
     /// No record below this index is free (a lower bound that `alloc_record` scans from).
     free_hint: usize,
+    /// Key and counter of the generation sequence (`None`: counting up, for tests).
+    secret: Option<[u64; 2]>,
+    drawn: u64,
     stats: Stats,
 }
 
@@ -118,7 +126,35 @@ impl<Ctx: Runtime<F>, F: Copy, const CALLS: usize, const CONTS: usize, const TX:
             events: Ring::new(),
             deferred: Ring::new(),
             free_hint: 0,
+            secret: None,
+            drawn: 0,
             stats: Stats::ZERO,
+        }
+    }
+
+    /// Draw call generations from `seed` (secret, random: from the OS) from now on, so
+    /// that reply tokens cannot be guessed by a node that saw others: without a secret a
+    /// record's generation counts up. Every free record gets a fresh generation at once.
+    /// The seed may be the endpoint's own (the keys are derived for this use alone).
+    pub fn set_secret(&mut self, seed: [u64; 2]) {
+        let derive = |d: u64| super::iface::siphash::siphash24(seed[0], seed[1], d);
+        self.secret = Some([derive(GENERATION_KEY_0), derive(GENERATION_KEY_1)]);
+        for i in 0..CALLS {
+            if self.records[i].state == State::Free {
+                self.records[i].generation = self.next_generation(self.records[i].generation);
+            }
+        }
+    }
+
+    /// The generation after `g`: the next of the secret sequence (never 0), or `g + 1`.
+    fn next_generation(&mut self, g: u32) -> u32 {
+        let Some([k0, k1]) = self.secret else { return g.wrapping_add(1).max(1) };
+        loop {
+            self.drawn = self.drawn.wrapping_add(1);
+            let v = super::iface::siphash::siphash24(k0, k1, self.drawn) as u32;
+            if v != 0 && v != g {
+                return v;
+            }
         }
     }
 
@@ -348,7 +384,10 @@ impl<Ctx: Runtime<F>, F: Copy, const CALLS: usize, const CONTS: usize, const TX:
         self.free_hint = self.free_hint.min(i);
         let r = &mut self.records[i];
         r.state = State::Free;
-        r.generation = r.generation.wrapping_add(1).max(1);
+        let g = r.generation;
+        let g = self.next_generation(g);
+        let r = &mut self.records[i];
+        r.generation = g;
         r.conts = [None; CONTS];
         r.nconts = 0;
         r.outcome = None;
@@ -527,8 +566,15 @@ impl<Ctx: Runtime<F>, F: Copy, const CALLS: usize, const CONTS: usize, const TX:
                     Err(RpcError::PayloadRefused)
                 }
             }
+            (ReplyTo::Solicited { frame, .. }, InPayload::Buffer { frame: buf, .. }) => {
+                // A solicited call's payload lands in its own IPT frame, under its token;
+                // one that came as an unsolicited buffer was not sent by the node called.
+                self.stats.refused_payloads += 1;
+                ctx.release(buf);
+                ctx.release(frame);
+                Err(RpcError::PayloadRefused)
+            }
             (rt, InPayload::Buffer { frame: buf, len }) => {
-                // Unsolicited (or a server that did not tag a solicited payload).
                 if let Some(f) = rt.caller_frame() {
                     ctx.release(*f);
                 }

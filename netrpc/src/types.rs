@@ -309,6 +309,8 @@ pub struct Stats {
     pub deferred_runs: u64,
     /// Replies or delegations dropped because the transmit queue was full.
     pub tx_dropped: u64,
+    /// Replies to solicited calls whose payload came as an unsolicited buffer: refused.
+    pub refused_payloads: u64,
 }
 
 impl Stats {
@@ -327,5 +329,6 @@ impl Stats {
         deferred: 0,
         deferred_runs: 0,
         tx_dropped: 0,
+        refused_payloads: 0,
     };
 }

@@ -315,6 +315,57 @@ fn refused_solicited_payload_fails_the_call() {
     assert_eq!(rts[0].released, vec![4]);
 }
 
+/// A solicited call's payload must land in its IPT frame: a reply whose payload came as
+/// an unsolicited buffer (what a node forging a reply can send) fails the call, and both
+/// the buffer and the caller's frame are released.
+#[test]
+fn a_solicited_call_refuses_an_unsolicited_buffer_as_its_reply() {
+    let mut rts = [rt(0), rt(1)];
+    let mut rpcs: [Small; 2] = [Rpc::new(0, Config::default()), Rpc::new(1, Config::default())];
+    let c = rpcs[0]
+        .call_raw(0, &mut rts[0], 1, OP_PAGE, &[], ReplyTo::Solicited { token: 99, frame: 4 }, Mode::Wait)
+        .unwrap();
+    let t = rpcs[0].poll_transmit().unwrap();
+    rpcs[1].handle_message(0, &mut rts[1], 0, t.ctrl(), InPayload::None);
+    let r = rpcs[1].poll_transmit().unwrap();
+    rpcs[0].handle_message(0, &mut rts[0], 1, r.ctrl(), InPayload::Buffer { frame: 77, len: 4096 });
+    assert_eq!(rpcs[0].take_outcome(c), Some(Err(RpcError::PayloadRefused)));
+    assert_eq!(rts[0].released, vec![77, 4]);
+    assert_eq!(rpcs[0].stats().refused_payloads, 1);
+}
+
+/// With a secret, a record's generations are drawn, not counted: they differ between
+/// seeds, never repeat the previous one and are not the previous one plus one, so a node
+/// that saw one reply token cannot name the next. Without a secret they count up.
+#[test]
+fn generations_are_drawn_from_the_secret() {
+    let gens = |seed: Option<[u64; 2]>| -> Vec<u32> {
+        let mut a = rt(0);
+        let mut rpc: Small = Rpc::new(0, Config::default());
+        if let Some(s) = seed {
+            rpc.set_secret(s);
+        }
+        (0..32)
+            .map(|i| {
+                let c = rpc.call_raw(0, &mut a, 1, OP_ECHO, &body8(i), ReplyTo::None, Mode::Wait).unwrap();
+                assert_eq!(c.record, 0);
+                rpc.cancel(&mut a, c).unwrap();
+                while rpc.poll_transmit().is_some() {}
+                c.generation
+            })
+            .collect()
+    };
+    let plain = gens(None);
+    assert!(plain.windows(2).all(|w| w[1] == w[0] + 1), "{plain:?}");
+    let (a, b) = (gens(Some([1, 2])), gens(Some([3, 4])));
+    assert_eq!(a, gens(Some([1, 2])), "the same secret, the same sequence");
+    assert_ne!(a, b);
+    for g in [&a, &b] {
+        assert!(g.iter().all(|&x| x != 0));
+        assert!(g.windows(2).all(|w| w[1] != w[0] && w[1] != w[0].wrapping_add(1)), "{g:?}");
+    }
+}
+
 #[test]
 fn body_too_long_is_rejected() {
     let mut a = rt(0);

@@ -243,6 +243,7 @@ impl GmsPort {
             refused_epoch: 0,
             room_blocked: None,
         };
+        port.rpc.set_secret(seed);
         let t0 = Instant::now();
         while !port.node.host.frames.ep.config_applied() {
             port.poll_nic();

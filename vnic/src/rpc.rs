@@ -175,6 +175,7 @@ impl<S: Service> RpcPort<S> {
             next_timeout_scan: 0,
             last_now: 0,
         };
+        port.rpc.set_secret(seed);
         let t0 = Instant::now();
         while !port.node.frames.ep.config_applied() {
             port.poll_nic();
