@@ -9,9 +9,28 @@
 //! * every `unsafe` block and `unsafe impl` in Rust has a `SAFETY:` comment right above it
 //!   (comment and attribute lines in between are fine) or on its line;
 //! * no source file is over 800 lines, except under `tests/`, `benches/` and `examples/`.
+//!
+//! And over every crate (each workspace member's `src/`, and `kernel-crate/src/`): no
+//! import cycle among its modules at any level of its module tree ([`cycles`]). Those are
+//! warnings unless `--cycles` is given, which makes them failures.
+
+mod cycles;
 
 use anyhow::{bail, Context};
 use std::path::Path;
+
+#[derive(clap::Args)]
+pub struct TidyArgs {
+    /// Fail on import cycles among a crate's modules (without it they are printed as
+    /// warnings).
+    #[arg(long)]
+    pub cycles: bool,
+}
+
+/// `cargo xtask tidy`.
+pub fn run(a: TidyArgs) -> anyhow::Result<()> {
+    check_all(&crate::workspace_root(), a.cycles)
+}
 
 const SPDX: &str = "SPDX-License-Identifier: GPL-2.0-only";
 const MAX_LINES: usize = 800;
@@ -57,8 +76,7 @@ pub fn check_file(path: &str, text: &str) -> Vec<String> {
         }
     }
     if path.ends_with(".rs") {
-        for (n, line) in lines.iter().enumerate() {
-            let code = without_strings(line.split("//").next().unwrap_or(line));
+        for (n, code) in code_only(text).lines().enumerate() {
             if (code.contains("unsafe {") || code.contains("unsafe impl")) && !has_safety_comment(&lines, n) {
                 bad.push(format!("{path}:{}: `unsafe` without a `// SAFETY:` comment above it", n + 1));
             }
@@ -70,22 +88,93 @@ pub fn check_file(path: &str, text: &str) -> Vec<String> {
     bad
 }
 
-/// The line with the text of its string literals taken out (a naive scan: enough for
-/// deciding whether the code itself says `unsafe`).
-fn without_strings(code: &str) -> String {
-    let mut out = String::with_capacity(code.len());
-    let mut in_str = false;
-    let mut escaped = false;
-    for c in code.chars() {
-        match (in_str, c) {
-            (true, _) if escaped => escaped = false,
-            (true, '\\') => escaped = true,
-            (_, '"') => in_str = !in_str,
-            (false, c) => out.push(c),
-            (true, _) => {}
+/// The text with comments and the contents of string and char literals blanked out:
+/// every such byte but a newline becomes a space, so byte offsets and line numbers stay
+/// those of the original (a lexical scan: `//` and nested `/* */` comments, `"…"` with
+/// escapes, raw strings `r#"…"#` and `b`/`c` prefixes, char literals told from lifetimes).
+pub(crate) fn code_only(text: &str) -> String {
+    let b = text.as_bytes();
+    let mut out = b.to_vec();
+    let blank = |out: &mut Vec<u8>, from: usize, to: usize| {
+        for c in &mut out[from..to.min(b.len())] {
+            if *c != b'\n' {
+                *c = b' ';
+            }
+        }
+    };
+    let ident = |c: u8| c.is_ascii_alphanumeric() || c == b'_' || c >= 0x80;
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'/' if b.get(i + 1) == Some(&b'/') => {
+                let end = b[i..].iter().position(|&c| c == b'\n').map_or(b.len(), |n| i + n);
+                blank(&mut out, i, end);
+                i = end;
+            }
+            b'/' if b.get(i + 1) == Some(&b'*') => {
+                let (mut j, mut depth) = (i + 2, 1);
+                while j < b.len() && depth > 0 {
+                    if b[j..].starts_with(b"/*") {
+                        depth += 1;
+                        j += 2;
+                    } else if b[j..].starts_with(b"*/") {
+                        depth -= 1;
+                        j += 2;
+                    } else {
+                        j += 1;
+                    }
+                }
+                blank(&mut out, i, j);
+                i = j;
+            }
+            b'"' => {
+                let mut j = i + 1;
+                while j < b.len() && b[j] != b'"' {
+                    j += if b[j] == b'\\' { 2 } else { 1 };
+                }
+                blank(&mut out, i + 1, j);
+                i = j + 1;
+            }
+            b'\'' => {
+                // A char literal ('x', '\n', '\u{..}', a multi-byte char) or a lifetime/label.
+                let rest = &text[i + 1..];
+                let mut chars = rest.chars();
+                let end = match (chars.next(), chars.next()) {
+                    (Some('\\'), _) => {
+                        rest.find('\'').filter(|&n| n > 1).or_else(|| rest.get(2..)?.find('\'').map(|n| n + 2))
+                    }
+                    (Some(c), Some('\'')) => Some(c.len_utf8()),
+                    _ => None,
+                };
+                match end {
+                    Some(n) => {
+                        blank(&mut out, i + 1, i + 1 + n);
+                        i += n + 2;
+                    }
+                    None => i += 1,
+                }
+            }
+            c if ident(c) => {
+                let start = i;
+                while i < b.len() && ident(b[i]) {
+                    i += 1;
+                }
+                if matches!(&text[start..i], "r" | "br" | "cr") {
+                    let hashes = b[i..].iter().take_while(|&&c| c == b'#').count();
+                    if b.get(i + hashes) == Some(&b'"') {
+                        let open = i + hashes + 1;
+                        let close: Vec<u8> = std::iter::once(b'"').chain(std::iter::repeat_n(b'#', hashes)).collect();
+                        let end = b[open..].windows(close.len()).position(|w| w == close).map_or(b.len(), |n| open + n);
+                        blank(&mut out, open, end);
+                        i = end + close.len();
+                    }
+                }
+            }
+            _ => i += 1,
         }
     }
-    out
+    // Only whole characters were blanked, so this is the text's own UTF-8.
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// A `SAFETY:` comment on line `n`, or in the run of comment/attribute lines right above.
@@ -105,8 +194,14 @@ fn has_safety_comment(lines: &[&str], n: usize) -> bool {
     false
 }
 
-/// Check every tracked source file under `root`.
+/// Check every tracked source file under `root`; import cycles are warnings.
 pub fn check(root: &Path) -> anyhow::Result<()> {
+    check_all(root, false)
+}
+
+/// Check every tracked source file and every crate's imports under `root`;
+/// `cycles_fail`: an import cycle fails the check rather than being a warning.
+fn check_all(root: &Path, cycles_fail: bool) -> anyhow::Result<()> {
     let out = std::process::Command::new("git")
         .args(["ls-files", "-z"])
         .current_dir(root)
@@ -120,16 +215,47 @@ pub fn check(root: &Path) -> anyhow::Result<()> {
         files += 1;
         bad.extend(check_file(path, &text));
     }
+    let cycles::Found { cycles, crates, unreached } = cycles::find(root)?;
+    for f in &unreached {
+        eprintln!("tidy: note: {f}: in no crate's module tree, so not checked for import cycles");
+    }
+    if !cycles.is_empty() && !cycles_fail {
+        for c in &cycles {
+            eprintln!("tidy: warning: {c}");
+        }
+        eprintln!(
+            "tidy: warning: {} import cycles in {crates} crates (reported only; `cargo xtask tidy --cycles` fails on them)",
+            cycles.len()
+        );
+    }
+    if cycles_fail {
+        bad.extend(cycles.iter().cloned());
+    }
     if !bad.is_empty() {
-        bail!("{} problems in {files} files:\n{}", bad.len(), bad.join("\n"));
+        bail!("{} problems in {files} files and {crates} crates:\n{}", bad.len(), bad.join("\n"));
     }
     eprintln!("tidy: {files} source files: headers, SAFETY comments and sizes in order");
+    if cycles.is_empty() {
+        eprintln!("tidy: {crates} crates: no import cycle among their modules");
+    }
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
-    use super::check_file;
+    use super::{check_file, code_only};
+
+    #[test]
+    fn code_only_blanks_comments_and_literals_in_place() {
+        let text =
+            "let a = \"x // y\"; // z\n/* a /* b */ c */ f('\"', '\\'', r#\"q\"#, b'é');\nfn g<'a>(s: &'a str) {}\n";
+        let code = code_only(text);
+        assert_eq!(code.len(), text.len());
+        assert_eq!(
+            code.lines().collect::<Vec<_>>(),
+            ["let a = \"      \";     ", "                  f(' ', '  ', r#\" \"#, b'  ');", "fn g<'a>(s: &'a str) {}"]
+        );
+    }
 
     #[test]
     fn headers_are_required() {
