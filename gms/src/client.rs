@@ -13,7 +13,7 @@ use super::net::prelude::*;
 use super::node::{GmsNode, Held, HeldState, Host};
 use super::ops::*;
 use super::page::{PageId, Version};
-use super::pending::{OpKind, OpState};
+use super::slots::{OpKind, OpState};
 use super::types::*;
 
 impl<

@@ -122,6 +122,7 @@ pub mod pending;
 pub mod readahead;
 pub mod registration;
 pub mod serve;
+pub mod slots;
 pub mod table;
 pub mod tasks;
 pub mod types;

@@ -12,7 +12,7 @@ use super::net::prelude::*;
 use super::net::ring::Ring;
 use super::ops::PutStatus;
 use super::page::{PageId, Version};
-use super::pending::{Notice, OpSlot, OpState, Task, TaskState};
+use super::slots::{Notice, OpSlot, OpState, Task, TaskState};
 use super::table::Table;
 use super::types::*;
 

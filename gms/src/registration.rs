@@ -5,7 +5,7 @@ use super::directory::Update;
 use super::node::{GmsNode, HeldState, Host};
 use super::ops::{AckStatus, PutStatus};
 use super::page::{PageId, Version};
-use super::pending::TaskKind;
+use super::slots::TaskKind;
 use super::types::*;
 
 impl<

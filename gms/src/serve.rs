@@ -19,7 +19,7 @@ use super::net::prelude::*;
 use super::node::{GmsNode, Held, HeldState, Host};
 use super::ops::*;
 use super::page::Version;
-use super::pending::TaskKind;
+use super::slots::TaskKind;
 
 impl<
         F: Copy + PartialEq,

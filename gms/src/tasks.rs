@@ -6,7 +6,7 @@
 use super::net::prelude::*;
 use super::node::{GmsNode, HeldState, Host};
 use super::ops::*;
-use super::pending::{OpState, Task, TaskKind, TaskState};
+use super::slots::{OpState, Task, TaskKind, TaskState};
 
 impl<
         F: Copy + PartialEq,

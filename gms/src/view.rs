@@ -6,7 +6,7 @@ use super::members::Members;
 use super::net::prelude::*;
 use super::node::{GmsNode, Host};
 use super::ops::PutStatus;
-use super::pending::{OpState, TaskKind, TaskState};
+use super::slots::{OpState, TaskKind, TaskState};
 use super::types::*;
 
 impl<

@@ -20,13 +20,20 @@
 //! trailer checks: payload bytes may already be in the destination frame, but no message
 //! announcing them is delivered and an IPT claim is released, not consumed.
 
-use super::layout::{CTRL_MSG_BYTES, MAX_MTU_BYTES};
+use super::layout::{CTRL_MSG_BYTES, MAX_MTU_BYTES, RECV_STAGING_BYTES, SEND_STAGING_BYTES};
 
 pub const MAGIC: u16 = 0x5A7E;
 pub const VERSION: u8 = 1;
 pub const HEADER_BYTES: u32 = 32;
+
 pub const HEADER_WORDS: usize = 8;
 pub const TRAILER_BYTES: u32 = 4;
+
+// Each staging buffer of the NIC holds at least one packet of the largest MTU.
+const _: () = {
+    assert!(SEND_STAGING_BYTES >= HEADER_BYTES + CTRL_MSG_BYTES + MAX_MTU_BYTES + 8);
+    assert!(RECV_STAGING_BYTES >= HEADER_BYTES + CTRL_MSG_BYTES + MAX_MTU_BYTES + 8);
+};
 
 /// The packet carries a payload token (solicited payload).
 pub const FLAG_TOKEN: u8 = 1 << 0;

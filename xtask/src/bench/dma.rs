@@ -8,6 +8,7 @@
 //! receiver's delivered payload rate for back-to-back 8 KB messages. The baseline is
 //! store-and-forward, measured in the same run with the same parameters.
 
+mod figure;
 use serde_json::{json, Value};
 use trapeze_firmware::iface::layout::Policy;
 use trapeze_firmware::sim::measure::{cfg, one_way_us, stream};
@@ -321,7 +322,7 @@ pub fn run(a: DmaArgs) -> anyhow::Result<()> {
     }
     if let Some(dir) = &a.plot {
         let runs: Vec<(&Platform, &Measured)> = pls.iter().zip(&results).collect();
-        super::plot::dma::write(dir, &runs)?;
+        figure::write(dir, &runs)?;
     }
     if a.json {
         // The first platform (the AlphaStation, as the cut-through paper) is the headline;

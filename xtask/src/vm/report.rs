@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! What a guest's console shows, and whether each kind of run passed.
 
-use super::suite::SUITE_KILL;
 use std::process::ExitStatus;
 
+/// The suite's kill request: the guest whose console asks for it, the line, the victim.
+pub(super) const SUITE_KILL: (u16, &str, u16) = (0, "trapeze-suite: KILL node 2", 2);
 /// The ivshmem-doorbell device's PCI id (vendor:device) as the guest lists it.
 pub(super) const IVSHMEM_PCI_ID: &str = "1af4:1110";
 /// The kernel prints this when `poweroff -f` reaches ACPI.

@@ -13,6 +13,7 @@
 //! unload).
 
 use super::cluster::KillOn;
+use super::report::SUITE_KILL;
 use super::report::{suite_summary, yes_no};
 use super::session::{Common, Prepared, Setup};
 
@@ -21,8 +22,6 @@ const SCRIPT: &str = "kernel-crate/guest/suite.sh";
 /// Shortest power-off wait (boot, mke2fs and 2 MiB through GMS under TCG, failure
 /// detection, the bounded reads after the kill, two unloads).
 const MIN_TIMEOUT: u64 = 300;
-/// The guest whose console asks for the kill, the line, and the victim.
-pub(super) const SUITE_KILL: (u16, &str, u16) = (0, "trapeze-suite: KILL node 2", 2);
 /// The suite's cluster: A, B and C.
 const GUESTS: u16 = 3;
 

@@ -2,7 +2,6 @@
 //! `cargo xtask bench … --plot DIR`: the benches' figures as SVG (plotters' SVG backend),
 //! each stamped with the command and date that made it; the shared drawing helpers.
 
-pub mod dma;
 pub mod gms;
 pub mod nic;
 pub mod rpc;

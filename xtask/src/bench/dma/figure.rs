@@ -4,8 +4,8 @@
 //! paper's Figures 4 (fixed pulses) and 6 (eager DMA), beside the paper's stated points;
 //! latency and streaming bandwidth per policy on both modelled platforms beside the papers.
 
-use super::super::dma::{Measured, Platform, EAGER_THRESHOLDS, SLICE_FIXED_PULSE};
-use super::{bars, err, legend, Area, Bars, FONT, PALETTE};
+use super::super::plot::{bars, err, legend, Area, Bars, FONT, PALETTE};
+use super::{Measured, Platform, EAGER_THRESHOLDS, SLICE_FIXED_PULSE};
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use std::path::{Path, PathBuf};
@@ -16,7 +16,7 @@ const FIXED_RECV_SHOWN: [u32; 5] = [512, 1024, 1280, 2048, 4096];
 /// Write `dir/dma.svg`: the first platform is the cut-through paper's AlphaStation, whose
 /// sweeps are drawn; every platform's policies are in the bar panels.
 pub fn write(dir: &Path, runs: &[(&Platform, &Measured)]) -> anyhow::Result<PathBuf> {
-    super::write_svg(dir, "dma", (1400, 1000), |root| draw(root, runs))
+    super::super::plot::write_svg(dir, "dma", (1400, 1000), |root| draw(root, runs))
 }
 
 /// A latency-against-threshold panel: one line per receive threshold, the paper's points.
@@ -62,7 +62,7 @@ fn sweep_panel(area: &Area, s: &Sweep) -> anyhow::Result<()> {
         .x_desc(s.x_desc)
         .y_desc("one-way latency, 128 B + 8 KB (µs)")
         .x_label_formatter(&|x| format!("{x:.0}"))
-        .y_label_formatter(&|y| super::tick(*y))
+        .y_label_formatter(&|y| super::super::plot::tick(*y))
         .light_line_style(BLACK.mix(0.04))
         .label_style((FONT, 15))
         .axis_desc_style((FONT, 16))
@@ -207,7 +207,7 @@ fn draw(root: &Area, runs: &[(&Platform, &Measured)]) -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::super::dma::{measure, platforms};
+    use super::super::{measure, platforms};
     use super::*;
 
     /// The figure of the real (deterministic) model: both sweeps, the paper's points and
@@ -217,7 +217,7 @@ mod tests {
         let pls = platforms();
         let ms: Vec<Measured> = pls.iter().map(|p| measure(p.params, 16).unwrap()).collect();
         let runs: Vec<(&Platform, &Measured)> = pls.iter().zip(&ms).collect();
-        let svg = super::super::svg_of((1400, 1000), |a| draw(a, &runs)).unwrap();
+        let svg = super::super::super::plot::svg_of((1400, 1000), |a| draw(a, &runs)).unwrap();
         for t in [
             "Fig. 4",
             "Fig. 6",
@@ -233,6 +233,6 @@ mod tests {
         ] {
             assert!(svg.contains(t), "{t} missing");
         }
-        assert!(super::super::svg_of((400, 300), |a| draw(a, &[])).is_err(), "no platform is an error");
+        assert!(super::super::super::plot::svg_of((400, 300), |a| draw(a, &[])).is_err(), "no platform is an error");
     }
 }

@@ -1,0 +1,131 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! The records of a node's pending work: client operation slots, background directory
+//! tasks and the notices they leave (the node's tables hold them; [`super::pending`]
+//! works on them).
+
+use super::directory::NO_SITE;
+use super::net::prelude::*;
+use super::ops::PutDone;
+use super::page::{PageId, Version};
+use super::types::*;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum OpKind {
+    Get,
+    Put,
+    Move,
+    Discard,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum OpState {
+    Free,
+    InFlight,
+    /// Wait mode: finished, waiting for `take`.
+    Done,
+}
+
+#[derive(Clone, Copy)]
+pub(super) struct OpSlot<F> {
+    pub(super) state: OpState,
+    pub(super) generation: u32,
+    pub(super) kind: OpKind,
+    pub(super) mode: Mode,
+    pub(super) page: PageId,
+    pub(super) version: Version,
+    /// Where the request went (directory, caching site, or put target).
+    pub(super) dst: u16,
+    pub(super) view: u64,
+    pub(super) moving: bool,
+    pub(super) call: Option<CallId>,
+    pub(super) deadline: u64,
+    pub(super) timed_out: bool,
+    pub(super) done: Option<Completion<F>>,
+}
+
+impl<F> OpSlot<F> {
+    pub(super) const FREE: OpSlot<F> = OpSlot {
+        state: OpState::Free,
+        generation: 1,
+        kind: OpKind::Get,
+        mode: Mode::NonBlocking,
+        page: PageId::new(0, 0),
+        version: Version(0),
+        dst: NO_SITE,
+        view: 0,
+        moving: false,
+        call: None,
+        deadline: 0,
+        timed_out: false,
+        done: None,
+    };
+}
+
+/// Background directory maintenance, retried until answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum TaskKind {
+    /// `DIRUPDATE`: name this node as the holder of its copy.
+    Register,
+    /// `DIRREMOVE`: this node no longer holds the page.
+    Remove,
+    /// `DROPPAGE` to `site`: it holds a superseded copy.
+    Drop,
+    /// `DIRVERIFY` to `site` (scrub): un-name it unless it holds the page.
+    Verify,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum TaskState {
+    Free,
+    /// Send at this time.
+    Due(u64),
+    /// Failed: the next `drive` schedules a retry.
+    Backoff,
+    InFlight {
+        call: CallId,
+        deadline: u64,
+    },
+    /// Ended while its call was in flight: the next `drive` cancels the call.
+    Cancel(CallId),
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Task {
+    pub(super) state: TaskState,
+    pub(super) generation: u32,
+    pub(super) kind: TaskKind,
+    pub(super) page: PageId,
+    pub(super) version: Version,
+    /// The version the call in flight carries.
+    pub(super) sent: Version,
+    pub(super) site: u16,
+    /// A putter waiting for this registration: (node, its operation).
+    pub(super) notify: Option<(u16, OpId)>,
+    pub(super) attempts: u32,
+}
+
+impl Task {
+    /// Work still to do (not free, not being cancelled).
+    pub(super) fn live(&self) -> bool {
+        !matches!(self.state, TaskState::Free | TaskState::Cancel(_))
+    }
+
+    pub(super) const FREE: Task = Task {
+        state: TaskState::Free,
+        generation: 1,
+        kind: TaskKind::Remove,
+        page: PageId::new(0, 0),
+        version: Version(0),
+        sent: Version(0),
+        site: NO_SITE,
+        notify: None,
+        attempts: 0,
+    };
+}
+
+/// A queued one-way `PUTDONE`.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Notice {
+    pub(super) dst: u16,
+    pub(super) done: PutDone,
+}
