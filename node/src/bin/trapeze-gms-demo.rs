@@ -12,7 +12,7 @@
 //! nodes; otherwise one line per phase. Every wait is bounded in time
 //! ([`Cluster::wait_until`]).
 //!
-//! `cargo run --release -p trapeze-vnic --features demo --bin trapeze-gms-demo [-- --quick | --seconds 20]`
+//! `cargo run --release -p trapeze-node --bin trapeze-gms-demo [-- --quick | --seconds 20]`
 
 use clap::Parser;
 use gms::prelude::*;
