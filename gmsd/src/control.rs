@@ -26,7 +26,7 @@ use std::io::{self, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use trapeze_vnic::gms::{GmsPort, Got};
+use trapeze_node::gms::{GmsPort, Got};
 
 /// Most clients served at once; a further connection is answered with an error and closed.
 pub const MAX_CLIENTS: usize = 64;
@@ -44,7 +44,7 @@ pub const JOB_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Pages whose holder this daemon remembers (the pages it stored, so that a miss can say
 /// the holder failed): as many as the largest cluster holds (16 nodes × 4096 pages).
-pub const STORED_RECORD: usize = 16 * trapeze_vnic::gms::HELD;
+pub const STORED_RECORD: usize = 16 * trapeze_node::gms::HELD;
 
 /// Counters of the requests served.
 #[derive(Clone, Copy, Debug, Default)]

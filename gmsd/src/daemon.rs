@@ -23,12 +23,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use trapeze_host::endpoint::EndpointConfig;
-use trapeze_vnic::gms::{GmsPort, CACHE_PAGES, HELD};
-use trapeze_vnic::host::DEFAULT_REGION_BASE;
+use trapeze_node::gms::{GmsPort, CACHE_PAGES, HELD};
+use trapeze_node::host::DEFAULT_REGION_BASE;
+use trapeze_node::rpc::FRAME_BYTES;
 use trapeze_vnic::link::backend::{LinkBackend, UdpBackend};
 use trapeze_vnic::link::{FaultConfig, Link};
 use trapeze_vnic::nic::Nic;
-use trapeze_vnic::rpc::FRAME_BYTES;
 use trapeze_vnic::shm::Mapping;
 
 /// How long the loop keeps spinning after the last thing it did.
@@ -105,8 +105,8 @@ impl Options {
                 (HELD * FRAME_BYTES as usize) >> 20
             );
         }
-        if self.window == 0 || self.window > trapeze_vnic::gms::OPS / 2 {
-            bail!("--window {}: must be 1..={}", self.window, trapeze_vnic::gms::OPS / 2);
+        if self.window == 0 || self.window > trapeze_node::gms::OPS / 2 {
+            bail!("--window {}: must be 1..={}", self.window, trapeze_node::gms::OPS / 2);
         }
         if self.heartbeat.is_zero() || self.dead_after < self.heartbeat * MIN_DEAD_AFTER_BEATS {
             let (hb, dead) = (self.heartbeat.as_millis(), self.dead_after.as_millis());

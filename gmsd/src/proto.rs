@@ -22,7 +22,7 @@ use std::str::FromStr;
 
 /// Size of a page (the GMS frame size). A page holds 1 to this many bytes and keeps its
 /// length: a get returns exactly the bytes put (no padding).
-pub const PAGE_BYTES: usize = trapeze_vnic::rpc::FRAME_BYTES as usize;
+pub const PAGE_BYTES: usize = trapeze_node::rpc::FRAME_BYTES as usize;
 /// Largest message either side accepts (a batch of 1024 pages plus headers).
 pub const MAX_FRAME_BYTES: usize = 1024 * (PAGE_BYTES + 32) + 64;
 /// Most pages in one batch (fits [`MAX_FRAME_BYTES`]).
@@ -116,7 +116,7 @@ impl PutOutcome {
     }
 }
 
-/// Where a hit was served from (the vNIC runtime's [`trapeze_vnic::gms::Source`]).
+/// Where a hit was served from (the vNIC runtime's [`trapeze_node::gms::Source`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Served {
     Cache,
@@ -148,9 +148,9 @@ impl Served {
     }
 }
 
-impl From<trapeze_vnic::gms::Source> for Served {
-    fn from(s: trapeze_vnic::gms::Source) -> Self {
-        use trapeze_vnic::gms::Source;
+impl From<trapeze_node::gms::Source> for Served {
+    fn from(s: trapeze_node::gms::Source) -> Self {
+        use trapeze_node::gms::Source;
         match s {
             Source::Cache => Served::Cache,
             Source::Local => Served::Local,

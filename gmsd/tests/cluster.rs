@@ -18,7 +18,7 @@ use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use trapeze_vnic::gms::page_pattern;
+use trapeze_node::gms::page_pattern;
 
 const VOL: u64 = 9;
 const BUDGET_MB: u64 = 28;

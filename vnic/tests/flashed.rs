@@ -22,9 +22,9 @@ use trapeze_firmware::iface::layout::{ctrl, ctrl_word, FwState, IMAGE_TEXT_BYTES
 use trapeze_firmware::iface::mem::NicMemory;
 use trapeze_firmware::iface::regs::{HALT, NIC_MEM_BASE, REGS_BASE};
 use trapeze_host::endpoint::EndpointConfig;
+use trapeze_node::host::{HostPort, DEFAULT_REGION_BASE};
 use trapeze_vnic::control::{serve, ControlClient, Request};
 use trapeze_vnic::engines::new_eventfd;
-use trapeze_vnic::host::{HostPort, DEFAULT_REGION_BASE};
 use trapeze_vnic::image::{check_image, LoadedImage};
 use trapeze_vnic::link::backend::InProcSwitch;
 use trapeze_vnic::link::{FaultConfig, Link};

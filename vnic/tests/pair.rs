@@ -45,7 +45,7 @@ fn ipt_lands_in_exactly_the_mapped_frame(mode: Mode, link: LinkKind) {
     let mut n = cluster(2, mode, link, &[], 8192);
     let token = n[1].host.arm(8192, 2).unwrap();
     let (addr, len) = n[1].host.armed_frame(token).unwrap();
-    let off = (addr - trapeze_vnic::host::DEFAULT_REGION_BASE) as usize;
+    let off = (addr - trapeze_node::host::DEFAULT_REGION_BASE) as usize;
     // Paint the frame and 256 bytes either side.
     let span = off - 256..off + len as usize + 256;
     assert!(n[1].region.write(span.start, &vec![0xEE; span.len()]));
@@ -143,7 +143,7 @@ fn faults_never_deliver_corrupted_data(mode: Mode, link: LinkKind) {
     assert!(detected > 0, "corruption injected but none detected: {:?}", receiver.link);
 }
 
-fn check(sent: &BTreeMap<u32, usize>, m: &trapeze_vnic::host::Received) {
+fn check(sent: &BTreeMap<u32, usize>, m: &trapeze_node::host::Received) {
     let id = u32::from_le_bytes(m.ctrl[0..4].try_into().unwrap());
     let len = *sent.get(&id).unwrap_or_else(|| panic!("message with unknown id {id} delivered"));
     assert_eq!(m.ctrl, id_ctrl(id, len as u32), "control message of {id} corrupted");
@@ -204,7 +204,7 @@ fn refused_send_does_not_leak(mode: Mode) {
     let mut n = cluster(2, mode, LinkKind::InProc, &[], 8192);
     let at = REGION_BYTES - 4096;
     assert!(n[0].region.write(at, &[0xEE; 4096]));
-    let good = trapeze_vnic::host::DEFAULT_REGION_BASE + at as u64;
+    let good = trapeze_node::host::DEFAULT_REGION_BASE + at as u64;
     // 200 readable bytes, then a segment outside every DMA region: below the eager
     // pulse threshold, so nothing of it reaches the link before the refusal.
     let segs = [Segment { addr: good, len: 200 }, Segment { addr: 0x10, len: 4096 }];

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use trapeze_firmware::iface::entry::rx_flags;
 use trapeze_firmware::iface::ipt::PayloadToken;
 use trapeze_host::endpoint::EndpointConfig;
+use trapeze_node::host::HostPort;
 use trapeze_vnic::control::{ControlClient, Request};
-use trapeze_vnic::host::HostPort;
 
 /// Kills the NIC processes and removes the scratch directory, whatever happens.
 struct Procs {

@@ -2,7 +2,7 @@
 //! `cargo xtask run`: the main demonstration — the most complete real run that exists.
 //!
 //! First, a three-node Global Memory Service cluster on virtual NICs in one process
-//! (`vnic/src/bin/trapeze-gms-demo.rs`, native firmware — or with `--flashed` the riscv32
+//! (`node/src/bin/trapeze-gms-demo.rs`, native firmware — or with `--flashed` the riscv32
 //! image on every NIC's emulated core — in-process link): node 0 loads a data set larger
 //! than one node's memory budget into network memory (targets by the epoch-based global
 //! LRU), scans it with read-ahead 0/4/16, issues random getpages (2-way and 3-way through
@@ -229,7 +229,7 @@ fn pct(v: &mut [f64], p: f64) -> f64 {
 
 pub fn run(a: RunArgs) -> anyhow::Result<()> {
     if !a.no_gms {
-        let mut args = vec!["run", "--quiet", "--locked", "--release", "-p", "trapeze-vnic"];
+        let mut args = vec!["run", "--quiet", "--locked", "--release", "-p", "trapeze-node"];
         // The demo's own arguments (after `--`).
         let mut demo: Vec<&str> = Vec::new();
         let image;

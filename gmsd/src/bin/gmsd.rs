@@ -82,7 +82,7 @@ fn main() {
         node: a.node,
         listen: a.listen,
         peers: a.peers,
-        budget_pages: ((a.budget_mb << 20) / trapeze_vnic::rpc::FRAME_BYTES as u64) as usize,
+        budget_pages: ((a.budget_mb << 20) / trapeze_node::rpc::FRAME_BYTES as u64) as usize,
         socket: a.socket.unwrap_or_else(|| default_socket(a.node)),
         heartbeat: Duration::from_millis(a.heartbeat_ms),
         dead_after: Duration::from_millis(a.dead_after_ms),

@@ -2,7 +2,7 @@
 //! `cargo xtask bench gms`: sequential read bandwidth from network memory with read-ahead
 //! depth 0 / 4 / 16 and random 8 KB getpage latency (p50/p99) on a 3-node in-process
 //! cluster, against the same pages in a file on the local disk read with `O_DIRECT` in
-//! the same run (`vnic/examples/bench_gms.rs`, release build), rounds measuring what two
+//! the same run (`node/examples/bench_gms.rs`, release build), rounds measuring what two
 //! cores allow read-ahead, then the sequential scans again with a modelled one-way wire
 //! delay of 2 and 10 µs. Run it on a quiet machine.
 
@@ -37,7 +37,7 @@ pub fn run(a: GmsArgs) -> anyhow::Result<()> {
         "--locked",
         "--release",
         "-p",
-        "trapeze-vnic",
+        "trapeze-node",
         "--example",
         "bench_gms",
         "--",

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! `cargo xtask bench nic`: build the firmware image, then run the virtual NIC benchmark
-//! (`vnic/examples/bench_nic.rs`, release build with flashed mode) against it.
+//! (`node/examples/bench_nic.rs`, release build with flashed mode) against it.
 
 #[derive(clap::Args)]
 pub struct NicArgs {
@@ -32,7 +32,7 @@ pub fn run(a: NicArgs) -> anyhow::Result<()> {
         "--locked",
         "--release",
         "-p",
-        "trapeze-vnic",
+        "trapeze-node",
         "--example",
         "bench_nic",
         "--",

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! `cargo xtask bench rpc`: NetRPC over virtual NICs in the shape of the RPC-variants
 //! paper's Table 1, with raw-NIC and UDP/TCP loopback baselines from the same run
-//! (`vnic/examples/bench_rpc.rs`, release build). Run it on a quiet machine. The
+//! (`node/examples/bench_rpc.rs`, release build). Run it on a quiet machine. The
 //! nonblocking-vs-raw bandwidth ratio and the 3-way / 2-way latency ratio come from setups
 //! that live side by side and take turns in short stretches (`--bw-chunks`,
 //! `--ways-blocks`), so this VM's fast and slow phases fall on both sides alike. Socket
@@ -54,7 +54,7 @@ pub fn run(a: RpcArgs) -> anyhow::Result<()> {
         "--locked",
         "--release",
         "-p",
-        "trapeze-vnic",
+        "trapeze-node",
         "--example",
         "bench_rpc",
         "--",

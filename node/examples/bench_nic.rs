@@ -15,7 +15,7 @@ use anyhow::{bail, Context};
 use serde_json::json;
 use std::time::{Duration, Instant};
 use trapeze_firmware::iface::ipt::PayloadToken;
-use trapeze_vnic::testbed::{cluster, LinkKind, Mode, Node, Options};
+use trapeze_node::testbed::{cluster, LinkKind, Mode, Node, Options};
 
 #[derive(clap::Parser)]
 #[command(about = "Virtual NIC benchmark: native firmware vs the flashed riscv32 image")]
@@ -43,7 +43,7 @@ struct Result {
 
 const SPIN: Duration = Duration::from_micros(500);
 
-fn recv_or_fail(n: &mut Node, what: &str) -> anyhow::Result<trapeze_vnic::host::Received> {
+fn recv_or_fail(n: &mut Node, what: &str) -> anyhow::Result<trapeze_node::host::Received> {
     n.host.recv(Duration::from_secs(10)).with_context(|| format!("{what}: no message within 10 s"))
 }
 

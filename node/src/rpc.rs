@@ -11,8 +11,6 @@
 //! send completions, received messages into `Rpc::handle_message`, timeouts, deferred
 //! continuations and transmits.
 
-use crate::nic::{InlineNative, NicMem};
-use crate::shm::Mapping;
 use anyhow::{bail, Context};
 use netrpc::prelude::*;
 use netrpc::wire::{message_kind, Kind};
@@ -24,6 +22,8 @@ use trapeze_firmware::iface::mem::NicMemory;
 use trapeze_host::endpoint::{Endpoint, EndpointConfig, RecvMsg, SendMsg};
 use trapeze_runtime::storage::Heap;
 use trapeze_runtime::FrameMem;
+use trapeze_vnic::nic::{InlineNative, NicMem};
+use trapeze_vnic::shm::Mapping;
 
 /// A frame: offset of a [`FRAME_BYTES`] slot in the port's region.
 pub type Frame = u64;
@@ -354,10 +354,10 @@ impl<S: Service> RpcPort<S> {
 mod tests {
     use super::*;
     use crate::host::DEFAULT_REGION_BASE;
-    use crate::link::backend::InProcSwitch;
-    use crate::link::{FaultConfig, Link};
-    use crate::nic::Nic;
     use std::time::Duration;
+    use trapeze_vnic::link::backend::InProcSwitch;
+    use trapeze_vnic::link::{FaultConfig, Link};
+    use trapeze_vnic::nic::Nic;
 
     struct Echo;
     impl Operation for Echo {

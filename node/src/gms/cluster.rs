@@ -72,14 +72,14 @@ pub struct Cluster {
     /// The longest a blocking operation has waited so far (for reports).
     pub longest_wait: Duration,
     view: u64,
-    _switch: crate::link::backend::InProcSwitch,
-    _nics: Vec<Arc<crate::nic::Nic>>,
+    _switch: trapeze_vnic::link::backend::InProcSwitch,
+    _nics: Vec<Arc<trapeze_vnic::nic::Nic>>,
 }
 
 impl Cluster {
     /// `n` nodes on an in-process switch, each with `budget` pages of memory for GMS.
     pub fn new(n: u16, budget: usize, gms_cfg: GmsConfig) -> anyhow::Result<Self> {
-        Self::with_firmware(n, budget, gms_cfg, None, crate::link::FaultConfig::NONE)
+        Self::with_firmware(n, budget, gms_cfg, None, trapeze_vnic::link::FaultConfig::NONE)
     }
 
     /// Like [`Self::new`]; with `image`, every NIC runs that flashed riscv32 firmware
@@ -91,12 +91,12 @@ impl Cluster {
         budget: usize,
         gms_cfg: GmsConfig,
         image: Option<&[u8]>,
-        faults: crate::link::FaultConfig,
+        faults: trapeze_vnic::link::FaultConfig,
     ) -> anyhow::Result<Self> {
         use crate::host::DEFAULT_REGION_BASE;
-        use crate::link::backend::InProcSwitch;
-        use crate::link::Link;
-        use crate::nic::Nic;
+        use trapeze_vnic::link::backend::InProcSwitch;
+        use trapeze_vnic::link::Link;
+        use trapeze_vnic::nic::Nic;
         let sw = InProcSwitch::new();
         // One clock origin for every node, so the global LRU compares their page ages.
         let origin = Instant::now();
@@ -111,7 +111,7 @@ impl Cluster {
                 None => (Some(nic.start_inline()?), None),
                 Some(img) => {
                     nic.load_image(img)?;
-                    let db = Arc::new(crate::engines::new_eventfd()?);
+                    let db = Arc::new(trapeze_vnic::engines::new_eventfd()?);
                     nic.shared().wakers.add_doorbell(db.clone());
                     (None, Some(db))
                 }

@@ -3,8 +3,6 @@
 //! --quick` runs) end to end: with no faults, with each link fault the README shows, and
 //! on flashed NICs; every run must read every page back and find no wrong byte.
 
-mod common;
-
 use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -137,7 +135,7 @@ fn verified_line_parses() {
 #[test]
 #[ignore = "needs: riscv32 target"]
 fn flashed() {
-    let image = common::build_image().unwrap_or_else(|e| panic!("the firmware image: {e}"));
+    let image = trapeze_node::testbed::build_image().unwrap_or_else(|e| panic!("the firmware image: {e}"));
     let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("gms-demo-fw-{}", std::process::id()));
     std::fs::write(&path, image).expect("write the image");
     let p = path.to_str().expect("a UTF-8 path");

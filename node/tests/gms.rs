@@ -5,9 +5,9 @@
 
 use gms::prelude::*;
 use std::collections::HashMap;
-use trapeze_vnic::gms::lru::LruConfig;
-use trapeze_vnic::gms::page_pattern as content;
-use trapeze_vnic::gms::{Cluster, Got, Source};
+use trapeze_node::gms::lru::LruConfig;
+use trapeze_node::gms::page_pattern as content;
+use trapeze_node::gms::{Cluster, Got, Source};
 
 const SPACE: u64 = 7;
 const PAGES: u64 = 300;

@@ -7,8 +7,8 @@
 
 use gms::prelude::*;
 use std::time::{Duration, Instant};
-use trapeze_vnic::gms::lru::LruConfig;
-use trapeze_vnic::gms::{page_pattern, Cluster, Got};
+use trapeze_node::gms::lru::LruConfig;
+use trapeze_node::gms::{page_pattern, Cluster, Got};
 
 const SPACE: u64 = 3;
 const BUDGET: usize = 200;

@@ -30,8 +30,8 @@ use rustix::fs::{Mode, OFlags};
 use serde_json::json;
 use std::path::PathBuf;
 use std::time::Instant;
-use trapeze_vnic::gms::{page_pattern, Cluster, Got, ReadInto};
-use trapeze_vnic::rpc::FRAME_BYTES;
+use trapeze_node::gms::{page_pattern, Cluster, Got, ReadInto};
+use trapeze_node::rpc::FRAME_BYTES;
 
 #[derive(Parser, Clone)]
 #[command(about = "GMS read bandwidth and getpage latency vs O_DIRECT disk reads")]

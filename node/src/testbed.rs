@@ -1,17 +1,18 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! A testbed: virtual NICs in this process, each with a host attached in process, on an
-//! in-process switch or UDP. Used by the integration tests and `cargo xtask bench nic`.
+//! in-process switch or UDP, and the flashable firmware image built on demand. Used by the
+//! device's integration tests and `cargo xtask bench nic`.
 
-use crate::engines::new_eventfd;
 use crate::host::{random_seed, HostPort, DEFAULT_REGION_BASE};
-use crate::link::backend::{InProcSwitch, UdpBackend};
-use crate::link::{FaultConfig, Link, LinkBackend};
-use crate::nic::{FirmwareKind, Nic};
-use crate::shm::Mapping;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use trapeze_firmware::iface::layout::Policy;
 use trapeze_host::endpoint::EndpointConfig;
+use trapeze_vnic::engines::new_eventfd;
+use trapeze_vnic::link::backend::{InProcSwitch, UdpBackend};
+use trapeze_vnic::link::{FaultConfig, Link, LinkBackend};
+use trapeze_vnic::nic::{FirmwareKind, Nic};
+use trapeze_vnic::shm::Mapping;
 
 /// Which processor runs the firmware.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -137,4 +138,34 @@ pub fn data(id: u32, len: usize) -> Vec<u8> {
             x as u8
         })
         .collect()
+}
+
+/// Build the flashable image (or read `$TRAPEZE_FW_IMAGE`) and return its bytes. The
+/// path comes from cargo's own report, so any target directory works.
+pub fn build_image() -> Result<Vec<u8>, String> {
+    use std::path::{Path, PathBuf};
+    if let Some(p) = std::env::var_os("TRAPEZE_FW_IMAGE") {
+        return std::fs::read(&p).map_err(|e| format!("TRAPEZE_FW_IMAGE={}: {e}", Path::new(&p).display()));
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the crate has a parent").to_path_buf();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = std::process::Command::new(cargo)
+        .args(["build", "-p", "trapeze-firmware", "--bin", "trapeze-fw", "--features", "image"])
+        .args(["--target", "riscv32imac-unknown-none-elf", "--profile", "fw"])
+        .arg("--message-format=json-render-diagnostics")
+        .env("DEFMT_LOG", "info")
+        .current_dir(root)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| format!("running cargo: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("building the firmware image failed ({})", out.status));
+    }
+    let exe = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["reason"] == "compiler-artifact" && v["target"]["name"] == "trapeze-fw")
+        .find_map(|v| v["executable"].as_str().map(PathBuf::from))
+        .ok_or("cargo reported no trapeze-fw executable")?;
+    std::fs::read(&exe).map_err(|e| format!("{}: {e}", exe.display()))
 }

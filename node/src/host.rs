@@ -6,9 +6,6 @@
 //! This is the binding tests and tools use; payloads are copied into and out of frames
 //! of the region (the zero-copy paths belong to the services built on the host API).
 
-use crate::control::{ControlClient, Request};
-use crate::nic::NicMem;
-use crate::shm::Mapping;
 use anyhow::{bail, Context};
 use rustix::event::{poll, PollFd, PollFlags};
 use std::os::fd::{AsFd, OwnedFd};
@@ -19,6 +16,9 @@ use trapeze_firmware::iface::entry::{Segment, TxStatus};
 use trapeze_firmware::iface::ipt::{CancelState, PayloadToken};
 use trapeze_firmware::iface::layout::{notify, Counter, NIC_MEM_BYTES, RECV_RING_ENTRIES};
 use trapeze_host::endpoint::{Endpoint, EndpointConfig, SendMsg};
+use trapeze_vnic::control::{ControlClient, Request};
+use trapeze_vnic::nic::NicMem;
+use trapeze_vnic::shm::Mapping;
 
 /// DMA address where a host's frame region starts by default.
 pub const DEFAULT_REGION_BASE: u64 = 0x1_0000_0000;

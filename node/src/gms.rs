@@ -18,9 +18,7 @@
 //! **least-loaded** member (the fewest pages this node stored there, skipping members that
 //! refused recently).
 
-use crate::nic::{InlineNative, NicMem};
 use crate::rpc::{carve, Frame, FRAME_BYTES};
-use crate::shm::Mapping;
 use anyhow::bail;
 use gms::prelude::*;
 use gms::readahead::{self, ReadAhead};
@@ -32,6 +30,8 @@ use std::sync::Arc;
 use std::time::Instant;
 use trapeze_firmware::iface::layout::RECV_RING_ENTRIES;
 use trapeze_host::endpoint::EndpointConfig;
+use trapeze_vnic::nic::{InlineNative, NicMem};
+use trapeze_vnic::shm::Mapping;
 
 mod completions;
 mod global_lru;

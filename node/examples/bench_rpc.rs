@@ -42,11 +42,11 @@ use std::time::{Duration, Instant};
 use trapeze_firmware::iface::entry::Segment;
 use trapeze_firmware::iface::ipt::PayloadToken;
 use trapeze_host::endpoint::{EndpointConfig, SendMsg};
-use trapeze_vnic::host::DEFAULT_REGION_BASE;
+use trapeze_node::host::DEFAULT_REGION_BASE;
+use trapeze_node::rpc::{Frame, Frames, RpcPort, Service, FRAME_BYTES};
 use trapeze_vnic::link::backend::InProcSwitch;
 use trapeze_vnic::link::{FaultConfig, Link};
 use trapeze_vnic::nic::Nic;
-use trapeze_vnic::rpc::{Frame, Frames, RpcPort, Service, FRAME_BYTES};
 use trapeze_vnic::shm::Mapping;
 
 #[derive(clap::Parser)]
@@ -150,7 +150,7 @@ impl Service for Server {
 
 type Port = RpcPort<Server>;
 
-fn cont(ctx: &mut trapeze_vnic::rpc::Node<Server>, o: &Outcome<Frame>, _arg: u64) -> bool {
+fn cont(ctx: &mut trapeze_node::rpc::Node<Server>, o: &Outcome<Frame>, _arg: u64) -> bool {
     if ctx.service.busy_once {
         // A "lock" held: refuse once without side effects; the retry runs deferred.
         ctx.service.busy_once = false;

@@ -12,7 +12,7 @@
 //! nodes; otherwise one line per phase. Every wait is bounded in time
 //! ([`Cluster::wait_until`]).
 //!
-//! `cargo run --release -p trapeze-vnic --features demo --bin trapeze-gms-demo [-- --quick | --seconds 20]`
+//! `cargo run --release -p trapeze-node --bin trapeze-gms-demo [-- --quick | --seconds 20]`
 
 use clap::Parser;
 use gms::prelude::*;
@@ -20,9 +20,9 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::collections::HashMap;
 use std::io::IsTerminal;
 use std::time::{Duration, Instant};
-use trapeze_vnic::gms::page_pattern as content;
-use trapeze_vnic::gms::{Cluster, Got, NodeView, ReadInto, Servers, Source};
-use trapeze_vnic::rpc::FRAME_BYTES;
+use trapeze_node::gms::page_pattern as content;
+use trapeze_node::gms::{Cluster, Got, NodeView, ReadInto, Servers, Source};
+use trapeze_node::rpc::FRAME_BYTES;
 
 #[derive(Parser, Clone)]
 #[command(about = "GMS: a 3-node in-process cluster on virtual NICs")]
