@@ -213,7 +213,7 @@ impl Daemon {
             region,
             DEFAULT_REGION_BASE,
             cfg,
-            trapeze_vnic::host::random_seed(),
+            trapeze_node::host::random_seed(),
             gcfg,
             rcfg,
             inline,
