@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! The virtual programmable NIC, the device and nothing above it: NIC memory as a shared
-//! memfd ([`shm`]), host memory reached only through registered DMA regions ([`dma`]),
+//! memfd ([`shm`], reached as [`nicmem::NicMem`]), host memory reached only through registered DMA regions ([`dma`]),
 //! software DMA engines behind the firmware's HAL ([`engines`]), the link between NICs
 //! ([`link`]: in-process switch, UDP, raw Ethernet, with fault injection), the processor
 //! running the firmware natively or as the flashed riscv32 image ([`nic`], [`cpu`],
@@ -22,5 +22,6 @@ pub mod ivshmem;
 pub mod link;
 pub mod local;
 pub mod nic;
+pub mod nicmem;
 #[allow(unsafe_code)] // shared mappings: one of the documented unsafe modules
 pub mod shm;

@@ -1,10 +1,20 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! A port's client operations in flight, and what their completions do.
 
-use super::read::Source;
 use super::GmsPort;
 use crate::rpc::Frame;
 use gms::prelude::*;
+
+/// Where a read was served from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Source {
+    /// The local page cache (no network).
+    Cache,
+    /// This node held the page itself.
+    Local,
+    TwoWay,
+    ThreeWay,
+}
 
 /// What the client operation is for.
 #[derive(Clone, Copy, Debug)]

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! Reads at a port: getpages through the local page cache and read-ahead, and plain getpages.
 
+pub use super::completions::Source;
 use super::completions::{Finished, GetKind, Pending, MISS_TTL};
 use super::GmsPort;
 use crate::rpc::{Frame, Frames, FRAME_BYTES};
@@ -8,17 +9,6 @@ use anyhow::{bail, Context};
 use gms::prelude::*;
 use gms::readahead::Decision;
 use netrpc::prelude::*;
-
-/// Where a read was served from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Source {
-    /// The local page cache (no network).
-    Cache,
-    /// This node held the page itself.
-    Local,
-    TwoWay,
-    ThreeWay,
-}
 
 /// The result of a get.
 #[derive(Clone, Debug, PartialEq, Eq)]

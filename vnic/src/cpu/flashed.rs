@@ -33,7 +33,7 @@
 use crate::cpu::FwLog;
 use crate::engines::SoftEngines;
 use crate::image::{LoadedImage, TrapKind};
-use crate::nic::NicMem;
+use crate::nicmem::NicMem;
 use crate::shm::Mapping;
 
 use std::sync::atomic::Ordering;
