@@ -103,6 +103,9 @@ pub struct Rpc<Ctx, F: Copy, const CALLS: usize = 64, const CONTS: usize = 4, co
     deferred: Ring<u16, CALLS>,
     /// No record below this index is free (a lower bound that `alloc_record` scans from).
     free_hint: usize,
+    /// No call in flight has a deadline before this (`u64::MAX`: none known): a lower
+    /// bound, exact after each scan of the records, lowered by every call issued.
+    deadline_floor: u64,
     /// Key and counter of the generation sequence (`None`: counting up, for tests).
     secret: Option<[u64; 2]>,
     drawn: u64,
@@ -126,6 +129,7 @@ impl<Ctx: Runtime<F>, F: Copy, const CALLS: usize, const CONTS: usize, const TX:
             events: Ring::new(),
             deferred: Ring::new(),
             free_hint: 0,
+            deadline_floor: u64::MAX,
             secret: None,
             drawn: 0,
             stats: Stats::ZERO,
@@ -222,6 +226,9 @@ impl<Ctx: Runtime<F>, F: Copy, const CALLS: usize, const CONTS: usize, const TX:
         r.issued = self.seq;
         r.deadline = deadline;
         r.reply_to = reply_to;
+        if let Some(d) = deadline {
+            self.deadline_floor = self.deadline_floor.min(d);
+        }
         // A free record has no continuations and no outcome (`free_record`).
         debug_assert!(r.nconts == 0 && r.outcome.is_none());
         let (kind, tag) = match reply_to {
@@ -322,14 +329,24 @@ impl<Ctx: Runtime<F>, F: Copy, const CALLS: usize, const CONTS: usize, const TX:
     }
 
     /// Fail the calls whose deadline has passed.
+    /// Reads the records only once [`Self::poll_timeout`] has passed.
     pub fn handle_timeouts(&mut self, now: u64, ctx: &mut Ctx) {
+        if now < self.deadline_floor {
+            return;
+        }
+        let mut next = u64::MAX;
         for i in 0..CALLS {
             let r = &self.records[i];
-            if r.state == State::InFlight && r.deadline.is_some_and(|d| d <= now) {
-                self.stats.timeouts += 1;
-                self.complete(ctx, i, Err(RpcError::Timeout));
+            match r.deadline {
+                Some(d) if r.state == State::InFlight && d <= now => {
+                    self.stats.timeouts += 1;
+                    self.complete(ctx, i, Err(RpcError::Timeout));
+                }
+                Some(d) if r.state == State::InFlight => next = next.min(d),
+                _ => {}
             }
         }
+        self.deadline_floor = next;
     }
 
     /// Retry deferred continuations in order (a worker thread's job). Stops at the first
@@ -365,9 +382,12 @@ impl<Ctx: Runtime<F>, F: Copy, const CALLS: usize, const CONTS: usize, const TX:
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop()
     }
-    /// The earliest deadline of a call in flight.
+    /// When [`Self::handle_timeouts`] must run next: no call in flight has an earlier
+    /// deadline (the earliest exactly, unless calls finished since the last scan: then
+    /// possibly earlier, never later; `None`: no call has a deadline). O(1), so a runtime
+    /// may ask on every pass and sleep until then.
     pub fn poll_timeout(&self) -> Option<u64> {
-        self.records.iter().filter(|r| r.state == State::InFlight).filter_map(|r| r.deadline).min()
+        (self.deadline_floor != u64::MAX).then_some(self.deadline_floor)
     }
     /// Deferred continuations are waiting for [`Self::run_deferred`].
     pub fn has_deferred(&self) -> bool {
