@@ -34,20 +34,48 @@
 //! An open `/dev/gms0` pins the module (`owner = THIS_MODULE`), so `rmmod` refuses with
 //! `EBUSY`/`EAGAIN` while a process has it open, and unloads cleanly once it is closed.
 //!
-//! Parameters (`insmod trapeze.ko gms_disk_mb=16 …`, see `sys/blk.rs`): `gms_disk_mb`
+//! Parameters (`insmod trapeze.ko gms_disk_mb=16 …`, their table below): `gms_disk_mb`
 //! (0 = no disk), `gms_disk_timeout_ms`, the RAM backend's fault injection
 //! `gms_ram_fail_page` / `gms_ram_stall_page`, and the read-only `gms_disk_stats`.
-
-#![forbid(unsafe_code)]
+//!
+//! Imports go down only: `sys` (the blk-mq shell, parameters) and `stats`; the backends
+//! ([`ram`], `gms_backend`) use this module, never the other way round.
 
 pub(crate) mod ram;
 
 use crate::stats::SliceWriter;
 use crate::sys::blk::{Config, Disk, Driver, Op, Part, RqInfo};
-use crate::sys::param::Show;
+use crate::sys::param::{int_entry, modinfo, param_table, show_entry, IntParam, Show};
 use core::fmt::Write;
 use core::sync::atomic::{AtomicU64, Ordering};
 use kernel::{prelude::*, sync::Arc};
+
+/// `gms_disk_mb=`: size of `/dev/gms0` on the RAM backend in MiB; 0 (default): no disk.
+pub(crate) static DISK_MB: IntParam = IntParam::new(0);
+/// `gms_disk_timeout_ms=`: a request still pending after this fails (`BLK_STS_TIMEOUT`).
+static TIMEOUT_MS: IntParam = IntParam::new(30_000);
+/// `gms_ram_fail_page=`: the RAM backend fails every I/O of this page (-1: none).
+pub(crate) static RAM_FAIL_PAGE: IntParam = IntParam::new(-1);
+/// `gms_ram_stall_page=`: the RAM backend never completes I/O of this page (-1: none).
+pub(crate) static RAM_STALL_PAGE: IntParam = IntParam::new(-1);
+
+param_table!(PARAMS: 5 = [
+    int_entry(c"gms_disk_mb", &DISK_MB, &crate::THIS_MODULE),
+    int_entry(c"gms_disk_timeout_ms", &TIMEOUT_MS, &crate::THIS_MODULE),
+    int_entry(c"gms_ram_fail_page", &RAM_FAIL_PAGE, &crate::THIS_MODULE),
+    int_entry(c"gms_ram_stall_page", &RAM_STALL_PAGE, &crate::THIS_MODULE),
+    show_entry::<Stats>(c"gms_disk_stats", &crate::THIS_MODULE),
+]);
+
+modinfo!(T_DISK_MB, "parmtype=gms_disk_mb:int\0");
+modinfo!(P_DISK_MB, "parm=gms_disk_mb:size of /dev/gms0 in MiB, RAM backend (default 0: no disk)\0");
+modinfo!(T_TIMEOUT, "parmtype=gms_disk_timeout_ms:int\0");
+modinfo!(P_TIMEOUT, "parm=gms_disk_timeout_ms:requests pending longer fail (default 30000)\0");
+modinfo!(T_FAIL, "parmtype=gms_ram_fail_page:int\0");
+modinfo!(P_FAIL, "parm=gms_ram_fail_page:RAM backend fails I/O of this page (test; default -1)\0");
+modinfo!(T_STALL, "parmtype=gms_ram_stall_page:int\0");
+modinfo!(P_STALL, "parm=gms_ram_stall_page:RAM backend never completes this page (test; default -1)\0");
+modinfo!(P_STATS, "parm=gms_disk_stats:block device counters (read-only, text)\0");
 
 /// Bytes of a disk block and of a backend page.
 pub(crate) const PAGE_BYTES: usize = 4096;
@@ -230,7 +258,7 @@ impl GmsDisk {
         if pages == 0 || pages > MAX_DISK_MB * 1024 * 1024 / PAGE_BYTES as u64 {
             return Err(EINVAL);
         }
-        let timeout_ms = match crate::sys::blk::params::timeout_ms() {
+        let timeout_ms = match TIMEOUT_MS.get() {
             t @ 100..=600_000 => t as u32,
             t => {
                 pr_err!("gms_disk_timeout_ms={t}: must be 100 ..= 600000\n");
@@ -248,28 +276,6 @@ impl GmsDisk {
         let disk = Disk::new(&cfg, BlkDriver { backend, pages })?;
         pr_info!("gms0: {} MiB disk ({pages} pages of 4 KiB), timeout {timeout_ms} ms\n", pages / 256);
         Ok(Self { disk: Some(disk), pages })
-    }
-
-    /// `gms_disk_mb` > 0: a disk of that size on a [`ram::RamBackend`] (with the fault
-    /// injection parameters); 0: none.
-    pub(crate) fn ram_from_params() -> Result<Option<Self>> {
-        let mb = crate::sys::blk::params::disk_mb();
-        if mb == 0 {
-            return Ok(None);
-        }
-        if mb < 0 || mb as u64 > MAX_DISK_MB {
-            pr_err!("gms_disk_mb={mb}: must be 0 ..= {MAX_DISK_MB}\n");
-            return Err(EINVAL);
-        }
-        let pages = mb as u64 * 256;
-        let page_param = |v: i32| u64::try_from(v).ok();
-        let backend = ram::RamBackend::new(
-            pages,
-            page_param(crate::sys::blk::params::ram_fail_page()),
-            page_param(crate::sys::blk::params::ram_stall_page()),
-        )?;
-        let backend: Arc<dyn PageBackend> = Arc::new(backend, GFP_KERNEL)?;
-        Self::new(pages, backend).map(Some)
     }
 }
 

@@ -12,12 +12,13 @@
 //!   solicited frame: a hit at the version of the last write (or newer) fills the page; a
 //!   miss, a failure or an older version is an I/O error (the data was written and is gone).
 //! * Nothing waits: `read`/`write` (blk-mq's `queue_rq`, atomic context) queue the page
-//!   and issue what GMS has room for; completions arrive in [`KHost::completed`] on the
-//!   receive path (IRQ thread, core spinlock held), which fills the page and marks it
-//!   finished; `PageIo::complete` runs once the lock is released
-//!   ([`Shared::complete_disk`]: ending a block request may submit I/O again). The
-//!   backlog is issued after every input. GMS's own deadline fails an operation whose
-//!   member does not answer; blk-mq's timer is the last resort.
+//!   and issue what GMS has room for; completions arrive on the receive path (IRQ thread,
+//!   core spinlock held) and wait in the runtime's host until the driver settles the
+//!   client after the batch ([`Client::settle`], still under the lock), which fills the
+//!   page and marks it finished; `PageIo::complete` runs once the lock is released
+//!   ([`take_finished`]: ending a block request may submit I/O again). The backlog is
+//!   issued after every input. GMS's own deadline fails an operation whose member does
+//!   not answer; blk-mq's timer is the last resort.
 //! * **Read-ahead** (`gms_disk_readahead=N` > 0): reads go through `gms::readahead`; after
 //!   two sequential page reads the next N written pages are prefetched (getpages) into a
 //!   small page cache of frames ([`CACHE_PAGES`]); a read finds its page there, or waits
@@ -26,17 +27,37 @@
 //!   write is not cached. Readers of a prefetch that failed are queued as plain reads.
 //! * Teardown (remove): [`DiskState::fail_all`] completes every page still queued or in
 //!   flight with an error, before the disk goes.
+//!
+//! A client of the runtime: it uses `net` (the [`Core`] it keeps its state in, as
+//! [`DiskCore`]), `blk` and `stats`, never the driver, which owns the locking and the
+//! doorbell and calls these functions from blk-mq's `queue_rq`, the poll loop and the
+//! ticker.
 
-#![forbid(unsafe_code)]
-
-use crate::blk::{PageBackend, PageIo, PAGE_BYTES};
-use crate::driver::Shared;
-use crate::net::{Frame, KHost, MEMBERS, OPS};
+use crate::blk::{PageIo, PAGE_BYTES};
+use crate::net::stack::{Client, Core};
+use crate::net::{now_ns, Frame, KHost, MEMBERS, OPS};
 use crate::sys::dma::DmaBuf;
 use crate::tpz::gms::prelude::*;
 use crate::tpz::gms::readahead::{self, Decision, ReadAhead};
 use crate::tpz::netrpc::prelude::Mode;
-use kernel::{prelude::*, sync::Arc};
+use kernel::prelude::*;
+
+/// The runtime's core with the disk as its client (`None` until `/dev/gms0` exists).
+pub(crate) type DiskCore = Core<Option<DiskState>>;
+
+/// The disk's operations: their completions, after each batch.
+impl Client for Option<DiskState> {
+    fn settle(core: &mut DiskCore) {
+        let Core { node, client, .. } = core;
+        let slots = client.as_ref().map_or(0, |d| d.in_flight.len());
+        for slot in 0..slots {
+            let Some(op) = client.as_ref().and_then(|d| d.in_flight[slot].as_ref()).map(|f| f.op) else { continue };
+            if let Some(done) = node.host.take_done(op) {
+                complete(&mut node.host, client, &done);
+            }
+        }
+    }
+}
 
 /// The GMS space of the disk's pages.
 pub(crate) const DISK_SPACE: u64 = 0x6d73_6730; // "gms0"
@@ -112,7 +133,7 @@ pub(crate) struct DiskState {
     waiting: KVec<Option<(u64, PageIo)>>,
     /// Pages finished (result: ok?) and not yet completed: `PageIo::complete` ends the
     /// block request, whose completion path may submit I/O again (stacked devices), so it
-    /// never runs under the core spinlock ([`Shared::complete_disk`] runs it after).
+    /// never runs under the core spinlock ([`take_finished`] hands it out after).
     finished: KVec<Option<(PageIo, bool)>>,
     nfinished: usize,
 }
@@ -319,96 +340,96 @@ impl DiskState {
         }
         n
     }
+}
 
-    /// A GMS completion: a disk page's, handled here (`true`), or someone else's.
-    pub(crate) fn complete(host: &mut KHost, done: &Completion<Frame>) -> bool {
-        let Some(d) = host.disk.as_mut() else { return false };
-        let slot = usize::from(done.op.slot);
-        let Some(entry) = d.in_flight.get_mut(slot) else { return false };
-        if !entry.as_ref().is_some_and(|f| f.op == done.op) {
-            return false;
-        }
-        let Some(f) = entry.take() else { return false };
-        let page = done.page.page;
-        // A write's frame rode a send: retired (freed once it completed). A read's frame
-        // is released (its IPT entry disarmed) or, fetched ahead, cached; a moving read
-        // leaves GMS's frame with GMS.
-        let (verdict, retire, release) = match done.result {
-            OpResult::Put(PutResult::Stored { .. }) if f.write => {
-                if let Some(c) = crate::stats::PUTS_TO.get(usize::from(f.target)) {
-                    c.inc();
-                }
-                (Ok(()), Some(f.frame), None)
-            }
-            OpResult::Put(_) => (Err(EIO), Some(f.frame), None),
-            OpResult::Get(GetResult::Hit { version, frame, len, held, .. }) if !f.write => {
-                let good = version.0 >= f.version && (len as usize) >= PAGE_BYTES;
-                let r = if !good {
-                    Err(EIO)
-                } else {
-                    match (f.io.as_ref(), host.frame(frame)) {
-                        (Some(io), Some(buf)) => fill_from(io, buf),
-                        (None, _) if f.prefetch => Ok(()),
-                        (None, _) => Err(EIO),
-                        (_, None) => Err(EINVAL),
-                    }
-                };
-                let mut release = Some(if held { f.frame } else { frame });
-                let mut cache_it = false;
-                if let Some(d) = host.disk.as_mut() {
-                    // Readers parked on this fetch get the same bytes (or are queued again).
-                    let buf = if good { host.ep.frame(frame) } else { None };
-                    d.wake(page, buf);
-                    if f.ra {
-                        let _ = d.ra.complete(DISK_SPACE, page, good);
-                    }
-                    let current = d.versions.get(page as usize).is_some_and(|&v| version.0 >= v);
-                    cache_it = f.prefetch && good && current && !held && d.ra_on;
-                }
-                if cache_it {
-                    // A frame whose IPT entry stays busy is leaked (counted), never cached.
-                    release = match host.disarm_frame(frame) {
-                        true => host.disk.as_mut().map_or(Some(frame), |d| d.insert_cache(page, version.0, frame)),
-                        false => None,
-                    };
-                }
-                (r, None, release)
-            }
-            OpResult::Get(GetResult::Miss { frame, .. }) => {
-                if let Some(d) = host.disk.as_mut() {
-                    d.wake(page, None);
-                    if f.ra {
-                        let _ = d.ra.complete(DISK_SPACE, page, false);
-                    }
-                }
-                (Err(EIO), None, frame)
-            }
-            _ => (Err(EIO), None, Some(f.frame)),
-        };
-        if let (Some(d), true) = (host.disk.as_mut(), f.prefetch) {
-            d.counters.prefetches += 1;
-        }
-        if let Some(io) = f.io {
-            match host.disk.as_mut() {
-                Some(d) => {
-                    match verdict {
-                        Ok(()) if f.write => d.counters.writes_ok += 1,
-                        Ok(()) => d.counters.reads_ok += 1,
-                        Err(_) => d.counters.errors += 1,
-                    }
-                    d.finish(io, verdict);
-                }
-                None => io.complete(verdict),
-            }
-        }
-        if let Some(r) = retire {
-            host.retire(r);
-        }
-        if let Some(r) = release {
-            host.release(r);
-        }
-        true
+/// A GMS completion: a disk page's, handled here (`true`), or someone else's.
+fn complete(host: &mut KHost, disk: &mut Option<DiskState>, done: &Completion<Frame>) -> bool {
+    let Some(d) = disk.as_mut() else { return false };
+    let slot = usize::from(done.op.slot);
+    let Some(entry) = d.in_flight.get_mut(slot) else { return false };
+    if !entry.as_ref().is_some_and(|f| f.op == done.op) {
+        return false;
     }
+    let Some(f) = entry.take() else { return false };
+    let page = done.page.page;
+    // A write's frame rode a send: retired (freed once it completed). A read's frame
+    // is released (its IPT entry disarmed) or, fetched ahead, cached; a moving read
+    // leaves GMS's frame with GMS.
+    let (verdict, retire, release) = match done.result {
+        OpResult::Put(PutResult::Stored { .. }) if f.write => {
+            if let Some(c) = crate::stats::PUTS_TO.get(usize::from(f.target)) {
+                c.inc();
+            }
+            (Ok(()), Some(f.frame), None)
+        }
+        OpResult::Put(_) => (Err(EIO), Some(f.frame), None),
+        OpResult::Get(GetResult::Hit { version, frame, len, held, .. }) if !f.write => {
+            let good = version.0 >= f.version && (len as usize) >= PAGE_BYTES;
+            let r = if !good {
+                Err(EIO)
+            } else {
+                match (f.io.as_ref(), host.frame(frame)) {
+                    (Some(io), Some(buf)) => fill_from(io, buf),
+                    (None, _) if f.prefetch => Ok(()),
+                    (None, _) => Err(EIO),
+                    (_, None) => Err(EINVAL),
+                }
+            };
+            let mut release = Some(if held { f.frame } else { frame });
+            let mut cache_it = false;
+            if let Some(d) = disk.as_mut() {
+                // Readers parked on this fetch get the same bytes (or are queued again).
+                let buf = if good { host.ep.frame(frame) } else { None };
+                d.wake(page, buf);
+                if f.ra {
+                    let _ = d.ra.complete(DISK_SPACE, page, good);
+                }
+                let current = d.versions.get(page as usize).is_some_and(|&v| version.0 >= v);
+                cache_it = f.prefetch && good && current && !held && d.ra_on;
+            }
+            if cache_it {
+                // A frame whose IPT entry stays busy is leaked (counted), never cached.
+                release = match host.disarm_frame(frame) {
+                    true => disk.as_mut().map_or(Some(frame), |d| d.insert_cache(page, version.0, frame)),
+                    false => None,
+                };
+            }
+            (r, None, release)
+        }
+        OpResult::Get(GetResult::Miss { frame, .. }) => {
+            if let Some(d) = disk.as_mut() {
+                d.wake(page, None);
+                if f.ra {
+                    let _ = d.ra.complete(DISK_SPACE, page, false);
+                }
+            }
+            (Err(EIO), None, frame)
+        }
+        _ => (Err(EIO), None, Some(f.frame)),
+    };
+    if let (Some(d), true) = (disk.as_mut(), f.prefetch) {
+        d.counters.prefetches += 1;
+    }
+    if let Some(io) = f.io {
+        match disk.as_mut() {
+            Some(d) => {
+                match verdict {
+                    Ok(()) if f.write => d.counters.writes_ok += 1,
+                    Ok(()) => d.counters.reads_ok += 1,
+                    Err(_) => d.counters.errors += 1,
+                }
+                d.finish(io, verdict);
+            }
+            None => io.complete(verdict),
+        }
+    }
+    if let Some(r) = retire {
+        host.retire(r);
+    }
+    if let Some(r) = release {
+        host.release(r);
+    }
+    true
 }
 
 /// Copy a frame's first page into a read's request.
@@ -431,320 +452,283 @@ fn copy_into(io: &PageIo, buf: &DmaBuf) -> Result {
     Ok(())
 }
 
-impl Shared {
-    /// Issue backlogged disk pages while GMS has operation slots and frames. Returns
-    /// whether anything was issued (flush after).
-    pub(crate) fn issue_disk(core: &mut crate::driver::Core, now: u64) -> bool {
-        let mut issued = false;
-        loop {
-            let c = &mut *core;
-            let coordinator = c.node.lru_coordinator();
-            let Some(d) = c.node.host.disk.as_ref() else { return issued };
-            if d.queued == 0 || c.node.ops_in_use() + OPS_RESERVE >= OPS || c.node.host.free_frames() < 2 {
-                return issued;
-            }
-            let Some(d) = c.node.host.disk.as_mut() else { return issued };
-            let Some((page, io, write, ra)) = d.pop() else { return issued };
-            let id = PageId::new(DISK_SPACE, page);
-            let Some(v) = d.versions.get(page as usize).copied() else {
-                d.fail(io);
+/// Issue backlogged disk pages while GMS has operation slots and frames. Returns
+/// whether anything was issued (flush after).
+pub(crate) fn issue(core: &mut DiskCore, now: u64) -> bool {
+    issue_disk(core, now) | issue_prefetches(core, now)
+}
+
+fn issue_disk(core: &mut DiskCore, now: u64) -> bool {
+    let mut issued = false;
+    loop {
+        let c = &mut *core;
+        let coordinator = c.node.lru_coordinator();
+        let Some(d) = c.client.as_ref() else { return issued };
+        if d.queued == 0 || c.node.ops_in_use() + OPS_RESERVE >= OPS || c.node.host.free_frames() < 2 {
+            return issued;
+        }
+        let Some(d) = c.client.as_mut() else { return issued };
+        let Some((page, io, write, ra)) = d.pop() else { return issued };
+        let id = PageId::new(DISK_SPACE, page);
+        let Some(v) = d.versions.get(page as usize).copied() else {
+            d.fail(io);
+            continue;
+        };
+        if write {
+            let targets = &d.targets[..d.ntargets];
+            let target = match c.lru.choose_target(coordinator, |t| targets.contains(&t)) {
+                Some(t) => {
+                    crate::stats::STATS.lru_puts_by_plan.inc();
+                    t
+                }
+                None => {
+                    crate::stats::STATS.lru_puts_fallback.inc();
+                    let t = d.targets[d.next_target % d.ntargets];
+                    d.next_target = d.next_target.wrapping_add(1);
+                    t
+                }
+            };
+            let Some(f) = c.node.host.alloc() else {
+                fail_io(c, io);
                 continue;
             };
-            if write {
-                let targets = &d.targets[..d.ntargets];
-                let target = match c.lru.choose_target(coordinator, |t| targets.contains(&t)) {
-                    Some(t) => {
-                        crate::stats::STATS.lru_puts_by_plan.inc();
-                        t
-                    }
-                    None => {
-                        crate::stats::STATS.lru_puts_fallback.inc();
-                        let t = d.targets[d.next_target % d.ntargets];
-                        d.next_target = d.next_target.wrapping_add(1);
-                        t
-                    }
-                };
-                let Some(f) = c.node.host.alloc() else {
-                    fail_io(c, io);
-                    continue;
-                };
-                let ok = c.node.host.frame(f).is_some_and(|b| copy_into(&io, b).is_ok());
-                if !ok {
-                    c.node.host.release(f);
-                    fail_io(c, io);
-                    continue;
-                }
-                let nv = v + 1;
-                match c.node.putpage(
-                    now,
-                    &mut c.rpc,
-                    id,
-                    Version(nv),
-                    f,
-                    PAGE_BYTES as u32,
-                    target,
-                    false,
-                    Mode::NonBlocking,
-                ) {
-                    Ok(op) => {
-                        let d = c.node.host.disk.as_mut();
-                        if let Some(d) = d {
-                            d.versions[page as usize] = nv;
-                            d.in_flight[usize::from(op.slot)] = Some(InFlight {
-                                target,
-                                op,
-                                io: Some(io),
-                                frame: f,
-                                write: true,
-                                version: nv,
-                                ra: false,
-                                prefetch: false,
-                            });
-                        }
-                        issued = true;
-                    }
-                    Err(_) => {
-                        c.node.host.release(f);
-                        fail_io(c, io);
-                    }
-                }
-            } else {
-                let Some(reply_to) = c.node.host.solicit() else {
-                    fail_read(c, page, io, ra);
-                    continue;
-                };
-                let Some(&f) = reply_to.caller_frame() else {
-                    fail_read(c, page, io, ra);
-                    continue;
-                };
-                match c.node.getpage(now, &mut c.rpc, id, reply_to, Mode::NonBlocking) {
-                    Ok(op) => {
-                        // A getpage answered locally completed inside the call (and found no
-                        // in-flight entry): handle that completion now.
-                        let slot = usize::from(op.slot);
-                        if let Some(d) = c.node.host.disk.as_mut() {
-                            d.in_flight[slot] = Some(InFlight {
-                                target: 0,
-                                op,
-                                io: Some(io),
-                                frame: f,
-                                write: false,
-                                version: v,
-                                ra,
-                                prefetch: false,
-                            });
-                        }
-                        if let Some(done) = c.node.host.take_done(op) {
-                            DiskState::complete(&mut c.node.host, &done);
-                        }
-                        issued = true;
-                    }
-                    Err(_) => {
-                        c.node.host.release(f);
-                        fail_read(c, page, io, ra);
-                    }
-                }
+            let ok = c.node.host.frame(f).is_some_and(|b| copy_into(&io, b).is_ok());
+            if !ok {
+                c.node.host.release(f);
+                fail_io(c, io);
+                continue;
             }
-        }
-    }
-
-    /// Issue the prefetches read-ahead wants, while GMS has room.
-    pub(crate) fn issue_prefetches(core: &mut crate::driver::Core, now: u64) -> bool {
-        let mut issued = false;
-        loop {
-            let c = &mut *core;
-            if c.node.ops_in_use() + OPS_RESERVE + 4 >= OPS || c.node.host.free_frames() < 8 {
-                return issued;
-            }
-            let Some(d) = c.node.host.disk.as_mut() else { return issued };
-            if !d.ra_on {
-                return issued;
-            }
-            let DiskState { ra, versions, cache, .. } = d;
-            // Pages never written read as zeros; cached ones need no fetch.
-            let skip = |_s: u64, p: u64| {
-                versions.get(p as usize).map_or(true, |&v| v == 0)
-                    || cache.iter().any(|x| x.is_some_and(|x| x.page == p))
-            };
-            let Some(p) = ra.poll_prefetch(skip) else { return issued };
-            let page = p.page;
-            let v = versions.get(page as usize).copied().unwrap_or(0);
-            let Some(reply_to) = c.node.host.solicit() else {
-                if let Some(d) = c.node.host.disk.as_mut() {
-                    let _ = d.ra.complete(DISK_SPACE, page, false);
-                }
-                return issued;
-            };
-            let Some(&f) = reply_to.caller_frame() else { return issued };
-            match c.node.getpage(now, &mut c.rpc, PageId::new(DISK_SPACE, page), reply_to, Mode::NonBlocking) {
+            let nv = v + 1;
+            match c.node.putpage(
+                now,
+                &mut c.rpc,
+                id,
+                Version(nv),
+                f,
+                PAGE_BYTES as u32,
+                target,
+                false,
+                Mode::NonBlocking,
+            ) {
                 Ok(op) => {
-                    if let Some(d) = c.node.host.disk.as_mut() {
+                    let d = c.client.as_mut();
+                    if let Some(d) = d {
+                        d.versions[page as usize] = nv;
                         d.in_flight[usize::from(op.slot)] = Some(InFlight {
-                            target: 0,
+                            target,
                             op,
-                            io: None,
+                            io: Some(io),
                             frame: f,
-                            write: false,
-                            version: v,
-                            ra: true,
-                            prefetch: true,
+                            write: true,
+                            version: nv,
+                            ra: false,
+                            prefetch: false,
                         });
-                    }
-                    if let Some(done) = c.node.host.take_done(op) {
-                        DiskState::complete(&mut c.node.host, &done);
                     }
                     issued = true;
                 }
                 Err(_) => {
                     c.node.host.release(f);
-                    if let Some(d) = c.node.host.disk.as_mut() {
-                        let _ = d.ra.complete(DISK_SPACE, page, false);
-                    }
-                    return issued;
+                    fail_io(c, io);
                 }
             }
-        }
-    }
-
-    /// A disk page from blk-mq (atomic context): zeros for a page never written, else
-    /// queued for GMS; then complete what finished.
-    fn disk_io(&self, page: u64, io: PageIo, write: bool) {
-        self.disk_io_locked(page, io, write);
-        self.complete_disk();
-    }
-
-    /// Complete the pages that finished under the core lock (any context; the lock is
-    /// not held).
-    pub(crate) fn complete_disk(&self) {
-        loop {
-            let mut batch: [Option<(PageIo, bool)>; 16] = [const { None }; 16];
-            let n = match self.core.lock().node.host.disk.as_mut() {
-                Some(d) => d.take_finished(&mut batch),
-                None => 0,
+        } else {
+            let Some(reply_to) = c.node.host.solicit() else {
+                fail_read(c, page, io, ra);
+                continue;
             };
-            for (io, ok) in batch.iter_mut().filter_map(Option::take) {
-                io.complete(if ok { Ok(()) } else { Err(EIO) });
-            }
-            if n < batch.len() {
-                return;
-            }
-        }
-    }
-
-    fn disk_io_locked(&self, page: u64, io: PageIo, write: bool) {
-        let sent = {
-            let mut core = self.core.lock();
-            let c = &mut *core;
-            let closing = self.is_closing();
-            let Some(d) = c.node.host.disk.as_mut() else {
-                io.complete(Err(EIO));
-                return;
+            let Some(&f) = reply_to.caller_frame() else {
+                fail_read(c, page, io, ra);
+                continue;
             };
-            if closing {
-                d.fail(io);
-                return;
-            }
-            match d.versions.get(page as usize) {
-                None => {
-                    d.fail(io);
-                    return;
-                }
-                Some(0) if !write => {
-                    let r = io.fill_zero();
-                    if r.is_ok() {
-                        d.counters.reads_zero += 1;
-                    } else {
-                        d.counters.errors += 1;
+            match c.node.getpage(now, &mut c.rpc, id, reply_to, Mode::NonBlocking) {
+                Ok(op) => {
+                    // A getpage answered locally completed inside the call (and found no
+                    // in-flight entry): handle that completion now.
+                    let slot = usize::from(op.slot);
+                    if let Some(d) = c.client.as_mut() {
+                        d.in_flight[slot] = Some(InFlight {
+                            target: 0,
+                            op,
+                            io: Some(io),
+                            frame: f,
+                            write: false,
+                            version: v,
+                            ra,
+                            prefetch: false,
+                        });
                     }
-                    d.finish(io, r);
-                    return;
+                    if let Some(done) = c.node.host.take_done(op) {
+                        complete(&mut c.node.host, &mut c.client, &done);
+                    }
+                    issued = true;
                 }
-                Some(_) => {}
-            }
-            let mut ra = false;
-            if write {
-                if let Some(f) = d.uncache(page) {
+                Err(_) => {
                     c.node.host.release(f);
+                    fail_read(c, page, io, ra);
                 }
-            } else if d.ra_on {
-                let v = d.versions.get(page as usize).copied().unwrap_or(0);
-                let hit = d.cached(page, v);
-                match d.ra.on_access(DISK_SPACE, page, hit.is_some()) {
-                    Decision::Hit => {
-                        if let Some(cached) = hit.and_then(|i| d.cache[i]) {
-                            let r = match c.node.host.frame(cached.frame) {
-                                Some(buf) => fill_from(&io, buf),
-                                None => Err(EINVAL),
-                            };
-                            match c.node.host.disk.as_mut() {
-                                Some(d) => {
-                                    if r.is_ok() {
-                                        d.counters.reads_cache += 1;
-                                    } else {
-                                        d.counters.errors += 1;
-                                    }
-                                    d.finish(io, r);
-                                }
-                                None => io.complete(r),
-                            }
-                            let now = crate::driver::now_ns();
-                            let sent = Self::issue_prefetches(c, now);
-                            drop(core);
-                            if sent {
-                                self.ring_nic();
-                            }
-                            return;
-                        }
-                    }
-                    Decision::WaitFor(_) => match d.park(page, io) {
-                        Ok(()) => return,
-                        Err(back) => {
-                            if let Err(io) = d.push(page, back, false, false) {
-                                d.fail(io);
-                            }
-                            return;
-                        }
-                    },
-                    Decision::Fetch(id) => ra = id.is_some(),
-                }
-                let Some(d) = c.node.host.disk.as_mut() else { return };
-                if let Err(io) = d.push(page, io, write, ra) {
-                    if ra {
-                        let _ = d.ra.complete(DISK_SPACE, page, false);
-                    }
-                    d.fail(io);
-                    return;
-                }
-                let now = crate::driver::now_ns();
-                let a = Self::issue_disk(c, now);
-                let b = Self::issue_prefetches(c, now);
-                return_sent(a | b, c, self);
-                return;
             }
-            let Some(d) = c.node.host.disk.as_mut() else { return };
-            if let Err(io) = d.push(page, io, write, ra) {
-                d.fail(io);
-                return;
-            }
-            Self::issue_disk(c, crate::driver::now_ns()) && c.flush()
-        };
-        if sent {
-            self.ring_nic();
         }
     }
 }
 
-/// Flush after issuing (under the lock) and ring the doorbell if anything was posted.
-fn return_sent(issued: bool, c: &mut crate::driver::Core, s: &Shared) {
-    if issued && c.flush() {
-        s.ring_nic();
+/// Issue the prefetches read-ahead wants, while GMS has room.
+fn issue_prefetches(core: &mut DiskCore, now: u64) -> bool {
+    let mut issued = false;
+    loop {
+        let c = &mut *core;
+        if c.node.ops_in_use() + OPS_RESERVE + 4 >= OPS || c.node.host.free_frames() < 8 {
+            return issued;
+        }
+        let Some(d) = c.client.as_mut() else { return issued };
+        if !d.ra_on {
+            return issued;
+        }
+        let DiskState { ra, versions, cache, .. } = d;
+        // Pages never written read as zeros; cached ones need no fetch.
+        let skip = |_s: u64, p: u64| {
+            versions.get(p as usize).map_or(true, |&v| v == 0) || cache.iter().any(|x| x.is_some_and(|x| x.page == p))
+        };
+        let Some(p) = ra.poll_prefetch(skip) else { return issued };
+        let page = p.page;
+        let v = versions.get(page as usize).copied().unwrap_or(0);
+        let Some(reply_to) = c.node.host.solicit() else {
+            if let Some(d) = c.client.as_mut() {
+                let _ = d.ra.complete(DISK_SPACE, page, false);
+            }
+            return issued;
+        };
+        let Some(&f) = reply_to.caller_frame() else { return issued };
+        match c.node.getpage(now, &mut c.rpc, PageId::new(DISK_SPACE, page), reply_to, Mode::NonBlocking) {
+            Ok(op) => {
+                if let Some(d) = c.client.as_mut() {
+                    d.in_flight[usize::from(op.slot)] = Some(InFlight {
+                        target: 0,
+                        op,
+                        io: None,
+                        frame: f,
+                        write: false,
+                        version: v,
+                        ra: true,
+                        prefetch: true,
+                    });
+                }
+                if let Some(done) = c.node.host.take_done(op) {
+                    complete(&mut c.node.host, &mut c.client, &done);
+                }
+                issued = true;
+            }
+            Err(_) => {
+                c.node.host.release(f);
+                if let Some(d) = c.client.as_mut() {
+                    let _ = d.ra.complete(DISK_SPACE, page, false);
+                }
+                return issued;
+            }
+        }
+    }
+}
+
+/// Move up to `out.len()` pages that finished into `out` (under the core lock); the
+/// caller completes them once the lock is released. How many.
+pub(crate) fn take_finished(core: &mut DiskCore, out: &mut [Option<(PageIo, bool)>]) -> usize {
+    core.client.as_mut().map_or(0, |d| d.take_finished(out))
+}
+
+/// A disk page from blk-mq (atomic context, core lock held): zeros for a page never
+/// written, a read-ahead cache hit, parked on a pending fetch, else queued for GMS and
+/// issued. `closing`: the NIC is going away, the page fails. Whether anything was issued
+/// (the caller flushes and rings the doorbell).
+pub(crate) fn submit(c: &mut DiskCore, page: u64, io: PageIo, write: bool, closing: bool) -> bool {
+    {
+        let Some(d) = c.client.as_mut() else {
+            io.complete(Err(EIO));
+            return false;
+        };
+        if closing {
+            d.fail(io);
+            return false;
+        }
+        match d.versions.get(page as usize) {
+            None => {
+                d.fail(io);
+                return false;
+            }
+            Some(0) if !write => {
+                let r = io.fill_zero();
+                if r.is_ok() {
+                    d.counters.reads_zero += 1;
+                } else {
+                    d.counters.errors += 1;
+                }
+                d.finish(io, r);
+                return false;
+            }
+            Some(_) => {}
+        }
+        let mut ra = false;
+        if write {
+            if let Some(f) = d.uncache(page) {
+                c.node.host.release(f);
+            }
+        } else if d.ra_on {
+            let v = d.versions.get(page as usize).copied().unwrap_or(0);
+            let hit = d.cached(page, v);
+            match d.ra.on_access(DISK_SPACE, page, hit.is_some()) {
+                Decision::Hit => {
+                    if let Some(cached) = hit.and_then(|i| d.cache[i]) {
+                        let r = match c.node.host.frame(cached.frame) {
+                            Some(buf) => fill_from(&io, buf),
+                            None => Err(EINVAL),
+                        };
+                        match c.client.as_mut() {
+                            Some(d) => {
+                                if r.is_ok() {
+                                    d.counters.reads_cache += 1;
+                                } else {
+                                    d.counters.errors += 1;
+                                }
+                                d.finish(io, r);
+                            }
+                            None => io.complete(r),
+                        }
+                        return issue_prefetches(c, now_ns());
+                    }
+                }
+                Decision::WaitFor(_) => match d.park(page, io) {
+                    Ok(()) => return false,
+                    Err(back) => {
+                        if let Err(io) = d.push(page, back, false, false) {
+                            d.fail(io);
+                        }
+                        return false;
+                    }
+                },
+                Decision::Fetch(id) => ra = id.is_some(),
+            }
+            let Some(d) = c.client.as_mut() else { return false };
+            if let Err(io) = d.push(page, io, write, ra) {
+                if ra {
+                    let _ = d.ra.complete(DISK_SPACE, page, false);
+                }
+                d.fail(io);
+                return false;
+            }
+            return issue(c, now_ns());
+        }
+        let Some(d) = c.client.as_mut() else { return false };
+        if let Err(io) = d.push(page, io, write, ra) {
+            d.fail(io);
+            return false;
+        }
+        issue_disk(c, now_ns())
     }
 }
 
 /// A read that could not be issued: fail it, and end its read-ahead entry (its parked
 /// readers are queued as plain reads).
-fn fail_read(c: &mut crate::driver::Core, page: u64, io: PageIo, ra: bool) {
-    if let Some(d) = c.node.host.disk.as_mut() {
+fn fail_read(c: &mut DiskCore, page: u64, io: PageIo, ra: bool) {
+    if let Some(d) = c.client.as_mut() {
         if ra {
             let _ = d.ra.complete(DISK_SPACE, page, false);
             d.wake(page, None);
@@ -753,23 +737,9 @@ fn fail_read(c: &mut crate::driver::Core, page: u64, io: PageIo, ra: bool) {
     fail_io(c, io);
 }
 
-fn fail_io(c: &mut crate::driver::Core, io: PageIo) {
-    match c.node.host.disk.as_mut() {
+fn fail_io(c: &mut DiskCore, io: PageIo) {
+    match c.client.as_mut() {
         Some(d) => d.fail(io),
         None => io.complete(Err(EIO)),
-    }
-}
-
-/// The backend `/dev/gms0` calls.
-pub(crate) struct GmsBackend {
-    pub(crate) shared: Arc<Shared>,
-}
-
-impl PageBackend for GmsBackend {
-    fn read(&self, page: u64, io: PageIo) {
-        self.shared.disk_io(page, io, false);
-    }
-    fn write(&self, page: u64, io: PageIo) {
-        self.shared.disk_io(page, io, true);
     }
 }

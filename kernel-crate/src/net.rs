@@ -7,18 +7,20 @@
 //! them: one attached to each receive slot and swapped out for an unsolicited payload, a
 //! caller frame armed in the IPT for a solicited reply, frames waiting in limbo for the
 //! sends that carry them. [`KHost`] is GMS's [`Host`] over that port: it adds the
-//! completions, the ping test's transmit frames, and serves the [`Echo`] operation beside
-//! GMS (`serve_other`).
+//! completions of nonblocking operations (kept by operation slot until their issuer takes
+//! them: the disk after each batch, a test in its loop), the transmit frames of the
+//! driver's own messages, the global LRU's inbox, and serves GMS heartbeats beside GMS
+//! (`serve_other`; other operations go to the service the driver plugs in, the self-tests'
+//! echo). [`stack::Core`] is NetRPC, the GMS node and the global LRU over this host.
 //!
-//! Everything here runs under the driver's core spinlock (`driver::Core`): in the IRQ
-//! thread, in the deferred-continuation work item, or in process context — never sleeps,
-//! never allocates (every container is sized at probe).
+//! The runtime layer: it uses `sys`, `nicmem`, `stats` and the shared crates, never the
+//! driver, the disk or the self-tests, which use it. Everything here runs under the
+//! driver's core spinlock: in the IRQ thread, in the deferred-continuation work item, or
+//! in process context — never sleeps, never allocates (every container is sized at probe).
 
-#![forbid(unsafe_code)]
+pub(crate) mod stack;
 
-use crate::gms_backend::DiskState;
 use crate::nicmem::BarMem;
-use crate::proto;
 use crate::stats::STATS;
 use crate::sys::dma::DmaBuf;
 use crate::tpz::endpoint::{Endpoint, RecvMsg, SendError, SendMsg};
@@ -29,7 +31,6 @@ use crate::tpz::iface::layout::Counter;
 use crate::tpz::netrpc::prelude::*;
 use crate::tpz::runtime::port::{Port, SetupError, RPC_COOKIE};
 use crate::tpz::runtime::{FrameMem, Storage};
-use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use kernel::prelude::*;
 
 /// A frame: index into [`KHost::pool`].
@@ -59,33 +60,15 @@ pub(crate) type NetRpc = Rpc<Node, Frame, CALLS, CONTS, TXQ>;
 /// Send-ring-full retries (reaping in between) before a transmit is dropped.
 const POST_TRIES: u32 = 10_000;
 
-/// NetRPC echo: the server answers with the request's body and a payload of `len` bytes
-/// of the [`proto::pattern`] of `seq`, tagged with the caller's IPT token (solicited).
-/// Body: `seq`, `len`, CRC-32 of the pattern (little-endian `u32`s).
-pub(crate) struct Echo;
-impl Operation for Echo {
-    const OP: u16 = 0x7E01;
-    type Request = Bytes<12>;
-    type Reply = Bytes<12>;
+/// The NetRPC and GMS clock: monotonic ns.
+pub(crate) fn now_ns() -> u64 {
+    kernel::time::Ktime::ktime_get().to_ns().max(0) as u64
 }
 
-/// Error code (≥ 64) an echo server answers when it has no free frame or a bad length.
-const ECHO_NO_FRAME: u16 = 64;
-const ECHO_BAD_LEN: u16 = 65;
-
-impl Echo {
-    pub(crate) fn body(seq: u32, len: u32) -> Bytes<12> {
-        let mut b = [0u8; 12];
-        b[0..4].copy_from_slice(&seq.to_le_bytes());
-        b[4..8].copy_from_slice(&len.to_le_bytes());
-        b[8..12].copy_from_slice(&proto::pattern_crc(seq, len as usize).to_le_bytes());
-        Bytes(b)
-    }
-    fn parse(b: &[u8]) -> Option<(u32, u32, u32)> {
-        let w = |i: usize| -> Option<u32> { Some(u32::from_le_bytes(b.get(4 * i..4 * i + 4)?.try_into().ok()?)) };
-        Some((w(0)?, w(1)?, w(2)?))
-    }
-}
+/// A service for operations GMS and the runtime do not know (the self-tests' echo):
+/// called from `serve_other` on the receive path (core spinlock held, must not sleep).
+/// The request's unsolicited payload frame, if any, is already released.
+pub(crate) type Serve = fn(&mut KHost, &Incoming<'_, Frame>) -> Action<Frame>;
 
 /// The kernel's frames: coherent DMA buffers of [`FRAME_BYTES`]; a frame is an index.
 pub(crate) struct Pool(pub(crate) KVVec<DmaBuf>);
@@ -164,30 +147,20 @@ impl Ep {
     }
 }
 
-/// Outcome slots of the echo test (0 pending, 1 verified, 2 wrong).
-pub(crate) struct EchoState {
-    /// Held by the issuing thread while it "holds a lock the continuation needs": the
-    /// continuation then returns `false` and is deferred to the work item.
-    pub(crate) busy: AtomicBool,
-    pub(crate) result: AtomicU32,
-    /// Where the continuation ran: 1 the receive path (IRQ thread), 2 the work item.
-    pub(crate) ran_in: AtomicU32,
-}
-
 /// What GMS and NetRPC need from the kernel: the port (endpoint and frames), completions.
 pub(crate) struct KHost {
     pub(crate) ep: Ep,
     /// Nonblocking GMS completions, by operation slot.
     done: [Option<Completion<Frame>>; OPS],
-    /// The ping test's transmit frames (bit `i` of `tx_busy`: posted, not yet reaped).
+    /// Transmit frames of the driver's own messages (the ping test's; bit `i` of
+    /// `tx_busy`: posted, not yet reaped).
     pub(crate) tx: KVec<DmaBuf>,
     pub(crate) tx_busy: u32,
-    pub(crate) echo: EchoState,
     /// The work item is running NetRPC's deferred continuations.
     pub(crate) in_work: bool,
-    /// `/dev/gms0`'s pages, with the GMS backend (`gms_disk_pages=`).
-    pub(crate) disk: Option<DiskState>,
-    /// Global-LRU messages received, for [`crate::driver::Core`]'s `lru` after the batch:
+    /// Serves the operations nobody else knows (`None`: they are refused).
+    pub(crate) serve: Option<Serve>,
+    /// Global-LRU messages received, for [`stack::Core`]'s `lru` after the batch:
     /// `lru_inbox[..lru_queued]`.
     pub(crate) lru_inbox: KVVec<LruMsg>,
     pub(crate) lru_queued: usize,
@@ -205,9 +178,8 @@ impl KHost {
             done: [None; OPS],
             tx: KVec::new(),
             tx_busy: 0,
-            echo: EchoState { busy: AtomicBool::new(false), result: AtomicU32::new(0), ran_in: AtomicU32::new(0) },
             in_work: false,
-            disk: None,
+            serve: None,
             lru_inbox: KVVec::new(),
             lru_queued: 0,
         }
@@ -340,10 +312,9 @@ impl Host<Frame> for KHost {
     fn dropped(&mut self, _page: PageId, frame: Frame, _dirty: bool) {
         self.retire(frame);
     }
+    /// Kept by operation slot until the issuer takes it ([`KHost::take_done`]): the disk
+    /// after each batch ([`stack::Client::settle`]), a test in its loop. Nothing runs here.
     fn completed(&mut self, done: Completion<Frame>) {
-        if DiskState::complete(self, &done) {
-            return;
-        }
         if let Some(s) = self.done.get_mut(usize::from(done.op.slot)) {
             *s = Some(done);
         }
@@ -370,157 +341,11 @@ impl Host<Frame> for KHost {
             }
             return Action::Done;
         }
-        if inc.op != Echo::OP {
-            return Action::Error(RpcError::UnknownOp);
+        match self.serve {
+            Some(serve) => serve(self, inc),
+            None => Action::Error(RpcError::UnknownOp),
         }
-        let Some((seq, len, _)) = Echo::parse(inc.body) else {
-            return Action::Error(RpcError::Malformed);
-        };
-        if len as usize > FRAME_BYTES {
-            return Action::Error(RpcError::Remote(ECHO_BAD_LEN));
-        }
-        if len == 0 {
-            if seq == 0 {
-                STATS.heartbeats.inc();
-            } else {
-                STATS.echo_served.inc();
-            }
-            return Action::reply(&Echo::body(seq, 0), None);
-        }
-        let Some(f) = self.alloc() else {
-            return Action::Error(RpcError::Remote(ECHO_NO_FRAME));
-        };
-        let mut chunk = [0u8; 64];
-        let mut off = 0;
-        while off < len as usize {
-            let n = (len as usize - off).min(chunk.len());
-            proto::pattern(seq, off, &mut chunk[..n]);
-            if !self.ep.frame(f).is_some_and(|b| b.write(off, &chunk[..n]).is_ok()) {
-                self.release(f);
-                return Action::Error(RpcError::Remote(ECHO_BAD_LEN));
-            }
-            off += n;
-        }
-        // The reply carries the frame: free it after that send.
-        self.retire(f);
-        STATS.echo_served.inc();
-        Action::reply(&Echo::body(seq, len), if len > 0 { Some((f, len)) } else { None })
     }
-}
-
-/// Check an echo reply against request `seq` of `len` bytes: the body, then the payload
-/// byte for byte. Releases the reply's frame.
-pub(crate) fn check_echo(
-    host: &mut KHost,
-    o: &Outcome<Frame>,
-    seq: u32,
-    len: u32,
-) -> core::result::Result<(), &'static str> {
-    let r = match o {
-        Ok(r) => r,
-        Err(_) => return Err("the call failed"),
-    };
-    let frame = match r.payload {
-        Payload::Frame { frame, .. } | Payload::Buffer { frame, .. } => Some(frame),
-        Payload::None => None,
-    };
-    let verdict = (|| {
-        let (s, l, crc) = Echo::parse(r.body.as_slice()).ok_or("malformed reply body")?;
-        if (s, l) != (seq, len) || crc != proto::pattern_crc(seq, len as usize) {
-            return Err("reply body differs from the request");
-        }
-        let got_len = match r.payload {
-            Payload::Frame { len, .. } | Payload::Buffer { len, .. } => len,
-            Payload::None => 0,
-        };
-        if got_len != len {
-            return Err("reply payload has the wrong length");
-        }
-        match frame {
-            Some(f) => compare(host.frame(f).ok_or("bad frame")?, seq, len as usize),
-            None if len == 0 => Ok(()),
-            None => Err("no payload"),
-        }
-    })();
-    if let Some(f) = frame {
-        host.release(f);
-    }
-    verdict
-}
-
-/// Compare `len` bytes of a frame with the pattern of `seq`.
-pub(crate) fn compare(frame: &DmaBuf, seq: u32, len: usize) -> core::result::Result<(), &'static str> {
-    match first_difference(frame, seq, len)? {
-        None => Ok(()),
-        Some(_) => Err("payload differs from the pattern"),
-    }
-}
-
-/// The first of `len` frame bytes that differs from the pattern of `seq`, if any: its
-/// offset, the byte found and the byte expected.
-pub(crate) fn first_difference(
-    frame: &DmaBuf,
-    seq: u32,
-    len: usize,
-) -> core::result::Result<Option<(usize, u8, u8)>, &'static str> {
-    let (mut got, mut want) = ([0u8; 64], [0u8; 64]);
-    let mut off = 0;
-    while off < len {
-        let n = (len - off).min(got.len());
-        frame.read(off, &mut got[..n]).map_err(|_| "frame too small")?;
-        proto::pattern(seq, off, &mut want[..n]);
-        if let Some(k) = (0..n).find(|&k| got[k] != want[k]) {
-            return Ok(Some((off + k, got[k], want[k])));
-        }
-        off += n;
-    }
-    Ok(None)
-}
-
-/// Fill `len` bytes of a frame with the pattern of `seq`.
-pub(crate) fn fill(frame: &DmaBuf, seq: u32, len: usize) -> Result {
-    let mut chunk = [0u8; 64];
-    let mut off = 0;
-    while off < len {
-        let n = (len - off).min(chunk.len());
-        proto::pattern(seq, off, &mut chunk[..n]);
-        frame.write(off, &chunk[..n])?;
-        off += n;
-    }
-    Ok(())
-}
-
-/// The nonblocking echo's continuation: runs from the receive path (IRQ thread, core
-/// spinlock held: must not sleep) or, deferred, from the work item. Returns `false` with
-/// no side effect while the issuing thread holds `echo.busy`.
-pub(crate) fn echo_continuation(node: &mut Node, o: &Outcome<Frame>, arg: u64) -> bool {
-    let host = &mut node.host;
-    if host.echo.busy.load(Ordering::Acquire) {
-        return false;
-    }
-    STATS.continuations.inc();
-    let (seq, len) = ((arg >> 32) as u32, arg as u32);
-    let ok = match check_echo(host, o, seq, len) {
-        Ok(()) => 1,
-        Err(why) => {
-            pr_err!("echo {}: {}\n", seq, why);
-            2
-        }
-    };
-    host.echo.ran_in.store(if host.in_work { 2 } else { 1 }, Ordering::Relaxed);
-    host.echo.result.store(ok, Ordering::Release);
-    true
-}
-
-/// The continuation of the calls `unload_inflight=` leaves in flight: remove fails them
-/// (they time out at once), and this counts the failure.
-pub(crate) fn inflight_continuation(node: &mut Node, o: &Outcome<Frame>, _arg: u64) -> bool {
-    if o.is_err() {
-        STATS.inflight_failed.inc();
-    } else if let Ok(Reply { payload: Payload::Frame { frame, .. } | Payload::Buffer { frame, .. }, .. }) = o {
-        node.host.release(*frame);
-    }
-    true
 }
 
 /// Parse `gms_nodes=` ("0,1,2") into `out`; the number of ids, or `None` if malformed.

@@ -25,8 +25,6 @@
 //! mapping of the same memory; both follow the C++/Rust model's x86 mapping, so the
 //! orderings compose.
 
-#![forbid(unsafe_code)]
-
 #[cfg(not(target_arch = "x86_64"))]
 compile_error!("nicmem.rs's ordering argument is for x86-64 (TSO); review it before porting");
 

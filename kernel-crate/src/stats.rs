@@ -3,9 +3,7 @@
 //! `/sys/module/trapeze/parameters/stats` and printed on unload. The firmware's own
 //! counters live in the NIC's control block; the driver prints them on unload.
 
-#![forbid(unsafe_code)]
-
-use crate::sys::param::Show;
+use crate::sys::param::{modinfo, param_table, show_entry, Show};
 use core::fmt::Write;
 use core::sync::atomic::{AtomicU64, Ordering};
 
@@ -134,3 +132,6 @@ impl Show for Stats {
         w.len
     }
 }
+
+param_table!(PARAMS: 1 = [show_entry::<Stats>(c"stats", &crate::THIS_MODULE)]);
+modinfo!(PARM_STATS, "parm=stats:driver counters (read-only, text)\0");

@@ -6,16 +6,32 @@
 //! never completes page S (it keeps the `PageIo` until the backend is dropped), so the
 //! request ends only through blk-mq's timeout.
 
-#![forbid(unsafe_code)]
-
-use super::{PageBackend, PageIo, PAGE_BYTES};
+use super::{GmsDisk, PageBackend, PageIo, DISK_MB, MAX_DISK_MB, PAGE_BYTES, RAM_FAIL_PAGE, RAM_STALL_PAGE};
 use core::pin::Pin;
 use kernel::{
     alloc::{KBox, KVec, VVec},
     new_spinlock,
     prelude::*,
-    sync::SpinLock,
+    sync::{Arc, SpinLock},
 };
+
+/// `gms_disk_mb` > 0: `/dev/gms0` of that size on a [`RamBackend`] (with the fault
+/// injection parameters); 0: none.
+pub(crate) fn disk_from_params() -> Result<Option<GmsDisk>> {
+    let mb = DISK_MB.get();
+    if mb == 0 {
+        return Ok(None);
+    }
+    if mb < 0 || mb as u64 > MAX_DISK_MB {
+        pr_err!("gms_disk_mb={mb}: must be 0 ..= {MAX_DISK_MB}\n");
+        return Err(EINVAL);
+    }
+    let pages = mb as u64 * 256;
+    let page_param = |v: i32| u64::try_from(v).ok();
+    let backend = RamBackend::new(pages, page_param(RAM_FAIL_PAGE.get()), page_param(RAM_STALL_PAGE.get()))?;
+    let backend: Arc<dyn PageBackend> = Arc::new(backend, GFP_KERNEL)?;
+    GmsDisk::new(pages, backend).map(Some)
+}
 
 /// Disk pages in RAM.
 pub(crate) struct RamBackend {

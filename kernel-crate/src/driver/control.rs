@@ -3,20 +3,25 @@
 //! ready word, the node id the NIC publishes, device requests (`ctrl::HOST_REQ`: halt the
 //! NIC processor, start its firmware afresh) and detaching frames from the rings.
 
-#![forbid(unsafe_code)]
-
-use super::{DOORBELL, POLL_MS, READY_TIMEOUT_MS, REQUEST_DOORBELL, REQUEST_TIMEOUT_MS};
-use crate::sys::{self, param, pci::IoMem};
+use super::params;
+use crate::sys::{self, pci::IoMem};
 use crate::tpz::iface::entry::{Ring, Segment, Slot};
 use crate::tpz::iface::layout::{ctrl, ctrl_word, host_req, FwState, NIC_NODE_VALID, RECV_RING_ENTRIES};
 use crate::tpz::iface::mem::NicMemory;
 use core::sync::atomic::Ordering;
-use kernel::{bindings, prelude::*};
+use kernel::prelude::*;
 
-/// `ETIMEDOUT` (not among the kernel crate's named codes in 6.12).
-pub(super) fn etimedout() -> Error {
-    Error::from_errno(-(bindings::ETIMEDOUT as i32))
-}
+/// BAR0's doorbell register (ivshmem).
+pub(super) const DOORBELL: usize = 0x0C;
+/// Doorbell values `(peer 0 << 16) | vector`: vector 0 wakes the NIC processor, vector 1
+/// asks the device to carry out `ctrl::HOST_REQ` (vnic `ivshmem::REQUEST_VECTOR`).
+pub(super) const NIC_DOORBELL: u32 = 0;
+pub(super) const REQUEST_DOORBELL: u32 = 1;
+/// How often waits for the NIC look again (ms).
+pub(super) const POLL_MS: u32 = 10;
+pub(super) const READY_TIMEOUT_MS: u32 = 5_000;
+/// A `START` waits for the firmware's ready word (the vNIC allows it 5 s).
+pub(super) const REQUEST_TIMEOUT_MS: u32 = 10_000;
 
 /// Wait (bounded) for the firmware's ready word; with `halted_ok`, a halted NIC (left so
 /// by a previous driver) is an answer too.
@@ -35,7 +40,7 @@ pub(super) fn wait_firmware(nic: &impl NicMemory, halted_ok: bool) -> Result<FwS
         }
         if waited >= READY_TIMEOUT_MS {
             pr_err!("no ready word from the firmware within {} ms (state word {:#x})\n", READY_TIMEOUT_MS, raw);
-            return Err(etimedout());
+            return Err(sys::etimedout());
         }
         sys::msleep(POLL_MS);
         waited += POLL_MS;
@@ -46,7 +51,7 @@ pub(super) fn wait_firmware(nic: &impl NicMemory, halted_ok: bool) -> Result<FwS
 pub(super) fn choose_node(nic: &impl NicMemory) -> Result<u16> {
     let published = nic.load(ctrl_word(ctrl::NIC_NODE), Ordering::Acquire);
     let nic_node = (published & NIC_NODE_VALID != 0).then_some(published as u16);
-    match (param::NODE.get(), nic_node) {
+    match (params::NODE.get(), nic_node) {
         (-1, Some(n)) => Ok(n),
         (-1, None) => {
             pr_err!("node= not given and the NIC publishes no node id\n");
@@ -83,7 +88,7 @@ pub(super) fn device_request(nic: &impl NicMemory, regs: &IoMem, op: u32) -> Res
         }
         if waited >= REQUEST_TIMEOUT_MS {
             pr_err!("the NIC did not carry out device request {} within {} ms\n", name, REQUEST_TIMEOUT_MS);
-            return Err(etimedout());
+            return Err(sys::etimedout());
         }
         sys::msleep(POLL_MS);
         waited += POLL_MS;

@@ -1,24 +1,22 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! This node as a GMS member: joining `gms_nodes=`, the ticker (heartbeats, failure detection), `/dev/gms0`.
 
-#![forbid(unsafe_code)]
-
-use super::{now_ns, Shared, HEARTBEAT_MS, TICK_MS};
-use crate::net;
+use super::params;
+use super::shared::{Dev, GmsBackend, Shared, HEARTBEAT_MS, TICK_MS};
+use crate::gms_backend::{self, DiskState};
+use crate::net::{self, now_ns};
 use crate::stats::STATS;
-use crate::sys::{self, param};
+use crate::sys;
 use crate::tpz::gms::heartbeat;
 use core::sync::atomic::Ordering;
 use kernel::prelude::*;
 use kernel::sync::Arc;
-use kernel::workqueue::WorkItem;
 
-impl WorkItem<1> for Shared {
-    type Pointer = Arc<Shared>;
-    /// The GMS ticker: every `TICK_MS` until remove, NetRPC and GMS timeouts and
-    /// background work (they run on the receive path too, but a silent member sends
-    /// nothing), heartbeats to the members, and failure detection.
-    fn run(this: Arc<Shared>) {
+impl Shared {
+    /// The long work item, the GMS ticker: every `TICK_MS` until remove, NetRPC and GMS
+    /// timeouts and background work (they run on the receive path too, but a silent
+    /// member sends nothing), heartbeats to the members, and failure detection.
+    pub(super) fn run_ticker(this: &Arc<Dev>) {
         let mut last_beat = 0u64;
         // This run's incarnation in the GMS heartbeats (never 0).
         let incarnation = sys::random_u64() | 1;
@@ -45,12 +43,10 @@ impl WorkItem<1> for Shared {
             this.tick(now, beat.then_some(incarnation));
         }
     }
-}
 
-impl Shared {
     /// Join the GMS members of `gms_nodes=` (if given); how many members.
     pub(super) fn join_gms(&self) -> usize {
-        let Some(list) = param::GMS_NODES.get() else {
+        let Some(list) = params::GMS_NODES.get() else {
             return 0;
         };
         let mut ids = [0u16; net::MEMBERS];
@@ -84,7 +80,7 @@ impl Shared {
         n
     }
 
-    /// One tick of the GMS ticker (see `WorkItem<1>`).
+    /// One tick of the GMS ticker (see [`Shared::run_ticker`]).
     /// `beat`: send the members a heartbeat with this incarnation.
     fn tick(&self, now: u64, beat: Option<u64>) {
         let sent = {
@@ -109,7 +105,7 @@ impl Shared {
                         let k = c.node.members().len().min(net::MEMBERS);
                         left[..k].copy_from_slice(&c.node.members().ids()[..k]);
                         let _ = c.node.set_members(now, &mut c.rpc, heartbeat::view_of(&left[..k]), &left[..k]);
-                        if let Some(d) = c.node.host.disk.as_mut() {
+                        if let Some(d) = c.client.as_mut() {
                             d.drop_target(m);
                         }
                     }
@@ -126,8 +122,8 @@ impl Shared {
                 }
             }
             c.lru_step(now);
-            Self::issue_disk(c, now);
-            Self::issue_prefetches(c, now);
+            c.settle();
+            gms_backend::issue(c, now);
             c.flush()
         };
         if sent {
@@ -138,7 +134,7 @@ impl Shared {
     }
 
     /// `/dev/gms0` with `pages` pages on the GMS backend, putting to the other members.
-    pub(super) fn gms_disk(&self, this: &Arc<Shared>, pages: u64) -> Result<crate::blk::GmsDisk> {
+    pub(super) fn gms_disk(&self, this: &Arc<Dev>, pages: u64) -> Result<crate::blk::GmsDisk> {
         let mut targets = [0u16; net::MEMBERS];
         let n = {
             let mut core = self.core.lock();
@@ -152,17 +148,16 @@ impl Shared {
                 return Err(EINVAL);
             }
             drop(core);
-            let depth = u32::try_from(param::GMS_DISK_READAHEAD.get()).unwrap_or(0);
-            let state = crate::gms_backend::DiskState::new(pages, &targets[..n], depth)?;
+            let depth = u32::try_from(params::GMS_DISK_READAHEAD.get()).unwrap_or(0);
+            let state = DiskState::new(pages, &targets[..n], depth)?;
             core = self.core.lock();
-            core.node.host.disk = Some(state);
+            core.client = Some(state);
             n
         };
-        let backend: Arc<dyn crate::blk::PageBackend> =
-            Arc::new(crate::gms_backend::GmsBackend { shared: this.clone() }, GFP_KERNEL)?;
+        let backend: Arc<dyn crate::blk::PageBackend> = Arc::new(GmsBackend(this.clone()), GFP_KERNEL)?;
         let disk = crate::blk::GmsDisk::new(pages, backend);
         if disk.is_err() {
-            self.core.lock().node.host.disk = None;
+            self.core.lock().client = None;
         }
         pr_info!("/dev/gms0: {} pages on GMS, written through to {} other member(s)\n", pages, n);
         disk

@@ -1,17 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0-only
-//! Remove: quiesce the NIC (sends finished, HALT, calls failed) before its frames go; the unload-in-flight test.
+//! Remove: quiesce the NIC (sends finished, HALT, calls failed) before its frames go.
 
-#![forbid(unsafe_code)]
-
-use super::control::{detach_frames, device_request};
-use super::{now_ns, Device, Shared, BOUND, POLL_MS, SENDS_TIMEOUT_MS};
-use crate::net;
+use super::control::{detach_frames, device_request, POLL_MS};
+use super::shared::{Device, Shared, BOUND, SENDS_TIMEOUT_MS};
 use crate::stats::{SliceWriter, STATS};
 use crate::sys;
-use crate::tpz::gms::prelude::Host;
+use crate::sys::work::Worked;
 use crate::tpz::iface::layout::{ctrl, ctrl_word, host_req, Counter, FwState};
 use crate::tpz::iface::mem::NicMemory;
-use crate::tpz::netrpc::prelude::Mode;
 use core::fmt::Write;
 use core::sync::atomic::Ordering;
 use kernel::prelude::*;
@@ -24,14 +20,14 @@ impl Drop for Device {
         if let Some(disk) = self.disk.take() {
             // New disk I/O fails from now on; fail what is queued or in flight, then
             // del_gendisk finds no request left.
-            if let Some(d) = s.core.lock().node.host.disk.as_ref() {
+            if let Some(d) = s.core.lock().client.as_ref() {
                 let k = &d.counters;
                 pr_info!(
                     "{}: /dev/gms0 on GMS: {} reads of unwritten pages (zeros), {} reads over the network, {} from the read-ahead cache ({} prefetches), {} writes stored, {} errors\n",
                     name, k.reads_zero, k.reads_ok, k.reads_cache, k.prefetches, k.writes_ok, k.errors
                 );
             }
-            let failed = s.core.lock().node.host.disk.as_mut().map_or(0, |d| d.fail_all());
+            let failed = s.core.lock().client.as_mut().map_or(0, |d| d.fail_all());
             s.complete_disk();
             if failed > 0 {
                 pr_info!("{}: failed {} /dev/gms0 pages still queued or in flight\n", name, failed);
@@ -40,8 +36,7 @@ impl Drop for Device {
         }
         // No handler runs after this returns, so nothing queues the work item again.
         drop(self.irq.take());
-        sys::work::flush(&s.deferred_work);
-        sys::work::flush(&s.tick_work);
+        Worked::flush(s);
         {
             let core = s.core.lock();
             let (calls, ops) = (core.rpc.calls_in_use(), core.node.ops_in_use());
@@ -125,6 +120,8 @@ impl Shared {
         c.rpc.run_deferred(&mut c.node);
         while c.rpc.poll_transmit().is_some() {}
         while c.rpc.poll_event().is_some() {}
+        // The disk's failed operations give their frames back (its pages were failed).
+        c.settle();
         let after = (c.rpc.calls_in_use(), c.node.ops_in_use());
         if before != (0, 0) {
             pr_info!(
@@ -166,49 +163,5 @@ impl Shared {
             self.node, r.calls, r.requests_served, r.replies, r.timeouts, r.deferred, g.puts, g.puts_stored, g.gets,
             g.hits_2way, g.hits_3way, g.misses, g.pages_stored, g.puts_refused, core.node.held_count()
         );
-    }
-
-    /// Leave `n` nonblocking echo calls in flight to a node that does not answer.
-    pub(super) fn leave_in_flight(&self, n: usize) {
-        const SILENT_NODE: u16 = 0x3ff;
-        let sent = {
-            let mut core = self.core.lock();
-            let c = &mut *core;
-            let mut issued = 0;
-            for i in 0..n {
-                let Some(reply_to) = c.node.host.solicit() else { break };
-                let body = net::Echo::body(i as u32, 0);
-                match c.rpc.call::<net::Echo>(now_ns(), &mut c.node, SILENT_NODE, &body, reply_to, Mode::NonBlocking) {
-                    Ok(id) => {
-                        let _ = c.rpc.push_continuation(id, net::inflight_continuation, 0);
-                        issued += 1;
-                    }
-                    Err(_) => {
-                        if let Some(f) = reply_to.caller_frame() {
-                            c.node.host.release(*f);
-                        }
-                        break;
-                    }
-                }
-            }
-            // And getpages: those whose directory node is a silent member stay in flight.
-            let mut gets = 0;
-            for i in 0..n {
-                let Some(reply_to) = c.node.host.solicit() else { break };
-                let page = crate::tpz::gms::prelude::PageId::new(0xdead, i as u64);
-                if c.node.getpage(now_ns(), &mut c.rpc, page, reply_to, Mode::NonBlocking).is_err() {
-                    if let Some(f) = reply_to.caller_frame() {
-                        c.node.host.release(*f);
-                    }
-                    break;
-                }
-                gets += 1;
-            }
-            pr_info!("left {} echo calls to silent node {} and {} getpages in flight\n", issued, SILENT_NODE, gets);
-            c.flush()
-        };
-        if sent {
-            self.ring_nic();
-        }
     }
 }

@@ -535,8 +535,3 @@ impl<T: Driver> Drop for Disk<T> {
         }
     }
 }
-
-/// The block device's module parameters (`gms_disk_mb=`, …), in a `__param` table of their
-/// own.
-#[path = "blk_param.rs"]
-pub(crate) mod params;

@@ -1,12 +1,15 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! The driver's thin `unsafe` shell over the kernel's C API, for what 6.12 has no Rust
 //! abstraction of: PCI drivers and resources ([`pci`]), MSI-X vectors and threaded IRQs
-//! ([`irq`]), coherent DMA buffers ([`dma`]), module parameters ([`param`]), and two plain
-//! calls (`msleep`, `get_random_bytes`).
+//! ([`irq`]), coherent DMA buffers ([`dma`]), module parameters ([`param`]), the blk-mq
+//! disk ([`blk`]), work items ([`work`]), heap copies of `const` values ([`boxed`]), and
+//! two plain calls (`msleep`, `get_random_bytes`).
 //!
-//! Every other module of the driver is `#![forbid(unsafe_code)]`. Each type here owns
-//! exactly one C resource and gives it back in `Drop`, so the safe body cannot leak or
-//! double-free one; every `unsafe` block states why it is sound.
+//! The only module where `unsafe` code is allowed (the crate root denies it elsewhere).
+//! A leaf: it uses `kernel` and its own files, never the driver above it — what it serves
+//! is generic (a handler `T`, a backend `T`, a parameter table the owner fills). Each type
+//! here owns exactly one C resource and gives it back in `Drop`, so the safe body cannot
+//! leak or double-free one; every `unsafe` block states why it is sound.
 //!
 //! C headers: [`include/linux/pci.h`](srctree/include/linux/pci.h),
 //! [`include/linux/interrupt.h`](srctree/include/linux/interrupt.h),
@@ -37,4 +40,9 @@ pub(crate) fn random_u64() -> u64 {
     // 8 bytes of `v`.
     unsafe { bindings::get_random_bytes((&raw mut v).cast(), core::mem::size_of::<u64>()) };
     v
+}
+
+/// `ETIMEDOUT` (not among the kernel crate's named codes in 6.12).
+pub(crate) fn etimedout() -> kernel::error::Error {
+    kernel::error::Error::from_errno(-(bindings::ETIMEDOUT as i32))
 }

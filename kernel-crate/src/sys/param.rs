@@ -5,11 +5,21 @@
 //! shows them under `/sys/module/trapeze/parameters/`), plus `parm`/`parmtype` strings in
 //! `.modinfo` for `modinfo`. Every parameter is read-only in sysfs (mode 0444).
 //!
+//! This file knows no parameter of its own: each owner (the driver, the disk, the
+//! counters, the self-tests) declares its values ([`IntParam`], [`StrParam`], a [`Show`]
+//! type), builds its table from the entry constructors ([`int_entry`], [`charp_entry`],
+//! [`show_entry`]) and places it with [`param_table!`], with its descriptions placed by
+//! [`modinfo!`]. The loader reads the `__param` section as one array, so the owners'
+//! tables add up. Placing a static in a section is what the `unsafe_code` lint flags
+//! (`#[link_section]`: the loader trusts the section's layout), so the two macros carry
+//! the `allow` and keep that layout right: a `__param` table is a [`ParamTable`] (an array
+//! of `struct kernel_param`), a `.modinfo` line a NUL-terminated byte string.
+//!
 //! C header: [`include/linux/moduleparam.h`](srctree/include/linux/moduleparam.h).
 
 use core::{cell::UnsafeCell, ffi::CStr};
-use kernel::bindings;
 use kernel::ffi::{c_char, c_int};
+use kernel::{bindings, ThisModule};
 
 /// An `int` parameter's value.
 #[repr(transparent)]
@@ -20,7 +30,8 @@ pub(crate) struct IntParam(UnsafeCell<c_int>);
 unsafe impl Sync for IntParam {}
 
 impl IntParam {
-    const fn new(default: i32) -> Self {
+    /// An `int` parameter with this default.
+    pub(crate) const fn new(default: i32) -> Self {
         Self(UnsafeCell::new(default))
     }
 
@@ -41,7 +52,8 @@ pub(crate) struct StrParam(UnsafeCell<*mut c_char>);
 unsafe impl Sync for StrParam {}
 
 impl StrParam {
-    const fn new() -> Self {
+    /// A `charp` parameter, unset until given at load time.
+    pub(crate) const fn new() -> Self {
         Self(UnsafeCell::new(core::ptr::null_mut()))
     }
 
@@ -103,111 +115,14 @@ unsafe extern "C" fn show_get<S: Show>(buf: *mut c_char, _kp: *const bindings::k
     S::show(out).min(bindings::PAGE_SIZE) as c_int
 }
 
-#[repr(transparent)]
-struct ParamTable<const N: usize>([bindings::kernel_param; N]);
-
-// SAFETY: read-only after compilation (the kernel only reads it); its pointers refer to
-// statics.
-unsafe impl<const N: usize> Sync for ParamTable<N> {}
-
-const MODE_0444: u16 = 0o444;
-
-const fn entry(
-    name: &'static CStr,
-    ops: *const bindings::kernel_param_ops,
-    arg: *mut core::ffi::c_void,
-    module: *mut bindings::module,
-) -> bindings::kernel_param {
-    bindings::kernel_param {
-        name: name.as_ptr().cast(),
-        mod_: module,
-        ops,
-        perm: MODE_0444,
-        level: -1,
-        flags: 0,
-        __bindgen_anon_1: bindings::kernel_param__bindgen_ty_1 { arg },
-    }
-}
-
-/// `node=`: this node's id on the link; -1 (default) takes the id the NIC publishes.
-pub(crate) static NODE: IntParam = IntParam::new(-1);
-/// `ping_peer=`: if >= 0, ping that node with a payload at load and check the pong.
-pub(crate) static PING_PEER: IntParam = IntParam::new(-1);
-/// `ping_bytes=`: payload bytes of that ping (1 ..= the frame size).
-pub(crate) static PING_BYTES: IntParam = IntParam::new(4096);
-
-/// `echo_peer=`: if >= 0, make NetRPC echo calls to that node at load (2-way wait, then
-/// nonblocking with a continuation) and check the replies.
-pub(crate) static ECHO_PEER: IntParam = IntParam::new(-1);
-/// `gms_nodes=`: the GMS members, node ids separated by commas (e.g. `0,1,2`); not given:
-/// no GMS node.
-pub(crate) static GMS_NODES: StrParam = StrParam::new();
-/// `gms_budget_pages=`: pages this node stores for others (its memory budget).
-pub(crate) static GMS_BUDGET_PAGES: IntParam = IntParam::new(256);
-/// `gms_test_pages=`: if > 0, put that many pages into the other members' memory at load,
-/// get them back and check every byte.
-pub(crate) static GMS_TEST_PAGES: IntParam = IntParam::new(0);
-
-/// `unload_inflight=`: at the end of probe, leave that many nonblocking echo calls in
-/// flight to a node that does not answer (the rmmod test: they must fail cleanly).
-pub(crate) static UNLOAD_INFLIGHT: IntParam = IntParam::new(0);
-
-/// `gms_disk_pages=`: if > 0 (and `gms_nodes=` lists another member), `/dev/gms0` with
-/// that many 4 KiB pages on the GMS backend (needs `gms_disk_mb=0`: one disk per module).
-pub(crate) static GMS_DISK_PAGES: IntParam = IntParam::new(0);
-
-/// `gms_disk_readahead=`: pages `/dev/gms0` on GMS reads ahead after two sequential page
-/// reads (0: none; at most 32).
-pub(crate) static GMS_DISK_READAHEAD: IntParam = IntParam::new(0);
-
-/// `gms_fail_ms=`: how long a GMS member that was heard from may stay silent before it is
-/// declared failed (ms; default 3000, `driver::FAIL_MS_MIN ..= driver::FAIL_MS_MAX`).
-/// Loaded hosts running TCG guests give more (`cargo xtask bench vm` gives 10000).
-pub(crate) static GMS_FAIL_MS: IntParam = IntParam::new(3000);
-
-static STATS_OPS: ParamOps = ParamOps::show::<crate::stats::Stats>();
-
-/// The module's parameter table, found by the loader in the `__param` section.
-#[link_section = "__param"]
-#[used]
-static PARAMS: ParamTable<12> = ParamTable([
-    entry(c"node", &raw const bindings::param_ops_int, int_arg(&NODE), crate::THIS_MODULE.as_ptr()),
-    entry(c"echo_peer", &raw const bindings::param_ops_int, int_arg(&ECHO_PEER), crate::THIS_MODULE.as_ptr()),
-    entry(c"gms_nodes", &raw const bindings::param_ops_charp, GMS_NODES.0.get().cast(), crate::THIS_MODULE.as_ptr()),
-    entry(
-        c"gms_budget_pages",
-        &raw const bindings::param_ops_int,
-        int_arg(&GMS_BUDGET_PAGES),
-        crate::THIS_MODULE.as_ptr(),
-    ),
-    entry(
-        c"unload_inflight",
-        &raw const bindings::param_ops_int,
-        int_arg(&UNLOAD_INFLIGHT),
-        crate::THIS_MODULE.as_ptr(),
-    ),
-    entry(c"gms_disk_pages", &raw const bindings::param_ops_int, int_arg(&GMS_DISK_PAGES), crate::THIS_MODULE.as_ptr()),
-    entry(
-        c"gms_disk_readahead",
-        &raw const bindings::param_ops_int,
-        int_arg(&GMS_DISK_READAHEAD),
-        crate::THIS_MODULE.as_ptr(),
-    ),
-    entry(c"gms_fail_ms", &raw const bindings::param_ops_int, int_arg(&GMS_FAIL_MS), crate::THIS_MODULE.as_ptr()),
-    entry(c"gms_test_pages", &raw const bindings::param_ops_int, int_arg(&GMS_TEST_PAGES), crate::THIS_MODULE.as_ptr()),
-    entry(c"ping_peer", &raw const bindings::param_ops_int, int_arg(&PING_PEER), crate::THIS_MODULE.as_ptr()),
-    entry(c"ping_bytes", &raw const bindings::param_ops_int, int_arg(&PING_BYTES), crate::THIS_MODULE.as_ptr()),
-    entry(c"stats", &raw const STATS_OPS.0, core::ptr::null_mut(), crate::THIS_MODULE.as_ptr()),
-]);
-
 /// The `arg` of an `int` parameter: its value's address (`IntParam` is a transparent
 /// `UnsafeCell<c_int>`).
 const fn int_arg(p: &'static IntParam) -> *mut core::ffi::c_void {
     p.0.get().cast()
 }
 
-/// Copy a string into a fixed array (for `.modinfo` entries).
-const fn bytes<const N: usize>(s: &str) -> [u8; N] {
+/// Copy a string into a fixed array (a `.modinfo` entry; [`modinfo!`]).
+pub(crate) const fn modinfo_bytes<const N: usize>(s: &str) -> [u8; N] {
     let s = s.as_bytes();
     let mut a = [0u8; N];
     let mut i = 0;
@@ -218,59 +133,45 @@ const fn bytes<const N: usize>(s: &str) -> [u8; N] {
     a
 }
 
-/// A `.modinfo` line (`key=value\0`), as C's `MODULE_PARM_DESC` and `module_param` emit.
-macro_rules! modinfo {
-    ($name:ident, $text:literal) => {
-        #[link_section = ".modinfo"]
-        #[used]
-        static $name: [u8; $text.len()] = bytes($text);
-    };
+/// One `struct kernel_param` of a table.
+#[repr(transparent)]
+pub(crate) struct Entry(bindings::kernel_param);
+
+/// A module's parameter table (or part of it): what the loader finds in `__param`.
+#[repr(transparent)]
+pub(crate) struct ParamTable<const N: usize>(pub(crate) [Entry; N]);
+
+// SAFETY: read-only after compilation (the kernel only reads it); its pointers refer to
+// statics (names, values, operations) and to the module.
+unsafe impl<const N: usize> Sync for ParamTable<N> {}
+
+const MODE_0444: u16 = 0o444;
+
+const fn entry(
+    name: &'static CStr,
+    ops: *const bindings::kernel_param_ops,
+    arg: *mut core::ffi::c_void,
+    module: &'static ThisModule,
+) -> Entry {
+    Entry(bindings::kernel_param {
+        name: name.as_ptr().cast(),
+        mod_: module.as_ptr(),
+        ops,
+        perm: MODE_0444,
+        level: -1,
+        flags: 0,
+        __bindgen_anon_1: bindings::kernel_param__bindgen_ty_1 { arg },
+    })
 }
 
-modinfo!(PARMTYPE_NODE, "parmtype=node:int\0");
-modinfo!(PARM_NODE, "parm=node:this node's id on the link (default -1: the id the NIC publishes)\0");
-modinfo!(PARMTYPE_PING_PEER, "parmtype=ping_peer:int\0");
-modinfo!(PARM_PING_PEER, "parm=ping_peer:if >= 0, ping this node at load and check the pong (default -1)\0");
-modinfo!(PARMTYPE_PING_BYTES, "parmtype=ping_bytes:int\0");
-modinfo!(PARM_PING_BYTES, "parm=ping_bytes:payload bytes of that ping (default 4096)\0");
-modinfo!(PARMTYPE_ECHO_PEER, "parmtype=echo_peer:int\0");
-modinfo!(PARM_ECHO_PEER, "parm=echo_peer:if >= 0, NetRPC echo calls to this node at load, checked (default -1)\0");
-modinfo!(PARMTYPE_GMS_NODES, "parmtype=gms_nodes:charp\0");
-modinfo!(PARM_GMS_NODES, "parm=gms_nodes:GMS members, comma-separated node ids (default: no GMS node)\0");
-modinfo!(PARMTYPE_GMS_BUDGET, "parmtype=gms_budget_pages:int\0");
-modinfo!(PARM_GMS_BUDGET, "parm=gms_budget_pages:pages this node stores for others (default 256)\0");
-modinfo!(PARMTYPE_GMS_TEST, "parmtype=gms_test_pages:int\0");
-modinfo!(PARM_GMS_TEST, "parm=gms_test_pages:if > 0, put and get back that many pages at load, checked (default 0)\0");
-modinfo!(PARMTYPE_UNLOAD_INFLIGHT, "parmtype=unload_inflight:int\0");
-modinfo!(
-    PARM_UNLOAD_INFLIGHT,
-    "parm=unload_inflight:leave that many echo calls to a silent node in flight (rmmod test)\0"
-);
-modinfo!(PARMTYPE_GMS_DISK_PAGES, "parmtype=gms_disk_pages:int\0");
-modinfo!(PARM_GMS_DISK_PAGES, "parm=gms_disk_pages:if > 0, /dev/gms0 with that many 4 KiB pages on GMS (default 0)\0");
-modinfo!(PARMTYPE_GMS_DISK_RA, "parmtype=gms_disk_readahead:int\0");
-modinfo!(PARM_GMS_DISK_RA, "parm=gms_disk_readahead:pages /dev/gms0 on GMS reads ahead (default 0, at most 32)\0");
-modinfo!(PARMTYPE_GMS_FAIL_MS, "parmtype=gms_fail_ms:int\0");
-modinfo!(
-    PARM_GMS_FAIL_MS,
-    "parm=gms_fail_ms:a GMS member silent this long (ms) is declared failed (default 3000, 2000..=60000)\0"
-);
-modinfo!(PARM_STATS, "parm=stats:driver counters (read-only, text)\0");
-
-// For parts of the driver that keep their own parameter table in `__param` (the block
-// device, `sys/blk.rs`): the loader reads the section as one array, so tables in several
-// statics add up.
-
-impl IntParam {
-    /// An `int` parameter with this default, for a table outside this file.
-    pub(crate) const fn with_default(default: i32) -> Self {
-        Self::new(default)
-    }
+/// The entry of an `int` parameter `name` of `module`.
+pub(crate) const fn int_entry(name: &'static CStr, p: &'static IntParam, module: &'static ThisModule) -> Entry {
+    entry(name, &raw const bindings::param_ops_int, int_arg(p), module)
 }
 
-/// A table entry for an `int` parameter declared outside this file.
-pub(crate) const fn int_param_entry(name: &'static CStr, p: &'static IntParam) -> bindings::kernel_param {
-    entry(name, &raw const bindings::param_ops_int, int_arg(p), crate::THIS_MODULE.as_ptr())
+/// The entry of a `charp` parameter `name` of `module`.
+pub(crate) const fn charp_entry(name: &'static CStr, p: &'static StrParam, module: &'static ThisModule) -> Entry {
+    entry(name, &raw const bindings::param_ops_charp, p.0.get().cast(), module)
 }
 
 struct ShowOps<S>(core::marker::PhantomData<S>);
@@ -279,13 +180,35 @@ impl<S: Show> ShowOps<S> {
     const OPS: ParamOps = ParamOps::show::<S>();
 }
 
-/// A table entry for a read-only text parameter (`S` makes its text) declared outside
-/// this file.
-pub(crate) const fn show_param_entry<S: Show>(name: &'static CStr) -> bindings::kernel_param {
-    entry(name, &ShowOps::<S>::OPS.0, core::ptr::null_mut(), crate::THIS_MODULE.as_ptr())
+/// The entry of a read-only text parameter `name` of `module` (`S` makes its text).
+pub(crate) const fn show_entry<S: Show>(name: &'static CStr, module: &'static ThisModule) -> Entry {
+    entry(name, &ShowOps::<S>::OPS.0, core::ptr::null_mut(), module)
 }
 
-/// A `.modinfo` string as a byte array (`key=value\0`), for tables outside this file.
-pub(crate) const fn modinfo_bytes<const N: usize>(s: &str) -> [u8; N] {
-    bytes(s)
+/// Place a [`ParamTable`] in the module's `__param` section, where the loader finds it:
+/// `param_table!(PARAMS: N = [int_entry(…), …]);`.
+macro_rules! param_table {
+    ($name:ident: $n:literal = [$($e:expr),* $(,)?]) => {
+        // The `unsafe_code` lint flags every `#[link_section]`: the loader reads `__param`
+        // as an array of `struct kernel_param`, which a `ParamTable` is.
+        #[allow(unsafe_code)]
+        #[link_section = "__param"]
+        #[used]
+        static $name: $crate::sys::param::ParamTable<$n> = $crate::sys::param::ParamTable([$($e),*]);
+    };
 }
+pub(crate) use param_table;
+
+/// A `.modinfo` line (`key=value\0`), as C's `MODULE_PARM_DESC` and `module_param` emit:
+/// `modinfo!(NAME, "parm=node:…\0");`.
+macro_rules! modinfo {
+    ($name:ident, $text:literal) => {
+        // The `unsafe_code` lint flags every `#[link_section]`: `.modinfo` holds
+        // NUL-terminated strings, which this is.
+        #[allow(unsafe_code)]
+        #[link_section = ".modinfo"]
+        #[used]
+        static $name: [u8; $text.len()] = $crate::sys::param::modinfo_bytes($text);
+    };
+}
+pub(crate) use modinfo;

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0-only
-//! NetRPC and the GMS node of a bound NIC ([`Core`]): their kernel configuration, made on the heap, and sending.
+//! NetRPC, the GMS node and the global LRU of a bound NIC ([`Core`]): their kernel
+//! configuration, made on the heap, the LRU's steps, and sending. A [`Client`] of the
+//! runtime (the disk) keeps its state in the core, under the same lock, and is handed the
+//! completions of its operations after each batch ([`Core::settle`]).
 
-#![forbid(unsafe_code)]
-
-use super::Core;
-use crate::net::{KHost, NetRpc, Node};
+use super::{KHost, NetRpc, Node, HELD};
 use crate::stats::STATS;
 use crate::sys;
 use crate::tpz::endpoint::SendMsg;
@@ -44,8 +44,36 @@ static LRU_TEMPLATE: sys::boxed::Template<Lru> = sys::boxed::Template::new(Lru::
 static NODE_TEMPLATE: sys::boxed::Template<Node> =
     sys::boxed::Template::new(GmsNode::new(0, GMS_CONFIG, KHost::empty()));
 
+/// What a bound NIC's receive path touches, under the driver's core spinlock: NetRPC and
+/// the GMS node, whose host owns the endpoint and every frame, the global LRU, and the
+/// state of the runtime's client `C`.
+pub(crate) struct Core<C> {
+    pub(crate) rpc: KBox<NetRpc>,
+    /// ~0.8 MiB with `net::HELD` = 8192: `kvmalloc`.
+    pub(crate) node: KVBox<Node>,
+    /// This node's part in the global LRU, which places `/dev/gms0`'s puts.
+    pub(crate) lru: KBox<Lru>,
+    /// The held pages' ages while a summary for the global LRU is made.
+    pub(crate) ages: KVVec<u32>,
+    /// The client's state (the disk's, once it exists).
+    pub(crate) client: C,
+}
+
+/// A user of the runtime whose nonblocking GMS operations complete on the receive path:
+/// their completions wait in the host ([`KHost::take_done`]) until [`Client::settle`]
+/// takes them, after each batch, still under the lock.
+pub(crate) trait Client: Sized {
+    /// Take the completions of this client's operations and act on them.
+    fn settle(core: &mut Core<Self>);
+}
+
+/// No client.
+impl Client for () {
+    fn settle(_: &mut Core<()>) {}
+}
+
 /// NetRPC and the GMS node on the heap, never on the 16 KiB kernel stack.
-pub(super) fn new_core(node: u16, budget: usize, host: KHost) -> Result<Core> {
+pub(crate) fn new_core<C>(node: u16, budget: usize, host: KHost, client: C) -> Result<Core<C>> {
     let mut rpc = RPC_TEMPLATE.copy()?;
     rpc.set_node(node, RPC_CONFIG);
     let mut gms = NODE_TEMPLATE.copy_kv()?;
@@ -53,15 +81,22 @@ pub(super) fn new_core(node: u16, budget: usize, host: KHost) -> Result<Core> {
     gms.host = host;
     let mut lru = LRU_TEMPLATE.copy()?;
     lru.set_node(node);
-    let ages = KVVec::from_elem(0u32, crate::net::HELD, GFP_KERNEL)?;
-    Ok(Core { rpc, node: gms, lru, ages })
+    let ages = KVVec::from_elem(0u32, HELD, GFP_KERNEL)?;
+    Ok(Core { rpc, node: gms, lru, ages, client })
 }
 
-impl Core {
+impl<C: Client> Core<C> {
+    /// Hand the client the completions of its operations (after a batch of input).
+    pub(crate) fn settle(&mut self) {
+        C::settle(self);
+    }
+}
+
+impl<C> Core<C> {
     /// Global-LRU work: the messages received since the last step, the coordinator's
     /// duties, the putpages stored here counted against the plan, and the sends.
     pub(crate) fn lru_step(&mut self, now: u64) {
-        let Core { rpc, node, lru, ages } = self;
+        let Core { rpc, node, lru, ages, .. } = self;
         let tick = lru.tick(now);
         let plans = lru.stats.plans;
         for i in 0..node.host.lru_queued.min(node.host.lru_inbox.len()) {
@@ -92,7 +127,7 @@ impl Core {
         sent
     }
 
-    pub(super) fn take_tx_frame(&mut self) -> Option<usize> {
+    pub(crate) fn take_tx_frame(&mut self) -> Option<usize> {
         let h = &mut self.node.host;
         let t = (0..h.tx.len().min(32)).find(|&t| h.tx_busy & (1 << t) == 0)?;
         h.tx_busy |= 1 << t;
@@ -100,7 +135,7 @@ impl Core {
     }
 
     /// Post `ctrl` + `len` bytes of `tx[t]` to `peer`; on failure `tx[t]` is free again.
-    pub(super) fn send(&mut self, peer: u16, ctrl: &[u8], len: usize, t: usize) -> Result {
+    pub(crate) fn send(&mut self, peer: u16, ctrl: &[u8], len: usize, t: usize) -> Result {
         let h = &mut self.node.host;
         let seg = [Segment { addr: h.tx[t].dma_addr(), len: len as u32 }];
         let msg = SendMsg {

@@ -1,0 +1,49 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! The driver's module parameters (`node=`, `gms_nodes=`, `gms_budget_pages=`,
+//! `gms_fail_ms=`, `gms_disk_pages=`, `gms_disk_readahead=`), in a `__param` table of
+//! their own.
+
+use crate::sys::param::{charp_entry, int_entry, modinfo, param_table, IntParam, StrParam};
+
+/// `node=`: this node's id on the link; -1 (default) takes the id the NIC publishes.
+pub(crate) static NODE: IntParam = IntParam::new(-1);
+/// `gms_nodes=`: the GMS members, node ids separated by commas (e.g. `0,1,2`); not given:
+/// no GMS node.
+pub(super) static GMS_NODES: StrParam = StrParam::new();
+/// `gms_budget_pages=`: pages this node stores for others (its memory budget).
+pub(super) static GMS_BUDGET_PAGES: IntParam = IntParam::new(256);
+/// `gms_disk_pages=`: if > 0 (and `gms_nodes=` lists another member), `/dev/gms0` with
+/// that many 4 KiB pages on the GMS backend (needs `gms_disk_mb=0`: one disk per module).
+pub(super) static GMS_DISK_PAGES: IntParam = IntParam::new(0);
+/// `gms_disk_readahead=`: pages `/dev/gms0` on GMS reads ahead after two sequential page
+/// reads (0: none; at most 32).
+pub(super) static GMS_DISK_READAHEAD: IntParam = IntParam::new(0);
+/// `gms_fail_ms=`: how long a GMS member that was heard from may stay silent before it is
+/// declared failed (ms; default 3000, `FAIL_MS_MIN ..= FAIL_MS_MAX`). Loaded hosts
+/// running TCG guests give more (`cargo xtask bench vm` gives 10000).
+pub(super) static GMS_FAIL_MS: IntParam = IntParam::new(3000);
+
+param_table!(PARAMS: 6 = [
+    int_entry(c"node", &NODE, &crate::THIS_MODULE),
+    charp_entry(c"gms_nodes", &GMS_NODES, &crate::THIS_MODULE),
+    int_entry(c"gms_budget_pages", &GMS_BUDGET_PAGES, &crate::THIS_MODULE),
+    int_entry(c"gms_disk_pages", &GMS_DISK_PAGES, &crate::THIS_MODULE),
+    int_entry(c"gms_disk_readahead", &GMS_DISK_READAHEAD, &crate::THIS_MODULE),
+    int_entry(c"gms_fail_ms", &GMS_FAIL_MS, &crate::THIS_MODULE),
+]);
+
+modinfo!(PARMTYPE_NODE, "parmtype=node:int\0");
+modinfo!(PARM_NODE, "parm=node:this node's id on the link (default -1: the id the NIC publishes)\0");
+modinfo!(PARMTYPE_GMS_NODES, "parmtype=gms_nodes:charp\0");
+modinfo!(PARM_GMS_NODES, "parm=gms_nodes:GMS members, comma-separated node ids (default: no GMS node)\0");
+modinfo!(PARMTYPE_GMS_BUDGET, "parmtype=gms_budget_pages:int\0");
+modinfo!(PARM_GMS_BUDGET, "parm=gms_budget_pages:pages this node stores for others (default 256)\0");
+modinfo!(PARMTYPE_GMS_DISK_PAGES, "parmtype=gms_disk_pages:int\0");
+modinfo!(PARM_GMS_DISK_PAGES, "parm=gms_disk_pages:if > 0, /dev/gms0 with that many 4 KiB pages on GMS (default 0)\0");
+modinfo!(PARMTYPE_GMS_DISK_RA, "parmtype=gms_disk_readahead:int\0");
+modinfo!(PARM_GMS_DISK_RA, "parm=gms_disk_readahead:pages /dev/gms0 on GMS reads ahead (default 0, at most 32)\0");
+modinfo!(PARMTYPE_GMS_FAIL_MS, "parmtype=gms_fail_ms:int\0");
+modinfo!(
+    PARM_GMS_FAIL_MS,
+    "parm=gms_fail_ms:a GMS member silent this long (ms) is declared failed (default 3000, 2000..=60000)\0"
+);

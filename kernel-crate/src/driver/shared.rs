@@ -1,0 +1,201 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! What a bound NIC's driver parts share: the [`Device`] probe returns, the [`Shared`]
+//! state the IRQ handler, the work items and the process-context paths hold, the
+//! constants of probe and remove, and the self-tests' view of it ([`TestNic`]).
+
+use super::control::{device_request, wait_firmware, DOORBELL, NIC_DOORBELL};
+use super::params;
+use crate::blk::{PageBackend, PageIo};
+use crate::gms_backend::{self, DiskCore};
+use crate::net;
+use crate::nicmem::BarMem;
+use crate::selftest::TestNic;
+use crate::sys::irq::ThreadedIrq;
+use crate::sys::pci::{self, BusMaster, Enabled, IoMem, PciDev, Regions};
+use crate::sys::work::{Jobs, Worked};
+use crate::tpz::iface::layout::{host_req, RECV_RING_ENTRIES};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use kernel::prelude::*;
+use kernel::sync::{Arc, CondVar, SpinLock};
+
+const VENDOR_ID: u16 = 0x1af4;
+const DEVICE_ID: u16 = 0x1110;
+/// The PCI ids this driver binds: the ivshmem-doorbell device the virtual NIC serves.
+pub(crate) static IDS: pci::IdTable<2> = pci::IdTable::new([pci::id(VENDOR_ID, DEVICE_ID), pci::id_terminator()]);
+
+/// BAR0: ivshmem registers (IntrMask, IntrStatus, IVPosition, Doorbell).
+pub(super) const REGS_BAR: u32 = 0;
+pub(super) const REGS_BYTES: usize = 16;
+/// BAR2: NIC memory.
+pub(super) const NIC_BAR: u32 = 2;
+
+/// One receive frame per receive slot, and the MTU: a payload always fits one frame.
+pub(super) const FRAME_BYTES: usize = net::FRAME_BYTES;
+pub(super) const TX_FRAMES: usize = 8;
+pub(super) const RX_FRAMES: usize = RECV_RING_ENTRIES as usize;
+/// Frames beyond the receive slots and the GMS budget: replacements for detached receive
+/// frames, solicited reply frames, pages being put.
+pub(super) const SPARE_FRAMES: usize = 96;
+
+pub(super) const SENDS_TIMEOUT_MS: u32 = 1_000;
+/// The GMS ticker's period and the heartbeat period (ms).
+pub(super) const TICK_MS: u32 = 100;
+pub(super) const HEARTBEAT_MS: u64 = 1_000;
+/// Bounds of `gms_fail_ms=` (how long a member that was heard from may stay silent before
+/// it is declared failed; default 3000): at least two heartbeat periods, at most a minute
+/// (readers of a dead member's pages wait that long before they fail).
+pub(crate) const FAIL_MS_MIN: u64 = 2 * HEARTBEAT_MS;
+pub(crate) const FAIL_MS_MAX: u64 = 60_000;
+/// Node ids whose liveness is tracked (0..64).
+pub(super) const HEARD_NODES: usize = 64;
+
+/// `gms_fail_ms=`, checked: out of `FAIL_MS_MIN ..= FAIL_MS_MAX` refuses the load.
+pub(crate) fn gms_fail_ms() -> Result<u64> {
+    let v = params::GMS_FAIL_MS.get();
+    match u64::try_from(v) {
+        Ok(ms @ FAIL_MS_MIN..=FAIL_MS_MAX) => Ok(ms),
+        _ => {
+            pr_err!("gms_fail_ms={} is out of range ({}..={} ms)\n", v, FAIL_MS_MIN, FAIL_MS_MAX);
+            Err(EINVAL)
+        }
+    }
+}
+
+/// Devices bound (for the load message).
+pub(crate) static BOUND: AtomicU32 = AtomicU32::new(0);
+
+/// Everything held for one bound NIC. Fields drop in order, after [`Drop::drop`] has
+/// quiesced the NIC.
+pub(crate) struct Device {
+    /// `/dev/gms0` on the GMS backend: goes first (its requests complete through the IRQ).
+    pub(super) disk: Option<crate::blk::GmsDisk>,
+    pub(super) irq: Option<ThreadedIrq<Dev>>,
+    pub(super) shared: Arc<Dev>,
+    pub(super) _master: BusMaster,
+    pub(super) _regions: Regions,
+    pub(super) _enabled: Enabled,
+    pub(super) pdev: PciDev,
+}
+
+/// What the IRQ handler, the work item and the process-context paths share.
+#[pin_data]
+pub(crate) struct Shared {
+    /// Everything the receive path touches, under a spinlock: NetRPC continuations run
+    /// with it held (in the IRQ thread), so they cannot sleep. The disk is the runtime's
+    /// client. The short work item ([`Dev`]) runs NetRPC's deferred continuations, the
+    /// long one the GMS ticker (timeouts, heartbeats, failure detection).
+    #[pin]
+    pub(crate) core: SpinLock<DiskCore>,
+    /// Notified when the receive path (or the ticker) took input: process-context waiters
+    /// for call outcomes and GMS completions sleep on it with the core lock.
+    #[pin]
+    pub(crate) completed: CondVar,
+    /// When each node was last heard from (ns; 0: never), by node id (< `HEARD_NODES`).
+    pub(super) heard: [AtomicU64; HEARD_NODES],
+    /// Members declared failed (bit per node id < 64).
+    pub(super) failed: AtomicU64,
+    /// A member heard from and silent longer than this is declared failed (ms; `gms_fail_ms=`).
+    pub(super) fail_ms: u64,
+    pub(super) regs: IoMem,
+    /// A second mapping of NIC memory for the control block (device requests and the
+    /// firmware's state word wait with `msleep`, which the spinlock forbids).
+    pub(super) ctl: BarMem,
+    pub(super) node: u16,
+    /// Set by remove: the work items do nothing more.
+    pub(super) closing: AtomicBool,
+}
+
+/// The shared state with its two work items (`sys::work`): what the IRQ handler and the
+/// work items hold an `Arc` of.
+pub(crate) type Dev = Worked<Shared>;
+
+impl Shared {
+    /// Ask the device to start the firmware on the endpoint just initialised; wait for
+    /// its ready word and for it to have applied our configuration.
+    pub(super) fn start(&self) -> Result {
+        device_request(&self.ctl, &self.regs, host_req::START)?;
+        wait_firmware(&self.ctl, false)?;
+        if !self.core.lock().node.host.ep.config_applied() {
+            pr_err!("the firmware is ready but reports another configuration\n");
+            return Err(EIO);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn is_closing(&self) -> bool {
+        self.closing.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn ring_nic(&self) {
+        self.regs.write32(DOORBELL, NIC_DOORBELL);
+    }
+
+    /// Complete the disk pages that finished under the core lock (any context; the lock
+    /// is not held).
+    pub(crate) fn complete_disk(&self) {
+        loop {
+            let mut batch: [Option<(PageIo, bool)>; 16] = [const { None }; 16];
+            let n = gms_backend::take_finished(&mut self.core.lock(), &mut batch);
+            for (io, ok) in batch.iter_mut().filter_map(Option::take) {
+                io.complete(if ok { Ok(()) } else { Err(EIO) });
+            }
+            if n < batch.len() {
+                return;
+            }
+        }
+    }
+
+    /// A disk page from blk-mq (atomic context): handed to the disk under the lock, then
+    /// what it issued is sent and what finished completed.
+    fn disk_io(&self, page: u64, io: PageIo, write: bool) {
+        let sent = {
+            let mut core = self.core.lock();
+            let c = &mut *core;
+            gms_backend::submit(c, page, io, write, self.is_closing()) && c.flush()
+        };
+        if sent {
+            self.ring_nic();
+        }
+        self.complete_disk();
+    }
+}
+
+impl Jobs for Shared {
+    fn run_short(this: Arc<Dev>) {
+        Shared::run_deferred(&this);
+    }
+    fn run_long(this: Arc<Dev>) {
+        Shared::run_ticker(&this);
+    }
+}
+
+/// The backend `/dev/gms0` calls (the GMS disk of this NIC).
+pub(super) struct GmsBackend(pub(super) Arc<Dev>);
+
+impl PageBackend for GmsBackend {
+    fn read(&self, page: u64, io: PageIo) {
+        self.0.disk_io(page, io, false);
+    }
+    fn write(&self, page: u64, io: PageIo) {
+        self.0.disk_io(page, io, true);
+    }
+}
+
+impl TestNic for Arc<Dev> {
+    type Client = Option<gms_backend::DiskState>;
+    fn core(&self) -> &SpinLock<DiskCore> {
+        &self.core
+    }
+    fn completed(&self) -> &CondVar {
+        &self.completed
+    }
+    fn ring_nic(&self) {
+        Shared::ring_nic(self);
+    }
+    fn queue_deferred(&self) {
+        Shared::queue_deferred(self.clone());
+    }
+    fn node(&self) -> u16 {
+        self.node
+    }
+}
