@@ -130,18 +130,9 @@ pub struct RpcPort<S: Service> {
     /// Passes until [`Self::poll`] next looks at the clock for NetRPC's timeouts when
     /// nothing arrived (a clock read costs more than the rest of an idle pass).
     timeout_check_in: u32,
-    /// Time (ns since `epoch`) before which arrivals do not scan NetRPC's call records
-    /// for timeouts again.
-    next_timeout_scan: u64,
     /// The clock (ns since `epoch`) when [`Self::poll`] last read it.
     last_now: u64,
 }
-
-/// Nanoseconds between two scans of the call records for timeouts while messages keep
-/// arriving (a scan reads every record; timeouts are milliseconds and more, so one fires
-/// at most a quarter millisecond late; every 20 µs the scans cost a nonblocking stream
-/// a few percent of its bandwidth).
-const TIMEOUT_SCAN_NS: u64 = 250_000;
 
 /// Idle passes between two timeout checks when the NIC is driven inline: a few µs of
 /// passes, so timeouts (milliseconds and more) fire practically on time.
@@ -172,7 +163,6 @@ impl<S: Service> RpcPort<S> {
             epoch: Instant::now(),
             recv_msg: RecvMsg::EMPTY,
             timeout_check_in: 0,
-            next_timeout_scan: 0,
             last_now: 0,
         };
         port.rpc.set_secret(seed);
@@ -256,17 +246,17 @@ impl<S: Service> RpcPort<S> {
             let payload = self.node.frames.receive(m);
             self.rpc.handle_message(t, &mut self.node, m.src, m.ctrl(), payload);
         }
+        // Timers come from NetRPC's next deadline: with none, an idle pass reads no clock.
         // An inline NIC means a caller polling in a tight loop: look at the clock every
         // few passes. Otherwise polls may be far apart: every time.
         self.timeout_check_in = self.timeout_check_in.saturating_sub(1);
-        if now.is_some() || self.timeout_check_in == 0 || self.cpu.is_none() {
+        let deadline = self.rpc.poll_timeout();
+        if now.is_some() || (deadline.is_some() && (self.timeout_check_in == 0 || self.cpu.is_none())) {
             self.timeout_check_in = TIMEOUT_CHECK_PASSES;
             let t = *now.get_or_insert_with(|| self.epoch.elapsed().as_nanos() as u64);
             self.last_now = t;
-            // Polls far apart (no inline NIC) scan every time; a tight loop at most every
-            // TIMEOUT_SCAN_NS.
-            if t >= self.next_timeout_scan || self.cpu.is_none() {
-                self.next_timeout_scan = t + TIMEOUT_SCAN_NS;
+            // NetRPC reads its call records only once its next deadline has passed.
+            if deadline.is_some_and(|d| t >= d) {
                 self.rpc.handle_timeouts(t, &mut self.node);
             }
         }

@@ -35,9 +35,9 @@ enum Cmd {
     /// image and the QEMU guest stages (the README's test command); ends with
     /// `summary: N passed, M failed, K skipped` and every skip's reason.
     Test(test::TestArgs),
-    /// Check file headers, SAFETY comments and file sizes (a stage of `test`), and
-    /// report import cycles among each crate's modules (`--cycles`: fail on them).
-    Tidy(tidy::TidyArgs),
+    /// Check file headers, SAFETY comments, file sizes and that no crate's modules import
+    /// each other in a circle (a stage of `test`).
+    Tidy,
     /// Run a benchmark and print its table (or JSON with --json).
     Bench(bench::BenchArgs),
     /// The main demonstration: the most complete real run that exists.
@@ -66,7 +66,7 @@ fn main() {
         Cmd::Build(a) => build::run(a),
         Cmd::Flash(a) => flash::run(a),
         Cmd::Test(a) => test::run(a),
-        Cmd::Tidy(a) => tidy::run(a),
+        Cmd::Tidy => tidy::run(),
         Cmd::Bench(a) => bench::run(a),
         Cmd::Run(a) => run::run(a),
         Cmd::Kernel(a) => kernel::run(a),

@@ -53,7 +53,7 @@ pub fn run(a: TestArgs) -> anyhow::Result<()> {
     });
     if !a.no_lint {
         stage(&mut r, "fmt: cargo fmt --check (workspace and kernel-crate)", run::fmt_check);
-        stage(&mut r, "tidy: file headers, SAFETY comments, file sizes", || {
+        stage(&mut r, "tidy: file headers, SAFETY comments, file sizes, import cycles", || {
             crate::tidy::check(&crate::workspace_root())
         });
     } else {

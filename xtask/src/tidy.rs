@@ -11,25 +11,16 @@
 //! * no source file is over 800 lines, except under `tests/`, `benches/` and `examples/`.
 //!
 //! And over every crate (each workspace member's `src/`, and `kernel-crate/src/`): no
-//! import cycle among its modules at any level of its module tree ([`cycles`]). Those are
-//! warnings unless `--cycles` is given, which makes them failures.
+//! import cycle among its modules at any level of its module tree ([`cycles`]).
 
 mod cycles;
 
 use anyhow::{bail, Context};
 use std::path::Path;
 
-#[derive(clap::Args)]
-pub struct TidyArgs {
-    /// Fail on import cycles among a crate's modules (without it they are printed as
-    /// warnings).
-    #[arg(long)]
-    pub cycles: bool,
-}
-
 /// `cargo xtask tidy`.
-pub fn run(a: TidyArgs) -> anyhow::Result<()> {
-    check_all(&crate::workspace_root(), a.cycles)
+pub fn run() -> anyhow::Result<()> {
+    check(&crate::workspace_root())
 }
 
 const SPDX: &str = "SPDX-License-Identifier: GPL-2.0-only";
@@ -194,14 +185,8 @@ fn has_safety_comment(lines: &[&str], n: usize) -> bool {
     false
 }
 
-/// Check every tracked source file under `root`; import cycles are warnings.
+/// Check every tracked source file and every crate's imports under `root`.
 pub fn check(root: &Path) -> anyhow::Result<()> {
-    check_all(root, false)
-}
-
-/// Check every tracked source file and every crate's imports under `root`;
-/// `cycles_fail`: an import cycle fails the check rather than being a warning.
-fn check_all(root: &Path, cycles_fail: bool) -> anyhow::Result<()> {
     let out = std::process::Command::new("git")
         .args(["ls-files", "-z"])
         .current_dir(root)
@@ -219,25 +204,12 @@ fn check_all(root: &Path, cycles_fail: bool) -> anyhow::Result<()> {
     for f in &unreached {
         eprintln!("tidy: note: {f}: in no crate's module tree, so not checked for import cycles");
     }
-    if !cycles.is_empty() && !cycles_fail {
-        for c in &cycles {
-            eprintln!("tidy: warning: {c}");
-        }
-        eprintln!(
-            "tidy: warning: {} import cycles in {crates} crates (reported only; `cargo xtask tidy --cycles` fails on them)",
-            cycles.len()
-        );
-    }
-    if cycles_fail {
-        bad.extend(cycles.iter().cloned());
-    }
+    bad.extend(cycles.iter().cloned());
     if !bad.is_empty() {
         bail!("{} problems in {files} files and {crates} crates:\n{}", bad.len(), bad.join("\n"));
     }
     eprintln!("tidy: {files} source files: headers, SAFETY comments and sizes in order");
-    if cycles.is_empty() {
-        eprintln!("tidy: {crates} crates: no import cycle among their modules");
-    }
+    eprintln!("tidy: {crates} crates: no import cycle among their modules");
     Ok(())
 }
 

@@ -76,6 +76,8 @@ impl Client for () {
 pub(crate) fn new_core<C>(node: u16, budget: usize, host: KHost, client: C) -> Result<Core<C>> {
     let mut rpc = RPC_TEMPLATE.copy()?;
     rpc.set_node(node, RPC_CONFIG);
+    // Call generations a node on the link cannot guess (netrpc's reply tokens).
+    rpc.set_secret([sys::random_u64(), sys::random_u64()]);
     let mut gms = NODE_TEMPLATE.copy_kv()?;
     gms.set_identity(node, GmsConfig { budget, ..GMS_CONFIG });
     gms.host = host;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 /// Idle passes between two clock reads in [`GmsPort::poll`] (a few µs).
 const CLOCK_PASSES: u32 = 32;
 
-/// How often an idle poll checks NetRPC's, GMS's and the LRU's timers (ns).
+/// How often an idle poll checks GMS's and the LRU's timers (ns).
 const TIMER_CHECK_NS: u64 = 20_000;
 
 impl GmsPort {
@@ -59,12 +59,15 @@ impl GmsPort {
             Some(t) => t,
             None => self.tick_clock(),
         };
-        // Timers are coarse (ms): an idle spin checks them every TIMER_CHECK_NS, not on
-        // every pass (the scans of the call, operation and task tables dominated it).
+        // NetRPC's timers: its call records are read only once its next deadline passed.
+        if self.rpc.poll_timeout().is_some_and(|d| now >= d) {
+            self.rpc.handle_timeouts(now, &mut *self.node);
+        }
+        // GMS's own are coarse (ms): an idle spin asks the node for them every
+        // TIMER_CHECK_NS, not on every pass (its answer scans the operation and task tables).
         let timers = now >= self.timers_at;
         if timers {
             self.timers_at = now + TIMER_CHECK_NS;
-            self.rpc.handle_timeouts(now, &mut *self.node);
         }
         if busy || (timers && self.node.poll_timeout().is_some_and(|t| t <= now)) {
             self.node.drive(now, &mut self.rpc);
