@@ -13,16 +13,18 @@ use kernel::prelude::*;
 use kernel::sync::Arc;
 
 impl Shared {
-    /// The long work item, the GMS ticker: every `TICK_MS` until remove, NetRPC and GMS
-    /// timeouts and background work (they run on the receive path too, but a silent
-    /// member sends nothing), heartbeats to the members, and failure detection.
+    /// The long work item, the GMS ticker, until remove: NetRPC and GMS timeouts and
+    /// background work (they run on the receive path too, but a silent member sends
+    /// nothing), heartbeats to the members, and failure detection. It wakes at the cores'
+    /// next deadline ([`Self::next_tick_ms`]), at least every `TICK_MS`.
     pub(super) fn run_ticker(this: &Arc<Dev>) {
         let mut last_beat = 0u64;
         // This run's incarnation in the GMS heartbeats (never 0).
         let incarnation = sys::random_u64() | 1;
         let mut last_tick = now_ns();
+        let mut sleep = TICK_MS;
         while !this.closing.load(Ordering::Acquire) {
-            sys::msleep(TICK_MS);
+            sys::msleep(sleep);
             let now = now_ns();
             // This guest itself did not run for a while (an emulator starved of CPU): its
             // members' silence says nothing about them, so they get a fresh grace period.
@@ -41,6 +43,21 @@ impl Shared {
                 last_beat = now;
             }
             this.tick(now, beat.then_some(incarnation));
+            sleep = this.next_tick_ms(now_ns());
+        }
+    }
+
+    /// Milliseconds until the earliest deadline NetRPC, GMS or the global LRU reports
+    /// (their `poll_timeout`s), at least 1 and at most `TICK_MS` (heartbeats and failure
+    /// detection need the regular tick).
+    fn next_tick_ms(&self, now: u64) -> u32 {
+        let next = {
+            let c = self.core.lock();
+            [c.rpc.poll_timeout(), c.node.poll_timeout(), c.lru.poll_timeout()].into_iter().flatten().min()
+        };
+        match next {
+            Some(at) => (at.saturating_sub(now) / 1_000_000).clamp(1, u64::from(TICK_MS)) as u32,
+            None => TICK_MS,
         }
     }
 

@@ -38,7 +38,8 @@ pub(super) const RX_FRAMES: usize = RECV_RING_ENTRIES as usize;
 pub(super) const SPARE_FRAMES: usize = 96;
 
 pub(super) const SENDS_TIMEOUT_MS: u32 = 1_000;
-/// The GMS ticker's period and the heartbeat period (ms).
+/// The GMS ticker's longest sleep (it wakes earlier for the cores' deadlines) and the
+/// heartbeat period (ms).
 pub(super) const TICK_MS: u32 = 100;
 pub(super) const HEARTBEAT_MS: u64 = 1_000;
 /// Bounds of `gms_fail_ms=` (how long a member that was heard from may stay silent before
