@@ -211,10 +211,10 @@ impl GmsPort {
         seed: [u64; 2],
         gms_cfg: GmsConfig,
         rpc_cfg: Config,
-        cpu: Option<InlineNative>,
+        mut cpu: Option<InlineNative>,
         doorbell: Option<Arc<std::os::fd::OwnedFd>>,
     ) -> anyhow::Result<Self> {
-        let frames = carve(mem, region, base, &cfg, seed, 64)?;
+        let frames = carve(mem, region, base, &cfg, seed, 64, &mut cpu, &doorbell)?;
         let host =
             PortHost { frames, done: Vec::new(), pages_dropped: 0, lru_inbox: Vec::new(), heartbeats: Vec::new() };
         let mut port = GmsPort {
@@ -244,13 +244,6 @@ impl GmsPort {
             room_blocked: None,
         };
         port.rpc.set_secret(seed);
-        let t0 = Instant::now();
-        while !port.node.host.frames.ep.config_applied() {
-            port.poll_nic();
-            if t0.elapsed().as_secs() > 5 {
-                bail!("the NIC did not apply the configuration");
-            }
-        }
         Ok(port)
     }
 

@@ -97,9 +97,24 @@ impl<S: Service> Runtime<Frame> for Node<S> {
     }
 }
 
+/// Run an inline NIC one pass, or ring the doorbell of a NIC that has its own processor
+/// thread; whether the inline NIC did anything.
+pub(crate) fn kick(cpu: &mut Option<InlineNative>, doorbell: &Option<Arc<OwnedFd>>) -> bool {
+    match (cpu, doorbell) {
+        (Some(c), _) => c.poll(),
+        (None, Some(d)) => {
+            let _ = rustix::io::write(d.as_fd(), &1u64.to_ne_bytes());
+            false
+        }
+        (None, None) => false,
+    }
+}
+
 /// Cut `region` (registered for DMA at `base`) into [`FRAME_BYTES`] frames, attach one to
-/// every receive slot, and initialise the endpoint on `mem` with `cfg` (MTU capped at a
-/// frame). Needs at least `spare` frames beyond the receive ring.
+/// every receive slot, initialise the endpoint on `mem` with `cfg` (MTU capped at a
+/// frame) and wait, kicking the NIC (at most 5 s), until its firmware applied it. Needs at
+/// least `spare` frames beyond the receive ring.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn carve(
     mem: NicMem,
     region: Arc<Mapping>,
@@ -107,6 +122,8 @@ pub(crate) fn carve(
     cfg: &EndpointConfig,
     seed: [u64; 2],
     spare: usize,
+    cpu: &mut Option<InlineNative>,
+    doorbell: &Option<Arc<OwnedFd>>,
 ) -> anyhow::Result<Frames> {
     let n = region.len() / FRAME_BYTES as usize;
     if n < RECV_RING_ENTRIES as usize + spare {
@@ -115,7 +132,15 @@ pub(crate) fn carve(
     let frames = RegionFrames { region, base, end: (n * FRAME_BYTES as usize) as u64 };
     let cfg = EndpointConfig { mtu: cfg.mtu.min(FRAME_BYTES), ..*cfg };
     let ep = Endpoint::init(mem, &cfg, seed, |i| Frames::slot_segment(&frames, i));
-    Frames::new(ep, frames, spare).map_err(|e| anyhow::anyhow!("cannot set up the port: {e:?}"))
+    let frames = Frames::new(ep, frames, spare).map_err(|e| anyhow::anyhow!("cannot set up the port: {e:?}"))?;
+    let t0 = Instant::now();
+    while !frames.ep.config_applied() {
+        kick(cpu, doorbell);
+        if t0.elapsed().as_secs() > 5 {
+            bail!("the NIC did not apply the configuration");
+        }
+    }
+    Ok(frames)
 }
 
 /// One node: NetRPC over a host endpoint on a virtual NIC.
@@ -151,10 +176,10 @@ impl<S: Service> RpcPort<S> {
         seed: [u64; 2],
         service: S,
         rpc_cfg: Config,
-        cpu: Option<InlineNative>,
+        mut cpu: Option<InlineNative>,
         doorbell: Option<Arc<OwnedFd>>,
     ) -> anyhow::Result<Self> {
-        let frames = carve(mem, region, base, &cfg, seed, 8)?;
+        let frames = carve(mem, region, base, &cfg, seed, 8, &mut cpu, &doorbell)?;
         let mut port = RpcPort {
             rpc: Rpc::new(cfg.node_id, rpc_cfg),
             node: Node { service, frames },
@@ -166,13 +191,6 @@ impl<S: Service> RpcPort<S> {
             last_now: 0,
         };
         port.rpc.set_secret(seed);
-        let t0 = Instant::now();
-        while !port.node.frames.ep.config_applied() {
-            port.poll_nic();
-            if t0.elapsed().as_secs() > 5 {
-                bail!("the NIC did not apply the configuration");
-            }
-        }
         Ok(port)
     }
 
@@ -197,14 +215,7 @@ impl<S: Service> RpcPort<S> {
     }
 
     fn poll_nic(&mut self) -> bool {
-        match (&mut self.cpu, &self.doorbell) {
-            (Some(c), _) => c.poll(),
-            (None, Some(d)) => {
-                let _ = rustix::io::write(d.as_fd(), &1u64.to_ne_bytes());
-                false
-            }
-            (None, None) => false,
-        }
+        kick(&mut self.cpu, &self.doorbell)
     }
 
     /// Allocate a frame and arm it for a solicited reply.
