@@ -49,6 +49,7 @@ counters! {
     irqs_empty: "handler runs that found no message (merged or early interrupts)",
     rx_msgs: "messages taken from the receive ring",
     rx_unknown: "messages that are not ping or pong",
+    rx_budget_spent: "interrupts whose receive batch used its whole budget (the lock was released and draining went on)",
     rx_refused: "messages whose payload the NIC refused (no frame, bad token, DMA)",
     tx_msgs: "messages posted to the send ring",
     tx_ring_full: "sends not posted: send ring full",

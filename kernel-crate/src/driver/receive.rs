@@ -11,10 +11,25 @@ use crate::sys::work::Worked;
 use core::sync::atomic::Ordering;
 use kernel::sync::{Arc, ArcBorrow};
 
+/// Messages taken off the receive ring per hold of the core lock: one ring's worth (also
+/// what the host's global-LRU inbox holds).
+const RX_BUDGET: usize = crate::net::LRU_INBOX;
+
 impl ThreadedHandler for Dev {
     fn handle_irq(this: ArcBorrow<'_, Self>) -> IrqReturn {
         STATS.irqs.inc();
-        if this.poll() == 0 {
+        // A budget per hold of the core lock (NAPI-like): the lock is released between
+        // batches, so a flood of messages delays the others' work by one batch at most.
+        let mut total = 0;
+        loop {
+            let n = this.poll();
+            total += n;
+            if n < RX_BUDGET {
+                break;
+            }
+            STATS.rx_budget_spent.inc();
+        }
+        if total == 0 {
             STATS.irqs_empty.inc();
         }
         if this.core.lock().rpc.has_deferred() {
@@ -55,10 +70,10 @@ impl Shared {
         }
     }
 
-    /// Take every message the NIC has delivered (the self-tests' ping/pong to them,
-    /// everything else to NetRPC, whose continuations run now), then timeouts and GMS's
-    /// background work, the disk's completions and backlog, and send what NetRPC queued;
-    /// returns how many messages.
+    /// Take the messages the NIC has delivered, at most [`RX_BUDGET`] (the self-tests'
+    /// ping/pong to them, everything else to NetRPC, whose continuations run now), then
+    /// timeouts and GMS's background work, the disk's completions and backlog, and send
+    /// what NetRPC queued; returns how many messages (the budget: there may be more).
     pub(super) fn poll(&self) -> usize {
         let mut core = self.core.lock();
         let c = &mut *core;
@@ -66,7 +81,8 @@ impl Shared {
         c.node.host.reap();
         let mut n = 0;
         let mut sent = false;
-        while let Some(m) = c.node.host.ep.poll_recv() {
+        while n < RX_BUDGET {
+            let Some(m) = c.node.host.ep.poll_recv() else { break };
             n += 1;
             STATS.rx_msgs.inc();
             if let Some(replied) = selftest::on_message(c, &m) {
