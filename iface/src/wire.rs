@@ -27,6 +27,8 @@ pub const VERSION: u8 = 1;
 pub const HEADER_BYTES: u32 = 32;
 
 pub const HEADER_WORDS: usize = 8;
+/// Where the sender's node id (`u16`, little-endian) is in the header.
+pub const SRC_OFFSET: usize = 4;
 pub const TRAILER_BYTES: u32 = 4;
 
 // Each staging buffer of the NIC holds at least one packet of the largest MTU.

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use trapeze_firmware::hal::{EngineStatus, Engines, HostDir, RxStatus};
 use trapeze_firmware::iface::layout::{CTRL_MSG_BYTES, MAX_MTU_BYTES};
 use trapeze_firmware::iface::regs::tx_flags;
-use trapeze_firmware::iface::wire::HEADER_BYTES;
+use trapeze_firmware::iface::wire::{self, HEADER_BYTES};
 
 /// Largest packet on the link, trailer excluded.
 pub const MAX_PACKET_BYTES: usize = (HEADER_BYTES + CTRL_MSG_BYTES + MAX_MTU_BYTES) as usize;
@@ -49,6 +49,9 @@ pub struct EngineStats {
     pub host_dma_bytes: AtomicU64,
     pub link_tx_packets: AtomicU64,
     pub parks: AtomicU64,
+    /// Received packets whose header named another sender than the NIC that sent them:
+    /// the header's source was set to the sending NIC's link address.
+    pub src_stamped: AtomicU64,
     pub link: Mutex<LinkStats>,
 }
 
@@ -296,15 +299,22 @@ impl Engines for SoftEngines {
         if let Some((off, cap)) = self.rx_post {
             // Receiving gives the link's held frame back: settle the held packet first.
             self.settle_held();
-            let nic = &self.nic;
-            let got = self.link.poll_packet_held_with(|bytes, _src, crc_ok, held| {
+            let (nic, stats) = (&self.nic, &self.stats);
+            let got = self.link.poll_packet_held_with(|bytes, src, crc_ok, held| {
                 let n = bytes.len().min(cap as usize);
                 let fits = bytes.len() <= cap as usize;
                 // The firmware reads the header and control message from staging; a held
                 // packet's payload can wait in the link's frame for the host-bus write
                 // (one copy fewer), everything else is written now.
                 let now = if held && fits { n.min(RX_PREFIX_BYTES) } else { n };
-                let wrote = nic.write(off as usize, &bytes[..now]) && off as usize + n <= nic.len();
+                let mut wrote = nic.write(off as usize, &bytes[..now]) && off as usize + n <= nic.len();
+                // The sender is the NIC the link says sent it, whatever its host wrote in
+                // the header: a host cannot claim another node's id.
+                let at = wire::SRC_OFFSET;
+                if at + 2 <= n && bytes[at..at + 2] != src.to_le_bytes() {
+                    stats.src_stamped.fetch_add(1, Ordering::Relaxed);
+                    wrote &= nic.write(off as usize + at, &src.to_le_bytes());
+                }
                 (n, crc_ok && wrote && fits, now < n)
             });
             if let Some((n, ok, held)) = got {

@@ -84,6 +84,8 @@ pub struct NicStatus {
     pub host_irqs: u64,
     pub host_dma_bytes: u64,
     pub parks: u64,
+    /// Received packets whose header claimed another sender (see `EngineStats`).
+    pub src_stamped: u64,
     pub regions: Vec<(String, u64, u64)>,
 }
 
@@ -404,6 +406,7 @@ impl Nic {
             host_irqs: s.notifier.raised(),
             host_dma_bytes: s.stats.host_dma_bytes.load(Ordering::Relaxed),
             parks: s.stats.parks.load(Ordering::Relaxed),
+            src_stamped: s.stats.src_stamped.load(Ordering::Relaxed),
             regions: s.dma.regions(),
         }
     }

@@ -19,11 +19,35 @@ fn engines(link: Link) -> (SoftEngines, Arc<Mapping>) {
     (eng, nic)
 }
 
-/// A packet (32-byte header with dst node 2, then `len - 32` bytes) for the link.
+/// A packet (32-byte header from node 1 to node 2, then `len - 32` bytes) for the link.
 fn packet(len: usize, seed: u8) -> Vec<u8> {
     let mut p: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(7).wrapping_add(seed)).collect();
+    p[4..6].copy_from_slice(&1u16.to_le_bytes());
     p[6..8].copy_from_slice(&2u16.to_le_bytes());
     p
+}
+
+/// A host cannot claim another node's id: the receiving NIC writes the sending NIC's link
+/// address into the header it hands its firmware, and counts the packet.
+#[test]
+fn link_in_stamps_the_sending_nics_id_over_a_claimed_one() {
+    let sw = InProcSwitch::new();
+    let mut a = Link::new(1, Box::new(sw.port(1)), FaultConfig::NONE);
+    let (mut b, nic) = engines(Link::new(2, Box::new(sw.port(2)), FaultConfig::NONE));
+    let honest = packet(200, 4);
+    let mut forged = honest.clone();
+    forged[4..6].copy_from_slice(&7u16.to_le_bytes());
+    for p in [&honest, &forged] {
+        a.send_packet(p, false).unwrap();
+        b.link_rx_post(2048, 1024);
+        let st = b.link_rx_status();
+        assert_eq!((st.complete, st.crc_ok, st.bytes), (true, true, 200));
+        let mut got = vec![0u8; 200];
+        assert!(nic.read(2048, &mut got[..RX_PREFIX_BYTES]));
+        assert_eq!(got[4..6], 1u16.to_le_bytes(), "the header names the NIC that sent it");
+        assert_eq!(got[6..RX_PREFIX_BYTES], honest[6..RX_PREFIX_BYTES]);
+    }
+    assert_eq!(b.stats.src_stamped.load(Ordering::Relaxed), 1, "only the forged packet was restamped");
 }
 
 #[test]
