@@ -42,7 +42,7 @@ fn link_in_stamps_the_sending_nics_id_over_a_claimed_one() {
         b.link_rx_post(2048, 1024);
         let st = b.link_rx_status();
         assert_eq!((st.complete, st.crc_ok, st.bytes), (true, true, 200));
-        let mut got = vec![0u8; 200];
+        let mut got = [0u8; 200];
         assert!(nic.read(2048, &mut got[..RX_PREFIX_BYTES]));
         assert_eq!(got[4..6], 1u16.to_le_bytes(), "the header names the NIC that sent it");
         assert_eq!(got[6..RX_PREFIX_BYTES], honest[6..RX_PREFIX_BYTES]);
