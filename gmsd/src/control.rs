@@ -390,17 +390,7 @@ impl Control {
                             res[idx] = Some(if members.is_empty() { PutOutcome::NoTarget } else { PutOutcome::Error });
                             job.left -= 1;
                         } else {
-                            // By the plan, waiting for a put to finish when the member drawn
-                            // is at its cap (a round robin pick would undo the weights);
-                            // round robin before the first plan, or with nothing in flight.
-                            let by_plan = port.plan_target(|n| targets.usable(n, &members, window, now));
-                            let waiting = port.lru.plan().is_some() && targets.in_flight.values().any(|&n| n > 0);
-                            let target = match by_plan {
-                                Some(t) => Some(t),
-                                None if waiting => None,
-                                None => targets.pick(&members, window, now),
-                            };
-                            let Some(target) = target else {
+                            let Some(target) = targets.pick(&members, window, now) else {
                                 break 'jobs;
                             };
                             let version = next_version(last_version);

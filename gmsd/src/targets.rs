@@ -1,8 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-only
-//! Where `gmsd` sends putpages: drawn by the global LRU's plan (the port's
-//! [`trapeze_node::gms::GmsPort::plan_target`]) among the targets this module allows — a
-//! per-target cap on puts in flight and a short back-off from targets that refused — and
-//! round robin over those before the first plan.
+//! Where `gmsd` sends putpages: round robin with a per-target cap on puts in flight and a
+//! short back-off from targets that refused.
 
 use gms::prelude::PutResult;
 use std::collections::HashMap;
@@ -24,21 +22,18 @@ pub struct Targets {
 const REFUSED_BACKOFF: Duration = Duration::from_millis(200);
 
 impl Targets {
-    /// Whether `n` may take another putpage now (under its cap, not refusing lately —
-    /// unless every member refused).
-    pub fn usable(&self, n: u16, members: &[u16], window: usize, now: Instant) -> bool {
-        let cap = (window / members.len().max(1)).max(1);
-        let fresh = |n: &u16| self.refused_at.get(n).is_none_or(|t| now.duration_since(*t) > REFUSED_BACKOFF);
-        (fresh(&n) || !members.iter().any(fresh)) && self.in_flight.get(&n).copied().unwrap_or(0) < cap
-    }
-
-    /// The next usable member, round robin.
     pub fn pick(&mut self, members: &[u16], window: usize, now: Instant) -> Option<u16> {
-        let k =
-            (0..members.len()).find(|k| self.usable(members[(self.next + k) % members.len()], members, window, now))?;
-        let n = members[(self.next + k) % members.len()];
-        self.next = (self.next + k + 1) % members.len();
-        Some(n)
+        let cap = (window / members.len()).max(1);
+        let fresh = |n: &u16| self.refused_at.get(n).is_none_or(|t| now.duration_since(*t) > REFUSED_BACKOFF);
+        let all_refused = !members.iter().any(fresh);
+        for k in 0..members.len() {
+            let n = members[(self.next + k) % members.len()];
+            if (all_refused || fresh(&n)) && self.in_flight.get(&n).copied().unwrap_or(0) < cap {
+                self.next = (self.next + k + 1) % members.len();
+                return Some(n);
+            }
+        }
+        None
     }
 
     pub fn done(&mut self, target: u16, r: &PutResult) {

@@ -310,6 +310,36 @@ fn drops_alone_lose_whole_packets_only() {
     assert!(o.ok + o.rx.reassembly_timeouts <= 200);
 }
 
+/// A UDP datagram is taken only from the address configured for the node its frame names:
+/// another process on the network that writes node 1 into its frames is dropped and
+/// counted, node 1's own frames still arrive.
+#[test]
+fn udp_drops_frames_not_from_the_node_they_name() {
+    let mut a = UdpBackend::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let mut b = UdpBackend::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let mut stranger = UdpBackend::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    a.add_peer(2, b.local_addr());
+    stranger.add_peer(2, b.local_addr());
+    b.add_peer(1, a.local_addr());
+    let mut a = Link::new(1, Box::new(a), FaultConfig::NONE);
+    let mut stranger = Link::new(1, Box::new(stranger), FaultConfig::NONE);
+    let mut b = Link::new(2, Box::new(b), FaultConfig::NONE);
+    stranger.send_packet(&packet(1, 2, 9, 100), false).unwrap();
+    a.send_packet(&packet(1, 2, 1, 100), false).unwrap();
+    let mut out = vec![0u8; 1000];
+    let until = Instant::now() + Duration::from_secs(5);
+    let rx = loop {
+        if let Some(rx) = b.poll_packet(&mut out) {
+            break rx;
+        }
+        assert!(Instant::now() < until, "node 1's packet never came");
+        wait_readable(b.readable_fd(), until);
+    };
+    assert!(rx.crc_ok && tag_of(&out[..rx.len]) == 1, "the first packet taken is node 1's own");
+    assert!(b.poll_packet(&mut out).is_none(), "nothing else arrived");
+    assert_eq!((b.stats().foreign_frames, b.stats().packets_received), (1, 1));
+}
+
 #[test]
 fn faults_over_udp() {
     let mut a = UdpBackend::bind("127.0.0.1:0".parse().unwrap()).unwrap();

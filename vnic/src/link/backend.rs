@@ -127,6 +127,12 @@ pub trait LinkBackend: Send {
         false
     }
 
+    /// Frames the medium dropped because they did not come from where the node they name
+    /// is (a datagram from an address no peer has, or from another peer's). Default 0.
+    fn foreign_frames(&self) -> u64 {
+        0
+    }
+
     /// One line for logs, e.g. `udp 127.0.0.1:7000 (2 peers)`.
     fn describe(&self) -> String;
 }

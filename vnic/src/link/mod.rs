@@ -106,6 +106,8 @@ pub struct LinkStats {
     pub send_errors: u64,
     /// Receive errors reported by the backend.
     pub recv_errors: u64,
+    /// Frames the backend dropped as not coming from the node they name.
+    pub foreign_frames: u64,
     /// Completed packets dropped because [`MAX_READY_PACKETS`] were waiting.
     pub rx_queue_drops: u64,
     /// Packets cut short because the caller's buffer was too small.
@@ -197,7 +199,7 @@ impl Link {
     }
 
     pub fn stats(&self) -> LinkStats {
-        self.stats
+        LinkStats { foreign_frames: self.backend.foreign_frames(), ..self.stats }
     }
 
     /// Packets with some but not all fragments received.

@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! Link frames as UDP datagrams: one non-blocking bound socket, a route table from node
-//! to socket address.
+//! to socket address. A datagram is taken only from the address of the node its frame
+//! header names (anyone else on the network could write any node id there).
 
 use std::collections::HashMap;
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::{AsFd, BorrowedFd};
 
+use super::super::frame::FrameHeader;
 use super::{parse_node, LinkBackend, SpecError};
 
 /// Largest frame sent as one datagram (below IPv4's 65507-byte UDP limit), so a packet
@@ -23,6 +25,8 @@ pub struct UdpBackend {
     socket: UdpSocket,
     local: SocketAddr,
     peers: HashMap<u16, SocketAddr>,
+    /// Datagrams dropped: not from the address of the node their frame names.
+    foreign: u64,
 }
 
 impl UdpBackend {
@@ -35,7 +39,7 @@ impl UdpBackend {
         let _ = rustix::net::sockopt::set_socket_recv_buffer_size(&socket, SOCKET_BUFFER_BYTES);
         let _ = rustix::net::sockopt::set_socket_send_buffer_size(&socket, SOCKET_BUFFER_BYTES);
         let local = socket.local_addr()?;
-        Ok(UdpBackend { socket, local, peers: HashMap::new() })
+        Ok(UdpBackend { socket, local, peers: HashMap::new(), foreign: 0 })
     }
 
     /// The bound address (with the real port if bound to port 0).
@@ -66,7 +70,13 @@ impl LinkBackend for UdpBackend {
     fn try_recv_frame(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
         loop {
             match self.socket.recv_from(buf) {
-                Ok((n, _from)) => return Ok(Some(n)),
+                Ok((n, from)) => {
+                    let src = FrameHeader::parse(&buf[..n.min(buf.len())]).ok().map(|(h, _)| h.src);
+                    if src.is_some_and(|s| self.peers.get(&s) == Some(&from)) {
+                        return Ok(Some(n));
+                    }
+                    self.foreign += 1;
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 // An ICMP error from an earlier send (a peer not listening) is reported
@@ -87,6 +97,10 @@ impl LinkBackend for UdpBackend {
 
     fn routes_to(&self, dst: u16) -> bool {
         self.peers.contains_key(&dst)
+    }
+
+    fn foreign_frames(&self) -> u64 {
+        self.foreign
     }
 
     fn describe(&self) -> String {
