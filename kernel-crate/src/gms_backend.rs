@@ -6,8 +6,10 @@
 //!   a target member drawn by the global LRU's plan (`gms::epochs`: in proportion to the
 //!   members' free frames and oldest pages; round robin over the others before the first
 //!   plan, or when the member drawn is not a target); the write completes when the target
-//!   stored it and the directory named it (`PutResult::Stored`), else with an I/O error.
-//!   Each write bumps the page's version, kept here ([`DiskState::versions`]).
+//!   stored it and the directory named it (`PutResult::Stored`). A target that refuses
+//!   (its budget full) is skipped for [`REFUSED_NS`] and the page put again at another;
+//!   only when every target refused lately, or on any other failure, the write ends with an
+//!   I/O error. Each put bumps the page's version, kept here ([`DiskState::versions`]).
 //! * **read** → a page never written reads as zeros (no network); otherwise getpage into a
 //!   solicited frame: a hit at the version of the last write (or newer) fills the page; a
 //!   miss, a failure or an older version is an I/O error (the data was written and is gone).
@@ -74,6 +76,8 @@ const FINISHED: usize = 1024;
 const RA_STREAMS: usize = 4;
 const RA_PENDING: usize = 64;
 pub(crate) const MAX_READAHEAD: u32 = 32;
+/// How long a target that refused a put (its budget full) is skipped (ns).
+const REFUSED_NS: u64 = 200_000_000;
 
 /// Disk counters.
 pub(crate) struct DiskCounters {
@@ -124,6 +128,9 @@ pub(crate) struct DiskState {
     targets: [u16; MEMBERS],
     ntargets: usize,
     next_target: usize,
+    /// Until when (ns) each target is skipped after it refused a put (its budget full),
+    /// by index in `targets`.
+    refused_until: [u64; MEMBERS],
     pub(crate) counters: DiskCounters,
     /// Read-ahead (depth 0: off), its cache and the readers parked on pending fetches.
     ra: KBox<ReadAhead<RA_STREAMS, RA_PENDING>>,
@@ -173,6 +180,7 @@ impl DiskState {
             targets: t,
             ntargets: targets.len(),
             next_target: 0,
+            refused_until: [0; MEMBERS],
             counters: DiskCounters {
                 reads_zero: 0,
                 reads_cache: 0,
@@ -192,6 +200,20 @@ impl DiskState {
     }
 
     /// Stop putting to `node` (declared failed); the last target stays.
+    /// Whether `node` is a target that did not refuse a put lately.
+    fn takes_puts(&self, node: u16, now: u64) -> bool {
+        self.targets[..self.ntargets].iter().position(|&t| t == node).is_some_and(|i| self.refused_until[i] <= now)
+    }
+
+    /// `node` refused a put at `now`: skip it for [`REFUSED_NS`]. Whether another target
+    /// still takes puts (then the page is put again, elsewhere).
+    fn refused(&mut self, node: u16, now: u64) -> bool {
+        if let Some(i) = self.targets[..self.ntargets].iter().position(|&t| t == node) {
+            self.refused_until[i] = now + REFUSED_NS;
+        }
+        self.targets[..self.ntargets].iter().any(|&t| self.takes_puts(t, now))
+    }
+
     pub(crate) fn drop_target(&mut self, node: u16) {
         if self.ntargets > 1 {
             if let Some(i) = self.targets[..self.ntargets].iter().position(|&t| t == node) {
@@ -362,6 +384,17 @@ fn complete(host: &mut KHost, disk: &mut Option<DiskState>, done: &Completion<Fr
             }
             (Ok(()), Some(f.frame), None)
         }
+        // A target whose budget is full: put the page again at another, unless every
+        // target refused lately (the cluster is full: the write fails).
+        OpResult::Put(PutResult::Refused) if f.write && f.io.is_some() && d.refused(f.target, now_ns()) => {
+            if let Some(io) = f.io {
+                if let Err(io) = d.push(page, io, true, false) {
+                    d.fail(io);
+                }
+            }
+            host.retire(f.frame);
+            return true;
+        }
         OpResult::Put(_) => (Err(EIO), Some(f.frame), None),
         OpResult::Get(GetResult::Hit { version, frame, len, held, .. }) if !f.write => {
             let good = version.0 >= f.version && (len as usize) >= PAGE_BYTES;
@@ -475,16 +508,19 @@ fn issue_disk(core: &mut DiskCore, now: u64) -> bool {
             continue;
         };
         if write {
-            let targets = &d.targets[..d.ntargets];
-            let target = match c.lru.choose_target(coordinator, |t| targets.contains(&t)) {
+            let dref = &*d;
+            let target = match c.lru.choose_target(coordinator, |t| dref.takes_puts(t, now)) {
                 Some(t) => {
                     crate::stats::STATS.lru_puts_by_plan.inc();
                     t
                 }
                 None => {
+                    // Round robin over the targets taking puts (all, if none does).
                     crate::stats::STATS.lru_puts_fallback.inc();
-                    let t = d.targets[d.next_target % d.ntargets];
-                    d.next_target = d.next_target.wrapping_add(1);
+                    let n = d.ntargets;
+                    let k = (0..n).find(|k| d.takes_puts(d.targets[(d.next_target + k) % n], now)).unwrap_or(0);
+                    let t = d.targets[(d.next_target + k) % n];
+                    d.next_target = d.next_target.wrapping_add(k + 1);
                     t
                 }
             };
