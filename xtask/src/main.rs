@@ -6,6 +6,7 @@
 mod bench;
 mod build;
 mod flash;
+mod fuzz;
 mod kernel;
 mod module;
 mod prereq;
@@ -53,6 +54,9 @@ enum Cmd {
     /// (ping, NetRPC, GMS, unload with calls in flight), `--blk-test` its /dev/gms0 on RAM,
     /// `--suite` the guest suite, `--gmsd-test` a host gmsd in a guest's GMS cluster.
     Vm(vm::VmArgs),
+    /// Fuzz the parsers with cargo-fuzz (libFuzzer, nightly): one target or all in turn;
+    /// prints executions, coverage and crashes per target, fails on a crash.
+    Fuzz(fuzz::FuzzArgs),
 }
 
 fn main() {
@@ -73,6 +77,7 @@ fn main() {
         Cmd::Kernel(a) => kernel::run(a),
         Cmd::Module(a) => module::run(a),
         Cmd::Vm(a) => vm::run(a),
+        Cmd::Fuzz(a) => fuzz::run(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");
