@@ -17,7 +17,8 @@ use std::sync::atomic::Ordering;
 use trapeze_host::endpoint::{Endpoint, EndpointConfig, RecvMsg};
 use trapeze_host::iface::entry::Segment;
 use trapeze_host::iface::layout::{
-    CTRL_MSG_BYTES, IPT_ENTRIES, NIC_MEM_BYTES, RECV_RING_ENTRIES, RECV_RING_OFF, RING_ENTRY_BYTES,
+    CTRL_MSG_BYTES, CTRL_OFF, IPT_ENTRIES, NIC_MEM_BYTES, RECV_RING_ENTRIES, RECV_RING_OFF, RING_ENTRY_BYTES,
+    STAGING_OFF,
 };
 use trapeze_host::iface::mem::NicMemory;
 
@@ -70,10 +71,22 @@ struct Script {
 
 pub fn fuzz(data: &[u8]) {
     let Ok(s) = Script::arbitrary(&mut Unstructured::new(data)) else { return };
-    let mem = Mem { words: (0..NIC_MEM_BYTES / 4).map(|_| Cell::new(0)).collect(), window: Cell::new(None) };
+    MEM.with(|mem| run(&s, mem));
+}
+
+thread_local! {
+    /// One NIC memory per thread, reused: only the part an endpoint uses is cleared.
+    static MEM: Mem = Mem { words: (0..NIC_MEM_BYTES / 4).map(|_| Cell::new(0)).collect(), window: Cell::new(None) };
+}
+
+fn run(s: &Script, mem: &Mem) {
+    for w in &mem.words[(CTRL_OFF / 4) as usize..(STAGING_OFF / 4) as usize] {
+        w.set(0);
+    }
+    mem.window.set(None);
     // What the host itself gave for each slot and token (its own record, not the NIC's).
     let mut slot_frame: Vec<u32> = (0..RECV_RING_ENTRIES).map(|i| s.frames[i as usize % 4] as u32).collect();
-    let mut ep: Endpoint<&Mem, u32> = Endpoint::init(&mem, &EndpointConfig::default(), [3, 4], |i| {
+    let mut ep: Endpoint<&Mem, u32> = Endpoint::init(mem, &EndpointConfig::default(), [3, 4], |i| {
         Some(Segment { addr: 0x1000_0000 + i as u64 * 0x1_0000, len: s.frames[i as usize % 4] as u32 })
     });
     let mut armed = vec![None; IPT_ENTRIES as usize];
