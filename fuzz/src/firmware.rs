@@ -18,9 +18,9 @@ use trapeze_firmware::iface::entry::{state, Ring, Segment, Slot};
 use trapeze_firmware::iface::layout::{Policy, MAX_SEGMENTS, RECV_RING_ENTRIES, SEND_RING_ENTRIES};
 use trapeze_firmware::sim::{Cluster, Faults, NodeConfig, Params, TransferKind, HOST_DMA_BASE, US};
 
-const HOST_MEM: u64 = 512 << 10;
+const HOST_MEM: u64 = 192 << 10;
 /// Model time a script may take (µs); a quiet cluster stops sooner.
-const LIMIT_US: u64 = 4000;
+const LIMIT_US: u64 = 2000;
 
 /// A fast, coarse platform: 1 µs ticks, 1 GB/s everywhere, so an iteration takes
 /// hundreds of ticks rather than the calibrated platforms' hundred thousand.
@@ -103,7 +103,7 @@ pub fn fuzz(data: &[u8]) {
         1 => Policy::FixedPulse,
         _ => Policy::StoreAndForward,
     };
-    let mtu = 64 + (s.mtu as u32 % 8129);
+    let mtu = 64 + (s.mtu as u32 % 4033);
     let cfg = NodeConfig {
         policy,
         send_pulse: 4 + (s.send_pulse as u32 % 4096),

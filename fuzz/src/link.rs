@@ -20,7 +20,7 @@ use trapeze_vnic::link::{FaultConfig, Link, LinkBackend};
 const SENDER: u16 = 1;
 const RECEIVER: u16 = 2;
 /// Largest packet a script sends (keeps an iteration fast; fragmentation is what matters).
-const MAX_SCRIPT_PACKET: usize = 6000;
+const MAX_SCRIPT_PACKET: usize = 3000;
 
 type Queue = Arc<Mutex<VecDeque<Vec<u8>>>>;
 
@@ -90,7 +90,7 @@ pub fn fuzz(data: &[u8]) {
         FaultConfig::default(),
     );
     let mut buf = vec![0u8; MAX_SCRIPT_PACKET + 64];
-    for _ in 0..64 {
+    for _ in 0..32 {
         let Ok(step) = Step::arbitrary(&mut u) else { break };
         match step {
             Step::Raw(mut f) => {
