@@ -33,7 +33,7 @@ struct Mem {
 
 impl Mem {
     fn check(&self, off: u32) {
-        assert!(off % 4 == 0 && off < NIC_MEM_BYTES, "access at {off:#x}, outside NIC memory or unaligned");
+        assert!(off.is_multiple_of(4) && off < NIC_MEM_BYTES, "access at {off:#x}, outside NIC memory or unaligned");
         if let Some((s, e)) = self.window.get() {
             assert!((s..e).contains(&off), "read at {off:#x} while receiving, outside the receive ring");
         }
@@ -46,7 +46,7 @@ impl NicMemory for &Mem {
         self.words[(off / 4) as usize].get()
     }
     fn store(&self, off: u32, val: u32, _order: Ordering) {
-        assert!(off % 4 == 0 && off < NIC_MEM_BYTES, "store at {off:#x}");
+        assert!(off.is_multiple_of(4) && off < NIC_MEM_BYTES, "store at {off:#x}");
         self.words[(off / 4) as usize].set(val)
     }
     fn len_bytes(&self) -> u32 {

@@ -17,8 +17,11 @@ pub mod rpc;
 pub mod vnic_control;
 pub mod wire;
 
-/// The targets by name, in the order `cargo xtask fuzz` runs them.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+/// A target: its name (the `fuzz_targets/` file stem) and its function.
+pub type Target = (&'static str, fn(&[u8]));
+
+/// Every target, by name.
+pub const TARGETS: &[Target] = &[
     ("wire", targets::wire),
     ("link", targets::link),
     ("firmware_send", targets::firmware_send),
