@@ -15,7 +15,7 @@ use std::io;
 use std::os::fd::BorrowedFd;
 use std::sync::{Arc, Mutex};
 use trapeze_vnic::link::frame::{FrameHeader, HEADER_BYTES};
-use trapeze_vnic::link::{FaultConfig, Link, LinkBackend};
+use trapeze_vnic::link::{FaultConfig, Link, LinkBackend, RxPacket};
 
 const SENDER: u16 = 1;
 const RECEIVER: u16 = 2;
@@ -61,6 +61,18 @@ impl LinkBackend for Scripted {
     }
 }
 
+/// The next packet `rx` delivers, polling as long as frames wait in `inbox`.
+fn poll(rx: &mut Link, inbox: &Queue, buf: &mut [u8]) -> Option<RxPacket> {
+    loop {
+        if let Some(p) = rx.poll_packet(buf) {
+            return Some(p);
+        }
+        if inbox.lock().expect("queue").is_empty() {
+            return None;
+        }
+    }
+}
+
 #[derive(Arbitrary, Debug)]
 enum Step {
     /// A frame of any bytes (its source rewritten if it claims to be node 1).
@@ -100,7 +112,7 @@ pub fn fuzz(data: &[u8]) {
                     }
                 }
                 inbox.lock().expect("queue").push_back(f);
-                while let Some(p) = rx.poll_packet(&mut buf) {
+                while let Some(p) = poll(&mut rx, &inbox, &mut buf) {
                     assert!(p.len <= buf.len());
                     assert_ne!(p.src, SENDER, "a raw frame was delivered as node 1's");
                 }
@@ -127,7 +139,9 @@ pub fn fuzz(data: &[u8]) {
                 }
                 inbox.lock().expect("queue").extend(frames);
                 let mut got = 0;
-                while let Some(p) = rx.poll_packet(&mut buf) {
+                // A poll takes at most 1024 frames: poll until the inbox is empty too
+                // (a 3000-byte packet in 1-byte fragments is 3004 frames).
+                while let Some(p) = poll(&mut rx, &inbox, &mut buf) {
                     if p.src != SENDER {
                         continue;
                     }
