@@ -38,6 +38,8 @@ struct Outcome {
     cov: Option<u64>,
     ft: Option<u64>,
     crashed: bool,
+    /// Stopped by a signal (Ctrl-C): its figures are final, the exit status is not a crash.
+    interrupted: bool,
     artifact: Option<String>,
 }
 
@@ -179,7 +181,7 @@ fn fuzz_one(root: &Path, target: &str, time: Option<u64>, runs: Option<u64>) -> 
         read_line(&line, &mut o);
     }
     let status = child.wait().context("waiting for cargo fuzz")?;
-    if !status.success() && !o.crashed {
+    if !status.success() && !o.crashed && !o.interrupted {
         if o.execs.is_none() {
             bail!("`cargo {}` failed ({status}) before fuzzing", args.join(" "));
         }
@@ -204,6 +206,8 @@ fn read_line(line: &str, o: &mut Outcome) {
                 _ => {}
             }
         }
+    } else if line.contains("libFuzzer: run interrupted") {
+        o.interrupted = true;
     } else if line.contains("ERROR: libFuzzer")
         || line.contains("ERROR: AddressSanitizer")
         || line.contains("panicked at")
@@ -260,6 +264,8 @@ mod tests {
                 ..Outcome::default()
             }
         );
+        read_line("==15442== libFuzzer: run interrupted; exiting", &mut o);
+        assert!(o.interrupted && !o.crashed);
         read_line("artifact_prefix='x/'; Test unit written to fuzz/artifacts/wire/crash-abc", &mut o);
         assert!(o.crashed);
         assert_eq!(o.artifact.as_deref(), Some("fuzz/artifacts/wire/crash-abc"));
