@@ -119,8 +119,19 @@ pub struct Endpoint<M: NicMemory, C: Copy> {
     /// to it (ring order) has a cookie, so reaping starts its oldest-first scan there.
     send_oldest: u32,
     recv_next: u32,
+    /// Bytes of the frame this host attached to each receive slot: an unsolicited
+    /// payload reported longer is refused (the NIC's own copy of the segments is not
+    /// trusted for that).
+    recv_cap: [u32; RECV_RING_ENTRIES as usize],
     /// IPT entries in use by this host (armed, or delivered and not yet disarmed).
     ipt_used: [u32; WORDS],
+    /// Bytes of the frame armed in each IPT entry, likewise for solicited payloads.
+    ipt_cap: [u32; IPT_ENTRIES as usize],
+}
+
+/// Bytes `segs` hold (saturating).
+fn frame_bytes(segs: &[Segment]) -> u32 {
+    segs.iter().fold(0u32, |n, s| n.saturating_add(s.len))
 }
 
 impl<M: NicMemory, C: Copy> Endpoint<M, C> {
@@ -140,11 +151,13 @@ impl<M: NicMemory, C: Copy> Endpoint<M, C> {
                 s.set_state_release(0);
             }
         }
+        let mut recv_cap = [0; RECV_RING_ENTRIES as usize];
         for i in 0..RECV_RING_ENTRIES {
             if let Some(seg) = recv_frame(i) {
                 let s = Slot::new(&mem, Ring::Recv, i);
                 s.set_segment(0, seg);
                 s.set_nseg(1);
+                recv_cap[i as usize] = seg.len;
             }
         }
         let ep = Endpoint {
@@ -156,7 +169,9 @@ impl<M: NicMemory, C: Copy> Endpoint<M, C> {
             sends_posted: 0,
             send_oldest: 0,
             recv_next: 0,
+            recv_cap,
             ipt_used: [0; WORDS],
+            ipt_cap: [0; IPT_ENTRIES as usize],
         };
         ep.configure(cfg);
         ep.mem.store_relaxed(ctrl_word(ctrl::LAYOUT_VERSION), LAYOUT_VERSION);
@@ -322,6 +337,28 @@ impl<M: NicMemory, C: Copy> Endpoint<M, C> {
         m.token = PayloadToken(slot.token());
         m.flags = slot.flags();
         slot.read_ctrl(&mut m.ctrl[..m.ctrl_len as usize]);
+        // A payload longer than the frame this host gave for it (a faulty or hostile NIC)
+        // is refused here, so no caller reads past a frame: as the firmware reports a
+        // payload it could not place, with no bytes.
+        let cap = if m.flags & rx_flags::IPT != 0 {
+            let i = m.token.index() as usize;
+            let armed = self.ipt_used.get(i / 32).is_some_and(|w| w & (1 << (i % 32)) != 0);
+            if armed {
+                self.ipt_cap[i]
+            } else {
+                0
+            }
+        } else {
+            self.recv_cap[(pos % RECV_RING_ENTRIES) as usize]
+        };
+        if m.payload_len > cap {
+            m.payload_len = 0;
+            m.flags = if m.flags & rx_flags::IPT != 0 {
+                m.flags & !rx_flags::IPT | rx_flags::BAD_TOKEN
+            } else {
+                m.flags | rx_flags::NO_FRAME
+            };
+        }
         true
     }
 
@@ -336,6 +373,7 @@ impl<M: NicMemory, C: Copy> Endpoint<M, C> {
                 slot.set_segment(k as u32, *seg);
             }
             slot.set_nseg(n as u32);
+            self.recv_cap[(pos % RECV_RING_ENTRIES) as usize] = frame_bytes(&segs[..n]);
         }
         slot.set_state_release(0);
         self.recv_next = pos.wrapping_add(1);
@@ -355,6 +393,7 @@ impl<M: NicMemory, C: Copy> Endpoint<M, C> {
         // An entry free in our bitmap is never armed-and-undelivered, so this succeeds.
         let token = entry.host_arm(key, segs).ok_or(ArmError::TableFull)?;
         self.ipt_used[index / 32] |= 1 << (index % 32);
+        self.ipt_cap[index] = frame_bytes(segs);
         Ok(token)
     }
 

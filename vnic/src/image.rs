@@ -97,13 +97,14 @@ pub struct ImageInfo {
 }
 
 impl ImageInfo {
-    /// Bytes of the text region used: code, rodata and `.data`'s initial image.
+    /// Bytes of the text region used: code, rodata and `.data`'s initial image
+    /// (saturating: a crafted image's sizes may add up past `u32`, and are then over budget).
     pub fn text_region_used(&self) -> u32 {
-        self.text + self.rodata + self.data
+        self.text.saturating_add(self.rodata).saturating_add(self.data)
     }
-    /// Bytes of the RAM region claimed: data, bss and the stack reserve.
+    /// Bytes of the RAM region claimed: data, bss and the stack reserve (saturating).
     pub fn ram_region_used(&self) -> u32 {
-        self.data + self.bss + self.stack_reserve
+        self.data.saturating_add(self.bss).saturating_add(self.stack_reserve)
     }
     pub fn version_string(&self) -> String {
         version_string(self.fw_version)
@@ -294,9 +295,9 @@ fn parse(bytes: &[u8]) -> anyhow::Result<Parsed> {
             Region::Text => {
                 ensure!(!write && !nobits, "writable section {name} in the text region");
                 if exec {
-                    info.text += size;
+                    info.text = info.text.saturating_add(size);
                 } else {
-                    info.rodata += size;
+                    info.rodata = info.rodata.saturating_add(size);
                 }
             }
             Region::Ram => {
@@ -307,9 +308,9 @@ fn parse(bytes: &[u8]) -> anyhow::Result<Parsed> {
                     continue;
                 }
                 if nobits {
-                    info.bss += size;
+                    info.bss = info.bss.saturating_add(size);
                 } else {
-                    info.data += size;
+                    info.data = info.data.saturating_add(size);
                 }
                 ram_top = ram_top.max(addr as u64 + size as u64);
             }
@@ -390,7 +391,7 @@ fn parse(bytes: &[u8]) -> anyhow::Result<Parsed> {
     ensure!(
         info.ram_region_used() <= IMAGE_RAM_BYTES,
         "over budget: data+bss {} + stack reserve {} = {} of {}",
-        size(info.data + info.bss),
+        size(info.data.saturating_add(info.bss)),
         size(info.stack_reserve),
         size(info.ram_region_used()),
         size(IMAGE_RAM_BYTES)

@@ -6,6 +6,7 @@
 mod bench;
 mod build;
 mod flash;
+mod fuzz;
 mod kernel;
 mod module;
 mod prereq;
@@ -52,6 +53,9 @@ enum Cmd {
     /// ivshmem-doorbell PCI device, and run a test or given commands in them.
     #[command(subcommand)]
     Vm(vm::VmCmd),
+    /// Fuzz the parsers with cargo-fuzz (libFuzzer, nightly): one target or all in turn;
+    /// prints executions, coverage and crashes per target, fails on a crash.
+    Fuzz(fuzz::FuzzArgs),
 }
 
 fn main() {
@@ -72,6 +76,7 @@ fn main() {
         Cmd::Kernel(a) => kernel::run(a),
         Cmd::Module(a) => module::run(a),
         Cmd::Vm(a) => vm::run(a),
+        Cmd::Fuzz(a) => fuzz::run(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

@@ -67,6 +67,7 @@ pub fn run(a: TestArgs) -> anyhow::Result<()> {
     } else {
         r.stage_skipped("host tests", "the system packages they build with are missing (see above)");
     }
+    stage(&mut r, "fuzz corpus replay: every fuzz target over its committed corpus", crate::fuzz::replay_corpus);
 
     if !a.no_lint {
         stage(&mut r, "clippy: the workspace, all targets, warnings denied", || {

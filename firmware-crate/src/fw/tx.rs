@@ -157,11 +157,16 @@ impl<M: NicMemory> Firmware<M> {
             let ctrl_len = slot.ctrl_len();
             let payload = slot.payload_len();
             let nseg = slot.nseg();
-            let seg_bytes: u64 = (0..nseg.min(MAX_SEGMENTS)).map(|i| slot.segment(i).len as u64).sum();
+            // A segment whose range wraps past the top of the address space would have the
+            // bus read from address 0 on: malformed, like too few segment bytes.
+            let (seg_bytes, wraps) = (0..nseg.min(MAX_SEGMENTS))
+                .map(|i| slot.segment(i))
+                .fold((0u64, false), |(n, w), s| (n + s.len as u64, w || s.addr.checked_add(s.len as u64).is_none()));
             let valid = ctrl_len <= CTRL_MSG_BYTES
                 && payload <= self.cfg.mtu
                 && nseg <= MAX_SEGMENTS
-                && seg_bytes >= payload as u64;
+                && seg_bytes >= payload as u64
+                && !wraps;
             if !valid {
                 crate::log::warn!(
                     "tx: malformed send entry {=u32} (ctrl {=u32}, payload {=u32}, {=u32} segments)",

@@ -1,0 +1,156 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! Target `link`: link frames and their reassembly, through a whole `vnic` [`Link`] on a
+//! scripted backend.
+//!
+//! The input is a script: raw frames (any bytes) arrive at node 2, and packets sent by a
+//! real link at node 1 arrive there too, their frames in an order the input picks.
+//! Oracles: nothing panics; every packet delivered is shorter than the link's limit; a
+//! packet node 1 sent is delivered exactly once, byte for byte, its CRC (or verdict)
+//! good unless it was sent aborted — whatever raw frames came before it (raw frames never
+//! claim to be from node 1, so they cannot legitimately interfere).
+
+use arbitrary::{Arbitrary, Unstructured};
+use std::collections::VecDeque;
+use std::io;
+use std::os::fd::BorrowedFd;
+use std::sync::{Arc, Mutex};
+use trapeze_vnic::link::frame::{FrameHeader, HEADER_BYTES};
+use trapeze_vnic::link::{FaultConfig, Link, LinkBackend, RxPacket};
+
+const SENDER: u16 = 1;
+const RECEIVER: u16 = 2;
+/// Largest packet a script sends (keeps an iteration fast; fragmentation is what matters).
+const MAX_SCRIPT_PACKET: usize = 3000;
+
+type Queue = Arc<Mutex<VecDeque<Vec<u8>>>>;
+
+/// A backend whose sent frames go to one queue and whose received frames come from another.
+struct Scripted {
+    out: Queue,
+    inbox: Queue,
+    max_frame: usize,
+    memory: bool,
+}
+
+impl LinkBackend for Scripted {
+    fn send_frame(&mut self, _dst: u16, frame: &[u8]) -> io::Result<()> {
+        assert!(frame.len() <= self.max_frame, "link sent a frame over the backend's limit");
+        self.out.lock().expect("queue").push_back(frame.to_vec());
+        Ok(())
+    }
+    fn try_recv_frame(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        let Some(f) = self.inbox.lock().expect("queue").pop_front() else { return Ok(None) };
+        let n = f.len().min(buf.len());
+        buf[..n].copy_from_slice(&f[..n]);
+        Ok(Some(n))
+    }
+    fn readable_fd(&self) -> Option<BorrowedFd<'_>> {
+        None
+    }
+    fn max_frame_bytes(&self) -> usize {
+        self.max_frame
+    }
+    fn routes_to(&self, dst: u16) -> bool {
+        dst == RECEIVER
+    }
+    fn is_memory_medium(&self) -> bool {
+        self.memory
+    }
+    fn describe(&self) -> String {
+        "fuzz script".into()
+    }
+}
+
+/// The next packet `rx` delivers, polling as long as frames wait in `inbox`.
+fn poll(rx: &mut Link, inbox: &Queue, buf: &mut [u8]) -> Option<RxPacket> {
+    loop {
+        if let Some(p) = rx.poll_packet(buf) {
+            return Some(p);
+        }
+        if inbox.lock().expect("queue").is_empty() {
+            return None;
+        }
+    }
+}
+
+#[derive(Arbitrary, Debug)]
+enum Step {
+    /// A frame of any bytes (its source rewritten if it claims to be node 1).
+    Raw(Vec<u8>),
+    /// A packet sent by node 1, its frames delivered rotated by `rotate` and, if
+    /// `reverse`, reversed; `dup` delivers one frame twice (not a one-frame packet over a
+    /// memory medium: see the send step).
+    Send { body: Vec<u8>, abort: bool, rotate: u8, reverse: bool, dup: Option<u8> },
+}
+
+pub fn fuzz(data: &[u8]) {
+    let mut u = Unstructured::new(data);
+    let Ok((memory, frame_sel)) = <(bool, u16)>::arbitrary(&mut u) else { return };
+    // Frames of 25..=2072 bytes: one byte of fragment at the least, several fragments
+    // for most packets.
+    let max_frame = HEADER_BYTES + 1 + (frame_sel as usize % 2048);
+    let wire: Queue = Arc::default();
+    let inbox: Queue = Arc::default();
+    let mut tx = Link::new(
+        SENDER,
+        Box::new(Scripted { out: wire.clone(), inbox: Arc::default(), max_frame, memory }),
+        FaultConfig::default(),
+    );
+    let mut rx = Link::new(
+        RECEIVER,
+        Box::new(Scripted { out: Arc::default(), inbox: inbox.clone(), max_frame, memory }),
+        FaultConfig::default(),
+    );
+    let mut buf = vec![0u8; MAX_SCRIPT_PACKET + 64];
+    for _ in 0..32 {
+        let Ok(step) = Step::arbitrary(&mut u) else { break };
+        match step {
+            Step::Raw(mut f) => {
+                if let Ok((h, _)) = FrameHeader::parse(&f) {
+                    if h.src == SENDER {
+                        f[4] ^= 0x80; // another source
+                    }
+                }
+                inbox.lock().expect("queue").push_back(f);
+                while let Some(p) = poll(&mut rx, &inbox, &mut buf) {
+                    assert!(p.len <= buf.len());
+                    assert_ne!(p.src, SENDER, "a raw frame was delivered as node 1's");
+                }
+            }
+            Step::Send { mut body, abort, rotate, reverse, dup } => {
+                body.truncate(MAX_SCRIPT_PACKET);
+                if body.len() < 32 {
+                    body.resize(32, 0);
+                }
+                body[6..8].copy_from_slice(&RECEIVER.to_le_bytes());
+                tx.send_packet(&body, abort).expect("a packet within the link's limits is sent");
+                let mut frames: Vec<Vec<u8>> = wire.lock().expect("queue").drain(..).collect();
+                assert!(!frames.is_empty(), "a routable packet produced no frame");
+                let n = frames.len();
+                frames.rotate_left(rotate as usize % n);
+                if reverse {
+                    frames.reverse();
+                }
+                // Over a memory medium a whole verdict frame is not tracked for duplicates
+                // (the medium copies nothing twice), so only duplicate elsewhere.
+                if let Some(d) = dup.filter(|_| !memory || n > 1) {
+                    let f = frames[d as usize % n].clone();
+                    frames.insert((d as usize / 2) % (n + 1), f);
+                }
+                inbox.lock().expect("queue").extend(frames);
+                let mut got = 0;
+                // A poll takes at most 1024 frames: poll until the inbox is empty too
+                // (a 3000-byte packet in 1-byte fragments is 3004 frames).
+                while let Some(p) = poll(&mut rx, &inbox, &mut buf) {
+                    if p.src != SENDER {
+                        continue;
+                    }
+                    got += 1;
+                    assert_eq!(&buf[..p.len], &body[..], "packet changed on the link");
+                    assert_eq!(p.crc_ok, !abort, "trailer verdict wrong (aborted: {abort})");
+                }
+                assert_eq!(got, 1, "packet delivered {got} times");
+            }
+        }
+    }
+}
