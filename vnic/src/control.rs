@@ -238,6 +238,9 @@ pub fn serve(nic: Arc<Nic>, path: &Path) -> anyhow::Result<ControlServer> {
     Ok(ControlServer { path: path.to_path_buf(), stop, thread: Some(thread) })
 }
 
+/// How long an attach waits for a host that has just disconnected to be detached.
+const DETACH_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
 fn wait_readable(fd: &OwnedFd, ms: i64) -> bool {
     let ts = rustix::event::Timespec { tv_sec: ms / 1000, tv_nsec: (ms % 1000) * 1_000_000 };
     let mut fds = [PollFd::new(fd, PollFlags::IN)];
@@ -358,8 +361,17 @@ fn handle(nic: &Nic, req: Request, mut fds: Vec<OwnedFd>, att: &mut Attached) ->
             (json!({ "ok": true, "image": info, "status": status_value(nic) }), Vec::new())
         }
         Request::Attach => {
-            if att.host || s.host_attached.swap(true, Ordering::AcqRel) {
-                bail!("NIC {} already has a host attached (one endpoint per NIC)", s.name);
+            if att.host {
+                bail!("this connection already has the NIC's host attached");
+            }
+            // A host that has just closed its connection is detached by that connection's
+            // thread, which may not have run yet: give it a moment before refusing.
+            let t0 = std::time::Instant::now();
+            while s.host_attached.swap(true, Ordering::AcqRel) {
+                if t0.elapsed() >= DETACH_GRACE {
+                    bail!("NIC {} already has a host attached (one endpoint per NIC)", s.name);
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
             }
             att.host = true;
             // A fresh endpoint for the new host: the firmware's ring positions restart
