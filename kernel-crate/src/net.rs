@@ -104,8 +104,12 @@ pub(crate) struct KStorage;
 
 impl Storage for KStorage {
     type Buf<T: Copy> = KVVec<T>;
+    type Boxed<T> = KBox<T>;
     fn buf<T: Copy>(n: usize, fill: T) -> Option<KVVec<T>> {
         KVVec::from_elem(fill, n, GFP_KERNEL).ok()
+    }
+    fn boxed<T>(v: T) -> Option<KBox<T>> {
+        KBox::new(v, GFP_KERNEL).ok()
     }
 }
 

@@ -65,7 +65,8 @@ pub enum SetupError {
 /// One endpoint and its frames. `M`: how NIC memory is reached; `A`: the frames; `S`:
 /// where the tables live.
 pub struct Port<M: NicMemory, A: FrameMem, S: Storage> {
-    pub ep: Endpoint<M, usize>,
+    /// On the heap: an endpoint is a few KiB, and a port is moved while it is set up.
+    pub ep: S::Boxed<Endpoint<M, usize>>,
     frames: A,
     free: Stack<A::Frame, S>,
     /// Frames armed in the IPT, with their tokens.
@@ -106,7 +107,7 @@ impl<M: NicMemory, A: FrameMem, S: Storage> Port<M, A, S> {
             *s = frames.nth(i);
         }
         Ok(Port {
-            ep,
+            ep: S::boxed(ep).ok_or(SetupError::NoMemory)?,
             armed: Stack::new(IPT_ENTRIES as usize, (first, PayloadToken::NONE)).ok_or(SetupError::NoMemory)?,
             limbo: Fifo::new(n, (first, 0)).ok_or(SetupError::NoMemory)?,
             frames,
@@ -331,7 +332,7 @@ impl<M: NicMemory, A: FrameMem, S: Storage> Port<M, A, S> {
             match self.post_raw(&msg, RPC_COOKIE) {
                 Ok(()) => return true,
                 Err(SendError::RingFull) => {
-                    make_room(&mut self.ep);
+                    make_room(&mut *self.ep);
                     self.reap(|_, _| {});
                 }
                 Err(_) => return false,

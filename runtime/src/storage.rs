@@ -9,8 +9,13 @@ use core::ops::DerefMut;
 pub trait Storage {
     /// A slice of `T` that the place owns (a boxed slice, a `KVVec`).
     type Buf<T: Copy>: DerefMut<Target = [T]>;
+    /// One `T` on the place's heap (a `Box`, a `KBox`): what is large stays off a
+    /// kernel stack once it is made.
+    type Boxed<T>: DerefMut<Target = T>;
     /// `n` copies of `fill`, or `None` if there is no memory for them.
     fn buf<T: Copy>(n: usize, fill: T) -> Option<Self::Buf<T>>;
+    /// `v` moved to the heap, or `None` if there is no memory for it.
+    fn boxed<T>(v: T) -> Option<Self::Boxed<T>>;
 }
 
 /// Storage from the global allocator (user space).
@@ -20,8 +25,12 @@ pub struct Heap;
 #[cfg(all(feature = "alloc", not(MODULE)))]
 impl Storage for Heap {
     type Buf<T: Copy> = alloc::boxed::Box<[T]>;
+    type Boxed<T> = alloc::boxed::Box<T>;
     fn buf<T: Copy>(n: usize, fill: T) -> Option<Self::Buf<T>> {
         Some(alloc::vec![fill; n].into_boxed_slice())
+    }
+    fn boxed<T>(v: T) -> Option<Self::Boxed<T>> {
+        Some(alloc::boxed::Box::new(v))
     }
 }
 
