@@ -110,10 +110,12 @@ fn memory_medium_packets_carry_a_verdict_believed_only_there() {
     assert_eq!(b.stats().crc_errors, 1);
 
     // ... while a link that is not a memory medium never believes a verdict.
-    let udp = UdpBackend::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let mut udp = UdpBackend::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let addr = udp.local_addr();
-    let mut u = Link::new(2, Box::new(udp), FaultConfig::NONE);
+    // The frame names node 1: it must come from node 1's address to be taken at all.
     let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    udp.add_peer(1, sock.local_addr().unwrap());
+    let mut u = Link::new(2, Box::new(udp), FaultConfig::NONE);
     sock.send_to(&frames[0], addr).unwrap();
     let deadline = Instant::now() + std::time::Duration::from_secs(5);
     let got = loop {
