@@ -299,8 +299,9 @@ fn unknown_op_and_timeout_and_late_reply() {
     assert_eq!(rpcs[0].stats().timeouts, 2);
 }
 
-#[test]
-fn refused_solicited_payload_fails_the_call() {
+/// A solicited page call from node 0 to node 1, answered by node 1: the caller's NetRPC,
+/// its runtime, the call and the reply node 1 queued (its payload tagged with token 99).
+fn solicited_page_call() -> ([Small; 2], [Rt; 2], CallId, Transmit<Frame>) {
     let mut rts = [rt(0), rt(1)];
     let mut rpcs: [Small; 2] = [Rpc::new(0, Config::default()), Rpc::new(1, Config::default())];
     let c = rpcs[0]
@@ -309,6 +310,12 @@ fn refused_solicited_payload_fails_the_call() {
     let t = rpcs[0].poll_transmit().unwrap();
     rpcs[1].handle_message(0, &mut rts[1], 0, t.ctrl(), InPayload::None);
     let r = rpcs[1].poll_transmit().unwrap();
+    (rpcs, rts, c, r)
+}
+
+#[test]
+fn refused_solicited_payload_fails_the_call() {
+    let (mut rpcs, mut rts, c, r) = solicited_page_call();
     assert_eq!(r.tag, 99, "a solicited reply payload is tagged with the requester's token");
     rpcs[0].handle_message(0, &mut rts[0], 1, r.ctrl(), InPayload::Refused);
     assert_eq!(rpcs[0].take_outcome(c), Some(Err(RpcError::PayloadRefused)));
@@ -320,14 +327,7 @@ fn refused_solicited_payload_fails_the_call() {
 /// the buffer and the caller's frame are released.
 #[test]
 fn a_solicited_call_refuses_an_unsolicited_buffer_as_its_reply() {
-    let mut rts = [rt(0), rt(1)];
-    let mut rpcs: [Small; 2] = [Rpc::new(0, Config::default()), Rpc::new(1, Config::default())];
-    let c = rpcs[0]
-        .call_raw(0, &mut rts[0], 1, OP_PAGE, &[], ReplyTo::Solicited { token: 99, frame: 4 }, Mode::Wait)
-        .unwrap();
-    let t = rpcs[0].poll_transmit().unwrap();
-    rpcs[1].handle_message(0, &mut rts[1], 0, t.ctrl(), InPayload::None);
-    let r = rpcs[1].poll_transmit().unwrap();
+    let (mut rpcs, mut rts, c, r) = solicited_page_call();
     rpcs[0].handle_message(0, &mut rts[0], 1, r.ctrl(), InPayload::Buffer { frame: 77, len: 4096 });
     assert_eq!(rpcs[0].take_outcome(c), Some(Err(RpcError::PayloadRefused)));
     assert_eq!(rts[0].released, vec![77, 4]);
