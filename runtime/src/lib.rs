@@ -14,8 +14,9 @@
 //! What differs between places is behind two small traits:
 //! * [`frames::FrameMem`] — how frames are reached: a user-space region registered with
 //!   the NIC (a frame is an offset), or the kernel's coherent DMA buffers (an index);
-//! * [`storage::Storage`] — where the fixed-size tables live (allocated once, at set-up:
-//!   the global allocator in user space, `kvmalloc` in the kernel).
+//! * [`storage::Storage`] — where the fixed-size tables and the endpoint live (allocated
+//!   once, at set-up: the global allocator in user space, `kvmalloc`/`kmalloc` in the
+//!   kernel).
 //!
 //! `core` only, no `unsafe`, nothing allocates after set-up. The kernel module compiles
 //! these files as a module beside its own `endpoint`, `iface` and `netrpc` modules

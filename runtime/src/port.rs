@@ -13,9 +13,11 @@
 //!   [`Port::retire`] parks it until every send posted before the next [`Port::tag_limbo`]
 //!   has completed ([`Port::reap`]).
 //! * **Posting.** [`Port::post`] hands a NetRPC transmit to the send ring; while the ring
-//!   is full it lets the place make room and reaps (run an inline NIC, ring a doorbell),
+//!   is full it lets the place make room (run an inline NIC, ring a doorbell) and reaps,
 //!   a bounded number of times, then drops the transmit and counts it (NetRPC's timeouts
 //!   and GMS's retries take over).
+//! * The endpoint itself lives on the place's heap ([`Storage::Boxed`]): it is a few KiB,
+//!   and a kernel stack must not carry it through set-up.
 
 use super::endpoint::{ArmError, Endpoint, RecvMsg, SendError, SendMsg};
 use super::frames::FrameMem;
