@@ -76,7 +76,9 @@ fn link_out_sends_the_pulses_from_staging_in_order_even_when_apart() {
 #[test]
 fn delayed_frames_leave_when_due_with_no_receive_buffer_posted() {
     let sw = InProcSwitch::new();
-    let wire = FaultConfig { delay_ns: 200_000, ..FaultConfig::NONE };
+    // 20 ms: far longer than the few µs between sending and the first check, even on a
+    // loaded machine (at 200 µs a descheduled test thread saw the frame already gone).
+    let wire = FaultConfig { delay_ns: 20_000_000, ..FaultConfig::NONE };
     let (mut a, nic) = engines(Link::new(1, Box::new(sw.port(1)), wire));
     let mut b = Link::new(2, Box::new(sw.port(2)), FaultConfig::NONE);
     let p = packet(2000, 5);
@@ -95,7 +97,7 @@ fn delayed_frames_leave_when_due_with_no_receive_buffer_posted() {
         }
         assert!(t0.elapsed() < Duration::from_secs(5), "the delayed frame never left");
     };
-    assert!(t0.elapsed() >= Duration::from_micros(200));
+    assert!(t0.elapsed() >= Duration::from_millis(20));
     assert_eq!((rx.len, rx.crc_ok), (2000, true));
     assert_eq!(&out[..2000], &p[..]);
     assert!(!a.link_rx_pending());
