@@ -267,9 +267,7 @@ impl<S: Service> RpcPort<S> {
             let t = *now.get_or_insert_with(|| self.epoch.elapsed().as_nanos() as u64);
             self.last_now = t;
             // NetRPC reads its call records only once its next deadline has passed.
-            if deadline.is_some_and(|d| t >= d) {
-                self.rpc.handle_timeouts(t, &mut self.node);
-            }
+            self.rpc.handle_timeouts(t, &mut self.node);
         }
         if self.rpc.has_deferred() {
             self.rpc.run_deferred(&mut self.node);

@@ -59,10 +59,8 @@ impl GmsPort {
             Some(t) => t,
             None => self.tick_clock(),
         };
-        // NetRPC's timers: its call records are read only once its next deadline passed.
-        if self.rpc.poll_timeout().is_some_and(|d| now >= d) {
-            self.rpc.handle_timeouts(now, &mut *self.node);
-        }
+        // NetRPC's timers (it reads its call records only once its next deadline passed).
+        self.rpc.handle_timeouts(now, &mut *self.node);
         // GMS's own are coarse (ms): an idle spin asks the node for them every
         // TIMER_CHECK_NS, not on every pass (its answer scans the operation and task tables).
         let timers = now >= self.timers_at;

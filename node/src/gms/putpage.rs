@@ -21,18 +21,6 @@ impl GmsPort {
 
     /// The target of a putpage by the global LRU's plan, else least loaded.
     pub fn choose_target(&mut self) -> Option<u16> {
-        if let Some(t) = self.plan_target(|_| true) {
-            return Some(t);
-        }
-        self.lru.stats.puts_fallback += 1;
-        self.pick_target()
-    }
-
-    /// The target of a putpage drawn by the global LRU's plan among the other live
-    /// members that did not refuse lately and that `usable` allows (a runtime's own limits,
-    /// such as puts in flight per target); `None` before the first plan or when no usable
-    /// member was drawn (the caller falls back to its own choice).
-    pub fn plan_target(&mut self, usable: impl Fn(u16) -> bool) -> Option<u16> {
         // A new plan reflects the members' free memory now: forget who refused before it.
         let epoch = self.lru.plan().map_or(0, |p| p.epoch());
         if epoch != self.refused_epoch {
@@ -43,11 +31,13 @@ impl GmsPort {
         let c = self.coordinator();
         let members = self.node.members();
         let refused = &self.refused_by;
-        let t = self.lru.choose_target(c, |n| n != me && members.contains(n) && !refused.contains_key(&n) && usable(n));
+        let t = self.lru.choose_target(c, |n| n != me && members.contains(n) && !refused.contains_key(&n));
         if t.is_some() {
             self.lru.stats.puts_by_plan += 1;
+            return t;
         }
-        t
+        self.lru.stats.puts_fallback += 1;
+        self.pick_target()
     }
 
     /// Start a putpage of `data` as `page` at `version` to `target` (default: by the
