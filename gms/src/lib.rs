@@ -109,6 +109,7 @@ pub use super::netrpc as net;
 #[cfg(not(MODULE))]
 pub use netrpc as net;
 
+pub mod cache;
 pub mod client;
 pub mod directory;
 pub mod epochs;
@@ -119,6 +120,7 @@ pub mod node;
 pub mod ops;
 pub mod page;
 pub mod pending;
+pub mod placement;
 pub mod readahead;
 pub mod registration;
 pub mod serve;

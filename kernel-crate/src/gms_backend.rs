@@ -38,7 +38,10 @@
 use crate::blk::{PageIo, PAGE_BYTES};
 use crate::net::stack::{Client, Core};
 use crate::net::{now_ns, Frame, KHost, MEMBERS, OPS};
+use crate::sys::boxed::Template;
 use crate::sys::dma::DmaBuf;
+use crate::tpz::gms::cache::{Cached, PageCache};
+use crate::tpz::gms::placement::{Outcome, Placement, Via};
 use crate::tpz::gms::prelude::*;
 use crate::tpz::gms::readahead::{self, Decision, ReadAhead};
 use crate::tpz::netrpc::prelude::Mode;
@@ -70,14 +73,15 @@ const BACKLOG: usize = 64 * 64;
 /// Read-ahead: pages kept in the disk's page cache, readers parked on pending fetches,
 /// streams and pending fetches tracked, and the deepest read-ahead.
 pub(crate) const CACHE_PAGES: usize = 64;
+/// Slots of the cache's table (it keeps at most 7/8 of them).
+const CACHE_SLOTS: usize = 128;
+static CACHE_TEMPLATE: Template<PageCache<Frame, CACHE_SLOTS>> = Template::new(PageCache::new());
 const WAITERS: usize = 256;
 /// Pages finished under the core lock, completed after it is released.
 const FINISHED: usize = 1024;
 const RA_STREAMS: usize = 4;
 const RA_PENDING: usize = 64;
 pub(crate) const MAX_READAHEAD: u32 = 32;
-/// How long a target that refused a put (its budget full) is skipped (ns).
-const REFUSED_NS: u64 = 200_000_000;
 
 /// Disk counters.
 pub(crate) struct DiskCounters {
@@ -106,14 +110,6 @@ struct InFlight {
     prefetch: bool,
 }
 
-/// A page in the read-ahead cache.
-#[derive(Clone, Copy)]
-struct Cached {
-    page: u64,
-    version: u64,
-    frame: Frame,
-}
-
 /// The disk's state on the host (under the core spinlock).
 pub(crate) struct DiskState {
     /// Version of each page's last write (0: never written).
@@ -125,18 +121,13 @@ pub(crate) struct DiskState {
     backlog: KVec<Option<(u64, PageIo, bool, bool)>>,
     head: usize,
     queued: usize,
-    targets: [u16; MEMBERS],
-    ntargets: usize,
-    next_target: usize,
-    /// Until when (ns) each target is skipped after it refused a put (its budget full),
-    /// by index in `targets`.
-    refused_until: [u64; MEMBERS],
+    /// Where puts go: the global LRU's plan over the targets that take puts.
+    placement: Placement<MEMBERS>,
     pub(crate) counters: DiskCounters,
     /// Read-ahead (depth 0: off), its cache and the readers parked on pending fetches.
     ra: KBox<ReadAhead<RA_STREAMS, RA_PENDING>>,
     ra_on: bool,
-    cache: KVec<Option<Cached>>,
-    cache_next: usize,
+    cache: KBox<PageCache<Frame, CACHE_SLOTS>>,
     waiting: KVec<Option<(u64, PageIo)>>,
     /// Pages finished (result: ok?) and not yet completed: `PageIo::complete` ends the
     /// block request, whose completion path may submit I/O again (stacked devices), so it
@@ -152,8 +143,11 @@ impl DiskState {
         if targets.is_empty() || targets.len() > MEMBERS {
             return Err(EINVAL);
         }
-        let mut t = [0u16; MEMBERS];
-        t[..targets.len()].copy_from_slice(targets);
+        // ~10 KiB: copied from the module image, not built on the stack.
+        let mut cache = CACHE_TEMPLATE.copy()?;
+        cache.set_capacity(if depth > 0 { CACHE_PAGES } else { 0 }, |_| {});
+        let mut placement = Placement::new(u32::MAX);
+        placement.set_targets(targets.iter().copied());
         let mut in_flight = KVec::with_capacity(OPS, GFP_KERNEL)?;
         for _ in 0..OPS {
             in_flight.push(None, GFP_KERNEL)?;
@@ -177,10 +171,7 @@ impl DiskState {
             backlog,
             head: 0,
             queued: 0,
-            targets: t,
-            ntargets: targets.len(),
-            next_target: 0,
-            refused_until: [0; MEMBERS],
+            placement,
             counters: DiskCounters {
                 reads_zero: 0,
                 reads_cache: 0,
@@ -191,8 +182,7 @@ impl DiskState {
             },
             ra: KBox::new(ReadAhead::new(readahead::Config { trigger: 2, depth }), GFP_KERNEL)?,
             ra_on: depth > 0,
-            cache: KVec::from_elem(None, if depth > 0 { CACHE_PAGES } else { 0 }, GFP_KERNEL)?,
-            cache_next: 0,
+            cache,
             waiting,
             finished,
             nfinished: 0,
@@ -200,26 +190,9 @@ impl DiskState {
     }
 
     /// Stop putting to `node` (declared failed); the last target stays.
-    /// Whether `node` is a target that did not refuse a put lately.
-    fn takes_puts(&self, node: u16, now: u64) -> bool {
-        self.targets[..self.ntargets].iter().position(|&t| t == node).is_some_and(|i| self.refused_until[i] <= now)
-    }
-
-    /// `node` refused a put at `now`: skip it for [`REFUSED_NS`]. Whether another target
-    /// still takes puts (then the page is put again, elsewhere).
-    fn refused(&mut self, node: u16, now: u64) -> bool {
-        if let Some(i) = self.targets[..self.ntargets].iter().position(|&t| t == node) {
-            self.refused_until[i] = now + REFUSED_NS;
-        }
-        self.targets[..self.ntargets].iter().any(|&t| self.takes_puts(t, now))
-    }
-
     pub(crate) fn drop_target(&mut self, node: u16) {
-        if self.ntargets > 1 {
-            if let Some(i) = self.targets[..self.ntargets].iter().position(|&t| t == node) {
-                self.targets.copy_within(i + 1..self.ntargets, i);
-                self.ntargets -= 1;
-            }
+        if self.placement.targets().nth(1).is_some() {
+            self.placement.remove(node);
         }
     }
 
@@ -233,34 +206,14 @@ impl DiskState {
         Ok(())
     }
 
-    /// The cache slot of `page` at `version` or newer.
-    fn cached(&self, page: u64, version: u64) -> Option<usize> {
-        self.cache.iter().position(|c| c.is_some_and(|c| c.page == page && c.version >= version))
+    /// The cached copy of `page` at `version` or newer.
+    fn cached(&self, page: u64, version: u64) -> Option<Cached<Frame>> {
+        self.cache.get(&PageId::new(DISK_SPACE, page)).filter(|c| c.version.0 >= version)
     }
 
     /// Forget `page`'s cached copy (written); its frame to release.
     fn uncache(&mut self, page: u64) -> Option<Frame> {
-        let i = self.cache.iter().position(|c| c.is_some_and(|c| c.page == page))?;
-        self.cache[i].take().map(|c| c.frame)
-    }
-
-    /// Cache `page` in `frame`; the frame of the copy it replaces, to release.
-    fn insert_cache(&mut self, page: u64, version: u64, frame: Frame) -> Option<Frame> {
-        if self.cache.is_empty() {
-            return Some(frame);
-        }
-        let old = self.uncache(page);
-        let i = match self.cache.iter().position(|c| c.is_none()) {
-            Some(i) => i,
-            None => {
-                let i = self.cache_next % self.cache.len();
-                self.cache_next = self.cache_next.wrapping_add(1);
-                i
-            }
-        };
-        let evicted = self.cache[i].replace(Cached { page, version, frame }).map(|c| c.frame);
-        // At most one of the two is set (the page had one slot).
-        old.or(evicted)
+        self.cache.remove(&PageId::new(DISK_SPACE, page)).map(|c| c.frame)
     }
 
     /// Park a reader until the pending fetch of `page` ends.
@@ -377,6 +330,19 @@ fn complete(host: &mut KHost, disk: &mut Option<DiskState>, done: &Completion<Fr
     // A write's frame rode a send: retired (freed once it completed). A read's frame
     // is released (its IPT entry disarmed) or, fetched ahead, cached; a moving read
     // leaves GMS's frame with GMS.
+    // A put's target learns how it ended (one that refused is skipped for a while); after
+    // a refusal, whether another target takes puts.
+    let elsewhere = match &done.result {
+        OpResult::Put(r) if f.write => {
+            let outcome = match r {
+                PutResult::Stored { .. } => Outcome::Stored,
+                PutResult::Refused => Outcome::Refused,
+                _ => Outcome::Failed,
+            };
+            d.placement.done(f.target, outcome, now_ns())
+        }
+        _ => false,
+    };
     let (verdict, retire, release) = match done.result {
         OpResult::Put(PutResult::Stored { .. }) if f.write => {
             if let Some(c) = crate::stats::PUTS_TO.get(usize::from(f.target)) {
@@ -386,7 +352,7 @@ fn complete(host: &mut KHost, disk: &mut Option<DiskState>, done: &Completion<Fr
         }
         // A target whose budget is full: put the page again at another, unless every
         // target refused lately (the cluster is full: the write fails).
-        OpResult::Put(PutResult::Refused) if f.write && f.io.is_some() && d.refused(f.target, now_ns()) => {
+        OpResult::Put(PutResult::Refused) if f.write && f.io.is_some() && elsewhere => {
             if let Some(io) = f.io {
                 if let Err(io) = d.push(page, io, true, false) {
                     d.fail(io);
@@ -422,10 +388,17 @@ fn complete(host: &mut KHost, disk: &mut Option<DiskState>, done: &Completion<Fr
             }
             if cache_it {
                 // A frame whose IPT entry stays busy is leaked (counted), never cached.
-                release = match host.disarm_frame(frame) {
-                    true => disk.as_mut().map_or(Some(frame), |d| d.insert_cache(page, version.0, frame)),
-                    false => None,
-                };
+                release = None;
+                if host.disarm_frame(frame) {
+                    match disk.as_mut() {
+                        Some(d) => d.cache.insert(
+                            PageId::new(DISK_SPACE, page),
+                            Cached { version, frame, len: PAGE_BYTES as u32 },
+                            |old| host.release(old),
+                        ),
+                        None => release = Some(frame),
+                    }
+                }
             }
             (r, None, release)
         }
@@ -508,32 +481,24 @@ fn issue_disk(core: &mut DiskCore, now: u64) -> bool {
             continue;
         };
         if write {
-            let dref = &*d;
-            let target = match c.lru.choose_target(coordinator, |t| dref.takes_puts(t, now)) {
-                Some(t) => {
-                    crate::stats::STATS.lru_puts_by_plan.inc();
-                    t
-                }
-                None => {
-                    // Round robin over the targets taking puts (all, if none does).
-                    crate::stats::STATS.lru_puts_fallback.inc();
-                    let n = d.ntargets;
-                    let k = (0..n).find(|k| d.takes_puts(d.targets[(d.next_target + k) % n], now)).unwrap_or(0);
-                    let t = d.targets[(d.next_target + k) % n];
-                    d.next_target = d.next_target.wrapping_add(k + 1);
-                    t
-                }
-            };
-            let Some(f) = c.node.host.alloc() else {
-                fail_io(c, io);
+            let Some((target, via)) = d.placement.pick(now, &mut c.lru, coordinator) else {
+                d.fail(io);
                 continue;
             };
-            let ok = c.node.host.frame(f).is_some_and(|b| copy_into(&io, b).is_ok());
-            if !ok {
-                c.node.host.release(f);
-                fail_io(c, io);
-                continue;
+            match via {
+                Via::Plan => crate::stats::STATS.lru_puts_by_plan.inc(),
+                Via::Fallback => crate::stats::STATS.lru_puts_fallback.inc(),
             }
+            let f = c.node.host.alloc();
+            let ok = f.is_some_and(|f| c.node.host.frame(f).is_some_and(|b| copy_into(&io, b).is_ok()));
+            let (Some(f), true) = (f, ok) else {
+                if let Some(f) = f {
+                    c.node.host.release(f);
+                }
+                unpick(c, target, now);
+                fail_io(c, io);
+                continue;
+            };
             let nv = v + 1;
             match c.node.putpage(
                 now,
@@ -565,6 +530,7 @@ fn issue_disk(core: &mut DiskCore, now: u64) -> bool {
                 }
                 Err(_) => {
                     c.node.host.release(f);
+                    unpick(c, target, now);
                     fail_io(c, io);
                 }
             }
@@ -622,9 +588,7 @@ fn issue_prefetches(core: &mut DiskCore, now: u64) -> bool {
         }
         let DiskState { ra, versions, cache, .. } = d;
         // Pages never written read as zeros; cached ones need no fetch.
-        let skip = |_s: u64, p: u64| {
-            versions.get(p as usize).map_or(true, |&v| v == 0) || cache.iter().any(|x| x.is_some_and(|x| x.page == p))
-        };
+        let skip = |s: u64, p: u64| versions.get(p as usize).map_or(true, |&v| v == 0) || cache.contains(&PageId::new(s, p));
         let Some(p) = ra.poll_prefetch(skip) else { return issued };
         let page = p.page;
         let v = versions.get(page as usize).copied().unwrap_or(0);
@@ -712,7 +676,7 @@ pub(crate) fn submit(c: &mut DiskCore, page: u64, io: PageIo, write: bool, closi
             let hit = d.cached(page, v);
             match d.ra.on_access(DISK_SPACE, page, hit.is_some()) {
                 Decision::Hit => {
-                    if let Some(cached) = hit.and_then(|i| d.cache[i]) {
+                    if let Some(cached) = hit {
                         let r = match c.node.host.frame(cached.frame) {
                             Some(buf) => fill_from(&io, buf),
                             None => Err(EINVAL),
@@ -771,6 +735,13 @@ fn fail_read(c: &mut DiskCore, page: u64, io: PageIo, ra: bool) {
         }
     }
     fail_io(c, io);
+}
+
+/// A put picked `target` but was never sent.
+fn unpick(c: &mut DiskCore, target: u16, now: u64) {
+    if let Some(d) = c.client.as_mut() {
+        d.placement.done(target, Outcome::Failed, now);
+    }
 }
 
 fn fail_io(c: &mut DiskCore, io: PageIo) {

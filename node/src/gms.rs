@@ -20,12 +20,13 @@
 
 use crate::rpc::{carve, Frame, FRAME_BYTES};
 use anyhow::bail;
+use gms::cache::PageCache;
+use gms::placement::Placement;
 use gms::prelude::*;
 use gms::readahead::{self, ReadAhead};
 use lru::{Lru, LruConfig};
 use netrpc::prelude::*;
 use rustc_hash::FxHashMap as HashMap;
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
 use trapeze_firmware::iface::layout::RECV_RING_ENTRIES;
@@ -60,6 +61,9 @@ pub const TASKS: usize = 128;
 pub const OUTQ: usize = 128;
 /// Most pages a port keeps in its local page cache by default.
 pub const CACHE_PAGES: usize = 256;
+/// Slots of the local page cache's table, and the most pages it can be set to keep.
+const CACHE_SLOTS: usize = 8192;
+pub const MAX_CACHE_PAGES: usize = PageCache::<Frame, CACHE_SLOTS>::MAX;
 /// Read-ahead streams and pending fetches.
 const RA_STREAMS: usize = 4;
 const RA_PENDING: usize = 64;
@@ -154,16 +158,11 @@ pub struct GmsPort {
     plain: HashMap<OpId, Finished>,
     /// Recent prefetch misses: page → when (a short-lived negative cache).
     missed: HashMap<PageId, u64>,
-    /// The local page cache: page → (version, frame, length in bytes), and insertion
-    /// order (FIFO bound).
-    cache: HashMap<PageId, (Version, Frame, u32)>,
-    order: VecDeque<PageId>,
-    cache_cap: usize,
+    /// The local page cache (oldest inserted evicted first).
+    cache: Box<PageCache<Frame, CACHE_SLOTS>>,
     ra: ReadAhead<RA_STREAMS, RA_PENDING>,
-    /// Least-loaded target choice: pages this node stored at each member, and members that
-    /// refused (skipped until a put elsewhere is refused too).
-    stored_at: HashMap<u16, u64>,
-    refused_by: HashMap<u16, u64>,
+    /// Where putpages go (the plan over the members that take puts, else least loaded).
+    placement: Placement<{ gms::epochs::LRU_NODES }>,
     pub stats: PortStats,
     /// Every finished putpage: (page, version, result), in completion order.
     pub put_log: Vec<(PageId, Version, PutResult)>,
@@ -176,8 +175,6 @@ pub struct GmsPort {
     timers_at: u64,
     /// Idle passes until [`Self::poll`] next reads the clock.
     clock_in: u32,
-    /// The plan epoch when `refused_by` was last cleared.
-    refused_epoch: u32,
     /// The plan epoch under which [`Self::make_room`] found too few old pages.
     room_blocked: Option<u32>,
 }
@@ -227,12 +224,9 @@ impl GmsPort {
             finished: HashMap::default(),
             plain: HashMap::default(),
             missed: HashMap::default(),
-            cache: HashMap::default(),
-            order: VecDeque::new(),
-            cache_cap: CACHE_PAGES,
+            cache: Box::new(PageCache::with_capacity(CACHE_PAGES)),
             ra: ReadAhead::new(readahead::Config { trigger: 2, depth: 0 }),
-            stored_at: HashMap::default(),
-            refused_by: HashMap::default(),
+            placement: Placement::new(u32::MAX),
             stats: PortStats::default(),
             put_log: Vec::new(),
             lat_2way: Vec::new(),
@@ -240,7 +234,6 @@ impl GmsPort {
             lru: Lru::new(cfg.node_id, LruConfig::default()),
             timers_at: 0,
             clock_in: 0,
-            refused_epoch: 0,
             room_blocked: None,
         };
         port.rpc.set_secret(seed);
@@ -261,13 +254,15 @@ impl GmsPort {
         self.ra.set_config(readahead::Config { trigger: 2, depth: depth.min(RA_PENDING as u32 / 2) });
     }
 
+    /// Keep at most `n` pages in the local page cache (at most [`MAX_CACHE_PAGES`]).
     pub fn set_cache_pages(&mut self, n: usize) {
-        self.cache_cap = n;
-        self.trim_cache();
+        let frames = &mut self.node.host.frames;
+        self.cache.set_capacity(n, |f| frames.free(f));
+        self.stats.cache_evictions = self.cache.evictions;
     }
 
     pub fn cached(&self, page: &PageId) -> Option<Version> {
-        self.cache.get(page).map(|c| c.0)
+        self.cache.get(page).map(|c| c.version)
     }
     pub fn cache_len(&self) -> usize {
         self.cache.len()
@@ -330,7 +325,7 @@ impl GmsPort {
     pub fn node_failed(&mut self, n: u16) {
         let now = self.now();
         self.node.node_failed(now, &mut self.rpc, n);
-        self.stored_at.remove(&n);
+        self.placement.remove(n);
         self.after_input();
     }
 

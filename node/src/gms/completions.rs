@@ -3,6 +3,7 @@
 
 use super::GmsPort;
 use crate::rpc::Frame;
+use gms::placement::Outcome;
 use gms::prelude::*;
 
 /// Where a read was served from.
@@ -131,18 +132,21 @@ impl GmsPort {
                 (Pending::Put { frame, target, version }, OpResult::Put(r)) => {
                     // The send may not be reaped yet: free after the sends posted so far.
                     self.node.host.frames.retire(frame);
-                    match r {
-                        PutResult::Stored { target } => {
+                    let outcome = match r {
+                        PutResult::Stored { .. } => {
                             self.stats.puts_stored += 1;
-                            *self.stored_at.entry(target).or_default() += 1;
-                            self.refused_by.remove(&target);
+                            Outcome::Stored
                         }
                         PutResult::Refused => {
                             self.stats.puts_refused += 1;
-                            *self.refused_by.entry(target).or_default() += 1;
+                            Outcome::Refused
                         }
-                        _ => self.stats.puts_other += 1,
-                    }
+                        _ => {
+                            self.stats.puts_other += 1;
+                            Outcome::Failed
+                        }
+                    };
+                    self.placement.done(target, outcome, now);
                     self.put_log.push((page, version, r));
                 }
                 (Pending::Get { frame, .. }, _) => self.node.host.release(frame),

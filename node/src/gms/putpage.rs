@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-2.0-only
-//! Putpages from a port: the target (the global LRU's plan, else least loaded), put, and evict.
+//! Putpages from a port: the target (`gms::placement`), put, and evict.
 
 use super::completions::{Finished, Pending};
 use super::GmsPort;
@@ -8,36 +8,17 @@ use gms::prelude::*;
 use netrpc::prelude::*;
 
 impl GmsPort {
-    /// The least-loaded target for a putpage: among the other members, skip those that
-    /// refused since their last stored page (unless all did), and take the one this node
-    /// stored the fewest pages at.
-    pub fn pick_target(&self) -> Option<u16> {
-        let me = self.id();
-        let others: Vec<u16> = self.node.members().ids().iter().copied().filter(|&n| n != me).collect();
-        let fresh: Vec<u16> = others.iter().copied().filter(|n| !self.refused_by.contains_key(n)).collect();
-        let pool = if fresh.is_empty() { &others } else { &fresh };
-        pool.iter().copied().min_by_key(|n| (self.stored_at.get(n).copied().unwrap_or(0), *n))
-    }
-
-    /// The target of a putpage by the global LRU's plan, else least loaded.
+    /// The target of a putpage: by the global LRU's plan over the other members that
+    /// take puts now, else the least loaded ([`gms::placement`]).
     pub fn choose_target(&mut self) -> Option<u16> {
-        // A new plan reflects the members' free memory now: forget who refused before it.
-        let epoch = self.lru.plan().map_or(0, |p| p.epoch());
-        if epoch != self.refused_epoch {
-            self.refused_epoch = epoch;
-            self.refused_by.clear();
-        }
         let me = self.id();
-        let c = self.coordinator();
-        let members = self.node.members();
-        let refused = &self.refused_by;
-        let t = self.lru.choose_target(c, |n| n != me && members.contains(n) && !refused.contains_key(&n));
-        if t.is_some() {
-            self.lru.stats.puts_by_plan += 1;
-            return t;
+        let others = || self.node.members().ids().iter().copied().filter(move |&n| n != me);
+        if !self.placement.targets().eq(others()) {
+            let nodes: Vec<u16> = others().collect();
+            self.placement.set_targets(nodes);
         }
-        self.lru.stats.puts_fallback += 1;
-        self.pick_target()
+        let (now, c) = (self.now(), self.coordinator());
+        self.placement.pick(now, &mut self.lru, c).map(|(t, _)| t)
     }
 
     /// Start a putpage of `data` as `page` at `version` to `target` (default: by the

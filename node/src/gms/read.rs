@@ -6,6 +6,7 @@ use super::completions::{Finished, GetKind, Pending, MISS_TTL};
 use super::GmsPort;
 use crate::rpc::{Frame, Frames, FRAME_BYTES};
 use anyhow::{bail, Context};
+use gms::cache::Cached;
 use gms::prelude::*;
 use gms::readahead::Decision;
 use netrpc::prelude::*;
@@ -62,28 +63,14 @@ impl GmsPort {
     // ---- the page cache --------------------------------------------------------------------
 
     pub(super) fn cache_insert(&mut self, page: PageId, version: Version, frame: Frame, len: u32) {
-        if let Some((_, old, _)) = self.cache.insert(page, (version, frame, len)) {
-            self.node.host.frames.free(old);
-        } else {
-            self.order.push_back(page);
-        }
-        self.trim_cache();
+        let frames = &mut self.node.host.frames;
+        self.cache.insert(page, Cached { version, frame, len }, |f| frames.free(f));
+        self.stats.cache_evictions = self.cache.evictions;
     }
 
     pub(super) fn cache_remove(&mut self, page: &PageId) {
-        if let Some((_, f, _)) = self.cache.remove(page) {
-            self.node.host.frames.free(f);
-            self.order.retain(|p| p != page);
-        }
-    }
-
-    pub(super) fn trim_cache(&mut self) {
-        while self.cache.len() > self.cache_cap {
-            let Some(p) = self.order.pop_front() else { break };
-            if let Some((_, f, _)) = self.cache.remove(&p) {
-                self.node.host.frames.free(f);
-                self.stats.cache_evictions += 1;
-            }
+        if let Some(c) = self.cache.remove(page) {
+            self.node.host.frames.free(c.frame);
         }
     }
 
@@ -155,7 +142,7 @@ impl GmsPort {
                 return Some(self.take_finished(page, fin, sink));
             }
         }
-        let cached = self.cache.get(&page).copied();
+        let cached = self.cache.get(&page);
         if !self.missed.is_empty() {
             if let Some(t) = self.missed.remove(&page) {
                 if self.now().saturating_sub(t) < MISS_TTL && cached.is_none() {
@@ -169,9 +156,9 @@ impl GmsPort {
             Decision::Hit => {
                 self.stats.reads += 1;
                 // Read-ahead answers a hit only for a page said to be cached.
-                let Some((version, f, len)) = cached else { return Some(ReadInto::Miss) };
+                let Some(Cached { version, frame, len }) = cached else { return Some(ReadInto::Miss) };
                 self.stats.cache_hits += 1;
-                sink.fill(&self.node.host.frames, f, len);
+                sink.fill(&self.node.host.frames, frame, len);
                 Some(ReadInto::Hit { version, len: len as usize, source: Source::Cache })
             }
             Decision::WaitFor(_) => {
@@ -211,7 +198,7 @@ impl GmsPort {
             // the stream, whose new window may cover them again).
             let skip = |s, n| {
                 let p = PageId::new(s, n);
-                cache.contains_key(&p) || missed.contains_key(&p)
+                cache.contains(&p) || missed.contains_key(&p)
             };
             let Some(p) = self.ra.poll_prefetch(skip) else { break };
             let page = PageId::new(p.space, p.page);
@@ -249,9 +236,9 @@ impl GmsPort {
             self.stats.reads += 1;
             return Some(ReadInto::Miss);
         }
-        if let Some(&(version, f, len)) = self.cache.get(&page) {
+        if let Some(Cached { version, frame, len }) = self.cache.get(&page) {
             self.stats.reads += 1;
-            sink.fill(&self.node.host.frames, f, len);
+            sink.fill(&self.node.host.frames, frame, len);
             return Some(ReadInto::Hit { version, len: len as usize, source: Source::Cache });
         }
         // The prefetch it waited for missed: fetch it ourselves (or report the miss).

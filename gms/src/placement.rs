@@ -1,0 +1,213 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! Where a putpage goes: the global LRU's plan ([`crate::epochs::Lru::choose_target`])
+//! drawn over the targets that take puts now, else the least loaded of them. One policy
+//! for every runtime (the kernel's `/dev/gms0`, `gmsd`, the user-space ports). No heap,
+//! no `unsafe`.
+//!
+//! A target takes puts unless it refused one lately (its budget was full: skipped for
+//! [`REFUSED_NS`], or until the next plan, which reflects free memory anew) or it has
+//! `cap` puts in flight (several nodes' putpages converge on a target's NIC receive ring,
+//! and a full ring drops). When no target takes puts the least loaded is chosen anyway,
+//! so a caller that must put somewhere still can; [`Placement::done`] tells a caller
+//! whose put was refused whether another target is worth trying.
+//!
+//! ```
+//! use gms::epochs::{Lru, LruConfig};
+//! use gms::placement::{Outcome, Placement, Via};
+//!
+//! let mut lru = Lru::new(0, LruConfig::default());
+//! let mut p = Placement::<4>::new(u32::MAX);
+//! p.set_targets([1, 2]);
+//! // No plan yet: the least loaded target, in order.
+//! assert_eq!(p.pick(0, &mut lru, None), Some((1, Via::Fallback)));
+//! assert!(p.done(1, Outcome::Stored, 0));
+//! assert_eq!(p.pick(0, &mut lru, None), Some((2, Via::Fallback)));
+//! // Node 2 is full: it is skipped for a while, and node 1 still takes puts.
+//! assert!(p.done(2, Outcome::Refused, 0));
+//! assert_eq!(p.pick(1, &mut lru, None), Some((1, Via::Fallback)));
+//! ```
+
+use super::epochs::Lru;
+
+/// How long a target that refused a putpage (its budget full) is skipped (ns).
+pub const REFUSED_NS: u64 = 200_000_000;
+
+/// How a target was chosen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Via {
+    /// Drawn from the global LRU's plan.
+    Plan,
+    /// No plan, or the plan drew no usable target: the least loaded.
+    Fallback,
+}
+
+/// How a put ended, for [`Placement::done`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Stored,
+    /// The target's budget was full.
+    Refused,
+    /// Timed out, or the target failed.
+    Failed,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Target {
+    node: u16,
+    in_flight: u32,
+    /// Pages stored there by this node (the fallback's measure of load).
+    stored: u64,
+    /// Skipped until then (ns) after a refusal.
+    refused_until: u64,
+}
+
+/// The put targets of one node (at most `M`) and their state.
+#[derive(Clone, Debug)]
+pub struct Placement<const M: usize> {
+    targets: [Target; M],
+    len: usize,
+    cap: u32,
+    /// The plan epoch refusals date from (a new plan forgets them).
+    epoch: Option<u32>,
+}
+
+impl<const M: usize> Placement<M> {
+    /// No targets yet; at most `cap` puts in flight to each (`u32::MAX`: no cap).
+    pub const fn new(cap: u32) -> Self {
+        Placement {
+            targets: [Target { node: 0, in_flight: 0, stored: 0, refused_until: 0 }; M],
+            len: 0,
+            cap: if cap == 0 { 1 } else { cap },
+            epoch: None,
+        }
+    }
+
+    /// Put to `nodes` from now on (the first `M`); a node that stays keeps its state.
+    pub fn set_targets(&mut self, nodes: impl IntoIterator<Item = u16>) {
+        let old = self.targets;
+        let old = &old[..self.len];
+        self.len = 0;
+        for n in nodes.into_iter().take(M) {
+            if self.targets[..self.len].iter().any(|t| t.node == n) {
+                continue;
+            }
+            self.targets[self.len] =
+                old.iter().find(|t| t.node == n).copied().unwrap_or(Target { node: n, ..Default::default() });
+            self.len += 1;
+        }
+    }
+
+    /// Stop putting to `node` (it failed).
+    pub fn remove(&mut self, node: u16) {
+        if let Some(i) = self.index(node) {
+            self.targets.copy_within(i + 1..self.len, i);
+            self.len -= 1;
+        }
+    }
+
+    /// The targets, in the order given.
+    pub fn targets(&self) -> impl Iterator<Item = u16> + '_ {
+        self.targets[..self.len].iter().map(|t| t.node)
+    }
+
+    /// Puts in flight to `node`.
+    pub fn in_flight(&self, node: u16) -> u32 {
+        self.index(node).map_or(0, |i| self.targets[i].in_flight)
+    }
+
+    /// Whether `node` is a target that takes a put at `now`.
+    pub fn takes_puts(&self, node: u16, now: u64) -> bool {
+        self.index(node).is_some_and(|i| self.usable(i, now))
+    }
+
+    /// Choose the target of a putpage at `now` (and count it in flight): by `lru`'s plan
+    /// over the targets that take puts, else the least loaded of those, else (none takes
+    /// puts) the least loaded under its cap. `None`: no target, or all at their cap.
+    /// Counted in `lru.stats` (`puts_by_plan`, `puts_fallback`).
+    pub fn pick(&mut self, now: u64, lru: &mut Lru, coordinator: Option<u16>) -> Option<(u16, Via)> {
+        let epoch = lru.plan().map(|p| p.epoch());
+        if epoch != self.epoch {
+            self.epoch = epoch;
+            self.targets[..self.len].iter_mut().for_each(|t| t.refused_until = 0);
+        }
+        let drawn = lru.choose_target(coordinator, |n| self.takes_puts(n, now));
+        let (i, via) = match drawn.and_then(|n| self.index(n)) {
+            Some(i) => (i, Via::Plan),
+            None => {
+                let least = |ok: &dyn Fn(usize) -> bool| {
+                    (0..self.len).filter(|&i| ok(i)).min_by_key(|&i| self.targets[i].stored)
+                };
+                let i = least(&|i| self.usable(i, now)).or_else(|| least(&|i| self.targets[i].in_flight < self.cap))?;
+                (i, Via::Fallback)
+            }
+        };
+        match via {
+            Via::Plan => lru.stats.puts_by_plan += 1,
+            Via::Fallback => lru.stats.puts_fallback += 1,
+        }
+        self.targets[i].in_flight += 1;
+        Some((self.targets[i].node, via))
+    }
+
+    /// A put to `node` (chosen by [`Self::pick`]) ended at `now`. Whether a target still
+    /// takes puts (after a refusal: whether putting the page elsewhere is worth it).
+    pub fn done(&mut self, node: u16, outcome: Outcome, now: u64) -> bool {
+        if let Some(i) = self.index(node) {
+            let t = &mut self.targets[i];
+            t.in_flight = t.in_flight.saturating_sub(1);
+            match outcome {
+                Outcome::Stored => {
+                    t.stored += 1;
+                    t.refused_until = 0;
+                }
+                Outcome::Refused => t.refused_until = now.saturating_add(REFUSED_NS),
+                Outcome::Failed => {}
+            }
+        }
+        (0..self.len).any(|i| self.targets[i].refused_until <= now)
+    }
+
+    fn index(&self, node: u16) -> Option<usize> {
+        self.targets[..self.len].iter().position(|t| t.node == node)
+    }
+
+    fn usable(&self, i: usize, now: u64) -> bool {
+        let t = &self.targets[i];
+        t.refused_until <= now && t.in_flight < self.cap
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_cap_and_membership() {
+        let mut lru = Lru::new(0, crate::epochs::LruConfig::default());
+        let mut p = Placement::<4>::new(2);
+        assert_eq!(p.pick(0, &mut lru, None), None, "no targets");
+        p.set_targets([1, 2, 2, 3]);
+        assert_eq!(p.targets().count(), 3, "duplicates dropped");
+        // Cap 2: six picks fill every target, the seventh finds none.
+        let mut n = [0; 4];
+        for _ in 0..6 {
+            n[p.pick(0, &mut lru, None).unwrap().0 as usize] += 1;
+        }
+        assert_eq!(n, [0, 2, 2, 2]);
+        assert_eq!(p.pick(0, &mut lru, None), None);
+        // All refuse: the last refusal says no target takes puts.
+        assert!(p.done(1, Outcome::Refused, 10));
+        assert!(p.done(2, Outcome::Refused, 10));
+        assert!(!p.done(3, Outcome::Refused, 10));
+        // Still one may be picked (under its cap), and after the back-off all are usable.
+        assert!(p.pick(11, &mut lru, None).is_some());
+        assert!(p.takes_puts(2, 10 + REFUSED_NS));
+        // A node that stays keeps its in-flight count; a removed one is gone.
+        let before = p.in_flight(2);
+        p.set_targets([2, 3]);
+        assert_eq!(p.in_flight(2), before);
+        p.remove(2);
+        assert!(p.targets().eq([3]));
+        assert_eq!(lru.stats.puts_fallback, 7);
+    }
+}
