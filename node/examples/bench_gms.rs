@@ -482,10 +482,5 @@ fn run(a: Args) -> anyhow::Result<()> {
 
 fn main() -> anyhow::Result<()> {
     let a = Args::parse();
-    // GMS nodes are large const-generic tables: run on a thread with a big stack.
-    std::thread::Builder::new()
-        .stack_size(256 << 20)
-        .spawn(move || run(a))?
-        .join()
-        .map_err(|_| anyhow::anyhow!("panicked"))?
+    trapeze_node::gms::on_big_stack(move || run(a))?
 }

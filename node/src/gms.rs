@@ -142,6 +142,12 @@ pub struct PortStats {
     pub read_wait_polls: u64,
 }
 
+/// Run `f` on a thread with a stack big enough for GMS nodes (large const-generic tables
+/// built in place) and return what it returns; a panic becomes an error.
+pub fn on_big_stack<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> anyhow::Result<T> {
+    std::thread::Builder::new().stack_size(256 << 20).spawn(f)?.join().map_err(|_| anyhow::anyhow!("panicked"))
+}
+
 /// One GMS node on a virtual NIC.
 pub struct GmsPort {
     pub rpc: GmsRpc,

@@ -14,7 +14,7 @@ fn bytes(len: usize, seed: u8) -> Vec<u8> {
 #[test]
 fn short_pages_read_back_with_their_length() {
     // GMS nodes are large const-generic tables: give the cluster a big stack.
-    std::thread::Builder::new().stack_size(256 << 20).spawn(short_pages).unwrap().join().unwrap();
+    super::on_big_stack(short_pages).unwrap();
 }
 
 fn short_pages() {
@@ -69,7 +69,7 @@ fn short_pages() {
 /// page's full length; a page never stored is a miss.
 #[test]
 fn read_into_matches_read() {
-    std::thread::Builder::new().stack_size(256 << 20).spawn(read_into_pages).unwrap().join().unwrap();
+    super::on_big_stack(read_into_pages).unwrap();
 }
 
 fn read_into_pages() {
@@ -116,7 +116,7 @@ fn read_into_pages() {
 /// complete with the right bytes, and the client drives its NIC again after rejoin.
 #[test]
 fn servers_thread_can_run_the_client_nic() {
-    std::thread::Builder::new().stack_size(256 << 20).spawn(client_nic_on_servers).unwrap().join().unwrap();
+    super::on_big_stack(client_nic_on_servers).unwrap();
 }
 
 fn client_nic_on_servers() {
