@@ -55,7 +55,8 @@ pub enum Outcome {
 struct Target {
     node: u16,
     in_flight: u32,
-    /// Pages stored there by this node (the fallback's measure of load).
+    /// Pages stored there by this node (with those in flight, the fallback's measure of
+    /// load).
     stored: u64,
     /// Skipped until then (ns) after a refusal.
     refused_until: u64,
@@ -134,9 +135,8 @@ impl<const M: usize> Placement<M> {
         let (i, via) = match drawn.and_then(|n| self.index(n)) {
             Some(i) => (i, Via::Plan),
             None => {
-                let least = |ok: &dyn Fn(usize) -> bool| {
-                    (0..self.len).filter(|&i| ok(i)).min_by_key(|&i| self.targets[i].stored)
-                };
+                let load = |i: usize| self.targets[i].stored + u64::from(self.targets[i].in_flight);
+                let least = |ok: &dyn Fn(usize) -> bool| (0..self.len).filter(|&i| ok(i)).min_by_key(|&i| load(i));
                 let i = least(&|i| self.usable(i, now)).or_else(|| least(&|i| self.targets[i].in_flight < self.cap))?;
                 (i, Via::Fallback)
             }
@@ -188,7 +188,8 @@ mod tests {
         assert_eq!(p.pick(0, &mut lru, None), None, "no targets");
         p.set_targets([1, 2, 2, 3]);
         assert_eq!(p.targets().count(), 3, "duplicates dropped");
-        // Cap 2: six picks fill every target, the seventh finds none.
+        // Cap 2: six picks fill every target (the least loaded, counting those in flight,
+        // so they alternate), the seventh finds none.
         let mut n = [0; 4];
         for _ in 0..6 {
             n[p.pick(0, &mut lru, None).unwrap().0 as usize] += 1;

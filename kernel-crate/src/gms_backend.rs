@@ -3,11 +3,11 @@
 //! (4 KiB) is GMS page `(DISK_SPACE, p)`, stored in the other members' memory.
 //!
 //! * **write** → putpage, write-through: the page's bytes go into a frame and one-way to
-//!   a target member drawn by the global LRU's plan (`gms::epochs`: in proportion to the
-//!   members' free frames and oldest pages; round robin over the others before the first
-//!   plan, or when the member drawn is not a target); the write completes when the target
+//!   a target member chosen by `gms::placement` (the global LRU's plan, in proportion to the
+//!   members' free frames and oldest pages; the least loaded target before the first
+//!   plan, or when the member drawn does not take puts); the write completes when the target
 //!   stored it and the directory named it (`PutResult::Stored`). A target that refuses
-//!   (its budget full) is skipped for [`REFUSED_NS`] and the page put again at another;
+//!   (its budget full) is skipped for `gms::placement::REFUSED_NS` and the page put again at another;
 //!   only when every target refused lately, or on any other failure, the write ends with an
 //!   I/O error. Each put bumps the page's version, kept here ([`DiskState::versions`]).
 //! * **read** → a page never written reads as zeros (no network); otherwise getpage into a
@@ -23,7 +23,7 @@
 //!   not answer; blk-mq's timer is the last resort.
 //! * **Read-ahead** (`gms_disk_readahead=N` > 0): reads go through `gms::readahead`; after
 //!   two sequential page reads the next N written pages are prefetched (getpages) into a
-//!   small page cache of frames ([`CACHE_PAGES`]); a read finds its page there, or waits
+//!   small page cache of frames (`gms::cache`, [`CACHE_PAGES`]); a read finds its page there, or waits
 //!   for the fetch of it that is pending (parked, then filled from the same frame). A write
 //!   drops the page from the cache; a prefetch that returns an older version than the last
 //!   write is not cached. Readers of a prefetch that failed are queued as plain reads.

@@ -79,7 +79,7 @@ counters! {
     lru_msgs: "global-LRU messages received (epoch starts, summaries, plans, next-epoch requests)",
     lru_plans: "global-LRU epoch plans adopted",
     lru_puts_by_plan: "/dev/gms0 putpage targets drawn from the global LRU's plan",
-    lru_puts_fallback: "/dev/gms0 putpage targets chosen round robin (no plan yet, or no weight left)",
+    lru_puts_fallback: "/dev/gms0 putpage targets chosen least loaded (no plan yet, or no usable target drawn)",
     inflight_failed: "calls still in flight at unload whose continuation ran with an error",
 }
 
