@@ -98,6 +98,15 @@ pub struct Segment {
     pub len: u32,
 }
 
+impl Segment {
+    /// Whether the range runs past the top of the address space: the bus would go on at
+    /// address 0, outside what the host gave. Such a segment is malformed wherever a host
+    /// hands one to the NIC (send entries, receive slots, IPT entries).
+    pub const fn wraps(&self) -> bool {
+        self.addr.checked_add(self.len as u64).is_none()
+    }
+}
+
 /// Which ring a slot belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Ring {

@@ -81,7 +81,7 @@ pub enum TokenError {
     Consumed,
     /// A delivery into this generation is in progress (a duplicate in flight).
     InFlight,
-    /// Payload larger than the mapped frame(s).
+    /// Payload larger than the mapped frame(s), or a segment that wraps the address space.
     TooSmall,
 }
 
@@ -236,6 +236,9 @@ impl<'m, M: NicMemory + ?Sized> IptEntry<'m, M> {
         for (i, seg) in segs.iter_mut().enumerate().take(nseg as usize) {
             *seg = read_segment(self.mem, self.base + SEGS + i as u32 * SEG_BYTES);
             cap += seg.len as u64;
+            if seg.wraps() {
+                return Err(TokenError::TooSmall);
+            }
         }
         if len as u64 > cap {
             return Err(TokenError::TooSmall);

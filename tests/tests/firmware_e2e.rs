@@ -320,8 +320,8 @@ fn ipt_tokens_deliver_once_and_refuse_everything_else() {
     assert!(c.host(0).sent.iter().all(|s| s.status == Some(TxStatus::Sent)));
 }
 
-/// Unsolicited payloads need a big enough frame on the receive slot: otherwise the
-/// control message arrives with NO_FRAME and the payload is dropped untouched.
+/// Unsolicited payloads need a big enough, well-formed frame on the receive slot:
+/// otherwise the control message arrives with NO_FRAME and the payload is dropped untouched.
 #[test]
 fn unsolicited_payload_without_room_is_flagged_no_frame() {
     let mut c = cluster(2, NodeConfig::default());
@@ -336,7 +336,9 @@ fn unsolicited_payload_without_room_is_flagged_no_frame() {
     s3.set_segment(0, Segment { addr: f[3].addr, len: 60 });
     s3.set_segment(1, Segment { addr: f[3].addr + 60, len: 40 });
     s3.set_nseg(2);
-    let sizes = [1usize, 101, 100, 100];
+    // Slot 4: room enough, but the segment runs past the top of the address space.
+    Slot::new(&mem, Ring::Recv, 4).set_segment(0, Segment { addr: u64::MAX - 15, len: 64 });
+    let sizes = [1usize, 101, 100, 100, 10];
     let before = snapshot(&c, 1);
     for (k, &len) in sizes.iter().enumerate() {
         let msg =
@@ -345,10 +347,10 @@ fn unsolicited_payload_without_room_is_flagged_no_frame() {
     }
     settle(&mut c);
     let got = &c.host(1).delivered;
-    assert_eq!(got.len(), 4);
+    assert_eq!(got.len(), 5);
     let flags: Vec<u32> = got.iter().map(|d| d.flags).collect();
-    assert_eq!(flags, [rx_flags::NO_FRAME, rx_flags::NO_FRAME, 0, 0]);
-    assert!(got[0].payload.is_empty() && got[1].payload.is_empty());
+    assert_eq!(flags, [rx_flags::NO_FRAME, rx_flags::NO_FRAME, 0, 0, rx_flags::NO_FRAME]);
+    assert!(got[0].payload.is_empty() && got[1].payload.is_empty() && got[4].payload.is_empty());
     for k in 0..2 {
         assert_eq!(Slot::new(&mem, Ring::Recv, k).payload_len(), 0);
     }
@@ -364,8 +366,8 @@ fn unsolicited_payload_without_room_is_flagged_no_frame() {
     let writes: Vec<(u64, u32)> =
         c.transfer_log(1).iter().filter(|t| t.kind == TransferKind::HostWrite).map(|t| (t.host_addr, t.len)).collect();
     assert_eq!(writes, [(f[2].addr, 100), (f[3].addr, 60), (f[3].addr + 60, 40)]);
-    assert_eq!(counter(&c, 1, Counter::RxNoFrame), 2);
-    assert_eq!(counter(&c, 1, Counter::RxPackets), 4);
+    assert_eq!(counter(&c, 1, Counter::RxNoFrame), 3);
+    assert_eq!(counter(&c, 1, Counter::RxPackets), 5);
     assert_eq!(counter(&c, 1, Counter::RxBytes), 200);
 }
 

@@ -463,6 +463,20 @@ fn one_shot_delivery_and_replays() {
     assert!(IptEntry::new(&mem, IPT_ENTRIES as u16).is_none());
 }
 
+/// An entry whose segment runs past the top of the address space is never claimed: the
+/// payload would be written from address 0 on.
+#[test]
+fn wrapping_segment_is_refused() {
+    let words = common::nic_memory();
+    let mem = AtomicWords::new(&words);
+    let e = IptEntry::new(&mem, 5).unwrap();
+    let t = e.host_arm(0x77, &[Segment { addr: u64::MAX - 15, len: 64 }]).unwrap();
+    assert_eq!(ipt::fw_claim(&mem, t, 1), Err(TokenError::TooSmall));
+    assert_eq!(e.host_cancel(), CancelState::Cancelled);
+    let t = e.host_arm(0x78, &[Segment { addr: u64::MAX - 63, len: 63 }]).unwrap();
+    assert!(ipt::fw_claim(&mem, t, 63).is_ok(), "a range ending just below the top is fine");
+}
+
 #[test]
 fn released_claim_can_be_claimed_again() {
     let words = common::nic_memory();

@@ -306,7 +306,10 @@ impl<M: NicMemory> Firmware<M> {
             };
         }
         let nseg = slot.nseg();
-        let cap: u64 = if nseg <= MAX_SEGMENTS { (0..nseg).map(|i| slot.segment(i).len as u64).sum() } else { 0 };
+        // Room in the slot's frame, none if a segment is malformed (wraps the address space).
+        let segs = || (0..nseg).map(|i| slot.segment(i));
+        let cap: u64 =
+            if nseg <= MAX_SEGMENTS && !segs().any(|s| s.wraps()) { segs().map(|s| s.len as u64).sum() } else { 0 };
         if cap >= h.payload_len as u64 {
             (Dest::Frame, h, Some(pos), 0, None)
         } else {

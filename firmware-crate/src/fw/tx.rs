@@ -161,7 +161,7 @@ impl<M: NicMemory> Firmware<M> {
             // bus read from address 0 on: malformed, like too few segment bytes.
             let (seg_bytes, wraps) = (0..nseg.min(MAX_SEGMENTS))
                 .map(|i| slot.segment(i))
-                .fold((0u64, false), |(n, w), s| (n + s.len as u64, w || s.addr.checked_add(s.len as u64).is_none()));
+                .fold((0u64, false), |(n, w), s| (n + s.len as u64, w || s.wraps()));
             let valid = ctrl_len <= CTRL_MSG_BYTES
                 && payload <= self.cfg.mtu
                 && nseg <= MAX_SEGMENTS
