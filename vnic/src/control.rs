@@ -11,7 +11,9 @@
 //! (`name`, `dma_base`, `len`, with the region's memfd attached) and
 //! `unregister_region`. Every response has `"ok"`; failures carry `"error"`. What a
 //! connection attached or registered is removed when it closes, so a host that goes
-//! away can no longer be the target of a DMA.
+//! away can no longer be the target of a DMA; when the connection that attached the host
+//! closes, the NIC is first halted and its rings and IPT cleared
+//! ([`Nic::halt_and_clear`]), as when a guest leaves.
 //!
 //! A server never takes over a socket another server answers on, and never creates a
 //! directory for an explicit path ([`prepare_socket_path`]); only the default socket
@@ -319,6 +321,11 @@ fn connection(nic: Arc<Nic>, conn: OwnedFd, stop: Arc<AtomicBool>) {
     }
     let s = nic.shared();
     if att.host {
+        // Before its regions go: nothing of the departed host's is acted on after this.
+        match nic.halt_and_clear() {
+            Ok(()) => tracing::info!("NIC {}: its host left: halted, rings and IPT cleared", s.name),
+            Err(e) => tracing::error!("NIC {}: making it safe after its host left failed: {e:#}", s.name),
+        }
         s.host_attached.store(false, Ordering::Release);
     }
     for d in &att.doorbells {

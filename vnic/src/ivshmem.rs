@@ -80,7 +80,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
-use trapeze_firmware::iface::layout::{ctrl, ctrl_word, host_req, NIC_MEM_BYTES, SEND_RING_OFF};
+use trapeze_firmware::iface::layout::{ctrl, ctrl_word, host_req};
 use trapeze_firmware::iface::mem::NicMemory;
 
 /// The protocol version the server announces (the only one QEMU accepts).
@@ -455,12 +455,8 @@ impl Server {
 /// (the mapping goes with its last user). The next host starts the firmware afresh.
 pub fn forget_guest(nic: &Nic) {
     let s = nic.shared();
-    if let Err(e) = nic.halt() {
-        tracing::error!("NIC {}: halting after its guest left failed: {e:#}", s.name);
-    }
-    let zeros = vec![0u8; (NIC_MEM_BYTES - SEND_RING_OFF) as usize];
-    if !s.mem.write(SEND_RING_OFF as usize, &zeros) {
-        tracing::error!("NIC {}: NIC memory too small to clear its rings", s.name);
+    if let Err(e) = nic.halt_and_clear() {
+        tracing::error!("NIC {}: making it safe after its guest left failed: {e:#}", s.name);
     }
     let n = unregister_guest_ram(nic);
     tracing::info!("NIC {}: halted, rings and IPT cleared, {n} guest RAM region(s) forgotten", s.name);

@@ -23,7 +23,9 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use trapeze_firmware::fw::Firmware;
-use trapeze_firmware::iface::layout::{ctrl, ctrl_word, Counter, FwState, NIC_MEM_BYTES, NIC_NODE_VALID};
+use trapeze_firmware::iface::layout::{
+    ctrl, ctrl_word, Counter, FwState, NIC_MEM_BYTES, NIC_NODE_VALID, SEND_RING_OFF,
+};
 use trapeze_firmware::iface::mem::NicMemory;
 
 /// What the processor runs.
@@ -341,6 +343,20 @@ impl Nic {
             other => *cpu = other,
         }
         self.mem().store(ctrl_word(ctrl::FW_STATE), FwState::Halted as u32, Ordering::Release);
+        Ok(())
+    }
+
+    /// What the NIC does when its host leaves (a guest's QEMU, a host attached through the
+    /// control socket): halt the processor, so no DMA is in flight after this, and zero
+    /// the rings, the IPT and the staging buffers, so nothing of the departed host's is
+    /// acted on. The next host starts the firmware afresh.
+    pub fn halt_and_clear(&self) -> anyhow::Result<()> {
+        self.halt()?;
+        let zeros = vec![0u8; (NIC_MEM_BYTES - SEND_RING_OFF) as usize];
+        anyhow::ensure!(
+            self.shared.mem.write(SEND_RING_OFF as usize, &zeros),
+            "NIC memory too small to clear its rings"
+        );
         Ok(())
     }
 

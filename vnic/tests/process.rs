@@ -96,6 +96,12 @@ fn nic_processes_exchange_attach_and_reflash() {
         assert!(format!("{err:#}").contains("already has a host"), "{err:#}");
         assert_eq!(status(&socks[0])["mode"], "native");
     }
+    // A host that leaves leaves its NIC halted (nothing of its rings or IPT acted on).
+    let t0 = std::time::Instant::now();
+    while status(&socks[0])["fw_state"] != "Halted" {
+        assert!(t0.elapsed() < Duration::from_secs(5), "NIC not halted after its host left: {}", status(&socks[0]));
+        std::thread::sleep(Duration::from_millis(10));
+    }
     // Flash both NICs through their control sockets.
     let image = image_bytes();
     let path = dir.join("trapeze-fw.elf");
