@@ -8,11 +8,15 @@
 //!   plan, or when the member drawn does not take puts); the write completes when the target
 //!   stored it and the directory named it (`PutResult::Stored`). A target that refuses
 //!   (its budget full) is skipped for `gms::placement::REFUSED_NS` and the page put again at another;
-//!   only when every target refused lately, or on any other failure, the write ends with an
-//!   I/O error. Each put bumps the page's version, kept here ([`DiskState::versions`]).
+//!   only when every target refused lately the write ends with an I/O error. A put that
+//!   got no answer in time or met a membership change (`Failed`, `WrongView`: the outcome
+//!   is unknown) is put again, up to [`MAX_TRIES`] tries; any other failure is an I/O
+//!   error. Each put bumps the page's version, kept here ([`DiskState::versions`]).
 //! * **read** → a page never written reads as zeros (no network); otherwise getpage into a
-//!   solicited frame: a hit at the version of the last write (or newer) fills the page; a
-//!   miss, a failure or an older version is an I/O error (the data was written and is gone).
+//!   solicited frame: a hit at the version of the last write (or newer) fills the page. A
+//!   getpage that got no answer (a lost or late message, a malformed reply) is tried again,
+//!   up to [`MAX_TRIES`] tries; a miss (no node holds the page) or an older version is an
+//!   I/O error (the data was written and is gone).
 //! * Nothing waits: `read`/`write` (blk-mq's `queue_rq`, atomic context) queue the page
 //!   and issue what GMS has room for; completions arrive on the receive path (IRQ thread,
 //!   core spinlock held) and wait in the runtime's host until the driver settles the
@@ -79,6 +83,9 @@ static CACHE_TEMPLATE: Template<PageCache<Frame, CACHE_SLOTS>> = Template::new(P
 const WAITERS: usize = 256;
 /// Pages finished under the core lock, completed after it is released.
 const FINISHED: usize = 1024;
+/// Tries of a page whose operation failed for want of an answer (a lost or late message,
+/// a membership change) before its request ends with an I/O error.
+const MAX_TRIES: u8 = 3;
 const RA_STREAMS: usize = 4;
 const RA_PENDING: usize = 64;
 pub(crate) const MAX_READAHEAD: u32 = 32;
@@ -92,11 +99,15 @@ pub(crate) struct DiskCounters {
     pub(crate) reads_ok: u64,
     pub(crate) writes_ok: u64,
     pub(crate) errors: u64,
+    /// Pages tried again after an operation failed for want of an answer.
+    pub(crate) retries: u64,
 }
 
 /// A page of a request that GMS is working on.
 struct InFlight {
     op: OpId,
+    /// Tries before this one (a page whose message was lost is tried again).
+    tries: u8,
     /// `None` once teardown failed the page (the operation still owns `frame`).
     io: Option<PageIo>,
     frame: Frame,
@@ -117,8 +128,8 @@ pub(crate) struct DiskState {
     /// By GMS operation slot.
     in_flight: KVec<Option<InFlight>>,
     /// Pages waiting for an operation slot or a frame: a ring of (page, io, write,
-    /// recorded as pending by read-ahead).
-    backlog: KVec<Option<(u64, PageIo, bool, bool)>>,
+    /// recorded as pending by read-ahead, tries so far).
+    backlog: KVec<Option<(u64, PageIo, bool, bool, u8)>>,
     head: usize,
     queued: usize,
     /// Where puts go: the global LRU's plan over the targets that take puts.
@@ -179,6 +190,7 @@ impl DiskState {
                 reads_ok: 0,
                 writes_ok: 0,
                 errors: 0,
+                retries: 0,
             },
             ra: KBox::new(ReadAhead::new(readahead::Config { trigger: 2, depth }), GFP_KERNEL)?,
             ra_on: depth > 0,
@@ -197,11 +209,16 @@ impl DiskState {
     }
 
     fn push(&mut self, page: u64, io: PageIo, write: bool, ra: bool) -> core::result::Result<(), PageIo> {
+        self.push_try(page, io, write, ra, 0)
+    }
+
+    /// Queue a page whose operation was tried `tries` times already.
+    fn push_try(&mut self, page: u64, io: PageIo, write: bool, ra: bool, tries: u8) -> core::result::Result<(), PageIo> {
         if self.queued == self.backlog.len() {
             return Err(io);
         }
         let i = (self.head + self.queued) % self.backlog.len();
-        self.backlog[i] = Some((page, io, write, ra));
+        self.backlog[i] = Some((page, io, write, ra, tries));
         self.queued += 1;
         Ok(())
     }
@@ -254,7 +271,7 @@ impl DiskState {
         }
     }
 
-    fn pop(&mut self) -> Option<(u64, PageIo, bool, bool)> {
+    fn pop(&mut self) -> Option<(u64, PageIo, bool, bool, u8)> {
         if self.queued == 0 {
             return None;
         }
@@ -297,7 +314,7 @@ impl DiskState {
     /// their frames until GMS finishes them.
     pub(crate) fn fail_all(&mut self) -> usize {
         let mut n = 0;
-        while let Some((_, io, _, _)) = self.pop() {
+        while let Some((_, io, ..)) = self.pop() {
             self.fail(io);
             n += 1;
         }
@@ -361,6 +378,18 @@ fn complete(host: &mut KHost, disk: &mut Option<DiskState>, done: &Completion<Fr
             host.retire(f.frame);
             return true;
         }
+        // No answer in time, or the membership changed: the outcome is unknown, so the
+        // page is put again (a new version), a few times.
+        OpResult::Put(PutResult::Failed | PutResult::WrongView) if f.write && f.io.is_some() && f.tries + 1 < MAX_TRIES => {
+            if let Some(io) = f.io {
+                d.counters.retries += 1;
+                if let Err(io) = d.push_try(page, io, true, false, f.tries + 1) {
+                    d.fail(io);
+                }
+            }
+            host.retire(f.frame);
+            return true;
+        }
         OpResult::Put(_) => (Err(EIO), Some(f.frame), None),
         OpResult::Get(GetResult::Hit { version, frame, len, held, .. }) if !f.write => {
             let good = version.0 >= f.version && (len as usize) >= PAGE_BYTES;
@@ -401,6 +430,26 @@ fn complete(host: &mut KHost, disk: &mut Option<DiskState>, done: &Completion<Fr
                 }
             }
             (r, None, release)
+        }
+        // No answer (a lost or late message, a membership change) is not a lost page: the
+        // reader tries again, a few times.
+        OpResult::Get(GetResult::Miss { reason: MissReason::Failed(_) | MissReason::Malformed, frame })
+            if !f.write && f.io.is_some() && f.tries + 1 < MAX_TRIES =>
+        {
+            d.wake(page, None);
+            if f.ra {
+                let _ = d.ra.complete(DISK_SPACE, page, false);
+            }
+            if let Some(io) = f.io {
+                d.counters.retries += 1;
+                if let Err(io) = d.push_try(page, io, false, false, f.tries + 1) {
+                    d.fail(io);
+                }
+            }
+            if let Some(fr) = frame {
+                host.release(fr);
+            }
+            return true;
         }
         OpResult::Get(GetResult::Miss { frame, .. }) => {
             if let Some(d) = disk.as_mut() {
@@ -474,7 +523,7 @@ fn issue_disk(core: &mut DiskCore, now: u64) -> bool {
             return issued;
         }
         let Some(d) = c.client.as_mut() else { return issued };
-        let Some((page, io, write, ra)) = d.pop() else { return issued };
+        let Some((page, io, write, ra, tries)) = d.pop() else { return issued };
         let id = PageId::new(DISK_SPACE, page);
         let Some(v) = d.versions.get(page as usize).copied() else {
             d.fail(io);
@@ -516,6 +565,7 @@ fn issue_disk(core: &mut DiskCore, now: u64) -> bool {
                     if let Some(d) = d {
                         d.versions[page as usize] = nv;
                         d.in_flight[usize::from(op.slot)] = Some(InFlight {
+                            tries,
                             target,
                             op,
                             io: Some(io),
@@ -550,6 +600,7 @@ fn issue_disk(core: &mut DiskCore, now: u64) -> bool {
                     let slot = usize::from(op.slot);
                     if let Some(d) = c.client.as_mut() {
                         d.in_flight[slot] = Some(InFlight {
+                            tries,
                             target: 0,
                             op,
                             io: Some(io),
@@ -603,6 +654,7 @@ fn issue_prefetches(core: &mut DiskCore, now: u64) -> bool {
             Ok(op) => {
                 if let Some(d) = c.client.as_mut() {
                     d.in_flight[usize::from(op.slot)] = Some(InFlight {
+                        tries: 0,
                         target: 0,
                         op,
                         io: None,
