@@ -4,12 +4,16 @@
 //! for every runtime (the kernel's `/dev/gms0`, `gmsd`, the user-space ports). No heap,
 //! no `unsafe`.
 //!
-//! A target takes puts unless it refused one lately (its budget was full: skipped for
-//! [`REFUSED_NS`], or until the next plan, which reflects free memory anew) or it has
-//! `cap` puts in flight (several nodes' putpages converge on a target's NIC receive ring,
-//! and a full ring drops). When no target takes puts the least loaded is chosen anyway,
-//! so a caller that must put somewhere still can; [`Placement::done`] tells a caller
-//! whose put was refused whether another target is worth trying.
+//! A target is *fresh* unless it refused a put lately (its budget was full: skipped for
+//! [`REFUSED_NS`], or until the next plan, which reflects free memory anew) or its free
+//! room, as last heard ([`Placement::heard`], e.g. from its heartbeat) less the puts sent
+//! since, is used up. A fresh target takes a put while it has fewer than `cap` in flight
+//! (several nodes' putpages converge on a target's NIC receive ring, and a full ring
+//! drops). A plan draw of a fresh target at its cap is held: the next pick goes there once
+//! it has a slot (`None` until then), as sending that put elsewhere would undo the plan's
+//! weights. When no target is fresh the least loaded under its cap is chosen anyway, so a
+//! caller that must put somewhere still can; [`Placement::done`] tells a caller whose put
+//! was refused whether another target is worth trying.
 //!
 //! ```
 //! use gms::epochs::{Lru, LruConfig};
@@ -60,6 +64,8 @@ struct Target {
     stored: u64,
     /// Skipped until then (ns) after a refusal.
     refused_until: u64,
+    /// Free room as last heard less the puts sent since (`None`: never heard).
+    room: Option<u64>,
 }
 
 /// The put targets of one node (at most `M`) and their state.
@@ -70,16 +76,19 @@ pub struct Placement<const M: usize> {
     cap: u32,
     /// The plan epoch refusals date from (a new plan forgets them).
     epoch: Option<u32>,
+    /// A target the plan drew while it was at its cap: the next put goes there.
+    held: Option<u16>,
 }
 
 impl<const M: usize> Placement<M> {
     /// No targets yet; at most `cap` puts in flight to each (`u32::MAX`: no cap).
     pub const fn new(cap: u32) -> Self {
         Placement {
-            targets: [Target { node: 0, in_flight: 0, stored: 0, refused_until: 0 }; M],
+            targets: [Target { node: 0, in_flight: 0, stored: 0, refused_until: 0, room: None }; M],
             len: 0,
             cap: if cap == 0 { 1 } else { cap },
             epoch: None,
+            held: None,
         }
     }
 
@@ -116,37 +125,61 @@ impl<const M: usize> Placement<M> {
         self.index(node).map_or(0, |i| self.targets[i].in_flight)
     }
 
-    /// Whether `node` is a target that takes a put at `now`.
+    /// `node` has `free` pages of room (its heartbeat said so).
+    pub fn heard(&mut self, node: u16, free: u64) {
+        if let Some(i) = self.index(node) {
+            self.targets[i].room = Some(free);
+        }
+    }
+
+    /// Whether `node` is a fresh target with a slot free at `now`.
     pub fn takes_puts(&self, node: u16, now: u64) -> bool {
-        self.index(node).is_some_and(|i| self.usable(i, now))
+        self.index(node).is_some_and(|i| self.fresh(i, now) && self.has_slot(i))
     }
 
     /// Choose the target of a putpage at `now` (and count it in flight): by `lru`'s plan
-    /// over the targets that take puts, else the least loaded of those, else (none takes
-    /// puts) the least loaded under its cap. `None`: no target, or all at their cap.
-    /// Counted in `lru.stats` (`puts_by_plan`, `puts_fallback`).
+    /// over the fresh targets, else the least loaded fresh one with a slot, else (none is
+    /// fresh) the least loaded with a slot. `None`: no target, all at their cap, or the
+    /// plan's draw is held until its target has a slot. Counted in `lru.stats`
+    /// (`puts_by_plan`, `puts_fallback`).
     pub fn pick(&mut self, now: u64, lru: &mut Lru, coordinator: Option<u16>) -> Option<(u16, Via)> {
         let epoch = lru.plan().map(|p| p.epoch());
         if epoch != self.epoch {
             self.epoch = epoch;
             self.targets[..self.len].iter_mut().for_each(|t| t.refused_until = 0);
         }
-        let drawn = lru.choose_target(coordinator, |n| self.takes_puts(n, now));
-        let (i, via) = match drawn.and_then(|n| self.index(n)) {
-            Some(i) => (i, Via::Plan),
+        let held = self.held.take().and_then(|n| self.index(n)).filter(|&i| self.fresh(i, now));
+        let drawn = match held {
+            Some(i) => Some(i),
+            None => {
+                let i = lru.choose_target(coordinator, |n| self.index(n).is_some_and(|i| self.fresh(i, now)));
+                if i.is_some() {
+                    lru.stats.puts_by_plan += 1;
+                }
+                i.and_then(|n| self.index(n))
+            }
+        };
+        let i = match drawn {
+            Some(i) if self.has_slot(i) => i,
+            Some(i) => {
+                self.held = Some(self.targets[i].node);
+                return None;
+            }
             None => {
                 let load = |i: usize| self.targets[i].stored + u64::from(self.targets[i].in_flight);
                 let least = |ok: &dyn Fn(usize) -> bool| (0..self.len).filter(|&i| ok(i)).min_by_key(|&i| load(i));
-                let i = least(&|i| self.usable(i, now)).or_else(|| least(&|i| self.targets[i].in_flight < self.cap))?;
-                (i, Via::Fallback)
+                let i = least(&|i| self.fresh(i, now) && self.has_slot(i)).or_else(|| least(&|i| self.has_slot(i)))?;
+                lru.stats.puts_fallback += 1;
+                let t = &mut self.targets[i];
+                t.in_flight += 1;
+                t.room = t.room.map(|r| r.saturating_sub(1));
+                return Some((t.node, Via::Fallback));
             }
         };
-        match via {
-            Via::Plan => lru.stats.puts_by_plan += 1,
-            Via::Fallback => lru.stats.puts_fallback += 1,
-        }
-        self.targets[i].in_flight += 1;
-        Some((self.targets[i].node, via))
+        let t = &mut self.targets[i];
+        t.in_flight += 1;
+        t.room = t.room.map(|r| r.saturating_sub(1));
+        Some((t.node, Via::Plan))
     }
 
     /// A put to `node` (chosen by [`Self::pick`]) ended at `now`. Whether a target still
@@ -164,16 +197,20 @@ impl<const M: usize> Placement<M> {
                 Outcome::Failed => {}
             }
         }
-        (0..self.len).any(|i| self.targets[i].refused_until <= now)
+        (0..self.len).any(|i| self.fresh(i, now))
     }
 
     fn index(&self, node: u16) -> Option<usize> {
         self.targets[..self.len].iter().position(|t| t.node == node)
     }
 
-    fn usable(&self, i: usize, now: u64) -> bool {
+    fn fresh(&self, i: usize, now: u64) -> bool {
         let t = &self.targets[i];
-        t.refused_until <= now && t.in_flight < self.cap
+        t.refused_until <= now && t.room != Some(0)
+    }
+
+    fn has_slot(&self, i: usize) -> bool {
+        self.targets[i].in_flight < self.cap
     }
 }
 
