@@ -248,4 +248,73 @@ mod tests {
         assert!(p.targets().eq([3]));
         assert_eq!(lru.stats.puts_fallback, 7);
     }
+
+    /// Node 0's part, coordinator of nodes 0..3, with a plan from summaries that give
+    /// node `n` `free[n]` free frames (and no pages).
+    fn with_plan(free: [usize; 3]) -> Lru {
+        use crate::epochs::{build_summary, LruConfig, LruMsg};
+        use crate::lru::{OP_LRU_PLAN, OP_LRU_SUMMARY};
+        let members = [0u16, 1, 2];
+        let mut lru = Lru::new(0, LruConfig::default());
+        let summary = |me: u16, e: u32| build_summary(me, e, free[me as usize], &mut []);
+        lru.poll(0, &members, |e| summary(0, e));
+        for _ in 0..2 {
+            let start = lru.take_send().expect("an epoch start per peer");
+            let epoch = u32::from_le_bytes(start.body[..4].try_into().unwrap());
+            let mut body = [0u8; 104];
+            let len = summary(start.dst, epoch).encode(&mut body).unwrap();
+            lru.handle(1, &LruMsg { src: start.dst, op: OP_LRU_SUMMARY, len, body }, |e| summary(0, e));
+        }
+        lru.poll(2, &members, |e| summary(0, e));
+        while let Some(m) = lru.take_send() {
+            assert_eq!(m.op, OP_LRU_PLAN);
+        }
+        assert!(lru.plan().is_some());
+        lru
+    }
+
+    #[test]
+    fn plan_weights_held_draws_and_known_room() {
+        // Node 1 has three times node 2's free frames: weights 3:1.
+        let mut lru = with_plan([0, 300, 100]);
+        let mut p = Placement::<4>::new(4);
+        p.set_targets([1, 2]);
+        let mut to = [0u32; 3];
+        for _ in 0..4000 {
+            let (n, via) = p.pick(0, &mut lru, Some(0)).expect("a target with a slot");
+            assert_eq!(via, Via::Plan);
+            p.done(n, Outcome::Stored, 0);
+            to[n as usize] += 1;
+        }
+        let ratio = f64::from(to[1]) / f64::from(to[2]);
+        assert!((2.6..3.4).contains(&ratio), "3:1 expected, got {to:?}");
+        // Node 1 at its cap: a draw of it is held, and nothing overtakes it.
+        let mut busy = 0;
+        while busy < 4 {
+            match p.pick(0, &mut lru, Some(0)) {
+                Some((1, _)) => busy += 1,
+                Some((n, _)) => _ = p.done(n, Outcome::Stored, 0),
+                None => unreachable!("node 2 never stays busy"),
+            }
+        }
+        let picks: [Option<(u16, Via)>; 20] = core::array::from_fn(|_| p.pick(0, &mut lru, Some(0)));
+        let first = picks.iter().position(|x| x.is_none()).expect("a draw of the busy node 1 is held");
+        assert!(picks[first..].iter().all(|x| x.is_none()), "{picks:?}");
+        for (n, _) in picks.iter().flatten() {
+            assert_eq!(*n, 2);
+            p.done(2, Outcome::Stored, 0);
+        }
+        p.done(1, Outcome::Stored, 0);
+        assert_eq!(p.pick(0, &mut lru, Some(0)).map(|x| x.0), Some(1), "the held draw goes first");
+        // Node 1's heartbeat shows no room: it is not drawn while node 2 has room, and the
+        // room node 2 had is spent by the puts sent there.
+        p.heard(1, 0);
+        p.heard(2, 3);
+        let picks: [Option<(u16, Via)>; 3] = core::array::from_fn(|_| p.pick(0, &mut lru, Some(0)));
+        assert!(picks.iter().all(|x| x.is_some_and(|(n, _)| n == 2)), "{picks:?}");
+        assert!(!p.takes_puts(2, 0), "its room went to the puts just sent");
+        // No fresh target: the least loaded with a slot is tried anyway.
+        assert!(!p.done(2, Outcome::Stored, 0));
+        assert!(p.pick(0, &mut lru, Some(0)).is_some_and(|(_, via)| via == Via::Fallback));
+    }
 }
