@@ -264,6 +264,26 @@ mod tests {
     }
 
     #[test]
+    fn a_discard_beyond_every_known_version_lapses_after_the_ttl() {
+        let mut d: Directory<4> = Directory::new(100);
+        d.update(P, 1, Version(3), 0);
+        // Up to version 3 is known: that part of the floor is firm.
+        assert_eq!(d.discard(P, Version(u64::MAX), 10), Ok(Some((1, Version(3)))));
+        assert_eq!(d.update(P, 2, Version(9), 50), Update::Rejected, "binds within the ttl");
+        assert_eq!(d.update(P, 2, Version(3), 200), Update::Rejected, "the known versions stay discarded");
+        assert_eq!(d.update(P, 2, Version(4), 200), Update::Accepted { prev: None }, "lapsed");
+        assert_eq!(d.entry(&P).map(|e| (e.floor, e.firm)), Some((Version(4), Version(4))));
+        // A page the directory never named: the whole floor is provisional.
+        let q = PageId::new(2, 2);
+        assert_eq!(d.discard(q, Version(1 << 40), 300), Ok(None));
+        assert_eq!(d.update(q, 1, Version(1), 399), Update::Rejected);
+        assert_eq!(d.update(q, 1, Version(1), 400), Update::Accepted { prev: None });
+        // A discard within what is known is firm for good.
+        assert_eq!(d.discard(q, Version(1), 500), Ok(Some((1, Version(1)))));
+        assert_eq!(d.update(q, 1, Version(1), 10_000), Update::Rejected);
+    }
+
+    #[test]
     fn failed_sites_are_tombstoned() {
         let mut d: Directory<8> = Directory::new(100);
         for i in 0..6u64 {
