@@ -97,7 +97,7 @@ impl<
                 Err(e) => Action::Error(e),
             },
             (OP_DIRVERIFY, false) => match inc.decode::<DirVerify>() {
-                Ok(req) if !self.from_directory(inc.src, &req.page) => {
+                Ok(req) if !self.sent_by_directory(inc.src, &req.page) => {
                     self.refuse(|s| &mut s.rejected_drops, AckStatus::NotDirectory, &req)
                 }
                 Ok(req) => {
@@ -109,7 +109,7 @@ impl<
             (OP_DROPPAGE, false) => match inc.decode::<DropPage>() {
                 // Only the page's directory node has copies dropped (a holder drops its
                 // own without a message).
-                Ok(req) if !self.from_directory(inc.src, &req.page) => {
+                Ok(req) if !self.sent_by_directory(inc.src, &req.page) => {
                     self.refuse(|s| &mut s.rejected_drops, AckStatus::NotDirectory, &req)
                 }
                 Ok(req) => {
@@ -187,7 +187,7 @@ impl<
     }
 
     /// Whether `src` is `page`'s directory node in this node's view.
-    fn from_directory(&self, src: u16, page: &super::page::PageId) -> bool {
+    fn sent_by_directory(&self, src: u16, page: &super::page::PageId) -> bool {
         self.members.directory_of(page) == Some(src)
     }
 
@@ -220,7 +220,7 @@ impl<
             Err(e) => return Action::Error(e),
         };
         let as_site = inc.hops > 0 || req.flags & GET_DIRECT != 0;
-        if !member || (as_site && !self.from_directory(inc.src, &req.page)) {
+        if !member || (as_site && !self.sent_by_directory(inc.src, &req.page)) {
             self.stats.rejected_gets += 1;
             return self.get_answer(GetStatus::Miss, &req, Version(0));
         }
