@@ -98,7 +98,12 @@ fn attack(c: &mut Cluster, rng: &mut Rng, round: u64) {
         };
         let rep = GetReply { status: GetStatus::Hit, page, version: Version(1 << 40), server: other, flags: 0 };
         let tag = PayloadToken(token.payload_token);
-        inject(c, victim, &ctrl(Kind::Reply, OP_GETPAGE, token, 0, &rep), (round % 4 == 0).then_some((0xEE, tag)));
+        inject(
+            c,
+            victim,
+            &ctrl(Kind::Reply, OP_GETPAGE, token, 0, &rep),
+            round.is_multiple_of(4).then_some((0xEE, tag)),
+        );
         // Bodies speaking for an honest node: a directory update naming it, one naming
         // the hostile node, a heartbeat with a new incarnation of it.
         let up = DirUpdateReq { page, version: Version(1 << 40), view, site: other };
@@ -123,7 +128,7 @@ fn attack(c: &mut Cluster, rng: &mut Rng, round: u64) {
         let tag = OpId { slot: (rng.next() % 64) as u16, generation: (rng.next() % 8) as u32 + 1 };
         let done = PutDone { page, version: Version(1), tag, status: PutStatus::Stored, site: other };
         inject(c, victim, &ctrl(Kind::OneWay, OP_PUTDONE, own(3), 0, &done), None);
-        if round % 8 == 0 {
+        if round.is_multiple_of(8) {
             let put = PutReq { page, version: Version(1 << 40), view, tag, flags: 0 };
             inject(c, victim, &ctrl(Kind::OneWay, OP_PUTPAGE, own(3), 0, &put), Some((0xAB, PayloadToken::NONE)));
         }
@@ -153,7 +158,7 @@ fn run() {
     // Honest puts (two versions of a third of the pages), each round under attack.
     for round in 0..2u64 {
         for n in 0..PAGES {
-            if round == 1 && n % 3 != 0 {
+            if round == 1 && !n.is_multiple_of(3) {
                 continue;
             }
             let page = PageId::new(SPACE, n);
@@ -161,7 +166,7 @@ fn run() {
             let from = (n % 3) as usize;
             c.put_wait(from, page, v, &content(page, v)).expect("put");
             version[n as usize] = v;
-            if n % 4 == 0 {
+            if n.is_multiple_of(4) {
                 attack(&mut c, &mut rng, n + round * PAGES);
             }
         }
@@ -185,7 +190,7 @@ fn run() {
                 Got::Miss => panic!("{page:?} {v:?} from node {from}: missed under attack"),
             }
             reads += 1;
-            if n % 5 == 0 {
+            if n.is_multiple_of(5) {
                 attack(&mut c, &mut rng, n + 7 * pass);
             }
         }
