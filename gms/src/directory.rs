@@ -7,6 +7,12 @@
 //! it becomes a *tombstone* that keeps a version *floor*, so a late or duplicated update
 //! carrying an older version cannot bring stale data back. Tombstones are reclaimed for
 //! space only after [`super::types::GmsConfig::tombstone_ttl`].
+//!
+//! A discard may name a version the directory has never named (its put is still on its
+//! way, or the sender is wrong or hostile): the floor it sets beyond the newest known
+//! version is *provisional* and binds for `tombstone_ttl` only (long enough for any late
+//! update of those versions to have arrived), so no discard, not even of `u64::MAX`,
+//! blocks a page for good.
 
 use super::page::{PageId, Version};
 use super::table::Table;
@@ -19,8 +25,12 @@ pub struct DirEntry {
     /// The caching site, or [`NO_SITE`].
     pub site: u16,
     pub version: Version,
-    /// Updates older than this are refused.
+    /// Updates older than this are refused (until `stamp` + ttl if above `firm`).
     pub floor: Version,
+    /// The part of the floor that never lapses: versions up to the newest the directory
+    /// named (or a discard at most that new). Equal to `floor` unless a discard went
+    /// beyond every known version.
+    pub firm: Version,
     /// When the entry last changed.
     pub stamp: u64,
 }
@@ -28,6 +38,14 @@ pub struct DirEntry {
 impl DirEntry {
     pub fn site(&self) -> Option<u16> {
         (self.site != NO_SITE).then_some(self.site)
+    }
+    /// The floor that binds at `now`: a provisional one lapses `ttl` after it was set.
+    pub fn floor_at(&self, now: u64, ttl: u64) -> Version {
+        if self.floor > self.firm && self.stamp.saturating_add(ttl) <= now {
+            self.firm
+        } else {
+            self.floor
+        }
     }
 }
 
@@ -92,11 +110,12 @@ impl<const N: usize> Directory<N> {
         N
     }
 
-    /// Would an update of `page` to `version` be accepted, and whom would it displace?
-    pub fn check(&self, page: &PageId, version: Version) -> Option<Option<(u16, Version)>> {
+    /// Would an update of `page` to `version` at `now` be accepted, and whom would it
+    /// displace?
+    pub fn check(&self, page: &PageId, version: Version, now: u64) -> Option<Option<(u16, Version)>> {
         match self.t.get(page) {
             None => Some(None),
-            Some(e) if version < e.floor => None,
+            Some(e) if version < e.floor_at(now, self.ttl) => None,
             Some(e) => match e.site() {
                 None => Some(None),
                 Some(_) if version < e.version => None,
@@ -108,9 +127,10 @@ impl<const N: usize> Directory<N> {
     /// Name `site` as the holder of `page` at `version` (accepted iff `version` is at
     /// least the entry's version and floor). Idempotent.
     pub fn update(&mut self, page: PageId, site: u16, version: Version, now: u64) -> Update {
-        let Some(prev) = self.check(&page, version) else { return Update::Rejected };
-        let floor = self.t.get(&page).map_or(Version(0), |e| e.floor);
-        match self.put(page, DirEntry { site, version, floor, stamp: now }, now) {
+        let Some(prev) = self.check(&page, version, now) else { return Update::Rejected };
+        // The version is at least the floor: a provisional floor is firm from now on.
+        let floor = self.t.get(&page).map_or(Version(0), |e| e.floor_at(now, self.ttl));
+        match self.put(page, DirEntry { site, version, floor, firm: floor, stamp: now }, now) {
             Ok(()) => Update::Accepted { prev },
             Err(DirFull) => Update::Full,
         }
@@ -123,6 +143,7 @@ impl<const N: usize> Directory<N> {
             Some(e) if e.site == site && e.version <= version => {
                 e.site = NO_SITE;
                 e.floor = e.floor.max(e.version);
+                e.firm = e.firm.max(e.version);
                 e.stamp = now;
                 true
             }
@@ -130,24 +151,28 @@ impl<const N: usize> Directory<N> {
         }
     }
 
-    /// Forget `page` up to `version`: versions ≤ `version` are refused from now on. The
+    /// Forget `page` up to `version`: versions ≤ `version` are refused from now on (those
+    /// beyond the newest version the directory named only for the tombstone ttl). The
     /// entry is tombstoned if it named such a version; returns the site that held it.
     /// `Err` when there was no entry and no room to record the floor.
     pub fn discard(&mut self, page: PageId, version: Version, now: u64) -> Result<Option<(u16, Version)>, DirFull> {
         let floor = version.next();
+        let ttl = self.ttl;
         match self.t.get_mut(&page) {
             Some(e) => {
-                e.floor = e.floor.max(floor);
+                // What binds now, before this discard moves the stamp.
+                let prior = e.floor_at(now, ttl);
+                e.firm = e.firm.max(floor.min(e.version.next()));
+                e.floor = prior.max(floor).max(e.firm);
                 let held = e.site().filter(|_| e.version < floor).map(|s| (s, e.version));
                 if held.is_some() || e.site == NO_SITE {
                     e.site = NO_SITE;
-                    e.version = e.version.max(version);
                     e.stamp = now;
                 }
                 Ok(held)
             }
             None => {
-                let tomb = DirEntry { site: NO_SITE, version, floor, stamp: now };
+                let tomb = DirEntry { site: NO_SITE, version: Version(0), floor, firm: Version(0), stamp: now };
                 self.put(page, tomb, now).map(|()| None)
             }
         }
@@ -160,6 +185,7 @@ impl<const N: usize> Directory<N> {
             if e.site == site {
                 e.site = NO_SITE;
                 e.floor = e.floor.max(e.version);
+                e.firm = e.firm.max(e.version);
                 e.stamp = now;
                 n += 1;
             }
@@ -235,6 +261,26 @@ mod tests {
         assert_eq!(d.discard(q, Version(7), 4), Ok(None));
         assert_eq!(d.update(q, 1, Version(7), 5), Update::Rejected);
         assert_eq!(d.update(q, 1, Version(8), 5), Update::Accepted { prev: None });
+    }
+
+    #[test]
+    fn a_discard_beyond_every_known_version_lapses_after_the_ttl() {
+        let mut d: Directory<4> = Directory::new(100);
+        d.update(P, 1, Version(3), 0);
+        // Up to version 3 is known: that part of the floor is firm.
+        assert_eq!(d.discard(P, Version(u64::MAX), 10), Ok(Some((1, Version(3)))));
+        assert_eq!(d.update(P, 2, Version(9), 50), Update::Rejected, "binds within the ttl");
+        assert_eq!(d.update(P, 2, Version(3), 200), Update::Rejected, "the known versions stay discarded");
+        assert_eq!(d.update(P, 2, Version(4), 200), Update::Accepted { prev: None }, "lapsed");
+        assert_eq!(d.entry(&P).map(|e| (e.floor, e.firm)), Some((Version(4), Version(4))));
+        // A page the directory never named: the whole floor is provisional.
+        let q = PageId::new(2, 2);
+        assert_eq!(d.discard(q, Version(1 << 40), 300), Ok(None));
+        assert_eq!(d.update(q, 1, Version(1), 399), Update::Rejected);
+        assert_eq!(d.update(q, 1, Version(1), 400), Update::Accepted { prev: None });
+        // A discard within what is known is firm for good.
+        assert_eq!(d.discard(q, Version(1), 500), Ok(Some((1, Version(1)))));
+        assert_eq!(d.update(q, 1, Version(1), 10_000), Update::Rejected);
     }
 
     #[test]

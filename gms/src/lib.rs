@@ -22,6 +22,14 @@
 //!   answered and a slow scrub re-checks entries and copies, so the directory converges. Versions (and tombstones that keep a version
 //!   floor after an entry is removed) make sure a getpage never returns a version older
 //!   than the newest completed putpage, and never another page's data.
+//! - **Entitlement**: a message is acted on only when its sender (the id its NIC stamped)
+//!   may send it: members of the view put, get and update the directory, naming only
+//!   themselves; only a page's directory node has a copy dropped, verified or served as
+//!   the caching site; a `PUTDONE` answers only a put in flight to its sender; a heartbeat
+//!   speaks only for its sender; a discard of `u64::MAX` is refused and a floor beyond
+//!   every version the directory named lapses after the tombstone ttl. The rest is
+//!   counted ([`types::GmsStats::unentitled`]). Among members, the directory trusts a
+//!   node's claim to hold the page it registers (it keeps no record of puts).
 //!
 //! The runtime owns the NIC, the frames and the clock: it implements [`node::Host`],
 //! keeps a `netrpc::rpc::Rpc<GmsNode<..>, F>` next to the [`node::GmsNode`] (which is the

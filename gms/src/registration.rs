@@ -104,7 +104,7 @@ impl<
             self.stats.dir_rejects += 1;
             return AckStatus::Rejected;
         }
-        let Some(prev) = self.dir.check(&page, version) else {
+        let Some(prev) = self.dir.check(&page, version, self.now) else {
             self.stats.dir_rejects += 1;
             return AckStatus::Rejected;
         };

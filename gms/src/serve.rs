@@ -15,11 +15,13 @@
 //!   (`DIRVERIFY`) and each holder re-register its copies (`DIRUPDATE`), one entry per
 //!   [`super::types::GmsConfig::scrub_interval`]. All retried until answered.
 
+use super::heartbeat::{is_heartbeat_op, Heartbeat};
 use super::net::prelude::*;
 use super::node::{GmsNode, Held, HeldState, Host};
 use super::ops::*;
 use super::page::Version;
-use super::slots::TaskKind;
+use super::slots::{OpKind, OpState, TaskKind};
+use super::types::GmsStats;
 
 impl<
         F: Copy + PartialEq,
@@ -35,33 +37,56 @@ impl<
     fn serve(&mut self, inc: &Incoming<'_, F>) -> Action<F> {
         self.enter(inc.now);
         if !is_gms_op(inc.op) {
+            if is_heartbeat_op(inc.op) && inc.one_way && Heartbeat::from_message(inc.src, inc.body).is_err() {
+                // It speaks for another node (or is malformed): the runtime drops it too.
+                self.stats.rejected_heartbeats += 1;
+            }
             // Another service's request: `serve_other` owns its payload.
             return self.host.serve_other(inc);
         }
+        // `inc.src` is the node whose NIC sent the message (the NIC stamps it); only the
+        // members of this node's view act on its directory and memory.
+        let member = self.members.contains(inc.src);
         if let (OP_PUTPAGE | OP_MOVEPAGE, true) = (inc.op, inc.one_way) {
-            self.serve_put(inc);
+            if member {
+                self.serve_put(inc);
+            } else {
+                self.stats.rejected_puts += 1;
+                self.release_payload(inc.payload);
+            }
             return Action::Done;
         }
         // Only puts carry a page.
         self.release_payload(inc.payload);
         match (inc.op, inc.one_way) {
-            (OP_GETPAGE, false) => self.serve_get(inc),
+            (OP_GETPAGE, false) => self.serve_get(inc, member),
             (OP_PUTDONE, true) => {
-                if let Ok(d) = inc.decode::<PutDoneOp>() {
-                    self.put_done(inc.src, &d);
+                match inc.decode::<PutDoneOp>() {
+                    Ok(d) if self.put_in_flight(inc.src, &d) => self.put_done(inc.src, &d),
+                    Ok(_) => self.stats.rejected_putdones += 1,
+                    Err(_) => {}
                 }
                 Action::Done
             }
             (OP_DISCARDPAGE, false) => match inc.decode::<DiscardPage>() {
+                Ok(req) if !member => self.refuse(|s| &mut s.rejected_discards, AckStatus::WrongView, &req),
+                // No writer's version reaches it: a floor there would refuse every version.
+                Ok(req) if req.version == Version(u64::MAX) => {
+                    self.refuse(|s| &mut s.rejected_discards, AckStatus::Rejected, &req)
+                }
                 Ok(req) if self.members.directory_of(&req.page) == Some(self.id) => {
                     ack(self.apply_discard(req.page, req.version), &req)
                 }
                 Ok(req) => ack(AckStatus::NotDirectory, &req),
                 Err(e) => Action::Error(e),
             },
-            (OP_DIRUPDATE, false) => self.serve_update(inc),
+            (OP_DIRUPDATE, false) => self.serve_update(inc, member),
             (OP_DIRREMOVE, false) => match inc.decode::<DirRemove>() {
-                Ok(req) if req.site != inc.src => Action::Error(RpcError::Malformed),
+                Ok(req) if req.site != inc.src => {
+                    self.stats.rejected_removes += 1;
+                    Action::Error(RpcError::Malformed)
+                }
+                Ok(req) if !member => self.refuse(|s| &mut s.rejected_removes, AckStatus::WrongView, &req),
                 Ok(req) if self.members.directory_of(&req.page) == Some(self.id) => {
                     if self.dir.remove(&req.page, req.site, req.version, self.now) {
                         self.stats.dir_removes += 1;
@@ -72,6 +97,9 @@ impl<
                 Err(e) => Action::Error(e),
             },
             (OP_DIRVERIFY, false) => match inc.decode::<DirVerify>() {
+                Ok(req) if !self.sent_by_directory(inc.src, &req.page) => {
+                    self.refuse(|s| &mut s.rejected_drops, AckStatus::NotDirectory, &req)
+                }
                 Ok(req) => {
                     let holds = self.held.get(&req.page).is_some_and(|h| h.version >= req.version);
                     ack(if holds { AckStatus::Ok } else { AckStatus::Rejected }, &req)
@@ -79,6 +107,11 @@ impl<
                 Err(e) => Action::Error(e),
             },
             (OP_DROPPAGE, false) => match inc.decode::<DropPage>() {
+                // Only the page's directory node has copies dropped (a holder drops its
+                // own without a message).
+                Ok(req) if !self.sent_by_directory(inc.src, &req.page) => {
+                    self.refuse(|s| &mut s.rejected_drops, AckStatus::NotDirectory, &req)
+                }
                 Ok(req) => {
                     self.drop_held(&req.page, req.version);
                     ack(AckStatus::Ok, &req)
@@ -89,6 +122,14 @@ impl<
             (_, true) => Action::Done,
             (_, false) => Action::Error(RpcError::Malformed),
         }
+    }
+
+    /// A getpage reply that says it was delegated is taken from a member of this node's
+    /// view, after the one delegation GMS makes (directory → caching site): the requester
+    /// cannot know the site the directory names, and the reply needs the call's secret
+    /// generation too. Every other reply comes from the node called (NetRPC checks it).
+    fn accept_delegated_reply(&self, op: u16, _called: u16, from: u16, hops: u8) -> bool {
+        op == OP_GETPAGE && hops == 1 && self.members.contains(from)
     }
 
     fn copy_payload(&mut self, from: &F, to: &F, len: u32) -> bool {
@@ -134,6 +175,36 @@ impl<
         }
     }
 
+    /// Count a message its sender was not entitled to send, and answer it with `status`.
+    fn refuse<R: AboutPage>(
+        &mut self,
+        counter: fn(&mut GmsStats) -> &mut u64,
+        status: AckStatus,
+        req: &R,
+    ) -> Action<F> {
+        *counter(&mut self.stats) += 1;
+        ack(status, req)
+    }
+
+    /// Whether `src` is `page`'s directory node in this node's view.
+    fn sent_by_directory(&self, src: u16, page: &super::page::PageId) -> bool {
+        self.members.directory_of(page) == Some(src)
+    }
+
+    /// Whether a `PUTDONE` from `src` answers a put or move this node has in flight to
+    /// `src`, of that page and version (the tag's slot and generation name it).
+    fn put_in_flight(&self, src: u16, d: &PutDone) -> bool {
+        self.ops.get(usize::from(d.tag.slot)).is_some_and(|o| {
+            o.generation == d.tag.generation
+                && o.state == OpState::InFlight
+                && matches!(o.kind, OpKind::Put | OpKind::Move)
+                && o.dst == src
+                && o.page == d.page
+                && o.version == d.version
+                && (d.status != PutStatus::Stored || d.site == src)
+        })
+    }
+
     fn get_answer(&self, status: GetStatus, req: &GetReq, version: Version) -> Action<F> {
         let rep = GetReply { status, page: req.page, version, server: self.id, flags: 0 };
         Action::reply(&rep, None)
@@ -141,12 +212,19 @@ impl<
 
     /// `GETPAGE` at the directory node (hops 0), or at the caching site (delegated, or
     /// sent directly by a requester that is the directory node).
-    fn serve_get(&mut self, inc: &Incoming<'_, F>) -> Action<F> {
+    /// Only a member may ask, and only the page's directory node may make this node serve
+    /// as the caching site (a moving read hands the copy over).
+    fn serve_get(&mut self, inc: &Incoming<'_, F>, member: bool) -> Action<F> {
         let req = match inc.decode::<GetPage>() {
             Ok(r) => r,
             Err(e) => return Action::Error(e),
         };
-        if inc.hops > 0 || req.flags & GET_DIRECT != 0 {
+        let as_site = inc.hops > 0 || req.flags & GET_DIRECT != 0;
+        if !member || (as_site && !self.sent_by_directory(inc.src, &req.page)) {
+            self.stats.rejected_gets += 1;
+            return self.get_answer(GetStatus::Miss, &req, Version(0));
+        }
+        if as_site {
             return self.serve_as_site(&req);
         }
         if self.members.directory_of(&req.page) != Some(self.id) {
@@ -291,13 +369,20 @@ impl<
     }
 
     /// `DIRUPDATE` at the directory node.
-    fn serve_update(&mut self, inc: &Incoming<'_, F>) -> Action<F> {
+    /// A member names itself only: it holds the copy it registers (it stored it for a
+    /// putter, read it moving, or holds it for itself); the directory has no record of
+    /// which puts went where, so it cannot check more than that.
+    fn serve_update(&mut self, inc: &Incoming<'_, F>, member: bool) -> Action<F> {
         let req = match inc.decode::<DirUpdate>() {
             Ok(r) => r,
             Err(e) => return Action::Error(e),
         };
         if req.site != inc.src {
+            self.stats.rejected_updates += 1;
             return Action::Error(RpcError::Malformed);
+        }
+        if !member {
+            return self.refuse(|s| &mut s.rejected_updates, AckStatus::WrongView, &req);
         }
         let status = if req.view != self.members.view() {
             AckStatus::WrongView

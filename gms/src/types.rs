@@ -227,6 +227,25 @@ pub struct GmsStats {
     pub outq_overflow: u64,
     /// Entries the scrub found pointing at a node without the page, and removed.
     pub scrub_removed: u64,
+    // -- messages from nodes not entitled to send them (dropped or refused; see
+    //    `crate::serve`) --
+    /// Getpages from a non-member, and delegated or direct ones (which make a caching
+    /// site serve, or hand over, its copy) from a node other than the page's directory.
+    pub rejected_gets: u64,
+    /// Putpages and movepages from a non-member.
+    pub rejected_puts: u64,
+    /// `PUTDONE`s that answer no put this node has in flight to their sender.
+    pub rejected_putdones: u64,
+    /// `DIRUPDATE`s from a non-member or naming another node than their sender.
+    pub rejected_updates: u64,
+    /// `DIRREMOVE`s from a non-member or naming another node than their sender.
+    pub rejected_removes: u64,
+    /// Discards from a non-member, or of version `u64::MAX` (no writer's version).
+    pub rejected_discards: u64,
+    /// `DROPPAGE`s and `DIRVERIFY`s not from the page's directory node.
+    pub rejected_drops: u64,
+    /// Heartbeats whose body speaks for another node than their sender.
+    pub rejected_heartbeats: u64,
 }
 
 impl GmsStats {
@@ -258,7 +277,28 @@ impl GmsStats {
         task_overflow: 0,
         outq_overflow: 0,
         scrub_removed: 0,
+        rejected_gets: 0,
+        rejected_puts: 0,
+        rejected_putdones: 0,
+        rejected_updates: 0,
+        rejected_removes: 0,
+        rejected_discards: 0,
+        rejected_drops: 0,
+        rejected_heartbeats: 0,
     };
+
+    /// Messages rejected because their sender was not entitled to send them (the sum of
+    /// the `rejected_*` counters).
+    pub fn unentitled(&self) -> u64 {
+        self.rejected_gets
+            + self.rejected_puts
+            + self.rejected_putdones
+            + self.rejected_updates
+            + self.rejected_removes
+            + self.rejected_discards
+            + self.rejected_drops
+            + self.rejected_heartbeats
+    }
 }
 
 impl Policy {

@@ -17,7 +17,10 @@
 //!
 //! Call generations are drawn from a secret ([`rpc::Rpc::set_secret`]) so a node on the
 //! link cannot guess a reply token, and a solicited call takes its payload only from its
-//! own IPT frame, never from an unsolicited buffer.
+//! own IPT frame, never from an unsolicited buffer. A reply is taken only from the node
+//! called or, after a delegation, from a node the runtime accepts as its delegate
+//! ([`types::Runtime::accept_delegated_reply`]); a request straight from a requester must
+//! name its sender as its origin. Anything else is dropped and counted ([`types::Stats`]).
 //!
 //! The crate is sans-IO, `#![no_std]` and allocation-free; its one dependency is the
 //! interface crate (for SipHash). The same source runs in user space, in the kernel module

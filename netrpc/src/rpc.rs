@@ -59,6 +59,8 @@ struct Record<Ctx, F: Copy, const CONTS: usize> {
     mode: Mode,
     generation: u32,
     op: u16,
+    /// The node the request went to: the only one whose direct reply (hops 0) is taken.
+    dst: u16,
     issued: u64,
     deadline: Option<u64>,
     reply_to: ReplyTo<F>,
@@ -76,6 +78,7 @@ impl<Ctx, F: Copy, const CONTS: usize> Record<Ctx, F, CONTS> {
             mode: Mode::Wait,
             generation: 1,
             op: 0,
+            dst: 0,
             issued: 0,
             deadline: None,
             reply_to: ReplyTo::None,
@@ -223,6 +226,7 @@ impl<Ctx: Runtime<F>, F: Copy, const CALLS: usize, const CONTS: usize, const TX:
         r.state = State::InFlight;
         r.mode = mode;
         r.op = op;
+        r.dst = dst;
         r.issued = self.seq;
         r.deadline = deadline;
         r.reply_to = reply_to;
@@ -311,9 +315,12 @@ impl<Ctx: Runtime<F>, F: Copy, const CALLS: usize, const CONTS: usize, const TX:
 
     // ---- inputs ------------------------------------------------------------------
 
-    /// A message arrived from node `src` with control bytes `ctrl` and `payload`.
-    /// Runs server stubs, delegations, and reply handling (waking waiters or running
-    /// continuations). Bad input is counted and dropped, never a panic. `now` is used
+    /// A message arrived from node `src` (as the NIC stamped it, not as the message
+    /// claims) with control bytes `ctrl` and `payload`. Runs server stubs, delegations,
+    /// and reply handling (waking waiters or running continuations). Bad input is counted
+    /// and dropped, never a panic: a request that names another node as its requester
+    /// ([`Stats::foreign_requests`]), a reply from a node the call was not entitled to be
+    /// answered by ([`Stats::foreign_replies`]: see [`Runtime::accept_delegated_reply`]). `now` is used
     /// only for requests and one-way messages (their handlers see it); for a reply
     /// ([`wire::message_kind`](crate::wire::message_kind)) any value will do.
     pub fn handle_message(&mut self, now: u64, ctx: &mut Ctx, src: u16, ctrl: &[u8], payload: InPayload<F>) {
@@ -323,8 +330,15 @@ impl<Ctx: Runtime<F>, F: Copy, const CALLS: usize, const CONTS: usize, const TX:
             return;
         };
         match h.kind {
+            // A request straight from its requester names the sender as its origin (the
+            // reply goes there): one naming another node would make this node answer a
+            // call that node never made.
+            Kind::Request | Kind::OneWay if h.hops == 0 && h.token.origin != src => {
+                self.stats.foreign_requests += 1;
+                self.drop_payload(ctx, payload);
+            }
             Kind::Request | Kind::OneWay => self.serve(now, ctx, src, &h, body, payload),
-            Kind::Reply | Kind::ErrorReply => self.reply(ctx, &h, body, payload),
+            Kind::Reply | Kind::ErrorReply => self.reply(ctx, src, &h, body, payload),
         }
     }
 
@@ -532,7 +546,7 @@ impl<Ctx: Runtime<F>, F: Copy, const CALLS: usize, const CONTS: usize, const TX:
         self.queue(origin, Kind::ErrorReply, h.op, h.token, h.hops, &e.code().to_le_bytes(), None, 0)
     }
 
-    fn reply(&mut self, ctx: &mut Ctx, h: &Header, body: &[u8], payload: InPayload<F>) {
+    fn reply(&mut self, ctx: &mut Ctx, src: u16, h: &Header, body: &[u8], payload: InPayload<F>) {
         let t = h.token;
         let i = t.record as usize;
         let fresh = t.origin == self.node
@@ -543,6 +557,21 @@ impl<Ctx: Runtime<F>, F: Copy, const CALLS: usize, const CONTS: usize, const TX:
         if !fresh {
             self.stats.stale_replies += 1;
             self.drop_payload(ctx, payload);
+            return;
+        }
+        if !self.entitled(ctx, i, src, h) {
+            self.stats.foreign_replies += 1;
+            self.drop_payload(ctx, payload);
+            // A payload the NIC delivered into the call's own frame under its one-shot
+            // token: the frame's bytes are the sender's and the true reply's payload can no
+            // longer land there, so the call fails now (never completing with those bytes).
+            if let (ReplyTo::Solicited { token, .. }, InPayload::Ipt { token: got, .. }) =
+                (self.records[i].reply_to, payload)
+            {
+                if token == got {
+                    self.complete(ctx, i, Err(RpcError::PayloadRefused));
+                }
+            }
             return;
         }
         let outcome = if h.kind == Kind::ErrorReply {
@@ -564,6 +593,19 @@ impl<Ctx: Runtime<F>, F: Copy, const CALLS: usize, const CONTS: usize, const TX:
             }
         };
         self.complete(ctx, i, outcome);
+    }
+
+    /// Whether node `src` may answer call record `i`: the node it called (whatever the
+    /// hop count: a delegation may come back to it), or, for a reply that says it was
+    /// delegated (1..=[`MAX_HOPS`] hops), a node the runtime accepts as a delegate of the
+    /// called node for this operation. The caller cannot see whom the called node
+    /// delegated to (that node never writes back), so a delegate is bounded by the hop
+    /// limit, by the call's secret generation (only a node the request reached knows it),
+    /// and by [`Runtime::accept_delegated_reply`] (e.g. GMS: members of its view, one hop,
+    /// getpage only).
+    fn entitled(&self, ctx: &Ctx, i: usize, src: u16, h: &Header) -> bool {
+        let called = self.records[i].dst;
+        src == called || ((1..=MAX_HOPS).contains(&h.hops) && ctx.accept_delegated_reply(h.op, called, src, h.hops))
     }
 
     /// Match what arrived with what the caller asked for.

@@ -289,6 +289,16 @@ pub trait Runtime<F: Copy> {
     /// stale reply), or the frame of a failed call (for a solicited frame: disarm its
     /// IPT entry first). The runtime frees or recycles it.
     fn release(&mut self, frame: F);
+    /// Whether a reply to a call of `op` made to node `called` may come from node `from`
+    /// after `hops` delegations (1..=[`super::rpc::MAX_HOPS`]; `from` is not `called`, and
+    /// may be this node itself when the request was delegated back to it). The default
+    /// accepts any node: the reply still needs the call's secret generation, which only
+    /// the nodes the request went through learn. A service that knows whom it delegates to
+    /// narrows it.
+    fn accept_delegated_reply(&self, op: u16, called: u16, from: u16, hops: u8) -> bool {
+        let _ = (op, called, from, hops);
+        true
+    }
 }
 
 /// Counters.
@@ -311,6 +321,13 @@ pub struct Stats {
     pub tx_dropped: u64,
     /// Replies to solicited calls whose payload came as an unsolicited buffer: refused.
     pub refused_payloads: u64,
+    /// Replies (with a live call's token) from a node the call was not made to, and not
+    /// accepted as its delegate: dropped (the call waits on, unless the sender's payload
+    /// already took the call's IPT frame: then it fails with `PayloadRefused`).
+    pub foreign_replies: u64,
+    /// Requests straight from a requester (no delegation) naming another node as their
+    /// origin, where the reply would go: dropped.
+    pub foreign_requests: u64,
 }
 
 impl Stats {
@@ -330,5 +347,7 @@ impl Stats {
         deferred_runs: 0,
         tx_dropped: 0,
         refused_payloads: 0,
+        foreign_replies: 0,
+        foreign_requests: 0,
     };
 }

@@ -1,0 +1,160 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! Messages from nodes not entitled to send them: crafted GMS messages (with the sender
+//! id a NIC stamps) from a node outside the view, and from members that are not the
+//! page's directory, target or holder. Each is refused, counted, and changes nothing.
+
+mod sim;
+
+use gms::heartbeat::{Heartbeat, OP_HEARTBEAT};
+use gms::ops::*;
+use gms::prelude::*;
+use netrpc::prelude::{Message, ReplyToken};
+use netrpc::wire::{Header, Kind, HEADER_BYTES};
+use sim::*;
+
+fn knobs(nodes: usize) -> Knobs {
+    Knobs {
+        nodes,
+        pages: 8,
+        drop_pct: 0,
+        dup_pct: 0,
+        reorder: false,
+        crash: None,
+        op_timeout: 1000,
+        max_dt: 10,
+        budget: 16,
+    }
+}
+
+/// Control bytes of a message `src` sends itself (its own origin, as NetRPC checks).
+fn forge<M: Message>(kind: Kind, op: u16, origin: u16, hops: u8, body: &M) -> Vec<u8> {
+    let b = netrpc::rpc::encode(body).unwrap();
+    let token = ReplyToken { origin, record: 0, generation: 1, payload_kind: 0, payload_token: 0 };
+    let h = Header { kind, op, token, hops, body_len: b.len as u16 };
+    let mut c = vec![0u8; HEADER_BYTES + b.as_slice().len()];
+    h.emit(&mut c);
+    c[HEADER_BYTES..].copy_from_slice(b.as_slice());
+    c
+}
+
+fn send(s: &mut Sim, src: u16, dst: u16, ctrl: Vec<u8>, payload: Option<((PageId, u64), u32)>) {
+    s.net.push(Msg { src, dst, ctrl, payload, tag: 0 });
+    s.run_net();
+}
+
+/// Node 1 puts `p` (directory node 0) into node 2's memory.
+fn stored(s: &mut Sim, p: PageId) {
+    let put = s.putpage(1, p, 2).unwrap();
+    s.run_net();
+    assert_eq!(s.result(1, put), Some(OpResult::Put(PutResult::Stored { target: 2 })));
+    assert_eq!(s.nodes[0].directory().lookup(&p), Some((2, Version(1))));
+}
+
+#[track_caller]
+fn still_served(s: &mut Sim, p: PageId) {
+    let get = s.getpage(1, p).unwrap();
+    s.run_net();
+    assert!(matches!(s.result(1, get), Some(OpResult::Get(GetResult::Hit { version: Version(1), .. }))));
+}
+
+/// Node 3 is outside the view of nodes 0..3: nothing it sends about pages is acted on.
+#[test]
+fn a_node_outside_the_view_changes_nothing() {
+    let mut s = Sim::new(0xe17, knobs(4));
+    for i in 0..3 {
+        s.nodes[i].set_members(s.now, &mut s.rpcs[i], 2, &[0, 1, 2]).unwrap();
+    }
+    let p = s.page_with_dir(0, 0, 0);
+    stored(&mut s, p);
+    let view = s.nodes[0].members().view();
+    // It names itself the holder of a newer version.
+    let up = DirUpdateReq { page: p, version: Version(99), view, site: 3 };
+    send(&mut s, 3, 0, forge(Kind::Request, OP_DIRUPDATE, 3, 0, &up), None);
+    // It un-names nobody, discards nothing, has no copy moved to it.
+    let rm = DirRemoveReq { page: p, version: Version(1), site: 3 };
+    send(&mut s, 3, 0, forge(Kind::Request, OP_DIRREMOVE, 3, 0, &rm), None);
+    let dc = DiscardReq { page: p, version: Version(1) };
+    send(&mut s, 3, 0, forge(Kind::Request, OP_DISCARDPAGE, 3, 0, &dc), None);
+    let get = GetReq { page: p, want: Version(0), view, flags: GET_MOVING };
+    send(&mut s, 3, 0, forge(Kind::Request, OP_GETPAGE, 3, 0, &get), None);
+    // Its page is not stored.
+    let q = s.page_with_dir(0, 0, 1);
+    let tag = OpId { slot: 0, generation: 1 };
+    let put = PutReq { page: q, version: Version(5), view, tag, flags: 0 };
+    send(&mut s, 3, 1, forge(Kind::OneWay, OP_PUTPAGE, 3, 0, &put), Some(((q, 5), PAGE_LEN)));
+    let g0 = s.nodes[0].stats();
+    assert_eq!(
+        (g0.rejected_updates, g0.rejected_removes, g0.rejected_discards, g0.rejected_gets),
+        (1, 1, 1, 1),
+        "{g0:?}"
+    );
+    assert_eq!(s.nodes[1].stats().rejected_puts, 1);
+    assert_eq!(g0.unentitled(), 4);
+    assert!(s.nodes[1].held(&q).is_none());
+    assert_eq!(s.nodes[0].directory().lookup(&p), Some((2, Version(1))));
+    assert!(s.nodes[2].held(&p).is_some());
+    still_served(&mut s, p);
+    s.check_frames();
+}
+
+/// Members may still not speak for others: only the directory node drops, verifies or
+/// has a copy served as the caching site; a node names only itself; a heartbeat speaks
+/// for its sender only; a PUTDONE answers only a put in flight to its sender.
+#[test]
+fn members_act_only_where_the_protocol_entitles_them() {
+    let mut s = Sim::new(0xe18, knobs(3));
+    let p = s.page_with_dir(0, 0, 0);
+    stored(&mut s, p);
+    let view = s.nodes[0].members().view();
+    // Node 1 (not p's directory) tells holder 2 to drop p, asks whether it holds it, and
+    // asks it for a moving read as if delegated.
+    let drop = DropReq { page: p, version: Version(1) };
+    send(&mut s, 1, 2, forge(Kind::Request, OP_DROPPAGE, 1, 0, &drop), None);
+    send(&mut s, 1, 2, forge(Kind::Request, OP_DIRVERIFY, 1, 0, &drop), None);
+    let get = GetReq { page: p, want: Version(1), view, flags: GET_MOVING };
+    send(&mut s, 1, 2, forge(Kind::Request, OP_GETPAGE, 1, 1, &get), None);
+    let direct = GetReq { flags: GET_MOVING | GET_DIRECT, ..get };
+    send(&mut s, 1, 2, forge(Kind::Request, OP_GETPAGE, 1, 0, &direct), None);
+    let g2 = s.nodes[2].stats();
+    assert_eq!((g2.rejected_drops, g2.rejected_gets, g2.gets_served), (2, 2, 0), "{g2:?}");
+    assert!(s.nodes[2].held(&p).is_some(), "the copy is kept");
+    // Node 1 names node 2 (not itself).
+    let up = DirUpdateReq { page: p, version: Version(7), view, site: 2 };
+    send(&mut s, 1, 0, forge(Kind::Request, OP_DIRUPDATE, 1, 0, &up), None);
+    assert_eq!(s.nodes[0].stats().rejected_updates, 1);
+    assert_eq!(s.nodes[0].directory().lookup(&p), Some((2, Version(1))));
+    // A heartbeat from node 1 claiming a new incarnation of node 2.
+    let hb = Heartbeat { node: 2, incarnation: 77, held: 0, budget: 1 };
+    send(&mut s, 1, 0, forge(Kind::OneWay, OP_HEARTBEAT, 1, 0, &hb), None);
+    assert_eq!(s.nodes[0].stats().rejected_heartbeats, 1);
+    let own = Heartbeat { node: 1, ..hb };
+    send(&mut s, 1, 0, forge(Kind::OneWay, OP_HEARTBEAT, 1, 0, &own), None);
+    assert_eq!(s.nodes[0].stats().rejected_heartbeats, 1, "its own heartbeat is fine");
+    // A discard of u64::MAX would refuse every version: refused.
+    let dc = DiscardReq { page: p, version: Version(u64::MAX) };
+    send(&mut s, 1, 0, forge(Kind::Request, OP_DISCARDPAGE, 1, 0, &dc), None);
+    assert_eq!(s.nodes[0].stats().rejected_discards, 1);
+    still_served(&mut s, p);
+
+    // A put from node 1 to node 2 in flight: node 0 (not the target) answers it first.
+    let q = s.page_with_dir(0, 0, 1);
+    let put = s.putpage(1, q, 2).unwrap();
+    let m = s.net.iter().find(|m| m.dst == 2).expect("the PUTPAGE").clone();
+    let (_, body) = Header::parse(&m.ctrl).unwrap();
+    let req = PutReq::decode(body).unwrap();
+    let done = PutDone { page: q, version: req.version, tag: req.tag, status: PutStatus::Stored, site: 0 };
+    s.net.push(Msg { src: 0, dst: 1, ctrl: forge(Kind::OneWay, OP_PUTDONE, 0, 0, &done), payload: None, tag: 0 });
+    // The target claiming another site is no better.
+    let other = PutDone { site: 0, ..done };
+    s.net.push(Msg { src: 2, dst: 1, ctrl: forge(Kind::OneWay, OP_PUTDONE, 2, 0, &other), payload: None, tag: 0 });
+    s.net.rotate_right(2);
+    s.deliver(false);
+    s.deliver(false);
+    assert_eq!(s.nodes[1].stats().rejected_putdones, 2);
+    assert_eq!(s.result(1, put), None, "a forged PUTDONE completed the put");
+    s.run_net();
+    assert_eq!(s.result(1, put), Some(OpResult::Put(PutResult::Stored { target: 2 })));
+    s.settle();
+    s.check_converged();
+    s.check_frames();
+}

@@ -1,0 +1,244 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! A hostile node on the link: three honest GMS nodes (members 0, 1, 2) and node 3, whose
+//! host crafts packets through its own virtual NIC — forged getpage replies with guessed
+//! tokens and generations, bodies speaking for honest nodes (sites, heartbeats with a new
+//! incarnation), forged PUTDONE / DISCARD / DIRUPDATE / DROPPAGE / getpages / putpages,
+//! and floods of garbage and of valid-looking packets — while honest clients put and read
+//! pages. Every read returns the bytes last put, every forgery is rejected and counted,
+//! and every honest operation completes.
+
+use gms::heartbeat::{Heartbeat, OP_HEARTBEAT};
+use gms::ops::*;
+use gms::prelude::*;
+use netrpc::prelude::{Message, ReplyToken};
+use netrpc::wire::{Header, Kind, HEADER_BYTES};
+use trapeze_host::endpoint::{SendError, SendMsg};
+use trapeze_host::iface::entry::Segment;
+use trapeze_host::iface::ipt::PayloadToken;
+use trapeze_node::gms::page_pattern as content;
+use trapeze_node::gms::{Cluster, Got};
+use trapeze_runtime::FrameMem;
+
+const SPACE: u64 = 11;
+const PAGES: u64 = 240;
+const BUDGET: usize = 400;
+const HOSTILE: usize = 3;
+const HONEST: [u16; 3] = [0, 1, 2];
+
+/// A small deterministic generator (xorshift) for guessed tokens and garbage.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+fn ctrl<M: Message>(kind: Kind, op: u16, token: ReplyToken, hops: u8, body: &M) -> Vec<u8> {
+    let b = netrpc::rpc::encode(body).expect("body");
+    let h = Header { kind, op, token, hops, body_len: b.len as u16 };
+    let mut c = vec![0u8; HEADER_BYTES + b.as_slice().len()];
+    h.emit(&mut c);
+    c[HEADER_BYTES..].copy_from_slice(b.as_slice());
+    c
+}
+
+/// The hostile node's own request token (its NIC stamps its id 3 on every packet anyway).
+fn own(origin: u16) -> ReplyToken {
+    ReplyToken { origin, record: 0, generation: 1, payload_kind: 0, payload_token: 0 }
+}
+
+/// Post one crafted packet from the hostile node's NIC (with `junk` bytes of payload,
+/// tagged with `tag`), polling the cluster while its send ring is full.
+fn inject(c: &mut Cluster, peer: u16, ctrl: &[u8], junk: Option<(u64, PayloadToken)>) {
+    let mut seg = Vec::new();
+    let mut token = PayloadToken::NONE;
+    let mut frame = None;
+    if let Some((fill, tag)) = junk {
+        let frames = &mut c.ports[HOSTILE].node.host.frames;
+        let f = frames.alloc().expect("a frame for the forged payload");
+        let page = vec![fill as u8; 8192];
+        assert!(frames.write(f, &page));
+        let addr = frames.frames().dma(f).expect("frame address");
+        seg.push(Segment { addr, len: 8192 });
+        token = tag;
+        frame = Some(f);
+    }
+    let msg = SendMsg { peer, ctrl, payload_len: if frame.is_some() { 8192 } else { 0 }, segments: &seg, token };
+    for _ in 0..10_000 {
+        match c.ports[HOSTILE].node.host.frames.post_raw(&msg, 0) {
+            Ok(()) => break,
+            Err(SendError::RingFull) => {
+                c.poll();
+            }
+            Err(e) => panic!("posting a crafted packet: {e:?}"),
+        }
+    }
+    // The frame is not reused: forged payloads are few, and the hostile node's frames
+    // are its own business.
+    let _ = frame;
+}
+
+/// What the hostile node sends in one round, aimed at the honest nodes and their pages.
+fn attack(c: &mut Cluster, rng: &mut Rng, round: u64) {
+    let view = c.ports[0].node.members().view();
+    let page = PageId::new(SPACE, round % PAGES);
+    for &victim in &HONEST {
+        let other = HONEST[(victim as usize + 1) % 3];
+        // A forged getpage reply, "hit" at a huge version, with a payload tagged by a
+        // guessed IPT token, for a guessed call record and generation.
+        let token = ReplyToken {
+            origin: victim,
+            record: (rng.next() % 64) as u16,
+            generation: rng.next() as u32,
+            payload_kind: 1,
+            payload_token: rng.next(),
+        };
+        let rep = GetReply { status: GetStatus::Hit, page, version: Version(1 << 40), server: other, flags: 0 };
+        let tag = PayloadToken(token.payload_token);
+        inject(
+            c,
+            victim,
+            &ctrl(Kind::Reply, OP_GETPAGE, token, 0, &rep),
+            round.is_multiple_of(4).then_some((0xEE, tag)),
+        );
+        // Bodies speaking for an honest node: a directory update naming it, one naming
+        // the hostile node, a heartbeat with a new incarnation of it.
+        let up = DirUpdateReq { page, version: Version(1 << 40), view, site: other };
+        inject(c, victim, &ctrl(Kind::Request, OP_DIRUPDATE, own(3), 0, &up), None);
+        let up = DirUpdateReq { site: 3, ..up };
+        inject(c, victim, &ctrl(Kind::Request, OP_DIRUPDATE, own(3), 0, &up), None);
+        let hb = Heartbeat { node: other, incarnation: rng.next() | 1, held: 0, budget: 1 };
+        inject(c, victim, &ctrl(Kind::OneWay, OP_HEARTBEAT, own(3), 0, &hb), None);
+        // A request naming an honest node as its origin (the reply would go there).
+        let get = GetReq { page, want: Version(0), view, flags: 0 };
+        inject(c, victim, &ctrl(Kind::Request, OP_GETPAGE, own(other), 0, &get), None);
+        // Discards (one of u64::MAX), drops, a moving getpage "delegated" to the holder.
+        let dc = DiscardReq { page, version: Version(u64::MAX) };
+        inject(c, victim, &ctrl(Kind::Request, OP_DISCARDPAGE, own(3), 0, &dc), None);
+        let dc = DiscardReq { page, version: Version(1) };
+        inject(c, victim, &ctrl(Kind::Request, OP_DISCARDPAGE, own(3), 0, &dc), None);
+        let drop = DropReq { page, version: Version(u64::MAX) };
+        inject(c, victim, &ctrl(Kind::Request, OP_DROPPAGE, own(3), 0, &drop), None);
+        let get = GetReq { page, want: Version(0), view, flags: GET_MOVING | GET_DIRECT };
+        inject(c, victim, &ctrl(Kind::Request, OP_GETPAGE, own(victim), 1, &get), None);
+        // PUTDONEs for guessed operation tags, and a putpage of junk at a huge version.
+        let tag = OpId { slot: (rng.next() % 64) as u16, generation: (rng.next() % 8) as u32 + 1 };
+        let done = PutDone { page, version: Version(1), tag, status: PutStatus::Stored, site: other };
+        inject(c, victim, &ctrl(Kind::OneWay, OP_PUTDONE, own(3), 0, &done), None);
+        if round.is_multiple_of(8) {
+            let put = PutReq { page, version: Version(1 << 40), view, tag, flags: 0 };
+            inject(c, victim, &ctrl(Kind::OneWay, OP_PUTPAGE, own(3), 0, &put), Some((0xAB, PayloadToken::NONE)));
+        }
+        // Garbage.
+        let len = (rng.next() % 128) as usize;
+        let junk: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+        inject(c, victim, &junk, None);
+    }
+}
+
+#[test]
+fn a_hostile_node_changes_no_byte_and_the_cluster_keeps_serving() {
+    // Four GMS nodes live on this thread's stack (large in debug builds).
+    std::thread::Builder::new().stack_size(256 << 20).spawn(run).unwrap().join().unwrap();
+}
+
+fn run() {
+    let cfg = GmsConfig { op_timeout: 500_000_000, ..GmsConfig::default() };
+    let mut c = Cluster::new(4, BUDGET, cfg).expect("cluster");
+    // The honest nodes' view leaves the hostile node out; it still shares their link.
+    for i in 0..3 {
+        c.ports[i].set_members(2, &HONEST).expect("members");
+    }
+    let mut rng = Rng(0x5eed_1234_abcd_0001);
+    let mut version = vec![Version(0); PAGES as usize];
+
+    // Honest puts (two versions of a third of the pages), each round under attack.
+    for round in 0..2u64 {
+        for n in 0..PAGES {
+            if round == 1 && !n.is_multiple_of(3) {
+                continue;
+            }
+            let page = PageId::new(SPACE, n);
+            let v = Version(round + 1);
+            let from = (n % 3) as usize;
+            c.put_wait(from, page, v, &content(page, v)).expect("put");
+            version[n as usize] = v;
+            if n.is_multiple_of(4) {
+                attack(&mut c, &mut rng, n + round * PAGES);
+            }
+        }
+    }
+    let stored: u64 = HONEST.iter().map(|&i| c.ports[i as usize].stats.puts_stored).sum();
+    let puts: u64 = HONEST.iter().map(|&i| c.ports[i as usize].stats.puts).sum();
+    assert_eq!(stored, puts, "every honest put is stored (room for all)");
+
+    // Honest reads from every node, interleaved with more attacks and a flood.
+    let mut reads = 0;
+    for pass in 0..2u64 {
+        for n in 0..PAGES {
+            let page = PageId::new(SPACE, n);
+            let from = ((n + pass) % 3) as usize;
+            let v = version[n as usize];
+            match c.get_wait(from, page).expect("get") {
+                Got::Hit { version: got, data, .. } => {
+                    assert_eq!(got, v, "{page:?} from node {from}: version");
+                    assert!(data == content(page, v), "{page:?} {v:?} from node {from}: wrong bytes");
+                }
+                Got::Miss => panic!("{page:?} {v:?} from node {from}: missed under attack"),
+            }
+            reads += 1;
+            if n.is_multiple_of(5) {
+                attack(&mut c, &mut rng, n + 7 * pass);
+            }
+        }
+        // A flood of valid-looking requests the directory cannot tell from real ones
+        // but for the sender: moving getpages and updates for every page.
+        let view = c.ports[0].node.members().view();
+        for n in 0..PAGES {
+            let page = PageId::new(SPACE, n);
+            let dst = HONEST[(n % 3) as usize];
+            let get = GetReq { page, want: Version(0), view, flags: GET_MOVING };
+            inject(&mut c, dst, &ctrl(Kind::Request, OP_GETPAGE, own(3), 0, &get), None);
+        }
+    }
+    assert_eq!(reads, 2 * PAGES);
+    for _ in 0..2000 {
+        c.poll();
+    }
+
+    // Every forgery was rejected and counted at the honest nodes.
+    let sum = |f: &dyn Fn(&GmsStats) -> u64| HONEST.iter().map(|&i| f(&c.ports[i as usize].node.stats())).sum::<u64>();
+    let rpc = |f: &dyn Fn(&netrpc::prelude::Stats) -> u64| {
+        HONEST.iter().map(|&i| f(&c.ports[i as usize].rpc.stats())).sum::<u64>()
+    };
+    let g = HONEST.map(|i| c.ports[i as usize].node.stats());
+    assert!(sum(&|s| s.rejected_updates) > 0, "{g:?}");
+    assert!(sum(&|s| s.rejected_discards) > 0, "{g:?}");
+    assert!(sum(&|s| s.rejected_drops) > 0, "{g:?}");
+    assert!(sum(&|s| s.rejected_gets) >= 2 * PAGES, "the flood: {g:?}");
+    assert!(sum(&|s| s.rejected_putdones) > 0, "{g:?}");
+    assert!(sum(&|s| s.rejected_puts) > 0, "{g:?}");
+    assert!(sum(&|s| s.rejected_heartbeats) > 0, "{g:?}");
+    assert_eq!(sum(&|s| s.gets_moved), 0, "no copy was handed to the hostile node");
+    assert_eq!(sum(&|s| s.dir_discards), 0, "no page was discarded");
+    assert!(rpc(&|s| s.foreign_requests) > 0, "requests naming another origin");
+    assert!(rpc(&|s| s.stale_replies) > 0, "forged replies with guessed generations");
+    assert!(rpc(&|s| s.malformed) > 0, "garbage");
+    // No heartbeat claiming an honest node reached the honest runtimes' liveness.
+    for &i in &HONEST {
+        assert!(
+            c.ports[i as usize].node.host.heartbeats.iter().all(|(src, hb)| hb.node == *src),
+            "node {i} took a heartbeat for another node"
+        );
+    }
+    // The cluster still serves: a last honest put and read.
+    let page = PageId::new(SPACE, PAGES + 1);
+    c.put_wait(1, page, Version(9), &content(page, Version(9))).expect("put after the attack");
+    match c.get_wait(2, page).expect("get after the attack") {
+        Got::Hit { version, data, .. } => assert!(version == Version(9) && data == content(page, version)),
+        Got::Miss => panic!("missed after the attack"),
+    }
+}
