@@ -81,7 +81,8 @@ pub struct LruStats {
     pub evictions_discarded: u64,
     /// Held pages discarded to make room (the globally oldest).
     pub held_discarded: u64,
-    /// LRU messages that were malformed or for another epoch.
+    /// LRU messages that were malformed or for another epoch, and summaries that came
+    /// after their epoch's plan (kept for the next plan).
     pub rejected: u64,
     /// Sends lost because the outbox was full (the epoch's deadline covers them).
     pub outbox_full: u64,

@@ -7,7 +7,8 @@
 //! ages of its oldest pages as (age, count) groups, oldest first. A free frame counts as a
 //! page of infinite age ([`AGE_FREE`]): a node with free memory is the best place for an
 //! evicted page. The [`Coordinator`] (any node — e.g. the lowest live id) waits for the
-//! members' summaries until a deadline (late or silent nodes get weight 0), then computes
+//! members' summaries until a deadline (a member silent this epoch is planned by the last
+//! summary it sent, one that never reported gets weight 0), then computes
 //! an [`EpochPlan`]: the `M` globally oldest pages, each node's **weight** (how many of
 //! those `M` it holds; the weights sum to `M`), and the **threshold** (the age of the
 //! `M`-th oldest page). It broadcasts the plan ([`EpochPlan::encode`]).
@@ -515,7 +516,8 @@ pub enum Rejected {
     WrongEpoch,
     /// The node is not a member of this epoch (or its id is ≥ `NODES`).
     NotMember,
-    /// It arrived at or after the deadline.
+    /// It came after the epoch's plan was made: kept as the member's latest summary (a
+    /// member silent in the next epoch is planned by it), not used in this plan.
     Late,
 }
 
@@ -540,7 +542,9 @@ pub struct Coordinator<const NODES: usize, const K: usize> {
     deadline: u64,
     phase: Phase,
     expected: [bool; NODES],
+    /// Each member's latest summary; `fresh`: received for the epoch being collected.
     summaries: [Option<AgeSummary<K>>; NODES],
+    fresh: [bool; NODES],
 }
 
 impl<const NODES: usize, const K: usize> Coordinator<NODES, K> {
@@ -556,28 +560,40 @@ impl<const NODES: usize, const K: usize> Coordinator<NODES, K> {
             phase: Phase::Idle,
             expected: [false; NODES],
             summaries: [None; NODES],
+            fresh: [false; NODES],
         }
     }
 
     /// Start collecting summaries for `epoch` from `members` (ids ≥ `NODES` are ignored)
-    /// until `deadline`. Forgets any previous epoch. Returns how many members it expects.
+    /// until `deadline`. Keeps each member's latest summary from earlier epochs (a member
+    /// silent this epoch is planned by it), forgets those of non-members. Returns how many
+    /// members it expects.
     pub fn start_epoch(&mut self, epoch: u32, members: &[u16], deadline: u64) -> usize {
         self.epoch = epoch;
         self.deadline = deadline;
         self.phase = Phase::Collecting;
         self.expected = [false; NODES];
-        self.summaries = [None; NODES];
+        self.fresh = [false; NODES];
         for &m in members {
             if let Some(e) = self.expected.get_mut(m as usize) {
                 *e = true;
             }
         }
+        for (s, &e) in self.summaries.iter_mut().zip(&self.expected) {
+            if !e {
+                *s = None;
+            }
+        }
         self.expected.iter().filter(|&&e| e).count()
     }
 
-    /// Take a member's summary received at `now`. A repeat replaces the earlier one.
-    pub fn handle_summary(&mut self, now: u64, s: &AgeSummary<K>) -> Result<(), Rejected> {
-        if self.phase != Phase::Collecting {
+    /// Take a member's summary. A repeat replaces the earlier one. Any summary of the
+    /// epoch taken before its plan is made counts, also one the runtime gets to after the
+    /// deadline (a descheduled coordinator must not refuse what arrived in time); one that
+    /// comes after the plan is kept for the next ([`Rejected::Late`]). `_now` is unused:
+    /// the deadline is judged by [`Self::poll_plan`].
+    pub fn handle_summary(&mut self, _now: u64, s: &AgeSummary<K>) -> Result<(), Rejected> {
+        if self.phase == Phase::Idle {
             return Err(Rejected::NotCollecting);
         }
         if s.epoch() != self.epoch {
@@ -586,16 +602,17 @@ impl<const NODES: usize, const K: usize> Coordinator<NODES, K> {
         if !self.expected.get(s.node() as usize).copied().unwrap_or(false) {
             return Err(Rejected::NotMember);
         }
-        if now >= self.deadline {
+        self.summaries[s.node() as usize] = Some(*s);
+        if self.phase != Phase::Collecting {
             return Err(Rejected::Late);
         }
-        self.summaries[s.node() as usize] = Some(*s);
+        self.fresh[s.node() as usize] = true;
         Ok(())
     }
 
-    /// Whether every member has reported.
+    /// Whether every member has reported for this epoch.
     pub fn is_complete(&self) -> bool {
-        self.expected.iter().zip(&self.summaries).all(|(&e, s)| !e || s.is_some())
+        self.expected.iter().zip(&self.fresh).all(|(&e, &f)| !e || f)
     }
 
     /// When [`Coordinator::poll_plan`] must be called at the latest, while collecting.
@@ -604,7 +621,8 @@ impl<const NODES: usize, const K: usize> Coordinator<NODES, K> {
     }
 
     /// The epoch's plan (for this node), once: when every member has reported, or at
-    /// `now` ≥ the deadline with the summaries received so far.
+    /// `now` ≥ the deadline with the summaries received so far (and, for a member not
+    /// heard this epoch, its latest earlier one).
     pub fn poll_plan(&mut self, now: u64) -> Option<EpochPlan<NODES>> {
         if self.phase != Phase::Collecting || !(self.is_complete() || now >= self.deadline) {
             return None;

@@ -288,23 +288,36 @@ fn coordinator_deadline_and_rejections() {
     c.handle_summary(99, &s2).unwrap();
     assert!(!c.is_complete());
     assert_eq!(c.poll_plan(99), None);
-    // Node 1 (holding the oldest pages) reports too late: it gets weight 0.
-    assert_eq!(c.handle_summary(100, &s1), Err(Rejected::Late));
+    // Node 1 (holding the oldest pages) has never reported by the deadline: weight 0.
     let plan = c.poll_plan(100).unwrap();
     assert_eq!(plan, EpochPlan::from_summaries(0, 4, 4, &[s0, s2]));
     assert_eq!(plan.weights()[..3], [1, 0, 3]);
     assert_eq!(plan.threshold(), 10);
     assert_eq!(c.poll_plan(200), None); // once
     assert_eq!(c.poll_timeout(), None);
-    assert_eq!(c.handle_summary(101, &s1), Err(Rejected::NotCollecting));
+    // Its summary after the plan is not used in it, but kept.
+    assert_eq!(c.handle_summary(101, &s1), Err(Rejected::Late));
+    // Next epoch node 1 is silent: planned by the summary it sent last.
+    c.start_epoch(5, &[0, 1, 2], 300);
+    c.handle_summary(301, &summarize(0, 5, &mem(0, &[10, 9]))).unwrap();
+    c.handle_summary(302, &summarize(2, 5, &mem(2, &[50]))).unwrap();
+    assert!(!c.is_complete());
+    let plan = c.poll_plan(300).unwrap();
+    assert_eq!((plan.epoch(), plan.threshold(), &plan.weights()[..3]), (5, 99, &[0, 2, 2][..]));
+    // A summary the runtime handles after the deadline but before the plan still counts.
+    c.start_epoch(6, &[0, 2], 400);
+    c.handle_summary(450, &summarize(2, 6, &mem(2, &[50]))).unwrap();
+    c.handle_summary(451, &summarize(0, 6, &mem(0, &[10, 9]))).unwrap();
+    assert!(c.is_complete());
+    assert_eq!(c.poll_plan(452).unwrap().weights()[..3], [1, 0, 3]);
 
     // Everyone reports before the deadline: the plan is ready at once.
-    c.start_epoch(5, &[1, 2], 1_000);
-    c.handle_summary(10, &summarize(1, 5, &mem(0, &[100, 99, 98]))).unwrap();
+    c.start_epoch(7, &[1, 2], 1_000);
+    c.handle_summary(10, &summarize(1, 7, &mem(0, &[100, 99, 98]))).unwrap();
     assert_eq!(c.poll_plan(11), None);
-    c.handle_summary(12, &summarize(2, 5, &mem(2, &[50]))).unwrap();
+    c.handle_summary(12, &summarize(2, 7, &mem(2, &[50]))).unwrap();
     let plan = c.poll_plan(13).unwrap();
-    assert_eq!((plan.epoch(), plan.threshold(), &plan.weights()[..3]), (5, 99, &[0, 2, 2][..]));
+    assert_eq!((plan.epoch(), plan.threshold(), &plan.weights()[..3]), (7, 99, &[0, 2, 2][..]));
 }
 
 #[test]

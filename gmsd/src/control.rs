@@ -90,6 +90,8 @@ struct Job {
     queue: VecDeque<usize>,
     /// Times each item was issued.
     tries: Vec<u8>,
+    /// Times each item was refused by a target (it then goes to another).
+    refusals: Vec<u8>,
     /// Items without a result.
     left: usize,
     deadline: Instant,
@@ -210,6 +212,11 @@ impl Control {
             c.stat = false;
             queue(c, &body);
         }
+    }
+
+    /// A heartbeat from `node`: it holds `held` pages of its `budget` (its room for puts).
+    pub fn heard(&mut self, node: u16, held: u32, budget: u32) {
+        self.targets.heard(node, held, budget);
     }
 
     /// Node `n` failed or restarted: the pages this daemon stored there are gone.
@@ -360,6 +367,7 @@ impl Control {
             items,
             queue: (0..left).collect(),
             tries: vec![0; left],
+            refusals: vec![0; left],
             left,
             deadline: now + JOB_TIMEOUT,
         };
@@ -390,13 +398,14 @@ impl Control {
                             res[idx] = Some(if members.is_empty() { PutOutcome::NoTarget } else { PutOutcome::Error });
                             job.left -= 1;
                         } else {
-                            let Some(target) = targets.pick(&members, window, now) else {
+                            let c = port.coordinator();
+                            let Some(target) = targets.pick(&mut port.lru, c, &members, window, now) else {
                                 break 'jobs;
                             };
                             let version = next_version(last_version);
                             match port.put(page, Version(version), data, Some(target)) {
                                 Ok(_) => {
-                                    *targets.in_flight.entry(target).or_default() += 1;
+                                    targets.sent(target);
                                     put_wait.insert((page, version), (jid, idx, target));
                                     counters.puts += 1;
                                 }
@@ -456,7 +465,8 @@ impl Control {
             let Some((jid, idx, target)) = self.put_wait.remove(&(page, version.0)) else {
                 continue;
             };
-            self.targets.done(target, &r);
+            let now = Instant::now();
+            self.targets.done(target, &r, now);
             let out = match r {
                 PutResult::Stored { target } => {
                     self.counters.puts_stored += 1;
@@ -473,7 +483,18 @@ impl Control {
             if let Some(job) = self.jobs.get_mut(&jid) {
                 if let Items::Put { res, .. } = &mut job.items {
                     if res[idx].is_none() {
-                        if out == PutOutcome::Failed && job.tries[idx] < MAX_TRIES {
+                        let me = port.id();
+                        let members: Vec<u16> =
+                            port.node.members().ids().iter().copied().filter(|&n| n != me).collect();
+                        if out == PutOutcome::Refused
+                            && usize::from(job.refusals[idx]) < members.len()
+                            && self.targets.another_takes_puts(&members, target, now)
+                        {
+                            // A full target: another that has room takes the page.
+                            job.refusals[idx] += 1;
+                            job.tries[idx] = job.tries[idx].saturating_sub(1);
+                            job.queue.push_back(idx);
+                        } else if out == PutOutcome::Failed && job.tries[idx] < MAX_TRIES {
                             // No answer in time (a dropped packet, a dead target): again,
                             // as a newer version (to another target if this one died).
                             self.counters.retries += 1;

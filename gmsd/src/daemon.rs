@@ -287,6 +287,7 @@ impl Daemon {
         }
         for (_, hb) in std::mem::take(&mut self.port.node.host.heartbeats) {
             self.live.heard(now, &hb, &mut self.events);
+            self.control.heard(hb.node, hb.held, hb.budget);
         }
         self.live.check(now, &mut self.events);
         for ev in std::mem::take(&mut self.events) {
@@ -403,6 +404,16 @@ pub fn stat(port: &GmsPort, live: &Liveness, control: &Control, ds: &DaemonStats
         get_latency_2way: control.lat_2way.report(),
         get_latency_3way: control.lat_3way.report(),
         nic: Vec::new(),
+        puts_by_plan: port.lru.stats.puts_by_plan,
+        puts_fallback: port.lru.stats.puts_fallback,
+        lru_plans: port.lru.stats.plans,
+        lru_epochs_started: port.lru.stats.epochs_started,
+        lru_rejected: port.lru.stats.rejected,
+        pages_discarded: port.pages_discarded(),
+        plan_weights: port.lru.plan().map_or(Vec::new(), |p| {
+            let n = p.weights().iter().rposition(|&w| w > 0).map_or(0, |i| i + 1);
+            p.weights()[..n].to_vec()
+        }),
     }
 }
 

@@ -89,6 +89,11 @@ fn free_port_pair(taken: &[u16]) -> u16 {
 
 /// Three daemons, each also given `extra` arguments; `tag` names the test's directory.
 fn start(tag: &str, extra: &[&str]) -> Cluster {
+    start_budgets(tag, extra, [BUDGET_MB; NODES as usize])
+}
+
+/// [`start`], daemon `n` with a budget of `budgets[n]` MiB.
+fn start_budgets(tag: &str, extra: &[&str], budgets: [u64; NODES as usize]) -> Cluster {
     static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
     // A test that failed while holding it poisons it; the next still runs alone.
     let guard = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
@@ -104,7 +109,8 @@ fn start(tag: &str, extra: &[&str]) -> Cluster {
     for n in 0..NODES {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_gmsd"));
         cmd.args(["--node", &n.to_string(), "--listen", &format!("127.0.0.1:{}", ports[n as usize])])
-            .args(["--budget-mb", &BUDGET_MB.to_string(), "--dead-after-ms", "2000", "--op-timeout-ms", "500"])
+            .args(["--budget-mb", &budgets[n as usize].to_string(), "--dead-after-ms", "2000"])
+            .args(["--op-timeout-ms", "500"])
             .args(extra)
             .arg("--socket")
             .arg(c.sock(n));
@@ -243,6 +249,13 @@ fn three_daemons_64mib_and_a_kill() {
         again.len()
     );
     assert_eq!(s0.nodes.iter().map(|m| m.budget).collect::<Vec<_>>(), vec![budget_pages; 3]);
+    for n in 0..NODES {
+        let s = stat(&cl.sock(n)).expect("stat");
+        eprintln!(
+            "gmsd {n}: put targets by plan {}, round robin {}; LRU plans {}, epochs started {}, rejected {}; pages discarded {}",
+            s.puts_by_plan, s.puts_fallback, s.lru_plans, s.lru_epochs_started, s.lru_rejected, s.pages_discarded
+        );
+    }
 
     // ---- read everything back over the network: every page must hit with its bytes ----
     let check = |i: u64, g: &GetOutcome| -> bool {
@@ -392,6 +405,69 @@ fn three_daemons_64mib_and_a_kill() {
         s1.max_pass_gap_ms,
         t_all.elapsed().as_secs_f64()
     );
+}
+
+/// Puts are placed by the epoch-based global LRU's plan: its weights come from the members'
+/// free frames (and oldest pages), so with budgets of 4, 12 and 4 MiB node 0's puts go to
+/// nodes 1 and 2 at 3:1 — and keep that ratio as both fill (their free frames stay 3:1).
+/// Node 0 puts 1,600 pages (78 % of what nodes 1 and 2 lend); the pages each node stored
+/// must be within 20 % of 3:1, none over its budget, none discarded, every page readable.
+#[test]
+fn puts_follow_the_global_lrus_weights() {
+    const BUDGETS: [u64; NODES as usize] = [4, 12, 4];
+    const PAGES: u64 = 1600;
+    let cl = start_budgets("lru-weights-test", &[], BUDGETS);
+    for n in 0..NODES {
+        wait_for(Duration::from_secs(20), &format!("gmsd {n} to hear its peers"), || {
+            stat(&cl.sock(n)).filter(|s| s.nodes.iter().all(|m| m.alive))
+        });
+    }
+    // The coordinator (node 0) has planned from every member's summary: weights by free frames.
+    let w = wait_for(Duration::from_secs(10), "a global-LRU plan weighting nodes 1 and 2", || {
+        stat(&cl.sock(0)).map(|s| s.plan_weights).filter(|w| w.len() == 3 && w[1] > 0 && w[2] > 0)
+    });
+    let planned = w[1] as f64 / w[2] as f64;
+    assert!((2.9..3.1).contains(&planned), "free frames 1536:512 give weights {w:?}");
+    let mut c = Client::connect(&cl.sock(0)).expect("connect");
+    let mut per_node = [0u64; NODES as usize];
+    let ids: Vec<u64> = (0..PAGES).collect();
+    for batch in ids.chunks(100) {
+        let data: Vec<Vec<u8>> = batch.iter().map(|&i| content(i)).collect();
+        let items: Vec<(PageId, &[u8])> =
+            batch.iter().zip(&data).map(|(&i, d)| (PageId::new(VOL, i), &d[..])).collect();
+        for (i, r) in batch.iter().zip(c.put_many(&items).expect("put_many")) {
+            match r {
+                PutOutcome::Stored { target, .. } => per_node[target as usize] += 1,
+                other => panic!("page {i}: {other:?} (stored so far {per_node:?})"),
+            }
+        }
+    }
+    let stats: Vec<Stat> = (0..NODES).map(|n| stat(&cl.sock(n)).expect("stat")).collect();
+    let ratio = per_node[1] as f64 / per_node[2] as f64;
+    let s0 = &stats[0];
+    eprintln!(
+        "placement: {per_node:?} pages stored at nodes 0, 1 (12 MiB), 2 (4 MiB): {ratio:.2}:1 (plan {w:?}); \
+         targets by plan {}, round robin {}; plans {}",
+        s0.puts_by_plan, s0.puts_fallback, s0.lru_plans
+    );
+    for (n, s) in stats.iter().enumerate() {
+        let own = s.nodes.iter().find(|m| m.node == n as u16).expect("own row");
+        assert_eq!(own.budget, BUDGETS[n] * 1024 / 8);
+        assert!(own.held <= own.budget, "gmsd {n} holds {} pages of {}", own.held, own.budget);
+        assert_eq!(own.held, per_node[n], "gmsd {n} holds what the puts say it stored");
+        assert_eq!(s.pages_discarded, 0, "gmsd {n} discarded pages while nodes had room");
+    }
+    assert_eq!(per_node[0], 0, "a put never targets the putting node");
+    assert!((2.4..=3.6).contains(&ratio), "stored {per_node:?}: {ratio:.2}:1, not within 20 % of 3:1");
+    assert_eq!(s0.puts_by_plan + s0.puts_fallback, s0.puts, "every put's target is counted once");
+    assert!(s0.puts_by_plan >= PAGES * 95 / 100, "{} of {PAGES} targets drawn by the plan", s0.puts_by_plan);
+    let pages: Vec<PageId> = ids.iter().map(|&i| PageId::new(VOL, i)).collect();
+    for (i, g) in ids.iter().zip(c.get_many(&pages, true).expect("get_many")) {
+        match g {
+            GetOutcome::Hit { data, .. } => assert_eq!(checksum(&data), checksum(&content(*i)), "page {i}"),
+            GetOutcome::Miss(why) => panic!("page {i} missed: {why}"),
+        }
+    }
 }
 
 /// A one-way wire delay on every daemon's link (`--link-faults delay=…`, as a real

@@ -168,8 +168,12 @@ fn table(s: &Stat) -> String {
         s.gets, s.hits, s.hits_cache, s.hits_local, s.hits_2way, s.hits_3way, s.misses
     );
     o += &format!(
-        "  puts {} — stored {}, refused by targets {}; refused here {}; pages dropped {}; op timeouts {} (retried {}); peer failures {}\n\n",
+        "  puts {} — stored {}, refused by targets {}; refused here {}; pages dropped {}; op timeouts {} (retried {}); peer failures {}\n",
         s.puts, s.puts_stored, s.puts_refused, s.refused_here, s.pages_dropped, s.op_timeouts, s.retries, s.failures_detected
+    );
+    o += &format!(
+        "  put targets by the global LRU's plan {}, round robin {}; LRU plans {}, epochs started {}, pages discarded {}\n\n",
+        s.puts_by_plan, s.puts_fallback, s.lru_plans, s.lru_epochs_started, s.pages_discarded
     );
     o += "  getpage    samples    p50 µs     p99 µs     max µs\n";
     o += &hist_line("all", &s.get_latency);
