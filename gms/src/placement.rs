@@ -92,6 +92,11 @@ impl<const M: usize> Placement<M> {
         }
     }
 
+    /// At most `cap` puts in flight to each target from now on (at least 1).
+    pub fn set_cap(&mut self, cap: u32) {
+        self.cap = cap.max(1);
+    }
+
     /// Put to `nodes` from now on (the first `M`); a node that stays keeps its state.
     pub fn set_targets(&mut self, nodes: impl IntoIterator<Item = u16>) {
         let old = self.targets;

@@ -405,15 +405,16 @@ impl Control {
                             let version = next_version(last_version);
                             match port.put(page, Version(version), data, Some(target)) {
                                 Ok(_) => {
-                                    targets.sent(target);
                                     put_wait.insert((page, version), (jid, idx, target));
                                     counters.puts += 1;
                                 }
                                 Err(e) if port.in_flight() > 0 => {
+                                    targets.done(target, None, now);
                                     tracing::trace!("put {} deferred: {e:#}", PageRef(page));
                                     break 'jobs;
                                 }
                                 Err(e) => {
+                                    targets.done(target, None, now);
                                     tracing::warn!("put {}: {e:#}", PageRef(page));
                                     res[idx] = Some(PutOutcome::Error);
                                     job.left -= 1;
@@ -466,7 +467,7 @@ impl Control {
                 continue;
             };
             let now = Instant::now();
-            self.targets.done(target, &r, now);
+            let elsewhere = self.targets.done(target, Some(&r), now);
             let out = match r {
                 PutResult::Stored { target } => {
                     self.counters.puts_stored += 1;
@@ -484,12 +485,8 @@ impl Control {
                 if let Items::Put { res, .. } = &mut job.items {
                     if res[idx].is_none() {
                         let me = port.id();
-                        let members: Vec<u16> =
-                            port.node.members().ids().iter().copied().filter(|&n| n != me).collect();
-                        if out == PutOutcome::Refused
-                            && usize::from(job.refusals[idx]) < members.len()
-                            && self.targets.another_takes_puts(&members, target, now)
-                        {
+                        let members = port.node.members().ids().iter().filter(|&&n| n != me).count();
+                        if out == PutOutcome::Refused && usize::from(job.refusals[idx]) < members && elsewhere {
                             // A full target: another that has room takes the page.
                             job.refusals[idx] += 1;
                             job.tries[idx] = job.tries[idx].saturating_sub(1);

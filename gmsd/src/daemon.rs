@@ -410,6 +410,8 @@ pub fn stat(port: &GmsPort, live: &Liveness, control: &Control, ds: &DaemonStats
         lru_epochs_started: port.lru.stats.epochs_started,
         lru_rejected: port.lru.stats.rejected,
         pages_discarded: port.pages_discarded(),
+        unentitled: gs.unentitled(),
+        foreign_rpc: port.rpc.stats().foreign_replies + port.rpc.stats().foreign_requests,
         plan_weights: port.lru.plan().map_or(Vec::new(), |p| {
             let n = p.weights().iter().rposition(|&w| w > 0).map_or(0, |i| i + 1);
             p.weights()[..n].to_vec()

@@ -504,8 +504,8 @@ pub struct Stat {
     pub get_latency_3way: HistReport,
     /// The NIC's non-zero firmware and link counters (`rx_drop_ring_full`, `link_…`).
     pub nic: Vec<(String, u64)>,
-    /// Putpage targets drawn from the global LRU's plan / chosen round robin (no plan yet,
-    /// or no target with weight in it took puts).
+    /// Putpage targets drawn from the global LRU's plan / chosen least loaded (no plan yet,
+    /// or the plan drew no target that takes puts).
     pub puts_by_plan: u64,
     pub puts_fallback: u64,
     /// Global-LRU plans this node adopted, epochs it started as coordinator, and LRU
@@ -515,6 +515,12 @@ pub struct Stat {
     pub lru_rejected: u64,
     /// Pages this node discarded by the global LRU (held pages aged out to make room).
     pub pages_discarded: u64,
+    /// GMS messages refused because their sender was not entitled to send them, and
+    /// NetRPC replies and requests from a node other than the one the call names.
+    #[serde(default)]
+    pub unentitled: u64,
+    #[serde(default)]
+    pub foreign_rpc: u64,
     /// The weights of the global LRU's plan in force, by node id (empty before the first).
     pub plan_weights: Vec<u32>,
 }

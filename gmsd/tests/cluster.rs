@@ -252,7 +252,7 @@ fn three_daemons_64mib_and_a_kill() {
     for n in 0..NODES {
         let s = stat(&cl.sock(n)).expect("stat");
         eprintln!(
-            "gmsd {n}: put targets by plan {}, round robin {}; LRU plans {}, epochs started {}, rejected {}; pages discarded {}",
+            "gmsd {n}: put targets by plan {}, fallback (least loaded) {}; LRU plans {}, epochs started {}, rejected {}; pages discarded {}",
             s.puts_by_plan, s.puts_fallback, s.lru_plans, s.lru_epochs_started, s.lru_rejected, s.pages_discarded
         );
     }
@@ -447,7 +447,7 @@ fn puts_follow_the_global_lrus_weights() {
     let s0 = &stats[0];
     eprintln!(
         "placement: {per_node:?} pages stored at nodes 0, 1 (12 MiB), 2 (4 MiB): {ratio:.2}:1 (plan {w:?}); \
-         targets by plan {}, round robin {}; plans {}",
+         targets by plan {}, fallback (least loaded) {}; plans {}",
         s0.puts_by_plan, s0.puts_fallback, s0.lru_plans
     );
     for (n, s) in stats.iter().enumerate() {

@@ -172,8 +172,12 @@ fn table(s: &Stat) -> String {
         s.puts, s.puts_stored, s.puts_refused, s.refused_here, s.pages_dropped, s.op_timeouts, s.retries, s.failures_detected
     );
     o += &format!(
-        "  put targets by the global LRU's plan {}, round robin {}; LRU plans {}, epochs started {}, pages discarded {}\n\n",
+        "  put targets by the global LRU's plan {}, least loaded {}; LRU plans {}, epochs started {}, pages discarded {}\n",
         s.puts_by_plan, s.puts_fallback, s.lru_plans, s.lru_epochs_started, s.pages_discarded
+    );
+    o += &format!(
+        "  refused from senders not entitled: GMS messages {}, NetRPC replies/requests {}\n\n",
+        s.unentitled, s.foreign_rpc
     );
     o += "  getpage    samples    p50 µs     p99 µs     max µs\n";
     o += &hist_line("all", &s.get_latency);
