@@ -49,27 +49,29 @@ use trapeze_vnic::link::{FaultConfig, Link};
 use trapeze_vnic::nic::Nic;
 use trapeze_vnic::shm::Mapping;
 
-mod service;
+mod bw;
+mod mac;
 mod place;
+mod raw;
+mod same_core;
 mod same_thread;
 mod servers;
-mod table;
-mod bw;
-mod ways;
-mod same_core;
-mod raw;
+mod service;
 mod sockets;
+mod table;
+mod ways;
 
-use service::*;
+use bw::*;
+use mac::*;
 use place::*;
+use raw::*;
+use same_core::*;
 use same_thread::*;
 use servers::*;
-use table::*;
-use bw::*;
-use ways::*;
-use same_core::*;
-use raw::*;
+use service::*;
 use sockets::*;
+use table::*;
+use ways::*;
 
 #[derive(clap::Parser)]
 #[command(about = "NetRPC benchmark over virtual NICs (Table 1 of the RPC-variants paper)")]
@@ -120,6 +122,16 @@ struct Args {
     /// delegation with.
     #[arg(long)]
     ways_only: bool,
+    /// Pairs of stretches (key off, key on) in each link-MAC cost comparison (UDP
+    /// loopback: `mac_cost`; in-process link: `mac_cost_memory`).
+    #[arg(long, default_value_t = 40, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    mac_blocks: u32,
+    /// Blocking 8 KB calls per stretch in those comparisons.
+    #[arg(long, default_value_t = 250, value_parser = clap::value_parser!(u32).range(10..=1_000_000))]
+    mac_block_calls: u32,
+    /// Only run the link-MAC cost comparisons and print them (with --json, one object).
+    #[arg(long)]
+    mac_only: bool,
 }
 fn main() {
     let a = <Args as clap::Parser>::parse();
@@ -204,6 +216,22 @@ fn run(a: Args) -> anyhow::Result<()> {
         print_ways(&mut ways, &a);
         return Ok(());
     }
+    if a.mac_only {
+        let (mut udp, mut memory) = mac_compare(&a)?;
+        if a.json {
+            let (cost, cost_memory) = (udp.ratio(), memory.ratio());
+            println!(
+                "{}",
+                json!({ "mac_cost": cost, "mac_cost_memory": cost_memory,
+                        "mac_udp": udp.json(a.mac_blocks, a.mac_block_calls),
+                        "mac_memory": memory.json(a.mac_blocks, a.mac_block_calls) })
+            );
+        } else {
+            udp.print(MacLink::Udp, a.mac_blocks, a.mac_block_calls);
+            memory.print(MacLink::Memory, a.mac_blocks, a.mac_block_calls);
+        }
+        return Ok(());
+    }
     let mut rows = Vec::new();
     for ways in [2u32, 3] {
         with_servers(ways, |client| {
@@ -232,6 +260,7 @@ fn run(a: Args) -> anyhow::Result<()> {
     let (sol_ratios, unsol_ratios) = (sol.pair_ratios(), unsol.pair_ratios());
     let mut ways = WaysSeries::measure(a.ways_blocks, a.ways_block_calls)?;
     let three_over_two = ways.ratio();
+    let (mut mac_udp, mut mac_memory) = mac_compare(&a)?;
     let raw_rt0 = raw_round_trip(a.calls, 0)?;
     let raw_rt8 = raw_round_trip(a.calls, FRAME_BYTES)?;
     let udp = pct(&mut udp_baseline(a.calls, false, Placement::Unpinned)?, 0.5);
@@ -303,6 +332,12 @@ fn run(a: Args) -> anyhow::Result<()> {
         summary["same_core"]["tcp_8k_cdf_us"] = json!(cdf(&mut same.tcp));
         summary["cross_core"]["udp_8k_cdf_us"] = json!(cdf(&mut udp_cross_lat));
         summary["cross_core"]["tcp_8k_cdf_us"] = json!(cdf(&mut tcp_cross_lat));
+        // The link MAC's cost, key on / off, interleaved: over UDP loopback (the deployed
+        // configuration) and over the in-process link (where it protects nothing).
+        summary["mac_cost"] = json!(mac_udp.ratio());
+        summary["mac_cost_memory"] = json!(mac_memory.ratio());
+        summary["mac_udp"] = mac_udp.json(a.mac_blocks, a.mac_block_calls);
+        summary["mac_memory"] = mac_memory.json(a.mac_blocks, a.mac_block_calls);
         println!("{summary}");
         return Ok(());
     }
@@ -364,5 +399,14 @@ fn run(a: Args) -> anyhow::Result<()> {
         cont_bw / sol.raw_mb_s()
     );
     print_bw(&bw);
+    mac_udp.print(MacLink::Udp, a.mac_blocks, a.mac_block_calls);
+    mac_memory.print(MacLink::Memory, a.mac_blocks, a.mac_block_calls);
     Ok(())
+}
+
+/// The link MAC's cost on UDP loopback and on the in-process link.
+fn mac_compare(a: &Args) -> anyhow::Result<(MacSeries, MacSeries)> {
+    let udp = MacSeries::measure(MacLink::Udp, a.mac_blocks, a.mac_block_calls)?;
+    let memory = MacSeries::measure(MacLink::Memory, a.mac_blocks, a.mac_block_calls)?;
+    Ok((udp, memory))
 }

@@ -56,6 +56,9 @@ pub(crate) fn start_cpus() -> &'static rustix::thread::CpuSet {
 }
 
 /// A thread with a name (profiles tell the sides apart by it).
-pub(crate) fn spawn_named<T: Send + 'static>(name: &str, f: impl FnOnce() -> T + Send + 'static) -> std::thread::JoinHandle<T> {
+pub(crate) fn spawn_named<T: Send + 'static>(
+    name: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::thread::JoinHandle<T> {
     std::thread::Builder::new().name(name.into()).spawn(f).expect("spawning a bench thread")
 }

@@ -12,7 +12,12 @@ pub(crate) fn wait_8k_p50_on(p: &mut Port, ways: u32, calls: u32, also: impl FnM
 }
 
 /// The latencies (ns) behind [`wait_8k_p50_on`].
-pub(crate) fn wait_8k_latencies(p: &mut Port, ways: u32, calls: u32, mut also: impl FnMut()) -> anyhow::Result<Vec<u64>> {
+pub(crate) fn wait_8k_latencies(
+    p: &mut Port,
+    ways: u32,
+    calls: u32,
+    mut also: impl FnMut(),
+) -> anyhow::Result<Vec<u64>> {
     let mut lat = Vec::with_capacity(calls as usize);
     let deadline = Instant::now() + Duration::from_secs(30);
     for _ in 0..calls {
@@ -127,7 +132,10 @@ impl SharedServer {
 
     /// Serve `sides` (setup 0 first) while `f` runs as the client, pinned to CPU 0;
     /// afterwards, whatever `f` returned, the client is unpinned and the server stops.
-    pub(crate) fn serve<T>(sides: Vec<ServerSide>, f: impl FnOnce(&SharedServer) -> anyhow::Result<T>) -> anyhow::Result<T> {
+    pub(crate) fn serve<T>(
+        sides: Vec<ServerSide>,
+        f: impl FnOnce(&SharedServer) -> anyhow::Result<T>,
+    ) -> anyhow::Result<T> {
         let server = SharedServer::spawn(sides);
         let result = Placement::CrossCore.pin(false).and_then(|()| f(&server));
         let unpinned = Placement::unpin();

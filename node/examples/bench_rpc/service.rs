@@ -71,11 +71,12 @@ pub(crate) fn cont(ctx: &mut trapeze_node::rpc::Node<Server>, o: &Outcome<Frame>
 }
 
 pub(crate) fn node(sw: &InProcSwitch, id: u16, directory: bool) -> anyhow::Result<Port> {
-    let nic = Arc::new(Nic::new(
-        &format!("b{id}"),
-        Link::new(id, Box::new(sw.port(id)), FaultConfig::default()),
-        Duration::ZERO,
-    )?);
+    node_on(Link::new(id, Box::new(sw.port(id)), FaultConfig::default()), id, directory)
+}
+
+/// [`node`] on a link of the caller's (another backend, a cluster key).
+pub(crate) fn node_on(link: Link, id: u16, directory: bool) -> anyhow::Result<Port> {
+    let nic = Arc::new(Nic::new(&format!("b{id}"), link, Duration::ZERO)?);
     let inline = nic.start_inline()?;
     let region = Arc::new(Mapping::create_memfd("bench-frames", 16 << 20)?);
     nic.shared()

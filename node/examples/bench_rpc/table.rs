@@ -60,7 +60,14 @@ pub(crate) fn cdf(v: &mut [u64]) -> Vec<f64> {
     CDF_Q.iter().map(|&q| (pct(v, q) * 100.0).round() / 100.0).collect()
 }
 
-pub(crate) fn run_row(p: &mut Port, ways: u32, variant: &'static str, payload: u32, kind: Kind, a: &Args) -> anyhow::Result<Row> {
+pub(crate) fn run_row(
+    p: &mut Port,
+    ways: u32,
+    variant: &'static str,
+    payload: u32,
+    kind: Kind,
+    a: &Args,
+) -> anyhow::Result<Row> {
     let dst = 1;
     let mut lat = Vec::with_capacity(a.calls as usize);
     let issue = |p: &mut Port, mode: Mode, now: u64| -> anyhow::Result<CallId> {
