@@ -22,11 +22,14 @@
 //! Why BLAKE3: its keyed mode is a MAC with no nonce to manage and a 32-byte key, from a
 //! well-kept `no_std` crate that picks its SIMD at run time. 8 KiB tag time on the
 //! project's machine (2 vCPU VM with AVX-512, AES-NI and PCLMULQDQ; best of 7 × 20,000,
-//! 2026-11-25): BLAKE3 `keyed_hash` 1.61 µs (5.1 GB/s); AES-256-GMAC (RustCrypto
+//! 2026-11-24): BLAKE3 `keyed_hash` 1.61 µs (5.1 GB/s); AES-256-GMAC (RustCrypto
 //! `aes-gcm` 0.10, empty plaintext, 8 KiB AAD) 3.9–5.7 µs (`ghash` alone 4.2–5.4 µs),
-//! and it would need a nonce that never repeats under a key; SipHash-2-4 with a 128-bit
-//! output (the project's SipHash, streamed by `siphasher` 1.0) 3.1–3.5 µs, SipHash-1-3
-//! 1.7 µs but with a 64- or 128-bit key.
+//! and it would need a nonce that never repeats under a key (`ring` 0.17's AES-256-GCM
+//! with the 8 KiB as associated data: 9.4 µs, measured on a busy machine); SipHash-2-4
+//! with a 128-bit output (the project's SipHash, streamed by `siphasher` 1.0) 3.1–3.5 µs,
+//! SipHash-1-3 1.7 µs but with a 64- or 128-bit key. On the link each 8 KiB reply pays
+//! about that twice (sender and receiver): `cargo xtask bench rpc` reports it as
+//! `mac_cost` (BENCHMARKS.md).
 
 use constant_time_eq::constant_time_eq_16;
 
@@ -37,7 +40,7 @@ pub const TAG_BYTES: usize = 16;
 
 /// The BLAKE3 `derive_key` context that turns a cluster key into the link's MAC key:
 /// another use of the same cluster key gets an unrelated key.
-const CONTEXT: &str = "trapeze-rs 2026-11-25 link packet MAC v1";
+const CONTEXT: &str = "trapeze-rs 2026-11-24 link packet MAC v1";
 
 /// A link's MAC key.
 #[derive(Clone)]
