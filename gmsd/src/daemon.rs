@@ -62,6 +62,8 @@ pub struct Options {
     pub window: usize,
     /// Faults and wire delay injected on this node's link sends.
     pub link: FaultConfig,
+    /// The cluster key the link's packets are authenticated under (`None`: unauthenticated).
+    pub key: Option<trapeze_vnic::key::ClusterKey>,
 }
 
 impl Options {
@@ -177,7 +179,8 @@ impl Daemon {
         );
         let control = Control::bind(&opts.socket, opts.op_timeout)
             .with_context(|| format!("control socket (--socket) {}", opts.socket.display()))?;
-        let link = Link::new(opts.node, Box::new(backend), opts.link);
+        let mut link = Link::new(opts.node, Box::new(backend), opts.link);
+        link.set_key(opts.key.as_ref());
         let nic = Arc::new(Nic::new(&format!("gmsd{}", opts.node), link, Duration::ZERO)?);
         let inline = nic.start_inline()?;
         let frames = opts.budget_pages + CACHE_PAGES.max(opts.cache_pages) + 2 * 64 + 512 + 4 * opts.window;
@@ -436,6 +439,7 @@ mod tests {
             cache_pages: 0,
             window: 8,
             link: FaultConfig::NONE,
+            key: None,
         }
     }
 

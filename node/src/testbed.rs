@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use trapeze_firmware::iface::layout::Policy;
 use trapeze_host::endpoint::EndpointConfig;
 use trapeze_vnic::engines::new_eventfd;
+use trapeze_vnic::key::ClusterKey;
 use trapeze_vnic::link::backend::{InProcSwitch, UdpBackend};
 use trapeze_vnic::link::{FaultConfig, Link, LinkBackend};
 use trapeze_vnic::nic::{FirmwareKind, Nic};
@@ -81,11 +82,14 @@ pub struct Options {
     pub spin: Duration,
     /// The flashed image (ELF bytes), for [`Mode::Flashed`].
     pub image: Option<Vec<u8>>,
+    /// Per-node cluster keys: a node's link authenticates every packet under its key
+    /// (`trapeze_vnic::link::mac`); a missing entry or `None`: unauthenticated.
+    pub keys: Vec<Option<ClusterKey>>,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { faults: Vec::new(), mtu: 8192, spin: Duration::from_micros(50), image: None }
+        Options { faults: Vec::new(), mtu: 8192, spin: Duration::from_micros(50), image: None, keys: Vec::new() }
     }
 }
 
@@ -94,7 +98,9 @@ pub fn cluster(n: usize, mode: Mode, link: LinkKind, opt: &Options) -> anyhow::R
     let mut nodes = Vec::with_capacity(n);
     for (i, b) in backends(link, n)?.into_iter().enumerate() {
         let f = opt.faults.get(i).copied().unwrap_or_default();
-        let nic = Arc::new(Nic::new(&format!("t{i}"), Link::new(i as u16, b, f), opt.spin)?);
+        let mut link = Link::new(i as u16, b, f);
+        link.set_key(opt.keys.get(i).and_then(Option::as_ref));
+        let nic = Arc::new(Nic::new(&format!("t{i}"), link, opt.spin)?);
         start(&nic, mode, opt.image.as_deref())?;
         let region = Arc::new(Mapping::create_memfd("testbed-frames", REGION_BYTES)?);
         nic.shared()

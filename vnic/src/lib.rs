@@ -19,6 +19,7 @@ pub mod engines;
 pub mod fdpass;
 pub mod image;
 pub mod ivshmem;
+pub mod key;
 pub mod link;
 pub mod local;
 pub mod nic;

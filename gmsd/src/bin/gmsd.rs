@@ -60,6 +60,12 @@ struct Args {
     /// one-way wire) or drop=0.1%,seed=7; none: no faults.
     #[arg(long, default_value = "none")]
     link_faults: trapeze_vnic::link::FaultConfig,
+    /// Cluster key file (32 bytes, owned by this user, mode 0600; make one with
+    /// `trapeze-nic keygen PATH`): every link packet carries a MAC under it and packets
+    /// whose MAC fails are dropped. Every node of the cluster needs the same key; without
+    /// it the link is unauthenticated.
+    #[arg(long, value_name = "FILE")]
+    key: Option<PathBuf>,
 }
 
 fn peer(s: &str) -> Result<(u16, SocketAddr), String> {
@@ -78,6 +84,13 @@ fn main() {
         eprintln!("gmsd: --budget-mb {}: too large (at most 32)", a.budget_mb);
         std::process::exit(2);
     }
+    let key = match a.key.as_deref().map(trapeze_vnic::key::ClusterKey::load).transpose() {
+        Ok(k) => k,
+        Err(e) => {
+            eprintln!("gmsd: --key: {e:#}");
+            std::process::exit(2);
+        }
+    };
     let opts = Options {
         node: a.node,
         listen: a.listen,
@@ -90,6 +103,7 @@ fn main() {
         cache_pages: a.cache_pages as usize,
         window: a.window as usize,
         link: a.link_faults,
+        key,
     };
     let stop = Arc::new(AtomicBool::new(false));
     // SIGINT/SIGTERM end the loop, so the control socket file is removed on the way out.

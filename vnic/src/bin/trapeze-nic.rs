@@ -4,10 +4,13 @@
 //! ```text
 //! trapeze-nic --name n0 --node 0 --link udp:127.0.0.1:7000 --peer 1=127.0.0.1:7001
 //! trapeze-nic status n0
+//! trapeze-nic keygen ~/.config/trapeze/cluster.key    # then --key FILE on every NIC
 //! ```
 //! The NIC boots the native firmware (or, with `--flashed IMAGE`, the riscv32 image on an
 //! emulated core), serves its control socket (status, load firmware, attach a host) and
-//! runs until SIGINT or SIGTERM, when it removes its sockets and exits 0. Set
+//! runs until SIGINT or SIGTERM, when it removes its sockets and exits 0. With `--key FILE`
+//! every packet on its link carries a MAC under the cluster key and packets that fail it
+//! are dropped (`link::mac`); without, the link is unauthenticated. Set
 //! `RUST_LOG=info` to see the flashed firmware's defmt log.
 
 use anyhow::{bail, Context};
@@ -24,13 +27,15 @@ use trapeze_vnic::control::{
 };
 use trapeze_vnic::dma::Machine;
 use trapeze_vnic::ivshmem::{register_guest_ram, GuestRam, IvshmemServer};
+use trapeze_vnic::key::ClusterKey;
 use trapeze_vnic::link::backend::BackendSpec;
 use trapeze_vnic::link::{FaultConfig, Link};
 use trapeze_vnic::nic::{FirmwareKind, Nic};
 
 const AFTER_HELP: &str = "\
 Without a subcommand trapeze-nic starts a NIC (the options above); `trapeze-nic status NAME`
-asks a running one. The NIC runs until SIGINT or SIGTERM, then removes its control socket
+asks a running one; `trapeze-nic keygen PATH` makes a cluster key file for --key. The NIC
+runs until SIGINT or SIGTERM, then removes its control socket
 (and its ivshmem socket) and exits 0. It refuses a socket another NIC answers on; a stale
 socket file nobody answers on is replaced. RUST_LOG sets the log filter (default info).";
 
@@ -54,6 +59,15 @@ struct Cli {
 enum Cmd {
     /// Ask a running NIC for its status (firmware, node, counters) over its control socket.
     Status(StatusArgs),
+    /// Make a cluster key file for --key: 32 bytes from the OS random source, mode 0600.
+    /// Refuses to overwrite an existing file. Copy it (keeping mode 0600) to every node.
+    Keygen(KeygenArgs),
+}
+
+#[derive(Args)]
+struct KeygenArgs {
+    /// Where to write the key (must not exist; its directory must).
+    path: PathBuf,
 }
 
 #[derive(Args)]
@@ -72,6 +86,12 @@ struct StartArgs {
     /// A peer: NODE=IP:PORT for udp, NODE=MAC for ether. Repeat for each peer.
     #[arg(long = "peer", value_name = "PEER")]
     peers: Vec<String>,
+    /// Cluster key file (32 bytes, owned by this user, mode 0600; `trapeze-nic keygen`):
+    /// every packet on the link carries a MAC under it, and packets whose MAC fails are
+    /// dropped and counted (mac_rejected). Every NIC of the link needs the same key.
+    /// Without it the link is unauthenticated.
+    #[arg(long, value_name = "FILE")]
+    key: Option<PathBuf>,
     /// Link faults and wire delay, e.g. drop=1%,dup=0.5%,reorder=1%,corrupt=0.1%,seed=7,delay=20us.
     #[arg(long, default_value = "none")]
     faults: FaultConfig,
@@ -132,6 +152,9 @@ fn main() {
         .init();
     let result = match cli.cmd {
         Some(Cmd::Status(s)) => status(s),
+        Some(Cmd::Keygen(k)) => ClusterKey::generate(&k.path).map(|_| {
+            println!("trapeze-nic: wrote a new cluster key to {} (mode 0600)", k.path.display());
+        }),
         None => run(cli.start),
     };
     if let Err(e) = result {
@@ -232,6 +255,8 @@ fn run(a: StartArgs) -> anyhow::Result<()> {
         bail!("starting a NIC needs --name, --node and --link (see --help)");
     };
     check_name(&name)?;
+    // A bad key file is refused before anything is opened.
+    let key = a.key.as_deref().map(ClusterKey::load).transpose()?;
     // Installed before any socket exists, so a signal from now on ends in the cleanup below.
     let (sig_tx, signals) = mpsc::channel();
     ctrlc::set_handler(move || {
@@ -253,7 +278,8 @@ fn run(a: StartArgs) -> anyhow::Result<()> {
     }
 
     let backend = link_spec.open(&a.peers).with_context(|| format!("opening link {link_spec}"))?;
-    let link = Link::new(node, backend, a.faults);
+    let mut link = Link::new(node, backend, a.faults);
+    link.set_key(key.as_ref());
     let nic = Arc::new(Nic::new(&name, link, Duration::from_micros(a.spin_us))?);
     match &a.flashed {
         None => nic.start(FirmwareKind::Native)?,
@@ -278,7 +304,11 @@ fn run(a: StartArgs) -> anyhow::Result<()> {
     };
     let st = nic.status();
     eprintln!(
-        "trapeze-nic {name}: node {node} on {link_spec}, firmware {} ({}), control socket {}{}",
+        "trapeze-nic {name}: node {node} on {link_spec} ({}), firmware {} ({}), control socket {}{}",
+        match &a.key {
+            Some(k) => format!("packets authenticated, key {}", k.display()),
+            None => "unauthenticated: no --key".into(),
+        },
         st.fw_version,
         st.mode,
         path.display(),
@@ -308,7 +338,7 @@ fn status_line(nic: &Nic) -> String {
     let s = nic.status();
     let c = |n: &str| s.counters.iter().find(|(k, _)| k == n).map_or(0, |x| x.1);
     format!(
-        "{}: up {}, fw {} {} tx {} rx {} drops(ring {} crc {}) bad-token {} dma-refused {} link tx {} rx {} crc-err {}",
+        "{}: up {}, fw {} {} tx {} rx {} drops(ring {} crc {}) bad-token {} dma-refused {} link tx {} rx {} crc-err {} mac-rejected {}",
         s.name,
         human_duration(Duration::from_secs_f64(s.uptime_s.max(0.0))),
         s.fw_state,
@@ -321,6 +351,7 @@ fn status_line(nic: &Nic) -> String {
         s.dma_refused,
         s.link.packets_sent,
         s.link.packets_received,
-        s.link.crc_errors
+        s.link.crc_errors,
+        s.link.mac_rejected
     )
 }

@@ -24,6 +24,10 @@ pub const HEADER_BYTES: usize = 24;
 /// an aborted packet) instead of a CRC. A receiver whose own backend is not a memory
 /// medium treats such a packet as failing its CRC.
 pub const FLAG_VERDICT: u8 = 0x01;
+/// Flag of every frame of a packet that carries a MAC tag (`super::mac`) between its
+/// bytes and its trailer: sent by a link with a key. A link with a key drops packets
+/// without it; a link without one drops packets with it (it cannot check the tag).
+pub const FLAG_MAC: u8 = 0x02;
 /// The trailer of a good packet sent with [`FLAG_VERDICT`].
 pub const VERDICT_GOOD: [u8; 4] = *b"GOOD";
 
@@ -72,7 +76,7 @@ impl std::error::Error for FrameError {}
 /// The link frame header, parsed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FrameHeader {
-    /// [`FLAG_VERDICT`] or 0; other bits are reserved and carried as is.
+    /// [`FLAG_VERDICT`], [`FLAG_MAC`] or neither; other bits are reserved and carried as is.
     pub flags: u8,
     pub src: u16,
     pub dst: u16,

@@ -13,6 +13,11 @@
 //! damage it, as Linux's loopback skips checksums). A seeded
 //! [`faults::FaultInjector`] can drop, duplicate, reorder or corrupt frames on the way.
 //!
+//! Under a cluster key ([`Link::set_key`]) every packet carries a MAC tag between its
+//! bytes and its trailer, and a received packet whose tag does not check is dropped and
+//! counted (`mac_rejected`) before anything sees it ([`mac`] says what that does and does
+//! not protect). Without a key the link authenticates nothing, and says so once in the log.
+//!
 //! Frame format (little-endian), defined in [`frame`]:
 //! ```text
 //! +0 magic u16 0x7A4C | version u8 | flags u8
@@ -58,6 +63,7 @@
 pub mod backend;
 pub mod faults;
 pub mod frame;
+pub mod mac;
 mod reassembly;
 mod receive;
 mod send;
@@ -73,6 +79,8 @@ use std::io;
 use std::os::fd::BorrowedFd;
 use std::time::Instant;
 
+use crate::key::ClusterKey;
+use mac::LinkMac;
 use reassembly::Reassembler;
 
 /// Bytes of the CRC-32 trailer the link appends to every packet.
@@ -117,6 +125,9 @@ pub struct LinkStats {
     pub injected_duplicates: u64,
     pub injected_reorders: u64,
     pub injected_corruptions: u64,
+    /// Packets dropped because their MAC did not check: a wrong or missing tag under a
+    /// key, or a tag this link, without a key, cannot check (see [`mac`]).
+    pub mac_rejected: u64,
     /// Frames dropped because the wire-delay line already held
     /// [`faults::DELAY_LINE_FRAMES`] (a sender outrunning its modelled wire).
     pub delay_line_drops: u64,
@@ -151,6 +162,10 @@ pub struct Link {
     /// asked once here rather than through the trait object on every receive and send.
     keeps_last_frame: bool,
     memory_medium: bool,
+    /// The MAC key, under a cluster key.
+    mac: Option<LinkMac>,
+    /// Whether the log has been told this link is unauthenticated.
+    noted_unauthenticated: bool,
 }
 
 impl fmt::Debug for Link {
@@ -159,6 +174,7 @@ impl fmt::Debug for Link {
             .field("node", &self.node)
             .field("backend", &self.backend.describe())
             .field("faults", self.faults.config())
+            .field("authenticated", &self.mac.is_some())
             .field("stats", &self.stats)
             .finish_non_exhaustive()
     }
@@ -191,7 +207,33 @@ impl Link {
             held: None,
             keeps_last_frame,
             memory_medium,
+            mac: None,
+            noted_unauthenticated: false,
         }
+    }
+
+    /// Put the link under a cluster key (every packet sent carries a MAC tag, every
+    /// packet received must), or with `None` take it off. Both ends of a link need the
+    /// same key: packets between a keyed and an unkeyed end, or under different keys,
+    /// are all dropped (`mac_rejected`).
+    pub fn set_key(&mut self, key: Option<&ClusterKey>) {
+        self.mac = key.map(LinkMac::new);
+    }
+
+    /// Whether the link is under a cluster key.
+    pub fn is_authenticated(&self) -> bool {
+        self.mac.is_some()
+    }
+
+    /// The first packet of a link without a key: say once that nothing is authenticated.
+    #[cold]
+    fn note_unauthenticated(&mut self) {
+        self.noted_unauthenticated = true;
+        tracing::warn!(
+            "link of node {} ({}): no cluster key, packets are not authenticated (give a key file with --key)",
+            self.node,
+            self.backend.describe()
+        );
     }
 
     pub fn node(&self) -> u16 {

@@ -41,12 +41,15 @@ const POOL_BUFFERS: usize = 16;
 #[derive(Debug)]
 pub struct Ready {
     pub src: u16,
+    /// The frame flags of its fragments, or-ed together.
+    pub flags: u8,
     pub bytes: Vec<u8>,
 }
 
 #[derive(Debug)]
 struct Partial {
     src: u16,
+    flags: u8,
     id: u32,
     total: usize,
     count: u16,
@@ -169,11 +172,12 @@ impl Reassembler {
             }
             p.have[word] |= bit;
             p.have_count += 1;
+            p.flags |= h.flags;
             p.buf[offset..offset + frag.len()].copy_from_slice(frag);
             p.last = now;
             if p.have_count == p.count {
                 let p = self.partials.swap_remove(i);
-                self.finish(p.src, p.id, p.buf, now, stats);
+                self.finish(p.src, p.flags, p.id, p.buf, now, stats);
             }
             return;
         }
@@ -186,7 +190,7 @@ impl Reassembler {
         buf.clear();
         if h.frag_count == 1 {
             buf.extend_from_slice(frag);
-            self.finish(h.src, h.packet_id, buf, now, stats);
+            self.finish(h.src, h.flags, h.packet_id, buf, now, stats);
             return;
         }
         buf.resize(total, 0);
@@ -202,6 +206,7 @@ impl Reassembler {
         }
         self.partials.push(Partial {
             src: h.src,
+            flags: h.flags,
             id: h.packet_id,
             total,
             count: h.frag_count,
@@ -293,14 +298,14 @@ impl Reassembler {
         self.unstamped = 0;
     }
 
-    fn finish(&mut self, src: u16, id: u32, bytes: Vec<u8>, now: Instant, stats: &mut LinkStats) {
+    fn finish(&mut self, src: u16, flags: u8, id: u32, bytes: Vec<u8>, now: Instant, stats: &mut LinkStats) {
         self.remember(src, id, Some(now));
         if self.ready.len() >= MAX_READY_PACKETS {
             stats.rx_queue_drops += 1;
             self.recycle(bytes);
             return;
         }
-        self.ready.push_back(Ready { src, bytes });
+        self.ready.push_back(Ready { src, flags, bytes });
     }
 
     fn expire_recent(&mut self, now: Instant) {

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-only
-//! Receiving on the link: frames reassembled into packets, trailers checked, packets copied or lent.
+//! Receiving on the link: frames reassembled into packets, MAC tags and trailers checked, packets copied or lent.
 
+use super::mac::{LinkMac, TAG_BYTES};
 use super::{frame, Link, LinkStats, RxPacket, TRAILER_BYTES};
 use std::io;
 use std::time::Instant;
@@ -11,7 +12,9 @@ const RX_FRAMES_PER_POLL: usize = 1024;
 
 impl Link {
     /// Take frames that have arrived (without blocking) and return the next complete
-    /// packet, copied into `out` without its trailer, or `None` if no packet is complete.
+    /// packet, copied into `out` without its tag and trailer, or `None` if no packet is
+    /// complete. Under a key, a packet whose tag does not check is dropped (counted in
+    /// `mac_rejected`) and never returned.
     /// If `out` is shorter than the packet, the first `out.len()` bytes are delivered
     /// with `len == out.len()` and `crc_ok == false` (counted in `rx_truncated`).
     /// Packets come out in the order they completed.
@@ -54,11 +57,11 @@ impl Link {
         let mut out = None;
         let mut now = None;
         let mut budget = RX_FRAMES_PER_POLL;
-        let (keeps, memory) = (self.keeps_last_frame, self.memory_medium);
+        let (keeps, memory, node) = (self.keeps_last_frame, self.memory_medium, self.node);
         let mut held = None;
         while !self.rx.has_ready() && out.is_none() && budget > 0 {
             budget -= 1;
-            let (rx, stats) = (&mut self.rx, &mut self.stats);
+            let (rx, stats, mac) = (&mut self.rx, &mut self.stats, self.mac.as_ref());
             let r = self.backend.recv_frame_with(&mut self.rx_frame, &mut |frame| {
                 stats.frames_received += 1;
                 // A whole-frame packet needs no time: its key is stamped at the next
@@ -68,7 +71,9 @@ impl Link {
                 match rx.take_whole(frame, t, memory) {
                     Some((src, bytes, flags)) => {
                         let verdict = (flags & frame::FLAG_VERDICT != 0).then_some(memory);
-                        let (body, crc_ok) = check_trailer(bytes, verdict, stats);
+                        let Some((body, crc_ok)) = check_packet(bytes, src, node, flags, verdict, mac, stats) else {
+                            return;
+                        };
                         if keeps {
                             // Where the body lies in the frame the backend keeps.
                             held = Some((body.as_ptr() as usize - frame.as_ptr() as usize, body.len()));
@@ -96,11 +101,17 @@ impl Link {
             return out;
         }
         let take = take.take()?;
-        let ready = self.rx.pop()?;
-        let (body, crc_ok) = check_trailer(&ready.bytes, None, &mut self.stats);
-        let r = take(body, ready.src, crc_ok, false);
-        self.rx.recycle(ready.bytes);
-        Some(r)
+        loop {
+            let ready = self.rx.pop()?;
+            let checked =
+                check_packet(&ready.bytes, ready.src, self.node, ready.flags, None, self.mac.as_ref(), &mut self.stats);
+            if let Some((body, crc_ok)) = checked {
+                let r = take(body, ready.src, crc_ok, false);
+                self.rx.recycle(ready.bytes);
+                return Some(r);
+            }
+            self.rx.recycle(ready.bytes);
+        }
     }
 }
 
@@ -108,13 +119,37 @@ impl Link {
 /// stamps and expires the duplicate keys remembered since the last).
 const STAMP_FRAMES: u64 = 64;
 
-/// Split a whole packet into body and trailer, check the trailer and count the packet.
-/// `verdict`: `None` for a CRC trailer; for a [`frame::FLAG_VERDICT`] packet, whether it
-/// came over a memory medium (only there is a verdict believed).
+/// Check a whole packet (bytes, tag under a key, trailer) from `src` to `node` with frame
+/// flags `flags` and count it: `None` if its MAC does not check (counted in
+/// `mac_rejected`; see [`super::mac`]), else the packet's bytes and whether its trailer
+/// checked. `verdict`: `None` for a CRC trailer (over the bytes and the tag); for a
+/// [`frame::FLAG_VERDICT`] packet, whether it came over a memory medium (only there is a
+/// verdict believed).
 #[inline]
-fn check_trailer<'p>(bytes: &'p [u8], verdict: Option<bool>, stats: &mut LinkStats) -> (&'p [u8], bool) {
+fn check_packet<'p>(
+    bytes: &'p [u8],
+    src: u16,
+    node: u16,
+    flags: u8,
+    verdict: Option<bool>,
+    mac: Option<&LinkMac>,
+    stats: &mut LinkStats,
+) -> Option<(&'p [u8], bool)> {
     let len = bytes.len() - TRAILER_BYTES;
     let (body, trailer) = bytes.split_at(len);
+    let tagged = flags & frame::FLAG_MAC != 0;
+    // The tag first: nothing of a packet that fails it is looked at further.
+    let packet = match mac {
+        Some(m) => match body.len().checked_sub(TAG_BYTES) {
+            Some(n) if tagged && m.verify(src, node, &body[..n], &body[n..]) => Some(&body[..n]),
+            _ => None,
+        },
+        None => (!tagged).then_some(body),
+    };
+    let Some(packet) = packet else {
+        stats.mac_rejected += 1;
+        return None;
+    };
     let crc_ok = match verdict {
         None => crc32fast::hash(body).to_le_bytes() == trailer,
         Some(memory) => memory && trailer == frame::VERDICT_GOOD,
@@ -123,5 +158,5 @@ fn check_trailer<'p>(bytes: &'p [u8], verdict: Option<bool>, stats: &mut LinkSta
     if !crc_ok {
         stats.crc_errors += 1;
     }
-    (body, crc_ok)
+    Some((packet, crc_ok))
 }

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0-only
-//! Sending on the link: a packet split into frames with its CRC-32 trailer (or a verdict), through the faults.
+//! Sending on the link: a packet split into frames with its MAC tag (under a key) and its CRC-32 trailer (or a verdict), through the faults.
 
 use super::frame::{self, FrameHeader};
+use super::mac::{LinkMac, TAG_BYTES};
 use super::{reassembly, Link, MAX_PACKET_BYTES, ROUTE_HEADER_BYTES, TRAILER_BYTES};
 use std::io;
 use std::time::Instant;
@@ -9,8 +10,8 @@ use trapeze_firmware::iface::wire;
 
 impl Link {
     /// Send one packet (Trapeze header + control message + payload) to the node in its
-    /// header, with the CRC-32 trailer appended (inverted if `abort`, so the receiver
-    /// sees a bad CRC). A packet shorter than the header or for a node the backend cannot
+    /// header, with its MAC tag (under a key, [`super::mac`]) and the CRC-32 trailer
+    /// appended (the CRC inverted if `abort`, so the receiver sees a bad CRC). A packet shorter than the header or for a node the backend cannot
     /// reach is counted as `unroutable` and dropped (`Ok`). A packet longer than
     /// [`MAX_PACKET_BYTES`] − 4 is an `InvalidInput` error. Backend errors are counted
     /// (`send_errors`) and the first is returned; the packet is then lost. (With a wire
@@ -35,6 +36,9 @@ impl Link {
         abort: bool,
         read: &mut dyn FnMut(usize, &mut [u8]) -> bool,
     ) -> io::Result<()> {
+        if self.mac.is_none() && !self.noted_unauthenticated {
+            self.note_unauthenticated();
+        }
         if len < ROUTE_HEADER_BYTES {
             self.stats.unroutable += 1;
             return Ok(());
@@ -51,7 +55,8 @@ impl Link {
             self.stats.unroutable += 1;
             return Ok(());
         }
-        let total = len + TRAILER_BYTES;
+        let tag_bytes = if self.mac.is_some() { TAG_BYTES } else { 0 };
+        let total = len + tag_bytes + TRAILER_BYTES;
         let chunk = reassembly::chunk_bytes(self.tx_frame.len());
         if total <= chunk && self.memory_medium && self.faults.is_passthrough() {
             // The common case: one frame, a verdict, straight to the backend.
@@ -64,7 +69,7 @@ impl Link {
                 format!(
                     "packet of {} bytes too large for the link (max {} bytes, frames of {})",
                     len,
-                    MAX_PACKET_BYTES - TRAILER_BYTES,
+                    MAX_PACKET_BYTES - TRAILER_BYTES - tag_bytes,
                     self.tx_frame.len()
                 ),
             ));
@@ -76,15 +81,19 @@ impl Link {
         let verdict = count == 1 && self.faults.faultless() && self.memory_medium;
         // A verdict frame carries no CRC: no hasher (making one detects CPU features).
         let mut hasher = (!verdict).then(crc32fast::Hasher::new);
-        let mut trailer: Option<[u8; TRAILER_BYTES]> = None;
+        let mut tagger = self.mac.as_ref().map(LinkMac::tagger);
+        let flags = if verdict { frame::FLAG_VERDICT } else { 0 } | if tag_bytes > 0 { frame::FLAG_MAC } else { 0 };
+        let src = self.node;
+        // The bytes after the packet: its tag (under a key), then its trailer.
+        let mut suffix: Option<[u8; TAG_BYTES + TRAILER_BYTES]> = None;
         let mut now = None;
         let mut result = Ok(());
         for index in 0..count {
             let start = index * chunk;
             let end = (start + chunk).min(total);
             let header = FrameHeader {
-                flags: if verdict { frame::FLAG_VERDICT } else { 0 },
-                src: self.node,
+                flags,
+                src,
                 dst,
                 packet_id: id,
                 frag_index: index as u16,
@@ -92,9 +101,10 @@ impl Link {
                 total_len: total as u32,
                 frag_offset: start as u32,
             };
-            // Bytes start..end of (packet ++ trailer): a part of each, either possibly
-            // empty. The trailer is known once every packet byte went through the hasher,
-            // which happens before it is needed (fragments are filled in order).
+            // Bytes start..end of (packet ++ tag ++ trailer): a part of the packet and of
+            // the suffix, either possibly empty. The suffix is known once every packet
+            // byte went through the hashers, which happens before it is needed
+            // (fragments are filled in order).
             let mut fill = |f: &mut [u8]| {
                 header.emit(f);
                 let body = &mut f[frame::HEADER_BYTES..];
@@ -105,16 +115,30 @@ impl Link {
                     if let Some(h) = hasher.as_mut() {
                         h.update(data);
                     }
+                    if let Some(t) = tagger.as_mut() {
+                        t.update(data);
+                    }
                 }
                 if end > len {
-                    let t = *trailer.get_or_insert_with(|| {
-                        if verdict {
-                            return verdict_trailer(abort || !ok);
+                    let s = suffix.get_or_insert_with(|| {
+                        let mut s = [0u8; TAG_BYTES + TRAILER_BYTES];
+                        if let Some(t) = tagger.take() {
+                            let tag = t.finish(src, dst);
+                            s[..TAG_BYTES].copy_from_slice(&tag);
+                            if let Some(h) = hasher.as_mut() {
+                                h.update(&tag);
+                            }
                         }
-                        let crc = hasher.clone().map_or(0, crc32fast::Hasher::finalize);
-                        if abort || !ok { !crc } else { crc }.to_le_bytes()
+                        let trailer = if verdict {
+                            verdict_trailer(abort || !ok)
+                        } else {
+                            let crc = hasher.clone().map_or(0, crc32fast::Hasher::finalize);
+                            if abort || !ok { !crc } else { crc }.to_le_bytes()
+                        };
+                        s[tag_bytes..tag_bytes + TRAILER_BYTES].copy_from_slice(&trailer);
+                        s
                     });
-                    body[p_end - p_start..].copy_from_slice(&t[start.max(len) - len..end - len]);
+                    body[p_end - p_start..].copy_from_slice(&s[start.max(len) - len..end - len]);
                 }
             };
             let n = frame::HEADER_BYTES + end - start;
@@ -161,26 +185,33 @@ impl Link {
     ) -> io::Result<()> {
         let id = self.next_packet_id;
         self.next_packet_id = id.wrapping_add(1);
+        let mac = self.mac.as_ref();
+        let tag_bytes = if mac.is_some() { TAG_BYTES } else { 0 };
         let mut header = [0u8; frame::HEADER_BYTES];
+        let src = self.node;
         FrameHeader {
-            flags: frame::FLAG_VERDICT,
-            src: self.node,
+            flags: frame::FLAG_VERDICT | if mac.is_some() { frame::FLAG_MAC } else { 0 },
+            src,
             dst,
             packet_id: id,
             frag_index: 0,
             frag_count: 1,
-            total_len: (len + TRAILER_BYTES) as u32,
+            total_len: (len + tag_bytes + TRAILER_BYTES) as u32,
             frag_offset: 0,
         }
         .emit(&mut header);
         let mut fill = |f: &mut [u8]| {
             let (h, body) = f.split_at_mut(frame::HEADER_BYTES);
             h.copy_from_slice(&header);
-            let (data, trailer) = body.split_at_mut(len);
+            let (data, suffix) = body.split_at_mut(len);
             ok &= read(0, data);
+            let (tag, trailer) = suffix.split_at_mut(tag_bytes);
+            if let Some(m) = mac {
+                tag.copy_from_slice(&m.tag(src, dst, data));
+            }
             trailer.copy_from_slice(&verdict_trailer(abort || !ok));
         };
-        let n = frame::HEADER_BYTES + len + TRAILER_BYTES;
+        let n = frame::HEADER_BYTES + len + tag_bytes + TRAILER_BYTES;
         let r = self.backend.send_frame_with(dst, n, frame::HEADER_BYTES + payload_at, &mut self.tx_frame, &mut fill);
         match r {
             Ok(()) => {

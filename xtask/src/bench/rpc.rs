@@ -1,20 +1,22 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! `cargo xtask bench rpc`: NetRPC over virtual NICs in the shape of the RPC-variants
 //! paper's Table 1, with raw-NIC and UDP/TCP loopback baselines from the same run
-//! (`node/examples/bench_rpc.rs`, release build). Run it on a quiet machine. The
+//! (`node/examples/bench_rpc/`, release build). Run it on a quiet machine. The
 //! nonblocking-vs-raw bandwidth ratio and the 3-way / 2-way latency ratio come from setups
 //! that live side by side and take turns in short stretches (`--bw-chunks`,
 //! `--ways-blocks`), so this VM's fast and slow phases fall on both sides alike. Socket
 //! baselines are placed like the NetRPC figure they are compared with: the table rows
 //! (two threads, one per core) against sockets with an end on each core, the one-thread
 //! round trip against sockets both on one core; the scheduler's own placement is reported
-//! too (`*_unpinned`).
+//! too (`*_unpinned`). The link MAC's cost (`mac_cost`: 2-way 8 KB p50 with a cluster
+//! key on / off, two NICs on UDP loopback; `mac_cost_memory` on the in-process link) comes
+//! from key-on and key-off setups taking turns the same way (`--mac-blocks`).
 
 #[derive(clap::Args)]
 pub struct RpcArgs {
     /// One JSON object per row (variant, ways, payload, kind, p50_us, p99_us, mb_s,
     /// udp_8k_p50_us, tcp_8k_p50_us for sockets placed like the rows, and their
-    /// *_unpinned figures), then a summary object.
+    /// *_unpinned figures), then a summary object (with mac_cost and mac_cost_memory).
     #[arg(long)]
     json: bool,
     /// Also draw the figure into DIR/rpc.svg (and keep the JSON lines it was drawn from
@@ -42,12 +44,20 @@ pub struct RpcArgs {
     /// Blocking 8 KB calls per stretch in that comparison.
     #[arg(long, default_value_t = 250, value_parser = clap::value_parser!(u32).range(10..=1_000_000))]
     ways_block_calls: u32,
+    /// Pairs of stretches (cluster key off, on) in each link-MAC cost comparison, taking
+    /// turns the same way: mac_cost on UDP loopback, mac_cost_memory in process.
+    #[arg(long, default_value_t = 40, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    mac_blocks: u32,
+    /// Blocking 8 KB calls per stretch in those comparisons.
+    #[arg(long, default_value_t = 250, value_parser = clap::value_parser!(u32).range(10..=1_000_000))]
+    mac_block_calls: u32,
 }
 
 pub fn run(a: RpcArgs) -> anyhow::Result<()> {
     let (c, b) = (a.calls.to_string(), a.bw_calls.to_string());
     let (bc, bn) = (a.bw_chunks.to_string(), a.bw_chunk_calls.to_string());
     let (wb, wn) = (a.ways_blocks.to_string(), a.ways_block_calls.to_string());
+    let (mb, mn) = (a.mac_blocks.to_string(), a.mac_block_calls.to_string());
     let mut args = vec![
         "run",
         "--quiet",
@@ -70,6 +80,10 @@ pub fn run(a: RpcArgs) -> anyhow::Result<()> {
         &wb,
         "--ways-block-calls",
         &wn,
+        "--mac-blocks",
+        &mb,
+        "--mac-block-calls",
+        &mn,
     ];
     if a.json || a.plot.is_some() {
         args.push("--json");
