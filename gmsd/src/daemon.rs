@@ -211,16 +211,8 @@ impl Daemon {
         };
         // IPT keys and call generations from the OS's random source: a node on the link
         // that knows our id and roughly when we started must not be able to guess them.
-        let mut port = GmsPort::new(
-            nic.mem(),
-            region,
-            DEFAULT_REGION_BASE,
-            cfg,
-            trapeze_node::host::random_seed(),
-            gcfg,
-            rcfg,
-            inline,
-        )?;
+        let at = trapeze_node::rpc::Attach::inline(nic.mem(), region, cfg, trapeze_node::host::random_seed(), inline);
+        let mut port = GmsPort::new(at, gcfg, rcfg)?;
         port.set_cache_pages(opts.cache_pages);
         let ids = opts.members();
         port.set_members(view_of(&ids), &ids)?;

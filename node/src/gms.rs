@@ -18,7 +18,7 @@
 //! **least-loaded** member (the fewest pages this node stored there, skipping members that
 //! refused recently).
 
-use crate::rpc::{carve, Frame, FRAME_BYTES};
+use crate::rpc::{Attach, Frame, FRAME_BYTES};
 use anyhow::bail;
 use gms::cache::PageCache;
 use gms::placement::Placement;
@@ -31,7 +31,7 @@ use std::sync::Arc;
 use std::time::Instant;
 use trapeze_firmware::iface::layout::RECV_RING_ENTRIES;
 use trapeze_host::endpoint::EndpointConfig;
-use trapeze_vnic::nic::{InlineNative, NicMem};
+use trapeze_vnic::nic::InlineNative;
 use trapeze_vnic::shm::Mapping;
 
 mod completions;
@@ -186,43 +186,15 @@ pub struct GmsPort {
 }
 
 impl GmsPort {
-    /// Node `cfg.node_id` on NIC memory `mem` with `region` registered for DMA at `base`,
-    /// the NIC's firmware driven inline from [`Self::poll`].
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        mem: NicMem,
-        region: Arc<Mapping>,
-        base: u64,
-        cfg: EndpointConfig,
-        seed: [u64; 2],
-        gms_cfg: GmsConfig,
-        rpc_cfg: Config,
-        cpu: InlineNative,
-    ) -> anyhow::Result<Self> {
-        Self::new_on(mem, region, base, cfg, seed, gms_cfg, rpc_cfg, Some(cpu), None)
-    }
-
-    /// Like [`Self::new`]; `cpu`: drive the NIC's firmware from [`Self::poll`] (inline),
-    /// or `None` if the NIC has its own processor thread (e.g. the flashed image on the
-    /// emulated core), which `doorbell` wakes after sends.
-    #[allow(clippy::too_many_arguments)]
-    pub fn new_on(
-        mem: NicMem,
-        region: Arc<Mapping>,
-        base: u64,
-        cfg: EndpointConfig,
-        seed: [u64; 2],
-        gms_cfg: GmsConfig,
-        rpc_cfg: Config,
-        mut cpu: Option<InlineNative>,
-        doorbell: Option<Arc<std::os::fd::OwnedFd>>,
-    ) -> anyhow::Result<Self> {
-        let frames = carve(mem, region, base, &cfg, seed, 64, &mut cpu, &doorbell)?;
+    /// Node `at.cfg.node_id` on the NIC `at` names.
+    pub fn new(at: Attach, gms_cfg: GmsConfig, rpc_cfg: Config) -> anyhow::Result<Self> {
+        let (node_id, seed) = (at.cfg.node_id, at.seed);
+        let (frames, cpu, doorbell) = at.carve(64)?;
         let host =
             PortHost { frames, done: Vec::new(), pages_dropped: 0, lru_inbox: Vec::new(), heartbeats: Vec::new() };
         let mut port = GmsPort {
-            rpc: Rpc::new(cfg.node_id, rpc_cfg),
-            node: Box::new(GmsNode::new(cfg.node_id, gms_cfg, host)),
+            rpc: Rpc::new(node_id, rpc_cfg),
+            node: Box::new(GmsNode::new(node_id, gms_cfg, host)),
             cpu,
             doorbell,
             epoch: Instant::now(),
@@ -237,7 +209,7 @@ impl GmsPort {
             put_log: Vec::new(),
             lat_2way: Vec::new(),
             lat_3way: Vec::new(),
-            lru: Lru::new(cfg.node_id, LruConfig::default()),
+            lru: Lru::new(node_id, LruConfig::default()),
             timers_at: 0,
             clock_in: 0,
             room_blocked: None,

@@ -110,37 +110,49 @@ pub(crate) fn kick(cpu: &mut Option<InlineNative>, doorbell: &Option<Arc<OwnedFd
     }
 }
 
-/// Cut `region` (registered for DMA at `base`) into [`FRAME_BYTES`] frames, attach one to
-/// every receive slot, initialise the endpoint on `mem` with `cfg` (MTU capped at a
-/// frame) and wait, kicking the NIC (at most 5 s), until its firmware applied it. Needs at
-/// least `spare` frames beyond the receive ring.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn carve(
-    mem: NicMem,
-    region: Arc<Mapping>,
-    base: u64,
-    cfg: &EndpointConfig,
-    seed: [u64; 2],
-    spare: usize,
-    cpu: &mut Option<InlineNative>,
-    doorbell: &Option<Arc<OwnedFd>>,
-) -> anyhow::Result<Frames> {
-    let n = region.len() / FRAME_BYTES as usize;
-    if n < RECV_RING_ENTRIES as usize + spare {
-        bail!("region holds {n} frames; need at least {}", RECV_RING_ENTRIES as usize + spare);
+/// A port's attachment to its NIC: the NIC's memory, the frame region registered with the
+/// NIC for DMA at `base`, the endpoint's configuration and secret seed, and how the NIC
+/// runs — inline (`cpu`, driven from the port's poll) or on its own processor thread,
+/// which `doorbell` wakes after sends.
+pub struct Attach {
+    pub mem: NicMem,
+    pub region: Arc<Mapping>,
+    pub base: u64,
+    pub cfg: EndpointConfig,
+    pub seed: [u64; 2],
+    pub cpu: Option<InlineNative>,
+    pub doorbell: Option<Arc<OwnedFd>>,
+}
+
+impl Attach {
+    /// A NIC driven inline, its region registered at [`crate::host::DEFAULT_REGION_BASE`].
+    pub fn inline(mem: NicMem, region: Arc<Mapping>, cfg: EndpointConfig, seed: [u64; 2], cpu: InlineNative) -> Self {
+        Attach { mem, region, base: crate::host::DEFAULT_REGION_BASE, cfg, seed, cpu: Some(cpu), doorbell: None }
     }
-    let frames = RegionFrames { region, base, end: (n * FRAME_BYTES as usize) as u64 };
-    let cfg = EndpointConfig { mtu: cfg.mtu.min(FRAME_BYTES), ..*cfg };
-    let ep = Endpoint::init(mem, &cfg, seed, |i| Frames::slot_segment(&frames, i));
-    let frames = Frames::new(ep, frames, spare).map_err(|e| anyhow::anyhow!("cannot set up the port: {e:?}"))?;
-    let t0 = Instant::now();
-    while !frames.ep.config_applied() {
-        kick(cpu, doorbell);
-        if t0.elapsed().as_secs() > 5 {
-            bail!("the NIC did not apply the configuration");
+
+    /// Cut the region into [`FRAME_BYTES`] frames, attach one to every receive slot,
+    /// initialise the endpoint (MTU capped at a frame) and wait, kicking the NIC (at most
+    /// 5 s), until its firmware applied it. Needs at least `spare` frames beyond the
+    /// receive ring. The frames, and how to run the NIC from now on.
+    pub(crate) fn carve(self, spare: usize) -> anyhow::Result<(Frames, Option<InlineNative>, Option<Arc<OwnedFd>>)> {
+        let Attach { mem, region, base, cfg, seed, mut cpu, doorbell } = self;
+        let n = region.len() / FRAME_BYTES as usize;
+        if n < RECV_RING_ENTRIES as usize + spare {
+            bail!("region holds {n} frames; need at least {}", RECV_RING_ENTRIES as usize + spare);
         }
+        let frames = RegionFrames { region, base, end: (n * FRAME_BYTES as usize) as u64 };
+        let cfg = EndpointConfig { mtu: cfg.mtu.min(FRAME_BYTES), ..cfg };
+        let ep = Endpoint::init(mem, &cfg, seed, |i| Frames::slot_segment(&frames, i));
+        let frames = Frames::new(ep, frames, spare).map_err(|e| anyhow::anyhow!("cannot set up the port: {e:?}"))?;
+        let t0 = Instant::now();
+        while !frames.ep.config_applied() {
+            kick(&mut cpu, &doorbell);
+            if t0.elapsed().as_secs() > 5 {
+                bail!("the NIC did not apply the configuration");
+            }
+        }
+        Ok((frames, cpu, doorbell))
     }
-    Ok(frames)
 }
 
 /// One node: NetRPC over a host endpoint on a virtual NIC.
@@ -164,24 +176,12 @@ pub struct RpcPort<S: Service> {
 const TIMEOUT_CHECK_PASSES: u32 = 64;
 
 impl<S: Service> RpcPort<S> {
-    /// Set up node `cfg.node_id` on NIC memory `mem` with `region` registered for DMA at
-    /// `base`. `cpu`: drive the NIC's firmware from [`Self::poll`] (inline), or `None`
-    /// if the NIC has its own processor thread (then `doorbell` wakes it).
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        mem: NicMem,
-        region: Arc<Mapping>,
-        base: u64,
-        cfg: EndpointConfig,
-        seed: [u64; 2],
-        service: S,
-        rpc_cfg: Config,
-        mut cpu: Option<InlineNative>,
-        doorbell: Option<Arc<OwnedFd>>,
-    ) -> anyhow::Result<Self> {
-        let frames = carve(mem, region, base, &cfg, seed, 8, &mut cpu, &doorbell)?;
+    /// Set up node `at.cfg.node_id` on the NIC `at` names, serving `service`.
+    pub fn new(at: Attach, service: S, rpc_cfg: Config) -> anyhow::Result<Self> {
+        let (node_id, seed) = (at.cfg.node_id, at.seed);
+        let (frames, cpu, doorbell) = at.carve(8)?;
         let mut port = RpcPort {
-            rpc: Rpc::new(cfg.node_id, rpc_cfg),
+            rpc: Rpc::new(node_id, rpc_cfg),
             node: Node { service, frames },
             cpu,
             doorbell,
@@ -388,18 +388,9 @@ mod tests {
         nic.shared().dma.register("frames", DEFAULT_REGION_BASE, region.clone(), 0, 2 << 20).unwrap();
         let cfg = EndpointConfig { node_id: id, mtu: FRAME_BYTES, ..EndpointConfig::default() };
         let rcfg = Config { call_timeout: 5_000_000_000, nonblocking_timeout: None };
-        let mut p = RpcPort::new(
-            nic.mem(),
-            region,
-            DEFAULT_REGION_BASE,
-            cfg,
-            [7, id as u64],
-            PageServer { page: 0 },
-            rcfg,
-            Some(cpu),
-            None,
-        )
-        .unwrap();
+        let mut p =
+            RpcPort::new(Attach::inline(nic.mem(), region, cfg, [7, id as u64], cpu), PageServer { page: 0 }, rcfg)
+                .unwrap();
         let page = p.node.frames.alloc().unwrap();
         let bytes: Vec<u8> = (0..FRAME_BYTES).map(|i| (i as u8).wrapping_mul(31) ^ fill).collect();
         assert!(p.node.frames.write(page, &bytes));

@@ -87,15 +87,9 @@ pub(crate) fn node_on(link: Link, id: u16, directory: bool) -> anyhow::Result<Po
     let service = Server { page: 0, directory, done: 0, busy_once: false };
     let rcfg = Config { call_timeout: 2_000_000_000, nonblocking_timeout: Some(2_000_000_000) };
     let mut p = RpcPort::new(
-        nic.mem(),
-        region,
-        DEFAULT_REGION_BASE,
-        cfg,
-        [id as u64 + 1, 99],
+        trapeze_node::rpc::Attach::inline(nic.mem(), region, cfg, [id as u64 + 1, 99], inline),
         service,
         rcfg,
-        Some(inline),
-        None,
     )?;
     let page = p.node.frames.alloc().context("no frame for the page")?;
     p.node.frames.write(page, &vec![0x5Au8; FRAME_BYTES as usize]);

@@ -125,17 +125,8 @@ impl Cluster {
             let rcfg = Config { call_timeout: CALL_TIMEOUT_NS, nonblocking_timeout: Some(CALL_TIMEOUT_NS) };
             let gcfg = GmsConfig { budget, ..gms_cfg };
             let seed = [id as u64 + 1, 77];
-            ports.push(GmsPort::new_on(
-                nic.mem(),
-                region,
-                DEFAULT_REGION_BASE,
-                cfg,
-                seed,
-                gcfg,
-                rcfg,
-                inline,
-                doorbell,
-            )?);
+            let at = Attach { mem: nic.mem(), region, base: DEFAULT_REGION_BASE, cfg, seed, cpu: inline, doorbell };
+            ports.push(GmsPort::new(at, gcfg, rcfg)?);
             // An inline NIC lives as long as its driver holds it; a NIC with its own
             // processor, as long as the cluster.
             nics.push(nic);
