@@ -4,10 +4,12 @@
 //!
 //! The input is a script: raw frames (any bytes) arrive at node 2, and packets sent by a
 //! real link at node 1 arrive there too, their frames in an order the input picks.
-//! Oracles: nothing panics; every packet delivered is shorter than the link's limit; a
-//! packet node 1 sent is delivered exactly once, byte for byte, its CRC (or verdict)
-//! good unless it was sent aborted — whatever raw frames came before it (raw frames never
-//! claim to be from node 1, so they cannot legitimately interfere).
+//! The input also picks whether both links are under a cluster key (a MAC on every
+//! packet). Oracles: nothing panics; every packet delivered is shorter than the link's
+//! limit; a packet node 1 sent is delivered exactly once, byte for byte, its CRC (or
+//! verdict) good unless it was sent aborted — whatever raw frames came before it (raw
+//! frames never claim to be from node 1, so they cannot legitimately interfere); under a
+//! key, no raw frame is ever delivered.
 
 use arbitrary::{Arbitrary, Unstructured};
 use std::collections::VecDeque;
@@ -15,6 +17,7 @@ use std::io;
 use std::os::fd::BorrowedFd;
 use std::sync::{Arc, Mutex};
 use trapeze_vnic::link::frame::{FrameHeader, HEADER_BYTES};
+use trapeze_vnic::key::ClusterKey;
 use trapeze_vnic::link::{FaultConfig, Link, LinkBackend, RxPacket};
 
 const SENDER: u16 = 1;
@@ -85,7 +88,7 @@ enum Step {
 
 pub fn fuzz(data: &[u8]) {
     let mut u = Unstructured::new(data);
-    let Ok((memory, frame_sel)) = <(bool, u16)>::arbitrary(&mut u) else { return };
+    let Ok((memory, frame_sel, keyed)) = <(bool, u16, bool)>::arbitrary(&mut u) else { return };
     // Frames of 25..=2072 bytes: one byte of fragment at the least, several fragments
     // for most packets.
     let max_frame = HEADER_BYTES + 1 + (frame_sel as usize % 2048);
@@ -101,6 +104,11 @@ pub fn fuzz(data: &[u8]) {
         Box::new(Scripted { out: Arc::default(), inbox: inbox.clone(), max_frame, memory }),
         FaultConfig::default(),
     );
+    if keyed {
+        let key = ClusterKey::from_bytes([0x5a; 32]);
+        tx.set_key(Some(&key));
+        rx.set_key(Some(&key));
+    }
     let mut buf = vec![0u8; MAX_SCRIPT_PACKET + 64];
     for _ in 0..32 {
         let Ok(step) = Step::arbitrary(&mut u) else { break };
@@ -115,6 +123,7 @@ pub fn fuzz(data: &[u8]) {
                 while let Some(p) = poll(&mut rx, &inbox, &mut buf) {
                     assert!(p.len <= buf.len());
                     assert_ne!(p.src, SENDER, "a raw frame was delivered as node 1's");
+                    assert!(!keyed, "a raw frame passed the MAC");
                 }
             }
             Step::Send { mut body, abort, rotate, reverse, dup } => {
