@@ -6,7 +6,8 @@
 //! real link at node 1 arrive there too, their frames in an order the input picks.
 //! The input also picks whether both links are under a cluster key (a MAC on every
 //! packet). Oracles: nothing panics; every packet delivered is shorter than the link's
-//! limit; a packet node 1 sent is delivered exactly once, byte for byte, its CRC (or
+//! limit; a packet node 1 sent is delivered exactly once (or, its fragments stalled past
+//! the reassembly timeout on a loaded machine, counted as timed out), byte for byte, its CRC (or
 //! verdict) good unless it was sent aborted — whatever raw frames came before it (raw
 //! frames never claim to be from node 1, so they cannot legitimately interfere); under a
 //! key, no raw frame is ever delivered.
@@ -147,6 +148,7 @@ pub fn fuzz(data: &[u8]) {
                     frames.insert((d as usize / 2) % (n + 1), f);
                 }
                 inbox.lock().expect("queue").extend(frames);
+                let timeouts = rx.stats().reassembly_timeouts;
                 let mut got = 0;
                 // A poll takes at most 1024 frames: poll until the inbox is empty too
                 // (a 3000-byte packet in 1-byte fragments is 3004 frames).
@@ -158,7 +160,10 @@ pub fn fuzz(data: &[u8]) {
                     assert_eq!(&buf[..p.len], &body[..], "packet changed on the link");
                     assert_eq!(p.crc_ok, !abort, "trailer verdict wrong (aborted: {abort})");
                 }
-                assert_eq!(got, 1, "packet delivered {got} times");
+                // A packet of many fragments may stall past the reassembly timeout (100 ms)
+                // on a loaded machine: then it is counted as timed out, not delivered.
+                let timed_out = rx.stats().reassembly_timeouts > timeouts;
+                assert!(got == 1 || (got == 0 && timed_out), "packet delivered {got} times");
             }
         }
     }
