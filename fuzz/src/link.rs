@@ -17,8 +17,8 @@ use std::collections::VecDeque;
 use std::io;
 use std::os::fd::BorrowedFd;
 use std::sync::{Arc, Mutex};
-use trapeze_vnic::link::frame::{FrameHeader, HEADER_BYTES};
 use trapeze_vnic::key::ClusterKey;
+use trapeze_vnic::link::frame::{FrameHeader, HEADER_BYTES};
 use trapeze_vnic::link::{FaultConfig, Link, LinkBackend, RxPacket};
 
 const SENDER: u16 = 1;
