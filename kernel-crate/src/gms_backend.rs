@@ -45,11 +45,14 @@ use crate::net::{now_ns, Frame, KHost, MEMBERS, OPS};
 use crate::sys::boxed::Template;
 use crate::sys::dma::DmaBuf;
 use crate::tpz::gms::cache::{Cached, PageCache};
-use crate::tpz::gms::placement::{Outcome, Placement, Via};
+use crate::tpz::gms::placement::{Outcome, Placement};
 use crate::tpz::gms::prelude::*;
 use crate::tpz::gms::readahead::{self, Decision, ReadAhead};
-use crate::tpz::netrpc::prelude::Mode;
 use kernel::prelude::*;
+
+mod issue;
+pub(crate) use issue::issue;
+use issue::{issue_disk, issue_prefetches};
 
 /// The runtime's core with the disk as its client (`None` until `/dev/gms0` exists).
 pub(crate) type DiskCore = Core<Option<DiskState>>;
@@ -213,7 +216,14 @@ impl DiskState {
     }
 
     /// Queue a page whose operation was tried `tries` times already.
-    fn push_try(&mut self, page: u64, io: PageIo, write: bool, ra: bool, tries: u8) -> core::result::Result<(), PageIo> {
+    fn push_try(
+        &mut self,
+        page: u64,
+        io: PageIo,
+        write: bool,
+        ra: bool,
+        tries: u8,
+    ) -> core::result::Result<(), PageIo> {
         if self.queued == self.backlog.len() {
             return Err(io);
         }
@@ -380,7 +390,9 @@ fn complete(host: &mut KHost, disk: &mut Option<DiskState>, done: &Completion<Fr
         }
         // No answer in time, or the membership changed: the outcome is unknown, so the
         // page is put again (a new version), a few times.
-        OpResult::Put(PutResult::Failed | PutResult::WrongView) if f.write && f.io.is_some() && f.tries + 1 < MAX_TRIES => {
+        OpResult::Put(PutResult::Failed | PutResult::WrongView)
+            if f.write && f.io.is_some() && f.tries + 1 < MAX_TRIES =>
+        {
             if let Some(io) = f.io {
                 d.counters.retries += 1;
                 if let Err(io) = d.push_try(page, io, true, false, f.tries + 1) {
@@ -497,190 +509,6 @@ fn fill_from(io: &PageIo, buf: &DmaBuf) -> Result {
     Ok(())
 }
 
-/// Copy a write's page into a frame.
-fn copy_into(io: &PageIo, buf: &DmaBuf) -> Result {
-    let mut chunk = [0u8; 256];
-    for off in (0..PAGE_BYTES).step_by(chunk.len()) {
-        io.copy_out(off, &mut chunk)?;
-        buf.write(off, &chunk)?;
-    }
-    Ok(())
-}
-
-/// Issue backlogged disk pages while GMS has operation slots and frames. Returns
-/// whether anything was issued (flush after).
-pub(crate) fn issue(core: &mut DiskCore, now: u64) -> bool {
-    issue_disk(core, now) | issue_prefetches(core, now)
-}
-
-fn issue_disk(core: &mut DiskCore, now: u64) -> bool {
-    let mut issued = false;
-    loop {
-        let c = &mut *core;
-        let coordinator = c.node.lru_coordinator();
-        let Some(d) = c.client.as_ref() else { return issued };
-        if d.queued == 0 || c.node.ops_in_use() + OPS_RESERVE >= OPS || c.node.host.free_frames() < 2 {
-            return issued;
-        }
-        let Some(d) = c.client.as_mut() else { return issued };
-        let Some((page, io, write, ra, tries)) = d.pop() else { return issued };
-        let id = PageId::new(DISK_SPACE, page);
-        let Some(v) = d.versions.get(page as usize).copied() else {
-            d.fail(io);
-            continue;
-        };
-        if write {
-            let Some((target, via)) = d.placement.pick(now, &mut c.lru, coordinator) else {
-                d.fail(io);
-                continue;
-            };
-            match via {
-                Via::Plan => crate::stats::STATS.lru_puts_by_plan.inc(),
-                Via::Fallback => crate::stats::STATS.lru_puts_fallback.inc(),
-            }
-            let f = c.node.host.alloc();
-            let ok = f.is_some_and(|f| c.node.host.frame(f).is_some_and(|b| copy_into(&io, b).is_ok()));
-            let (Some(f), true) = (f, ok) else {
-                if let Some(f) = f {
-                    c.node.host.release(f);
-                }
-                unpick(c, target, now);
-                fail_io(c, io);
-                continue;
-            };
-            let nv = v + 1;
-            match c.node.putpage(
-                now,
-                &mut c.rpc,
-                id,
-                Version(nv),
-                f,
-                PAGE_BYTES as u32,
-                target,
-                false,
-                Mode::NonBlocking,
-            ) {
-                Ok(op) => {
-                    let d = c.client.as_mut();
-                    if let Some(d) = d {
-                        d.versions[page as usize] = nv;
-                        d.in_flight[usize::from(op.slot)] = Some(InFlight {
-                            tries,
-                            target,
-                            op,
-                            io: Some(io),
-                            frame: f,
-                            write: true,
-                            version: nv,
-                            ra: false,
-                            prefetch: false,
-                        });
-                    }
-                    issued = true;
-                }
-                Err(_) => {
-                    c.node.host.release(f);
-                    unpick(c, target, now);
-                    fail_io(c, io);
-                }
-            }
-        } else {
-            let Some(reply_to) = c.node.host.solicit() else {
-                fail_read(c, page, io, ra);
-                continue;
-            };
-            let Some(&f) = reply_to.caller_frame() else {
-                fail_read(c, page, io, ra);
-                continue;
-            };
-            match c.node.getpage(now, &mut c.rpc, id, reply_to, Mode::NonBlocking) {
-                Ok(op) => {
-                    // A getpage answered locally completed inside the call (and found no
-                    // in-flight entry): handle that completion now.
-                    let slot = usize::from(op.slot);
-                    if let Some(d) = c.client.as_mut() {
-                        d.in_flight[slot] = Some(InFlight {
-                            tries,
-                            target: 0,
-                            op,
-                            io: Some(io),
-                            frame: f,
-                            write: false,
-                            version: v,
-                            ra,
-                            prefetch: false,
-                        });
-                    }
-                    if let Some(done) = c.node.host.take_done(op) {
-                        complete(&mut c.node.host, &mut c.client, &done);
-                    }
-                    issued = true;
-                }
-                Err(_) => {
-                    c.node.host.release(f);
-                    fail_read(c, page, io, ra);
-                }
-            }
-        }
-    }
-}
-
-/// Issue the prefetches read-ahead wants, while GMS has room.
-fn issue_prefetches(core: &mut DiskCore, now: u64) -> bool {
-    let mut issued = false;
-    loop {
-        let c = &mut *core;
-        if c.node.ops_in_use() + OPS_RESERVE + 4 >= OPS || c.node.host.free_frames() < 8 {
-            return issued;
-        }
-        let Some(d) = c.client.as_mut() else { return issued };
-        if !d.ra_on {
-            return issued;
-        }
-        let DiskState { ra, versions, cache, .. } = d;
-        // Pages never written read as zeros; cached ones need no fetch.
-        let skip = |s: u64, p: u64| versions.get(p as usize).map_or(true, |&v| v == 0) || cache.contains(&PageId::new(s, p));
-        let Some(p) = ra.poll_prefetch(skip) else { return issued };
-        let page = p.page;
-        let v = versions.get(page as usize).copied().unwrap_or(0);
-        let Some(reply_to) = c.node.host.solicit() else {
-            if let Some(d) = c.client.as_mut() {
-                let _ = d.ra.complete(DISK_SPACE, page, false);
-            }
-            return issued;
-        };
-        let Some(&f) = reply_to.caller_frame() else { return issued };
-        match c.node.getpage(now, &mut c.rpc, PageId::new(DISK_SPACE, page), reply_to, Mode::NonBlocking) {
-            Ok(op) => {
-                if let Some(d) = c.client.as_mut() {
-                    d.in_flight[usize::from(op.slot)] = Some(InFlight {
-                        tries: 0,
-                        target: 0,
-                        op,
-                        io: None,
-                        frame: f,
-                        write: false,
-                        version: v,
-                        ra: true,
-                        prefetch: true,
-                    });
-                }
-                if let Some(done) = c.node.host.take_done(op) {
-                    complete(&mut c.node.host, &mut c.client, &done);
-                }
-                issued = true;
-            }
-            Err(_) => {
-                c.node.host.release(f);
-                if let Some(d) = c.client.as_mut() {
-                    let _ = d.ra.complete(DISK_SPACE, page, false);
-                }
-                return issued;
-            }
-        }
-    }
-}
-
 /// Move up to `out.len()` pages that finished into `out` (under the core lock); the
 /// caller completes them once the lock is released. How many.
 pub(crate) fn take_finished(core: &mut DiskCore, out: &mut [Option<(PageIo, bool)>]) -> usize {
@@ -774,31 +602,5 @@ pub(crate) fn submit(c: &mut DiskCore, page: u64, io: PageIo, write: bool, closi
             return false;
         }
         issue_disk(c, now_ns())
-    }
-}
-
-/// A read that could not be issued: fail it, and end its read-ahead entry (its parked
-/// readers are queued as plain reads).
-fn fail_read(c: &mut DiskCore, page: u64, io: PageIo, ra: bool) {
-    if let Some(d) = c.client.as_mut() {
-        if ra {
-            let _ = d.ra.complete(DISK_SPACE, page, false);
-            d.wake(page, None);
-        }
-    }
-    fail_io(c, io);
-}
-
-/// A put picked `target` but was never sent.
-fn unpick(c: &mut DiskCore, target: u16, now: u64) {
-    if let Some(d) = c.client.as_mut() {
-        d.placement.done(target, Outcome::Failed, now);
-    }
-}
-
-fn fail_io(c: &mut DiskCore, io: PageIo) {
-    match c.client.as_mut() {
-        Some(d) => d.fail(io),
-        None => io.complete(Err(EIO)),
     }
 }
