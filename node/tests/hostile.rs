@@ -3,7 +3,8 @@
 //! host crafts packets through its own virtual NIC — forged getpage replies with guessed
 //! tokens and generations, bodies speaking for honest nodes (sites, heartbeats with a new
 //! incarnation), forged PUTDONE / DISCARD / DIRUPDATE / DROPPAGE / getpages / putpages,
-//! and floods of garbage and of valid-looking packets — while honest clients put and read
+//! floods of garbage and of valid-looking packets, and packets sent after its host gave
+//! its endpoint another node's id — while honest clients put and read
 //! pages. Every read returns the bytes last put, every forgery is rejected and counted,
 //! and every honest operation completes.
 
@@ -12,7 +13,7 @@ use gms::ops::*;
 use gms::prelude::*;
 use netrpc::prelude::{Message, ReplyToken};
 use netrpc::wire::{Header, Kind, HEADER_BYTES};
-use trapeze_host::endpoint::{SendError, SendMsg};
+use trapeze_host::endpoint::{EndpointConfig, SendError, SendMsg};
 use trapeze_host::iface::entry::Segment;
 use trapeze_host::iface::ipt::PayloadToken;
 use trapeze_node::gms::page_pattern as content;
@@ -234,6 +235,40 @@ fn run() {
             "node {i} took a heartbeat for another node"
         );
     }
+    // The hostile host rewrites its endpoint's node id to 1: its firmware now writes 1 as
+    // the sender of every packet, and the honest nodes' NICs stamp the true sender (3)
+    // back, so a directory update and a heartbeat sent as node 1 (their tokens naming node
+    // 1 as origin, as node 1's own would) arrive from node 3 and are refused.
+    let foreign = rpc(&|s| s.foreign_requests);
+    let ep = &c.ports[HOSTILE].node.host.frames.ep;
+    ep.configure(&EndpointConfig { node_id: 1, ..EndpointConfig::default() });
+    for _ in 0..100_000 {
+        if c.ports[HOSTILE].node.host.frames.ep.config_applied() {
+            break;
+        }
+        c.poll();
+    }
+    assert!(c.ports[HOSTILE].node.host.frames.ep.config_applied(), "the hostile NIC took its new id");
+    let view = c.ports[0].node.members().view();
+    let page = PageId::new(SPACE, 5);
+    for victim in [0u16, 2] {
+        let up = DirUpdateReq { page, version: Version(1 << 40), view, site: 1 };
+        inject(&mut c, victim, &ctrl(Kind::Request, OP_DIRUPDATE, own(1), 0, &up), None);
+        let hb = Heartbeat { node: 1, incarnation: 0x5151, held: 0, budget: 1 };
+        inject(&mut c, victim, &ctrl(Kind::OneWay, OP_HEARTBEAT, own(1), 0, &hb), None);
+    }
+    for _ in 0..2000 {
+        c.poll();
+    }
+    let rpc = |f: &dyn Fn(&netrpc::prelude::Stats) -> u64| {
+        HONEST.iter().map(|&i| f(&c.ports[i as usize].rpc.stats())).sum::<u64>()
+    };
+    assert!(rpc(&|s| s.foreign_requests) >= foreign + 4, "packets sent as node 1 arrived as node 3's");
+    match c.get_wait(0, page).expect("get after the spoofed update") {
+        Got::Hit { version: got, data, .. } => assert!(got == version[5] && data == content(page, got)),
+        Got::Miss => panic!("missed after the spoofed update"),
+    }
+
     // The cluster still serves: a last honest put and read.
     let page = PageId::new(SPACE, PAGES + 1);
     c.put_wait(1, page, Version(9), &content(page, Version(9))).expect("put after the attack");
