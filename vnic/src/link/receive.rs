@@ -125,7 +125,7 @@ const STAMP_FRAMES: u64 = 64;
 /// checked. `verdict`: `None` for a CRC trailer (over the bytes and the tag); for a
 /// [`frame::FLAG_VERDICT`] packet, whether it came over a memory medium (only there is a
 /// verdict believed).
-#[inline]
+#[inline(always)]
 fn check_packet<'p>(
     bytes: &'p [u8],
     src: u16,
