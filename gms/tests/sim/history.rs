@@ -231,9 +231,15 @@ struct PageState {
     /// Writes (puts, moves) and discards not yet ended.
     open_writes: BTreeSet<usize>,
     open_discards: BTreeSet<usize>,
+    /// Every discard issued: (history index, version).
+    discards: Vec<(usize, u64)>,
+    /// Every put and move issued.
+    writes: Vec<usize>,
+    /// Every page the runtime registered itself: (node, history index, version).
+    newer: Vec<(u16, usize, u64)>,
     open_moving_gets: BTreeSet<usize>,
-    /// Open writes whose target's runtime took the page back meanwhile.
-    taken_back: BTreeSet<usize>,
+    /// Every time a runtime took the page back: (node, history index).
+    drops: Vec<(u16, usize)>,
     read_back: bool,
 }
 
@@ -243,14 +249,11 @@ pub fn check(h: &History) -> Report {
     let mut pages: BTreeMap<PageId, PageState> = BTreeMap::new();
     let mut floor_at_issue: HashMap<usize, u64> = HashMap::new();
     let mut view: Vec<u16> = Vec::new();
+    // Every view: (history index, members).
+    let mut views: Vec<(usize, Vec<u16>)> = Vec::new();
     let mut settled = false;
     // When each node last crashed (history index).
     let mut last_crash: HashMap<u16, usize> = HashMap::new();
-    let dir = |ids: &[u16], p: &PageId| {
-        let mut m = Members::<16>::new();
-        m.set(1, ids).expect("at most 16 members");
-        m.directory_of(p)
-    };
     for (at, ev) in &h.events {
         match ev {
             Ev::Issue(i) => {
@@ -269,12 +272,14 @@ pub fn check(h: &History) -> Report {
                     OpKind::Put | OpKind::Move => {
                         st.max_written = st.max_written.max(o.version);
                         st.open_writes.insert(*i);
+                        st.writes.push(*i);
                         if st.acked.is_some() {
                             st.holders.insert(o.target);
                         }
                     }
                     OpKind::Discard => {
                         st.open_discards.insert(*i);
+                        st.discards.push((at.seq, o.version));
                         if st.acked.is_some_and(|(v, _)| o.version >= v) {
                             st.risk.insert(Cause::Discarded);
                         }
@@ -326,41 +331,27 @@ pub fn check(h: &History) -> Report {
                     }
                     (OpKind::Put | OpKind::Move, Outcome::Stored) => {
                         st.open_writes.remove(i);
-                        let taken_back = st.taken_back.remove(i);
                         r.acked_writes += 1;
                         st.floor = st.floor.max(o.version);
-                        if st.acked.is_none_or(|(v, _)| o.version >= v) {
-                            st.acked = Some((o.version, *at));
-                            st.holders = [o.target].into_iter().collect();
-                            st.holders.extend(st.open_writes.iter().map(|&w| h.ops[w].target));
-                            st.holders.extend(st.open_moving_gets.iter().map(|&g| h.ops[g].node));
-                            st.risk.clear();
-                            if st.open_discards.iter().any(|&d| h.ops[d].version >= o.version) {
-                                st.risk.insert(Cause::Discarded);
+                        match st.acked {
+                            Some((v, _)) if o.version < v => {}
+                            Some((v, _)) if o.version == v => {
+                                // The same version acknowledged again (a put, and a move
+                                // of it): one more node that may hold it.
+                                let (holders, risk) = custody(h, st, *i, &last_crash, &views);
+                                st.holders.extend(holders);
+                                st.risk.extend(risk);
                             }
-                            if !st.open_moving_gets.is_empty() {
-                                st.risk.insert(Cause::MovingRead);
-                            }
-                            if taken_back {
-                                st.risk.insert(Cause::TakenBack);
-                            }
-                            // A holder that crashed after the write was issued (the
-                            // acknowledgement was on its way) or since an open write began.
-                            let since = |n: u16, seq: usize| last_crash.get(&n).is_some_and(|&c| c > seq);
-                            let open = st.open_writes.iter().map(|&w| (h.ops[w].target, h.ops[w].issued.seq));
-                            let gets = st.open_moving_gets.iter().map(|&g| (h.ops[g].node, h.ops[g].issued.seq));
-                            if std::iter::once((o.target, o.issued.seq))
-                                .chain(open)
-                                .chain(gets)
-                                .any(|(n, s)| since(n, s))
-                            {
-                                st.risk.insert(Cause::HolderCrashed);
+                            _ => {
+                                let (holders, risk) = custody(h, st, *i, &last_crash, &views);
+                                st.acked = Some((o.version, *at));
+                                st.holders = holders;
+                                st.risk = risk;
                             }
                         }
                     }
                     (OpKind::Put | OpKind::Move, _) => {
                         st.open_writes.remove(i);
-                        st.taken_back.remove(i);
                     }
                     (OpKind::Discard, out) => {
                         st.open_discards.remove(i);
@@ -385,10 +376,12 @@ pub fn check(h: &History) -> Report {
                     }
                 }
                 view = ids.clone();
+                views.push((at.seq, ids.clone()));
             }
             Ev::Hold { node, page, version } => {
                 let st = pages.entry(*page).or_default();
                 st.max_written = st.max_written.max(*version);
+                st.newer.push((*node, at.seq, *version));
                 if st.acked.is_some() {
                     st.holders.insert(*node);
                 }
@@ -398,10 +391,7 @@ pub fn check(h: &History) -> Report {
                     if st.acked.is_some() && st.holders.contains(node) {
                         st.risk.insert(Cause::TakenBack);
                     }
-                    // A write still open to that node may yet be acknowledged.
-                    let open: Vec<usize> =
-                        st.open_writes.iter().copied().filter(|&w| h.ops[w].target == *node).collect();
-                    st.taken_back.extend(open);
+                    st.drops.push((*node, at.seq));
                 }
             }
             Ev::Settled => {
@@ -422,6 +412,61 @@ pub fn check(h: &History) -> Report {
         }
     }
     r
+}
+
+/// The directory node of `p` among `ids`.
+fn dir(ids: &[u16], p: &PageId) -> Option<u16> {
+    let mut m = Members::<16>::new();
+    m.set(1, ids).expect("at most 16 members");
+    m.directory_of(p)
+}
+
+/// Who may hold page `o.page` once write `i` is acknowledged, and which causes already
+/// excuse its loss: the write's target, the targets of writes still open and of newer
+/// writes whose outcome is unknown (they supersede this copy wherever they went), pages
+/// the runtime registered at a newer version, readers of moving reads in flight; each
+/// of them may have crashed or had the page taken back by its runtime since its write
+/// began (the acknowledgement was on its way), a discard may cover the version, or the
+/// directory may have moved meanwhile.
+fn custody(
+    h: &History,
+    st: &PageState,
+    i: usize,
+    last_crash: &HashMap<u16, usize>,
+    views: &[(usize, Vec<u16>)],
+) -> (BTreeSet<u16>, BTreeSet<Cause>) {
+    let o = &h.ops[i];
+    let unknown = |w: &Op| w.end.is_none_or(|e| e.1 == Outcome::NotStored(PutResult::Failed));
+    let mut may: Vec<(u16, usize)> = vec![(o.target, o.issued.seq)];
+    may.extend(st.open_writes.iter().map(|&w| (h.ops[w].target, h.ops[w].issued.seq)));
+    may.extend(st.open_moving_gets.iter().map(|&g| (h.ops[g].node, h.ops[g].issued.seq)));
+    may.extend(st.newer.iter().filter(|w| w.2 > o.version).map(|w| (w.0, w.1)));
+    may.extend(
+        st.writes
+            .iter()
+            .map(|&w| &h.ops[w])
+            .filter(|w| w.version > o.version && unknown(w))
+            .map(|w| (w.target, w.issued.seq)),
+    );
+    let mut risk = BTreeSet::new();
+    if may.iter().any(|&(n, seq)| last_crash.get(&n).is_some_and(|&c| c > seq)) {
+        risk.insert(Cause::HolderCrashed);
+    }
+    if may.iter().any(|&(n, seq)| st.drops.iter().any(|&(d, at)| d == n && at > seq)) {
+        risk.insert(Cause::TakenBack);
+    }
+    let covering = |&(seq, v): &(usize, u64)| seq > o.issued.seq && v >= o.version;
+    if st.open_discards.iter().any(|&d| h.ops[d].version >= o.version) || st.discards.iter().any(covering) {
+        risk.insert(Cause::Discarded);
+    }
+    if !st.open_moving_gets.is_empty() {
+        risk.insert(Cause::MovingRead);
+    }
+    let first = views.iter().rposition(|(seq, _)| *seq < o.issued.seq).unwrap_or(0);
+    if views[first..].windows(2).any(|w| dir(&w[0].1, &o.page) != dir(&w[1].1, &o.page)) {
+        risk.insert(Cause::DirectoryMoved);
+    }
+    (may.into_iter().map(|m| m.0).collect(), risk)
 }
 
 /// Rule (b) on the first read of a page after the cluster settled.

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! A simulated cluster for the GMS tests: 3–5 nodes, each a NetRPC `Rpc` and a
-//! `GmsNode`, over a network that can drop, duplicate and reorder messages, with one node
-//! that may crash (and be declared failed some steps later).
+//! `GmsNode`, over a network that can drop, duplicate and reorder messages and be cut
+//! into two sides (a partition, until healed); nodes may crash, be declared failed some
+//! steps later, and restart as a new incarnation that rejoins. Every operation and fault
+//! goes into a [`history::History`] for the history checker.
 //!
 //! Frames are numbers; a frame's contents are modelled as the (page, version) written
 //! into it, so every payload can be checked. The NIC's incoming payload table is modelled
