@@ -1,0 +1,581 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! The history checker's scenarios: GMS on 3–5 simulated nodes under crashes, restarts
+//! (new incarnations that rejoin), partitions that heal, and message loss, duplication and
+//! reordering; every operation and fault is recorded and the history judged by
+//! `sim::history::check` (never stale, never foreign bytes, nothing acknowledged lost
+//! unless a cause the one-copy design allows; those losses counted by cause).
+//!
+//! Each scenario is derived from one seed. A violation prints the rule it broke, where (history
+//! index, simulated time, step), the page's history, and a line to rerun exactly that
+//! scenario: `GMS_HISTORY_SEED="<seed> <short|long>" cargo test -p trapeze-gms --test
+//! history replay -- --ignored --nocapture` (add `GMS_TRACE=1` to print every message).
+//! `checked_histories` runs a fixed set in every test run; `long_run` (on demand) runs
+//! `GMS_HISTORY_SCENARIOS` (10 000 by default) longer ones from `GMS_HISTORY_BASE` (random
+//! by default, printed) and reports its scenario count and violations.
+
+mod sim;
+
+use gms::prelude::*;
+use sim::history::{self, Cause, Ev, History, Outcome, Report};
+use sim::OpKind;
+use sim::*;
+use std::cell::Cell;
+use std::collections::BTreeMap;
+
+/// One scenario's shape, all drawn from its seed.
+#[derive(Clone, Copy, Debug)]
+struct Plan {
+    seed: u64,
+    long: bool,
+    steps: usize,
+    knobs: Knobs,
+    /// Per mille per step: a node crashes / a partition starts.
+    crash_pm: u64,
+    cut_pm: u64,
+    /// Percent per step that a node declared failed restarts.
+    restart_pct: u32,
+    /// Steps before a crashed node is declared failed.
+    detect: usize,
+    /// Copies change hands at the same version: movepage, and reads of the space with
+    /// moving reads (see `KNOWN_BUG`).
+    moves: bool,
+}
+
+fn plan(seed: u64, long: bool, moves: bool) -> Plan {
+    let mut r = Rng(seed ^ 0x6d73_6869_7374_6f72);
+    let nodes = 3 + r.below(3) as usize;
+    // A third of the scenarios lose no messages (crashes and partitions only).
+    let lossy = r.below(3) != 0;
+    let knobs = Knobs {
+        nodes,
+        pages: 2 + r.below(5),
+        drop_pct: if lossy { [1, 2, 5, 10, 20][r.below(5) as usize] } else { 0 },
+        dup_pct: if lossy { r.below(15) as u32 } else { 0 },
+        reorder: r.pct(70),
+        crash: None,
+        op_timeout: 50 + r.below(1500),
+        max_dt: 1 + r.below(150),
+        budget: 2 + r.below(HELD as u64 - 1) as usize,
+    };
+    Plan {
+        seed,
+        long,
+        steps: if long { 200 + r.below(1300) as usize } else { 100 + r.below(250) as usize },
+        knobs,
+        crash_pm: r.below(15),
+        cut_pm: r.below(15),
+        restart_pct: r.below(10) as u32,
+        detect: r.below(40) as usize,
+        moves,
+    }
+}
+
+impl Plan {
+    fn replay_line(&self) -> String {
+        let len = if self.long { "long" } else { "short" };
+        let moves = if self.moves { "moves" } else { "nomoves" };
+        format!(
+            "GMS_HISTORY_SEED=\"{:#x} {len} {moves}\" cargo test -p trapeze-gms --test history replay -- --ignored --nocapture",
+            self.seed
+        )
+    }
+}
+
+thread_local! {
+    /// The step a scenario was at, for a panic's report.
+    static STEP: Cell<usize> = const { Cell::new(0) };
+}
+
+/// What one scenario produced: the checker's report, or the harness invariant (or hang)
+/// that stopped it, and how much of each fault it saw.
+struct Run {
+    report: Report,
+    history: History,
+    panic: Option<String>,
+    crashes: u64,
+    restarts: u64,
+    cut_drops: u64,
+    dropped: u64,
+    duplicated: u64,
+}
+
+fn drive(p: &Plan, slot: &mut Option<Sim>) {
+    let s = slot.insert(Sim::new(p.seed, p.knobs));
+    s.strict = false;
+    let mut crashed_at: Vec<Option<usize>> = vec![None; p.knobs.nodes];
+    let mut heal_at = 0;
+    for step in 0..p.steps {
+        s.step = step;
+        STEP.with(|c| c.set(step));
+        faults(s, p, step, &mut crashed_at, &mut heal_at);
+        workload(s, p);
+        s.check_frames();
+    }
+    // The faults stop: the network heals, every crash is noticed, some nodes come back.
+    s.heal();
+    for n in 0..p.knobs.nodes as u16 {
+        if s.crashed[n as usize] && !s.failed[n as usize] {
+            s.declare_failed(n);
+        }
+    }
+    for n in 0..p.knobs.nodes as u16 {
+        if s.crashed[n as usize] && s.rng.pct(50) {
+            s.restart(n);
+        }
+    }
+    STEP.with(|c| c.set(usize::MAX));
+    s.settle();
+    s.check_quiet();
+    s.check_converged();
+    s.check_frames();
+    s.hist.push(s.now, usize::MAX, Ev::Settled);
+    // Read every page back, each from a random live node.
+    for q in 0..2 * p.knobs.pages {
+        let page = page_of(p, q);
+        let live = s.live();
+        let mut tries = 0;
+        loop {
+            let r = live[s.rng.below(live.len() as u64) as usize];
+            if s.getpage(r, page).is_some() {
+                break;
+            }
+            tries += 1;
+            assert!(tries < 100, "{}: the read-back getpage of {page:?} is never accepted", s.ctx);
+            s.settle();
+        }
+        s.run_to_idle();
+    }
+    s.settle();
+    s.check_quiet();
+}
+
+/// Crashes (declared failed `detect` steps later), restarts, partitions that heal.
+fn faults(s: &mut Sim, p: &Plan, step: usize, crashed_at: &mut [Option<usize>], heal_at: &mut usize) {
+    let n = p.knobs.nodes;
+    for (i, at) in crashed_at.iter_mut().enumerate() {
+        if at.is_some_and(|at| step >= at + p.detect) {
+            *at = None;
+            s.declare_failed(i as u16);
+        }
+    }
+    if s.rng.below(1000) < p.crash_pm {
+        let live = s.live();
+        // Keep two nodes up.
+        if live.len() > 2 {
+            let v = live[s.rng.below(live.len() as u64) as usize];
+            s.crash(v);
+            crashed_at[v as usize] = Some(step);
+        }
+    }
+    for i in 0..n {
+        if s.crashed[i] && s.failed[i] && s.rng.pct(p.restart_pct) {
+            s.restart(i as u16);
+        }
+    }
+    if s.cut.is_some() && step >= *heal_at {
+        s.heal();
+    } else if s.cut.is_none() && s.rng.below(1000) < p.cut_pm {
+        // Two non-empty sides.
+        let mut side: Vec<u8> = (0..n).map(|_| s.rng.below(2) as u8).collect();
+        let lone = s.rng.below(n as u64) as usize;
+        side[lone] = 1 - side[(lone + 1) % n];
+        *heal_at = step + 5 + s.rng.below(80) as usize;
+        s.partition(side);
+    }
+}
+
+/// The `q`th page of a scenario: both spaces, or only the one with sticky reads when
+/// copies may not change hands.
+fn page_of(p: &Plan, q: u64) -> PageId {
+    if p.moves {
+        PageId::new(q % 2, q / 2)
+    } else {
+        PageId::new(0, q)
+    }
+}
+
+/// One workload step, as in the model tests: an operation from a random live node, a
+/// delivery or time passing.
+fn workload(s: &mut Sim, plan: &Plan) {
+    let live = s.live();
+    let node = live[s.rng.below(live.len() as u64) as usize];
+    let others: Vec<u16> = live.iter().copied().filter(|&n| n != node && !s.failed[n as usize]).collect();
+    let pick = |s: &mut Sim, v: &[u16]| (!v.is_empty()).then(|| v[s.rng.below(v.len() as u64) as usize]);
+    match s.rng.below(100) {
+        0..=19 => {
+            let p = page_of(plan, s.rng.below(2 * plan.knobs.pages));
+            s.getpage(node, p);
+        }
+        20..=33 => {
+            let p = page_of(plan, s.rng.below(2 * plan.knobs.pages));
+            if let Some(t) = pick(s, &others) {
+                s.putpage(node, p, t);
+            }
+        }
+        34..=37 if plan.moves => {
+            let held: Vec<_> = s.nodes[node as usize].holdings().map(|(p, _)| *p).collect();
+            if let (false, Some(t)) = (held.is_empty(), pick(s, &others)) {
+                let p = held[s.rng.below(held.len() as u64) as usize];
+                s.movepage(node, p, t);
+            }
+        }
+        38..=39 => {
+            let p = page_of(plan, s.rng.below(2 * plan.knobs.pages));
+            s.discard(node, p);
+        }
+        40 => {
+            let p = page_of(plan, s.rng.below(2 * plan.knobs.pages));
+            s.hold(node, p);
+        }
+        41 => {
+            let held: Vec<_> = s.nodes[node as usize].holdings().map(|(p, _)| *p).collect();
+            if !held.is_empty() {
+                let p = held[s.rng.below(held.len() as u64) as usize];
+                s.drop_local(node, p);
+            }
+        }
+        42..=87 => s.deliver(true),
+        _ => {
+            let dt = 1 + s.rng.below(s.k.max_dt);
+            s.tick(dt);
+        }
+    }
+}
+
+fn run(p: &Plan) -> Run {
+    let mut slot = None;
+    let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drive(p, &mut slot)));
+    let s = slot.expect("the scenario started");
+    let panic = res.err().map(|e| {
+        let msg = e
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| e.downcast_ref::<&str>().map(|m| m.to_string()))
+            .unwrap_or_default();
+        match STEP.with(|c| c.get()) {
+            usize::MAX => format!("stopped while settling: {msg}"),
+            step => format!("stopped at step {step}: {msg}"),
+        }
+    });
+    let restarts = s.hist.events.iter().filter(|e| matches!(e.1, Ev::Restart(_))).count() as u64;
+    Run {
+        report: history::check(&s.hist),
+        panic,
+        crashes: s.cov.crashes,
+        restarts,
+        cut_drops: s.cut_drops,
+        dropped: s.cov.dropped,
+        duplicated: s.cov.duplicated,
+        history: s.hist,
+    }
+}
+
+/// Totals over many scenarios.
+#[derive(Default, Debug)]
+struct Totals {
+    scenarios: u64,
+    violations: u64,
+    failed_scenarios: Vec<u64>,
+    lost: BTreeMap<Cause, u64>,
+    kept: u64,
+    kept_at_risk: u64,
+    reads_checked: u64,
+    acked_writes: u64,
+    crashes: u64,
+    restarts: u64,
+    cut_drops: u64,
+    dropped: u64,
+    duplicated: u64,
+}
+
+impl Totals {
+    fn add(&mut self, p: &Plan, r: Run) {
+        self.scenarios += 1;
+        let bad = r.report.violations.len() as u64 + u64::from(r.panic.is_some());
+        if bad > 0 {
+            self.violations += bad;
+            self.failed_scenarios.push(p.seed);
+            eprintln!("gms history: VIOLATION in scenario {p:?}");
+            if let Some(m) = &r.panic {
+                eprintln!("  harness invariant: {m}");
+            }
+            for v in &r.report.violations {
+                eprintln!("  {}: {}", v.at, v.what);
+            }
+            if let Some(v) = r.report.violations.first() {
+                eprintln!("  history of {:?}:\n{}", v.page, r.history.trail(v.page, 40));
+            }
+            eprintln!("  replay: {}", p.replay_line());
+        }
+        for (c, n) in &r.report.lost {
+            *self.lost.entry(*c).or_default() += n;
+        }
+        self.kept += r.report.kept;
+        self.kept_at_risk += r.report.kept_at_risk;
+        self.reads_checked += r.report.reads_checked;
+        self.acked_writes += r.report.acked_writes;
+        self.crashes += r.crashes;
+        self.restarts += r.restarts;
+        self.cut_drops += r.cut_drops;
+        self.dropped += r.dropped;
+        self.duplicated += r.duplicated;
+    }
+
+    fn summary(&self) -> String {
+        format!(
+            "{} scenarios, {} violations; {} acknowledged writes, {} reads checked; after the faults {} pages \
+             read back at their acknowledged version or newer ({} of them despite a fault that excused a loss), \
+             lost for an allowed cause: {:?}; faults: {} crashes, {} restarts, {} messages cut by partitions, \
+             {} dropped, {} duplicated",
+            self.scenarios,
+            self.violations,
+            self.acked_writes,
+            self.reads_checked,
+            self.kept,
+            self.kept_at_risk,
+            self.lost,
+            self.crashes,
+            self.restarts,
+            self.cut_drops,
+            self.dropped,
+            self.duplicated
+        )
+    }
+}
+
+fn seeds(base: u64, n: u64) -> impl Iterator<Item = u64> {
+    let mut r = Rng(base);
+    (0..n).map(move |_| r.next())
+}
+
+/// A fixed set of scenarios in every test run: no violation, and the faults the checker
+/// is about all happened (crashes, restarts, partitions, loss, duplication), with pages
+/// both kept and legitimately lost.
+#[test]
+fn checked_histories() {
+    let mut t = Totals::default();
+    for seed in seeds(0x0006_d5ee_d202_6016, 300) {
+        let p = plan(seed, false, false);
+        t.add(&p, run(&p));
+    }
+    let sum = t.summary();
+    eprintln!("gms history: {sum}");
+    assert_eq!(t.violations, 0, "{sum}; failing seeds {:x?}", t.failed_scenarios);
+    assert!(t.crashes > 0 && t.restarts > 0 && t.cut_drops > 0 && t.dropped > 0 && t.duplicated > 0, "{sum}");
+    assert!(t.kept > 0 && t.reads_checked > 0 && t.acked_writes > 0, "{sum}");
+    assert!(t.lost.get(&Cause::HolderCrashed).is_some_and(|&n| n > 0), "{sum}");
+    assert!(t.lost.get(&Cause::DirectoryMoved).is_some_and(|&n| n > 0), "{sum}");
+}
+
+/// How many scenarios an on-demand run makes: `GMS_HISTORY_SCENARIOS`, else `default`.
+fn scenario_count(default: u64) -> u64 {
+    std::env::var("GMS_HISTORY_SCENARIOS")
+        .map_or(default, |v| v.parse().unwrap_or_else(|_| panic!("GMS_HISTORY_SCENARIOS: not a number: {v:?}")))
+}
+
+/// `GMS_HISTORY_BASE`, else a fresh one (printed, so a run can be repeated).
+fn base_seed() -> u64 {
+    match std::env::var("GMS_HISTORY_BASE") {
+        Ok(v) => parse_u64(&v).unwrap_or_else(|| panic!("GMS_HISTORY_BASE: not a number: {v:?}")),
+        Err(_) => std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64,
+    }
+}
+
+fn many(what: &str, n: u64, base: u64, long: bool, moves: bool) -> Totals {
+    eprintln!("gms history: {what}: {n} scenarios from GMS_HISTORY_BASE={base:#x}");
+    let started = std::time::Instant::now();
+    let mut t = Totals::default();
+    for seed in seeds(base, n) {
+        let p = plan(seed, long, moves);
+        t.add(&p, run(&p));
+        if t.scenarios % 1000 == 0 {
+            eprintln!("  {} scenarios, {} violations ({:.0?})", t.scenarios, t.violations, started.elapsed());
+        }
+    }
+    eprintln!("gms history: {what}: {} (GMS_HISTORY_BASE={base:#x}, {:.1?})", t.summary(), started.elapsed());
+    t
+}
+
+/// The long run: `GMS_HISTORY_SCENARIOS` (10 000) longer scenarios from
+/// `GMS_HISTORY_BASE` (random unless set), in release mode:
+/// `cargo test -p trapeze-gms --release --test history long_run -- --ignored --nocapture`.
+/// Copies do not change hands at the same version here (see [`KNOWN_BUG`]).
+#[test]
+#[ignore = "on demand: a long run (10 000 scenarios; about a minute in release mode)"]
+fn long_run() {
+    let t = many("long run", scenario_count(10_000), base_seed(), true, false);
+    assert_eq!(t.violations, 0, "{}; failing seeds {:x?}", t.summary(), t.failed_scenarios);
+}
+
+/// A known GMS bug the checker found (open): a copy that changed hands at the same version
+/// (movepage, or a moving read) is lost when a registration of its previous holder at that
+/// version reaches the directory afterwards: the directory names the previous holder
+/// again and has the new one drop its copy, so the page reads as a miss although nothing
+/// crashed. The previous holder's registration can be its scrub's re-registration still
+/// in flight when the move began, or a duplicated `DIRUPDATE` (NetRPC does not suppress
+/// duplicate requests), so neither refusing moves while a registration is in flight nor
+/// a flag on scrub re-registrations closes it; the directory cannot tell the two
+/// registrations of one version apart. Replays (each ends in a `LOST` violation):
+const KNOWN_BUG: &[&str] = &[
+    "0x9ba743fab6e59db1 short moves",
+    "0x5f79c019d9cd8c32 short moves",
+    "0xbe5369a98470bad4 short moves",
+    "0x11103de8ff0b4ae1 short moves",
+];
+
+/// Reports the known bug's scenarios and how often it shows in `GMS_HISTORY_SCENARIOS`
+/// (300) scenarios with movepage and moving reads; fails while the bug is there.
+#[test]
+#[ignore = "on demand: a known GMS bug (same-version re-registration after a move), fails until fixed"]
+fn known_bug_moves() {
+    let mut t = Totals::default();
+    for line in KNOWN_BUG {
+        let mut f = line.split_whitespace();
+        let seed = parse_u64(f.next().unwrap()).unwrap();
+        let p = plan(seed, f.next() == Some("long"), true);
+        t.add(&p, run(&p));
+    }
+    let known = t.violations;
+    let all = many("with moves", scenario_count(300), base_seed(), false, true);
+    assert_eq!(
+        (known, all.violations),
+        (0, 0),
+        "known-bug scenarios: {}; with moves: {}; failing seeds {:x?}",
+        t.summary(),
+        all.summary(),
+        all.failed_scenarios
+    );
+}
+
+fn parse_u64(s: &str) -> Option<u64> {
+    let s = s.trim();
+    match s.strip_prefix("0x") {
+        Some(h) => u64::from_str_radix(h, 16).ok(),
+        None => s.parse().ok(),
+    }
+}
+
+/// Rerun one scenario: `GMS_HISTORY_SEED="<seed> <short|long>"`, as a violation printed it.
+#[test]
+#[ignore = "on demand: replays the scenario in GMS_HISTORY_SEED"]
+fn replay() {
+    let line = std::env::var("GMS_HISTORY_SEED").expect("set GMS_HISTORY_SEED to the line a violation printed");
+    let mut f = line.split_whitespace();
+    let seed = f.next().and_then(parse_u64).unwrap_or_else(|| panic!("GMS_HISTORY_SEED: no seed in {line:?}"));
+    let long = match f.next() {
+        None | Some("short") => false,
+        Some("long") => true,
+        Some(x) => panic!("GMS_HISTORY_SEED: {x:?} is neither short nor long"),
+    };
+    let moves = match f.next() {
+        None | Some("moves") => true,
+        Some("nomoves") => false,
+        Some(x) => panic!("GMS_HISTORY_SEED: {x:?} is neither moves nor nomoves"),
+    };
+    let p = plan(seed, long, moves);
+    let mut t = Totals::default();
+    t.add(&p, run(&p));
+    eprintln!("gms history: {p:?}: {}", t.summary());
+    assert_eq!(t.violations, 0);
+}
+
+// ---- the checker itself, on histories made by hand -----------------------------------------
+
+/// A history builder: ops end in the order given.
+struct Hand(History, u16);
+impl Hand {
+    fn new(ids: &[u16]) -> Hand {
+        let mut h = History::default();
+        h.push(1, 0, Ev::View(ids.to_vec()));
+        Hand(h, 0)
+    }
+    fn op(&mut self, node: u16, kind: OpKind, page: PageId, version: u64, target: u16, out: Option<Outcome>) {
+        self.1 += 1;
+        let id = OpId { slot: self.1, generation: 1 };
+        self.0.issue(2, 1, node, id, kind, page, version, target);
+        if let Some(o) = out {
+            self.0.end(3, 1, node, id, o);
+        }
+    }
+    fn put(&mut self, page: PageId, v: u64, target: u16) {
+        self.op(0, OpKind::Put, page, v, target, Some(Outcome::Stored));
+    }
+    fn hit(&mut self, page: PageId, v: u64, data: (PageId, u64)) {
+        self.op(2, OpKind::Get, page, 0, 0, Some(Outcome::Hit { version: v, data: Some(data), held: false }));
+    }
+    fn miss(&mut self, page: PageId) {
+        self.op(2, OpKind::Get, page, 0, 0, Some(Outcome::Miss(MissReason::NotCached)));
+    }
+    fn ev(&mut self, e: Ev) {
+        self.0.push(4, 1, e);
+    }
+}
+
+#[test]
+fn checker_flags_stale_and_foreign_reads() {
+    let (a, b) = (PageId::new(0, 1), PageId::new(0, 2));
+    let mut h = Hand::new(&[0, 1, 2]);
+    h.put(a, 1, 1);
+    h.put(a, 2, 1);
+    h.hit(a, 2, (a, 2));
+    h.hit(a, 1, (a, 1));
+    h.hit(a, 2, (b, 2));
+    h.hit(a, 3, (a, 3));
+    let r = history::check(&h.0);
+    let what: Vec<&str> = r.violations.iter().map(|v| v.what.as_str()).collect();
+    assert_eq!(r.violations.len(), 3, "{what:#?}");
+    assert!(what[0].starts_with("STALE"), "{what:#?}");
+    assert!(what[1].contains("the bytes are"), "{what:#?}");
+    assert!(what[2].contains("never written"), "{what:#?}");
+    // A read issued before the put was acknowledged may return the older version.
+    let mut h = Hand::new(&[0, 1, 2]);
+    h.put(a, 1, 1);
+    let id = OpId { slot: 99, generation: 1 };
+    h.0.issue(2, 1, 2, id, OpKind::Get, a, 0, 0);
+    h.put(a, 2, 1);
+    h.0.end(3, 1, 2, id, Outcome::Hit { version: 1, data: Some((a, 1)), held: false });
+    assert!(history::check(&h.0).violations.is_empty());
+}
+
+#[test]
+fn checker_flags_lost_pages_and_counts_allowed_losses() {
+    let ids = [0u16, 1, 2, 3];
+    let dir = |p: &PageId, ids: &[u16]| {
+        let mut m = gms::members::Members::<16>::new();
+        m.set(1, ids).unwrap();
+        m.directory_of(p).unwrap()
+    };
+    // Pages whose directory is not node 3 (so node 3 failing moves none of them) and one
+    // whose directory is node 3.
+    let stay: Vec<PageId> = (0..).map(|i| PageId::new(0, i)).filter(|p| dir(p, &ids) != 3).take(3).collect();
+    let moved = (0..).map(|i| PageId::new(0, i)).find(|p| dir(p, &ids) == 3).unwrap();
+    let mut h = Hand::new(&ids);
+    h.put(stay[0], 1, 1); // its holder never crashes: must read back
+    h.put(stay[1], 1, 2); // its holder crashes
+    h.put(stay[2], 1, 1); // read back newer
+    h.put(moved, 1, 1); // its directory moves
+    h.op(0, OpKind::Put, stay[2], 2, 1, None); // unacknowledged, yet stored
+    h.ev(Ev::Crash(2));
+    h.ev(Ev::Declared(2));
+    h.ev(Ev::View(vec![0, 1, 3]));
+    h.ev(Ev::Crash(3));
+    h.ev(Ev::Declared(3));
+    h.ev(Ev::View(vec![0, 1]));
+    h.ev(Ev::Settled);
+    h.miss(stay[0]);
+    h.miss(stay[1]);
+    h.hit(stay[2], 2, (stay[2], 2));
+    h.miss(moved);
+    let r = history::check(&h.0);
+    assert_eq!(r.violations.len(), 1, "{r:?}");
+    assert!(r.violations[0].what.starts_with("LOST"), "{r:?}");
+    assert_eq!(r.violations[0].page, stay[0]);
+    assert_eq!(r.kept, 1);
+    assert_eq!(r.lost.get(&Cause::HolderCrashed), Some(&1), "{r:?}");
+    assert_eq!(r.lost.get(&Cause::DirectoryMoved), Some(&1), "{r:?}");
+    // An acknowledged page never read back is a violation too.
+    let mut h = Hand::new(&ids);
+    h.put(stay[0], 1, 1);
+    h.ev(Ev::Settled);
+    assert_eq!(history::check(&h.0).violations.len(), 1);
+}

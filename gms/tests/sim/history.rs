@@ -1,0 +1,501 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! The history of a simulated GMS run (every operation issued and how it ended, every
+//! fault, with simulated time and step) and the checker that judges it.
+//!
+//! Pages carry content derived from (page, version), so a read's bytes say which write
+//! they came from. With one copy per page (replication `r` = 1), the checker's rules:
+//!
+//! - **(a) never stale, never foreign**: a getpage hit returns the bytes of its own page
+//!   at the version it claims, a version some write produced, and no older than the
+//!   newest put/move acknowledged (`Stored`) — or one past the newest discard acknowledged
+//!   (`Done`) — before the getpage was issued.
+//! - **(b) nothing acknowledged lost**: after the faults stop and the cluster settles,
+//!   every page whose last acknowledged write is still in custody of nodes that never
+//!   crashed reads back at that version or newer. A page may read as a miss only for a
+//!   cause the r = 1 design allows ([`Cause`]): a node that held or may have held it
+//!   crashed; its directory node moved on a view change (survivors drop such copies); a
+//!   discard covering that version was issued; the runtime took the copy back; or a
+//!   moving read took the copy and did not keep it.
+//! - **(c)** those legitimate losses are counted by cause.
+
+use super::OpKind;
+use gms::members::Members;
+use gms::prelude::*;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt::Write as _;
+
+/// When something happened: its place in the history, the simulated clock, the step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct At {
+    pub seq: usize,
+    pub t: u64,
+    /// The workload step (`usize::MAX`: while the cluster settles or is read back).
+    pub step: usize,
+}
+
+impl std::fmt::Display for At {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.step {
+            usize::MAX => write!(f, "#{} t={} (settling)", self.seq, self.t),
+            s => write!(f, "#{} t={} step {s}", self.seq, self.t),
+        }
+    }
+}
+
+/// How an operation ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// A put or move acknowledged: the target holds it and the directory names it.
+    Stored,
+    /// A put or move that ended otherwise (its effect may or may not have happened).
+    NotStored(PutResult),
+    /// A getpage hit: the version GMS claimed, what the frame holds, and whether the
+    /// reader became the page's holder (a moving read).
+    Hit {
+        version: u64,
+        data: Option<(PageId, u64)>,
+        held: bool,
+    },
+    Miss(MissReason),
+    Discard(DiscardResult),
+}
+
+/// One operation: who issued it, on what, and how it ended (`None`: never, e.g. its
+/// node crashed first).
+#[derive(Clone, Debug)]
+pub struct Op {
+    pub node: u16,
+    pub kind: OpKind,
+    pub page: PageId,
+    /// Put/move: the version written; discard: the version discarded.
+    pub version: u64,
+    pub target: u16,
+    /// A getpage in a space with moving reads.
+    pub moving: bool,
+    pub issued: At,
+    pub end: Option<(At, Outcome)>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Ev {
+    Issue(usize),
+    End(usize),
+    /// The node stopped (its memory is gone).
+    Crash(u16),
+    /// The survivors declared it failed.
+    Declared(u16),
+    /// It started again as a new incarnation and rejoined.
+    Restart(u16),
+    /// The member set after a view change (and at the start).
+    View(Vec<u16>),
+    /// Messages between nodes on different sides (index = node) are lost.
+    Partition(Vec<u8>),
+    Heal,
+    /// The runtime registered a page it had (a write nobody acknowledges).
+    Hold {
+        node: u16,
+        page: PageId,
+        version: u64,
+    },
+    /// The runtime took a held page back.
+    DropLocal {
+        node: u16,
+        page: PageId,
+    },
+    /// Faults are over and the cluster has settled: what follows is the read-back.
+    Settled,
+}
+
+#[derive(Default)]
+pub struct History {
+    pub events: Vec<(At, Ev)>,
+    pub ops: Vec<Op>,
+    open: HashMap<(u16, OpId), usize>,
+}
+
+impl History {
+    pub fn at(&self, t: u64, step: usize) -> At {
+        At { seq: self.events.len(), t, step }
+    }
+
+    pub fn push(&mut self, t: u64, step: usize, ev: Ev) {
+        let at = self.at(t, step);
+        self.events.push((at, ev));
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn issue(
+        &mut self,
+        t: u64,
+        step: usize,
+        node: u16,
+        id: OpId,
+        kind: OpKind,
+        page: PageId,
+        version: u64,
+        target: u16,
+    ) {
+        let i = self.ops.len();
+        let moving = kind == OpKind::Get && page.space == super::MOVING_SPACE;
+        let issued = self.at(t, step);
+        self.ops.push(Op { node, kind, page, version, target, moving, issued, end: None });
+        self.open.insert((node, id), i);
+        self.push(t, step, Ev::Issue(i));
+    }
+
+    pub fn end(&mut self, t: u64, step: usize, node: u16, id: OpId, outcome: Outcome) {
+        let Some(i) = self.open.remove(&(node, id)) else { return };
+        let at = self.at(t, step);
+        self.ops[i].end = Some((at, outcome));
+        self.push(t, step, Ev::End(i));
+    }
+
+    /// A node restarted: its unfinished operations never end (their ids may be reused).
+    pub fn forget(&mut self, node: u16) {
+        self.open.retain(|(n, _), _| *n != node);
+    }
+
+    /// Every event that concerns `page` (faults included), for a violation's report.
+    pub fn trail(&self, page: PageId, limit: usize) -> String {
+        let mut lines: Vec<String> = Vec::new();
+        for (at, ev) in &self.events {
+            let line = match ev {
+                Ev::Issue(i) | Ev::End(i) if self.ops[*i].page != page => continue,
+                Ev::Issue(i) => {
+                    let o = &self.ops[*i];
+                    format!("node {} issues {:?} v{} target {}", o.node, o.kind, o.version, o.target)
+                }
+                Ev::End(i) => {
+                    let o = &self.ops[*i];
+                    format!("node {} {:?} (issued {}) ends {:?}", o.node, o.kind, o.issued, o.end.unwrap().1)
+                }
+                Ev::Hold { page: p, .. } | Ev::DropLocal { page: p, .. } if *p != page => continue,
+                e => format!("{e:?}"),
+            };
+            lines.push(format!("    {at}: {line}"));
+        }
+        let skip = lines.len().saturating_sub(limit);
+        let mut s = String::new();
+        if skip > 0 {
+            let _ = writeln!(s, "    … {skip} earlier events");
+        }
+        for l in &lines[skip..] {
+            let _ = writeln!(s, "{l}");
+        }
+        s
+    }
+}
+
+/// Why a page acknowledged at some version may legitimately read as a miss (r = 1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Cause {
+    HolderCrashed,
+    DirectoryMoved,
+    Discarded,
+    TakenBack,
+    MovingRead,
+}
+
+#[derive(Clone, Debug)]
+pub struct Violation {
+    pub at: At,
+    pub page: PageId,
+    pub what: String,
+}
+
+/// What the checker found.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    pub violations: Vec<Violation>,
+    /// Pages acknowledged, then read back as a miss for a cause the design allows.
+    pub lost: BTreeMap<Cause, u64>,
+    /// Pages acknowledged and read back at that version or newer after the faults.
+    pub kept: u64,
+    /// Of those, pages read back although a cause would have excused a miss.
+    pub kept_at_risk: u64,
+    pub reads_checked: u64,
+    pub acked_writes: u64,
+}
+
+/// Custody of one page's last acknowledged write.
+#[derive(Default)]
+struct PageState {
+    /// (a): the newest acknowledged version (+1 after an acknowledged discard).
+    floor: u64,
+    max_written: u64,
+    /// The last acknowledged write: version, where it was acknowledged.
+    acked: Option<(u64, At)>,
+    /// Nodes that hold or may hold the page since that write.
+    holders: BTreeSet<u16>,
+    risk: BTreeSet<Cause>,
+    /// Writes (puts, moves) and discards not yet ended.
+    open_writes: BTreeSet<usize>,
+    open_discards: BTreeSet<usize>,
+    /// Every discard issued: (history index, version).
+    discards: Vec<(usize, u64)>,
+    /// Every put and move issued.
+    writes: Vec<usize>,
+    /// Every page the runtime registered itself: (node, history index, version).
+    newer: Vec<(u16, usize, u64)>,
+    open_moving_gets: BTreeSet<usize>,
+    /// Every time a runtime took the page back: (node, history index).
+    drops: Vec<(u16, usize)>,
+    read_back: bool,
+}
+
+/// Judge a history against rules (a)–(c).
+pub fn check(h: &History) -> Report {
+    let mut r = Report::default();
+    let mut pages: BTreeMap<PageId, PageState> = BTreeMap::new();
+    let mut floor_at_issue: HashMap<usize, u64> = HashMap::new();
+    let mut view: Vec<u16> = Vec::new();
+    // Every view: (history index, members).
+    let mut views: Vec<(usize, Vec<u16>)> = Vec::new();
+    let mut settled = false;
+    // When each node last crashed (history index).
+    let mut last_crash: HashMap<u16, usize> = HashMap::new();
+    for (at, ev) in &h.events {
+        match ev {
+            Ev::Issue(i) => {
+                let o = &h.ops[*i];
+                let st = pages.entry(o.page).or_default();
+                match o.kind {
+                    OpKind::Get => {
+                        floor_at_issue.insert(*i, st.floor);
+                        if o.moving {
+                            st.open_moving_gets.insert(*i);
+                            if st.acked.is_some() {
+                                st.holders.insert(o.node);
+                            }
+                        }
+                    }
+                    OpKind::Put | OpKind::Move => {
+                        st.max_written = st.max_written.max(o.version);
+                        st.open_writes.insert(*i);
+                        st.writes.push(*i);
+                        if st.acked.is_some() {
+                            st.holders.insert(o.target);
+                        }
+                    }
+                    OpKind::Discard => {
+                        st.open_discards.insert(*i);
+                        st.discards.push((at.seq, o.version));
+                        if st.acked.is_some_and(|(v, _)| o.version >= v) {
+                            st.risk.insert(Cause::Discarded);
+                        }
+                    }
+                }
+            }
+            Ev::End(i) => {
+                let o = &h.ops[*i];
+                let outcome = o.end.expect("an End event has its outcome").1;
+                let st = pages.get_mut(&o.page).expect("issued before it ended");
+                match (o.kind, outcome) {
+                    (OpKind::Get, out) => {
+                        st.open_moving_gets.remove(i);
+                        if let Outcome::Hit { version, data, held } = out {
+                            r.reads_checked += 1;
+                            let floor = floor_at_issue[i];
+                            let mut bad = |what: String| r.violations.push(Violation { at: *at, page: o.page, what });
+                            if data != Some((o.page, version)) {
+                                bad(format!(
+                                    "node {} read {:?} as version {version}, but the bytes are {data:?}",
+                                    o.node, o.page
+                                ));
+                            }
+                            if version < floor {
+                                bad(format!(
+                                    "STALE: node {} read {:?} at version {version} (issued {}), \
+                                     but version {floor} was acknowledged before",
+                                    o.node, o.page, o.issued
+                                ));
+                            }
+                            if version > st.max_written {
+                                bad(format!("node {} read {:?} at version {version}, never written", o.node, o.page));
+                            }
+                            if o.moving && !held {
+                                st.risk.insert(Cause::MovingRead);
+                            }
+                            if o.moving && held && st.acked.is_some_and(|(v, _)| version >= v) {
+                                // The copy moved to the reader (and any write still open).
+                                st.holders = [o.node].into_iter().collect();
+                                st.holders.extend(st.open_writes.iter().map(|&w| h.ops[w].target));
+                            }
+                        } else if o.moving {
+                            st.risk.insert(Cause::MovingRead);
+                        }
+                        if settled && !st.read_back {
+                            st.read_back = true;
+                            judge_read_back(h, &mut r, st, *i, *at, &out);
+                        }
+                    }
+                    (OpKind::Put | OpKind::Move, Outcome::Stored) => {
+                        st.open_writes.remove(i);
+                        r.acked_writes += 1;
+                        st.floor = st.floor.max(o.version);
+                        match st.acked {
+                            Some((v, _)) if o.version < v => {}
+                            Some((v, _)) if o.version == v => {
+                                // The same version acknowledged again (a put, and a move
+                                // of it): one more node that may hold it.
+                                let (holders, risk) = custody(h, st, *i, &last_crash, &views);
+                                st.holders.extend(holders);
+                                st.risk.extend(risk);
+                            }
+                            _ => {
+                                let (holders, risk) = custody(h, st, *i, &last_crash, &views);
+                                st.acked = Some((o.version, *at));
+                                st.holders = holders;
+                                st.risk = risk;
+                            }
+                        }
+                    }
+                    (OpKind::Put | OpKind::Move, _) => {
+                        st.open_writes.remove(i);
+                    }
+                    (OpKind::Discard, out) => {
+                        st.open_discards.remove(i);
+                        if out == Outcome::Discard(DiscardResult::Done) {
+                            st.floor = st.floor.max(o.version + 1);
+                        }
+                    }
+                }
+            }
+            Ev::Crash(n) => {
+                last_crash.insert(*n, at.seq);
+                for st in pages.values_mut() {
+                    if st.acked.is_some() && st.holders.contains(n) {
+                        st.risk.insert(Cause::HolderCrashed);
+                    }
+                }
+            }
+            Ev::View(ids) => {
+                for (p, st) in pages.iter_mut() {
+                    if st.acked.is_some() && !view.is_empty() && dir(&view, p) != dir(ids, p) {
+                        st.risk.insert(Cause::DirectoryMoved);
+                    }
+                }
+                view = ids.clone();
+                views.push((at.seq, ids.clone()));
+            }
+            Ev::Hold { node, page, version } => {
+                let st = pages.entry(*page).or_default();
+                st.max_written = st.max_written.max(*version);
+                st.newer.push((*node, at.seq, *version));
+                if st.acked.is_some() {
+                    st.holders.insert(*node);
+                }
+            }
+            Ev::DropLocal { node, page } => {
+                if let Some(st) = pages.get_mut(page) {
+                    if st.acked.is_some() && st.holders.contains(node) {
+                        st.risk.insert(Cause::TakenBack);
+                    }
+                    st.drops.push((*node, at.seq));
+                }
+            }
+            Ev::Settled => {
+                settled = true;
+                for st in pages.values_mut() {
+                    if !st.open_moving_gets.is_empty() {
+                        st.risk.insert(Cause::MovingRead);
+                    }
+                }
+            }
+            Ev::Declared(_) | Ev::Restart(_) | Ev::Partition(_) | Ev::Heal => {}
+        }
+    }
+    for (p, st) in &pages {
+        if settled && st.acked.is_some() && !st.read_back {
+            let at = h.events.last().map(|e| e.0).unwrap();
+            r.violations.push(Violation { at, page: *p, what: format!("{p:?} was never read back") });
+        }
+    }
+    r
+}
+
+/// The directory node of `p` among `ids`.
+fn dir(ids: &[u16], p: &PageId) -> Option<u16> {
+    let mut m = Members::<16>::new();
+    m.set(1, ids).expect("at most 16 members");
+    m.directory_of(p)
+}
+
+/// Who may hold page `o.page` once write `i` is acknowledged, and which causes already
+/// excuse its loss: the write's target, the targets of writes still open and of newer
+/// writes whose outcome is unknown (they supersede this copy wherever they went), pages
+/// the runtime registered at a newer version, readers of moving reads in flight; each
+/// of them may have crashed or had the page taken back by its runtime since its write
+/// began (the acknowledgement was on its way), a discard may cover the version, or the
+/// directory may have moved meanwhile.
+fn custody(
+    h: &History,
+    st: &PageState,
+    i: usize,
+    last_crash: &HashMap<u16, usize>,
+    views: &[(usize, Vec<u16>)],
+) -> (BTreeSet<u16>, BTreeSet<Cause>) {
+    let o = &h.ops[i];
+    let unknown = |w: &Op| w.end.is_none_or(|e| e.1 == Outcome::NotStored(PutResult::Failed));
+    let mut may: Vec<(u16, usize)> = vec![(o.target, o.issued.seq)];
+    may.extend(st.open_writes.iter().map(|&w| (h.ops[w].target, h.ops[w].issued.seq)));
+    may.extend(st.open_moving_gets.iter().map(|&g| (h.ops[g].node, h.ops[g].issued.seq)));
+    may.extend(st.newer.iter().filter(|w| w.2 > o.version).map(|w| (w.0, w.1)));
+    may.extend(
+        st.writes
+            .iter()
+            .map(|&w| &h.ops[w])
+            .filter(|w| w.version > o.version && unknown(w))
+            .map(|w| (w.target, w.issued.seq)),
+    );
+    let mut risk = BTreeSet::new();
+    if may.iter().any(|&(n, seq)| last_crash.get(&n).is_some_and(|&c| c > seq)) {
+        risk.insert(Cause::HolderCrashed);
+    }
+    if may.iter().any(|&(n, seq)| st.drops.iter().any(|&(d, at)| d == n && at > seq)) {
+        risk.insert(Cause::TakenBack);
+    }
+    let covering = |&(seq, v): &(usize, u64)| seq > o.issued.seq && v >= o.version;
+    if st.open_discards.iter().any(|&d| h.ops[d].version >= o.version) || st.discards.iter().any(covering) {
+        risk.insert(Cause::Discarded);
+    }
+    if !st.open_moving_gets.is_empty() {
+        risk.insert(Cause::MovingRead);
+    }
+    let first = views.iter().rposition(|(seq, _)| *seq < o.issued.seq).unwrap_or(0);
+    if views[first..].windows(2).any(|w| dir(&w[0].1, &o.page) != dir(&w[1].1, &o.page)) {
+        risk.insert(Cause::DirectoryMoved);
+    }
+    (may.into_iter().map(|m| m.0).collect(), risk)
+}
+
+/// Rule (b) on the first read of a page after the cluster settled.
+fn judge_read_back(h: &History, r: &mut Report, st: &PageState, i: usize, at: At, out: &Outcome) {
+    let Some((v, acked_at)) = st.acked else { return };
+    match out {
+        Outcome::Hit { version, .. } if *version >= v => {
+            r.kept += 1;
+            if !st.risk.is_empty() {
+                r.kept_at_risk += 1;
+            }
+        }
+        // A stale hit is (a)'s violation already.
+        Outcome::Hit { .. } => {}
+        _ => match st.risk.first() {
+            Some(&cause) => *r.lost.entry(cause).or_default() += 1,
+            None => {
+                let o = &h.ops[i];
+                let holders: Vec<u16> = st.holders.iter().copied().collect();
+                r.violations.push(Violation {
+                    at,
+                    page: o.page,
+                    what: format!(
+                        "LOST: {:?} version {v} was acknowledged at {acked_at} (held by {holders:?}, none of \
+                         which crashed; its directory never moved), but node {} read it back as {out:?}",
+                        o.page, o.node
+                    ),
+                });
+            }
+        },
+    }
+}
