@@ -11,15 +11,20 @@
 #   all but $avail_mb MiB of its RAM in a ramfs (unevictable: the kernel cannot page it
 #   out), and runs trapeze-memhog over 1.5x its MemAvailable: every page written with a
 #   pattern of its index, re-read and checked in sequential and random order, rewritten
-#   and checked again. Its pages must go to /dev/gms0 and come back. Checks:
+#   and checked again. Its pages must go to /dev/gms0 and come back. Before it, a
+#   $keep_mb MiB file of random data goes into a tmpfs (shmem: swappable), with its md5sum.
+#   Checks:
 #   1. the workload exits 0 with every page verified and none wrong (not OOM-killed);
 #   2. swap was used: /proc/swaps showed /dev/gms0 in use while it ran, and the disk's
 #      counters (gms_disk_stats) show pages written to and read from GMS (the guest
-#      kernel has no VM event counters, so /proc/vmstat has no pswpin/pswpout);
-#   3. no page error or timeout on the disk, and dmesg shows no I/O error, swap
-#      read/write error, OOM kill, oops, BUG, WARNING or hung task;
-#   4. `swapoff` (bounded) brings every page back, /proc/swaps is empty;
-#   5. `rmmod` is clean, and its unload line "/dev/gms0 on GMS: … N errors, M pages tried
+#      kernel has no VM event counters, so /proc/vmstat has no pswpin/pswpout; where it
+#      has them they must have grown too);
+#   3. no page error or timeout on the disk;
+#   4. `swapoff` (bounded) brings every page still swapped back — the tmpfs file's pages
+#      among them — /proc/swaps is empty and the file's md5sum is unchanged;
+#   5. dmesg shows no I/O error, swap read/write error, OOM kill, oops, BUG, WARNING or
+#      hung task;
+#   6. `rmmod` is clean, and its unload line "/dev/gms0 on GMS: … N errors, M pages tried
 #      again" says 0 errors.
 # Lines for the host start with "trapeze-swap:"; checks print PASS or FAIL, and the total
 # "N passed, M failed". Every wait is bounded.
@@ -29,12 +34,15 @@ k=${trapeze_guest:-0}
 ko=/lib/modules/trapeze.ko
 members=0,1,2
 fail_ms=10000
-# 48 MiB of swap; the two servers hold it with a quarter to spare (7680 pages each).
-disk_pages=12288
-server_budget=7680
-# MemAvailable left to A's workload once the ramfs pins the rest.
+# 56 MiB of swap; the two servers hold it with 1/7 to spare (8192 pages each, the most a
+# member stores: net::HELD).
+disk_pages=14336
+server_budget=8192
+# MemAvailable left to A's workload once the ramfs pins the rest; the workload's multiple
+# of it; the tmpfs file that must survive swap and swapoff.
 avail_mb=32
 ratio=1.5
+keep_mb=8
 dev=/dev/gms0
 passes=0
 fails=0
@@ -81,9 +89,20 @@ done
 check "servers B and C store pages (after $t s)" [ "$up" = yes ]
 
 check "mkswap $dev" mkswap "$dev"
-swapon "$dev" 2>/tmp/swapon.err
-check "swapon $dev ($(cat /tmp/swapon.err))" grep -q "^$dev " /proc/swaps
-say "/proc/swaps: $(tail -n +2 /proc/swaps | tr -s ' ' | tr '\n' ';')"
+swapon "$dev" 2>/tmp/swapon.err || say "swapon: $(cat /tmp/swapon.err)"
+check "swapon $dev" grep -q "^$dev " /proc/swaps
+say "/proc/swaps: $(tail -n +2 /proc/swaps | tr -s ' \t' ' ' | tr '\n' ';')"
+
+# A tmpfs file: its pages are swapped out with the workload's, and swapoff reads back
+# what is still on the disk.
+mkdir -p /keep
+mount -t tmpfs tmpfs /keep
+head -c $((keep_mb << 20)) /dev/urandom > /keep/data
+md5sum /keep/data > /tmp/keep.md5
+# pswpin/pswpout, if this kernel counts VM events (-1: it does not).
+vmstat_of() { v=$(sed -n "s/^$1 //p" /proc/vmstat); echo "${v:--1}"; }
+pswpout0=$(vmstat_of pswpout)
+pswpin0=$(vmstat_of pswpin)
 
 # Pin all but $avail_mb MiB of RAM in a ramfs: ramfs pages are never swapped, so what is
 # left is what the workload competes for.
@@ -128,13 +147,22 @@ both_ways() { [ "$written" -gt 1024 ] && [ "$readback" -gt 1024 ]; }
 check "pages swapped out to GMS ($written written) and back in ($readback read)" both_ways
 say "disk counters: $(tr '\n' ' ' < /sys/module/trapeze/parameters/gms_disk_stats)"
 no_errors() { [ "$(stat_of page_errors)" = 0 ] && [ "$(stat_of timeouts)" = 0 ]; }
+if [ "$pswpout0" = -1 ]; then
+    say "/proc/vmstat has no pswpin/pswpout (CONFIG_VM_EVENT_COUNTERS off): the disk's counters above stand for them"
+else
+    vm_both() { [ "$(vmstat_of pswpout)" -gt "$pswpout0" ] && [ "$(vmstat_of pswpin)" -gt "$pswpin0" ]; }
+    check "/proc/vmstat: pswpout $pswpout0 -> $(vmstat_of pswpout), pswpin $pswpin0 -> $(vmstat_of pswpin)" vm_both
+fi
 check "no page errors or timeouts on $dev (page_errors $(stat_of page_errors), timeouts $(stat_of timeouts))" no_errors
 
 umount /balloon
+left=$(swap_used)
 swapoff_ok=no
 timeout 120 swapoff "$dev" && swapoff_ok=yes
-swap_gone() { [ "$swapoff_ok" = yes ] && ! grep -q "^$dev " /proc/swaps; }
-check "swapoff $dev (every page back; /proc/swaps empty)" swap_gone
+swap_gone() { [ "$left" -gt 0 ] && [ "$swapoff_ok" = yes ] && ! grep -q "^$dev " /proc/swaps; }
+check "swapoff $dev ($((left / 1024)) MiB still swapped came back; /proc/swaps empty)" swap_gone
+check "tmpfs file of $keep_mb MiB intact after swap and swapoff (md5sum)" md5sum -c -s /tmp/keep.md5
+umount /keep
 
 dmesg | grep -E "$TROUBLE" > /tmp/trouble
 check "dmesg: no I/O error, swap error, OOM kill, oops or hung task ($(wc -l < /tmp/trouble) lines)" [ ! -s /tmp/trouble ]

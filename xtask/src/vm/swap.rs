@@ -5,10 +5,10 @@
 //! Three GMS members; guest 0 (A) makes `/dev/gms0` on the GMS backend its swap device,
 //! pins most of its RAM in a ramfs and runs `trapeze-memhog` (guest-tools/, static, added
 //! to the initramfs) over 1.5× what is left: every page goes out to B's and C's memory
-//! and comes back verified; then `swapoff` and `rmmod`. It passes when A's PASS lines and
-//! total show no FAIL (workload verified, swap used both ways, zero page errors and
-//! timeouts, no I/O error / OOM / oops in dmesg, clean swapoff and rmmod, 0 errors in the
-//! disk's unload counters), B and C loaded and unloaded cleanly, no console shows an
+//! and comes back verified; then `swapoff` (a tmpfs file swapped out meanwhile must come
+//! back intact) and `rmmod`. It passes when A's PASS lines and total show no FAIL
+//! (workload verified, swap used both ways, zero page errors and timeouts, no I/O error /
+//! OOM / oops in dmesg, clean swapoff and rmmod, 0 errors in the disk's unload counters), B and C loaded and unloaded cleanly, no console shows an
 //! oops/BUG/WARNING, and every guest powered off.
 
 use super::bench_guests::append_files;
@@ -20,7 +20,7 @@ use super::session::{Common, Prepared, Setup};
 const SCRIPT: &str = "kernel-crate/guest/swap.sh";
 /// The workload, from guest-tools/.
 const MEMHOG: &str = "trapeze-memhog";
-/// Shortest power-off wait (boot, 48 MiB of swap traffic each way under TCG, swapoff,
+/// Shortest power-off wait (boot, 56 MiB of swap and its traffic each way under TCG, swapoff,
 /// the servers' failure detection of A after it unloaded).
 const MIN_TIMEOUT: u64 = 420;
 /// A and its two servers.
