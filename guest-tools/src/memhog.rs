@@ -53,7 +53,7 @@ impl Report {
         let mut s = format!(
             "{{\"tool\":\"trapeze-memhog\",\"pages\":{},\"mib\":{},\"pages_verified\":{},\"pages_wrong\":{},\"phases\":[",
             self.pages,
-            self.pages * PAGE as u64 >> 20,
+            (self.pages * PAGE as u64) >> 20,
             self.verified(),
             self.wrong()
         );
