@@ -27,6 +27,10 @@ const MIN_TIMEOUT: u64 = 420;
 const GUESTS: u16 = 3;
 /// The prefix of the script's lines.
 const PREFIX: &str = "trapeze-swap: ";
+/// Kernel lines in guest 0's console that mean swap on `/dev/gms0` failed: a guest whose
+/// swap writes fail thrashes until the timeout, so these say why.
+const SWAP_TROUBLE: [&str; 5] =
+    ["I/O error, dev gms0", "Write-error on swap-device", "Read-error on swap-device", "Out of memory", "oom-kill"];
 
 #[derive(clap::Args)]
 pub struct SwapArgs {
@@ -43,7 +47,7 @@ pub(super) fn run(a: SwapArgs) -> anyhow::Result<()> {
     append_files(&s.dir.join("initramfs.cpio.gz"), &[(format!("/usr/bin/{MEMHOG}"), memhog, 0o755)])?;
     s.boot()?;
     let all_off = s.wait(timeout, false)?;
-    let failures = s.report(false, |g| {
+    let mut failures = s.report(false, |g| {
         let r = &g.report;
         let base = r.nic_listed && r.powered_off && !r.kernel_trouble && r.trapeze_up && r.trapeze_removed;
         if g.idx == 0 {
@@ -68,9 +72,16 @@ pub(super) fn run(a: SwapArgs) -> anyhow::Result<()> {
             (base && r.script_ok, what)
         }
     });
+    let console = s.console(0);
     eprintln!("swap on /dev/gms0 (guest 0):");
-    for l in s.console(0).lines().map(printable).filter(|l| l.starts_with(PREFIX) || l.contains("/dev/gms0 on GMS:")) {
+    for l in console.lines().map(printable).filter(|l| l.starts_with(PREFIX) || l.contains("/dev/gms0 on GMS:")) {
         eprintln!("    | {l}");
+    }
+    let trouble: Vec<String> =
+        console.lines().map(printable).filter(|l| SWAP_TROUBLE.iter().any(|t| l.contains(t))).collect();
+    if let Some(first) = trouble.first() {
+        eprintln!("guest 0's kernel: {} line(s) of swap trouble, the first: {first}", trouble.len());
+        failures.push(format!("swap I/O errors or OOM in guest 0's kernel log ({} lines)", trouble.len()));
     }
     s.finish(all_off, timeout, &failures, "swap test", "swap test passed")
 }
