@@ -32,13 +32,14 @@ pub struct TestArgs {
 }
 
 /// The guest stages: (what it checks, `cargo xtask vm` mode).
-const GUEST_STAGES: [(&str, &str); 4] = [
+const GUEST_STAGES: [(&str, &str); 5] = [
     (
         "kernel module: three guests load trapeze.ko: ping 4 KB, NetRPC echo, GMS put/get, unload with calls in flight",
         "module-test",
     ),
     ("block device: /dev/gms0 on its RAM backend (data, O_DIRECT, EIO and timeout paths, rmmod)", "blk-test"),
     ("guest suite: ext2 on /dev/gms0 on GMS across 3 guests, data verified, a server killed, clean unload", "suite"),
+    ("swap on /dev/gms0 on GMS under memory pressure: every page verified, zero I/O errors, swapoff, rmmod", "swap"),
     ("host gmsd in the guests' cluster: a guest's /dev/gms0 pages stored on and read from a host gmsd", "gmsd-test"),
 ];
 

@@ -21,7 +21,8 @@
 //! The subcommands, each in its own file: [`smoke`] (the sample Rust module in a guest),
 //! [`module_test`] (`trapeze.ko` in three guests: ping, NetRPC, GMS, unload with calls in
 //! flight), [`blk_test`] (`/dev/gms0` on RAM), [`suite`] (the guest suite, a server killed
-//! mid-run), [`gmsd_test`] (a host gmsd in a guest's cluster) and [`run`](mod@run) (given commands
+//! mid-run), [`swap`] (swap on `/dev/gms0` under memory pressure), [`gmsd_test`] (a host
+//! gmsd in a guest's cluster) and [`run`](mod@run) (given commands
 //! or a script). What they share: [`session`] (the common options; build, boot, wait,
 //! report), [`cluster`] (the guests' processes, the wait, a kill on request, cleanup),
 //! [`initramfs`], [`report`] (what a console shows), [`runtime`] (directories, ports,
@@ -47,6 +48,7 @@ mod runtime;
 mod session;
 mod smoke;
 mod suite;
+mod swap;
 
 use clap::Subcommand;
 
@@ -82,6 +84,14 @@ pub enum VmCmd {
     /// SIGKILLed mid-run (I/O errors, not a hang), unload under load. Waits at least 300 s
     /// for the power-off. Exit status 0 or 1, with the console lines that matter.
     Suite(suite::SuiteArgs),
+    /// Swap on /dev/gms0 (GMS) under memory pressure: every page verified, zero I/O errors.
+    ///
+    /// Build trapeze.ko and trapeze-memhog (guest-tools/) and run three guests
+    /// (`kernel-crate/guest/swap.sh`): guest 0 swaps on its /dev/gms0, whose pages guests 1
+    /// and 2 hold, pins most of its RAM and runs a workload over 1.5x what is left, every
+    /// page verified; zero page errors, no I/O error/OOM/oops in dmesg, clean swapoff and
+    /// rmmod. Waits at least 420 s for the power-off. Exit status 0 or 1.
+    Swap(swap::SwapArgs),
     /// A host gmsd in a guest's GMS cluster: the guest's /dev/gms0 pages stored on it.
     ///
     /// Build trapeze.ko and gmsd: one guest (node 0) and a host `gmsd` (node 1) on the
@@ -104,6 +114,7 @@ pub fn run(cmd: VmCmd) -> anyhow::Result<()> {
         VmCmd::ModuleTest(a) => module_test::run(a),
         VmCmd::BlkTest(a) => blk_test::run(a),
         VmCmd::Suite(a) => suite::run(a),
+        VmCmd::Swap(a) => swap::run(a),
         VmCmd::GmsdTest(a) => gmsd_test::run(a),
         VmCmd::Run(a) => run::run(a),
     }

@@ -181,7 +181,7 @@ pub fn run(spec: BenchGuests) -> anyhow::Result<Vec<GuestOutcome>> {
 
 /// Append a gzipped newc archive holding `files` (and their parent directories) to the
 /// gzipped initramfs `gz`.
-fn append_files(gz: &Path, files: &[(String, Vec<u8>, u32)]) -> anyhow::Result<()> {
+pub(super) fn append_files(gz: &Path, files: &[(String, Vec<u8>, u32)]) -> anyhow::Result<()> {
     if files.is_empty() {
         return Ok(());
     }

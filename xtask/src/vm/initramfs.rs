@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-only
-//! The guests' initramfs: a newc cpio of /init, busybox, the modules and the script; base64 for `vm run --cmd`.
+//! The guests' initramfs: a newc cpio of /init, busybox, the modules and the script; the
+//! static guest tools (`guest-tools/`) some tests add to it; base64 for `vm run --cmd`.
 
 use anyhow::{ensure, Context};
 use std::fs;
@@ -62,6 +63,50 @@ pub(super) fn build_initramfs(dir: &Path, modules: &[PathBuf], script: Option<&[
         if script.is_some() { ", /etc/trapeze/run.sh" } else { "" }
     );
     Ok(gz)
+}
+
+/// True when the ELF file has no program interpreter (a static executable).
+fn is_static_elf(b: &[u8]) -> bool {
+    const PT_INTERP: u32 = 3;
+    if b.len() < 64 || &b[..4] != b"\x7fELF" || b[4] != 2 {
+        return false;
+    }
+    let u16_at = |o: usize| u16::from_le_bytes([b[o], b[o + 1]]) as usize;
+    let phoff = u64::from_le_bytes(b[0x20..0x28].try_into().expect("8 bytes")) as usize;
+    let (size, n) = (u16_at(0x36), u16_at(0x38));
+    (0..n).all(|i| {
+        let o = phoff + i * size;
+        b.get(o..o + 4).is_some_and(|t| u32::from_le_bytes(t.try_into().expect("4 bytes")) != PT_INTERP)
+    })
+}
+
+/// A binary of `guest-tools/` (e.g. `trapeze-memhog`), built statically linked and
+/// stripped in release mode (glibc's libc.a, `+crt-static`): the guests have no libc.
+pub(super) fn guest_tool(bin: &str) -> anyhow::Result<Vec<u8>> {
+    eprintln!("==> {bin}: static release build (glibc libc.a, +crt-static)");
+    crate::cargo(&[
+        "rustc",
+        "--locked",
+        "--release",
+        "-p",
+        "trapeze-guest-tools",
+        "--bin",
+        bin,
+        "--",
+        "-C",
+        "target-feature=+crt-static",
+        "-C",
+        "strip=symbols",
+    ])?;
+    let path = super::runtime::target_dir()?.join("release").join(bin);
+    let bytes = fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+    ensure!(
+        is_static_elf(&bytes),
+        "{} is dynamically linked (it has a program interpreter): is libc6-dev's libc.a installed?",
+        path.display()
+    );
+    eprintln!("  {} ({} KiB, static)", path.display(), bytes.len() / 1024);
+    Ok(bytes)
 }
 
 /// A newc ("070701") cpio archive, as the kernel unpacks an initramfs.
