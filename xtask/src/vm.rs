@@ -41,6 +41,7 @@ mod cluster;
 mod gmsd_test;
 mod host_gmsd;
 mod initramfs;
+pub(crate) use initramfs::guest_tool;
 mod module_test;
 mod report;
 mod run;

@@ -82,7 +82,7 @@ fn is_static_elf(b: &[u8]) -> bool {
 
 /// A binary of `guest-tools/` (e.g. `trapeze-memhog`), built statically linked and
 /// stripped in release mode (glibc's libc.a, `+crt-static`): the guests have no libc.
-pub(super) fn guest_tool(bin: &str) -> anyhow::Result<Vec<u8>> {
+pub(crate) fn guest_tool(bin: &str) -> anyhow::Result<Vec<u8>> {
     eprintln!("==> {bin}: static release build (glibc libc.a, +crt-static)");
     crate::cargo(&[
         "rustc",
@@ -102,7 +102,7 @@ pub(super) fn guest_tool(bin: &str) -> anyhow::Result<Vec<u8>> {
     let bytes = fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
     ensure!(
         is_static_elf(&bytes),
-        "{} is dynamically linked (it has a program interpreter): is libc6-dev's libc.a installed?",
+        "{} is dynamically linked (it has a program interpreter): the guests have no libc; is libc6-dev's libc.a installed?",
         path.display()
     );
     eprintln!("  {} ({} KiB, static)", path.display(), bytes.len() / 1024);

@@ -3,54 +3,15 @@
 //! static `trapeze-blkbench` and the NBD programs with the shared libraries they need.
 
 use anyhow::{bail, ensure, Context};
-use std::fs;
 use std::path::PathBuf;
 use std::process::Command;
 
 /// The guest tools' measuring binary.
 pub(super) const BLKBENCH: &str = "trapeze-blkbench";
 
-/// True when the ELF file has no program interpreter (a static executable).
-fn is_static_elf(b: &[u8]) -> bool {
-    const PT_INTERP: u32 = 3;
-    if b.len() < 64 || &b[..4] != b"\x7fELF" || b[4] != 2 {
-        return false;
-    }
-    let u16_at = |o: usize| u16::from_le_bytes([b[o], b[o + 1]]) as usize;
-    let phoff = u64::from_le_bytes(b[0x20..0x28].try_into().expect("8 bytes")) as usize;
-    let (size, n) = (u16_at(0x36), u16_at(0x38));
-    (0..n).all(|i| {
-        let o = phoff + i * size;
-        b.get(o..o + 4).is_some_and(|t| u32::from_le_bytes(t.try_into().expect("4 bytes")) != PT_INTERP)
-    })
-}
-
 /// `trapeze-blkbench`, statically linked, release.
 pub(super) fn build_blkbench() -> anyhow::Result<Vec<u8>> {
-    eprintln!("==> {BLKBENCH}: static release build (glibc libc.a, +crt-static)");
-    crate::cargo(&[
-        "rustc",
-        "--locked",
-        "--release",
-        "-p",
-        "trapeze-guest-tools",
-        "--bin",
-        BLKBENCH,
-        "--",
-        "-C",
-        "target-feature=+crt-static",
-        "-C",
-        "strip=symbols",
-    ])?;
-    let path = crate::vm::bench_guests::target_dir()?.join("release").join(BLKBENCH);
-    let bytes = fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
-    ensure!(
-        is_static_elf(&bytes),
-        "{} is dynamically linked (it has a program interpreter): the guests have no libc; is libc6-dev's libc.a installed?",
-        path.display()
-    );
-    eprintln!("  {} ({} KiB, static)", path.display(), bytes.len() / 1024);
-    Ok(bytes)
+    crate::vm::guest_tool(BLKBENCH)
 }
 
 /// A program and the shared libraries `ldd` lists for it, at the same paths in the guest.
