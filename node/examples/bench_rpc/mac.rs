@@ -44,58 +44,26 @@ fn mac_setup(link: MacLink, key: Option<&ClusterKey>) -> anyhow::Result<(Port, S
     Ok((client, ServerSide::Rpc(vec![server])))
 }
 
-/// Blocking 2-way 8 KB solicited call latencies (ns) without and with a cluster key, on
-/// two setups alive side by side that take turns in `blocks` pairs of stretches of
-/// `block_calls` calls (order alternating), as [`WaysSeries`] does and for the same reason.
-pub(crate) struct MacSeries {
-    pub(crate) off: Vec<u64>,
-    pub(crate) on: Vec<u64>,
-    /// Per pair of stretches, p50 on / p50 off, sorted.
-    pub(crate) pair_ratios: Vec<f64>,
+/// Blocking 2-way 8 KB solicited call latencies (ns) without (`first`) and with
+/// (`second`) a cluster key, taking turns as [`PairSeries`] does.
+pub(crate) type MacSeries = PairSeries;
+
+/// The link MAC's cost on `link`.
+pub(crate) fn mac_series(link: MacLink, blocks: u32, block_calls: u32) -> anyhow::Result<MacSeries> {
+    let key = ClusterKey::random()?;
+    PairSeries::measure([mac_setup(link, None)?, mac_setup(link, Some(&key))?], [2, 2], blocks, block_calls)
 }
 
-impl MacSeries {
-    pub(crate) fn measure(link: MacLink, blocks: u32, block_calls: u32) -> anyhow::Result<Self> {
-        let key = ClusterKey::random()?;
-        let (mut off, off_side) = mac_setup(link, None)?;
-        let (mut on, on_side) = mac_setup(link, Some(&key))?;
-        let mut s = MacSeries { off: Vec::new(), on: Vec::new(), pair_ratios: Vec::new() };
-        SharedServer::serve(vec![off_side, on_side], |server| {
-            for (i, p) in [&mut off, &mut on].into_iter().enumerate() {
-                server.switch_to(i);
-                wait_8k_latencies(p, 2, block_calls, || {})?;
-            }
-            for i in 0..blocks {
-                let mut p50 = [0.0; 2];
-                for side in if i % 2 == 0 { [0, 1] } else { [1, 0] } {
-                    server.switch_to(side);
-                    let (p, all) = if side == 0 { (&mut off, &mut s.off) } else { (&mut on, &mut s.on) };
-                    let mut lat = wait_8k_latencies(p, 2, block_calls, || {})?;
-                    all.extend_from_slice(&lat);
-                    p50[side] = pct(&mut lat, 0.5);
-                }
-                s.pair_ratios.push(p50[1] / p50[0]);
-            }
-            Ok(())
-        })?;
-        s.pair_ratios.sort_by(f64::total_cmp);
-        Ok(s)
-    }
-
-    /// p50 of all calls with the key / p50 of all without: the headline.
-    pub(crate) fn ratio(&mut self) -> f64 {
-        pct(&mut self.on, 0.5) / pct(&mut self.off, 0.5)
-    }
-
-    /// The JSON object of this series' figures.
-    pub(crate) fn json(&mut self, blocks: u32, block_calls: u32) -> serde_json::Value {
-        json!({ "on_p50_us": pct(&mut self.on, 0.5), "off_p50_us": pct(&mut self.off, 0.5),
+impl PairSeries {
+    /// The JSON object of a MAC series' figures.
+    pub(crate) fn mac_json(&mut self, blocks: u32, block_calls: u32) -> serde_json::Value {
+        json!({ "on_p50_us": pct(&mut self.second, 0.5), "off_p50_us": pct(&mut self.first, 0.5),
                 "pairs": { "median": median(&self.pair_ratios), "p10": quantile(&self.pair_ratios, 0.1),
                            "p90": quantile(&self.pair_ratios, 0.9), "pairs": blocks, "calls_each": block_calls } })
     }
 
-    /// The line printed for people.
-    pub(crate) fn print(&mut self, link: MacLink, blocks: u32, block_calls: u32) {
+    /// The line printed for people, of a MAC series.
+    pub(crate) fn mac_print(&mut self, link: MacLink, blocks: u32, block_calls: u32) {
         let what = match link {
             MacLink::Udp => "mac_cost, UDP loopback",
             MacLink::Memory => "mac_cost_memory, in-process link",
@@ -103,8 +71,8 @@ impl MacSeries {
         println!(
             "link MAC on / off ({what}; 2-way wait 8 KB solicited, {blocks} pairs of interleaved stretches of {block_calls} calls): {:.2} (p50 {:.2} / {:.2} µs; per pair median {:.2}, p10 {:.2}, p90 {:.2})",
             self.ratio(),
-            pct(&mut self.on, 0.5),
-            pct(&mut self.off, 0.5),
+            pct(&mut self.second, 0.5),
+            pct(&mut self.first, 0.5),
             median(&self.pair_ratios),
             quantile(&self.pair_ratios, 0.1),
             quantile(&self.pair_ratios, 0.9),

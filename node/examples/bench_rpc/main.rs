@@ -181,8 +181,8 @@ fn print_ways(ways: &mut WaysSeries, a: &Args) {
         a.ways_blocks,
         a.ways_block_calls,
         ways.ratio(),
-        pct(&mut ways.three, 0.5),
-        pct(&mut ways.two, 0.5),
+        pct(&mut ways.second, 0.5),
+        pct(&mut ways.first, 0.5),
         median(&ways.pair_ratios),
         quantile(&ways.pair_ratios, 0.1),
         quantile(&ways.pair_ratios, 0.9),
@@ -212,7 +212,7 @@ fn run(a: Args) -> anyhow::Result<()> {
         return Ok(());
     }
     if a.ways_only {
-        let mut ways = WaysSeries::measure(a.ways_blocks, a.ways_block_calls)?;
+        let mut ways = WaysSeries::ways(a.ways_blocks, a.ways_block_calls)?;
         print_ways(&mut ways, &a);
         return Ok(());
     }
@@ -223,12 +223,12 @@ fn run(a: Args) -> anyhow::Result<()> {
             println!(
                 "{}",
                 json!({ "mac_cost": cost, "mac_cost_memory": cost_memory,
-                        "mac_udp": udp.json(a.mac_blocks, a.mac_block_calls),
-                        "mac_memory": memory.json(a.mac_blocks, a.mac_block_calls) })
+                        "mac_udp": udp.mac_json(a.mac_blocks, a.mac_block_calls),
+                        "mac_memory": memory.mac_json(a.mac_blocks, a.mac_block_calls) })
             );
         } else {
-            udp.print(MacLink::Udp, a.mac_blocks, a.mac_block_calls);
-            memory.print(MacLink::Memory, a.mac_blocks, a.mac_block_calls);
+            udp.mac_print(MacLink::Udp, a.mac_blocks, a.mac_block_calls);
+            memory.mac_print(MacLink::Memory, a.mac_blocks, a.mac_block_calls);
         }
         return Ok(());
     }
@@ -258,7 +258,7 @@ fn run(a: Args) -> anyhow::Result<()> {
     let bw = bw_compare(&a)?;
     let [sol, unsol] = &bw;
     let (sol_ratios, unsol_ratios) = (sol.pair_ratios(), unsol.pair_ratios());
-    let mut ways = WaysSeries::measure(a.ways_blocks, a.ways_block_calls)?;
+    let mut ways = WaysSeries::ways(a.ways_blocks, a.ways_block_calls)?;
     let three_over_two = ways.ratio();
     let (mut mac_udp, mut mac_memory) = mac_compare(&a)?;
     let raw_rt0 = raw_round_trip(a.calls, 0)?;
@@ -301,7 +301,7 @@ fn run(a: Args) -> anyhow::Result<()> {
                     // Headline: the interleaved stretches (`WaysSeries`); the table rows
                     // were measured seconds apart.
                     "three_over_two": three_over_two, "three_over_two_table_rows": three / two,
-                    "ways_3way_p50_us": pct(&mut ways.three, 0.5), "ways_2way_p50_us": pct(&mut ways.two, 0.5),
+                    "ways_3way_p50_us": pct(&mut ways.second, 0.5), "ways_2way_p50_us": pct(&mut ways.first, 0.5),
                     "three_over_two_pairs": { "median": median(&ways.pair_ratios), "p10": quantile(&ways.pair_ratios, 0.1),
                                               "p90": quantile(&ways.pair_ratios, 0.9), "pairs": a.ways_blocks, "calls_each": a.ways_block_calls },
                     "cont_2way_8k_solicited_mb_s": cont_bw,
@@ -336,8 +336,8 @@ fn run(a: Args) -> anyhow::Result<()> {
         // configuration) and over the in-process link (where it protects nothing).
         summary["mac_cost"] = json!(mac_udp.ratio());
         summary["mac_cost_memory"] = json!(mac_memory.ratio());
-        summary["mac_udp"] = mac_udp.json(a.mac_blocks, a.mac_block_calls);
-        summary["mac_memory"] = mac_memory.json(a.mac_blocks, a.mac_block_calls);
+        summary["mac_udp"] = mac_udp.mac_json(a.mac_blocks, a.mac_block_calls);
+        summary["mac_memory"] = mac_memory.mac_json(a.mac_blocks, a.mac_block_calls);
         println!("{summary}");
         return Ok(());
     }
@@ -399,14 +399,14 @@ fn run(a: Args) -> anyhow::Result<()> {
         cont_bw / sol.raw_mb_s()
     );
     print_bw(&bw);
-    mac_udp.print(MacLink::Udp, a.mac_blocks, a.mac_block_calls);
-    mac_memory.print(MacLink::Memory, a.mac_blocks, a.mac_block_calls);
+    mac_udp.mac_print(MacLink::Udp, a.mac_blocks, a.mac_block_calls);
+    mac_memory.mac_print(MacLink::Memory, a.mac_blocks, a.mac_block_calls);
     Ok(())
 }
 
 /// The link MAC's cost on UDP loopback and on the in-process link.
 fn mac_compare(a: &Args) -> anyhow::Result<(MacSeries, MacSeries)> {
-    let udp = MacSeries::measure(MacLink::Udp, a.mac_blocks, a.mac_block_calls)?;
-    let memory = MacSeries::measure(MacLink::Memory, a.mac_blocks, a.mac_block_calls)?;
+    let udp = mac_series(MacLink::Udp, a.mac_blocks, a.mac_block_calls)?;
+    let memory = mac_series(MacLink::Memory, a.mac_blocks, a.mac_block_calls)?;
     Ok((udp, memory))
 }
