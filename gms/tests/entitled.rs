@@ -13,17 +13,7 @@ use netrpc::wire::{Header, Kind, HEADER_BYTES};
 use sim::*;
 
 fn knobs(nodes: usize) -> Knobs {
-    Knobs {
-        nodes,
-        pages: 8,
-        drop_pct: 0,
-        dup_pct: 0,
-        reorder: false,
-        crash: None,
-        op_timeout: 1000,
-        max_dt: 10,
-        budget: 16,
-    }
+    Knobs::quiet(nodes, 16)
 }
 
 /// Control bytes of a message `src` sends itself (its own origin, as NetRPC checks).

@@ -10,18 +10,7 @@ use netrpc::prelude::Mode;
 use sim::*;
 
 fn cluster(nodes: usize, budget: usize) -> Sim {
-    let k = Knobs {
-        nodes,
-        pages: 8,
-        drop_pct: 0,
-        dup_pct: 0,
-        reorder: false,
-        crash: None,
-        op_timeout: 1000,
-        max_dt: 10,
-        budget,
-    };
-    Sim::new(0xf10e, k)
+    Sim::new(0xf10e, Knobs::quiet(nodes, budget))
 }
 
 #[track_caller]

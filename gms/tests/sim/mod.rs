@@ -80,6 +80,22 @@ pub struct Knobs {
 }
 
 impl Knobs {
+    /// `nodes` nodes on a network that loses, duplicates and reorders nothing, no crash,
+    /// 8 pages, operations timing out after 1000 ticks, clock steps up to 10.
+    pub fn quiet(nodes: usize, budget: usize) -> Knobs {
+        Knobs {
+            nodes,
+            pages: 8,
+            drop_pct: 0,
+            dup_pct: 0,
+            reorder: false,
+            crash: None,
+            op_timeout: 1000,
+            max_dt: 10,
+            budget,
+        }
+    }
+
     pub fn faultless(&self) -> bool {
         self.drop_pct == 0 && self.dup_pct == 0 && self.crash.is_none() && self.op_timeout >= 1 << 39
     }
