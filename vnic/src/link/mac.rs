@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-2.0-only
-//! The link's per-packet MAC: a BLAKE3 keyed hash, under a key derived from the cluster
+//! The link's per-packet MAC: POLYVAL then AES-256, under keys derived from the cluster
 //! key, over a packet and the link addresses it travels between.
 //!
 //! A link with a key ([`super::Link::set_key`]) appends [`TAG_BYTES`] of tag to every
@@ -19,33 +19,47 @@
 //! id so the real one is taken for a duplicate). Every node holding the key is trusted
 //! alike: a keyed node can still claim any source id.
 //!
-//! Why BLAKE3: its keyed mode is a MAC with no nonce to manage and a 32-byte key, from a
-//! well-kept `no_std` crate that picks its SIMD at run time. 8 KiB tag time on the
-//! project's machine (2 vCPU VM with AVX-512, AES-NI and PCLMULQDQ; best of 7 × 20,000,
-//! 2026-11-24): BLAKE3 `keyed_hash` 1.61 µs (5.1 GB/s); AES-256-GMAC (RustCrypto
-//! `aes-gcm` 0.10, empty plaintext, 8 KiB AAD) 3.9–5.7 µs (`ghash` alone 4.2–5.4 µs),
-//! and it would need a nonce that never repeats under a key (`ring` 0.17's AES-256-GCM
-//! with the 8 KiB as associated data: 9.4 µs, measured on a busy machine); SipHash-2-4
-//! with a 128-bit output (the project's SipHash, streamed by `siphasher` 1.0) 3.1–3.5 µs,
-//! SipHash-1-3 1.7 µs but with a 64- or 128-bit key. On the link each 8 KiB reply pays
-//! about that twice (sender and receiver): `cargo xtask bench rpc` reports it as
-//! `mac_cost` (BENCHMARKS.md).
+//! The construction: `tag = AES-256(K_aes, POLYVAL(H, packet ‖ 0-pad ‖ L))`, where `L`
+//! is one block holding the packet's length in bytes and the source and destination node
+//! ids, and `H` and `K_aes` are derived from the cluster key (BLAKE3 `derive_key`, two
+//! contexts). POLYVAL (RFC 8452) is a universal hash: two different inputs of up to ℓ
+//! blocks collide for at most ℓ of the 2^128 keys `H`; `L` makes inputs of different
+//! lengths or addresses different. Encrypting the hash with a block cipher under an
+//! independent key makes it a deterministic MAC (hash-then-PRF, as in Carter–Wegman–Shoup;
+//! AES-GCM-SIV derives its tag from POLYVAL the same way, with a nonce mixed in): the
+//! tags show nothing of `H`, and a forger who saw q tags wins with probability about
+//! q²·ℓ/2^128 — q = 2^40 packets of the largest size (256 KiB, ℓ = 2^14 + 1) give about
+//! 2^-34. No nonce to manage, so the link keeps no MAC state.
+//!
+//! Why this one: the MAC is on every packet, and each 8 KiB reply is hashed twice (sender
+//! and receiver), so its speed is its cost. Per 8 KiB on the project's machine (AMD EPYC
+//! with AVX-512, VPCLMULQDQ and AES-NI; best of 7 × 20,000, 2026-11-25): this MAC 0.41 µs
+//! ([`super::polyval`]'s SIMD kernel; 1.40 µs on the `polyval` crate alone); BLAKE3
+//! `keyed_hash` 1.61 µs (5.1 GB/s; the MAC until 2026-11-25); SipHash-2-4 with a 128-bit
+//! output 3.1–3.5 µs; AES-256-GMAC (RustCrypto `aes-gcm`) 3.9–5.7 µs, and it would need a
+//! nonce that never repeats under a key. A 160-byte control packet: 0.03 µs against
+//! BLAKE3's 0.21 µs. `cargo xtask bench rpc` reports the cost on a call as `mac_cost`
+//! (BENCHMARKS.md).
 
+use aes::cipher::{BlockEncrypt, KeyInit};
 use constant_time_eq::constant_time_eq_16;
 
+use super::polyval;
 use crate::key::ClusterKey;
 
 /// Bytes of tag appended to each packet.
 pub const TAG_BYTES: usize = 16;
 
-/// The BLAKE3 `derive_key` context that turns a cluster key into the link's MAC key:
-/// another use of the same cluster key gets an unrelated key.
-const CONTEXT: &str = "trapeze-rs 2026-11-24 link packet MAC v1";
+/// The BLAKE3 `derive_key` contexts that turn a cluster key into the link's MAC keys:
+/// another use of the same cluster key gets unrelated keys.
+const HASH_CONTEXT: &str = "trapeze-rs 2026-11-25 link packet MAC v2 POLYVAL key";
+const CIPHER_CONTEXT: &str = "trapeze-rs 2026-11-25 link packet MAC v2 AES-256 key";
 
-/// A link's MAC key.
+/// A link's MAC keys.
 #[derive(Clone)]
 pub struct LinkMac {
-    key: [u8; 32],
+    hash: polyval::Key,
+    cipher: aes::Aes256,
 }
 
 impl core::fmt::Debug for LinkMac {
@@ -55,34 +69,47 @@ impl core::fmt::Debug for LinkMac {
 }
 
 /// A tag being computed over a packet given in pieces.
-pub struct Tagger(blake3::Hasher);
+pub struct Tagger<'m> {
+    hash: polyval::Hasher<'m>,
+    cipher: &'m aes::Aes256,
+    len: u64,
+}
 
-impl Tagger {
+impl Tagger<'_> {
     pub fn update(&mut self, bytes: &[u8]) {
-        self.0.update(bytes);
+        self.len += bytes.len() as u64;
+        self.hash.update(bytes);
     }
 
     /// The tag of everything given, for a packet from `src` to `dst`.
-    pub fn finish(mut self, src: u16, dst: u16) -> [u8; TAG_BYTES] {
-        // After the packet: its length is part of BLAKE3's input framing already, and the
-        // addresses are a fixed-size suffix, so no two (packet, src, dst) hash alike.
-        let mut ad = [0u8; 4];
-        ad[..2].copy_from_slice(&src.to_le_bytes());
-        ad[2..].copy_from_slice(&dst.to_le_bytes());
-        self.0.update(&ad);
-        let mut tag = [0u8; TAG_BYTES];
-        tag.copy_from_slice(&self.0.finalize().as_bytes()[..TAG_BYTES]);
-        tag
+    pub fn finish(self, src: u16, dst: u16) -> [u8; TAG_BYTES] {
+        let mut last = [0u8; polyval::BLOCK];
+        last[..8].copy_from_slice(&self.len.to_le_bytes());
+        last[8..10].copy_from_slice(&src.to_le_bytes());
+        last[10..12].copy_from_slice(&dst.to_le_bytes());
+        let mut block = aes::Block::from(self.hash.finish(last));
+        self.cipher.encrypt_block(&mut block);
+        block.into()
     }
 }
 
 impl LinkMac {
     pub fn new(cluster: &ClusterKey) -> LinkMac {
-        LinkMac { key: blake3::derive_key(CONTEXT, cluster.bytes()) }
+        LinkMac::with_hash(cluster, polyval::Key::new)
     }
 
-    pub fn tagger(&self) -> Tagger {
-        Tagger(blake3::Hasher::new_keyed(&self.key))
+    /// The MAC under `cluster`, its POLYVAL key made by `hash_key` (the SIMD kernel where
+    /// the CPU has it, or always the portable code).
+    fn with_hash(cluster: &ClusterKey, hash_key: fn([u8; polyval::BLOCK]) -> polyval::Key) -> LinkMac {
+        let h = blake3::derive_key(HASH_CONTEXT, cluster.bytes());
+        let k = blake3::derive_key(CIPHER_CONTEXT, cluster.bytes());
+        let mut hk = [0u8; polyval::BLOCK];
+        hk.copy_from_slice(&h[..polyval::BLOCK]);
+        LinkMac { hash: hash_key(hk), cipher: aes::Aes256::new(&k.into()) }
+    }
+
+    pub fn tagger(&self) -> Tagger<'_> {
+        Tagger { hash: self.hash.hasher(), cipher: &self.cipher, len: 0 }
     }
 
     /// The tag of `packet` sent from `src` to `dst`.
@@ -125,7 +152,10 @@ mod tests {
         s.update(&p[..5]);
         s.update(&p[5..]);
         assert_eq!(s.finish(1, 2), t);
-        // The MAC key is derived, not the cluster key itself.
-        assert_ne!(m.key, [1; 32]);
+        // The portable hash gives the same tags.
+        let portable = LinkMac::with_hash(&ClusterKey::from_bytes([1; 32]), polyval::Key::portable);
+        assert_eq!(portable.tag(1, 2, p), t);
+        let long = vec![0x5a; 9000];
+        assert_eq!(portable.tag(7, 8, &long), m.tag(7, 8, &long));
     }
 }

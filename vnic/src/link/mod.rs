@@ -64,6 +64,7 @@ pub mod backend;
 pub mod faults;
 pub mod frame;
 pub mod mac;
+pub mod polyval;
 mod reassembly;
 mod receive;
 mod send;

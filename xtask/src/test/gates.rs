@@ -10,11 +10,12 @@ use std::collections::{BTreeMap, HashMap};
 use std::process::Command;
 
 /// The prerequisites a test may name, and how to tell each is here.
-pub const PREREQS: [(&str, &str); 4] = [
+pub const PREREQS: [(&str, &str); 5] = [
     ("riscv32 target", "the riscv32imac-unknown-none-elf target of the pinned toolchain (xtask adds it)"),
     ("root", "root (network namespaces, raw sockets)"),
     ("ip", "the `ip` command (apt-get install iproute2)"),
     ("qemu", "qemu-system-x86_64 (apt-get install --no-install-recommends qemu-system-x86)"),
+    ("vpclmulqdq", "a CPU with AVX-512 (F, BW) and VPCLMULQDQ"),
 ];
 
 /// Packages behind the prerequisites: installed as root, named otherwise.
@@ -37,8 +38,21 @@ pub fn available(prereq: &str) -> bool {
         "root" => is_root(),
         "ip" => runs("ip", "-V"),
         "qemu" => runs("qemu-system-x86_64", "--version"),
+        "vpclmulqdq" => has_vpclmulqdq(),
         _ => false,
     }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn has_vpclmulqdq() -> bool {
+    std::arch::is_x86_feature_detected!("avx512f")
+        && std::arch::is_x86_feature_detected!("avx512bw")
+        && std::arch::is_x86_feature_detected!("vpclmulqdq")
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn has_vpclmulqdq() -> bool {
+    false
 }
 
 /// As root, install what the gated tests need; otherwise leave them to be skipped.
