@@ -9,7 +9,7 @@
 //! an operation not finished after [`GmsConfig::op_timeout`] is cancelled by
 //! [`GmsNode::drive`] and completes as a failure.
 
-use super::directory::{ANY_SEQ, FRESH};
+use super::directory::FRESH;
 use super::net::prelude::*;
 use super::node::{GmsNode, Held, HeldState, Host};
 use super::ops::*;
@@ -155,6 +155,7 @@ impl<
         }
         let i = self.alloc_op(kind, mode, page, version)?;
         self.ops[i].dst = target;
+        self.ops[i].seq = seq;
         let tag = self.op_id(i);
         let flags = if dirty { PUT_DIRTY } else { 0 };
         let req = PutReq { page, version, seq, view: self.members.view(), tag, flags };
@@ -403,7 +404,7 @@ impl<
     /// A target's `PUTDONE` for one of this node's putpages or movepages.
     pub(super) fn put_done(&mut self, from: u16, d: &PutDone) {
         let i = d.tag.slot as usize;
-        let Some(o) = self.ops.get(i) else { return };
+        let Some(o) = self.ops.get(i).copied() else { return };
         let matches = o.generation == d.tag.generation
             && o.state == OpState::InFlight
             && matches!(o.kind, OpKind::Put | OpKind::Move)
@@ -421,8 +422,9 @@ impl<
             PutStatus::Failed => PutResult::Failed,
         };
         if o.kind == OpKind::Move && matches!(result, PutResult::Stored { .. } | PutResult::Superseded) {
-            // Single copy: the target's is the one the directory names now.
-            self.drop_held(&d.page, d.version, ANY_SEQ);
+            // Single copy: the target's is the one the directory names now. Only the copy
+            // moved goes (one handed back since has a newer identity).
+            self.drop_held(&d.page, d.version, o.seq);
         }
         if matches!(result, PutResult::Stored { .. }) {
             self.stats.puts_stored += 1;

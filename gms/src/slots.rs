@@ -33,6 +33,9 @@ pub(super) struct OpSlot<F> {
     pub(super) mode: Mode,
     pub(super) page: PageId,
     pub(super) version: Version,
+    /// A movepage: the identity of the copy moved (only that copy is dropped when it is
+    /// stored: the page may have come back meanwhile).
+    pub(super) seq: u64,
     /// Where the request went (directory, caching site, or put target).
     pub(super) dst: u16,
     pub(super) view: u64,
@@ -51,6 +54,7 @@ impl<F> OpSlot<F> {
         mode: Mode::NonBlocking,
         page: PageId::new(0, 0),
         version: Version(0),
+        seq: 0,
         dst: NO_SITE,
         view: 0,
         moving: false,
