@@ -310,9 +310,11 @@ impl<
                     self.stats.hits_3way += 1;
                 }
                 let dirty = rep.flags & REPLY_DIRTY != 0;
-                // A moving read makes this node the holder — only within the view the page
-                // was read in (a directory lost since then may have known newer versions).
+                // A moving read makes this node the holder if the site handed its copy over
+                // (it keeps one still registering) — only within the view the page was read
+                // in (a directory lost since then may have known newer versions).
                 let held = op.moving
+                    && rep.flags & REPLY_MOVED != 0
                     && op.view == self.members.view()
                     && self.adopt(op.page, (rep.version, rep.seq), frame, len, dirty);
                 GetResult::Hit { version: rep.version, frame, len, via, held }

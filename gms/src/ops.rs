@@ -198,6 +198,9 @@ wire_enum!(
 
 /// Reply flag: the page is dirty (a moving read hands the dirt to the requester).
 pub const REPLY_DIRTY: u8 = 1;
+/// Reply flag: the caching site handed its copy over (a moving read of a registered
+/// copy): the requester becomes the holder. Without it the site kept its copy.
+pub const REPLY_MOVED: u8 = 2;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GetReply {

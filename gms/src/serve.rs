@@ -261,7 +261,8 @@ impl<
         let local_dir = self.members.directory_of(&page) == Some(self.id);
         // A moving read hands the copy (and its dirt) to the requester. Only a registered
         // copy moves, and only if the directory can be told.
-        if moving && h.state == HeldState::Registered && (local_dir || self.free_task().is_some()) {
+        let moved = moving && h.state == HeldState::Registered && (local_dir || self.free_task().is_some());
+        if moved {
             self.held.remove(&page);
             self.cancel_register(&page, PutStatus::Failed);
             self.stats.gets_moved += 1;
@@ -277,7 +278,7 @@ impl<
             self.host.dropped(page, h.frame, false);
         }
         self.lent = Some(h.frame);
-        let flags = if h.dirty { REPLY_DIRTY } else { 0 };
+        let flags = if h.dirty { REPLY_DIRTY } else { 0 } | if moved { REPLY_MOVED } else { 0 };
         let rep = GetReply { status: GetStatus::Hit, page, version: h.version, seq: h.seq, server: self.id, flags };
         Action::reply(&rep, Some((h.frame, h.len)))
     }
