@@ -79,7 +79,7 @@ impl DirEntry {
 pub enum Update {
     /// The entry now names the new site with identity `seq`; `prev` was named before
     /// (site, version, identity) and must drop that copy if it is another node.
-    Accepted { prev: Option<(u16, Version, u64)>, seq: u64 },
+    Accepted { prev: Option<Named>, seq: u64 },
     /// Older than the entry or its floor.
     Rejected,
     /// No slot for a new entry (and no tombstone old enough to reclaim).
@@ -89,6 +89,9 @@ pub enum Update {
 /// No slot for a new entry (and no tombstone old enough to reclaim).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DirFull;
+
+/// A named copy: (site, version, identity).
+pub type Named = (u16, Version, u64);
 
 /// `N` entries (live and tombstones).
 pub struct Directory<const N: usize> {
@@ -117,7 +120,7 @@ impl<const N: usize> Directory<N> {
         self.t.iter()
     }
     /// The live entry with the named copy's identity: (site, version, seq).
-    pub fn named(&self, page: &PageId) -> Option<(u16, Version, u64)> {
+    pub fn named(&self, page: &PageId) -> Option<Named> {
         self.t.get(page).and_then(|e| e.site().map(|s| (s, e.version, e.seq)))
     }
     /// The first live entry in slot `from` or later: (slot, page, entry).
@@ -149,7 +152,7 @@ impl<const N: usize> Directory<N> {
         version: Version,
         claim: u64,
         now: u64,
-    ) -> Option<(Option<(u16, Version, u64)>, u64)> {
+    ) -> Option<(Option<Named>, u64)> {
         let next = |seq: u64| seq.max(claim).saturating_add(1);
         let Some(e) = self.t.get(page) else { return Some((None, next(0))) };
         if version < e.floor_at(now, self.ttl) {
