@@ -9,6 +9,7 @@
 //! an operation not finished after [`GmsConfig::op_timeout`] is cancelled by
 //! [`GmsNode::drive`] and completes as a failure.
 
+use super::directory::FRESH;
 use super::net::prelude::*;
 use super::node::{GmsNode, Held, HeldState, Host};
 use super::ops::*;
@@ -53,9 +54,9 @@ impl<
             return Ok(id);
         };
         let mut flags = if moving { GET_MOVING } else { 0 };
-        let (dst, want) = if dir == self.id {
+        let (dst, want, seq) = if dir == self.id {
             // The requester is the directory node: look up here, ask the site directly.
-            match self.dir.lookup(&page) {
+            match self.dir.named(&page) {
                 None => {
                     self.stats.misses += 1;
                     self.finish(
@@ -64,20 +65,20 @@ impl<
                     );
                     return Ok(id);
                 }
-                Some((site, v)) if site == self.id => {
-                    let r = self.local_hit(page, v, caller_frame);
+                Some((site, v, seq)) if site == self.id => {
+                    let r = self.local_hit(page, v, seq, caller_frame);
                     self.finish(i, OpResult::Get(r));
                     return Ok(id);
                 }
-                Some((site, v)) => {
+                Some((site, v, seq)) => {
                     flags |= GET_DIRECT;
-                    (site, v)
+                    (site, v, seq)
                 }
             }
         } else {
-            (dir, Version(0))
+            (dir, Version(0), 0)
         };
-        let req = GetReq { page, want, view: self.members.view(), flags };
+        let req = GetReq { page, want, seq, view: self.members.view(), flags };
         self.ops[i].dst = dst;
         match rpc.call::<GetPage>(now, self, dst, &req, reply_to, Mode::NonBlocking) {
             Ok(call) => self.launched(rpc, i, call),
@@ -113,7 +114,7 @@ impl<
         if dirty && self.policy(page.space).writes == WritePolicy::WriteThrough {
             return Err(GmsError::DirtyWriteThrough);
         }
-        self.send_put(rpc, OpKind::Put, page, version, (frame, len), target, dirty, mode)
+        self.send_put(rpc, OpKind::Put, page, (version, FRESH), (frame, len), target, dirty, mode)
     }
 
     /// Move this node's held copy of `page` to `target`: like putpage, and when it is
@@ -134,7 +135,7 @@ impl<
         if h.state != HeldState::Registered || moving {
             return Err(GmsError::Busy);
         }
-        self.send_put(rpc, OpKind::Move, page, h.version, (h.frame, h.len), target, h.dirty, mode)
+        self.send_put(rpc, OpKind::Move, page, (h.version, h.seq), (h.frame, h.len), target, h.dirty, mode)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -143,7 +144,7 @@ impl<
         rpc: &mut Rpc<Self, F, C, K, X>,
         kind: OpKind,
         page: PageId,
-        version: Version,
+        (version, seq): (Version, u64),
         payload: (F, u32),
         target: u16,
         dirty: bool,
@@ -154,8 +155,10 @@ impl<
         }
         let i = self.alloc_op(kind, mode, page, version)?;
         self.ops[i].dst = target;
+        self.ops[i].seq = seq;
         let tag = self.op_id(i);
-        let req = PutReq { page, version, view: self.members.view(), tag, flags: if dirty { PUT_DIRTY } else { 0 } };
+        let flags = if dirty { PUT_DIRTY } else { 0 };
+        let req = PutReq { page, version, seq, view: self.members.view(), tag, flags };
         let op = if kind == OpKind::Move { OP_MOVEPAGE } else { OP_PUTPAGE };
         let sent = Body::encode(&req).and_then(|b| rpc.send_oneway(target, op, b.as_slice(), Some(payload)));
         if let Err(e) = sent {
@@ -307,10 +310,13 @@ impl<
                     self.stats.hits_3way += 1;
                 }
                 let dirty = rep.flags & REPLY_DIRTY != 0;
-                // A moving read makes this node the holder — only within the view the page
-                // was read in (a directory lost since then may have known newer versions).
-                let held =
-                    op.moving && op.view == self.members.view() && self.adopt(op.page, rep.version, frame, len, dirty);
+                // A moving read makes this node the holder if the site handed its copy over
+                // (it keeps one still registering) — only within the view the page was read
+                // in (a directory lost since then may have known newer versions).
+                let held = op.moving
+                    && rep.flags & REPLY_MOVED != 0
+                    && op.view == self.members.view()
+                    && self.adopt(op.page, (rep.version, rep.seq), frame, len, dirty);
                 GetResult::Hit { version: rep.version, frame, len, via, held }
             }
             (GetStatus::Hit, frame) => {
@@ -332,18 +338,19 @@ impl<
                         None
                     }
                 };
-                self.local_hit(op.page, rep.version, to)
+                self.local_hit(op.page, rep.version, rep.seq, to)
             }
         }
     }
 
-    /// The directory names this node for `page` at `version`: serve from the held copy,
-    /// copied into the caller's frame (or lent, if the caller gave none).
-    pub(super) fn local_hit(&mut self, page: PageId, version: Version, to: Option<F>) -> GetResult<F> {
+    /// The directory names this node for `page` at `version` (the copy with identity
+    /// `seq`): serve from the held copy, copied into the caller's frame (or lent, if the
+    /// caller gave none).
+    pub(super) fn local_hit(&mut self, page: PageId, version: Version, seq: u64, to: Option<F>) -> GetResult<F> {
         let epoch = self.epoch;
         let Some(h) = self.held.get_mut(&page).filter(|h| h.version >= version) else {
             // Named for a copy this node does not have: repair the directory.
-            self.forget_site(page, version);
+            self.forget_site(page, version, seq);
             self.stats.misses += 1;
             return GetResult::Miss { reason: MissReason::NotCached, frame: to };
         };
@@ -366,26 +373,27 @@ impl<
     }
 
     /// Become the holder of a page read by a moving read (if there is room, and the
-    /// directory takes it). `false`: the frame stays the runtime's alone.
-    fn adopt(&mut self, page: PageId, version: Version, frame: F, len: u32, dirty: bool) -> bool {
+    /// directory takes it): the registration claims the identity `seq` of the copy
+    /// served, a hand-over. `false`: the frame stays the runtime's alone.
+    fn adopt(&mut self, page: PageId, (version, seq): (Version, u64), frame: F, len: u32, dirty: bool) -> bool {
         let local = self.members.directory_of(&page) == Some(self.id);
         if self.held.contains(&page) || self.held.len() >= self.budget() || (!local && self.free_task().is_none()) {
             return false;
         }
         // This node is the directory: decide first, so a refusal never drops a frame the
         // completion hands to the runtime.
-        let state = if local {
-            if self.apply_update(page, self.id, version) != AckStatus::Ok {
-                return false;
+        let (state, seq) = if local {
+            match self.apply_update(page, self.id, version, seq) {
+                (AckStatus::Ok, named) => (HeldState::Registered, named),
+                _ => return false,
             }
-            HeldState::Registered
         } else {
-            HeldState::Registering
+            (HeldState::Registering, seq)
         };
-        let h = Held { frame, len, version, dirty, last_access: self.epoch, state };
+        let h = Held { frame, len, version, dirty, last_access: self.epoch, state, seq };
         if self.held.insert(page, h).is_err() {
             if local {
-                self.forget_site(page, version);
+                self.forget_site(page, version, seq);
             }
             return false;
         }
@@ -398,7 +406,7 @@ impl<
     /// A target's `PUTDONE` for one of this node's putpages or movepages.
     pub(super) fn put_done(&mut self, from: u16, d: &PutDone) {
         let i = d.tag.slot as usize;
-        let Some(o) = self.ops.get(i) else { return };
+        let Some(o) = self.ops.get(i).copied() else { return };
         let matches = o.generation == d.tag.generation
             && o.state == OpState::InFlight
             && matches!(o.kind, OpKind::Put | OpKind::Move)
@@ -416,8 +424,9 @@ impl<
             PutStatus::Failed => PutResult::Failed,
         };
         if o.kind == OpKind::Move && matches!(result, PutResult::Stored { .. } | PutResult::Superseded) {
-            // Single copy: the target's is the one the directory names now.
-            self.drop_held(&d.page, d.version);
+            // Single copy: the target's is the one the directory names now. Only the copy
+            // moved goes (one handed back since has a newer identity).
+            self.drop_held(&d.page, d.version, o.seq);
         }
         if matches!(result, PutResult::Stored { .. }) {
             self.stats.puts_stored += 1;

@@ -13,6 +13,21 @@
 //! version is *provisional* and binds for `tombstone_ttl` only (long enough for any late
 //! update of those versions to have arrived), so no discard, not even of `u64::MAX`,
 //! blocks a page for good.
+//!
+//! Versions alone cannot order two registrations of one version: a copy changes hands at
+//! the same version (movepage, moving read), and a registration of its previous holder
+//! (a scrub re-registration in flight, a duplicated `DIRUPDATE`) may arrive after the
+//! new holder's. So every named copy also has an *identity*, [`DirEntry::seq`]: the
+//! directory assigns it when it accepts a registration (growing per page, kept by a
+//! tombstone) and the holder learns it from the answer. A registration carries a
+//! *claim*: the identity of the copy it descends from (the previous holder's, for a
+//! hand-over), its own (a re-registration), or [`FRESH`] (a copy no directory has named:
+//! a put, a page read from disk). At the version the entry names, a claim below the
+//! entry's identity is stale and refused; a claim equal to it from another site is the
+//! hand-over of the named copy and displaces it; the identity given up by a removal (or
+//! by a verify that found no copy) is refused from its last site even after the entry
+//! became a tombstone. Removals and drops name the identity they mean, so a late one
+//! never un-names a newer copy.
 
 use super::page::{PageId, Version};
 use super::table::Table;
@@ -20,11 +35,21 @@ use super::table::Table;
 /// `site` of a tombstone.
 pub const NO_SITE: u16 = u16::MAX;
 
+/// The claim of a copy no directory has named yet (a put, a page held for itself).
+pub const FRESH: u64 = 0;
+
+/// A removal or drop of every identity up to its version (the sender knows none).
+pub const ANY_SEQ: u64 = u64::MAX;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DirEntry {
     /// The caching site, or [`NO_SITE`].
     pub site: u16,
     pub version: Version,
+    /// The identity of the copy named (a tombstone keeps the last one's).
+    pub seq: u64,
+    /// The site named last (a tombstone keeps it: its identity `seq` was given up).
+    pub last: u16,
     /// Updates older than this are refused (until `stamp` + ttl if above `firm`).
     pub floor: Version,
     /// The part of the floor that never lapses: versions up to the newest the directory
@@ -52,9 +77,9 @@ impl DirEntry {
 /// What a directory update did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Update {
-    /// The entry now names the new site; `prev` was named before (at that version) and
-    /// must drop its copy if it is another node.
-    Accepted { prev: Option<(u16, Version)> },
+    /// The entry now names the new site with identity `seq`; `prev` was named before
+    /// (site, version, identity) and must drop that copy if it is another node.
+    Accepted { prev: Option<Named>, seq: u64 },
     /// Older than the entry or its floor.
     Rejected,
     /// No slot for a new entry (and no tombstone old enough to reclaim).
@@ -64,6 +89,9 @@ pub enum Update {
 /// No slot for a new entry (and no tombstone old enough to reclaim).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DirFull;
+
+/// A named copy: (site, version, identity).
+pub type Named = (u16, Version, u64);
 
 /// `N` entries (live and tombstones).
 pub struct Directory<const N: usize> {
@@ -91,11 +119,15 @@ impl<const N: usize> Directory<N> {
     pub fn iter(&self) -> impl Iterator<Item = (&PageId, &DirEntry)> {
         self.t.iter()
     }
-    /// The first live entry in slot `from` or later: (slot, page, site, version).
-    pub fn next_live_from(&self, mut from: usize) -> Option<(usize, PageId, u16, Version)> {
+    /// The live entry with the named copy's identity: (site, version, seq).
+    pub fn named(&self, page: &PageId) -> Option<Named> {
+        self.t.get(page).and_then(|e| e.site().map(|s| (s, e.version, e.seq)))
+    }
+    /// The first live entry in slot `from` or later: (slot, page, entry).
+    pub fn next_live_from(&self, mut from: usize) -> Option<(usize, PageId, DirEntry)> {
         while let Some((i, p, e)) = self.t.next_from(from) {
             if e.site != NO_SITE {
-                return Some((i, p, e.site, e.version));
+                return Some((i, p, e));
             }
             from = i + 1;
         }
@@ -110,37 +142,66 @@ impl<const N: usize> Directory<N> {
         N
     }
 
-    /// Would an update of `page` to `version` at `now` be accepted, and whom would it
-    /// displace?
-    pub fn check(&self, page: &PageId, version: Version, now: u64) -> Option<Option<(u16, Version)>> {
-        match self.t.get(page) {
-            None => Some(None),
-            Some(e) if version < e.floor_at(now, self.ttl) => None,
-            Some(e) => match e.site() {
-                None => Some(None),
-                Some(_) if version < e.version => None,
-                Some(s) => Some(Some((s, e.version))),
-            },
+    /// Would a registration of `site`'s copy of `page` at `version`, claiming identity
+    /// `claim`, be accepted at `now`? `Some((prev, seq))`: the copy named before (site,
+    /// version, identity) and the identity the registered copy gets.
+    pub fn check(
+        &self,
+        page: &PageId,
+        site: u16,
+        version: Version,
+        claim: u64,
+        now: u64,
+    ) -> Option<(Option<Named>, u64)> {
+        let next = |seq: u64| seq.max(claim).saturating_add(1);
+        let Some(e) = self.t.get(page) else { return Some((None, next(0))) };
+        if version < e.floor_at(now, self.ttl) {
+            return None;
+        }
+        let prev = e.site().map(|s| (s, e.version, e.seq));
+        if version > e.version {
+            return Some((prev, next(e.seq)));
+        }
+        if version < e.version && e.site != NO_SITE {
+            return None;
+        }
+        match e.site() {
+            // The named site again: the same copy (its registration repeated, or a put of
+            // the version it holds): nothing changes.
+            Some(s) if s == site && claim <= e.seq => Some((prev, e.seq)),
+            // The named copy handed over (or a copy that descends from it).
+            Some(_) if claim >= e.seq && claim != FRESH => Some((prev, next(e.seq))),
+            // Older than the named copy: a stale registration.
+            Some(_) => None,
+            // A tombstone at this version: a copy no directory named may come back; the
+            // identity given up may not, from the site that gave it up or from any
+            // copy older than it.
+            None if claim == FRESH => Some((None, next(e.seq))),
+            None if (e.last == site && claim <= e.seq) || claim < e.seq => None,
+            None => Some((None, next(e.seq))),
         }
     }
 
-    /// Name `site` as the holder of `page` at `version` (accepted iff `version` is at
-    /// least the entry's version and floor). Idempotent.
-    pub fn update(&mut self, page: PageId, site: u16, version: Version, now: u64) -> Update {
-        let Some(prev) = self.check(&page, version, now) else { return Update::Rejected };
+    /// Register `site`'s copy of `page` at `version`, claiming identity `claim` (see
+    /// [`Self::check`]): accepted iff the version is at least the entry's and its floor
+    /// and the claim is not stale. Idempotent.
+    pub fn update(&mut self, page: PageId, site: u16, version: Version, claim: u64, now: u64) -> Update {
+        let Some((prev, seq)) = self.check(&page, site, version, claim, now) else { return Update::Rejected };
         // The version is at least the floor: a provisional floor is firm from now on.
         let floor = self.t.get(&page).map_or(Version(0), |e| e.floor_at(now, self.ttl));
-        match self.put(page, DirEntry { site, version, floor, firm: floor, stamp: now }, now) {
-            Ok(()) => Update::Accepted { prev },
+        let e = DirEntry { site, version, seq, last: site, floor, firm: floor, stamp: now };
+        match self.put(page, e, now) {
+            Ok(()) => Update::Accepted { prev, seq },
             Err(DirFull) => Update::Full,
         }
     }
 
-    /// `site` no longer holds `page` up to `version`: tombstone the entry if it names
-    /// `site` at that version or older. Returns whether it did.
-    pub fn remove(&mut self, page: &PageId, site: u16, version: Version, now: u64) -> bool {
+    /// `site` no longer holds `page` up to `version` (at `version`, the copies up to
+    /// identity `seq`; [`ANY_SEQ`]: all): tombstone the entry if it names such a copy of
+    /// `site`. Returns whether it did.
+    pub fn remove(&mut self, page: &PageId, site: u16, version: Version, seq: u64, now: u64) -> bool {
         match self.t.get_mut(page) {
-            Some(e) if e.site == site && e.version <= version => {
+            Some(e) if e.site == site && (e.version < version || (e.version == version && e.seq <= seq)) => {
                 e.site = NO_SITE;
                 e.floor = e.floor.max(e.version);
                 e.firm = e.firm.max(e.version);
@@ -172,7 +233,15 @@ impl<const N: usize> Directory<N> {
                 Ok(held)
             }
             None => {
-                let tomb = DirEntry { site: NO_SITE, version: Version(0), floor, firm: Version(0), stamp: now };
+                let tomb = DirEntry {
+                    site: NO_SITE,
+                    version: Version(0),
+                    seq: 0,
+                    last: NO_SITE,
+                    floor,
+                    firm: Version(0),
+                    stamp: now,
+                };
                 self.put(page, tomb, now).map(|()| None)
             }
         }
@@ -225,87 +294,124 @@ mod tests {
 
     const P: PageId = PageId::new(1, 1);
 
+    /// Register and return the identity given, or `None` if refused.
+    fn up<const N: usize>(d: &mut Directory<N>, p: PageId, site: u16, v: u64, claim: u64, now: u64) -> Option<u64> {
+        match d.update(p, site, Version(v), claim, now) {
+            Update::Accepted { seq, .. } => Some(seq),
+            Update::Rejected => None,
+            Update::Full => panic!("full"),
+        }
+    }
+
     #[test]
     fn versions_only_grow_and_tombstones_keep_the_floor() {
         let mut d: Directory<4> = Directory::new(100);
-        assert_eq!(d.update(P, 1, Version(5), 0), Update::Accepted { prev: None });
-        assert_eq!(d.update(P, 2, Version(4), 1), Update::Rejected, "older version");
+        assert_eq!(d.update(P, 1, Version(5), FRESH, 0), Update::Accepted { prev: None, seq: 1 });
+        assert_eq!(up(&mut d, P, 2, 4, FRESH, 1), None, "older version");
+        assert_eq!(up(&mut d, P, 2, 5, FRESH, 1), None, "a put of the version named elsewhere");
         assert_eq!(
-            d.update(P, 2, Version(5), 2),
-            Update::Accepted { prev: Some((1, Version(5))) },
-            "same version, new site"
+            d.update(P, 2, Version(5), 1, 2),
+            Update::Accepted { prev: Some((1, Version(5), 1)), seq: 2 },
+            "same version, handed over"
         );
-        assert_eq!(d.update(P, 2, Version(5), 3), Update::Accepted { prev: Some((2, Version(5))) }, "idempotent");
-        assert!(!d.remove(&P, 1, Version(9), 4), "only the named site removes");
-        assert!(!d.remove(&P, 2, Version(4), 4), "only up to its version");
-        assert!(d.remove(&P, 2, Version(5), 4));
+        assert_eq!(d.update(P, 2, Version(5), 1, 3), Update::Accepted { prev: Some((2, Version(5), 2)), seq: 2 });
+        assert_eq!(up(&mut d, P, 2, 5, 2, 3), Some(2), "idempotent");
+        assert!(!d.remove(&P, 1, Version(9), ANY_SEQ, 4), "only the named site removes");
+        assert!(!d.remove(&P, 2, Version(4), ANY_SEQ, 4), "only up to its version");
+        assert!(!d.remove(&P, 2, Version(5), 1, 4), "only up to its identity");
+        assert!(d.remove(&P, 2, Version(5), 2, 4));
         assert_eq!(d.lookup(&P), None);
-        assert_eq!(d.update(P, 3, Version(4), 5), Update::Rejected, "the tombstone's floor");
-        assert_eq!(d.update(P, 3, Version(5), 5), Update::Accepted { prev: None }, "same version may come back");
-        assert_eq!(d.lookup(&P), Some((3, Version(5))));
+        assert_eq!(up(&mut d, P, 3, 4, FRESH, 5), None, "the tombstone's floor");
+        assert_eq!(up(&mut d, P, 2, 5, 2, 5), None, "the identity given up, from its site");
+        assert_eq!(up(&mut d, P, 3, 5, 1, 5), None, "an older identity");
+        assert_eq!(up(&mut d, P, 3, 5, FRESH, 5), Some(3), "a fresh copy of the same version may come back");
+        assert_eq!(d.named(&P), Some((3, Version(5), 3)));
+        assert_eq!(up(&mut d, P, 1, 6, FRESH, 6), Some(4), "a newer version: identities keep growing");
+    }
+
+    #[test]
+    fn a_stale_registration_of_the_previous_holder_is_refused() {
+        // Node 1 holds the page; it is handed over to node 2 (movepage or moving read);
+        // node 1's re-registration (in flight, or a duplicate) arrives afterwards.
+        let mut d: Directory<4> = Directory::new(100);
+        let s1 = up(&mut d, P, 1, 3, FRESH, 0).unwrap();
+        assert_eq!(up(&mut d, P, 1, 3, s1, 1), Some(s1), "re-registration");
+        let s2 = up(&mut d, P, 2, 3, s1, 2).unwrap();
+        assert!(s2 > s1);
+        assert_eq!(up(&mut d, P, 1, 3, s1, 3), None, "the previous holder's registration is stale");
+        assert_eq!(up(&mut d, P, 1, 3, FRESH, 3), None, "so is its put's");
+        assert_eq!(d.named(&P), Some((2, Version(3), s2)));
+        assert_eq!(up(&mut d, P, 2, 3, s1, 4), Some(s2), "the hand-over's duplicate");
+        // A moving read: the holder un-names its copy before the reader registers.
+        assert!(d.remove(&P, 2, Version(3), s2, 5));
+        assert_eq!(up(&mut d, P, 2, 3, s2, 6), None, "the reader's copy: the giver may not come back");
+        let s3 = up(&mut d, P, 3, 3, s2, 7).unwrap();
+        assert_eq!(d.named(&P), Some((3, Version(3), s3)));
+        // A late removal of an older copy of the same site un-names nothing.
+        assert!(!d.remove(&P, 3, Version(3), s2, 8));
     }
 
     #[test]
     fn discard_raises_the_floor_past_the_version() {
         let mut d: Directory<4> = Directory::new(100);
-        d.update(P, 1, Version(3), 0);
+        up(&mut d, P, 1, 3, FRESH, 0);
         assert_eq!(d.discard(P, Version(3), 1), Ok(Some((1, Version(3)))));
         assert_eq!(d.lookup(&P), None);
-        assert_eq!(d.update(P, 1, Version(3), 2), Update::Rejected);
-        assert_eq!(d.update(P, 2, Version(4), 2), Update::Accepted { prev: None });
+        assert_eq!(up(&mut d, P, 1, 3, FRESH, 2), None);
+        assert!(up(&mut d, P, 2, 4, FRESH, 2).is_some());
         // Discarding an older version keeps a newer entry but raises the floor.
         assert_eq!(d.discard(P, Version(2), 3), Ok(None));
         assert_eq!(d.lookup(&P), Some((2, Version(4))));
         // A discard of an unknown page leaves a floor.
         let q = PageId::new(2, 2);
         assert_eq!(d.discard(q, Version(7), 4), Ok(None));
-        assert_eq!(d.update(q, 1, Version(7), 5), Update::Rejected);
-        assert_eq!(d.update(q, 1, Version(8), 5), Update::Accepted { prev: None });
+        assert_eq!(up(&mut d, q, 1, 7, FRESH, 5), None);
+        assert!(up(&mut d, q, 1, 8, FRESH, 5).is_some());
     }
 
     #[test]
     fn a_discard_beyond_every_known_version_lapses_after_the_ttl() {
         let mut d: Directory<4> = Directory::new(100);
-        d.update(P, 1, Version(3), 0);
+        up(&mut d, P, 1, 3, FRESH, 0);
         // Up to version 3 is known: that part of the floor is firm.
         assert_eq!(d.discard(P, Version(u64::MAX), 10), Ok(Some((1, Version(3)))));
-        assert_eq!(d.update(P, 2, Version(9), 50), Update::Rejected, "binds within the ttl");
-        assert_eq!(d.update(P, 2, Version(3), 200), Update::Rejected, "the known versions stay discarded");
-        assert_eq!(d.update(P, 2, Version(4), 200), Update::Accepted { prev: None }, "lapsed");
+        assert_eq!(up(&mut d, P, 2, 9, FRESH, 50), None, "binds within the ttl");
+        assert_eq!(up(&mut d, P, 2, 3, FRESH, 200), None, "the known versions stay discarded");
+        assert!(up(&mut d, P, 2, 4, FRESH, 200).is_some(), "lapsed");
         assert_eq!(d.entry(&P).map(|e| (e.floor, e.firm)), Some((Version(4), Version(4))));
         // A page the directory never named: the whole floor is provisional.
         let q = PageId::new(2, 2);
         assert_eq!(d.discard(q, Version(1 << 40), 300), Ok(None));
-        assert_eq!(d.update(q, 1, Version(1), 399), Update::Rejected);
-        assert_eq!(d.update(q, 1, Version(1), 400), Update::Accepted { prev: None });
+        assert_eq!(up(&mut d, q, 1, 1, FRESH, 399), None);
+        assert!(up(&mut d, q, 1, 1, FRESH, 400).is_some());
         // A discard within what is known is firm for good.
         assert_eq!(d.discard(q, Version(1), 500), Ok(Some((1, Version(1)))));
-        assert_eq!(d.update(q, 1, Version(1), 10_000), Update::Rejected);
+        assert_eq!(up(&mut d, q, 1, 1, FRESH, 10_000), None);
     }
 
     #[test]
     fn failed_sites_are_tombstoned() {
         let mut d: Directory<8> = Directory::new(100);
         for i in 0..6u64 {
-            d.update(PageId::new(0, i), (i % 3) as u16, Version(i + 1), 0);
+            up(&mut d, PageId::new(0, i), (i % 3) as u16, i + 1, FRESH, 0);
         }
         assert_eq!(d.site_failed(1, 10), 2);
         assert_eq!(d.live(), 4);
         assert!(d.iter().all(|(_, e)| e.site != 1));
-        assert_eq!(d.update(PageId::new(0, 1), 2, Version(1), 11), Update::Rejected);
-        assert_eq!(d.update(PageId::new(0, 1), 2, Version(2), 11), Update::Accepted { prev: None });
-        assert_eq!(d.update(PageId::new(0, 4), 2, Version(4), 11), Update::Rejected);
+        assert_eq!(up(&mut d, PageId::new(0, 1), 2, 1, FRESH, 11), None);
+        assert!(up(&mut d, PageId::new(0, 1), 2, 2, FRESH, 11).is_some());
+        assert_eq!(up(&mut d, PageId::new(0, 4), 2, 4, FRESH, 11), None);
     }
 
     #[test]
     fn full_table_reclaims_only_expired_tombstones() {
         let mut d: Directory<2> = Directory::new(100);
-        d.update(PageId::new(0, 1), 1, Version(1), 0);
-        d.update(PageId::new(0, 2), 1, Version(1), 0);
-        assert_eq!(d.update(PageId::new(0, 3), 1, Version(1), 500), Update::Full, "live entries stay");
-        d.remove(&PageId::new(0, 1), 1, Version(1), 50);
-        assert_eq!(d.update(PageId::new(0, 3), 1, Version(1), 120), Update::Full, "tombstone too young");
-        assert_eq!(d.update(PageId::new(0, 3), 1, Version(1), 150), Update::Accepted { prev: None });
+        up(&mut d, PageId::new(0, 1), 1, 1, FRESH, 0);
+        up(&mut d, PageId::new(0, 2), 1, 1, FRESH, 0);
+        assert_eq!(d.update(PageId::new(0, 3), 1, Version(1), FRESH, 500), Update::Full, "live entries stay");
+        d.remove(&PageId::new(0, 1), 1, Version(1), ANY_SEQ, 50);
+        assert_eq!(d.update(PageId::new(0, 3), 1, Version(1), FRESH, 120), Update::Full, "tombstone too young");
+        assert!(up(&mut d, PageId::new(0, 3), 1, 1, FRESH, 150).is_some());
         assert!(d.entry(&PageId::new(0, 1)).is_none(), "the expired tombstone made room");
         assert_eq!(d.discard(PageId::new(0, 9), Version(1), 150), Err(DirFull));
     }

@@ -16,6 +16,13 @@
 //! - **putpage / movepage**: the page goes one-way to a target (chosen by the global
 //!   LRU), which stores it or refuses (budget), has the directory name it, and only then
 //!   answers (`PUTDONE`). A movepage's sender drops its copy: one copy per page.
+//! - **Identity**: a copy changes hands at the same version (movepage, moving read), so the
+//!   directory gives every copy it names an identity too (a per-page sequence it assigns
+//!   on accepting a registration and returns in the answer). A hand-over passes the
+//!   giver's identity to the taker, whose registration claims it; a registration whose
+//!   claim is older than the named copy's — the previous holder's scrub re-registration
+//!   still in flight, a duplicated `DIRUPDATE` — is refused instead of displacing the
+//!   new holder. Removals and drops name the identity they mean ([`directory`]).
 //! - **discardpage**: the directory forgets the page; its holder drops it.
 //! - **Failures**: calls time out into clean misses; a failed node's entries are removed,
 //!   pages whose directory it was are dropped; background updates are retried until

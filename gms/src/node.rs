@@ -62,6 +62,21 @@ pub struct Held<F> {
     /// The epoch ([`GmsNode::set_epoch`]) of the last access: input to the global LRU.
     pub last_access: u64,
     pub state: HeldState,
+    /// The copy's identity at its version ([`super::directory`]): while `Registering`,
+    /// the claim its registration carries (the giver's identity after a hand-over, 0 for
+    /// a put); once `Registered`, the identity the directory gave it.
+    pub seq: u64,
+}
+
+impl<F> Held<F> {
+    /// The identities a removal or drop of this copy covers: its own once the directory
+    /// gave it one, else any (its registration may have been accepted).
+    pub fn given_up(&self) -> u64 {
+        match self.state {
+            HeldState::Registered => self.seq,
+            HeldState::Registering => super::directory::ANY_SEQ,
+        }
+    }
 }
 
 /// Spaces with their own policy.
@@ -265,7 +280,8 @@ impl<
         if self.held.len() >= self.budget() || (dir != self.id && self.free_task().is_none()) {
             return Err(GmsError::Full);
         }
-        let h = Held { frame, len, version, dirty, last_access: self.epoch, state: HeldState::Registering };
+        let state = HeldState::Registering;
+        let h = Held { frame, len, version, dirty, last_access: self.epoch, state, seq: super::directory::FRESH };
         self.held.insert(page, h).map_err(|_| GmsError::Full)?;
         self.register(page, None);
         Ok(())
@@ -277,7 +293,7 @@ impl<
         self.enter(now);
         let h = self.held.remove(page)?;
         self.cancel_register(page, PutStatus::Failed);
-        self.forget_site(*page, h.version);
+        self.forget_site(*page, h.version, h.given_up());
         Some(h)
     }
 

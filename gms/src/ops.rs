@@ -4,15 +4,21 @@
 //!
 //! | op | kind | request | reply |
 //! |----|------|---------|-------|
-//! | `GETPAGE` 0x4701 | call, may be delegated once | [`GetReq`] 33 B | [`GetReply`] 28 B + page payload |
-//! | `PUTPAGE` 0x4702 | one-way + page payload | [`PutReq`] 39 B | — (answered by `PUTDONE`) |
+//! | `GETPAGE` 0x4701 | call, may be delegated once | [`GetReq`] 41 B | [`GetReply`] 36 B + page payload |
+//! | `PUTPAGE` 0x4702 | one-way + page payload | [`PutReq`] 47 B | — (answered by `PUTDONE`) |
 //! | `MOVEPAGE` 0x4703 | one-way + page payload | [`PutReq`] | — (answered by `PUTDONE`) |
-//! | `DISCARDPAGE` 0x4704 | call to the directory | [`DiscardReq`] 24 B | [`DirAck`] 17 B |
+//! | `DISCARDPAGE` 0x4704 | call to the directory | [`DiscardReq`] 24 B | [`DirAck`] 25 B |
 //! | `PUTDONE` 0x4705 | one-way, target → putter | [`PutDone`] 33 B | — |
-//! | `DIRUPDATE` 0x4706 | call, holder → directory | [`DirUpdateReq`] 34 B | [`DirAck`] |
-//! | `DIRREMOVE` 0x4707 | call, ex-holder → directory | [`DirRemoveReq`] 26 B | [`DirAck`] |
-//! | `DROPPAGE` 0x4708 | call, directory → stale holder | [`DropReq`] 24 B | [`DirAck`] |
+//! | `DIRUPDATE` 0x4706 | call, holder → directory | [`DirUpdateReq`] 42 B | [`DirAck`] |
+//! | `DIRREMOVE` 0x4707 | call, ex-holder → directory | [`DirRemoveReq`] 34 B | [`DirAck`] |
+//! | `DROPPAGE` 0x4708 | call, directory → stale holder | [`DropReq`] 32 B | [`DirAck`] |
 //! | `DIRVERIFY` 0x4709 | call, directory → named holder (scrub) | [`DropReq`] | [`DirAck`] |
+//!
+//! The `seq` fields carry a copy's identity at its version (see [`super::directory`]):
+//! the directory assigns it when it accepts a registration (`DirAck::seq`), a hand-over
+//! passes the giver's to the taker (`PutReq::seq` of a movepage, `GetReply::seq` of a
+//! moving read), and the taker's `DIRUPDATE` claims it, so the directory refuses a stale
+//! registration of the previous holder at the same version.
 
 use super::net::wire::{CodecError, Message, Operation};
 use super::page::{PageId, Version};
@@ -156,24 +162,27 @@ pub const GET_MOVING: u8 = 1;
 pub const GET_DIRECT: u8 = 2;
 
 /// Requester → directory (hops 0), or directory → caching site (delegated, hops 1) with
-/// `want` = the version the directory names.
+/// `want` = the version the directory names and `seq` that copy's identity (0 from a
+/// requester).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GetReq {
     pub page: PageId,
     pub want: Version,
+    pub seq: u64,
     pub view: u64,
     pub flags: u8,
 }
 body!(
     GetReq,
-    33,
+    41,
     |s, o| {
         o.page(&s.page)?;
         o.u64(s.want.0)?;
+        o.u64(s.seq)?;
         o.u64(s.view)?;
         o.u8(s.flags)?;
     },
-    |i| { Ok(GetReq { page: i.page()?, want: i.version()?, view: i.u64()?, flags: i.u8()? }) }
+    |i| { Ok(GetReq { page: i.page()?, want: i.version()?, seq: i.u64()?, view: i.u64()?, flags: i.u8()? }) }
 );
 
 wire_enum!(
@@ -189,23 +198,30 @@ wire_enum!(
 
 /// Reply flag: the page is dirty (a moving read hands the dirt to the requester).
 pub const REPLY_DIRTY: u8 = 1;
+/// Reply flag: the caching site handed its copy over (a moving read of a registered
+/// copy): the requester becomes the holder. Without it the site kept its copy.
+pub const REPLY_MOVED: u8 = 2;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GetReply {
     pub status: GetStatus,
     pub page: PageId,
     pub version: Version,
+    /// The identity of the copy served (a moving read's reader claims it when it
+    /// registers), or the one the directory names (`Local`).
+    pub seq: u64,
     /// The node that answered.
     pub server: u16,
     pub flags: u8,
 }
 body!(
     GetReply,
-    28,
+    36,
     |s, o| {
         o.u8(s.status as u8)?;
         o.page(&s.page)?;
         o.u64(s.version.0)?;
+        o.u64(s.seq)?;
         o.u16(s.server)?;
         o.u8(s.flags)?;
     },
@@ -214,6 +230,7 @@ body!(
             status: GetStatus::from_u8(i.u8()?)?,
             page: i.page()?,
             version: i.version()?,
+            seq: i.u64()?,
             server: i.u16()?,
             flags: i.u8()?,
         })
@@ -226,26 +243,39 @@ body!(
 pub const PUT_DIRTY: u8 = 1;
 
 /// Putter → target, one-way, with the page as payload. `tag` names the putter's
-/// operation; the target answers with `PUTDONE` once the directory decided.
+/// operation; the target answers with `PUTDONE` once the directory decided. `seq`: the
+/// mover's identity for the copy (a movepage; the target claims it when it registers),
+/// 0 for a putpage.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PutReq {
     pub page: PageId,
     pub version: Version,
+    pub seq: u64,
     pub view: u64,
     pub tag: OpId,
     pub flags: u8,
 }
 body!(
     PutReq,
-    39,
+    47,
     |s, o| {
         o.page(&s.page)?;
         o.u64(s.version.0)?;
+        o.u64(s.seq)?;
         o.u64(s.view)?;
         o.op(&s.tag)?;
         o.u8(s.flags)?;
     },
-    |i| { Ok(PutReq { page: i.page()?, version: i.version()?, view: i.u64()?, tag: i.op()?, flags: i.u8()? }) }
+    |i| {
+        Ok(PutReq {
+            page: i.page()?,
+            version: i.version()?,
+            seq: i.u64()?,
+            view: i.u64()?,
+            tag: i.op()?,
+            flags: i.u8()?,
+        })
+    }
 );
 
 wire_enum!(
@@ -301,59 +331,70 @@ body!(
     |i| { Ok(DiscardReq { page: i.page()?, version: i.version()? }) }
 );
 
-/// Holder → directory: "`site` (the sender) holds `page` at `version`; name it".
+/// Holder → directory: "`site` (the sender) holds `page` at `version`; name it". `seq`
+/// is the registration's claim: the identity of the copy it descends from (the giver's
+/// after a hand-over, its own when it registers again), or 0 for a copy no directory
+/// named (a put).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DirUpdateReq {
     pub page: PageId,
     pub version: Version,
+    pub seq: u64,
     pub view: u64,
     pub site: u16,
 }
 body!(
     DirUpdateReq,
-    34,
+    42,
     |s, o| {
         o.page(&s.page)?;
         o.u64(s.version.0)?;
+        o.u64(s.seq)?;
         o.u64(s.view)?;
         o.u16(s.site)?;
     },
-    |i| { Ok(DirUpdateReq { page: i.page()?, version: i.version()?, view: i.u64()?, site: i.u16()? }) }
+    |i| { Ok(DirUpdateReq { page: i.page()?, version: i.version()?, seq: i.u64()?, view: i.u64()?, site: i.u16()? }) }
 );
 
-/// Ex-holder → directory: "`site` no longer holds `page` up to `version`".
+/// Ex-holder → directory: "`site` no longer holds `page` up to `version`" (at `version`,
+/// the copies up to identity `seq`; `u64::MAX`: any).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DirRemoveReq {
     pub page: PageId,
     pub version: Version,
+    pub seq: u64,
     pub site: u16,
 }
 body!(
     DirRemoveReq,
-    26,
+    34,
     |s, o| {
         o.page(&s.page)?;
         o.u64(s.version.0)?;
+        o.u64(s.seq)?;
         o.u16(s.site)?;
     },
-    |i| { Ok(DirRemoveReq { page: i.page()?, version: i.version()?, site: i.u16()? }) }
+    |i| { Ok(DirRemoveReq { page: i.page()?, version: i.version()?, seq: i.u64()?, site: i.u16()? }) }
 );
 
-/// Directory → a holder it no longer names: drop `page` if held at `version` or older.
-/// Also the scrub's question to a named holder: "do you hold `page` at `version`?"
+/// Directory → a holder it no longer names: drop `page` if held at an older version, or
+/// at `version` with identity up to `seq` (`u64::MAX`: any). Also the scrub's question to
+/// a named holder: "do you hold `page` at `version`?"
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DropReq {
     pub page: PageId,
     pub version: Version,
+    pub seq: u64,
 }
 body!(
     DropReq,
-    24,
+    32,
     |s, o| {
         o.page(&s.page)?;
         o.u64(s.version.0)?;
+        o.u64(s.seq)?;
     },
-    |i| { Ok(DropReq { page: i.page()?, version: i.version()? }) }
+    |i| { Ok(DropReq { page: i.page()?, version: i.version()?, seq: i.u64()? }) }
 );
 
 wire_enum!(
@@ -372,19 +413,23 @@ wire_enum!(
     }
 );
 
+/// `seq`: for a `DIRUPDATE` answered `Ok`, the identity the directory gave the copy (0
+/// otherwise).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DirAck {
     pub status: AckStatus,
     pub page: PageId,
+    pub seq: u64,
 }
 body!(
     DirAck,
-    17,
+    25,
     |s, o| {
         o.u8(s.status as u8)?;
         o.page(&s.page)?;
+        o.u64(s.seq)?;
     },
-    |i| { Ok(DirAck { status: AckStatus::from_u8(i.u8()?)?, page: i.page()? }) }
+    |i| { Ok(DirAck { status: AckStatus::from_u8(i.u8()?)?, page: i.page()?, seq: i.u64()? }) }
 );
 
 // ---- the operations -----------------------------------------------------------------------
@@ -460,21 +505,22 @@ mod tests {
         let page = PageId::new(7, 0xdead_beef);
         let tag = OpId { slot: 3, generation: 0x0102_0304 };
         let v = Version(42);
-        round_trip(GetReq { page, want: v, view: 9, flags: GET_MOVING }, GetReq::WIRE_BYTES);
-        round_trip(GetReply { status: GetStatus::Local, page, version: v, server: 4, flags: 1 }, GetReply::WIRE_BYTES);
-        round_trip(PutReq { page, version: v, view: 2, tag, flags: PUT_DIRTY }, PutReq::WIRE_BYTES);
+        round_trip(GetReq { page, want: v, seq: 5, view: 9, flags: GET_MOVING }, GetReq::WIRE_BYTES);
+        let rep = GetReply { status: GetStatus::Local, page, version: v, seq: 6, server: 4, flags: 1 };
+        round_trip(rep, GetReply::WIRE_BYTES);
+        round_trip(PutReq { page, version: v, seq: 7, view: 2, tag, flags: PUT_DIRTY }, PutReq::WIRE_BYTES);
         round_trip(PutDone { page, version: v, tag, status: PutStatus::Superseded, site: 2 }, PutDone::WIRE_BYTES);
         round_trip(DiscardReq { page, version: v }, DiscardReq::WIRE_BYTES);
-        round_trip(DirUpdateReq { page, version: v, view: 3, site: 1 }, DirUpdateReq::WIRE_BYTES);
-        round_trip(DirRemoveReq { page, version: v, site: 1 }, DirRemoveReq::WIRE_BYTES);
-        round_trip(DropReq { page, version: v }, DropReq::WIRE_BYTES);
-        round_trip(DirAck { status: AckStatus::Busy, page }, DirAck::WIRE_BYTES);
+        round_trip(DirUpdateReq { page, version: v, seq: 8, view: 3, site: 1 }, DirUpdateReq::WIRE_BYTES);
+        round_trip(DirRemoveReq { page, version: v, seq: 9, site: 1 }, DirRemoveReq::WIRE_BYTES);
+        round_trip(DropReq { page, version: v, seq: u64::MAX }, DropReq::WIRE_BYTES);
+        round_trip(DirAck { status: AckStatus::Busy, page, seq: 10 }, DirAck::WIRE_BYTES);
     }
 
     #[test]
     fn bad_enum_codes_are_rejected() {
         let mut buf = [0u8; MAX_BODY];
-        let n = DirAck { status: AckStatus::Ok, page: PageId::new(1, 1) }.encode(&mut buf).unwrap();
+        let n = DirAck { status: AckStatus::Ok, page: PageId::new(1, 1), seq: 0 }.encode(&mut buf).unwrap();
         for bad in [0u8, 6, 255] {
             buf[0] = bad;
             assert!(DirAck::decode(&buf[..n]).is_err());

@@ -116,14 +116,17 @@ impl<
         kind: TaskKind,
         page: PageId,
         version: Version,
+        seq: u64,
         site: u16,
         notify: Option<(u16, OpId)>,
     ) -> bool {
         let same = |t: &Task| t.live() && t.kind == kind && t.page == page && t.site == site;
         if let Some(t) = self.tasks.iter_mut().find(|t| same(t)) {
             // A registration is for the copy held now; removals and drops cover the
-            // newest version asked for.
-            t.version = if kind == TaskKind::Register { version } else { t.version.max(version) };
+            // newest version (and identity) asked for.
+            if kind == TaskKind::Register || (version, seq) > (t.version, t.seq) {
+                (t.version, t.seq) = (version, seq);
+            }
             if notify.is_some() {
                 t.notify = notify;
             }
@@ -140,7 +143,9 @@ impl<
         t.kind = kind;
         t.page = page;
         t.version = version;
+        t.seq = seq;
         t.sent = version;
+        t.sent_seq = seq;
         t.site = site;
         t.notify = notify;
         t.attempts = 0;

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! Naming held copies in the global directory (`DIRUPDATE`, `DIRREMOVE`) and applying updates and discards.
 
-use super::directory::Update;
+use super::directory::{Update, ANY_SEQ};
 use super::node::{GmsNode, HeldState, Host};
 use super::ops::{AckStatus, PutStatus};
 use super::page::{PageId, Version};
@@ -21,73 +21,91 @@ impl<
 {
     /// Have the directory name this node for its held copy of `page`: applied here when
     /// this node is the directory, else through a `DIRUPDATE` task (the caller checked
-    /// there is room).
+    /// there is room). The registration claims the copy's `seq` (see [`super::directory`]).
     pub(super) fn register(&mut self, page: PageId, notify: Option<(u16, OpId)>) {
         let Some(h) = self.held.get(&page).copied() else { return };
         if self.members.directory_of(&page) == Some(self.id) {
-            let status = self.apply_update(page, self.id, h.version);
-            self.registered(page, h.version, status, notify);
-        } else if !self.queue_task(TaskKind::Register, page, h.version, self.id, notify) {
-            self.drop_held(&page, h.version);
+            let (status, seq) = self.apply_update(page, self.id, h.version, h.seq);
+            self.registered(page, h.version, h.seq, status, seq, notify);
+        } else if !self.queue_task(TaskKind::Register, page, h.version, h.seq, self.id, notify) {
+            self.drop_held(&page, h.version, ANY_SEQ);
             self.notify(notify, page, h.version, PutStatus::Refused);
         }
     }
 
-    /// The directory answered a registration of `page` at `version`.
+    /// The directory answered a registration of `page` at `version` claiming `claim`;
+    /// `seq` is the identity it gave the copy (`Ok`).
     pub(super) fn registered(
         &mut self,
         page: PageId,
         version: Version,
+        claim: u64,
         status: AckStatus,
+        seq: u64,
         notify: Option<(u16, OpId)>,
     ) {
-        let ours = self.held.get(&page).is_some_and(|h| h.version == version);
+        // The copy this registration was for (a copy registering again keeps its claim;
+        // a registered one is re-registered by the scrub under its identity).
+        let ours = self
+            .held
+            .get(&page)
+            .is_some_and(|h| h.version == version && (h.state == HeldState::Registered || h.seq == claim));
         match status {
             AckStatus::Ok if ours => {
                 if let Some(h) = self.held.get_mut(&page) {
                     h.state = HeldState::Registered;
+                    h.seq = seq;
                 }
                 self.notify(notify, page, version, PutStatus::Stored);
             }
             AckStatus::Ok => {
                 // Named for a copy this node no longer has: take the name back.
-                self.forget_site(page, version);
+                self.forget_site(page, version, seq);
                 self.notify(notify, page, version, PutStatus::Failed);
             }
             AckStatus::Rejected => {
-                // A rejected version is older than what the directory names (a live
-                // entry's version is at least its floor), so no copy of ours is named.
+                // Older than what the directory names (a live entry's version is at least
+                // its floor), or a stale claim at that version (the copy it descends from
+                // was handed over or given up): no copy of ours is named.
                 if ours {
-                    self.drop_held(&page, version);
+                    self.drop_held(&page, version, ANY_SEQ);
                 }
                 self.notify(notify, page, version, PutStatus::Superseded);
             }
             AckStatus::WrongView => {
-                self.drop_held(&page, version);
+                self.drop_held(&page, version, ANY_SEQ);
                 self.notify(notify, page, version, PutStatus::WrongView);
             }
             AckStatus::NotDirectory | AckStatus::Busy => {
-                self.drop_held(&page, version);
+                self.drop_held(&page, version, ANY_SEQ);
                 self.notify(notify, page, version, PutStatus::Refused);
             }
         }
     }
 
-    /// This node no longer holds `page` up to `version`: un-name it in the directory.
-    pub(super) fn forget_site(&mut self, page: PageId, version: Version) {
+    /// This node no longer holds `page` up to `version` (at `version`, the copies up to
+    /// identity `seq`): un-name it in the directory.
+    pub(super) fn forget_site(&mut self, page: PageId, version: Version, seq: u64) {
         if self.members.directory_of(&page) == Some(self.id) {
-            if self.dir.remove(&page, self.id, version, self.now) {
+            if self.dir.remove(&page, self.id, version, seq, self.now) {
                 self.stats.dir_removes += 1;
             }
         } else {
-            self.queue_task(TaskKind::Remove, page, version, self.id, None);
+            self.queue_task(TaskKind::Remove, page, version, seq, self.id, None);
         }
     }
 
-    /// Drop the held copy of `page` if it is at `version` or older. Returns whether it did.
-    pub(super) fn drop_held(&mut self, page: &PageId, version: Version) -> bool {
+    /// Drop the held copy of `page` if it is older than `version`, or at `version` with
+    /// an identity up to `seq` ([`ANY_SEQ`]: any; a copy still registering will get an
+    /// identity above its claim). Returns whether it did.
+    pub(super) fn drop_held(&mut self, page: &PageId, version: Version, seq: u64) -> bool {
+        let covered = |h: &super::node::Held<F>| match h.state {
+            _ if h.version < version || seq == ANY_SEQ => h.version <= version,
+            HeldState::Registered => h.version == version && h.seq <= seq,
+            HeldState::Registering => h.version == version && h.seq < seq,
+        };
         match self.held.get(page) {
-            Some(h) if h.version <= version => {}
+            Some(h) if covered(h) => {}
             _ => return false,
         }
         let Some(h) = self.held.remove(page) else { return false };
@@ -98,39 +116,40 @@ impl<
     }
 
     /// The directory side of `DIRUPDATE` (also applied locally): name `site` as the holder
-    /// of `page` at `version`, and have a displaced holder drop its copy.
-    pub(super) fn apply_update(&mut self, page: PageId, site: u16, version: Version) -> AckStatus {
+    /// of `page` at `version` (its registration claiming `claim`), and have a displaced
+    /// holder drop its copy. Returns the answer and, if `Ok`, the copy's identity.
+    pub(super) fn apply_update(&mut self, page: PageId, site: u16, version: Version, claim: u64) -> (AckStatus, u64) {
         if !self.members.contains(site) {
             self.stats.dir_rejects += 1;
-            return AckStatus::Rejected;
+            return (AckStatus::Rejected, 0);
         }
-        let Some(prev) = self.dir.check(&page, version, self.now) else {
+        let Some((prev, _)) = self.dir.check(&page, site, version, claim, self.now) else {
             self.stats.dir_rejects += 1;
-            return AckStatus::Rejected;
+            return (AckStatus::Rejected, 0);
         };
-        let displaced = prev.filter(|&(p, _)| p != site);
-        if displaced.is_some_and(|(p, _)| p != self.id) && self.free_task().is_none() {
-            return AckStatus::Busy;
+        let displaced = prev.filter(|&(p, _, _)| p != site);
+        if displaced.is_some_and(|(p, _, _)| p != self.id) && self.free_task().is_none() {
+            return (AckStatus::Busy, 0);
         }
-        match self.dir.update(page, site, version, self.now) {
-            Update::Accepted { .. } => {
+        match self.dir.update(page, site, version, claim, self.now) {
+            Update::Accepted { seq, .. } => {
                 self.stats.dir_updates += 1;
                 match displaced {
-                    Some((p, v)) if p == self.id => {
-                        self.drop_held(&page, v);
+                    Some((p, v, s)) if p == self.id => {
+                        self.drop_held(&page, v, s);
                     }
-                    Some((p, v)) => {
-                        self.queue_task(TaskKind::Drop, page, v, p, None);
+                    Some((p, v, s)) => {
+                        self.queue_task(TaskKind::Drop, page, v, s, p, None);
                     }
                     None => {}
                 }
-                AckStatus::Ok
+                (AckStatus::Ok, seq)
             }
             Update::Rejected => {
                 self.stats.dir_rejects += 1;
-                AckStatus::Rejected
+                (AckStatus::Rejected, 0)
             }
-            Update::Full => AckStatus::Busy,
+            Update::Full => (AckStatus::Busy, 0),
         }
     }
 
@@ -143,10 +162,10 @@ impl<
                 self.stats.dir_discards += 1;
                 match holder {
                     Some((site, _)) if site == self.id => {
-                        self.drop_held(&page, version);
+                        self.drop_held(&page, version, ANY_SEQ);
                     }
                     Some((site, _)) => {
-                        self.queue_task(TaskKind::Drop, page, version, site, None);
+                        self.queue_task(TaskKind::Drop, page, version, ANY_SEQ, site, None);
                     }
                     None => {}
                 }

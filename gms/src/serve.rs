@@ -88,7 +88,7 @@ impl<
                 }
                 Ok(req) if !member => self.refuse(|s| &mut s.rejected_removes, AckStatus::WrongView, &req),
                 Ok(req) if self.members.directory_of(&req.page) == Some(self.id) => {
-                    if self.dir.remove(&req.page, req.site, req.version, self.now) {
+                    if self.dir.remove(&req.page, req.site, req.version, req.seq, self.now) {
                         self.stats.dir_removes += 1;
                     }
                     ack(AckStatus::Ok, &req)
@@ -113,7 +113,7 @@ impl<
                     self.refuse(|s| &mut s.rejected_drops, AckStatus::NotDirectory, &req)
                 }
                 Ok(req) => {
-                    self.drop_held(&req.page, req.version);
+                    self.drop_held(&req.page, req.version, req.seq);
                     ack(AckStatus::Ok, &req)
                 }
                 Err(e) => Action::Error(e),
@@ -155,7 +155,7 @@ macro_rules! about_page {
 about_page!(DiscardReq, DirUpdateReq, DirRemoveReq, DropReq);
 
 fn ack<F, R: AboutPage>(status: AckStatus, req: &R) -> Action<F> {
-    Action::reply(&DirAck { status, page: req.page() }, None)
+    Action::reply(&DirAck { status, page: req.page(), seq: 0 }, None)
 }
 
 impl<
@@ -205,8 +205,8 @@ impl<
         })
     }
 
-    fn get_answer(&self, status: GetStatus, req: &GetReq, version: Version) -> Action<F> {
-        let rep = GetReply { status, page: req.page, version, server: self.id, flags: 0 };
+    fn get_answer(&self, status: GetStatus, req: &GetReq, version: Version, seq: u64) -> Action<F> {
+        let rep = GetReply { status, page: req.page, version, seq, server: self.id, flags: 0 };
         Action::reply(&rep, None)
     }
 
@@ -222,21 +222,21 @@ impl<
         let as_site = inc.hops > 0 || req.flags & GET_DIRECT != 0;
         if !member || (as_site && !self.sent_by_directory(inc.src, &req.page)) {
             self.stats.rejected_gets += 1;
-            return self.get_answer(GetStatus::Miss, &req, Version(0));
+            return self.get_answer(GetStatus::Miss, &req, Version(0), 0);
         }
         if as_site {
             return self.serve_as_site(&req);
         }
         if self.members.directory_of(&req.page) != Some(self.id) {
-            return self.get_answer(GetStatus::Miss, &req, Version(0));
+            return self.get_answer(GetStatus::Miss, &req, Version(0), 0);
         }
-        match self.dir.lookup(&req.page) {
-            None => self.get_answer(GetStatus::Miss, &req, Version(0)),
-            Some((site, v)) if site == inc.token.origin => self.get_answer(GetStatus::Local, &req, v),
-            Some((site, v)) if site == self.id => self.serve_as_site(&GetReq { want: v, ..req }),
-            Some((site, v)) => {
+        match self.dir.named(&req.page) {
+            None => self.get_answer(GetStatus::Miss, &req, Version(0), 0),
+            Some((site, v, seq)) if site == inc.token.origin => self.get_answer(GetStatus::Local, &req, v, seq),
+            Some((site, v, seq)) if site == self.id => self.serve_as_site(&GetReq { want: v, seq, ..req }),
+            Some((site, v, seq)) => {
                 self.stats.gets_delegated += 1;
-                match Body::encode(&GetReq { want: v, ..req }) {
+                match Body::encode(&GetReq { want: v, seq, ..req }) {
                     Ok(body) => Action::Delegate { to: site, body },
                     Err(e) => Action::Error(e),
                 }
@@ -244,14 +244,15 @@ impl<
         }
     }
 
-    /// Serve `req.page` at `req.want` or newer from this node's copy.
+    /// Serve `req.page` at `req.want` or newer from this node's copy (the directory
+    /// named the one with identity `req.seq`).
     fn serve_as_site(&mut self, req: &GetReq) -> Action<F> {
         let page = req.page;
         let epoch = self.epoch;
         let Some(h) = self.held.get_mut(&page).filter(|h| h.version >= req.want) else {
             // The directory named a copy this node does not have: repair the entry.
-            self.forget_site(page, req.want);
-            return self.get_answer(GetStatus::Miss, req, Version(0));
+            self.forget_site(page, req.want, req.seq);
+            return self.get_answer(GetStatus::Miss, req, Version(0), 0);
         };
         h.last_access = epoch;
         let h: Held<F> = *h;
@@ -260,22 +261,25 @@ impl<
         let local_dir = self.members.directory_of(&page) == Some(self.id);
         // A moving read hands the copy (and its dirt) to the requester. Only a registered
         // copy moves, and only if the directory can be told.
-        if moving && h.state == HeldState::Registered && (local_dir || self.free_task().is_some()) {
+        let moved = moving && h.state == HeldState::Registered && (local_dir || self.free_task().is_some());
+        if moved {
             self.held.remove(&page);
             self.cancel_register(&page, PutStatus::Failed);
             self.stats.gets_moved += 1;
+            // The reader's registration claims this copy's identity: the directory takes it
+            // as the hand-over and refuses this node's own registrations of it from now on.
             if local_dir {
-                if self.dir.remove(&page, self.id, h.version, self.now) {
+                if self.dir.remove(&page, self.id, h.version, h.seq, self.now) {
                     self.stats.dir_removes += 1;
                 }
             } else {
-                self.queue_task(TaskKind::Remove, page, h.version, self.id, None);
+                self.queue_task(TaskKind::Remove, page, h.version, h.seq, self.id, None);
             }
             self.host.dropped(page, h.frame, false);
         }
         self.lent = Some(h.frame);
-        let flags = if h.dirty { REPLY_DIRTY } else { 0 };
-        let rep = GetReply { status: GetStatus::Hit, page, version: h.version, server: self.id, flags };
+        let flags = if h.dirty { REPLY_DIRTY } else { 0 } | if moved { REPLY_MOVED } else { 0 };
+        let rep = GetReply { status: GetStatus::Hit, page, version: h.version, seq: h.seq, server: self.id, flags };
         Action::reply(&rep, Some((h.frame, h.len)))
     }
 
@@ -316,7 +320,9 @@ impl<
         let dir = self.members.directory_of(&page).ok_or(PutStatus::Refused)?;
         match self.held.get(&page).copied() {
             Some(h) if h.version > req.version => return Err(PutStatus::Superseded),
-            Some(h) if h.version == req.version => {
+            // A copy handed back at this version (a movepage claiming an identity newer than
+            // ours: the directory has moved on from our copy) replaces ours below.
+            Some(h) if h.version == req.version && !(h.state == HeldState::Registered && req.seq > h.seq) => {
                 // A duplicate, or the same page again: keep the copy we have.
                 self.host.release(frame);
                 match h.state {
@@ -335,6 +341,9 @@ impl<
         if dir != self.id && self.free_task().is_none() {
             return Err(PutStatus::Refused);
         }
+        // A movepage hands over the mover's copy: its registration claims the mover's
+        // identity. A putpage's copy is one no directory named yet (its `seq` is 0).
+        let seq = req.seq;
         let h = Held {
             frame,
             len,
@@ -342,6 +351,7 @@ impl<
             dirty: req.flags & PUT_DIRTY != 0,
             last_access: self.epoch,
             state: HeldState::Registering,
+            seq,
         };
         match self.held.insert(page, h) {
             Ok(Some(old)) => self.host.dropped(page, old.frame, false),
@@ -389,7 +399,8 @@ impl<
         } else if self.members.directory_of(&req.page) != Some(self.id) {
             AckStatus::NotDirectory
         } else {
-            self.apply_update(req.page, req.site, req.version)
+            let (status, seq) = self.apply_update(req.page, req.site, req.version, req.seq);
+            return Action::reply(&DirAck { status, page: req.page, seq }, None);
         };
         ack(status, &req)
     }

@@ -33,6 +33,9 @@ pub(super) struct OpSlot<F> {
     pub(super) mode: Mode,
     pub(super) page: PageId,
     pub(super) version: Version,
+    /// A movepage: the identity of the copy moved (only that copy is dropped when it is
+    /// stored: the page may have come back meanwhile).
+    pub(super) seq: u64,
     /// Where the request went (directory, caching site, or put target).
     pub(super) dst: u16,
     pub(super) view: u64,
@@ -51,6 +54,7 @@ impl<F> OpSlot<F> {
         mode: Mode::NonBlocking,
         page: PageId::new(0, 0),
         version: Version(0),
+        seq: 0,
         dst: NO_SITE,
         view: 0,
         moving: false,
@@ -96,8 +100,12 @@ pub(super) struct Task {
     pub(super) kind: TaskKind,
     pub(super) page: PageId,
     pub(super) version: Version,
-    /// The version the call in flight carries.
+    /// The identity it is about: a registration's claim, the copies a removal or drop
+    /// covers at `version`, the one a verify asks about.
+    pub(super) seq: u64,
+    /// The version and identity the call in flight carries.
     pub(super) sent: Version,
+    pub(super) sent_seq: u64,
     pub(super) site: u16,
     /// A putter waiting for this registration: (node, its operation).
     pub(super) notify: Option<(u16, OpId)>,
@@ -116,7 +124,9 @@ impl Task {
         kind: TaskKind::Remove,
         page: PageId::new(0, 0),
         version: Version(0),
+        seq: 0,
         sent: Version(0),
+        sent_seq: 0,
         site: NO_SITE,
         notify: None,
         attempts: 0,

@@ -3,6 +3,7 @@
 //! until answered or its peer leaves the view), operation timeouts, and the one-way
 //! notices queue: everything [`GmsNode::drive`] does.
 
+use super::directory::ANY_SEQ;
 use super::net::prelude::*;
 use super::node::{GmsNode, HeldState, Host};
 use super::ops::*;
@@ -116,14 +117,14 @@ impl<
     /// re-register the next registered held page (both idempotent when all is well).
     fn scrub_step(&mut self) {
         let next = self.dir.next_live_from(self.scrub_dir).or_else(|| self.dir.next_live_from(0));
-        if let Some((i, page, site, version)) = next {
+        if let Some((i, page, e)) = next {
             self.scrub_dir = i + 1;
-            if site == self.id {
-                if self.held.get(&page).is_none_or(|h| h.version < version) {
-                    self.unname(page, site, version);
+            if e.site == self.id {
+                if self.held.get(&page).is_none_or(|h| h.version < e.version) {
+                    self.unname(page, e.site, e.version, e.seq);
                 }
             } else {
-                self.queue_task(TaskKind::Verify, page, version, site, None);
+                self.queue_task(TaskKind::Verify, page, e.version, e.seq, e.site, None);
             }
         }
         let next = self.held.next_from(self.scrub_held).or_else(|| self.held.next_from(0));
@@ -131,20 +132,21 @@ impl<
             self.scrub_held = i + 1;
             if h.state == HeldState::Registered {
                 if self.members.directory_of(&page) == Some(self.id) {
-                    if self.dir.lookup(&page) != Some((self.id, h.version)) {
-                        let status = self.apply_update(page, self.id, h.version);
-                        self.registered(page, h.version, status, None);
+                    if self.dir.named(&page) != Some((self.id, h.version, h.seq)) {
+                        let (status, seq) = self.apply_update(page, self.id, h.version, h.seq);
+                        self.registered(page, h.version, h.seq, status, seq, None);
                     }
                 } else {
-                    self.queue_task(TaskKind::Register, page, h.version, self.id, None);
+                    self.queue_task(TaskKind::Register, page, h.version, h.seq, self.id, None);
                 }
             }
         }
     }
 
-    /// The directory learnt that `site` does not hold `page` at `version`.
-    fn unname(&mut self, page: super::page::PageId, site: u16, version: super::page::Version) {
-        if self.dir.remove(&page, site, version, self.now) {
+    /// The directory learnt that `site` does not hold `page` at `version` (the copy with
+    /// identity `seq` it named when it asked).
+    fn unname(&mut self, page: super::page::PageId, site: u16, version: super::page::Version, seq: u64) {
+        if self.dir.remove(&page, site, version, seq, self.now) {
             self.stats.scrub_removed += 1;
             self.stats.dir_removes += 1;
         }
@@ -180,37 +182,38 @@ impl<
             let t = self.take_task(i);
             match t.kind {
                 TaskKind::Register => {
-                    let status = self.apply_update(t.page, self.id, t.version);
-                    self.registered(t.page, t.version, status, t.notify);
+                    let (status, seq) = self.apply_update(t.page, self.id, t.version, t.seq);
+                    self.registered(t.page, t.version, t.seq, status, seq, t.notify);
                 }
                 TaskKind::Remove => {
-                    if self.dir.remove(&t.page, self.id, t.version, now) {
+                    if self.dir.remove(&t.page, self.id, t.version, t.seq, now) {
                         self.stats.dir_removes += 1;
                     }
                 }
                 TaskKind::Drop => {
-                    self.drop_held(&t.page, t.version);
+                    self.drop_held(&t.page, t.version, t.seq);
                 }
                 TaskKind::Verify => {
                     if self.held.get(&t.page).is_none_or(|h| h.version < t.version) {
-                        self.unname(t.page, self.id, t.version);
+                        self.unname(t.page, self.id, t.version, t.seq);
                     }
                 }
             }
             return true;
         }
-        let (page, version, view, me) = (t.page, t.version, self.members.view(), self.id);
+        let (page, version, seq, view, me) = (t.page, t.version, t.seq, self.members.view(), self.id);
         let none = ReplyTo::None;
         let nb = Mode::NonBlocking;
         let r = match t.kind {
             TaskKind::Register => {
-                rpc.call::<DirUpdate>(now, self, dst, &DirUpdateReq { page, version, view, site: me }, none, nb)
+                let req = DirUpdateReq { page, version, seq, view, site: me };
+                rpc.call::<DirUpdate>(now, self, dst, &req, none, nb)
             }
             TaskKind::Remove => {
-                rpc.call::<DirRemove>(now, self, dst, &DirRemoveReq { page, version, site: me }, none, nb)
+                rpc.call::<DirRemove>(now, self, dst, &DirRemoveReq { page, version, seq, site: me }, none, nb)
             }
-            TaskKind::Drop => rpc.call::<DropPage>(now, self, dst, &DropReq { page, version }, none, nb),
-            TaskKind::Verify => rpc.call::<DirVerify>(now, self, dst, &DropReq { page, version }, none, nb),
+            TaskKind::Drop => rpc.call::<DropPage>(now, self, dst, &DropReq { page, version, seq }, none, nb),
+            TaskKind::Verify => rpc.call::<DirVerify>(now, self, dst, &DropReq { page, version, seq }, none, nb),
         };
         match r {
             Ok(call) => {
@@ -229,6 +232,7 @@ impl<
                 let deadline = now.saturating_add(self.cfg.task_timeout);
                 self.tasks[i].state = TaskState::InFlight { call, deadline };
                 self.tasks[i].sent = version;
+                self.tasks[i].sent_seq = seq;
                 self.stats.tasks_issued += 1;
                 true
             }
@@ -251,27 +255,28 @@ impl<
         if t.generation != (arg >> 16) as u32 || !matches!(t.state, TaskState::InFlight { .. }) {
             return true;
         }
-        let status = match o {
-            Ok(r) => r.decode::<DirAck>().ok().filter(|a| a.page == t.page).map(|a| a.status),
+        let ack = match o {
+            Ok(r) => r.decode::<DirAck>().ok().filter(|a| a.page == t.page),
             Err(_) => None,
         };
+        let (status, seq) = (ack.map(|a| a.status), ack.map_or(0, |a| a.seq));
         match (t.kind, status) {
-            (TaskKind::Register, Some(_)) if t.version != t.sent => {
+            (TaskKind::Register, Some(_)) if (t.version, t.seq) != (t.sent, t.sent_seq) => {
                 // A newer copy replaced the one this call registered: register that one.
                 node.tasks[i].state = TaskState::Due(node.now);
             }
             (TaskKind::Register, Some(s @ (AckStatus::Ok | AckStatus::Rejected))) => {
                 let t = node.take_task(i);
-                node.registered(t.page, t.sent, s, t.notify);
+                node.registered(t.page, t.sent, t.sent_seq, s, seq, t.notify);
             }
             (TaskKind::Verify, Some(s @ (AckStatus::Ok | AckStatus::Rejected))) => {
                 let t = node.take_task(i);
                 if s == AckStatus::Rejected && node.members.directory_of(&t.page) == Some(node.id) {
-                    node.unname(t.page, t.site, t.sent);
+                    node.unname(t.page, t.site, t.sent, t.sent_seq);
                 }
             }
             (TaskKind::Remove | TaskKind::Drop, Some(_)) => {
-                if t.version > t.sent {
+                if (t.version, t.seq) > (t.sent, t.sent_seq) {
                     // Merged with a newer version while in flight: send that too.
                     node.tasks[i].state = TaskState::Due(node.now);
                 } else {
@@ -299,7 +304,7 @@ impl<
     fn give_up(&mut self, i: usize) {
         let t = self.take_task(i);
         if t.kind == TaskKind::Register {
-            self.drop_held(&t.page, t.version);
+            self.drop_held(&t.page, t.version, ANY_SEQ);
             self.notify(t.notify, t.page, t.version, PutStatus::Failed);
         }
     }

@@ -58,19 +58,19 @@ fn a_node_outside_the_view_changes_nothing() {
     stored(&mut s, p);
     let view = s.nodes[0].members().view();
     // It names itself the holder of a newer version.
-    let up = DirUpdateReq { page: p, version: Version(99), view, site: 3 };
+    let up = DirUpdateReq { page: p, version: Version(99), seq: 0, view, site: 3 };
     send(&mut s, 3, 0, forge(Kind::Request, OP_DIRUPDATE, 3, 0, &up), None);
     // It un-names nobody, discards nothing, has no copy moved to it.
-    let rm = DirRemoveReq { page: p, version: Version(1), site: 3 };
+    let rm = DirRemoveReq { page: p, version: Version(1), seq: 0, site: 3 };
     send(&mut s, 3, 0, forge(Kind::Request, OP_DIRREMOVE, 3, 0, &rm), None);
     let dc = DiscardReq { page: p, version: Version(1) };
     send(&mut s, 3, 0, forge(Kind::Request, OP_DISCARDPAGE, 3, 0, &dc), None);
-    let get = GetReq { page: p, want: Version(0), view, flags: GET_MOVING };
+    let get = GetReq { page: p, want: Version(0), seq: 0, view, flags: GET_MOVING };
     send(&mut s, 3, 0, forge(Kind::Request, OP_GETPAGE, 3, 0, &get), None);
     // Its page is not stored.
     let q = s.page_with_dir(0, 0, 1);
     let tag = OpId { slot: 0, generation: 1 };
-    let put = PutReq { page: q, version: Version(5), view, tag, flags: 0 };
+    let put = PutReq { page: q, version: Version(5), seq: 0, view, tag, flags: 0 };
     send(&mut s, 3, 1, forge(Kind::OneWay, OP_PUTPAGE, 3, 0, &put), Some(((q, 5), PAGE_LEN)));
     let g0 = s.nodes[0].stats();
     assert_eq!(
@@ -98,10 +98,10 @@ fn members_act_only_where_the_protocol_entitles_them() {
     let view = s.nodes[0].members().view();
     // Node 1 (not p's directory) tells holder 2 to drop p, asks whether it holds it, and
     // asks it for a moving read as if delegated.
-    let drop = DropReq { page: p, version: Version(1) };
+    let drop = DropReq { page: p, version: Version(1), seq: 0 };
     send(&mut s, 1, 2, forge(Kind::Request, OP_DROPPAGE, 1, 0, &drop), None);
     send(&mut s, 1, 2, forge(Kind::Request, OP_DIRVERIFY, 1, 0, &drop), None);
-    let get = GetReq { page: p, want: Version(1), view, flags: GET_MOVING };
+    let get = GetReq { page: p, want: Version(1), seq: 0, view, flags: GET_MOVING };
     send(&mut s, 1, 2, forge(Kind::Request, OP_GETPAGE, 1, 1, &get), None);
     let direct = GetReq { flags: GET_MOVING | GET_DIRECT, ..get };
     send(&mut s, 1, 2, forge(Kind::Request, OP_GETPAGE, 1, 0, &direct), None);
@@ -109,7 +109,7 @@ fn members_act_only_where_the_protocol_entitles_them() {
     assert_eq!((g2.rejected_drops, g2.rejected_gets, g2.gets_served), (2, 2, 0), "{g2:?}");
     assert!(s.nodes[2].held(&p).is_some(), "the copy is kept");
     // Node 1 names node 2 (not itself).
-    let up = DirUpdateReq { page: p, version: Version(7), view, site: 2 };
+    let up = DirUpdateReq { page: p, version: Version(7), seq: 0, view, site: 2 };
     send(&mut s, 1, 0, forge(Kind::Request, OP_DIRUPDATE, 1, 0, &up), None);
     assert_eq!(s.nodes[0].stats().rejected_updates, 1);
     assert_eq!(s.nodes[0].directory().lookup(&p), Some((2, Version(1))));

@@ -97,7 +97,7 @@ fn attack(c: &mut Cluster, rng: &mut Rng, round: u64) {
             payload_kind: 1,
             payload_token: rng.next(),
         };
-        let rep = GetReply { status: GetStatus::Hit, page, version: Version(1 << 40), server: other, flags: 0 };
+        let rep = GetReply { status: GetStatus::Hit, page, version: Version(1 << 40), seq: 0, server: other, flags: 0 };
         let tag = PayloadToken(token.payload_token);
         inject(
             c,
@@ -107,30 +107,30 @@ fn attack(c: &mut Cluster, rng: &mut Rng, round: u64) {
         );
         // Bodies speaking for an honest node: a directory update naming it, one naming
         // the hostile node, a heartbeat with a new incarnation of it.
-        let up = DirUpdateReq { page, version: Version(1 << 40), view, site: other };
+        let up = DirUpdateReq { page, version: Version(1 << 40), seq: 0, view, site: other };
         inject(c, victim, &ctrl(Kind::Request, OP_DIRUPDATE, own(3), 0, &up), None);
         let up = DirUpdateReq { site: 3, ..up };
         inject(c, victim, &ctrl(Kind::Request, OP_DIRUPDATE, own(3), 0, &up), None);
         let hb = Heartbeat { node: other, incarnation: rng.next() | 1, held: 0, budget: 1 };
         inject(c, victim, &ctrl(Kind::OneWay, OP_HEARTBEAT, own(3), 0, &hb), None);
         // A request naming an honest node as its origin (the reply would go there).
-        let get = GetReq { page, want: Version(0), view, flags: 0 };
+        let get = GetReq { page, want: Version(0), seq: 0, view, flags: 0 };
         inject(c, victim, &ctrl(Kind::Request, OP_GETPAGE, own(other), 0, &get), None);
         // Discards (one of u64::MAX), drops, a moving getpage "delegated" to the holder.
         let dc = DiscardReq { page, version: Version(u64::MAX) };
         inject(c, victim, &ctrl(Kind::Request, OP_DISCARDPAGE, own(3), 0, &dc), None);
         let dc = DiscardReq { page, version: Version(1) };
         inject(c, victim, &ctrl(Kind::Request, OP_DISCARDPAGE, own(3), 0, &dc), None);
-        let drop = DropReq { page, version: Version(u64::MAX) };
+        let drop = DropReq { page, version: Version(u64::MAX), seq: 0 };
         inject(c, victim, &ctrl(Kind::Request, OP_DROPPAGE, own(3), 0, &drop), None);
-        let get = GetReq { page, want: Version(0), view, flags: GET_MOVING | GET_DIRECT };
+        let get = GetReq { page, want: Version(0), seq: 0, view, flags: GET_MOVING | GET_DIRECT };
         inject(c, victim, &ctrl(Kind::Request, OP_GETPAGE, own(victim), 1, &get), None);
         // PUTDONEs for guessed operation tags, and a putpage of junk at a huge version.
         let tag = OpId { slot: (rng.next() % 64) as u16, generation: (rng.next() % 8) as u32 + 1 };
         let done = PutDone { page, version: Version(1), tag, status: PutStatus::Stored, site: other };
         inject(c, victim, &ctrl(Kind::OneWay, OP_PUTDONE, own(3), 0, &done), None);
         if round.is_multiple_of(8) {
-            let put = PutReq { page, version: Version(1 << 40), view, tag, flags: 0 };
+            let put = PutReq { page, version: Version(1 << 40), seq: 0, view, tag, flags: 0 };
             inject(c, victim, &ctrl(Kind::OneWay, OP_PUTPAGE, own(3), 0, &put), Some((0xAB, PayloadToken::NONE)));
         }
         // Garbage.
@@ -201,7 +201,7 @@ fn run() {
         for n in 0..PAGES {
             let page = PageId::new(SPACE, n);
             let dst = HONEST[(n % 3) as usize];
-            let get = GetReq { page, want: Version(0), view, flags: GET_MOVING };
+            let get = GetReq { page, want: Version(0), seq: 0, view, flags: GET_MOVING };
             inject(&mut c, dst, &ctrl(Kind::Request, OP_GETPAGE, own(3), 0, &get), None);
         }
     }
@@ -252,7 +252,7 @@ fn run() {
     let view = c.ports[0].node.members().view();
     let page = PageId::new(SPACE, 5);
     for victim in [0u16, 2] {
-        let up = DirUpdateReq { page, version: Version(1 << 40), view, site: 1 };
+        let up = DirUpdateReq { page, version: Version(1 << 40), seq: 0, view, site: 1 };
         inject(&mut c, victim, &ctrl(Kind::Request, OP_DIRUPDATE, own(1), 0, &up), None);
         let hb = Heartbeat { node: 1, incarnation: 0x5151, held: 0, budget: 1 };
         inject(&mut c, victim, &ctrl(Kind::OneWay, OP_HEARTBEAT, own(1), 0, &hb), None);

@@ -14,8 +14,9 @@
 //!   crashed reads back at that version or newer. A page may read as a miss only for a
 //!   cause the r = 1 design allows ([`Cause`]): a node that held or may have held it
 //!   crashed; its directory node moved on a view change (survivors drop such copies); a
-//!   discard covering that version was issued; the runtime took the copy back; or a
-//!   moving read took the copy and did not keep it.
+//!   discard covering that version was issued after the write, raced it, or has an
+//!   unknown outcome (`Failed`: its request may still arrive); the runtime took the copy
+//!   back; or a moving read took the copy and did not keep it.
 //! - **(c)** those legitimate losses are counted by cause.
 
 use super::OpKind;
@@ -231,8 +232,6 @@ struct PageState {
     /// Writes (puts, moves) and discards not yet ended.
     open_writes: BTreeSet<usize>,
     open_discards: BTreeSet<usize>,
-    /// Every discard issued: (history index, version).
-    discards: Vec<(usize, u64)>,
     /// Every put and move issued.
     writes: Vec<usize>,
     /// Every page the runtime registered itself: (node, history index, version).
@@ -279,7 +278,6 @@ pub fn check(h: &History) -> Report {
                     }
                     OpKind::Discard => {
                         st.open_discards.insert(*i);
-                        st.discards.push((at.seq, o.version));
                         if st.acked.is_some_and(|(v, _)| o.version >= v) {
                             st.risk.insert(Cause::Discarded);
                         }
@@ -354,7 +352,11 @@ pub fn check(h: &History) -> Report {
                         st.open_writes.remove(i);
                     }
                     (OpKind::Discard, out) => {
-                        st.open_discards.remove(i);
+                        // A failed discard's outcome is unknown: its request may still be
+                        // on its way and applied at any time, so it stays open.
+                        if out != Outcome::Discard(DiscardResult::Failed) {
+                            st.open_discards.remove(i);
+                        }
                         if out == Outcome::Discard(DiscardResult::Done) {
                             st.floor = st.floor.max(o.version + 1);
                         }
@@ -455,8 +457,16 @@ fn custody(
     if may.iter().any(|&(n, seq)| st.drops.iter().any(|&(d, at)| d == n && at > seq)) {
         risk.insert(Cause::TakenBack);
     }
-    let covering = |&(seq, v): &(usize, u64)| seq > o.issued.seq && v >= o.version;
-    if st.open_discards.iter().any(|&d| h.ops[d].version >= o.version) || st.discards.iter().any(covering) {
+    // A discard of this version or newer that had not ended when the write was issued
+    // (it raced the write: the directory may have applied it after the write's
+    // registration), or whose outcome is unknown.
+    let covering = |d: &Op| {
+        d.kind == OpKind::Discard
+            && d.page == o.page
+            && d.version >= o.version
+            && d.end.is_none_or(|e| e.0.seq > o.issued.seq || e.1 == Outcome::Discard(DiscardResult::Failed))
+    };
+    if st.open_discards.iter().any(|&d| h.ops[d].version >= o.version) || h.ops.iter().any(covering) {
         risk.insert(Cause::Discarded);
     }
     if !st.open_moving_gets.is_empty() {

@@ -275,6 +275,8 @@ pub struct Sim {
     pub trace: bool,
     /// (node, page) the runtime took back with `drop_local`.
     pub local_drops: std::collections::HashSet<(u16, PageId)>,
+    /// Movepages in flight: the identity of the copy each moved.
+    pub moved_seq: HashMap<(u16, OpId), u64>,
     /// Everything issued and how it ended, and every fault (`history::check` judges it).
     pub hist: history::History,
     /// Check every getpage's data and version as it completes (`false`: leave that to
@@ -337,6 +339,7 @@ impl Sim {
             cov: Cov::default(),
             trace: std::env::var("GMS_TRACE").is_ok_and(|v| v == "1"),
             local_drops: Default::default(),
+            moved_seq: Default::default(),
             hist: Default::default(),
             strict: true,
             cut: None,
@@ -522,8 +525,14 @@ impl Sim {
                     *f = (*f).max(rec.version);
                     if rec.kind == OpKind::Move {
                         self.cov.moves_stored += 1;
-                        let h = self.nodes[node as usize].held(&page).map(|h| h.version.0);
-                        assert_ne!(h, Some(rec.version), "{ctx}: movepage {rec:?} stored, the sender still holds it");
+                        // The sender may hold the page again only if it was handed back (a
+                        // copy with a newer identity).
+                        let moved = self.moved_seq.remove(&key);
+                        let h = self.nodes[node as usize].held(&page).map(|h| (h.version.0, h.seq));
+                        assert!(
+                            h.is_none_or(|(v, seq)| v != rec.version || moved.is_some_and(|m| seq > m)),
+                            "{ctx}: movepage {rec:?} stored, the sender still holds it"
+                        );
                     } else {
                         self.cov.stored += 1;
                     }
@@ -653,6 +662,9 @@ impl Sim {
             result: None,
         };
         let r = self.nodes[i].movepage(self.now, &mut self.rpcs[i], page, target, mode);
+        if let Ok(op) = r {
+            self.moved_seq.insert((node, op), h.seq);
+        }
         self.after_issue(node, r, rec, None)
     }
 
