@@ -21,7 +21,7 @@
 #    cache dropped and the file read whole with streaming read(), dropped again and read
 #    through mmap, every page checked; unmounted;
 # 3. swap: mkswap + swapon on the device, all but trapeze_bench_swap_avail_mb MiB of RAM
-#    pinned in a ramfs (never swapped), trapeze-memhog over 1.5x that (every page written,
+#    (MemAvailable + Shmem: the initramfs's files swap out too) pinned in a ramfs, trapeze-memhog over 1.5x that (every page written,
 #    checked in order and at random, rewritten, checked: they go to swap and come back),
 #    its wall time reported; the ramfs freed, swapoff.
 # Every phase counts I/O trouble: new kernel log lines (I/O errors, swap read/write errors,
@@ -146,10 +146,18 @@ swap_run() {
     fi
     mkdir -p /balloon
     mount -t ramfs ramfs /balloon
-    before=$(mem_mb MemAvailable)
+    # The RAM the workload can take: MemAvailable plus Shmem (the initramfs's own files
+    # are tmpfs pages, which swap out to make room). Pinned down to $swap_avail_mb MiB,
+    # then given back if the pin overshot.
+    before=$(($(mem_mb MemAvailable) + $(mem_mb Shmem)))
     pin=$((before - swap_avail_mb))
     [ "$pin" -gt 0 ] && dd if=/dev/zero of=/balloon/pin bs=1M count="$pin" 2>/dev/null
-    say "swap $name: MemTotal $(mem_mb MemTotal) MiB, MemAvailable $before MiB, $pin MiB pinned in ramfs, now $(mem_mb MemAvailable) MiB; trapeze-memhog over $swap_mb MiB"
+    short=$((swap_avail_mb - $(mem_mb MemAvailable) - $(mem_mb Shmem)))
+    if [ "$pin" -gt 0 ] && [ "$short" -gt 0 ]; then
+        pin=$((pin - short))
+        truncate -s "${pin}M" /balloon/pin
+    fi
+    say "swap $name: MemTotal $(mem_mb MemTotal) MiB, MemAvailable + Shmem $before MiB, $pin MiB pinned in ramfs, now $(mem_mb MemAvailable) + $(mem_mb Shmem) MiB; trapeze-memhog over $swap_mb MiB"
     trapeze-memhog --mib "$swap_mb" --seed "$seed" > /tmp/memhog.out 2>&1 &
     pid=$!
     peak=0

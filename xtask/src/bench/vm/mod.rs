@@ -41,6 +41,9 @@ use workloads::Workloads;
 
 /// The guests' script, relative to the workspace root.
 const SCRIPT: &str = "kernel-crate/guest/bench.sh";
+/// MiB of the guests' initramfs files (busybox, NBD programs and libraries, tools): tmpfs
+/// pages that swap out under the swap workload's pressure, so the swap needs room for them.
+const INITRAMFS_SWAPPABLE_MB: u32 = 20;
 /// The NBD programs copied into the guests (with their libraries).
 const NBD_PROGRAMS: [&str; 2] = ["/usr/sbin/nbd-client", "/usr/bin/nbd-server"];
 
@@ -57,8 +60,10 @@ pub struct VmBenchArgs {
     guests: u16,
     /// Size of both disks in MiB (the GMS disk's gms_disk_pages / 256 and the NBD
     /// export). GMS members store 8192 pages each at most: the servers (guests - 1) must
-    /// hold the disk with a quarter to spare, so up to 51 MiB with 3 guests.
-    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    /// hold the disk with a quarter to spare, so up to 51 MiB with 3 guests. The swap
+    /// workload and the initramfs's ~20 MiB of files (tmpfs pages: they swap out too)
+    /// must fit in it.
+    #[arg(long, default_value_t = 48, value_parser = clap::value_parser!(u32).range(1..=1024))]
     disk_mb: u32,
     /// Read-ahead of the GMS disk (`gms_disk_readahead`, pages; 0 = off): after two
     /// sequential page reads it prefetches the next N pages. Off by default: measured with
@@ -83,9 +88,9 @@ pub struct VmBenchArgs {
     /// by mmap each round (at most three quarters of --disk-mb).
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=768))]
     file_mb: u32,
-    /// RAM in MiB left to the swap workload (the rest is pinned in a ramfs); the workload
-    /// uses 1.5 times that, so at most half of --disk-mb (room for it all in swap, with
-    /// the initramfs's own pages).
+    /// RAM in MiB left to the swap workload (MemAvailable + Shmem; the rest is pinned in a
+    /// ramfs); the workload uses 1.5 times that. The workload and the initramfs's own
+    /// ~20 MiB of swappable files must fit in --disk-mb.
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(4..=512))]
     swap_avail_mb: u32,
     /// Guest RAM in MiB (guest 1 holds the NBD export in tmpfs).
@@ -143,9 +148,9 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
         a.disk_mb
     );
     ensure!(
-        a.swap_avail_mb * 2 <= a.disk_mb,
-        "--swap-avail-mb {}: the workload (1.5 times it, {} MiB) and the guest's other swappable pages must fit \
-         in the {} MiB disk: at most half of --disk-mb",
+        a.swap_avail_mb * 3 / 2 + INITRAMFS_SWAPPABLE_MB <= a.disk_mb,
+        "--swap-avail-mb {}: the workload (1.5 times it, {} MiB) and the initramfs's ~{INITRAMFS_SWAPPABLE_MB} MiB \
+         of swappable files must fit in the {} MiB disk (use a larger --disk-mb or a smaller --swap-avail-mb)",
         a.swap_avail_mb,
         a.swap_avail_mb * 3 / 2,
         a.disk_mb
