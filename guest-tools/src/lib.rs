@@ -3,11 +3,15 @@
 //! `trapeze-blkbench` (seeded random 4 KiB reads and sequential reads with `O_DIRECT`,
 //! an optional pattern write first, every byte read checked against the pattern), and the
 //! memory-pressure workload behind `trapeze-memhog` (pattern pages beyond the guest's RAM,
-//! every page checked after it came back from swap).
+//! every page checked after it came back from swap), and the file-access benchmark behind
+//! `trapeze-filebench` (a pattern file written, then read back with streaming `read()` or
+//! through `mmap`, every page checked).
 //!
-//! No `unsafe`: the `O_DIRECT` buffers are page-aligned windows into ordinary vectors.
-
-#![forbid(unsafe_code)]
+//! The `O_DIRECT` buffers are page-aligned windows into ordinary vectors; the only
+//! `unsafe` is the file mapping of [`mapped`] (one of the documented unsafe modules).
 
 pub mod blkbench;
+pub mod filebench;
+#[allow(unsafe_code)] // the file mapping: one of the documented unsafe modules
+pub mod mapped;
 pub mod memhog;

@@ -39,6 +39,8 @@ pub struct Report {
     pub phases: Vec<Phase>,
     /// The first wrong page: (phase, page, first differing byte).
     pub first_wrong: Option<(&'static str, u64, usize)>,
+    /// Wall time of the whole run (allocation and every phase).
+    pub secs: f64,
 }
 
 impl Report {
@@ -51,11 +53,12 @@ impl Report {
     /// One JSON object on one line (keys in a fixed order).
     pub fn json(&self) -> String {
         let mut s = format!(
-            "{{\"tool\":\"trapeze-memhog\",\"pages\":{},\"mib\":{},\"pages_verified\":{},\"pages_wrong\":{},\"phases\":[",
+            "{{\"tool\":\"trapeze-memhog\",\"pages\":{},\"mib\":{},\"pages_verified\":{},\"pages_wrong\":{},\"secs\":{:.2},\"phases\":[",
             self.pages,
             (self.pages * PAGE as u64) >> 20,
             self.verified(),
-            self.wrong()
+            self.wrong(),
+            self.secs
         );
         for (i, p) in self.phases.iter().enumerate() {
             let _ = write!(
@@ -104,9 +107,10 @@ pub fn run(pages: u64, seed: u64, mut progress: impl FnMut(&Phase)) -> Result<Re
         return Err("no pages to use".into());
     }
     let bytes = usize::try_from(pages).ok().and_then(|p| p.checked_mul(PAGE)).ok_or("too many pages")?;
+    let start = Instant::now();
     let mut mem = AlignedBuf::new(bytes);
     let order = permutation(pages, seed);
-    let mut report = Report { pages, phases: Vec::new(), first_wrong: None };
+    let mut report = Report { pages, phases: Vec::new(), first_wrong: None, secs: 0.0 };
     for (name, write, random, generation) in PHASES {
         let t = Instant::now();
         let mut phase = Phase { name, pages, verified: 0, wrong: 0, secs: 0.0 };
@@ -129,6 +133,7 @@ pub fn run(pages: u64, seed: u64, mut progress: impl FnMut(&Phase)) -> Result<Re
         progress(&phase);
         report.phases.push(phase);
     }
+    report.secs = start.elapsed().as_secs_f64();
     Ok(report)
 }
 
@@ -146,6 +151,8 @@ mod tests {
         assert!(r.first_wrong.is_none());
         assert!(r.json().starts_with("{\"tool\":\"trapeze-memhog\",\"pages\":64,"));
         assert!(!r.json().contains('\n'));
+        assert!(r.secs >= r.phases.iter().map(|p| p.secs).sum::<f64>());
+        assert!(r.json().contains(",\"secs\":"), "{}", r.json());
     }
 
     #[test]

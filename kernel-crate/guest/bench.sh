@@ -3,17 +3,34 @@
 # kernel-crate/guest/bench.sh — the guests' script under `cargo xtask bench vm` (embedded as
 # /etc/trapeze/run.sh). /init gives it trapeze_guest=K, trapeze_guests=N and, from the
 # kernel command line, trapeze_bench_mb (disk size), trapeze_bench_reads,
-# trapeze_bench_seed, trapeze_bench_rounds and trapeze_bench_ko (base64 of the insmod
-# arguments of trapeze.ko for this guest; absent = no GMS part).
+# trapeze_bench_seed, trapeze_bench_rounds, trapeze_bench_file_mb (the file of the file
+# phase), trapeze_bench_swap_avail_mb (RAM left to the swap workload) and
+# trapeze_bench_ko (base64 of the insmod arguments of trapeze.ko for this guest; absent =
+# no GMS part).
 #
 # Guest 1 (B) serves a RAM-backed file (tmpfs) of trapeze_bench_mb MiB with the Debian
 # nbd-server over virtio-net (10.0.0.2:10809), loads trapeze.ko as a GMS server, and serves
 # until the host stops it. Guests 2… only load trapeze.ko and serve.
 # Guest 0 (A) connects Linux's NBD client (/dev/nbd0, the Debian nbd-client) to B, loads
-# trapeze.ko with the GMS disk /dev/gms0, and runs trapeze-blkbench on the two devices in
-# turn for trapeze_bench_rounds rounds (the first writes the pattern), then powers off.
+# trapeze.ko with the GMS disk /dev/gms0, then measures the two devices in the same way,
+# taking turns (nbd, then gms):
+# 1. raw device: trapeze-blkbench for trapeze_bench_rounds rounds (the first writes the
+#    pattern): random 4 KiB and sequential reads with O_DIRECT, every page checked;
+# 2. files: ext2 (mke2fs, 4 KiB blocks) on each device, a file of trapeze_bench_file_mb
+#    MiB of pattern pages written and synced (trapeze-filebench), then per round the page
+#    cache dropped and the file read whole with streaming read(), dropped again and read
+#    through mmap, every page checked; unmounted;
+# 3. swap: mkswap + swapon on the device, all but trapeze_bench_swap_avail_mb MiB of RAM
+#    (MemAvailable + Shmem: the initramfs's files swap out too) pinned in a ramfs, trapeze-memhog over 1.5x that (every page written,
+#    checked in order and at random, rewritten, checked: they go to swap and come back),
+#    its wall time reported; the ramfs freed, swapoff.
+# Every phase counts I/O trouble: new kernel log lines (I/O errors, swap read/write errors,
+# ext2 errors, NBD request failures, OOM kills, hung tasks), page errors of /dev/gms0
+# (gms_disk_stats) and the tools' own failures; each becomes an "errors: PHASE: …" line,
+# and the host fails the bench on any. Then powers off.
 # Lines for the host start with "trapeze-bench:"; each measurement is one
-# "trapeze-bench: result {json}" line.
+# "trapeze-bench: result {json}" (raw device), "file-result {json}" or
+# "swap-result {json}" line.
 
 say() { echo "trapeze-bench: $*"; }
 k=${trapeze_guest:-0}
@@ -21,6 +38,9 @@ mb=${trapeze_bench_mb:-64}
 reads=${trapeze_bench_reads:-2000}
 seed=${trapeze_bench_seed:-1}
 rounds=${trapeze_bench_rounds:-3}
+file_mb=${trapeze_bench_file_mb:-16}
+swap_avail_mb=${trapeze_bench_swap_avail_mb:-16}
+swap_mb=$((swap_avail_mb * 3 / 2))
 ko_args=
 [ -n "$trapeze_bench_ko" ] && ko_args=$(echo "$trapeze_bench_ko" | base64 -d)
 export LD_LIBRARY_PATH=/lib/x86_64-linux-gnu:/usr/lib/x86_64-linux-gnu
@@ -49,11 +69,123 @@ measure() {
     [ "$round" = 1 ] && w=--write
     say "$name: round $round: trapeze-blkbench${w:+ $w} --size-mb $mb --reads $reads on $dev"
     # shellcheck disable=SC2086 # $w is one optional word
+    phase_start
     if out=$(trapeze-blkbench --name "$name" $w --size-mb "$mb" --reads "$reads" --seed "$seed" "$dev" 2>&1); then
         say "result $out"
     else
-        say "$name: FAILED: $out"
+        say "errors: device $name round $round: trapeze-blkbench failed: $(echo "$out" | tail -n 2 | tr '\n' ' ')"
     fi
+    phase_end "device $name round $round"
+}
+
+# I/O trouble in the kernel log, counted before and after every phase.
+TROUBLE='I/O error|Write-error on swap|Read-error on swap|EXT2-fs error|EXT2-fs \(.*\): error|nbd0: (Other side returned error|Receive control failed|Connection timed out|Dead connection|Possible stuck request)|Out of memory|oom-kill|Killed process|blocked for more than'
+trouble_count() { dmesg | grep -cE "$TROUBLE"; }
+# Page errors of /dev/gms0 (0 without the module).
+gms_errors() { v=$(sed -n 's/^page_errors: //p' /sys/module/trapeze/parameters/gms_disk_stats 2>/dev/null); echo "${v:-0}"; }
+phase_start() { trouble0=$(trouble_count); gmserr0=$(gms_errors); }
+# Report what the phase named $1 added: kernel log lines and GMS page errors.
+phase_end() {
+    n=$(($(trouble_count) - trouble0))
+    [ "$n" -gt 0 ] && say "errors: $1: $n kernel log line(s), the first: $(dmesg | grep -E "$TROUBLE" | tail -n "$n" | head -n 1)"
+    g=$(($(gms_errors) - gmserr0))
+    [ "$g" -gt 0 ] && say "errors: $1: $g page error(s) in /dev/gms0's gms_disk_stats"
+    return 0
+}
+drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+mem_mb() { echo $(($(sed -n "s/^$1: *\([0-9]*\) kB/\1/p" /proc/meminfo) / 1024)); }
+
+# File phase, part one: ext2 on device $2 (name $1), mounted on /mnt/$1, the file written.
+file_prepare() {
+    name=$1 dev=$2
+    phase_start
+    mkdir -p "/mnt/$name"
+    ok=no
+    if ! mke2fs -F -b 4096 -m 0 "$dev" > /tmp/mkfs.log 2>&1; then
+        say "errors: file $name: mke2fs $dev failed: $(tail -n 1 /tmp/mkfs.log)"
+    elif ! mount -t ext2 "$dev" "/mnt/$name" 2>/tmp/mount.err; then
+        say "errors: file $name: mount -t ext2 $dev failed: $(cat /tmp/mount.err)"
+    elif out=$(trapeze-filebench --mode write --name "$name" --size-mb "$file_mb" --seed "$seed" "/mnt/$name/data" 2>&1); then
+        say "file-result $out"
+        ok=yes
+    else
+        say "errors: file $name: writing $file_mb MiB: $out"
+    fi
+    phase_end "file $name: mke2fs, mount, write"
+    [ "$ok" = yes ]
+}
+
+# File phase, part two: the file of device $1 read with mode $2 (stream or mmap) after
+# the page cache was dropped, in round $3.
+file_read() {
+    name=$1 mode=$2 round=$3
+    drop_caches
+    phase_start
+    if out=$(trapeze-filebench --mode "$mode" --name "$name" --seed "$seed" "/mnt/$name/data" 2>&1); then
+        say "file-result $out"
+    else
+        say "errors: file $name $mode round $round: $out"
+    fi
+    phase_end "file $name $mode round $round"
+}
+
+# Swap phase on device $2 (name $1): swap on it, all but $swap_avail_mb MiB of RAM pinned,
+# trapeze-memhog over $swap_mb MiB; its report, with the peak swap use seen.
+swap_run() {
+    name=$1 dev=$2
+    phase_start
+    if ! mkswap "$dev" > /tmp/mkswap.log 2>&1; then
+        say "errors: swap $name: mkswap $dev failed: $(tail -n 1 /tmp/mkswap.log)"
+        phase_end "swap $name"
+        return
+    fi
+    if ! swapon "$dev" 2>/tmp/swapon.err; then
+        say "errors: swap $name: swapon $dev failed: $(cat /tmp/swapon.err)"
+        phase_end "swap $name"
+        return
+    fi
+    mkdir -p /balloon
+    mount -t ramfs ramfs /balloon
+    # The RAM the workload can take: MemAvailable plus Shmem (the initramfs's own files
+    # are tmpfs pages, which swap out to make room). Pinned down to $swap_avail_mb MiB,
+    # then given back if the pin overshot.
+    before=$(($(mem_mb MemAvailable) + $(mem_mb Shmem)))
+    pin=$((before - swap_avail_mb))
+    [ "$pin" -gt 0 ] && dd if=/dev/zero of=/balloon/pin bs=1M count="$pin" 2>/dev/null
+    short=$((swap_avail_mb - $(mem_mb MemAvailable) - $(mem_mb Shmem)))
+    if [ "$pin" -gt 0 ] && [ "$short" -gt 0 ]; then
+        pin=$((pin - short))
+        truncate -s "${pin}M" /balloon/pin
+    fi
+    say "swap $name: MemTotal $(mem_mb MemTotal) MiB, MemAvailable + Shmem $before MiB, $pin MiB pinned in ramfs, now $(mem_mb MemAvailable) + $(mem_mb Shmem) MiB; trapeze-memhog over $swap_mb MiB"
+    trapeze-memhog --mib "$swap_mb" --seed "$seed" > /tmp/memhog.out 2>&1 &
+    pid=$!
+    peak=0
+    t=0
+    # At most 600 s, /proc/swaps sampled every 0.5 s.
+    while kill -0 "$pid" 2>/dev/null && [ "$t" -lt 1200 ]; do
+        u=$(awk -v d="$dev" '$1 == d { print $4; f = 1 } END { if (!f) print 0 }' /proc/swaps)
+        [ "$u" -gt "$peak" ] && peak=$u
+        sleep 0.5
+        t=$((t + 1))
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+        kill -9 "$pid"
+        say "errors: swap $name: trapeze-memhog still running after 600 s: killed"
+    fi
+    wait "$pid"
+    rc=$?
+    json=$(grep '^{"tool":"trapeze-memhog"' /tmp/memhog.out)
+    if [ "$rc" = 0 ] && [ -n "$json" ] && grep -q "pages verified, 0 wrong" /tmp/memhog.out; then
+        say "swap-result {\"name\":\"$name\",\"device\":\"$dev\",\"avail_mb\":$swap_avail_mb,\"peak_swap_kib\":$peak,\"memhog\":$json}"
+        [ "$peak" -gt 1024 ] || say "errors: swap $name: swap barely used (peak $peak KiB in /proc/swaps)"
+    else
+        say "errors: swap $name: trapeze-memhog exit status $rc: $(tail -n 3 /tmp/memhog.out | tr '\n' ' ')"
+    fi
+    umount /balloon
+    timeout 120 swapoff "$dev" || say "errors: swap $name: swapoff $dev failed or took over 120 s"
+    grep -q "^$dev " /proc/swaps && say "errors: swap $name: $dev still in /proc/swaps after swapoff"
+    phase_end "swap $name"
 }
 
 serve_forever() {
@@ -75,8 +207,9 @@ case "$k" in
     net_up || exit 1
     t=0
     nbd=
-    # -t 30: a request the server does not answer fails after 30 s instead of hanging.
-    until nbd-client 10.0.0.2 "$port" /dev/nbd0 -b 4096 -t 30 -N "" >/tmp/nbd-client.log 2>&1; do
+    # -t 30: a request the server does not answer fails after 30 s instead of hanging;
+    # -swap: the client locks its memory (the swap phase swaps onto /dev/nbd0).
+    until nbd-client 10.0.0.2 "$port" /dev/nbd0 -b 4096 -t 30 -swap -N "" >/tmp/nbd-client.log 2>&1; do
         t=$((t + 1))
         [ "$t" -ge 120 ] && { say "nbd: could not connect to 10.0.0.2:$port: $(tail -n 3 /tmp/nbd-client.log | tr '\n' ' ')"; break; }
         sleep 0.5
@@ -107,6 +240,26 @@ case "$k" in
         [ -n "$gms" ] && measure gms "$gms" "$r"
         r=$((r + 1))
     done
+    # Files on ext2: written once, then read by stream and by mmap after dropping caches.
+    files=
+    [ -n "$nbd" ] && file_prepare nbd "$nbd" && files="$files nbd"
+    [ -n "$gms" ] && file_prepare gms "$gms" && files="$files gms"
+    r=1
+    while [ -n "$files" ] && [ "$r" -le "$rounds" ]; do
+        for d in $files; do
+            file_read "$d" stream "$r"
+            file_read "$d" mmap "$r"
+        done
+        r=$((r + 1))
+    done
+    for d in nbd gms; do
+        if grep -q " /mnt/$d " /proc/mounts; then
+            umount "/mnt/$d" || say "errors: file $d: umount /mnt/$d failed"
+        fi
+    done
+    # Swap under memory pressure, one device after the other.
+    [ -n "$nbd" ] && swap_run nbd "$nbd"
+    [ -n "$gms" ] && swap_run gms "$gms"
     [ -n "$nbd" ] && nbd-client -d /dev/nbd0 >/dev/null 2>&1
     if [ -n "$gms" ]; then
         st=/sys/module/trapeze/parameters/gms_disk_stats

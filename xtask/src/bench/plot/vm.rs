@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! The figure of `cargo xtask bench vm --plot`: the guest block device `/dev/gms0` against
-//! Linux's NBD client, 4 KiB random read p50/p99 and sequential MB/s, from the bench's
-//! JSON lines (the device rows and the summary).
+//! Linux's NBD client, 4 KiB random read p50/p99, sequential MB/s of the raw device and
+//! of a file on ext2 read by `read()` and by `mmap`, and the swap workload's ratio, from
+//! the bench's JSON lines (the device rows and the summary).
 
 use super::{bars, num, Area, Bars, FONT};
 use anyhow::Context;
@@ -13,7 +14,7 @@ const DEVICES: [(&str, &str); 2] = [("gms", "/dev/gms0 on GMS"), ("nbd", "NBD (n
 
 /// Write `dir/vm.svg` from the bench's JSON lines.
 pub fn write(dir: &Path, lines: &[Value]) -> anyhow::Result<PathBuf> {
-    super::write_svg(dir, "vm", (1100, 480), |root| draw(root, lines))
+    super::write_svg(dir, "vm", (1300, 480), |root| draw(root, lines))
 }
 
 fn draw(root: &Area, lines: &[Value]) -> anyhow::Result<()> {
@@ -21,14 +22,28 @@ fn draw(root: &Area, lines: &[Value]) -> anyhow::Result<()> {
     let mut series = Vec::new();
     for (dev, label) in DEVICES {
         if let Some(r) = row(dev) {
-            series.push((label, num(r, "rand4k_p50_us")?, num(r, "rand4k_p99_us")?, num(r, "seq_mb_s")?));
+            let file = |k: &str| r[k].as_f64();
+            series.push((
+                label,
+                num(r, "rand4k_p50_us")?,
+                num(r, "rand4k_p99_us")?,
+                vec![Some(num(r, "seq_mb_s")?), file("file_stream_mb_s"), file("file_mmap_mb_s")],
+            ));
         }
     }
     anyhow::ensure!(!series.is_empty(), "no device rows (gms, nbd) in the bench's output");
     let summary = lines.iter().find(|l| l["summary"] == "vm").context("no summary line in the bench's output")?;
     let ratios = &summary["gms_over_nbd"];
     let subtitle = match (ratios["rand4k_p50"].as_f64(), ratios["rand4k_p99"].as_f64(), ratios["seq_mb_s"].as_f64()) {
-        (Some(a), Some(b), Some(c)) => format!("gms / nbd: p50 {a:.2}×, p99 {b:.2}×, sequential {c:.2}×"),
+        (Some(a), Some(b), Some(c)) => {
+            let mut t = format!("gms / nbd: p50 {a:.2}×, p99 {b:.2}×, sequential {c:.2}×");
+            if let (Some(s), Some(r), Some(m)) =
+                (ratios["swap_time"].as_f64(), ratios["file_stream_mb_s"].as_f64(), ratios["file_mmap_mb_s"].as_f64())
+            {
+                t.push_str(&format!(", file read() {r:.2}×, mmap {m:.2}×; swap time {s:.2}×"));
+            }
+            t
+        }
         _ => "gms not measured".to_string(),
     };
     let title = format!(
@@ -37,7 +52,7 @@ fn draw(root: &Area, lines: &[Value]) -> anyhow::Result<()> {
         summary["rounds"].as_u64().unwrap_or(0)
     );
     let root = root.titled(&title, (FONT, 20)).map_err(super::err)?;
-    let (left, right) = root.split_horizontally(680);
+    let (left, right) = root.split_horizontally(620);
     bars(
         &left,
         &Bars {
@@ -52,10 +67,10 @@ fn draw(root: &Area, lines: &[Value]) -> anyhow::Result<()> {
     bars(
         &right,
         &Bars {
-            title: "256 KiB sequential reads (higher is better)",
+            title: "Sequential reads: raw device, file on ext2 (higher is better)",
             y_desc: "bandwidth (MB/s)",
-            groups: vec!["sequential".into()],
-            series: series.iter().map(|s| (s.0.to_string(), vec![Some(s.3)])).collect(),
+            groups: vec!["raw, 256 KiB".into(), "file, read()".into(), "file, mmap".into()],
+            series: series.iter().map(|s| (s.0.to_string(), s.3.clone())).collect(),
             fmt: |v| format!("{v:.1}"),
             reference: None,
         },
@@ -72,17 +87,41 @@ mod tests {
     #[test]
     fn hand_made_report_renders() {
         let lines = vec![
+            json!({"device": "nbd", "rand4k_p50_us": 1097.0, "rand4k_p99_us": 1882.0, "seq_mb_s": 42.0,
+                   "file_stream_mb_s": 31.5, "file_mmap_mb_s": 22.5}),
+            json!({"device": "gms", "rand4k_p50_us": 715.0, "rand4k_p99_us": 1454.0, "seq_mb_s": 29.0,
+                   "file_stream_mb_s": 27.5, "file_mmap_mb_s": 18.5}),
+            json!({"summary": "vm", "disk_mb": 32, "rounds": 3,
+                   "gms_over_nbd": {"rand4k_p50": 0.652, "rand4k_p99": 0.773, "seq_mb_s": 0.69,
+                                    "swap_time": 0.81, "file_stream_mb_s": 0.873, "file_mmap_mb_s": 0.822}}),
+        ];
+        let svg = super::super::svg_of((1300, 480), |a| draw(a, &lines)).unwrap();
+        for t in [
+            "715 µs",
+            "1097 µs",
+            "1454 µs",
+            "1882 µs",
+            "29.0",
+            "42.0",
+            "31.5",
+            "18.5",
+            "p50 0.65×",
+            "mmap 0.82×",
+            "swap time 0.81×",
+            "file, read()",
+            "latency (µs)",
+            "bandwidth (MB/s)",
+        ] {
+            assert!(svg.contains(t), "{t} missing");
+        }
+        // Rows of a run before the file and swap workloads still draw (no file bars).
+        let old = vec![
             json!({"device": "nbd", "rand4k_p50_us": 1097.0, "rand4k_p99_us": 1882.0, "seq_mb_s": 42.0}),
-            json!({"device": "gms", "rand4k_p50_us": 715.0, "rand4k_p99_us": 1454.0, "seq_mb_s": 29.0}),
             json!({"summary": "vm", "disk_mb": 32, "rounds": 3,
                    "gms_over_nbd": {"rand4k_p50": 0.652, "rand4k_p99": 0.773, "seq_mb_s": 0.69}}),
         ];
-        let svg = super::super::svg_of((1100, 480), |a| draw(a, &lines)).unwrap();
-        for t in
-            ["715 µs", "1097 µs", "1454 µs", "1882 µs", "29.0", "42.0", "p50 0.65×", "latency (µs)", "bandwidth (MB/s)"]
-        {
-            assert!(svg.contains(t), "{t} missing");
-        }
+        let before = super::super::svg_of((1300, 480), |a| draw(a, &old)).unwrap();
+        assert!(before.contains("42.0") && before.contains("sequential 0.69×") && !before.contains("swap time"));
         assert!(svg.contains("/dev/gms0 on GMS") && svg.contains("NBD (nbd-server in guest B)"));
         // Without a GMS row the figure still shows NBD and says why.
         let nbd_only =

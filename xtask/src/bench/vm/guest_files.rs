@@ -1,17 +1,18 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! What `cargo xtask bench vm` copies into the guests besides the kernel and module: the
-//! static `trapeze-blkbench` and the NBD programs with the shared libraries they need.
+//! static guest tools (`trapeze-blkbench`, `trapeze-filebench`, `trapeze-memhog`) and the
+//! NBD programs with the shared libraries they need.
 
 use anyhow::{bail, ensure, Context};
 use std::path::PathBuf;
 use std::process::Command;
 
-/// The guest tools' measuring binary.
-pub(super) const BLKBENCH: &str = "trapeze-blkbench";
+/// The guest tools the bench runs: raw device, files, swap workload.
+pub(super) const TOOLS: [&str; 3] = ["trapeze-blkbench", "trapeze-filebench", "trapeze-memhog"];
 
-/// `trapeze-blkbench`, statically linked, release.
-pub(super) fn build_blkbench() -> anyhow::Result<Vec<u8>> {
-    crate::vm::guest_tool(BLKBENCH)
+/// A guest tool, statically linked, release.
+pub(super) fn build_tool(name: &str) -> anyhow::Result<Vec<u8>> {
+    crate::vm::guest_tool(name)
 }
 
 /// A program and the shared libraries `ldd` lists for it, at the same paths in the guest.

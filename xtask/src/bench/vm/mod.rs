@@ -1,13 +1,17 @@
 // SPDX-License-Identifier: GPL-2.0-only
-//! `cargo xtask bench vm`: 4 KiB random read latency (p50/p99) and sequential read
-//! bandwidth of the GMS block device `/dev/gms0` in guest A, against the same workload on
-//! Linux's own NBD client in guest A reading an `nbd-server` export (a RAM-backed tmpfs
-//! file of the same size) in guest B over virtio-net between the same guests, in the same
-//! run.
+//! `cargo xtask bench vm`: the GMS block device `/dev/gms0` in guest A against Linux's own
+//! NBD client in guest A reading an `nbd-server` export (a RAM-backed tmpfs file of the
+//! same size) in guest B over virtio-net between the same guests, in the same run, the
+//! same workloads on each: 4 KiB random read latency (p50/p99) and sequential read
+//! bandwidth of the raw device; a file on ext2 read with streaming `read()` and through
+//! `mmap` after the page cache was dropped (the GMS paper's Fig. 4); and the wall time of
+//! a program whose memory is 1.5× the RAM left to it, swapping onto the device. Every
+//! page is checked, and any I/O error of any phase (kernel log, the disk's page errors,
+//! a tool's failure) fails the bench, naming the phase.
 //!
 //! Steps: the Debian `nbd-client` and `nbd-server` packages (copied into the initramfs
-//! with the shared libraries `ldd` lists); `trapeze-blkbench` (guest-tools/) built
-//! statically (`cargo rustc --release … -C target-feature=+crt-static`: glibc's own
+//! with the shared libraries `ldd` lists); `trapeze-blkbench`, `trapeze-filebench` and
+//! `trapeze-memhog` (guest-tools/) built statically (`cargo rustc --release … -C target-feature=+crt-static`: glibc's own
 //! `libc.a`, so no second Rust target has to be downloaded); the cached guest kernel;
 //! `trapeze.ko` (`cargo xtask module`), whose parameters decide whether there is a GMS
 //! disk to measure; then the guests (`kernel-crate/guest/bench.sh`), guest 0 measuring,
@@ -21,10 +25,11 @@
 mod guest_files;
 mod module_args;
 mod report;
+mod workloads;
 
 use crate::vm::bench_guests::{self, BenchGuests};
 use anyhow::{bail, ensure, Context};
-use guest_files::{build_blkbench, with_libraries, BLKBENCH};
+use guest_files::{build_tool, with_libraries, TOOLS};
 use module_args::{disk_is_ram_backed, gms_args, module_params};
 use report::{parse_console, round_to, Row};
 use serde_json::{json, Value};
@@ -32,16 +37,22 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
+use workloads::Workloads;
 
 /// The guests' script, relative to the workspace root.
 const SCRIPT: &str = "kernel-crate/guest/bench.sh";
+/// MiB of the guests' initramfs files (busybox, NBD programs and libraries, tools): tmpfs
+/// pages that swap out under the swap workload's pressure, so the swap needs room for them.
+const INITRAMFS_SWAPPABLE_MB: u32 = 20;
 /// The NBD programs copied into the guests (with their libraries).
 const NBD_PROGRAMS: [&str; 2] = ["/usr/sbin/nbd-client", "/usr/bin/nbd-server"];
 
 #[derive(clap::Args)]
 pub struct VmBenchArgs {
     /// One JSON object per device row (device, rand4k_p50_us, rand4k_p99_us, seq_mb_s,
-    /// write_mb_s, bytes, reads), then a summary object with the gms/nbd ratios.
+    /// write_mb_s, bytes, reads, file_stream_mb_s, file_mmap_mb_s, swap_secs, …), then a
+    /// summary object with the gms/nbd ratios (gms_over_nbd: rand4k_p50, rand4k_p99,
+    /// seq_mb_s, swap_time, file_stream_mb_s, file_mmap_mb_s).
     #[arg(long)]
     json: bool,
     /// Guests: 0 measures, 1 serves NBD and GMS, the others serve GMS.
@@ -49,8 +60,10 @@ pub struct VmBenchArgs {
     guests: u16,
     /// Size of both disks in MiB (the GMS disk's gms_disk_pages / 256 and the NBD
     /// export). GMS members store 8192 pages each at most: the servers (guests - 1) must
-    /// hold the disk with a quarter to spare, so up to 51 MiB with 3 guests.
-    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    /// hold the disk with a quarter to spare, so up to 51 MiB with 3 guests. The swap
+    /// workload and the initramfs's ~20 MiB of files (tmpfs pages: they swap out too)
+    /// must fit in it.
+    #[arg(long, default_value_t = 48, value_parser = clap::value_parser!(u32).range(1..=1024))]
     disk_mb: u32,
     /// Read-ahead of the GMS disk (`gms_disk_readahead`, pages; 0 = off): after two
     /// sequential page reads it prefetches the next N pages. Off by default: measured with
@@ -71,11 +84,20 @@ pub struct VmBenchArgs {
     /// medians over the rounds (the first round also writes the pattern).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
     rounds: u32,
+    /// Size in MiB of the file written on ext2 on each device and read back by stream and
+    /// by mmap each round (at most three quarters of --disk-mb).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=768))]
+    file_mb: u32,
+    /// RAM in MiB left to the swap workload (MemAvailable + Shmem; the rest is pinned in a
+    /// ramfs); the workload uses 1.5 times that. The workload and the initramfs's own
+    /// ~20 MiB of swappable files must fit in --disk-mb.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(4..=512))]
+    swap_avail_mb: u32,
     /// Guest RAM in MiB (guest 1 holds the NBD export in tmpfs).
     #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u32).range(128..=4096))]
     mem: u32,
     /// Seconds to wait for guest 0 to finish.
-    #[arg(long, default_value_t = 900)]
+    #[arg(long, default_value_t = 1800)]
     timeout: u64,
     /// More trapeze.ko parameters for every guest (KEY=VALUE, repeatable), e.g. a GMS
     /// memory budget.
@@ -119,6 +141,26 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
     if a.json && a.json_out.is_none() {
         return json_via_child();
     }
+    ensure!(
+        u64::from(a.file_mb) * 4 <= u64::from(a.disk_mb) * 3,
+        "--file-mb {}: the file must fit in three quarters of the {} MiB disk (ext2's own blocks take the rest)",
+        a.file_mb,
+        a.disk_mb
+    );
+    ensure!(
+        a.swap_avail_mb * 3 / 2 + INITRAMFS_SWAPPABLE_MB <= a.disk_mb,
+        "--swap-avail-mb {}: the workload (1.5 times it, {} MiB) and the initramfs's ~{INITRAMFS_SWAPPABLE_MB} MiB \
+         of swappable files must fit in the {} MiB disk (use a larger --disk-mb or a smaller --swap-avail-mb)",
+        a.swap_avail_mb,
+        a.swap_avail_mb * 3 / 2,
+        a.disk_mb
+    );
+    ensure!(
+        a.swap_avail_mb * 4 <= a.mem,
+        "--swap-avail-mb {}: at most a quarter of the guest's --mem {} MiB",
+        a.swap_avail_mb,
+        a.mem
+    );
     let root = crate::workspace_root();
     eprintln!("==> NBD baseline: Debian nbd-client and nbd-server");
     crate::prereq::ensure_nbd_bench_deps()?;
@@ -134,7 +176,9 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
         }
     }
     eprintln!("  {} and {} with {} libraries", NBD_PROGRAMS[0], NBD_PROGRAMS[1], files.len() - 2);
-    files.push((format!("/usr/bin/{BLKBENCH}"), build_blkbench()?, 0o755));
+    for tool in TOOLS {
+        files.push((format!("/usr/bin/{tool}"), build_tool(tool)?, 0o755));
+    }
 
     eprintln!("==> guest kernel (cargo xtask kernel)");
     let kernel = crate::kernel::ensure(None, false)?;
@@ -174,8 +218,9 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
     let append = (0..a.guests)
         .map(|k| {
             let mut w = format!(
-                "trapeze_bench_mb={} trapeze_bench_reads={} trapeze_bench_seed={} trapeze_bench_rounds={}",
-                a.disk_mb, a.reads, a.seed, a.rounds
+                "trapeze_bench_mb={} trapeze_bench_reads={} trapeze_bench_seed={} trapeze_bench_rounds={} \
+                 trapeze_bench_file_mb={} trapeze_bench_swap_avail_mb={}",
+                a.disk_mb, a.reads, a.seed, a.rounds, a.file_mb, a.swap_avail_mb
             );
             match &gms {
                 Ok(args) => w.push_str(&format!(
@@ -213,6 +258,7 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
     for r in rows {
         good.push(r.context("a result line of guest 0 did not parse")?);
     }
+    let work = Workloads::parse(&notes).context("a file or swap result line of guest 0 did not parse")?;
     let of = |d: &str| Row::median_of(&good.iter().filter(|r| r.device == d).cloned().collect::<Vec<_>>());
     let nbd = of("nbd");
     let gms_row = of("gms");
@@ -235,12 +281,25 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
     };
 
     let ratios = gms_row.as_ref().map(|g| {
-        json!({
+        let mut r = json!({
             "rand4k_p50": round_to(g.p50_us / nbd.p50_us, 3),
             "rand4k_p99": round_to(g.p99_us / nbd.p99_us, 3),
             "seq_mb_s": round_to(g.seq_mb_s / nbd.seq_mb_s, 3),
-        })
+        });
+        merge(&mut r, work.ratios());
+        r
     });
+    // Every phase's errors, then what a finished run must have reported.
+    let mut failures: Vec<String> = work.errors.iter().map(|e| format!("I/O error or failure in phase {e}")).collect();
+    if !g0.exited {
+        failures.push(format!("guest 0 did not finish within {} s (console {})", a.timeout, g0.console_path.display()));
+    }
+    if failures.is_empty() {
+        failures.extend(work.missing("nbd"));
+        if gms_row.is_some() {
+            failures.extend(work.missing("gms"));
+        }
+    }
     let summary = json!({
         "summary": "vm",
         "guests": a.guests,
@@ -248,6 +307,10 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
         "gms_readahead": a.readahead,
         "reads": a.reads,
         "rounds": a.rounds,
+        "file_mb": a.file_mb,
+        "swap_avail_mb": a.swap_avail_mb,
+        "swap_mb": a.swap_avail_mb * 3 / 2,
+        "io_errors": work.errors.len(),
         "kernel_trouble": trouble,
         "gms_over_nbd": ratios,
         "gms_missing": gms_missing,
@@ -257,11 +320,31 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
         "net_ping": notes.iter().find_map(|n| n.strip_prefix("net: ping ")),
         "note": "TCG guests on a shared 2-core host: compare the ratios, not the absolute figures",
     });
-    let mut lines: Vec<Value> = vec![nbd.json()];
+    let row = |r: &report::Row| {
+        let mut j = r.json();
+        merge(&mut j, work.row_keys(&r.device));
+        j
+    };
+    let mut lines: Vec<Value> = vec![row(&nbd)];
     if let Some(g) = &gms_row {
-        lines.push(g.json());
+        lines.push(row(g));
     }
     lines.push(summary);
+    if !failures.is_empty() {
+        report::print_table(
+            &report::Heading { disk_mb: a.disk_mb, reads: a.reads, rounds: a.rounds, readahead: a.readahead },
+            &nbd,
+            gms_row.as_ref(),
+            gms_missing.as_ref(),
+            &notes,
+            ram_backend,
+        );
+        work.print_table(&["nbd", "gms"]);
+        for f in &failures {
+            eprintln!("  FAILED: {f}");
+        }
+        bail!("the vm bench failed ({} problem(s)); the first: {}", failures.len(), failures[0]);
+    }
     save(&lines);
     if let Some(dir) = &a.plot {
         super::plot::write_json(dir, "vm", &lines)?;
@@ -280,7 +363,24 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
         &notes,
         ram_backend,
     );
+    work.print_table(if gms_row.is_some() { &["nbd", "gms"] } else { &["nbd"] });
+    if let Some(r) = &ratios {
+        let f = |k: &str| r[k].as_f64().map_or("-".into(), |v| format!("{v:.2}x"));
+        println!(
+            "gms / nbd: swap workload time {}, file read() {}, file mmap {}; 0 I/O errors in every phase",
+            f("swap_time"),
+            f("file_stream_mb_s"),
+            f("file_mmap_mb_s")
+        );
+    }
     Ok(())
+}
+
+/// Add `extra`'s keys to the JSON object `into`.
+fn merge(into: &mut Value, extra: Value) {
+    if let (Some(o), Value::Object(e)) = (into.as_object_mut(), extra) {
+        o.extend(e);
+    }
 }
 
 /// Append the run's lines to ~/.cache/trapeze/bench/vm.jsonl (best effort).
