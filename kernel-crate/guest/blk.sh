@@ -3,7 +3,9 @@
 # kernel-crate/guest/blk.sh — the guest's script under `cargo xtask vm blk-test` (embedded
 # as /etc/trapeze/run.sh): the GMS block device /dev/gms0 of trapeze.ko on its RAM backend.
 #
-# 1. insmod with gms_disk_mb=16: size; an 8 MiB random pattern written, caches dropped,
+# 0. Bad parameters: insmod with a parameter out of its range is refused, and the kernel
+#    log names the parameter (nothing loaded).
+# 1. insmod with gms_disk_mb=16: size; I/O past the end fails cleanly; an 8 MiB random pattern written, caches dropped,
 #    read back and compared (cmp + md5sum); O_DIRECT reads; a 1000-byte write at an
 #    unaligned offset (read-modify-write through the page cache); a tar archive written to
 #    the raw device and extracted again (the kernel has no disk filesystem: ext2/vfat are
@@ -45,12 +47,34 @@ finish() {
     exit $?
 }
 
+# --- 0. bad parameters ----------------------------------------------------------------
+refused() { # refused PARAM=VALUE: insmod fails and the log names PARAM=VALUE out of range
+    if insmod "$ko" "$1" 2>/dev/null; then
+        rmmod trapeze
+        return 1
+    fi
+    dmesg | tail -5 | grep -q "$1 is out of range"
+}
+for p in gms_budget_pages=999999 gms_budget_pages=-1 gms_disk_readahead=33 gms_disk_pages=-2 \
+    gms_disk_pages=99999999 node=-2 node=65535 gms_fail_ms=10 gms_disk_mb=-1; do
+    case $p in
+    gms_disk_mb=*) check "insmod $p refused" sh -c "! insmod $ko $p 2>/dev/null && dmesg | tail -3 | grep -q 'gms_disk_mb=-1: must be'" ;;
+    *) check "insmod $p refused, named in the log" refused "$p" ;;
+    esac
+done
+check "nothing loaded after the refusals" sh -c "! grep -q '^trapeze ' /proc/modules"
+
 # --- 1. data round trips ------------------------------------------------------------
 if ! insmod "$ko" gms_disk_mb=16; then fail "insmod gms_disk_mb=16"; finish; fi
 check "disk /dev/gms0 appears" wait_dev || finish
 size=$(blockdev --getsize64 "$dev")
 check "size 16 MiB ($size bytes)" [ "$size" = 16777216 ]
 check "logical block 4096 bytes" [ "$(blockdev --getss "$dev")" = 4096 ]
+past_end() { # a direct write and a direct read at the first page past the end both fail
+    ! dd if=/dev/zero of="$dev" bs=4096 seek=4096 count=1 oflag=direct 2>/dev/null &&
+        [ "$(dd if="$dev" bs=4096 skip=4096 count=1 iflag=direct 2>/dev/null | wc -c)" = 0 ]
+}
+check "I/O past the end fails cleanly (write refused, read returns nothing)" past_end
 both_tables() {
     [ -r /sys/module/trapeze/parameters/stats ] && [ -r "$stats" ] &&
         [ "$(cat /sys/module/trapeze/parameters/gms_disk_mb)" = 16 ]

@@ -34,7 +34,7 @@ mod receive;
 mod remove;
 mod shared;
 
-pub(crate) use params::NODE;
+pub(crate) use params::{check as check_params, NODE};
 pub(crate) use shared::{gms_fail_ms, BOUND, IDS};
 
 use crate::net::{self, stack::new_core, KHost};

@@ -60,8 +60,8 @@ struct Trapeze {
 
 impl kernel::Module for Trapeze {
     fn init(module: &'static ThisModule) -> Result<Self> {
-        // A bad `gms_fail_ms=` refuses the load itself (not only each NIC's probe).
-        driver::gms_fail_ms()?;
+        // A parameter out of range refuses the load itself (not only each NIC's probe).
+        driver::check_params()?;
         let gms_disk = blk::ram::disk_from_params()?;
         let pci = sys::pci::Registration::register(c_str!("trapeze"), &driver::IDS, module)?;
         pr_info!(

@@ -4,6 +4,26 @@
 //! their own.
 
 use crate::sys::param::{charp_entry, int_entry, modinfo, param_table, IntParam, StrParam};
+use kernel::prelude::*;
+
+/// Every parameter in its range, or the load is refused with a line naming the parameter,
+/// its value and the range (before anything is set up).
+pub(crate) fn check() -> Result {
+    in_range("node", NODE.get(), -1, i64::from(crate::tpz::gms::directory::NO_SITE) - 1)?;
+    in_range("gms_budget_pages", GMS_BUDGET_PAGES.get(), 0, crate::net::HELD as i64)?;
+    let max_disk_pages = crate::blk::MAX_DISK_MB * 1024 * 1024 / crate::blk::PAGE_BYTES as u64;
+    in_range("gms_disk_pages", GMS_DISK_PAGES.get(), 0, max_disk_pages as i64)?;
+    in_range("gms_disk_readahead", GMS_DISK_READAHEAD.get(), 0, i64::from(crate::gms_backend::MAX_READAHEAD))?;
+    super::gms_fail_ms().map(|_| ())
+}
+
+fn in_range(name: &str, v: i32, lo: i64, hi: i64) -> Result {
+    if (lo..=hi).contains(&i64::from(v)) {
+        return Ok(());
+    }
+    pr_err!("{}={} is out of range ({}..={}): not loaded\n", name, v, lo, hi);
+    Err(EINVAL)
+}
 
 /// `node=`: this node's id on the link; -1 (default) takes the id the NIC publishes.
 pub(crate) static NODE: IntParam = IntParam::new(-1);
@@ -37,9 +57,12 @@ modinfo!(PARM_NODE, "parm=node:this node's id on the link (default -1: the id th
 modinfo!(PARMTYPE_GMS_NODES, "parmtype=gms_nodes:charp\0");
 modinfo!(PARM_GMS_NODES, "parm=gms_nodes:GMS members, comma-separated node ids (default: no GMS node)\0");
 modinfo!(PARMTYPE_GMS_BUDGET, "parmtype=gms_budget_pages:int\0");
-modinfo!(PARM_GMS_BUDGET, "parm=gms_budget_pages:pages this node stores for others (default 256)\0");
+modinfo!(PARM_GMS_BUDGET, "parm=gms_budget_pages:pages this node stores for others (default 256, at most 8192)\0");
 modinfo!(PARMTYPE_GMS_DISK_PAGES, "parmtype=gms_disk_pages:int\0");
-modinfo!(PARM_GMS_DISK_PAGES, "parm=gms_disk_pages:if > 0, /dev/gms0 with that many 4 KiB pages on GMS (default 0)\0");
+modinfo!(
+    PARM_GMS_DISK_PAGES,
+    "parm=gms_disk_pages:if > 0, /dev/gms0 with that many 4 KiB pages on GMS (default 0, at most 262144)\0"
+);
 modinfo!(PARMTYPE_GMS_DISK_RA, "parmtype=gms_disk_readahead:int\0");
 modinfo!(PARM_GMS_DISK_RA, "parm=gms_disk_readahead:pages /dev/gms0 on GMS reads ahead (default 0, at most 32)\0");
 modinfo!(PARMTYPE_GMS_FAIL_MS, "parmtype=gms_fail_ms:int\0");
