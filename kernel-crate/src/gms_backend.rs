@@ -125,14 +125,16 @@ struct InFlight {
 }
 
 /// The disk's state on the host (under the core spinlock).
+/// A page in the backlog: (page, io, write, recorded as pending by read-ahead, tries so far).
+type Waiting = (u64, PageIo, bool, bool, u8);
+
 pub(crate) struct DiskState {
     /// Version of each page's last write (0: never written).
     versions: KVVec<u64>,
     /// By GMS operation slot.
     in_flight: KVec<Option<InFlight>>,
-    /// Pages waiting for an operation slot or a frame: a ring of (page, io, write,
-    /// recorded as pending by read-ahead, tries so far).
-    backlog: KVec<Option<(u64, PageIo, bool, bool, u8)>>,
+    /// Pages waiting for an operation slot or a frame: a ring.
+    backlog: KVec<Option<Waiting>>,
     head: usize,
     queued: usize,
     /// Where puts go: the global LRU's plan over the targets that take puts.
