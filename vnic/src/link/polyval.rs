@@ -4,7 +4,7 @@
 //! and VPCLMULQDQ, else RustCrypto's `polyval`; both give the same value (tested).
 //!
 //! The only `unsafe` here is the kernel's: running code compiled for those CPU features
-//! (allowed only through a [`Simd`] token, made after the CPU was asked) and its masked
+//! (allowed only through an `x86::Simd` token, made after the CPU was asked) and its masked
 //! vector loads. Everything it computes is checked against the crate in the tests.
 //!
 //! Why a kernel of our own: a link MAC hashes each 8 KiB payload twice per call (sender
