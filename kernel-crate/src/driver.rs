@@ -34,8 +34,8 @@ mod receive;
 mod remove;
 mod shared;
 
-pub(crate) use params::{check as check_params, NODE};
-pub(crate) use shared::{gms_fail_ms, BOUND, IDS};
+pub(crate) use params::{check as check_params, gms_fail_ms, NODE};
+pub(crate) use shared::{BOUND, IDS};
 
 use crate::net::{self, stack::new_core, KHost};
 use crate::nicmem::BarMem;

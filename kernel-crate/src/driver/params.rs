@@ -14,7 +14,25 @@ pub(crate) fn check() -> Result {
     let max_disk_pages = crate::blk::MAX_DISK_MB * 1024 * 1024 / crate::blk::PAGE_BYTES as u64;
     in_range("gms_disk_pages", GMS_DISK_PAGES.get(), 0, max_disk_pages as i64)?;
     in_range("gms_disk_readahead", GMS_DISK_READAHEAD.get(), 0, i64::from(crate::gms_backend::MAX_READAHEAD))?;
-    super::gms_fail_ms().map(|_| ())
+    gms_fail_ms().map(|_| ())
+}
+
+/// Bounds of `gms_fail_ms=` (how long a member that was heard from may stay silent before
+/// it is declared failed; default 3000): at least two heartbeat periods (`shared` checks
+/// it), at most a minute (readers of a dead member's pages wait that long before they fail).
+pub(crate) const FAIL_MS_MIN: u64 = 2_000;
+pub(crate) const FAIL_MS_MAX: u64 = 60_000;
+
+/// `gms_fail_ms=`, checked: out of `FAIL_MS_MIN ..= FAIL_MS_MAX` refuses the load.
+pub(crate) fn gms_fail_ms() -> Result<u64> {
+    let v = GMS_FAIL_MS.get();
+    match u64::try_from(v) {
+        Ok(ms @ FAIL_MS_MIN..=FAIL_MS_MAX) => Ok(ms),
+        _ => {
+            pr_err!("gms_fail_ms={} is out of range ({}..={} ms): not loaded\n", v, FAIL_MS_MIN, FAIL_MS_MAX);
+            Err(EINVAL)
+        }
+    }
 }
 
 fn in_range(name: &str, v: i32, lo: i64, hi: i64) -> Result {

@@ -42,25 +42,10 @@ pub(super) const SENDS_TIMEOUT_MS: u32 = 1_000;
 /// heartbeat period (ms).
 pub(super) const TICK_MS: u32 = 100;
 pub(super) const HEARTBEAT_MS: u64 = 1_000;
-/// Bounds of `gms_fail_ms=` (how long a member that was heard from may stay silent before
-/// it is declared failed; default 3000): at least two heartbeat periods, at most a minute
-/// (readers of a dead member's pages wait that long before they fail).
-pub(crate) const FAIL_MS_MIN: u64 = 2 * HEARTBEAT_MS;
-pub(crate) const FAIL_MS_MAX: u64 = 60_000;
+// `gms_fail_ms=` allows no less than two heartbeat periods.
+const _: () = assert!(params::FAIL_MS_MIN == 2 * HEARTBEAT_MS);
 /// Node ids whose liveness is tracked (0..64).
 pub(super) const HEARD_NODES: usize = 64;
-
-/// `gms_fail_ms=`, checked: out of `FAIL_MS_MIN ..= FAIL_MS_MAX` refuses the load.
-pub(crate) fn gms_fail_ms() -> Result<u64> {
-    let v = params::GMS_FAIL_MS.get();
-    match u64::try_from(v) {
-        Ok(ms @ FAIL_MS_MIN..=FAIL_MS_MAX) => Ok(ms),
-        _ => {
-            pr_err!("gms_fail_ms={} is out of range ({}..={} ms)\n", v, FAIL_MS_MIN, FAIL_MS_MAX);
-            Err(EINVAL)
-        }
-    }
-}
 
 /// Devices bound (for the load message).
 pub(crate) static BOUND: AtomicU32 = AtomicU32::new(0);
