@@ -133,8 +133,21 @@ fn nic_processes_exchange_attach_and_reflash() {
     assert_eq!(after["fw_build_id"], before["fw_build_id"]);
     assert_eq!(after["fw_state"], "Ready");
     exchange(&mut a, &mut b, 30);
-    // Reset restarts the same firmware; hosts attach anew and traffic flows.
+    // Reset restarts the same firmware; hosts attach anew and traffic flows. Each NIC
+    // halts when its host leaves, on that connection's thread: a reset or an attach sent
+    // before that halt is done would be undone by it, so wait for it (bounded).
     drop((a, b));
+    for sock in &socks {
+        let t = std::time::Instant::now();
+        while status(sock)["mode"] != "halted" {
+            assert!(
+                t.elapsed() < std::time::Duration::from_secs(10),
+                "{}: not halted after its host left",
+                sock.display()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
     let v = ControlClient::connect(&socks[1]).unwrap().request(&Request::Reset).unwrap();
     assert_eq!(v["status"]["mode"], "flashed");
     assert_eq!(v["status"]["fw_state"], "Ready");
