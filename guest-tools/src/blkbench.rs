@@ -91,7 +91,8 @@ impl Report {
     }
 }
 
-fn json_str(v: &str) -> String {
+/// `v` as a JSON string literal (quotes, backslashes and control characters escaped).
+pub(crate) fn json_str(v: &str) -> String {
     let mut s = String::with_capacity(v.len() + 2);
     s.push('"');
     for c in v.chars() {
@@ -185,7 +186,7 @@ fn us(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
 
-fn mb_s(bytes: u64, d: Duration) -> f64 {
+pub(crate) fn mb_s(bytes: u64, d: Duration) -> f64 {
     if d.is_zero() {
         return 0.0;
     }

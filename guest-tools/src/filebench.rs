@@ -8,7 +8,7 @@
 //! mapping (the mapping's creation included); the check of each page runs outside the
 //! timed part, as `trapeze-blkbench` does.
 
-use crate::blkbench::{check_page, fill_page, PAGE};
+use crate::blkbench::{check_page, fill_page, json_str, mb_s, PAGE};
 use crate::mapped::Mapped;
 use std::fmt::Write as _;
 use std::fs::{File, OpenOptions};
@@ -53,9 +53,9 @@ impl Report {
     /// One JSON object on one line (keys in a fixed order).
     pub fn json(&self) -> String {
         let mut s = String::from("{\"tool\":\"trapeze-filebench\",\"name\":");
-        push_str(&mut s, &self.name);
+        s.push_str(&json_str(&self.name));
         s.push_str(",\"path\":");
-        push_str(&mut s, &self.path);
+        s.push_str(&json_str(&self.path));
         let _ = write!(
             s,
             ",\"mode\":\"{}\",\"bytes\":{},\"secs\":{:.4},\"mb_s\":{:.1},\"pages_verified\":{}}}",
@@ -67,28 +67,6 @@ impl Report {
         );
         s
     }
-}
-
-fn push_str(s: &mut String, v: &str) {
-    s.push('"');
-    for c in v.chars() {
-        match c {
-            '"' => s.push_str("\\\""),
-            '\\' => s.push_str("\\\\"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(s, "\\u{:04x}", c as u32);
-            }
-            c => s.push(c),
-        }
-    }
-    s.push('"');
-}
-
-fn mb_s(bytes: u64, d: Duration) -> f64 {
-    if d.is_zero() {
-        return 0.0;
-    }
-    bytes as f64 / d.as_secs_f64() / 1e6
 }
 
 /// Check every page of `data` (page `first + k` at offset `k * PAGE`).
