@@ -330,7 +330,8 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
         lines.push(row(g));
     }
     lines.push(summary);
-    if !failures.is_empty() {
+    // The device table, then the file and swap workloads' rows for `devices`.
+    let print_tables = |devices: &[&str]| {
         report::print_table(
             &report::Heading { disk_mb: a.disk_mb, reads: a.reads, rounds: a.rounds, readahead: a.readahead },
             &nbd,
@@ -339,7 +340,10 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
             &notes,
             ram_backend,
         );
-        work.print_table(&["nbd", "gms"]);
+        work.print_table(devices);
+    };
+    if !failures.is_empty() {
+        print_tables(&["nbd", "gms"]);
         for f in &failures {
             eprintln!("  FAILED: {f}");
         }
@@ -355,15 +359,7 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
         let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
         fs::write(p, text).with_context(|| format!("writing {}", p.display()))?;
     }
-    report::print_table(
-        &report::Heading { disk_mb: a.disk_mb, reads: a.reads, rounds: a.rounds, readahead: a.readahead },
-        &nbd,
-        gms_row.as_ref(),
-        gms_missing.as_ref(),
-        &notes,
-        ram_backend,
-    );
-    work.print_table(if gms_row.is_some() { &["nbd", "gms"] } else { &["nbd"] });
+    print_tables(if gms_row.is_some() { &["nbd", "gms"] } else { &["nbd"] });
     if let Some(r) = &ratios {
         let f = |k: &str| r[k].as_f64().map_or("-".into(), |v| format!("{v:.2}x"));
         println!(
