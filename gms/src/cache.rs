@@ -23,7 +23,7 @@
 //! ```
 
 use super::page::{PageId, Version};
-use super::table::Table;
+use super::table::{InlineTable, Table};
 
 /// A cached page: its version, the frame holding it, and its length in bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,7 +42,7 @@ struct Entry<T> {
 
 /// Up to `N - N/8` pages (the table stays below 7/8 full), fewer if set so.
 pub struct PageCache<T: Copy, const N: usize> {
-    table: Table<PageId, Entry<T>, N>,
+    table: InlineTable<PageId, Entry<T>, N>,
     /// Insertion order, a ring of `(page, seq)`: an item whose seq is not the page's
     /// entry's any more was removed or replaced since, and is skipped.
     order: [Option<(PageId, u32)>; N],

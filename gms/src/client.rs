@@ -11,6 +11,7 @@
 
 use super::directory::FRESH;
 use super::net::prelude::*;
+use super::net::storage::Storage;
 use super::node::{GmsNode, Held, HeldState, Host};
 use super::ops::*;
 use super::page::{PageId, Version};
@@ -20,13 +21,12 @@ use super::types::*;
 impl<
         F: Copy + PartialEq,
         H: Host<F>,
+        S: Storage,
         const MEMBERS: usize,
-        const HELD: usize,
-        const DIR: usize,
         const OPS: usize,
         const TASKS: usize,
         const OUTQ: usize,
-    > GmsNode<F, H, MEMBERS, HELD, DIR, OPS, TASKS, OUTQ>
+    > GmsNode<F, H, S, MEMBERS, OPS, TASKS, OUTQ>
 {
     /// Fetch `page` into `reply_to` (normally `Solicited`: the runtime armed an IPT entry
     /// for its frame). Goes to the page's directory node, which answers itself (2-way) or

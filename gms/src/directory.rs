@@ -30,7 +30,8 @@
 //! never un-names a newer copy.
 
 use super::page::{PageId, Version};
-use super::table::Table;
+use super::table::{Slot, Table};
+use core::ops::DerefMut;
 
 /// `site` of a tombstone.
 pub const NO_SITE: u16 = u16::MAX;
@@ -93,17 +94,23 @@ pub struct DirFull;
 /// A named copy: (site, version, identity).
 pub type Named = (u16, Version, u64);
 
-/// `N` entries (live and tombstones).
-pub struct Directory<const N: usize> {
-    t: Table<PageId, DirEntry, N>,
+/// One slot of a directory's table.
+pub type DirSlot = Slot<PageId, DirEntry>;
+
+/// Entries (live and tombstones) in the slots of `B`, sized by the runtime.
+pub struct Directory<B> {
+    t: Table<PageId, DirEntry, B>,
     ttl: u64,
 }
 
-impl<const N: usize> Directory<N> {
-    pub const fn new(tombstone_ttl: u64) -> Self {
-        Directory { t: Table::new(), ttl: tombstone_ttl }
+impl<B> Directory<B> {
+    /// A directory over `slots`, all empty ([`Table::over`]).
+    pub const fn new(slots: B, tombstone_ttl: u64) -> Self {
+        Directory { t: Table::over(slots), ttl: tombstone_ttl }
     }
+}
 
+impl<B: DerefMut<Target = [DirSlot]>> Directory<B> {
     pub(super) fn set_ttl(&mut self, tombstone_ttl: u64) {
         self.ttl = tombstone_ttl;
     }
@@ -139,7 +146,7 @@ impl<const N: usize> Directory<N> {
         self.t.iter().filter(|(_, e)| e.site != NO_SITE).count()
     }
     pub fn capacity(&self) -> usize {
-        N
+        self.t.capacity()
     }
 
     /// Would a registration of `site`'s copy of `page` at `version`, claiming identity
@@ -290,12 +297,14 @@ impl<const N: usize> Directory<N> {
 
 #[cfg(test)]
 mod tests {
+    extern crate std;
     use super::*;
+    use std::{vec, vec::Vec};
 
     const P: PageId = PageId::new(1, 1);
 
     /// Register and return the identity given, or `None` if refused.
-    fn up<const N: usize>(d: &mut Directory<N>, p: PageId, site: u16, v: u64, claim: u64, now: u64) -> Option<u64> {
+    fn up(d: &mut Directory<Vec<DirSlot>>, p: PageId, site: u16, v: u64, claim: u64, now: u64) -> Option<u64> {
         match d.update(p, site, Version(v), claim, now) {
             Update::Accepted { seq, .. } => Some(seq),
             Update::Rejected => None,
@@ -305,7 +314,7 @@ mod tests {
 
     #[test]
     fn versions_only_grow_and_tombstones_keep_the_floor() {
-        let mut d: Directory<4> = Directory::new(100);
+        let mut d = Directory::new(vec![None; 4], 100);
         assert_eq!(d.update(P, 1, Version(5), FRESH, 0), Update::Accepted { prev: None, seq: 1 });
         assert_eq!(up(&mut d, P, 2, 4, FRESH, 1), None, "older version");
         assert_eq!(up(&mut d, P, 2, 5, FRESH, 1), None, "a put of the version named elsewhere");
@@ -333,7 +342,7 @@ mod tests {
     fn a_stale_registration_of_the_previous_holder_is_refused() {
         // Node 1 holds the page; it is handed over to node 2 (movepage or moving read);
         // node 1's re-registration (in flight, or a duplicate) arrives afterwards.
-        let mut d: Directory<4> = Directory::new(100);
+        let mut d = Directory::new(vec![None; 4], 100);
         let s1 = up(&mut d, P, 1, 3, FRESH, 0).unwrap();
         assert_eq!(up(&mut d, P, 1, 3, s1, 1), Some(s1), "re-registration");
         let s2 = up(&mut d, P, 2, 3, s1, 2).unwrap();
@@ -353,7 +362,7 @@ mod tests {
 
     #[test]
     fn discard_raises_the_floor_past_the_version() {
-        let mut d: Directory<4> = Directory::new(100);
+        let mut d = Directory::new(vec![None; 4], 100);
         up(&mut d, P, 1, 3, FRESH, 0);
         assert_eq!(d.discard(P, Version(3), 1), Ok(Some((1, Version(3)))));
         assert_eq!(d.lookup(&P), None);
@@ -371,7 +380,7 @@ mod tests {
 
     #[test]
     fn a_discard_beyond_every_known_version_lapses_after_the_ttl() {
-        let mut d: Directory<4> = Directory::new(100);
+        let mut d = Directory::new(vec![None; 4], 100);
         up(&mut d, P, 1, 3, FRESH, 0);
         // Up to version 3 is known: that part of the floor is firm.
         assert_eq!(d.discard(P, Version(u64::MAX), 10), Ok(Some((1, Version(3)))));
@@ -391,7 +400,7 @@ mod tests {
 
     #[test]
     fn failed_sites_are_tombstoned() {
-        let mut d: Directory<8> = Directory::new(100);
+        let mut d = Directory::new(vec![None; 8], 100);
         for i in 0..6u64 {
             up(&mut d, PageId::new(0, i), (i % 3) as u16, i + 1, FRESH, 0);
         }
@@ -405,7 +414,7 @@ mod tests {
 
     #[test]
     fn full_table_reclaims_only_expired_tombstones() {
-        let mut d: Directory<2> = Directory::new(100);
+        let mut d = Directory::new(vec![None; 2], 100);
         up(&mut d, PageId::new(0, 1), 1, 1, FRESH, 0);
         up(&mut d, PageId::new(0, 2), 1, 1, FRESH, 0);
         assert_eq!(d.update(PageId::new(0, 3), 1, Version(1), FRESH, 500), Update::Full, "live entries stay");

@@ -20,6 +20,7 @@ use super::lru::{
     quantize_age, AgeSummary, Coordinator, EpochPlan, OP_LRU_NEXT, OP_LRU_PLAN, OP_LRU_START, OP_LRU_SUMMARY,
     SUMMARY_MAX_GROUPS,
 };
+use super::net::storage::Storage;
 use super::node::{GmsNode, Host};
 
 /// Node ids a plan covers (at least any GMS node's member capacity).
@@ -437,13 +438,12 @@ pub fn build_summary(me: u16, epoch: u32, budget: usize, ages: &mut [u32]) -> Su
 impl<
         F: Copy + PartialEq,
         H: Host<F>,
+        S: Storage,
         const MEMBERS: usize,
-        const HELD: usize,
-        const DIR: usize,
         const OPS: usize,
         const TASKS: usize,
         const OUTQ: usize,
-    > GmsNode<F, H, MEMBERS, HELD, DIR, OPS, TASKS, OUTQ>
+    > GmsNode<F, H, S, MEMBERS, OPS, TASKS, OUTQ>
 {
     /// The global LRU's coordinator: the lowest live member.
     pub fn lru_coordinator(&self) -> Option<u16> {

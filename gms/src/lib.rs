@@ -45,11 +45,14 @@
 //! Putpage targets come from the epoch-based global LRU: [`lru`] is its arithmetic (age
 //! summaries, the coordinator, epoch plans) and [`epochs`] a node's part in it (the epoch
 //! messages, drawing targets by the plan's weights), which the runtime drives beside the
-//! node. `#![no_std]`, no heap (every table is a const-generic array), no `unsafe`.
+//! node. `#![no_std]`, no heap, no `unsafe`: the two tables that grow with the memory a
+//! node offers (pages held, directory entries) live in the runtime's
+//! [`net::storage::Storage`], sized when the node is made; the rest are const-generic arrays.
 //!
 //! ```
 //! use gms::prelude::*;
 //! use netrpc::prelude::*;
+//! use netrpc::storage::Heap;
 //!
 //! /// Frames are plain numbers here; the "page contents" live in a table next to them.
 //! #[derive(Default)]
@@ -64,9 +67,11 @@
 //!     fn dropped(&mut self, _: PageId, f: u32, _: bool) { self.data.remove(&f); }
 //!     fn completed(&mut self, done: Completion<u32>) { self.done.push(done); }
 //! }
-//! type Node = GmsNode<u32, Frames, 4, 16, 16, 4, 4, 4>;
+//! type Node = GmsNode<u32, Frames, Heap, 4, 4, 4, 4>;
 //!
-//! let mut nodes: Vec<Node> = (0..3).map(|i| GmsNode::new(i, GmsConfig::default(), Frames::default())).collect();
+//! // Room for 16 held pages and 16 directory entries each, from the global allocator.
+//! let mut nodes: Vec<Node> =
+//!     (0..3).map(|i| GmsNode::with_capacity(i, GmsConfig::default(), Frames::default(), 16, 16).unwrap()).collect();
 //! let mut rpcs: Vec<Rpc<Node, u32>> = (0..3).map(|i| Rpc::new(i, netrpc::rpc::Config::default())).collect();
 //! for i in 0..3 {
 //!     nodes[i].set_members(0, &mut rpcs[i], 1, &[0, 1, 2]).unwrap();
@@ -147,11 +152,13 @@ pub mod view;
 
 /// Everything a runtime needs.
 pub mod prelude {
-    pub use super::directory::{DirEntry, Directory};
+    pub use super::directory::{DirEntry, DirSlot, Directory};
     pub use super::members::Members;
-    pub use super::node::{GmsNode, Held, HeldState, Host};
+    pub use super::net::storage::Storage;
+    pub use super::node::{GmsNode, Held, HeldSlot, HeldState, Host};
     pub use super::ops::is_gms_op;
     pub use super::page::{PageId, Version};
+    pub use super::table::slots_for;
     pub use super::types::{
         Completion, DiscardResult, GetResult, GmsConfig, GmsError, GmsStats, MissReason, OpId, OpResult, Policy,
         PutResult, ReadPolicy, Via, WritePolicy,

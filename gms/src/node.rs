@@ -6,14 +6,15 @@
 //! in [`super::view`], directory naming in [`super::registration`], and the operation and
 //! task tables in [`super::pending`].
 
-use super::directory::Directory;
+use super::directory::{DirSlot, Directory};
 use super::members::Members;
 use super::net::prelude::*;
 use super::net::ring::Ring;
+use super::net::storage::Storage;
 use super::ops::PutStatus;
 use super::page::{PageId, Version};
 use super::slots::{Notice, OpSlot, OpState, Task, TaskState};
-use super::table::Table;
+use super::table::{Slot, Table};
 use super::types::*;
 
 /// What GMS needs from the runtime that owns the frames (and the NIC).
@@ -79,15 +80,20 @@ impl<F> Held<F> {
     }
 }
 
+/// One slot of the page-frame directory.
+pub type HeldSlot<F> = Slot<PageId, Held<F>>;
+
 /// Spaces with their own policy.
 pub const POLICY_SLOTS: usize = 16;
 
 /// One node of the Global Memory Service, as a sans-IO state machine.
 ///
-/// `F` is the runtime's frame handle; `H` the runtime's [`Host`]. Capacities: `MEMBERS`
-/// nodes, `HELD` pages in the page-frame directory, `DIR` directory entries (live and
-/// tombstones), `OPS` client operations in flight, `TASKS` background directory updates,
-/// `OUTQ` queued one-way notifications.
+/// `F` is the runtime's frame handle; `H` the runtime's [`Host`]; `S` the runtime's
+/// [`Storage`], which holds the two tables that grow with the memory a node offers: the
+/// page-frame directory (pages held) and this node's share of the directory (live entries
+/// and tombstones), both sized when the node is made ([`GmsNode::with_capacity`]).
+/// Fixed at build time: `MEMBERS` nodes, `OPS` client operations in flight, `TASKS`
+/// background directory updates, `OUTQ` queued one-way notifications.
 ///
 /// The node is NetRPC's context: it implements [`Runtime`] (dispatching GMS ops and
 /// passing others to [`Host::serve_other`]), so the runtime owns an
@@ -97,9 +103,8 @@ pub const POLICY_SLOTS: usize = 16;
 pub struct GmsNode<
     F: Copy,
     H,
+    S: Storage,
     const MEMBERS: usize = 16,
-    const HELD: usize = 1024,
-    const DIR: usize = 2048,
     const OPS: usize = 64,
     const TASKS: usize = 64,
     const OUTQ: usize = 64,
@@ -111,8 +116,8 @@ pub struct GmsNode<
     pub(super) now: u64,
     pub(super) epoch: u64,
     pub(super) members: Members<MEMBERS>,
-    pub(super) held: Table<PageId, Held<F>, HELD>,
-    pub(super) dir: Directory<DIR>,
+    pub(super) held: Table<PageId, Held<F>, S::Buf<HeldSlot<F>>>,
+    pub(super) dir: Directory<S::Buf<DirSlot>>,
     pub(super) ops: [OpSlot<F>; OPS],
     /// Where [`Self::alloc_op`] looks for a free slot first (one past the last one taken:
     /// operations mostly end in the order they began, so that slot is usually free).
@@ -140,21 +145,27 @@ pub struct GmsNode<
 impl<
         F: Copy + PartialEq,
         H: Host<F>,
+        S: Storage,
         const MEMBERS: usize,
-        const HELD: usize,
-        const DIR: usize,
         const OPS: usize,
         const TASKS: usize,
         const OUTQ: usize,
-    > GmsNode<F, H, MEMBERS, HELD, DIR, OPS, TASKS, OUTQ>
+    > GmsNode<F, H, S, MEMBERS, OPS, TASKS, OUTQ>
 {
     const _FITS: () = assert!(OPS > 0 && OPS <= u16::MAX as usize && TASKS > 0 && TASKS <= u16::MAX as usize);
 
-    /// Node `id`, alone in view 0 until the runtime sets the members. A `const fn`: the
-    /// kernel module copies a `static` made with it into its heap allocation (a node is
-    /// too large for a kernel stack), then calls [`GmsNode::set_identity`]. With
+    /// Node `id`, alone in view 0 until the runtime sets the members, holding at most
+    /// `held` pages and `dir` directory entries; `None` if `S` has no memory for them.
+    pub fn with_capacity(id: u16, cfg: GmsConfig, host: H, held: usize, dir: usize) -> Option<Self> {
+        Some(Self::new(id, cfg, host, S::buf(held, None)?, S::buf(dir, None)?))
+    }
+
+    /// Node `id` over tables the runtime made, every slot empty (`S::buf(n, None)`). A
+    /// `const fn`: the kernel module copies a `static` made with empty buffers into its
+    /// heap allocation (a node is too large for a kernel stack), then gives it its tables
+    /// ([`GmsNode::set_tables`]) and identity ([`GmsNode::set_identity`]). With
     /// `MEMBERS` = 0 the node is alone with no directory.
-    pub const fn new(id: u16, cfg: GmsConfig, host: H) -> Self {
+    pub const fn new(id: u16, cfg: GmsConfig, host: H, held: S::Buf<HeldSlot<F>>, dir: S::Buf<DirSlot>) -> Self {
         let () = Self::_FITS;
         let members = Members::single(id);
         GmsNode {
@@ -164,8 +175,8 @@ impl<
             now: 0,
             epoch: 0,
             members,
-            held: Table::new(),
-            dir: Directory::new(cfg.tombstone_ttl),
+            held: Table::over(held),
+            dir: Directory::new(dir, cfg.tombstone_ttl),
             ops: [OpSlot::FREE; OPS],
             op_hint: 0,
             ops_deadline: u64::MAX,
@@ -181,6 +192,13 @@ impl<
             scrub_held: 0,
             stats: GmsStats::ZERO,
         }
+    }
+
+    /// Give a fresh node (made by [`GmsNode::new`], no input yet) new tables, every slot
+    /// empty (`S::buf(n, None)`): the old ones are dropped.
+    pub fn set_tables(&mut self, held: S::Buf<HeldSlot<F>>, dir: S::Buf<DirSlot>) {
+        self.held = Table::over(held);
+        self.dir = Directory::new(dir, self.cfg.tombstone_ttl);
     }
 
     /// Give a fresh node (made by [`GmsNode::new`], no input yet) its id and configuration.
@@ -206,7 +224,7 @@ impl<
         &self.members
     }
     /// This node's share of the global directory.
-    pub fn directory(&self) -> &Directory<DIR> {
+    pub fn directory(&self) -> &Directory<S::Buf<DirSlot>> {
         &self.dir
     }
     /// The page-frame directory: what this node holds.
@@ -221,7 +239,7 @@ impl<
     }
     /// The memory budget in pages.
     pub fn budget(&self) -> usize {
-        self.cfg.budget.min(HELD)
+        self.cfg.budget.min(self.held.capacity())
     }
     /// Client operations not finished (or finished and not yet taken).
     pub fn ops_in_use(&self) -> usize {

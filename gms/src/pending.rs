@@ -3,6 +3,7 @@
 
 use super::directory::NO_SITE;
 use super::net::prelude::*;
+use super::net::storage::Storage;
 use super::node::{GmsNode, Host};
 use super::ops::{PutDone, PutStatus};
 use super::page::{PageId, Version};
@@ -12,13 +13,12 @@ use super::types::*;
 impl<
         F: Copy + PartialEq,
         H: Host<F>,
+        S: Storage,
         const MEMBERS: usize,
-        const HELD: usize,
-        const DIR: usize,
         const OPS: usize,
         const TASKS: usize,
         const OUTQ: usize,
-    > GmsNode<F, H, MEMBERS, HELD, DIR, OPS, TASKS, OUTQ>
+    > GmsNode<F, H, S, MEMBERS, OPS, TASKS, OUTQ>
 {
     pub(super) fn op_id(&self, i: usize) -> OpId {
         OpId { slot: i as u16, generation: self.ops[i].generation }

@@ -2,6 +2,7 @@
 //! Naming held copies in the global directory (`DIRUPDATE`, `DIRREMOVE`) and applying updates and discards.
 
 use super::directory::{Update, ANY_SEQ};
+use super::net::storage::Storage;
 use super::node::{GmsNode, HeldState, Host};
 use super::ops::{AckStatus, PutStatus};
 use super::page::{PageId, Version};
@@ -11,13 +12,12 @@ use super::types::*;
 impl<
         F: Copy + PartialEq,
         H: Host<F>,
+        S: Storage,
         const MEMBERS: usize,
-        const HELD: usize,
-        const DIR: usize,
         const OPS: usize,
         const TASKS: usize,
         const OUTQ: usize,
-    > GmsNode<F, H, MEMBERS, HELD, DIR, OPS, TASKS, OUTQ>
+    > GmsNode<F, H, S, MEMBERS, OPS, TASKS, OUTQ>
 {
     /// Have the directory name this node for its held copy of `page`: applied here when
     /// this node is the directory, else through a `DIRUPDATE` task (the caller checked

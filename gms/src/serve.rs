@@ -17,6 +17,7 @@
 
 use super::heartbeat::{is_heartbeat_op, Heartbeat};
 use super::net::prelude::*;
+use super::net::storage::Storage;
 use super::node::{GmsNode, Held, HeldState, Host};
 use super::ops::*;
 use super::page::Version;
@@ -26,13 +27,12 @@ use super::types::GmsStats;
 impl<
         F: Copy + PartialEq,
         H: Host<F>,
+        S: Storage,
         const MEMBERS: usize,
-        const HELD: usize,
-        const DIR: usize,
         const OPS: usize,
         const TASKS: usize,
         const OUTQ: usize,
-    > Runtime<F> for GmsNode<F, H, MEMBERS, HELD, DIR, OPS, TASKS, OUTQ>
+    > Runtime<F> for GmsNode<F, H, S, MEMBERS, OPS, TASKS, OUTQ>
 {
     fn serve(&mut self, inc: &Incoming<'_, F>) -> Action<F> {
         self.enter(inc.now);
@@ -161,13 +161,12 @@ fn ack<F, R: AboutPage>(status: AckStatus, req: &R) -> Action<F> {
 impl<
         F: Copy + PartialEq,
         H: Host<F>,
+        S: Storage,
         const MEMBERS: usize,
-        const HELD: usize,
-        const DIR: usize,
         const OPS: usize,
         const TASKS: usize,
         const OUTQ: usize,
-    > GmsNode<F, H, MEMBERS, HELD, DIR, OPS, TASKS, OUTQ>
+    > GmsNode<F, H, S, MEMBERS, OPS, TASKS, OUTQ>
 {
     fn release_payload(&mut self, p: InPayload<F>) {
         if let InPayload::Buffer { frame, .. } = p {

@@ -1,6 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0-only
-//! A fixed-capacity hash table: open addressing, linear probing, backward-shift deletion
-//! (no tombstones), `N` slots inline. No heap, no `unsafe`, never panics on a full table.
+//! A hash table over slots its owner supplies: open addressing, linear probing,
+//! backward-shift deletion (no tombstones). The slots are any slice the runtime sized at
+//! set-up (a boxed slice, a `KVVec`: [`Storage::Buf`](super::net::storage::Storage::Buf)) or an [`Inline`]
+//! array; the table never allocates, never uses `unsafe`, never panics on a full table.
+
+use core::marker::PhantomData;
+use core::ops::{Deref, DerefMut};
 
 /// A key with a well-mixed 64-bit hash (the table takes the slot from it directly).
 pub trait Key: Copy + Eq {
@@ -11,31 +16,69 @@ pub trait Key: Copy + Eq {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Full<K, V>(pub K, pub V);
 
-/// `N` slots of `(K, V)`. Lookups probe from the key's home slot to the first empty slot,
-/// so a table kept below ~90 % load stays fast; a full table still works (every probe
-/// ends after `N` slots).
-#[derive(Clone, Copy)]
-pub struct Table<K: Key, V: Copy, const N: usize> {
-    slots: [Option<(K, V)>; N],
-    len: usize,
+/// Slots for a table meant to hold `entries`: a ninth more, so it stays below ~90 % load.
+pub const fn slots_for(entries: usize) -> usize {
+    entries.saturating_add(entries / 8).saturating_add(1)
 }
 
-impl<K: Key, V: Copy, const N: usize> Default for Table<K, V, N> {
+/// One slot of a table: empty, or a key and its value.
+pub type Slot<K, V> = Option<(K, V)>;
+
+/// `N` slots kept inline, for tables whose size is fixed at build time.
+#[derive(Clone, Copy)]
+pub struct Inline<T, const N: usize>(pub [T; N]);
+
+impl<T, const N: usize> Deref for Inline<T, N> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        &self.0
+    }
+}
+impl<T, const N: usize> DerefMut for Inline<T, N> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        &mut self.0
+    }
+}
+
+/// A table over the slots in `B`. Lookups probe from the key's home slot to the first
+/// empty slot, so a table kept below ~90 % load stays fast; a full table still works
+/// (every probe ends after one lap). Cost does not grow with the capacity: a slot is
+/// found by a multiply-shift of the key's hash.
+#[derive(Clone, Copy)]
+pub struct Table<K, V, B> {
+    slots: B,
+    len: usize,
+    kv: PhantomData<fn() -> (K, V)>,
+}
+
+/// A table of `N` inline slots.
+pub type InlineTable<K, V, const N: usize> = Table<K, V, Inline<Slot<K, V>, N>>;
+
+impl<K: Key, V: Copy, const N: usize> InlineTable<K, V, N> {
+    /// An empty table of `N` inline slots.
+    pub const fn new() -> Self {
+        Table { slots: Inline([None; N]), len: 0, kv: PhantomData }
+    }
+}
+
+impl<K: Key, V: Copy, const N: usize> Default for InlineTable<K, V, N> {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl<K: Key, V: Copy, const N: usize> Table<K, V, N> {
-    const _NONEMPTY: () = assert!(N > 0);
-
-    pub const fn new() -> Self {
-        let () = Self::_NONEMPTY;
-        Table { slots: [None; N], len: 0 }
+impl<K, V, B> Table<K, V, B> {
+    /// A table over `slots`, which must all be empty (`None`): what
+    /// [`Storage::buf`](super::net::storage::Storage::buf)`(n, None)` gives. A `const fn`, so a
+    /// `static` template can hold a table over an empty buffer.
+    pub const fn over(slots: B) -> Self {
+        Table { slots, len: 0, kv: PhantomData }
     }
+}
 
-    pub const fn capacity(&self) -> usize {
-        N
+impl<K: Key, V: Copy, B: DerefMut<Target = [Slot<K, V>]>> Table<K, V, B> {
+    pub fn capacity(&self) -> usize {
+        self.slots.len()
     }
     pub fn len(&self) -> usize {
         self.len
@@ -44,22 +87,30 @@ impl<K: Key, V: Copy, const N: usize> Table<K, V, N> {
         self.len == 0
     }
     pub fn is_full(&self) -> bool {
-        self.len == N
+        self.len == self.slots.len()
     }
 
-    fn home(k: &K) -> usize {
+    fn home(&self, k: &K) -> usize {
         // Multiply-shift range reduction: uses the high bits, no division.
-        ((k.hash64() as u128 * N as u128) >> 64) as usize
+        ((k.hash64() as u128 * self.slots.len() as u128) >> 64) as usize
+    }
+
+    fn next(&self, i: usize) -> usize {
+        if i + 1 == self.slots.len() {
+            0
+        } else {
+            i + 1
+        }
     }
 
     /// The slot holding `k`, if any.
     fn find(&self, k: &K) -> Option<usize> {
-        let mut i = Self::home(k);
-        for _ in 0..N {
+        let mut i = self.home(k);
+        for _ in 0..self.slots.len() {
             match &self.slots[i] {
                 None => return None,
                 Some((key, _)) if key == k => return Some(i),
-                Some(_) => i = (i + 1) % N,
+                Some(_) => i = self.next(i),
             }
         }
         None
@@ -79,8 +130,12 @@ impl<K: Key, V: Copy, const N: usize> Table<K, V, N> {
     /// Insert or replace; returns the previous value of `k`. A new key in a full table
     /// is given back in `Err`.
     pub fn insert(&mut self, k: K, v: V) -> Result<Option<V>, Full<K, V>> {
-        let mut i = Self::home(&k);
-        for _ in 0..N {
+        if self.slots.is_empty() {
+            return Err(Full(k, v));
+        }
+        let mut i = self.home(&k);
+        for _ in 0..self.slots.len() {
+            let after = self.next(i);
             match &mut self.slots[i] {
                 slot @ None => {
                     *slot = Some((k, v));
@@ -88,7 +143,7 @@ impl<K: Key, V: Copy, const N: usize> Table<K, V, N> {
                     return Ok(None);
                 }
                 Some((key, val)) if *key == k => return Ok(Some(core::mem::replace(val, v))),
-                Some(_) => i = (i + 1) % N,
+                Some(_) => i = after,
             }
         }
         Err(Full(k, v))
@@ -106,9 +161,9 @@ impl<K: Key, V: Copy, const N: usize> Table<K, V, N> {
         self.len -= 1;
         let mut j = hole;
         loop {
-            j = (j + 1) % N;
+            j = self.next(j);
             let Some((key, _)) = &self.slots[j] else { break };
-            let h = Self::home(key);
+            let h = self.home(key);
             // Move `j` into the hole unless its home lies cyclically in (hole, j].
             let stays = if hole <= j { hole < h && h <= j } else { hole < h || h <= j };
             if !stays {
@@ -125,7 +180,7 @@ impl<K: Key, V: Copy, const N: usize> Table<K, V, N> {
     /// for the entries it keeps.
     pub fn retain(&mut self, mut keep: impl FnMut(&K, &mut V) -> bool) {
         let mut i = 0;
-        while i < N {
+        while i < self.slots.len() {
             let drop = match &mut self.slots[i] {
                 Some((k, v)) => !keep(k, v),
                 None => false,
@@ -148,7 +203,7 @@ impl<K: Key, V: Copy, const N: usize> Table<K, V, N> {
     /// The first entry in slot `from` or later, with its slot (for cursors that walk the
     /// table a step at a time).
     pub fn next_from(&self, from: usize) -> Option<(usize, K, V)> {
-        (from..N).find_map(|i| self.slots[i].map(|(k, v)| (i, k, v)))
+        (from..self.slots.len()).find_map(|i| self.slots[i].map(|(k, v)| (i, k, v)))
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
@@ -158,7 +213,7 @@ impl<K: Key, V: Copy, const N: usize> Table<K, V, N> {
         self.slots.iter_mut().filter_map(|s| s.as_mut().map(|(k, v)| (&*k, v)))
     }
     pub fn clear(&mut self) {
-        self.slots = [None; N];
+        self.slots.fill(None);
         self.len = 0;
     }
 }
@@ -179,7 +234,7 @@ mod tests {
         }
     }
 
-    fn check<const N: usize>(t: &Table<K, u64, N>, m: &HashMap<K, u64>) {
+    fn check<B: DerefMut<Target = [Slot<K, u64>]>>(t: &Table<K, u64, B>, m: &HashMap<K, u64>) {
         assert_eq!(t.len(), m.len());
         for (k, v) in m {
             assert_eq!(t.get(k), Some(v), "{k:?}");
@@ -192,7 +247,7 @@ mod tests {
 
     #[test]
     fn insert_get_remove_full() {
-        let mut t: Table<K, u64, 7> = Table::new();
+        let mut t: InlineTable<K, u64, 7> = Table::new();
         for i in 0..7 {
             assert_eq!(t.insert(K(i), i as u64), Ok(None));
         }
@@ -218,7 +273,7 @@ mod tests {
             seed
         };
         for round in 0..200 {
-            let mut t: Table<K, u64, 13> = Table::new();
+            let mut t = Table::over(std::vec![None; 13]);
             let mut m = HashMap::new();
             for _ in 0..300 {
                 let k = K((next() % 20) as u32);
@@ -255,7 +310,7 @@ mod tests {
 
     #[test]
     fn take_first_and_clear() {
-        let mut t: Table<K, u64, 8> = Table::new();
+        let mut t = Table::over(std::vec![None; 8]);
         for i in 0..6 {
             t.insert(K(i), i as u64 * 10).unwrap();
         }

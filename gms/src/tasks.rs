@@ -5,6 +5,7 @@
 
 use super::directory::ANY_SEQ;
 use super::net::prelude::*;
+use super::net::storage::Storage;
 use super::node::{GmsNode, HeldState, Host};
 use super::ops::*;
 use super::slots::{OpState, Task, TaskKind, TaskState};
@@ -12,13 +13,12 @@ use super::slots::{OpState, Task, TaskKind, TaskState};
 impl<
         F: Copy + PartialEq,
         H: Host<F>,
+        S: Storage,
         const MEMBERS: usize,
-        const HELD: usize,
-        const DIR: usize,
         const OPS: usize,
         const TASKS: usize,
         const OUTQ: usize,
-    > GmsNode<F, H, MEMBERS, HELD, DIR, OPS, TASKS, OUTQ>
+    > GmsNode<F, H, S, MEMBERS, OPS, TASKS, OUTQ>
 {
     /// Time passes and work queued by the last inputs goes out: fail overdue operations
     /// (cancelling their calls: a miss, never a hang), retry overdue background updates,

@@ -4,6 +4,7 @@
 use super::directory::NO_SITE;
 use super::members::Members;
 use super::net::prelude::*;
+use super::net::storage::Storage;
 use super::node::{GmsNode, Host};
 use super::ops::PutStatus;
 use super::slots::{OpState, TaskKind, TaskState};
@@ -12,13 +13,12 @@ use super::types::*;
 impl<
         F: Copy + PartialEq,
         H: Host<F>,
+        S: Storage,
         const MEMBERS: usize,
-        const HELD: usize,
-        const DIR: usize,
         const OPS: usize,
         const TASKS: usize,
         const OUTQ: usize,
-    > GmsNode<F, H, MEMBERS, HELD, DIR, OPS, TASKS, OUTQ>
+    > GmsNode<F, H, S, MEMBERS, OPS, TASKS, OUTQ>
 {
     /// A new view from the membership service.
     pub fn set_members<const C: usize, const K: usize, const X: usize>(

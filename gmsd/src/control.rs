@@ -43,8 +43,9 @@ const MAX_TRIES: u8 = 2;
 pub const JOB_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Pages whose holder this daemon remembers (the pages it stored, so that a miss can say
-/// the holder failed): as many as the largest cluster holds (16 nodes × 4096 pages).
-pub const STORED_RECORD: usize = 16 * trapeze_node::gms::HELD;
+/// the holder failed): 4 Mi pages, 32 GiB of its own writes (a map entry per page, kept
+/// only while the page is stored).
+pub const STORED_RECORD: usize = 1 << 22;
 
 /// Counters of the requests served.
 #[derive(Clone, Copy, Debug, Default)]

@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use trapeze_host::endpoint::EndpointConfig;
-use trapeze_node::gms::{GmsPort, CACHE_PAGES, HELD};
+use trapeze_node::gms::{GmsPort, CACHE_PAGES};
 use trapeze_node::host::DEFAULT_REGION_BASE;
 use trapeze_node::rpc::FRAME_BYTES;
 use trapeze_vnic::link::backend::{LinkBackend, UdpBackend};
@@ -35,6 +35,8 @@ use trapeze_vnic::shm::Mapping;
 pub const IDLE_SPIN: Duration = Duration::from_millis(2);
 /// Longest idle sleep.
 pub const IDLE_SLEEP: Duration = Duration::from_millis(1);
+/// The largest `--budget-mb`: 64 GiB of pages.
+pub const MAX_BUDGET_MB: u64 = 65_536;
 /// Most members a node supports (the node's member table).
 pub const MAX_MEMBERS: usize = 16;
 /// A peer is declared failed only after silence of at least this many heartbeat intervals
@@ -51,6 +53,8 @@ pub struct Options {
     /// The other nodes' link addresses.
     pub peers: Vec<(u16, SocketAddr)>,
     pub budget_pages: usize,
+    /// Pages this node can be the directory node for (live entries and tombstones).
+    pub dir_entries: usize,
     pub socket: PathBuf,
     pub heartbeat: Duration,
     pub dead_after: Duration,
@@ -99,13 +103,12 @@ impl Options {
         if self.budget_pages == 0 {
             bail!("--budget-mb must give at least one page ({FRAME_BYTES} bytes)");
         }
-        if self.budget_pages > HELD {
-            bail!(
-                "--budget-mb: a budget of {} pages ({} MiB) exceeds a node's page-frame directory ({HELD} pages = {} MiB)",
-                self.budget_pages,
-                (self.budget_pages * FRAME_BYTES as usize) >> 20,
-                (HELD * FRAME_BYTES as usize) >> 20
-            );
+        let max_pages = (MAX_BUDGET_MB << 20) as usize / FRAME_BYTES as usize;
+        if self.budget_pages > max_pages {
+            bail!("--budget-mb: {} pages is more than {MAX_BUDGET_MB} MiB", self.budget_pages);
+        }
+        if self.dir_entries == 0 || self.dir_entries > 2 * max_pages {
+            bail!("--directory-mb: {} pages is not in 1..={} MiB", self.dir_entries, 2 * MAX_BUDGET_MB);
         }
         if self.window == 0 || self.window > trapeze_node::gms::OPS / 2 {
             bail!("--window {}: must be 1..={}", self.window, trapeze_node::gms::OPS / 2);
@@ -212,7 +215,7 @@ impl Daemon {
         // IPT keys and call generations from the OS's random source: a node on the link
         // that knows our id and roughly when we started must not be able to guess them.
         let at = trapeze_node::rpc::Attach::inline(nic.mem(), region, cfg, trapeze_node::host::random_seed(), inline);
-        let mut port = GmsPort::new(at, gcfg, rcfg)?;
+        let mut port = GmsPort::new(at, gcfg, rcfg, opts.dir_entries)?;
         port.set_cache_pages(opts.cache_pages);
         let ids = opts.members();
         port.set_members(view_of(&ids), &ids)?;
@@ -424,6 +427,7 @@ mod tests {
             listen: "127.0.0.1:7000".parse().unwrap(),
             peers: vec![(1, "127.0.0.1:7010".parse().unwrap()), (2, "127.0.0.1:7020".parse().unwrap())],
             budget_pages: 1024,
+            dir_entries: 8192,
             socket: PathBuf::from("/nonexistent/gmsd.sock"),
             heartbeat: Duration::from_millis(100),
             dead_after: Duration::from_secs(1),
@@ -451,7 +455,8 @@ mod tests {
         assert!(err(|o| o.peers.push((3, "127.0.0.1:0".parse().unwrap()))).contains("port 0"));
         assert!(err(|o| o.listen = "127.0.0.1:0".parse().unwrap()).contains("port 0"));
         assert!(err(|o| o.budget_pages = 0).contains("at least one page"));
-        assert!(err(|o| o.budget_pages = HELD + 1).contains("exceeds a node's page-frame directory"));
+        assert!(err(|o| o.budget_pages = (8 << 30) + 1).contains("more than 65536 MiB"));
+        assert!(err(|o| o.dir_entries = 0).contains("--directory-mb"));
         assert!(err(|o| o.window = 0).contains("--window"));
         let hb = err(|o| o.dead_after = Duration::from_millis(150));
         assert!(hb.contains("--dead-after-ms 150") && hb.contains("--heartbeat-ms 100"), "{hb}");

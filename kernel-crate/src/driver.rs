@@ -98,7 +98,7 @@ impl Device {
         let fail_ms = gms_fail_ms()?;
 
         device_request(&nic, &regs, host_req::HALT)?;
-        let budget = usize::try_from(params::GMS_BUDGET_PAGES.get()).unwrap_or(0).min(net::HELD);
+        let budget = params::gms_budget_pages();
         let pool = alloc_frames(pdev, RX_FRAMES + SPARE_FRAMES + budget)?;
         let tx = alloc_frames(pdev, TX_FRAMES)?;
         let cfg = EndpointConfig {
@@ -115,7 +115,7 @@ impl Device {
         let mut host = KHost::new(ep, pool.0, tx)?;
         // The self-tests' echo service answers beside GMS (every node runs it).
         host.serve = Some(selftest::SERVE);
-        let core = new_core(node, budget, host, None)?;
+        let core = new_core(node, budget, params::gms_dir_pages(), host, None)?;
         let shared = Arc::pin_init(
             Worked::new(pin_init!(Shared {
                 core <- new_spinlock!(core, "trapeze::core"),

@@ -37,13 +37,11 @@ use kernel::prelude::*;
 pub(crate) type Frame = u16;
 /// Bytes in every frame (the MTU: a payload always fits one frame; a GMS page).
 pub(crate) const FRAME_BYTES: usize = 8192;
-/// GMS capacities in the kernel: members, pages held (the budget's ceiling: 8192 pages =
-/// 64 MiB of frames), directory entries, client operations, background tasks, queued
-/// notifications. The node is ~0.8 MiB, allocated with `kvmalloc` (`sys::boxed`); the
-/// frame pool and the stacks over it with `kvmalloc` too ([`KVVec`]).
+/// GMS capacities fixed at build time: members, client operations, background tasks,
+/// queued notifications. The tables that grow with memory — pages held and directory
+/// entries — are sized at load from `gms_budget_pages=` and `gms_dir_pages=`
+/// ([`KStorage`], `kvmalloc`), as are the frame pool and the stacks over it ([`KVVec`]).
 pub(crate) const MEMBERS: usize = 8;
-pub(crate) const HELD: usize = 8192;
-const DIR: usize = 8192;
 pub(crate) const OPS: usize = 32;
 const TASKS: usize = 64;
 const OUTQ: usize = 32;
@@ -53,7 +51,7 @@ const CONTS: usize = 4;
 const TXQ: usize = 64;
 
 /// The GMS node, NetRPC's context.
-pub(crate) type Node = GmsNode<Frame, KHost, MEMBERS, HELD, DIR, OPS, TASKS, OUTQ>;
+pub(crate) type Node = GmsNode<Frame, KHost, KStorage, MEMBERS, OPS, TASKS, OUTQ>;
 /// NetRPC of one node.
 pub(crate) type NetRpc = Rpc<Node, Frame, CALLS, CONTS, TXQ>;
 

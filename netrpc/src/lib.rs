@@ -85,6 +85,9 @@
 #![no_std]
 #![forbid(unsafe_code)]
 
+#[cfg(all(feature = "alloc", not(MODULE)))]
+extern crate alloc;
+
 #[cfg(MODULE)]
 use super::iface;
 /// The interface crate; in the kernel module, the sibling `iface` module (`--cfg MODULE`).
@@ -93,6 +96,7 @@ use trapeze_iface as iface;
 
 pub mod ring;
 pub mod rpc;
+pub mod storage;
 pub mod types;
 pub mod wire;
 

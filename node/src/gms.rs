@@ -31,6 +31,7 @@ use std::sync::Arc;
 use std::time::Instant;
 use trapeze_firmware::iface::layout::RECV_RING_ENTRIES;
 use trapeze_host::endpoint::EndpointConfig;
+use trapeze_runtime::storage::Heap;
 use trapeze_vnic::nic::InlineNative;
 use trapeze_vnic::shm::Mapping;
 
@@ -53,9 +54,8 @@ pub use read::{Got, ReadInto, Source};
 
 use completions::{Finished, Pending};
 
-/// Capacities of the node (pages held, directory entries, operations, background tasks).
-pub const HELD: usize = 4096;
-pub const DIR: usize = 8192;
+/// Capacities of the node fixed at build time (operations, background tasks, queued
+/// notices); the page-frame directory and the directory are sized when a port is made.
 pub const OPS: usize = 64;
 pub const TASKS: usize = 128;
 pub const OUTQ: usize = 128;
@@ -68,7 +68,14 @@ pub const MAX_CACHE_PAGES: usize = PageCache::<Frame, CACHE_SLOTS>::MAX;
 const RA_STREAMS: usize = 4;
 const RA_PENDING: usize = 64;
 
-pub type Node = GmsNode<Frame, PortHost, 16, HELD, DIR, OPS, TASKS, OUTQ>;
+pub type Node = GmsNode<Frame, PortHost, Heap, 16, OPS, TASKS, OUTQ>;
+
+/// Directory entries (live and tombstones) for a node whose budget is `budget` pages when
+/// nothing else is asked: twice the budget (a node's share of a cluster of equal budgets,
+/// with room for imbalance and tombstones), at least 8192.
+pub fn default_dir_entries(budget: usize) -> usize {
+    budget.saturating_mul(2).max(8192)
+}
 pub type GmsRpc = Rpc<Node, Frame>;
 
 /// Deterministic contents of `page` at `version`, a frame long (xorshift seeded by both):
@@ -186,15 +193,21 @@ pub struct GmsPort {
 }
 
 impl GmsPort {
-    /// Node `at.cfg.node_id` on the NIC `at` names.
-    pub fn new(at: Attach, gms_cfg: GmsConfig, rpc_cfg: Config) -> anyhow::Result<Self> {
+    /// Node `at.cfg.node_id` on the NIC `at` names, storing at most `gms_cfg.budget`
+    /// pages (at most what its frame region holds) and directing at most `dir_entries`
+    /// pages (live entries and tombstones); both tables are allocated here.
+    pub fn new(at: Attach, gms_cfg: GmsConfig, rpc_cfg: Config, dir_entries: usize) -> anyhow::Result<Self> {
         let (node_id, seed) = (at.cfg.node_id, at.seed);
+        let held = gms_cfg.budget.min(at.region.len() / FRAME_BYTES as usize);
         let (frames, cpu, doorbell) = at.carve(64)?;
         let host =
             PortHost { frames, done: Vec::new(), pages_dropped: 0, lru_inbox: Vec::new(), heartbeats: Vec::new() };
+        let node = GmsNode::with_capacity(node_id, gms_cfg, host, slots_for(held), slots_for(dir_entries)).ok_or_else(
+            || anyhow::anyhow!("no memory for the tables of {held} held pages and {dir_entries} directory entries"),
+        )?;
         let mut port = GmsPort {
             rpc: Rpc::new(node_id, rpc_cfg),
-            node: Box::new(GmsNode::new(node_id, gms_cfg, host)),
+            node: Box::new(node),
             cpu,
             doorbell,
             epoch: Instant::now(),

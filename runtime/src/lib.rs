@@ -25,9 +25,6 @@
 #![no_std]
 #![forbid(unsafe_code)]
 
-#[cfg(all(feature = "alloc", not(MODULE)))]
-extern crate alloc;
-
 #[cfg(MODULE)]
 pub(crate) use super::{endpoint, iface, netrpc};
 #[cfg(not(MODULE))]

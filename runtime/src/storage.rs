@@ -1,38 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! Fixed-capacity tables whose memory the place supplies once, at set-up: [`Storage`]
-//! names where it comes from; [`Stack`] and [`Fifo`] never allocate after [`Stack::new`] /
+//! (NetRPC's, shared with GMS) names where it comes from; [`Stack`] and [`Fifo`] never allocate after [`Stack::new`] /
 //! [`Fifo::new`].
 
-use core::ops::DerefMut;
-
-/// Where a runtime's tables live. `buf` is called only while a port is set up.
-pub trait Storage {
-    /// A slice of `T` that the place owns (a boxed slice, a `KVVec`).
-    type Buf<T: Copy>: DerefMut<Target = [T]>;
-    /// One `T` on the place's heap (a `Box`, a `KBox`): what is large stays off a
-    /// kernel stack once it is made.
-    type Boxed<T>: DerefMut<Target = T>;
-    /// `n` copies of `fill`, or `None` if there is no memory for them.
-    fn buf<T: Copy>(n: usize, fill: T) -> Option<Self::Buf<T>>;
-    /// `v` moved to the heap, or `None` if there is no memory for it.
-    fn boxed<T>(v: T) -> Option<Self::Boxed<T>>;
-}
-
-/// Storage from the global allocator (user space).
 #[cfg(all(feature = "alloc", not(MODULE)))]
-pub struct Heap;
-
-#[cfg(all(feature = "alloc", not(MODULE)))]
-impl Storage for Heap {
-    type Buf<T: Copy> = alloc::boxed::Box<[T]>;
-    type Boxed<T> = alloc::boxed::Box<T>;
-    fn buf<T: Copy>(n: usize, fill: T) -> Option<Self::Buf<T>> {
-        Some(alloc::vec![fill; n].into_boxed_slice())
-    }
-    fn boxed<T>(v: T) -> Option<Self::Boxed<T>> {
-        Some(alloc::boxed::Box::new(v))
-    }
-}
+pub use netrpc::storage::Heap;
+pub use netrpc::storage::Storage;
 
 /// A stack of at most its capacity in elements.
 pub struct Stack<T: Copy, S: Storage> {

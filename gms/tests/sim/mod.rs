@@ -25,6 +25,7 @@ pub mod history;
 use gms::ops::{GetStatus, OP_GETPAGE};
 use gms::prelude::*;
 use netrpc::prelude::*;
+use netrpc::storage::Heap;
 use netrpc::wire::{Header, Kind};
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -37,7 +38,12 @@ pub const DIR: usize = 64;
 pub const OPS: usize = 8;
 pub const TASKS: usize = 16;
 pub const CALLS: usize = 32;
-pub type Node = GmsNode<Frame, TestHost, 8, HELD, DIR, OPS, TASKS, 16>;
+pub type Node = GmsNode<Frame, TestHost, Heap, 8, OPS, TASKS, 16>;
+
+/// A node of this simulation: `HELD` pages, `DIR` directory entries.
+fn make_node(id: u16, cfg: GmsConfig, w: &Rc<RefCell<World>>) -> Node {
+    GmsNode::with_capacity(id, cfg, TestHost { id, w: w.clone() }, HELD, DIR).expect("memory for a test node")
+}
 pub type Net = Rpc<Node, Frame, CALLS, 2, 64>;
 
 /// Spaces: 0 sticky reads, 1 moving reads.
@@ -324,7 +330,7 @@ impl Sim {
             rng: Rng(seed),
             now: 1,
             step: 0,
-            nodes: (0..n as u16).map(|id| GmsNode::new(id, cfg, TestHost { id, w: w.clone() })).collect(),
+            nodes: (0..n as u16).map(|id| make_node(id, cfg, &w)).collect(),
             rpcs: (0..n as u16).map(|id| Net::new(id, rpc_cfg)).collect(),
             w,
             net: Vec::new(),
@@ -870,7 +876,7 @@ impl Sim {
         self.hist.forget(node);
         self.incarnation[i] += 1;
         let cfg = gms_config(&self.k);
-        self.nodes[i] = GmsNode::new(node, cfg, TestHost { id: node, w: self.w.clone() });
+        self.nodes[i] = make_node(node, cfg, &self.w);
         let rpc_cfg = netrpc::rpc::Config { call_timeout: 1 << 40, nonblocking_timeout: None };
         self.rpcs[i] = Net::new(node, rpc_cfg);
         self.rpcs[i].set_secret([self.seed ^ self.incarnation[i], u64::from(node) << 32 | self.incarnation[i]]);

@@ -4,13 +4,14 @@
 
 use clap::Parser;
 use gmsd::client::default_socket;
-use gmsd::daemon::{Daemon, Options};
+use gmsd::daemon::{Daemon, Options, MAX_BUDGET_MB};
 use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
+use trapeze_node::gms::default_dir_entries;
 use trapeze_vnic::link::backend::parse_peer;
 
 #[derive(Parser)]
@@ -30,10 +31,15 @@ struct Args {
     /// Another node: ID=IP:PORT (its --listen address); repeat for each peer (at most 15).
     #[arg(long = "peer", value_parser = peer)]
     peers: Vec<(u16, SocketAddr)>,
-    /// Memory this node lends to GMS, in MiB of 8 KiB pages (1-32: a node's frame
-    /// directory holds 4096 pages).
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    /// Memory this node lends to GMS, in MiB of 8 KiB pages (1-65536). The frame region
+    /// and the page-frame directory are sized for it at start-up; memory is used as pages
+    /// arrive.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=MAX_BUDGET_MB))]
     budget_mb: u64,
+    /// The pages this node can be the directory node for, in MiB of 8 KiB pages (live
+    /// entries and tombstones; 1-131072) [default: twice --budget-mb, at least 64].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=2 * MAX_BUDGET_MB))]
+    directory_mb: Option<u64>,
     /// Control socket [default: $XDG_RUNTIME_DIR/trapeze/gmsd-N.sock, or
     /// /tmp/trapeze-UID/gmsd-N.sock without XDG_RUNTIME_DIR].
     #[arg(long)]
@@ -68,6 +74,11 @@ struct Args {
     key: Option<PathBuf>,
 }
 
+/// 8 KiB pages in `mb` MiB (`mb` is bounded by clap, so this cannot overflow).
+fn mb_pages(mb: u64) -> usize {
+    ((mb << 20) / trapeze_node::rpc::FRAME_BYTES as u64) as usize
+}
+
 fn peer(s: &str) -> Result<(u16, SocketAddr), String> {
     parse_peer(s).map_err(|e| e.0)
 }
@@ -80,10 +91,6 @@ fn main() {
         .with_ansi(std::io::stderr().is_terminal())
         .init();
     let a = Args::parse();
-    if a.budget_mb > (u64::MAX >> 20) {
-        eprintln!("gmsd: --budget-mb {}: too large (at most 32)", a.budget_mb);
-        std::process::exit(2);
-    }
     let key = match a.key.as_deref().map(trapeze_vnic::key::ClusterKey::load).transpose() {
         Ok(k) => k,
         Err(e) => {
@@ -95,7 +102,8 @@ fn main() {
         node: a.node,
         listen: a.listen,
         peers: a.peers,
-        budget_pages: ((a.budget_mb << 20) / trapeze_node::rpc::FRAME_BYTES as u64) as usize,
+        budget_pages: mb_pages(a.budget_mb),
+        dir_entries: a.directory_mb.map_or_else(|| default_dir_entries(mb_pages(a.budget_mb)), mb_pages),
         socket: a.socket.unwrap_or_else(|| default_socket(a.node)),
         heartbeat: Duration::from_millis(a.heartbeat_ms),
         dead_after: Duration::from_millis(a.dead_after_ms),

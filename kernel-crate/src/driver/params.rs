@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! The driver's module parameters (`node=`, `gms_nodes=`, `gms_budget_pages=`,
-//! `gms_fail_ms=`, `gms_disk_pages=`, `gms_disk_readahead=`), in a `__param` table of
+//! `gms_dir_pages=`, `gms_fail_ms=`, `gms_disk_pages=`, `gms_disk_readahead=`), in a `__param` table of
 //! their own.
 
 use crate::sys::param::{charp_entry, int_entry, modinfo, param_table, IntParam, StrParam};
@@ -10,11 +10,31 @@ use kernel::prelude::*;
 /// its value and the range (before anything is set up).
 pub(crate) fn check() -> Result {
     in_range("node", NODE.get(), -1, i64::from(crate::tpz::gms::directory::NO_SITE) - 1)?;
-    in_range("gms_budget_pages", GMS_BUDGET_PAGES.get(), 0, crate::net::HELD as i64)?;
+    in_range("gms_budget_pages", GMS_BUDGET_PAGES.get(), 0, MAX_BUDGET_PAGES as i64)?;
+    in_range("gms_dir_pages", GMS_DIR_PAGES.get(), 0, MAX_DIR_PAGES as i64)?;
     let max_disk_pages = crate::blk::MAX_DISK_MB * 1024 * 1024 / crate::blk::PAGE_BYTES as u64;
     in_range("gms_disk_pages", GMS_DISK_PAGES.get(), 0, max_disk_pages as i64)?;
     in_range("gms_disk_readahead", GMS_DISK_READAHEAD.get(), 0, i64::from(crate::gms_backend::MAX_READAHEAD))?;
     gms_fail_ms().map(|_| ())
+}
+
+/// Most pages a node stores for others: its frame pool (receive ring, spares and budget)
+/// is indexed by a 16-bit frame number (`shared` checks that they fit).
+pub(crate) const MAX_BUDGET_PAGES: usize = 65_000;
+/// Most pages a node can be the directory node for (about 72 MiB of table).
+pub(crate) const MAX_DIR_PAGES: usize = 1 << 20;
+
+/// `gms_budget_pages=`, checked by [`check`].
+pub(crate) fn gms_budget_pages() -> usize {
+    usize::try_from(GMS_BUDGET_PAGES.get()).unwrap_or(0)
+}
+
+/// `gms_dir_pages=`, checked by [`check`]; 0 (default): twice the budget, at least 16384.
+pub(crate) fn gms_dir_pages() -> usize {
+    match usize::try_from(GMS_DIR_PAGES.get()).unwrap_or(0) {
+        0 => (2 * gms_budget_pages()).max(16_384),
+        n => n,
+    }
 }
 
 /// Bounds of `gms_fail_ms=` (how long a member that was heard from may stay silent before
@@ -50,6 +70,9 @@ pub(crate) static NODE: IntParam = IntParam::new(-1);
 pub(super) static GMS_NODES: StrParam = StrParam::new();
 /// `gms_budget_pages=`: pages this node stores for others (its memory budget).
 pub(super) static GMS_BUDGET_PAGES: IntParam = IntParam::new(256);
+/// `gms_dir_pages=`: pages this node can be the directory node for (live entries and
+/// tombstones; 0: twice the budget, at least 16384).
+pub(super) static GMS_DIR_PAGES: IntParam = IntParam::new(0);
 /// `gms_disk_pages=`: if > 0 (and `gms_nodes=` lists another member), `/dev/gms0` with
 /// that many 4 KiB pages on the GMS backend (needs `gms_disk_mb=0`: one disk per module).
 pub(super) static GMS_DISK_PAGES: IntParam = IntParam::new(0);
@@ -61,10 +84,11 @@ pub(super) static GMS_DISK_READAHEAD: IntParam = IntParam::new(0);
 /// running TCG guests give more (`cargo xtask bench vm` gives 10000).
 pub(super) static GMS_FAIL_MS: IntParam = IntParam::new(3000);
 
-param_table!(PARAMS: 6 = [
+param_table!(PARAMS: 7 = [
     int_entry(c"node", &NODE, &crate::THIS_MODULE),
     charp_entry(c"gms_nodes", &GMS_NODES, &crate::THIS_MODULE),
     int_entry(c"gms_budget_pages", &GMS_BUDGET_PAGES, &crate::THIS_MODULE),
+    int_entry(c"gms_dir_pages", &GMS_DIR_PAGES, &crate::THIS_MODULE),
     int_entry(c"gms_disk_pages", &GMS_DISK_PAGES, &crate::THIS_MODULE),
     int_entry(c"gms_disk_readahead", &GMS_DISK_READAHEAD, &crate::THIS_MODULE),
     int_entry(c"gms_fail_ms", &GMS_FAIL_MS, &crate::THIS_MODULE),
@@ -75,7 +99,12 @@ modinfo!(PARM_NODE, "parm=node:this node's id on the link (default -1: the id th
 modinfo!(PARMTYPE_GMS_NODES, "parmtype=gms_nodes:charp\0");
 modinfo!(PARM_GMS_NODES, "parm=gms_nodes:GMS members, comma-separated node ids (default: no GMS node)\0");
 modinfo!(PARMTYPE_GMS_BUDGET, "parmtype=gms_budget_pages:int\0");
-modinfo!(PARM_GMS_BUDGET, "parm=gms_budget_pages:pages this node stores for others (default 256, at most 8192)\0");
+modinfo!(PARM_GMS_BUDGET, "parm=gms_budget_pages:pages this node stores for others (default 256, at most 65000)\0");
+modinfo!(PARMTYPE_GMS_DIR, "parmtype=gms_dir_pages:int\0");
+modinfo!(
+    PARM_GMS_DIR,
+    "parm=gms_dir_pages:pages this node can direct (default 0: twice the budget, at least 16384; at most 1048576)\0"
+);
 modinfo!(PARMTYPE_GMS_DISK_PAGES, "parmtype=gms_disk_pages:int\0");
 modinfo!(
     PARM_GMS_DISK_PAGES,

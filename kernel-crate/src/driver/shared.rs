@@ -44,6 +44,7 @@ pub(super) const TICK_MS: u32 = 100;
 pub(super) const HEARTBEAT_MS: u64 = 1_000;
 // `gms_fail_ms=` allows no less than two heartbeat periods.
 const _: () = assert!(params::FAIL_MS_MIN == 2 * HEARTBEAT_MS);
+const _: () = assert!(RX_FRAMES + SPARE_FRAMES + params::MAX_BUDGET_PAGES <= crate::net::Frame::MAX as usize + 1);
 /// Node ids whose liveness is tracked (0..64).
 pub(super) const HEARD_NODES: usize = 64;
 

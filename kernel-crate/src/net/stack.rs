@@ -4,12 +4,12 @@
 //! runtime (the disk) keeps its state in the core, under the same lock, and is handed the
 //! completions of its operations after each batch ([`Core::settle`]).
 
-use super::{KHost, NetRpc, Node, HELD};
+use super::{KHost, KStorage, NetRpc, Node};
 use crate::stats::STATS;
 use crate::sys;
 use crate::tpz::endpoint::SendMsg;
 use crate::tpz::gms::epochs::{Lru, LruConfig};
-use crate::tpz::gms::prelude::{GmsConfig, GmsNode};
+use crate::tpz::gms::prelude::{slots_for, GmsConfig, GmsNode, Storage};
 use crate::tpz::iface::entry::Segment;
 use crate::tpz::iface::ipt::PayloadToken;
 use crate::tpz::netrpc::rpc::{Config as RpcConfig, Rpc};
@@ -41,15 +41,17 @@ const LRU_CONFIG: LruConfig = LruConfig {
 /// Ready-made values in the module image, copied to the heap at probe ([`sys::boxed`]).
 static RPC_TEMPLATE: sys::boxed::Template<NetRpc> = sys::boxed::Template::new(Rpc::new(0, RPC_CONFIG));
 static LRU_TEMPLATE: sys::boxed::Template<Lru> = sys::boxed::Template::new(Lru::new(0, LRU_CONFIG));
+/// The node's template has empty tables (an empty `KVVec` owns no memory); probe gives it
+/// tables sized from the parameters ([`GmsNode::set_tables`]).
 static NODE_TEMPLATE: sys::boxed::Template<Node> =
-    sys::boxed::Template::new(GmsNode::new(0, GMS_CONFIG, KHost::empty()));
+    sys::boxed::Template::new(GmsNode::new(0, GMS_CONFIG, KHost::empty(), KVVec::new(), KVVec::new()));
 
 /// What a bound NIC's receive path touches, under the driver's core spinlock: NetRPC and
 /// the GMS node, whose host owns the endpoint and every frame, the global LRU, and the
 /// state of the runtime's client `C`.
 pub(crate) struct Core<C> {
     pub(crate) rpc: KBox<NetRpc>,
-    /// ~0.8 MiB with `net::HELD` = 8192: `kvmalloc`.
+    /// The node (its tables are allocations of their own).
     pub(crate) node: KVBox<Node>,
     /// This node's part in the global LRU, which places `/dev/gms0`'s puts.
     pub(crate) lru: KBox<Lru>,
@@ -72,18 +74,22 @@ impl Client for () {
     fn settle(_: &mut Core<()>) {}
 }
 
-/// NetRPC and the GMS node on the heap, never on the 16 KiB kernel stack.
-pub(crate) fn new_core<C>(node: u16, budget: usize, host: KHost, client: C) -> Result<Core<C>> {
+/// NetRPC and the GMS node on the heap, never on the 16 KiB kernel stack: the node stores
+/// at most `budget` pages for others and directs at most `dir_pages` pages.
+pub(crate) fn new_core<C>(node: u16, budget: usize, dir_pages: usize, host: KHost, client: C) -> Result<Core<C>> {
     let mut rpc = RPC_TEMPLATE.copy()?;
     rpc.set_node(node, RPC_CONFIG);
     // Call generations a node on the link cannot guess (netrpc's reply tokens).
     rpc.set_secret([sys::random_u64(), sys::random_u64()]);
     let mut gms = NODE_TEMPLATE.copy_kv()?;
     gms.set_identity(node, GmsConfig { budget, ..GMS_CONFIG });
+    let held = KStorage::buf(slots_for(budget), None).ok_or(ENOMEM)?;
+    let dir = KStorage::buf(slots_for(dir_pages), None).ok_or(ENOMEM)?;
+    gms.set_tables(held, dir);
     gms.host = host;
     let mut lru = LRU_TEMPLATE.copy()?;
     lru.set_node(node);
-    let ages = KVVec::from_elem(0u32, HELD, GFP_KERNEL)?;
+    let ages = KVVec::from_elem(0u32, slots_for(budget), GFP_KERNEL)?;
     Ok(Core { rpc, node: gms, lru, ages, client })
 }
 

@@ -126,7 +126,7 @@ impl Cluster {
             let gcfg = GmsConfig { budget, ..gms_cfg };
             let seed = [id as u64 + 1, 77];
             let at = Attach { mem: nic.mem(), region, base: DEFAULT_REGION_BASE, cfg, seed, cpu: inline, doorbell };
-            ports.push(GmsPort::new(at, gcfg, rcfg)?);
+            ports.push(GmsPort::new(at, gcfg, rcfg, super::default_dir_entries(budget))?);
             // An inline NIC lives as long as its driver holds it; a NIC with its own
             // processor, as long as the cluster.
             nics.push(nic);
