@@ -4,8 +4,8 @@
 //! [`Fifo::new`].
 
 #[cfg(all(feature = "alloc", not(MODULE)))]
-pub use netrpc::storage::Heap;
-pub use netrpc::storage::Storage;
+pub use super::netrpc::storage::Heap;
+pub use super::netrpc::storage::Storage;
 
 /// A stack of at most its capacity in elements.
 pub struct Stack<T: Copy, S: Storage> {
