@@ -169,6 +169,10 @@ umount /keep
 dmesg | grep -E "$TROUBLE" > /tmp/trouble
 check "dmesg: no I/O error, swap error, OOM kill, oops or hung task ($(wc -l < /tmp/trouble) lines)" [ ! -s /tmp/trouble ]
 sed 's/^/trapeze-swap: dmesg: /' /tmp/trouble | head -20
+# What raised the first one (a warning's or allocation failure's header and its trace).
+if [ -s /tmp/trouble ]; then
+    dmesg | grep -E -m1 -B12 -A30 "$TROUBLE" | sed 's/^/trapeze-swap: dmesg context: /'
+fi
 
 rmmod trapeze
 check "rmmod trapeze" [ ! -e /sys/module/trapeze ]
