@@ -2,9 +2,11 @@
 //! `cargo xtask bench gms`: sequential read bandwidth from network memory with read-ahead
 //! depth 0 / 4 / 16 and random 8 KB getpage latency (p50/p99) on a 3-node in-process
 //! cluster, against the same pages in a file on the local disk read with `O_DIRECT` in
-//! the same run (`node/examples/bench_gms.rs`, release build), rounds measuring what two
+//! the same run (`node/examples/bench_gms/`, release build), rounds measuring what two
 //! cores allow read-ahead, then the sequential scans again with a modelled one-way wire
-//! delay of 2 and 10 µs. Run it on a quiet machine.
+//! delay of 2 and 10 µs; last, random getpage p50 on a cluster holding 8 GiB against one
+//! holding 32 MiB (`scale_p50_ratio`; the process needs 8 GiB of memory, `--scale-pages`
+//! sets the large cluster's size, 0 skips it). Run it on a quiet machine.
 
 #[derive(clap::Args)]
 pub struct GmsArgs {
@@ -22,6 +24,10 @@ pub struct GmsArgs {
     /// Random reads per side.
     #[arg(long, default_value_t = 4000, value_parser = clap::value_parser!(u64).range(10..=10_000_000))]
     random: u64,
+    /// Pages (8 KiB) of the large cluster in the scale comparison (default 1 Mi = 8 GiB);
+    /// 0: none.
+    #[arg(long, default_value_t = 1 << 20, value_parser = clap::value_parser!(u64).range(0..=4 << 20))]
+    scale_pages: u64,
     /// Directory on a real disk for the baseline's file (default ~/.cache/trapeze/bench;
     /// tmpfs is refused).
     #[arg(long)]
@@ -29,7 +35,7 @@ pub struct GmsArgs {
 }
 
 pub fn run(a: GmsArgs) -> anyhow::Result<()> {
-    let (p, r) = (a.pages.to_string(), a.random.to_string());
+    let (p, r, sp) = (a.pages.to_string(), a.random.to_string(), a.scale_pages.to_string());
     let dir = a.dir.map(|d| d.display().to_string());
     let mut args = vec![
         "run",
@@ -45,6 +51,8 @@ pub fn run(a: GmsArgs) -> anyhow::Result<()> {
         &p,
         "--random",
         &r,
+        "--scale-pages",
+        &sp,
     ];
     if let Some(d) = &dir {
         args.extend(["--dir", d.as_str()]);

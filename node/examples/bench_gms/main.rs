@@ -22,6 +22,12 @@
 //! 10 µs by default) with that one-way delay modelled on every link: with no delay a
 //! depth-0 round trip is all CPU work on two cores, so read-ahead can only spread it; a
 //! wire delay is latency for it to hide, as on a real network.
+//!
+//! Last, whether a getpage costs more when the cluster holds more ([`scale`]): random
+//! getpages on a cluster holding `--scale-pages` (8 GiB) against one holding
+//! `--scale-small-pages` (32 MiB), interleaved; `scale_p50_ratio` is large p50 / small p50.
+
+mod scale;
 
 use anyhow::{bail, Context};
 use clap::Parser;
@@ -74,6 +80,16 @@ struct Args {
     /// then depth 16 with every node on one thread), after the main scans; 0: none.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(0..=100))]
     bound_rounds: u32,
+    /// Pages (8 KiB) the large cluster of the scale comparison holds; 0: no scale
+    /// comparison. The default, 1 Mi pages, is 8 GiB: the process needs that much memory.
+    #[arg(long, default_value_t = 1 << 20, value_parser = clap::value_parser!(u64).range(0..=4 << 20))]
+    scale_pages: u64,
+    /// Pages the small cluster of the scale comparison holds (32 MiB).
+    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u64).range(64..=1 << 20))]
+    scale_small_pages: u64,
+    /// Random getpages on each cluster of the scale comparison.
+    #[arg(long, default_value_t = 4000, value_parser = clap::value_parser!(u64).range(10..=10_000_000))]
+    scale_reads: u64,
     /// Read-ahead depths of the sequential scans.
     #[arg(long, value_delimiter = ',', default_values_t = [0u32, 4, 16])]
     depths: Vec<u32>,
@@ -107,7 +123,7 @@ fn fingerprint(b: &[u8]) -> [u64; 8] {
     [sum[0], sum[1], sum[2], sum[3], sum2[0], sum2[1], sum2[2], sum2[3]]
 }
 
-fn pct(v: &mut [f64], p: f64) -> f64 {
+pub(crate) fn pct(v: &mut [f64], p: f64) -> f64 {
     if v.is_empty() {
         return f64::NAN;
     }
@@ -119,9 +135,9 @@ fn mb_s(pages: u64, secs: f64) -> f64 {
     pages as f64 * PAGE as f64 / secs / 1e6
 }
 
-struct Rand(u64);
+pub(crate) struct Rand(u64);
 impl Rand {
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
@@ -379,6 +395,7 @@ fn run(a: Args) -> anyhow::Result<()> {
         }
         wired.push((w, bench_gms(&a, &data, &expected, w, false, a.one_thread)?));
     }
+    let sc = (a.scale_pages > 0).then(|| scale::run(a.scale_small_pages, a.scale_pages, a.scale_reads)).transpose()?;
     let bw_of = |side: &Side, depth| side.seq.iter().find(|s| s.0 == depth).map_or(f64::NAN, |s| s.1);
     let bw = |depth| bw_of(&g, depth);
     let ra_ratio = bw(16) / bw(0);
@@ -409,9 +426,20 @@ fn run(a: Args) -> anyhow::Result<()> {
             "{}",
             json!({ "row": "random_8k", "source": "disk_odirect", "p50_us": d.p50, "p99_us": d.p99, "reads": a.random, "fs": fs })
         );
+        if let Some(sc) = &sc {
+            for (name, (pages, p50, p99)) in [("small", sc.small), ("large", sc.large)] {
+                println!(
+                    "{}",
+                    json!({ "row": "random_8k_scale", "source": "gms", "cluster": name, "pages": pages,
+                            "gib": pages as f64 * PAGE as f64 / (1u64 << 30) as f64, "p50_us": p50, "p99_us": p99,
+                            "reads": a.scale_reads })
+                );
+            }
+        }
         println!(
             "{}",
-            json!({ "summary": true, "readahead16_over_0": ra_ratio, "disk_p50_over_gms_p50": lat_ratio,
+            json!({ "summary": true, "readahead16_over_0": ra_ratio,
+                    "scale_p50_ratio": sc.as_ref().map(scale::Scale::p50_ratio), "disk_p50_over_gms_p50": lat_ratio,
                     "gms_seq16_over_disk_seq": bw(16) / disk_seq,
                     "two_core_bound_rounds": rounds.iter().map(|r| json!({ "readahead16_over_0": r.ratio,
                         "readahead0_us_per_page": r.t0, "one_thread_readahead16_cpu_us_per_page": r.c16, "bound": r.bound() }))
@@ -476,6 +504,14 @@ fn run(a: Args) -> anyhow::Result<()> {
                 bw_of(side, 16) / bw_of(side, 0)
             );
         }
+    }
+    if let Some(sc) = &sc {
+        println!("\ngetpage p50 as the cluster grows (all nodes on one thread, rounds interleaved)");
+        for (name, (pages, p50, p99)) in [("small", sc.small), ("large", sc.large)] {
+            let mib = pages * PAGE as u64 >> 20;
+            println!("  {name:<5} {pages:>8} pages ({mib:>5} MiB): p50 {p50:>6.1} µs, p99 {p99:>6.1} µs");
+        }
+        println!("  scale_p50_ratio large / small: {:.3} (target ≤ 1.2)", sc.p50_ratio());
     }
     Ok(())
 }

@@ -1,0 +1,101 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! Does a getpage cost more when the cluster holds more? Two 3-node clusters side by side
+//! in one process: a small one holding `small` pages and a large one holding `large`
+//! (8 GiB by default: 1 Mi pages of 8 KiB, half on each lender, its tables sized at
+//! start-up). Random getpages from node 0 alternate between them in rounds, so both see
+//! the same phases of this VM; every node of both clusters runs on the calling thread, so
+//! an idle cluster takes no core from the measured one. Every page read is checked
+//! against its pattern (outside the timed call). `scale_p50_ratio` is the large
+//! cluster's p50 over the small one's.
+
+use super::{pct, Rand, SPACE};
+use anyhow::bail;
+use gms::prelude::*;
+use std::time::Instant;
+use trapeze_node::gms::{page_pattern, Cluster, Got};
+
+/// Random getpages per round on each cluster.
+const ROUND: u64 = 500;
+
+/// The two clusters' p50 and p99 getpage latencies (µs) and the pages each held.
+pub struct Scale {
+    pub small: (u64, f64, f64),
+    pub large: (u64, f64, f64),
+}
+
+impl Scale {
+    pub fn p50_ratio(&self) -> f64 {
+        self.large.1 / self.small.1
+    }
+}
+
+/// A cluster holding pages `0..pages` of [`SPACE`] (version 1), all on its two lenders.
+fn filled(pages: u64) -> anyhow::Result<Cluster> {
+    // Each lender takes half, with room for an uneven split.
+    let budget = (pages / 2 + pages / 8 + 64) as usize;
+    let gms_cfg = GmsConfig { op_timeout: 500_000_000, ..GmsConfig::default() };
+    let mut c = Cluster::with_firmware(3, budget, gms_cfg, None, Default::default())?;
+    c.ports[0].node.set_budget(0);
+    let mut todo: Vec<u64> = (0..pages).collect();
+    let mut last = Vec::new();
+    for _round in 0..5 {
+        let log0 = c.ports[0].put_log.len();
+        for &n in &todo {
+            while c.ports[0].in_flight() >= 32 {
+                c.poll();
+            }
+            let p = PageId::new(SPACE, n);
+            c.ports[0].put(p, Version(1), &page_pattern(p, Version(1)), None)?;
+        }
+        c.settle(0)?;
+        last =
+            c.ports[0].put_log[log0..].iter().filter(|l| !matches!(l.2, PutResult::Stored { .. })).copied().collect();
+        c.ports[0].put_log.clear();
+        // A put whose answer was lost may have stored the page after all (a retry then
+        // finds it `Superseded`): what reads back right is stored.
+        todo.clear();
+        for &(p, _, _) in &last {
+            match c.get_wait(0, p)? {
+                Got::Hit { data, .. } if data == page_pattern(p, Version(1)) => {}
+                _ => todo.push(p.page),
+            }
+        }
+        if todo.is_empty() {
+            return Ok(c);
+        }
+    }
+    let why: Vec<String> = last.iter().take(5).map(|l| format!("page {}: {:?}", l.0.page, l.2)).collect();
+    bail!("{} of {pages} pages could not be stored ({})", todo.len(), why.join(", "))
+}
+
+/// `reads` random getpages on each of a `small`-page and a `large`-page cluster,
+/// alternating in rounds of [`ROUND`].
+pub fn run(small: u64, large: u64, reads: u64) -> anyhow::Result<Scale> {
+    let t = Instant::now();
+    let mut cs = filled(small)?;
+    let mut cl = filled(large)?;
+    eprintln!("bench_gms scale: {small} and {large} pages stored in {:.1} s", t.elapsed().as_secs_f64());
+    let (mut ls, mut ll) = (Vec::new(), Vec::new());
+    let mut r = Rand(0x9e37_79b9_7f4a_7c15);
+    let mut done = 0;
+    while done < reads {
+        let n = ROUND.min(reads - done);
+        for (c, pages, lat) in [(&mut cs, small, &mut ls), (&mut cl, large, &mut ll)] {
+            for _ in 0..n {
+                let p = PageId::new(SPACE, r.next() % pages);
+                let t = Instant::now();
+                let g = c.get_wait(0, p)?;
+                lat.push(t.elapsed().as_secs_f64() * 1e6);
+                match g {
+                    Got::Hit { data, .. } if data == page_pattern(p, Version(1)) => {}
+                    _ => bail!("scale: getpage of page {} of {pages} failed", p.page),
+                }
+            }
+        }
+        done += n;
+    }
+    Ok(Scale {
+        small: (small, pct(&mut ls, 0.5), pct(&mut ls, 0.99)),
+        large: (large, pct(&mut ll, 0.5), pct(&mut ll, 0.99)),
+    })
+}
