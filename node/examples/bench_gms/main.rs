@@ -508,7 +508,7 @@ fn run(a: Args) -> anyhow::Result<()> {
     if let Some(sc) = &sc {
         println!("\ngetpage p50 as the cluster grows (all nodes on one thread, rounds interleaved)");
         for (name, (pages, p50, p99)) in [("small", sc.small), ("large", sc.large)] {
-            let mib = pages * PAGE as u64 >> 20;
+            let mib = (pages * PAGE as u64) >> 20;
             println!("  {name:<5} {pages:>8} pages ({mib:>5} MiB): p50 {p50:>6.1} µs, p99 {p99:>6.1} µs");
         }
         println!("  scale_p50_ratio large / small: {:.3} (target ≤ 1.2)", sc.p50_ratio());
