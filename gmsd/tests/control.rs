@@ -123,18 +123,40 @@ fn bad_requests_get_errors_and_the_daemon_lives_on() {
 
 #[test]
 fn bad_command_lines_are_refused_clearly() {
+    // A refused command line exits at once; one accepted by mistake would run for good,
+    // so it is killed after 20 s and the test fails instead of hanging.
     let run = |args: &[&str]| {
-        let out = gmsd().args(args).output().expect("run gmsd");
-        assert!(!out.status.success(), "{args:?} was accepted");
-        String::from_utf8_lossy(&out.stderr).into_owned()
+        use std::io::Read;
+        let mut child = gmsd()
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run gmsd");
+        let t = std::time::Instant::now();
+        let status = loop {
+            if let Some(s) = child.try_wait().expect("wait for gmsd") {
+                break s;
+            }
+            if t.elapsed() > std::time::Duration::from_secs(20) {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("{args:?} was accepted: gmsd still running after 20 s");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        assert!(!status.success(), "{args:?} was accepted");
+        let mut err = String::new();
+        child.stderr.take().expect("stderr piped").read_to_string(&mut err).expect("read gmsd's stderr");
+        err
     };
     let base = ["--node", "0", "--listen", "127.0.0.1:7000"];
     let with =
         |extra: &[&'static str]| -> Vec<&'static str> { base.iter().copied().chain(extra.iter().copied()).collect() };
     assert!(run(&with(&["--budget-mb", "8", "--peer", "x=1"])).contains("is not a number"));
     assert!(run(&with(&["--budget-mb", "8", "--peer", "1=localhost:7"])).contains("not an IP:PORT"));
-    assert!(run(&with(&["--budget-mb", "64", "--peer", "1=127.0.0.1:7010"]))
-        .contains("exceeds a node's page-frame directory"));
+    assert!(run(&with(&["--budget-mb", "70000", "--peer", "1=127.0.0.1:7010"])).contains("not in 1..=65536"));
+    assert!(run(&with(&["--budget-mb", "8", "--directory-mb", "0"])).contains("--directory-mb"));
     assert!(run(&with(&["--budget-mb", "0"])).contains("--budget-mb"));
     assert!(run(&with(&["--budget-mb", "8", "--peer", "0=127.0.0.1:7010"])).contains("own id"));
     assert!(run(&with(&["--budget-mb", "8", "--peer", "1=127.0.0.1:7010", "--peer", "1=127.0.0.1:7020"]))
