@@ -377,7 +377,11 @@ impl<
     /// served, a hand-over. `false`: the frame stays the runtime's alone.
     fn adopt(&mut self, page: PageId, (version, seq): (Version, u64), frame: F, len: u32, dirty: bool) -> bool {
         let local = self.members.directory_of(&page) == Some(self.id);
-        if self.held.contains(&page) || self.held.len() >= self.budget() || (!local && self.free_task().is_none()) {
+        if self.held.contains(&page)
+            || self.held.len() >= self.budget()
+            || (!local && self.free_task().is_none())
+            || self.settling(&page)
+        {
             return false;
         }
         // This node is the directory: decide first, so a refusal never drops a frame the

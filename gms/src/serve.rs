@@ -338,7 +338,9 @@ impl<
             None if self.held.len() >= self.budget() => return Err(PutStatus::Refused),
             None => {}
         }
-        if dir != self.id && self.free_task().is_none() {
+        // Busy with an earlier copy of the page (its removal not answered yet): a mover keeps
+        // its copy, a putter tries elsewhere.
+        if (dir != self.id && self.free_task().is_none()) || self.settling(&page) {
             return Err(PutStatus::Refused);
         }
         // A movepage hands over the mover's copy: its registration claims the mover's

@@ -290,6 +290,10 @@ impl<
 
     /// Task `i` failed: back off and retry, or give up after `max_attempts`.
     fn retry(&mut self, i: usize) {
+        if self.tasks[i].withdrawn {
+            self.take_task(i);
+            return;
+        }
         self.stats.task_retries += 1;
         let t = &mut self.tasks[i];
         t.attempts = t.attempts.saturating_add(1);

@@ -100,7 +100,8 @@ pub enum GmsError {
     BadTarget,
     /// A movepage of a page this node does not hold.
     NotHeld,
-    /// A movepage of a page whose directory registration is still in progress.
+    /// A movepage of a page whose directory registration is still in progress, or a hold
+    /// of a page this node holds or is still un-naming with its directory.
     Busy,
     /// A dirty page put into a write-through space.
     DirtyWriteThrough,

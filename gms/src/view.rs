@@ -111,7 +111,12 @@ impl<
             let t = self.tasks[i];
             let keep = match t.kind {
                 _ if !t.live() => continue,
-                TaskKind::Register => self.held.get(&t.page).is_some_and(|h| h.version == t.version),
+                // A registration withdrawn (its copy taken back) still learns what to un-name
+                // while the directory stays.
+                TaskKind::Register => match self.held.get(&t.page) {
+                    Some(h) => h.version == t.version,
+                    None => old.directory_of(&t.page) == new.directory_of(&t.page),
+                },
                 TaskKind::Remove => old.directory_of(&t.page) == new.directory_of(&t.page),
                 TaskKind::Drop => new.contains(t.site),
                 TaskKind::Verify => new.contains(t.site) && new.directory_of(&t.page) == Some(me),

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! Scripted message flows on a 3-node cluster over a perfect network: getpage 2-way,
 //! 3-way, direct and local; putpage to the directory node and elsewhere; movepage;
-//! moving reads; discard; refusals; supersession; a crash with requests in flight.
+//! moving reads; discard; refusals; supersession; a crash with requests in flight; a copy
+//! taken back while registering.
 
 mod sim;
 
@@ -297,5 +298,51 @@ fn wait_mode_operations_complete_through_take() {
     s.run_net();
     assert_eq!(hit(&s, 0, op), (Version(1), Via::ThreeWay, false));
     s.settle();
+    s.check_quiet();
+}
+
+/// A copy taken back by its runtime while its registration was on its way, then the same
+/// version (the same giver's copy) handed to the same node again: nothing the node sent
+/// about its first copy, however late it arrives, un-names the second. (A removal that
+/// covered every identity at that version, sent for the first copy and delivered after
+/// the second was named, lost it: history seed `0x255f1df101182ab8 long moves`.)
+#[test]
+fn a_copy_taken_back_while_registering_does_not_unname_a_later_one() {
+    let mut s = cluster(3, 16);
+    let p = s.page_with_dir(0, 0, 0);
+    let put = s.putpage(0, p, 2).unwrap();
+    s.run_net();
+    assert_eq!(put_result(&s, 0, put), PutResult::Stored { target: 2 });
+    // Node 2 moves it to node 1; node 1 stores it and asks the directory (node 0) to name
+    // it, and its runtime takes the copy back before any answer.
+    let first = s.movepage(2, p, 1).unwrap();
+    s.deliver(false);
+    assert_eq!(s.nodes[1].held(&p).map(|h| h.state), Some(HeldState::Registering));
+    s.drop_local(1, p);
+    // Everything node 1 has said to the directory so far arrives only at the end.
+    let to_dir = |m: &Msg| m.src == 1 && m.dst == 0;
+    let late: Vec<Msg> = s.net.iter().filter(|m| to_dir(m)).cloned().collect();
+    s.net.retain(|m| !to_dir(m));
+    assert!(!late.is_empty());
+    s.run_net();
+    s.tick(s.k.op_timeout + 1);
+    s.settle();
+    assert_eq!(put_result(&s, 2, first), PutResult::Failed);
+    assert_eq!(s.nodes[2].held(&p).map(|h| h.state), Some(HeldState::Registered), "the mover kept its copy");
+    // The same copy moves to node 1 again, and is named there.
+    let second = s.movepage(2, p, 1).unwrap();
+    s.run_net();
+    assert_eq!(put_result(&s, 2, second), PutResult::Stored { target: 1 });
+    assert_eq!(s.nodes[0].directory().lookup(&p), Some((1, Version(1))));
+    // The first copy's messages arrive now (and once more: duplicates).
+    s.net.extend(late.iter().cloned());
+    s.net.extend(late);
+    s.run_net();
+    s.settle();
+    assert_eq!(s.nodes[0].directory().lookup(&p), Some((1, Version(1))), "the second copy is still named");
+    let get = s.getpage(0, p).unwrap();
+    s.run_net();
+    assert_eq!(hit(&s, 0, get).0, Version(1));
+    s.check_converged();
     s.check_quiet();
 }
