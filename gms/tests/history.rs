@@ -435,6 +435,11 @@ const SAME_VERSION_HANDOVERS: &[&str] = &[
     // to that node again afterwards. A copy still registering is now un-named only by the
     // identity its registration's answer names.
     "0x255f1df101182ab8 long moves",
+    // (A checker gap.) A page put, moved on by its target before the put's `PUTDONE`
+    // arrived, the move ending `Failed` (its outcome unknown) and the move's target taking
+    // its copy back: the copy may have been handed over, so that target's taking it back
+    // excuses the loss.
+    "0xd4b4b98ea95af66e long moves",
 ];
 
 #[test]

@@ -424,8 +424,9 @@ fn dir(ids: &[u16], p: &PageId) -> Option<u16> {
 }
 
 /// Who may hold page `o.page` once write `i` is acknowledged, and which causes already
-/// excuse its loss: the write's target, the targets of writes still open and of newer
-/// writes whose outcome is unknown (they supersede this copy wherever they went), pages
+/// excuse its loss: the write's target, the targets of writes still open and of writes of
+/// this version or newer whose outcome is unknown (a move of this very copy that ended
+/// `Failed` may have handed it over; a newer write supersedes it wherever it went), pages
 /// the runtime registered at a newer version, readers of moving reads in flight; each
 /// of them may have crashed or had the page taken back by its runtime since its write
 /// began (the acknowledgement was on its way), a discard may cover the version, or the
@@ -447,7 +448,7 @@ fn custody(
         st.writes
             .iter()
             .map(|&w| &h.ops[w])
-            .filter(|w| w.version > o.version && unknown(w))
+            .filter(|w| w.version >= o.version && w.issued.seq != o.issued.seq && unknown(w))
             .map(|w| (w.target, w.issued.seq)),
     );
     let mut risk = BTreeSet::new();
