@@ -230,7 +230,8 @@ impl<
         if self.members.directory_of(&req.page) != Some(self.id) {
             return self.get_answer(GetStatus::Miss, &req, Version(0), 0);
         }
-        match self.dir.named(&req.page) {
+        // A requester's `want` is the version it knows of: an older copy is no answer.
+        match self.dir.named(&req.page).filter(|&(_, v, _)| v >= req.want) {
             None => self.get_answer(GetStatus::Miss, &req, Version(0), 0),
             Some((site, v, seq)) if site == inc.token.origin => self.get_answer(GetStatus::Local, &req, v, seq),
             Some((site, v, seq)) if site == self.id => self.serve_as_site(&GetReq { want: v, seq, ..req }),

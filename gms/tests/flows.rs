@@ -246,14 +246,17 @@ fn a_crashed_node_costs_clean_misses_and_its_entries() {
     assert_eq!(miss(&s, 2, g2), MissReason::Failed(netrpc::prelude::RpcError::Cancelled));
 
     // The entry naming node 3 is gone; q's directory record died with node 3, so node 1
-    // dropped its copy rather than keep a page no directory knows.
+    // registered its copy with q's new directory node (repair), which serves it.
     assert_eq!(s.nodes[0].directory().lookup(&p), None);
-    assert!(s.nodes[1].held(&q).is_none());
+    assert!(s.nodes[1].held(&q).is_some());
+    assert_eq!(s.nodes[1].stats().reregistered, 1);
     let g3 = s.getpage(1, p).unwrap();
     let g4 = s.getpage(2, q).unwrap();
     s.run_net();
     assert_eq!(miss(&s, 1, g3), MissReason::NotCached);
-    assert_eq!(miss(&s, 2, g4), MissReason::NotCached);
+    assert_eq!(hit(&s, 2, g4).0, Version(1));
+    let dir = s.nodes[0].members().directory_of(&q).unwrap();
+    assert_eq!(s.nodes[dir as usize].directory().lookup(&q), Some((1, Version(1))));
     // Life goes on without node 3.
     let c = s.putpage(2, q, 1).unwrap();
     s.run_net();
