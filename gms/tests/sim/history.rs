@@ -231,7 +231,8 @@ pub struct Report {
 #[derive(Default)]
 struct PageState {
     /// (a): the newest acknowledged version (+1 after an acknowledged discard), and when
-    /// it was set (history index).
+    /// the write or discard that set it was issued (history index: a directory that
+    /// moved while it was on its way may have recorded it and died).
     floor: u64,
     floor_seq: usize,
     max_written: u64,
@@ -351,7 +352,7 @@ pub fn check(h: &History) -> Report {
                         r.acked_writes += 1;
                         if o.version > st.floor {
                             st.floor = o.version;
-                            st.floor_seq = at.seq;
+                            st.floor_seq = o.issued.seq;
                         }
                         match st.acked {
                             Some((v, _)) if o.version < v => {}
@@ -381,7 +382,7 @@ pub fn check(h: &History) -> Report {
                         }
                         if out == Outcome::Discard(DiscardResult::Done) && o.version + 1 > st.floor {
                             st.floor = o.version + 1;
-                            st.floor_seq = at.seq;
+                            st.floor_seq = o.issued.seq;
                         }
                     }
                 }
