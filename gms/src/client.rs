@@ -461,11 +461,17 @@ impl<
             PutStatus::WrongView => PutResult::WrongView,
             PutStatus::Failed => PutResult::Failed,
         };
-        if o.kind == OpKind::Move && matches!(result, PutResult::Stored { .. } | PutResult::Superseded) {
+        if o.kind == OpKind::Move && matches!(result, PutResult::Stored { .. }) {
             // Single copy: the target's is the one the directory names now. Only the copy
             // moved goes (one handed back since has a newer identity).
             self.drop_held(&d.page, d.version, o.seq);
         }
+        // A move `Superseded` keeps the copy: the directory refused the target's claim,
+        // which says only that it names something else — a newer version (whose
+        // registration had this node drop a named copy), or this very copy under an
+        // identity this node has not learnt yet (a re-registration after a membership
+        // change, its answer still on its way), which must not go. A copy the directory
+        // has moved on from is dropped when its re-registration (the scrub's) is refused.
         if matches!(result, PutResult::Stored { .. }) {
             self.stats.puts_stored += 1;
         }

@@ -261,8 +261,12 @@ impl<
         let moving = req.flags & GET_MOVING != 0;
         let local_dir = self.members.directory_of(&page) == Some(self.id);
         // A moving read hands the copy (and its dirt) to the requester. Only a registered
-        // copy moves, and only if the directory can be told.
-        let moved = moving && h.state == HeldState::Registered && (local_dir || self.free_task().is_some());
+        // copy moves, only under the identity the directory named (a re-registration may
+        // have given it a newer one whose answer is still on its way: the reader's claim
+        // of the older one would be refused, and the copy lost), and only if the directory
+        // can be told.
+        let named = h.version > req.want || h.seq >= req.seq;
+        let moved = moving && h.state == HeldState::Registered && named && (local_dir || self.free_task().is_some());
         if moved {
             self.held.remove(&page);
             self.cancel_register(&page, PutStatus::Failed);

@@ -2,7 +2,8 @@
 //! Scripted message flows on a 3-node cluster over a perfect network: getpage 2-way,
 //! 3-way, direct and local; putpage to the directory node and elsewhere; movepage;
 //! moving reads; discard; refusals; supersession; a crash with requests in flight; a copy
-//! taken back while registering.
+//! taken back while registering; a copy handed over while its re-registration after a
+//! membership change is answered.
 
 mod sim;
 
@@ -348,4 +349,61 @@ fn a_copy_taken_back_while_registering_does_not_unname_a_later_one() {
     assert_eq!(hit(&s, 0, get).0, Version(1));
     s.check_converged();
     s.check_quiet();
+}
+
+/// A copy handed over (movepage, or a moving read) while its holder's re-registration with
+/// the page's new directory node is answered but the answer not yet back: the new directory
+/// named the copy under a new identity, so the taker's claim of the identity the holder
+/// still knows is refused. The holder keeps its copy (the page stays readable) instead of
+/// dropping it as superseded, and a moving read is served without handing it over. (The
+/// movepage lost the page: history seed `0x1e4faffaf077fe7 long moves`.)
+#[test]
+fn a_hand_over_while_a_re_registration_is_answered_keeps_the_page() {
+    for space in [0, MOVING_SPACE] {
+        let mut s = cluster(4, 16);
+        // A page whose directory is node 3, and node 0 once node 3 is gone.
+        let after = {
+            let mut m = gms::members::Members::<16>::new();
+            m.set(1, &[0, 1, 2]).unwrap();
+            m
+        };
+        let p = (0..).map(|i| s.page_with_dir(space, 3, i)).find(|p| after.directory_of(p) == Some(0)).unwrap();
+        let put = s.putpage(2, p, 1).unwrap();
+        s.run_net();
+        assert_eq!(put_result(&s, 2, put), PutResult::Stored { target: 1 });
+        let old = s.nodes[1].held(&p).unwrap().seq;
+        // Node 3 dies: node 1 registers its copy with node 0, which names it under a new
+        // identity; the answer stays on its way.
+        s.crash(3);
+        s.declare_failed(3);
+        assert_eq!(s.nodes[1].stats().reregistered, 1);
+        assert!(s.net.len() == 1 && s.net[0].src == 1 && s.net[0].dst == 0, "only the re-registration");
+        s.deliver(false);
+        let answer: Vec<Msg> = s.net.drain(..).collect();
+        assert_eq!(answer.len(), 1);
+        assert_eq!(s.nodes[0].directory().lookup(&p), Some((1, Version(1))));
+        assert!(s.nodes[0].directory().named(&p).unwrap().2 > old, "a new identity");
+        assert_eq!(s.nodes[1].held(&p).unwrap().seq, old, "not learnt yet");
+        // The hand-over claims the identity node 1 knows.
+        if space == MOVING_SPACE {
+            let get = s.getpage(2, p).unwrap();
+            s.run_net();
+            assert_eq!(hit(&s, 2, get), (Version(1), Via::ThreeWay, false), "served, not handed over");
+        } else {
+            let mv = s.movepage(1, p, 2).unwrap();
+            s.run_net();
+            assert_eq!(put_result(&s, 1, mv), PutResult::Superseded, "the directory refused the old identity");
+        }
+        assert!(s.nodes[2].held(&p).is_none());
+        assert!(s.nodes[1].held(&p).is_some(), "the holder kept its copy");
+        s.net.extend(answer);
+        s.run_net();
+        assert_eq!(s.nodes[1].held(&p).map(|h| h.seq), s.nodes[0].directory().named(&p).map(|n| n.2));
+        s.settle();
+        let get = s.getpage(0, p).unwrap();
+        s.run_net();
+        assert_eq!(hit(&s, 0, get).0, Version(1));
+        s.check_converged();
+        s.check_quiet();
+    }
 }
