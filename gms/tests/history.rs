@@ -449,6 +449,19 @@ const SAME_VERSION_HANDOVERS: &[&str] = &[
     // dropped the copy the directory named. A move `Superseded` now keeps the copy, and a
     // moving read hands over only the identity the directory named.
     "0x1e4faffaf077fe7 long moves",
+    // (Checker gaps.) A discard acknowledged, its directory node dying before the holder of
+    // the discarded version dropped it; the survivors register that copy with a new
+    // directory (the discard's floor died with the old one), it is moved on and the move
+    // acknowledged; a reader that knows of the discard refuses it: the discard excuses the
+    // loss.
+    "0x87d1f981ebb6912c long moves",
+    "0x280b646a2cc048a6 long moves",
+    // A newer put whose request the network duplicated: the first delivery stored it (its
+    // registration displacing the acknowledged version) and its runtime took it back; the
+    // duplicate was refused and that answer ended the put. A put answered otherwise than
+    // `Stored` after a duplicated request may have been stored, so the taking back excuses
+    // the loss.
+    "0x9a546981088052c9 long moves",
 ];
 
 #[test]
@@ -595,4 +608,47 @@ fn checker_flags_lost_pages_and_counts_allowed_losses() {
     h.put(stay[0], 1, 1);
     h.ev(Ev::Settled);
     assert_eq!(history::check(&h.0).violations.len(), 1);
+}
+
+#[test]
+fn checker_excuses_discarded_versions_and_duplicated_puts() {
+    let a = PageId::new(0, 1);
+    // A version moved on after a discard of it was acknowledged (it came back through a
+    // directory that never heard of the discard): a reader knowing the discard misses it.
+    let mut h = Hand::new(&[0, 1, 2]);
+    h.put(a, 5, 1);
+    h.op(0, OpKind::Discard, a, 5, 0, Some(Outcome::Discard(DiscardResult::Done)));
+    h.op(1, OpKind::Move, a, 5, 2, Some(Outcome::Stored));
+    h.ev(Ev::Settled);
+    h.miss(a);
+    let r = history::check(&h.0);
+    assert!(r.violations.is_empty(), "{r:?}");
+    assert_eq!(r.lost.get(&Cause::Discarded), Some(&1), "{r:?}");
+    // A newer put refused by a duplicate of its request, the copy an earlier delivery stored
+    // taken back by its runtime: the older acknowledged version is superseded and gone.
+    let put = |h: &mut Hand, slot: u16, v: u64, target: u16| {
+        let id = OpId { slot, generation: 1 };
+        h.0.issue(2, 1, 0, id, OpKind::Put, a, v, target);
+        id
+    };
+    for dup in [true, false] {
+        let mut h = Hand::new(&[0, 1, 2]);
+        let old = put(&mut h, 90, 1, 1);
+        let new = put(&mut h, 91, 2, 2);
+        if dup {
+            h.0.duplicated(0, new);
+        }
+        h.0.end(3, 1, 0, new, Outcome::NotStored(PutResult::Refused));
+        h.ev(Ev::DropLocal { node: 2, page: a });
+        h.0.end(3, 1, 0, old, Outcome::Stored);
+        h.ev(Ev::Settled);
+        h.miss(a);
+        let r = history::check(&h.0);
+        if dup {
+            assert!(r.violations.is_empty(), "{r:?}");
+            assert_eq!(r.lost.get(&Cause::TakenBack), Some(&1), "{r:?}");
+        } else {
+            assert_eq!(r.violations.len(), 1, "a refused put stored nothing: {r:?}");
+        }
+    }
 }

@@ -19,10 +19,13 @@
 //!   crashed reads back at that version or newer — a membership change moving the page's
 //!   directory is no excuse (survivors register their copies with the new directory). A
 //!   page may read as a miss only for a cause the r = 1 design allows ([`Cause`]): a node
-//!   that held or may have held it crashed; a discard covering that version was issued
-//!   after the write, raced it, or has an unknown outcome (`Failed`: its request may still
-//!   arrive); the runtime took the copy back; or a moving read took the copy and did not
-//!   keep it.
+//!   that held or may have held it crashed (a newer write's target, or one of a write whose
+//!   outcome is unknown: `Failed`, or answered other than `Stored` after the network
+//!   duplicated its request, each delivery answered); a discard covering that version was
+//!   issued after the write, raced it, has an unknown outcome (`Failed`: its request may
+//!   still arrive), or was acknowledged before it (the version came back through a
+//!   directory that never heard of the discard, its own having died); the runtime took the
+//!   copy back; or a moving read took the copy and did not keep it.
 //! - **(c)** those legitimate losses are counted by cause.
 
 use super::OpKind;
@@ -80,6 +83,10 @@ pub struct Op {
     pub target: u16,
     /// A getpage in a space with moving reads.
     pub moving: bool,
+    /// A put or move whose request the network delivered more than once (each delivery
+    /// is answered: the answer that ends it may be a later delivery's refusal while an
+    /// earlier one stored the copy).
+    pub duplicated: bool,
     pub issued: At,
     pub end: Option<(At, Outcome)>,
 }
@@ -119,6 +126,8 @@ pub struct History {
     pub events: Vec<(At, Ev)>,
     pub ops: Vec<Op>,
     open: HashMap<(u16, OpId), usize>,
+    /// Every operation of a node's incarnation by id, ended or not.
+    ids: HashMap<(u16, OpId), usize>,
 }
 
 impl History {
@@ -146,8 +155,9 @@ impl History {
         let i = self.ops.len();
         let moving = kind == OpKind::Get && page.space == super::MOVING_SPACE;
         let issued = self.at(t, step);
-        self.ops.push(Op { node, kind, page, version, target, moving, issued, end: None });
+        self.ops.push(Op { node, kind, page, version, target, moving, duplicated: false, issued, end: None });
         self.open.insert((node, id), i);
+        self.ids.insert((node, id), i);
         self.push(t, step, Ev::Issue(i));
     }
 
@@ -161,6 +171,14 @@ impl History {
     /// A node restarted: its unfinished operations never end (their ids may be reused).
     pub fn forget(&mut self, node: u16) {
         self.open.retain(|(n, _), _| *n != node);
+        self.ids.retain(|(n, _), _| *n != node);
+    }
+
+    /// The network delivered `node`'s put or move request `id` once more.
+    pub fn duplicated(&mut self, node: u16, id: OpId) {
+        if let Some(&i) = self.ids.get(&(node, id)) {
+            self.ops[i].duplicated = true;
+        }
     }
 
     /// Every event that concerns `page` (faults included), for a violation's report.
@@ -448,7 +466,9 @@ fn dir(ids: &[u16], p: &PageId) -> Option<u16> {
 /// Who may hold page `o.page` once write `i` is acknowledged, and which causes already
 /// excuse its loss: the write's target, the targets of writes still open and of writes of
 /// this version or newer whose outcome is unknown (a move of this very copy that ended
-/// `Failed` may have handed it over; a newer write supersedes it wherever it went), pages
+/// `Failed` may have handed it over; a newer write supersedes it wherever it went; a write
+/// whose request was duplicated and that ended otherwise than `Stored` may have been stored
+/// by another delivery than the one answered), pages
 /// the runtime registered at a newer version, readers of moving reads in flight; each
 /// of them may have crashed or had the page taken back by its runtime since its write
 /// began (the acknowledgement was on its way), or a discard may cover the version.
@@ -459,7 +479,9 @@ fn custody(
     last_crash: &HashMap<u16, usize>,
 ) -> (BTreeSet<u16>, BTreeSet<Cause>) {
     let o = &h.ops[i];
-    let unknown = |w: &Op| w.end.is_none_or(|e| e.1 == Outcome::NotStored(PutResult::Failed));
+    let unknown = |w: &Op| {
+        w.end.is_none_or(|e| e.1 == Outcome::NotStored(PutResult::Failed) || (w.duplicated && e.1 != Outcome::Stored))
+    };
     let mut may: Vec<(u16, usize)> = vec![(o.target, o.issued.seq)];
     may.extend(st.open_writes.iter().map(|&w| (h.ops[w].target, h.ops[w].issued.seq)));
     may.extend(st.open_moving_gets.iter().map(|&g| (h.ops[g].node, h.ops[g].issued.seq)));
@@ -478,15 +500,15 @@ fn custody(
     if may.iter().any(|&(n, seq)| st.drops.iter().any(|&(d, at)| d == n && at > seq)) {
         risk.insert(Cause::TakenBack);
     }
-    // A discard of this version or newer that had not ended when the write was issued
-    // (it raced the write: the directory may have applied it after the write's
-    // registration), or whose outcome is unknown.
-    let covering = |d: &Op| {
-        d.kind == OpKind::Discard
-            && d.page == o.page
-            && d.version >= o.version
-            && d.end.is_none_or(|e| e.0.seq > o.issued.seq || e.1 == Outcome::Discard(DiscardResult::Failed))
-    };
+    // A discard of this version or newer, whenever it was issued: one that had not ended
+    // when the write was issued raced it (the directory may have applied it after the
+    // write's registration), one that failed may still arrive, and one acknowledged before
+    // the write was issued discarded the version already — the write was accepted only
+    // because the directory that kept the discard's floor died meanwhile (the survivors
+    // registered their copies, a discarded one among them, with a new directory that
+    // never heard of the discard) or the floor was provisional and lapsed; a reader that
+    // knows of the discard refuses the version.
+    let covering = |d: &Op| d.kind == OpKind::Discard && d.page == o.page && d.version >= o.version;
     if st.open_discards.iter().any(|&d| h.ops[d].version >= o.version) || h.ops.iter().any(covering) {
         risk.insert(Cause::Discarded);
     }

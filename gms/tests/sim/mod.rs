@@ -22,7 +22,7 @@
 
 pub mod history;
 
-use gms::ops::{GetStatus, OP_GETPAGE};
+use gms::ops::{GetStatus, OP_GETPAGE, OP_MOVEPAGE, OP_PUTPAGE};
 use gms::prelude::*;
 use netrpc::prelude::*;
 use netrpc::wire::{Header, Kind};
@@ -752,6 +752,11 @@ impl Sim {
         let i = if self.k.reorder { self.rng.below(self.net.len() as u64) as usize } else { 0 };
         let msg = if faults && self.rng.pct(self.k.dup_pct) {
             self.cov.duplicated += 1;
+            let (h, body) = Header::parse(&self.net[i].ctrl).unwrap();
+            if h.op == OP_PUTPAGE || h.op == OP_MOVEPAGE {
+                let req: gms::ops::PutReq = netrpc::wire::Message::decode(body).unwrap();
+                self.hist.duplicated(self.net[i].src, req.tag);
+            }
             self.net[i].clone()
         } else {
             self.net.remove(i)
