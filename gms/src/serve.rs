@@ -15,6 +15,7 @@
 //!   (`DIRVERIFY`) and each holder re-register its copies (`DIRUPDATE`), one entry per
 //!   [`super::types::GmsConfig::scrub_interval`]. All retried until answered.
 
+use super::directory::ANY_SEQ;
 use super::heartbeat::{is_heartbeat_op, Heartbeat};
 use super::net::prelude::*;
 use super::node::{GmsNode, Held, HeldState, Host};
@@ -113,7 +114,16 @@ impl<
                     self.refuse(|s| &mut s.rejected_drops, AckStatus::NotDirectory, &req)
                 }
                 Ok(req) => {
-                    self.drop_held(&req.page, req.version, req.seq);
+                    // A registered copy registering again (after a membership change, or the
+                    // scrub) may be named under an identity above its claim that this node has
+                    // not learnt yet, and a drop of the claimed one may come from the
+                    // directory node's previous incarnation (dead, with its decision): only a
+                    // drop above the claim covers it, as a copy still registering; at the
+                    // claim, the registration's answer decides (`Rejected` drops it).
+                    let again =
+                        self.tasks.iter().any(|t| t.live() && t.kind == TaskKind::Register && t.page == req.page);
+                    let seq = if again && req.seq != ANY_SEQ { req.seq.saturating_sub(1) } else { req.seq };
+                    self.drop_held(&req.page, req.version, seq);
                     ack(AckStatus::Ok, &req)
                 }
                 Err(e) => Action::Error(e),

@@ -3,7 +3,7 @@
 //! 3-way, direct and local; putpage to the directory node and elsewhere; movepage;
 //! moving reads; discard; refusals; supersession; a crash with requests in flight; a copy
 //! taken back while registering; a copy handed over while its re-registration after a
-//! membership change is answered.
+//! membership change is answered; a dead directory's drop of a copy registering again.
 
 mod sim;
 
@@ -406,4 +406,70 @@ fn a_hand_over_while_a_re_registration_is_answered_keeps_the_page() {
         s.check_converged();
         s.check_quiet();
     }
+}
+
+/// A copy moved, the hand-over named by the directory node, which dies and comes back
+/// empty before either side hears of it: both the giver (its copy still registered) and
+/// the taker register with the new incarnation, the giver first, so the taker's claim is
+/// refused and the giver is named under a new identity. The old incarnation's `DROPPAGE` of
+/// the giver's copy arrives before that answer: it must not drop the copy the new one names
+/// (it did: history seed `0x13bb55d335c4715a long moves`).
+#[test]
+fn a_dead_directorys_drop_spares_a_copy_registering_again() {
+    let mut s = cluster(4, 16);
+    // A page whose directory is node 2, and node 3 while node 2 is gone.
+    let without = {
+        let mut m = gms::members::Members::<16>::new();
+        m.set(1, &[0, 1, 3]).unwrap();
+        m
+    };
+    let p = (0..).map(|i| s.page_with_dir(0, 2, i)).find(|p| without.directory_of(p) == Some(3)).unwrap();
+    let put = s.putpage(0, p, 1).unwrap();
+    s.run_net();
+    assert_eq!(put_result(&s, 0, put), PutResult::Stored { target: 1 });
+    let op = |m: &Msg| netrpc::wire::Header::parse(&m.ctrl).unwrap().0.op;
+    let take = |s: &mut Sim, src: u16, dst: u16, code: u16| {
+        let i = s.net.iter().position(|m| m.src == src && m.dst == dst && op(m) == code).expect("the message");
+        s.net.remove(i)
+    };
+    let send = |s: &mut Sim, src: u16, dst: u16, code: u16| {
+        let m = take(s, src, dst, code);
+        s.net.insert(0, m);
+        s.deliver(false);
+    };
+    // Node 1 moves its copy to node 0, whose registration node 2 applies: node 2 names node 0
+    // and asks node 1 to drop its copy. Neither that nor the answer to node 0 arrives yet.
+    let mv = s.movepage(1, p, 0).unwrap();
+    s.deliver(false);
+    assert_eq!(s.net.len(), 1);
+    s.deliver(false);
+    assert_eq!(s.nodes[2].directory().lookup(&p), Some((0, Version(1))));
+    let drop = take(&mut s, 2, 1, gms::ops::OP_DROPPAGE);
+    let answer = take(&mut s, 2, 0, gms::ops::OP_DIRUPDATE);
+    // Node 2 dies and comes back empty; node 1 registers its copy with it first.
+    s.crash(2);
+    s.declare_failed(2);
+    s.restart(2);
+    send(&mut s, 1, 2, gms::ops::OP_DIRUPDATE);
+    assert_eq!(s.nodes[2].directory().lookup(&p), Some((1, Version(1))));
+    let named = take(&mut s, 2, 1, gms::ops::OP_DIRUPDATE);
+    // Node 0's registration (claiming node 1's old identity) is refused: node 0 drops its
+    // copy and tells node 1, which keeps its own.
+    send(&mut s, 0, 2, gms::ops::OP_DIRUPDATE);
+    send(&mut s, 2, 0, gms::ops::OP_DIRUPDATE);
+    send(&mut s, 0, 1, gms::ops::OP_PUTDONE);
+    assert!(s.nodes[0].held(&p).is_none());
+    assert_eq!(put_result(&s, 1, mv), PutResult::Superseded);
+    // The dead incarnation's drop arrives, then the new one's answer.
+    s.net.insert(0, drop);
+    s.deliver(false);
+    assert!(s.nodes[1].held(&p).is_some(), "the copy the new directory names is kept");
+    s.net.extend([named, answer]);
+    s.run_net();
+    s.settle();
+    let get = s.getpage(3, p).unwrap();
+    s.run_net();
+    assert_eq!(hit(&s, 3, get).0, Version(1));
+    s.check_converged();
+    s.check_quiet();
 }

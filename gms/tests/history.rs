@@ -462,6 +462,12 @@ const SAME_VERSION_HANDOVERS: &[&str] = &[
     // `Stored` after a duplicated request may have been stored, so the taking back excuses
     // the loss.
     "0x9a546981088052c9 long moves",
+    // A copy moved, the hand-over named by a directory node that died and came back empty
+    // before either side heard: the giver's re-registration reached the new incarnation
+    // first (the taker's claim refused), and the old incarnation's `DROPPAGE` of the giver's
+    // copy, arriving before the new one's answer, dropped the copy the new one named. A
+    // copy registering again is now dropped only above the identity it claims.
+    "0x13bb55d335c4715a long moves",
 ];
 
 #[test]
