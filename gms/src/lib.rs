@@ -22,7 +22,11 @@
 //!   giver's identity to the taker, whose registration claims it; a registration whose
 //!   claim is older than the named copy's — the previous holder's scrub re-registration
 //!   still in flight, a duplicated `DIRUPDATE` — is refused instead of displacing the
-//!   new holder. Removals and drops name the identity they mean ([`directory`]).
+//!   new holder. Removals and drops name the identity they mean ([`directory`]). A new
+//!   directory node gives a re-registered copy a new identity; until its holder learns
+//!   it, a moving read does not hand the copy over, a movepage claiming the old one is
+//!   refused (`Superseded`: the mover keeps its copy), and a drop of the old one (from a
+//!   directory that died) does not cover it.
 //! - **discardpage**: the directory forgets the page; its holder drops it.
 //! - **Failures**: calls time out into clean misses; a failed node's entries are removed;
 //!   on every membership change, survivors register the copies whose directory node
