@@ -41,9 +41,28 @@ impl<
         reply_to: ReplyTo<F>,
         mode: Mode,
     ) -> Result<OpId, GmsError> {
+        self.getpage_at_least(now, rpc, page, Version(0), reply_to, mode)
+    }
+
+    /// [`Self::getpage`] by a reader that knows version `known` of the page was written
+    /// (e.g. a block device, the page's only writer): an older copy is a miss, never a hit.
+    /// The directory answers a miss itself when it names an older one. Without it, a page
+    /// whose directory node changed may be served at a version older than one
+    /// acknowledged to another node: a copy superseded while the old directory's word to
+    /// drop it died with it may register again with the new one.
+    #[allow(clippy::too_many_arguments)]
+    pub fn getpage_at_least<const C: usize, const K: usize, const X: usize>(
+        &mut self,
+        now: u64,
+        rpc: &mut Rpc<Self, F, C, K, X>,
+        page: PageId,
+        known: Version,
+        reply_to: ReplyTo<F>,
+        mode: Mode,
+    ) -> Result<OpId, GmsError> {
         self.enter(now);
         let moving = self.policy(page.space).reads == ReadPolicy::Moving;
-        let i = self.alloc_op(OpKind::Get, mode, page, Version(0))?;
+        let i = self.alloc_op(OpKind::Get, mode, page, known)?;
         let id = self.op_id(i);
         self.ops[i].moving = moving;
         self.stats.gets += 1;
@@ -56,7 +75,7 @@ impl<
         let mut flags = if moving { GET_MOVING } else { 0 };
         let (dst, want, seq) = if dir == self.id {
             // The requester is the directory node: look up here, ask the site directly.
-            match self.dir.named(&page) {
+            match self.dir.named(&page).filter(|&(_, v, _)| v >= known) {
                 None => {
                     self.stats.misses += 1;
                     self.finish(
@@ -76,7 +95,8 @@ impl<
                 }
             }
         } else {
-            (dir, Version(0), 0)
+            // The directory answers a miss if it names an older version.
+            (dir, known, 0)
         };
         let req = GetReq { page, want, seq, view: self.members.view(), flags };
         self.ops[i].dst = dst;
@@ -301,6 +321,20 @@ impl<
                 return GetResult::Miss { reason: MissReason::Malformed, frame };
             }
         };
+        if matches!(rep.status, GetStatus::Hit | GetStatus::Local) && rep.version < op.version {
+            // Older than the reader knows (a directory that did not check).
+            self.stats.misses += 1;
+            let frame = match r.payload {
+                Payload::Frame { .. } => frame,
+                _ => {
+                    if let Some(b) = frame {
+                        self.host.release(b);
+                    }
+                    None
+                }
+            };
+            return GetResult::Miss { reason: MissReason::NotCached, frame };
+        }
         match (rep.status, frame) {
             (GetStatus::Hit, Some(frame)) if len > 0 => {
                 let via = if rep.server == op.dst { Via::TwoWay } else { Via::ThreeWay };
@@ -377,7 +411,11 @@ impl<
     /// served, a hand-over. `false`: the frame stays the runtime's alone.
     fn adopt(&mut self, page: PageId, (version, seq): (Version, u64), frame: F, len: u32, dirty: bool) -> bool {
         let local = self.members.directory_of(&page) == Some(self.id);
-        if self.held.contains(&page) || self.held.len() >= self.budget() || (!local && self.free_task().is_none()) {
+        if self.held.contains(&page)
+            || self.held.len() >= self.budget()
+            || (!local && self.free_task().is_none())
+            || self.settling(&page)
+        {
             return false;
         }
         // This node is the directory: decide first, so a refusal never drops a frame the
@@ -423,11 +461,17 @@ impl<
             PutStatus::WrongView => PutResult::WrongView,
             PutStatus::Failed => PutResult::Failed,
         };
-        if o.kind == OpKind::Move && matches!(result, PutResult::Stored { .. } | PutResult::Superseded) {
+        if o.kind == OpKind::Move && matches!(result, PutResult::Stored { .. }) {
             // Single copy: the target's is the one the directory names now. Only the copy
             // moved goes (one handed back since has a newer identity).
             self.drop_held(&d.page, d.version, o.seq);
         }
+        // A move `Superseded` keeps the copy: the directory refused the target's claim,
+        // which says only that it names something else — a newer version (whose
+        // registration had this node drop a named copy), or this very copy under an
+        // identity this node has not learnt yet (a re-registration after a membership
+        // change, its answer still on its way), which must not go. A copy the directory
+        // has moved on from is dropped when its re-registration (the scrub's) is refused.
         if matches!(result, PutResult::Stored { .. }) {
             self.stats.puts_stored += 1;
         }

@@ -22,13 +22,22 @@
 //!   giver's identity to the taker, whose registration claims it; a registration whose
 //!   claim is older than the named copy's — the previous holder's scrub re-registration
 //!   still in flight, a duplicated `DIRUPDATE` — is refused instead of displacing the
-//!   new holder. Removals and drops name the identity they mean ([`directory`]).
+//!   new holder. Removals and drops name the identity they mean ([`directory`]). A new
+//!   directory node gives a re-registered copy a new identity; until its holder learns
+//!   it, a moving read does not hand the copy over, a movepage claiming the old one is
+//!   refused (`Superseded`: the mover keeps its copy), and a drop of the old one (from a
+//!   directory that died) does not cover it.
 //! - **discardpage**: the directory forgets the page; its holder drops it.
-//! - **Failures**: calls time out into clean misses; a failed node's entries are removed,
-//!   pages whose directory it was are dropped; background updates are retried until
-//!   answered and a slow scrub re-checks entries and copies, so the directory converges. Versions (and tombstones that keep a version
-//!   floor after an entry is removed) make sure a getpage never returns a version older
-//!   than the newest completed putpage, and never another page's data.
+//! - **Failures**: calls time out into clean misses; a failed node's entries are removed;
+//!   on every membership change, survivors register the copies whose directory node
+//!   moved with the new one (repair, counted in [`types::GmsStats::reregistered`]; it
+//!   keeps the newest version it is told of); background updates are retried until
+//!   answered and a slow scrub re-checks entries and copies, so the directory converges.
+//!   Versions (and tombstones that keep a version floor after an entry is removed) make
+//!   sure a getpage never returns a version older than the newest completed putpage while
+//!   the page's directory node stays, and never another page's data; the old directory's
+//!   floors die with it, so after a move a reader that knows the version it wrote asks
+//!   for it ([`node::GmsNode::getpage_at_least`]) and never gets an older one.
 //! - **Entitlement**: a message is acted on only when its sender (the id its NIC stamped)
 //!   may send it: members of the view put, get and update the directory, naming only
 //!   themselves; only a page's directory node has a copy dropped, verified or served as

@@ -69,17 +69,6 @@ pub struct Held<F> {
     pub seq: u64,
 }
 
-impl<F> Held<F> {
-    /// The identities a removal or drop of this copy covers: its own once the directory
-    /// gave it one, else any (its registration may have been accepted).
-    pub fn given_up(&self) -> u64 {
-        match self.state {
-            HeldState::Registered => self.seq,
-            HeldState::Registering => super::directory::ANY_SEQ,
-        }
-    }
-}
-
 /// One slot of the page-frame directory.
 pub type HeldSlot<F> = Slot<PageId, Held<F>>;
 
@@ -292,7 +281,7 @@ impl<
     ) -> Result<(), GmsError> {
         self.enter(now);
         let dir = self.members.directory_of(&page).ok_or(GmsError::BadTarget)?;
-        if self.held.contains(&page) {
+        if self.held.contains(&page) || self.settling(&page) {
             return Err(GmsError::Busy);
         }
         if self.held.len() >= self.budget() || (dir != self.id && self.free_task().is_none()) {
@@ -307,11 +296,21 @@ impl<
 
     /// Take a held page back (e.g. the global LRU ages it out): GMS forgets it and tells
     /// the directory; the frame is the runtime's again.
+    ///
+    /// A registered copy is un-named by its identity. A copy still registering has none
+    /// yet: its registration goes on (a putter waiting on it is told `Failed` now), and if
+    /// the directory names it, the identity in its answer is taken back exactly. A removal covering every identity instead could arrive late
+    /// and un-name a copy of the same version handed to this node afterwards.
     pub fn drop_local(&mut self, now: u64, page: &PageId) -> Option<Held<F>> {
         self.enter(now);
         let h = self.held.remove(page)?;
-        self.cancel_register(page, PutStatus::Failed);
-        self.forget_site(*page, h.version, h.given_up());
+        match h.state {
+            HeldState::Registered => {
+                self.cancel_register(page, PutStatus::Failed);
+                self.forget_site(*page, h.version, h.seq);
+            }
+            HeldState::Registering => self.withdraw_register(page),
+        }
         Some(h)
     }
 

@@ -162,8 +162,9 @@ pub const GET_MOVING: u8 = 1;
 pub const GET_DIRECT: u8 = 2;
 
 /// Requester → directory (hops 0), or directory → caching site (delegated, hops 1) with
-/// `want` = the version the directory names and `seq` that copy's identity (0 from a
-/// requester).
+/// `want` = the version the directory names and `seq` that copy's identity. From a
+/// requester, `want` is the oldest version it takes (the newest it knows was written;
+/// 0: any) and `seq` is 0.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GetReq {
     pub page: PageId,

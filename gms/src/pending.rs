@@ -127,6 +127,7 @@ impl<
             if kind == TaskKind::Register || (version, seq) > (t.version, t.seq) {
                 (t.version, t.seq) = (version, seq);
             }
+            t.withdrawn = false;
             if notify.is_some() {
                 t.notify = notify;
             }
@@ -149,6 +150,7 @@ impl<
         t.site = site;
         t.notify = notify;
         t.attempts = 0;
+        t.withdrawn = false;
         true
     }
 
@@ -168,6 +170,33 @@ impl<
         if t.kind == TaskKind::Register {
             self.notify(t.notify, t.page, t.version, status);
         }
+    }
+
+    /// A copy still registering was taken back: a registration call in flight stays (its
+    /// answer names the identity to take back, if the directory named the copy), but it is
+    /// never sent again and nobody waits on it any more. A registration the directory may
+    /// have applied without answering is left to the scrub's `DIRVERIFY`, which names the
+    /// exact identity.
+    pub(super) fn withdraw_register(&mut self, page: &PageId) {
+        if let Some(i) = self.tasks.iter().position(|t| t.live() && t.kind == TaskKind::Register && t.page == *page) {
+            let t = self.tasks[i];
+            self.tasks[i].notify = None;
+            self.tasks[i].withdrawn = true;
+            self.notify(t.notify, t.page, t.version, PutStatus::Failed);
+            if !matches!(t.state, TaskState::InFlight { .. }) {
+                self.end_task(i, PutStatus::Failed);
+            }
+        }
+    }
+
+    /// Whether this node is still settling an earlier copy of `page` with its directory
+    /// (a removal, or a withdrawn registration, not yet answered): a new copy of the page
+    /// waits until then, so an answer or a late duplicate about the old copy cannot be
+    /// taken for the new one (at one site and version, both may get the same identity).
+    pub(super) fn settling(&self, page: &PageId) -> bool {
+        self.tasks.iter().any(|t| {
+            t.live() && t.page == *page && (t.kind == TaskKind::Remove || (t.kind == TaskKind::Register && t.withdrawn))
+        })
     }
 
     /// A held copy went away: its pending registration ends.

@@ -72,6 +72,8 @@ impl<
                 }
                 self.notify(notify, page, version, PutStatus::Superseded);
             }
+            // A copy named before keeps its place: the scrub registers it again.
+            AckStatus::WrongView | AckStatus::NotDirectory | AckStatus::Busy if self.reregistering(&page, version) => {}
             AckStatus::WrongView => {
                 self.drop_held(&page, version, ANY_SEQ);
                 self.notify(notify, page, version, PutStatus::WrongView);
@@ -81,6 +83,14 @@ impl<
                 self.notify(notify, page, version, PutStatus::Refused);
             }
         }
+    }
+
+    /// Whether this node's copy of `page` at `version` is one a directory named before (a
+    /// registration of it is a re-registration: the repair after a membership change, or
+    /// the scrub), which a directory's refusal for want of a shared view or of room does
+    /// not drop.
+    pub(super) fn reregistering(&self, page: &PageId, version: Version) -> bool {
+        self.held.get(page).is_some_and(|h| h.version == version && h.state == HeldState::Registered)
     }
 
     /// This node no longer holds `page` up to `version` (at `version`, the copies up to

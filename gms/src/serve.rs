@@ -15,6 +15,7 @@
 //!   (`DIRVERIFY`) and each holder re-register its copies (`DIRUPDATE`), one entry per
 //!   [`super::types::GmsConfig::scrub_interval`]. All retried until answered.
 
+use super::directory::ANY_SEQ;
 use super::heartbeat::{is_heartbeat_op, Heartbeat};
 use super::net::prelude::*;
 use super::net::storage::Storage;
@@ -113,7 +114,16 @@ impl<
                     self.refuse(|s| &mut s.rejected_drops, AckStatus::NotDirectory, &req)
                 }
                 Ok(req) => {
-                    self.drop_held(&req.page, req.version, req.seq);
+                    // A registered copy registering again (after a membership change, or the
+                    // scrub) may be named under an identity above its claim that this node has
+                    // not learnt yet, and a drop of the claimed one may come from the
+                    // directory node's previous incarnation (dead, with its decision): only a
+                    // drop above the claim covers it, as a copy still registering; at the
+                    // claim, the registration's answer decides (`Rejected` drops it).
+                    let again =
+                        self.tasks.iter().any(|t| t.live() && t.kind == TaskKind::Register && t.page == req.page);
+                    let seq = if again && req.seq != ANY_SEQ { req.seq.saturating_sub(1) } else { req.seq };
+                    self.drop_held(&req.page, req.version, seq);
                     ack(AckStatus::Ok, &req)
                 }
                 Err(e) => Action::Error(e),
@@ -229,7 +239,8 @@ impl<
         if self.members.directory_of(&req.page) != Some(self.id) {
             return self.get_answer(GetStatus::Miss, &req, Version(0), 0);
         }
-        match self.dir.named(&req.page) {
+        // A requester's `want` is the version it knows of: an older copy is no answer.
+        match self.dir.named(&req.page).filter(|&(_, v, _)| v >= req.want) {
             None => self.get_answer(GetStatus::Miss, &req, Version(0), 0),
             Some((site, v, seq)) if site == inc.token.origin => self.get_answer(GetStatus::Local, &req, v, seq),
             Some((site, v, seq)) if site == self.id => self.serve_as_site(&GetReq { want: v, seq, ..req }),
@@ -259,8 +270,12 @@ impl<
         let moving = req.flags & GET_MOVING != 0;
         let local_dir = self.members.directory_of(&page) == Some(self.id);
         // A moving read hands the copy (and its dirt) to the requester. Only a registered
-        // copy moves, and only if the directory can be told.
-        let moved = moving && h.state == HeldState::Registered && (local_dir || self.free_task().is_some());
+        // copy moves, only under the identity the directory named (a re-registration may
+        // have given it a newer one whose answer is still on its way: the reader's claim
+        // of the older one would be refused, and the copy lost), and only if the directory
+        // can be told.
+        let named = h.version > req.want || h.seq >= req.seq;
+        let moved = moving && h.state == HeldState::Registered && named && (local_dir || self.free_task().is_some());
         if moved {
             self.held.remove(&page);
             self.cancel_register(&page, PutStatus::Failed);
@@ -337,7 +352,9 @@ impl<
             None if self.held.len() >= self.budget() => return Err(PutStatus::Refused),
             None => {}
         }
-        if dir != self.id && self.free_task().is_none() {
+        // Busy with an earlier copy of the page (its removal not answered yet): a mover keeps
+        // its copy, a putter tries elsewhere.
+        if (dir != self.id && self.free_task().is_none()) || self.settling(&page) {
             return Err(PutStatus::Refused);
         }
         // A movepage hands over the mover's copy: its registration claims the mover's

@@ -110,6 +110,10 @@ pub(super) struct Task {
     /// A putter waiting for this registration: (node, its operation).
     pub(super) notify: Option<(u16, OpId)>,
     pub(super) attempts: u32,
+    /// A registration whose copy was taken back while it was on its way: never sent
+    /// again; only the answer of the call in flight is awaited (to take back exactly the
+    /// identity it names).
+    pub(super) withdrawn: bool,
 }
 
 impl Task {
@@ -130,6 +134,7 @@ impl Task {
         site: NO_SITE,
         notify: None,
         attempts: 0,
+        withdrawn: false,
     };
 }
 

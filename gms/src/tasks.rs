@@ -265,6 +265,14 @@ impl<
                 // A newer copy replaced the one this call registered: register that one.
                 node.tasks[i].state = TaskState::Due(node.now);
             }
+            (TaskKind::Register, Some(AckStatus::WrongView | AckStatus::NotDirectory | AckStatus::Busy))
+                if node.reregistering(&t.page, t.sent) =>
+            {
+                // A copy the directory named before (the repair after a membership change,
+                // or the scrub): never dropped for a view the two nodes do not share yet or
+                // a directory with no room; asked again.
+                node.retry(i);
+            }
             (TaskKind::Register, Some(s @ (AckStatus::Ok | AckStatus::Rejected))) => {
                 let t = node.take_task(i);
                 node.registered(t.page, t.sent, t.sent_seq, s, seq, t.notify);
@@ -290,6 +298,10 @@ impl<
 
     /// Task `i` failed: back off and retry, or give up after `max_attempts`.
     fn retry(&mut self, i: usize) {
+        if self.tasks[i].withdrawn {
+            self.take_task(i);
+            return;
+        }
         self.stats.task_retries += 1;
         let t = &mut self.tasks[i];
         t.attempts = t.attempts.saturating_add(1);

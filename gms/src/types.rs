@@ -100,7 +100,8 @@ pub enum GmsError {
     BadTarget,
     /// A movepage of a page this node does not hold.
     NotHeld,
-    /// A movepage of a page whose directory registration is still in progress.
+    /// A movepage of a page whose directory registration is still in progress, or a hold
+    /// of a page this node holds or is still un-naming with its directory.
     Busy,
     /// A dirty page put into a write-through space.
     DirtyWriteThrough,
@@ -227,6 +228,9 @@ pub struct GmsStats {
     pub outq_overflow: u64,
     /// Entries the scrub found pointing at a node without the page, and removed.
     pub scrub_removed: u64,
+    /// Held copies registered again with a new directory node after a membership change
+    /// moved their page's directory (repair instead of dropping them).
+    pub reregistered: u64,
     // -- messages from nodes not entitled to send them (dropped or refused; see
     //    `crate::serve`) --
     /// Getpages from a non-member, and delegated or direct ones (which make a caching
@@ -277,6 +281,7 @@ impl GmsStats {
         task_overflow: 0,
         outq_overflow: 0,
         scrub_removed: 0,
+        reregistered: 0,
         rejected_gets: 0,
         rejected_puts: 0,
         rejected_putdones: 0,

@@ -5,7 +5,7 @@ use super::directory::NO_SITE;
 use super::members::Members;
 use super::net::prelude::*;
 use super::net::storage::Storage;
-use super::node::{GmsNode, Host};
+use super::node::{GmsNode, HeldState, Host};
 use super::ops::PutStatus;
 use super::slots::{OpState, TaskKind, TaskState};
 use super::types::*;
@@ -50,9 +50,9 @@ impl<
         Ok(())
     }
 
-    /// Node `n` left or died: directory entries naming it are removed, pages whose
-    /// directory it was are dropped (their records died with it), operations waiting on
-    /// it fail now.
+    /// Node `n` left or died: directory entries naming it are removed, copies whose
+    /// directory it was are registered again with their new directory node (their records
+    /// died with it), operations waiting on it fail now.
     pub fn node_failed<const C: usize, const K: usize, const X: usize>(
         &mut self,
         now: u64,
@@ -92,26 +92,29 @@ impl<
                 self.dir.site_failed(n, now);
             }
         }
-        // A copy whose directory moved has lost its record (or has it elsewhere): drop it.
+        // A node leaving the view keeps nothing.
         let stay = new.contains(me);
-        let host = &mut self.host;
-        let mut dropped = 0;
-        self.held.retain(|p, h| {
-            if stay && old.directory_of(p) == new.directory_of(p) {
-                true
-            } else {
+        if !stay {
+            let host = &mut self.host;
+            let mut dropped = 0;
+            self.held.retain(|p, h| {
                 host.dropped(*p, h.frame, h.dirty);
                 dropped += 1;
                 false
-            }
-        });
-        self.stats.pages_dropped += dropped;
+            });
+            self.stats.pages_dropped += dropped;
+        }
         // Background work that lost its object.
         for i in 0..TASKS {
             let t = self.tasks[i];
             let keep = match t.kind {
                 _ if !t.live() => continue,
-                TaskKind::Register => self.held.get(&t.page).is_some_and(|h| h.version == t.version),
+                // A registration withdrawn (its copy taken back) still learns what to un-name
+                // while the directory stays.
+                TaskKind::Register => match self.held.get(&t.page) {
+                    Some(h) => h.version == t.version,
+                    None => old.directory_of(&t.page) == new.directory_of(&t.page),
+                },
                 TaskKind::Remove => old.directory_of(&t.page) == new.directory_of(&t.page),
                 TaskKind::Drop => new.contains(t.site),
                 TaskKind::Verify => new.contains(t.site) && new.directory_of(&t.page) == Some(me),
@@ -124,6 +127,12 @@ impl<
                     self.tasks[i].state = TaskState::Free;
                 }
             }
+        }
+        // A copy whose directory moved lost its record with it: register it again with the
+        // new directory node (repair), claiming its identity. A copy still registering is
+        // already covered by its registration (sent again, to the new directory, below).
+        if stay {
+            self.repair_moved(rpc, old);
         }
         // Operations waiting on a departed node fail now.
         for i in 0..OPS {
@@ -138,6 +147,53 @@ impl<
                     }
                 }
                 None => self.fail_op(i, RpcError::Cancelled),
+            }
+        }
+    }
+
+    /// Register every held copy whose directory node changed with its new one (the old
+    /// one's record is gone: it died, or a joining node took the page over). Registered
+    /// copies claim their identity; a registration in flight to the old directory is sent
+    /// again to the new one. The new directory keeps the newest version it is told of (an
+    /// older copy is refused, and its holder drops it) and, at one version, one copy.
+    fn repair_moved<const C: usize, const K: usize, const X: usize>(
+        &mut self,
+        rpc: &mut Rpc<Self, F, C, K, X>,
+        old: &Members<MEMBERS>,
+    ) {
+        let new = self.members;
+        let moved = |p: &super::page::PageId| old.directory_of(p) != new.directory_of(p);
+        // Registrations on their way to the old directory: send them to the new one.
+        for i in 0..TASKS {
+            let t = self.tasks[i];
+            if t.kind != TaskKind::Register || !t.live() || !moved(&t.page) {
+                continue;
+            }
+            if let TaskState::InFlight { call, .. } = t.state {
+                // Its continuation ignores the outcome (the generation moved on).
+                self.tasks[i].generation = t.generation.wrapping_add(1).max(1);
+                let _ = rpc.cancel(self, call);
+            }
+            self.tasks[i].state = TaskState::Due(self.now);
+            self.tasks_idle = false;
+        }
+        let mut at = 0;
+        while let Some((i, page, h)) = self.held.next_from(at) {
+            at = i + 1;
+            if !moved(&page) || h.state != HeldState::Registered {
+                continue;
+            }
+            self.stats.reregistered += 1;
+            if new.directory_of(&page) == Some(self.id) {
+                let (status, seq) = self.apply_update(page, self.id, h.version, h.seq);
+                self.registered(page, h.version, h.seq, status, seq, None);
+                if self.held.get(&page).is_none() {
+                    // Dropped: whatever shifted into its slot is looked at next.
+                    at = i;
+                }
+            } else {
+                // No room in the task table: the scrub registers it later.
+                self.queue_task(TaskKind::Register, page, h.version, h.seq, self.id, None);
             }
         }
     }

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! Scripted message flows on a 3-node cluster over a perfect network: getpage 2-way,
 //! 3-way, direct and local; putpage to the directory node and elsewhere; movepage;
-//! moving reads; discard; refusals; supersession; a crash with requests in flight.
+//! moving reads; discard; refusals; supersession; a crash with requests in flight; a copy
+//! taken back while registering; a copy handed over while its re-registration after a
+//! membership change is answered; a dead directory's drop of a copy registering again.
 
 mod sim;
 
@@ -245,14 +247,17 @@ fn a_crashed_node_costs_clean_misses_and_its_entries() {
     assert_eq!(miss(&s, 2, g2), MissReason::Failed(netrpc::prelude::RpcError::Cancelled));
 
     // The entry naming node 3 is gone; q's directory record died with node 3, so node 1
-    // dropped its copy rather than keep a page no directory knows.
+    // registered its copy with q's new directory node (repair), which serves it.
     assert_eq!(s.nodes[0].directory().lookup(&p), None);
-    assert!(s.nodes[1].held(&q).is_none());
+    assert!(s.nodes[1].held(&q).is_some());
+    assert_eq!(s.nodes[1].stats().reregistered, 1);
     let g3 = s.getpage(1, p).unwrap();
     let g4 = s.getpage(2, q).unwrap();
     s.run_net();
     assert_eq!(miss(&s, 1, g3), MissReason::NotCached);
-    assert_eq!(miss(&s, 2, g4), MissReason::NotCached);
+    assert_eq!(hit(&s, 2, g4).0, Version(1));
+    let dir = s.nodes[0].members().directory_of(&q).unwrap();
+    assert_eq!(s.nodes[dir as usize].directory().lookup(&q), Some((1, Version(1))));
     // Life goes on without node 3.
     let c = s.putpage(2, q, 1).unwrap();
     s.run_net();
@@ -297,5 +302,174 @@ fn wait_mode_operations_complete_through_take() {
     s.run_net();
     assert_eq!(hit(&s, 0, op), (Version(1), Via::ThreeWay, false));
     s.settle();
+    s.check_quiet();
+}
+
+/// A copy taken back by its runtime while its registration was on its way, then the same
+/// version (the same giver's copy) handed to the same node again: nothing the node sent
+/// about its first copy, however late it arrives, un-names the second. (A removal that
+/// covered every identity at that version, sent for the first copy and delivered after
+/// the second was named, lost it: history seed `0x255f1df101182ab8 long moves`.)
+#[test]
+fn a_copy_taken_back_while_registering_does_not_unname_a_later_one() {
+    let mut s = cluster(3, 16);
+    let p = s.page_with_dir(0, 0, 0);
+    let put = s.putpage(0, p, 2).unwrap();
+    s.run_net();
+    assert_eq!(put_result(&s, 0, put), PutResult::Stored { target: 2 });
+    // Node 2 moves it to node 1; node 1 stores it and asks the directory (node 0) to name
+    // it, and its runtime takes the copy back before any answer.
+    let first = s.movepage(2, p, 1).unwrap();
+    s.deliver(false);
+    assert_eq!(s.nodes[1].held(&p).map(|h| h.state), Some(HeldState::Registering));
+    s.drop_local(1, p);
+    // Everything node 1 has said to the directory so far arrives only at the end.
+    let to_dir = |m: &Msg| m.src == 1 && m.dst == 0;
+    let late: Vec<Msg> = s.net.iter().filter(|m| to_dir(m)).cloned().collect();
+    s.net.retain(|m| !to_dir(m));
+    assert!(!late.is_empty());
+    s.run_net();
+    s.tick(s.k.op_timeout + 1);
+    s.settle();
+    assert_eq!(put_result(&s, 2, first), PutResult::Failed);
+    assert_eq!(s.nodes[2].held(&p).map(|h| h.state), Some(HeldState::Registered), "the mover kept its copy");
+    // The same copy moves to node 1 again, and is named there.
+    let second = s.movepage(2, p, 1).unwrap();
+    s.run_net();
+    assert_eq!(put_result(&s, 2, second), PutResult::Stored { target: 1 });
+    assert_eq!(s.nodes[0].directory().lookup(&p), Some((1, Version(1))));
+    // The first copy's messages arrive now (and once more: duplicates).
+    s.net.extend(late.iter().cloned());
+    s.net.extend(late);
+    s.run_net();
+    s.settle();
+    assert_eq!(s.nodes[0].directory().lookup(&p), Some((1, Version(1))), "the second copy is still named");
+    let get = s.getpage(0, p).unwrap();
+    s.run_net();
+    assert_eq!(hit(&s, 0, get).0, Version(1));
+    s.check_converged();
+    s.check_quiet();
+}
+
+/// A copy handed over (movepage, or a moving read) while its holder's re-registration with
+/// the page's new directory node is answered but the answer not yet back: the new directory
+/// named the copy under a new identity, so the taker's claim of the identity the holder
+/// still knows is refused. The holder keeps its copy (the page stays readable) instead of
+/// dropping it as superseded, and a moving read is served without handing it over. (The
+/// movepage lost the page: history seed `0x1e4faffaf077fe7 long moves`.)
+#[test]
+fn a_hand_over_while_a_re_registration_is_answered_keeps_the_page() {
+    for space in [0, MOVING_SPACE] {
+        let mut s = cluster(4, 16);
+        // A page whose directory is node 3, and node 0 once node 3 is gone.
+        let after = {
+            let mut m = gms::members::Members::<16>::new();
+            m.set(1, &[0, 1, 2]).unwrap();
+            m
+        };
+        let p = (0..).map(|i| s.page_with_dir(space, 3, i)).find(|p| after.directory_of(p) == Some(0)).unwrap();
+        let put = s.putpage(2, p, 1).unwrap();
+        s.run_net();
+        assert_eq!(put_result(&s, 2, put), PutResult::Stored { target: 1 });
+        let old = s.nodes[1].held(&p).unwrap().seq;
+        // Node 3 dies: node 1 registers its copy with node 0, which names it under a new
+        // identity; the answer stays on its way.
+        s.crash(3);
+        s.declare_failed(3);
+        assert_eq!(s.nodes[1].stats().reregistered, 1);
+        assert!(s.net.len() == 1 && s.net[0].src == 1 && s.net[0].dst == 0, "only the re-registration");
+        s.deliver(false);
+        let answer: Vec<Msg> = s.net.drain(..).collect();
+        assert_eq!(answer.len(), 1);
+        assert_eq!(s.nodes[0].directory().lookup(&p), Some((1, Version(1))));
+        assert!(s.nodes[0].directory().named(&p).unwrap().2 > old, "a new identity");
+        assert_eq!(s.nodes[1].held(&p).unwrap().seq, old, "not learnt yet");
+        // The hand-over claims the identity node 1 knows.
+        if space == MOVING_SPACE {
+            let get = s.getpage(2, p).unwrap();
+            s.run_net();
+            assert_eq!(hit(&s, 2, get), (Version(1), Via::ThreeWay, false), "served, not handed over");
+        } else {
+            let mv = s.movepage(1, p, 2).unwrap();
+            s.run_net();
+            assert_eq!(put_result(&s, 1, mv), PutResult::Superseded, "the directory refused the old identity");
+        }
+        assert!(s.nodes[2].held(&p).is_none());
+        assert!(s.nodes[1].held(&p).is_some(), "the holder kept its copy");
+        s.net.extend(answer);
+        s.run_net();
+        assert_eq!(s.nodes[1].held(&p).map(|h| h.seq), s.nodes[0].directory().named(&p).map(|n| n.2));
+        s.settle();
+        let get = s.getpage(0, p).unwrap();
+        s.run_net();
+        assert_eq!(hit(&s, 0, get).0, Version(1));
+        s.check_converged();
+        s.check_quiet();
+    }
+}
+
+/// A copy moved, the hand-over named by the directory node, which dies and comes back
+/// empty before either side hears of it: both the giver (its copy still registered) and
+/// the taker register with the new incarnation, the giver first, so the taker's claim is
+/// refused and the giver is named under a new identity. The old incarnation's `DROPPAGE` of
+/// the giver's copy arrives before that answer: it must not drop the copy the new one names
+/// (it did: history seed `0x13bb55d335c4715a long moves`).
+#[test]
+fn a_dead_directorys_drop_spares_a_copy_registering_again() {
+    let mut s = cluster(4, 16);
+    // A page whose directory is node 2, and node 3 while node 2 is gone.
+    let without = {
+        let mut m = gms::members::Members::<16>::new();
+        m.set(1, &[0, 1, 3]).unwrap();
+        m
+    };
+    let p = (0..).map(|i| s.page_with_dir(0, 2, i)).find(|p| without.directory_of(p) == Some(3)).unwrap();
+    let put = s.putpage(0, p, 1).unwrap();
+    s.run_net();
+    assert_eq!(put_result(&s, 0, put), PutResult::Stored { target: 1 });
+    let op = |m: &Msg| netrpc::wire::Header::parse(&m.ctrl).unwrap().0.op;
+    let take = |s: &mut Sim, src: u16, dst: u16, code: u16| {
+        let i = s.net.iter().position(|m| m.src == src && m.dst == dst && op(m) == code).expect("the message");
+        s.net.remove(i)
+    };
+    let send = |s: &mut Sim, src: u16, dst: u16, code: u16| {
+        let m = take(s, src, dst, code);
+        s.net.insert(0, m);
+        s.deliver(false);
+    };
+    // Node 1 moves its copy to node 0, whose registration node 2 applies: node 2 names node 0
+    // and asks node 1 to drop its copy. Neither that nor the answer to node 0 arrives yet.
+    let mv = s.movepage(1, p, 0).unwrap();
+    s.deliver(false);
+    assert_eq!(s.net.len(), 1);
+    s.deliver(false);
+    assert_eq!(s.nodes[2].directory().lookup(&p), Some((0, Version(1))));
+    let drop = take(&mut s, 2, 1, gms::ops::OP_DROPPAGE);
+    let answer = take(&mut s, 2, 0, gms::ops::OP_DIRUPDATE);
+    // Node 2 dies and comes back empty; node 1 registers its copy with it first.
+    s.crash(2);
+    s.declare_failed(2);
+    s.restart(2);
+    send(&mut s, 1, 2, gms::ops::OP_DIRUPDATE);
+    assert_eq!(s.nodes[2].directory().lookup(&p), Some((1, Version(1))));
+    let named = take(&mut s, 2, 1, gms::ops::OP_DIRUPDATE);
+    // Node 0's registration (claiming node 1's old identity) is refused: node 0 drops its
+    // copy and tells node 1, which keeps its own.
+    send(&mut s, 0, 2, gms::ops::OP_DIRUPDATE);
+    send(&mut s, 2, 0, gms::ops::OP_DIRUPDATE);
+    send(&mut s, 0, 1, gms::ops::OP_PUTDONE);
+    assert!(s.nodes[0].held(&p).is_none());
+    assert_eq!(put_result(&s, 1, mv), PutResult::Superseded);
+    // The dead incarnation's drop arrives, then the new one's answer.
+    s.net.insert(0, drop);
+    s.deliver(false);
+    assert!(s.nodes[1].held(&p).is_some(), "the copy the new directory names is kept");
+    s.net.extend([named, answer]);
+    s.run_net();
+    s.settle();
+    let get = s.getpage(3, p).unwrap();
+    s.run_net();
+    assert_eq!(hit(&s, 3, get).0, Version(1));
+    s.check_converged();
     s.check_quiet();
 }

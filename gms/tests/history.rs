@@ -283,6 +283,7 @@ struct Totals {
     kept_at_risk: u64,
     reads_checked: u64,
     acked_writes: u64,
+    stale_after_move: u64,
     crashes: u64,
     restarts: u64,
     cut_drops: u64,
@@ -316,6 +317,7 @@ impl Totals {
         self.kept_at_risk += r.report.kept_at_risk;
         self.reads_checked += r.report.reads_checked;
         self.acked_writes += r.report.acked_writes;
+        self.stale_after_move += r.report.stale_after_move;
         self.crashes += r.crashes;
         self.restarts += r.restarts;
         self.cut_drops += r.cut_drops;
@@ -327,7 +329,8 @@ impl Totals {
         format!(
             "{} scenarios, {} violations; {} acknowledged writes, {} reads checked; after the faults {} pages \
              read back at their acknowledged version or newer ({} of them despite a fault that excused a loss), \
-             lost for an allowed cause: {:?}; faults: {} crashes, {} restarts, {} messages cut by partitions, \
+             lost for an allowed cause: {:?}; {} reads older than a write the reader did not know of, after \
+             the page's directory moved; faults: {} crashes, {} restarts, {} messages cut by partitions, \
              {} dropped, {} duplicated",
             self.scenarios,
             self.violations,
@@ -336,6 +339,7 @@ impl Totals {
             self.kept,
             self.kept_at_risk,
             self.lost,
+            self.stale_after_move,
             self.crashes,
             self.restarts,
             self.cut_drops,
@@ -366,7 +370,6 @@ fn checked_histories() {
     assert!(t.crashes > 0 && t.restarts > 0 && t.cut_drops > 0 && t.dropped > 0 && t.duplicated > 0, "{sum}");
     assert!(t.kept > 0 && t.reads_checked > 0 && t.acked_writes > 0, "{sum}");
     assert!(t.lost.get(&Cause::HolderCrashed).is_some_and(|&n| n > 0), "{sum}");
-    assert!(t.lost.get(&Cause::DirectoryMoved).is_some_and(|&n| n > 0), "{sum}");
     assert!(t.lost.get(&Cause::MovingRead).is_some_and(|&n| n > 0), "{sum}");
 }
 
@@ -430,6 +433,41 @@ const SAME_VERSION_HANDOVERS: &[&str] = &[
     // A moving read of a copy still registering: the site keeps it, so the reader must
     // not become a second holder.
     "0x4567937e3ecc2bdb long moves",
+    // A copy taken back by its runtime while still registering: its removal covered every
+    // identity at that version and, delivered late, un-named the same giver's copy handed
+    // to that node again afterwards. A copy still registering is now un-named only by the
+    // identity its registration's answer names.
+    "0x255f1df101182ab8 long moves",
+    // (A checker gap.) A page put, moved on by its target before the put's `PUTDONE`
+    // arrived, the move ending `Failed` (its outcome unknown) and the move's target taking
+    // its copy back: the copy may have been handed over, so that target's taking it back
+    // excuses the loss.
+    "0xd4b4b98ea95af66e long moves",
+    // A copy re-registered with its new directory after a membership change (named under a
+    // new identity, the answer still on its way) and moved meanwhile: the target's claim of
+    // the identity its holder still knew was refused, and the holder, told `Superseded`,
+    // dropped the copy the directory named. A move `Superseded` now keeps the copy, and a
+    // moving read hands over only the identity the directory named.
+    "0x1e4faffaf077fe7 long moves",
+    // (Checker gaps.) A discard acknowledged, its directory node dying before the holder of
+    // the discarded version dropped it; the survivors register that copy with a new
+    // directory (the discard's floor died with the old one), it is moved on and the move
+    // acknowledged; a reader that knows of the discard refuses it: the discard excuses the
+    // loss.
+    "0x87d1f981ebb6912c long moves",
+    "0x280b646a2cc048a6 long moves",
+    // A newer put whose request the network duplicated: the first delivery stored it (its
+    // registration displacing the acknowledged version) and its runtime took it back; the
+    // duplicate was refused and that answer ended the put. A put answered otherwise than
+    // `Stored` after a duplicated request may have been stored, so the taking back excuses
+    // the loss.
+    "0x9a546981088052c9 long moves",
+    // A copy moved, the hand-over named by a directory node that died and came back empty
+    // before either side heard: the giver's re-registration reached the new incarnation
+    // first (the taker's claim refused), and the old incarnation's `DROPPAGE` of the giver's
+    // copy, arriving before the new one's answer, dropped the copy the new one named. A
+    // copy registering again is now dropped only above the identity it claims.
+    "0x13bb55d335c4715a long moves",
 ];
 
 #[test]
@@ -565,15 +603,58 @@ fn checker_flags_lost_pages_and_counts_allowed_losses() {
     h.hit(stay[2], 2, (stay[2], 2));
     h.miss(moved);
     let r = history::check(&h.0);
-    assert_eq!(r.violations.len(), 1, "{r:?}");
-    assert!(r.violations[0].what.starts_with("LOST"), "{r:?}");
-    assert_eq!(r.violations[0].page, stay[0]);
+    // A directory moving is no excuse: its survivors register their copies again.
+    assert_eq!(r.violations.len(), 2, "{r:?}");
+    assert!(r.violations.iter().all(|v| v.what.starts_with("LOST")), "{r:?}");
+    assert_eq!((r.violations[0].page, r.violations[1].page), (stay[0], moved));
     assert_eq!(r.kept, 1);
     assert_eq!(r.lost.get(&Cause::HolderCrashed), Some(&1), "{r:?}");
-    assert_eq!(r.lost.get(&Cause::DirectoryMoved), Some(&1), "{r:?}");
     // An acknowledged page never read back is a violation too.
     let mut h = Hand::new(&ids);
     h.put(stay[0], 1, 1);
     h.ev(Ev::Settled);
     assert_eq!(history::check(&h.0).violations.len(), 1);
+}
+
+#[test]
+fn checker_excuses_discarded_versions_and_duplicated_puts() {
+    let a = PageId::new(0, 1);
+    // A version moved on after a discard of it was acknowledged (it came back through a
+    // directory that never heard of the discard): a reader knowing the discard misses it.
+    let mut h = Hand::new(&[0, 1, 2]);
+    h.put(a, 5, 1);
+    h.op(0, OpKind::Discard, a, 5, 0, Some(Outcome::Discard(DiscardResult::Done)));
+    h.op(1, OpKind::Move, a, 5, 2, Some(Outcome::Stored));
+    h.ev(Ev::Settled);
+    h.miss(a);
+    let r = history::check(&h.0);
+    assert!(r.violations.is_empty(), "{r:?}");
+    assert_eq!(r.lost.get(&Cause::Discarded), Some(&1), "{r:?}");
+    // A newer put refused by a duplicate of its request, the copy an earlier delivery stored
+    // taken back by its runtime: the older acknowledged version is superseded and gone.
+    let put = |h: &mut Hand, slot: u16, v: u64, target: u16| {
+        let id = OpId { slot, generation: 1 };
+        h.0.issue(2, 1, 0, id, OpKind::Put, a, v, target);
+        id
+    };
+    for dup in [true, false] {
+        let mut h = Hand::new(&[0, 1, 2]);
+        let old = put(&mut h, 90, 1, 1);
+        let new = put(&mut h, 91, 2, 2);
+        if dup {
+            h.0.duplicated(0, new);
+        }
+        h.0.end(3, 1, 0, new, Outcome::NotStored(PutResult::Refused));
+        h.ev(Ev::DropLocal { node: 2, page: a });
+        h.0.end(3, 1, 0, old, Outcome::Stored);
+        h.ev(Ev::Settled);
+        h.miss(a);
+        let r = history::check(&h.0);
+        if dup {
+            assert!(r.violations.is_empty(), "{r:?}");
+            assert_eq!(r.lost.get(&Cause::TakenBack), Some(&1), "{r:?}");
+        } else {
+            assert_eq!(r.violations.len(), 1, "a refused put stored nothing: {r:?}");
+        }
+    }
 }

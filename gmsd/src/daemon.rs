@@ -395,6 +395,7 @@ pub fn stat(port: &GmsPort, live: &Liveness, control: &Control, ds: &DaemonStats
         puts_refused: ps.puts_refused,
         refused_here: gs.puts_refused,
         pages_dropped: port.node.host.pages_dropped,
+        reregistered: gs.reregistered,
         op_timeouts: gs.op_timeouts,
         failures_detected: ds.failures_detected,
         max_pass_gap_ms: ds.max_pass_gap.as_secs_f64() * 1e3,

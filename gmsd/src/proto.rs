@@ -492,6 +492,10 @@ pub struct Stat {
     /// Putpages this node refused as a target (budget).
     pub refused_here: u64,
     pub pages_dropped: u64,
+    /// Held pages registered again with a new directory node after a membership change
+    /// moved their directory (repair instead of dropping them).
+    #[serde(default)]
+    pub reregistered: u64,
     pub op_timeouts: u64,
     /// Peers declared dead by the heartbeat.
     pub failures_detected: u64,

@@ -6,17 +6,26 @@
 //! they came from. With one copy per page (replication `r` = 1), the checker's rules:
 //!
 //! - **(a) never stale, never foreign**: a getpage hit returns the bytes of its own page
-//!   at the version it claims, a version some write produced, and no older than the
-//!   newest put/move acknowledged (`Stored`) — or one past the newest discard acknowledged
-//!   (`Done`) — before the getpage was issued.
+//!   at the version it claims, a version some write produced, never older than the
+//!   version its reader knew (passed with the getpage: the reader's own acknowledged
+//!   writes and discards and its own reads), and no older than the newest put/move
+//!   acknowledged (`Stored`) — or one past the newest discard acknowledged (`Done`) —
+//!   before the getpage was issued. The one exception, counted (`stale_after_move`): a
+//!   reader that did not know of that write may read an older version if the page's
+//!   directory node changed since (a copy superseded while the old directory's word to
+//!   drop it died with it registers again with the new one).
 //! - **(b) nothing acknowledged lost**: after the faults stop and the cluster settles,
 //!   every page whose last acknowledged write is still in custody of nodes that never
-//!   crashed reads back at that version or newer. A page may read as a miss only for a
-//!   cause the r = 1 design allows ([`Cause`]): a node that held or may have held it
-//!   crashed; its directory node moved on a view change (survivors drop such copies); a
-//!   discard covering that version was issued after the write, raced it, or has an
-//!   unknown outcome (`Failed`: its request may still arrive); the runtime took the copy
-//!   back; or a moving read took the copy and did not keep it.
+//!   crashed reads back at that version or newer — a membership change moving the page's
+//!   directory is no excuse (survivors register their copies with the new directory). A
+//!   page may read as a miss only for a cause the r = 1 design allows ([`Cause`]): a node
+//!   that held or may have held it crashed (a newer write's target, or one of a write whose
+//!   outcome is unknown: `Failed`, or answered other than `Stored` after the network
+//!   duplicated its request, each delivery answered); a discard covering that version was
+//!   issued after the write, raced it, has an unknown outcome (`Failed`: its request may
+//!   still arrive), or was acknowledged before it (the version came back through a
+//!   directory that never heard of the discard, its own having died); the runtime took the
+//!   copy back; or a moving read took the copy and did not keep it.
 //! - **(c)** those legitimate losses are counted by cause.
 
 use super::OpKind;
@@ -68,11 +77,16 @@ pub struct Op {
     pub node: u16,
     pub kind: OpKind,
     pub page: PageId,
-    /// Put/move: the version written; discard: the version discarded.
+    /// Put/move: the version written; discard: the version discarded; getpage: the
+    /// version its reader knew (the oldest it takes).
     pub version: u64,
     pub target: u16,
     /// A getpage in a space with moving reads.
     pub moving: bool,
+    /// A put or move whose request the network delivered more than once (each delivery
+    /// is answered: the answer that ends it may be a later delivery's refusal while an
+    /// earlier one stored the copy).
+    pub duplicated: bool,
     pub issued: At,
     pub end: Option<(At, Outcome)>,
 }
@@ -112,6 +126,8 @@ pub struct History {
     pub events: Vec<(At, Ev)>,
     pub ops: Vec<Op>,
     open: HashMap<(u16, OpId), usize>,
+    /// Every operation of a node's incarnation by id, ended or not.
+    ids: HashMap<(u16, OpId), usize>,
 }
 
 impl History {
@@ -139,8 +155,9 @@ impl History {
         let i = self.ops.len();
         let moving = kind == OpKind::Get && page.space == super::MOVING_SPACE;
         let issued = self.at(t, step);
-        self.ops.push(Op { node, kind, page, version, target, moving, issued, end: None });
+        self.ops.push(Op { node, kind, page, version, target, moving, duplicated: false, issued, end: None });
         self.open.insert((node, id), i);
+        self.ids.insert((node, id), i);
         self.push(t, step, Ev::Issue(i));
     }
 
@@ -154,6 +171,14 @@ impl History {
     /// A node restarted: its unfinished operations never end (their ids may be reused).
     pub fn forget(&mut self, node: u16) {
         self.open.retain(|(n, _), _| *n != node);
+        self.ids.retain(|(n, _), _| *n != node);
+    }
+
+    /// The network delivered `node`'s put or move request `id` once more.
+    pub fn duplicated(&mut self, node: u16, id: OpId) {
+        if let Some(&i) = self.ids.get(&(node, id)) {
+            self.ops[i].duplicated = true;
+        }
     }
 
     /// Every event that concerns `page` (faults included), for a violation's report.
@@ -191,7 +216,6 @@ impl History {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Cause {
     HolderCrashed,
-    DirectoryMoved,
     Discarded,
     TakenBack,
     MovingRead,
@@ -216,13 +240,19 @@ pub struct Report {
     pub kept_at_risk: u64,
     pub reads_checked: u64,
     pub acked_writes: u64,
+    /// Reads older than a write acknowledged to another node, by a reader that did not
+    /// know of it, after the page's directory node changed (rule (a)'s exception).
+    pub stale_after_move: u64,
 }
 
 /// Custody of one page's last acknowledged write.
 #[derive(Default)]
 struct PageState {
-    /// (a): the newest acknowledged version (+1 after an acknowledged discard).
+    /// (a): the newest acknowledged version (+1 after an acknowledged discard), and when
+    /// the write or discard that set it was issued (history index: a directory that
+    /// moved while it was on its way may have recorded it and died).
     floor: u64,
+    floor_seq: usize,
     max_written: u64,
     /// The last acknowledged write: version, where it was acknowledged.
     acked: Option<(u64, At)>,
@@ -246,8 +276,7 @@ struct PageState {
 pub fn check(h: &History) -> Report {
     let mut r = Report::default();
     let mut pages: BTreeMap<PageId, PageState> = BTreeMap::new();
-    let mut floor_at_issue: HashMap<usize, u64> = HashMap::new();
-    let mut view: Vec<u16> = Vec::new();
+    let mut floor_at_issue: HashMap<usize, (u64, usize)> = HashMap::new();
     // Every view: (history index, members).
     let mut views: Vec<(usize, Vec<u16>)> = Vec::new();
     let mut settled = false;
@@ -260,7 +289,7 @@ pub fn check(h: &History) -> Report {
                 let st = pages.entry(o.page).or_default();
                 match o.kind {
                     OpKind::Get => {
-                        floor_at_issue.insert(*i, st.floor);
+                        floor_at_issue.insert(*i, (st.floor, st.floor_seq));
                         if o.moving {
                             st.open_moving_gets.insert(*i);
                             if st.acked.is_some() {
@@ -293,7 +322,8 @@ pub fn check(h: &History) -> Report {
                         st.open_moving_gets.remove(i);
                         if let Outcome::Hit { version, data, held } = out {
                             r.reads_checked += 1;
-                            let floor = floor_at_issue[i];
+                            let (floor, floor_seq) = floor_at_issue[i];
+                            let moved_since = moved(&views, &o.page, floor_seq);
                             let mut bad = |what: String| r.violations.push(Violation { at: *at, page: o.page, what });
                             if data != Some((o.page, version)) {
                                 bad(format!(
@@ -301,7 +331,15 @@ pub fn check(h: &History) -> Report {
                                     o.node, o.page
                                 ));
                             }
-                            if version < floor {
+                            if version < o.version {
+                                bad(format!(
+                                    "STALE: node {} read {:?} at version {version} (issued {}), \
+                                     older than version {} it knew of",
+                                    o.node, o.page, o.issued, o.version
+                                ));
+                            } else if version < floor && moved_since {
+                                r.stale_after_move += 1;
+                            } else if version < floor {
                                 bad(format!(
                                     "STALE: node {} read {:?} at version {version} (issued {}), \
                                      but version {floor} was acknowledged before",
@@ -330,18 +368,21 @@ pub fn check(h: &History) -> Report {
                     (OpKind::Put | OpKind::Move, Outcome::Stored) => {
                         st.open_writes.remove(i);
                         r.acked_writes += 1;
-                        st.floor = st.floor.max(o.version);
+                        if o.version > st.floor {
+                            st.floor = o.version;
+                            st.floor_seq = o.issued.seq;
+                        }
                         match st.acked {
                             Some((v, _)) if o.version < v => {}
                             Some((v, _)) if o.version == v => {
                                 // The same version acknowledged again (a put, and a move
                                 // of it): one more node that may hold it.
-                                let (holders, risk) = custody(h, st, *i, &last_crash, &views);
+                                let (holders, risk) = custody(h, st, *i, &last_crash);
                                 st.holders.extend(holders);
                                 st.risk.extend(risk);
                             }
                             _ => {
-                                let (holders, risk) = custody(h, st, *i, &last_crash, &views);
+                                let (holders, risk) = custody(h, st, *i, &last_crash);
                                 st.acked = Some((o.version, *at));
                                 st.holders = holders;
                                 st.risk = risk;
@@ -357,8 +398,9 @@ pub fn check(h: &History) -> Report {
                         if out != Outcome::Discard(DiscardResult::Failed) {
                             st.open_discards.remove(i);
                         }
-                        if out == Outcome::Discard(DiscardResult::Done) {
-                            st.floor = st.floor.max(o.version + 1);
+                        if out == Outcome::Discard(DiscardResult::Done) && o.version + 1 > st.floor {
+                            st.floor = o.version + 1;
+                            st.floor_seq = o.issued.seq;
                         }
                     }
                 }
@@ -371,15 +413,7 @@ pub fn check(h: &History) -> Report {
                     }
                 }
             }
-            Ev::View(ids) => {
-                for (p, st) in pages.iter_mut() {
-                    if st.acked.is_some() && !view.is_empty() && dir(&view, p) != dir(ids, p) {
-                        st.risk.insert(Cause::DirectoryMoved);
-                    }
-                }
-                view = ids.clone();
-                views.push((at.seq, ids.clone()));
-            }
+            Ev::View(ids) => views.push((at.seq, ids.clone())),
             Ev::Hold { node, page, version } => {
                 let st = pages.entry(*page).or_default();
                 st.max_written = st.max_written.max(*version);
@@ -416,6 +450,12 @@ pub fn check(h: &History) -> Report {
     r
 }
 
+/// Whether a view change after history index `since` moved `p`'s directory node.
+fn moved(views: &[(usize, Vec<u16>)], p: &PageId, since: usize) -> bool {
+    let first = views.iter().rposition(|(seq, _)| *seq <= since).unwrap_or(0);
+    views[first..].windows(2).any(|w| dir(&w[0].1, p) != dir(&w[1].1, p))
+}
+
 /// The directory node of `p` among `ids`.
 fn dir(ids: &[u16], p: &PageId) -> Option<u16> {
     let mut m = Members::<16>::new();
@@ -424,21 +464,24 @@ fn dir(ids: &[u16], p: &PageId) -> Option<u16> {
 }
 
 /// Who may hold page `o.page` once write `i` is acknowledged, and which causes already
-/// excuse its loss: the write's target, the targets of writes still open and of newer
-/// writes whose outcome is unknown (they supersede this copy wherever they went), pages
+/// excuse its loss: the write's target, the targets of writes still open and of writes of
+/// this version or newer whose outcome is unknown (a move of this very copy that ended
+/// `Failed` may have handed it over; a newer write supersedes it wherever it went; a write
+/// whose request was duplicated and that ended otherwise than `Stored` may have been stored
+/// by another delivery than the one answered), pages
 /// the runtime registered at a newer version, readers of moving reads in flight; each
 /// of them may have crashed or had the page taken back by its runtime since its write
-/// began (the acknowledgement was on its way), a discard may cover the version, or the
-/// directory may have moved meanwhile.
+/// began (the acknowledgement was on its way), or a discard may cover the version.
 fn custody(
     h: &History,
     st: &PageState,
     i: usize,
     last_crash: &HashMap<u16, usize>,
-    views: &[(usize, Vec<u16>)],
 ) -> (BTreeSet<u16>, BTreeSet<Cause>) {
     let o = &h.ops[i];
-    let unknown = |w: &Op| w.end.is_none_or(|e| e.1 == Outcome::NotStored(PutResult::Failed));
+    let unknown = |w: &Op| {
+        w.end.is_none_or(|e| e.1 == Outcome::NotStored(PutResult::Failed) || (w.duplicated && e.1 != Outcome::Stored))
+    };
     let mut may: Vec<(u16, usize)> = vec![(o.target, o.issued.seq)];
     may.extend(st.open_writes.iter().map(|&w| (h.ops[w].target, h.ops[w].issued.seq)));
     may.extend(st.open_moving_gets.iter().map(|&g| (h.ops[g].node, h.ops[g].issued.seq)));
@@ -447,7 +490,7 @@ fn custody(
         st.writes
             .iter()
             .map(|&w| &h.ops[w])
-            .filter(|w| w.version > o.version && unknown(w))
+            .filter(|w| w.version >= o.version && w.issued.seq != o.issued.seq && unknown(w))
             .map(|w| (w.target, w.issued.seq)),
     );
     let mut risk = BTreeSet::new();
@@ -457,24 +500,20 @@ fn custody(
     if may.iter().any(|&(n, seq)| st.drops.iter().any(|&(d, at)| d == n && at > seq)) {
         risk.insert(Cause::TakenBack);
     }
-    // A discard of this version or newer that had not ended when the write was issued
-    // (it raced the write: the directory may have applied it after the write's
-    // registration), or whose outcome is unknown.
-    let covering = |d: &Op| {
-        d.kind == OpKind::Discard
-            && d.page == o.page
-            && d.version >= o.version
-            && d.end.is_none_or(|e| e.0.seq > o.issued.seq || e.1 == Outcome::Discard(DiscardResult::Failed))
-    };
+    // A discard of this version or newer, whenever it was issued: one that had not ended
+    // when the write was issued raced it (the directory may have applied it after the
+    // write's registration), one that failed may still arrive, and one acknowledged before
+    // the write was issued discarded the version already — the write was accepted only
+    // because the directory that kept the discard's floor died meanwhile (the survivors
+    // registered their copies, a discarded one among them, with a new directory that
+    // never heard of the discard) or the floor was provisional and lapsed; a reader that
+    // knows of the discard refuses the version.
+    let covering = |d: &Op| d.kind == OpKind::Discard && d.page == o.page && d.version >= o.version;
     if st.open_discards.iter().any(|&d| h.ops[d].version >= o.version) || h.ops.iter().any(covering) {
         risk.insert(Cause::Discarded);
     }
     if !st.open_moving_gets.is_empty() {
         risk.insert(Cause::MovingRead);
-    }
-    let first = views.iter().rposition(|(seq, _)| *seq < o.issued.seq).unwrap_or(0);
-    if views[first..].windows(2).any(|w| dir(&w[0].1, &o.page) != dir(&w[1].1, &o.page)) {
-        risk.insert(Cause::DirectoryMoved);
     }
     (may.into_iter().map(|m| m.0).collect(), risk)
 }
@@ -501,7 +540,7 @@ fn judge_read_back(h: &History, r: &mut Report, st: &PageState, i: usize, at: At
                     page: o.page,
                     what: format!(
                         "LOST: {:?} version {v} was acknowledged at {acked_at} (held by {holders:?}, none of \
-                         which crashed; its directory never moved), but node {} read it back as {out:?}",
+                         which crashed), but node {} read it back as {out:?}",
                         o.page, o.node
                     ),
                 });

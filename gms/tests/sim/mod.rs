@@ -22,7 +22,7 @@
 
 pub mod history;
 
-use gms::ops::{GetStatus, OP_GETPAGE};
+use gms::ops::{GetStatus, OP_GETPAGE, OP_MOVEPAGE, OP_PUTPAGE};
 use gms::prelude::*;
 use netrpc::prelude::*;
 use netrpc::storage::Heap;
@@ -272,6 +272,10 @@ pub struct Sim {
     pub ops: HashMap<(u16, OpId), OpRec>,
     pub order: Vec<(u16, OpId)>,
     pub floor: HashMap<PageId, u64>,
+    /// What each node's runtime knows of a page (its own acknowledged writes and
+    /// discards, its own reads), as a block device knows the versions it wrote: its reads
+    /// take no older version. Forgotten on a restart.
+    pub known: HashMap<(u16, PageId), u64>,
     pub issued: HashMap<PageId, u64>,
     pub next_token: u64,
     /// Runtime frames to free once the transmits are drained (putpage sources).
@@ -288,6 +292,10 @@ pub struct Sim {
     /// Check every getpage's data and version as it completes (`false`: leave that to
     /// the history checker, which reports instead of panicking).
     pub strict: bool,
+    /// The membership changed at least once (a page's directory may have moved: a copy
+    /// superseded while the old directory's word to drop it died may be named again, and
+    /// read by a node that did not know the newer version).
+    pub view_changed: bool,
     /// A partition: each node's side (messages between sides are lost), if any.
     pub cut: Option<Vec<u8>>,
     /// Messages a partition dropped.
@@ -339,6 +347,7 @@ impl Sim {
             ops: HashMap::new(),
             order: Vec::new(),
             floor: HashMap::new(),
+            known: HashMap::new(),
             issued: HashMap::new(),
             next_token: 0x100,
             to_free: Vec::new(),
@@ -348,6 +357,7 @@ impl Sim {
             moved_seq: Default::default(),
             hist: Default::default(),
             strict: true,
+            view_changed: false,
             cut: None,
             cut_drops: 0,
             incarnation: vec![1; n],
@@ -466,6 +476,14 @@ impl Sim {
             OpResult::Discard(r) => history::Outcome::Discard(r),
         };
         self.hist.end(self.now, self.step, node, c.op, outcome);
+        let learnt = match c.result {
+            OpResult::Get(GetResult::Hit { version, .. }) => version.0,
+            OpResult::Put(PutResult::Stored { .. }) => rec.version,
+            OpResult::Discard(DiscardResult::Done) => rec.version + 1,
+            _ => 0,
+        };
+        let k = self.known.entry((node, page)).or_insert(0);
+        *k = (*k).max(learnt);
         let strict = self.strict;
         match (rec.kind, c.result) {
             (OpKind::Get, OpResult::Get(GetResult::Hit { version, frame, len, via, held })) => {
@@ -482,8 +500,9 @@ impl Sim {
                     }
                     assert_eq!((info.node, info.state), (node, FState::Live), "{ctx}: getpage frame {info:?}");
                 }
+                assert!(v >= rec.version, "{ctx}: STALE: getpage {rec:?} returned version {v}, older than it knew");
                 assert!(
-                    !strict || v >= rec.floor_at_issue,
+                    !strict || self.view_changed || v >= rec.floor_at_issue,
                     "{ctx}: STALE: getpage {rec:?} returned version {v}, a newer one was stored before it was issued"
                 );
                 assert!(
@@ -593,19 +612,22 @@ impl Sim {
         self.w.borrow_mut().ipt[node as usize].insert(token, frame);
         let mode = self.mode();
         let floor = self.floor.get(&page).copied().unwrap_or(0);
+        let known = self.known.get(&(node, page)).copied().unwrap_or(0);
         let i = node as usize;
         // Records first: a getpage may complete before it returns.
+        // A getpage's `version`: what the reader knew, the oldest version it takes.
         let rec = OpRec {
             node,
             kind: OpKind::Get,
             page,
-            version: 0,
+            version: known,
             floor_at_issue: floor,
             frame: Some(frame),
             target: 0,
             result: None,
         };
-        let r = self.nodes[i].getpage(self.now, &mut self.rpcs[i], page, ReplyTo::Solicited { token, frame }, mode);
+        let reply_to = ReplyTo::Solicited { token, frame };
+        let r = self.nodes[i].getpage_at_least(self.now, &mut self.rpcs[i], page, Version(known), reply_to, mode);
         self.after_issue(node, r, rec, Some(frame))
     }
 
@@ -736,6 +758,11 @@ impl Sim {
         let i = if self.k.reorder { self.rng.below(self.net.len() as u64) as usize } else { 0 };
         let msg = if faults && self.rng.pct(self.k.dup_pct) {
             self.cov.duplicated += 1;
+            let (h, body) = Header::parse(&self.net[i].ctrl).unwrap();
+            if h.op == OP_PUTPAGE || h.op == OP_MOVEPAGE {
+                let req: gms::ops::PutReq = netrpc::wire::Message::decode(body).unwrap();
+                self.hist.duplicated(self.net[i].src, req.tag);
+            }
             self.net[i].clone()
         } else {
             self.net.remove(i)
@@ -833,6 +860,7 @@ impl Sim {
             eprintln!("t={} node {node} declared failed", self.now);
         }
         self.failed[node as usize] = true;
+        self.view_changed = true;
         self.hist.push(self.now, self.step, history::Ev::Declared(node));
         for n in self.live() {
             let i = n as usize;
@@ -873,6 +901,7 @@ impl Sim {
         self.ops.retain(|(n, _), _| *n != node);
         self.order.retain(|(n, _)| *n != node);
         self.local_drops.retain(|(n, _)| *n != node);
+        self.known.retain(|(n, _), _| *n != node);
         self.hist.forget(node);
         self.incarnation[i] += 1;
         let cfg = gms_config(&self.k);
@@ -1060,7 +1089,8 @@ impl Sim {
             let live = self.live();
             let Some(r) = self.pick(&live) else { return };
             let d = self.nodes[r as usize].members().directory_of(&page).unwrap();
-            let named = self.nodes[d as usize].directory().lookup(&page);
+            let known = self.known.get(&(r, page)).copied().unwrap_or(0);
+            let named = self.nodes[d as usize].directory().lookup(&page).filter(|&(_, v)| v.0 >= known);
             let Some(op) = self.getpage(r, page) else { panic!("{ctx}: read-back getpage refused") };
             self.run_to_idle();
             let res = self.ops[&(r, op)].result.unwrap_or_else(|| panic!("{ctx}: read-back of {page:?} hangs"));

@@ -159,10 +159,10 @@ impl Shared {
         let core = self.core.lock();
         let (r, g) = (core.rpc.stats(), core.node.stats());
         pr_info!(
-            "node {} netrpc: calls={} served={} replies={} timeouts={} deferred={} foreign={}; gms: puts={} stored={} gets={} hits_2way={} hits_3way={} misses={} pages_stored={} refused={} held={} unentitled={}\n",
+            "node {} netrpc: calls={} served={} replies={} timeouts={} deferred={} foreign={}; gms: puts={} stored={} gets={} hits_2way={} hits_3way={} misses={} pages_stored={} refused={} held={} unentitled={} reregistered={}\n",
             self.node, r.calls, r.requests_served, r.replies, r.timeouts, r.deferred,
             r.foreign_replies + r.foreign_requests, g.puts, g.puts_stored, g.gets, g.hits_2way, g.hits_3way, g.misses,
-            g.pages_stored, g.puts_refused, core.node.held_count(), g.unentitled()
+            g.pages_stored, g.puts_refused, core.node.held_count(), g.unentitled(), g.reregistered
         );
     }
 }
