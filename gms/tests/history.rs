@@ -406,7 +406,7 @@ fn many(what: &str, n: u64, base: u64, long: bool) -> Totals {
 /// `GMS_HISTORY_BASE` (random unless set), in release mode:
 /// `cargo test -p trapeze-gms --release --test history long_run -- --ignored --nocapture`.
 #[test]
-#[ignore = "on demand: a long run (10 000 scenarios; a minute or two in release mode)"]
+#[ignore = "on demand: a long run (10 000 scenarios; about 11 s in release mode here)"]
 fn long_run() {
     let t = many("long run", scenario_count(10_000), base_seed(), true);
     assert_eq!(t.violations, 0, "{}; failing seeds {:x?}", t.summary(), t.failed_scenarios);
