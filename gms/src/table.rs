@@ -57,7 +57,7 @@ pub type InlineTable<K, V, const N: usize> = Table<K, V, Inline<Slot<K, V>, N>>;
 impl<K: Key, V: Copy, const N: usize> InlineTable<K, V, N> {
     /// An empty table of `N` inline slots.
     pub const fn new() -> Self {
-        Table { slots: Inline([None; N]), len: 0, kv: PhantomData }
+        Table::over(Inline([None; N]))
     }
 }
 

@@ -34,6 +34,7 @@ use clap::Parser;
 use gms::prelude::*;
 use rustix::fs::{Mode, OFlags};
 use serde_json::json;
+use std::borrow::Cow;
 use std::path::PathBuf;
 use std::time::Instant;
 use trapeze_node::gms::{page_pattern, Cluster, Got, ReadInto};
@@ -198,6 +199,26 @@ fn scan(c: &mut Cluster, depth: u32, pages: u64, expected: &[[u64; 8]]) -> anyho
     Ok((us, cpu))
 }
 
+/// Put pages `pages` of [`SPACE`] at version 1 from node 0 (`bytes(n)`: page `n`'s
+/// contents), at most 32 in flight, and wait for every answer: the puts that did not end
+/// `Stored`.
+pub(crate) fn put_round<'a>(
+    c: &mut Cluster,
+    pages: &[u64],
+    bytes: impl Fn(u64) -> Cow<'a, [u8]>,
+) -> anyhow::Result<Vec<(PageId, Version, PutResult)>> {
+    let log0 = c.ports[0].put_log.len();
+    for &n in pages {
+        while c.ports[0].in_flight() >= 32 {
+            c.poll();
+        }
+        c.ports[0].put(PageId::new(SPACE, n), Version(1), &bytes(n), None)?;
+    }
+    c.settle(0)?;
+    let failed = c.ports[0].put_log[log0..].iter().filter(|l| !matches!(l.2, PutResult::Stored { .. })).copied();
+    Ok(failed.collect())
+}
+
 /// Figures of one side (network memory or disk).
 struct Side {
     /// Rounds of the two-core bound (main network-memory side only).
@@ -228,17 +249,8 @@ fn bench_gms(
     // Load, putting again what a busy target refused (its update table was full).
     let mut todo: Vec<u64> = (0..a.pages).collect();
     for _round in 0..5 {
-        let log0 = c.ports[0].put_log.len();
-        for &n in &todo {
-            while c.ports[0].in_flight() >= 32 {
-                c.poll();
-            }
-            c.ports[0].put(PageId::new(SPACE, n), Version(1), &data[n as usize], None)?;
-        }
-        c.settle(0)?;
-        todo = c.ports[0].put_log[log0..]
+        todo = put_round(&mut c, &todo, |n| Cow::Borrowed(data[n as usize].as_slice()))?
             .iter()
-            .filter(|l| !matches!(l.2, PutResult::Stored { .. }))
             .map(|l| l.0.page)
             .collect();
         if todo.is_empty() {

@@ -8,9 +8,10 @@
 //! against its pattern (outside the timed call). `scale_p50_ratio` is the large
 //! cluster's p50 over the small one's.
 
-use super::{pct, Rand, SPACE};
+use super::{pct, put_round, Rand, SPACE};
 use anyhow::bail;
 use gms::prelude::*;
+use std::borrow::Cow;
 use std::time::Instant;
 use trapeze_node::gms::{page_pattern, Cluster, Got};
 
@@ -39,17 +40,8 @@ fn filled(pages: u64) -> anyhow::Result<Cluster> {
     let mut todo: Vec<u64> = (0..pages).collect();
     let mut last = Vec::new();
     for _round in 0..5 {
-        let log0 = c.ports[0].put_log.len();
-        for &n in &todo {
-            while c.ports[0].in_flight() >= 32 {
-                c.poll();
-            }
-            let p = PageId::new(SPACE, n);
-            c.ports[0].put(p, Version(1), &page_pattern(p, Version(1)), None)?;
-        }
-        c.settle(0)?;
-        last =
-            c.ports[0].put_log[log0..].iter().filter(|l| !matches!(l.2, PutResult::Stored { .. })).copied().collect();
+        // Each page's contents made as it is put: 8 GiB of them would not fit beside the cluster.
+        last = put_round(&mut c, &todo, |n| Cow::Owned(page_pattern(PageId::new(SPACE, n), Version(1))))?;
         c.ports[0].put_log.clear();
         // A put whose answer was lost may have stored the page after all (a retry then
         // finds it `Superseded`): what reads back right is stored.
