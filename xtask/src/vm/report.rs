@@ -227,6 +227,16 @@ pub(super) fn printable(line: &str) -> String {
     out.trim_end().to_string()
 }
 
+/// The console around its first kernel-trouble line (12 lines before, 40 after), so that an
+/// oops's trace is in the run's output even when a later run removes the console file.
+pub(super) fn trouble_context(console: &str) -> Vec<String> {
+    let lines: Vec<&str> = console.lines().collect();
+    let Some(first) = lines.iter().position(|l| KERNEL_TROUBLE.iter().any(|t| l.contains(t))) else {
+        return Vec::new();
+    };
+    lines[first.saturating_sub(12)..(first + 41).min(lines.len())].iter().map(|l| printable(l)).collect()
+}
+
 /// Console lines worth repeating in the summary.
 pub(super) fn interesting(l: &str) -> bool {
     [
@@ -248,6 +258,19 @@ pub(super) fn interesting(l: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn trouble_context_keeps_the_trace_after_the_first_trouble_line() {
+        assert!(trouble_context("boot\nfine\n").is_empty());
+        let mut console: String = (0..20).map(|i| format!("before {i}\n")).collect();
+        console.push_str("BUG: unable to handle page fault\nCall Trace:\n");
+        console.extend((0..60).map(|i| format!(" ? frame{i}+0x10\n")));
+        let ctx = trouble_context(&console);
+        assert_eq!(ctx.len(), 53);
+        assert_eq!(ctx[0], "before 8");
+        assert_eq!(ctx[12], "BUG: unable to handle page fault");
+        assert_eq!(ctx[14], " ? frame0+0x10");
+    }
 
     #[test]
     fn escapes_are_dropped_from_console_lines() {

@@ -9,7 +9,7 @@
 
 use super::cluster::{nic_args, setpriv_pdeathsig, stop_on_signals, Cluster, KillOn};
 use super::initramfs::{base64, build_initramfs};
-use super::report::{interesting, printable, yes_no, GuestReport, IVSHMEM_PCI_ID};
+use super::report::{interesting, printable, trouble_context, yes_no, GuestReport, IVSHMEM_PCI_ID};
 use super::runtime::{free_udp_ports, prune_stale, runtime_base, target_dir, which};
 use anyhow::{bail, ensure, Context};
 use std::fs;
@@ -238,6 +238,13 @@ impl Session {
             if summary {
                 for l in console.lines().filter(|l| interesting(l)) {
                     eprintln!("    | {}", printable(l));
+                }
+            }
+            let context = trouble_context(&console);
+            if !context.is_empty() {
+                eprintln!("  guest {}: the console around its first kernel-trouble line:", g.idx);
+                for l in &context {
+                    eprintln!("    ! {l}");
                 }
             }
             if !ok {
