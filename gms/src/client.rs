@@ -428,7 +428,7 @@ impl<
         } else {
             (HeldState::Registering, seq)
         };
-        let h = Held { frame, len, version, dirty, last_access: self.epoch, state, seq };
+        let h = Held { frame, len, version, dirty, last_access: self.epoch, state, seq, repair: false };
         if self.held.insert(page, h).is_err() {
             if local {
                 self.forget_site(page, version, seq);

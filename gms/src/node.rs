@@ -67,6 +67,9 @@ pub struct Held<F> {
     /// the claim its registration carries (the giver's identity after a hand-over, 0 for
     /// a put); once `Registered`, the identity the directory gave it.
     pub seq: u64,
+    /// Its directory node changed since it was named: the repair sweep registers it with
+    /// the new one ([`GmsNode::drive`]).
+    pub repair: bool,
 }
 
 /// One slot of the page-frame directory.
@@ -128,6 +131,8 @@ pub struct GmsNode<
     pub(super) scrub_at: u64,
     pub(super) scrub_dir: usize,
     pub(super) scrub_held: usize,
+    /// Where the repair sweep goes on looking for copies marked `repair` (`None`: none).
+    pub(super) repair_from: Option<usize>,
     pub(super) stats: GmsStats,
 }
 
@@ -179,6 +184,7 @@ impl<
             scrub_at: 0,
             scrub_dir: 0,
             scrub_held: 0,
+            repair_from: None,
             stats: GmsStats::ZERO,
         }
     }
@@ -288,7 +294,8 @@ impl<
             return Err(GmsError::Full);
         }
         let state = HeldState::Registering;
-        let h = Held { frame, len, version, dirty, last_access: self.epoch, state, seq: super::directory::FRESH };
+        let seq = super::directory::FRESH;
+        let h = Held { frame, len, version, dirty, last_access: self.epoch, state, seq, repair: false };
         self.held.insert(page, h).map_err(|_| GmsError::Full)?;
         self.register(page, None);
         Ok(())

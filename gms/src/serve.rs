@@ -368,6 +368,7 @@ impl<
             last_access: self.epoch,
             state: HeldState::Registering,
             seq,
+            repair: false,
         };
         match self.held.insert(page, h) {
             Ok(Some(old)) => self.host.dropped(page, old.frame, false),

@@ -30,6 +30,7 @@ impl<
         if now >= self.ops_deadline {
             self.drive_ops(now, rpc);
         }
+        self.repair_step();
         if !self.tasks_idle {
             self.drive_tasks(now, rpc);
             self.tasks_idle = self.tasks.iter().all(|t| t.state == TaskState::Free);

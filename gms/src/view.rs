@@ -156,6 +156,9 @@ impl<
     /// copies claim their identity; a registration in flight to the old directory is sent
     /// again to the new one. The new directory keeps the newest version it is told of (an
     /// older copy is refused, and its holder drops it) and, at one version, one copy.
+    ///
+    /// A node may hold far more moved copies than its task table has room for: they are
+    /// marked here and registered by the repair sweep as tasks free up.
     fn repair_moved<const C: usize, const K: usize, const X: usize>(
         &mut self,
         rpc: &mut Rpc<Self, F, C, K, X>,
@@ -177,14 +180,47 @@ impl<
             self.tasks[i].state = TaskState::Due(self.now);
             self.tasks_idle = false;
         }
-        let mut at = 0;
+        let mut marked = 0;
+        self.held.retain(|page, h| {
+            if moved(page) && h.state == HeldState::Registered {
+                h.repair = true;
+                marked += 1;
+            }
+            true
+        });
+        if marked > 0 {
+            self.stats.reregistered += marked;
+            self.repair_from = Some(0);
+            self.repair_step();
+        }
+    }
+
+    /// The repair sweep: register copies marked `repair` with their directory node, going
+    /// on from where it stopped, while the task table keeps a quarter of its room for
+    /// client operations (a put needs a task to register its copy).
+    pub(super) fn repair_step(&mut self) {
+        let reserve = TASKS / 4;
+        let mut at = match self.repair_from {
+            Some(at) => at,
+            None => return,
+        };
         while let Some((i, page, h)) = self.held.next_from(at) {
             at = i + 1;
-            if !moved(&page) || h.state != HeldState::Registered {
+            if !h.repair {
                 continue;
             }
-            self.stats.reregistered += 1;
-            if new.directory_of(&page) == Some(self.id) {
+            let local = self.members.directory_of(&page) == Some(self.id);
+            if !local && self.tasks.iter().filter(|t| t.state == TaskState::Free).count() <= reserve {
+                self.repair_from = Some(i);
+                return;
+            }
+            if let Some(h) = self.held.get_mut(&page) {
+                h.repair = false;
+            }
+            if h.state != HeldState::Registered {
+                continue;
+            }
+            if local {
                 let (status, seq) = self.apply_update(page, self.id, h.version, h.seq);
                 self.registered(page, h.version, h.seq, status, seq, None);
                 if self.held.get(&page).is_none() {
@@ -192,9 +228,9 @@ impl<
                     at = i;
                 }
             } else {
-                // No room in the task table: the scrub registers it later.
                 self.queue_task(TaskKind::Register, page, h.version, h.seq, self.id, None);
             }
         }
+        self.repair_from = None;
     }
 }

@@ -3,7 +3,8 @@
 //! 3-way, direct and local; putpage to the directory node and elsewhere; movepage;
 //! moving reads; discard; refusals; supersession; a crash with requests in flight; a copy
 //! taken back while registering; a copy handed over while its re-registration after a
-//! membership change is answered; a dead directory's drop of a copy registering again.
+//! membership change is answered; a dead directory's drop of a copy registering again;
+//! a repair with more moved copies than the task table holds.
 
 mod sim;
 
@@ -470,6 +471,36 @@ fn a_dead_directorys_drop_spares_a_copy_registering_again() {
     let get = s.getpage(3, p).unwrap();
     s.run_net();
     assert_eq!(hit(&s, 3, get).0, Version(1));
+    s.check_converged();
+    s.check_quiet();
+}
+
+#[test]
+fn repair_registers_more_moved_copies_than_the_task_table_holds_and_leaves_room_for_puts() {
+    let mut s = cluster(4, 64);
+    // Node 1 holds 40 pages whose directory is node 3: far more than its 16 tasks.
+    let pages: Vec<PageId> = (0..40).map(|k| s.page_with_dir(0, 3, k)).collect();
+    for &p in &pages {
+        let op = s.putpage(0, p, 1).unwrap();
+        s.run_net();
+        assert_eq!(put_result(&s, 0, op), PutResult::Stored { target: 1 });
+    }
+    s.crash(3);
+    s.declare_failed(3);
+    assert_eq!(s.nodes[1].stats().reregistered, 40);
+    // The sweep keeps a quarter of the task table free: a put to node 1 during the repair
+    // still registers its copy.
+    let fresh = (0..).map(|k| s.page_with_dir(1, 0, k)).find(|p| !pages.contains(p)).unwrap();
+    let put = s.putpage(0, fresh, 1).unwrap();
+    // No clock tick (the scrub never runs): every copy is named again by the sweep alone.
+    s.run_net();
+    assert_eq!(put_result(&s, 0, put), PutResult::Stored { target: 1 });
+    for &p in &pages {
+        let g = s.getpage(2, p).unwrap();
+        s.run_net();
+        assert_eq!(hit(&s, 2, g).0, Version(1), "page {p:?}");
+    }
+    s.settle();
     s.check_converged();
     s.check_quiet();
 }

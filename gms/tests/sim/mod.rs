@@ -40,9 +40,11 @@ pub const TASKS: usize = 16;
 pub const CALLS: usize = 32;
 pub type Node = GmsNode<Frame, TestHost, Heap, 8, OPS, TASKS, 16>;
 
-/// A node of this simulation: `HELD` pages, `DIR` directory entries.
+/// A node of this simulation: `HELD` pages (more if its budget is larger), `DIR` directory
+/// entries.
 fn make_node(id: u16, cfg: GmsConfig, w: &Rc<RefCell<World>>) -> Node {
-    GmsNode::with_capacity(id, cfg, TestHost { id, w: w.clone() }, HELD, DIR).expect("memory for a test node")
+    let held = cfg.budget.max(HELD);
+    GmsNode::with_capacity(id, cfg, TestHost { id, w: w.clone() }, held, DIR).expect("memory for a test node")
 }
 pub type Net = Rpc<Node, Frame, CALLS, 2, 64>;
 
