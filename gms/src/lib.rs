@@ -152,6 +152,7 @@ pub mod pending;
 pub mod placement;
 pub mod readahead;
 pub mod registration;
+pub mod replica;
 pub mod serve;
 pub mod slots;
 pub mod table;

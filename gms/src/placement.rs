@@ -148,16 +148,42 @@ impl<const M: usize> Placement<M> {
     /// plan's draw is held until its target has a slot. Counted in `lru.stats`
     /// (`puts_by_plan`, `puts_fallback`).
     pub fn pick(&mut self, now: u64, lru: &mut Lru, coordinator: Option<u16>) -> Option<(u16, Via)> {
+        self.pick_avoiding(now, lru, coordinator, &[])
+    }
+
+    /// [`Self::pick`] among the targets not in `avoid` (the nodes already holding the
+    /// other copies of a replicated page).
+    pub fn pick_avoiding(
+        &mut self,
+        now: u64,
+        lru: &mut Lru,
+        coordinator: Option<u16>,
+        avoid: &[u16],
+    ) -> Option<(u16, Via)> {
         let epoch = lru.plan().map(|p| p.epoch());
         if epoch != self.epoch {
             self.epoch = epoch;
             self.targets[..self.len].iter_mut().for_each(|t| t.refused_until = 0);
         }
-        let held = self.held.take().and_then(|n| self.index(n)).filter(|&i| self.fresh(i, now));
+        let allowed = |p: &Self, i: usize| !avoid.contains(&p.targets[i].node);
+        let held = match self.held.and_then(|n| self.index(n)) {
+            Some(i) if allowed(self, i) => {
+                self.held = None;
+                Some(i).filter(|&i| self.fresh(i, now))
+            }
+            // A held draw this put may not take waits for the next one.
+            Some(_) => None,
+            None => {
+                self.held = None;
+                None
+            }
+        };
         let drawn = match held {
             Some(i) => Some(i),
             None => {
-                let i = lru.choose_target(coordinator, |n| self.index(n).is_some_and(|i| self.fresh(i, now)));
+                let i = lru.choose_target(coordinator, |n| {
+                    self.index(n).is_some_and(|i| self.fresh(i, now) && allowed(self, i))
+                });
                 if i.is_some() {
                     lru.stats.puts_by_plan += 1;
                 }
@@ -172,7 +198,9 @@ impl<const M: usize> Placement<M> {
             }
             None => {
                 let load = |i: usize| self.targets[i].stored + u64::from(self.targets[i].in_flight);
-                let least = |ok: &dyn Fn(usize) -> bool| (0..self.len).filter(|&i| ok(i)).min_by_key(|&i| load(i));
+                let least = |ok: &dyn Fn(usize) -> bool| {
+                    (0..self.len).filter(|&i| allowed(self, i) && ok(i)).min_by_key(|&i| load(i))
+                };
                 let i = least(&|i| self.fresh(i, now) && self.has_slot(i)).or_else(|| least(&|i| self.has_slot(i)))?;
                 lru.stats.puts_fallback += 1;
                 let t = &mut self.targets[i];
@@ -222,6 +250,20 @@ impl<const M: usize> Placement<M> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_replica_avoids_the_nodes_holding_the_other_copies() {
+        let mut lru = Lru::new(0, crate::epochs::LruConfig::default());
+        let mut p = Placement::<4>::new(u32::MAX);
+        p.set_targets([1, 2, 3]);
+        for _ in 0..20 {
+            let (a, _) = p.pick(0, &mut lru, None).unwrap();
+            let (b, _) = p.pick_avoiding(0, &mut lru, None, &[a]).unwrap();
+            let (c, _) = p.pick_avoiding(0, &mut lru, None, &[a, b]).unwrap();
+            assert!(a != b && b != c && a != c, "{a} {b} {c}");
+        }
+        assert_eq!(p.pick_avoiding(0, &mut lru, None, &[1, 2, 3]), None, "every target avoided");
+    }
 
     #[test]
     fn refusals_cap_and_membership() {
