@@ -3,29 +3,30 @@
 # kernel-crate/guest/suite.sh — the guest suite, `cargo xtask vm suite` (a stage of
 # `cargo xtask test`). Three guests, all GMS members 0,1,2 (gms_nodes=0,1,2):
 #
-# * B (guest 1) and C (guest 2) are servers: they load trapeze.ko with budgets of 768 and
-#   256 pages and store what A puts (placed by the global LRU's plan: about 3:1). C is SIGKILLed by the host mid-run (QEMU and its NIC) when
-#   A prints "trapeze-suite: KILL node 2". B unloads once A has gone silent (it declared
-#   node 0 failed: A unloaded), bounded.
-# * A (guest 0) loads it with /dev/gms0 on the GMS backend ($disk_pages pages, no module
-#   read-ahead: every read that reaches the disk is a getpage) and checks:
+# * B (guest 1) and C (guest 2) are servers: they load trapeze.ko with budgets of 768
+#   pages and store what A puts; A keeps two copies of every page (gms_replicas=2), so
+#   each holds one. C is SIGKILLed by the host mid-run (QEMU and its NIC) when A prints
+#   "trapeze-suite: KILL node 2". B unloads once A has gone silent (it declared node 0
+#   failed: A unloaded), bounded.
+# * A (guest 0) loads it with /dev/gms0 on the GMS backend ($disk_pages pages, two copies
+#   of each, no module read-ahead: every read that reaches the disk is a getpage) and
+#   checks:
 #   1. the file system: mke2fs (ext2, 4 KiB blocks) on the first 3 MiB, mount, files of
 #      random data (1 MiB, 512 KiB, 300 KiB and a small one), md5sums, sync, umount, drop
 #      the kernel's caches (the module caches nothing), mount again, md5sums verified —
 #      and the disk's counters show the pages were read from the disk, i.e. fetched from
 #      B and C (the only place a written page exists);
-#   2. placement: the pages A put so far went to B and C as the global LRU's plans drew
-#      them (A's counters: plans adopted, targets drawn by plan, pages stored at each
-#      node): B, with three times C's free frames, stored at least twice as many;
+#   2. replicas: every page A put so far is stored on both B and C, no write had fewer
+#      copies, and puts were placed by the global LRU's plan;
 #   3. 64 probe pages past the file system, written one at a time with O_DIRECT, read back
-#      O_DIRECT and verified; A's counters say how many of them C stored;
+#      O_DIRECT and verified;
 #   4. the failure case: A asks the host to kill C, with a reader looping over the probe
-#      pages in flight; C must be declared failed (bounded), the reader must end (no
-#      hang), then each probe page is read once (O_DIRECT, each read bounded by
-#      `timeout`): every page reads back correctly or fails with an I/O error (never
-#      wrong bytes); 5 s later the pages that failed are read again, and exactly those C
-#      stored must still fail: every page of B's reads back (B registers those whose GMS
-#      directory node was C again with their new directory node: repair);
+#      pages and a writer rewriting 32 other pages (new bytes each pass) in flight; C must
+#      be declared failed (bounded), the reader and writer must end (no hang) with no
+#      write error, the writer's last pass reads back intact, and each probe page is read
+#      once (O_DIRECT, each read bounded by `timeout`): every one reads back correctly,
+#      from B's copy where C's is gone (the reads that went on to the second replica are
+#      counted);
 #   5. unload: rmmod while a reader loops over the disk (rmmod is refused while the disk
 #      is open, so it is retried until it lands between two reads; then the reader sees no
 #      disk), then reload with a silent member and unload_inflight=8 (NetRPC echo calls
@@ -38,8 +39,9 @@ k=${trapeze_guest:-0}
 ko=/lib/modules/trapeze.ko
 members=0,1,2
 budget=512
-# B and C: unequal budgets, so the global LRU's weights differ (3:1).
-budget_of() { case $1 in 1) echo 768 ;; 2) echo 256 ;; *) echo "$budget" ;; esac; }
+# B and C each hold a copy of every page A writes (gms_replicas=2, two servers).
+budget_of() { case $1 in 1) echo 768 ;; 2) echo 768 ;; *) echo "$budget" ;; esac; }
+replicas=2
 disk_pages=1024
 dev=/dev/gms0
 passes=0
@@ -70,7 +72,7 @@ if [ "$k" != 0 ]; then
 fi
 
 # ---- guest A ----------------------------------------------------------------------
-insmod "$ko" node=0 gms_nodes="$members" gms_budget_pages="$budget" gms_disk_pages="$disk_pages" ||
+insmod "$ko" node=0 gms_nodes="$members" gms_budget_pages="$budget" gms_disk_pages="$disk_pages" gms_replicas="$replicas" ||
     { say "FAIL insmod"; say "0 passed, 1 failed"; exit 1; }
 check "module loaded, $dev on GMS ($disk_pages pages)" [ -b "$dev" ]
 [ -b "$dev" ] || { say "$passes passed, $fails failed"; rmmod trapeze; exit 1; }
@@ -126,14 +128,15 @@ if [ "$mounted" = yes ]; then
     [ "$mounted" = yes ] && umount /mnt
 fi
 
-# 2. Placement so far (the file system's pages and the first writes).
+# 2. Placement so far (the file system's pages and the first writes): with two replicas
+# and two servers, every page stored on each.
 b1=$(tstat disk_puts_stored_at_node_1)
 c1=$(tstat disk_puts_stored_at_node_2)
-say "placement: B stored $b1 pages, C $c1; plans adopted $(tstat lru_plans), targets by plan $(tstat lru_puts_by_plan), round robin $(tstat lru_puts_fallback)"
+say "placement: B stored $b1 pages, C $c1; plans adopted $(tstat lru_plans), targets by plan $(tstat lru_puts_by_plan), least loaded $(tstat lru_puts_fallback)"
 placed=no
-[ "$(tstat lru_plans)" -ge 1 ] && [ "$(tstat lru_puts_by_plan)" -gt "$(tstat lru_puts_fallback)" ] &&
-    [ "$c1" -ge 1 ] && [ "$b1" -ge $((2 * c1)) ] && placed=yes
-check "placement follows the global LRU's plan: B (768 pages of budget) stored $b1, C (256) $c1, at least twice as many" \
+[ "$(tstat lru_plans)" -ge 1 ] && [ "$(tstat lru_puts_by_plan)" -ge 1 ] && [ "$c1" -ge 400 ] && [ "$b1" = "$c1" ] &&
+    [ "$(tstat disk_under_replicated)" = 0 ] && placed=yes
+check "replicas: every page A wrote is stored on both B and C (B $b1, C $c1; puts placed by the global LRU's plan: $(tstat lru_puts_by_plan))" \
     [ "$placed" = yes ]
 
 # 3. Probe pages 900..963, one O_DIRECT write each.
@@ -155,8 +158,10 @@ pc=$(( $(tstat disk_puts_stored_at_node_2) - c1 ))
 pb=$(( $(tstat disk_puts_stored_at_node_1) - b1 ))
 say "probe pages: B stored $pb, C $pc"
 
-# 4. Kill C with reads in flight.
-rm -f /tmp/reader.stop /tmp/reader.done
+# 4. Kill C with reads and writes in flight: a reader loops over the probe pages, a writer
+# writes the 32 pages after them (964..995) again and again, new bytes each pass, and
+# remembers the last pass that completed.
+rm -f /tmp/reader.stop /tmp/reader.done /tmp/writer.done /tmp/wd.last
 (
     n=0
     while [ ! -e /tmp/reader.stop ]; do
@@ -165,17 +170,41 @@ rm -f /tmp/reader.stop /tmp/reader.done
     done
     echo "$n" > /tmp/reader.done
 ) &
+wbase=964
+(
+    n=0; werr=0
+    while [ ! -e /tmp/reader.stop ]; do
+        head -c $((32 * 4096)) /dev/urandom > /tmp/wd
+        if dd if=/tmp/wd of="$dev" bs=4k seek="$wbase" count=32 oflag=direct conv=notrunc 2>/dev/null; then
+            mv /tmp/wd /tmp/wd.last
+        else
+            werr=$((werr + 1))
+        fi
+        n=$((n + 1))
+    done
+    echo "$n $werr" > /tmp/writer.done
+) &
 sleep 1
 tk=$(now)
 say "KILL node 2 now (the host SIGKILLs guest 2's QEMU and NIC)"
 t=0
 while ! dmesg | grep -q "gms: node 2 silent" && [ "$t" -lt 300 ]; do sleep 0.1; t=$((t + 1)); done
 check "failure case: node 2 declared failed $(since "$tk") s after the kill request" logged "gms: node 2 silent"
+# The writer keeps going for 3 s after the failure (C no longer a target).
+sleep 3
 touch /tmp/reader.stop
 t=0
-while [ ! -e /tmp/reader.done ] && [ "$t" -lt 600 ]; do sleep 0.1; t=$((t + 1)); done
+while { [ ! -e /tmp/reader.done ] || [ ! -e /tmp/writer.done ]; } && [ "$t" -lt 600 ]; do sleep 0.1; t=$((t + 1)); done
 check "failure case: the reader in flight during the kill ended ($(cat /tmp/reader.done 2>/dev/null || echo '?') passes), no hang" \
     [ -e /tmp/reader.done ]
+set -- $(cat /tmp/writer.done 2>/dev/null || echo "? ?")
+wpasses=$1; werrs=$2
+wok=no
+[ "$werrs" = 0 ] && [ -e /tmp/wd.last ] &&
+    dd if="$dev" of=/tmp/wd.back bs=4k skip="$wbase" count=32 iflag=direct 2>/dev/null &&
+    cmp -s /tmp/wd.last /tmp/wd.back && wok=yes
+check "failure case: the writer across the kill: $wpasses passes of 32 pages, $werrs with an I/O error, the last pass read back intact ($(tstat disk_under_replicated) writes stored with one copy once C was gone)" \
+    [ "$wok" = yes ]
 # Each probe page once, bounded: EIO or the right bytes.
 eio=0; ok=0; bad=0; hung=0; other=0
 slow=0
@@ -202,24 +231,14 @@ done
 say "after the kill: $ok pages ok, $eio EIO (C stored $pc), $bad wrong bytes, $hung timed out, $other other errors; slowest read ${slow} s"
 check "failure case: no read hung (each bounded by 40 s; slowest ${slow} s), none returned wrong bytes" \
     [ "$hung$bad$other" = 000 ]
-# Repair: B registers its copies whose directory was C with their new directory once B
-# too has declared C failed, which may come after A's reads above (a read does not wait
-# for repair yet: issue 16). A second look 5 s later must find every page of B's.
-sleep 5
-still=0; again=0
-for i in $failed_pages; do
-    if dd if="$dev" of=/tmp/pg bs=4k count=1 skip=$((base + i)) iflag=direct 2>/dev/null; then
-        dd if=/tmp/probe of=/tmp/want bs=4k count=1 skip="$i" 2>/dev/null
-        if cmp -s /tmp/pg /tmp/want; then again=$((again + 1)); else bad=$((bad + 1)); fi
-    else
-        still=$((still + 1)); say "page $((base + i)): still fails 5 s later"
-    fi
-done
-say "failure case: of the $eio pages that failed, $again read back 5 s later and $still still fail (C stored $pc, B $pb)"
-lost=no
-[ "$still" = "$pc" ] && [ "$bad" = 0 ] && [ "$pb" -ge 1 ] && [ $((eio + ok)) = "$np" ] && lost=yes
-check "failure case: only the $pc pages C held fail ($still still failing 5 s after the kill's reads), every page B held reads back correctly (repair)" \
-    [ "$lost" = yes ]
+# Every page has its other copy on B: none may fail. (B registers its copies whose
+# directory was C with their new directory, repair, so the second replica of a page whose
+# directory was C is found too.)
+for i in $failed_pages; do say "page $((base + i)): I/O error"; done
+kept=no
+[ "$ok" = "$np" ] && [ "$(tstat disk_replica_fallbacks)" -ge 1 ] && kept=yes
+check "failure case: every probe page reads back correctly from its copy on B ($ok of $np, $eio I/O errors; $(tstat disk_replica_fallbacks) reads went on to the second replica)" \
+    [ "$kept" = yes ]
 say "disk stats: $(tr '\n' ' ' < /sys/module/trapeze/parameters/gms_disk_stats)"
 
 # 5. Unload under load: a reader loops over the disk; rmmod is refused while it has the

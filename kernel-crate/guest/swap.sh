@@ -73,7 +73,8 @@ if [ "$k" != 0 ]; then
 fi
 
 # ---- guest A ----------------------------------------------------------------------
-insmod "$ko" node=0 gms_nodes="$members" gms_fail_ms="$fail_ms" gms_disk_pages="$disk_pages" ||
+# One copy of each page: the servers' budgets hold the disk once.
+insmod "$ko" node=0 gms_nodes="$members" gms_fail_ms="$fail_ms" gms_disk_pages="$disk_pages" gms_replicas=1 ||
     { say "FAIL insmod"; say "0 passed, 1 failed"; exit 1; }
 check "module loaded, $dev on GMS ($disk_pages pages)" [ -b "$dev" ]
 [ -b "$dev" ] || { finish; rmmod trapeze; exit 1; }

@@ -2,21 +2,32 @@
 //! The GMS backend of the block device `/dev/gms0` (K1b's [`crate::blk`]): disk page `p`
 //! (4 KiB) is GMS page `(DISK_SPACE, p)`, stored in the other members' memory.
 //!
-//! * **write** → putpage, write-through: the page's bytes go into a frame and one-way to
-//!   a target member chosen by `gms::placement` (the global LRU's plan, in proportion to the
+//! * **Replicas** (`gms_replicas=`, `gms::replica`): each page is kept as `r` GMS pages
+//!   (replica `k` in its own space) on `r` distinct members, with a version each
+//!   ([`DiskState::versions`]) and the member holding it ([`DiskState::targets`]).
+//! * **write** → putpage of replica 0, then of each next replica once the one before is
+//!   stored, write-through: the page's bytes go into a frame and one-way to a target
+//!   member chosen by `gms::placement` (the global LRU's plan, in proportion to the
 //!   members' free frames and oldest pages; the least loaded target before the first
-//!   plan, or when the member drawn does not take puts); the write completes when the target
-//!   stored it and the directory named it (`PutResult::Stored`). A target that refuses
-//!   (its budget full) is skipped for `gms::placement::REFUSED_NS` and the page put again at another;
-//!   only when every target refused lately the write ends with an I/O error. A put that
-//!   got no answer in time or met a membership change (`Failed`, `WrongView`: the outcome
-//!   is unknown) is put again, up to [`MAX_TRIES`] tries; any other failure is an I/O
-//!   error. Each put bumps the page's version, kept here ([`DiskState::versions`]).
-//! * **read** → a page never written reads as zeros (no network); otherwise getpage into a
-//!   solicited frame: a hit at the version of the last write (or newer) fills the page. A
-//!   getpage that got no answer (a lost or late message, a malformed reply) is tried again,
-//!   up to [`MAX_TRIES`] tries; a miss (no node holds the page) or an older version is an
-//!   I/O error (the data was written and is gone).
+//!   plan, or when the member drawn does not take puts), avoiding the members holding the
+//!   page's other replicas; the write completes when its last replica is stored and named
+//!   by its directory (`PutResult::Stored`). A target that refuses (its budget full) is
+//!   skipped for `gms::placement::REFUSED_NS` and the replica put again at another; only
+//!   when every target refused lately the write ends with an I/O error. A put that got no
+//!   answer in time or met a membership change (`Failed`, `WrongView`: the outcome is
+//!   unknown) is put again for up to [`WRITE_RETRY_NS`] (a target still in an older view,
+//!   or busy with an older copy of the page, after [`RETRY_DELAY_NS`]); any other failure
+//!   is an I/O error.
+//!   With fewer live members than replicas (after failures) the write completes with the
+//!   copies it could place (counted, `disk_under_replicated`), and the replicas it could
+//!   not place move on a version, so an older copy of them is never read as current.
+//!   Each put bumps its replica's version.
+//! * **read** → a page never written reads as zeros (no network); otherwise getpage of
+//!   replica 0 into a solicited frame: a hit at the version of that replica's last write
+//!   (or newer) fills the page. A getpage that got no answer (a lost or late message, a
+//!   malformed reply) is tried again, up to [`MAX_TRIES`] tries; a miss (no node holds
+//!   it) or an older version goes on to the next replica (`disk_replica_fallbacks`), and
+//!   only when the last one misses is it an I/O error (every copy is gone).
 //! * Nothing waits: `read`/`write` (blk-mq's `queue_rq`, atomic context) queue the page
 //!   and issue what GMS has room for; completions arrive on the receive path (IRQ thread,
 //!   core spinlock held) and wait in the runtime's host until the driver settles the
@@ -48,6 +59,7 @@ use crate::tpz::gms::cache::{Cached, PageCache};
 use crate::tpz::gms::placement::{Outcome, Placement};
 use crate::tpz::gms::prelude::*;
 use crate::tpz::gms::readahead::{self, Decision, ReadAhead};
+use crate::tpz::gms::replica::MAX_REPLICAS;
 use kernel::prelude::*;
 
 mod issue;
@@ -86,9 +98,20 @@ static CACHE_TEMPLATE: Template<PageCache<Frame, CACHE_SLOTS>> = Template::new(P
 const WAITERS: usize = 256;
 /// Pages finished under the core lock, completed after it is released.
 const FINISHED: usize = 1024;
-/// Tries of a page whose operation failed for want of an answer (a lost or late message,
-/// a membership change) before its request ends with an I/O error.
+/// Tries of a read whose getpage failed for want of an answer (a lost or late message, a
+/// membership change) before it goes on to the next replica, or ends with an I/O error.
 const MAX_TRIES: u8 = 3;
+/// How long a write's replica is put again after a put that got no answer, met another
+/// view, or found its target busy with an older copy: longer than a dead member takes to
+/// be declared failed (then it is no longer a target) and the survivors to agree on the
+/// view, shorter than blk-mq's 30 s deadline.
+const WRITE_RETRY_NS: u64 = 12_000_000_000;
+/// The wait before a put that met another view or a busy target goes again.
+const RETRY_DELAY_NS: u64 = 100_000_000;
+/// Pages waiting out [`RETRY_DELAY_NS`] at most (more go again at once).
+const DELAYED: usize = 64;
+/// Write failures whose cause is logged (the counters count them all).
+const WRITE_FAILURES_LOGGED: u32 = 16;
 const RA_STREAMS: usize = 4;
 const RA_PENDING: usize = 64;
 pub(crate) const MAX_READAHEAD: u32 = 32;
@@ -111,12 +134,16 @@ struct InFlight {
     op: OpId,
     /// Tries before this one (a page whose message was lost is tried again).
     tries: u8,
+    /// A write's replica: when its first put failed (ns; 0: none failed yet).
+    since: u64,
     /// `None` once teardown failed the page (the operation still owns `frame`).
     io: Option<PageIo>,
     frame: Frame,
     write: bool,
     /// The member a write was put to.
     target: u16,
+    /// Which replica of the page this operation writes or reads.
+    replica: u8,
     version: u64,
     /// Read-ahead recorded this fetch as pending (report it to `ra.complete`).
     ra: bool,
@@ -124,17 +151,45 @@ struct InFlight {
     prefetch: bool,
 }
 
-/// The disk's state on the host (under the core spinlock).
-/// A page in the backlog: (page, io, write, recorded as pending by read-ahead, tries so far).
-type Waiting = (u64, PageIo, bool, bool, u8);
+/// A page in the backlog.
+struct Waiting {
+    page: u64,
+    io: PageIo,
+    write: bool,
+    /// Recorded as pending by read-ahead.
+    ra: bool,
+    /// Tries of this replica so far.
+    tries: u8,
+    /// A write's replica: when its first put failed (ns; 0: none failed yet).
+    since: u64,
+    /// The replica to write (a write puts them in turn) or to read (a read goes on to the
+    /// next when one misses).
+    replica: u8,
+}
 
+impl Waiting {
+    fn new(page: u64, io: PageIo, write: bool, ra: bool) -> Self {
+        Waiting { page, io, write, ra, tries: 0, since: 0, replica: 0 }
+    }
+}
+
+/// No replica put yet.
+const NO_TARGET: u16 = u16::MAX;
+
+/// The disk's state on the host (under the core spinlock).
 pub(crate) struct DiskState {
-    /// Version of each page's last write (0: never written).
+    /// Copies kept of each page (`gms::replica`), on distinct members.
+    replicas: u8,
+    /// Version of each replica's last write, at `page * replicas + k` (0: never written).
     versions: KVVec<u64>,
+    /// The member holding each replica, at the same index ([`NO_TARGET`]: none).
+    targets: KVVec<u16>,
     /// By GMS operation slot.
     in_flight: KVec<Option<InFlight>>,
     /// Pages waiting for an operation slot or a frame: a ring.
     backlog: KVec<Option<Waiting>>,
+    /// Writes going again after [`RETRY_DELAY_NS`]: (when, the page).
+    delayed: KVec<Option<(u64, Waiting)>>,
     head: usize,
     queued: usize,
     /// Where puts go: the global LRU's plan over the targets that take puts.
@@ -153,12 +208,13 @@ pub(crate) struct DiskState {
 }
 
 impl DiskState {
-    /// A disk of `pages` pages putting to `targets` (the other members), reading `depth`
-    /// pages ahead (0: no read-ahead).
-    pub(crate) fn new(pages: u64, targets: &[u16], depth: u32) -> Result<Self> {
-        if targets.is_empty() || targets.len() > MEMBERS {
+    /// A disk of `pages` pages putting `replicas` copies of each to `targets` (the other
+    /// members), reading `depth` pages ahead (0: no read-ahead).
+    pub(crate) fn new(pages: u64, targets: &[u16], replicas: u8, depth: u32) -> Result<Self> {
+        if targets.is_empty() || targets.len() > MEMBERS || !(1..=MAX_REPLICAS).contains(&replicas) {
             return Err(EINVAL);
         }
+        let slots = usize::try_from(pages).ok().and_then(|p| p.checked_mul(usize::from(replicas))).ok_or(EINVAL)?;
         // ~10 KiB: copied from the module image, not built on the stack.
         let mut cache = CACHE_TEMPLATE.copy()?;
         cache.set_capacity(if depth > 0 { CACHE_PAGES } else { 0 }, |_| {});
@@ -172,6 +228,10 @@ impl DiskState {
         for _ in 0..BACKLOG {
             backlog.push(None, GFP_KERNEL)?;
         }
+        let mut delayed = KVec::with_capacity(DELAYED, GFP_KERNEL)?;
+        for _ in 0..DELAYED {
+            delayed.push(None, GFP_KERNEL)?;
+        }
         let mut waiting = KVec::with_capacity(WAITERS, GFP_KERNEL)?;
         for _ in 0..WAITERS {
             waiting.push(None, GFP_KERNEL)?;
@@ -182,9 +242,12 @@ impl DiskState {
             finished.push(None, GFP_KERNEL)?;
         }
         Ok(Self {
-            versions: KVVec::from_elem(0u64, usize::try_from(pages).map_err(|_| EINVAL)?, GFP_KERNEL)?,
+            replicas,
+            versions: KVVec::from_elem(0u64, slots, GFP_KERNEL)?,
+            targets: KVVec::from_elem(NO_TARGET, slots, GFP_KERNEL)?,
             in_flight,
             backlog,
+            delayed,
             head: 0,
             queued: 0,
             placement,
@@ -213,26 +276,94 @@ impl DiskState {
         }
     }
 
-    fn push(&mut self, page: u64, io: PageIo, write: bool, ra: bool) -> core::result::Result<(), PageIo> {
-        self.push_try(page, io, write, ra, 0)
+    /// Where replica `k` of `page` keeps its version and target (`None`: past the disk).
+    fn at(&self, page: u64, k: u8) -> Option<usize> {
+        let r = usize::from(self.replicas);
+        let i = usize::try_from(page).ok()?.checked_mul(r)?.checked_add(usize::from(k))?;
+        (usize::from(k) < r && i < self.versions.len()).then_some(i)
     }
 
-    /// Queue a page whose operation was tried `tries` times already.
-    fn push_try(
-        &mut self,
-        page: u64,
-        io: PageIo,
-        write: bool,
-        ra: bool,
-        tries: u8,
-    ) -> core::result::Result<(), PageIo> {
+    /// The version of `page`'s last write (its first replica's; 0: never written, `None`:
+    /// past the disk).
+    fn version(&self, page: u64) -> Option<u64> {
+        self.at(page, 0).map(|i| self.versions[i])
+    }
+
+    /// Queue a page (its request's page, or its next replica, or a retry); the page is
+    /// handed back if the backlog is full.
+    fn push(&mut self, w: Waiting) -> core::result::Result<(), PageIo> {
         if self.queued == self.backlog.len() {
-            return Err(io);
+            return Err(w.io);
         }
         let i = (self.head + self.queued) % self.backlog.len();
-        self.backlog[i] = Some((page, io, write, ra, tries));
+        self.backlog[i] = Some(w);
         self.queued += 1;
         Ok(())
+    }
+
+    /// Queue `w` or fail its page.
+    fn push_or_fail(&mut self, w: Waiting) {
+        if let Err(io) = self.push(w) {
+            self.fail(io);
+        }
+    }
+
+    /// Put a write's replica again (its put ended `why`), after [`RETRY_DELAY_NS`] if
+    /// `later`, unless it has been failing for [`WRITE_RETRY_NS`] (an I/O error).
+    fn retry_write(&mut self, mut w: Waiting, later: bool, now: u64, why: core::fmt::Arguments<'_>) {
+        if w.since == 0 {
+            w.since = now;
+        }
+        if now.saturating_sub(w.since) >= WRITE_RETRY_NS {
+            write_failed(w.page, w.replica, why);
+            self.fail(w.io);
+            return;
+        }
+        self.counters.retries += 1;
+        w.tries = w.tries.saturating_add(1);
+        match self.delayed.iter_mut().find(|s| s.is_none()) {
+            Some(slot) if later => *slot = Some((now + RETRY_DELAY_NS, w)),
+            _ => self.push_or_fail(w),
+        }
+    }
+
+    /// Queue the delayed writes that are due.
+    fn release_due(&mut self, now: u64) {
+        for i in 0..self.delayed.len() {
+            if self.delayed[i].as_ref().is_some_and(|(at, _)| *at <= now) {
+                if let Some((_, w)) = self.delayed[i].take() {
+                    self.push_or_fail(w);
+                }
+            }
+        }
+    }
+
+    /// A write of `page` found no member for replica `k` and the ones after it (fewer live
+    /// targets than replicas): it completes with the `k` copies stored, and those replicas'
+    /// versions move on, so an older copy of them is never read as current.
+    fn under_replicated(&mut self, page: u64, k: u8, io: PageIo) {
+        for j in k..self.replicas {
+            if let Some(i) = self.at(page, j) {
+                self.versions[i] += 1;
+                self.targets[i] = NO_TARGET;
+            }
+        }
+        crate::stats::STATS.disk_under_replicated.inc();
+        self.counters.writes_ok += 1;
+        self.finish(io, Ok(()));
+    }
+
+    /// A read of `page` found its replica missing or stale: readers parked on it are
+    /// queued as plain reads, and `next` (the read, at the next replica) is queued.
+    fn next_replica(&mut self, page: u64, ra: bool, next: Option<Waiting>) {
+        self.wake(page, None);
+        if ra {
+            let _ = self.ra.complete(DISK_SPACE, page, false);
+        }
+        if let Some(w) = next {
+            crate::stats::STATS.disk_replica_fallbacks.inc();
+            self.push_or_fail(w);
+        }
     }
 
     /// The cached copy of `page` at `version` or newer.
@@ -274,16 +405,12 @@ impl DiskState {
                     }
                     self.finish(io, r);
                 }
-                None => {
-                    if let Err(io) = self.push(page, io, false, false) {
-                        self.fail(io);
-                    }
-                }
+                None => self.push_or_fail(Waiting::new(page, io, false, false)),
             }
         }
     }
 
-    fn pop(&mut self) -> Option<(u64, PageIo, bool, bool, u8)> {
+    fn pop(&mut self) -> Option<Waiting> {
         if self.queued == 0 {
             return None;
         }
@@ -326,8 +453,14 @@ impl DiskState {
     /// their frames until GMS finishes them.
     pub(crate) fn fail_all(&mut self) -> usize {
         let mut n = 0;
-        while let Some((_, io, ..)) = self.pop() {
-            self.fail(io);
+        for i in 0..self.delayed.len() {
+            if let Some((_, w)) = self.delayed[i].take() {
+                self.fail(w.io);
+                n += 1;
+            }
+        }
+        while let Some(w) = self.pop() {
+            self.fail(w.io);
             n += 1;
         }
         for i in 0..self.waiting.len() {
@@ -372,41 +505,79 @@ fn complete(host: &mut KHost, disk: &mut Option<DiskState>, done: &Completion<Fr
         }
         _ => false,
     };
+    // The same page again: the next replica, or this one tried again.
+    let again = |io: PageIo, write: bool, tries: u8, replica: u8| Waiting {
+        page,
+        io,
+        write,
+        ra: false,
+        tries,
+        since: 0,
+        replica,
+    };
+    // A read whose replica missed or was stale goes on to the next one.
+    let next_replica = !f.write && f.io.is_some() && f.replica + 1 < d.replicas;
+    let want = f.version;
+    let stale = move |version: Version, len: u32| version.0 < want || (len as usize) < PAGE_BYTES;
     let (verdict, retire, release) = match done.result {
         OpResult::Put(PutResult::Stored { .. }) if f.write => {
             if let Some(c) = crate::stats::PUTS_TO.get(usize::from(f.target)) {
                 c.inc();
             }
+            if let Some(i) = d.at(page, f.replica) {
+                d.targets[i] = f.target;
+            }
+            // The write completes when its last replica is stored.
+            if f.replica + 1 < d.replicas {
+                if let Some(io) = f.io {
+                    d.push_or_fail(again(io, true, 0, f.replica + 1));
+                }
+                host.retire(f.frame);
+                return true;
+            }
             (Ok(()), Some(f.frame), None)
         }
         // A target whose budget is full: put the page again at another, unless every
         // target refused lately (the cluster is full: the write fails).
-        OpResult::Put(PutResult::Refused) if f.write && f.io.is_some() && elsewhere => {
+        OpResult::Put(PutResult::Refused) if f.write && f.replica == 0 && elsewhere => {
             if let Some(io) = f.io {
-                if let Err(io) = d.push(page, io, true, false) {
-                    d.fail(io);
-                }
+                d.push_or_fail(again(io, true, 0, f.replica));
             }
             host.retire(f.frame);
             return true;
         }
         // No answer in time, or the membership changed: the outcome is unknown, so the
-        // page is put again (a new version), a few times.
-        OpResult::Put(PutResult::Failed | PutResult::WrongView)
-            if f.write && f.io.is_some() && f.tries + 1 < MAX_TRIES =>
+        // page is put again (a new version). A target in another view, or (a later replica,
+        // which must avoid the others' members) refusing while busy with an older copy,
+        // is asked again a little later.
+        OpResult::Put(r @ (PutResult::Failed | PutResult::WrongView | PutResult::Refused))
+            if f.write && f.io.is_some() && (f.replica > 0 || r != PutResult::Refused) =>
         {
             if let Some(io) = f.io {
-                d.counters.retries += 1;
-                if let Err(io) = d.push_try(page, io, true, false, f.tries + 1) {
-                    d.fail(io);
-                }
+                let w = Waiting { since: f.since, ..again(io, true, f.tries, f.replica) };
+                let why = format_args!("{:?} from node {} after {} tries", r, f.target, f.tries + 1);
+                d.retry_write(w, r != PutResult::Failed, now_ns(), why);
             }
             host.retire(f.frame);
             return true;
         }
-        OpResult::Put(_) => (Err(EIO), Some(f.frame), None),
+        OpResult::Get(GetResult::Hit { version, frame, len, held, .. }) if next_replica && stale(version, len) => {
+            d.next_replica(page, f.ra, f.io.map(|io| again(io, false, 0, f.replica + 1)));
+            host.release(if held { f.frame } else { frame });
+            return true;
+        }
+        OpResult::Put(r) => {
+            if f.io.is_some() {
+                write_failed(
+                    page,
+                    f.replica,
+                    format_args!("{:?} from node {} after {} tries", r, f.target, f.tries + 1),
+                );
+            }
+            (Err(EIO), Some(f.frame), None)
+        }
         OpResult::Get(GetResult::Hit { version, frame, len, held, .. }) if !f.write => {
-            let good = version.0 >= f.version && (len as usize) >= PAGE_BYTES;
+            let good = !stale(version, len);
             let r = if !good {
                 Err(EIO)
             } else {
@@ -426,7 +597,7 @@ fn complete(host: &mut KHost, disk: &mut Option<DiskState>, done: &Completion<Fr
                 if f.ra {
                     let _ = d.ra.complete(DISK_SPACE, page, good);
                 }
-                let current = d.versions.get(page as usize).is_some_and(|&v| version.0 >= v);
+                let current = d.version(page).is_some_and(|v| version.0 >= v);
                 cache_it = f.prefetch && good && current && !held && d.ra_on;
             }
             if cache_it {
@@ -456,10 +627,15 @@ fn complete(host: &mut KHost, disk: &mut Option<DiskState>, done: &Completion<Fr
             }
             if let Some(io) = f.io {
                 d.counters.retries += 1;
-                if let Err(io) = d.push_try(page, io, false, false, f.tries + 1) {
-                    d.fail(io);
-                }
+                d.push_or_fail(again(io, false, f.tries + 1, f.replica));
             }
+            if let Some(fr) = frame {
+                host.release(fr);
+            }
+            return true;
+        }
+        OpResult::Get(GetResult::Miss { frame, .. }) if next_replica => {
+            d.next_replica(page, f.ra, f.io.map(|io| again(io, false, 0, f.replica + 1)));
             if let Some(fr) = frame {
                 host.release(fr);
             }
@@ -501,6 +677,15 @@ fn complete(host: &mut KHost, disk: &mut Option<DiskState>, done: &Completion<Fr
     true
 }
 
+/// Log why a write of `page` (its replica `k`) ends with an I/O error: the first
+/// [`WRITE_FAILURES_LOGGED`] of them after the load.
+pub(super) fn write_failed(page: u64, k: u8, why: core::fmt::Arguments<'_>) {
+    static LOGGED: core::sync::atomic::AtomicU32 = core::sync::atomic::AtomicU32::new(0);
+    if LOGGED.fetch_add(1, core::sync::atomic::Ordering::Relaxed) < WRITE_FAILURES_LOGGED {
+        pr_warn!("gms0: write of page {} (replica {}) failed: {}\n", page, k, why);
+    }
+}
+
 /// Copy a frame's first page into a read's request.
 fn fill_from(io: &PageIo, buf: &DmaBuf) -> Result {
     let mut chunk = [0u8; 256];
@@ -531,7 +716,7 @@ pub(crate) fn submit(c: &mut DiskCore, page: u64, io: PageIo, write: bool, closi
             d.fail(io);
             return false;
         }
-        match d.versions.get(page as usize) {
+        match d.version(page) {
             None => {
                 d.fail(io);
                 return false;
@@ -554,7 +739,7 @@ pub(crate) fn submit(c: &mut DiskCore, page: u64, io: PageIo, write: bool, closi
                 c.node.host.release(f);
             }
         } else if d.ra_on {
-            let v = d.versions.get(page as usize).copied().unwrap_or(0);
+            let v = d.version(page).unwrap_or(0);
             let hit = d.cached(page, v);
             match d.ra.on_access(DISK_SPACE, page, hit.is_some()) {
                 Decision::Hit => {
@@ -577,19 +762,16 @@ pub(crate) fn submit(c: &mut DiskCore, page: u64, io: PageIo, write: bool, closi
                         return issue_prefetches(c, now_ns());
                     }
                 }
-                Decision::WaitFor(_) => match d.park(page, io) {
-                    Ok(()) => return false,
-                    Err(back) => {
-                        if let Err(io) = d.push(page, back, false, false) {
-                            d.fail(io);
-                        }
-                        return false;
+                Decision::WaitFor(_) => {
+                    if let Err(back) = d.park(page, io) {
+                        d.push_or_fail(Waiting::new(page, back, false, false));
                     }
-                },
+                    return false;
+                }
                 Decision::Fetch(id) => ra = id.is_some(),
             }
             let Some(d) = c.client.as_mut() else { return false };
-            if let Err(io) = d.push(page, io, write, ra) {
+            if let Err(io) = d.push(Waiting::new(page, io, write, ra)) {
                 if ra {
                     let _ = d.ra.complete(DISK_SPACE, page, false);
                 }
@@ -599,7 +781,7 @@ pub(crate) fn submit(c: &mut DiskCore, page: u64, io: PageIo, write: bool, closi
             return issue(c, now_ns());
         }
         let Some(d) = c.client.as_mut() else { return false };
-        if let Err(io) = d.push(page, io, write, ra) {
+        if let Err(io) = d.push(Waiting::new(page, io, write, ra)) {
             d.fail(io);
             return false;
         }

@@ -80,6 +80,8 @@ counters! {
     lru_plans: "global-LRU epoch plans adopted",
     lru_puts_by_plan: "/dev/gms0 putpage targets drawn from the global LRU's plan",
     lru_puts_fallback: "/dev/gms0 putpage targets chosen least loaded (no plan yet, or no usable target drawn)",
+    disk_replica_fallbacks: "/dev/gms0 reads that went on to the next replica (the one before missed or was stale)",
+    disk_under_replicated: "/dev/gms0 writes stored with fewer copies than gms_replicas (fewer live members to hold them)",
     inflight_failed: "calls still in flight at unload whose continuation ran with an error",
 }
 

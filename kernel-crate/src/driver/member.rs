@@ -153,7 +153,7 @@ impl Shared {
     /// `/dev/gms0` with `pages` pages on the GMS backend, putting to the other members.
     pub(super) fn gms_disk(&self, this: &Arc<Dev>, pages: u64) -> Result<crate::blk::GmsDisk> {
         let mut targets = [0u16; net::MEMBERS];
-        let n = {
+        let (n, replicas) = {
             let mut core = self.core.lock();
             let mut n = 0;
             for &m in core.node.members().ids().iter().filter(|&&m| m != self.node) {
@@ -165,18 +165,28 @@ impl Shared {
                 return Err(EINVAL);
             }
             drop(core);
+            let replicas = params::gms_replicas(n + 1);
+            if usize::from(replicas) > n {
+                pr_err!("gms_replicas={} needs that many other GMS members; gms_nodes= lists {}\n", replicas, n);
+                return Err(EINVAL);
+            }
             let depth = u32::try_from(params::GMS_DISK_READAHEAD.get()).unwrap_or(0);
-            let state = DiskState::new(pages, &targets[..n], depth)?;
+            let state = DiskState::new(pages, &targets[..n], replicas, depth)?;
             core = self.core.lock();
             core.client = Some(state);
-            n
+            (n, replicas)
         };
         let backend: Arc<dyn crate::blk::PageBackend> = Arc::new(GmsBackend(this.clone()), GFP_KERNEL)?;
         let disk = crate::blk::GmsDisk::new(pages, backend);
         if disk.is_err() {
             self.core.lock().client = None;
         }
-        pr_info!("/dev/gms0: {} pages on GMS, written through to {} other member(s)\n", pages, n);
+        pr_info!(
+            "/dev/gms0: {} pages on GMS, written through to {} other member(s), {} copies of each\n",
+            pages,
+            n,
+            replicas
+        );
         disk
     }
 }

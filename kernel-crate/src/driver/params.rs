@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! The driver's module parameters (`node=`, `gms_nodes=`, `gms_budget_pages=`,
-//! `gms_dir_pages=`, `gms_fail_ms=`, `gms_disk_pages=`, `gms_disk_readahead=`), in a `__param` table of
-//! their own.
+//! `gms_dir_pages=`, `gms_fail_ms=`, `gms_disk_pages=`, `gms_disk_readahead=`,
+//! `gms_replicas=`), in a `__param` table of their own.
 
 use crate::sys::param::{charp_entry, int_entry, modinfo, param_table, IntParam, StrParam};
+use crate::tpz::gms::replica::{default_replicas, MAX_REPLICAS};
 use kernel::prelude::*;
 
 /// Every parameter in its range, or the load is refused with a line naming the parameter,
@@ -15,6 +16,7 @@ pub(crate) fn check() -> Result {
     let max_disk_pages = crate::blk::MAX_DISK_MB * 1024 * 1024 / crate::blk::PAGE_BYTES as u64;
     in_range("gms_disk_pages", GMS_DISK_PAGES.get(), 0, max_disk_pages as i64)?;
     in_range("gms_disk_readahead", GMS_DISK_READAHEAD.get(), 0, i64::from(crate::gms_backend::MAX_READAHEAD))?;
+    in_range("gms_replicas", GMS_REPLICAS.get(), 0, i64::from(MAX_REPLICAS))?;
     gms_fail_ms().map(|_| ())
 }
 
@@ -33,6 +35,16 @@ pub(crate) fn gms_budget_pages() -> usize {
 pub(crate) fn gms_dir_pages() -> usize {
     match usize::try_from(GMS_DIR_PAGES.get()).unwrap_or(0) {
         0 => (2 * gms_budget_pages()).max(16_384),
+        n => n,
+    }
+}
+
+/// `gms_replicas=`, checked by [`check`]: copies of each `/dev/gms0` page among `members`
+/// GMS members (this node included); 0 (default): two once there are three members, else
+/// one (`gms::replica::default_replicas`).
+pub(crate) fn gms_replicas(members: usize) -> u8 {
+    match u8::try_from(GMS_REPLICAS.get()).unwrap_or(0) {
+        0 => default_replicas(members),
         n => n,
     }
 }
@@ -83,8 +95,11 @@ pub(super) static GMS_DISK_READAHEAD: IntParam = IntParam::new(0);
 /// declared failed (ms; default 3000, `FAIL_MS_MIN ..= FAIL_MS_MAX`). Loaded hosts
 /// running TCG guests give more (`cargo xtask bench vm` gives 10000).
 pub(super) static GMS_FAIL_MS: IntParam = IntParam::new(3000);
+/// `gms_replicas=`: copies of each `/dev/gms0` page, each on its own member (0, default:
+/// two with three members or more, else one; at most 4).
+pub(super) static GMS_REPLICAS: IntParam = IntParam::new(0);
 
-param_table!(PARAMS: 7 = [
+param_table!(PARAMS: 8 = [
     int_entry(c"node", &NODE, &crate::THIS_MODULE),
     charp_entry(c"gms_nodes", &GMS_NODES, &crate::THIS_MODULE),
     int_entry(c"gms_budget_pages", &GMS_BUDGET_PAGES, &crate::THIS_MODULE),
@@ -92,6 +107,7 @@ param_table!(PARAMS: 7 = [
     int_entry(c"gms_disk_pages", &GMS_DISK_PAGES, &crate::THIS_MODULE),
     int_entry(c"gms_disk_readahead", &GMS_DISK_READAHEAD, &crate::THIS_MODULE),
     int_entry(c"gms_fail_ms", &GMS_FAIL_MS, &crate::THIS_MODULE),
+    int_entry(c"gms_replicas", &GMS_REPLICAS, &crate::THIS_MODULE),
 ]);
 
 modinfo!(PARMTYPE_NODE, "parmtype=node:int\0");
@@ -116,4 +132,9 @@ modinfo!(PARMTYPE_GMS_FAIL_MS, "parmtype=gms_fail_ms:int\0");
 modinfo!(
     PARM_GMS_FAIL_MS,
     "parm=gms_fail_ms:a GMS member silent this long (ms) is declared failed (default 3000, 2000..=60000)\0"
+);
+modinfo!(PARMTYPE_GMS_REPLICAS, "parmtype=gms_replicas:int\0");
+modinfo!(
+    PARM_GMS_REPLICAS,
+    "parm=gms_replicas:copies of each /dev/gms0 page, each on its own member (default 0: 2 with 3 members or more, else 1; at most 4)\0"
 );

@@ -3,12 +3,13 @@
 //! and getpages, the prefetches read-ahead wants, and what happens to a page that could
 //! not be issued.
 
-use super::{complete, DiskCore, DiskState, InFlight, DISK_SPACE, OPS_RESERVE};
+use super::{complete, write_failed, DiskCore, DiskState, InFlight, Waiting, DISK_SPACE, NO_TARGET, OPS_RESERVE};
 use crate::blk::{PageIo, PAGE_BYTES};
 use crate::net::OPS;
 use crate::sys::dma::DmaBuf;
 use crate::tpz::gms::placement::{Outcome, Via};
 use crate::tpz::gms::prelude::*;
+use crate::tpz::gms::replica::{replica, MAX_REPLICAS};
 use crate::tpz::netrpc::prelude::Mode;
 use kernel::prelude::*;
 
@@ -30,6 +31,9 @@ pub(crate) fn issue(core: &mut DiskCore, now: u64) -> bool {
 
 pub(super) fn issue_disk(core: &mut DiskCore, now: u64) -> bool {
     let mut issued = false;
+    if let Some(d) = core.client.as_mut() {
+        d.release_due(now);
+    }
     loop {
         let c = &mut *core;
         let coordinator = c.node.lru_coordinator();
@@ -38,15 +42,30 @@ pub(super) fn issue_disk(core: &mut DiskCore, now: u64) -> bool {
             return issued;
         }
         let Some(d) = c.client.as_mut() else { return issued };
-        let Some((page, io, write, ra, tries)) = d.pop() else { return issued };
-        let id = PageId::new(DISK_SPACE, page);
-        let Some(v) = d.versions.get(page as usize).copied() else {
+        let Some(Waiting { page, io, write, ra, tries, since, replica: k }) = d.pop() else { return issued };
+        let id = replica(PageId::new(DISK_SPACE, page), k);
+        let Some(at) = d.at(page, k) else {
             d.fail(io);
             continue;
         };
+        let v = d.versions[at];
         if write {
-            let Some((target, via)) = d.placement.pick(now, &mut c.lru, coordinator) else {
-                d.fail(io);
+            // The other replicas' holders are avoided: each copy on its own member.
+            let mut avoid = [NO_TARGET; MAX_REPLICAS as usize];
+            for j in 0..k {
+                if let Some(i) = d.at(page, j) {
+                    avoid[usize::from(j)] = d.targets[i];
+                }
+            }
+            let avoid = &avoid[..usize::from(k)];
+            let Some((target, via)) = d.placement.pick_avoiding(now, &mut c.lru, coordinator, avoid) else {
+                if k > 0 && d.placement.targets().all(|t| avoid.contains(&t)) {
+                    // Fewer live targets than replicas: the write is stored with `k` copies.
+                    d.under_replicated(page, k, io);
+                } else {
+                    write_failed(page, k, format_args!("no target"));
+                    d.fail(io);
+                }
                 continue;
             };
             match via {
@@ -60,6 +79,7 @@ pub(super) fn issue_disk(core: &mut DiskCore, now: u64) -> bool {
                     c.node.host.release(f);
                 }
                 unpick(c, target, now);
+                write_failed(page, k, format_args!("no frame, or the request ended"));
                 fail_io(c, io);
                 continue;
             };
@@ -78,10 +98,12 @@ pub(super) fn issue_disk(core: &mut DiskCore, now: u64) -> bool {
                 Ok(op) => {
                     let d = c.client.as_mut();
                     if let Some(d) = d {
-                        d.versions[page as usize] = nv;
+                        d.versions[at] = nv;
                         d.in_flight[usize::from(op.slot)] = Some(InFlight {
                             tries,
+                            since,
                             target,
+                            replica: k,
                             op,
                             io: Some(io),
                             frame: f,
@@ -93,13 +115,28 @@ pub(super) fn issue_disk(core: &mut DiskCore, now: u64) -> bool {
                     }
                     issued = true;
                 }
-                Err(_) => {
+                Err(e) => {
                     c.node.host.release(f);
                     unpick(c, target, now);
+                    write_failed(page, k, format_args!("putpage to node {}: {:?}", target, e));
                     fail_io(c, io);
                 }
             }
         } else {
+            if v == 0 {
+                // This replica was never stored (its write found no member for it).
+                if k + 1 < d.replicas {
+                    d.next_replica(
+                        page,
+                        ra,
+                        Some(Waiting { page, io, write, ra: false, tries: 0, since: 0, replica: k + 1 }),
+                    );
+                } else {
+                    d.next_replica(page, ra, None);
+                    d.fail(io);
+                }
+                continue;
+            }
             let Some(reply_to) = c.node.host.solicit() else {
                 fail_read(c, page, io, ra);
                 continue;
@@ -116,7 +153,9 @@ pub(super) fn issue_disk(core: &mut DiskCore, now: u64) -> bool {
                     if let Some(d) = c.client.as_mut() {
                         d.in_flight[slot] = Some(InFlight {
                             tries,
+                            since: 0,
                             target: 0,
+                            replica: k,
                             op,
                             io: Some(io),
                             frame: f,
@@ -171,7 +210,9 @@ pub(super) fn issue_prefetches(core: &mut DiskCore, now: u64) -> bool {
                 if let Some(d) = c.client.as_mut() {
                     d.in_flight[usize::from(op.slot)] = Some(InFlight {
                         tries: 0,
+                        since: 0,
                         target: 0,
+                        replica: 0,
                         op,
                         io: None,
                         frame: f,

@@ -75,7 +75,7 @@ pub(super) fn suite_summary(console: &str) -> Vec<String> {
     for (item, keys) in [
         ("module load", &["module loaded", "servers B and C"][..]),
         ("data verified", &["mke2fs", "mount -t ext2", "files written", "data verified", "probe pages"][..]),
-        ("placement", &["placement follows"][..]),
+        ("replicas", &["replicas: every page"][..]),
         ("failure case", &["failure case"][..]),
         ("clean unload", &["clean unload"][..]),
     ] {

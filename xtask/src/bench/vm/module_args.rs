@@ -40,7 +40,8 @@ pub(super) fn disk_is_ram_backed(ko: &[u8]) -> bool {
 /// guests' memory: they get budgets that hold the whole disk with a quarter to spare,
 /// which must fit `MAX_BUDGET_PAGES` each, and guest 0 reads ahead `readahead` pages
 /// (`gms_disk_readahead`, if the module has it and `extra` does not set it). Without it,
-/// `gms_disk_mb` (RAM backend). Every guest gets `gms_fail_ms=BENCH_FAIL_MS` (if the
+/// `gms_disk_mb` (RAM backend). Guest 0 keeps one copy of each page (`gms_replicas=1`, if
+/// the module has it and `extra` does not set it). Every guest gets `gms_fail_ms=BENCH_FAIL_MS` (if the
 /// module has it and `extra` does not set it).
 pub(super) fn gms_args(
     params: &[String],
@@ -94,6 +95,11 @@ pub(super) fn gms_args(
                         && !extra.iter().any(|e| e.starts_with("gms_disk_readahead="))
                     {
                         a.push(format!("gms_disk_readahead={readahead}"));
+                    }
+                    // One copy of each page, as NBD's server keeps one (the budgets above
+                    // hold one).
+                    if has("gms_replicas") && !extra.iter().any(|e| e.starts_with("gms_replicas=")) {
+                        a.push("gms_replicas=1".to_string());
                     }
                 } else {
                     a.push(format!("gms_disk_mb={disk_mb}"));
