@@ -28,10 +28,14 @@
 //!   refused (`Superseded`: the mover keeps its copy), and a drop of the old one (from a
 //!   directory that died) does not cover it.
 //! - **discardpage**: the directory forgets the page; its holder drops it.
+//! - **Replicas** ([`replica`]): a writer that wants `r` copies puts `r` GMS pages (replica
+//!   `k` in a derived space) to `r` distinct targets and reads the next when one misses;
+//!   the core itself keeps one copy per GMS page.
 //! - **Failures**: calls time out into clean misses; a failed node's entries are removed;
-//!   on every membership change, survivors register the copies whose directory node
-//!   moved with the new one (repair, counted in [`types::GmsStats::reregistered`]; it
-//!   keeps the newest version it is told of); background updates are retried until
+//!   on every membership change, survivors mark the copies whose directory node moved
+//!   and a sweep registers them with the new one as the task table frees up (repair,
+//!   counted in [`types::GmsStats::reregistered`]; the new directory keeps the newest
+//!   version it is told of); background updates are retried until
 //!   answered and a slow scrub re-checks entries and copies, so the directory converges.
 //!   Versions (and tombstones that keep a version floor after an entry is removed) make
 //!   sure a getpage never returns a version older than the newest completed putpage while
