@@ -123,8 +123,11 @@ pub(super) fn issue_disk(core: &mut DiskCore, now: u64) -> bool {
                 }
             }
         } else {
-            if v == 0 {
-                // This replica was never stored (its write found no member for it).
+            // A replica never stored (its write found no member for it), or whose holder
+            // has been declared failed, is not asked for while another one is left.
+            let holder = d.targets[at];
+            let gone = holder != NO_TARGET && !d.placement.targets().any(|t| t == holder);
+            if v == 0 || (gone && k + 1 < d.replicas) {
                 if k + 1 < d.replicas {
                     d.next_replica(
                         page,
