@@ -3,11 +3,11 @@
 # kernel-crate/guest/suite.sh — the guest suite, `cargo xtask vm suite` (a stage of
 # `cargo xtask test`). Three guests, all GMS members 0,1,2 (gms_nodes=0,1,2):
 #
-# * B (guest 1) and C (guest 2) are servers: they load trapeze.ko with budgets of 768
-#   pages and store what A puts; A keeps two copies of every page (gms_replicas=2), so
-#   each holds one. C is SIGKILLed by the host mid-run (QEMU and its NIC) when A prints
-#   "trapeze-suite: KILL node 2". B unloads once A has gone silent (it declared node 0
-#   failed: A unloaded), bounded.
+# * B (guest 1), C (guest 2) and D (guest 3) are servers: they load trapeze.ko with
+#   budgets of 768 pages and store what A puts; A keeps two copies of every page
+#   (gms_replicas=2) on two of them. C is SIGKILLed by the host mid-run (QEMU and its
+#   NIC) when A prints "trapeze-suite: KILL node 2". B and D unload once A has gone silent
+#   (they declared node 0 failed: A unloaded), bounded.
 # * A (guest 0) loads it with /dev/gms0 on the GMS backend ($disk_pages pages, two copies
 #   of each, no module read-ahead: every read that reaches the disk is a getpage) and
 #   checks:
@@ -16,8 +16,8 @@
 #      the kernel's caches (the module caches nothing), mount again, md5sums verified —
 #      and the disk's counters show the pages were read from the disk, i.e. fetched from
 #      B and C (the only place a written page exists);
-#   2. replicas: every page A put so far is stored on both B and C, no write had fewer
-#      copies, and puts were placed by the global LRU's plan;
+#   2. replicas: every page A put so far is stored twice, on two of B, C and D, no write
+#      had fewer copies, and puts were placed by the global LRU's plan;
 #   3. 64 probe pages past the file system, written one at a time with O_DIRECT, read back
 #      O_DIRECT and verified;
 #   4. the failure case: A asks the host to kill C, with a reader looping over the probe
@@ -25,8 +25,9 @@
 #      be declared failed (bounded), the reader and writer must end (no hang) with no
 #      write error, the writer's last pass reads back intact, and each probe page is read
 #      once (O_DIRECT, each read bounded by `timeout`): every one reads back correctly,
-#      from B's copy where C's is gone (the reads that went on to the second replica are
-#      counted);
+#      from its other copy where C's is gone (the reads that went on to the second
+#      replica are counted), and re-replication copied at least the probe pages' replicas
+#      C held to B or D, none failing;
 #   5. unload: rmmod while a reader loops over the disk (rmmod is refused while the disk
 #      is open, so it is retried until it lands between two reads; then the reader sees no
 #      disk), then reload with a silent member and unload_inflight=8 (NetRPC echo calls
@@ -37,10 +38,10 @@
 say() { echo "trapeze-suite: $*"; }
 k=${trapeze_guest:-0}
 ko=/lib/modules/trapeze.ko
-members=0,1,2
+members=0,1,2,3
 budget=512
-# B and C each hold a copy of every page A writes (gms_replicas=2, two servers).
-budget_of() { case $1 in 1) echo 768 ;; 2) echo 768 ;; *) echo "$budget" ;; esac; }
+# B, C and D hold the two copies of every page A writes (gms_replicas=2).
+budget_of() { case $1 in 0) echo "$budget" ;; *) echo 768 ;; esac; }
 replicas=2
 disk_pages=1024
 dev=/dev/gms0
@@ -128,15 +129,16 @@ if [ "$mounted" = yes ]; then
     [ "$mounted" = yes ] && umount /mnt
 fi
 
-# 2. Placement so far (the file system's pages and the first writes): with two replicas
-# and two servers, every page stored on each.
+# 2. Placement so far (the file system's pages and the first writes): two copies of every
+# page, on two of B, C and D.
 b1=$(tstat disk_puts_stored_at_node_1)
 c1=$(tstat disk_puts_stored_at_node_2)
-say "placement: B stored $b1 pages, C $c1; plans adopted $(tstat lru_plans), targets by plan $(tstat lru_puts_by_plan), least loaded $(tstat lru_puts_fallback)"
+d1=$(tstat disk_puts_stored_at_node_3)
+say "placement: B stored $b1 pages, C $c1, D $d1; plans adopted $(tstat lru_plans), targets by plan $(tstat lru_puts_by_plan), least loaded $(tstat lru_puts_fallback)"
 placed=no
-[ "$(tstat lru_plans)" -ge 1 ] && [ "$(tstat lru_puts_by_plan)" -ge 1 ] && [ "$c1" -ge 400 ] && [ "$b1" = "$c1" ] &&
-    [ "$(tstat disk_under_replicated)" = 0 ] && placed=yes
-check "replicas: every page A wrote is stored on both B and C (B $b1, C $c1; puts placed by the global LRU's plan: $(tstat lru_puts_by_plan))" \
+[ "$(tstat lru_plans)" -ge 1 ] && [ "$(tstat lru_puts_by_plan)" -ge 1 ] && [ "$b1" -ge 1 ] && [ "$c1" -ge 1 ] &&
+    [ "$d1" -ge 1 ] && [ $((b1 + c1 + d1)) -ge 1000 ] && [ "$(tstat disk_under_replicated)" = 0 ] && placed=yes
+check "replicas: every page A wrote is stored twice, on two of B, C and D (B $b1, C $c1, D $d1; puts placed by the global LRU's plan: $(tstat lru_puts_by_plan); none with fewer copies)" \
     [ "$placed" = yes ]
 
 # 3. Probe pages 900..963, one O_DIRECT write each.
@@ -156,7 +158,8 @@ same=no
 check "$np probe pages written one by one ($wrote ok) and read back O_DIRECT" [ "$same" = yes ]
 pc=$(( $(tstat disk_puts_stored_at_node_2) - c1 ))
 pb=$(( $(tstat disk_puts_stored_at_node_1) - b1 ))
-say "probe pages: B stored $pb, C $pc"
+pd=$(( $(tstat disk_puts_stored_at_node_3) - d1 ))
+say "probe pages: B stored $pb, C $pc, D $pd"
 
 # 4. Kill C with reads and writes in flight: a reader loops over the probe pages, a writer
 # writes the 32 pages after them (964..995) again and again, new bytes each pass, and
@@ -203,8 +206,19 @@ wok=no
 [ "$werrs" = 0 ] && [ -e /tmp/wd.last ] &&
     dd if="$dev" of=/tmp/wd.back bs=4k skip="$wbase" count=32 iflag=direct 2>/dev/null &&
     cmp -s /tmp/wd.last /tmp/wd.back && wok=yes
-check "failure case: the writer across the kill: $wpasses passes of 32 pages, $werrs with an I/O error, the last pass read back intact ($(tstat disk_under_replicated) writes stored with one copy once C was gone)" \
+check "failure case: the writer across the kill: $wpasses passes of 32 pages, $werrs with an I/O error, the last pass read back intact ($(tstat disk_under_replicated) writes stored with one copy)" \
     [ "$wok" = yes ]
+# Re-replication: the replicas C held are copied from their other copy to B or D, pass
+# after pass until a pass meets none (30 s at most).
+t=0
+while { [ "$(tstat disk_rereplicate_passes)" -lt 2 ] || [ "$(tstat disk_replicas_short)" != 0 ]; } && [ "$t" -lt 300 ]; do
+    sleep 0.1; t=$((t + 1))
+done
+rr=$(tstat disk_rereplicated); rrf=$(tstat disk_rereplicate_failed); passes=$(tstat disk_rereplicate_passes)
+rok=no
+[ "$rr" -ge "$pc" ] && [ "$passes" -ge 2 ] && [ "$(tstat disk_replicas_short)" = 0 ] && rok=yes
+check "failure case: re-replication copied $rr replicas C held to B or D in $passes passes ($rrf copies tried again), the last pass met no page short of a copy" \
+    [ "$rok" = yes ]
 # Each probe page once, bounded: EIO or the right bytes.
 eio=0; ok=0; bad=0; hung=0; other=0
 slow=0
@@ -237,7 +251,7 @@ check "failure case: no read hung (each bounded by 40 s; slowest ${slow} s), non
 for i in $failed_pages; do say "page $((base + i)): I/O error"; done
 kept=no
 [ "$ok" = "$np" ] && [ "$(tstat disk_replica_fallbacks)" -ge 1 ] && kept=yes
-check "failure case: every probe page reads back correctly from its copy on B ($ok of $np, $eio I/O errors; $(tstat disk_replica_fallbacks) reads went on to the second replica)" \
+check "failure case: every probe page reads back correctly from its other copy ($ok of $np, $eio I/O errors; $(tstat disk_replica_fallbacks) reads went on to the second replica)" \
     [ "$kept" = yes ]
 say "disk stats: $(tr '\n' ' ' < /sys/module/trapeze/parameters/gms_disk_stats)"
 

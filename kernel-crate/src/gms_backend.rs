@@ -63,6 +63,7 @@ use crate::tpz::gms::replica::MAX_REPLICAS;
 use kernel::prelude::*;
 
 mod issue;
+mod rereplicate;
 pub(crate) use issue::issue;
 use issue::{issue_disk, issue_prefetches};
 
@@ -149,6 +150,8 @@ struct InFlight {
     ra: bool,
     /// A prefetch: the page goes into the cache.
     prefetch: bool,
+    /// Re-replication's fetch or put, not a request's page.
+    rerep: Option<rereplicate::Rerep>,
 }
 
 /// A page in the backlog.
@@ -190,6 +193,14 @@ pub(crate) struct DiskState {
     backlog: KVec<Option<Waiting>>,
     /// Writes going again after [`RETRY_DELAY_NS`]: (when, the page).
     delayed: KVec<Option<(u64, Waiting)>>,
+    /// Re-replication: where its scan goes on (`None`: no member failed since it ended),
+    /// and the copies fetched, waiting for their put.
+    rerep_from: Option<u64>,
+    fetched: KVec<Option<rereplicate::Fetched>>,
+    /// Lost replicas this pass met, passes left, and when the next pass may start (ns).
+    rerep_short: u64,
+    rerep_passes_left: u8,
+    rerep_not_before: u64,
     head: usize,
     queued: usize,
     /// Where puts go: the global LRU's plan over the targets that take puts.
@@ -232,6 +243,10 @@ impl DiskState {
         for _ in 0..DELAYED {
             delayed.push(None, GFP_KERNEL)?;
         }
+        let mut fetched = KVec::with_capacity(rereplicate::IN_FLIGHT, GFP_KERNEL)?;
+        for _ in 0..rereplicate::IN_FLIGHT {
+            fetched.push(None, GFP_KERNEL)?;
+        }
         let mut waiting = KVec::with_capacity(WAITERS, GFP_KERNEL)?;
         for _ in 0..WAITERS {
             waiting.push(None, GFP_KERNEL)?;
@@ -248,6 +263,11 @@ impl DiskState {
             in_flight,
             backlog,
             delayed,
+            rerep_from: None,
+            fetched,
+            rerep_short: 0,
+            rerep_passes_left: 0,
+            rerep_not_before: 0,
             head: 0,
             queued: 0,
             placement,
@@ -269,10 +289,15 @@ impl DiskState {
         })
     }
 
-    /// Stop putting to `node` (declared failed); the last target stays.
+    /// Stop putting to `node` (declared failed); the last target stays. With replicas,
+    /// re-replication scans the disk for the ones `node` held.
     pub(crate) fn drop_target(&mut self, node: u16) {
         if self.placement.targets().nth(1).is_some() {
             self.placement.remove(node);
+        }
+        if self.replicas > 1 {
+            self.rerep_passes_left = rereplicate::PASSES;
+            self.start_rereplication(0);
         }
     }
 
@@ -488,6 +513,10 @@ fn complete(host: &mut KHost, disk: &mut Option<DiskState>, done: &Completion<Fr
         return false;
     }
     let Some(f) = entry.take() else { return false };
+    if let Some(r) = f.rerep {
+        rereplicate::completed(host, d, f, r, done);
+        return true;
+    }
     let page = done.page.page;
     // A write's frame rode a send: retired (freed once it completed). A read's frame
     // is released (its IPT entry disarmed) or, fetched ahead, cached; a moving read

@@ -20,6 +20,10 @@ impl Counter {
     pub(crate) fn add(&self, n: u64) {
         self.0.fetch_add(n, Ordering::Relaxed);
     }
+    /// A gauge's new value.
+    pub(crate) fn set(&self, n: u64) {
+        self.0.store(n, Ordering::Relaxed);
+    }
     pub(crate) fn get(&self) -> u64 {
         self.0.load(Ordering::Relaxed)
     }
@@ -82,6 +86,10 @@ counters! {
     lru_puts_fallback: "/dev/gms0 putpage targets chosen least loaded (no plan yet, or no usable target drawn)",
     disk_replica_fallbacks: "/dev/gms0 reads that went on to the next replica (the one before missed or was stale)",
     disk_under_replicated: "/dev/gms0 writes stored with fewer copies than gms_replicas (fewer live members to hold them)",
+    disk_rereplicated: "/dev/gms0 replicas copied to another member after their holder was declared failed",
+    disk_rereplicate_failed: "/dev/gms0 re-replication copies that failed (fetch, put, or no member for them; a later pass tries again)",
+    disk_rereplicate_passes: "/dev/gms0 re-replication passes over the disk completed",
+    disk_replicas_short: "/dev/gms0 replicas on failed members that the last re-replication pass met (0: every page has its copies)",
     inflight_failed: "calls still in flight at unload whose continuation ran with an error",
 }
 

@@ -26,7 +26,7 @@ fn copy_into(io: &PageIo, buf: &DmaBuf) -> Result {
 /// Issue backlogged disk pages while GMS has operation slots and frames. Returns
 /// whether anything was issued (flush after).
 pub(crate) fn issue(core: &mut DiskCore, now: u64) -> bool {
-    issue_disk(core, now) | issue_prefetches(core, now)
+    issue_disk(core, now) | issue_prefetches(core, now) | super::rereplicate::issue_rereplication(core, now)
 }
 
 pub(super) fn issue_disk(core: &mut DiskCore, now: u64) -> bool {
@@ -111,6 +111,7 @@ pub(super) fn issue_disk(core: &mut DiskCore, now: u64) -> bool {
                             version: nv,
                             ra: false,
                             prefetch: false,
+                            rerep: None,
                         });
                     }
                     issued = true;
@@ -166,6 +167,7 @@ pub(super) fn issue_disk(core: &mut DiskCore, now: u64) -> bool {
                             version: v,
                             ra,
                             prefetch: false,
+                            rerep: None,
                         });
                     }
                     if let Some(done) = c.node.host.take_done(op) {
@@ -223,6 +225,7 @@ pub(super) fn issue_prefetches(core: &mut DiskCore, now: u64) -> bool {
                         version: v,
                         ra: true,
                         prefetch: true,
+                        rerep: None,
                     });
                 }
                 if let Some(done) = c.node.host.take_done(op) {

@@ -2,15 +2,16 @@
 //! `cargo xtask vm suite`: the guest suite (`kernel-crate/guest/suite.sh`, a stage of
 //! `cargo xtask test`).
 //!
-//! Three GMS members; guest 0 (A) puts an ext2 file system on `/dev/gms0` on the GMS
-//! backend, writes files, verifies their md5sums after dropping its caches and remounting,
-//! writes probe pages, then prints `trapeze-suite: KILL node 2`; xtask then SIGKILLs guest
-//! 2's QEMU and NIC (C, a server) and A checks that C's pages fail with I/O errors in
-//! bounded time while B's still read correctly, then unloads under load. It passes when
-//! A's PASS lines and total show no FAIL, guest 1 (B) loaded and unloaded cleanly, guest 2
-//! was killed on request, no console shows an oops/BUG/WARNING, and A and B power off; it
-//! prints the lines the issue asks for (module load, data verified, failure case, clean
-//! unload).
+//! Four GMS members; guest 0 (A) keeps two copies of every page of `/dev/gms0` on the
+//! other three (B, C, D), puts an ext2 file system on it, writes files, verifies their
+//! md5sums after dropping its caches and remounting, writes probe pages, then prints
+//! `trapeze-suite: KILL node 2` with a reader and a writer running; xtask then SIGKILLs
+//! guest 2's QEMU and NIC (C, a server) and A checks that no write or read fails, every
+//! byte reads back and the copies C held are re-made on B or D, then unloads under load.
+//! It passes when A's PASS lines and total show no FAIL, guests 1 and 3 (B, D) loaded and
+//! unloaded cleanly, guest 2 was killed on request, no console shows an oops/BUG/WARNING,
+//! and A, B and D power off; it prints the lines the issue asks for (module load, data
+//! verified, replicas, failure case, clean unload).
 
 use super::cluster::KillOn;
 use super::report::SUITE_KILL;
@@ -22,8 +23,8 @@ const SCRIPT: &str = "kernel-crate/guest/suite.sh";
 /// Shortest power-off wait (boot, mke2fs and 2 MiB through GMS under TCG, failure
 /// detection, the bounded reads after the kill, two unloads).
 const MIN_TIMEOUT: u64 = 300;
-/// The suite's cluster: A, B and C.
-const GUESTS: u16 = 3;
+/// The suite's cluster: A, B, C and D.
+const GUESTS: u16 = 4;
 
 #[derive(clap::Args)]
 pub struct SuiteArgs {
