@@ -15,3 +15,4 @@ pub mod liveness;
 pub mod proto;
 pub mod targets;
 pub mod units;
+pub mod written;
