@@ -17,6 +17,7 @@ use crate::proto::{
     encode_error, encode_get_reply, encode_put_reply, read_len, GetOutcome, MissWhy, Nodes, PageRef, PutOutcome,
     Request, Served, Stat, MAX_FRAME_BYTES,
 };
+use crate::repair::Repair;
 use crate::targets::Targets;
 use crate::written::Written;
 use anyhow::{bail, Context};
@@ -129,6 +130,8 @@ pub struct Control {
     replicas: u8,
     /// The pages this daemon's clients wrote: version, holders, which failed.
     written: Written,
+    /// Replicas lost with a failed node being put again.
+    repair: Repair,
     /// This node is its only member (no live peer).
     alone: bool,
     /// A miss that took at least this long was a timeout.
@@ -186,6 +189,7 @@ impl Control {
             last_version: 0,
             replicas,
             written: Written::default(),
+            repair: Repair::default(),
             alone: false,
             retry_after: op_timeout / 2,
             counters: Counters::default(),
@@ -211,7 +215,9 @@ impl Control {
 
     /// Jobs under way or replies still to write (the loop must not sleep long).
     pub fn has_work(&self) -> bool {
-        !self.jobs.is_empty() || self.conns.values().any(|c| c.wpos < c.wbuf.len() || request_ready(c))
+        !self.jobs.is_empty()
+            || self.repair.busy() > 0
+            || self.conns.values().any(|c| c.wpos < c.wbuf.len() || request_ready(c))
     }
 
     /// Add the listener and the clients to a `poll(2)` set.
@@ -257,6 +263,10 @@ impl Control {
         busy |= self.read_all();
         busy |= self.collect(port);
         busy |= self.issue(port, window);
+        let Control { repair, targets, written, last_version, counters, .. } = self;
+        busy |= repair.poll(port, targets, written, window, || Version(next_version(last_version)));
+        busy |= repair.start(port, written, window);
+        counters.re_replicated = repair.done;
         busy |= self.finish();
         busy |= self.write_all();
         busy
@@ -501,6 +511,9 @@ impl Control {
         let mut any = false;
         for (rpage, version, r) in port.put_log.drain(..).collect::<Vec<_>>() {
             any = true;
+            if self.repair.put_done(rpage, version, &r, &mut self.targets, &mut self.written) {
+                continue;
+            }
             let Some((jid, idx, k, target)) = self.put_wait.remove(&(rpage, version.0)) else {
                 continue;
             };

@@ -70,14 +70,25 @@ impl Written {
         }
     }
 
-    /// The next lost replica to put again (`None`: none left).
+    /// The next lost replica to put again that a live copy of its page can be read from
+    /// (`None`: none left).
     pub fn next_lost(&mut self) -> Option<(PageId, u8)> {
-        self.lost.pop_front()
+        while let Some((page, k)) = self.lost.pop_front() {
+            if self.pages.get(&page).is_some_and(|r| r.lost & (1 << k) != 0 && !r.all_lost()) {
+                return Some((page, k));
+            }
+        }
+        None
     }
 
     /// Put `(page, k)` back at the front of the list (it could not be started now).
     pub fn retry_lost(&mut self, page: PageId, k: u8) {
         self.lost.push_front((page, k));
+    }
+
+    /// Put `(page, k)` back at the end of the list (to try again after the others).
+    pub fn retry_lost_later(&mut self, page: PageId, k: u8) {
+        self.lost.push_back((page, k));
     }
 
     /// Lost replicas waiting to be put again.
@@ -120,7 +131,6 @@ mod tests {
         assert_eq!(w.get(&a).unwrap().lost, 0);
         w.node_failed(1);
         w.node_failed(3);
-        assert_eq!(w.next_lost(), Some((a, 0)));
         assert_eq!(w.next_lost(), None, "both replicas gone: nothing to copy from");
         assert!(w.get(&a).unwrap().all_lost());
     }
