@@ -14,10 +14,12 @@
 
 use crate::hist::Histogram;
 use crate::proto::{
-    encode_error, encode_get_reply, encode_put_reply, read_len, GetOutcome, MissWhy, PageRef, PutOutcome, Request,
-    Served, Stat, MAX_FRAME_BYTES,
+    encode_error, encode_get_reply, encode_put_reply, read_len, GetOutcome, MissWhy, Nodes, PageRef, PutOutcome,
+    Request, Served, Stat, MAX_FRAME_BYTES,
 };
+use crate::repair::Repair;
 use crate::targets::Targets;
+use crate::written::Written;
 use anyhow::{bail, Context};
 use gms::prelude::*;
 use rustix::event::{PollFd, PollFlags};
@@ -26,7 +28,7 @@ use std::io::{self, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use trapeze_node::gms::{GmsPort, Got};
+use trapeze_node::gms::{read_step, replica, GmsPort, Got, ReadStep, ReplicaWrite, MAX_REPLICAS};
 
 /// Most clients served at once; a further connection is answered with an error and closed.
 pub const MAX_CLIENTS: usize = 64;
@@ -42,11 +44,6 @@ const MAX_TRIES: u8 = 2;
 /// GMS completes every operation within its own timeout, so this is a last resort.
 pub const JOB_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Pages whose holder this daemon remembers (the pages it stored, so that a miss can say
-/// the holder failed): 4 Mi pages, 32 GiB of its own writes (a map entry per page, kept
-/// only while the page is stored).
-pub const STORED_RECORD: usize = 1 << 22;
-
 /// Counters of the requests served.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Counters {
@@ -59,6 +56,10 @@ pub struct Counters {
     /// Operations issued again after a timeout (puts that failed, network-only gets that
     /// timed out into a miss).
     pub retries: u64,
+    /// Reads that went on to the next replica (the one before missed or was stale).
+    pub replica_fallbacks: u64,
+    /// Replicas put again from a surviving copy after their holder failed.
+    pub re_replicated: u64,
 }
 
 impl Counters {
@@ -80,26 +81,36 @@ struct Conn {
 }
 
 enum Items {
-    Put { items: Vec<(PageId, Vec<u8>)>, res: Vec<Option<PutOutcome>> },
-    Get { network_only: bool, pages: Vec<PageId>, res: Vec<Option<GetOutcome>> },
+    /// `writes[i]`: item `i`'s replicas (made when its first replica is issued).
+    Put {
+        items: Vec<(PageId, Vec<u8>)>,
+        res: Vec<Option<PutOutcome>>,
+        writes: Vec<Option<ReplicaWrite>>,
+    },
+    Get {
+        network_only: bool,
+        pages: Vec<PageId>,
+        res: Vec<Option<GetOutcome>>,
+    },
 }
 
 struct Job {
     conn: u64,
     items: Items,
-    /// Items to issue, in order (a retried item goes to the back).
-    queue: VecDeque<usize>,
-    /// Times each item was issued.
-    tries: Vec<u8>,
-    /// Times each item was refused by a target (it then goes to another).
-    refusals: Vec<u8>,
+    /// (item, replica) to issue, in order (a retried one goes to the back, a read's next
+    /// replica to the front).
+    queue: VecDeque<(usize, u8)>,
+    /// Times each item's replica was issued (a get: its passes, counted at replica 0).
+    tries: Vec<[u8; MAX_REPLICAS as usize]>,
+    /// Times each item's replica was refused by a target (it then goes to another).
+    refusals: Vec<[u8; MAX_REPLICAS as usize]>,
     /// Items without a result.
     left: usize,
     deadline: Instant,
 }
 
-/// A page's waiter: (job, item, issued at).
-type Waiter = (u64, usize, Instant);
+/// A page's waiter: (job, item, replica, issued at).
+type Waiter = (u64, usize, u8, Instant);
 
 /// The listener, its clients and their jobs.
 pub struct Control {
@@ -109,15 +120,18 @@ pub struct Control {
     next_conn: u64,
     jobs: BTreeMap<u64, Job>,
     next_job: u64,
-    /// Putpages in flight: (page, version) → (job, item, target).
-    put_wait: HashMap<(PageId, u64), (u64, usize, u16)>,
+    /// Putpages in flight: (replica's page, version) → (job, item, replica, target).
+    put_wait: HashMap<(PageId, u64), (u64, usize, u8, u16)>,
     targets: Targets,
     get_wait: HashMap<OpId, Waiter>,
     read_wait: HashMap<PageId, Vec<Waiter>>,
     last_version: u64,
-    /// Where this daemon's clients' pages were stored: page → (target, target failed
-    /// since), at most [`STORED_RECORD`] pages.
-    stored_at: HashMap<PageId, (u16, bool)>,
+    /// Copies of each page put (`--replicas`).
+    replicas: u8,
+    /// The pages this daemon's clients wrote: version, holders, which failed.
+    written: Written,
+    /// Replicas lost with a failed node being put again.
+    repair: Repair,
     /// This node is its only member (no live peer).
     alone: bool,
     /// A miss that took at least this long was a timeout.
@@ -135,7 +149,10 @@ impl Control {
     /// The default directory ([`trapeze_vnic::local::runtime_dir`]) is made mode 0700 or
     /// checked to be private; another missing directory is made mode 0700; the socket is
     /// mode 0600.
-    pub fn bind(path: &Path, op_timeout: Duration) -> anyhow::Result<Control> {
+    pub fn bind(path: &Path, op_timeout: Duration, replicas: u8) -> anyhow::Result<Control> {
+        if !(1..=MAX_REPLICAS).contains(&replicas) {
+            bail!("replicas {replicas}: must be 1..={MAX_REPLICAS}");
+        }
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             if dir == trapeze_vnic::local::runtime_dir() {
                 trapeze_vnic::local::ensure_private_dir(dir)?;
@@ -170,7 +187,9 @@ impl Control {
             get_wait: HashMap::new(),
             read_wait: HashMap::new(),
             last_version: 0,
-            stored_at: HashMap::new(),
+            replicas,
+            written: Written::default(),
+            repair: Repair::default(),
             alone: false,
             retry_after: op_timeout / 2,
             counters: Counters::default(),
@@ -184,9 +203,21 @@ impl Control {
         &self.path
     }
 
+    /// Copies of each page put through this daemon.
+    pub fn replicas(&self) -> u8 {
+        self.replicas
+    }
+
+    /// Replicas lost with a failed node still to be put again.
+    pub fn re_replicate_pending(&self) -> usize {
+        self.written.lost_pending()
+    }
+
     /// Jobs under way or replies still to write (the loop must not sleep long).
     pub fn has_work(&self) -> bool {
-        !self.jobs.is_empty() || self.conns.values().any(|c| c.wpos < c.wbuf.len() || request_ready(c))
+        !self.jobs.is_empty()
+            || self.repair.busy() > 0
+            || self.conns.values().any(|c| c.wpos < c.wbuf.len() || request_ready(c))
     }
 
     /// Add the listener and the clients to a `poll(2)` set.
@@ -220,13 +251,9 @@ impl Control {
         self.targets.heard(node, held, budget);
     }
 
-    /// Node `n` failed or restarted: the pages this daemon stored there are gone.
+    /// Node `n` failed or restarted: the replicas this daemon stored there are gone.
     pub fn node_failed(&mut self, n: u16) {
-        for (target, lost) in self.stored_at.values_mut() {
-            if *target == n {
-                *lost = true;
-            }
-        }
+        self.written.node_failed(n);
     }
 
     /// One pass: accept, read requests, collect completions, issue, answer, write.
@@ -236,6 +263,10 @@ impl Control {
         busy |= self.read_all();
         busy |= self.collect(port);
         busy |= self.issue(port, window);
+        let Control { repair, targets, written, last_version, counters, .. } = self;
+        busy |= repair.poll(port, targets, written, window, || Version(next_version(last_version)));
+        busy |= repair.start(port, written, window);
+        counters.re_replicated = repair.done;
         busy |= self.finish();
         busy |= self.write_all();
         busy
@@ -350,7 +381,7 @@ impl Control {
             }
             Request::Put(items) => {
                 let n = items.len();
-                Items::Put { items, res: vec![None; n] }
+                Items::Put { items, res: vec![None; n], writes: vec![None; n] }
             }
             Request::Get { network_only, pages } => {
                 let n = pages.len();
@@ -363,12 +394,16 @@ impl Control {
             Items::Put { res, .. } => res.len(),
             Items::Get { res, .. } => res.len(),
         };
+        let replicas = match &items {
+            Items::Put { .. } => self.replicas,
+            Items::Get { .. } => 1,
+        };
         let job = Job {
             conn: id,
             items,
-            queue: (0..left).collect(),
-            tries: vec![0; left],
-            refusals: vec![0; left],
+            queue: (0..left).flat_map(|i| (0..replicas).map(move |k| (i, k))).collect(),
+            tries: vec![[0; MAX_REPLICAS as usize]; left],
+            refusals: vec![[0; MAX_REPLICAS as usize]; left],
             left,
             deadline: now + JOB_TIMEOUT,
         };
@@ -380,13 +415,16 @@ impl Control {
     fn issue(&mut self, port: &mut GmsPort, window: usize) -> bool {
         let mut any = false;
         let mut answered = Vec::new();
+        let r = self.replicas;
         let Control { jobs, put_wait, get_wait, read_wait, counters, last_version, targets, .. } = self;
         'jobs: for (&jid, job) in jobs.iter_mut() {
             while port.in_flight() < window {
-                let Some(&idx) = job.queue.front() else { break };
+                let Some(&(idx, k)) = job.queue.front() else { break };
                 let now = Instant::now();
                 match &mut job.items {
-                    Items::Put { items, res } => {
+                    // Another replica of the page ended its write already (a failure).
+                    Items::Put { res, .. } if res[idx].is_some() => {}
+                    Items::Put { items, res, writes } => {
                         let (page, data) = &items[idx];
                         let page = *page;
                         let me = port.id();
@@ -398,15 +436,24 @@ impl Control {
                         if members.is_empty() || data.is_empty() {
                             res[idx] = Some(if members.is_empty() { PutOutcome::NoTarget } else { PutOutcome::Error });
                             job.left -= 1;
+                        } else if members.len() < usize::from(r) {
+                            // Fewer copies than asked would be a silent loss of safety.
+                            res[idx] = Some(PutOutcome::TooFewTargets { replicas: r, live: Nodes::new(&members) });
+                            job.left -= 1;
                         } else {
+                            let w = writes[idx]
+                                .get_or_insert_with(|| ReplicaWrite::new(r, Version(next_version(last_version))));
                             let c = port.coordinator();
-                            let Some(target) = targets.pick(&mut port.lru, c, &members, window, now) else {
+                            let Some(target) = targets.pick(&mut port.lru, c, &members, window, now, &w.avoid(k))
+                            else {
                                 break 'jobs;
                             };
-                            let version = next_version(last_version);
-                            match port.put(page, Version(version), data, Some(target)) {
+                            let version = w.version_for(k, || Version(next_version(last_version)));
+                            let rpage = replica(page, k);
+                            match port.put(rpage, version, data, Some(target)) {
                                 Ok(_) => {
-                                    put_wait.insert((page, version), (jid, idx, target));
+                                    w.issued(k, target, version);
+                                    put_wait.insert((rpage, version.0), (jid, idx, k, target));
                                     counters.puts += 1;
                                 }
                                 Err(e) if port.in_flight() > 0 => {
@@ -424,11 +471,11 @@ impl Control {
                         }
                     }
                     Items::Get { network_only, pages, .. } => {
-                        let page = pages[idx];
+                        let page = replica(pages[idx], k);
                         if *network_only {
                             match port.get_start(page) {
                                 Ok(op) => {
-                                    get_wait.insert(op, (jid, idx, now));
+                                    get_wait.insert(op, (jid, idx, k, now));
                                 }
                                 Err(e) if port.in_flight() > 0 => {
                                     tracing::trace!("get {} deferred: {e:#}", PageRef(page));
@@ -436,25 +483,25 @@ impl Control {
                                 }
                                 Err(e) => {
                                     tracing::warn!("get {}: {e:#}", PageRef(page));
-                                    answered.push((jid, idx, Got::Miss, now));
+                                    answered.push((jid, idx, k, Got::Miss, now));
                                 }
                             }
                         } else if let Some(w) = read_wait.get_mut(&page) {
-                            w.push((jid, idx, now));
+                            w.push((jid, idx, k, now));
                         } else if let Some(got) = port.read_start(page) {
-                            answered.push((jid, idx, got, now));
+                            answered.push((jid, idx, k, got, now));
                         } else {
-                            read_wait.insert(page, vec![(jid, idx, now)]);
+                            read_wait.insert(page, vec![(jid, idx, k, now)]);
                         }
                     }
                 }
                 job.queue.pop_front();
-                job.tries[idx] = job.tries[idx].saturating_add(1);
+                job.tries[idx][usize::from(k)] = job.tries[idx][usize::from(k)].saturating_add(1);
                 any = true;
             }
         }
-        for (jid, idx, got, t0) in answered {
-            self.deliver(jid, idx, got, t0);
+        for (jid, idx, k, got, t0) in answered {
+            self.deliver(jid, idx, k, got, t0);
         }
         any
     }
@@ -462,46 +509,61 @@ impl Control {
     /// Take finished operations from the port.
     fn collect(&mut self, port: &mut GmsPort) -> bool {
         let mut any = false;
-        for (page, version, r) in port.put_log.drain(..).collect::<Vec<_>>() {
+        for (rpage, version, r) in port.put_log.drain(..).collect::<Vec<_>>() {
             any = true;
-            let Some((jid, idx, target)) = self.put_wait.remove(&(page, version.0)) else {
+            if self.repair.put_done(rpage, version, &r, &mut self.targets, &mut self.written) {
+                continue;
+            }
+            let Some((jid, idx, k, target)) = self.put_wait.remove(&(rpage, version.0)) else {
                 continue;
             };
             let now = Instant::now();
             let elsewhere = self.targets.done(target, Some(&r), now);
             let out = match r {
-                PutResult::Stored { target } => {
+                PutResult::Stored { .. } => {
                     self.counters.puts_stored += 1;
-                    if self.stored_at.len() < STORED_RECORD || self.stored_at.contains_key(&page) {
-                        self.stored_at.insert(page, (target, false));
-                    }
-                    PutOutcome::Stored { target, version: version.0 }
+                    None
                 }
-                PutResult::Refused => PutOutcome::Refused,
-                PutResult::Superseded => PutOutcome::Superseded,
-                PutResult::WrongView => PutOutcome::WrongView,
-                PutResult::Failed => PutOutcome::Failed,
+                PutResult::Refused => Some(PutOutcome::Refused),
+                PutResult::Superseded => Some(PutOutcome::Superseded),
+                PutResult::WrongView => Some(PutOutcome::WrongView),
+                PutResult::Failed => Some(PutOutcome::Failed),
             };
-            if let Some(job) = self.jobs.get_mut(&jid) {
-                if let Items::Put { res, .. } = &mut job.items {
-                    if res[idx].is_none() {
-                        let me = port.id();
-                        let members = port.node.members().ids().iter().filter(|&&n| n != me).count();
-                        if out == PutOutcome::Refused && usize::from(job.refusals[idx]) < members && elsewhere {
-                            // A full target: another that has room takes the page.
-                            job.refusals[idx] += 1;
-                            job.tries[idx] = job.tries[idx].saturating_sub(1);
-                            job.queue.push_back(idx);
-                        } else if out == PutOutcome::Failed && job.tries[idx] < MAX_TRIES {
-                            // No answer in time (a dropped packet, a dead target): again,
-                            // as a newer version (to another target if this one died).
-                            self.counters.retries += 1;
-                            job.queue.push_back(idx);
-                        } else {
-                            res[idx] = Some(out);
-                            job.left -= 1;
-                        }
-                    }
+            let Some(job) = self.jobs.get_mut(&jid) else { continue };
+            let Items::Put { items, res, writes } = &mut job.items else { continue };
+            let Some(w) = writes[idx].as_mut() else { continue };
+            w.done(k, version, &r);
+            if res[idx].is_some() {
+                continue;
+            }
+            let ki = usize::from(k);
+            let me = port.id();
+            let members = port.node.members().ids().iter().filter(|&&n| n != me).count();
+            match out {
+                None if w.complete() => {
+                    let holders = w.holders();
+                    self.written.record(items[idx].0, w.version(), &holders);
+                    res[idx] = Some(PutOutcome::Stored { targets: Nodes::new(&holders), version: w.version().0 });
+                    job.left -= 1;
+                }
+                // Stored; the other replicas are still under way.
+                None => {}
+                Some(PutOutcome::Refused) if usize::from(job.refusals[idx][ki]) < members && elsewhere => {
+                    // A full target: another that has room takes the replica.
+                    job.refusals[idx][ki] += 1;
+                    job.tries[idx][ki] = job.tries[idx][ki].saturating_sub(1);
+                    job.queue.push_back((idx, k));
+                }
+                Some(PutOutcome::Failed) if job.tries[idx][ki] < MAX_TRIES => {
+                    // No answer in time (a dropped packet, a dead target): again, as a
+                    // newer version (to another target if this one died).
+                    self.counters.retries += 1;
+                    job.queue.push_back((idx, k));
+                }
+                Some(out) => {
+                    // The write is not done: every replica was not stored.
+                    res[idx] = Some(out);
+                    job.left -= 1;
                 }
             }
         }
@@ -509,8 +571,8 @@ impl Control {
             let ops: Vec<OpId> = self.get_wait.keys().copied().collect();
             for op in ops {
                 if let Some(got) = port.get_poll(op) {
-                    let (jid, idx, t0) = self.get_wait.remove(&op).expect("key taken from the map");
-                    self.deliver(jid, idx, got, t0);
+                    let (jid, idx, k, t0) = self.get_wait.remove(&op).expect("key taken from the map");
+                    self.deliver(jid, idx, k, got, t0);
                     any = true;
                 }
             }
@@ -519,8 +581,8 @@ impl Control {
             let pages: Vec<PageId> = self.read_wait.keys().copied().collect();
             for page in pages {
                 if let Some(got) = port.read_poll(page) {
-                    for (jid, idx, t0) in self.read_wait.remove(&page).unwrap_or_default() {
-                        self.deliver(jid, idx, got.clone(), t0);
+                    for (jid, idx, k, t0) in self.read_wait.remove(&page).unwrap_or_default() {
+                        self.deliver(jid, idx, k, got.clone(), t0);
                     }
                     any = true;
                 }
@@ -535,51 +597,60 @@ impl Control {
         any
     }
 
-    fn deliver(&mut self, jid: u64, idx: usize, got: Got, t0: Instant) {
+    /// Replica `k` of job `jid`'s item `idx` answered `got`.
+    fn deliver(&mut self, jid: u64, idx: usize, k: u8, got: Got, t0: Instant) {
         let took = t0.elapsed();
         self.lat_all.record(took.as_nanos() as u64);
-        let timed_out = got == Got::Miss && took >= self.retry_after;
-        if timed_out {
-            // A miss that took this long was a timeout, not a "not cached" answer: a
-            // dropped packet or a dead node. Once more (the failure may be known by now).
-            if let Some(job) = self.jobs.get_mut(&jid) {
-                if matches!(&job.items, Items::Get { network_only: true, res, .. } if res[idx].is_none())
-                    && job.tries[idx] < MAX_TRIES
-                {
-                    self.counters.retries += 1;
-                    job.queue.push_back(idx);
-                    return;
-                }
+        let Some(job) = self.jobs.get_mut(&jid) else { return };
+        let Items::Get { network_only, pages, res } = &job.items else { return };
+        if res[idx].is_some() {
+            return;
+        }
+        let page = pages[idx];
+        let hit = match &got {
+            Got::Hit { version, .. } => Some(*version),
+            Got::Miss => None,
+        };
+        // A copy older than this daemon's last write of the page is stale.
+        let take = match read_step(self.replicas, k, hit, self.written.version(&page)) {
+            ReadStep::Next(n) => {
+                self.counters.replica_fallbacks += 1;
+                job.queue.push_front((idx, n));
+                return;
             }
+            ReadStep::Take => true,
+            ReadStep::Miss => false,
+        };
+        let timed_out = hit.is_none() && took >= self.retry_after;
+        // A miss that took this long was a timeout, not a "not cached" answer: a dropped
+        // packet or a dead node. Once more from replica 0 (the failure may be known by now).
+        if timed_out && *network_only && job.tries[idx][0] < MAX_TRIES {
+            self.counters.retries += 1;
+            job.queue.push_back((idx, 0));
+            return;
         }
         self.counters.gets += 1;
         let out = match got {
-            Got::Hit { version, data, source } => {
+            Got::Hit { version, data, source } if take => {
                 let s = Served::from(source);
                 self.counters.hits_by[s as usize] += 1;
                 GetOutcome::Hit { version: version.0, source: s, data }
             }
-            Got::Miss => {
+            _ => {
                 self.counters.misses += 1;
-                let page = match &self.jobs.get(&jid).map(|j| &j.items) {
-                    Some(Items::Get { pages, .. }) => pages.get(idx).copied(),
-                    _ => None,
-                };
-                GetOutcome::Miss(match page.and_then(|p| self.stored_at.get(&p)) {
-                    Some(&(node, true)) => MissWhy::HolderFailed { node },
+                GetOutcome::Miss(match self.written.get(&page) {
+                    Some(r) if r.all_lost() => {
+                        MissWhy::HolderFailed { node: r.holders.as_slice().first().copied().unwrap_or(0) }
+                    }
                     _ if self.alone => MissWhy::Alone,
                     _ if timed_out => MissWhy::TimedOut,
                     _ => MissWhy::NotFound,
                 })
             }
         };
-        if let Some(job) = self.jobs.get_mut(&jid) {
-            if let Items::Get { res, .. } = &mut job.items {
-                if res[idx].is_none() {
-                    res[idx] = Some(out);
-                    job.left -= 1;
-                }
-            }
+        if let Items::Get { res, .. } = &mut job.items {
+            res[idx] = Some(out);
+            job.left -= 1;
         }
     }
 

@@ -15,6 +15,7 @@ use crate::proto::{NodeMem, Stat};
 use crate::units::Human;
 use anyhow::{bail, Context};
 use gms::prelude::*;
+use gms::replica::MAX_REPLICAS;
 use rustix::event::{PollFd, PollFlags, Timespec};
 use std::net::SocketAddr;
 use std::os::fd::OwnedFd;
@@ -68,6 +69,8 @@ pub struct Options {
     pub link: FaultConfig,
     /// The cluster key the link's packets are authenticated under (`None`: unauthenticated).
     pub key: Option<trapeze_vnic::key::ClusterKey>,
+    /// Copies of each page put through this daemon, on distinct other nodes (1..=[`MAX_REPLICAS`]).
+    pub replicas: u8,
 }
 
 impl Options {
@@ -112,6 +115,18 @@ impl Options {
         }
         if self.window == 0 || self.window > trapeze_node::gms::OPS / 2 {
             bail!("--window {}: must be 1..={}", self.window, trapeze_node::gms::OPS / 2);
+        }
+        let others = ids.len() - 1;
+        if !(1..=MAX_REPLICAS).contains(&self.replicas) {
+            bail!("--replicas {}: must be 1..={MAX_REPLICAS}", self.replicas);
+        }
+        if self.replicas > 1 && usize::from(self.replicas) > others {
+            bail!(
+                "--replicas {}: each copy of a page goes to a distinct node other than this one, and the cluster has \
+                 {others} other node{} (--peer); give more peers or a lower --replicas",
+                self.replicas,
+                if others == 1 { "" } else { "s" }
+            );
         }
         if self.heartbeat.is_zero() || self.dead_after < self.heartbeat * MIN_DEAD_AFTER_BEATS {
             let (hb, dead) = (self.heartbeat.as_millis(), self.dead_after.as_millis());
@@ -180,7 +195,7 @@ impl Daemon {
             opts.heartbeat,
             opts.dead_after,
         );
-        let control = Control::bind(&opts.socket, opts.op_timeout)
+        let control = Control::bind(&opts.socket, opts.op_timeout, opts.replicas)
             .with_context(|| format!("control socket (--socket) {}", opts.socket.display()))?;
         let mut link = Link::new(opts.node, Box::new(backend), opts.link);
         link.set_key(opts.key.as_ref());
@@ -415,6 +430,10 @@ pub fn stat(port: &GmsPort, live: &Liveness, control: &Control, ds: &DaemonStats
             let n = p.weights().iter().rposition(|&w| w > 0).map_or(0, |i| i + 1);
             p.weights()[..n].to_vec()
         }),
+        replicas: control.replicas(),
+        replica_fallbacks: c.replica_fallbacks,
+        re_replicated: c.re_replicated,
+        re_replicate_pending: control.re_replicate_pending() as u64,
     }
 }
 
@@ -437,6 +456,7 @@ mod tests {
             window: 8,
             link: FaultConfig::NONE,
             key: None,
+            replicas: 2,
         }
     }
 
@@ -459,6 +479,10 @@ mod tests {
         assert!(err(|o| o.budget_pages = (8 << 30) + 1).contains("more than 65536 MiB"));
         assert!(err(|o| o.dir_entries = 0).contains("--directory-mb"));
         assert!(err(|o| o.window = 0).contains("--window"));
+        assert!(err(|o| o.replicas = 0).contains("--replicas 0: must be 1..=4"));
+        assert!(err(|o| o.replicas = 9).contains("--replicas 9: must be 1..=4"));
+        let three = err(|o| o.replicas = 3);
+        assert!(three.contains("--replicas 3") && three.contains("2 other nodes"), "{three}");
         let hb = err(|o| o.dead_after = Duration::from_millis(150));
         assert!(hb.contains("--dead-after-ms 150") && hb.contains("--heartbeat-ms 100"), "{hb}");
         let mut o = opts();

@@ -13,5 +13,7 @@ pub mod daemon;
 pub mod hist;
 pub mod liveness;
 pub mod proto;
+pub mod repair;
 pub mod targets;
 pub mod units;
+pub mod written;

@@ -9,12 +9,16 @@
 //!
 //! | request | body after the op byte | ok reply after the status byte |
 //! |---|---|---|
-//! | `PUT` (1) | `u32 n`, n × (`u64 vol`, `u64 page`, `u32 len`, data) | `u32 n`, n × (`u8 outcome`, `u16 target`, `u64 version`) |
+//! | `PUT` (1) | `u32 n`, n × (`u64 vol`, `u64 page`, `u32 len`, data) | `u32 n`, n × (`u8 outcome`, `u64 version`, `u8 k`, k × `u16 node`) |
 //! | `GET` (2) | `u8 flags` (bit 0: network only), `u32 n`, n × (`u64 vol`, `u64 page`) | `u32 n`, n × (`u8 0` miss, `u8 why`, `u16 node` \| `u8 1` hit, `u8 source`, `u64 version`, `u32 len`, data) |
 //! | `STAT` (3) | — | JSON of [`Stat`] |
+//!
+//! A put's nodes: for `Stored` the holders of replicas 0, 1, …; for `TooFewTargets` the
+//! live nodes a replica could go to, `version` being the replicas asked for.
 
 use anyhow::{bail, Context};
 use gms::prelude::PageId;
+use gms::replica::MAX_REPLICAS;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::io::{Read, Write};
@@ -64,11 +68,57 @@ impl fmt::Display for PageRef {
     }
 }
 
+/// Up to [`MAX_REPLICAS`] node ids: the holders of a page's replicas, 0 first.
+#[derive(Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Nodes {
+    len: u8,
+    ids: [u16; MAX_REPLICAS as usize],
+}
+
+impl Nodes {
+    /// The first [`MAX_REPLICAS`] of `ids`.
+    pub fn new(ids: &[u16]) -> Self {
+        let mut n = Nodes::default();
+        for &id in ids.iter().take(MAX_REPLICAS as usize) {
+            n.ids[n.len as usize] = id;
+            n.len += 1;
+        }
+        n
+    }
+    pub fn as_slice(&self) -> &[u16] {
+        &self.ids[..self.len as usize]
+    }
+    pub fn len(&self) -> usize {
+        self.len as usize
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    pub fn contains(&self, n: u16) -> bool {
+        self.as_slice().contains(&n)
+    }
+}
+
+impl fmt::Debug for Nodes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.as_slice()).finish()
+    }
+}
+
+/// `node 1` or `nodes 1, 2`.
+impl fmt::Display for Nodes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let list: Vec<String> = self.as_slice().iter().map(u16::to_string).collect();
+        write!(f, "node{} {}", if self.len == 1 { "" } else { "s" }, list.join(", "))
+    }
+}
+
 /// How a put ended (GMS's [`gms::prelude::PutResult`], plus errors of the daemon).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PutOutcome {
-    /// Stored at node `target` as `version`.
-    Stored { target: u16, version: u64 },
+    /// Every replica stored, replica `k` at node `targets[k]`; `version`: the write's
+    /// (a replica put again after a refusal or timeout is at a newer one).
+    Stored { targets: Nodes, version: u64 },
     /// The target had no room (its budget is full) or was busy with the page.
     Refused,
     /// A newer version of the page (or a discard) is already recorded.
@@ -82,35 +132,50 @@ pub enum PutOutcome {
     /// No live node to store on: this node's only member is itself (GMS stores a page on
     /// another node).
     NoTarget,
+    /// Fewer live nodes other than this one (`live`) than the daemon's `--replicas`
+    /// (`replicas`): the page is not stored rather than kept with fewer copies.
+    TooFewTargets { replicas: u8, live: Nodes },
 }
 
 impl PutOutcome {
     fn encode(self, out: &mut Vec<u8>) {
-        let (code, target, version) = match self {
-            PutOutcome::Stored { target, version } => (0u8, target, version),
-            PutOutcome::Refused => (1, 0, 0),
-            PutOutcome::Superseded => (2, 0, 0),
-            PutOutcome::WrongView => (3, 0, 0),
-            PutOutcome::Failed => (4, 0, 0),
-            PutOutcome::Error => (5, 0, 0),
-            PutOutcome::NoTarget => (6, 0, 0),
+        let none = Nodes::default();
+        let (code, version, nodes) = match self {
+            PutOutcome::Stored { targets, version } => (0u8, version, targets),
+            PutOutcome::Refused => (1, 0, none),
+            PutOutcome::Superseded => (2, 0, none),
+            PutOutcome::WrongView => (3, 0, none),
+            PutOutcome::Failed => (4, 0, none),
+            PutOutcome::Error => (5, 0, none),
+            PutOutcome::NoTarget => (6, 0, none),
+            PutOutcome::TooFewTargets { replicas, live } => (7, u64::from(replicas), live),
         };
         out.push(code);
-        out.extend_from_slice(&target.to_le_bytes());
         out.extend_from_slice(&version.to_le_bytes());
+        out.push(nodes.len);
+        for n in nodes.as_slice() {
+            out.extend_from_slice(&n.to_le_bytes());
+        }
     }
     fn decode(r: &mut Reader<'_>) -> anyhow::Result<Self> {
         let code = r.u8()?;
-        let target = r.u16()?;
         let version = r.u64()?;
+        let k = r.u8()?;
+        if k > MAX_REPLICAS {
+            bail!("a put outcome naming {k} nodes (at most {MAX_REPLICAS})");
+        }
+        let ids = (0..k).map(|_| r.u16()).collect::<anyhow::Result<Vec<u16>>>()?;
+        let nodes = Nodes::new(&ids);
         Ok(match code {
-            0 => PutOutcome::Stored { target, version },
+            0 if !nodes.is_empty() => PutOutcome::Stored { targets: nodes, version },
+            0 => bail!("a stored put naming no node"),
             1 => PutOutcome::Refused,
             2 => PutOutcome::Superseded,
             3 => PutOutcome::WrongView,
             4 => PutOutcome::Failed,
             5 => PutOutcome::Error,
             6 => PutOutcome::NoTarget,
+            7 => PutOutcome::TooFewTargets { replicas: version.min(u8::MAX.into()) as u8, live: nodes },
             c => bail!("bad put outcome {c}"),
         })
     }
@@ -527,6 +592,18 @@ pub struct Stat {
     pub foreign_rpc: u64,
     /// The weights of the global LRU's plan in force, by node id (empty before the first).
     pub plan_weights: Vec<u32>,
+    /// Copies this daemon keeps of each page put through it (`--replicas`).
+    #[serde(default)]
+    pub replicas: u8,
+    /// Reads that went on to the next replica (the one before missed or was stale).
+    #[serde(default)]
+    pub replica_fallbacks: u64,
+    /// Replicas this daemon put again from a surviving copy after their holder failed.
+    #[serde(default)]
+    pub re_replicated: u64,
+    /// Replicas lost with a failed node still waiting to be put again.
+    #[serde(default)]
+    pub re_replicate_pending: u64,
 }
 
 #[cfg(test)]
@@ -569,7 +646,9 @@ mod tests {
     #[test]
     fn replies_round_trip() {
         let puts = [
-            PutOutcome::Stored { target: 2, version: 99 },
+            PutOutcome::Stored { targets: Nodes::new(&[2]), version: 99 },
+            PutOutcome::Stored { targets: Nodes::new(&[2, 1, 4]), version: 100 },
+            PutOutcome::TooFewTargets { replicas: 2, live: Nodes::new(&[1]) },
             PutOutcome::Refused,
             PutOutcome::Failed,
             PutOutcome::NoTarget,

@@ -33,9 +33,10 @@ impl Targets {
         t.saturating_duration_since(self.epoch).as_nanos() as u64
     }
 
-    /// The target of the next putpage among `members` (this node excluded), counted in
-    /// flight; `None` while the target it must go to is at its cap (a put in flight will
-    /// finish). Counted in `lru.stats` (`puts_by_plan`, `puts_fallback`).
+    /// The target of the next putpage among `members` (this node excluded) but not in
+    /// `avoid` (the holders of the page's other replicas), counted in flight; `None` while
+    /// the target it must go to is at its cap (a put in flight will finish). Counted in
+    /// `lru.stats` (`puts_by_plan`, `puts_fallback`).
     pub fn pick(
         &mut self,
         lru: &mut Lru,
@@ -43,13 +44,14 @@ impl Targets {
         members: &[u16],
         window: usize,
         now: Instant,
+        avoid: &[u16],
     ) -> Option<u16> {
         if !self.placement.targets().eq(members.iter().copied()) {
             self.placement.set_targets(members.iter().copied());
         }
         self.placement.set_cap(u32::try_from(window / members.len().max(1)).unwrap_or(u32::MAX));
         let ns = self.ns(now);
-        self.placement.pick(ns, lru, coordinator).map(|(t, _)| t)
+        self.placement.pick_avoiding(ns, lru, coordinator, avoid).map(|(t, _)| t)
     }
 
     /// A heartbeat from `node`: it holds `held` pages of its `budget`.
@@ -84,18 +86,24 @@ mod tests {
         let now = Instant::now();
         let m = [1, 2];
         let mut picks = Vec::new();
-        while let Some(n) = t.pick(&mut lru, Some(0), &m, 4, now) {
+        while let Some(n) = t.pick(&mut lru, Some(0), &m, 4, now, &[]) {
             picks.push(n);
         }
         assert_eq!(picks, [1, 2, 1, 2], "window 4 over two targets: two each, the least loaded first");
         assert_eq!((lru.stats.puts_by_plan, lru.stats.puts_fallback), (0, 4));
         assert!(t.done(2, Some(&PutResult::Stored { target: 2 }), now));
-        assert_eq!(t.pick(&mut lru, Some(0), &m, 4, now), Some(2));
+        assert_eq!(t.pick(&mut lru, Some(0), &m, 4, now, &[]), Some(2));
         // Node 2 is full by its heartbeat and node 1 refused: no target is fresh.
         t.heard(2, 100, 100);
         assert!(!t.done(1, Some(&PutResult::Refused), now));
         // A put never sent gives its slot back.
         assert!(!t.done(2, None, now));
-        assert!(t.pick(&mut lru, Some(0), &m, 4, now).is_some());
+        assert!(t.pick(&mut lru, Some(0), &m, 4, now, &[]).is_some());
+        // A replica avoids the node holding another: only node 1 is left.
+        let mut t = Targets::default();
+        for _ in 0..2 {
+            assert_eq!(t.pick(&mut lru, Some(0), &m, 4, now, &[2]), Some(1));
+        }
+        assert_eq!(t.pick(&mut lru, Some(0), &m, 4, now, &[2]), None, "node 1 at its cap; node 2 avoided");
     }
 }

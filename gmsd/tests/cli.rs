@@ -129,6 +129,13 @@ fn settings_that_cannot_work_are_refused_naming_the_option() {
     }
     let e = refused(&["--op-timeout-ms", "18446744073709551615"]);
     assert!(e.contains("--op-timeout-ms"), "{e}");
+    // Replicas: 1 to 4 (clap's range), and no more than the other nodes given.
+    for bad in ["0", "9"] {
+        let e = refused(&["--replicas", bad]);
+        assert!(e.contains("--replicas") && e.contains(bad) && e.contains("1..=4"), "--replicas {bad}: {e}");
+    }
+    let e = refused(&["--replicas", "2", "--peer", "1=127.0.0.1:9"]);
+    assert!(e.contains("--replicas 2") && e.contains("1 other node") && e.contains("lower --replicas"), "{e}");
 }
 
 #[test]

@@ -89,11 +89,12 @@ fn free_port_pair(taken: &[u16]) -> u16 {
 
 /// Three daemons, each also given `extra` arguments; `tag` names the test's directory.
 fn start(tag: &str, extra: &[&str]) -> Cluster {
-    start_budgets(tag, extra, [BUDGET_MB; NODES as usize])
+    start_budgets(tag, extra, &[BUDGET_MB; NODES as usize])
 }
 
-/// [`start`], daemon `n` with a budget of `budgets[n]` MiB.
-fn start_budgets(tag: &str, extra: &[&str], budgets: [u64; NODES as usize]) -> Cluster {
+/// [`start`] with `budgets.len()` daemons, daemon `n` with a budget of `budgets[n]` MiB.
+fn start_budgets(tag: &str, extra: &[&str], budgets: &[u64]) -> Cluster {
+    let nodes = budgets.len() as u16;
     static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
     // A test that failed while holding it poisons it; the next still runs alone.
     let guard = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
@@ -101,12 +102,12 @@ fn start_budgets(tag: &str, extra: &[&str], budgets: [u64; NODES as usize]) -> C
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let mut ports = Vec::new();
-    for _ in 0..NODES {
+    for _ in 0..nodes {
         let p = free_port_pair(&ports);
         ports.push(p);
     }
     let mut c = Cluster { children: Vec::new(), dir, _one_at_a_time: guard };
-    for n in 0..NODES {
+    for n in 0..nodes {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_gmsd"));
         cmd.args(["--node", &n.to_string(), "--listen", &format!("127.0.0.1:{}", ports[n as usize])])
             .args(["--budget-mb", &budgets[n as usize].to_string(), "--dead-after-ms", "2000"])
@@ -114,7 +115,7 @@ fn start_budgets(tag: &str, extra: &[&str], budgets: [u64; NODES as usize]) -> C
             .args(extra)
             .arg("--socket")
             .arg(c.sock(n));
-        for m in (0..NODES).filter(|&m| m != n) {
+        for m in (0..nodes).filter(|&m| m != n) {
             cmd.args(["--peer", &format!("{m}=127.0.0.1:{}", ports[m as usize])]);
         }
         let log = std::fs::File::create(c.dir.join(format!("gmsd-{n}.log"))).unwrap();
@@ -169,7 +170,9 @@ fn on_each_client<T: Send>(
 fn three_daemons_64mib_and_a_kill() {
     let pages: u64 = std::env::var("GMSD_TEST_PAGES").ok().and_then(|v| v.parse().ok()).unwrap_or(8192);
     let t_all = Instant::now();
-    let mut cl = start("cluster-test", &[]);
+    // One copy of each page: the pages the killed node held are lost (the replicated
+    // cluster below loses none).
+    let mut cl = start("cluster-test", &["--replicas", "1"]);
     // Every daemon up and hearing both peers.
     for n in 0..NODES {
         let s = wait_for(Duration::from_secs(20), &format!("gmsd {n} to hear its peers"), || {
@@ -195,7 +198,9 @@ fn three_daemons_64mib_and_a_kill() {
     let mut again = Vec::new();
     for (i, r) in results.into_iter().flatten() {
         match r {
-            PutOutcome::Stored { target, .. } => {
+            PutOutcome::Stored { targets, .. } => {
+                assert_eq!(targets.len(), 1, "page {i}: one copy");
+                let target = targets.as_slice()[0];
                 assert_ne!(target, (i % NODES as u64) as u16, "page {i}: a put never targets the putting node");
                 holder.insert(i, target);
             }
@@ -212,7 +217,7 @@ fn three_daemons_64mib_and_a_kill() {
                 let r =
                     clients[((i + k) % NODES as u64) as usize].put(PageId::new(VOL, i), &content(i)).expect("re-put");
                 match r {
-                    PutOutcome::Stored { target, .. } => Some(target),
+                    PutOutcome::Stored { targets, .. } => Some(targets.as_slice()[0]),
                     other => {
                         tries.push(other);
                         None
@@ -425,7 +430,7 @@ fn three_daemons_64mib_and_a_kill() {
 fn puts_follow_the_global_lrus_weights() {
     const BUDGETS: [u64; NODES as usize] = [4, 12, 4];
     const PAGES: u64 = 1600;
-    let cl = start_budgets("lru-weights-test", &[], BUDGETS);
+    let cl = start_budgets("lru-weights-test", &["--replicas", "1"], &BUDGETS);
     for n in 0..NODES {
         wait_for(Duration::from_secs(20), &format!("gmsd {n} to hear its peers"), || {
             stat(&cl.sock(n)).filter(|s| s.nodes.iter().all(|m| m.alive))
@@ -446,7 +451,7 @@ fn puts_follow_the_global_lrus_weights() {
             batch.iter().zip(&data).map(|(&i, d)| (PageId::new(VOL, i), &d[..])).collect();
         for (i, r) in batch.iter().zip(c.put_many(&items).expect("put_many")) {
             match r {
-                PutOutcome::Stored { target, .. } => per_node[target as usize] += 1,
+                PutOutcome::Stored { targets, .. } => per_node[targets.as_slice()[0] as usize] += 1,
                 other => panic!("page {i}: {other:?} (stored so far {per_node:?})"),
             }
         }
@@ -511,4 +516,185 @@ fn a_modelled_wire_delay_shows_in_every_getpage() {
             "page {i} came back in {took:?}, less than two one-way delays of {DELAY_MS} ms"
         );
     }
+}
+
+/// `--replicas 2`: every page put through the three daemons is stored on the two nodes
+/// other than the putting one, and a `kill -9` of node 2 after the puts loses none: once
+/// the survivors have declared it failed, every page reads back with its bytes (from
+/// replica 1 where replica 0 died with node 2), against the one-copy test above, where
+/// the pages node 2 held miss. With one other node left, a put is refused rather than
+/// stored as one copy.
+#[test]
+fn two_replicas_lose_nothing_to_a_kill() {
+    let pages: u64 = std::env::var("GMSD_TEST_PAGES").ok().and_then(|v| v.parse().ok()).unwrap_or(8192).min(2048);
+    const DEAD: u16 = 2;
+    let mut cl = start("replicas-test", &["--replicas", "2"]);
+    for n in 0..NODES {
+        let s = wait_for(Duration::from_secs(20), &format!("gmsd {n} to hear its peers"), || {
+            stat(&cl.sock(n)).filter(|s| s.nodes.iter().all(|m| m.alive && m.last_heard_ms < 1000))
+        });
+        assert_eq!(s.replicas, 2);
+    }
+    let mut clients: Vec<Client> = (0..NODES).map(|n| Client::connect(&cl.sock(n)).expect("connect")).collect();
+    let t_put = Instant::now();
+    let results = on_each_client(&mut clients, pages, |c, mine| {
+        let data: Vec<Vec<u8>> = mine.iter().map(|&i| content(i)).collect();
+        let items: Vec<(PageId, &[u8])> = mine.iter().zip(&data).map(|(&i, d)| (PageId::new(VOL, i), &d[..])).collect();
+        c.put_many(&items).expect("put_many")
+    });
+    let put_secs = t_put.elapsed().as_secs_f64();
+    let mut holders: HashMap<u64, Vec<u16>> = HashMap::new();
+    let mut again = 0;
+    for (i, mut r) in results.into_iter().flatten() {
+        let from = (i % NODES as u64) as usize;
+        // A refused or failed write goes again through the same daemon (at most twice more).
+        for _ in 0..2 {
+            if matches!(r, PutOutcome::Refused | PutOutcome::Failed) {
+                again += 1;
+                r = clients[from].put(PageId::new(VOL, i), &content(i)).expect("re-put");
+            }
+        }
+        match r {
+            PutOutcome::Stored { targets, .. } => {
+                let t = targets.as_slice().to_vec();
+                assert_eq!(t.len(), 2, "page {i}: two copies");
+                assert!(t[0] != t[1] && !t.contains(&(from as u16)), "page {i} put through {from}: copies at {t:?}");
+                holders.insert(i, t);
+            }
+            other => panic!("page {i}: put ended {other:?}"),
+        }
+    }
+    // Every daemon holds one copy of each page the other two put.
+    let held: Vec<u64> = (0..NODES).map(|n| holders.values().filter(|h| h.contains(&n)).count() as u64).collect();
+    assert_eq!(held.iter().sum::<u64>(), 2 * pages);
+    eprintln!(
+        "r=2: put {pages} pages ({} MiB, {} MiB of copies) in {put_secs:.1} s ({:.1} MB/s written by clients); copies per node {held:?}; {again} re-put",
+        (pages * PAGE_BYTES as u64) >> 20,
+        (2 * pages * PAGE_BYTES as u64) >> 20,
+        pages as f64 * PAGE_BYTES as f64 / put_secs / 1e6
+    );
+    let check = |i: u64, g: &GetOutcome| match g {
+        GetOutcome::Hit { data, .. } => {
+            assert_eq!(checksum(data), checksum(&content(i)), "page {i}: wrong bytes");
+            true
+        }
+        GetOutcome::Miss(_) => false,
+    };
+    let via = |i: u64| (i % 2) as usize;
+    let read = |clients: &mut [Client], idx: &[u64]| -> Vec<(u64, GetOutcome)> {
+        let mut out = Vec::new();
+        for (k, c) in clients.iter_mut().take(2).enumerate() {
+            let mine: Vec<u64> = idx.iter().copied().filter(|&i| via(i) == k).collect();
+            let ids: Vec<PageId> = mine.iter().map(|&i| PageId::new(VOL, i)).collect();
+            out.extend(mine.into_iter().zip(c.get_many(&ids, true).expect("get_many")));
+        }
+        out
+    };
+    let all: Vec<u64> = (0..pages).collect();
+    for (i, g) in read(&mut clients, &all) {
+        assert!(check(i, &g), "page {i}: miss before the kill");
+    }
+    for n in 0..NODES {
+        assert_eq!(stat(&cl.sock(n)).expect("stat").failures_detected, 0, "gmsd {n} declared a peer dead");
+    }
+
+    // ---- kill -9 node 2: reads right away, then once the survivors know ----
+    cl.kill(DEAD);
+    let t_kill = Instant::now();
+    let during: Vec<u64> = all.iter().copied().take(256).collect();
+    let during_hits = read(&mut clients, &during).iter().filter(|(i, g)| check(*i, g)).count();
+    let during_secs = t_kill.elapsed().as_secs_f64();
+    for n in [0, 1] {
+        wait_for(Duration::from_secs(5), &format!("gmsd {n} to declare node {DEAD} failed"), || {
+            stat(&cl.sock(n)).filter(|s| s.members == vec![0, 1] && s.failures_detected == 1)
+        });
+    }
+    // Copies whose directory was node 2 are registered again by their holders.
+    std::thread::sleep(Duration::from_millis(500));
+    let t_after = Instant::now();
+    let got = read(&mut clients, &all);
+    let first_misses: Vec<u64> = got.iter().filter(|(i, g)| !check(*i, g)).map(|p| p.0).collect();
+    // A miss now can only be a registration still on its way: once more, a second later.
+    std::thread::sleep(Duration::from_secs(1));
+    let lost: Vec<(u64, Vec<u16>)> = read(&mut clients, &first_misses)
+        .into_iter()
+        .filter(|(i, g)| !check(*i, g))
+        .map(|(i, _)| (i, holders[&i].clone()))
+        .collect();
+    let after_secs = t_after.elapsed().as_secs_f64();
+    let on_dead = holders.values().filter(|h| h.contains(&DEAD)).count();
+    let fallbacks: u64 = [0, 1].iter().filter_map(|&n| stat(&cl.sock(n))).map(|s| s.replica_fallbacks).sum();
+    eprintln!(
+        "r=2: after kill -9 of node {DEAD} ({on_dead} pages had a copy there): {during_hits} of {} reads right after \
+         the kill hit ({during_secs:.2} s); after detection {} of {pages} hit at once, {} lost; {fallbacks} reads \
+         went on to replica 1; in {after_secs:.1} s",
+        during.len(),
+        pages - first_misses.len() as u64,
+        lost.len()
+    );
+    assert!(lost.is_empty(), "{} pages lost (page, holders): {:?}", lost.len(), &lost[..lost.len().min(10)]);
+    assert!(fallbacks > 0, "no read fell back to replica 1, yet node {DEAD} held replica 0 of some pages");
+    // One live node other than the writer: two copies cannot be placed, and the put says so.
+    let r = clients[0].put(PageId::new(VOL, pages), &content(pages)).expect("put");
+    assert!(
+        matches!(r, PutOutcome::TooFewTargets { replicas: 2, live } if live.as_slice() == [1]),
+        "with one other node left: {r:?}"
+    );
+}
+
+/// Re-replication: four daemons with `--replicas 2`, pages put through daemon 0 (so their
+/// copies are on nodes 1, 2 and 3); node 3 is `kill -9`ed; daemon 0 puts the copies it
+/// lost again from the surviving ones (counted as `re_replicated`), after which nodes 1
+/// and 2 hold two copies of every page and both copies of every page read back right.
+#[test]
+fn lost_copies_are_made_again() {
+    const PAGES: u64 = 512;
+    const DEAD: u16 = 3;
+    let mut cl = start_budgets("re-replicate-test", &["--replicas", "2"], &[BUDGET_MB; 4]);
+    for n in 0..4 {
+        wait_for(Duration::from_secs(20), &format!("gmsd {n} to hear its peers"), || {
+            stat(&cl.sock(n)).filter(|s| s.nodes.len() == 4 && s.nodes.iter().all(|m| m.alive))
+        });
+    }
+    let mut c = Client::connect(&cl.sock(0)).expect("connect");
+    let data: Vec<Vec<u8>> = (0..PAGES).map(content).collect();
+    let items: Vec<(PageId, &[u8])> = (0..PAGES).map(|i| (PageId::new(VOL, i), &data[i as usize][..])).collect();
+    let mut on_dead = 0;
+    for (i, r) in c.put_many(&items).expect("put_many").into_iter().enumerate() {
+        match r {
+            PutOutcome::Stored { targets, .. } => on_dead += u64::from(targets.contains(DEAD)),
+            other => panic!("page {i}: {other:?}"),
+        }
+    }
+    assert!(on_dead > 0, "no page has a copy on node {DEAD}");
+    cl.kill(DEAD);
+    let t_kill = Instant::now();
+    let s = wait_for(Duration::from_secs(20), &format!("gmsd 0 to put {on_dead} lost copies again"), || {
+        stat(&cl.sock(0)).filter(|s| s.re_replicated >= on_dead && s.re_replicate_pending == 0)
+    });
+    let repair_secs = t_kill.elapsed().as_secs_f64();
+    assert_eq!(s.re_replicated, on_dead, "every lost copy made again exactly once");
+    // Two copies of every page on the survivors other than the writer.
+    let held = wait_for(Duration::from_secs(5), "nodes 1 and 2 to hold two copies of every page", || {
+        let held: u64 =
+            [1u16, 2].iter().filter_map(|&n| Some(stat(&cl.sock(n))?.nodes.iter().find(|m| m.node == n)?.held)).sum();
+        (held == 2 * PAGES).then_some(held)
+    });
+    // Both copies read back right (through daemon 1, which knows no version: any copy).
+    let mut c1 = Client::connect(&cl.sock(1)).expect("connect");
+    for k in 0..2u8 {
+        let ids: Vec<PageId> = (0..PAGES).map(|i| trapeze_node::gms::replica(PageId::new(VOL, i), k)).collect();
+        for (i, g) in c1.get_many(&ids, true).expect("get_many").into_iter().enumerate() {
+            match g {
+                GetOutcome::Hit { data, .. } => {
+                    assert_eq!(checksum(&data), checksum(&content(i as u64)), "page {i} copy {k}")
+                }
+                GetOutcome::Miss(why) => panic!("page {i}: copy {k} missed: {why}"),
+            }
+        }
+    }
+    eprintln!(
+        "re-replication: {on_dead} of {PAGES} pages lost a copy with node {DEAD}; all made again {repair_secs:.2} s \
+         after the kill (failure detection included); nodes 1 and 2 hold {held} copies"
+    );
 }

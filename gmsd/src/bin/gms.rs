@@ -74,7 +74,7 @@ fn main() {
 /// What a put that did not store its page means, in words.
 fn not_stored(o: PutOutcome) -> String {
     match o {
-        PutOutcome::Stored { target, .. } => format!("stored at node {target}"),
+        PutOutcome::Stored { targets, .. } => format!("stored at {targets}"),
         PutOutcome::NoTarget => "not stored: no live node to store on (this daemon's node is alone: its peers are \
                                  down or none were given, and GMS keeps a page on another node)"
             .into(),
@@ -86,6 +86,17 @@ fn not_stored(o: PutOutcome) -> String {
                                may not be stored"
             .into(),
         PutOutcome::Error => "not stored: the daemon could not issue the putpage (see its log)".into(),
+        PutOutcome::TooFewTargets { replicas, live } => {
+            let live = match live.len() {
+                0 => "no other node is live".to_string(),
+                1 => format!("only 1 other node is live ({live})"),
+                n => format!("only {n} other nodes are live ({live})"),
+            };
+            format!(
+                "not stored: the daemon keeps {replicas} copies of each page on distinct other nodes (gmsd \
+                 --replicas) and {live}; start more nodes or run the daemons with a lower --replicas"
+            )
+        }
     }
 }
 
@@ -103,9 +114,7 @@ fn run(a: Args) -> anyhow::Result<()> {
                 bail!("{} has {} bytes; a page holds {PAGE_BYTES}", file.display(), data.len());
             }
             match c.put(page.0, &data)? {
-                PutOutcome::Stored { target, version } => {
-                    println!("{page}: stored at node {target}, version {version}")
-                }
+                PutOutcome::Stored { targets, version } => println!("{page}: stored at {targets}, version {version}"),
                 other => bail!("{page}: {}", not_stored(other)),
             }
         }
@@ -170,6 +179,10 @@ fn table(s: &Stat) -> String {
     o += &format!(
         "  puts {} — stored {}, refused by targets {}; refused here {}; pages dropped {}; op timeouts {} (retried {}); peer failures {}; re-registered after a membership change {}\n",
         s.puts, s.puts_stored, s.puts_refused, s.refused_here, s.pages_dropped, s.op_timeouts, s.retries, s.failures_detected, s.reregistered
+    );
+    o += &format!(
+        "  copies of each page put here {}; reads that went on to the next replica {}; replicas put again after a failure {} ({} waiting)\n",
+        s.replicas, s.replica_fallbacks, s.re_replicated, s.re_replicate_pending
     );
     o += &format!(
         "  put targets by the global LRU's plan {}, least loaded {}; LRU plans {}, epochs started {}, pages discarded {}\n",

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
-use trapeze_node::gms::default_dir_entries;
+use trapeze_node::gms::{default_dir_entries, default_replicas, MAX_REPLICAS};
 use trapeze_vnic::link::backend::parse_peer;
 
 #[derive(Parser)]
@@ -72,6 +72,12 @@ struct Args {
     /// it the link is unauthenticated.
     #[arg(long, value_name = "FILE")]
     key: Option<PathBuf>,
+    /// Copies of each page put through this daemon, each on a different node other than
+    /// this one (1-4); a put is answered stored only when every copy is, and a read falls
+    /// back to the next copy when one misses. Needs at least that many peers
+    /// [default: 2 with two or more peers, else 1].
+    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=MAX_REPLICAS as i64))]
+    replicas: Option<u8>,
 }
 
 /// 8 KiB pages in `mb` MiB (`mb` is bounded by clap, so this cannot overflow).
@@ -98,7 +104,9 @@ fn main() {
             std::process::exit(2);
         }
     };
+    let replicas = a.replicas.unwrap_or_else(|| default_replicas(a.peers.len() + 1));
     let opts = Options {
+        replicas,
         node: a.node,
         listen: a.listen,
         peers: a.peers,

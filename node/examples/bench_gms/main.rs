@@ -23,10 +23,15 @@
 //! depth-0 round trip is all CPU work on two cores, so read-ahead can only spread it; a
 //! wire delay is latency for it to hide, as on a real network.
 //!
+//! Then what replication costs a writer ([`replication`]): `--replication-pairs` pairs of
+//! rounds writing `--replication-pages` pages with one copy and with two, interleaved;
+//! `replication_cost` is the median over the pairs of the r = 2 write time over r = 1's.
+//!
 //! Last, whether a getpage costs more when the cluster holds more ([`scale`]): random
 //! getpages on a cluster holding `--scale-pages` (8 GiB) against one holding
 //! `--scale-small-pages` (32 MiB), interleaved; `scale_p50_ratio` is large p50 / small p50.
 
+mod replication;
 mod scale;
 
 use anyhow::{bail, Context};
@@ -91,6 +96,13 @@ struct Args {
     /// Random getpages on each cluster of the scale comparison.
     #[arg(long, default_value_t = 4000, value_parser = clap::value_parser!(u64).range(10..=10_000_000))]
     scale_reads: u64,
+    /// Pairs of write rounds (one with r = 1, one with r = 2) measuring what replication
+    /// costs a writer; 0: none.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=1000))]
+    replication_pairs: u32,
+    /// Pages each write round of the replication comparison writes (8 KiB each).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(16..=100_000))]
+    replication_pages: u64,
     /// Read-ahead depths of the sequential scans.
     #[arg(long, value_delimiter = ',', default_values_t = [0u32, 4, 16])]
     depths: Vec<u32>,
@@ -170,7 +182,7 @@ impl Round {
     }
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     pct(&mut v, 0.5)
 }
 
@@ -407,6 +419,9 @@ fn run(a: Args) -> anyhow::Result<()> {
         }
         wired.push((w, bench_gms(&a, &data, &expected, w, false, a.one_thread)?));
     }
+    let rep = (a.replication_pairs > 0)
+        .then(|| replication::run(a.replication_pages, a.replication_pairs, a.budget))
+        .transpose()?;
     let sc = (a.scale_pages > 0).then(|| scale::run(a.scale_small_pages, a.scale_pages, a.scale_reads)).transpose()?;
     let bw_of = |side: &Side, depth| side.seq.iter().find(|s| s.0 == depth).map_or(f64::NAN, |s| s.1);
     let bw = |depth| bw_of(&g, depth);
@@ -448,9 +463,21 @@ fn run(a: Args) -> anyhow::Result<()> {
                 );
             }
         }
+        if let Some(rep) = &rep {
+            for (r, rounds) in [(1u8, &rep.r1), (2, &rep.r2)] {
+                println!(
+                    "{}",
+                    json!({ "row": "put_replicated", "source": "gms", "replicas": r, "pages": rep.pages,
+                            "p50_us_per_page": rep.p50(r), "rounds_us_per_page": rounds })
+                );
+            }
+        }
         println!(
             "{}",
             json!({ "summary": true, "readahead16_over_0": ra_ratio,
+                    "replication_cost": rep.as_ref().map(replication::Replication::cost),
+                    "replication_put_p50_us_per_page": rep.as_ref().map(|r| json!({ "r1": r.p50(1), "r2": r.p50(2) })),
+                    "replication_cost_pairs": rep.as_ref().map(replication::Replication::pair_ratios),
                     "scale_p50_ratio": sc.as_ref().map(scale::Scale::p50_ratio), "disk_p50_over_gms_p50": lat_ratio,
                     "gms_seq16_over_disk_seq": bw(16) / disk_seq,
                     "two_core_bound_rounds": rounds.iter().map(|r| json!({ "readahead16_over_0": r.ratio,
@@ -516,6 +543,18 @@ fn run(a: Args) -> anyhow::Result<()> {
                 bw_of(side, 16) / bw_of(side, 0)
             );
         }
+    }
+    if let Some(rep) = &rep {
+        println!(
+            "\nwriting {} pages from node 0, r = 1 and r = 2 in turn ({} pairs of rounds; {} replica puts went again)",
+            rep.pages,
+            rep.r1.len(),
+            rep.again
+        );
+        println!("  put time per page p50: r = 1 {:.1} µs, r = 2 {:.1} µs", rep.p50(1), rep.p50(2));
+        let pairs: Vec<String> = rep.pair_ratios().iter().map(|x| format!("{x:.2}")).collect();
+        println!("  r = 2 / r = 1 per pair: {}", pairs.join(" "));
+        println!("  replication_cost (median of the pairs): {:.2} (target ≤ 1.5)", rep.cost());
     }
     if let Some(sc) = &sc {
         println!("\ngetpage p50 as the cluster grows (all nodes on one thread, rounds interleaved)");

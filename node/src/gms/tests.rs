@@ -138,3 +138,118 @@ fn client_nic_on_servers() {
     assert!(c.ports[0].cpu.is_some(), "the client's NIC is back");
     assert!(matches!(c.get_wait(0, PageId::new(3, 5)).expect("get"), Got::Hit { .. }));
 }
+
+/// A replicated write: the first put of each replica at the write's version, a put again
+/// at a newer one; another replica's target is avoided; done when every replica is stored;
+/// an answer to an older put of a replica changes nothing.
+#[test]
+fn a_replicated_write_keeps_its_replicas_apart() {
+    let mut w = ReplicaWrite::new(2, Version(10));
+    assert_eq!(w.version_for(0, || Version(11)), Version(10));
+    w.issued(0, 1, Version(10));
+    assert_eq!(w.avoid(1), vec![1], "replica 1 avoids replica 0's target");
+    assert_eq!(w.version_for(1, || Version(11)), Version(10));
+    w.issued(1, 2, Version(10));
+    assert!(w.done(0, Version(10), &PutResult::Stored { target: 1 }));
+    assert!(!w.complete());
+    assert!(w.done(1, Version(10), &PutResult::Refused));
+    assert_eq!(w.slot(1), Slot::Todo);
+    assert_eq!(w.avoid(1), vec![1]);
+    assert_eq!(w.version_for(1, || Version(12)), Version(12), "a replica put again takes a newer version");
+    w.issued(1, 3, Version(12));
+    assert!(!w.done(1, Version(10), &PutResult::Stored { target: 2 }), "a late answer to the refused put");
+    assert!(w.done(1, Version(12), &PutResult::Stored { target: 3 }));
+    assert!(w.complete());
+    assert_eq!(w.holders(), vec![1, 3]);
+    assert_eq!(w.version(), Version(10));
+}
+
+/// A read takes a replica at the known version or newer; a miss or an older copy goes on
+/// to the next replica; past the last, a miss.
+#[test]
+fn a_read_goes_on_past_missing_and_stale_replicas() {
+    let v = Some(Version(10));
+    assert_eq!(read_step(2, 0, Some(Version(10)), v), ReadStep::Take);
+    assert_eq!(read_step(2, 0, Some(Version(11)), v), ReadStep::Take);
+    assert_eq!(read_step(2, 0, Some(Version(9)), v), ReadStep::Next(1), "stale");
+    assert_eq!(read_step(2, 0, None, v), ReadStep::Next(1));
+    assert_eq!(read_step(2, 1, None, v), ReadStep::Miss);
+    assert_eq!(read_step(2, 1, Some(Version(9)), v), ReadStep::Miss, "stale everywhere is a miss");
+    assert_eq!(read_step(2, 1, Some(Version(1)), None), ReadStep::Take, "no known version: any copy");
+    assert_eq!(read_step(1, 0, None, None), ReadStep::Miss);
+}
+
+/// Pages written as two replicas from node 0 of four land on two distinct other nodes;
+/// after one holder dies, every page still reads back right through the replica chain.
+#[test]
+fn replicated_pages_survive_a_holder() {
+    super::on_big_stack(replicated_pages).unwrap();
+}
+
+fn read_replicated(c: &mut Cluster, from: usize, page: PageId, r: u8, floor: Version) -> (Got, u8) {
+    let mut k = 0;
+    loop {
+        let g = c.get_wait(from, replica(page, k)).expect("get");
+        let hit = match &g {
+            Got::Hit { version, .. } => Some(*version),
+            Got::Miss => None,
+        };
+        match read_step(r, k, hit, Some(floor)) {
+            ReadStep::Take => return (g, k),
+            ReadStep::Next(n) => k = n,
+            ReadStep::Miss => return (Got::Miss, k),
+        }
+    }
+}
+
+fn replicated_pages() {
+    let mut c = Cluster::new(4, 256, GmsConfig::default()).expect("cluster");
+    let r = 2;
+    let mut holders = Vec::new();
+    for n in 0..32u64 {
+        let page = PageId::new(11, n);
+        let d = bytes(FRAME_BYTES as usize, n as u8);
+        let mut w = ReplicaWrite::new(r, Version(5));
+        for k in 0..r {
+            c.ports[0].put_replica(&mut w, page, k, &d, || Version(6)).expect("put a replica");
+        }
+        c.settle(0).expect("puts finish");
+        let log: Vec<_> = c.ports[0].put_log.drain(..).collect();
+        for (p, v, res) in log {
+            let k = (0..r).find(|&k| replica(page, k) == p).expect("a replica of the page");
+            assert!(w.done(k, v, &res), "page {n}: the answer of replica {k}'s put");
+        }
+        assert!(w.complete(), "page {n}: {w:?}");
+        let h = w.holders();
+        assert!(h[0] != h[1] && !h.contains(&0), "page {n}: replicas on {h:?}");
+        holders.push(h);
+    }
+    // A newer write of page 0 that stored only replica 1: replica 0 is left one version
+    // behind, and a read that knows the newer write skips it.
+    let t = holders[0][1];
+    c.ports[0].put(replica(PageId::new(11, 0), 1), Version(7), &bytes(100, 7), Some(t)).expect("newer replica 1");
+    c.settle(0).expect("put");
+    let (g, k) = read_replicated(&mut c, 3, PageId::new(11, 0), r, Version(7));
+    assert!(
+        matches!(&g, Got::Hit { version: Version(7), data, .. } if *data == bytes(100, 7)) && k == 1,
+        "{g:?} from replica {k}"
+    );
+    let dead = holders[1][0];
+    c.kill(dead as usize);
+    let reader = (1..4).find(|&n| n != dead as usize).unwrap();
+    let mut fallbacks = 0;
+    for n in 1..32u64 {
+        let page = PageId::new(11, n);
+        let (g, k) = read_replicated(&mut c, reader, page, r, Version(5));
+        match g {
+            Got::Hit { data, .. } => assert!(data == bytes(FRAME_BYTES as usize, n as u8), "page {n}: wrong bytes"),
+            Got::Miss => panic!("page {n} (holders {:?}, node {dead} dead) missed", holders[n as usize]),
+        }
+        assert_eq!(k > 0, holders[n as usize][0] == dead, "page {n}: read from replica {k}");
+        fallbacks += u32::from(k > 0);
+    }
+    assert!(fallbacks > 0, "node {dead} held replica 0 of some page");
+    // Replica 0 at version 5, replica 1 at 7: a reader knowing only version 5 takes either.
+    let (g, _) = read_replicated(&mut c, reader, PageId::new(11, 0), r, Version(5));
+    assert!(matches!(g, Got::Hit { .. }), "{g:?}");
+}

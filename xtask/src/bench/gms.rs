@@ -6,7 +6,10 @@
 //! cores allow read-ahead, then the sequential scans again with a modelled one-way wire
 //! delay of 2 and 10 µs; last, random getpage p50 on a cluster holding 8 GiB against one
 //! holding 32 MiB (`scale_p50_ratio`; the process needs 8 GiB of memory, `--scale-pages`
-//! sets the large cluster's size, 0 skips it). Run it on a quiet machine.
+//! sets the large cluster's size, 0 skips it); and what replication costs a writer:
+//! rounds writing pages with one copy and with two in turn, `replication_cost` the median
+//! over the pairs of rounds of the r = 2 write time over r = 1's (with each side's p50).
+//! Run it on a quiet machine.
 
 #[derive(clap::Args)]
 pub struct GmsArgs {
@@ -28,6 +31,9 @@ pub struct GmsArgs {
     /// 0: none.
     #[arg(long, default_value_t = 1 << 20, value_parser = clap::value_parser!(u64).range(0..=4 << 20))]
     scale_pages: u64,
+    /// Pairs of write rounds (r = 1, r = 2) for `replication_cost`; 0: none.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=1000))]
+    replication_pairs: u32,
     /// Directory on a real disk for the baseline's file (default ~/.cache/trapeze/bench;
     /// tmpfs is refused).
     #[arg(long)]
@@ -36,6 +42,7 @@ pub struct GmsArgs {
 
 pub fn run(a: GmsArgs) -> anyhow::Result<()> {
     let (p, r, sp) = (a.pages.to_string(), a.random.to_string(), a.scale_pages.to_string());
+    let rp = a.replication_pairs.to_string();
     let dir = a.dir.map(|d| d.display().to_string());
     let mut args = vec![
         "run",
@@ -53,6 +60,8 @@ pub fn run(a: GmsArgs) -> anyhow::Result<()> {
         &r,
         "--scale-pages",
         &sp,
+        "--replication-pairs",
+        &rp,
     ];
     if let Some(d) = &dir {
         args.extend(["--dir", d.as_str()]);

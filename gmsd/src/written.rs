@@ -1,0 +1,137 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! What this daemon remembers of the pages its clients wrote: each write's version and
+//! the holders of its replicas (and which of them failed since), at most [`RECORD`] pages.
+//! A read through this daemon takes a replica only at the recorded version or newer (a
+//! replica left older is stale); a miss can say the holders failed; and the replicas lost
+//! with a failed node are listed to be put again from a surviving copy.
+
+use crate::proto::Nodes;
+use gms::prelude::{PageId, Version};
+use std::collections::{HashMap, VecDeque};
+
+/// Pages whose write this daemon remembers: 4 Mi pages, 32 GiB of its own writes (a map
+/// entry per page, kept only while the page is stored).
+pub const RECORD: usize = 1 << 22;
+
+/// One page's last acknowledged write through this daemon.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Record {
+    pub version: Version,
+    /// Replica `k`'s holder at `holders[k]`.
+    pub holders: Nodes,
+    /// Bit `k`: replica `k`'s holder failed (or restarted) since.
+    pub lost: u8,
+}
+
+impl Record {
+    /// Every replica's holder failed.
+    pub fn all_lost(&self) -> bool {
+        self.lost.count_ones() as usize >= self.holders.len()
+    }
+}
+
+/// The pages written through this daemon.
+#[derive(Default)]
+pub struct Written {
+    pages: HashMap<PageId, Record>,
+    /// Replicas whose holder failed, to put again: (page, replica).
+    lost: VecDeque<(PageId, u8)>,
+}
+
+impl Written {
+    /// `page` was written at `version`, replica `k` stored at `holders[k]`.
+    pub fn record(&mut self, page: PageId, version: Version, holders: &[u16]) {
+        if self.pages.len() < RECORD || self.pages.contains_key(&page) {
+            self.pages.insert(page, Record { version, holders: Nodes::new(holders), lost: 0 });
+        }
+    }
+
+    pub fn get(&self, page: &PageId) -> Option<&Record> {
+        self.pages.get(page)
+    }
+
+    /// The version of the last write of `page` through this daemon.
+    pub fn version(&self, page: &PageId) -> Option<Version> {
+        self.pages.get(page).map(|r| r.version)
+    }
+
+    /// Node `n` failed or restarted: the replicas it held are gone. Those of pages with a
+    /// surviving replica are listed to be put again.
+    pub fn node_failed(&mut self, n: u16) {
+        for (page, r) in self.pages.iter_mut() {
+            for (k, &h) in r.holders.as_slice().iter().enumerate() {
+                if h == n && r.lost & (1 << k) == 0 {
+                    r.lost |= 1 << k;
+                    if !r.all_lost() {
+                        self.lost.push_back((*page, k as u8));
+                    }
+                }
+            }
+        }
+    }
+
+    /// The next lost replica to put again that a live copy of its page can be read from
+    /// (`None`: none left).
+    pub fn next_lost(&mut self) -> Option<(PageId, u8)> {
+        while let Some((page, k)) = self.lost.pop_front() {
+            if self.pages.get(&page).is_some_and(|r| r.lost & (1 << k) != 0 && !r.all_lost()) {
+                return Some((page, k));
+            }
+        }
+        None
+    }
+
+    /// Put `(page, k)` back at the front of the list (it could not be started now).
+    pub fn retry_lost(&mut self, page: PageId, k: u8) {
+        self.lost.push_front((page, k));
+    }
+
+    /// Put `(page, k)` back at the end of the list (to try again after the others).
+    pub fn retry_lost_later(&mut self, page: PageId, k: u8) {
+        self.lost.push_back((page, k));
+    }
+
+    /// Lost replicas waiting to be put again.
+    pub fn lost_pending(&self) -> usize {
+        self.lost.len()
+    }
+
+    /// Replica `k` of `page` (written at `version`) is stored again at `node`: recorded,
+    /// unless the page was written again since.
+    pub fn replaced(&mut self, page: PageId, k: u8, version: Version, node: u16) -> bool {
+        let Some(r) = self.pages.get_mut(&page) else { return false };
+        if r.version != version || usize::from(k) >= r.holders.len() {
+            return false;
+        }
+        let mut ids = r.holders.as_slice().to_vec();
+        ids[usize::from(k)] = node;
+        r.holders = Nodes::new(&ids);
+        r.lost &= !(1 << k);
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_holder_lists_its_replicas_to_put_again() {
+        let mut w = Written::default();
+        let (a, b) = (PageId::new(1, 1), PageId::new(1, 2));
+        w.record(a, Version(5), &[1, 2]);
+        w.record(b, Version(6), &[2]);
+        w.node_failed(2);
+        assert_eq!(w.next_lost(), Some((a, 1)), "page b had one replica: nothing to copy from");
+        assert_eq!(w.next_lost(), None);
+        assert!(w.get(&b).unwrap().all_lost() && !w.get(&a).unwrap().all_lost());
+        assert!(!w.replaced(a, 1, Version(4), 3), "an older write's replica is not recorded");
+        assert!(w.replaced(a, 1, Version(5), 3));
+        assert_eq!(w.get(&a).unwrap().holders.as_slice(), &[1, 3]);
+        assert_eq!(w.get(&a).unwrap().lost, 0);
+        w.node_failed(1);
+        w.node_failed(3);
+        assert_eq!(w.next_lost(), None, "both replicas gone: nothing to copy from");
+        assert!(w.get(&a).unwrap().all_lost());
+    }
+}

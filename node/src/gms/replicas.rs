@@ -1,0 +1,182 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! Replicated writes and reads at a port: a page kept as `r` copies is `r` GMS pages
+//! ([`gms::replica::replica`]), each put to a different target; the write is done when
+//! every replica is stored, and a read takes replica 0, then the next while one misses or
+//! is older than the version the reader knows was written.
+//!
+//! Versions: every replica of one write is first put at the write's version; a replica
+//! put again (its target refused it or never answered) gets a newer one, so every copy
+//! the write leaves is at the write's version or newer. A reader that knows the write's
+//! version (the writer) takes a copy only at that version or newer: a replica left at an
+//! older version (its put failed, a restarted node's) is never returned as current.
+
+use super::GmsPort;
+use anyhow::Context;
+use gms::prelude::*;
+pub use gms::replica::{default_replicas, replica, MAX_REPLICAS};
+
+/// One replica's state in a write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Slot {
+    /// Not put yet, or put and not stored (refused, failed): to put (again).
+    Todo,
+    InFlight {
+        target: u16,
+        version: Version,
+    },
+    Stored {
+        target: u16,
+        version: Version,
+    },
+}
+
+/// The bookkeeping of one write of a page as `r` replicas on `r` distinct targets.
+#[derive(Clone, Debug)]
+pub struct ReplicaWrite {
+    r: u8,
+    version: Version,
+    slots: [Slot; MAX_REPLICAS as usize],
+    /// Replicas put at least once (a put again takes a newer version).
+    issued: u8,
+}
+
+impl ReplicaWrite {
+    /// A write of `r` (1..=[`MAX_REPLICAS`]) replicas at `version`.
+    pub fn new(r: u8, version: Version) -> Self {
+        assert!((1..=MAX_REPLICAS).contains(&r), "replicas must be 1..={MAX_REPLICAS}");
+        ReplicaWrite { r, version, slots: [Slot::Todo; MAX_REPLICAS as usize], issued: 0 }
+    }
+
+    pub fn replicas(&self) -> u8 {
+        self.r
+    }
+
+    /// The write's version: every copy it leaves is at this version or newer.
+    pub fn version(&self) -> Version {
+        self.version
+    }
+
+    pub fn slot(&self, k: u8) -> Slot {
+        self.slots[k as usize]
+    }
+
+    /// The version replica `k`'s next put takes: the write's for its first put, else
+    /// `newer()` (a newer one than any put before).
+    pub fn version_for(&self, k: u8, newer: impl FnOnce() -> Version) -> Version {
+        if self.issued & (1 << k) == 0 {
+            self.version
+        } else {
+            newer()
+        }
+    }
+
+    /// The nodes replica `k` must not go to: those holding or receiving the others.
+    pub fn avoid(&self, k: u8) -> Vec<u16> {
+        (0..self.r)
+            .filter(|&j| j != k)
+            .filter_map(|j| match self.slots[j as usize] {
+                Slot::InFlight { target, .. } | Slot::Stored { target, .. } => Some(target),
+                Slot::Todo => None,
+            })
+            .collect()
+    }
+
+    /// Replica `k` was put to `target` at `version`.
+    pub fn issued(&mut self, k: u8, target: u16, version: Version) {
+        self.slots[k as usize] = Slot::InFlight { target, version };
+        self.issued |= 1 << k;
+    }
+
+    /// The put of replica `k` at `version` ended with `r`: whether it was that replica's
+    /// put in flight (an answer to an older put of it changes nothing).
+    pub fn done(&mut self, k: u8, version: Version, r: &PutResult) -> bool {
+        match self.slots[k as usize] {
+            Slot::InFlight { version: v, .. } if v == version => {}
+            _ => return false,
+        }
+        self.slots[k as usize] = match r {
+            PutResult::Stored { target } => Slot::Stored { target: *target, version },
+            _ => Slot::Todo,
+        };
+        true
+    }
+
+    /// Every replica is stored.
+    pub fn complete(&self) -> bool {
+        self.slots[..self.r as usize].iter().all(|s| matches!(s, Slot::Stored { .. }))
+    }
+
+    /// The holders of replicas 0.. in order, as far as stored.
+    pub fn holders(&self) -> Vec<u16> {
+        self.slots[..self.r as usize]
+            .iter()
+            .filter_map(|s| match s {
+                Slot::Stored { target, .. } => Some(*target),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// What a read of a replicated page does after replica `k` answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadStep {
+    /// Replica `k`'s copy is current: it is the answer.
+    Take,
+    /// Replica `k` missed or is stale: read replica `k` (the next).
+    Next(u8),
+    /// Every replica missed or was stale: a miss.
+    Miss,
+}
+
+/// After replica `k` of `r` answered (`hit`: the version it found, `None` a miss), given
+/// the version the reader knows was written (`floor`, if any): take it, or go on.
+pub fn read_step(r: u8, k: u8, hit: Option<Version>, floor: Option<Version>) -> ReadStep {
+    match hit {
+        Some(v) if floor.is_none_or(|f| v >= f) => ReadStep::Take,
+        _ if k + 1 < r => ReadStep::Next(k + 1),
+        _ => ReadStep::Miss,
+    }
+}
+
+impl GmsPort {
+    /// [`Self::choose_target`] among the members not in `avoid` (the holders of the page's
+    /// other replicas); `None` when no such member takes puts now.
+    pub fn choose_target_avoiding(&mut self, avoid: &[u16]) -> Option<u16> {
+        let me = self.id();
+        let others = || self.node.members().ids().iter().copied().filter(move |&n| n != me);
+        if !self.placement.targets().eq(others()) {
+            let nodes: Vec<u16> = others().collect();
+            self.placement.set_targets(nodes);
+        }
+        let (now, c) = (self.now(), self.coordinator());
+        self.placement.pick_avoiding(now, &mut self.lru, c, avoid).map(|(t, _)| t)
+    }
+
+    /// Put replica `k` of `w`'s page `page` (`data`) to a target none of the other
+    /// replicas is on (at `w`'s version the first time, else at `newer()`): the operation
+    /// and where it went. Its result comes in [`Self::put_log`] under `replica(page, k)`.
+    pub fn put_replica(
+        &mut self,
+        w: &mut ReplicaWrite,
+        page: PageId,
+        k: u8,
+        data: &[u8],
+        newer: impl FnOnce() -> Version,
+    ) -> anyhow::Result<(OpId, u16)> {
+        let target = self.choose_target_avoiding(&w.avoid(k)).context("no put target for the replica")?;
+        let version = w.version_for(k, newer);
+        match self.put(replica(page, k), version, data, Some(target)) {
+            Ok(op) => {
+                w.issued(k, target, version);
+                Ok((op, target))
+            }
+            Err(e) => {
+                // Never sent: give the target's slot back.
+                let now = self.now();
+                self.placement.done(target, gms::placement::Outcome::Failed, now);
+                Err(e)
+            }
+        }
+    }
+}
