@@ -156,6 +156,27 @@ struct InFlight {
     rerep: Option<rereplicate::Rerep>,
 }
 
+impl InFlight {
+    /// Operation `op` on `frame`: a put (`write`) or a get of `replica` at `version`, its
+    /// first try, for no request's page (the caller sets what differs).
+    fn new(op: OpId, frame: Frame, write: bool, replica: u8, version: u64) -> Self {
+        InFlight {
+            op,
+            tries: 0,
+            since: 0,
+            io: None,
+            frame,
+            write,
+            target: 0,
+            replica,
+            version,
+            ra: false,
+            prefetch: false,
+            rerep: None,
+        }
+    }
+}
+
 /// A page in the backlog.
 struct Waiting {
     page: u64,
@@ -301,6 +322,11 @@ impl DiskState {
             self.rerep_passes_left = rereplicate::PASSES;
             self.start_rereplication(0);
         }
+    }
+
+    /// Whether `node` is still a put target (not declared failed).
+    fn live(&self, node: u16) -> bool {
+        node != NO_TARGET && self.placement.targets().any(|t| t == node)
     }
 
     /// Where replica `k` of `page` keeps its version and target (`None`: past the disk).

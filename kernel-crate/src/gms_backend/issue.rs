@@ -99,20 +99,8 @@ pub(super) fn issue_disk(core: &mut DiskCore, now: u64) -> bool {
                     let d = c.client.as_mut();
                     if let Some(d) = d {
                         d.versions[at] = nv;
-                        d.in_flight[usize::from(op.slot)] = Some(InFlight {
-                            tries,
-                            since,
-                            target,
-                            replica: k,
-                            op,
-                            io: Some(io),
-                            frame: f,
-                            write: true,
-                            version: nv,
-                            ra: false,
-                            prefetch: false,
-                            rerep: None,
-                        });
+                        let (io, put) = (Some(io), InFlight::new(op, f, true, k, nv));
+                        d.in_flight[usize::from(op.slot)] = Some(InFlight { tries, since, target, io, ..put });
                     }
                     issued = true;
                 }
@@ -127,7 +115,7 @@ pub(super) fn issue_disk(core: &mut DiskCore, now: u64) -> bool {
             // A replica never stored (its write found no member for it), or whose holder
             // has been declared failed, is not asked for while another one is left.
             let holder = d.targets[at];
-            let gone = holder != NO_TARGET && !d.placement.targets().any(|t| t == holder);
+            let gone = holder != NO_TARGET && !d.live(holder);
             if v == 0 || (gone && k + 1 < d.replicas) {
                 if k + 1 < d.replicas {
                     d.next_replica(
@@ -155,20 +143,8 @@ pub(super) fn issue_disk(core: &mut DiskCore, now: u64) -> bool {
                     // in-flight entry): handle that completion now.
                     let slot = usize::from(op.slot);
                     if let Some(d) = c.client.as_mut() {
-                        d.in_flight[slot] = Some(InFlight {
-                            tries,
-                            since: 0,
-                            target: 0,
-                            replica: k,
-                            op,
-                            io: Some(io),
-                            frame: f,
-                            write: false,
-                            version: v,
-                            ra,
-                            prefetch: false,
-                            rerep: None,
-                        });
+                        let (io, get) = (Some(io), InFlight::new(op, f, false, k, v));
+                        d.in_flight[slot] = Some(InFlight { tries, io, ra, ..get });
                     }
                     if let Some(done) = c.node.host.take_done(op) {
                         complete(&mut c.node.host, &mut c.client, &done);
@@ -213,20 +189,8 @@ pub(super) fn issue_prefetches(core: &mut DiskCore, now: u64) -> bool {
         match c.node.getpage(now, &mut c.rpc, PageId::new(DISK_SPACE, page), reply_to, Mode::NonBlocking) {
             Ok(op) => {
                 if let Some(d) = c.client.as_mut() {
-                    d.in_flight[usize::from(op.slot)] = Some(InFlight {
-                        tries: 0,
-                        since: 0,
-                        target: 0,
-                        replica: 0,
-                        op,
-                        io: None,
-                        frame: f,
-                        write: false,
-                        version: v,
-                        ra: true,
-                        prefetch: true,
-                        rerep: None,
-                    });
+                    let fetch = InFlight::new(op, f, false, 0, v);
+                    d.in_flight[usize::from(op.slot)] = Some(InFlight { ra: true, prefetch: true, ..fetch });
                 }
                 if let Some(done) = c.node.host.take_done(op) {
                     complete(&mut c.node.host, &mut c.client, &done);

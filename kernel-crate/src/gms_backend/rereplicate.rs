@@ -47,11 +47,6 @@ pub(super) struct Fetched {
 }
 
 impl DiskState {
-    /// Whether `node` is still a put target (not declared failed).
-    fn live(&self, node: u16) -> bool {
-        node != NO_TARGET && self.placement.targets().any(|t| t == node)
-    }
-
     /// Re-replication operations under way.
     fn rerep_busy(&self) -> usize {
         self.in_flight.iter().flatten().filter(|f| f.rerep.is_some()).count() + self.fetched.iter().flatten().count()
@@ -144,20 +139,9 @@ pub(super) fn issue_rereplication(core: &mut DiskCore, now: u64) -> bool {
         match c.node.getpage(now, &mut c.rpc, id, reply_to, Mode::NonBlocking) {
             Ok(op) => {
                 if let Some(d) = c.client.as_mut() {
-                    d.in_flight[usize::from(op.slot)] = Some(InFlight {
-                        tries: 0,
-                        since: 0,
-                        target: 0,
-                        replica: src,
-                        op,
-                        io: None,
-                        frame: f,
-                        write: false,
-                        version,
-                        ra: false,
-                        prefetch: false,
-                        rerep: Some(Rerep { k, want }),
-                    });
+                    let rerep = Some(Rerep { k, want });
+                    d.in_flight[usize::from(op.slot)] =
+                        Some(InFlight { rerep, ..InFlight::new(op, f, false, src, version) });
                 }
                 issued = true;
             }
@@ -201,20 +185,9 @@ fn put_fetched(core: &mut DiskCore, now: u64) -> bool {
             Ok(op) => {
                 if let Some(d) = c.client.as_mut() {
                     d.versions[ik] = v;
-                    d.in_flight[usize::from(op.slot)] = Some(InFlight {
-                        tries: 0,
-                        since: 0,
-                        target,
-                        replica: x.rerep.k,
-                        op,
-                        io: None,
-                        frame: x.frame,
-                        write: true,
-                        version: v,
-                        ra: false,
-                        prefetch: false,
-                        rerep: Some(x.rerep),
-                    });
+                    let rerep = Some(x.rerep);
+                    let put = InFlight::new(op, x.frame, true, x.rerep.k, v);
+                    d.in_flight[usize::from(op.slot)] = Some(InFlight { target, rerep, ..put });
                 }
                 issued = true;
             }
