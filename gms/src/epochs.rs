@@ -187,7 +187,7 @@ impl Lru {
     /// Make this (fresh) state node `me`'s.
     pub fn set_node(&mut self, me: u16) {
         self.me = me;
-        self.coord = Coordinator::new(me, self.cfg.oldest_pages);
+        self.coord.set_node(me);
         self.rng = 0x9e37_79b9_7f4a_7c15 ^ ((me as u64 + 1) << 32);
     }
 

@@ -564,6 +564,12 @@ impl<const NODES: usize, const K: usize> Coordinator<NODES, K> {
         }
     }
 
+    /// Make this (fresh) coordinator node `me`'s, in place (it is ~2 KiB: a kernel stack
+    /// should not hold a new one).
+    pub fn set_node(&mut self, me: u16) {
+        self.me = me;
+    }
+
     /// Start collecting summaries for `epoch` from `members` (ids ≥ `NODES` are ignored)
     /// until `deadline`. Keeps each member's latest summary from earlier epochs (a member
     /// silent this epoch is planned by it), forgets those of non-members. Returns how many

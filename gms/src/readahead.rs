@@ -124,7 +124,7 @@ pub struct ReadAhead<const STREAMS: usize, const PENDING: usize> {
 }
 
 impl<const STREAMS: usize, const PENDING: usize> ReadAhead<STREAMS, PENDING> {
-    pub fn new(config: Config) -> Self {
+    pub const fn new(config: Config) -> Self {
         ReadAhead {
             config,
             streams: [None; STREAMS],

@@ -37,6 +37,7 @@ mod shared;
 pub(crate) use params::{check as check_params, gms_fail_ms, NODE};
 pub(crate) use shared::{BOUND, IDS};
 
+use crate::gms_backend::DiskCore;
 use crate::net::{self, stack::new_core, KHost};
 use crate::nicmem::BarMem;
 use crate::selftest;
@@ -66,7 +67,27 @@ impl pci::Driver for TrapezeDriver {
 }
 
 impl Device {
+    /// Probe in three frames that never nest: [`Self::bring_up`] (steps 1–7, the core
+    /// made in [`make_core`]) returns before the self-tests and `/dev/gms0`'s set-up run,
+    /// whose kernel calls go deep (`add_disk` scans partitions through blk-mq and back
+    /// into the driver). `cargo xtask module` bounds the deepest chain of the module's
+    /// frames.
     fn probe(pdev: &PciDev) -> Result<KBox<Self>> {
+        let (mut dev, members) = Self::bring_up(pdev)?;
+        selftest::at_probe(&dev.shared);
+        if let Ok(pages @ 1..) = u64::try_from(params::GMS_DISK_PAGES.get()) {
+            match dev.shared.gms_disk(&dev.shared, pages) {
+                Ok(disk) => dev.disk = Some(disk),
+                Err(e) => pr_err!("/dev/gms0 on GMS: not created ({:?})\n", e),
+            }
+        }
+        selftest::after_disk(&dev.shared, members);
+        Ok(dev)
+    }
+
+    /// The NIC up, GMS joined and the ticker started: the device and the members joined.
+    #[inline(never)]
+    fn bring_up(pdev: &PciDev) -> Result<(KBox<Self>, usize)> {
         let (vendor, device) = pdev.ids();
         let bar_len = pdev.mem_bar_len(NIC_BAR);
         pr_info!("{}: NIC {:04x}:{:04x}, BAR2 {} KiB\n", pdev.name(), vendor, device, bar_len / 1024);
@@ -99,23 +120,7 @@ impl Device {
 
         device_request(&nic, &regs, host_req::HALT)?;
         let budget = params::gms_budget_pages();
-        let pool = alloc_frames(pdev, RX_FRAMES + SPARE_FRAMES + budget)?;
-        let tx = alloc_frames(pdev, TX_FRAMES)?;
-        let cfg = EndpointConfig {
-            node_id: node,
-            policy: Policy::Eager,
-            send_pulse: 512,
-            recv_pulse: 512,
-            mtu: FRAME_BYTES as u32,
-            notify: notify::IRQ_ON_RECV,
-        };
-        let seed = [sys::random_u64(), sys::random_u64()];
-        let pool = net::Pool(pool);
-        let ep = Endpoint::init(nic, &cfg, seed, |i| net::KPort::slot_segment(&pool, i));
-        let mut host = KHost::new(ep, pool.0, tx)?;
-        // The self-tests' echo service answers beside GMS (every node runs it).
-        host.serve = Some(selftest::SERVE);
-        let core = new_core(node, budget, params::gms_dir_pages(), host, None)?;
+        let core = make_core(pdev, nic, node, budget)?;
         let shared = Arc::pin_init(
             Worked::new(pin_init!(Shared {
                 core <- new_spinlock!(core, "trapeze::core"),
@@ -167,17 +172,37 @@ impl Device {
             irq_no,
             if early > 0 { " (drained messages that arrived before the IRQ)" } else { "" },
         );
-
-        selftest::at_probe(&dev.shared);
-        if let Ok(pages @ 1..) = u64::try_from(params::GMS_DISK_PAGES.get()) {
-            match dev.shared.gms_disk(&dev.shared, pages) {
-                Ok(disk) => dev.disk = Some(disk),
-                Err(e) => pr_err!("/dev/gms0 on GMS: not created ({:?})\n", e),
-            }
-        }
-        selftest::after_disk(&dev.shared, members);
-        Ok(dev)
+        Ok((dev, members))
     }
+}
+
+/// Step 4: the frames, and NetRPC and the GMS node over them, storing up to `budget`
+/// pages, on the endpoint of NIC memory `nic` (its rings reset for node `node`).
+fn make_core(pdev: &PciDev, nic: BarMem, node: u16, budget: usize) -> Result<DiskCore> {
+    let pool = net::Pool(alloc_frames(pdev, RX_FRAMES + SPARE_FRAMES + budget)?);
+    let tx = alloc_frames(pdev, TX_FRAMES)?;
+    let ep = endpoint(nic, node, &pool)?;
+    let mut host = KHost::new(ep, pool.0, tx)?;
+    // The self-tests' echo service answers beside GMS (every node runs it).
+    host.serve = Some(selftest::SERVE);
+    new_core(node, budget, params::gms_dir_pages(), host, None)
+}
+
+/// The endpoint over NIC memory `nic`, its receive slots given `pool`'s first frames, on
+/// the heap. A frame of its own: the endpoint (~2 KiB) is built on the stack once, moved
+/// into its box, and the frame is gone before anything deeper runs.
+#[inline(never)]
+fn endpoint(nic: BarMem, node: u16, pool: &net::Pool) -> Result<KBox<Endpoint<BarMem, usize>>> {
+    let cfg = EndpointConfig {
+        node_id: node,
+        policy: Policy::Eager,
+        send_pulse: 512,
+        recv_pulse: 512,
+        mtu: FRAME_BYTES as u32,
+        notify: notify::IRQ_ON_RECV,
+    };
+    let seed = [sys::random_u64(), sys::random_u64()];
+    Ok(KBox::new(Endpoint::init(nic, &cfg, seed, |i| net::KPort::slot_segment(pool, i)), GFP_KERNEL)?)
 }
 
 /// `n` coherent DMA frames (one `dma_alloc_attrs` of 8 KiB each: order-1 pages, no large

@@ -70,10 +70,10 @@ pub(crate) use issue::issue;
 use issue::{issue_disk, issue_prefetches};
 
 /// The runtime's core with the disk as its client (`None` until `/dev/gms0` exists).
-pub(crate) type DiskCore = Core<Option<DiskState>>;
+pub(crate) type DiskCore = Core<Option<KBox<DiskState>>>;
 
 /// The disk's operations: their completions, after each batch.
-impl Client for Option<DiskState> {
+impl Client for Option<KBox<DiskState>> {
     fn settle(core: &mut DiskCore) {
         let Core { node, client, .. } = core;
         let slots = client.as_ref().map_or(0, |d| d.in_flight.len());
@@ -98,6 +98,9 @@ pub(crate) const CACHE_PAGES: usize = 64;
 /// Slots of the cache's table (it keeps at most 7/8 of them).
 const CACHE_SLOTS: usize = 128;
 static CACHE_TEMPLATE: Template<PageCache<Frame, CACHE_SLOTS>> = Template::new(PageCache::new());
+/// Read-ahead's detectors and pending table (~1.5 KiB), likewise; `new` sets the depth.
+static RA_TEMPLATE: Template<ReadAhead<RA_STREAMS, RA_PENDING>> =
+    Template::new(ReadAhead::new(readahead::Config { trigger: 2, depth: 0 }));
 const WAITERS: usize = 256;
 /// Pages finished under the core lock, completed after it is released.
 const FINISHED: usize = 1024;
@@ -244,7 +247,9 @@ pub(crate) struct DiskState {
 impl DiskState {
     /// A disk of `pages` pages putting `replicas` copies of each to `targets` (the other
     /// members), reading `depth` pages ahead (0: no read-ahead).
-    pub(crate) fn new(pages: u64, targets: &[u16], replicas: u8, depth: u32) -> Result<Self> {
+    /// On the heap (the state is ~2 KiB; the core holding it is moved while probe runs).
+    #[inline(never)]
+    pub(crate) fn new(pages: u64, targets: &[u16], replicas: u8, depth: u32) -> Result<KBox<Self>> {
         if targets.is_empty() || targets.len() > MEMBERS || !(1..=MAX_REPLICAS).contains(&replicas) {
             return Err(EINVAL);
         }
@@ -275,11 +280,14 @@ impl DiskState {
             waiting.push(None, GFP_KERNEL)?;
         }
         let depth = depth.min(MAX_READAHEAD);
+        let mut ra = RA_TEMPLATE.copy()?;
+        let config = readahead::Config { depth, ..ra.config() };
+        ra.set_config(config);
         let mut finished = KVec::with_capacity(FINISHED, GFP_KERNEL)?;
         for _ in 0..FINISHED {
             finished.push(None, GFP_KERNEL)?;
         }
-        Ok(Self {
+        let state = Self {
             replicas,
             versions: KVVec::from_elem(0u64, slots, GFP_KERNEL)?,
             targets: KVVec::from_elem(NO_TARGET, slots, GFP_KERNEL)?,
@@ -303,13 +311,14 @@ impl DiskState {
                 errors: 0,
                 retries: 0,
             },
-            ra: KBox::new(ReadAhead::new(readahead::Config { trigger: 2, depth }), GFP_KERNEL)?,
+            ra,
             ra_on: depth > 0,
             cache,
             waiting,
             finished,
             nfinished: 0,
-        })
+        };
+        Ok(KBox::new(state, GFP_KERNEL)?)
     }
 
     /// Stop putting to `node` (declared failed); the last target stays. With replicas,

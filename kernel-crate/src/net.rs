@@ -152,8 +152,9 @@ impl Ep {
 /// What GMS and NetRPC need from the kernel: the port (endpoint and frames), completions.
 pub(crate) struct KHost {
     pub(crate) ep: Ep,
-    /// Nonblocking GMS completions, by operation slot.
-    done: [Option<Completion<Frame>>; OPS],
+    /// Nonblocking GMS completions, by operation slot (`OPS` of them, on the heap: a
+    /// `KHost` is moved while probe builds the core).
+    done: KVec<Option<Completion<Frame>>>,
     /// Transmit frames of the driver's own messages (the ping test's; bit `i` of
     /// `tx_busy`: posted, not yet reaped).
     pub(crate) tx: KVec<DmaBuf>,
@@ -177,7 +178,7 @@ impl KHost {
     pub(crate) const fn empty() -> KHost {
         KHost {
             ep: Ep(None),
-            done: [None; OPS],
+            done: KVec::new(),
             tx: KVec::new(),
             tx_busy: 0,
             in_work: false,
@@ -188,16 +189,18 @@ impl KHost {
     }
 
     /// A host over `ep`, whose receive slots were given [`KPort::slot_segment`]s of `pool`.
-    pub(crate) fn new(ep: Endpoint<BarMem, usize>, pool: KVVec<DmaBuf>, tx: KVec<DmaBuf>) -> Result<Self> {
+    #[inline(never)]
+    pub(crate) fn new(ep: KBox<Endpoint<BarMem, usize>>, pool: KVVec<DmaBuf>, tx: KVec<DmaBuf>) -> Result<Self> {
         if pool.len() > usize::from(Frame::MAX) {
             return Err(EINVAL);
         }
-        let port = KPort::new(ep, Pool(pool), 0).map_err(|e| match e {
+        let port = KPort::with_boxed(ep, Pool(pool), 0).map_err(|e| match e {
             SetupError::TooFewFrames { .. } => EINVAL,
             SetupError::NoMemory => ENOMEM,
         })?;
         let inbox = KVVec::from_elem(LruMsg { src: 0, op: 0, len: 0, body: [0; 104] }, LRU_INBOX, GFP_KERNEL)?;
         let mut host = Self::empty();
+        host.done = KVec::from_elem(None, OPS, GFP_KERNEL)?;
         host.ep = Ep(Some(port));
         host.tx = tx;
         host.lru_inbox = inbox;

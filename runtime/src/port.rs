@@ -95,6 +95,12 @@ impl<M: NicMemory, A: FrameMem, S: Storage> Port<M, A, S> {
     /// A port over `ep`, whose receive slots were given [`Self::slot_segment`]s, with
     /// `frames` of which at least `spare` stay beyond the receive slots.
     pub fn new(ep: Endpoint<M, usize>, frames: A, spare: usize) -> Result<Self, SetupError> {
+        Self::with_boxed(S::boxed(ep).ok_or(SetupError::NoMemory)?, frames, spare)
+    }
+
+    /// [`Self::new`] over an endpoint already on the heap (where a stack is small, the
+    /// endpoint is moved once, into its box, and never again).
+    pub fn with_boxed(ep: S::Boxed<Endpoint<M, usize>>, frames: A, spare: usize) -> Result<Self, SetupError> {
         let (n, rx) = (frames.count(), RECV_RING_ENTRIES as usize);
         if n < rx + spare {
             return Err(SetupError::TooFewFrames { have: n, need: rx + spare });
@@ -109,7 +115,7 @@ impl<M: NicMemory, A: FrameMem, S: Storage> Port<M, A, S> {
             *s = frames.nth(i);
         }
         Ok(Port {
-            ep: S::boxed(ep).ok_or(SetupError::NoMemory)?,
+            ep,
             armed: Stack::new(IPT_ENTRIES as usize, (first, PayloadToken::NONE)).ok_or(SetupError::NoMemory)?,
             limbo: Fifo::new(n, (first, 0)).ok_or(SetupError::NoMemory)?,
             frames,

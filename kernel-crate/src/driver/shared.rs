@@ -169,7 +169,7 @@ impl PageBackend for GmsBackend {
 }
 
 impl TestNic for Arc<Dev> {
-    type Client = Option<gms_backend::DiskState>;
+    type Client = Option<KBox<gms_backend::DiskState>>;
     fn core(&self) -> &SpinLock<DiskCore> {
         &self.core
     }

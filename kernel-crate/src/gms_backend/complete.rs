@@ -13,7 +13,7 @@ use crate::tpz::gms::prelude::*;
 use kernel::prelude::*;
 
 /// A GMS completion: a disk page's, handled here (`true`), or someone else's.
-pub(super) fn complete(host: &mut KHost, disk: &mut Option<DiskState>, done: &Completion<Frame>) -> bool {
+pub(super) fn complete(host: &mut KHost, disk: &mut Option<KBox<DiskState>>, done: &Completion<Frame>) -> bool {
     let Some(d) = disk.as_mut() else { return false };
     let slot = usize::from(done.op.slot);
     let Some(entry) = d.in_flight.get_mut(slot) else { return false };

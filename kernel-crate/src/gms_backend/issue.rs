@@ -172,7 +172,7 @@ pub(super) fn issue_prefetches(core: &mut DiskCore, now: u64) -> bool {
         if !d.ra_on {
             return issued;
         }
-        let DiskState { ra, versions, cache, .. } = d;
+        let DiskState { ra, versions, cache, .. } = &mut **d;
         // Pages never written read as zeros; cached ones need no fetch.
         let skip =
             |s: u64, p: u64| versions.get(p as usize).map_or(true, |&v| v == 0) || cache.contains(&PageId::new(s, p));

@@ -208,7 +208,7 @@ fn put_fetched(core: &mut DiskCore, now: u64) -> bool {
 /// failure: the write put both replicas anew.
 pub(super) fn completed(host: &mut KHost, d: &mut DiskState, f: InFlight, r: Rerep, done: &Completion<Frame>) {
     let page = done.page.page;
-    let written = !f.write && d.at(page, f.replica).is_none_or(|i| d.versions[i] != f.version);
+    let written = !f.write && d.at(page, f.replica).map_or(true, |i| d.versions[i] != f.version);
     let failed = || {
         if !written {
             STATS.disk_rereplicate_failed.inc();

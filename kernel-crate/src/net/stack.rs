@@ -76,6 +76,7 @@ impl Client for () {
 
 /// NetRPC and the GMS node on the heap, never on the 16 KiB kernel stack: the node stores
 /// at most `budget` pages for others and directs at most `dir_pages` pages.
+#[inline(never)]
 pub(crate) fn new_core<C>(node: u16, budget: usize, dir_pages: usize, host: KHost, client: C) -> Result<Core<C>> {
     let mut rpc = RPC_TEMPLATE.copy()?;
     rpc.set_node(node, RPC_CONFIG);
