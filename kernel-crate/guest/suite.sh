@@ -206,7 +206,7 @@ wok=no
 [ "$werrs" = 0 ] && [ -e /tmp/wd.last ] &&
     dd if="$dev" of=/tmp/wd.back bs=4k skip="$wbase" count=32 iflag=direct 2>/dev/null &&
     cmp -s /tmp/wd.last /tmp/wd.back && wok=yes
-check "failure case: the writer across the kill: $wpasses passes of 32 pages, $werrs with an I/O error, the last pass read back intact ($(tstat disk_under_replicated) writes stored with one copy)" \
+check "failure case: the writer across the kill: $wpasses passes of 32 pages, $werrs with an I/O error, the last pass read back intact ($(tstat disk_under_replicated) copies of writes not placed)" \
     [ "$wok" = yes ]
 # Re-replication: the replicas C held are copied from their other copy to B or D, pass
 # after pass until a pass meets none (30 s at most).

@@ -5,12 +5,12 @@
 //! * **Replicas** (`gms_replicas=`, `gms::replica`): each page is kept as `r` GMS pages
 //!   (replica `k` in its own space) on `r` distinct members, with a version each
 //!   ([`DiskState::versions`]) and the member holding it ([`DiskState::targets`]).
-//! * **write** → putpage of replica 0, then of each next replica once the one before is
-//!   stored, write-through: the page's bytes go into a frame and one-way to a target
+//! * **write** → putpages of every replica at once (each with its own token of the page,
+//!   `PageIo::split`, so the write costs one round trip), write-through: the page's bytes go into a frame and one-way to a target
 //!   member chosen by `gms::placement` (the global LRU's plan, in proportion to the
 //!   members' free frames and oldest pages; the least loaded target before the first
 //!   plan, or when the member drawn does not take puts), avoiding the members holding the
-//!   page's other replicas; the write completes when its last replica is stored and named
+//!   page's other replicas; the write completes when every replica is stored and named
 //!   by its directory (`PutResult::Stored`). A target that refuses (its budget full) is
 //!   skipped for `gms::placement::REFUSED_NS` and the replica put again at another; only
 //!   when every target refused lately the write ends with an I/O error. A put that got no
@@ -191,7 +191,7 @@ struct Waiting {
     tries: u8,
     /// A write's replica: when its first put failed (ns; 0: none failed yet).
     since: u64,
-    /// The replica to write (a write puts them in turn) or to read (a read goes on to the
+    /// The replica to write (a write queues one entry per replica) or to read (a read goes on to the
     /// next when one misses).
     replica: u8,
 }
@@ -216,7 +216,7 @@ pub(crate) struct DiskState {
     /// By GMS operation slot.
     in_flight: KVec<Option<InFlight>>,
     /// Pages waiting for an operation slot or a frame: a ring.
-    backlog: KVec<Option<Waiting>>,
+    backlog: KVVec<Option<Waiting>>,
     /// Writes going again after [`RETRY_DELAY_NS`]: (when, the page).
     delayed: KVec<Option<(u64, Waiting)>>,
     /// Re-replication: where its scan goes on (`None`: no member failed since it ended),
@@ -263,8 +263,9 @@ impl DiskState {
         for _ in 0..OPS {
             in_flight.push(None, GFP_KERNEL)?;
         }
-        let mut backlog = KVec::with_capacity(BACKLOG, GFP_KERNEL)?;
-        for _ in 0..BACKLOG {
+        // A write queues one entry per replica.
+        let mut backlog = KVVec::with_capacity(BACKLOG * usize::from(replicas), GFP_KERNEL)?;
+        for _ in 0..BACKLOG * usize::from(replicas) {
             backlog.push(None, GFP_KERNEL)?;
         }
         let mut delayed = KVec::with_capacity(DELAYED, GFP_KERNEL)?;
@@ -400,18 +401,18 @@ impl DiskState {
         }
     }
 
-    /// A write of `page` found no member for replica `k` and the ones after it (fewer live
-    /// targets than replicas): it completes with the `k` copies stored, and those replicas'
-    /// versions move on, so an older copy of them is never read as current.
+    /// A write of `page` found no member for replica `k` (fewer live targets than
+    /// replicas): its token of the page completes without that copy, and the replica's
+    /// version moves on, so an older copy of it is never read as current.
     fn under_replicated(&mut self, page: u64, k: u8, io: PageIo) {
-        for j in k..self.replicas {
-            if let Some(i) = self.at(page, j) {
-                self.versions[i] += 1;
-                self.targets[i] = NO_TARGET;
-            }
+        if let Some(i) = self.at(page, k) {
+            self.versions[i] += 1;
+            self.targets[i] = NO_TARGET;
         }
         crate::stats::STATS.disk_under_replicated.inc();
-        self.counters.writes_ok += 1;
+        if k == 0 {
+            self.counters.writes_ok += 1;
+        }
         self.finish(io, Ok(()));
     }
 
@@ -583,6 +584,27 @@ pub(crate) fn submit(c: &mut DiskCore, page: u64, io: PageIo, write: bool, closi
             if let Some(f) = d.uncache(page) {
                 c.node.host.release(f);
             }
+            // Every replica is put at once, each with its own token of the page: the
+            // write costs one round trip, not one per copy. Replica 0 goes first.
+            let Some(d) = c.client.as_mut() else { return false };
+            let mut parts: [Option<PageIo>; MAX_REPLICAS as usize - 1] = [const { None }; MAX_REPLICAS as usize - 1];
+            for part in parts.iter_mut().take(usize::from(d.replicas) - 1) {
+                match io.split() {
+                    Ok(p) => *part = Some(p),
+                    Err(_) => {
+                        parts.iter_mut().filter_map(Option::take).for_each(|p| d.fail(p));
+                        d.fail(io);
+                        return issue_disk(c, now_ns());
+                    }
+                }
+            }
+            if let Err(io) = d.push(Waiting::new(page, io, true, false)) {
+                d.fail(io);
+            }
+            for (k, part) in (1..).zip(parts.iter_mut().filter_map(Option::take)) {
+                d.push_or_fail(Waiting { replica: k, ..Waiting::new(page, part, true, false) });
+            }
+            return issue_disk(c, now_ns());
         } else if d.ra_on {
             let v = d.version(page).unwrap_or(0);
             let hit = d.cached(page, v);

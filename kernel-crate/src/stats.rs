@@ -85,7 +85,7 @@ counters! {
     lru_puts_by_plan: "/dev/gms0 putpage targets drawn from the global LRU's plan",
     lru_puts_fallback: "/dev/gms0 putpage targets chosen least loaded (no plan yet, or no usable target drawn)",
     disk_replica_fallbacks: "/dev/gms0 reads that went on to the next replica (the one before missed or was stale)",
-    disk_under_replicated: "/dev/gms0 writes stored with fewer copies than gms_replicas (fewer live members to hold them)",
+    disk_under_replicated: "/dev/gms0 copies a write could not place (fewer live members than gms_replicas)",
     disk_rereplicated: "/dev/gms0 replicas copied to another member after their holder was declared failed",
     disk_rereplicate_failed: "/dev/gms0 re-replication copies that failed (fetch, put, or no member for them; a later pass tries again)",
     disk_rereplicate_passes: "/dev/gms0 re-replication passes over the disk completed",

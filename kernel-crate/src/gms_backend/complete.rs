@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! What happens when GMS finishes one of the disk's operations: a write's replica stored
-//! (the next one put, or the page done), put again, or failed; a read filled, cached,
+//! (its token of the page completed), put again, or failed; a read filled, cached,
 //! sent on to the next replica, tried again, or failed; re-replication's handed over.
 
 use super::{rereplicate, DiskState, Waiting, DISK_SPACE, MAX_TRIES, WRITE_FAILURES_LOGGED};
@@ -64,14 +64,7 @@ pub(super) fn complete(host: &mut KHost, disk: &mut Option<KBox<DiskState>>, don
             if let Some(i) = d.at(page, f.replica) {
                 d.targets[i] = f.target;
             }
-            // The write completes when its last replica is stored.
-            if f.replica + 1 < d.replicas {
-                if let Some(io) = f.io {
-                    d.push_or_fail(again(io, true, 0, f.replica + 1));
-                }
-                host.retire(f.frame);
-                return true;
-            }
+            // This replica's token of the page completes; the write ends with the last.
             (Ok(()), Some(f.frame), None)
         }
         // A target whose budget is full: put the page again at another, unless every
@@ -196,7 +189,8 @@ pub(super) fn complete(host: &mut KHost, disk: &mut Option<KBox<DiskState>>, don
         match disk.as_mut() {
             Some(d) => {
                 match verdict {
-                    Ok(()) if f.write => d.counters.writes_ok += 1,
+                    Ok(()) if f.write && f.replica == 0 => d.counters.writes_ok += 1,
+                    Ok(()) if f.write => {}
                     Ok(()) => d.counters.reads_ok += 1,
                     Err(_) => d.counters.errors += 1,
                 }

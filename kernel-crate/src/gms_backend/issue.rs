@@ -50,17 +50,20 @@ pub(super) fn issue_disk(core: &mut DiskCore, now: u64) -> bool {
         };
         let v = d.versions[at];
         if write {
-            // The other replicas' holders are avoided: each copy on its own member.
+            // The other replicas' holders (or targets, while their puts are in flight) are
+            // avoided: each copy on its own member.
             let mut avoid = [NO_TARGET; MAX_REPLICAS as usize];
-            for j in 0..k {
-                if let Some(i) = d.at(page, j) {
-                    avoid[usize::from(j)] = d.targets[i];
+            let mut n = 0;
+            for j in (0..d.replicas).filter(|&j| j != k) {
+                if let Some(t) = d.at(page, j).map(|i| d.targets[i]).filter(|&t| t != NO_TARGET) {
+                    avoid[n] = t;
+                    n += 1;
                 }
             }
-            let avoid = &avoid[..usize::from(k)];
+            let avoid = &avoid[..n];
             let Some((target, via)) = d.placement.pick_avoiding(now, &mut c.lru, coordinator, avoid) else {
-                if k > 0 && d.placement.targets().all(|t| avoid.contains(&t)) {
-                    // Fewer live targets than replicas: the write is stored with `k` copies.
+                if !avoid.is_empty() && d.placement.targets().all(|t| avoid.contains(&t)) {
+                    // Fewer live targets than replicas: the write is stored without this copy.
                     d.under_replicated(page, k, io);
                 } else {
                     write_failed(page, k, format_args!("no target"));
@@ -99,6 +102,7 @@ pub(super) fn issue_disk(core: &mut DiskCore, now: u64) -> bool {
                     let d = c.client.as_mut();
                     if let Some(d) = d {
                         d.versions[at] = nv;
+                        d.targets[at] = target;
                         let (io, put) = (Some(io), InFlight::new(op, f, true, k, nv));
                         d.in_flight[usize::from(op.slot)] = Some(InFlight { tries, since, target, io, ..put });
                     }

@@ -10,11 +10,12 @@
 //! A [`Driver`] looks at each request ([`Driver::accept`] returns how many parts to serve
 //! it in, or an error), then gets one [`Part`] token per part ([`Driver::serve`]). A part
 //! copies data in or out of the request ([`Part::copy_to_rq`], [`Part::copy_from_rq`]) and
-//! is completed once ([`Part::complete`]; dropping it fails it). The request ends when its
-//! last part completes: `BLK_STS_IOERR` if any part failed, else success. If parts are
-//! still out when blk-mq's timer fires, the request ends with `BLK_STS_TIMEOUT`, and the
-//! parts still out become stale: their copies fail (`ETIMEDOUT`) and their completions
-//! do nothing. So a request never waits on a backend beyond the timeout, and a late
+//! is completed once ([`Part::complete`]; dropping it fails it); [`Part::split`] gives a
+//! part a second token, for a backend that serves it in pieces at once. The request ends
+//! when its last token completes: `BLK_STS_IOERR` if any part failed, else success. If
+//! parts are still out when blk-mq's timer fires, the request ends with
+//! `BLK_STS_TIMEOUT`, and the parts still out become stale: their copies fail
+//! (`ETIMEDOUT`) and their completions do nothing. So a request never waits on a backend beyond the timeout, and a late
 //! completion never touches a request that has moved on.
 //!
 //! Soundness rests on one word per request (in its PDU, [`RqState`]): a generation bumped
@@ -198,6 +199,33 @@ impl Part {
     /// Copy the request's data at byte offset `off` into `out` (a write's data).
     pub(crate) fn copy_from_rq(&self, off: usize, out: &mut [u8]) -> Result {
         self.copy(off, out.as_mut_ptr().cast(), out.len(), false)
+    }
+
+    /// Another token for the same part: the request now waits for both (each completes
+    /// once; either failing fails the request). A backend that serves one part in several
+    /// pieces at once (a write put to several replicas) gives each piece its own token.
+    /// `ETIMEDOUT` if the request already ended, `EBUSY` if it has [`MAX_PARTS`] pending.
+    pub(crate) fn split(&self) -> Result<Part> {
+        let w = self.word();
+        let mut cur = w.load(Ordering::Relaxed);
+        loop {
+            if !self.live(cur) {
+                return Err(stale());
+            }
+            if cur & PENDING == PENDING {
+                return Err(EBUSY);
+            }
+            // Relaxed suffices: the new token only adds to a count this one already holds
+            // up (pending is at least 1 while `self` is out), so the request cannot end
+            // between the load and the swap.
+            match w.compare_exchange_weak(cur, cur + 1, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => break,
+                Err(now) => cur = now,
+            }
+        }
+        // SAFETY: as in `finish`: the counter lives as long as any token; `self` is one.
+        unsafe { self.parts.as_ref() }.fetch_add(1, Ordering::Relaxed);
+        Ok(Part { rq: self.rq, gen: self.gen, index: self.index, parts: self.parts, done: false })
     }
 
     /// Complete this part: success, or an error that fails the whole request.
