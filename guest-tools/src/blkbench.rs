@@ -40,6 +40,9 @@ pub struct Config {
     pub write: bool,
     /// Check every page read against the pattern.
     pub verify: bool,
+    /// Random 4 KiB writes to time (each page rewritten with its own pattern, so the
+    /// device stays checkable), after the pattern write and before the reads.
+    pub writes: u32,
 }
 
 /// What was measured.
@@ -49,6 +52,9 @@ pub struct Report {
     pub device: String,
     pub bytes: u64,
     pub write_mb_s: Option<f64>,
+    pub writes: u32,
+    pub write4k_p50_us: f64,
+    pub write4k_p99_us: f64,
     pub reads: u32,
     pub rand4k_p50_us: f64,
     pub rand4k_p99_us: f64,
@@ -74,6 +80,13 @@ impl Report {
                 let _ = write!(s, "\"write_mb_s\":{w:.1},");
             }
             None => s.push_str("\"write_mb_s\":null,"),
+        }
+        if self.writes > 0 {
+            let _ = write!(
+                s,
+                "\"write4k_writes\":{},\"write4k_p50_us\":{:.1},\"write4k_p99_us\":{:.1},",
+                self.writes, self.write4k_p50_us, self.write4k_p99_us
+            );
         }
         let _ = write!(
             s,
@@ -211,17 +224,22 @@ fn read_full(f: &File, buf: &mut [u8], off: u64) -> Result<Duration, String> {
     Ok(took)
 }
 
-fn write_full(f: &File, buf: &[u8], off: u64) -> Result<(), String> {
+/// Write all of `buf` at `off`; the time the `pwrite` calls took.
+fn write_full(f: &File, buf: &[u8], off: u64) -> Result<Duration, String> {
     let mut done = 0;
+    let mut took = Duration::ZERO;
     while done < buf.len() {
-        match f.write_at(&buf[done..], off + done as u64) {
+        let t = Instant::now();
+        let n = f.write_at(&buf[done..], off + done as u64);
+        took += t.elapsed();
+        match n {
             Ok(0) => return Err(format!("write at byte {}: end of device", off + done as u64)),
             Ok(n) => done += n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => return Err(format!("write of {} bytes at byte {}: {e}", buf.len() - done, off + done as u64)),
         }
     }
-    Ok(())
+    Ok(took)
 }
 
 /// Bytes of the device or file (seek to its end: block devices report length 0 in metadata).
@@ -270,6 +288,17 @@ pub fn run(f: &mut File, device: &str, c: &Config) -> Result<Report, String> {
         None
     };
 
+    // Random 4 KiB writes, each page its own pattern.
+    let mut page_buf = AlignedBuf::new(PAGE);
+    let mut rng = SplitMix::new(c.seed ^ 0x3717e);
+    let mut wlat = Vec::with_capacity(c.writes as usize);
+    for _ in 0..c.writes {
+        let p = rng.below(pages);
+        fill_page(c.seed, p, page_buf.as_mut_slice());
+        wlat.push(write_full(f, page_buf.as_slice(), p * PAGE as u64)?);
+    }
+    wlat.sort_unstable();
+
     let mut verified = 0u64;
     let mut check = |page: u64, buf: &[u8]| -> Result<(), String> {
         if c.verify {
@@ -282,7 +311,6 @@ pub fn run(f: &mut File, device: &str, c: &Config) -> Result<Report, String> {
     };
 
     // Random 4 KiB reads.
-    let mut page_buf = AlignedBuf::new(PAGE);
     let mut rng = SplitMix::new(c.seed ^ 0x5eed);
     let mut lat = Vec::with_capacity(c.reads as usize);
     for _ in 0..c.reads {
@@ -311,6 +339,9 @@ pub fn run(f: &mut File, device: &str, c: &Config) -> Result<Report, String> {
         device: device.to_string(),
         bytes,
         write_mb_s,
+        writes: c.writes,
+        write4k_p50_us: us(percentile(&wlat, 50.0)),
+        write4k_p99_us: us(percentile(&wlat, 99.0)),
         reads: c.reads,
         rand4k_p50_us: us(percentile(&lat, 50.0)),
         rand4k_p99_us: us(percentile(&lat, 99.0)),
@@ -335,6 +366,7 @@ mod tests {
             seq_block_bytes: 64 * 1024,
             write,
             verify: true,
+            writes: 0,
         }
     }
 
@@ -386,9 +418,12 @@ mod tests {
         // 200 random pages + all 256 pages sequentially.
         assert_eq!(r.pages_verified, 200 + 256);
         assert!(r.rand4k_p50_us > 0.0 && r.rand4k_p50_us <= r.rand4k_p99_us && r.seq_mb_s > 0.0);
-        // A second run without writing finds the same pattern.
-        let again = run(&mut f, "file", &Config { write: false, ..cfg(true) }).unwrap();
+        assert!(!r.json().contains("write4k"), "no write latencies without --writes: {}", r.json());
+        // A second run without writing finds the same pattern; timed random writes keep it.
+        let again = run(&mut f, "file", &Config { write: false, writes: 50, ..cfg(true) }).unwrap();
         assert_eq!(again.pages_verified, 456);
+        assert!(again.write4k_p50_us > 0.0 && again.write4k_p50_us <= again.write4k_p99_us);
+        assert!(again.json().contains("\"write4k_writes\":50,"), "{}", again.json());
         std::fs::remove_file(p).unwrap();
     }
 
@@ -421,6 +456,9 @@ mod tests {
             device: "/dev/nbd0".into(),
             bytes: 4096,
             write_mb_s: None,
+            writes: 0,
+            write4k_p50_us: 0.0,
+            write4k_p99_us: 0.0,
             reads: 3,
             rand4k_p50_us: 1.25,
             rand4k_p99_us: 2.0,

@@ -30,7 +30,8 @@
 # and the host fails the bench on any. Then powers off.
 # Lines for the host start with "trapeze-bench:"; each measurement is one
 # "trapeze-bench: result {json}" (raw device), "file-result {json}" or
-# "swap-result {json}" line.
+# "swap-result {json}" line. With trapeze_bench_mode=replication the guests run one
+# replication session instead (see replication_session).
 
 say() { echo "trapeze-bench: $*"; }
 k=${trapeze_guest:-0}
@@ -192,6 +193,32 @@ serve_forever() {
     say "serving until the host stops this guest"
     while :; do sleep 3600; done
 }
+
+# The replication sessions (trapeze_bench_mode=replication): fresh guests, guest 0's
+# /dev/gms0 of trapeze_bench_mb MiB keeping the copies its insmod arguments ask for; the
+# pattern written in 256 KiB O_DIRECT writes (timed), then trapeze_bench_repl_writes
+# random 4 KiB writes (each timed), then reads checked. One "repl-result {json}" line.
+replication_session() {
+    [ "$k" = 0 ] || { load_trapeze; serve_forever; }
+    load_trapeze || exit 1
+    t=0
+    while [ ! -b /dev/gms0 ] && [ "$t" -lt 50 ]; do sleep 0.1; t=$((t + 1)); done
+    [ -b /dev/gms0 ] || { say "errors: replication: no /dev/gms0 after insmod trapeze.ko $ko_args"; exit 1; }
+    phase_start
+    w=${trapeze_bench_repl_writes:-500}
+    if out=$(trapeze-blkbench --name gms --write --writes "$w" --reads 50 --size-mb "$mb" --seed "$seed" /dev/gms0 2>&1); then
+        say "repl-result $out"
+    else
+        say "errors: replication: trapeze-blkbench failed: $(echo "$out" | tail -n 2 | tr '\n' ' ')"
+    fi
+    phase_end "replication"
+    st=/sys/module/trapeze/parameters/gms_disk_stats
+    [ -r "$st" ] && say "gms: stats: $(tr '\n' ' ' < "$st")"
+    rmmod trapeze || say "errors: replication: rmmod trapeze failed"
+    say "done"
+    exit 0
+}
+[ "${trapeze_bench_mode:-}" = replication ] && replication_session
 
 case "$k" in
 1)

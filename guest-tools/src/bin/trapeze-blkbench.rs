@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! `trapeze-blkbench`: 4 KiB random read latency (p50/p99) and sequential read bandwidth of
-//! a block device with `O_DIRECT`, optionally writing a seeded pattern first; every page
-//! read is checked against the pattern. Prints one JSON line on stdout.
+//! a block device with `O_DIRECT`, optionally writing a seeded pattern first (timed) and
+//! timing random 4 KiB writes (p50/p99); every page read is checked against the pattern. Prints one JSON line on stdout.
 
 use clap::Parser;
 use std::fs::OpenOptions;
@@ -32,6 +32,10 @@ struct Args {
     /// Write the pattern over the range first (destroys the device's contents).
     #[arg(long)]
     write: bool,
+    /// Random 4 KiB writes to time (p50/p99), each rewriting a page with its own pattern,
+    /// after the pattern write and before the reads.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=10_000_000))]
+    writes: u32,
     /// Do not check the pages read against the pattern.
     #[arg(long)]
     no_verify: bool,
@@ -43,7 +47,7 @@ struct Args {
 fn main() -> ExitCode {
     let a = Args::parse();
     let mut open = OpenOptions::new();
-    open.read(true).write(a.write);
+    open.read(true).write(a.write || a.writes > 0);
     if !a.buffered {
         open.custom_flags(O_DIRECT);
     }
@@ -62,6 +66,7 @@ fn main() -> ExitCode {
         seq_block_bytes: a.seq_kib as usize * 1024,
         write: a.write,
         verify: !a.no_verify,
+        writes: a.writes,
     };
     match blkbench::run(&mut f, &a.device, &c) {
         Ok(r) => {

@@ -19,11 +19,15 @@
 //! the runtime directory of `cargo xtask vm`; the results are also appended to
 //! `~/.cache/trapeze/bench/vm.jsonl`.
 //!
+//! Then `replication_cost` (`replication.rs`): fresh guests per session, a writer keeping
+//! one copy of each page and then two, in interleaved pairs of sessions.
+//!
 //! Under TCG every guest instruction is emulated, so the absolute figures measure this
 //! emulation; the ratios between the two devices measured in the same guests are the point.
 
 mod guest_files;
 mod module_args;
+mod replication;
 mod report;
 mod workloads;
 
@@ -96,6 +100,16 @@ pub struct VmBenchArgs {
     /// Guest RAM in MiB (guest 1 holds the NBD export in tmpfs).
     #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u32).range(128..=4096))]
     mem: u32,
+    /// Pairs of replication sessions (fresh guests writing with one copy, then two) for
+    /// `replication_cost`; 0 skips them.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(0..=10))]
+    replication_pairs: u32,
+    /// Size in MiB of the disk the replication sessions write.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=64))]
+    replication_mb: u32,
+    /// Random 4 KiB writes each replication session times.
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u32).range(10..=100_000))]
+    replication_writes: u32,
     /// Seconds to wait for guest 0 to finish.
     #[arg(long, default_value_t = 1800)]
     timeout: u64,
@@ -191,10 +205,11 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
         crate::module::build(&kernel, false)
     });
     let mut ram_backend = false;
+    let mut params = Vec::new();
     let (modules, gms) = match built {
         Ok(ko) => {
             let bytes = fs::read(&ko)?;
-            let params = module_params(&bytes);
+            params = module_params(&bytes);
             ram_backend = disk_is_ram_backed(&bytes);
             let gms = gms_args(&params, a.guests, a.disk_mb, a.readahead, &a.ko_param);
             match &gms {
@@ -232,6 +247,18 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
             w
         })
         .collect();
+    let sessions = replication::Sessions {
+        pairs: a.replication_pairs,
+        disk_mb: a.replication_mb,
+        writes: a.replication_writes,
+        seed: a.seed,
+        mem_mib: a.mem,
+        bzimage: kernel.bzimage(),
+        modules: modules.clone(),
+        script: script.clone(),
+        files: files.clone(),
+        params: params.clone(),
+    };
     let outcomes = bench_guests::run(BenchGuests {
         guests: a.guests,
         mem_mib: a.mem,
@@ -300,7 +327,28 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
             failures.extend(work.missing("gms"));
         }
     }
-    let summary = json!({
+    // What a second copy costs the writer: sessions of their own, after the comparison.
+    let replication = if a.replication_pairs == 0 {
+        None
+    } else if gms_row.is_none() || ram_backend || !params.iter().any(|p| p == "gms_replicas") {
+        eprintln!("  replication_cost NOT measured: no GMS disk with gms_replicas in this run");
+        None
+    } else if failures.is_empty() {
+        eprintln!(
+            "==> replication: {} pairs of sessions, {} MiB written with one copy, then two",
+            a.replication_pairs, a.replication_mb
+        );
+        match sessions.run() {
+            Ok(v) => Some(v),
+            Err(e) => {
+                failures.push(format!("replication: {e:#}"));
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let mut summary = json!({
         "summary": "vm",
         "guests": a.guests,
         "disk_mb": a.disk_mb,
@@ -320,6 +368,9 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
         "net_ping": notes.iter().find_map(|n| n.strip_prefix("net: ping ")),
         "note": "TCG guests on a shared 2-core host: compare the ratios, not the absolute figures",
     });
+    if let Some(r) = &replication {
+        merge(&mut summary, r.clone());
+    }
     let row = |r: &report::Row| {
         let mut j = r.json();
         merge(&mut j, work.row_keys(&r.device));
@@ -360,6 +411,21 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
         fs::write(p, text).with_context(|| format!("writing {}", p.display()))?;
     }
     print_tables(if gms_row.is_some() { &["nbd", "gms"] } else { &["nbd"] });
+    if let Some(r) = &replication {
+        let us = |side: &str| r["replication"][side]["write4k_p50_us"].as_f64().unwrap_or(f64::NAN);
+        let mb = |side: &str| r["replication"][side]["write_mb_s"].as_f64().unwrap_or(f64::NAN);
+        println!(
+            "replication: 4 KiB write p50 {:.0} us with one copy, {:.0} us with two: replication_cost {}x; \
+             pattern write {:.1} / {:.1} MB/s: {}x (medians of {} pairs)",
+            us("r1"),
+            us("r2"),
+            r["replication_cost"],
+            mb("r1"),
+            mb("r2"),
+            r["replication_cost_seq"],
+            a.replication_pairs
+        );
+    }
     if let Some(r) = &ratios {
         let f = |k: &str| r[k].as_f64().map_or("-".into(), |v| format!("{v:.2}x"));
         println!(

@@ -179,7 +179,7 @@ fn u64_of(v: &Value, k: &str) -> anyhow::Result<u64> {
 }
 
 /// The median of `v` (the mean of the middle two for an even count).
-fn median(mut v: Vec<f64>) -> Option<f64> {
+pub(super) fn median(mut v: Vec<f64>) -> Option<f64> {
     if v.is_empty() {
         return None;
     }
