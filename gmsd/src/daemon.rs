@@ -402,6 +402,7 @@ pub fn stat(port: &GmsPort, live: &Liveness, control: &Control, ds: &DaemonStats
         reregistered: gs.reregistered,
         op_timeouts: gs.op_timeouts,
         failures_detected: ds.failures_detected,
+        rejoins: ds.rejoins,
         max_pass_gap_ms: ds.max_pass_gap.as_secs_f64() * 1e3,
         get_latency: control.lat_all.report(),
         get_latency_2way: control.lat_2way.report(),

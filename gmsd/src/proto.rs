@@ -564,6 +564,9 @@ pub struct Stat {
     pub op_timeouts: u64,
     /// Peers declared dead by the heartbeat.
     pub failures_detected: u64,
+    /// Peers heard again after being declared dead, or restarted (a new incarnation).
+    #[serde(default)]
+    pub rejoins: u64,
     /// Longest gap between two passes of the daemon's loop, ms (a stalled daemon misses
     /// heartbeats and may be declared dead by its peers).
     pub max_pass_gap_ms: f64,
