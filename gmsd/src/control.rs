@@ -542,7 +542,8 @@ impl Control {
             match out {
                 None if w.complete() => {
                     let holders = w.holders();
-                    self.written.record(items[idx].0, w.version(), &holders);
+                    let live = port.node.members();
+                    self.written.record(items[idx].0, w.version(), &holders, |n| live.contains(n));
                     res[idx] = Some(PutOutcome::Stored { targets: Nodes::new(&holders), version: w.version().0 });
                     job.left -= 1;
                 }
