@@ -99,23 +99,9 @@ impl Cluster {
             let (node_ns, node_if, br_if) =
                 (format!("tzg-{pid}-n{n}"), format!("tzg{pid}n{n}"), format!("tzg{pid}b{n}"));
             namespaces.add(&node_ns).unwrap();
-            ip(&[
-                "link",
-                "add",
-                &node_if,
-                "netns",
-                &node_ns,
-                "address",
-                &mac(n),
-                "type",
-                "veth",
-                "peer",
-                "name",
-                &br_if,
-                "netns",
-                &br,
-            ])
-            .unwrap();
+            let pair =
+                format!("link add {node_if} netns {node_ns} address {} type veth peer name {br_if} netns {br}", mac(n));
+            ip(&pair.split(' ').collect::<Vec<_>>()).unwrap();
             ip(&["-n", &node_ns, "link", "set", &node_if, "mtu", MTU, "up"]).unwrap();
             ip(&["-n", &br, "link", "set", &br_if, "mtu", MTU, "master", "br0", "up"]).unwrap();
             ns.push(node_ns);
