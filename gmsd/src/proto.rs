@@ -604,7 +604,7 @@ pub struct Stat {
     /// Replicas this daemon put again from a surviving copy after their holder failed.
     #[serde(default)]
     pub re_replicated: u64,
-    /// Replicas lost with a failed node still waiting to be put again.
+    /// Replicas lost with a failed node still to be put again (waiting or under way).
     #[serde(default)]
     pub re_replicate_pending: u64,
 }

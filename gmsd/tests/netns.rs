@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! Four `gmsd` as four machines in all but hardware: each daemon in a network namespace of
 //! its own, on raw Ethernet (`--link ether:IFNAME`, peers by MAC) over a veth pair to a
-//! bridge in a fifth namespace, `--replicas 2`. Clients write 256 MiB of pages (each
+//! bridge in a fifth namespace, `--replicas 2`. Clients write 128 MiB of pages (each
 //! carrying its page number and generation) through daemons 0, 1 and 2 and read each batch
 //! back as they go; node 3 is `kill -9`ed mid-run. Nothing acknowledged is lost: once the
 //! survivors have declared it failed and made its copies again (`re_replicated`), every
@@ -11,7 +11,8 @@
 //!
 //! It needs root and iproute2 (`needs: root, ip`: `cargo xtask test` runs it where they
 //! are; plain `cargo test` lists it as ignored). The namespaces are always removed, by a
-//! Drop guard, whatever happens. `GMSD_NETNS_MIB` sets the data written (default 256).
+//! Drop guard, whatever happens. `GMSD_NETNS_MIB` sets the data written: the default 128
+//! takes about 32 s in a debug build on a 2-core machine, 256 (the issue's figure) 78–90 s.
 
 use gms::prelude::{PageId, Version};
 use gmsd::client::Client;
@@ -286,7 +287,7 @@ fn on_writers<T: Send>(clients: &mut [Client], pages: &[u64], job: impl Fn(&mut 
 #[test]
 #[ignore = "needs: root, ip — network namespaces, veth pairs, a bridge and raw sockets"]
 fn four_daemons_in_namespaces_lose_nothing_to_a_kill_and_the_killed_one_rejoins() {
-    let mib: u64 = std::env::var("GMSD_NETNS_MIB").ok().and_then(|v| v.parse().ok()).unwrap_or(256);
+    let mib: u64 = std::env::var("GMSD_NETNS_MIB").ok().and_then(|v| v.parse().ok()).unwrap_or(128);
     let pages = (mib << 20) / PAGE_BYTES as u64;
     // Two copies of everything on the three survivors, with a quarter to spare.
     let budget_mb = (2 * mib / 3 + 1) * 5 / 4 + 4;
@@ -306,7 +307,7 @@ fn four_daemons_in_namespaces_lose_nothing_to_a_kill_and_the_killed_one_rejoins(
     let setup = t_all.elapsed();
     let mut clients: Vec<Client> = (0..WRITERS).map(|n| Client::connect(&cl.sock(n)).expect("connect")).collect();
 
-    // ---- write and read back 256 MiB; kill -9 node 3 once 40 % is acknowledged ----
+    // ---- write and read back the data set; kill -9 node 3 once 40 % is acknowledged ----
     let all: Vec<u64> = (0..pages).collect();
     let acked = AtomicU64::new(0);
     let t_run = Instant::now();
@@ -353,9 +354,60 @@ fn four_daemons_in_namespaces_lose_nothing_to_a_kill_and_the_killed_one_rejoins(
         acked_on_victim.len() as u64,
         "copies made again, against the acknowledged pages with a copy on node {VICTIM}; each is made again once"
     );
-    // Two live copies of every page on the three survivors.
-    let on_survivors: u64 = survivors.iter().map(held).sum();
-    assert!(on_survivors >= 2 * pages, "the survivors hold {on_survivors} copies of {pages} pages");
+    // Two live copies of every page on the three survivors (the last repairs may still be
+    // on the wire).
+    let t_held = Instant::now();
+    let mut on_survivors = 0;
+    while t_held.elapsed() < Duration::from_secs(10) {
+        on_survivors = (0..WRITERS).filter_map(|n| stat(&cl.sock(n))).map(|s| held(&s)).sum::<u64>();
+        if on_survivors >= 2 * pages {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    if on_survivors < 2 * pages {
+        // Which pages lack a copy, and what the survivors say.
+        let holders: std::collections::HashMap<u64, Vec<u16>> =
+            runs.iter().flat_map(|r| &r.acked).map(|a| (a.0, a.2.clone())).collect();
+        let short: Vec<(u64, u8, Vec<u16>)> = on_writers(&mut clients, &all, |c, mine| {
+            let mut out = Vec::new();
+            for k in 0..2u8 {
+                let ids: Vec<PageId> =
+                    mine.iter().map(|&i| trapeze_node::gms::replica(PageId::new(VOL, i), k)).collect();
+                for (&i, g) in mine.iter().zip(c.get_many(&ids, true).expect("get_many")) {
+                    if matches!(g, GetOutcome::Miss(_)) {
+                        out.push((i, k));
+                    }
+                }
+            }
+            out
+        })
+        .into_iter()
+        .flatten()
+        .map(|(i, k)| (i, k, holders[&i].clone()))
+        .collect();
+        for n in 0..WRITERS {
+            let s = stat(&cl.sock(n)).expect("stat");
+            eprintln!(
+                "gmsd {n}: held {}, dropped {}, discarded {}, re-registered {}, re-replicated {}, refused here {}, \
+                 retries {}, nic {:?}",
+                held(&s),
+                s.pages_dropped,
+                s.pages_discarded,
+                s.reregistered,
+                s.re_replicated,
+                s.refused_here,
+                s.retries,
+                s.nic
+            );
+        }
+        panic!(
+            "the survivors hold {on_survivors} copies of {pages} pages; {} copies miss (page, replica, holders when \
+             acknowledged): {:?}",
+            short.len(),
+            &short[..short.len().min(20)]
+        );
+    }
 
     // ---- zero lost: every page reads back, every byte (through its writer) ----
     let t_read = Instant::now();
