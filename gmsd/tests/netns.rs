@@ -12,7 +12,7 @@
 //! It needs root and iproute2 (`needs: root, ip`: `cargo xtask test` runs it where they
 //! are; plain `cargo test` lists it as ignored). The namespaces are always removed, by a
 //! Drop guard, whatever happens. `GMSD_NETNS_MIB` sets the data written: the default 128
-//! takes about 32 s in a debug build on a 2-core machine, 256 (the figure) 78–90 s.
+//! takes about 32 s in a debug build on a 2-core machine, 256 (the figure) 78–95 s.
 
 use gms::prelude::{PageId, Version};
 use gmsd::client::Client;
