@@ -208,9 +208,10 @@ impl Control {
         self.replicas
     }
 
-    /// Replicas lost with a failed node still to be put again.
+    /// Replicas lost with a failed node still to be put again: waiting, or being read and
+    /// put now (0 only once every repair started has finished).
     pub fn re_replicate_pending(&self) -> usize {
-        self.written.lost_pending()
+        self.written.lost_pending() + self.repair.busy()
     }
 
     /// Jobs under way or replies still to write (the loop must not sleep long).
@@ -542,7 +543,8 @@ impl Control {
             match out {
                 None if w.complete() => {
                     let holders = w.holders();
-                    self.written.record(items[idx].0, w.version(), &holders);
+                    let live = port.node.members();
+                    self.written.record(items[idx].0, w.version(), &holders, |n| live.contains(n));
                     res[idx] = Some(PutOutcome::Stored { targets: Nodes::new(&holders), version: w.version().0 });
                     job.left -= 1;
                 }

@@ -1,15 +1,17 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! The `gmsd` node daemon: one GMS node ([`GmsPort`]) on a virtual NIC whose firmware is
-//! driven inline over the vNIC's UDP link backend, the GMS heartbeat on the same link
+//! driven inline over one of the vNIC's link backends (UDP or raw Ethernet, [`crate::link`]),
+//! the GMS heartbeat on the same link
 //! ([`crate::liveness`]), and the control socket ([`crate::control`]), all polled from
 //! one loop.
 //!
 //! The loop spins while there is work (a wakeup costs 25–45 µs on this kind of machine, more
 //! than a whole 8 KiB getpage) and, after [`IDLE_SPIN`] without any, sleeps in `poll(2)` on
-//! the link socket and the control sockets for at most
+//! the link's socket and the control sockets for at most
 //! [`IDLE_SLEEP`] (GMS's timers are in the tens of milliseconds).
 
 use crate::control::Control;
+use crate::link::{LinkAddr, PeerAddr};
 use crate::liveness::{Event, Liveness};
 use crate::proto::{NodeMem, Stat};
 use crate::units::Human;
@@ -17,7 +19,6 @@ use anyhow::{bail, Context};
 use gms::prelude::*;
 use gms::replica::MAX_REPLICAS;
 use rustix::event::{PollFd, PollFlags, Timespec};
-use std::net::SocketAddr;
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -27,7 +28,6 @@ use trapeze_host::endpoint::EndpointConfig;
 use trapeze_node::gms::{GmsPort, CACHE_PAGES};
 use trapeze_node::host::DEFAULT_REGION_BASE;
 use trapeze_node::rpc::FRAME_BYTES;
-use trapeze_vnic::link::backend::{LinkBackend, UdpBackend};
 use trapeze_vnic::link::{FaultConfig, Link};
 use trapeze_vnic::nic::Nic;
 use trapeze_vnic::shm::Mapping;
@@ -49,10 +49,11 @@ pub const MIN_DEAD_AFTER_BEATS: u32 = 2;
 #[derive(Clone, Debug)]
 pub struct Options {
     pub node: u16,
-    /// The link's UDP address (heartbeats ride the link too).
-    pub listen: SocketAddr,
-    /// The other nodes' link addresses.
-    pub peers: Vec<(u16, SocketAddr)>,
+    /// This node's end of the link: a UDP address or an Ethernet interface (heartbeats
+    /// ride the link too).
+    pub link: LinkAddr,
+    /// The other nodes' link addresses (of the link's kind: [`crate::link::parse_peers`]).
+    pub peers: Vec<(u16, PeerAddr)>,
     pub budget_pages: usize,
     /// Pages this node can be the directory node for (live entries and tombstones).
     pub dir_entries: usize,
@@ -66,7 +67,7 @@ pub struct Options {
     /// Client operations kept in flight at most.
     pub window: usize,
     /// Faults and wire delay injected on this node's link sends.
-    pub link: FaultConfig,
+    pub faults: FaultConfig,
     /// The cluster key the link's packets are authenticated under (`None`: unauthenticated).
     pub key: Option<trapeze_vnic::key::ClusterKey>,
     /// Copies of each page put through this daemon, on distinct other nodes (1..=[`MAX_REPLICAS`]).
@@ -84,24 +85,11 @@ impl Options {
             if ids.contains(&n) {
                 bail!("peer {n} is given twice");
             }
-            if a == self.listen {
-                bail!("peer {n}={a}: that is this node's own --listen address");
-            }
             ids.push(n);
-            if a.port() == 0 {
-                bail!("peer {n}={a}: port 0");
-            }
         }
+        crate::link::check_peers(&self.link, &self.peers)?;
         if ids.len() > MAX_MEMBERS {
             bail!("{} nodes given; a cluster has at most {MAX_MEMBERS}", ids.len());
-        }
-        for (i, &(n, a)) in self.peers.iter().enumerate() {
-            if let Some(&(m, _)) = self.peers[..i].iter().find(|p| p.1 == a) {
-                bail!("peers {m} and {n} have the same address {a}");
-            }
-        }
-        if self.listen.port() == 0 {
-            bail!("--listen {}: port 0", self.listen);
         }
         if self.budget_pages == 0 {
             bail!("--budget-mb must give at least one page ({FRAME_BYTES} bytes)");
@@ -172,6 +160,8 @@ pub struct Daemon {
     pub port: GmsPort,
     pub live: Liveness,
     pub control: Control,
+    /// The link's medium in one line (`udp 127.0.0.1:7000 (2 peers)`, `ether veth0 02:…`).
+    pub medium: String,
     link_fd: OwnedFd,
     /// The NIC (driven inline by the port), for its counters.
     nic: Arc<Nic>,
@@ -184,11 +174,9 @@ impl Daemon {
     /// Open the link, the NIC, the node, the heartbeat and the control socket.
     pub fn open(opts: Options) -> anyhow::Result<Daemon> {
         opts.validate()?;
-        let mut backend = UdpBackend::bind(opts.listen).with_context(|| format!("--listen {}", opts.listen))?;
-        for &(n, a) in &opts.peers {
-            backend.add_peer(n, a);
-        }
-        let link_fd = backend.readable_fd().context("the UDP backend has no descriptor")?.try_clone_to_owned()?;
+        let backend = crate::link::open(&opts.link, &opts.peers)?;
+        let link_fd = backend.readable_fd().context("the link backend has no descriptor")?.try_clone_to_owned()?;
+        let medium = backend.describe();
         let live = Liveness::new(
             opts.node,
             &opts.peers.iter().map(|p| p.0).collect::<Vec<_>>(),
@@ -197,7 +185,7 @@ impl Daemon {
         );
         let control = Control::bind(&opts.socket, opts.op_timeout, opts.replicas)
             .with_context(|| format!("control socket (--socket) {}", opts.socket.display()))?;
-        let mut link = Link::new(opts.node, Box::new(backend), opts.link);
+        let mut link = Link::new(opts.node, backend, opts.faults);
         link.set_key(opts.key.as_ref());
         let nic = Arc::new(Nic::new(&format!("gmsd{}", opts.node), link, Duration::ZERO)?);
         let inline = nic.start_inline()?;
@@ -234,12 +222,13 @@ impl Daemon {
         port.set_cache_pages(opts.cache_pages);
         let ids = opts.members();
         port.set_members(view_of(&ids), &ids)?;
-        tracing::info!(node = opts.node, listen = %opts.listen, members = ?ids, budget = opts.budget_pages, socket = %opts.socket.display(), "gmsd up");
+        tracing::info!(node = opts.node, link = %medium, members = ?ids, budget = opts.budget_pages, socket = %opts.socket.display(), "gmsd up");
         Ok(Daemon {
             opts,
             port,
             live,
             control,
+            medium,
             link_fd,
             nic,
             started: Instant::now(),
@@ -413,6 +402,7 @@ pub fn stat(port: &GmsPort, live: &Liveness, control: &Control, ds: &DaemonStats
         reregistered: gs.reregistered,
         op_timeouts: gs.op_timeouts,
         failures_detected: ds.failures_detected,
+        rejoins: ds.rejoins,
         max_pass_gap_ms: ds.max_pass_gap.as_secs_f64() * 1e3,
         get_latency: control.lat_all.report(),
         get_latency_2way: control.lat_2way.report(),
@@ -441,11 +431,15 @@ pub fn stat(port: &GmsPort, live: &Liveness, control: &Control, ds: &DaemonStats
 mod tests {
     use super::*;
 
+    fn udp(s: &str) -> PeerAddr {
+        PeerAddr::Udp(s.parse().unwrap())
+    }
+
     fn opts() -> Options {
         Options {
             node: 0,
-            listen: "127.0.0.1:7000".parse().unwrap(),
-            peers: vec![(1, "127.0.0.1:7010".parse().unwrap()), (2, "127.0.0.1:7020".parse().unwrap())],
+            link: LinkAddr::Udp("127.0.0.1:7000".parse().unwrap()),
+            peers: vec![(1, udp("127.0.0.1:7010")), (2, udp("127.0.0.1:7020"))],
             budget_pages: 1024,
             dir_entries: 8192,
             socket: PathBuf::from("/nonexistent/gmsd.sock"),
@@ -454,7 +448,7 @@ mod tests {
             op_timeout: Duration::from_millis(500),
             cache_pages: 0,
             window: 8,
-            link: FaultConfig::NONE,
+            faults: FaultConfig::NONE,
             key: None,
             replicas: 2,
         }
@@ -469,12 +463,12 @@ mod tests {
             f(&mut o);
             format!("{:#}", o.validate().unwrap_err())
         };
-        assert!(err(|o| o.peers.push((0, "127.0.0.1:7030".parse().unwrap()))).contains("this node's own id"));
-        assert!(err(|o| o.peers.push((1, "127.0.0.1:7030".parse().unwrap()))).contains("given twice"));
-        assert!(err(|o| o.peers.push((3, "127.0.0.1:7000".parse().unwrap()))).contains("own --listen address"));
-        assert!(err(|o| o.peers.push((3, "127.0.0.1:7010".parse().unwrap()))).contains("same address"));
-        assert!(err(|o| o.peers.push((3, "127.0.0.1:0".parse().unwrap()))).contains("port 0"));
-        assert!(err(|o| o.listen = "127.0.0.1:0".parse().unwrap()).contains("port 0"));
+        assert!(err(|o| o.peers.push((0, udp("127.0.0.1:7030")))).contains("this node's own id"));
+        assert!(err(|o| o.peers.push((1, udp("127.0.0.1:7030")))).contains("given twice"));
+        assert!(err(|o| o.peers.push((3, udp("127.0.0.1:7000")))).contains("own --listen address"));
+        assert!(err(|o| o.peers.push((3, udp("127.0.0.1:7010")))).contains("same address"));
+        assert!(err(|o| o.peers.push((3, udp("127.0.0.1:0")))).contains("port 0"));
+        assert!(err(|o| o.link = LinkAddr::Udp("127.0.0.1:0".parse().unwrap())).contains("port 0"));
         assert!(err(|o| o.budget_pages = 0).contains("at least one page"));
         assert!(err(|o| o.budget_pages = (8 << 30) + 1).contains("more than 65536 MiB"));
         assert!(err(|o| o.dir_entries = 0).contains("--directory-mb"));
@@ -488,9 +482,7 @@ mod tests {
         let mut o = opts();
         o.dead_after = 2 * o.heartbeat;
         assert!(o.validate().is_ok(), "exactly twice the heartbeat is enough");
-        assert!(err(
-            |o| o.peers = (1..20).map(|n| (n, format!("127.0.0.1:{}", 8000 + 2 * n).parse().unwrap())).collect()
-        )
-        .contains("at most 16"));
+        assert!(err(|o| o.peers = (1..20).map(|n| (n, udp(&format!("127.0.0.1:{}", 8000 + 2 * n)))).collect())
+            .contains("at most 16"));
     }
 }

@@ -564,6 +564,9 @@ pub struct Stat {
     pub op_timeouts: u64,
     /// Peers declared dead by the heartbeat.
     pub failures_detected: u64,
+    /// Peers heard again after being declared dead, or restarted (a new incarnation).
+    #[serde(default)]
+    pub rejoins: u64,
     /// Longest gap between two passes of the daemon's loop, ms (a stalled daemon misses
     /// heartbeats and may be declared dead by its peers).
     pub max_pass_gap_ms: f64,
@@ -601,7 +604,7 @@ pub struct Stat {
     /// Replicas this daemon put again from a surviving copy after their holder failed.
     #[serde(default)]
     pub re_replicated: u64,
-    /// Replicas lost with a failed node still waiting to be put again.
+    /// Replicas lost with a failed node still to be put again (waiting or under way).
     #[serde(default)]
     pub re_replicate_pending: u64,
 }

@@ -39,10 +39,21 @@ pub struct Written {
 }
 
 impl Written {
-    /// `page` was written at `version`, replica `k` stored at `holders[k]`.
-    pub fn record(&mut self, page: PageId, version: Version, holders: &[u16]) {
+    /// `page` was written at `version`, replica `k` stored at `holders[k]`. A holder that
+    /// is not `live` any more (it failed after storing its replica, before the write's last
+    /// replica was stored) lost its replica already: listed to be put again at once.
+    pub fn record(&mut self, page: PageId, version: Version, holders: &[u16], live: impl Fn(u16) -> bool) {
         if self.pages.len() < RECORD || self.pages.contains_key(&page) {
-            self.pages.insert(page, Record { version, holders: Nodes::new(holders), lost: 0 });
+            let mut r = Record { version, holders: Nodes::new(holders), lost: 0 };
+            for (k, &h) in holders.iter().enumerate() {
+                if !live(h) {
+                    r.lost |= 1 << k;
+                }
+            }
+            if r.lost != 0 && !r.all_lost() {
+                self.lost.extend((0..holders.len() as u8).filter(|k| r.lost & (1 << k) != 0).map(|k| (page, k)));
+            }
+            self.pages.insert(page, r);
         }
     }
 
@@ -119,8 +130,8 @@ mod tests {
     fn a_failed_holder_lists_its_replicas_to_put_again() {
         let mut w = Written::default();
         let (a, b) = (PageId::new(1, 1), PageId::new(1, 2));
-        w.record(a, Version(5), &[1, 2]);
-        w.record(b, Version(6), &[2]);
+        w.record(a, Version(5), &[1, 2], |_| true);
+        w.record(b, Version(6), &[2], |_| true);
         w.node_failed(2);
         assert_eq!(w.next_lost(), Some((a, 1)), "page b had one replica: nothing to copy from");
         assert_eq!(w.next_lost(), None);
@@ -133,5 +144,20 @@ mod tests {
         w.node_failed(3);
         assert_eq!(w.next_lost(), None, "both replicas gone: nothing to copy from");
         assert!(w.get(&a).unwrap().all_lost());
+    }
+
+    /// A holder that failed between storing its replica and the write's completion lost
+    /// that replica: the record says so and lists it to be put again.
+    #[test]
+    fn a_holder_that_failed_before_the_write_completed_is_lost_already() {
+        let mut w = Written::default();
+        let (a, b) = (PageId::new(1, 1), PageId::new(1, 2));
+        w.record(a, Version(5), &[1, 3], |n| n != 3);
+        assert_eq!(w.get(&a).unwrap().lost, 0b10);
+        assert_eq!(w.lost_pending(), 1);
+        assert_eq!(w.next_lost(), Some((a, 1)));
+        w.record(b, Version(6), &[3], |n| n != 3);
+        assert!(w.get(&b).unwrap().all_lost());
+        assert_eq!(w.next_lost(), None, "no copy left to put again from");
     }
 }

@@ -138,6 +138,44 @@ fn settings_that_cannot_work_are_refused_naming_the_option() {
     assert!(e.contains("--replicas 2") && e.contains("1 other node") && e.contains("lower --replicas"), "{e}");
 }
 
+/// The link is UDP (`--listen`) or raw Ethernet (`--link ether:IFNAME`), never neither or
+/// both; its peers are of its kind (`ID=IP:PORT`, `ID=MAC`); an interface that is not
+/// there, and a malformed MAC, are named.
+#[test]
+fn link_settings_that_cannot_work_are_refused() {
+    let dir = Dir::new("link");
+    let port = free_port(&[]).to_string();
+    let listen = format!("127.0.0.1:{port}");
+    let refused = |args: &[&str]| -> (Option<i32>, String) {
+        let mut c = gmsd();
+        c.args(["--node", "0", "--budget-mb", "1", "--socket"]).arg(dir.join("g.sock")).args(args);
+        let out = run(c, Duration::from_secs(10));
+        assert!(!out.status.success(), "{args:?} was accepted");
+        (out.status.code(), stderr(&out))
+    };
+    let (_, e) = refused(&[]);
+    assert!(e.contains("--listen") && e.contains("--link"), "{e}");
+    let (_, e) = refused(&["--listen", &listen, "--link", "ether:eth0"]);
+    assert!(e.contains("cannot be used with"), "{e}");
+    let (_, e) = refused(&["--link", "tcp:eth0"]);
+    assert!(e.contains("expected udp:IP:PORT or ether:IFNAME"), "{e}");
+    let (code, e) = refused(&["--listen", &listen, "--peer", "1=02:00:00:00:00:01"]);
+    assert!(e.contains("--peer 1=02:00:00:00:00:01 is a MAC address, but the link is UDP"), "{e}");
+    assert_eq!(code, Some(2), "a bad command line");
+    let (_, e) = refused(&["--link", "ether:eth0", "--peer", "1=127.0.0.1:9"]);
+    assert!(e.contains("--peer 1=127.0.0.1:9 is a UDP address, but the link is raw Ethernet"), "{e}");
+    let (_, e) = refused(&["--link", "ether:eth0", "--peer", "1=02:00:00:00:00:01", "--peer", "2=127.0.0.1:9"]);
+    assert!(e.contains("is a UDP address and --peer 1=02:00:00:00:00:01 a MAC address"), "{e}");
+    let (_, e) = refused(&["--link", "ether:eth0", "--peer", "1=02:00:00:00:01"]);
+    assert!(e.contains("bad MAC address \"02:00:00:00:01\""), "{e}");
+    let (_, e) = refused(&["--link", "ether:eth0", "--peer", "1=ff:ff:ff:ff:ff:ff"]);
+    assert!(e.contains("multicast or broadcast"), "{e}");
+    // Opening the interface: missing (as root), or raw sockets not allowed (otherwise).
+    let (code, e) = refused(&["--link", "ether:tzgmsdnone0", "--peer", "1=02:00:00:00:00:01"]);
+    assert!(e.contains("ether:tzgmsdnone0: no such interface") || e.contains("needs root or CAP_NET_RAW"), "{e}");
+    assert_eq!(code, Some(1));
+}
+
 #[test]
 fn gms_says_the_daemon_is_not_running_or_not_answering() {
     let dir = Dir::new("nobody");

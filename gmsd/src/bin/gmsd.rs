@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0-only
-//! `gmsd`: one Global Memory Service node as a process — a virtual NIC on a UDP link, its
+//! `gmsd`: one Global Memory Service node as a process — a virtual NIC on a UDP or
+//! raw-Ethernet link, its
 //! firmware driven inline, a memory budget, heartbeats to the peers and a control socket.
 
 use clap::Parser;
 use gmsd::client::default_socket;
 use gmsd::daemon::{Daemon, Options, MAX_BUDGET_MB};
+use gmsd::link::{parse_peers, LinkAddr};
 use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -12,12 +14,13 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 use trapeze_node::gms::{default_dir_entries, default_replicas, MAX_REPLICAS};
-use trapeze_vnic::link::backend::parse_peer;
+use trapeze_vnic::link::backend::BackendSpec;
 
 #[derive(Parser)]
+#[command(group(clap::ArgGroup::new("medium").required(true).multiple(false)))]
 #[command(
     name = "gmsd",
-    about = "A Global Memory Service node daemon on a virtual NIC over UDP",
+    about = "A Global Memory Service node daemon on a virtual NIC over UDP or raw Ethernet",
     after_help = "Stop it with SIGINT or SIGTERM (its control socket is removed). Talk to it with `gms`. \
                   Logs go to stderr (RUST_LOG sets the level, default info)."
 )]
@@ -25,12 +28,20 @@ struct Args {
     /// This node's id (0-65535), unique in the cluster.
     #[arg(long)]
     node: u16,
-    /// The link's local UDP address, e.g. 127.0.0.1:7000 (heartbeats ride the link).
-    #[arg(long)]
-    listen: SocketAddr,
-    /// Another node: ID=IP:PORT (its --listen address); repeat for each peer (at most 15).
-    #[arg(long = "peer", value_parser = peer)]
-    peers: Vec<(u16, SocketAddr)>,
+    /// The link's local UDP address, e.g. 127.0.0.1:7000 (heartbeats ride the link); the
+    /// same as --link udp:IP:PORT. Give this or --link.
+    #[arg(long, group = "medium", value_name = "IP:PORT")]
+    listen: Option<SocketAddr>,
+    /// The link: ether:IFNAME for raw Ethernet frames (ethertype 0x88B5) on that interface
+    /// of this network namespace (needs root or CAP_NET_RAW; an MTU of 9000 carries an
+    /// 8 KiB page in one frame), or udp:IP:PORT (as --listen).
+    #[arg(long, group = "medium", value_name = "SPEC")]
+    link: Option<BackendSpec>,
+    /// Another node, repeated for each peer (at most 15): ID=IP:PORT (its --listen address)
+    /// on a UDP link, ID=MAC (its interface's address, e.g. 1=02:00:00:00:00:01) on
+    /// --link ether:IFNAME.
+    #[arg(long = "peer", value_name = "ID=ADDR")]
+    peers: Vec<String>,
     /// Memory this node lends to GMS, in MiB of 8 KiB pages (1-65536). The frame region
     /// and the page-frame directory are sized for it at start-up; memory is used as pages
     /// arrive.
@@ -85,8 +96,13 @@ fn mb_pages(mb: u64) -> usize {
     ((mb << 20) / trapeze_node::rpc::FRAME_BYTES as u64) as usize
 }
 
-fn peer(s: &str) -> Result<(u16, SocketAddr), String> {
-    parse_peer(s).map_err(|e| e.0)
+/// The link end from --listen or --link (clap makes sure exactly one is given).
+fn link_addr(a: &Args) -> LinkAddr {
+    match (&a.listen, &a.link) {
+        (Some(addr), _) | (None, Some(BackendSpec::Udp(addr))) => LinkAddr::Udp(*addr),
+        (None, Some(BackendSpec::Ether(ifname))) => LinkAddr::Ether(ifname.clone()),
+        (None, None) => unreachable!("clap requires --listen or --link"),
+    }
 }
 
 fn main() {
@@ -104,12 +120,20 @@ fn main() {
             std::process::exit(2);
         }
     };
+    let link = link_addr(&a);
+    let peers = match parse_peers(&link, &a.peers) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("gmsd: {e}");
+            std::process::exit(2);
+        }
+    };
     let replicas = a.replicas.unwrap_or_else(|| default_replicas(a.peers.len() + 1));
     let opts = Options {
         replicas,
         node: a.node,
-        listen: a.listen,
-        peers: a.peers,
+        link,
+        peers,
         budget_pages: mb_pages(a.budget_mb),
         dir_entries: a.directory_mb.map_or_else(|| default_dir_entries(mb_pages(a.budget_mb)), mb_pages),
         socket: a.socket.unwrap_or_else(|| default_socket(a.node)),
@@ -118,7 +142,7 @@ fn main() {
         op_timeout: Duration::from_millis(a.op_timeout_ms),
         cache_pages: a.cache_pages as usize,
         window: a.window as usize,
-        link: a.link_faults,
+        faults: a.link_faults,
         key,
     };
     let stop = Arc::new(AtomicBool::new(false));
@@ -128,12 +152,7 @@ fn main() {
         eprintln!("gmsd: cannot handle SIGINT/SIGTERM: {e}");
     }
     let result = Daemon::open(opts).and_then(|mut d| {
-        println!(
-            "gmsd: node {} listening on {}, control socket {}",
-            d.opts.node,
-            d.opts.listen,
-            d.control.path().display()
-        );
+        println!("gmsd: node {} on link {}, control socket {}", d.opts.node, d.medium, d.control.path().display());
         d.run(&stop)
     });
     if let Err(e) = result {

@@ -1,0 +1,234 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! A restarted daemon rejoins: three `gmsd` over UDP on 127.0.0.1 with `--replicas 2`;
+//! node 2 is `kill -9`ed and started again (same id and address, a new incarnation),
+//! once after the survivors declared it failed and once at once, before they could. Each
+//! time the survivors admit it again (`rejoins`, members), the copies it lost are made
+//! again on it, new puts land on it, and every page reads back with its bytes.
+
+use gms::prelude::{PageId, Version};
+use gmsd::client::Client;
+use gmsd::proto::{GetOutcome, PutOutcome, Stat};
+use std::net::UdpSocket;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use trapeze_node::gms::{page_pattern, replica};
+
+const VOL: u64 = 11;
+const PAGES: u64 = 256;
+const NODES: u16 = 3;
+const RESTARTED: u16 = 2;
+
+fn content(page: u64) -> Vec<u8> {
+    page_pattern(PageId::new(VOL, page), Version(0))
+}
+
+/// The daemons, killed when the test ends (their logs printed on failure).
+struct Cluster {
+    children: Vec<Option<Child>>,
+    ports: Vec<u16>,
+    dir: PathBuf,
+    /// Starts of each daemon so far (each has its own log).
+    starts: Vec<u32>,
+}
+
+impl Cluster {
+    fn sock(&self, n: u16) -> PathBuf {
+        self.dir.join(format!("gmsd-{n}.sock"))
+    }
+
+    fn spawn(&mut self, n: u16) {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_gmsd"));
+        cmd.args(["--node", &n.to_string(), "--listen", &format!("127.0.0.1:{}", self.ports[n as usize])])
+            .args(["--budget-mb", "16", "--dead-after-ms", "2000", "--replicas", "2", "--socket"])
+            .arg(self.sock(n));
+        for m in (0..NODES).filter(|&m| m != n) {
+            cmd.args(["--peer", &format!("{m}=127.0.0.1:{}", self.ports[m as usize])]);
+        }
+        self.starts[n as usize] += 1;
+        let log = self.dir.join(format!("gmsd-{n}.{}.log", self.starts[n as usize]));
+        cmd.stdout(Stdio::null()).stderr(std::fs::File::create(log).unwrap());
+        self.children[n as usize] = Some(cmd.spawn().expect("spawn gmsd"));
+    }
+
+    fn kill(&mut self, n: u16) {
+        if let Some(mut c) = self.children[n as usize].take() {
+            c.kill().expect("SIGKILL a daemon");
+            c.wait().expect("reap a daemon");
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for n in 0..NODES {
+            self.kill(n);
+        }
+        if std::thread::panicking() {
+            let mut logs: Vec<_> = std::fs::read_dir(&self.dir).into_iter().flatten().flatten().collect();
+            logs.sort_by_key(|e| e.file_name());
+            for e in logs.iter().filter(|e| e.file_name().to_string_lossy().ends_with(".log")) {
+                let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+                eprintln!("---- {} ----\n{text}", e.file_name().to_string_lossy());
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn free_ports(n: usize) -> Vec<u16> {
+    // Held open together, so they differ; closed before the daemons bind them.
+    let socks: Vec<UdpSocket> = (0..n).map(|_| UdpSocket::bind("127.0.0.1:0").expect("bind a UDP socket")).collect();
+    socks.iter().map(|s| s.local_addr().unwrap().port()).collect()
+}
+
+fn wait_for<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let t0 = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(t0.elapsed() < limit, "timed out after {limit:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn stat(path: &Path) -> Option<Stat> {
+    Client::connect(path).ok()?.stat().ok()
+}
+
+/// Node `n`'s own row: pages it holds.
+fn held(s: &Stat) -> u64 {
+    s.nodes.iter().find(|m| m.node == s.node).map_or(0, |m| m.held)
+}
+
+/// Put `pages` through `c`: each must be stored on nodes 1 and 2 (the two other than 0).
+fn put_all(c: &mut Client, pages: std::ops::Range<u64>) {
+    let data: Vec<Vec<u8>> = pages.clone().map(content).collect();
+    let items: Vec<(PageId, &[u8])> = pages.clone().zip(&data).map(|(i, d)| (PageId::new(VOL, i), &d[..])).collect();
+    for (i, r) in pages.zip(c.put_many(&items).expect("put_many")) {
+        match r {
+            PutOutcome::Stored { targets, .. } => {
+                let mut t = targets.as_slice().to_vec();
+                t.sort_unstable();
+                assert_eq!(t, vec![1, 2], "page {i}: copies on both nodes other than the writer");
+            }
+            other => panic!("page {i}: put ended {other:?}"),
+        }
+    }
+}
+
+/// Every replica `k` of pages `0..n` reads back right through `c`.
+fn read_all(c: &mut Client, n: u64, k: u8) {
+    let ids: Vec<PageId> = (0..n).map(|i| replica(PageId::new(VOL, i), k)).collect();
+    for (i, g) in (0..n).zip(c.get_many(&ids, true).expect("get_many")) {
+        match g {
+            GetOutcome::Hit { data, .. } => assert!(data == content(i), "page {i} copy {k}: wrong bytes"),
+            GetOutcome::Miss(why) => panic!("page {i} copy {k} missed: {why}"),
+        }
+    }
+}
+
+/// Both survivors admit node 2 again (`rejoins` reaches `n`, all three are members, it is
+/// alive) and node 0 has made every copy it lost again, `remade` in all.
+fn rejoined(cl: &Cluster, n: u64, remade: u64) -> Duration {
+    let t0 = Instant::now();
+    for s in [0, 1] {
+        wait_for(Duration::from_secs(10), &format!("gmsd {s} to admit node {RESTARTED} again (rejoin {n})"), || {
+            stat(&cl.sock(s)).filter(|s| {
+                s.rejoins == n && s.members == [0, 1, 2] && s.nodes.iter().all(|m| m.alive && m.last_heard_ms < 1000)
+            })
+        });
+    }
+    wait_for(Duration::from_secs(5), &format!("gmsd {RESTARTED} to see all three members"), || {
+        stat(&cl.sock(RESTARTED)).filter(|s| s.members == [0, 1, 2])
+    });
+    wait_for(Duration::from_secs(20), &format!("gmsd 0 to make {remade} lost copies again"), || {
+        stat(&cl.sock(0)).filter(|s| s.re_replicated == remade && s.re_replicate_pending == 0)
+    });
+    t0.elapsed()
+}
+
+#[test]
+fn a_restarted_daemon_rejoins_and_takes_puts() {
+    let dir = std::env::temp_dir().join(format!("gmsd-rejoin-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut cl = Cluster {
+        children: (0..NODES).map(|_| None).collect(),
+        ports: free_ports(NODES as usize),
+        dir,
+        starts: vec![0; NODES as usize],
+    };
+    for n in 0..NODES {
+        cl.spawn(n);
+    }
+    for n in 0..NODES {
+        wait_for(Duration::from_secs(20), &format!("gmsd {n} to hear its peers"), || {
+            stat(&cl.sock(n)).filter(|s| s.nodes.iter().all(|m| m.alive && m.last_heard_ms < 1000))
+        });
+    }
+    let mut c = Client::connect(&cl.sock(0)).expect("connect");
+    put_all(&mut c, 0..PAGES);
+
+    // ---- kill -9, declared failed, then started again: a rejoin ----
+    cl.kill(RESTARTED);
+    let t_kill = Instant::now();
+    for s in [0, 1] {
+        wait_for(Duration::from_secs(5), &format!("gmsd {s} to declare node {RESTARTED} failed"), || {
+            stat(&cl.sock(s)).filter(|s| s.members == [0, 1] && s.failures_detected == 1)
+        });
+    }
+    // Every page lost its copy on node 2; with one other node left, none can be made again
+    // (nor can a new page be put twice).
+    let s0 = wait_for(Duration::from_secs(5), "gmsd 0 to count the lost copies", || {
+        stat(&cl.sock(0)).filter(|s| s.re_replicate_pending == PAGES)
+    });
+    assert_eq!(s0.re_replicated, 0);
+    let r = c.put(PageId::new(VOL, 10 * PAGES), &content(10 * PAGES)).expect("put");
+    assert!(matches!(r, PutOutcome::TooFewTargets { replicas: 2, .. }), "with node {RESTARTED} down: {r:?}");
+    let down = t_kill.elapsed();
+    cl.spawn(RESTARTED);
+    let back = rejoined(&cl, 1, PAGES);
+    // Its copies came back by re-replication; new puts land on it too.
+    put_all(&mut c, PAGES..2 * PAGES);
+    let s2 = wait_for(Duration::from_secs(5), &format!("gmsd {RESTARTED} to hold {} copies", 2 * PAGES), || {
+        stat(&cl.sock(RESTARTED)).filter(|s| held(s) == 2 * PAGES)
+    });
+    assert!(s2.nodes.iter().all(|m| m.alive), "{:?}", s2.nodes);
+    let mut c1 = Client::connect(&cl.sock(1)).expect("connect");
+    for k in 0..2 {
+        read_all(&mut c1, 2 * PAGES, k);
+    }
+    read_all(&mut c, 2 * PAGES, 0);
+    eprintln!(
+        "kill -9 of node {RESTARTED}: declared failed and {PAGES} copies waiting after {:.2} s; restarted, admitted \
+         again and all {PAGES} copies made again on it {:.2} s later; then {PAGES} new puts stored on it",
+        down.as_secs_f64(),
+        back.as_secs_f64()
+    );
+
+    // ---- kill -9 and started again at once: a new incarnation, before any timeout ----
+    cl.kill(RESTARTED);
+    cl.spawn(RESTARTED);
+    let back = rejoined(&cl, 2, 3 * PAGES);
+    for s in [0, 1] {
+        let st = stat(&cl.sock(s)).expect("stat");
+        assert_eq!(st.failures_detected, 1, "gmsd {s}: the quick restart is a rejoin by incarnation, not a timeout");
+    }
+    wait_for(Duration::from_secs(5), &format!("gmsd {RESTARTED} to hold {} copies again", 2 * PAGES), || {
+        stat(&cl.sock(RESTARTED)).filter(|s| held(s) == 2 * PAGES)
+    });
+    put_all(&mut c, 2 * PAGES..3 * PAGES);
+    for k in 0..2 {
+        read_all(&mut c1, 3 * PAGES, k);
+    }
+    let s2 = stat(&cl.sock(RESTARTED)).expect("stat");
+    assert_eq!(held(&s2), 3 * PAGES, "the restarted node holds a copy of every page");
+    eprintln!(
+        "kill -9 and an immediate restart: admitted again by its new incarnation and {} copies made again on it in \
+         {:.2} s; {PAGES} more puts stored on it",
+        2 * PAGES,
+        back.as_secs_f64()
+    );
+}
