@@ -22,7 +22,12 @@ static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 /// From here on a signal must not kill xtask before a [`Cluster`]'s drop guard has run:
 /// SIGINT, SIGTERM and SIGHUP only set a flag that the waiting loops turn into an error.
 pub(super) fn stop_on_signals() -> anyhow::Result<()> {
-    ctrlc::set_handler(|| INTERRUPTED.store(true, Ordering::Relaxed)).context("installing the signal handler")
+    // Once per process: a bench boots guests several times, and the handler stays.
+    static INSTALLED: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    INSTALLED
+        .get_or_init(|| ctrlc::set_handler(|| INTERRUPTED.store(true, Ordering::Relaxed)).map_err(|e| e.to_string()))
+        .clone()
+        .map_err(|e| anyhow::anyhow!("installing the signal handler: {e}"))
 }
 
 pub(super) fn check_interrupted() -> anyhow::Result<()> {
