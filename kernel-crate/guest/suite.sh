@@ -1,13 +1,14 @@
 #!/bin/sh
 # SPDX-License-Identifier: GPL-2.0-only
 # kernel-crate/guest/suite.sh — the guest suite, `cargo xtask vm suite` (a stage of
-# `cargo xtask test`). Three guests, all GMS members 0,1,2 (gms_nodes=0,1,2):
+# `cargo xtask test`). Four guests, all GMS members 0,1,2,3 (gms_nodes=0,1,2,3):
 #
 # * B (guest 1), C (guest 2) and D (guest 3) are servers: they load trapeze.ko with
 #   budgets of 768 pages and store what A puts; A keeps two copies of every page
 #   (gms_replicas=2) on two of them. C is SIGKILLed by the host mid-run (QEMU and its
-#   NIC) when A prints "trapeze-suite: KILL node 2". B and D unload once A has gone silent
-#   (they declared node 0 failed: A unloaded), bounded.
+#   NIC) when A prints "trapeze-suite: KILL node 2", and booted again (a new NIC and QEMU)
+#   when A prints "trapeze-suite: RESTART node 2"; its second life serves as before. B, D
+#   and C unload once A has gone silent (they declared node 0 failed: A unloaded), bounded.
 # * A (guest 0) loads it with /dev/gms0 on the GMS backend ($disk_pages pages, two copies
 #   of each, no module read-ahead: every read that reaches the disk is a getpage) and
 #   checks:
@@ -28,7 +29,10 @@
 #      from its other copy where C's is gone (the reads that went on to the second
 #      replica are counted), and re-replication copied at least the probe pages' replicas
 #      C held to B or D, none failing;
-#   5. unload: rmmod while a reader loops over the disk (rmmod is refused while the disk
+#   5. restart: A asks the host to boot C again (node 2 with a new incarnation, its
+#      memory empty); A must admit it again, put copies of new writes on it, and leave no
+#      page short of a copy;
+#   6. unload: rmmod while a reader loops over the disk (rmmod is refused while the disk
 #      is open, so it is retried until it lands between two reads; then the reader sees no
 #      disk), then reload with a silent member and unload_inflight=8 (NetRPC echo calls
 #      and getpages in flight) and rmmod at once: remove must fail them cleanly.
@@ -255,7 +259,44 @@ check "failure case: every probe page reads back correctly from its other copy (
     [ "$kept" = yes ]
 say "disk stats: $(tr '\n' ' ' < /sys/module/trapeze/parameters/gms_disk_stats)"
 
-# 5. Unload under load: a reader loops over the disk; rmmod is refused while it has the
+# 5. Restart: the host boots guest 2 again (a new NIC and QEMU: node 2 with a new
+# incarnation, its memory empty). A must admit it again once it hears its heartbeat
+# (bounded), and put copies of new writes on it: 64 new pages (800..863), written one at
+# a time, in rounds until C stored some (the global LRU's plan takes an epoch to weigh a
+# newcomer), then read back. Re-replication after the rejoin must leave no page short of
+# a copy.
+c0=$(tstat disk_puts_stored_at_node_2)
+j0=$(tstat gms_rejoins)
+tr=$(now)
+say "RESTART node 2 now (the host boots guest 2 again)"
+t=0
+while ! logged "gms: node 2 is back" && [ "$t" -lt 1800 ]; do sleep 0.1; t=$((t + 1)); done
+check "restart: node 2 (booted again, a new incarnation) admitted again $(since "$tr") s after the restart request ($(( $(tstat gms_rejoins) - j0 )) rejoin)" \
+    logged "gms: node 2 is back"
+abase=800
+head -c $((64 * 4096)) /dev/urandom > /tmp/again
+rounds=0; awrote=0; cnew=0
+while [ "$rounds" -lt 6 ]; do
+    rounds=$((rounds + 1))
+    for i in $(seq 0 63); do
+        dd if=/tmp/again of="$dev" bs=4k count=1 skip="$i" seek=$((abase + i)) oflag=direct conv=notrunc 2>/dev/null &&
+            awrote=$((awrote + 1))
+    done
+    cnew=$(( $(tstat disk_puts_stored_at_node_2) - c0 ))
+    [ "$cnew" -ge 1 ] && break
+    sleep 2
+done
+dd if="$dev" of=/tmp/again.back bs=4k skip="$abase" count=64 iflag=direct 2>/dev/null
+aok=no
+[ "$awrote" = $((rounds * 64)) ] && cmp -s /tmp/again /tmp/again.back && aok=yes
+check "restart: 64 new pages written ($awrote writes in $rounds rounds, none failed) and read back O_DIRECT" [ "$aok" = yes ]
+check "restart: node 2 stores A's copies again ($cnew since its restart)" [ "$cnew" -ge 1 ]
+t=0
+while [ "$(tstat disk_replicas_short)" != 0 ] && [ "$t" -lt 300 ]; do sleep 0.1; t=$((t + 1)); done
+check "restart: no page short of a copy after the rejoin ($(tstat disk_replicas_short) short, $(tstat disk_rereplicated) replicas re-made in all)" \
+    [ "$(tstat disk_replicas_short)" = 0 ]
+
+# 6. Unload under load: a reader loops over the disk; rmmod is refused while it has the
 # disk open, so retry until it lands between two reads (60 s at most).
 rm -f /tmp/reader.stop /tmp/reader.done
 (

@@ -127,6 +127,7 @@ impl Device {
                 completed <- new_condvar!("trapeze::completed"),
                 heard: [const { AtomicU64::new(0) }; HEARD_NODES],
                 failed: AtomicU64::new(0),
+                configured: AtomicU64::new(0),
                 fail_ms,
                 regs,
                 ctl,

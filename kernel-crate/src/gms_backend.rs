@@ -334,6 +334,29 @@ impl DiskState {
         }
     }
 
+    /// Member `node` is back (admitted again after it was declared failed, or restarted):
+    /// a put target again. The copies it held are gone (a restart lost them; a failure
+    /// dropped them from their directories), so replicas still naming it count as not
+    /// placed, and re-replication makes them again, on it or on another member.
+    pub(crate) fn rejoined(&mut self, node: u16) {
+        for t in self.targets.iter_mut().filter(|t| **t == node) {
+            *t = NO_TARGET;
+        }
+        let mut all = [NO_TARGET; MEMBERS];
+        let mut n = 0;
+        for t in Iterator::chain(self.placement.targets(), core::iter::once(node)) {
+            if let Some(slot) = all.get_mut(n) {
+                *slot = t;
+                n += 1;
+            }
+        }
+        self.placement.set_targets(all[..n].iter().copied());
+        if self.replicas > 1 {
+            self.rerep_passes_left = rereplicate::PASSES;
+            self.start_rereplication(0);
+        }
+    }
+
     /// Whether `node` is still a put target (not declared failed).
     fn live(&self, node: u16) -> bool {
         node != NO_TARGET && self.placement.targets().any(|t| t == node)

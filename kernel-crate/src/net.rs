@@ -167,7 +167,17 @@ pub(crate) struct KHost {
     /// `lru_inbox[..lru_queued]`.
     pub(crate) lru_inbox: KVVec<LruMsg>,
     pub(crate) lru_queued: usize,
+    /// The incarnation each node's last heartbeat carried, by node id (< [`BEAT_NODES`];
+    /// 0: none yet).
+    incarnations: [u64; BEAT_NODES],
+    /// Nodes heard in a heartbeat since the ticker last took them (bit per node id), and
+    /// among them those whose incarnation changed (they restarted: their pages are gone).
+    beats: u64,
+    restarts: u64,
 }
+
+/// Node ids whose heartbeats' incarnations are tracked (0..64: a bit each).
+pub(crate) const BEAT_NODES: usize = 64;
 
 /// Global-LRU messages kept between two receive batches (a batch is a receive ring; an
 /// overflow is counted and the epoch's deadline covers it).
@@ -185,7 +195,27 @@ impl KHost {
             serve: None,
             lru_inbox: KVVec::new(),
             lru_queued: 0,
+            incarnations: [0; BEAT_NODES],
+            beats: 0,
+            restarts: 0,
         }
+    }
+
+    /// A heartbeat from `hb.node` (checked to name its sender): note its incarnation.
+    fn heard_beat(&mut self, hb: &crate::tpz::gms::heartbeat::Heartbeat) {
+        let Some(seen) = self.incarnations.get_mut(usize::from(hb.node)) else { return };
+        let bit = 1u64 << hb.node;
+        if *seen != 0 && *seen != hb.incarnation {
+            self.restarts |= bit;
+        }
+        *seen = hb.incarnation;
+        self.beats |= bit;
+    }
+
+    /// The nodes heard in a heartbeat since the last call, and those among them that
+    /// restarted (bit per node id), for the ticker's rejoin rule.
+    pub(crate) fn take_beats(&mut self) -> (u64, u64) {
+        (core::mem::take(&mut self.beats), core::mem::take(&mut self.restarts))
     }
 
     /// A host over `ep`, whose receive slots were given [`KPort::slot_segment`]s of `pool`.
@@ -340,9 +370,11 @@ impl Host<Frame> for KHost {
         }
         if inc.op == crate::tpz::gms::heartbeat::OP_HEARTBEAT && inc.one_way {
             // The GMS heartbeat (from a guest or a host `gmsd`): the driver's receive path
-            // already refreshed its sender's liveness; a malformed one is only not counted.
-            if crate::tpz::gms::heartbeat::Heartbeat::from_message(inc.src, inc.body).is_ok() {
+            // already refreshed its sender's liveness; its incarnation tells the ticker of
+            // a restart. A malformed one is only not counted.
+            if let Ok(hb) = crate::tpz::gms::heartbeat::Heartbeat::from_message(inc.src, inc.body) {
                 STATS.heartbeats.inc();
+                self.heard_beat(&hb);
             }
             return Action::Done;
         }

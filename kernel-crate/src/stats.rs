@@ -79,6 +79,7 @@ counters! {
     gms_get_ok: "GMS getpages whose page matched what was put",
     gms_get_bad: "GMS getpages that missed, failed or returned other bytes",
     gms_node_failed: "members declared failed (no answer within the timeout)",
+    gms_rejoins: "members admitted again: heard after being declared failed, or restarted (a heartbeat with a new incarnation)",
     ticker_stalls: "GMS ticks that came more than half the failure timeout late (this guest did not run): members got a fresh grace period",
     lru_msgs: "global-LRU messages received (epoch starts, summaries, plans, next-epoch requests)",
     lru_plans: "global-LRU epoch plans adopted",

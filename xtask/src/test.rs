@@ -38,7 +38,7 @@ const GUEST_STAGES: [(&str, &str); 5] = [
         "module-test",
     ),
     ("block device: /dev/gms0 on its RAM backend (data, O_DIRECT, EIO and timeout paths, rmmod)", "blk-test"),
-    ("guest suite: ext2 on /dev/gms0 on GMS, two copies across 4 guests, data verified, a server killed mid-write with no I/O error, its copies re-made, clean unload", "suite"),
+    ("guest suite: ext2 on /dev/gms0 on GMS, two copies across 4 guests, data verified, a server killed mid-write with no I/O error, its copies re-made, the server booted again and admitted again, clean unload", "suite"),
     ("swap on /dev/gms0 on GMS under memory pressure: every page verified, zero I/O errors, swapoff, rmmod", "swap"),
     ("host gmsd in the guests' cluster: a guest's /dev/gms0 pages stored on and read from a host gmsd", "gmsd-test"),
 ];

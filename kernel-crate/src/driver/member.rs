@@ -3,7 +3,7 @@
 
 use super::params;
 use super::shared::{Dev, GmsBackend, Shared, HEARTBEAT_MS, TICK_MS};
-use crate::gms_backend::{self, DiskState};
+use crate::gms_backend::{self, DiskCore, DiskState};
 use crate::net::{self, now_ns};
 use crate::stats::STATS;
 use crate::sys;
@@ -78,13 +78,13 @@ impl Shared {
         let sent = {
             let mut core = self.core.lock();
             let c = &mut *core;
-            // The view number every node computes from the member set (gmsd too).
-            if let Err(e) = c.node.set_members(now_ns(), &mut c.rpc, heartbeat::view_of(&ids[..n]), &ids[..n]) {
-                pr_err!("gms: set_members: {:?}\n", e);
+            if !set_view(c, now_ns(), &ids[..n]) {
                 return 0;
             }
             c.flush()
         };
+        let bits = ids[..n].iter().filter(|&&m| usize::from(m) < net::BEAT_NODES).fold(0u64, |b, &m| b | 1 << m);
+        self.configured.store(bits, Ordering::Relaxed);
         if sent {
             self.ring_nic();
         }
@@ -105,6 +105,15 @@ impl Shared {
             let c = &mut *core;
             c.rpc.handle_timeouts(now, &mut c.node);
             c.node.drive(now, &mut c.rpc);
+            // Members heard again after they were declared failed, or restarted (a new
+            // incarnation), are admitted again — as gmsd does; never another node.
+            let (beats, restarts) = c.node.host.take_beats();
+            let back = (restarts | (beats & self.failed.load(Ordering::Relaxed)))
+                & self.configured.load(Ordering::Relaxed)
+                & !(1u64 << (self.node % 64));
+            for m in (0..net::BEAT_NODES as u16).filter(|&m| back & (1 << m) != 0) {
+                self.rejoin(c, now, m, restarts & (1 << m) != 0);
+            }
             let mut members = [0u16; net::MEMBERS];
             let n = c.node.members().ids().len().min(net::MEMBERS);
             members[..n].copy_from_slice(&c.node.members().ids()[..n]);
@@ -117,11 +126,10 @@ impl Shared {
                         STATS.gms_node_failed.inc();
                         pr_warn!("gms: node {} silent for more than {} ms: declared failed\n", m, self.fail_ms);
                         c.node.node_failed(now, &mut c.rpc, m);
-                        // The survivors' view number, as every node (gmsd too) computes it.
                         let mut left = [0u16; net::MEMBERS];
                         let k = c.node.members().len().min(net::MEMBERS);
                         left[..k].copy_from_slice(&c.node.members().ids()[..k]);
-                        let _ = c.node.set_members(now, &mut c.rpc, heartbeat::view_of(&left[..k]), &left[..k]);
+                        set_view(c, now, &left[..k]);
                         if let Some(d) = c.client.as_mut() {
                             d.drop_target(m);
                         }
@@ -148,6 +156,36 @@ impl Shared {
         }
         self.completed.notify_all();
         self.complete_disk();
+    }
+
+    /// Member `m` is back: heard after it was declared failed, or `restarted` with a new
+    /// incarnation (its pages are gone either way: a restart lost them, a failure had
+    /// them dropped from their directories). It is forgotten first if it is still a
+    /// member, then added to the view, and the disk puts to it again (re-replication
+    /// makes the replicas it held, or that no member could take, again).
+    fn rejoin(&self, c: &mut DiskCore, now: u64, m: u16, restarted: bool) {
+        self.failed.fetch_and(!(1u64 << (m % 64)), Ordering::Relaxed);
+        if let Some(h) = self.heard.get(usize::from(m)) {
+            h.store(now.max(1), Ordering::Relaxed);
+        }
+        STATS.gms_rejoins.inc();
+        let how = if restarted { " with a new incarnation" } else { "" };
+        pr_info!("gms: node {} is back{}: admitted again\n", m, how);
+        if c.node.members().contains(m) {
+            c.node.node_failed(now, &mut c.rpc, m);
+        }
+        let mut ids = [0u16; net::MEMBERS];
+        let mut k = c.node.members().len().min(net::MEMBERS);
+        ids[..k].copy_from_slice(&c.node.members().ids()[..k]);
+        if k < net::MEMBERS {
+            ids[k] = m;
+            k += 1;
+        }
+        ids[..k].sort_unstable();
+        set_view(c, now, &ids[..k]);
+        if let Some(d) = c.client.as_mut() {
+            d.rejoined(m);
+        }
     }
 
     /// `/dev/gms0` with `pages` pages on the GMS backend, putting to the other members.
@@ -188,5 +226,17 @@ impl Shared {
             replicas
         );
         disk
+    }
+}
+
+/// Set the GMS view to the members `ids`, with the view number every node (gmsd too)
+/// computes from the member set; whether GMS took it.
+fn set_view(c: &mut DiskCore, now: u64, ids: &[u16]) -> bool {
+    match c.node.set_members(now, &mut c.rpc, heartbeat::view_of(ids), ids) {
+        Ok(()) => true,
+        Err(e) => {
+            pr_err!("gms: set_members: {:?}\n", e);
+            false
+        }
     }
 }

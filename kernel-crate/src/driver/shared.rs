@@ -45,8 +45,8 @@ pub(super) const HEARTBEAT_MS: u64 = 1_000;
 // `gms_fail_ms=` allows no less than two heartbeat periods.
 const _: () = assert!(params::FAIL_MS_MIN == 2 * HEARTBEAT_MS);
 const _: () = assert!(RX_FRAMES + SPARE_FRAMES + params::MAX_BUDGET_PAGES <= crate::net::Frame::MAX as usize + 1);
-/// Node ids whose liveness is tracked (0..64).
-pub(super) const HEARD_NODES: usize = 64;
+/// Node ids whose liveness is tracked (0..64), as their heartbeats' incarnations are.
+pub(super) const HEARD_NODES: usize = crate::net::BEAT_NODES;
 
 /// Devices bound (for the load message).
 pub(crate) static BOUND: AtomicU32 = AtomicU32::new(0);
@@ -81,6 +81,9 @@ pub(crate) struct Shared {
     pub(super) heard: [AtomicU64; HEARD_NODES],
     /// Members declared failed (bit per node id < 64).
     pub(super) failed: AtomicU64,
+    /// The members `gms_nodes=` named (bit per node id < 64): the only nodes admitted
+    /// again after a failure or a restart.
+    pub(super) configured: AtomicU64,
     /// A member heard from and silent longer than this is declared failed (ms; `gms_fail_ms=`).
     pub(super) fail_ms: u64,
     pub(super) regs: IoMem,

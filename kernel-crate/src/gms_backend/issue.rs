@@ -116,10 +116,10 @@ pub(super) fn issue_disk(core: &mut DiskCore, now: u64) -> bool {
                 }
             }
         } else {
-            // A replica never stored (its write found no member for it), or whose holder
-            // has been declared failed, is not asked for while another one is left.
-            let holder = d.targets[at];
-            let gone = holder != NO_TARGET && !d.live(holder);
+            // A replica never stored (its write found no member for it, or its holder came
+            // back without it), or whose holder has been declared failed, is not asked for
+            // while another one is left.
+            let gone = !d.live(d.targets[at]);
             if v == 0 || (gone && k + 1 < d.replicas) {
                 if k + 1 < d.replicas {
                     d.next_replica(

@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! Re-replication: once a member is declared failed, every page that had a replica on it
-//! gets that replica back on another member, copied from a surviving replica (a getpage,
-//! then a putpage of the same frame). A scan walks the disk's pages; a few copies are in
+//! gets that replica back on another member; once a member is back (admitted again, or
+//! restarted), every replica that has no holder — it was on that member, or a write
+//! found no member for it — gets one, while enough members live to place it. Each copy
+//! comes from a surviving replica (a getpage, then a putpage of the same frame). A scan
+//! walks the disk's pages; a few copies are in
 //! flight at a time, and only while no disk page waits in the backlog (the disk's own I/O
 //! goes first). A write of the page meanwhile makes the copy moot: it is dropped before
 //! its put if either replica's version moved. A pass that found lost replicas is followed
@@ -75,6 +78,7 @@ impl DiskState {
         if now < self.rerep_not_before {
             return None;
         }
+        let placeable = self.placement.targets().count() >= usize::from(self.replicas);
         for page in from..(from + SCAN).min(pages) {
             self.rerep_from = Some(page + 1);
             let Some(i0) = self.at(page, 0) else { continue };
@@ -82,8 +86,11 @@ impl DiskState {
                 continue;
             }
             let replica_at = |k: u8| self.at(page, k).map(|i| (self.targets[i], self.versions[i]));
-            let lost =
-                (0..self.replicas).find(|&k| replica_at(k).is_some_and(|(t, _)| t != NO_TARGET && !self.live(t)));
+            // Lost: its holder failed, or it has none (a write found no member for it, or
+            // its holder came back without it) and enough members live to place it.
+            let lost = (0..self.replicas).find(|&k| {
+                replica_at(k).is_some_and(|(t, _)| if t == NO_TARGET { placeable } else { !self.live(t) })
+            });
             let src = (0..self.replicas).find(|&k| replica_at(k).is_some_and(|(t, _)| self.live(t)));
             let copy = match (lost, src) {
                 (Some(k), Some(j)) => Some((page, k, replica_at(k)?.1, j, replica_at(j)?.1)),

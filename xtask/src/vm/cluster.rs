@@ -79,14 +79,32 @@ pub(super) struct Guest {
     pub(super) qemu_extra: Vec<String>,
     /// Killed on purpose (`vm suite`): how long after its start.
     pub(super) killed: Option<Duration>,
+    /// Booted again after the kill (`vm suite`): the console of its first life.
+    pub(super) first_console: Option<PathBuf>,
+    /// How its NIC (program, arguments, setpriv) and QEMU were started.
+    nic_cmd: Option<(PathBuf, Vec<String>, bool)>,
+    qemu_cmd: Option<QemuCmd>,
 }
 
-/// Kill guest `victim` (QEMU and NIC, SIGKILL) once guest `watch`'s console shows `line`.
+/// Kill guest `victim` (QEMU and NIC, SIGKILL) once guest `watch`'s console shows `line`;
+/// with `restart`, boot it again (a new NIC, then QEMU, as first started) once the
+/// watched console shows that line, after the kill.
 pub(super) struct KillOn {
     pub(super) watch: u16,
     pub(super) line: &'static str,
     pub(super) victim: u16,
     pub(super) done: Option<Instant>,
+    pub(super) restart: Option<&'static str>,
+}
+
+/// How a guest's QEMU was started (to boot it again).
+#[derive(Clone)]
+struct QemuCmd {
+    qemu: PathBuf,
+    kernel: PathBuf,
+    initrd: PathBuf,
+    append: String,
+    setpriv: bool,
 }
 
 /// The guests of one run; dropping it kills every child and removes the run's big files.
@@ -121,6 +139,9 @@ impl Cluster {
             echoing: false,
             qemu_extra: Vec::new(),
             killed: None,
+            first_console: None,
+            nic_cmd: None,
+            qemu_cmd: None,
         };
         self.remove_on_drop.extend([g.ram.clone(), g.ivshmem.clone(), g.control.clone()]);
         self.guests.push(g);
@@ -134,6 +155,7 @@ impl Cluster {
     /// start its NIC and wait until its ivshmem server listens.
     pub(super) fn start_nic(&mut self, idx: u16, nic_bin: &Path, args: &[String], setpriv: bool) -> anyhow::Result<()> {
         let g = self.guest(idx);
+        g.nic_cmd = Some((nic_bin.to_path_buf(), args.to_vec(), setpriv));
         let mut cmd = child_command(nic_bin, setpriv);
         cmd.args(args)
             .arg("--control")
@@ -191,6 +213,13 @@ impl Cluster {
         setpriv: bool,
     ) -> anyhow::Result<()> {
         let g = self.guest(idx);
+        g.qemu_cmd = Some(QemuCmd {
+            qemu: qemu.to_path_buf(),
+            kernel: kernel.to_path_buf(),
+            initrd: initrd.to_path_buf(),
+            append: append.to_string(),
+            setpriv,
+        });
         let _ = fs::remove_file(&g.console);
         let mut cmd = child_command(qemu, setpriv);
         cmd.args(["-machine", "pc,memory-backend=mem", "-accel", "tcg", "-m", &format!("{}M", g.mem_mib)])
@@ -218,20 +247,33 @@ impl Cluster {
         Ok(())
     }
 
+    /// Whether guest `idx`'s console shows `line`.
+    fn console_shows(&self, idx: u16, line: &str) -> bool {
+        let console = self.guests.iter().find(|g| g.idx == idx).map(|g| g.console.clone());
+        console.and_then(|c| fs::read(c).ok()).is_some_and(|b| String::from_utf8_lossy(&b).contains(line))
+    }
+
     /// `kill_on`: once the watched console shows the line, SIGKILL the victim's QEMU and
-    /// NIC (once).
+    /// NIC (once); then, if asked, boot it again (once).
     fn kill_if_asked(&mut self) -> anyhow::Result<()> {
-        let Some(k) = self.kill_on.as_mut() else { return Ok(()) };
+        let Some(k) = self.kill_on.as_ref() else { return Ok(()) };
+        let (watch, line, victim, again) = (k.watch, k.line, k.victim, k.restart);
         if k.done.is_some() {
+            let restarted = self.guests.iter().any(|g| g.idx == victim && g.first_console.is_some());
+            return match again {
+                Some(again) if !restarted && self.console_shows(watch, again) => {
+                    eprintln!("  guest {watch} asked (\"{again}\"): booting guest {victim} again");
+                    self.restart(victim)
+                }
+                _ => Ok(()),
+            };
+        }
+        if !self.console_shows(watch, line) {
             return Ok(());
         }
-        let (watch, line, victim) = (k.watch, k.line, k.victim);
-        let console = self.guests.iter().find(|g| g.idx == watch).map(|g| g.console.clone());
-        let asked = console.and_then(|c| fs::read(c).ok()).is_some_and(|b| String::from_utf8_lossy(&b).contains(line));
-        if !asked {
-            return Ok(());
+        if let Some(k) = self.kill_on.as_mut() {
+            k.done = Some(Instant::now());
         }
-        k.done = Some(Instant::now());
         let g = self.guest(victim);
         let mut what = Vec::new();
         if let Some(mut q) = g.qemu.take() {
@@ -247,6 +289,22 @@ impl Cluster {
         g.killed = Some(g.started.map_or(Duration::ZERO, |s| s.elapsed()));
         eprintln!("  guest {watch} asked (\"{line}\"): SIGKILLed guest {victim}: {}", what.join(", "));
         Ok(())
+    }
+
+    /// Boot guest `idx` again as it was first started (a new NIC, then QEMU: a restarted
+    /// machine), keeping its first life's console as `guestN.console.1`.
+    fn restart(&mut self, idx: u16) -> anyhow::Result<()> {
+        let g = self.guest(idx);
+        let (Some((nic_bin, args, setpriv)), Some(q)) = (g.nic_cmd.clone(), g.qemu_cmd.clone()) else {
+            bail!("guest {idx} cannot be booted again: it was never started");
+        };
+        let first = g.console.with_extension("console.1");
+        fs::rename(&g.console, &first).with_context(|| format!("keeping {}", g.console.display()))?;
+        g.first_console = Some(first);
+        g.echoed = 0;
+        g.echoing = false;
+        self.start_nic(idx, &nic_bin, &args, setpriv)?;
+        self.start_qemu(idx, &q.qemu, &q.kernel, &q.initrd, &q.append, q.setpriv)
     }
 
     /// Wait until every QEMU has exited (true) or `timeout` passed (false, QEMUs killed),

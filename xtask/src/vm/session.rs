@@ -165,6 +165,8 @@ pub(super) struct Seen<'a> {
     pub(super) report: GuestReport,
     /// Killed on purpose (a [`KillOn`] victim).
     pub(super) killed: bool,
+    /// Booted again after that (its console is its second life's).
+    pub(super) restarted: bool,
 }
 
 impl Session {
@@ -224,7 +226,13 @@ impl Session {
                 (None, None) => "still running".to_string(),
             };
             let (nic_listed, powered_off) = (report.nic_listed, report.powered_off);
-            let (ok, what) = verdict(&Seen { idx: g.idx, console: &console, report, killed: g.killed.is_some() });
+            let (ok, what) = verdict(&Seen {
+                idx: g.idx,
+                console: &console,
+                report,
+                killed: g.killed.is_some(),
+                restarted: g.first_console.is_some(),
+            });
             eprintln!(
                 "guest {}: {} PCI {}: {}; {what}; powered off: {} ({}, QEMU {})",
                 g.idx,
