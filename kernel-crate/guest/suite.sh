@@ -7,8 +7,9 @@
 #   budgets of 768 pages and store what A puts; A keeps two copies of every page
 #   (gms_replicas=2) on two of them. C is SIGKILLed by the host mid-run (QEMU and its
 #   NIC) when A prints "trapeze-suite: KILL node 2", and booted again (a new NIC and QEMU)
-#   when A prints "trapeze-suite: RESTART node 2"; its second life serves as before. B, D
-#   and C unload once A has gone silent (they declared node 0 failed: A unloaded), bounded.
+#   when A prints "trapeze-suite: RESTART node 2"; its second life serves as before. D is
+#   SIGKILLed for good when A prints "trapeze-suite: KILL node 3". B and C unload once A
+#   has gone silent (they declared node 0 failed: A unloaded), bounded.
 # * A (guest 0) loads it with /dev/gms0 on the GMS backend ($disk_pages pages, two copies
 #   of each, no module read-ahead: every read that reaches the disk is a getpage) and
 #   checks:
@@ -32,7 +33,10 @@
 #   5. restart: A asks the host to boot C again (node 2 with a new incarnation, its
 #      memory empty); A must admit it again, put copies of new writes on it, and leave no
 #      page short of a copy;
-#   6. unload: rmmod while a reader loops over the disk (rmmod is refused while the disk
+#   6. a second failure: A asks the host to kill D for good; no page had both copies on
+#      C's first life and D, so none may fail: every probe and new page reads back at
+#      once, D's replicas are re-made on B or C, and the file system still verifies;
+#   7. unload: rmmod while a reader loops over the disk (rmmod is refused while the disk
 #      is open, so it is retried until it lands between two reads; then the reader sees no
 #      disk), then reload with a silent member and unload_inflight=8 (NetRPC echo calls
 #      and getpages in flight) and rmmod at once: remove must fail them cleanly.
@@ -296,7 +300,48 @@ while [ "$(tstat disk_replicas_short)" != 0 ] && [ "$t" -lt 300 ]; do sleep 0.1;
 check "restart: no page short of a copy after the rejoin ($(tstat disk_replicas_short) short, $(tstat disk_rereplicated) replicas re-made in all)" \
     [ "$(tstat disk_replicas_short)" = 0 ]
 
-# 6. Unload under load: a reader loops over the disk; rmmod is refused while it has the
+# 6. A second failure: D is killed for good. The re-replications after C's kill and
+# after its rejoin left no page short of a copy, so no page had both its copies on D:
+# none may fail. Every probe page and new page reads back right at once (from B or C),
+# re-replication re-makes the replicas D held on B or C (C, admitted again, takes them
+# too), and the file system still verifies afterwards.
+rr0=$(tstat disk_rereplicated)
+p0=$(tstat disk_rereplicate_passes)
+tk2=$(now)
+say "KILL node 3 now (the host SIGKILLs guest 3's QEMU and NIC)"
+t=0
+while ! logged "gms: node 3 silent" && [ "$t" -lt 300 ]; do sleep 0.1; t=$((t + 1)); done
+check "second failure: node 3 declared failed $(since "$tk2") s after the kill request" logged "gms: node 3 silent"
+# Every page of the probe and of the new writes, bounded: both regions at once.
+read_both() {
+    rm -f /tmp/probe.b2 /tmp/again.b2
+    timeout 60 dd if="$dev" of=/tmp/probe.b2 bs=4k skip="$base" count="$np" iflag=direct 2>/dev/null &&
+        timeout 60 dd if="$dev" of=/tmp/again.b2 bs=4k skip="$abase" count=64 iflag=direct 2>/dev/null &&
+        cmp -s /tmp/probe /tmp/probe.b2 && cmp -s /tmp/again /tmp/again.b2
+}
+check "second failure: no page had both copies on the dead nodes, and every one of the $np probe and 64 new pages reads back right (no I/O error)" \
+    read_both
+t=0
+while { [ "$(tstat disk_rereplicate_passes)" -lt $((p0 + 2)) ] || [ "$(tstat disk_replicas_short)" != 0 ]; } &&
+    [ "$t" -lt 300 ]; do
+    sleep 0.1; t=$((t + 1))
+done
+rr2=$(( $(tstat disk_rereplicated) - rr0 ))
+rok2=no
+[ "$rr2" -ge 1 ] && [ "$(tstat disk_replicas_short)" = 0 ] && rok2=yes
+check "second failure: re-replication re-made $rr2 replicas D held on B or C, the last pass met no page short of a copy" \
+    [ "$rok2" = yes ]
+sync
+echo 3 > /proc/sys/vm/drop_caches
+fsok=no
+if mount -t ext2 -o ro "$dev" /mnt; then
+    (cd /mnt && md5sum -c /tmp/sums > /tmp/sums2.out 2>&1) && read_both && fsok=yes
+    umount /mnt
+fi
+check "second failure: after re-replication the file system's md5sums and every probe and new page still verify" \
+    [ "$fsok" = yes ]
+
+# 7. Unload under load: a reader loops over the disk; rmmod is refused while it has the
 # disk open, so retry until it lands between two reads (60 s at most).
 rm -f /tmp/reader.stop /tmp/reader.done
 (

@@ -77,24 +77,36 @@ pub(super) struct Guest {
     pub(super) echoing: bool,
     /// More QEMU arguments for this guest (e.g. a virtio-net link, `cargo xtask bench vm`).
     pub(super) qemu_extra: Vec<String>,
-    /// Killed on purpose (`vm suite`): how long after its start.
+    /// Killed on request (an [`Ask`]): how long after its (last) start.
     pub(super) killed: Option<Duration>,
-    /// Booted again after the kill (`vm suite`): the console of its first life.
+    /// Booted again after a kill (an [`Ask`]): the console of its first life.
     pub(super) first_console: Option<PathBuf>,
     /// How its NIC (program, arguments, setpriv) and QEMU were started.
     nic_cmd: Option<(PathBuf, Vec<String>, bool)>,
     qemu_cmd: Option<QemuCmd>,
 }
 
-/// Kill guest `victim` (QEMU and NIC, SIGKILL) once guest `watch`'s console shows `line`;
-/// with `restart`, boot it again (a new NIC, then QEMU, as first started) once the
-/// watched console shows that line, after the kill.
-pub(super) struct KillOn {
+/// What a guest's script can ask of the host by printing a line: SIGKILL a guest (its
+/// QEMU and NIC), or boot a killed guest again (a new NIC, then QEMU, as first started).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Ask {
+    Kill(u16),
+    Boot(u16),
+}
+
+/// Do `ask` once guest `watch`'s console shows `line` (once; the asks of a run are done
+/// in the order given, each only after the one before it).
+pub(super) struct OnLine {
     pub(super) watch: u16,
     pub(super) line: &'static str,
-    pub(super) victim: u16,
+    pub(super) ask: Ask,
     pub(super) done: Option<Instant>,
-    pub(super) restart: Option<&'static str>,
+}
+
+impl OnLine {
+    pub(super) fn new(watch: u16, line: &'static str, ask: Ask) -> Self {
+        OnLine { watch, line, ask, done: None }
+    }
 }
 
 /// How a guest's QEMU was started (to boot it again).
@@ -112,12 +124,12 @@ pub(super) struct Cluster {
     pub(super) dir: PathBuf,
     pub(super) guests: Vec<Guest>,
     pub(super) remove_on_drop: Vec<PathBuf>,
-    pub(super) kill_on: Option<KillOn>,
+    pub(super) asks: Vec<OnLine>,
 }
 
 impl Cluster {
     pub(super) fn new(dir: PathBuf) -> Self {
-        Cluster { dir, guests: Vec::new(), remove_on_drop: Vec::new(), kill_on: None }
+        Cluster { dir, guests: Vec::new(), remove_on_drop: Vec::new(), asks: Vec::new() }
     }
 
     pub(super) fn add_guest(&mut self, idx: u16, mem_mib: u32) {
@@ -253,28 +265,30 @@ impl Cluster {
         console.and_then(|c| fs::read(c).ok()).is_some_and(|b| String::from_utf8_lossy(&b).contains(line))
     }
 
-    /// `kill_on`: once the watched console shows the line, SIGKILL the victim's QEMU and
-    /// NIC (once); then, if asked, boot it again (once).
-    fn kill_if_asked(&mut self) -> anyhow::Result<()> {
-        let Some(k) = self.kill_on.as_ref() else { return Ok(()) };
-        let (watch, line, victim, again) = (k.watch, k.line, k.victim, k.restart);
-        if k.done.is_some() {
-            let restarted = self.guests.iter().any(|g| g.idx == victim && g.first_console.is_some());
-            return match again {
-                Some(again) if !restarted && self.console_shows(watch, again) => {
-                    eprintln!("  guest {watch} asked (\"{again}\"): booting guest {victim} again");
-                    self.restart(victim)
-                }
-                _ => Ok(()),
-            };
-        }
+    /// The next of `asks` not done yet, once its watched console shows its line.
+    fn do_asks(&mut self) -> anyhow::Result<()> {
+        let Some(i) = self.asks.iter().position(|a| a.done.is_none()) else { return Ok(()) };
+        let (watch, line, ask) = (self.asks[i].watch, self.asks[i].line, self.asks[i].ask);
         if !self.console_shows(watch, line) {
             return Ok(());
         }
-        if let Some(k) = self.kill_on.as_mut() {
-            k.done = Some(Instant::now());
+        self.asks[i].done = Some(Instant::now());
+        match ask {
+            Ask::Kill(victim) => {
+                let what = self.kill(victim)?;
+                eprintln!("  guest {watch} asked (\"{line}\"): SIGKILLed guest {victim}: {what}");
+                Ok(())
+            }
+            Ask::Boot(victim) => {
+                eprintln!("  guest {watch} asked (\"{line}\"): booting guest {victim} again");
+                self.restart(victim)
+            }
         }
-        let g = self.guest(victim);
+    }
+
+    /// SIGKILL guest `idx`'s QEMU and NIC; what was killed.
+    fn kill(&mut self, idx: u16) -> anyhow::Result<String> {
+        let g = self.guest(idx);
         let mut what = Vec::new();
         if let Some(mut q) = g.qemu.take() {
             what.push(format!("QEMU pid {}", q.id()));
@@ -287,8 +301,7 @@ impl Cluster {
             let _ = n.wait();
         }
         g.killed = Some(g.started.map_or(Duration::ZERO, |s| s.elapsed()));
-        eprintln!("  guest {watch} asked (\"{line}\"): SIGKILLed guest {victim}: {}", what.join(", "));
-        Ok(())
+        Ok(what.join(", "))
     }
 
     /// Boot guest `idx` again as it was first started (a new NIC, then QEMU: a restarted
@@ -313,7 +326,7 @@ impl Cluster {
         let t = Instant::now();
         loop {
             check_interrupted()?;
-            self.kill_if_asked()?;
+            self.do_asks()?;
             let mut running = 0;
             for g in &mut self.guests {
                 if echo {

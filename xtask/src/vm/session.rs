@@ -7,7 +7,7 @@
 //! [`Session::boot`] (the QEMUs), [`Session::wait`], [`Session::report`] with its own
 //! verdict for each guest, and [`Session::finish`].
 
-use super::cluster::{nic_args, setpriv_pdeathsig, stop_on_signals, Cluster, KillOn};
+use super::cluster::{nic_args, setpriv_pdeathsig, stop_on_signals, Cluster, OnLine};
 use super::initramfs::{base64, build_initramfs};
 use super::report::{interesting, printable, trouble_context, yes_no, GuestReport, IVSHMEM_PCI_ID};
 use super::runtime::{free_udp_ports, prune_stale, runtime_base, target_dir, which};
@@ -55,8 +55,8 @@ pub(super) struct Setup {
     /// UDP ports after the guests' for processes on the host (node ids from `guests` on),
     /// in every NIC's peer list.
     pub(super) host_ports: usize,
-    /// Kill a guest when another one's console asks for it.
-    pub(super) kill_on: Option<KillOn>,
+    /// What the guests' scripts ask of the host (kill a guest, boot it again), in order.
+    pub(super) asks: Vec<OnLine>,
 }
 
 /// What is built before any guest starts.
@@ -105,7 +105,7 @@ impl Prepared {
         let dir = runtime.join(format!("vm-{}", std::process::id()));
         fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let mut cluster = Cluster::new(dir.clone());
-        cluster.kill_on = setup.kill_on;
+        cluster.asks = setup.asks;
 
         eprintln!("==> initramfs");
         let script = match &setup.script {
@@ -163,7 +163,7 @@ pub(super) struct Seen<'a> {
     pub(super) idx: u16,
     pub(super) console: &'a str,
     pub(super) report: GuestReport,
-    /// Killed on purpose (a [`KillOn`] victim).
+    /// Killed on request (an [`Ask`](super::cluster::Ask)).
     pub(super) killed: bool,
     /// Booted again after that (its console is its second life's).
     pub(super) restarted: bool,

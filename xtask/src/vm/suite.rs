@@ -16,8 +16,8 @@
 //! oops/BUG/WARNING, and every guest powers off; it prints the lines the issue asks for
 //! (module load, data verified, replicas, failure case, restart, clean unload).
 
-use super::cluster::KillOn;
-use super::report::{suite_summary, trouble_context, yes_no, KERNEL_TROUBLE, SUITE_KILL, SUITE_RESTART};
+use super::cluster::{Ask, OnLine};
+use super::report::{suite_summary, trouble_context, yes_no, KERNEL_TROUBLE};
 use super::session::{Common, Prepared, Setup};
 
 /// The guests' script, relative to the workspace root.
@@ -28,6 +28,13 @@ const SCRIPT: &str = "kernel-crate/guest/suite.sh";
 const MIN_TIMEOUT: u64 = 420;
 /// The suite's cluster: A, B, C and D.
 const GUESTS: u16 = 4;
+/// What A (guest 0) asks of the host, in order: kill C (guest 2), boot it again, then
+/// kill D (guest 3) for good.
+const ASKS: [(&str, Ask); 3] = [
+    ("trapeze-suite: KILL node 2", Ask::Kill(2)),
+    ("trapeze-suite: RESTART node 2", Ask::Boot(2)),
+    ("trapeze-suite: KILL node 3", Ask::Kill(3)),
+];
 
 #[derive(clap::Args)]
 pub struct SuiteArgs {
@@ -37,35 +44,37 @@ pub struct SuiteArgs {
 
 pub(super) fn run(a: SuiteArgs) -> anyhow::Result<()> {
     let timeout = a.common.timeout.max(MIN_TIMEOUT);
-    let (watch, line, victim) = SUITE_KILL;
     let setup = Setup {
         guests: GUESTS,
         script: Some(crate::workspace_root().join(SCRIPT)),
-        kill_on: Some(KillOn { watch, line, victim, done: None, restart: Some(SUITE_RESTART) }),
+        asks: ASKS.iter().map(|&(line, ask)| OnLine::new(0, line, ask)).collect(),
         ..Setup::default()
     };
     let mut s = Prepared::build(&a.common, true)?.start(&a.common, setup)?;
     s.boot()?;
     let all_off = s.wait(timeout, false)?;
     let mut failures = Vec::new();
-    let g = s.cluster.guests.iter().find(|g| g.idx == victim);
-    if g.is_none_or(|g| g.killed.is_none()) {
-        failures.push(format!("guest {victim} was never killed (guest 0 did not ask, or asked too late)"));
-    }
-    match g.and_then(|g| g.first_console.clone()) {
-        None => {
-            failures.push(format!("guest {victim} was never booted again (guest 0 did not ask, or asked too late)"))
+    for (line, ask) in ASKS {
+        let (Ask::Kill(victim) | Ask::Boot(victim)) = ask;
+        let g = s.cluster.guests.iter().find(|g| g.idx == victim);
+        let done = match ask {
+            Ask::Kill(_) => g.is_some_and(|g| g.killed.is_some()),
+            Ask::Boot(_) => g.is_some_and(|g| g.first_console.is_some()),
+        };
+        if !done {
+            failures.push(format!("{ask:?} was never done (guest 0 did not print \"{line}\", or too late)"));
         }
-        Some(first) => {
-            // The report below reads its second life's console; the first must be quiet too.
-            let text = std::fs::read_to_string(&first).unwrap_or_default();
-            if KERNEL_TROUBLE.iter().any(|t| text.contains(t)) {
-                eprintln!("  guest {victim}'s first life: the console around its first kernel-trouble line:");
-                for l in trouble_context(&text) {
-                    eprintln!("    ! {l}");
-                }
-                failures.push(format!("guest {victim}'s first life (console {})", first.display()));
+    }
+    for g in s.cluster.guests.iter() {
+        let Some(first) = &g.first_console else { continue };
+        // The report below reads its second life's console; the first must be quiet too.
+        let text = std::fs::read_to_string(first).unwrap_or_default();
+        if KERNEL_TROUBLE.iter().any(|t| text.contains(t)) {
+            eprintln!("  guest {}'s first life: the console around its first kernel-trouble line:", g.idx);
+            for l in trouble_context(&text) {
+                eprintln!("    ! {l}");
             }
+            failures.push(format!("guest {}'s first life (console {})", g.idx, first.display()));
         }
     }
     failures.extend(s.report(true, |g| {
@@ -80,13 +89,19 @@ pub(super) fn run(a: SuiteArgs) -> anyhow::Result<()> {
                 yes_no(!r.kernel_trouble),
             )
         } else {
+            let life = match (g.killed, g.restarted) {
+                (true, false) => "killed mid-run as asked".to_string(),
+                (killed, _) => format!(
+                    "{}rmmod clean: {}; script status 0: {}",
+                    if killed { "killed mid-run and booted again as asked; " } else { "" },
+                    yes_no(r.trapeze_removed),
+                    yes_no(r.script_ok)
+                ),
+            };
             format!(
-                "server: trapeze.ko up: {}; {}rmmod clean: {}; script status 0: {}; kernel quiet: {}",
+                "server: trapeze.ko up: {}; {life}; kernel quiet: {}",
                 yes_no(r.trapeze_up),
-                if g.killed { "killed mid-run and booted again as asked; " } else { "" },
-                yes_no(r.trapeze_removed),
-                yes_no(r.script_ok),
-                yes_no(!r.kernel_trouble),
+                yes_no(!r.kernel_trouble)
             )
         };
         (r.suite_ok(g.idx, g.killed, g.restarted), what)
