@@ -220,6 +220,60 @@ replication_session() {
 }
 [ "${trapeze_bench_mode:-}" = replication ] && replication_session
 
+# The repair session (trapeze_bench_mode=repair): fresh guests, guest 0's /dev/gms0 of
+# trapeze_bench_mb MiB with two copies of every page on the servers (guests 1..3). The
+# pattern is written; then guest 0 asks the host to kill guest 3 ("KILL node 3") and times
+# re-replication from node 3's failure declaration until the last copy it held is made
+# again (the moment disk_rereplicated last grew, polled every 0.1 s, once a pass met no
+# page short of a copy); then every page is read back and checked. One
+# "repair-result {json}" line.
+kstat() { v=$(sed -n "s/^$1: //p" /sys/module/trapeze/parameters/stats 2>/dev/null); echo "${v:-0}"; }
+uptime_s() { cut -d' ' -f1 /proc/uptime; }
+repair_session() {
+    [ "$k" = 0 ] || { load_trapeze; serve_forever; }
+    load_trapeze || exit 1
+    t=0
+    while [ ! -b /dev/gms0 ] && [ "$t" -lt 50 ]; do sleep 0.1; t=$((t + 1)); done
+    [ -b /dev/gms0 ] || { say "errors: repair: no /dev/gms0 after insmod trapeze.ko $ko_args"; exit 1; }
+    phase_start
+    if ! out=$(trapeze-blkbench --name gms --write --reads 1 --size-mb "$mb" --seed "$seed" /dev/gms0 2>&1); then
+        say "errors: repair: the pattern write failed: $(echo "$out" | tail -n 2 | tr '\n' ' ')"
+        exit 1
+    fi
+    r0=$(kstat disk_rereplicated)
+    p0=$(kstat disk_rereplicate_passes)
+    say "KILL node 3"
+    t=0
+    while ! dmesg | grep -q "gms: node 3 silent" && [ "$t" -lt 600 ]; do sleep 0.1; t=$((t + 1)); done
+    dmesg | grep -q "gms: node 3 silent" || { say "errors: repair: node 3 was never declared failed"; exit 1; }
+    td=$(uptime_s)
+    last=$r0
+    tl=$td
+    t=0
+    while [ "$t" -lt 3000 ]; do
+        c=$(kstat disk_rereplicated)
+        if [ "$c" != "$last" ]; then last=$c; tl=$(uptime_s); fi
+        [ "$(kstat disk_rereplicate_passes)" -ge $((p0 + 2)) ] && [ "$(kstat disk_replicas_short)" = 0 ] && break
+        sleep 0.1
+        t=$((t + 1))
+    done
+    short=$(kstat disk_replicas_short)
+    [ "$short" = 0 ] || say "errors: repair: $short replicas still short of a copy after 300 s"
+    if ! check=$(trapeze-blkbench --name gms --reads 50 --size-mb "$mb" --seed "$seed" /dev/gms0 2>&1); then
+        say "errors: repair: reading the disk back failed: $(echo "$check" | tail -n 2 | tr '\n' ' ')"
+    fi
+    phase_end "repair"
+    n=$((last - r0))
+    say "repair-result $(awk -v n="$n" -v a="$td" -v b="$tl" -v s="$short" -v f="$(kstat disk_rereplicate_failed)" 'BEGIN {
+        secs = b - a; rate = (secs > 0) ? n * 4096 / 1048576 / secs : 0
+        printf "{\"rereplicated\":%d,\"repair_secs\":%.2f,\"repair_mb_s\":%.3f,\"short\":%d,\"failed_copies\":%d}", n, secs, rate, s, f }')"
+    say "repair-check $check"
+    rmmod trapeze || say "errors: repair: rmmod trapeze failed"
+    say "done"
+    exit 0
+}
+[ "${trapeze_bench_mode:-}" = repair ] && repair_session
+
 case "$k" in
 1)
     net_up || exit 1

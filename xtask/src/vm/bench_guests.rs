@@ -10,7 +10,7 @@
 //! 0 (the one measuring) has powered off; the other guests only serve, so they are then
 //! stopped.
 
-use super::cluster::{check_interrupted, nic_args, setpriv_pdeathsig, stop_on_signals, tail, Cluster};
+use super::cluster::{check_interrupted, nic_args, setpriv_pdeathsig, stop_on_signals, tail, Ask, Cluster, OnLine};
 use super::initramfs::{base64, build_initramfs, Cpio};
 use super::report::{printable, KERNEL_TROUBLE};
 use super::runtime::{free_udp_ports, prune_stale, runtime_base, which};
@@ -38,6 +38,8 @@ pub struct BenchGuests {
     pub net_pair: bool,
     /// Longest wait for guest 0 to power off.
     pub timeout: Duration,
+    /// A line guest 0 prints to have the host SIGKILL guest N (its QEMU and NIC).
+    pub kill_on: Option<(&'static str, u16)>,
 }
 
 /// What a guest left.
@@ -76,6 +78,7 @@ pub fn run(spec: BenchGuests) -> anyhow::Result<Vec<GuestOutcome>> {
     let dir = runtime.join(format!("vm-{}", std::process::id()));
     fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut cluster = Cluster::new(dir.clone());
+    cluster.asks = spec.kill_on.iter().map(|&(line, victim)| OnLine::new(0, line, Ask::Kill(victim))).collect();
 
     eprintln!("==> initramfs");
     let initrd = build_initramfs(&dir, &spec.modules, Some(&spec.script))?;
@@ -131,6 +134,7 @@ pub fn run(spec: BenchGuests) -> anyhow::Result<Vec<GuestOutcome>> {
     let mut exited = false;
     loop {
         check_interrupted()?;
+        cluster.do_asks()?;
         for g in &mut cluster.guests {
             g.echo_console();
             if let Some(n) = g.nic.as_mut() {

@@ -266,7 +266,7 @@ impl Cluster {
     }
 
     /// The next of `asks` not done yet, once its watched console shows its line.
-    fn do_asks(&mut self) -> anyhow::Result<()> {
+    pub(super) fn do_asks(&mut self) -> anyhow::Result<()> {
         let Some(i) = self.asks.iter().position(|a| a.done.is_none()) else { return Ok(()) };
         let (watch, line, ask) = (self.asks[i].watch, self.asks[i].line, self.asks[i].ask);
         if !self.console_shows(watch, line) {

@@ -110,6 +110,10 @@ pub struct VmBenchArgs {
     /// Random 4 KiB writes each replication session times.
     #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u32).range(10..=100_000))]
     replication_writes: u32,
+    /// Repair sessions for `repair_mb_s` (fresh guests: a --replication-mb disk written with
+    /// two copies on three servers, one server killed, re-replication timed); 0 skips them.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(0..=5))]
+    repair_sessions: u32,
     /// Seconds to wait for guest 0 to finish.
     #[arg(long, default_value_t = 1800)]
     timeout: u64,
@@ -269,6 +273,7 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
         append,
         net_pair: true,
         timeout: Duration::from_secs(a.timeout),
+        kill_on: None,
     })?;
     let g0 = outcomes.iter().find(|o| o.idx == 0).context("guest 0 missing")?;
     let (rows, notes) = parse_console(&g0.console);
@@ -328,9 +333,10 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
         }
     }
     // What a second copy costs the writer: sessions of their own, after the comparison.
+    let replicas = gms_row.is_some() && !ram_backend && params.iter().any(|p| p == "gms_replicas");
     let replication = if a.replication_pairs == 0 {
         None
-    } else if gms_row.is_none() || ram_backend || !params.iter().any(|p| p == "gms_replicas") {
+    } else if !replicas {
         eprintln!("  replication_cost NOT measured: no GMS disk with gms_replicas in this run");
         None
     } else if failures.is_empty() {
@@ -345,6 +351,37 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
                 None
             }
         }
+    } else {
+        None
+    };
+    // The repair rate after a server dies: sessions of their own too.
+    let repair = if a.repair_sessions == 0 {
+        None
+    } else if !replicas {
+        eprintln!("  repair_mb_s NOT measured: no GMS disk with gms_replicas in this run");
+        None
+    } else if failures.is_empty() {
+        eprintln!(
+            "==> repair: {} session(s), {} MiB written with two copies on three servers, one killed",
+            a.repair_sessions, a.replication_mb
+        );
+        let mut runs = Vec::new();
+        for i in 1..=a.repair_sessions {
+            match sessions.repair() {
+                Ok(v) => runs.push(v),
+                Err(e) => {
+                    failures.push(format!("repair session {i}: {e:#}"));
+                    break;
+                }
+            }
+        }
+        let rates: Vec<f64> = runs.iter().filter_map(|v| v["repair_mb_s"].as_f64()).collect();
+        (runs.len() == a.repair_sessions as usize).then(|| {
+            json!({
+                "repair_mb_s": workloads::median(rates).map(|x| round_to(x, 3)),
+                "repair": runs.iter().map(|v| v["repair"].clone()).collect::<Vec<_>>(),
+            })
+        })
     } else {
         None
     };
@@ -368,7 +405,7 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
         "net_ping": notes.iter().find_map(|n| n.strip_prefix("net: ping ")),
         "note": "TCG guests on a shared 2-core host: compare the ratios, not the absolute figures",
     });
-    if let Some(r) = &replication {
+    for r in [&replication, &repair].into_iter().flatten() {
         merge(&mut summary, r.clone());
     }
     let row = |r: &report::Row| {
@@ -424,6 +461,12 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
             mb("r2"),
             r["replication_cost_seq"],
             a.replication_pairs
+        );
+    }
+    if let Some(r) = &repair {
+        println!(
+            "repair: {} MB/s of copies re-made after a server was killed (median of {} session(s), every page read back checked)",
+            r["repair_mb_s"], a.repair_sessions
         );
     }
     if let Some(r) = &ratios {

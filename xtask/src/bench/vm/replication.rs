@@ -10,16 +10,27 @@
 //! Sessions alternate r = 1, r = 2 for `pairs` pairs; `replication_cost` is the median
 //! over the pairs of r2/r1 4 KiB write p50, `replication_cost_seq` the same for the time
 //! of the sequential pattern write.
+//!
+//! The repair session (`repair_mb_s`): fresh guests, guest 0's disk written with two
+//! copies on three servers, then guest 0 prints `trapeze-bench: KILL node 3` and xtask
+//! SIGKILLs that server; guest 0 times re-replication from the failure's declaration to
+//! the last copy re-made (`repair_session` in `bench.sh`) and reads the whole disk back
+//! checked. `repair_mb_s` is the copies re-made × 4 KiB over that time.
 
 use super::workloads::median;
 use crate::vm::bench_guests::{self, BenchGuests};
-use anyhow::{bail, Context};
+use anyhow::{bail, ensure, Context};
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::time::Duration;
 
 /// Guests of a session: the writer and two servers (r = 2 needs two other members).
 const GUESTS: u16 = 3;
+/// Guests of the repair session: the writer and three servers, the last one killed (two
+/// copies stay possible without it).
+const REPAIR_GUESTS: u16 = 4;
+/// The line guest 0 prints to have the host kill the last server.
+const REPAIR_KILL: &str = "trapeze-bench: KILL node 3";
 
 /// What the sessions share.
 pub(super) struct Sessions {
@@ -62,16 +73,35 @@ impl Sessions {
 
     /// Boot fresh guests once with `gms_replicas=r`; guest 0's figures.
     fn session(&self, r: u32) -> anyhow::Result<Figures> {
+        let console = self.boot("replication", GUESTS, r, None)?;
+        parse(&console)
+    }
+
+    /// One repair session: fresh guests, the disk written with two copies on three servers,
+    /// then the third server killed; the summary's `repair` object and `repair_mb_s`.
+    pub(super) fn repair(&self) -> anyhow::Result<Value> {
+        let console = self.boot("repair", REPAIR_GUESTS, 2, Some((REPAIR_KILL, REPAIR_GUESTS - 1)))?;
         let pages = u64::from(self.disk_mb) * 256;
-        // Each server holds a full copy (r = 2 on two servers), with a quarter to spare.
+        let r = parse_repair(&console, pages)?;
+        eprintln!(
+            "  repair: {} copies re-made in {:.2} s after the failure was declared: {:.2} MB/s; {} pages read back checked",
+            r["rereplicated"], r["repair_secs"], r["repair_mb_s"], pages
+        );
+        Ok(json!({ "repair_mb_s": r["repair_mb_s"].clone(), "repair": r }))
+    }
+
+    /// Boot `guests` fresh guests in bench mode `mode`, guest 0's disk keeping `r` copies,
+    /// every server's budget holding a whole copy with a quarter to spare; guest 0's console.
+    fn boot(&self, mode: &str, guests: u16, r: u32, kill_on: Option<(&'static str, u16)>) -> anyhow::Result<String> {
+        let pages = u64::from(self.disk_mb) * 256;
         let extra = [format!("gms_replicas={r}"), format!("gms_budget_pages={}", pages * 5 / 4)];
-        let args = super::module_args::gms_args(&self.params, GUESTS, self.disk_mb, 0, &extra)
+        let args = super::module_args::gms_args(&self.params, guests, self.disk_mb, 0, &extra)
             .map_err(|why| anyhow::anyhow!("{why}"))?;
         let append = args
             .iter()
             .map(|a| {
                 format!(
-                    "trapeze_bench_mode=replication trapeze_bench_mb={} trapeze_bench_seed={} \
+                    "trapeze_bench_mode={mode} trapeze_bench_mb={} trapeze_bench_seed={} \
                      trapeze_bench_repl_writes={} trapeze_bench_ko={}",
                     self.disk_mb,
                     self.seed,
@@ -81,7 +111,7 @@ impl Sessions {
             })
             .collect();
         let outcomes = bench_guests::run(BenchGuests {
-            guests: GUESTS,
+            guests,
             mem_mib: self.mem_mib,
             bzimage: self.bzimage.clone(),
             modules: self.modules.clone(),
@@ -90,14 +120,35 @@ impl Sessions {
             append,
             net_pair: false,
             timeout: Duration::from_secs(600),
+            kill_on,
         })?;
         let g0 = outcomes.iter().find(|o| o.idx == 0).context("guest 0 missing")?;
         let trouble: Vec<&String> = outcomes.iter().flat_map(|o| o.trouble.iter()).collect();
         if let Some(t) = trouble.first() {
             bail!("kernel trouble in a guest: {t}");
         }
-        parse(&g0.console).with_context(|| format!("guest 0's console {}", g0.console_path.display()))
+        ensure!(g0.exited, "guest 0 did not finish (console {})", g0.console_path.display());
+        Ok(g0.console.clone())
     }
+}
+
+/// Guest 0's repair line, with the read-back check's pages verified (all `pages`), or the
+/// errors it reported.
+fn parse_repair(console: &str, pages: u64) -> anyhow::Result<Value> {
+    let (_, notes) = super::report::parse_console(console);
+    if let Some(e) = notes.iter().find(|n| n.starts_with("errors: ")) {
+        bail!("{e}");
+    }
+    let line = notes.iter().find_map(|n| n.strip_prefix("repair-result ")).context("no repair-result line")?;
+    let v: Value = serde_json::from_str(line).context("the repair-result line is not JSON")?;
+    let check = notes.iter().find_map(|n| n.strip_prefix("repair-check ")).context("no repair-check line")?;
+    let c: Value = serde_json::from_str(check).context("the repair-check line is not JSON")?;
+    let verified = c["pages_verified"].as_u64().unwrap_or(0);
+    ensure!(verified >= pages, "after the repair only {verified} of the disk's {pages} pages were read back checked");
+    ensure!(v["short"] == 0, "replicas still short of a copy after the repair: {line}");
+    ensure!(v["rereplicated"].as_u64().unwrap_or(0) > 0, "no copy was re-made after the kill: {line}");
+    ensure!(v["repair_mb_s"].as_f64().is_some(), "repair-result has no repair_mb_s: {line}");
+    Ok(v)
 }
 
 /// Guest 0's result line, or the errors it reported.
@@ -153,6 +204,21 @@ mod tests {
         let bad = format!("{ok}trapeze-bench: errors: replication: 1 page error(s)\n");
         assert!(parse(&bad).unwrap_err().to_string().contains("page error"));
         assert!(parse("nothing\n").is_err());
+    }
+
+    #[test]
+    fn the_repair_line_needs_every_page_checked_and_no_copy_short() {
+        let line = "trapeze-bench: repair-result {\"rereplicated\":900,\"repair_secs\":1.50,\"repair_mb_s\":2.344,\
+                    \"short\":0,\"failed_copies\":0}\n";
+        let check = "trapeze-bench: repair-check {\"pages_verified\":2048}\n";
+        let v = parse_repair(&format!("{line}{check}"), 2048).unwrap();
+        assert_eq!(v["repair_mb_s"], 2.344);
+        assert!(parse_repair(&format!("{line}{check}"), 4096).is_err(), "every page must be checked");
+        assert!(parse_repair(line, 2048).is_err(), "the check line must be there");
+        let short = line.replace("\"short\":0", "\"short\":3");
+        assert!(parse_repair(&format!("{short}{check}"), 2048).is_err());
+        let err = format!("{line}{check}trapeze-bench: errors: repair: 1 page error(s)\n");
+        assert!(parse_repair(&err, 2048).unwrap_err().to_string().contains("page error"));
     }
 
     #[test]
