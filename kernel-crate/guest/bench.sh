@@ -94,6 +94,10 @@ phase_end() {
     return 0
 }
 drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+# KiB read and written on block device $1 so far (/sys/block/NAME/stat: sectors).
+dev_kib() { awk '{ print int($3 / 2), int($7 / 2) }' "/sys/block/${1##*/}/stat"; }
+# What the swap phase squeezes the workload's RAM to before giving back the rest (MiB).
+SQUEEZE_MB=6
 mem_mb() { echo $(($(sed -n "s/^$1: *\([0-9]*\) kB/\1/p" /proc/meminfo) / 1024)); }
 
 # File phase, part one: ext2 on device $2 (name $1), mounted on /mnt/$1, the file written.
@@ -148,17 +152,22 @@ swap_run() {
     mkdir -p /balloon
     mount -t ramfs ramfs /balloon
     # The RAM the workload can take: MemAvailable plus Shmem (the initramfs's own files
-    # are tmpfs pages, which swap out to make room). Pinned down to $swap_avail_mb MiB,
-    # then given back if the pin overshot.
+    # are tmpfs pages, which swap out to make room). First squeezed to $SQUEEZE_MB MiB,
+    # which pushes those files out to swap before the clock starts — on either device, so
+    # neither run starts with some of them in RAM to be swapped out on its time — then
+    # given back until $swap_avail_mb MiB are left.
     before=$(($(mem_mb MemAvailable) + $(mem_mb Shmem)))
-    pin=$((before - swap_avail_mb))
+    pin=$((before - SQUEEZE_MB))
     [ "$pin" -gt 0 ] && dd if=/dev/zero of=/balloon/pin bs=1M count="$pin" 2>/dev/null
-    short=$((swap_avail_mb - $(mem_mb MemAvailable) - $(mem_mb Shmem)))
-    if [ "$pin" -gt 0 ] && [ "$short" -gt 0 ]; then
-        pin=$((pin - short))
+    drop_caches
+    give=$((swap_avail_mb - $(mem_mb MemAvailable) - $(mem_mb Shmem)))
+    if [ "$pin" -gt 0 ] && [ "$give" -gt 0 ]; then
+        pin=$((pin - give))
         truncate -s "${pin}M" /balloon/pin
     fi
     say "swap $name: MemTotal $(mem_mb MemTotal) MiB, MemAvailable + Shmem $before MiB, $pin MiB pinned in ramfs, now $(mem_mb MemAvailable) + $(mem_mb Shmem) MiB; trapeze-memhog over $swap_mb MiB"
+    set -- $(dev_kib "$dev")
+    in0=$1 out0=$2
     trapeze-memhog --mib "$swap_mb" --seed "$seed" > /tmp/memhog.out 2>&1 &
     pid=$!
     peak=0
@@ -176,10 +185,17 @@ swap_run() {
     fi
     wait "$pid"
     rc=$?
+    set -- $(dev_kib "$dev")
+    swin=$(($1 - in0)) swout=$(($2 - out0))
     json=$(grep '^{"tool":"trapeze-memhog"' /tmp/memhog.out)
     if [ "$rc" = 0 ] && [ -n "$json" ] && grep -q "pages verified, 0 wrong" /tmp/memhog.out; then
-        say "swap-result {\"name\":\"$name\",\"device\":\"$dev\",\"avail_mb\":$swap_avail_mb,\"peak_swap_kib\":$peak,\"memhog\":$json}"
+        say "swap-result {\"name\":\"$name\",\"device\":\"$dev\",\"avail_mb\":$swap_avail_mb,\"peak_swap_kib\":$peak,\"swap_in_kib\":$swin,\"swap_out_kib\":$swout,\"memhog\":$json}"
         [ "$peak" -gt 1024 ] || say "errors: swap $name: swap barely used (peak $peak KiB in /proc/swaps)"
+        # The workload is 1.5x the RAM left: at least half the excess must go out to swap
+        # while it runs, or its time says nothing about the device.
+        least=$(((swap_mb - swap_avail_mb) * 512))
+        [ "$swout" -ge "$least" ] ||
+            say "errors: swap $name: the workload barely swapped ($swout KiB written to $dev while it ran, less than $least)"
     else
         say "errors: swap $name: trapeze-memhog exit status $rc: $(tail -n 3 /tmp/memhog.out | tr '\n' ' ')"
     fi

@@ -37,6 +37,10 @@ pub(super) struct SwapRun {
     pub avail_mb: u64,
     pub pages_verified: u64,
     pub peak_swap_kib: u64,
+    /// KiB read from and written to the device while the workload ran (its
+    /// `/sys/block/*/stat`): how much it really swapped.
+    pub swap_in_kib: u64,
+    pub swap_out_kib: u64,
 }
 
 /// Everything of the two workloads on guest 0's console.
@@ -76,6 +80,8 @@ impl Workloads {
                     avail_mb: u64_of(&v, "avail_mb")?,
                     pages_verified: u64_of(m, "pages_verified")?,
                     peak_swap_kib: u64_of(&v, "peak_swap_kib")?,
+                    swap_in_kib: u64_of(&v, "swap_in_kib")?,
+                    swap_out_kib: u64_of(&v, "swap_out_kib")?,
                 });
             } else if let Some(e) = n.strip_prefix(ERRORS) {
                 w.errors.push(e.to_string());
@@ -123,6 +129,8 @@ impl Workloads {
             "swap_mib": swap.map(|s| s.mib),
             "swap_avail_mb": swap.map(|s| s.avail_mb),
             "swap_peak_mib": swap.map(|s| round_to(s.peak_swap_kib as f64 / 1024.0, 1)),
+            "swap_in_mib": swap.map(|s| round_to(s.swap_in_kib as f64 / 1024.0, 1)),
+            "swap_out_mib": swap.map(|s| round_to(s.swap_out_kib as f64 / 1024.0, 1)),
             "swap_pages_verified": swap.map(|s| s.pages_verified),
         })
     }
@@ -144,20 +152,25 @@ impl Workloads {
     /// The table's lines for the workloads.
     pub(super) fn print_table(&self, devices: &[&str]) {
         println!(
-            "{:<6} {:>14} {:>14} {:>14} {:>14} {:>12}",
-            "device", "file write", "file read()", "file mmap", "swap workload", "swap peak"
+            "{:<6} {:>14} {:>14} {:>14} {:>14} {:>12} {:>16}",
+            "device", "file write", "file read()", "file mmap", "swap workload", "swap peak", "swapped out/in"
         );
         let mb = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.1} MB/s"));
         for d in devices {
             let s = self.swap(d);
             println!(
-                "{:<6} {:>14} {:>14} {:>14} {:>14} {:>12}",
+                "{:<6} {:>14} {:>14} {:>14} {:>14} {:>12} {:>16}",
                 d,
                 mb(self.file_mb_s(d, "write")),
                 mb(self.file_mb_s(d, "stream")),
                 mb(self.file_mb_s(d, "mmap")),
                 s.map_or("-".into(), |s| format!("{:.1} s", s.secs)),
                 s.map_or("-".into(), |s| format!("{:.1} MiB", s.peak_swap_kib as f64 / 1024.0)),
+                s.map_or("-".into(), |s| format!(
+                    "{:.1}/{:.1} MiB",
+                    s.swap_out_kib as f64 / 1024.0,
+                    s.swap_in_kib as f64 / 1024.0
+                )),
             );
         }
         if let Some(s) = self.swaps.first() {
@@ -202,7 +215,7 @@ mod tests {
     fn swap(dev: &str, secs: f64, wrong: u64) -> String {
         format!(
             "swap-result {{\"name\":\"{dev}\",\"device\":\"/dev/{dev}0\",\"avail_mb\":16,\"peak_swap_kib\":9216,\
-             \"memhog\":{{\"tool\":\"trapeze-memhog\",\"pages\":6144,\"mib\":24,\"pages_verified\":18432,\
+             \"swap_in_kib\":20480,\"swap_out_kib\":12288,\"memhog\":{{\"tool\":\"trapeze-memhog\",\"pages\":6144,\"mib\":24,\"pages_verified\":18432,\
              \"pages_wrong\":{wrong},\"secs\":{secs},\"phases\":[]}}}}"
         )
     }
@@ -233,6 +246,7 @@ mod tests {
             (Some(3), Some(8.0), Some(24))
         );
         assert_eq!((k["swap_peak_mib"].as_f64(), k["file_pages_verified"].as_u64()), (Some(9.0), Some(7 * 4096)));
+        assert_eq!((k["swap_out_mib"].as_f64(), k["swap_in_mib"].as_f64()), (Some(12.0), Some(20.0)));
         assert!(w.missing("gms").is_empty() && w.missing("nbd").is_empty());
     }
 
