@@ -270,6 +270,12 @@ impl<'m, M: NicMemory + ?Sized> IptEntry<'m, M> {
 }
 
 /// Validate a token against the IPT of `mem` and claim its entry.
+/// Whether any entry is armed and not yet delivered: the host awaits a solicited payload
+/// (a reply). A NIC may keep polling its link meanwhile instead of sleeping.
+pub fn any_armed<M: NicMemory + ?Sized>(mem: &M) -> bool {
+    (0..IPT_ENTRIES as u16).filter_map(|i| IptEntry::new(mem, i)).any(|e| e.is_armed())
+}
+
 pub fn fw_claim<M: NicMemory + ?Sized>(mem: &M, token: PayloadToken, len: u32) -> Result<Claim, TokenError> {
     if token.key() == 0 {
         return Err(TokenError::Forged);
@@ -281,3 +287,32 @@ pub fn fw_claim<M: NicMemory + ?Sized>(mem: &M, token: PayloadToken, len: u32) -
 }
 
 const _: () = assert!(SEGS + MAX_SEGMENTS * SEG_BYTES <= IPT_ENTRY_BYTES);
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use super::super::mem::AtomicWords;
+    use super::*;
+    use core::sync::atomic::AtomicU32;
+
+    /// A host awaits a payload exactly while some entry is armed and not delivered.
+    #[test]
+    fn any_armed_follows_arming_delivery_and_cancel() {
+        let words: std::vec::Vec<AtomicU32> =
+            (0..(IPT_OFF + IPT_ENTRIES * IPT_ENTRY_BYTES) / 4).map(|_| AtomicU32::new(0)).collect();
+        let mem = AtomicWords::with_base(&words, 0);
+        assert!(!any_armed(&mem));
+        let seg = [Segment { addr: 0x1000, len: 4096 }];
+        let e = IptEntry::new(&mem, 127).unwrap();
+        let token = e.host_arm(0xABCD, &seg).unwrap();
+        assert!(any_armed(&mem));
+        let claim = fw_claim(&mem, token, 4096).unwrap();
+        e.fw_complete(&claim, 4096);
+        assert!(!any_armed(&mem), "a delivered entry awaits nothing");
+        let e = IptEntry::new(&mem, 3).unwrap();
+        e.host_arm(0x1234, &seg).unwrap();
+        assert!(any_armed(&mem));
+        assert_eq!(e.host_cancel(), CancelState::Cancelled);
+        assert!(!any_armed(&mem), "a cancelled entry awaits nothing");
+    }
+}

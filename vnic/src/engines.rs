@@ -64,6 +64,11 @@ pub struct SoftEngines {
     wakers: Arc<Wakers>,
     stats: Arc<EngineStats>,
     spin: Duration,
+    /// How long an idle stretch keeps polling while the host awaits a reply (an IPT entry
+    /// armed and not delivered), beyond `spin`.
+    reply_spin: Duration,
+    /// NIC memory as words, for the IPT check.
+    words: crate::nicmem::NicMem,
     hdma: EngineStatus,
     tx: EngineStatus,
     /// The packet being sent: its pulses as (NIC offset, length), in order (one run
@@ -101,6 +106,7 @@ impl SoftEngines {
         spin: Duration,
     ) -> Self {
         SoftEngines {
+            words: crate::nicmem::NicMem::new(nic.clone()),
             nic,
             dma,
             link,
@@ -108,6 +114,7 @@ impl SoftEngines {
             wakers,
             stats,
             spin,
+            reply_spin: Duration::ZERO,
             hdma: EngineStatus::default(),
             tx: EngineStatus::default(),
             tx_pulses: Vec::with_capacity(8),
@@ -121,6 +128,12 @@ impl SoftEngines {
             defer_reads: true,
             idle_since: None,
         }
+    }
+
+    /// Keep polling for up to `d` of an idle stretch while the host awaits a reply (see
+    /// [`idle_wait`](Self::idle_wait)); zero (the default) parks after the spin alone.
+    pub fn set_reply_spin(&mut self, d: Duration) {
+        self.reply_spin = d;
     }
 
     /// Allow or forbid deferring host-bus reads into send staging (see `Deferred`); a

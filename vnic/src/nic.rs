@@ -140,6 +140,12 @@ impl Nic {
     /// A halted NIC with fresh NIC memory on `link`. `spin` is how long an idle
     /// processor polls before parking.
     pub fn new(name: &str, link: Link, spin: Duration) -> anyhow::Result<Nic> {
+        Self::with_reply_spin(name, link, spin, Duration::ZERO)
+    }
+
+    /// [`Nic::new`], and an idle processor keeps polling for up to `reply_spin` while its
+    /// host awaits a reply (an IPT entry armed and not yet delivered).
+    pub fn with_reply_spin(name: &str, link: Link, spin: Duration, reply_spin: Duration) -> anyhow::Result<Nic> {
         let mem = Arc::new(Mapping::create_memfd(&format!("trapeze-nic-{name}"), NIC_MEM_BYTES as usize)?);
         // The node id on the link, for hosts that see only NIC memory (a guest driver).
         NicMem::new(mem.clone()).store(
@@ -158,7 +164,7 @@ impl Nic {
             host_attached: std::sync::atomic::AtomicBool::new(false),
             started: Instant::now(),
         });
-        let eng = SoftEngines::new(
+        let mut eng = SoftEngines::new(
             mem,
             shared.dma.clone(),
             link,
@@ -167,6 +173,7 @@ impl Nic {
             shared.stats.clone(),
             spin,
         );
+        eng.set_reply_spin(reply_spin);
         Ok(Nic {
             shared,
             cpu: Mutex::new(Cpu::Halted(Box::new(eng))),

@@ -103,6 +103,10 @@ struct StartArgs {
     /// How long an idle processor polls before sleeping on its doorbell, µs (0-1000000).
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
     spin_us: u64,
+    /// How long an idle processor keeps polling while its host awaits a reply (an IPT
+    /// entry armed), µs (0-1000000): the reply finds it awake instead of paying a wakeup.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+    reply_spin_us: u64,
     /// Run this firmware image (riscv32 ELF, e.g. from `cargo xtask build`) on the emulated
     /// core instead of the native firmware.
     #[arg(long, value_name = "IMAGE")]
@@ -280,7 +284,12 @@ fn run(a: StartArgs) -> anyhow::Result<()> {
     let backend = link_spec.open(&a.peers).with_context(|| format!("opening link {link_spec}"))?;
     let mut link = Link::new(node, backend, a.faults);
     link.set_key(key.as_ref());
-    let nic = Arc::new(Nic::new(&name, link, Duration::from_micros(a.spin_us))?);
+    let nic = Arc::new(Nic::with_reply_spin(
+        &name,
+        link,
+        Duration::from_micros(a.spin_us),
+        Duration::from_micros(a.reply_spin_us),
+    )?);
     match &a.flashed {
         None => nic.start(FirmwareKind::Native)?,
         Some(image) => {

@@ -7,6 +7,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use trapeze_firmware::iface::ipt;
 
 /// Host interrupts: eventfds to signal (a user-space host's, or a guest's MSI-X vector).
 #[derive(Default)]
@@ -133,14 +134,17 @@ impl SoftEngines {
 
     /// One idle pass, as [`Engines::idle`](trapeze_firmware::hal::Engines::idle) does it:
     /// spin (return `None` at once) until the spin budget since the first idle pass is used
-    /// up, then park for up to 100 ms (or until the link's next timer) and report what woke
-    /// it. Any engine start ends the idle stretch.
+    /// up — or the reply spin, while the host awaits a reply (an IPT entry armed): its
+    /// reply then finds the processor awake instead of paying a wakeup — then park for up
+    /// to 100 ms (or until the link's next timer) and report what woke it. Any engine start
+    /// ends the idle stretch.
     pub fn idle_wait(&mut self) -> Option<Wake> {
         // Frames due off the link's delay line leave before the processor idles.
         let _ = self.link.poll_timers();
         let now = Instant::now();
         let since = *self.idle_since.get_or_insert(now);
-        if now.duration_since(since) < self.spin {
+        let idle = now.duration_since(since);
+        if idle < self.spin || (idle < self.reply_spin && ipt::any_armed(&self.words)) {
             // Yield rather than burn the core: hosts and other NICs often share it.
             std::thread::yield_now();
             return None;
