@@ -60,6 +60,40 @@ impl<
         reply_to: ReplyTo<F>,
         mode: Mode,
     ) -> Result<OpId, GmsError> {
+        self.getpage_via(now, rpc, page, known, None, reply_to, mode)
+    }
+
+    /// [`Self::getpage_at_least`] sent straight to `holder`, a member the caller believes
+    /// holds the page at `known` or newer (a block device's last put target for it): two
+    /// messages even when the directory is a third node, which would have delegated. A
+    /// miss means only that `holder` has no such copy (it was moved or dropped): ask the
+    /// directory then. Where the directory is this node or `holder`, or reads move pages,
+    /// this is the plain getpage.
+    #[allow(clippy::too_many_arguments)]
+    pub fn getpage_hinted<const C: usize, const K: usize, const X: usize>(
+        &mut self,
+        now: u64,
+        rpc: &mut Rpc<Self, F, C, K, X>,
+        page: PageId,
+        known: Version,
+        holder: u16,
+        reply_to: ReplyTo<F>,
+        mode: Mode,
+    ) -> Result<OpId, GmsError> {
+        self.getpage_via(now, rpc, page, known, Some(holder), reply_to, mode)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn getpage_via<const C: usize, const K: usize, const X: usize>(
+        &mut self,
+        now: u64,
+        rpc: &mut Rpc<Self, F, C, K, X>,
+        page: PageId,
+        known: Version,
+        hint: Option<u16>,
+        reply_to: ReplyTo<F>,
+        mode: Mode,
+    ) -> Result<OpId, GmsError> {
         self.enter(now);
         let moving = self.policy(page.space).reads == ReadPolicy::Moving;
         let i = self.alloc_op(OpKind::Get, mode, page, known)?;
@@ -94,6 +128,10 @@ impl<
                     (site, v, seq)
                 }
             }
+        } else if let Some(h) = hint.filter(|&h| !moving && h != dir && h != self.id && self.members.contains(h)) {
+            // Straight to the holder named by the caller (2-way); it answers a miss itself.
+            flags |= GET_HINTED;
+            (h, known, 0)
         } else {
             // The directory answers a miss if it names an older version.
             (dir, known, 0)

@@ -12,7 +12,9 @@
 //!   (2-way) or **delegates** the request, with the requester's reply token, to the
 //!   caching site, which replies straight to the requester with the page tagged by the
 //!   requester's IPT token (3-way, zero-copy); or "miss". Moving reads (per space) hand
-//!   the copy to the requester.
+//!   the copy to the requester. A requester that knows where it put a page (a block
+//!   device) may ask that member straight (`getpage_hinted`, 2-way); a miss there sends
+//!   it to the directory.
 //! - **putpage / movepage**: the page goes one-way to a target (chosen by the global
 //!   LRU), which stores it or refuses (budget), has the directory name it, and only then
 //!   answers (`PUTDONE`). A movepage's sender drops its copy: one copy per page.

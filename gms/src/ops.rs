@@ -160,6 +160,10 @@ macro_rules! body {
 pub const GET_MOVING: u8 = 1;
 /// Sent straight to the caching site (the requester is the directory node itself).
 pub const GET_DIRECT: u8 = 2;
+/// Sent straight to a member the requester believes holds the page at `want` or newer
+/// (the member a block device last put it to): served from such a copy, else a miss (the
+/// requester asks the directory then). Never a moving read, never repairs the directory.
+pub const GET_HINTED: u8 = 4;
 
 /// Requester → directory (hops 0), or directory → caching site (delegated, hops 1) with
 /// `want` = the version the directory names and `seq` that copy's identity. From a

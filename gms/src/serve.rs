@@ -228,6 +228,13 @@ impl<
             Ok(r) => r,
             Err(e) => return Action::Error(e),
         };
+        if req.flags & GET_HINTED != 0 {
+            if !member || inc.hops > 0 || req.flags & (GET_MOVING | GET_DIRECT) != 0 {
+                self.stats.rejected_gets += 1;
+                return self.get_answer(GetStatus::Miss, &req, Version(0), 0);
+            }
+            return self.serve_hinted(&req);
+        }
         let as_site = inc.hops > 0 || req.flags & GET_DIRECT != 0;
         if !member || (as_site && !self.sent_by_directory(inc.src, &req.page)) {
             self.stats.rejected_gets += 1;
@@ -252,6 +259,24 @@ impl<
                 }
             }
         }
+    }
+
+    /// A requester's `GET_HINTED` read: the page from this node's copy at `req.want` or
+    /// newer, else a miss. The directory did not name this node, so a miss repairs nothing
+    /// and the copy stays.
+    fn serve_hinted(&mut self, req: &GetReq) -> Action<F> {
+        let epoch = self.epoch;
+        let Some(h) = self.held.get_mut(&req.page).filter(|h| h.version >= req.want) else {
+            return self.get_answer(GetStatus::Miss, req, Version(0), 0);
+        };
+        h.last_access = epoch;
+        let h: Held<F> = *h;
+        self.stats.gets_served += 1;
+        self.lent = Some(h.frame);
+        let flags = if h.dirty { REPLY_DIRTY } else { 0 };
+        let rep =
+            GetReply { status: GetStatus::Hit, page: req.page, version: h.version, seq: h.seq, server: self.id, flags };
+        Action::reply(&rep, Some((h.frame, h.len)))
     }
 
     /// Serve `req.page` at `req.want` or newer from this node's copy (the directory

@@ -94,6 +94,44 @@ fn getpage_two_way_three_way_direct_and_local() {
 }
 
 #[test]
+fn hinted_reads_go_straight_to_the_holder_and_a_wrong_hint_only_misses() {
+    let mut s = cluster(4, 16);
+    let p = s.page_with_dir(0, 0, 0);
+    let put = s.putpage(1, p, 2).unwrap();
+    s.run_net();
+    assert_eq!(put_result(&s, 1, put), PutResult::Stored { target: 2 });
+
+    // Node 1 reads it at node 2, its holder: 1 → 2 → 1, two-way, the directory not asked.
+    let get = s.getpage_hinted(1, p, 2).unwrap();
+    s.run_net();
+    assert_eq!(hit(&s, 1, get), (Version(1), Via::TwoWay, false));
+    assert_eq!(s.nodes[0].stats().gets_delegated, 0);
+    assert_eq!(s.nodes[2].stats().gets_served, 1);
+
+    // A hint naming a member without the page is a miss there, nothing more: node 3
+    // does not touch the directory's entry, and the plain read then finds node 2's copy.
+    let get = s.getpage_hinted(1, p, 3).unwrap();
+    s.run_net();
+    assert_eq!(miss(&s, 1, get), MissReason::NotCached);
+    assert_eq!(s.nodes[0].directory().lookup(&p), Some((2, Version(1))));
+    let get = s.getpage(1, p).unwrap();
+    s.run_net();
+    assert_eq!(hit(&s, 1, get), (Version(1), Via::ThreeWay, false));
+
+    // Where the hint is the directory node, or the reader itself, the read is the plain one.
+    let q = s.page_with_dir(0, 2, 0);
+    let put = s.putpage(1, q, 2).unwrap();
+    s.run_net();
+    assert_eq!(put_result(&s, 1, put), PutResult::Stored { target: 2 });
+    let get = s.getpage_hinted(1, q, 2).unwrap();
+    s.run_net();
+    assert_eq!(hit(&s, 1, get), (Version(1), Via::TwoWay, false));
+    s.settle();
+    s.check_converged();
+    s.check_quiet();
+}
+
+#[test]
 fn putpage_to_the_requesters_directory_and_local_named_copy() {
     let mut s = cluster(3, 16);
     // The directory names the requester itself: "local" answer, served from its copy.

@@ -23,7 +23,10 @@
 //!   not place move on a version, so an older copy of them is never read as current.
 //!   Each put bumps its replica's version.
 //! * **read** → a page never written reads as zeros (no network); otherwise getpage of
-//!   replica 0 into a solicited frame: a hit at the version of that replica's last write
+//!   replica 0 into a solicited frame — sent straight to the member it was put to
+//!   (`GmsNode::getpage_hinted`: two messages, where asking the directory takes three
+//!   when it is a third member; a miss there asks the directory) unless
+//!   `gms_disk_direct_reads=0`: a hit at the version of that replica's last write
 //!   (or newer) fills the page. A getpage that got no answer (a lost or late message, a
 //!   malformed reply) is tried again, up to [`MAX_TRIES`] tries; a miss (no node holds
 //!   it) or an older version goes on to the next replica (`disk_replica_fallbacks`), and
@@ -157,6 +160,9 @@ struct InFlight {
     prefetch: bool,
     /// Re-replication's fetch or put, not a request's page.
     rerep: Option<rereplicate::Rerep>,
+    /// A read sent straight to the replica's holder (`GmsNode::getpage_hinted`): its miss
+    /// sends the read to the page's directory.
+    hinted: bool,
 }
 
 impl InFlight {
@@ -176,6 +182,7 @@ impl InFlight {
             ra: false,
             prefetch: false,
             rerep: None,
+            hinted: false,
         }
     }
 }
@@ -194,11 +201,14 @@ struct Waiting {
     /// The replica to write (a write queues one entry per replica) or to read (a read goes on to the
     /// next when one misses).
     replica: u8,
+    /// A read to send to the page's directory, not straight to the replica's holder (whose
+    /// copy was missing).
+    via_dir: bool,
 }
 
 impl Waiting {
     fn new(page: u64, io: PageIo, write: bool, ra: bool) -> Self {
-        Waiting { page, io, write, ra, tries: 0, since: 0, replica: 0 }
+        Waiting { page, io, write, ra, tries: 0, since: 0, replica: 0, via_dir: false }
     }
 }
 
@@ -235,6 +245,10 @@ pub(crate) struct DiskState {
     /// Read-ahead (depth 0: off), its cache and the readers parked on pending fetches.
     ra: KBox<ReadAhead<RA_STREAMS, RA_PENDING>>,
     ra_on: bool,
+    /// Reads go straight to the member a replica was put to (`gms_disk_direct_reads=1`,
+    /// the default), not through the page's directory node (three messages when the
+    /// directory is a third member).
+    pub(crate) direct_reads: bool,
     cache: KBox<PageCache<Frame, CACHE_SLOTS>>,
     waiting: KVec<Option<(u64, PageIo)>>,
     /// Pages finished (result: ok?) and not yet completed: `PageIo::complete` ends the
@@ -314,6 +328,7 @@ impl DiskState {
             },
             ra,
             ra_on: depth > 0,
+            direct_reads: true,
             cache,
             waiting,
             finished,

@@ -608,6 +608,15 @@ impl Sim {
     }
 
     pub fn getpage(&mut self, node: u16, page: PageId) -> Option<OpId> {
+        self.getpage_via(node, page, None)
+    }
+
+    /// A getpage sent straight to `holder` (`GmsNode::getpage_hinted`).
+    pub fn getpage_hinted(&mut self, node: u16, page: PageId, holder: u16) -> Option<OpId> {
+        self.getpage_via(node, page, Some(holder))
+    }
+
+    fn getpage_via(&mut self, node: u16, page: PageId, hint: Option<u16>) -> Option<OpId> {
         let frame = self.w.borrow_mut().alloc(node, None);
         self.next_token += 1 + self.rng.below(3);
         let token = self.next_token;
@@ -629,7 +638,11 @@ impl Sim {
             result: None,
         };
         let reply_to = ReplyTo::Solicited { token, frame };
-        let r = self.nodes[i].getpage_at_least(self.now, &mut self.rpcs[i], page, Version(known), reply_to, mode);
+        let (now, rpc, known) = (self.now, &mut self.rpcs[i], Version(known));
+        let r = match hint {
+            Some(h) => self.nodes[i].getpage_hinted(now, rpc, page, known, h, reply_to, mode),
+            None => self.nodes[i].getpage_at_least(now, rpc, page, known, reply_to, mode),
+        };
         self.after_issue(node, r, rec, Some(frame))
     }
 

@@ -209,7 +209,8 @@ impl Shared {
                 return Err(EINVAL);
             }
             let depth = u32::try_from(params::GMS_DISK_READAHEAD.get()).unwrap_or(0);
-            let state = DiskState::new(pages, &targets[..n], replicas, depth)?;
+            let mut state = DiskState::new(pages, &targets[..n], replicas, depth)?;
+            state.direct_reads = params::GMS_DISK_DIRECT_READS.get() == 1;
             core = self.core.lock();
             core.client = Some(state);
             (n, replicas)

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! The driver's module parameters (`node=`, `gms_nodes=`, `gms_budget_pages=`,
 //! `gms_dir_pages=`, `gms_fail_ms=`, `gms_disk_pages=`, `gms_disk_readahead=`,
-//! `gms_replicas=`), in a `__param` table of their own.
+//! `gms_disk_direct_reads=`, `gms_replicas=`), in a `__param` table of their own.
 
 use crate::sys::param::{charp_entry, int_entry, modinfo, param_table, IntParam, StrParam};
 use crate::tpz::gms::replica::{default_replicas, MAX_REPLICAS};
@@ -17,6 +17,7 @@ pub(crate) fn check() -> Result {
     in_range("gms_disk_pages", GMS_DISK_PAGES.get(), 0, max_disk_pages as i64)?;
     in_range("gms_disk_readahead", GMS_DISK_READAHEAD.get(), 0, i64::from(crate::gms_backend::MAX_READAHEAD))?;
     in_range("gms_replicas", GMS_REPLICAS.get(), 0, i64::from(MAX_REPLICAS))?;
+    in_range("gms_disk_direct_reads", GMS_DISK_DIRECT_READS.get(), 0, 1)?;
     gms_fail_ms().map(|_| ())
 }
 
@@ -98,8 +99,11 @@ pub(super) static GMS_FAIL_MS: IntParam = IntParam::new(3000);
 /// `gms_replicas=`: copies of each `/dev/gms0` page, each on its own member (0, default:
 /// two with three members or more, else one; at most 4).
 pub(super) static GMS_REPLICAS: IntParam = IntParam::new(0);
+/// `gms_disk_direct_reads=`: 1 (default): `/dev/gms0` reads go straight to the member a
+/// page was put to; 0: through the page's directory node (the GMS paper's path).
+pub(super) static GMS_DISK_DIRECT_READS: IntParam = IntParam::new(1);
 
-param_table!(PARAMS: 8 = [
+param_table!(PARAMS: 9 = [
     int_entry(c"node", &NODE, &crate::THIS_MODULE),
     charp_entry(c"gms_nodes", &GMS_NODES, &crate::THIS_MODULE),
     int_entry(c"gms_budget_pages", &GMS_BUDGET_PAGES, &crate::THIS_MODULE),
@@ -108,6 +112,7 @@ param_table!(PARAMS: 8 = [
     int_entry(c"gms_disk_readahead", &GMS_DISK_READAHEAD, &crate::THIS_MODULE),
     int_entry(c"gms_fail_ms", &GMS_FAIL_MS, &crate::THIS_MODULE),
     int_entry(c"gms_replicas", &GMS_REPLICAS, &crate::THIS_MODULE),
+    int_entry(c"gms_disk_direct_reads", &GMS_DISK_DIRECT_READS, &crate::THIS_MODULE),
 ]);
 
 modinfo!(PARMTYPE_NODE, "parmtype=node:int\0");
@@ -137,4 +142,9 @@ modinfo!(PARMTYPE_GMS_REPLICAS, "parmtype=gms_replicas:int\0");
 modinfo!(
     PARM_GMS_REPLICAS,
     "parm=gms_replicas:copies of each /dev/gms0 page, each on its own member (default 0: 2 with 3 members or more, else 1; at most 4)\0"
+);
+modinfo!(PARMTYPE_GMS_DISK_DIRECT, "parmtype=gms_disk_direct_reads:int\0");
+modinfo!(
+    PARM_GMS_DISK_DIRECT,
+    "parm=gms_disk_direct_reads:1 (default): /dev/gms0 reads go straight to the member holding the page; 0: through its directory node\0"
 );

@@ -51,6 +51,7 @@ pub(super) fn complete(host: &mut KHost, disk: &mut Option<KBox<DiskState>>, don
         tries,
         since: 0,
         replica,
+        via_dir: false,
     };
     // A read whose replica missed or was stale goes on to the next one.
     let next_replica = !f.write && f.io.is_some() && f.replica + 1 < d.replicas;
@@ -158,6 +159,17 @@ pub(super) fn complete(host: &mut KHost, disk: &mut Option<KBox<DiskState>>, don
             if let Some(io) = f.io {
                 d.counters.retries += 1;
                 d.push_or_fail(again(io, false, f.tries + 1, f.replica));
+            }
+            if let Some(fr) = frame {
+                host.release(fr);
+            }
+            return true;
+        }
+        // The member the replica was put to has no copy at its version (moved, dropped, or
+        // older): the page's directory knows where it is.
+        OpResult::Get(GetResult::Miss { reason: MissReason::NotCached, frame }) if f.hinted && f.io.is_some() => {
+            if let Some(io) = f.io {
+                d.push_or_fail(Waiting { via_dir: true, ..again(io, false, f.tries, f.replica) });
             }
             if let Some(fr) = frame {
                 host.release(fr);

@@ -42,7 +42,7 @@ pub(super) fn issue_disk(core: &mut DiskCore, now: u64) -> bool {
             return issued;
         }
         let Some(d) = c.client.as_mut() else { return issued };
-        let Some(Waiting { page, io, write, ra, tries, since, replica: k }) = d.pop() else { return issued };
+        let Some(Waiting { page, io, write, ra, tries, since, replica: k, via_dir }) = d.pop() else { return issued };
         let id = replica(PageId::new(DISK_SPACE, page), k);
         let Some(at) = d.at(page, k) else {
             d.fail(io);
@@ -125,7 +125,7 @@ pub(super) fn issue_disk(core: &mut DiskCore, now: u64) -> bool {
                     d.next_replica(
                         page,
                         ra,
-                        Some(Waiting { page, io, write, ra: false, tries: 0, since: 0, replica: k + 1 }),
+                        Some(Waiting { replica: k + 1, ..Waiting::new(page, io, write, false) }),
                     );
                 } else {
                     d.next_replica(page, ra, None);
@@ -141,14 +141,25 @@ pub(super) fn issue_disk(core: &mut DiskCore, now: u64) -> bool {
                 fail_read(c, page, io, ra);
                 continue;
             };
-            match c.node.getpage(now, &mut c.rpc, id, reply_to, Mode::NonBlocking) {
+            // Straight to the member the replica was put to (two messages, never three),
+            // unless that member has been found without it or is the page's directory
+            // (which answers in two messages anyway).
+            let holder = d.targets[at];
+            let hinted =
+                d.direct_reads && !via_dir && d.live(holder) && c.node.members().directory_of(&id) != Some(holder);
+            let r = if hinted {
+                c.node.getpage_hinted(now, &mut c.rpc, id, Version(v), holder, reply_to, Mode::NonBlocking)
+            } else {
+                c.node.getpage(now, &mut c.rpc, id, reply_to, Mode::NonBlocking)
+            };
+            match r {
                 Ok(op) => {
                     // A getpage answered locally completed inside the call (and found no
                     // in-flight entry): handle that completion now.
                     let slot = usize::from(op.slot);
                     if let Some(d) = c.client.as_mut() {
                         let (io, get) = (Some(io), InFlight::new(op, f, false, k, v));
-                        d.in_flight[slot] = Some(InFlight { tries, io, ra, ..get });
+                        d.in_flight[slot] = Some(InFlight { tries, io, ra, hinted, ..get });
                     }
                     if let Some(done) = c.node.host.take_done(op) {
                         complete(&mut c.node.host, &mut c.client, &done);
