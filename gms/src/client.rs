@@ -69,6 +69,10 @@ impl<
     /// miss means only that `holder` has no such copy (it was moved or dropped): ask the
     /// directory then. Where the directory is this node or `holder`, or reads move pages,
     /// this is the plain getpage.
+    ///
+    /// Only for a page this node alone writes: the holder checks the copy against `known`
+    /// and nothing else, so `known` must be the newest version acknowledged to anyone (the
+    /// directory would have named a newer copy put by another writer).
     #[allow(clippy::too_many_arguments)]
     pub fn getpage_hinted<const C: usize, const K: usize, const X: usize>(
         &mut self,
