@@ -91,6 +91,12 @@ pub mod ctrl {
     /// carries it out and echoes the word in [`HOST_REQ_DONE`]. A new request needs a new
     /// `seq`.
     pub const HOST_REQ: u32 = 0x024;
+    /// host: non-zero while the host is taking messages off the receive ring anyway (its
+    /// receive path is running): the firmware raises no receive interrupt meanwhile
+    /// (NAPI-like). The host stores 0 with `SeqCst` before it looks at the ring a last
+    /// time; the firmware publishes a slot, then loads this word `SeqCst`: one of the two
+    /// sees the other, so no message waits for an interrupt that was never raised.
+    pub const IRQ_HOLD: u32 = 0x028;
 
     /// fw: [`super::FwState`] — the ready word a loader waits for.
     pub const FW_STATE: u32 = 0x040;

@@ -51,6 +51,7 @@ macro_rules! counters {
 counters! {
     irqs: "threaded IRQ handler runs",
     irqs_empty: "handler runs that found no message (merged or early interrupts)",
+    rx_after_hold: "messages found on the receive ring just as the handler let the NIC interrupt again (taken at once)",
     rx_msgs: "messages taken from the receive ring",
     rx_unknown: "messages that are not ping or pong",
     rx_budget_spent: "interrupts whose receive batch used its whole budget (the lock was released and draining went on)",

@@ -17,9 +17,9 @@ pub mod staging;
 mod tx;
 
 use crate::hal::{Engines, HostDir};
-use crate::iface::layout::{ctrl, ctrl_word, Counter, FwState};
+use crate::iface::layout::{ctrl, ctrl_word, notify, Counter, FwState};
 use crate::iface::mem::NicMemory;
-use core::sync::atomic::Ordering;
+use core::sync::atomic::{fence, Ordering};
 
 pub use rx::RxQueueStats;
 
@@ -205,10 +205,19 @@ impl<M: NicMemory> Firmware<M> {
     }
 
     fn notify_host<E: Engines>(&mut self, eng: &mut E, bit: u32) {
-        if self.cfg.notify & bit != 0 {
-            eng.raise_host_irq();
-            self.bump(Counter::Interrupts, 1);
+        if self.cfg.notify & bit == 0 {
+            return;
         }
+        // A host polling its receive ring takes this message without an interrupt
+        // (`ctrl::IRQ_HOLD`; the fence orders the slot's publication before the load).
+        if bit == notify::IRQ_ON_RECV {
+            fence(Ordering::SeqCst);
+            if self.mem.load(ctrl_word(ctrl::IRQ_HOLD), Ordering::SeqCst) != 0 {
+                return;
+            }
+        }
+        eng.raise_host_irq();
+        self.bump(Counter::Interrupts, 1);
     }
 
     /// Track the running host-bus transfer; on completion credit it to its packet.
