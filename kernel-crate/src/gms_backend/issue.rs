@@ -122,11 +122,7 @@ pub(super) fn issue_disk(core: &mut DiskCore, now: u64) -> bool {
             let gone = !d.live(d.targets[at]);
             if v == 0 || (gone && k + 1 < d.replicas) {
                 if k + 1 < d.replicas {
-                    d.next_replica(
-                        page,
-                        ra,
-                        Some(Waiting { replica: k + 1, ..Waiting::new(page, io, write, false) }),
-                    );
+                    d.next_replica(page, ra, Some(Waiting { replica: k + 1, ..Waiting::new(page, io, write, false) }));
                 } else {
                     d.next_replica(page, ra, None);
                     d.fail(io);

@@ -88,9 +88,8 @@ impl DiskState {
             let replica_at = |k: u8| self.at(page, k).map(|i| (self.targets[i], self.versions[i]));
             // Lost: its holder failed, or it has none (a write found no member for it, or
             // its holder came back without it) and enough members live to place it.
-            let lost = (0..self.replicas).find(|&k| {
-                replica_at(k).is_some_and(|(t, _)| if t == NO_TARGET { placeable } else { !self.live(t) })
-            });
+            let lost = (0..self.replicas)
+                .find(|&k| replica_at(k).is_some_and(|(t, _)| if t == NO_TARGET { placeable } else { !self.live(t) }));
             let src = (0..self.replicas).find(|&k| replica_at(k).is_some_and(|(t, _)| self.live(t)));
             let copy = match (lost, src) {
                 (Some(k), Some(j)) => Some((page, k, replica_at(k)?.1, j, replica_at(j)?.1)),
