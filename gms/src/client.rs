@@ -65,10 +65,11 @@ impl<
 
     /// [`Self::getpage_at_least`] sent straight to `holder`, a member the caller believes
     /// holds the page at `known` or newer (a block device's last put target for it): two
-    /// messages even when the directory is a third node, which would have delegated. A
-    /// miss means only that `holder` has no such copy (it was moved or dropped): ask the
-    /// directory then. Where the directory is this node or `holder`, or reads move pages,
-    /// this is the plain getpage.
+    /// messages even when the directory is a third node, which would have delegated, and
+    /// an answer from the copy itself while a directory that moved with a membership
+    /// change has not had it registered again yet. A miss means only that `holder` has no
+    /// such copy (it was moved or dropped): ask the directory then. Where `holder` is this
+    /// node or not a member, or reads move pages, this is the plain getpage.
     ///
     /// Only for a page this node alone writes: the holder checks the copy against `known`
     /// and nothing else, so `known` must be the newest version acknowledged to anyone (the
@@ -111,7 +112,13 @@ impl<
             return Ok(id);
         };
         let mut flags = if moving { GET_MOVING } else { 0 };
-        let (dst, want, seq) = if dir == self.id {
+        let (dst, want, seq) = if let Some(h) = hint.filter(|&h| !moving && h != self.id && self.members.contains(h)) {
+            // Straight to the holder named by the caller (2-way, whoever the directory is,
+            // and whether or not its entry was repaired yet after a membership change); it
+            // answers a miss itself.
+            flags |= GET_HINTED;
+            (h, known, 0)
+        } else if dir == self.id {
             // The requester is the directory node: look up here, ask the site directly.
             match self.dir.named(&page).filter(|&(_, v, _)| v >= known) {
                 None => {
@@ -132,10 +139,6 @@ impl<
                     (site, v, seq)
                 }
             }
-        } else if let Some(h) = hint.filter(|&h| !moving && h != dir && h != self.id && self.members.contains(h)) {
-            // Straight to the holder named by the caller (2-way); it answers a miss itself.
-            flags |= GET_HINTED;
-            (h, known, 0)
         } else {
             // The directory answers a miss if it names an older version.
             (dir, known, 0)

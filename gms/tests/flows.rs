@@ -118,7 +118,7 @@ fn hinted_reads_go_straight_to_the_holder_and_a_wrong_hint_only_misses() {
     s.run_net();
     assert_eq!(hit(&s, 1, get), (Version(1), Via::ThreeWay, false));
 
-    // Where the hint is the directory node, or the reader itself, the read is the plain one.
+    // A hint naming the page's directory node is served from its copy all the same.
     let q = s.page_with_dir(0, 2, 0);
     let put = s.putpage(1, q, 2).unwrap();
     s.run_net();

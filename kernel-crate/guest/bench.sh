@@ -214,12 +214,17 @@ serve_forever() {
 # /dev/gms0 of trapeze_bench_mb MiB keeping the copies its insmod arguments ask for; the
 # pattern written in 256 KiB O_DIRECT writes (timed), then trapeze_bench_repl_writes
 # random 4 KiB writes (each timed), then reads checked. One "repl-result {json}" line.
-replication_session() {
+# A session's start: the servers load trapeze.ko and serve; guest 0 loads it and waits
+# (5 s at most) for /dev/gms0. $1 names the session in the error.
+session_start() {
     [ "$k" = 0 ] || { load_trapeze; serve_forever; }
     load_trapeze || exit 1
     t=0
     while [ ! -b /dev/gms0 ] && [ "$t" -lt 50 ]; do sleep 0.1; t=$((t + 1)); done
-    [ -b /dev/gms0 ] || { say "errors: replication: no /dev/gms0 after insmod trapeze.ko $ko_args"; exit 1; }
+    [ -b /dev/gms0 ] || { say "errors: $1: no /dev/gms0 after insmod trapeze.ko $ko_args"; exit 1; }
+}
+replication_session() {
+    session_start replication
     phase_start
     w=${trapeze_bench_repl_writes:-500}
     if out=$(trapeze-blkbench --name gms --write --writes "$w" --reads 50 --size-mb "$mb" --seed "$seed" /dev/gms0 2>&1); then
@@ -246,11 +251,7 @@ replication_session() {
 kstat() { v=$(sed -n "s/^$1: //p" /sys/module/trapeze/parameters/stats 2>/dev/null); echo "${v:-0}"; }
 uptime_s() { cut -d' ' -f1 /proc/uptime; }
 repair_session() {
-    [ "$k" = 0 ] || { load_trapeze; serve_forever; }
-    load_trapeze || exit 1
-    t=0
-    while [ ! -b /dev/gms0 ] && [ "$t" -lt 50 ]; do sleep 0.1; t=$((t + 1)); done
-    [ -b /dev/gms0 ] || { say "errors: repair: no /dev/gms0 after insmod trapeze.ko $ko_args"; exit 1; }
+    session_start repair
     phase_start
     if ! out=$(trapeze-blkbench --name gms --write --reads 1 --size-mb "$mb" --seed "$seed" /dev/gms0 2>&1); then
         say "errors: repair: the pattern write failed: $(echo "$out" | tail -n 2 | tr '\n' ' ')"

@@ -59,6 +59,8 @@ pass() { say "PASS $*"; passes=$((passes + 1)); }
 fail() { say "FAIL $*"; fails=$((fails + 1)); }
 check() { what=$1; shift; if "$@"; then pass "$what"; else fail "$what"; fi; }
 logged() { dmesg | grep -q "$1"; }
+# Wait until the kernel log shows $1, at most $2 tenths of a second.
+wait_logged() { t=0; while ! logged "$1" && [ "$t" -lt "$2" ]; do sleep 0.1; t=$((t + 1)); done; }
 now() { cut -d' ' -f1 /proc/uptime; }
 # Whole seconds since $1 (a /proc/uptime reading).
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
@@ -72,8 +74,7 @@ if [ "$k" != 0 ]; then
     say "node $k: serving, budget $budget pages"
     # C is killed by the host long before this ends. B waits until A unloaded (A silent
     # for 3 s: declared failed here), at most 280 s.
-    t=0
-    while ! dmesg | grep -q "gms: node 0 silent" && [ "$t" -lt 2800 ]; do sleep 0.1; t=$((t + 1)); done
+    wait_logged "gms: node 0 silent" 2800
     say "node $k: node 0 gone after $((t / 10)) s; stats: $(tr '\n' ' ' < /sys/module/trapeze/parameters/stats)"
     rmmod trapeze || { say "rmmod failed"; exit 1; }
     say "node $k: rmmod trapeze done"
@@ -198,8 +199,7 @@ wbase=964
 sleep 1
 tk=$(now)
 say "KILL node 2 now (the host SIGKILLs guest 2's QEMU and NIC)"
-t=0
-while ! dmesg | grep -q "gms: node 2 silent" && [ "$t" -lt 300 ]; do sleep 0.1; t=$((t + 1)); done
+wait_logged "gms: node 2 silent" 300
 check "failure case: node 2 declared failed $(since "$tk") s after the kill request" logged "gms: node 2 silent"
 # The writer keeps going for 3 s after the failure (C no longer a target).
 sleep 3
@@ -273,8 +273,7 @@ c0=$(tstat disk_puts_stored_at_node_2)
 j0=$(tstat gms_rejoins)
 tr=$(now)
 say "RESTART node 2 now (the host boots guest 2 again)"
-t=0
-while ! logged "gms: node 2 is back" && [ "$t" -lt 1800 ]; do sleep 0.1; t=$((t + 1)); done
+wait_logged "gms: node 2 is back" 1800
 check "restart: node 2 (booted again, a new incarnation) admitted again $(since "$tr") s after the restart request ($(( $(tstat gms_rejoins) - j0 )) rejoin)" \
     logged "gms: node 2 is back"
 abase=800
@@ -309,8 +308,7 @@ rr0=$(tstat disk_rereplicated)
 p0=$(tstat disk_rereplicate_passes)
 tk2=$(now)
 say "KILL node 3 now (the host SIGKILLs guest 3's QEMU and NIC)"
-t=0
-while ! logged "gms: node 3 silent" && [ "$t" -lt 300 ]; do sleep 0.1; t=$((t + 1)); done
+wait_logged "gms: node 3 silent" 300
 check "second failure: node 3 declared failed $(since "$tk2") s after the kill request" logged "gms: node 3 silent"
 # Every page of the probe and of the new writes, bounded: both regions at once.
 read_both() {

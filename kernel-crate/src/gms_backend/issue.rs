@@ -137,12 +137,11 @@ pub(super) fn issue_disk(core: &mut DiskCore, now: u64) -> bool {
                 fail_read(c, page, io, ra);
                 continue;
             };
-            // Straight to the member the replica was put to (two messages, never three),
-            // unless that member has been found without it or is the page's directory
-            // (which answers in two messages anyway).
+            // Straight to the member the replica was put to (two messages, never three,
+            // and no wait for a directory that moved with a failure to learn of the copy),
+            // unless that member has been found without it.
             let holder = d.targets[at];
-            let hinted =
-                d.direct_reads && !via_dir && d.live(holder) && c.node.members().directory_of(&id) != Some(holder);
+            let hinted = d.direct_reads && !via_dir && d.live(holder);
             let r = if hinted {
                 c.node.getpage_hinted(now, &mut c.rpc, id, Version(v), holder, reply_to, Mode::NonBlocking)
             } else {
