@@ -334,57 +334,28 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
     }
     // What a second copy costs the writer: sessions of their own, after the comparison.
     let replicas = gms_row.is_some() && !ram_backend && params.iter().any(|p| p == "gms_replicas");
-    let replication = if a.replication_pairs == 0 {
-        None
-    } else if !replicas {
-        eprintln!("  replication_cost NOT measured: no GMS disk with gms_replicas in this run");
-        None
-    } else if failures.is_empty() {
-        eprintln!(
-            "==> replication: {} pairs of sessions, {} MiB written with one copy, then two",
-            a.replication_pairs, a.replication_mb
-        );
-        match sessions.run() {
-            Ok(v) => Some(v),
-            Err(e) => {
-                failures.push(format!("replication: {e:#}"));
-                None
-            }
-        }
-    } else {
-        None
-    };
+    let replication = extra_sessions(
+        a.replication_pairs,
+        "replication",
+        "replication_cost",
+        replicas,
+        &mut failures,
+        format!("{} pairs of sessions, {} MiB written with one copy, then two", a.replication_pairs, a.replication_mb),
+        || sessions.run(),
+    );
     // The repair rate after a server dies: sessions of their own too.
-    let repair = if a.repair_sessions == 0 {
-        None
-    } else if !replicas {
-        eprintln!("  repair_mb_s NOT measured: no GMS disk with gms_replicas in this run");
-        None
-    } else if failures.is_empty() {
-        eprintln!(
-            "==> repair: {} session(s), {} MiB written with two copies on three servers, one killed",
+    let repair = extra_sessions(
+        a.repair_sessions,
+        "repair",
+        "repair_mb_s",
+        replicas,
+        &mut failures,
+        format!(
+            "{} session(s), {} MiB written with two copies on three servers, one killed",
             a.repair_sessions, a.replication_mb
-        );
-        let mut runs = Vec::new();
-        for i in 1..=a.repair_sessions {
-            match sessions.repair() {
-                Ok(v) => runs.push(v),
-                Err(e) => {
-                    failures.push(format!("repair session {i}: {e:#}"));
-                    break;
-                }
-            }
-        }
-        let rates: Vec<f64> = runs.iter().filter_map(|v| v["repair_mb_s"].as_f64()).collect();
-        (runs.len() == a.repair_sessions as usize).then(|| {
-            json!({
-                "repair_mb_s": workloads::median(rates).map(|x| round_to(x, 3)),
-                "repair": runs.iter().map(|v| v["repair"].clone()).collect::<Vec<_>>(),
-            })
-        })
-    } else {
-        None
-    };
+        ),
+        || sessions.repairs(a.repair_sessions),
+    );
     let mut summary = json!({
         "summary": "vm",
         "guests": a.guests,
@@ -489,6 +460,33 @@ fn merge(into: &mut Value, extra: Value) {
 }
 
 /// Append the run's lines to ~/.cache/trapeze/bench/vm.jsonl (best effort).
+/// `n` sessions of fresh guests after the comparison (`run`), measuring `key`: none when
+/// none are asked, when the run's disk keeps no replicas (said), or when the comparison
+/// already failed; a session that fails is one of `failures`, named `what`.
+#[allow(clippy::too_many_arguments)]
+fn extra_sessions(
+    n: u32,
+    what: &str,
+    key: &str,
+    replicas: bool,
+    failures: &mut Vec<String>,
+    heading: String,
+    run: impl FnOnce() -> anyhow::Result<Value>,
+) -> Option<Value> {
+    if n == 0 {
+        return None;
+    }
+    if !replicas {
+        eprintln!("  {key} NOT measured: no GMS disk with gms_replicas in this run");
+        return None;
+    }
+    if !failures.is_empty() {
+        return None;
+    }
+    eprintln!("==> {what}: {heading}");
+    run().map_err(|e| failures.push(format!("{what}: {e:#}"))).ok()
+}
+
 fn save(lines: &[Value]) {
     let Some(home) = std::env::var_os("HOME") else {
         return;

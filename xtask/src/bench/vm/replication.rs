@@ -77,9 +77,23 @@ impl Sessions {
         parse(&console)
     }
 
+    /// `n` repair sessions: the summary's `repair_mb_s` (their median) and `repair` (each
+    /// session's figures).
+    pub(super) fn repairs(&self, n: u32) -> anyhow::Result<Value> {
+        let mut runs = Vec::new();
+        for i in 1..=n {
+            runs.push(self.repair().with_context(|| format!("repair session {i}"))?);
+        }
+        let rates: Vec<f64> = runs.iter().filter_map(|v| v["repair_mb_s"].as_f64()).collect();
+        Ok(json!({
+            "repair_mb_s": median(rates).map(|x| super::report::round_to(x, 3)),
+            "repair": runs.iter().map(|v| v["repair"].clone()).collect::<Vec<_>>(),
+        }))
+    }
+
     /// One repair session: fresh guests, the disk written with two copies on three servers,
     /// then the third server killed; the summary's `repair` object and `repair_mb_s`.
-    pub(super) fn repair(&self) -> anyhow::Result<Value> {
+    fn repair(&self) -> anyhow::Result<Value> {
         let console = self.boot("repair", REPAIR_GUESTS, 2, Some((REPAIR_KILL, REPAIR_GUESTS - 1)))?;
         let pages = u64::from(self.disk_mb) * 256;
         let r = parse_repair(&console, pages)?;
