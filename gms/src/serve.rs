@@ -233,7 +233,7 @@ impl<
                 self.stats.rejected_gets += 1;
                 return self.get_answer(GetStatus::Miss, &req, Version(0), 0);
             }
-            return self.serve_hinted(&req);
+            return self.serve_as_site(&req, false);
         }
         let as_site = inc.hops > 0 || req.flags & GET_DIRECT != 0;
         if !member || (as_site && !self.sent_by_directory(inc.src, &req.page)) {
@@ -241,7 +241,7 @@ impl<
             return self.get_answer(GetStatus::Miss, &req, Version(0), 0);
         }
         if as_site {
-            return self.serve_as_site(&req);
+            return self.serve_as_site(&req, true);
         }
         if self.members.directory_of(&req.page) != Some(self.id) {
             return self.get_answer(GetStatus::Miss, &req, Version(0), 0);
@@ -250,7 +250,7 @@ impl<
         match self.dir.named(&req.page).filter(|&(_, v, _)| v >= req.want) {
             None => self.get_answer(GetStatus::Miss, &req, Version(0), 0),
             Some((site, v, seq)) if site == inc.token.origin => self.get_answer(GetStatus::Local, &req, v, seq),
-            Some((site, v, seq)) if site == self.id => self.serve_as_site(&GetReq { want: v, seq, ..req }),
+            Some((site, v, seq)) if site == self.id => self.serve_as_site(&GetReq { want: v, seq, ..req }, true),
             Some((site, v, seq)) => {
                 self.stats.gets_delegated += 1;
                 match Body::encode(&GetReq { want: v, seq, ..req }) {
@@ -261,32 +261,18 @@ impl<
         }
     }
 
-    /// A requester's `GET_HINTED` read: the page from this node's copy at `req.want` or
-    /// newer, else a miss. The directory did not name this node, so a miss repairs nothing
-    /// and the copy stays.
-    fn serve_hinted(&mut self, req: &GetReq) -> Action<F> {
-        let epoch = self.epoch;
-        let Some(h) = self.held.get_mut(&req.page).filter(|h| h.version >= req.want) else {
-            return self.get_answer(GetStatus::Miss, req, Version(0), 0);
-        };
-        h.last_access = epoch;
-        let h: Held<F> = *h;
-        self.stats.gets_served += 1;
-        self.lent = Some(h.frame);
-        let flags = if h.dirty { REPLY_DIRTY } else { 0 };
-        let rep =
-            GetReply { status: GetStatus::Hit, page: req.page, version: h.version, seq: h.seq, server: self.id, flags };
-        Action::reply(&rep, Some((h.frame, h.len)))
-    }
-
-    /// Serve `req.page` at `req.want` or newer from this node's copy (the directory
-    /// named the one with identity `req.seq`).
-    fn serve_as_site(&mut self, req: &GetReq) -> Action<F> {
+    /// Serve `req.page` at `req.want` or newer from this node's copy: the one with
+    /// identity `req.seq` the directory named (`by_directory`), or for a requester's `GET_HINTED`
+    /// read, which never moves the copy and whose miss repairs nothing (the directory did
+    /// not name this node).
+    fn serve_as_site(&mut self, req: &GetReq, by_directory: bool) -> Action<F> {
         let page = req.page;
         let epoch = self.epoch;
         let Some(h) = self.held.get_mut(&page).filter(|h| h.version >= req.want) else {
             // The directory named a copy this node does not have: repair the entry.
-            self.forget_site(page, req.want, req.seq);
+            if by_directory {
+                self.forget_site(page, req.want, req.seq);
+            }
             return self.get_answer(GetStatus::Miss, req, Version(0), 0);
         };
         h.last_access = epoch;
