@@ -16,8 +16,11 @@
 //!   continuation run by the receive interrupt). Copies are `kmap_local` + `memcpy`, fine
 //!   in every context.
 //! * The request's data pages belong to the block layer; the backend reaches them only
-//!   through its `PageIo`, and only until the request ends. Its own buffers (a frame, the
-//!   RAM store) stay its own: `copy_out` copies out, `fill` copies in, no page is lent.
+//!   through its `PageIo`, and only until the request ends: it copies (`copy_out`, `fill`:
+//!   the RAM store), or lends the page to a device for DMA ([`PageIo::lend`]: the GMS
+//!   backend, whose NIC sends a write straight from the page and lands a read in it). A
+//!   lent page keeps its request from ending, even past the timeout, until the lend is
+//!   dropped.
 //! * A request ends when all its pages completed: with `BLK_STS_IOERR` if any page failed
 //!   (a `PageIo` dropped without `complete` counts as failed), else success.
 //! * Nothing hangs: if pages are still out when blk-mq's timer fires (`gms_disk_timeout_ms`,
@@ -44,8 +47,9 @@
 pub(crate) mod ram;
 
 use crate::stats::SliceWriter;
-use crate::sys::blk::{Config, Disk, Driver, Op, Part, RqInfo};
+use crate::sys::blk::{Config, Dir, Disk, Driver, Lent, Op, Part, RqInfo};
 use crate::sys::param::{int_entry, modinfo, param_table, show_entry, IntParam, Show};
+use crate::sys::pci::PciDev;
 use core::fmt::Write;
 use core::sync::atomic::{AtomicU64, Ordering};
 use kernel::{prelude::*, sync::Arc};
@@ -137,6 +141,14 @@ impl PageIo {
     pub(crate) fn copy_out(&self, off: usize, out: &mut [u8]) -> Result {
         let off = Self::range(off, out.len())?;
         self.part.copy_from_rq(self.base() + off, out)
+    }
+
+    /// Lend this page to `dev` for DMA: the device sends a write's data straight from it
+    /// (or receives a read's data straight into it) until the [`Lent`] is dropped. Errors
+    /// as for [`PageIo::split`], and `EINVAL` if the page is not one whole page of memory.
+    pub(crate) fn lend(&self, dev: &PciDev) -> Result<Lent> {
+        let dir = if self.write { Dir::ToDevice } else { Dir::FromDevice };
+        self.part.lend(self.base(), PAGE_BYTES, dev, dir)
     }
 
     /// Finish this page: `Ok`, or an error that fails the whole request with an I/O error.

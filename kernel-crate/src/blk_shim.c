@@ -8,7 +8,10 @@
  *    /dev/gms0 pins the module;
  *  - trapeze_blk_rq_op: req_op();
  *  - trapeze_blk_rq_copy: copy between a request's data pages (rq_for_each_segment,
- *    memcpy_{to,from}_bvec, i.e. kmap_local: any context) and a kernel buffer.
+ *    memcpy_{to,from}_bvec, i.e. kmap_local: any context) and a kernel buffer;
+ *  - trapeze_blk_rq_dma_map / trapeze_dma_unmap: map bytes of a request's data for the
+ *    device's DMA (dma_map_page on the segment's page, any context) and unmap them, so
+ *    the NIC reads or writes the block layer's own page.
  *
  * The status codes sys/blk.rs hard-codes are checked here at compile time.
  */
@@ -17,6 +20,7 @@
 #include <linux/blkdev.h>
 #include <linux/bvec.h>
 #include <linux/build_bug.h>
+#include <linux/dma-mapping.h>
 #include <linux/module.h>
 
 static_assert(BLK_STS_OK == (__force blk_status_t)0);
@@ -31,6 +35,9 @@ struct gendisk *trapeze_blk_alloc_disk(struct blk_mq_tag_set *set,
 unsigned int trapeze_blk_rq_op(struct request *rq);
 size_t trapeze_blk_rq_copy(struct request *rq, size_t off, void *buf, size_t len,
 			   bool to_rq);
+dma_addr_t trapeze_blk_rq_dma_map(struct request *rq, size_t off, size_t len,
+				  struct device *dev, bool to_device);
+void trapeze_dma_unmap(struct device *dev, dma_addr_t addr, size_t len, bool to_device);
 
 static const struct block_device_operations trapeze_blk_fops = {
 	.owner = THIS_MODULE,
@@ -87,4 +94,40 @@ size_t trapeze_blk_rq_copy(struct request *rq, size_t off, void *buf, size_t len
 		pos += bv.bv_len;
 	}
 	return done;
+}
+
+/*
+ * Map @len bytes of the request's data at byte offset @off for @dev's DMA (to the device
+ * if @to_device, else from it). They must lie in one segment (one page): returns
+ * DMA_MAPPING_ERROR if they do not, or if the mapping fails. The caller owns the request
+ * (started, not yet ended) and unmaps with trapeze_dma_unmap before it ends.
+ */
+dma_addr_t trapeze_blk_rq_dma_map(struct request *rq, size_t off, size_t len,
+				  struct device *dev, bool to_device)
+{
+	enum dma_data_direction dir = to_device ? DMA_TO_DEVICE : DMA_FROM_DEVICE;
+	struct req_iterator iter;
+	struct bio_vec bv;
+	size_t pos = 0;
+	dma_addr_t addr;
+
+	rq_for_each_segment(bv, rq, iter) {
+		size_t skip;
+
+		if (pos + bv.bv_len <= off) {
+			pos += bv.bv_len;
+			continue;
+		}
+		skip = off - pos;
+		if (bv.bv_len - skip < len)
+			return DMA_MAPPING_ERROR;
+		addr = dma_map_page(dev, bv.bv_page, bv.bv_offset + skip, len, dir);
+		return dma_mapping_error(dev, addr) ? DMA_MAPPING_ERROR : addr;
+	}
+	return DMA_MAPPING_ERROR;
+}
+
+void trapeze_dma_unmap(struct device *dev, dma_addr_t addr, size_t len, bool to_device)
+{
+	dma_unmap_page(dev, addr, len, to_device ? DMA_TO_DEVICE : DMA_FROM_DEVICE);
 }

@@ -180,10 +180,10 @@ impl Device {
 /// Step 4: the frames, and NetRPC and the GMS node over them, storing up to `budget`
 /// pages, on the endpoint of NIC memory `nic` (its rings reset for node `node`).
 fn make_core(pdev: &PciDev, nic: BarMem, node: u16, budget: usize) -> Result<DiskCore> {
-    let pool = net::Pool(alloc_frames(pdev, RX_FRAMES + SPARE_FRAMES + budget)?);
+    let pool = net::Pool::new(alloc_frames(pdev, RX_FRAMES + SPARE_FRAMES + budget)?, pdev)?;
     let tx = alloc_frames(pdev, TX_FRAMES)?;
     let ep = endpoint(nic, node, &pool)?;
-    let mut host = KHost::new(ep, pool.0, tx)?;
+    let mut host = KHost::new(ep, pool, tx)?;
     // The self-tests' echo service answers beside GMS (every node runs it).
     host.serve = Some(selftest::SERVE);
     new_core(node, budget, params::gms_dir_pages(), host, None)

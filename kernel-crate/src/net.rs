@@ -2,8 +2,8 @@
 //! NetRPC and the GMS node inside the kernel: the runtime that moves `netrpc` messages
 //! through the endpoint, over a pool of coherent DMA frames, with GMS as NetRPC's context.
 //!
-//! Frames are indices into a pool of 8 KiB coherent DMA buffers ([`Pool`]); the shared
-//! runtime's port ([`KPort`], `runtime/src/port.rs`, the same code as user space's) keeps
+//! Frames are indices into a pool of 8 KiB coherent DMA buffers, or block request pages
+//! lent to the NIC ([`pool`]); the shared runtime's port ([`KPort`], `runtime/src/port.rs`, the same code as user space's) keeps
 //! them: one attached to each receive slot and swapped out for an unsolicited payload, a
 //! caller frame armed in the IPT for a solicited reply, frames waiting in limbo for the
 //! sends that carry them. [`KHost`] is GMS's [`Host`] over that port: it adds the
@@ -18,7 +18,10 @@
 //! driver's core spinlock: in the IRQ thread, in the deferred-continuation work item, or
 //! in process context — never sleeps, never allocates (every container is sized at probe).
 
+pub(crate) mod pool;
 pub(crate) mod stack;
+
+pub(crate) use pool::Pool;
 
 use crate::nicmem::BarMem;
 use crate::stats::STATS;
@@ -68,35 +71,6 @@ pub(crate) fn now_ns() -> u64 {
 /// The request's unsolicited payload frame, if any, is already released.
 pub(crate) type Serve = fn(&mut KHost, &Incoming<'_, Frame>) -> Action<Frame>;
 
-/// The kernel's frames: coherent DMA buffers of [`FRAME_BYTES`]; a frame is an index.
-pub(crate) struct Pool(pub(crate) KVVec<DmaBuf>);
-
-impl FrameMem for Pool {
-    type Frame = Frame;
-    const FRAME_BYTES: u32 = FRAME_BYTES as u32;
-    fn count(&self) -> usize {
-        self.0.len()
-    }
-    fn nth(&self, i: usize) -> Frame {
-        i as Frame
-    }
-    fn dma(&self, f: Frame) -> Option<u64> {
-        self.0.get(usize::from(f)).map(DmaBuf::dma_addr)
-    }
-    fn copy(&self, from: Frame, to: Frame, len: u32) -> bool {
-        match (self.0.get(usize::from(from)), self.0.get(usize::from(to))) {
-            (Some(a), Some(b)) => b.copy_from(0, a, 0, len as usize).is_ok(),
-            _ => false,
-        }
-    }
-    fn write(&self, f: Frame, data: &[u8]) -> bool {
-        self.0.get(usize::from(f)).is_some_and(|b| b.write(0, data).is_ok())
-    }
-    fn read(&self, f: Frame, out: &mut [u8]) -> bool {
-        self.0.get(usize::from(f)).is_some_and(|b| b.read(0, out).is_ok())
-    }
-}
-
 /// The port's tables on the kernel heap (`kvmalloc`), made at probe.
 pub(crate) struct KStorage;
 
@@ -143,9 +117,9 @@ impl Ep {
     pub(crate) fn mem(&self) -> Option<&BarMem> {
         self.0.as_ref().map(|p| p.ep.mem())
     }
-    /// Frame `f`'s buffer.
+    /// Frame `f`'s buffer (`None` for a lent page).
     pub(crate) fn frame(&self, f: Frame) -> Option<&DmaBuf> {
-        self.0.as_ref()?.frames().0.get(usize::from(f))
+        self.0.as_ref()?.frames().buf(f)
     }
 }
 
@@ -220,11 +194,8 @@ impl KHost {
 
     /// A host over `ep`, whose receive slots were given [`KPort::slot_segment`]s of `pool`.
     #[inline(never)]
-    pub(crate) fn new(ep: KBox<Endpoint<BarMem, usize>>, pool: KVVec<DmaBuf>, tx: KVec<DmaBuf>) -> Result<Self> {
-        if pool.len() > usize::from(Frame::MAX) {
-            return Err(EINVAL);
-        }
-        let port = KPort::with_boxed(ep, Pool(pool), 0).map_err(|e| match e {
+    pub(crate) fn new(ep: KBox<Endpoint<BarMem, usize>>, pool: Pool, tx: KVec<DmaBuf>) -> Result<Self> {
+        let port = KPort::with_boxed(ep, pool, 0).map_err(|e| match e {
             SetupError::TooFewFrames { .. } => EINVAL,
             SetupError::NoMemory => ENOMEM,
         })?;
@@ -254,6 +225,60 @@ impl KHost {
     /// Allocate a frame and arm an IPT entry for it: a solicited reply lands in it.
     pub(crate) fn solicit(&mut self) -> Option<ReplyTo<Frame>> {
         self.ep.0.as_mut()?.solicit()
+    }
+
+    /// Whether a request page can be lent now ([`Self::lend`]).
+    pub(crate) fn can_lend(&self) -> bool {
+        self.ep.0.as_ref().is_some_and(|p| p.frames().can_lend())
+    }
+
+    /// Lend the page of `io` to the NIC: the frame that names it, to put from or to
+    /// [`Self::arm`] for a reply. `None`: no lend slot, no port, or the page could not be
+    /// lent (its request ended, or it is not one whole page: a misaligned buffer).
+    pub(crate) fn lend(&mut self, io: &crate::blk::PageIo) -> Option<Frame> {
+        let pool = self.ep.0.as_mut()?.frames_mut();
+        if !pool.can_lend() {
+            return None;
+        }
+        let lent = io.lend(pool.dev()).ok()?;
+        pool.lend(lent)
+    }
+
+    /// Arm an IPT entry on frame `f` (a lent page): a solicited reply lands in it.
+    pub(crate) fn arm(&mut self, f: Frame) -> Option<ReplyTo<Frame>> {
+        let token = self.ep.0.as_mut()?.arm(f).ok()?;
+        Some(ReplyTo::Solicited { token: token.0, frame: f })
+    }
+
+    /// Move the lends the port gave back into `out`, to drop once the core lock is
+    /// released (dropping one may end its request); how many.
+    pub(crate) fn take_back(&mut self, out: &mut [Option<crate::sys::blk::Lent>]) -> usize {
+        self.ep.0.as_mut().map_or(0, |p| p.frames_mut().take_back(out))
+    }
+
+    /// Take back every page still lent (remove, once the NIC halted or was given up on):
+    /// its IPT entry disarmed, a send that may carry it forgotten (the NIC is not running
+    /// it any more, or reads stale bytes at worst). Returns how many were taken back and
+    /// how many stay leaked because the NIC kept writing into them.
+    #[inline(never)]
+    pub(crate) fn reclaim_lent(&mut self) -> (usize, usize) {
+        let Some(p) = self.ep.0.as_mut() else { return (0, 0) };
+        let (mut back, mut leaked) = (0, 0);
+        let mut lent = [0 as Frame; pool::LEND_SLOTS];
+        let mut n = 0;
+        for f in p.frames().lent() {
+            lent[n] = f;
+            n += 1;
+        }
+        for &f in &lent[..n] {
+            if p.unarm(f) {
+                crate::tpz::runtime::FrameMem::give_back(p.frames_mut(), f);
+                back += 1;
+            } else {
+                leaked += 1;
+            }
+        }
+        (back, leaked)
     }
 
     /// Disarm `f`'s IPT entry if it has one; the frame stays allocated (kept as data).

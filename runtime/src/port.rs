@@ -132,11 +132,19 @@ impl<M: NicMemory, A: FrameMem, S: Storage> Port<M, A, S> {
     pub fn frames(&self) -> &A {
         &self.frames
     }
+    /// The frames, to lend or take back memory from outside the pool.
+    pub fn frames_mut(&mut self) -> &mut A {
+        &mut self.frames
+    }
     pub fn alloc(&mut self) -> Option<A::Frame> {
         self.free.pop()
     }
-    /// Give `f` back to the pool at once (it is attached to nothing: see [`Self::retire`]).
+    /// Give `f` back to the pool at once (it is attached to nothing: see [`Self::retire`]);
+    /// a lent frame goes back to its lender ([`FrameMem::give_back`]).
     pub fn free(&mut self, f: A::Frame) {
+        if !self.frames.give_back(f) {
+            return;
+        }
         debug_assert!(!self.free.as_slice().contains(&f), "frame {f:?} freed twice");
         if !self.free.push(f) {
             self.stats.leaked += 1;
@@ -172,10 +180,11 @@ impl<M: NicMemory, A: FrameMem, S: Storage> Port<M, A, S> {
         len <= A::FRAME_BYTES && self.frames.copy(from, to, len)
     }
 
-    /// Arm an IPT entry on the whole of `f`: a solicited payload for its token lands there.
+    /// Arm an IPT entry on the whole of `f`: a solicited payload for its token lands there
+    /// (a longer one is refused by the NIC).
     pub fn arm(&mut self, f: A::Frame) -> Result<PayloadToken, ArmError> {
         let addr = self.frames.dma(f).ok_or(ArmError::BadSegments)?;
-        let token = self.ep.arm(&[Segment { addr, len: A::FRAME_BYTES }])?;
+        let token = self.ep.arm(&[Segment { addr, len: self.frames.bytes(f) }])?;
         if self.armed.push((f, token)) {
             Ok(token)
         } else {
@@ -321,7 +330,7 @@ impl<M: NicMemory, A: FrameMem, S: Storage> Port<M, A, S> {
         let seg;
         let segs: &[Segment] = match t.payload {
             Some((f, len)) => match self.frames.dma(f) {
-                Some(addr) if len <= A::FRAME_BYTES => {
+                Some(addr) if len <= self.frames.bytes(f) => {
                     seg = [Segment { addr, len }];
                     &seg
                 }

@@ -17,9 +17,12 @@ impl Drop for Device {
         let name = self.pdev.name();
         let s = &self.shared;
         s.closing.store(true, Ordering::Release);
-        if let Some(disk) = self.disk.take() {
-            // New disk I/O fails from now on; fail what is queued or in flight, then
-            // del_gendisk finds no request left.
+        // The disk stays until the NIC is quiesced: its pages lent to the NIC (a read's
+        // armed IPT entry, a write's send) are taken back first.
+        let disk = self.disk.take();
+        if disk.is_some() {
+            // New disk I/O fails from now on; fail what is queued or in flight, so that
+            // del_gendisk finds no request left once the lent pages are back.
             if let Some(d) = s.core.lock().client.as_ref() {
                 let k = &d.counters;
                 pr_info!(
@@ -32,7 +35,6 @@ impl Drop for Device {
             if failed > 0 {
                 pr_info!("{}: failed {} /dev/gms0 pages still queued or in flight\n", name, failed);
             }
-            drop(disk);
         }
         // No handler runs after this returns, so nothing queues the work item again.
         drop(self.irq.take());
@@ -57,6 +59,19 @@ impl Drop for Device {
             && FwState::from_u32(s.ctl.load(ctrl_word(ctrl::FW_STATE), Ordering::Acquire)) == Some(FwState::Halted);
         s.fail_in_flight(name);
         s.log_counters();
+        if let Some(disk) = disk {
+            let (back, leaked) = s.core.lock().node.host.reclaim_lent();
+            s.complete_disk();
+            if back > 0 {
+                pr_info!("{}: took back {} /dev/gms0 pages still lent to the NIC\n", name, back);
+            }
+            if leaked > 0 {
+                // Their requests never end: del_gendisk waits for them rather than hand
+                // the block layer pages the NIC may still write.
+                pr_err!("{}: {} /dev/gms0 pages stay lent to a NIC that kept writing into them\n", name, leaked);
+            }
+            drop(disk);
+        }
         let mut core = s.core.lock();
         let host = &mut core.node.host;
         if let Some(mem) = host.ep.mem() {

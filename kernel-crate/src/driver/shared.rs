@@ -10,6 +10,7 @@ use crate::gms_backend::{self, DiskCore};
 use crate::net;
 use crate::nicmem::BarMem;
 use crate::selftest::TestNic;
+use crate::sys::blk::Lent;
 use crate::sys::irq::ThreadedIrq;
 use crate::sys::pci::{self, BusMaster, Enabled, IoMem, PciDev, Regions};
 use crate::sys::work::{Jobs, Worked};
@@ -44,7 +45,7 @@ pub(super) const TICK_MS: u32 = 100;
 pub(super) const HEARTBEAT_MS: u64 = 1_000;
 // `gms_fail_ms=` allows no less than two heartbeat periods.
 const _: () = assert!(params::FAIL_MS_MIN == 2 * HEARTBEAT_MS);
-const _: () = assert!(RX_FRAMES + SPARE_FRAMES + params::MAX_BUDGET_PAGES <= crate::net::Frame::MAX as usize + 1);
+const _: () = assert!(RX_FRAMES + SPARE_FRAMES + params::MAX_BUDGET_PAGES <= crate::net::pool::LENT_BASE as usize);
 /// Node ids whose liveness is tracked (0..64), as their heartbeats' incarnations are.
 pub(super) const HEARD_NODES: usize = crate::net::BEAT_NODES;
 
@@ -120,19 +121,29 @@ impl Shared {
         self.regs.write32(DOORBELL, NIC_DOORBELL);
     }
 
-    /// Complete the disk pages that finished under the core lock (any context; the lock
-    /// is not held).
+    /// Complete the disk pages that finished under the core lock, and drop the request
+    /// pages the NIC is done with (unmapped; either may end a block request, so any
+    /// context but not under the core lock, which is not held).
     pub(crate) fn complete_disk(&self) {
-        loop {
-            let mut batch: [Option<(PageIo, bool)>; 16] = [const { None }; 16];
-            let n = gms_backend::take_finished(&mut self.core.lock(), &mut batch);
-            for (io, ok) in batch.iter_mut().filter_map(Option::take) {
-                io.complete(if ok { Ok(()) } else { Err(EIO) });
-            }
-            if n < batch.len() {
-                return;
-            }
+        while self.complete_some() {}
+    }
+
+    /// One batch of [`Self::complete_disk`]; whether there may be more.
+    #[inline(never)]
+    fn complete_some(&self) -> bool {
+        const BATCH: usize = 8;
+        let mut pages: [Option<(PageIo, bool)>; BATCH] = [const { None }; BATCH];
+        let mut lends: [Option<Lent>; BATCH] = [const { None }; BATCH];
+        let (n, m) = {
+            let mut core = self.core.lock();
+            let m = core.node.host.take_back(&mut lends);
+            (gms_backend::take_finished(&mut core, &mut pages), m)
+        };
+        drop(lends);
+        for (io, ok) in pages.iter_mut().filter_map(Option::take) {
+            io.complete(if ok { Ok(()) } else { Err(EIO) });
         }
+        n == BATCH || m == BATCH
     }
 
     /// A disk page from blk-mq (atomic context): handed to the disk under the lock, then

@@ -5,7 +5,7 @@
 
 use super::{rereplicate, DiskState, Waiting, DISK_SPACE, MAX_TRIES, WRITE_FAILURES_LOGGED};
 use crate::blk::{PageIo, PAGE_BYTES};
-use crate::net::{now_ns, Frame, KHost};
+use crate::net::{now_ns, Frame, KHost, Pool};
 use crate::sys::dma::DmaBuf;
 use crate::tpz::gms::cache::Cached;
 use crate::tpz::gms::placement::Outcome;
@@ -112,11 +112,12 @@ pub(super) fn complete(host: &mut KHost, disk: &mut Option<KBox<DiskState>>, don
             let r = if !good {
                 Err(EIO)
             } else {
-                match (f.io.as_ref(), host.frame(frame)) {
-                    (Some(io), Some(buf)) => fill_from(io, buf),
-                    (None, _) if f.prefetch => Ok(()),
-                    (None, _) => Err(EIO),
-                    (_, None) => Err(EINVAL),
+                // A read's reply landed in its own request page (lent, armed in the IPT);
+                // a prefetch's in a frame of the pool, cached below.
+                match f.io {
+                    Some(_) if Pool::is_lent(frame) => Ok(()),
+                    None if f.prefetch => Ok(()),
+                    _ => Err(EIO),
                 }
             };
             let mut release = Some(if held { f.frame } else { frame });

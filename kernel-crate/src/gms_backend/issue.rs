@@ -6,22 +6,11 @@
 use super::{complete, write_failed, DiskCore, DiskState, InFlight, Waiting, DISK_SPACE, NO_TARGET, OPS_RESERVE};
 use crate::blk::{PageIo, PAGE_BYTES};
 use crate::net::OPS;
-use crate::sys::dma::DmaBuf;
 use crate::tpz::gms::placement::{Outcome, Via};
 use crate::tpz::gms::prelude::*;
 use crate::tpz::gms::replica::{replica, MAX_REPLICAS};
 use crate::tpz::netrpc::prelude::Mode;
 use kernel::prelude::*;
-
-/// Copy a write's page into a frame.
-fn copy_into(io: &PageIo, buf: &DmaBuf) -> Result {
-    let mut chunk = [0u8; 256];
-    for off in (0..PAGE_BYTES).step_by(chunk.len()) {
-        io.copy_out(off, &mut chunk)?;
-        buf.write(off, &chunk)?;
-    }
-    Ok(())
-}
 
 /// Issue backlogged disk pages while GMS has operation slots and frames. Returns
 /// whether anything was issued (flush after).
@@ -38,7 +27,7 @@ pub(super) fn issue_disk(core: &mut DiskCore, now: u64) -> bool {
         let c = &mut *core;
         let coordinator = c.node.lru_coordinator();
         let Some(d) = c.client.as_ref() else { return issued };
-        if d.queued == 0 || c.node.ops_in_use() + OPS_RESERVE >= OPS || c.node.host.free_frames() < 2 {
+        if d.queued == 0 || c.node.ops_in_use() + OPS_RESERVE >= OPS || !c.node.host.can_lend() {
             return issued;
         }
         let Some(d) = c.client.as_mut() else { return issued };
@@ -75,14 +64,14 @@ pub(super) fn issue_disk(core: &mut DiskCore, now: u64) -> bool {
                 Via::Plan => crate::stats::STATS.lru_puts_by_plan.inc(),
                 Via::Fallback => crate::stats::STATS.lru_puts_fallback.inc(),
             }
-            let f = c.node.host.alloc();
-            let ok = f.is_some_and(|f| c.node.host.frame(f).is_some_and(|b| copy_into(&io, b).is_ok()));
-            let (Some(f), true) = (f, ok) else {
-                if let Some(f) = f {
-                    c.node.host.release(f);
-                }
+            // The page itself rides the send: lent to the NIC until the send is reaped.
+            let Some(f) = c.node.host.lend(&io) else {
                 unpick(c, target, now);
-                write_failed(page, k, format_args!("no frame, or the request ended"));
+                write_failed(
+                    page,
+                    k,
+                    format_args!("the page could not be lent to the NIC (the request ended, or a misaligned buffer)"),
+                );
                 fail_io(c, io);
                 continue;
             };
@@ -129,11 +118,13 @@ pub(super) fn issue_disk(core: &mut DiskCore, now: u64) -> bool {
                 }
                 continue;
             }
-            let Some(reply_to) = c.node.host.solicit() else {
+            // The reply lands in the request's own page, armed in the IPT.
+            let Some(f) = c.node.host.lend(&io) else {
                 fail_read(c, page, io, ra);
                 continue;
             };
-            let Some(&f) = reply_to.caller_frame() else {
+            let Some(reply_to) = c.node.host.arm(f) else {
+                c.node.host.release(f);
                 fail_read(c, page, io, ra);
                 continue;
             };

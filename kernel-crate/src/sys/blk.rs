@@ -15,15 +15,18 @@
 //! when its last token completes: `BLK_STS_IOERR` if any part failed, else success. If
 //! parts are still out when blk-mq's timer fires, the request ends with
 //! `BLK_STS_TIMEOUT`, and the parts still out become stale: their copies fail
-//! (`ETIMEDOUT`) and their completions do nothing. So a request never waits on a backend beyond the timeout, and a late
-//! completion never touches a request that has moved on.
+//! (`ETIMEDOUT`) and their completions do nothing. So a request never waits on a backend
+//! beyond the timeout, and a late completion never touches a request that has moved on —
+//! with one exception: a page lent to the device for DMA ([`Part::lend`], [`lend`]) keeps
+//! its request from ending, timer or not, until the lend is given back.
 //!
 //! Soundness rests on one word per request (in its PDU, [`RqState`]): a generation bumped
 //! each time the request starts, the parts pending, the copies in progress and two flags
-//! (error, ended); every change is a compare-and-swap. A copy runs only while the word
-//! counts it and says "this generation, not ended"; whoever sets "ended" ends the request,
-//! and the timeout path first waits for the copies in progress to finish (bounded: a copy
-//! is one `memcpy` of at most a page). PDUs live as long as the tag set, and [`Disk`]
+//! (error, ended); every change is a compare-and-swap. A copy (or a lend) runs only while
+//! the word counts it and says "this generation, not ended"; whoever sets "ended" ends the
+//! request, and the timeout path sets it only while nothing is counted (else it re-arms
+//! the timer: a copy is one `memcpy` of at most a page, a lend ends within its owner's
+//! deadline). PDUs live as long as the tag set, and [`Disk`]
 //! frees the tag set only once every part token is gone (it waits, then leaks rather than
 //! free memory a token could still reach).
 //!
@@ -38,6 +41,9 @@ use kernel::{bindings, error::from_err_ptr, prelude::*, types::Opaque};
 
 // Only pointers to these C structs cross the boundary, so their bindgen layouts (some
 // with zero-sized members) do not matter to the ABI.
+mod lend;
+pub(crate) use lend::{Dir, Lent};
+
 #[allow(improper_ctypes)]
 extern "C" {
     fn trapeze_blk_alloc_disk(
@@ -405,7 +411,8 @@ unsafe extern "C" fn queue_rq<T: Driver>(
     STS_OK
 }
 
-/// `timeout`: end the request with `BLK_STS_TIMEOUT` unless its parts just did.
+/// `timeout`: end the request with `BLK_STS_TIMEOUT` unless its parts just did, or wait
+/// longer while a copy or a lend is counted (the device may still reach its pages).
 ///
 /// # Safety
 ///
@@ -420,14 +427,13 @@ unsafe extern "C" fn timeout<T: Driver>(rq: *mut bindings::request) -> bindings:
             // The last part is ending it (or did).
             return bindings::blk_eh_timer_return_BLK_EH_DONE;
         }
+        if cur & USERS != 0 {
+            return bindings::blk_eh_timer_return_BLK_EH_RESET_TIMER;
+        }
         match w.compare_exchange_weak(cur, cur | ENDED | ERROR, Ordering::AcqRel, Ordering::Relaxed) {
             Ok(_) => break,
             Err(now) => cur = now,
         }
-    }
-    // No copy starts now (ENDED is set); wait for those in progress (one memcpy each).
-    while w.load(Ordering::Acquire) & USERS != 0 {
-        core::hint::spin_loop();
     }
     // SAFETY: `rq`'s queue is live while blk-mq runs its timeout handler, and its
     // `queuedata` is our `Shared<T>`.
@@ -436,8 +442,8 @@ unsafe extern "C" fn timeout<T: Driver>(rq: *mut bindings::request) -> bindings:
     let driver = unsafe { shared.driver.as_ref() };
     // SAFETY: `rq` is a request of ours (caller).
     driver.timed_out(&unsafe { info(rq) }, (cur & PENDING) as u32);
-    // SAFETY: we set ENDED for the live generation and no copy is in progress: the
-    // request goes back to blk-mq once, here.
+    // SAFETY: we set ENDED for the live generation while no copy or lend was counted (and
+    // none can start now): the request goes back to blk-mq once, here.
     unsafe { bindings::blk_mq_end_request(rq, STS_TIMEOUT) };
     bindings::blk_eh_timer_return_BLK_EH_DONE
 }
@@ -492,6 +498,9 @@ impl<T: Driver> Disk<T> {
         lim.logical_block_size = b;
         lim.physical_block_size = b;
         lim.max_hw_sectors = cfg.max_request_bytes / 512;
+        // Buffers aligned to the block: each block of a request lies in one page, so it
+        // can be lent to the device whole (`O_DIRECT` from a misaligned buffer: EINVAL).
+        lim.dma_alignment = b - 1;
         // SAFETY: `set` is an allocated tag set, `lim` a valid limits struct; `queuedata`
         // is our `Shared<T>`, which outlives the disk.
         let gd = match from_err_ptr(unsafe { trapeze_blk_alloc_disk(set, &mut lim, shared.as_ptr().cast()) }) {
