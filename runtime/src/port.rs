@@ -255,20 +255,21 @@ impl<M: NicMemory, A: FrameMem, S: Storage> Port<M, A, S> {
     /// limbo whose sends are done. Whether any send completed.
     pub fn reap(&mut self, mut done: impl FnMut(usize, TxStatus)) -> bool {
         let seq = self.ep.mem().load(ctrl_word(ctrl::FW_TX_SEQ), Ordering::Acquire);
-        if seq == self.tx_seq_seen {
-            // No send completed since the last scan of the ring.
-            return false;
+        // Unchanged: no send completed since the last scan of the ring (but frames retired
+        // since then may wait for sends that had completed already).
+        let mut n = 0;
+        if seq != self.tx_seq_seen {
+            // Completions published before `seq` are visible now; later ones move it again.
+            self.tx_seq_seen = seq;
+            let errors = &mut self.stats.tx_errors;
+            n = self.ep.reap_sends(|c, st| {
+                if st != TxStatus::Sent {
+                    *errors += 1;
+                }
+                done(c, st)
+            });
+            self.reaped += n as u64;
         }
-        // Completions published before `seq` are visible now; later ones move it again.
-        self.tx_seq_seen = seq;
-        let errors = &mut self.stats.tx_errors;
-        let n = self.ep.reap_sends(|c, st| {
-            if st != TxStatus::Sent {
-                *errors += 1;
-            }
-            done(c, st)
-        });
-        self.reaped += n as u64;
         while let Some(&(f, serial)) = self.limbo.front() {
             if serial > self.reaped {
                 break;

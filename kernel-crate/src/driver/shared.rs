@@ -123,14 +123,35 @@ impl Shared {
 
     /// Complete the disk pages that finished under the core lock, and drop the request
     /// pages the NIC is done with (unmapped; either may end a block request, so any
-    /// context but not under the core lock, which is not held).
+    /// context but not under the core lock, which is not held). Lend slots freed so
+    /// let the disk's backlog go on.
     pub(crate) fn complete_disk(&self) {
-        while self.complete_some() {}
+        let mut freed = false;
+        loop {
+            let (more, lends) = self.complete_some();
+            freed |= lends > 0;
+            if more {
+                continue;
+            }
+            if !freed || self.is_closing() {
+                return;
+            }
+            freed = false;
+            let sent = {
+                let mut core = self.core.lock();
+                let c = &mut *core;
+                gms_backend::issue(c, crate::net::now_ns()) && c.flush()
+            };
+            if sent {
+                self.ring_nic();
+            }
+        }
     }
 
-    /// One batch of [`Self::complete_disk`]; whether there may be more.
+    /// One batch of [`Self::complete_disk`]: whether there may be more, and how many
+    /// lends were dropped.
     #[inline(never)]
-    fn complete_some(&self) -> bool {
+    fn complete_some(&self) -> (bool, usize) {
         const BATCH: usize = 8;
         let mut pages: [Option<(PageIo, bool)>; BATCH] = [const { None }; BATCH];
         let mut lends: [Option<Lent>; BATCH] = [const { None }; BATCH];
@@ -143,7 +164,7 @@ impl Shared {
         for (io, ok) in pages.iter_mut().filter_map(Option::take) {
             io.complete(if ok { Ok(()) } else { Err(EIO) });
         }
-        n == BATCH || m == BATCH
+        (n == BATCH || m == BATCH, m)
     }
 
     /// A disk page from blk-mq (atomic context): handed to the disk under the lock, then
