@@ -42,6 +42,7 @@ use crate::net::{self, stack::new_core, KHost};
 use crate::nicmem::BarMem;
 use crate::selftest;
 use crate::sys::irq::{IrqVectors, ThreadedIrq};
+use crate::sys::lock::IrqSpinLock;
 use crate::sys::pci::{self, PciDev};
 use crate::sys::work::Worked;
 use crate::sys::{self, dma::DmaBuf};
@@ -51,7 +52,7 @@ use crate::tpz::iface::mem::NicMemory;
 use control::{choose_node, device_request, wait_firmware};
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use kernel::sync::Arc;
-use kernel::{c_str, new_condvar, new_spinlock, prelude::*};
+use kernel::{c_str, new_condvar, prelude::*};
 use shared::{
     Device, Shared, FRAME_BYTES, HEARD_NODES, NIC_BAR, REGS_BAR, REGS_BYTES, RX_FRAMES, SPARE_FRAMES, TX_FRAMES,
 };
@@ -123,7 +124,7 @@ impl Device {
         let core = make_core(pdev, nic, node, budget)?;
         let shared = Arc::pin_init(
             Worked::new(pin_init!(Shared {
-                core <- new_spinlock!(core, "trapeze::core"),
+                core <- IrqSpinLock::new(core, c_str!("trapeze::core"), kernel::static_lock_class!()),
                 completed <- new_condvar!("trapeze::completed"),
                 heard: [const { AtomicU64::new(0) }; HEARD_NODES],
                 failed: AtomicU64::new(0),

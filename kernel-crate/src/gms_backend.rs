@@ -32,8 +32,8 @@
 //!   it) or an older version goes on to the next replica (`disk_replica_fallbacks`), and
 //!   only when the last one misses is it an I/O error (every copy is gone).
 //! * Nothing waits: `read`/`write` (blk-mq's `queue_rq`, atomic context) queue the page
-//!   and issue what GMS has room for; completions arrive on the receive path (IRQ thread,
-//!   core spinlock held) and wait in the runtime's host until the driver settles the
+//!   and issue what GMS has room for; completions arrive on the receive path (the hard
+//!   interrupt, core spinlock held) and wait in the runtime's host until the driver settles the
 //!   client after the batch ([`Client::settle`], still under the lock), which fills the
 //!   page and marks it finished; `PageIo::complete` runs once the lock is released
 //!   ([`take_finished`]: ending a block request may submit I/O again). The backlog is

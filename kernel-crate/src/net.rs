@@ -15,8 +15,8 @@
 //!
 //! The runtime layer: it uses `sys`, `nicmem`, `stats` and the shared crates, never the
 //! driver, the disk or the self-tests, which use it. Everything here runs under the
-//! driver's core spinlock: in the IRQ thread, in the deferred-continuation work item, or
-//! in process context — never sleeps, never allocates (every container is sized at probe).
+//! driver's core spinlock: in the interrupt handler, in the deferred-continuation work
+//! item, or in process context — never sleeps, never allocates (every container is sized at probe).
 
 pub(crate) mod pool;
 pub(crate) mod stack;

@@ -49,8 +49,9 @@ macro_rules! counters {
 }
 
 counters! {
-    irqs: "threaded IRQ handler runs",
-    irqs_empty: "handler runs that found no message (merged or early interrupts)",
+    irqs: "interrupts handled (a receive batch in the hard interrupt)",
+    irq_thread_runs: "interrupts whose receive work went on in the IRQ thread (more than a batch)",
+    irqs_empty: "interrupts that found no message (merged or early interrupts)",
     rx_after_hold: "messages found on the receive ring just as the handler let the NIC interrupt again (taken at once)",
     rx_msgs: "messages taken from the receive ring",
     rx_unknown: "messages that are not ping or pong",

@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0-only
-//! The receive path: the MSI-X handler, NetRPC's deferred continuations, draining the ring.
+//! The receive path: the MSI-X handler (a batch in the hard interrupt, the rest in its
+//! thread), NetRPC's deferred continuations, draining the ring.
 
 use super::shared::{Dev, Shared};
 use crate::gms_backend;
 use crate::net::now_ns;
 use crate::selftest;
 use crate::stats::STATS;
-use crate::sys::irq::{IrqReturn, ThreadedHandler};
+use crate::sys::irq::{HardReturn, IrqReturn, ThreadedHandler};
 use crate::sys::work::Worked;
 use crate::tpz::iface::layout::{ctrl, ctrl_word};
 use crate::tpz::iface::mem::NicMemory;
@@ -18,19 +19,40 @@ use kernel::sync::{Arc, ArcBorrow};
 const RX_BUDGET: usize = crate::net::LRU_INBOX;
 
 impl ThreadedHandler for Dev {
-    fn handle_irq(this: ArcBorrow<'_, Self>) -> IrqReturn {
+    /// One batch in the hard interrupt (the papers' short completion path: no thread to
+    /// wake between a reply and the request it completes). While it runs the NIC raises
+    /// no receive interrupt (`IRQ_HOLD`); the hold ends, then the ring is looked at once
+    /// more, so a message the NIC made ready just before it saw the hold end is not left
+    /// waiting. More than a batch: the thread goes on ([`Self::handle_irq`]), hold on.
+    fn handle_hard(this: ArcBorrow<'_, Self>) -> HardReturn {
         STATS.irqs.inc();
-        // A budget per hold of the core lock (NAPI-like): the lock is released between
-        // batches, so a flood of messages delays the others' work by one batch at most.
-        // While this loop runs the NIC raises no receive interrupt (`IRQ_HOLD`): what
-        // arrives meanwhile is taken by the next batch. The hold ends, then the ring is
-        // looked at once more, so a message the NIC made ready just before it saw the
-        // hold end is not left waiting.
-        let mut total = 0;
         this.hold_irqs(true);
+        let n = this.poll();
+        if n == RX_BUDGET {
+            STATS.rx_budget_spent.inc();
+            return HardReturn::WakeThread;
+        }
+        this.hold_irqs(false);
+        let m = this.poll();
+        if m > 0 {
+            STATS.rx_after_hold.inc();
+            this.hold_irqs(true);
+            return HardReturn::WakeThread;
+        }
+        if n == 0 {
+            STATS.irqs_empty.inc();
+        }
+        Shared::after_irq(this);
+        HardReturn::Handled
+    }
+
+    /// What one hard-interrupt batch left: batches until the ring is empty (the lock is
+    /// released between them, so a flood delays the others' work by one batch at most),
+    /// then the hold ends as in [`Self::handle_hard`].
+    fn handle_irq(this: ArcBorrow<'_, Self>) -> IrqReturn {
+        STATS.irq_thread_runs.inc();
         loop {
             let n = this.poll();
-            total += n;
             if n == RX_BUDGET {
                 STATS.rx_budget_spent.inc();
                 continue;
@@ -39,25 +61,25 @@ impl ThreadedHandler for Dev {
                 continue;
             }
             this.hold_irqs(false);
-            let n = this.poll();
-            total += n;
-            if n == 0 {
+            if this.poll() == 0 {
                 break;
             }
             STATS.rx_after_hold.inc();
             this.hold_irqs(true);
         }
-        if total == 0 {
-            STATS.irqs_empty.inc();
-        }
-        if this.core.lock().rpc.has_deferred() {
-            Shared::queue_deferred(this.into());
-        }
+        Shared::after_irq(this);
         IrqReturn::Handled
     }
 }
 
 impl Shared {
+    /// NetRPC continuations deferred to process context go to the short work item.
+    fn after_irq(this: ArcBorrow<'_, Dev>) {
+        if this.core.lock().rpc.has_deferred() {
+            Shared::queue_deferred(this.into());
+        }
+    }
+
     /// Tell the NIC whether this node is taking messages off its receive ring anyway
     /// (`ctrl::IRQ_HOLD`; the store is `SeqCst`: it comes before the next look at the ring).
     fn hold_irqs(&self, on: bool) {

@@ -12,12 +12,13 @@ use crate::nicmem::BarMem;
 use crate::selftest::TestNic;
 use crate::sys::blk::Lent;
 use crate::sys::irq::ThreadedIrq;
+use crate::sys::lock::IrqSpinLock;
 use crate::sys::pci::{self, BusMaster, Enabled, IoMem, PciDev, Regions};
 use crate::sys::work::{Jobs, Worked};
 use crate::tpz::iface::layout::{host_req, RECV_RING_ENTRIES};
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use kernel::prelude::*;
-use kernel::sync::{Arc, CondVar, SpinLock};
+use kernel::sync::{Arc, CondVar};
 
 const VENDOR_ID: u16 = 0x1af4;
 const DEVICE_ID: u16 = 0x1110;
@@ -68,12 +69,13 @@ pub(crate) struct Device {
 /// What the IRQ handler, the work item and the process-context paths share.
 #[pin_data]
 pub(crate) struct Shared {
-    /// Everything the receive path touches, under a spinlock: NetRPC continuations run
-    /// with it held (in the IRQ thread), so they cannot sleep. The disk is the runtime's
+    /// Everything the receive path touches, under a spinlock taken with interrupts off
+    /// (the receive path runs in the hard interrupt): NetRPC continuations run with it
+    /// held, so they cannot sleep. The disk is the runtime's
     /// client. The short work item ([`Dev`]) runs NetRPC's deferred continuations, the
     /// long one the GMS ticker (timeouts, heartbeats, failure detection).
     #[pin]
-    pub(crate) core: SpinLock<DiskCore>,
+    pub(crate) core: IrqSpinLock<DiskCore>,
     /// Notified when the receive path (or the ticker) took input: process-context waiters
     /// for call outcomes and GMS completions sleep on it with the core lock.
     #[pin]
@@ -205,7 +207,7 @@ impl PageBackend for GmsBackend {
 
 impl TestNic for Arc<Dev> {
     type Client = Option<KBox<gms_backend::DiskState>>;
-    fn core(&self) -> &SpinLock<DiskCore> {
+    fn core(&self) -> &IrqSpinLock<DiskCore> {
         &self.core
     }
     fn completed(&self) -> &CondVar {

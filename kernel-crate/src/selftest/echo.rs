@@ -46,7 +46,7 @@ pub(super) struct EchoState {
     /// continuation then returns `false` and is deferred to the work item.
     pub(super) busy: AtomicBool,
     pub(super) result: AtomicU32,
-    /// Where the continuation ran: 1 the receive path (IRQ thread), 2 the work item.
+    /// Where the continuation ran: 1 the receive path (the interrupt handler), 2 the work item.
     pub(super) ran_in: AtomicU32,
 }
 
@@ -177,8 +177,8 @@ pub(super) fn fill(frame: &DmaBuf, seq: u32, len: usize) -> Result {
     Ok(())
 }
 
-/// The nonblocking echo's continuation: runs from the receive path (IRQ thread, core
-/// spinlock held: must not sleep) or, deferred, from the work item. Returns `false` with
+/// The nonblocking echo's continuation: runs from the receive path (the interrupt
+/// handler, core spinlock held: must not sleep) or, deferred, from the work item. Returns `false` with
 /// no side effect while the issuing thread holds `echo.busy`.
 pub(super) fn echo_continuation(node: &mut Node, o: &Outcome<Frame>, arg: u64) -> bool {
     let host = &mut node.host;

@@ -3,14 +3,15 @@
 //! tests reach the device only through this narrow interface.
 
 use crate::net::stack::{Client, Core};
-use kernel::sync::{CondVar, SpinLock};
+use crate::sys::lock::IrqSpinLock;
+use kernel::sync::CondVar;
 
 /// A bound NIC as the self-tests see it.
 pub(crate) trait TestNic {
     /// The runtime's client (the disk), settled before a test issues GMS operations.
     type Client: Client;
     /// NetRPC and the GMS node, under the lock the receive path takes.
-    fn core(&self) -> &SpinLock<Core<Self::Client>>;
+    fn core(&self) -> &IrqSpinLock<Core<Self::Client>>;
     /// Notified when the receive path (or the ticker) took input.
     fn completed(&self) -> &CondVar;
     /// Tell the NIC that sends were posted.

@@ -3,7 +3,7 @@
 //!
 //! * `echo_peer=P`: NetRPC [`Echo`] calls to node P with a 4 KiB solicited reply payload:
 //!   a **blocking** call (retried until P is up), a **nonblocking** call whose continuation
-//!   runs from the receive path (the IRQ thread, core spinlock held), and a nonblocking
+//!   runs from the receive path (the interrupt handler, core spinlock held), and a nonblocking
 //!   call whose continuation finds its "lock" held, returns `false`, and is **deferred** to
 //!   the work item. Every reply is checked: body, length, payload byte for byte.
 //! * `gms_test_pages=N`: put N pages (8 KiB, a pattern per page) into the other members'
@@ -175,7 +175,8 @@ fn echo_nonblocking(nic: &impl TestNic, peer: u16, seq: u32, len: u32, defer: bo
         waited += 10;
     }
     let ran_in = ECHO.ran_in.load(Ordering::Relaxed);
-    let place = if ran_in == 2 { "the deferred-continuation work item" } else { "the receive path (IRQ thread)" };
+    let place =
+        if ran_in == 2 { "the deferred-continuation work item" } else { "the receive path (the interrupt handler)" };
     match echo() {
         1 => {
             STATS.echo_ok.inc();

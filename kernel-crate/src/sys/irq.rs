@@ -1,6 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! Interrupts: MSI-X vectors of a PCI function and a threaded handler on one of them.
 //!
+//! The handler first runs in the hard interrupt ([`ThreadedHandler::handle_hard`]:
+//! interrupts off, must not sleep), which does what is short and may leave the rest to
+//! the IRQ's kernel thread ([`ThreadedHandler::handle_irq`]).
+//!
 //! The handler is an [`Arc`] of a type implementing [`ThreadedHandler`]; the IRQ core
 //! holds one reference (as `dev_id`) from `request_threaded_irq` until `free_irq` has
 //! returned, which waits for a running handler, so the handler never outlives its data.
@@ -49,10 +53,23 @@ pub(crate) enum IrqReturn {
     Handled,
 }
 
-/// A handler run in the IRQ's kernel thread (process context: it may take mutexes).
+/// What the hard-interrupt half did.
+pub(crate) enum HardReturn {
+    /// All done: the thread does not run.
+    Handled,
+    /// The rest is the thread's ([`ThreadedHandler::handle_irq`]).
+    WakeThread,
+}
+
+/// A handler in two halves: the hard interrupt, then (if it asks) the IRQ's kernel thread.
 pub(crate) trait ThreadedHandler: Send + Sync + 'static {
-    /// Called once per interrupt (several raises may be merged into one call), with the
-    /// handler's `Arc` borrowed (a handler may clone it, e.g. to queue work).
+    /// Called in the hard interrupt (interrupts off, atomic: no sleeping, no mutex), with
+    /// the handler's `Arc` borrowed. The default leaves everything to the thread.
+    fn handle_hard(_this: ArcBorrow<'_, Self>) -> HardReturn {
+        HardReturn::WakeThread
+    }
+    /// Called in the IRQ's kernel thread (process context: it may take mutexes) after
+    /// [`Self::handle_hard`] asked for it; several interrupts may be merged into one call.
     fn handle_irq(this: ArcBorrow<'_, Self>) -> IrqReturn;
 }
 
@@ -77,8 +94,9 @@ unsafe impl<T: ThreadedHandler> Send for ThreadedIrq<T> {}
 unsafe impl<T: ThreadedHandler> Sync for ThreadedIrq<T> {}
 
 impl<T: ThreadedHandler> ThreadedIrq<T> {
-    /// Request vector `index` of `vectors` with `handler` run in a thread
-    /// (`request_threaded_irq` with the default primary handler and `IRQF_ONESHOT`).
+    /// Request vector `index` of `vectors` with `handler`'s two halves
+    /// (`request_threaded_irq` with `IRQF_ONESHOT`: the vector stays masked while the
+    /// thread runs).
     /// On failure the vectors are freed.
     pub(crate) fn request(vectors: IrqVectors, index: u32, name: &'static CStr, handler: Arc<T>) -> Result<Self> {
         if index >= vectors.count {
@@ -90,13 +108,14 @@ impl<T: ThreadedHandler> ThreadedIrq<T> {
             return Err(Error::from_errno(irq));
         }
         let cookie = handler.into_foreign();
-        // SAFETY: `thread_fn::<T>` matches `irq_handler_t` and only borrows the cookie;
+        // SAFETY: `hard_fn::<T>` and `thread_fn::<T>` match `irq_handler_t` and only borrow
+        // the cookie;
         // `name` is static (the IRQ core keeps the pointer); the cookie stays valid until
         // `free_irq` (in `Drop`, or below on failure).
         let ret = unsafe {
             bindings::request_threaded_irq(
                 irq as u32,
-                None,
+                Some(hard_fn::<T>),
                 Some(thread_fn::<T>),
                 bindings::IRQF_ONESHOT as _,
                 name.as_char_ptr(),
@@ -127,6 +146,23 @@ impl<T: ThreadedHandler> Drop for ThreadedIrq<T> {
         // SAFETY: the IRQ core no longer holds the cookie; it came from `into_foreign` and
         // is taken back exactly once.
         drop(unsafe { Arc::<T>::from_foreign(self.cookie) });
+    }
+}
+
+/// The C primary handler: borrow the handler and run its hard half.
+///
+/// # Safety
+///
+/// Called by the IRQ core only, with the `dev_id` registered by [`ThreadedIrq::request`].
+unsafe extern "C" fn hard_fn<T: ThreadedHandler>(
+    _irq: kernel::ffi::c_int,
+    dev_id: *mut c_void,
+) -> bindings::irqreturn_t {
+    // SAFETY: as in `thread_fn`: the cookie outlives every call (`free_irq` waits).
+    let handler = unsafe { Arc::<T>::borrow(dev_id) };
+    match T::handle_hard(handler) {
+        HardReturn::Handled => bindings::irqreturn_IRQ_HANDLED,
+        HardReturn::WakeThread => bindings::irqreturn_IRQ_WAKE_THREAD,
     }
 }
 

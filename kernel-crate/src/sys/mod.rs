@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! The driver's thin `unsafe` shell over the kernel's C API, for what 6.12 has no Rust
-//! abstraction of: PCI drivers and resources ([`pci`]), MSI-X vectors and threaded IRQs
+//! abstraction of: PCI drivers and resources ([`pci`]), MSI-X vectors and two-half IRQs
 //! ([`irq`]), coherent DMA buffers ([`dma`]), module parameters ([`param`]), the blk-mq
-//! disk ([`blk`]), work items ([`work`]), heap copies of `const` values ([`boxed`]), and
-//! two plain calls (`msleep`, `get_random_bytes`).
+//! disk and its pages lent for DMA ([`blk`]), work items ([`work`]), an interrupt-safe
+//! spinlock ([`lock`]), heap copies of `const` values ([`boxed`]), and two plain calls
+//! (`msleep`, `get_random_bytes`).
 //!
 //! The only module where `unsafe` code is allowed (the crate root denies it elsewhere).
 //! A leaf: it uses `kernel` and its own files, never the driver above it — what it serves
@@ -20,6 +21,7 @@ pub(crate) mod blk;
 pub(crate) mod boxed;
 pub(crate) mod dma;
 pub(crate) mod irq;
+pub(crate) mod lock;
 pub(crate) mod param;
 pub(crate) mod pci;
 pub(crate) mod work;
