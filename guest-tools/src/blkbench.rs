@@ -7,6 +7,7 @@
 //! Latencies are wall-clock times of single `pread` calls; verification happens outside
 //! the timed calls.
 
+use crate::cputime;
 use std::fmt::Write as _;
 use std::fs::File;
 use std::io::{Seek, SeekFrom};
@@ -61,6 +62,10 @@ pub struct Report {
     pub rand4k_mean_us: f64,
     pub seq_block_kib: usize,
     pub seq_mb_s: f64,
+    /// Kernel CPU time per page of the pattern write and of the sequential reads (all
+    /// CPUs' system and interrupt time, [`cputime`]; `None` without `/proc/stat`).
+    pub write_kernel_us_per_page: Option<f64>,
+    pub seq_kernel_us_per_page: Option<f64>,
     pub pages_verified: u64,
 }
 
@@ -91,15 +96,23 @@ impl Report {
         let _ = write!(
             s,
             "\"rand4k_reads\":{},\"rand4k_p50_us\":{:.1},\"rand4k_p99_us\":{:.1},\"rand4k_mean_us\":{:.1},\
-             \"seq_block_kib\":{},\"seq_mb_s\":{:.1},\"pages_verified\":{}}}",
-            self.reads,
-            self.rand4k_p50_us,
-            self.rand4k_p99_us,
-            self.rand4k_mean_us,
-            self.seq_block_kib,
-            self.seq_mb_s,
-            self.pages_verified
+             \"seq_block_kib\":{},\"seq_mb_s\":{:.1},",
+            self.reads, self.rand4k_p50_us, self.rand4k_p99_us, self.rand4k_mean_us, self.seq_block_kib, self.seq_mb_s,
         );
+        for (k, v) in [
+            ("write_kernel_us_per_page", self.write_kernel_us_per_page),
+            ("seq_kernel_us_per_page", self.seq_kernel_us_per_page),
+        ] {
+            match v {
+                Some(v) => {
+                    let _ = write!(s, "\"{k}\":{v:.2},");
+                }
+                None => {
+                    let _ = write!(s, "\"{k}\":null,");
+                }
+            }
+        }
+        let _ = write!(s, "\"pages_verified\":{}}}", self.pages_verified);
         s
     }
 }
@@ -270,7 +283,9 @@ pub fn run(f: &mut File, device: &str, c: &Config) -> Result<Report, String> {
     let pages_per_block = (c.seq_block_bytes / PAGE) as u64;
 
     // Write the pattern (timed as a whole, then synced).
+    let mut write_kernel_us_per_page = None;
     let write_mb_s = if c.write {
+        let k0 = cputime::kernel_time();
         let t = Instant::now();
         let mut off = 0u64;
         while off < bytes {
@@ -283,7 +298,9 @@ pub fn run(f: &mut File, device: &str, c: &Config) -> Result<Report, String> {
             off += len as u64;
         }
         f.sync_all().map_err(|e| format!("fsync after writing the pattern: {e}"))?;
-        Some(mb_s(bytes, t.elapsed()))
+        let elapsed = t.elapsed();
+        write_kernel_us_per_page = cputime::us_per_page(k0, cputime::kernel_time(), pages);
+        Some(mb_s(bytes, elapsed))
     } else {
         None
     };
@@ -325,6 +342,7 @@ pub fn run(f: &mut File, device: &str, c: &Config) -> Result<Report, String> {
     let mut seq_time = Duration::ZERO;
     let mut seq_bytes = 0u64;
     let mut b = 0u64;
+    let k0 = cputime::kernel_time();
     while (b + 1) * pages_per_block <= pages {
         seq_time += read_full(f, block.as_mut_slice(), b * c.seq_block_bytes as u64)?;
         for (k, p) in block.as_slice().chunks_exact(PAGE).enumerate() {
@@ -333,6 +351,7 @@ pub fn run(f: &mut File, device: &str, c: &Config) -> Result<Report, String> {
         seq_bytes += c.seq_block_bytes as u64;
         b += 1;
     }
+    let seq_kernel_us_per_page = cputime::us_per_page(k0, cputime::kernel_time(), seq_bytes / PAGE as u64);
 
     Ok(Report {
         name: c.name.clone(),
@@ -348,6 +367,8 @@ pub fn run(f: &mut File, device: &str, c: &Config) -> Result<Report, String> {
         rand4k_mean_us: us(mean),
         seq_block_kib: c.seq_block_bytes / 1024,
         seq_mb_s: mb_s(seq_bytes, seq_time),
+        write_kernel_us_per_page,
+        seq_kernel_us_per_page,
         pages_verified: verified,
     })
 }
@@ -465,6 +486,8 @@ mod tests {
             rand4k_mean_us: 1.5,
             seq_block_kib: 256,
             seq_mb_s: 100.0,
+            write_kernel_us_per_page: None,
+            seq_kernel_us_per_page: Some(12.345),
             pages_verified: 9,
         };
         let j = r.json();
@@ -473,6 +496,7 @@ mod tests {
         assert!(
             j.contains("\"write_mb_s\":null,")
                 && j.contains("\"rand4k_p50_us\":1.2")
+                && j.contains("\"write_kernel_us_per_page\":null,\"seq_kernel_us_per_page\":12.35,")
                 && j.ends_with("\"pages_verified\":9}")
         );
     }

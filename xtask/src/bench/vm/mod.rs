@@ -54,7 +54,8 @@ const NBD_PROGRAMS: [&str; 2] = ["/usr/sbin/nbd-client", "/usr/bin/nbd-server"];
 #[derive(clap::Args)]
 pub struct VmBenchArgs {
     /// One JSON object per device row (device, rand4k_p50_us, rand4k_p99_us, seq_mb_s,
-    /// write_mb_s, bytes, reads, file_stream_mb_s, file_mmap_mb_s, swap_secs, …), then a
+    /// write_mb_s, seq_kernel_us_per_page and write_kernel_us_per_page (guest 0's kernel
+    /// CPU per page), bytes, reads, file_stream_mb_s, file_mmap_mb_s, swap_secs, …), then a
     /// summary object with the gms/nbd ratios (gms_over_nbd: rand4k_p50, rand4k_p99,
     /// seq_mb_s, swap_time, file_stream_mb_s, file_mmap_mb_s).
     #[arg(long)]

@@ -19,6 +19,10 @@ pub(super) struct Row {
     pub p99_us: f64,
     pub seq_mb_s: f64,
     pub write_mb_s: Option<f64>,
+    /// Guest 0's kernel CPU time per page of the sequential reads and of the pattern
+    /// write (µs; system and interrupt time, none of the tool's own).
+    pub seq_kernel_us_per_page: Option<f64>,
+    pub write_kernel_us_per_page: Option<f64>,
     pub pages_verified: u64,
     /// Per-round (p50, p99, seq MB/s) when this row is the median of several rounds.
     pub per_round: Vec<(f64, f64, f64)>,
@@ -37,6 +41,8 @@ impl Row {
             p99_us: f("rand4k_p99_us")?,
             seq_mb_s: f("seq_mb_s")?,
             write_mb_s: v["write_mb_s"].as_f64(),
+            seq_kernel_us_per_page: v["seq_kernel_us_per_page"].as_f64(),
+            write_kernel_us_per_page: v["write_kernel_us_per_page"].as_f64(),
             pages_verified: u("pages_verified")?,
             per_round: Vec::new(),
         })
@@ -46,6 +52,8 @@ impl Row {
             "device": self.device, "path": self.path, "bytes": self.bytes, "reads": self.reads,
             "rand4k_p50_us": round_to(self.p50_us, 1), "rand4k_p99_us": round_to(self.p99_us, 1),
             "seq_mb_s": round_to(self.seq_mb_s, 1), "write_mb_s": self.write_mb_s.map(|w| round_to(w, 1)),
+            "seq_kernel_us_per_page": self.seq_kernel_us_per_page.map(|v| round_to(v, 2)),
+            "write_kernel_us_per_page": self.write_kernel_us_per_page.map(|v| round_to(v, 2)),
             "pages_verified": self.pages_verified,
             "rounds": self.per_round.len(),
             "per_round": self.per_round.iter().map(|r| json!({"rand4k_p50_us": r.0, "rand4k_p99_us": r.1, "seq_mb_s": r.2})).collect::<Vec<_>>(),
@@ -53,12 +61,11 @@ impl Row {
     }
 
     /// The median over rounds of one device (its rows, in order): p50, p99 and sequential
-    /// bandwidth each the median of the rounds' figures; the write bandwidth of the round
-    /// that wrote; pages verified summed.
+    /// bandwidth (and its kernel CPU per page) each the median of the rounds' figures; the
+    /// write bandwidth and its CPU of the round that wrote; pages verified summed.
     pub(super) fn median_of(rows: &[Row]) -> Option<Row> {
         let first = rows.first()?;
-        let median = |f: fn(&Row) -> f64| {
-            let mut v: Vec<f64> = rows.iter().map(f).collect();
+        let mid = |mut v: Vec<f64>| {
             v.sort_by(f64::total_cmp);
             let n = v.len();
             if n % 2 == 1 {
@@ -67,11 +74,15 @@ impl Row {
                 (v[n / 2 - 1] + v[n / 2]) / 2.0
             }
         };
+        let median = |f: fn(&Row) -> f64| mid(rows.iter().map(f).collect());
+        let seq_cpu: Vec<f64> = rows.iter().filter_map(|r| r.seq_kernel_us_per_page).collect();
         Some(Row {
             p50_us: median(|r| r.p50_us),
             p99_us: median(|r| r.p99_us),
             seq_mb_s: median(|r| r.seq_mb_s),
             write_mb_s: rows.iter().find_map(|r| r.write_mb_s),
+            seq_kernel_us_per_page: (!seq_cpu.is_empty()).then(|| mid(seq_cpu)),
+            write_kernel_us_per_page: rows.iter().find_map(|r| r.write_kernel_us_per_page),
             pages_verified: rows.iter().map(|r| r.pages_verified).sum(),
             per_round: rows.iter().map(|r| (r.p50_us, r.p99_us, r.seq_mb_s)).collect(),
             ..first.clone()
@@ -172,7 +183,7 @@ pub(super) fn print_table(
 mod tests {
     use super::*;
 
-    const LINE: &str = r#"{"tool":"trapeze-blkbench","name":"nbd","device":"/dev/nbd0","bytes":67108864,"write_mb_s":12.5,"rand4k_reads":2000,"rand4k_p50_us":410.2,"rand4k_p99_us":1900.0,"rand4k_mean_us":500.0,"seq_block_kib":256,"seq_mb_s":35.5,"pages_verified":18384}"#;
+    const LINE: &str = r#"{"tool":"trapeze-blkbench","name":"nbd","device":"/dev/nbd0","bytes":67108864,"write_mb_s":12.5,"rand4k_reads":2000,"rand4k_p50_us":410.2,"rand4k_p99_us":1900.0,"rand4k_mean_us":500.0,"seq_block_kib":256,"seq_mb_s":35.5,"write_kernel_us_per_page":null,"seq_kernel_us_per_page":41.5,"pages_verified":18384}"#;
 
     #[test]
     fn console_results_and_notes_are_found() {
@@ -185,6 +196,7 @@ mod tests {
         let r = rows.into_iter().next().unwrap().unwrap();
         assert_eq!((r.device.as_str(), r.bytes, r.reads), ("nbd", 64 << 20, 2000));
         assert_eq!((r.p50_us, r.p99_us, r.seq_mb_s, r.write_mb_s), (410.2, 1900.0, 35.5, Some(12.5)));
+        assert_eq!((r.seq_kernel_us_per_page, r.write_kernel_us_per_page), (Some(41.5), None));
         assert_eq!(notes.len(), 2);
         assert!(notes[1].starts_with("gms: /dev/gms0 does not exist"));
         let (bad, _) = parse_console("trapeze-bench: result {\"name\":\"nbd\"}\n");
