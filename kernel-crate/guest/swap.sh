@@ -34,8 +34,7 @@ k=${trapeze_guest:-0}
 ko=/lib/modules/trapeze.ko
 members=0,1,2
 fail_ms=10000
-# 56 MiB of swap; the two servers hold it with 1/7 to spare (8192 pages each, the most a
-# member stores: net::HELD).
+# 56 MiB of swap; the two servers hold it with 1/7 to spare (8192 pages each).
 disk_pages=14336
 server_budget=8192
 # MemAvailable left to A's workload once the ramfs pins the rest; the workload's multiple

@@ -88,8 +88,11 @@ const SECTORS_PER_PAGE: u64 = (PAGE_BYTES / 512) as u64;
 const MAX_REQUEST_BYTES: u32 = 256 * 1024;
 /// Requests in flight at once.
 const QUEUE_DEPTH: u32 = 64;
-/// Largest disk `gms_disk_mb` may ask for.
+/// Largest disk `gms_disk_mb` may ask for (the RAM backend holds it in this node).
 pub(crate) const MAX_DISK_MB: u64 = 1024;
+/// Largest disk on GMS (`gms_disk_pages`): 64 GiB, held by the cluster's budgets; this
+/// node keeps ~10 bytes of version and holder per page and replica.
+pub(crate) const MAX_GMS_DISK_MB: u64 = 64 * 1024;
 
 /// One 4 KiB page of a request, handed to a [`PageBackend`] (see the module docs for the
 /// contract). Dropping it without [`PageIo::complete`] fails the page.
@@ -274,7 +277,7 @@ pub(crate) struct GmsDisk {
 impl GmsDisk {
     /// Add `/dev/gms0` with `pages` 4 KiB pages served by `backend` (process context).
     pub(crate) fn new(pages: u64, backend: Arc<dyn PageBackend>) -> Result<Self> {
-        if pages == 0 || pages > MAX_DISK_MB * 1024 * 1024 / PAGE_BYTES as u64 {
+        if pages == 0 || pages > MAX_GMS_DISK_MB.max(MAX_DISK_MB) * 1024 * 1024 / PAGE_BYTES as u64 {
             return Err(EINVAL);
         }
         let timeout_ms = match TIMEOUT_MS.get() {

@@ -207,8 +207,7 @@ fn endpoint(nic: BarMem, node: u16, pool: &net::Pool) -> Result<KBox<Endpoint<Ba
     Ok(KBox::new(Endpoint::init(nic, &cfg, seed, |i| net::KPort::slot_segment(pool, i)), GFP_KERNEL)?)
 }
 
-/// `n` coherent DMA frames (one `dma_alloc_attrs` of 8 KiB each: order-1 pages, no large
-/// contiguous block); the vector itself from allocator `A` (`KVVec` for the pool of
+/// `n` coherent DMA frames (one `dma_alloc_attrs` of a page each: no contiguous block); the vector itself from allocator `A` (`KVVec` for the pool of
 /// thousands of frames).
 fn alloc_frames<A: kernel::alloc::Allocator>(pdev: &PciDev, n: usize) -> Result<kernel::alloc::Vec<DmaBuf, A>> {
     let mut v = kernel::alloc::Vec::with_capacity(n, GFP_KERNEL)?;

@@ -2,7 +2,7 @@
 //! NetRPC and the GMS node inside the kernel: the runtime that moves `netrpc` messages
 //! through the endpoint, over a pool of coherent DMA frames, with GMS as NetRPC's context.
 //!
-//! Frames are indices into a pool of 8 KiB coherent DMA buffers, or block request pages
+//! Frames are indices into a pool of 4 KiB coherent DMA buffers, or block request pages
 //! lent to the NIC ([`pool`]); the shared runtime's port ([`KPort`], `runtime/src/port.rs`, the same code as user space's) keeps
 //! them: one attached to each receive slot and swapped out for an unsolicited payload, a
 //! caller frame armed in the IPT for a solicited reply, frames waiting in limbo for the
@@ -36,10 +36,12 @@ use crate::tpz::runtime::port::{Port, SetupError, RPC_COOKIE};
 use crate::tpz::runtime::{FrameMem, Storage};
 use kernel::prelude::*;
 
-/// A frame: index into [`KHost::pool`].
-pub(crate) type Frame = u16;
-/// Bytes in every frame (the MTU: a payload always fits one frame; a GMS page).
-pub(crate) const FRAME_BYTES: usize = 8192;
+/// A frame: index into the pool ([`pool::Pool`]), or a lent request page.
+pub(crate) type Frame = u32;
+/// Bytes in every frame: a GMS page, and the MTU (a payload always fits one frame; a
+/// longer one is refused by the NIC). One page: a page a node stores for others costs
+/// that page and no more.
+pub(crate) const FRAME_BYTES: usize = 4096;
 /// GMS capacities fixed at build time: members, client operations, background tasks,
 /// queued notifications. The tables that grow with memory — pages held and directory
 /// entries — are sized at load from `gms_budget_pages=` and `gms_dir_pages=`

@@ -13,7 +13,7 @@ pub(crate) fn check() -> Result {
     in_range("node", NODE.get(), -1, i64::from(crate::tpz::gms::directory::NO_SITE) - 1)?;
     in_range("gms_budget_pages", GMS_BUDGET_PAGES.get(), 0, MAX_BUDGET_PAGES as i64)?;
     in_range("gms_dir_pages", GMS_DIR_PAGES.get(), 0, MAX_DIR_PAGES as i64)?;
-    let max_disk_pages = crate::blk::MAX_DISK_MB * 1024 * 1024 / crate::blk::PAGE_BYTES as u64;
+    let max_disk_pages = crate::blk::MAX_GMS_DISK_MB * 1024 * 1024 / crate::blk::PAGE_BYTES as u64;
     in_range("gms_disk_pages", GMS_DISK_PAGES.get(), 0, max_disk_pages as i64)?;
     in_range("gms_disk_readahead", GMS_DISK_READAHEAD.get(), 0, i64::from(crate::gms_backend::MAX_READAHEAD))?;
     in_range("gms_replicas", GMS_REPLICAS.get(), 0, i64::from(MAX_REPLICAS))?;
@@ -21,9 +21,9 @@ pub(crate) fn check() -> Result {
     gms_fail_ms().map(|_| ())
 }
 
-/// Most pages a node stores for others: its frame pool (receive ring, spares and budget)
-/// is indexed by a 16-bit frame number (`shared` checks that they fit).
-pub(crate) const MAX_BUDGET_PAGES: usize = 65_000;
+/// Most pages a node stores for others: 1 GiB (each in a page of its own; the frame pool
+/// is the receive ring, the spares and the budget, `shared` checks that they fit).
+pub(crate) const MAX_BUDGET_PAGES: usize = 262_144;
 /// Most pages a node can be the directory node for (about 72 MiB of table).
 pub(crate) const MAX_DIR_PAGES: usize = 1 << 20;
 
@@ -120,7 +120,10 @@ modinfo!(PARM_NODE, "parm=node:this node's id on the link (default -1: the id th
 modinfo!(PARMTYPE_GMS_NODES, "parmtype=gms_nodes:charp\0");
 modinfo!(PARM_GMS_NODES, "parm=gms_nodes:GMS members, comma-separated node ids (default: no GMS node)\0");
 modinfo!(PARMTYPE_GMS_BUDGET, "parmtype=gms_budget_pages:int\0");
-modinfo!(PARM_GMS_BUDGET, "parm=gms_budget_pages:pages this node stores for others (default 256, at most 65000)\0");
+modinfo!(
+    PARM_GMS_BUDGET,
+    "parm=gms_budget_pages:pages this node stores for others (default 256, at most 262144 = 1 GiB)\0"
+);
 modinfo!(PARMTYPE_GMS_DIR, "parmtype=gms_dir_pages:int\0");
 modinfo!(
     PARM_GMS_DIR,
@@ -129,7 +132,7 @@ modinfo!(
 modinfo!(PARMTYPE_GMS_DISK_PAGES, "parmtype=gms_disk_pages:int\0");
 modinfo!(
     PARM_GMS_DISK_PAGES,
-    "parm=gms_disk_pages:if > 0, /dev/gms0 with that many 4 KiB pages on GMS (default 0, at most 262144)\0"
+    "parm=gms_disk_pages:if > 0, /dev/gms0 with that many 4 KiB pages on GMS (default 0, at most 16777216 = 64 GiB)\0"
 );
 modinfo!(PARMTYPE_GMS_DISK_RA, "parmtype=gms_disk_readahead:int\0");
 modinfo!(PARM_GMS_DISK_RA, "parm=gms_disk_readahead:pages /dev/gms0 on GMS reads ahead (default 0, at most 32)\0");

@@ -47,7 +47,7 @@ pub(crate) struct Pool {
 impl Pool {
     /// `bufs` as frames `0..bufs.len()` (at most [`LENT_BASE`]) of `dev`'s port.
     pub(crate) fn new(bufs: KVVec<DmaBuf>, dev: &PciDev) -> Result<Pool> {
-        if bufs.len() > usize::from(LENT_BASE) {
+        if bufs.len() > LENT_BASE as usize {
             return Err(EINVAL);
         }
         let mut lends = KVec::with_capacity(LEND_SLOTS, GFP_KERNEL)?;
@@ -59,7 +59,7 @@ impl Pool {
 
     /// Frame `f`'s buffer (`None` for a lent page).
     pub(crate) fn buf(&self, f: Frame) -> Option<&DmaBuf> {
-        self.bufs.get(usize::from(f))
+        self.bufs.get(f as usize)
     }
 
     /// The device pages are lent to.
@@ -68,7 +68,7 @@ impl Pool {
     }
 
     fn slot(f: Frame) -> Option<usize> {
-        f.checked_sub(LENT_BASE).map(usize::from)
+        f.checked_sub(LENT_BASE).map(|i| i as usize)
     }
 
     /// Whether `f` is a lent page.

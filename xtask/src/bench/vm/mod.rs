@@ -64,8 +64,8 @@ pub struct VmBenchArgs {
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(2..=8))]
     guests: u16,
     /// Size of both disks in MiB (the GMS disk's gms_disk_pages / 256 and the NBD
-    /// export). GMS members store 8192 pages each at most: the servers (guests - 1) must
-    /// hold the disk with a quarter to spare, so up to 51 MiB with 3 guests. The swap
+    /// export). The servers (guests - 1) hold the disk with a quarter to spare, in their
+    /// RAM (--mem; a member stores 1 GiB at most) beside the NBD export's tmpfs. The swap
     /// workload and the initramfs's ~20 MiB of files (tmpfs pages: they swap out too)
     /// must fit in it.
     #[arg(long, default_value_t = 48, value_parser = clap::value_parser!(u32).range(1..=1024))]

@@ -17,7 +17,7 @@ pub(super) fn module_params(ko: &[u8]) -> Vec<String> {
 
 /// Pages one GMS member stores for others at most (`gms_budget_pages`, params.rs
 /// `MAX_BUDGET_PAGES`).
-const MAX_BUDGET_PAGES: u64 = 65_000;
+const MAX_BUDGET_PAGES: u64 = 262_144;
 /// `gms_fail_ms` for every guest of the bench (the module's default is 3000): TCG guests
 /// on a loaded 2-core host can go silent for seconds, and a server declared failed
 /// mid-run would turn its pages into errors. `cargo xtask vm suite` keeps the default
