@@ -157,9 +157,9 @@ mod tests {
         let args = gms_args(&gms, 3, 32, 32, &[]).unwrap();
         assert_eq!(args[0], "node=0 gms_nodes=0,1,2 gms_disk_pages=8192");
         assert_eq!(args[1], "node=1 gms_nodes=0,1,2 gms_budget_pages=5120");
-        let why = gms_args(&gms, 3, 420, 0, &[]).unwrap_err();
-        assert!(why.contains("needs 67200 pages") && why.contains("--disk-mb 406"), "{why}");
-        assert!(gms_args(&gms, 4, 420, 0, &[]).is_ok(), "three servers hold 420 MiB");
+        let why = gms_args(&gms, 3, 1700, 0, &[]).unwrap_err();
+        assert!(why.contains("needs 272000 pages") && why.contains("--disk-mb 1638"), "{why}");
+        assert!(gms_args(&gms, 4, 1700, 0, &[]).is_ok(), "three servers hold 1700 MiB");
         // Read-ahead goes to guest 0 only, when the module has the parameter and the user
         // did not set it.
         let ra: Vec<String> = ["node", "gms_disk_pages", "gms_nodes", "gms_budget_pages", "gms_disk_readahead"]
