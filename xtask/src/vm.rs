@@ -36,6 +36,7 @@
 //! of runs whose xtask is gone (and anything such a run left behind).
 
 pub mod bench_guests;
+mod big_disk;
 mod blk_test;
 mod cluster;
 mod gmsd_test;
@@ -93,6 +94,14 @@ pub enum VmCmd {
     /// page verified; zero page errors, no I/O error/OOM/oops in dmesg, clean swapoff and
     /// rmmod. Waits at least 420 s for the power-off. Exit status 0 or 1.
     Swap(swap::SwapArgs),
+    /// A 512 MiB /dev/gms0 held by two servers with 320 MiB budgets: every page verified.
+    ///
+    /// Build trapeze.ko and trapeze-blkbench (guest-tools/) and run three guests
+    /// (`kernel-crate/guest/bigdisk.sh`) with at least 576 MiB of RAM: guest 0 writes a
+    /// pattern over its whole /dev/gms0 (one copy of each page) and reads it all back,
+    /// every page checked; zero page errors, dmesg quiet, clean rmmod. Waits at least
+    /// 600 s for the power-off. Exit status 0 or 1.
+    BigDisk(big_disk::BigDiskArgs),
     /// A host gmsd in a guest's GMS cluster: the guest's /dev/gms0 pages stored on it.
     ///
     /// Build trapeze.ko and gmsd: one guest (node 0) and a host `gmsd` (node 1) on the
@@ -116,6 +125,7 @@ pub fn run(cmd: VmCmd) -> anyhow::Result<()> {
         VmCmd::BlkTest(a) => blk_test::run(a),
         VmCmd::Suite(a) => suite::run(a),
         VmCmd::Swap(a) => swap::run(a),
+        VmCmd::BigDisk(a) => big_disk::run(a),
         VmCmd::GmsdTest(a) => gmsd_test::run(a),
         VmCmd::Run(a) => run::run(a),
     }

@@ -32,10 +32,20 @@ pub(crate) fn gms_budget_pages() -> usize {
     usize::try_from(GMS_BUDGET_PAGES.get()).unwrap_or(0)
 }
 
-/// `gms_dir_pages=`, checked by [`check`]; 0 (default): twice the budget, at least 16384.
+/// `gms_dir_pages=`, checked by [`check`]; 0 (default): twice the budget, and at least
+/// this node's own disk (its pages times its copies: the directory entries of its pages
+/// spread over the members, and this node may be the directory of any of them), at least
+/// 16384, at most [`MAX_DIR_PAGES`].
 pub(crate) fn gms_dir_pages() -> usize {
     match usize::try_from(GMS_DIR_PAGES.get()).unwrap_or(0) {
-        0 => (2 * gms_budget_pages()).max(16_384),
+        0 => {
+            let disk = usize::try_from(GMS_DISK_PAGES.get()).unwrap_or(0);
+            let copies = match usize::try_from(GMS_REPLICAS.get()).unwrap_or(0) {
+                0 => 2,
+                r => r,
+            };
+            (2 * gms_budget_pages()).max(16_384).max(disk.saturating_mul(copies).min(MAX_DIR_PAGES))
+        }
         n => n,
     }
 }
@@ -84,7 +94,8 @@ pub(super) static GMS_NODES: StrParam = StrParam::new();
 /// `gms_budget_pages=`: pages this node stores for others (its memory budget).
 pub(super) static GMS_BUDGET_PAGES: IntParam = IntParam::new(256);
 /// `gms_dir_pages=`: pages this node can be the directory node for (live entries and
-/// tombstones; 0: twice the budget, at least 16384).
+/// tombstones; 0: twice the budget, at least the disk's pages times its copies, at least
+/// 16384).
 pub(super) static GMS_DIR_PAGES: IntParam = IntParam::new(0);
 /// `gms_disk_pages=`: if > 0 (and `gms_nodes=` lists another member), `/dev/gms0` with
 /// that many 4 KiB pages on the GMS backend (needs `gms_disk_mb=0`: one disk per module).
@@ -127,7 +138,7 @@ modinfo!(
 modinfo!(PARMTYPE_GMS_DIR, "parmtype=gms_dir_pages:int\0");
 modinfo!(
     PARM_GMS_DIR,
-    "parm=gms_dir_pages:pages this node can direct (default 0: twice the budget, at least 16384; at most 1048576)\0"
+    "parm=gms_dir_pages:pages this node can direct (default 0: twice the budget, at least the disk's pages times its copies and 16384; at most 1048576)\0"
 );
 modinfo!(PARMTYPE_GMS_DISK_PAGES, "parmtype=gms_disk_pages:int\0");
 modinfo!(

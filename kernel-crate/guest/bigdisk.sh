@@ -1,0 +1,89 @@
+#!/bin/sh
+# SPDX-License-Identifier: GPL-2.0-only
+# kernel-crate/guest/bigdisk.sh — a large /dev/gms0, `cargo xtask vm big-disk` (a stage of
+# `cargo xtask test`). Three guests, GMS members 0,1,2, with gms_fail_ms=10000:
+#
+# * B (guest 1) and C (guest 2) are servers with budgets of $server_budget pages each
+#   (320 MiB: 256 MiB and a quarter to spare, in page-sized frames). Each unloads once it
+#   has declared A failed (A unloaded), bounded.
+# * A (guest 0) loads trapeze.ko with a $disk_mb MiB /dev/gms0 on the GMS backend, one copy
+#   of each page (so B and C hold half each), and runs trapeze-blkbench over all of it:
+#   a seeded pattern written to every page with O_DIRECT, random 4 KiB reads and one
+#   sequential read of the whole device, every page read checked against the pattern.
+#   Checks: the bench exits 0 with every page verified; the servers stored pages (the
+#   disk's counters); no page error or timeout; dmesg quiet; `rmmod` clean with 0 errors.
+# Lines for the host start with "trapeze-big:"; checks print PASS or FAIL, and the total
+# "N passed, M failed". Every wait is bounded.
+
+say() { echo "trapeze-big: $*"; }
+k=${trapeze_guest:-0}
+ko=/lib/modules/trapeze.ko
+members=0,1,2
+fail_ms=10000
+disk_mb=512
+disk_pages=$((disk_mb * 256))
+server_budget=81920
+dev=/dev/gms0
+passes=0
+fails=0
+pass() { say "PASS $*"; passes=$((passes + 1)); }
+fail() { say "FAIL $*"; fails=$((fails + 1)); }
+check() { what=$1; shift; if "$@"; then pass "$what"; else fail "$what"; fi; }
+stat_of() { v=$(sed -n "s/^$1: //p" /sys/module/trapeze/parameters/gms_disk_stats 2>/dev/null); echo "${v:-0}"; }
+TROUBLE='I/O error|Out of memory|oom-kill|Killed process|blocked for more than|Oops|BUG:|WARNING:|Call Trace'
+finish() { say "$passes passed, $fails failed"; }
+
+if [ "$k" != 0 ]; then
+    insmod "$ko" node="$k" gms_nodes="$members" gms_budget_pages="$server_budget" gms_fail_ms="$fail_ms" ||
+        { say "insmod failed"; exit 1; }
+    say "node $k: serving, budget $server_budget pages ($((server_budget / 256)) MiB)"
+    t=0
+    while ! dmesg | grep -q "gms: node 0 silent" && [ "$t" -lt 6000 ]; do sleep 0.1; t=$((t + 1)); done
+    say "node $k: node 0 gone after $((t / 10)) s; $(grep -E 'MemTotal|MemFree' /proc/meminfo | tr -s ' \n' ' ')"
+    rmmod trapeze || { say "rmmod failed"; exit 1; }
+    say "node $k: rmmod trapeze done"
+    exit 0
+fi
+
+insmod "$ko" node=0 gms_nodes="$members" gms_fail_ms="$fail_ms" gms_disk_pages="$disk_pages" gms_replicas=1 ||
+    { say "FAIL insmod"; say "0 passed, 1 failed"; exit 1; }
+check "module loaded, $dev on GMS: $disk_mb MiB ($disk_pages pages), one copy each" [ -b "$dev" ]
+[ -b "$dev" ] || { finish; rmmod trapeze; exit 1; }
+check "$dev is $disk_mb MiB" [ "$(blockdev --getsize64 "$dev")" = $((disk_mb << 20)) ]
+
+head -c 8192 /dev/urandom > /tmp/w
+up=no
+t=0
+while [ "$t" -lt 90 ]; do
+    if dd if=/tmp/w of="$dev" bs=4096 seek=$((disk_pages - 2)) count=2 oflag=direct 2>/dev/null; then up=yes; break; fi
+    sleep 1
+    t=$((t + 1))
+done
+check "servers B and C store pages (after $t s)" [ "$up" = yes ]
+
+t0=$(date +%s)
+trapeze-blkbench --name big --write --reads 1000 --seed 7 "$dev" > /tmp/bench.out 2>&1
+rc=$?
+secs=$(($(date +%s) - t0))
+sed 's/^/trapeze-big: | /' /tmp/bench.out
+verified=$(sed -n 's/.*"pages_verified":\([0-9]*\).*/\1/p' /tmp/bench.out)
+all_verified() { [ "$rc" = 0 ] && [ "${verified:-0}" -ge "$disk_pages" ]; }
+check "every page written and read back as written: exit status $rc, ${verified:-no} pages verified (in $secs s)" \
+    all_verified
+written=$(stat_of pages_written)
+check "pages stored on the servers ($written written)" [ "$written" -ge "$disk_pages" ]
+no_errors() { [ "$(stat_of page_errors)" = 0 ] && [ "$(stat_of timeouts)" = 0 ]; }
+check "no page errors or timeouts on $dev (page_errors $(stat_of page_errors), timeouts $(stat_of timeouts))" no_errors
+
+dmesg | grep -E "$TROUBLE" > /tmp/trouble
+check "dmesg: no I/O error, OOM kill, oops or hung task ($(wc -l < /tmp/trouble) lines)" [ ! -s /tmp/trouble ]
+sed 's/^/trapeze-big: dmesg: /' /tmp/trouble | head -20
+
+rmmod trapeze
+rc=$?
+unload=$(dmesg | grep "/dev/gms0 on GMS:" | tail -1)
+say "unload: ${unload#*] }"
+zero_errors() { [ "$rc" = 0 ] && echo "$unload" | grep -q " 0 errors"; }
+check "rmmod trapeze clean, 0 errors at unload" zero_errors
+finish
+[ "$fails" = 0 ]
