@@ -3,8 +3,8 @@
 # kernel-crate/guest/bigdisk.sh — a large /dev/gms0, `cargo xtask vm big-disk` (a stage of
 # `cargo xtask test`). Three guests, GMS members 0,1,2, with gms_fail_ms=10000:
 #
-# * B (guest 1) and C (guest 2) are servers with budgets of $server_budget pages each
-#   (320 MiB: 256 MiB and a quarter to spare, in page-sized frames). Each unloads once it
+# * B (guest 1) and C (guest 2) are servers with budgets of $server_mb MiB each
+#   (gms_budget_mb: 256 MiB and a quarter to spare, in page-sized frames). Each unloads once it
 #   has declared A failed (A unloaded), bounded.
 # * A (guest 0) loads trapeze.ko with a $disk_mb MiB /dev/gms0 on the GMS backend, one copy
 #   of each page (so B and C hold half each), and runs trapeze-blkbench over all of it:
@@ -22,7 +22,7 @@ members=0,1,2
 fail_ms=10000
 disk_mb=512
 disk_pages=$((disk_mb * 256))
-server_budget=81920
+server_mb=320
 dev=/dev/gms0
 passes=0
 fails=0
@@ -34,9 +34,9 @@ TROUBLE='I/O error|Out of memory|oom-kill|Killed process|blocked for more than|O
 finish() { say "$passes passed, $fails failed"; }
 
 if [ "$k" != 0 ]; then
-    insmod "$ko" node="$k" gms_nodes="$members" gms_budget_pages="$server_budget" gms_fail_ms="$fail_ms" ||
+    insmod "$ko" node="$k" gms_nodes="$members" gms_budget_mb="$server_mb" gms_fail_ms="$fail_ms" ||
         { say "insmod failed"; exit 1; }
-    say "node $k: serving, budget $server_budget pages ($((server_budget / 256)) MiB)"
+    say "node $k: serving, budget $server_mb MiB"
     t=0
     while ! dmesg | grep -q "gms: node 0 silent" && [ "$t" -lt 6000 ]; do sleep 0.1; t=$((t + 1)); done
     say "node $k: node 0 gone after $((t / 10)) s; $(grep -E 'MemTotal|MemFree' /proc/meminfo | tr -s ' \n' ' ')"

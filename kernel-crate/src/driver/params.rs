@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-2.0-only
-//! The driver's module parameters (`node=`, `gms_nodes=`, `gms_budget_pages=`,
+//! The driver's module parameters (`node=`, `gms_nodes=`, `gms_budget_mb=`, `gms_budget_pages=`,
 //! `gms_dir_pages=`, `gms_fail_ms=`, `gms_disk_pages=`, `gms_disk_readahead=`,
 //! `gms_disk_direct_reads=`, `gms_replicas=`), in a `__param` table of their own.
 
@@ -12,6 +12,11 @@ use kernel::prelude::*;
 pub(crate) fn check() -> Result {
     in_range("node", NODE.get(), -1, i64::from(crate::tpz::gms::directory::NO_SITE) - 1)?;
     in_range("gms_budget_pages", GMS_BUDGET_PAGES.get(), 0, MAX_BUDGET_PAGES as i64)?;
+    in_range("gms_budget_mb", GMS_BUDGET_MB.get(), 0, (MAX_BUDGET_PAGES / PAGES_PER_MB) as i64)?;
+    if GMS_BUDGET_MB.get() > 0 && GMS_BUDGET_PAGES.get() != DEFAULT_BUDGET_PAGES {
+        pr_err!("gms_budget_mb and gms_budget_pages both given: give one of them; not loaded\n");
+        return Err(EINVAL);
+    }
     in_range("gms_dir_pages", GMS_DIR_PAGES.get(), 0, MAX_DIR_PAGES as i64)?;
     let max_disk_pages = crate::blk::MAX_GMS_DISK_MB * 1024 * 1024 / crate::blk::PAGE_BYTES as u64;
     in_range("gms_disk_pages", GMS_DISK_PAGES.get(), 0, max_disk_pages as i64)?;
@@ -27,9 +32,17 @@ pub(crate) const MAX_BUDGET_PAGES: usize = 262_144;
 /// Most pages a node can be the directory node for (about 72 MiB of table).
 pub(crate) const MAX_DIR_PAGES: usize = 1 << 20;
 
-/// `gms_budget_pages=`, checked by [`check`].
+/// Pages in a MiB.
+const PAGES_PER_MB: usize = 256;
+const DEFAULT_BUDGET_PAGES: i32 = 256;
+
+/// The budget in pages: `gms_budget_mb=` if given, else `gms_budget_pages=` (checked by
+/// [`check`]).
 pub(crate) fn gms_budget_pages() -> usize {
-    usize::try_from(GMS_BUDGET_PAGES.get()).unwrap_or(0)
+    match usize::try_from(GMS_BUDGET_MB.get()).unwrap_or(0) {
+        0 => usize::try_from(GMS_BUDGET_PAGES.get()).unwrap_or(0),
+        mb => mb * PAGES_PER_MB,
+    }
 }
 
 /// `gms_dir_pages=`, checked by [`check`]; 0 (default): twice the budget, and at least
@@ -92,7 +105,9 @@ pub(crate) static NODE: IntParam = IntParam::new(-1);
 /// no GMS node.
 pub(super) static GMS_NODES: StrParam = StrParam::new();
 /// `gms_budget_pages=`: pages this node stores for others (its memory budget).
-pub(super) static GMS_BUDGET_PAGES: IntParam = IntParam::new(256);
+pub(super) static GMS_BUDGET_PAGES: IntParam = IntParam::new(DEFAULT_BUDGET_PAGES);
+/// `gms_budget_mb=`: the budget in MiB instead (0, default: `gms_budget_pages=`).
+pub(super) static GMS_BUDGET_MB: IntParam = IntParam::new(0);
 /// `gms_dir_pages=`: pages this node can be the directory node for (live entries and
 /// tombstones; 0: twice the budget, at least the disk's pages times its copies, at least
 /// 16384).
@@ -114,10 +129,11 @@ pub(super) static GMS_REPLICAS: IntParam = IntParam::new(0);
 /// page was put to; 0: through the page's directory node (the GMS paper's path).
 pub(super) static GMS_DISK_DIRECT_READS: IntParam = IntParam::new(1);
 
-param_table!(PARAMS: 9 = [
+param_table!(PARAMS: 10 = [
     int_entry(c"node", &NODE, &crate::THIS_MODULE),
     charp_entry(c"gms_nodes", &GMS_NODES, &crate::THIS_MODULE),
     int_entry(c"gms_budget_pages", &GMS_BUDGET_PAGES, &crate::THIS_MODULE),
+    int_entry(c"gms_budget_mb", &GMS_BUDGET_MB, &crate::THIS_MODULE),
     int_entry(c"gms_dir_pages", &GMS_DIR_PAGES, &crate::THIS_MODULE),
     int_entry(c"gms_disk_pages", &GMS_DISK_PAGES, &crate::THIS_MODULE),
     int_entry(c"gms_disk_readahead", &GMS_DISK_READAHEAD, &crate::THIS_MODULE),
@@ -134,6 +150,11 @@ modinfo!(PARMTYPE_GMS_BUDGET, "parmtype=gms_budget_pages:int\0");
 modinfo!(
     PARM_GMS_BUDGET,
     "parm=gms_budget_pages:pages this node stores for others (default 256, at most 262144 = 1 GiB)\0"
+);
+modinfo!(PARMTYPE_GMS_BUDGET_MB, "parmtype=gms_budget_mb:int\0");
+modinfo!(
+    PARM_GMS_BUDGET_MB,
+    "parm=gms_budget_mb:MiB this node stores for others, instead of gms_budget_pages (default 0; at most 1024)\0"
 );
 modinfo!(PARMTYPE_GMS_DIR, "parmtype=gms_dir_pages:int\0");
 modinfo!(
