@@ -12,6 +12,10 @@
 #   sequential read of the whole device, every page read checked against the pattern.
 #   Checks: the bench exits 0 with every page verified; the servers stored pages (the
 #   disk's counters); no page error or timeout; dmesg quiet; `rmmod` clean with 0 errors.
+#   Then A loads again with a $full_mb MiB disk, more than B and C hold together: 8 MiB
+#   written over the first load's pages read back as the new data (a reloaded writer's
+#   writes are not taken for the old copies), and filling the disk fails with ENOSPC
+#   ("No space left on device"), not an I/O error.
 # Lines for the host start with "trapeze-big:"; checks print PASS or FAIL, and the total
 # "N passed, M failed". Every wait is bounded.
 
@@ -22,6 +26,8 @@ members=0,1,2
 fail_ms=10000
 disk_mb=512
 disk_pages=$((disk_mb * 256))
+full_mb=1024
+full_pages=$((full_mb * 256))
 server_mb=320
 dev=/dev/gms0
 passes=0
@@ -85,5 +91,37 @@ unload=$(dmesg | grep "/dev/gms0 on GMS:" | tail -1)
 say "unload: ${unload#*] }"
 zero_errors() { [ "$rc" = 0 ] && echo "$unload" | grep -q " 0 errors"; }
 check "rmmod trapeze clean, 0 errors at unload" zero_errors
+
+# --- reloaded, and the cluster full -------------------------------------------------
+# B and C still hold the pages the first load wrote (versions of that load). A loads again
+# with a disk larger than both budgets together.
+insmod "$ko" node=0 gms_nodes="$members" gms_fail_ms="$fail_ms" gms_disk_pages="$full_pages" gms_replicas=1 ||
+    { fail "insmod again ($full_mb MiB disk)"; finish; exit 1; }
+check "module loaded again, $dev on GMS: $full_mb MiB, more than the servers' budgets together" [ -b "$dev" ]
+head -c $((8 << 20)) /dev/urandom > /tmp/new
+t=0
+while ! dd if=/tmp/new of="$dev" bs=256k count=32 oflag=direct 2>/dev/null && [ "$t" -lt 60 ]; do
+    sleep 1
+    t=$((t + 1))
+done
+dd if="$dev" of=/tmp/back bs=256k count=32 iflag=direct 2>/dev/null
+check "after the reload, 8 MiB written over the first load's pages read back as the new data" cmp -s /tmp/new /tmp/back
+t0=$(date +%s)
+timeout 300 dd if=/dev/zero of="$dev" bs=256k oflag=direct 2>/tmp/dd.err
+secs=$(($(date +%s) - t0))
+say "filling $dev: $(tr '\n' ' ' < /tmp/dd.err)"
+# 256 KiB records written (busybox dd: "N+0 records out").
+blocks=$(sed -n 's/^\([0-9]*\)+[0-9]* records out.*/\1/p' /tmp/dd.err)
+full_reported() {
+    grep -q "No space left on device" /tmp/dd.err && [ "${blocks:-0}" -gt 0 ] && [ "$blocks" -lt $((full_mb * 4)) ] &&
+        dmesg | grep -q "critical space allocation error, dev gms0"
+}
+check "writing past the servers' room fails with ENOSPC (BLK_STS_NOSPC), not EIO, before the disk's end ($((${blocks:-0} / 4)) MiB written, $secs s)" \
+    full_reported
+rmmod trapeze
+rc=$?
+unload=$(dmesg | grep "/dev/gms0 on GMS:" | tail -1)
+say "unload: ${unload#*] }"
+check "rmmod trapeze clean after the cluster filled" [ "$rc" = 0 ]
 finish
 [ "$fails" = 0 ]

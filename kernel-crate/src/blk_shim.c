@@ -26,6 +26,7 @@
 static_assert(BLK_STS_OK == (__force blk_status_t)0);
 static_assert(BLK_STS_NOTSUPP == (__force blk_status_t)1);
 static_assert(BLK_STS_TIMEOUT == (__force blk_status_t)2);
+static_assert(BLK_STS_NOSPC == (__force blk_status_t)3);
 static_assert(BLK_STS_IOERR == (__force blk_status_t)10);
 static_assert(REQ_OP_READ == 0 && REQ_OP_WRITE == 1);
 

@@ -13,7 +13,8 @@
 //!   page's other replicas; the write completes when every replica is stored and named
 //!   by its directory (`PutResult::Stored`). A target that refuses (its budget full) is
 //!   skipped for `gms::placement::REFUSED_NS` and the replica put again at another; only
-//!   when every target refused lately the write ends with an I/O error. A put that got no
+//!   when every target refused lately does the write fail, with `ENOSPC` (the request
+//!   ends `BLK_STS_NOSPC`: the cluster is full, nothing was silently dropped). A put that got no
 //!   answer in time or met a membership change (`Failed`, `WrongView`: the outcome is
 //!   unknown) is put again for up to [`WRITE_RETRY_NS`] (a target still in an older view,
 //!   or busy with an older copy of the page, after [`RETRY_DELAY_NS`]); any other failure
@@ -21,7 +22,9 @@
 //!   With fewer live members than replicas (after failures) the write completes with the
 //!   copies it could place (counted, `disk_under_replicated`), and the replicas it could
 //!   not place move on a version, so an older copy of them is never read as current.
-//!   Each put bumps its replica's version.
+//!   Each put bumps its replica's version; a load's versions start at the wall clock
+//!   ([`DiskState::version_base`]), above every earlier load's, so the copies an earlier
+//!   load left in the cluster are never taken for the new writes.
 //! * **read** → a page never written reads as zeros (no network); otherwise getpage of
 //!   replica 0 into a solicited frame — sent straight to the member it was put to
 //!   (`GmsNode::getpage_hinted`: two messages, where asking the directory takes three
@@ -134,6 +137,8 @@ pub(crate) struct DiskCounters {
     pub(crate) reads_ok: u64,
     pub(crate) writes_ok: u64,
     pub(crate) errors: u64,
+    /// Of the errors, writes no member had room for (`ENOSPC`).
+    pub(crate) full: u64,
     /// Pages tried again after an operation failed for want of an answer.
     pub(crate) retries: u64,
 }
@@ -221,6 +226,12 @@ pub(crate) struct DiskState {
     replicas: u8,
     /// Version of each replica's last write, at `page * replicas + k` (0: never written).
     versions: KVVec<u64>,
+    /// Where this load's versions start: the wall clock at load, in ns. The cluster may
+    /// still hold the pages an earlier load of the module wrote, at their versions: a
+    /// write that reused one would be taken for a duplicate of the old copy (kept, and
+    /// acknowledged) or refused as older. Versions since the load's time are above every
+    /// earlier load's (each of which wrote a page fewer times than ns went by).
+    version_base: u64,
     /// The member holding each replica, at the same index ([`NO_TARGET`]: none).
     targets: KVVec<u16>,
     /// By GMS operation slot.
@@ -254,7 +265,7 @@ pub(crate) struct DiskState {
     /// Pages finished (result: ok?) and not yet completed: `PageIo::complete` ends the
     /// block request, whose completion path may submit I/O again (stacked devices), so it
     /// never runs under the core spinlock ([`take_finished`] hands it out after).
-    finished: KVec<Option<(PageIo, bool)>>,
+    finished: KVec<Option<(PageIo, Result)>>,
     nfinished: usize,
 }
 
@@ -305,6 +316,7 @@ impl DiskState {
         let state = Self {
             replicas,
             versions: KVVec::from_elem(0u64, slots, GFP_KERNEL)?,
+            version_base: crate::sys::wall_clock_ns(),
             targets: KVVec::from_elem(NO_TARGET, slots, GFP_KERNEL)?,
             in_flight,
             backlog,
@@ -324,6 +336,7 @@ impl DiskState {
                 reads_ok: 0,
                 writes_ok: 0,
                 errors: 0,
+                full: 0,
                 retries: 0,
             },
             ra,
@@ -410,14 +423,19 @@ impl DiskState {
     }
 
     /// Put a write's replica again (its put ended `why`), after [`RETRY_DELAY_NS`] if
-    /// `later`, unless it has been failing for [`WRITE_RETRY_NS`] (an I/O error).
-    fn retry_write(&mut self, mut w: Waiting, later: bool, now: u64, why: core::fmt::Arguments<'_>) {
+    /// `later`, unless it has been failing for [`WRITE_RETRY_NS`]: then `ENOSPC` if it was
+    /// `refused` (no member had room all that time), else an I/O error.
+    fn retry_write(&mut self, mut w: Waiting, later: bool, refused: bool, now: u64, why: core::fmt::Arguments<'_>) {
         if w.since == 0 {
             w.since = now;
         }
         if now.saturating_sub(w.since) >= WRITE_RETRY_NS {
             write_failed(w.page, w.replica, why);
-            self.fail(w.io);
+            if refused {
+                self.fail_full(w.io);
+            } else {
+                self.fail(w.io);
+            }
             return;
         }
         self.counters.retries += 1;
@@ -444,7 +462,7 @@ impl DiskState {
     /// version moves on, so an older copy of it is never read as current.
     fn under_replicated(&mut self, page: u64, k: u8, io: PageIo) {
         if let Some(i) = self.at(page, k) {
-            self.versions[i] += 1;
+            self.versions[i] = self.next_version(self.versions[i]);
             self.targets[i] = NO_TARGET;
         }
         crate::stats::STATS.disk_under_replicated.inc();
@@ -526,11 +544,24 @@ impl DiskState {
         self.finish(io, Err(EIO));
     }
 
+    /// A write no member has room for: `ENOSPC` (the request ends `BLK_STS_NOSPC`).
+    fn fail_full(&mut self, io: PageIo) {
+        self.counters.errors += 1;
+        self.counters.full += 1;
+        self.finish(io, Err(ENOSPC));
+    }
+
+    /// The version a write of a replica last written at `v` puts: the next one, and
+    /// above every version of an earlier load of this module ([`DiskState::version_base`]).
+    fn next_version(&self, v: u64) -> u64 {
+        v.max(self.version_base) + 1
+    }
+
     /// Finish a page: completed once the core lock is released.
     fn finish(&mut self, io: PageIo, r: Result) {
         match self.finished.get_mut(self.nfinished) {
             Some(slot) => {
-                *slot = Some((io, r.is_ok()));
+                *slot = Some((io, r));
                 self.nfinished += 1;
             }
             // Cannot happen (more than every page in flight); completing here is the
@@ -540,7 +571,7 @@ impl DiskState {
     }
 
     /// Move up to `out.len()` finished pages into `out`; how many.
-    fn take_finished(&mut self, out: &mut [Option<(PageIo, bool)>]) -> usize {
+    fn take_finished(&mut self, out: &mut [Option<(PageIo, Result)>]) -> usize {
         let mut n = 0;
         while n < out.len() && self.nfinished > 0 {
             self.nfinished -= 1;
@@ -582,7 +613,7 @@ impl DiskState {
 
 /// Move up to `out.len()` pages that finished into `out` (under the core lock); the
 /// caller completes them once the lock is released. How many.
-pub(crate) fn take_finished(core: &mut DiskCore, out: &mut [Option<(PageIo, bool)>]) -> usize {
+pub(crate) fn take_finished(core: &mut DiskCore, out: &mut [Option<(PageIo, Result)>]) -> usize {
     core.client.as_mut().map_or(0, |d| d.take_finished(out))
 }
 

@@ -155,7 +155,7 @@ impl Shared {
     #[inline(never)]
     fn complete_some(&self) -> (bool, usize) {
         const BATCH: usize = 8;
-        let mut pages: [Option<(PageIo, bool)>; BATCH] = [const { None }; BATCH];
+        let mut pages: [Option<(PageIo, Result)>; BATCH] = [const { None }; BATCH];
         let mut lends: [Option<Lent>; BATCH] = [const { None }; BATCH];
         let (n, m) = {
             let mut core = self.core.lock();
@@ -163,8 +163,8 @@ impl Shared {
             (gms_backend::take_finished(&mut core, &mut pages), m)
         };
         drop(lends);
-        for (io, ok) in pages.iter_mut().filter_map(Option::take) {
-            io.complete(if ok { Ok(()) } else { Err(EIO) });
+        for (io, r) in pages.iter_mut().filter_map(Option::take) {
+            io.complete(r);
         }
         (n == BATCH || m == BATCH, m)
     }

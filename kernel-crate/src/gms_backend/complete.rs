@@ -87,7 +87,7 @@ pub(super) fn complete(host: &mut KHost, disk: &mut Option<KBox<DiskState>>, don
             if let Some(io) = f.io {
                 let w = Waiting { since: f.since, ..again(io, true, f.tries, f.replica) };
                 let why = format_args!("{:?} from node {} after {} tries", r, f.target, f.tries + 1);
-                d.retry_write(w, r != PutResult::Failed, now_ns(), why);
+                d.retry_write(w, r != PutResult::Failed, r == PutResult::Refused, now_ns(), why);
             }
             host.retire(f.frame);
             return true;
@@ -97,15 +97,18 @@ pub(super) fn complete(host: &mut KHost, disk: &mut Option<KBox<DiskState>>, don
             host.release(if held { f.frame } else { frame });
             return true;
         }
+        // Refused with no member taking puts lately: the cluster is full (`ENOSPC`).
         OpResult::Put(r) => {
+            let full = r == PutResult::Refused;
             if f.io.is_some() {
+                let why = if full { ": no member has room" } else { "" };
                 write_failed(
                     page,
                     f.replica,
-                    format_args!("{:?} from node {} after {} tries", r, f.target, f.tries + 1),
+                    format_args!("{:?} from node {} after {} tries{}", r, f.target, f.tries + 1, why),
                 );
             }
-            (Err(EIO), Some(f.frame), None)
+            (Err(if full { ENOSPC } else { EIO }), Some(f.frame), None)
         }
         OpResult::Get(GetResult::Hit { version, frame, len, held, .. }) if !f.write => {
             let good = !stale(version, len);
@@ -205,7 +208,10 @@ pub(super) fn complete(host: &mut KHost, disk: &mut Option<KBox<DiskState>>, don
                     Ok(()) if f.write && f.replica == 0 => d.counters.writes_ok += 1,
                     Ok(()) if f.write => {}
                     Ok(()) => d.counters.reads_ok += 1,
-                    Err(_) => d.counters.errors += 1,
+                    Err(e) => {
+                        d.counters.errors += 1;
+                        d.counters.full += u64::from(e == ENOSPC);
+                    }
                 }
                 d.finish(io, verdict);
             }

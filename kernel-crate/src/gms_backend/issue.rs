@@ -75,7 +75,7 @@ pub(super) fn issue_disk(core: &mut DiskCore, now: u64) -> bool {
                 fail_io(c, io);
                 continue;
             };
-            let nv = v + 1;
+            let nv = d.next_version(v);
             match c.node.putpage(
                 now,
                 &mut c.rpc,

@@ -60,6 +60,7 @@ extern "C" {
 const STS_OK: bindings::blk_status_t = 0;
 const STS_NOTSUPP: bindings::blk_status_t = 1;
 const STS_TIMEOUT: bindings::blk_status_t = 2;
+const STS_NOSPC: bindings::blk_status_t = 3;
 const STS_IOERR: bindings::blk_status_t = 10;
 
 /// What a request asks for.
@@ -96,10 +97,12 @@ pub(crate) trait Driver: Send + Sync + 'static {
     fn timed_out(&self, rq: &RqInfo, pending: u32);
 }
 
-// The request word: pending parts | copies in progress | error | ended | generation.
+// The request word: pending parts | copies in progress | out of space | error | ended |
+// generation.
 const PENDING: u64 = 0xffff;
 const USER: u64 = 1 << 16;
-const USERS: u64 = 0x3fff << 16;
+const USERS: u64 = 0x1fff << 16;
+const NOSPC: u64 = 1 << 29;
 const ERROR: u64 = 1 << 30;
 const ENDED: u64 = 1 << 31;
 const GEN_SHIFT: u32 = 32;
@@ -234,12 +237,19 @@ impl Part {
         Ok(Part { rq: self.rq, gen: self.gen, index: self.index, parts: self.parts, done: false })
     }
 
-    /// Complete this part: success, or an error that fails the whole request.
+    /// Complete this part: success, or an error that fails the whole request
+    /// (`BLK_STS_NOSPC` if any part failed with `ENOSPC`, else `BLK_STS_IOERR`).
     pub(crate) fn complete(mut self, result: Result) {
-        self.finish(result.is_ok());
+        let fail = match result {
+            Ok(()) => 0,
+            Err(e) if e == ENOSPC => ERROR | NOSPC,
+            Err(_) => ERROR,
+        };
+        self.finish(fail);
     }
 
-    fn finish(&mut self, ok: bool) {
+    /// Count this part out, with `fail` (0, or [`ERROR`] and maybe [`NOSPC`]).
+    fn finish(&mut self, fail: u64) {
         self.done = true;
         let w = self.word();
         let mut cur = w.load(Ordering::Relaxed);
@@ -247,10 +257,7 @@ impl Part {
             if !self.live(cur) {
                 break None;
             }
-            let mut new = cur - 1;
-            if !ok {
-                new |= ERROR;
-            }
+            let mut new = (cur - 1) | fail;
             if new & PENDING == 0 {
                 new |= ENDED;
             }
@@ -262,7 +269,11 @@ impl Part {
             }
         };
         if let Some(new) = last.filter(|n| n & PENDING == 0) {
-            let sts = if new & ERROR != 0 { STS_IOERR } else { STS_OK };
+            let sts = match new & (ERROR | NOSPC) {
+                0 => STS_OK,
+                e if e & NOSPC != 0 => STS_NOSPC,
+                _ => STS_IOERR,
+            };
             // SAFETY: this completion set ENDED for the live generation, so the request is
             // started, not ended, and no copy is in progress (every other part of it has
             // completed); it goes back to blk-mq exactly once, here.
@@ -277,7 +288,7 @@ impl Part {
 impl Drop for Part {
     fn drop(&mut self) {
         if !self.done {
-            self.finish(false);
+            self.finish(ERROR);
         }
     }
 }

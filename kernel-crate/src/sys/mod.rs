@@ -4,7 +4,7 @@
 //! ([`irq`]), coherent DMA buffers ([`dma`]), module parameters ([`param`]), the blk-mq
 //! disk and its pages lent for DMA ([`blk`]), work items ([`work`]), an interrupt-safe
 //! spinlock ([`lock`]), heap copies of `const` values ([`boxed`]), and two plain calls
-//! (`msleep`, `get_random_bytes`).
+//! (`msleep`, `get_random_bytes`, the wall clock).
 //!
 //! The only module where `unsafe` code is allowed (the crate root denies it elsewhere).
 //! A leaf: it uses `kernel` and its own files, never the driver above it — what it serves
@@ -33,6 +33,16 @@ pub(crate) fn msleep(ms: u32) {
     // SAFETY: `msleep` has no preconditions beyond process context, which every caller in
     // this driver is in (probe, remove, module init); it touches no memory of ours.
     unsafe { bindings::msleep(ms) }
+}
+
+/// Nanoseconds since the Unix epoch (the wall clock: it may be set back, unlike the
+/// monotonic clock, which starts again at every boot).
+pub(crate) fn wall_clock_ns() -> u64 {
+    let mut ts = bindings::timespec64 { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ktime_get_real_ts64` only writes the `timespec64` it is given, which is
+    // ours; it may be called from any context.
+    unsafe { bindings::ktime_get_real_ts64(&mut ts) };
+    (ts.tv_sec.max(0) as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec.max(0) as u64)
 }
 
 /// 64 random bits from the kernel's CRNG.
