@@ -144,8 +144,9 @@ pub(crate) struct KHost {
     pub(crate) lru_inbox: KVVec<LruMsg>,
     pub(crate) lru_queued: usize,
     /// The incarnation each node's last heartbeat carried, by node id (< [`BEAT_NODES`];
-    /// 0: none yet).
-    incarnations: [u64; BEAT_NODES],
+    /// 0: none yet). On the heap: a `KHost` is moved while probe builds the core, on a
+    /// stack with little room.
+    incarnations: KVec<u64>,
     /// Nodes heard in a heartbeat since the ticker last took them (bit per node id), and
     /// among them those whose incarnation changed (they restarted: their pages are gone).
     beats: u64,
@@ -171,7 +172,7 @@ impl KHost {
             serve: None,
             lru_inbox: KVVec::new(),
             lru_queued: 0,
-            incarnations: [0; BEAT_NODES],
+            incarnations: KVec::new(),
             beats: 0,
             restarts: 0,
         }
@@ -207,6 +208,7 @@ impl KHost {
         host.ep = Ep(Some(port));
         host.tx = tx;
         host.lru_inbox = inbox;
+        host.incarnations = KVec::from_elem(0, BEAT_NODES, GFP_KERNEL)?;
         Ok(host)
     }
 
