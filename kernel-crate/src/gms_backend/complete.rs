@@ -26,9 +26,9 @@ pub(super) fn complete(host: &mut KHost, disk: &mut Option<KBox<DiskState>>, don
         return true;
     }
     let page = done.page.page;
-    // A write's frame rode a send: retired (freed once it completed). A read's frame
-    // is released (its IPT entry disarmed) or, fetched ahead, cached; a moving read
-    // leaves GMS's frame with GMS.
+    // A write's frame rode a send: retired (freed once it completed; a lent page the
+    // target stored is released at once). A read's frame is released (its IPT entry
+    // disarmed) or, fetched ahead, cached; a moving read leaves GMS's frame with GMS.
     // A put's target learns how it ended (one that refused is skipped for a while); after
     // a refusal, whether another target takes puts.
     let elsewhere = match &done.result {
@@ -66,7 +66,14 @@ pub(super) fn complete(host: &mut KHost, disk: &mut Option<KBox<DiskState>>, don
                 d.targets[i] = f.target;
             }
             // This replica's token of the page completes; the write ends with the last.
-            (Ok(()), Some(f.frame), None)
+            // Its page, lent to the NIC, goes back at once: the target stored its bytes,
+            // so the NIC is done reading them (the limbo would hold it, and so the
+            // request, until the sends posted after it were reaped too).
+            if Pool::is_lent(f.frame) {
+                (Ok(()), None, Some(f.frame))
+            } else {
+                (Ok(()), Some(f.frame), None)
+            }
         }
         // A target whose budget is full: put the page again at another, unless every
         // target refused lately (the cluster is full: the write fails).
