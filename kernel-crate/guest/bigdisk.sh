@@ -12,8 +12,9 @@
 #   sequential read of the whole device, every page read checked against the pattern.
 #   Checks: the bench exits 0 with every page verified; the servers stored pages (the
 #   disk's counters); no page error or timeout; dmesg quiet; `rmmod` clean with 0 errors.
-#   Then A loads again with a $full_mb MiB disk, more than B and C hold together: 8 MiB
-#   written over the first load's pages read back as the new data (a reloaded writer's
+#   Then A loads again with a $full_mb MiB disk, more than B and C hold together: the
+#   first load's pages read back as it wrote them (the new load finds them, version and
+#   holder), 8 MiB written over them read back as the new data (a reloaded writer's
 #   writes are not taken for the old copies), and filling the disk fails with ENOSPC
 #   ("No space left on device"), not an I/O error.
 # Lines for the host start with "trapeze-big:"; checks print PASS or FAIL, and the total
@@ -98,6 +99,15 @@ check "rmmod trapeze clean, 0 errors at unload" zero_errors
 insmod "$ko" node=0 gms_nodes="$members" gms_fail_ms="$fail_ms" gms_disk_pages="$full_pages" gms_replicas=1 ||
     { fail "insmod again ($full_mb MiB disk)"; finish; exit 1; }
 check "module loaded again, $dev on GMS: $full_mb MiB, more than the servers' budgets together" [ -b "$dev" ]
+t=0
+while [ "$t" -lt 60 ] && ! trapeze-blkbench --name again --size-mb 16 --reads 100 --seed 7 "$dev" > /tmp/again.out 2>&1; do
+    sleep 1
+    t=$((t + 1))
+done
+sed 's/^/trapeze-big: | /' /tmp/again.out
+again=$(sed -n 's/.*"pages_verified":\([0-9]*\).*/\1/p' /tmp/again.out)
+check "after the reload, the first load's first 16 MiB read back as it wrote them (${again:-no} pages verified)" \
+    [ "${again:-0}" -ge 4096 ]
 head -c $((8 << 20)) /dev/urandom > /tmp/new
 t=0
 while ! dd if=/tmp/new of="$dev" bs=256k count=32 oflag=direct 2>/dev/null && [ "$t" -lt 60 ]; do

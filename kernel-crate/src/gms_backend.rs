@@ -25,8 +25,11 @@
 //!   Each put bumps its replica's version; a load's versions start at the wall clock
 //!   ([`DiskState::version_base`]), above every earlier load's, so the copies an earlier
 //!   load left in the cluster are never taken for the new writes.
-//! * **read** → a page never written reads as zeros (no network); otherwise getpage of
-//!   replica 0 into a solicited frame — sent straight to the member it was put to
+//! * **read** → a page this load has not written is looked for once on every member
+//!   (`recover`: an earlier load of the module may have written it; found, its version
+//!   and holder are this load's from then on), and reads as zeros (without the network
+//!   after that) if no member holds it; otherwise getpage of replica 0 into the request's
+//!   page — sent straight to the member it was put to
 //!   (`GmsNode::getpage_hinted`: two messages, where asking the directory takes three
 //!   when it is a third member; a miss there asks the directory) unless
 //!   `gms_disk_direct_reads=0`: a hit at the version of that replica's last write
@@ -70,6 +73,7 @@ use kernel::prelude::*;
 
 mod complete;
 mod issue;
+mod recover;
 mod rereplicate;
 use complete::{complete, fill_from, write_failed};
 pub(crate) use issue::issue;
@@ -139,6 +143,8 @@ pub(crate) struct DiskCounters {
     pub(crate) errors: u64,
     /// Of the errors, writes no member had room for (`ENOSPC`).
     pub(crate) full: u64,
+    /// Pages an earlier load wrote, found by this one ([`recover`]).
+    pub(crate) recovered: u64,
     /// Pages tried again after an operation failed for want of an answer.
     pub(crate) retries: u64,
 }
@@ -168,6 +174,9 @@ struct InFlight {
     /// A read sent straight to the replica's holder (`GmsNode::getpage_hinted`): its miss
     /// sends the read to the page's directory.
     hinted: bool,
+    /// A probe of [`recover`] (its `Waiting::probe` and `found`; 0: none).
+    probe: u8,
+    found: bool,
 }
 
 impl InFlight {
@@ -188,6 +197,8 @@ impl InFlight {
             prefetch: false,
             rerep: None,
             hinted: false,
+            probe: 0,
+            found: false,
         }
     }
 }
@@ -209,11 +220,16 @@ struct Waiting {
     /// A read to send to the page's directory, not straight to the replica's holder (whose
     /// copy was missing).
     via_dir: bool,
+    /// A read looking for a page an earlier load wrote ([`recover`]): the member to ask
+    /// next, by its place among the targets plus one (0: not looking), and whether a
+    /// member's copy has landed in the page.
+    probe: u8,
+    found: bool,
 }
 
 impl Waiting {
     fn new(page: u64, io: PageIo, write: bool, ra: bool) -> Self {
-        Waiting { page, io, write, ra, tries: 0, since: 0, replica: 0, via_dir: false }
+        Waiting { page, io, write, ra, tries: 0, since: 0, replica: 0, via_dir: false, probe: 0, found: false }
     }
 }
 
@@ -226,6 +242,9 @@ pub(crate) struct DiskState {
     replicas: u8,
     /// Version of each replica's last write, at `page * replicas + k` (0: never written).
     versions: KVVec<u64>,
+    /// Pages this load knows, a bit each: written by it, or looked for in the cluster
+    /// ([`recover`]); a page with no version and not known is looked for when first read.
+    known: KVVec<u64>,
     /// Where this load's versions start: the wall clock at load, in ns. The cluster may
     /// still hold the pages an earlier load of the module wrote, at their versions: a
     /// write that reused one would be taken for a duplicate of the old copy (kept, and
@@ -316,6 +335,7 @@ impl DiskState {
         let state = Self {
             replicas,
             versions: KVVec::from_elem(0u64, slots, GFP_KERNEL)?,
+            known: KVVec::from_elem(0u64, usize::try_from(pages.div_ceil(64)).map_err(|_| EINVAL)?, GFP_KERNEL)?,
             version_base: crate::sys::wall_clock_ns(),
             targets: KVVec::from_elem(NO_TARGET, slots, GFP_KERNEL)?,
             in_flight,
@@ -337,6 +357,7 @@ impl DiskState {
                 writes_ok: 0,
                 errors: 0,
                 full: 0,
+                recovered: 0,
                 retries: 0,
             },
             ra,
@@ -635,6 +656,11 @@ pub(crate) fn submit(c: &mut DiskCore, page: u64, io: PageIo, write: bool, closi
             None => {
                 d.fail(io);
                 return false;
+            }
+            Some(0) if !write && !d.known(page) => {
+                // Not written by this load: an earlier one may have written it.
+                d.push_or_fail(Waiting { probe: 1, ..Waiting::new(page, io, false, false) });
+                return issue_disk(c, now_ns());
             }
             Some(0) if !write => {
                 let r = io.fill_zero();

@@ -26,8 +26,8 @@ impl Drop for Device {
             if let Some(d) = s.core.lock().client.as_ref() {
                 let k = &d.counters;
                 pr_info!(
-                    "{}: /dev/gms0 on GMS: {} reads of unwritten pages (zeros), {} reads over the network, {} from the read-ahead cache ({} prefetches), {} writes stored, {} errors, {} pages tried again, {} writes with no room (ENOSPC)\n",
-                    name, k.reads_zero, k.reads_ok, k.reads_cache, k.prefetches, k.writes_ok, k.errors, k.retries, k.full
+                    "{}: /dev/gms0 on GMS: {} reads of unwritten pages (zeros), {} reads over the network, {} from the read-ahead cache ({} prefetches), {} writes stored, {} errors, {} pages tried again, {} writes with no room (ENOSPC), {} pages found from an earlier load\n",
+                    name, k.reads_zero, k.reads_ok, k.reads_cache, k.prefetches, k.writes_ok, k.errors, k.retries, k.full, k.recovered
                 );
             }
             let failed = s.core.lock().client.as_mut().map_or(0, |d| d.fail_all());

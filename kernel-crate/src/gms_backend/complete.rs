@@ -25,6 +25,10 @@ pub(super) fn complete(host: &mut KHost, disk: &mut Option<KBox<DiskState>>, don
         rereplicate::completed(host, d, f, r, done);
         return true;
     }
+    if f.probe > 0 {
+        super::recover::completed(host, d, f, done);
+        return true;
+    }
     let page = done.page.page;
     // A write's frame rode a send: retired (freed once it completed; a lent page the
     // target stored is released at once). A read's frame is released (its IPT entry
@@ -44,14 +48,9 @@ pub(super) fn complete(host: &mut KHost, disk: &mut Option<KBox<DiskState>>, don
     };
     // The same page again: the next replica, or this one tried again.
     let again = |io: PageIo, write: bool, tries: u8, replica: u8| Waiting {
-        page,
-        io,
-        write,
-        ra: false,
         tries,
-        since: 0,
         replica,
-        via_dir: false,
+        ..Waiting::new(page, io, write, false)
     };
     // A read whose replica missed or was stale goes on to the next one.
     let next_replica = !f.write && f.io.is_some() && f.replica + 1 < d.replicas;

@@ -31,7 +31,12 @@ pub(super) fn issue_disk(core: &mut DiskCore, now: u64) -> bool {
             return issued;
         }
         let Some(d) = c.client.as_mut() else { return issued };
-        let Some(Waiting { page, io, write, ra, tries, since, replica: k, via_dir }) = d.pop() else { return issued };
+        let Some(w) = d.pop() else { return issued };
+        if w.probe > 0 {
+            issued |= super::recover::issue_probe(c, w, now);
+            continue;
+        }
+        let Waiting { page, io, write, ra, tries, since, replica: k, via_dir, .. } = w;
         let id = replica(PageId::new(DISK_SPACE, page), k);
         let Some(at) = d.at(page, k) else {
             d.fail(io);
