@@ -632,6 +632,14 @@ impl DiskState {
     }
 }
 
+/// Fail a page with an I/O error (through the disk, which counts it, if it is still there).
+fn fail_io(c: &mut DiskCore, io: PageIo) {
+    match c.client.as_mut() {
+        Some(d) => d.fail(io),
+        None => io.complete(Err(EIO)),
+    }
+}
+
 /// Move up to `out.len()` pages that finished into `out` (under the core lock); the
 /// caller completes them once the lock is released. How many.
 pub(crate) fn take_finished(core: &mut DiskCore, out: &mut [Option<(PageIo, Result)>]) -> usize {

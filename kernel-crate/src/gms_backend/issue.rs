@@ -3,14 +3,15 @@
 //! and getpages, the prefetches read-ahead wants, and what happens to a page that could
 //! not be issued.
 
-use super::{complete, write_failed, DiskCore, DiskState, InFlight, Waiting, DISK_SPACE, NO_TARGET, OPS_RESERVE};
+use super::{
+    complete, fail_io, write_failed, DiskCore, DiskState, InFlight, Waiting, DISK_SPACE, NO_TARGET, OPS_RESERVE,
+};
 use crate::blk::{PageIo, PAGE_BYTES};
 use crate::net::OPS;
 use crate::tpz::gms::placement::{Outcome, Via};
 use crate::tpz::gms::prelude::*;
 use crate::tpz::gms::replica::{replica, MAX_REPLICAS};
 use crate::tpz::netrpc::prelude::Mode;
-use kernel::prelude::*;
 
 /// Issue backlogged disk pages while GMS has operation slots and frames. Returns
 /// whether anything was issued (flush after).
@@ -33,7 +34,13 @@ pub(super) fn issue_disk(core: &mut DiskCore, now: u64) -> bool {
         let Some(d) = c.client.as_mut() else { return issued };
         let Some(w) = d.pop() else { return issued };
         if w.probe > 0 {
-            issued |= super::recover::issue_probe(c, w, now);
+            // A page an earlier load may have written: the next member is asked.
+            if let Some(op) = super::recover::issue_probe(c, w, now) {
+                if let Some(done) = c.node.host.take_done(op) {
+                    complete(&mut c.node.host, &mut c.client, &done);
+                }
+                issued = true;
+            }
             continue;
         }
         let Waiting { page, io, write, ra, tries, since, replica: k, via_dir, .. } = w;
@@ -230,12 +237,5 @@ pub(super) fn fail_read(c: &mut DiskCore, page: u64, io: PageIo, ra: bool) {
 fn unpick(c: &mut DiskCore, target: u16, now: u64) {
     if let Some(d) = c.client.as_mut() {
         d.placement.done(target, Outcome::Failed, now);
-    }
-}
-
-fn fail_io(c: &mut DiskCore, io: PageIo) {
-    match c.client.as_mut() {
-        Some(d) => d.fail(io),
-        None => io.complete(Err(EIO)),
     }
 }

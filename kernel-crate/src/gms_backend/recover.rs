@@ -18,7 +18,7 @@
 //! cluster: a page never written reads as zeros, and so does one whose every copy died
 //! before the reload.
 
-use super::{DiskCore, DiskState, InFlight, Waiting, MAX_TRIES};
+use super::{fail_io, DiskCore, DiskState, InFlight, Waiting, MAX_TRIES};
 use crate::net::{Frame, KHost};
 use crate::tpz::gms::prelude::*;
 use crate::tpz::gms::replica::replica;
@@ -28,7 +28,7 @@ impl DiskState {
     /// Whether `page` is known to this load: written by it, or looked for.
     pub(super) fn known(&self, page: u64) -> bool {
         let Ok(p) = usize::try_from(page) else { return true };
-        self.known.get(p / 64).is_none_or(|w| w & (1 << (p % 64)) != 0)
+        self.known.get(p / 64).map_or(true, |w| w & (1 << (p % 64)) != 0)
     }
 
     pub(super) fn set_known(&mut self, page: u64) {
@@ -39,13 +39,14 @@ impl DiskState {
 }
 
 /// Ask the next member for `w`'s replica (the read is probing: `w.probe` > 0), or, once
-/// every member answered, finish it. Core lock held; whether anything was sent.
-pub(super) fn issue_probe(c: &mut DiskCore, w: Waiting, now: u64) -> bool {
-    let Some(d) = c.client.as_mut() else { return false };
+/// every member answered, finish it. Core lock held; the operation sent, whose completion
+/// the caller takes if it already came (a local answer).
+pub(super) fn issue_probe(c: &mut DiskCore, w: Waiting, now: u64) -> Option<OpId> {
+    let d = c.client.as_mut()?;
     let (page, k) = (w.page, w.replica);
     let Some(at) = d.at(page, k) else {
         d.fail(w.io);
-        return false;
+        return None;
     };
     let best = d.versions[at];
     let Some(member) = d.placement.targets().nth(usize::from(w.probe - 1)) else {
@@ -69,17 +70,17 @@ pub(super) fn issue_probe(c: &mut DiskCore, w: Waiting, now: u64) -> bool {
             }
             d.finish(w.io, r);
         }
-        return false;
+        return None;
     };
     let id = replica(PageId::new(super::DISK_SPACE, page), k);
     let Some(f) = c.node.host.lend(&w.io) else {
-        super::issue::fail_read(c, page, w.io, false);
-        return false;
+        fail_io(c, w.io);
+        return None;
     };
     let Some(reply_to) = c.node.host.arm(f) else {
         c.node.host.release(f);
-        super::issue::fail_read(c, page, w.io, false);
-        return false;
+        fail_io(c, w.io);
+        return None;
     };
     let want = best + 1;
     match c.node.getpage_hinted(now, &mut c.rpc, id, Version(want), member, reply_to, Mode::NonBlocking) {
@@ -90,15 +91,12 @@ pub(super) fn issue_probe(c: &mut DiskCore, w: Waiting, now: u64) -> bool {
                 let probe = InFlight { io: Some(io), tries, probe, found, target: member, ..get };
                 d.in_flight[usize::from(op.slot)] = Some(probe);
             }
-            if let Some(done) = c.node.host.take_done(op) {
-                super::complete::complete(&mut c.node.host, &mut c.client, &done);
-            }
-            true
+            Some(op)
         }
         Err(_) => {
             c.node.host.release(f);
-            super::issue::fail_read(c, page, w.io, false);
-            false
+            fail_io(c, w.io);
+            None
         }
     }
 }
