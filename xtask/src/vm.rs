@@ -100,8 +100,9 @@ pub enum VmCmd {
     /// (`kernel-crate/guest/bigdisk.sh`) with at least 576 MiB of RAM: guest 0 writes a
     /// pattern over its whole /dev/gms0 (one copy of each page) and reads it all back,
     /// every page checked; zero page errors, dmesg quiet, clean rmmod; then reloads it
-    /// with a 1 GiB disk: new writes over the old pages read back new, and filling the
-    /// disk fails with ENOSPC. Waits at least 600 s for the power-off. Exit status 0 or 1.
+    /// with a 1 GiB disk: the first load's pages read back, new writes over them read back
+    /// new, and filling the disk fails with ENOSPC. Waits at least 600 s for the power-off.
+    /// Exit status 0 or 1.
     BigDisk(big_disk::BigDiskArgs),
     /// A host gmsd in a guest's GMS cluster: the guest's /dev/gms0 pages stored on it.
     ///

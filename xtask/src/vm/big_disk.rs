@@ -5,9 +5,9 @@
 //! Guest 0 (A) writes a seeded pattern over every page of its disk and reads it all back
 //! with `trapeze-blkbench` (guest-tools/, static, added to the initramfs), one copy of
 //! each page, so guests 1 and 2 hold half of it each in page-sized frames. Then A loads
-//! the module again with a 1 GiB disk, more than the servers hold: its new writes over
-//! the first load's pages must read back new, and filling the disk must fail with
-//! `ENOSPC`. It passes when A's PASS lines and total show no FAIL (every page verified,
+//! the module again with a 1 GiB disk, more than the servers hold: the first load's
+//! pages must read back as written, new writes over them must read back new, and filling
+//! the disk must fail with `ENOSPC`. It passes when A's PASS lines and total show no FAIL (every page verified,
 //! pages stored, zero page errors and timeouts, dmesg quiet, clean rmmod with 0 errors;
 //! the reload's checks), the servers loaded and unloaded cleanly, no console shows an
 //! oops/BUG/WARNING, and every guest powered off.
