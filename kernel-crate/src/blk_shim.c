@@ -5,7 +5,7 @@
  *
  *  - trapeze_blk_alloc_disk: blk_mq_alloc_disk() (a macro with its own lock class key),
  *    plus a block_device_operations table whose owner is THIS_MODULE, so an open
- *    /dev/gms0 pins the module;
+ *    /dev/gms0 pins the module, and no partition scan;
  *  - trapeze_blk_rq_op: req_op();
  *  - trapeze_blk_rq_copy: copy between a request's data pages (rq_for_each_segment,
  *    memcpy_{to,from}_bvec, i.e. kmap_local: any context) and a kernel buffer;
@@ -50,8 +50,14 @@ struct gendisk *trapeze_blk_alloc_disk(struct blk_mq_tag_set *set,
 {
 	struct gendisk *disk = blk_mq_alloc_disk(set, lim, queuedata);
 
-	if (!IS_ERR(disk))
+	if (!IS_ERR(disk)) {
 		disk->fops = &trapeze_blk_fops;
+		/*
+		 * One whole disk, no partition scan: adding the disk would read its first
+		 * block at once, before a GMS backend's members may answer.
+		 */
+		disk->flags |= GENHD_FL_NO_PART;
+	}
 	return disk;
 }
 

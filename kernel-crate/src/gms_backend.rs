@@ -175,7 +175,7 @@ struct InFlight {
     /// sends the read to the page's directory.
     hinted: bool,
     /// A probe of [`recover`] (its `Waiting::probe` and `found`; 0: none).
-    probe: u8,
+    probe: u32,
     found: bool,
 }
 
@@ -220,10 +220,11 @@ struct Waiting {
     /// A read to send to the page's directory, not straight to the replica's holder (whose
     /// copy was missing).
     via_dir: bool,
-    /// A read looking for a page an earlier load wrote ([`recover`]): the member to ask
-    /// next, by its place among the targets plus one (0: not looking), and whether a
-    /// member's copy has landed in the page.
-    probe: u8,
+    /// A read looking for a page an earlier load wrote ([`recover`]): 0: not looking; 1:
+    /// no member asked yet; `n + 2`: member `n` was the last asked (members are asked in
+    /// order of id, so one that fails meanwhile shifts none). And whether a member's copy
+    /// has landed in the page.
+    probe: u32,
     found: bool,
 }
 

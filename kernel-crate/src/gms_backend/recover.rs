@@ -49,9 +49,19 @@ pub(super) fn issue_probe(c: &mut DiskCore, w: Waiting, now: u64) -> Option<OpId
         return None;
     };
     let best = d.versions[at];
-    let Some(member) = d.placement.targets().nth(usize::from(w.probe - 1)) else {
+    let next = d.placement.targets().filter(|&t| u32::from(t) + 2 > w.probe).min();
+    let Some(member) = next else {
         // Every member answered for this replica.
         if w.found {
+            // Found on a later replica, none holding the first: the first gets that
+            // version with no holder, so reads go on to this one and re-replication
+            // makes the first again.
+            if let (Some(i0), true) = (d.at(page, 0), k > 0) {
+                if d.versions[i0] == 0 {
+                    d.versions[i0] = best;
+                    d.targets[i0] = super::NO_TARGET;
+                }
+            }
             d.set_known(page);
             d.counters.recovered += 1;
             d.counters.reads_ok += 1;
@@ -109,8 +119,8 @@ pub(super) fn completed(host: &mut KHost, d: &mut DiskState, f: InFlight, done: 
         host.release(f.frame);
         return;
     };
-    let next =
-        Waiting { probe: f.probe + 1, found: f.found, replica: f.replica, ..Waiting::new(page, io, false, false) };
+    let asked = u32::from(f.target) + 2;
+    let next = Waiting { probe: asked, found: f.found, replica: f.replica, ..Waiting::new(page, io, false, false) };
     match done.result {
         OpResult::Get(GetResult::Hit { version, frame, len, .. }) => {
             // A copy newer than the best so far (and than anything this load wrote since):
