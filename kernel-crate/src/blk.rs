@@ -34,8 +34,10 @@
 //!   an error logged). A backend shared elsewhere must drop its `PageIo`s when asked to
 //!   stop (e.g. when its NIC goes away), never keep them past the module's unload.
 //!
-//! An open `/dev/gms0` pins the module (`owner = THIS_MODULE`), so `rmmod` refuses with
-//! `EBUSY`/`EAGAIN` while a process has it open, and unloads cleanly once it is closed.
+//! `/dev/gms0` is one whole disk: no partition scan when it is added (which would read it
+//! before a GMS backend's members can answer). An open `/dev/gms0` pins the module
+//! (`owner = THIS_MODULE`), so `rmmod` refuses with `EBUSY`/`EAGAIN` while a process has
+//! it open, and unloads cleanly once it is closed.
 //!
 //! Parameters (`insmod trapeze.ko gms_disk_mb=16 …`, their table below): `gms_disk_mb`
 //! (0 = no disk), `gms_disk_timeout_ms`, the RAM backend's fault injection

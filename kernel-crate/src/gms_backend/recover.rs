@@ -2,8 +2,8 @@
 //! A reloaded disk finds what an earlier load of the module wrote.
 //!
 //! The versions of a load live in its memory, so a new load starts knowing no page. The
-//! first read of a page it has not written (nor looked for) asks every member in turn,
-//! straight (`GmsNode::getpage_hinted`, so a directory that is still being filled again
+//! first read of a page it has not written (nor looked for) asks every member in turn
+//! (in order of node id, so a member failing meanwhile skips none), straight (`GmsNode::getpage_hinted`, so a directory that is still being filled again
 //! after the reload cannot answer for the holder), each for a version newer than the best
 //! found so far: a hit lands in the request's page and raises the best, a miss leaves
 //! the page alone, so once every member has answered the page holds the newest copy any
