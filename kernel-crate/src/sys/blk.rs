@@ -172,9 +172,10 @@ impl Part {
         gen_of(word) == self.gen && word & ENDED == 0
     }
 
-    /// Copy `len` bytes between `buf` and the request's data at `off` while the request
-    /// word counts the copy.
-    fn copy(&self, off: usize, buf: *mut c_void, len: usize, to_rq: bool) -> Result {
+    /// Count a user of the request's data (a copy, a lend) in its word, if this part's
+    /// generation has not ended (`ETIMEDOUT` if it has). The user ends with
+    /// `word().fetch_sub(USER, Release)`.
+    fn begin_use(&self) -> Result {
         let w = self.word();
         let mut cur = w.load(Ordering::Relaxed);
         loop {
@@ -182,10 +183,17 @@ impl Part {
                 return Err(stale());
             }
             match w.compare_exchange_weak(cur, cur + USER, Ordering::Acquire, Ordering::Relaxed) {
-                Ok(_) => break,
+                Ok(_) => return Ok(()),
                 Err(now) => cur = now,
             }
         }
+    }
+
+    /// Copy `len` bytes between `buf` and the request's data at `off` while the request
+    /// word counts the copy.
+    fn copy(&self, off: usize, buf: *mut c_void, len: usize, to_rq: bool) -> Result {
+        self.begin_use()?;
+        let w = self.word();
         // SAFETY: the word says this generation has not ended and counts this copy, so the
         // request is started and stays ours (nobody ends it while copies are counted);
         // `buf` is valid for `len` bytes (the callers pass a slice).

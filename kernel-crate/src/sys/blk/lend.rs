@@ -15,7 +15,7 @@
 //! ending a request is allowed (not under a lock that submitting I/O takes).
 
 use super::super::pci::PciDev;
-use super::{stale, Part, USER};
+use super::{Part, USER};
 use core::sync::atomic::Ordering;
 use kernel::{bindings, prelude::*};
 
@@ -70,17 +70,8 @@ impl Part {
     /// request already ended, `EBUSY` if it has as many parts pending as it can count.
     pub(crate) fn lend(&self, off: usize, len: usize, dev: &PciDev, dir: Dir) -> Result<Lent> {
         let token = self.split()?;
+        token.begin_use()?;
         let w = token.word();
-        let mut cur = w.load(Ordering::Relaxed);
-        loop {
-            if !token.live(cur) {
-                return Err(stale());
-            }
-            match w.compare_exchange_weak(cur, cur + USER, Ordering::Acquire, Ordering::Relaxed) {
-                Ok(_) => break,
-                Err(now) => cur = now,
-            }
-        }
         let to_device = dir == Dir::ToDevice;
         // SAFETY: the word counts this lend as a user of a live generation and `token` is
         // pending, so the request is started and stays ours; `dev` is a live device (we
