@@ -50,8 +50,8 @@ pub(super) fn run(mut a: BigDiskArgs) -> anyhow::Result<()> {
     let failures = s.report(false, |g| {
         let r = &g.report;
         let base = r.nic_listed && r.powered_off && !r.kernel_trouble && r.trapeze_up && r.trapeze_removed;
-        let quiet = yes_no(!r.kernel_trouble);
         if g.idx == 0 {
+            let quiet = yes_no(!r.kernel_trouble);
             let (passed, failed, done) = pass_fail(g.console, PREFIX);
             let ok = base && r.script_ok && done && passed > 0 && failed == 0;
             let what = format!(
@@ -61,13 +61,7 @@ pub(super) fn run(mut a: BigDiskArgs) -> anyhow::Result<()> {
             );
             (ok, what)
         } else {
-            let what = format!(
-                "server: trapeze.ko up: {}; rmmod clean: {}; script status 0: {}; kernel quiet: {quiet}",
-                yes_no(r.trapeze_up),
-                yes_no(r.trapeze_removed),
-                yes_no(r.script_ok),
-            );
-            (base && r.script_ok, what)
+            r.server_verdict()
         }
     });
     eprintln!("a 512 MiB /dev/gms0 (guest 0):");

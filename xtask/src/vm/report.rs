@@ -111,6 +111,23 @@ pub(super) struct GuestReport {
     pub(super) suite_done: bool,
 }
 
+impl GuestReport {
+    /// A GMS server guest's verdict and line (`vm swap`, `vm big-disk`): the NIC listed,
+    /// trapeze.ko up and removed cleanly, its script ended with status 0, a quiet kernel,
+    /// powered off.
+    pub(super) fn server_verdict(&self) -> (bool, String) {
+        let ok = self.nic_listed && self.powered_off && !self.kernel_trouble && self.trapeze_up && self.trapeze_removed;
+        let what = format!(
+            "server: trapeze.ko up: {}; rmmod clean: {}; script status 0: {}; kernel quiet: {}",
+            yes_no(self.trapeze_up),
+            yes_no(self.trapeze_removed),
+            yes_no(self.script_ok),
+            yes_no(!self.kernel_trouble),
+        );
+        (ok && self.script_ok, what)
+    }
+}
+
 /// A script's `PREFIX PASS …` and `PREFIX FAIL …` lines, and whether it printed its total
 /// (`PREFIX N passed, M failed`).
 pub(super) fn pass_fail(console: &str, prefix: &str) -> (usize, usize, bool) {

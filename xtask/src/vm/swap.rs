@@ -62,14 +62,7 @@ pub(super) fn run(a: SwapArgs) -> anyhow::Result<()> {
             );
             (ok, what)
         } else {
-            let what = format!(
-                "server: trapeze.ko up: {}; rmmod clean: {}; script status 0: {}; kernel quiet: {}",
-                yes_no(r.trapeze_up),
-                yes_no(r.trapeze_removed),
-                yes_no(r.script_ok),
-                yes_no(!r.kernel_trouble),
-            );
-            (base && r.script_ok, what)
+            r.server_verdict()
         }
     });
     let console = s.console(0);
