@@ -6,8 +6,8 @@
 //! user-space region, an index into the kernel's DMA buffers); the NIC reaches each one at
 //! its DMA address. A place may also lend the port memory it does not own (the kernel
 //! lends a block request's own pages, so payloads move without a copy): such a frame is
-//! never on the free list, may be smaller ([`FrameMem::bytes`]), and goes back to its
-//! lender when the port is done with it ([`FrameMem::give_back`]).
+//! never on the free list, holds [`FrameMem::FRAME_BYTES`] like the others, and goes back
+//! to its lender when the port is done with it ([`FrameMem::give_back`]).
 
 /// The frames of one port.
 pub trait FrameMem {
@@ -27,11 +27,6 @@ pub trait FrameMem {
     fn write(&self, f: Self::Frame, data: &[u8]) -> bool;
     /// Read `out.len()` bytes from the start of `f`.
     fn read(&self, f: Self::Frame, out: &mut [u8]) -> bool;
-    /// Bytes frame `f` holds: [`FrameMem::FRAME_BYTES`], unless it is memory lent from
-    /// outside the pool (a block request's page), which may be smaller.
-    fn bytes(&self, _f: Self::Frame) -> u32 {
-        Self::FRAME_BYTES
-    }
     /// The port is done with `f` (no IPT entry, no send carries it). `true`: `f` is the
     /// pool's and goes back on the free list; `false`: `f` was lent from outside the pool
     /// and this call gave it back to its lender.

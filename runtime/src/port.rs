@@ -184,7 +184,7 @@ impl<M: NicMemory, A: FrameMem, S: Storage> Port<M, A, S> {
     /// (a longer one is refused by the NIC).
     pub fn arm(&mut self, f: A::Frame) -> Result<PayloadToken, ArmError> {
         let addr = self.frames.dma(f).ok_or(ArmError::BadSegments)?;
-        let token = self.ep.arm(&[Segment { addr, len: self.frames.bytes(f) }])?;
+        let token = self.ep.arm(&[Segment { addr, len: A::FRAME_BYTES }])?;
         if self.armed.push((f, token)) {
             Ok(token)
         } else {
@@ -331,7 +331,7 @@ impl<M: NicMemory, A: FrameMem, S: Storage> Port<M, A, S> {
         let seg;
         let segs: &[Segment] = match t.payload {
             Some((f, len)) => match self.frames.dma(f) {
-                Some(addr) if len <= self.frames.bytes(f) => {
+                Some(addr) if len <= A::FRAME_BYTES => {
                     seg = [Segment { addr, len }];
                     &seg
                 }

@@ -5,7 +5,7 @@
 //! A lent page ([`Lent`], `sys::blk`) is frame `LENT_BASE + i` while it sits in lend slot
 //! `i`: the port arms an IPT entry on it (a read's reply lands in the request's own page)
 //! or posts a send from it (a write's data leaves from it), exactly as with a pool frame,
-//! but it is never on the free list, holds one page ([`FrameMem::bytes`]), and the pool's
+//! but it is never on the free list, holds one page (a frame is one), and the pool's
 //! copies refuse it (no byte of a request page is copied here). When the port is done
 //! with it ([`FrameMem::give_back`]: disarmed, or its send reaped) the lend waits in its
 //! slot, given back, until the driver drops it outside the core lock
@@ -24,6 +24,9 @@ use kernel::prelude::*;
 pub(crate) const LEND_SLOTS: usize = 2 * OPS;
 /// The first lent frame, above every pool frame.
 pub(crate) const LENT_BASE: Frame = Frame::MAX - LEND_SLOTS as Frame + 1;
+// A lent page is a whole frame: the port arms an IPT entry on, and sends, `FRAME_BYTES`
+// of it, which must not pass the page's end.
+const _: () = assert!(PAGE_BYTES == FRAME_BYTES);
 
 /// A lend slot.
 enum Lend {
@@ -132,13 +135,6 @@ impl FrameMem for Pool {
                 _ => None,
             },
             None => self.buf(f).map(DmaBuf::dma_addr),
-        }
-    }
-    fn bytes(&self, f: Frame) -> u32 {
-        if Self::is_lent(f) {
-            PAGE_BYTES as u32
-        } else {
-            FRAME_BYTES as u32
         }
     }
     fn give_back(&mut self, f: Frame) -> bool {
