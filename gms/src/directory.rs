@@ -30,7 +30,7 @@
 //! never un-names a newer copy.
 
 use super::page::{PageId, Version};
-use super::table::{Slot, Table};
+use super::table::{Scan, Slot, Table};
 use core::ops::DerefMut;
 
 /// `site` of a tombstone.
@@ -130,15 +130,9 @@ impl<B: DerefMut<Target = [DirSlot]>> Directory<B> {
     pub fn named(&self, page: &PageId) -> Option<Named> {
         self.t.get(page).and_then(|e| e.site().map(|s| (s, e.version, e.seq)))
     }
-    /// The first live entry in slot `from` or later: (slot, page, entry).
-    pub fn next_live_from(&self, mut from: usize) -> Option<(usize, PageId, DirEntry)> {
-        while let Some((i, p, e)) = self.t.next_from(from) {
-            if e.site != NO_SITE {
-                return Some((i, p, e));
-            }
-            from = i + 1;
-        }
-        None
+    /// The first live entry in slot `from` or later, looking at no more than `limit` slots.
+    pub fn scan_live(&self, from: usize, limit: usize) -> Scan<PageId, DirEntry> {
+        self.t.scan(from, limit, |_, e| e.site != NO_SITE)
     }
 
     /// Live entries.

@@ -17,8 +17,8 @@
 //!   least as old as the threshold (the globally oldest pages make room for new ones).
 
 use super::lru::{
-    quantize_age, AgeSummary, Coordinator, EpochPlan, OP_LRU_NEXT, OP_LRU_PLAN, OP_LRU_START, OP_LRU_SUMMARY,
-    SUMMARY_MAX_GROUPS,
+    quantize_age, AgeSummary, Coordinator, EpochPlan, AGE_LEVELS, OP_LRU_NEXT, OP_LRU_PLAN, OP_LRU_START,
+    OP_LRU_SUMMARY, SUMMARY_MAX_GROUPS,
 };
 use super::net::storage::Storage;
 use super::node::{GmsNode, Host};
@@ -414,23 +414,26 @@ impl Lru {
     }
 }
 
-/// This node's summary for `epoch`: `ages` are its held pages' ages (any order).
-pub fn build_summary(me: u16, epoch: u32, budget: usize, ages: &mut [u32]) -> Summary {
-    let pages = ages.len() as u32;
-    let free = budget.saturating_sub(ages.len()).min(u32::MAX as usize) as u32;
-    let mut s = Summary::new(me, epoch, pages, free);
-    ages.sort_unstable_by(|a, b| b.cmp(a));
-    let mut i = 0;
-    while i < ages.len() {
-        let age = ages[i];
-        let mut j = i;
-        while j < ages.len() && ages[j] == age {
-            j += 1;
-        }
-        if s.add_pages(age, (j - i) as u32).is_err() {
+/// This node's summary for `epoch`: `ages` are its held pages' ages (any order, each
+/// below [`AGE_LEVELS`]).
+pub fn build_summary(me: u16, epoch: u32, budget: usize, ages: &[u32]) -> Summary {
+    let mut counts = [0u32; AGE_LEVELS];
+    for &a in ages {
+        counts[(a as usize).min(AGE_LEVELS - 1)] += 1;
+    }
+    summary_of_counts(me, epoch, budget, ages.len(), &counts)
+}
+
+/// This node's summary for `epoch` from how many of its `pages` held pages have each age:
+/// the oldest ages first, as many groups as a summary holds. Linear in nothing but the
+/// ages' range, so a node holding a million pages sorts none of them.
+fn summary_of_counts(me: u16, epoch: u32, budget: usize, pages: usize, counts: &[u32; AGE_LEVELS]) -> Summary {
+    let free = budget.saturating_sub(pages).min(u32::MAX as usize) as u32;
+    let mut s = Summary::new(me, epoch, pages.min(u32::MAX as usize) as u32, free);
+    for (age, &n) in counts.iter().enumerate().rev() {
+        if n > 0 && s.add_pages(age as u32, n).is_err() {
             break;
         }
-        i = j;
     }
     s
 }
@@ -450,15 +453,16 @@ impl<
         self.members().ids().iter().copied().min()
     }
 
-    /// This node's age summary for `epoch` at LRU clock `tick`; `scratch` holds the held
-    /// pages' ages while they are grouped (pages beyond its length are left out).
-    pub fn lru_summary(&self, tick: u64, epoch: u32, scratch: &mut [u32]) -> Summary {
-        let mut n = 0;
-        for ((_, h), slot) in self.holdings().zip(scratch.iter_mut()) {
-            *slot = quantize_age(tick.saturating_sub(h.last_access));
-            n += 1;
+    /// This node's age summary for `epoch` at LRU clock `tick`: one pass over the held
+    /// pages counting each (quantized) age, no sort and no scratch memory.
+    pub fn lru_summary(&self, tick: u64, epoch: u32) -> Summary {
+        let mut counts = [0u32; AGE_LEVELS];
+        let mut pages = 0;
+        for (_, h) in self.holdings() {
+            counts[quantize_age(tick.saturating_sub(h.last_access)) as usize] += 1;
+            pages += 1;
         }
-        build_summary(self.id(), epoch, self.budget(), &mut scratch[..n])
+        summary_of_counts(self.id(), epoch, self.budget(), pages, &counts)
     }
 }
 
@@ -474,8 +478,8 @@ mod tests {
 
     #[test]
     fn summaries_group_the_oldest_ages() {
-        let mut ages: Vec<u32> = (0..100).map(|i| (i % 20) as u32).collect();
-        let s = build_summary(3, 9, 150, &mut ages);
+        let ages: Vec<u32> = (0..100).map(|i| (i % 20) as u32).collect();
+        let s = build_summary(3, 9, 150, &ages);
         assert_eq!((s.node(), s.epoch(), s.pages(), s.free_frames()), (3, 9, 100, 50));
         assert_eq!(s.groups().len(), LRU_GROUPS);
         assert_eq!(s.groups()[0].age, 19);
@@ -488,9 +492,9 @@ mod tests {
         let mut lrus: Vec<Lru> = (0..3).map(|i| Lru::new(i, LruConfig::default())).collect();
         // Node 1 holds 10 old pages, node 2 has 30 free frames, node 0 lends nothing.
         let summary = |me: u16, e: u32| match me {
-            1 => build_summary(1, e, 10, &mut [40; 10]),
-            2 => build_summary(2, e, 30, &mut []),
-            _ => build_summary(0, e, 0, &mut []),
+            1 => build_summary(1, e, 10, &[40; 10]),
+            2 => build_summary(2, e, 30, &[]),
+            _ => build_summary(0, e, 0, &[]),
         };
         lrus[0].poll(0, &members, |e| summary(0, e));
         let starts = drain(&mut lrus[0]);

@@ -88,6 +88,9 @@ pub fn is_lru_op(op: u16) -> bool {
     (OP_LRU_START..=OP_LRU_NEXT).contains(&op)
 }
 
+/// How many values [`quantize_age`] gives: every age it returns is below this.
+pub const AGE_LEVELS: usize = 252;
+
 /// Map an age in clock ticks onto a coarse, order-preserving scale (exact below 8 ticks,
 /// then 4 steps per doubling), so that an [`AgeSummary`]'s few groups cover many pages.
 /// Every node must use the same tick.
@@ -98,7 +101,8 @@ pub fn quantize_age(ticks: u64) -> u32 {
     let e = 63 - ticks.leading_zeros(); // >= 3
                                         // (e - 1) * 4 + the two bits below the leading one: 8 for ticks = 8, strictly
                                         // increasing in steps; below AGE_FREE for any u64.
-    ((e - 1) * 4 + ((ticks >> (e - 2)) & 3) as u32).min(AGE_FREE - 1)
+                                        // At most (63 - 1) * 4 + 3 = 251: below AGE_LEVELS.
+    (e - 1) * 4 + ((ticks >> (e - 2)) & 3) as u32
 }
 
 /// Bytes that are not a valid summary or plan, or an output buffer that is too small.
@@ -656,7 +660,7 @@ mod tests {
         let mut steps: std::vec::Vec<u32> = (1024..2048).map(quantize_age).collect();
         steps.dedup();
         assert_eq!(steps.len(), 4);
-        assert!(quantize_age(u64::MAX) < AGE_FREE);
+        assert!((quantize_age(u64::MAX) as usize) == AGE_LEVELS - 1);
     }
 
     #[test]

@@ -303,7 +303,7 @@ mod tests {
         use crate::lru::{OP_LRU_PLAN, OP_LRU_SUMMARY};
         let members = [0u16, 1, 2];
         let mut lru = Lru::new(0, LruConfig::default());
-        let summary = |me: u16, e: u32| build_summary(me, e, free[me as usize], &mut []);
+        let summary = |me: u16, e: u32| build_summary(me, e, free[me as usize], &[]);
         lru.poll(0, &members, |e| summary(0, e));
         for _ in 0..2 {
             let start = lru.take_send().expect("an epoch start per peer");

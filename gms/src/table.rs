@@ -21,6 +21,17 @@ pub const fn slots_for(entries: usize) -> usize {
     entries.saturating_add(entries / 8).saturating_add(1)
 }
 
+/// Where [`Table::scan`] stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scan<K, V> {
+    /// An accepted entry in this slot.
+    Found(usize, K, V),
+    /// None within the limit: go on from this slot.
+    Stopped(usize),
+    /// None up to the last slot.
+    End,
+}
+
 /// One slot of a table: empty, or a key and its value.
 pub type Slot<K, V> = Option<(K, V)>;
 
@@ -200,10 +211,23 @@ impl<K: Key, V: Copy, B: DerefMut<Target = [Slot<K, V>]>> Table<K, V, B> {
         self.remove_at(i)
     }
 
-    /// The first entry in slot `from` or later, with its slot (for cursors that walk the
-    /// table a step at a time).
-    pub fn next_from(&self, from: usize) -> Option<(usize, K, V)> {
-        (from..self.slots.len()).find_map(|i| self.slots[i].map(|(k, v)| (i, k, v)))
+    /// The first entry in slot `from` or later that `pred` accepts, looking at no more
+    /// than `limit` slots (for cursors that walk the table a step at a time: a step's cost
+    /// stays bounded however large and sparse the table is).
+    pub fn scan(&self, from: usize, limit: usize, pred: impl Fn(&K, &V) -> bool) -> Scan<K, V> {
+        let end = from.saturating_add(limit).min(self.slots.len());
+        for i in from..end {
+            if let Some((k, v)) = self.slots[i] {
+                if pred(&k, &v) {
+                    return Scan::Found(i, k, v);
+                }
+            }
+        }
+        if end == self.slots.len() {
+            Scan::End
+        } else {
+            Scan::Stopped(end)
+        }
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
@@ -321,11 +345,16 @@ mod tests {
             *v += 1;
         }
         assert!(t.iter().all(|(k, v)| *v == k.0 as u64 * 10 + 1));
-        let (i, k, _) = t.next_from(0).unwrap();
-        assert_eq!(t.next_from(i).map(|e| e.1), Some(k));
-        assert!(t.next_from(i + 1).is_none_or(|(j, _, _)| j > i));
-        assert!(t.next_from(8).is_none());
+        let all = |_: &K, _: &u64| true;
+        let Scan::Found(i, k, _) = t.scan(0, 8, all) else { panic!("5 entries in 8 slots") };
+        assert!(matches!(t.scan(i, 1, all), Scan::Found(j, k2, _) if j == i && k2 == k));
+        assert!(matches!(t.scan(i + 1, 8, all), Scan::Found(j, _, _) if j > i));
+        assert_eq!(t.scan(8, 8, all), Scan::End);
+        assert_eq!(t.scan(0, 8, |_, _| false), Scan::End);
         t.clear();
-        assert!(t.is_empty() && t.iter().next().is_none() && t.next_from(0).is_none());
+        assert!(t.is_empty() && t.iter().next().is_none());
+        // An empty table is walked `limit` slots a step.
+        assert_eq!(t.scan(0, 3, all), Scan::Stopped(3));
+        assert_eq!(t.scan(6, 3, all), Scan::End);
     }
 }

@@ -9,6 +9,19 @@ use super::net::storage::Storage;
 use super::node::{GmsNode, HeldState, Host};
 use super::ops::*;
 use super::slots::{OpState, Task, TaskKind, TaskState};
+use super::table::Scan;
+
+/// Slots of each table one scrub step looks at, at most.
+const SCRUB_SLOTS: usize = 64;
+
+/// A wrapping cursor's step: the entry found, and the slot the next step starts at.
+fn cursor<K, V>(s: Scan<K, V>) -> (Option<(K, V)>, usize) {
+    match s {
+        Scan::Found(i, k, v) => (Some((k, v)), i + 1),
+        Scan::Stopped(at) => (None, at),
+        Scan::End => (None, 0),
+    }
+}
 
 impl<
         F: Copy + PartialEq,
@@ -115,11 +128,13 @@ impl<
     }
 
     /// One step of the scrub: check the next directory entry with its site, and
-    /// re-register the next registered held page (both idempotent when all is well).
+    /// re-register the next registered held page (both idempotent when all is well). A
+    /// step looks at no more than [`SCRUB_SLOTS`] slots of each table, however large and
+    /// empty they are; a cursor at a table's end starts again at slot 0 next step.
     fn scrub_step(&mut self) {
-        let next = self.dir.next_live_from(self.scrub_dir).or_else(|| self.dir.next_live_from(0));
-        if let Some((i, page, e)) = next {
-            self.scrub_dir = i + 1;
+        let (next, at) = cursor(self.dir.scan_live(self.scrub_dir, SCRUB_SLOTS));
+        self.scrub_dir = at;
+        if let Some((page, e)) = next {
             if e.site == self.id {
                 if self.held.get(&page).is_none_or(|h| h.version < e.version) {
                     self.unname(page, e.site, e.version, e.seq);
@@ -128,9 +143,9 @@ impl<
                 self.queue_task(TaskKind::Verify, page, e.version, e.seq, e.site, None);
             }
         }
-        let next = self.held.next_from(self.scrub_held).or_else(|| self.held.next_from(0));
-        if let Some((i, page, h)) = next {
-            self.scrub_held = i + 1;
+        let (next, at) = cursor(self.held.scan(self.scrub_held, SCRUB_SLOTS, |_, _| true));
+        self.scrub_held = at;
+        if let Some((page, h)) = next {
             if h.state == HeldState::Registered {
                 if self.members.directory_of(&page) == Some(self.id) {
                     if self.dir.named(&page) != Some((self.id, h.version, h.seq)) {

@@ -8,7 +8,11 @@ use super::net::storage::Storage;
 use super::node::{GmsNode, HeldState, Host};
 use super::ops::PutStatus;
 use super::slots::{OpState, TaskKind, TaskState};
+use super::table::Scan;
 use super::types::*;
+
+/// Slots of the held table one step of the repair sweep looks at, at most.
+const REPAIR_SLOTS: usize = 1024;
 
 impl<
         F: Copy + PartialEq,
@@ -204,11 +208,19 @@ impl<
             Some(at) => at,
             None => return,
         };
-        while let Some((i, page, h)) = self.held.next_from(at) {
+        // A step looks at a bounded number of slots, so a large table is swept over many
+        // drives rather than in one.
+        let end = at.saturating_add(REPAIR_SLOTS);
+        loop {
+            let (i, page, h) = match self.held.scan(at, end.saturating_sub(at), |_, h| h.repair) {
+                Scan::Found(i, page, h) => (i, page, h),
+                Scan::Stopped(stop) => {
+                    self.repair_from = Some(stop);
+                    return;
+                }
+                Scan::End => break,
+            };
             at = i + 1;
-            if !h.repair {
-                continue;
-            }
             let local = self.members.directory_of(&page) == Some(self.id);
             if !local && self.tasks.iter().filter(|t| t.state == TaskState::Free).count() <= reserve {
                 self.repair_from = Some(i);

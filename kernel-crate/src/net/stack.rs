@@ -55,8 +55,6 @@ pub(crate) struct Core<C> {
     pub(crate) node: KVBox<Node>,
     /// This node's part in the global LRU, which places `/dev/gms0`'s puts.
     pub(crate) lru: KBox<Lru>,
-    /// The held pages' ages while a summary for the global LRU is made.
-    pub(crate) ages: KVVec<u32>,
     /// The client's state (the disk's, once it exists).
     pub(crate) client: C,
 }
@@ -90,8 +88,7 @@ pub(crate) fn new_core<C>(node: u16, budget: usize, dir_pages: usize, host: KHos
     gms.host = host;
     let mut lru = LRU_TEMPLATE.copy()?;
     lru.set_node(node);
-    let ages = KVVec::from_elem(0u32, slots_for(budget), GFP_KERNEL)?;
-    Ok(Core { rpc, node: gms, lru, ages, client })
+    Ok(Core { rpc, node: gms, lru, client })
 }
 
 impl<C: Client> Core<C> {
@@ -105,15 +102,15 @@ impl<C> Core<C> {
     /// Global-LRU work: the messages received since the last step, the coordinator's
     /// duties, the putpages stored here counted against the plan, and the sends.
     pub(crate) fn lru_step(&mut self, now: u64) {
-        let Core { rpc, node, lru, ages, .. } = self;
+        let Core { rpc, node, lru, .. } = self;
         let tick = lru.tick(now);
         let plans = lru.stats.plans;
         for i in 0..node.host.lru_queued.min(node.host.lru_inbox.len()) {
             let m = node.host.lru_inbox[i];
-            lru.handle(now, &m, |e| node.lru_summary(tick, e, ages));
+            lru.handle(now, &m, |e| node.lru_summary(tick, e));
         }
         node.host.lru_queued = 0;
-        lru.poll(now, node.members().ids(), |e| node.lru_summary(tick, e, ages));
+        lru.poll(now, node.members().ids(), |e| node.lru_summary(tick, e));
         lru.note_stored(node.stats().pages_stored, node.lru_coordinator());
         while let Some(m) = lru.take_send() {
             // A full transmit queue loses the message: the epoch's deadline covers it.

@@ -79,8 +79,8 @@ struct Args {
     no_disk: bool,
     /// After the main rows (no wire delay: the in-process switch delivers as fast as the
     /// receiver polls), the sequential scans again on a fresh cluster whose links model
-    /// each of these one-way wire delays, in µs (empty: none).
-    #[arg(long, value_delimiter = ',', default_values_t = [2.0f64, 10.0])]
+    /// each of these one-way wire delays, in µs (the option with no value: none).
+    #[arg(long, value_delimiter = ',', num_args = 0.., default_values_t = [2.0f64, 10.0])]
     wire_delays_us: Vec<f64>,
     /// Rounds measuring what two cores allow read-ahead (depth 0 and 16 on two threads,
     /// then depth 16 with every node on one thread), after the main scans; 0: none.
@@ -93,8 +93,9 @@ struct Args {
     /// Pages the small cluster of the scale comparison holds (32 MiB).
     #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u64).range(64..=1 << 20))]
     scale_small_pages: u64,
-    /// Random getpages on each cluster of the scale comparison.
-    #[arg(long, default_value_t = 4000, value_parser = clap::value_parser!(u64).range(10..=10_000_000))]
+    /// Random getpages on each cluster of the scale comparison (cheap beside the fill,
+    /// and each p50 steadier the more there are).
+    #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(10..=10_000_000))]
     scale_reads: u64,
     /// Pairs of write rounds (one with r = 1, one with r = 2) measuring what replication
     /// costs a writer; 0: none.

@@ -1,15 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! A port's part in the global LRU: its age summaries, the epoch messages, and making room for putpages.
 
-use super::lru::{LruConfig, Summary};
-use super::{GmsPort, Node};
+use super::lru::LruConfig;
+use super::GmsPort;
 use gms::prelude::*;
-
-/// This node's age summary for `epoch` at LRU clock `tick`.
-fn summary_of(node: &Node, tick: u64, epoch: u32) -> Summary {
-    let mut ages = vec![0u32; node.held_count()];
-    node.lru_summary(tick, epoch, &mut ages)
-}
 
 impl GmsPort {
     /// The global LRU's coordinator: the lowest live member.
@@ -29,10 +23,10 @@ impl GmsPort {
         let inbox = std::mem::take(&mut self.node.host.lru_inbox);
         for m in &inbox {
             let node = &self.node;
-            self.lru.handle(now, m, |e| summary_of(node, tick, e));
+            self.lru.handle(now, m, |e| node.lru_summary(tick, e));
         }
         let node = &self.node;
-        self.lru.poll(now, node.members().ids(), |e| summary_of(node, tick, e));
+        self.lru.poll(now, node.members().ids(), |e| node.lru_summary(tick, e));
         self.count_received();
         self.make_room(now);
         let mut sent = false;
