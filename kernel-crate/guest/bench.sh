@@ -99,6 +99,10 @@ dev_kib() { awk '{ print int($3 / 2), int($7 / 2) }' "/sys/block/${1##*/}/stat";
 # What the swap phase squeezes the workload's RAM to before giving back the rest (MiB).
 SQUEEZE_MB=6
 mem_mb() { echo $(($(sed -n "s/^$1: *\([0-9]*\) kB/\1/p" /proc/meminfo) / 1024)); }
+# KiB the swap workload can take: MemAvailable plus Shmem.
+avail_kib() { awk '$1 == "MemAvailable:" || $1 == "Shmem:" { k += $2 } END { print k }' /proc/meminfo; }
+# How far from $swap_avail_mb MiB the swap phase leaves the workload's RAM, at most (KiB).
+AVAIL_SLACK_KIB=512
 
 # File phase, part one: ext2 on device $2 (name $1), mounted on /mnt/$1, the file written.
 file_prepare() {
@@ -155,17 +159,30 @@ swap_run() {
     # are tmpfs pages, which swap out to make room). First squeezed to $SQUEEZE_MB MiB,
     # which pushes those files out to swap before the clock starts — on either device, so
     # neither run starts with some of them in RAM to be swapped out on its time — then
-    # given back until $swap_avail_mb MiB are left.
+    # given back until $swap_avail_mb MiB are left, to within $AVAIL_SLACK_KIB KiB: each
+    # MiB more or less changes how much the workload swaps by several percent, and both
+    # devices must start alike.
     before=$(($(mem_mb MemAvailable) + $(mem_mb Shmem)))
     pin=$((before - SQUEEZE_MB))
     [ "$pin" -gt 0 ] && dd if=/dev/zero of=/balloon/pin bs=1M count="$pin" 2>/dev/null
-    drop_caches
-    give=$((swap_avail_mb - $(mem_mb MemAvailable) - $(mem_mb Shmem)))
-    if [ "$pin" -gt 0 ] && [ "$give" -gt 0 ]; then
-        pin=$((pin - give))
-        truncate -s "${pin}M" /balloon/pin
-    fi
-    say "swap $name: MemTotal $(mem_mb MemTotal) MiB, MemAvailable + Shmem $before MiB, $pin MiB pinned in ramfs, now $(mem_mb MemAvailable) + $(mem_mb Shmem) MiB; trapeze-memhog over $swap_mb MiB"
+    pin_kib=$((pin * 1024))
+    tries=0
+    while [ "$pin" -gt 0 ] && [ "$tries" -lt 12 ]; do
+        drop_caches
+        off=$((swap_avail_mb * 1024 - $(avail_kib)))
+        [ "${off#-}" -le "$AVAIL_SLACK_KIB" ] && break
+        if [ "$off" -gt 0 ]; then
+            pin_kib=$((pin_kib - off))
+            truncate -s $((pin_kib * 1024)) /balloon/pin
+        else
+            # More than asked for is left: pin that much more (a ramfs file holds what
+            # is written to it, not what truncate extends it by).
+            dd if=/dev/zero of="/balloon/more$tries" bs=1024 count=$((-off)) 2>/dev/null
+            pin_kib=$((pin_kib - off))
+        fi
+        tries=$((tries + 1))
+    done
+    say "swap $name: MemTotal $(mem_mb MemTotal) MiB, MemAvailable + Shmem $before MiB, $((pin_kib / 1024)) MiB pinned in ramfs, now $(avail_kib) KiB available (MemAvailable + Shmem; $tries adjustment(s)); trapeze-memhog over $swap_mb MiB"
     set -- $(dev_kib "$dev")
     in0=$1 out0=$2
     trapeze-memhog --mib "$swap_mb" --seed "$seed" > /tmp/memhog.out 2>&1 &
