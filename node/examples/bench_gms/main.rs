@@ -455,12 +455,14 @@ fn run(a: Args) -> anyhow::Result<()> {
             json!({ "row": "random_8k", "source": "disk_odirect", "p50_us": d.p50, "p99_us": d.p99, "reads": a.random, "fs": fs })
         );
         if let Some(sc) = &sc {
-            for (name, (pages, p50, p99)) in [("small", sc.small), ("large", sc.large)] {
+            let copies = [sc.copy_p50.0, sc.copy_p50.1];
+            for ((name, (pages, p50, p99)), copy) in [("small", sc.small), ("large", sc.large)].into_iter().zip(copies)
+            {
                 println!(
                     "{}",
                     json!({ "row": "random_8k_scale", "source": "gms", "cluster": name, "pages": pages,
                             "gib": pages as f64 * PAGE as f64 / (1u64 << 30) as f64, "p50_us": p50, "p99_us": p99,
-                            "reads": a.scale_reads })
+                            "reads": a.scale_reads, "page_copy_p50_us": copy })
                 );
             }
         }
@@ -564,6 +566,13 @@ fn run(a: Args) -> anyhow::Result<()> {
             println!("  {name:<5} {pages:>8} pages ({mib:>5} MiB): p50 {p50:>6.1} µs, p99 {p99:>6.1} µs");
         }
         println!("  scale_p50_ratio large / small: {:.3} (target ≤ 1.2)", sc.p50_ratio());
+        let (cs, cl) = sc.copy_p50;
+        println!(
+            "  one 8 KiB copy out of a held page, p50: {cs:.2} µs small, {cl:.2} µs large: {:.2} of the {:.2} µs \
+             getpage p50 difference is the page's own memory",
+            cl - cs,
+            sc.large.1 - sc.small.1
+        );
     }
     Ok(())
 }

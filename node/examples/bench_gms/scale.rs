@@ -18,10 +18,13 @@ use trapeze_node::gms::{page_pattern, Cluster, Got};
 /// Random getpages per round on each cluster.
 const ROUND: u64 = 500;
 
-/// The two clusters' p50 and p99 getpage latencies (µs) and the pages each held.
+/// The two clusters' p50 and p99 getpage latencies (µs) and the pages each held, and
+/// the p50 of one plain 8 KiB copy out of a random page a lender of each holds (µs): the
+/// part of a getpage no protocol can save, as costly as the memory the page sits in.
 pub struct Scale {
     pub small: (u64, f64, f64),
     pub large: (u64, f64, f64),
+    pub copy_p50: (f64, f64),
 }
 
 impl Scale {
@@ -89,5 +92,25 @@ pub fn run(small: u64, large: u64, reads: u64) -> anyhow::Result<Scale> {
     Ok(Scale {
         small: (small, pct(&mut ls, 0.5), pct(&mut ls, 0.99)),
         large: (large, pct(&mut ll, 0.5), pct(&mut ll, 0.99)),
+        copy_p50: (copy_p50(&cs, reads, &mut r)?, copy_p50(&cl, reads, &mut r)?),
     })
+}
+
+/// p50 (µs) of copying one random page lender 1 of `c` holds into a buffer: the payload's
+/// own memory cost, measured on the same frames the getpages read.
+fn copy_p50(c: &Cluster, reads: u64, r: &mut Rand) -> anyhow::Result<f64> {
+    let port = &c.ports[1];
+    let frames: Vec<_> = port.node.holdings().map(|(_, h)| h.frame).collect();
+    anyhow::ensure!(!frames.is_empty(), "scale: lender 1 holds no page");
+    let mut buf = vec![0u8; trapeze_node::rpc::FRAME_BYTES as usize];
+    let mut lat = Vec::with_capacity(reads as usize);
+    for _ in 0..reads {
+        let f = frames[(r.next() % frames.len() as u64) as usize];
+        let t = Instant::now();
+        let ok = port.node.host.frames.read(f, &mut buf);
+        lat.push(t.elapsed().as_secs_f64() * 1e6);
+        anyhow::ensure!(ok, "scale: frame {f} of lender 1 could not be read");
+        std::hint::black_box(&buf);
+    }
+    Ok(pct(&mut lat, 0.5))
 }

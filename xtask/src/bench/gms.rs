@@ -8,8 +8,9 @@
 //! holding 32 MiB (`scale_p50_ratio`; the process needs 8 GiB of memory, `--scale-pages`
 //! sets the large cluster's size, 0 skips it); and what replication costs a writer:
 //! rounds writing pages with one copy and with two in turn, `replication_cost` the median
-//! over the pairs of rounds of the r = 2 write time over r = 1's (with each side's p50).
-//! Run it on a quiet machine.
+//! over the pairs of rounds of the r = 2 write time over r = 1's (with each side's p50);
+//! then `repair_mb_s` from four `gmsd` over UDP, one killed after a two-copy write
+//! (`gmsd/benches/repair.rs`, `--repair-mib`, 0 skips it). Run it on a quiet machine.
 
 #[derive(clap::Args)]
 pub struct GmsArgs {
@@ -34,6 +35,11 @@ pub struct GmsArgs {
     /// Pairs of write rounds (r = 1, r = 2) for `replication_cost`; 0: none.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=1000))]
     replication_pairs: u32,
+    /// MiB written with two copies to four `gmsd` before one is killed, for `repair_mb_s`
+    /// (`gmsd/benches/repair.rs`: the copies it held made again, per second from its
+    /// failure's declaration); 0: none.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(0..=2048))]
+    repair_mib: u64,
     /// Directory on a real disk for the baseline's file (default ~/.cache/trapeze/bench;
     /// tmpfs is refused).
     #[arg(long)]
@@ -66,11 +72,16 @@ pub fn run(a: GmsArgs) -> anyhow::Result<()> {
     if let Some(d) = &dir {
         args.extend(["--dir", d.as_str()]);
     }
+    let mib = a.repair_mib.to_string();
+    let mut repair =
+        vec!["bench", "--quiet", "--locked", "-p", "trapeze-gmsd", "--bench", "repair", "--", "--mib", &mib];
     if a.json || a.plot.is_some() {
         args.push("--json");
+        repair.push("--json");
     }
+    let commands: Vec<&[&str]> = if a.repair_mib > 0 { vec![&args, &repair] } else { vec![&args] };
     if a.plot.is_some() {
-        return super::cargo_json(&args, a.plot.as_deref(), "gms", super::plot::gms::write);
+        return super::cargo_json_all(&commands, a.plot.as_deref(), "gms", super::plot::gms::write);
     }
-    crate::cargo(&args)
+    commands.iter().try_for_each(|c| crate::cargo(c))
 }

@@ -55,18 +55,33 @@ fn cargo_json(
     name: &str,
     figure: fn(&std::path::Path, &[serde_json::Value]) -> anyhow::Result<std::path::PathBuf>,
 ) -> anyhow::Result<()> {
+    cargo_json_all(&[args], plot, name, figure)
+}
+
+/// Run each `cargo` command in turn, printing the JSON lines they print; with `plot`,
+/// keep all of them in DIR/NAME.json and draw the figure from them.
+fn cargo_json_all(
+    commands: &[&[&str]],
+    plot: Option<&std::path::Path>,
+    name: &str,
+    figure: fn(&std::path::Path, &[serde_json::Value]) -> anyhow::Result<std::path::PathBuf>,
+) -> anyhow::Result<()> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    eprintln!("$ cargo {}", args.join(" "));
-    let out = std::process::Command::new(cargo)
-        .args(args)
-        .current_dir(crate::workspace_root())
-        .stderr(std::process::Stdio::inherit())
-        .output()?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    print!("{text}");
-    anyhow::ensure!(out.status.success(), "`cargo {}` failed ({})", args.join(" "), out.status);
+    let mut all = String::new();
+    for args in commands {
+        eprintln!("$ cargo {}", args.join(" "));
+        let out = std::process::Command::new(&cargo)
+            .args(*args)
+            .current_dir(crate::workspace_root())
+            .stderr(std::process::Stdio::inherit())
+            .output()?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        print!("{text}");
+        anyhow::ensure!(out.status.success(), "`cargo {}` failed ({})", args.join(" "), out.status);
+        all.push_str(&text);
+    }
     if let Some(dir) = plot {
-        let lines = plot::parse_lines(&text)?;
+        let lines = plot::parse_lines(&all)?;
         plot::write_json(dir, name, &lines)?;
         figure(dir, &lines)?;
     }

@@ -1,0 +1,207 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! `repair_mb_s` of `cargo xtask bench gms`: how fast `gmsd` makes lost copies again.
+//!
+//! Four daemons over UDP on 127.0.0.1, `--replicas 2`. A client writes `--mib` MiB
+//! through node 0, which puts each page's two copies on two of nodes 1–3. Node 3 is
+//! `kill -9`ed; once node 0 has declared it failed (its members are 0–2), node 0 makes
+//! again every copy node 3 held, on whichever of nodes 1 and 2 lacks it. The rate is the
+//! bytes of those copies over the time from the declaration to the last one made
+//! (`re_replicate_pending` 0), polled every millisecond. Then every page is read back
+//! through node 0, each replica from its holder, and checked byte for byte: a miss or a
+//! wrong byte fails the run.
+//!
+//! `cargo bench -p trapeze-gmsd --bench repair -- [--mib N] [--json]`
+
+use anyhow::{bail, ensure, Context};
+use clap::Parser;
+use gms::prelude::{PageId, Version};
+use gmsd::client::Client;
+use gmsd::proto::{GetOutcome, PutOutcome, Stat, PAGE_BYTES};
+use serde_json::json;
+use std::net::UdpSocket;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use trapeze_node::gms::{page_pattern, replica};
+
+const VOL: u64 = 13;
+const NODES: u16 = 4;
+/// The daemon killed.
+const VICTIM: u16 = 3;
+/// Pages per `put_many` / `get_many`.
+const BATCH: usize = 256;
+
+#[derive(Parser)]
+#[command(about = "gmsd re-replication rate after a kill -9 (repair_mb_s)")]
+struct Args {
+    /// MiB written (two copies each) before the kill.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=2048))]
+    mib: u64,
+    /// One JSON object (the row) on stdout.
+    #[arg(long)]
+    json: bool,
+    /// Ignored: `cargo bench` passes it to every bench target.
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
+/// The daemons: killed when dropped, their logs printed if the run failed.
+struct Daemons {
+    children: Vec<Option<Child>>,
+    dir: PathBuf,
+    ok: bool,
+}
+
+impl Daemons {
+    fn start(budget_mb: u64) -> anyhow::Result<Daemons> {
+        let dir = std::env::temp_dir().join(format!("gmsd-bench-repair-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir)?;
+        // Held open together, so they differ; closed before the daemons bind them.
+        let socks = (0..NODES).map(|_| UdpSocket::bind("127.0.0.1:0")).collect::<Result<Vec<_>, _>>()?;
+        let ports: Vec<u16> = socks.iter().map(|s| s.local_addr().map(|a| a.port())).collect::<Result<_, _>>()?;
+        drop(socks);
+        let mut d = Daemons { children: Vec::new(), dir, ok: false };
+        for n in 0..NODES {
+            let mut cmd = Command::new(env!("CARGO_BIN_EXE_gmsd"));
+            cmd.args(["--node", &n.to_string(), "--listen", &format!("127.0.0.1:{}", ports[n as usize])])
+                .args(["--budget-mb", &budget_mb.to_string(), "--dead-after-ms", "1000", "--replicas", "2"])
+                .arg("--socket")
+                .arg(d.sock(n));
+            for m in (0..NODES).filter(|&m| m != n) {
+                cmd.args(["--peer", &format!("{m}=127.0.0.1:{}", ports[m as usize])]);
+            }
+            let log = std::fs::File::create(d.dir.join(format!("gmsd-{n}.log")))?;
+            cmd.stdout(Stdio::null()).stderr(log);
+            d.children.push(Some(cmd.spawn().context("spawning gmsd")?));
+        }
+        Ok(d)
+    }
+
+    fn sock(&self, n: u16) -> PathBuf {
+        self.dir.join(format!("gmsd-{n}.sock"))
+    }
+
+    fn kill(&mut self, n: u16) -> anyhow::Result<()> {
+        if let Some(mut c) = self.children[n as usize].take() {
+            c.kill().context("SIGKILL a daemon")?;
+            c.wait().context("reaping a daemon")?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Daemons {
+    fn drop(&mut self) {
+        for n in 0..NODES {
+            let _ = self.kill(n);
+        }
+        if !self.ok {
+            for n in 0..NODES {
+                let log = std::fs::read_to_string(self.dir.join(format!("gmsd-{n}.log"))).unwrap_or_default();
+                eprintln!("---- gmsd-{n}.log ----\n{log}");
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn stat(path: &Path) -> Option<Stat> {
+    Client::connect(path).ok()?.stat().ok()
+}
+
+/// Poll `f` every `every` until it gives a value, at most `limit`.
+fn wait_for<T>(limit: Duration, every: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> anyhow::Result<T> {
+    let t0 = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return Ok(v);
+        }
+        if t0.elapsed() > limit {
+            bail!("timed out after {limit:?} waiting for {what}");
+        }
+        std::thread::sleep(every);
+    }
+}
+
+fn content(page: u64) -> Vec<u8> {
+    page_pattern(PageId::new(VOL, page), Version(0))
+}
+
+fn main() -> anyhow::Result<()> {
+    let a = Args::parse();
+    let pages = (a.mib << 20) / PAGE_BYTES as u64;
+    // After the kill nodes 1 and 2 hold both copies of everything, with a quarter to spare.
+    let budget_mb = a.mib * 5 / 4 + 4;
+    let mut d = Daemons::start(budget_mb)?;
+    let ms = Duration::from_millis(1);
+    for n in 0..NODES {
+        wait_for(Duration::from_secs(20), Duration::from_millis(20), &format!("gmsd {n} to hear its peers"), || {
+            stat(&d.sock(n)).filter(|s| s.members.len() == NODES as usize && s.nodes.iter().all(|m| m.alive))
+        })?;
+    }
+    let mut c = Client::connect(&d.sock(0)).context("connecting to gmsd 0")?;
+
+    let t_write = Instant::now();
+    let mut on_victim = 0u64;
+    let all: Vec<u64> = (0..pages).collect();
+    for batch in all.chunks(BATCH) {
+        let data: Vec<Vec<u8>> = batch.iter().map(|&i| content(i)).collect();
+        let items: Vec<(PageId, &[u8])> =
+            batch.iter().zip(&data).map(|(&i, d)| (PageId::new(VOL, i), &d[..])).collect();
+        for (&i, r) in batch.iter().zip(c.put_many(&items)?) {
+            match r {
+                PutOutcome::Stored { targets, .. } => on_victim += u64::from(targets.as_slice().contains(&VICTIM)),
+                other => bail!("page {i}: put ended {other:?} with every daemon up"),
+            }
+        }
+    }
+    let write_secs = t_write.elapsed().as_secs_f64();
+
+    let t_kill = Instant::now();
+    d.kill(VICTIM)?;
+    let before = stat(&d.sock(0)).context("gmsd 0's stat")?;
+    wait_for(Duration::from_secs(10), ms, &format!("gmsd 0 to declare node {VICTIM} failed"), || {
+        stat(&d.sock(0)).filter(|s| s.members == [0, 1, 2])
+    })?;
+    let t_declared = Instant::now();
+    let s = wait_for(Duration::from_secs(120), ms, "gmsd 0 to make the lost copies again", || {
+        stat(&d.sock(0)).filter(|s| s.re_replicate_pending == 0 && s.re_replicated > before.re_replicated)
+    })?;
+    let repair_secs = t_declared.elapsed().as_secs_f64();
+    let remade = s.re_replicated - before.re_replicated;
+    ensure!(remade == on_victim, "{remade} copies made again, but node {VICTIM} held {on_victim}");
+
+    // Every replica of every page reads back from the survivors.
+    for k in 0..2u8 {
+        for batch in all.chunks(BATCH) {
+            let ids: Vec<PageId> = batch.iter().map(|&i| replica(PageId::new(VOL, i), k)).collect();
+            for (&i, g) in batch.iter().zip(c.get_many(&ids, true)?) {
+                match g {
+                    GetOutcome::Hit { data, .. } if data == content(i) => {}
+                    GetOutcome::Hit { .. } => bail!("page {i} copy {k}: wrong bytes after the repair"),
+                    GetOutcome::Miss(why) => bail!("page {i} copy {k} missed after the repair: {why}"),
+                }
+            }
+        }
+    }
+    d.ok = true;
+    let mb = remade as f64 * PAGE_BYTES as f64 / 1e6;
+    let repair_mb_s = mb / repair_secs;
+    eprintln!(
+        "repair: {} MiB written with two copies through node 0 of {NODES} gmsd over UDP in {write_secs:.2} s; \
+         kill -9 of node {VICTIM} (holding {on_victim} copies), declared failed after {:.2} s; {remade} copies \
+         ({mb:.1} MB) made again in {repair_secs:.3} s: {repair_mb_s:.1} MB/s; every copy of every page read back",
+        a.mib,
+        (t_declared - t_kill).as_secs_f64(),
+    );
+    if a.json {
+        println!(
+            "{}",
+            json!({"row": "repair", "source": "gmsd", "nodes": NODES, "mib": a.mib, "copies_remade": remade,
+                   "declare_secs": (t_declared - t_kill).as_secs_f64(), "repair_secs": repair_secs,
+                   "repair_mb_s": repair_mb_s})
+        );
+    }
+    Ok(())
+}
