@@ -102,7 +102,7 @@ mem_mb() { echo $(($(sed -n "s/^$1: *\([0-9]*\) kB/\1/p" /proc/meminfo) / 1024))
 # KiB the swap workload can take: MemAvailable plus Shmem.
 avail_kib() { awk '$1 == "MemAvailable:" || $1 == "Shmem:" { k += $2 } END { print k }' /proc/meminfo; }
 # How far from $swap_avail_mb MiB the swap phase leaves the workload's RAM, at most (KiB).
-AVAIL_SLACK_KIB=512
+AVAIL_SLACK_KIB=128
 
 # File phase, part one: ext2 on device $2 (name $1), mounted on /mnt/$1, the file written.
 file_prepare() {
@@ -167,7 +167,7 @@ swap_run() {
     [ "$pin" -gt 0 ] && dd if=/dev/zero of=/balloon/pin bs=1M count="$pin" 2>/dev/null
     pin_kib=$((pin * 1024))
     tries=0
-    while [ "$pin" -gt 0 ] && [ "$tries" -lt 12 ]; do
+    while [ "$pin" -gt 0 ] && [ "$tries" -lt 16 ]; do
         drop_caches
         off=$((swap_avail_mb * 1024 - $(avail_kib)))
         [ "${off#-}" -le "$AVAIL_SLACK_KIB" ] && break

@@ -57,7 +57,7 @@ pub struct VmBenchArgs {
     /// write_mb_s, seq_kernel_us_per_page and write_kernel_us_per_page (guest 0's kernel
     /// CPU per page), bytes, reads, file_stream_mb_s, file_mmap_mb_s, swap_secs, …), then a
     /// summary object with the gms/nbd ratios (gms_over_nbd: rand4k_p50, rand4k_p99,
-    /// seq_mb_s, swap_time, file_stream_mb_s, file_mmap_mb_s).
+    /// seq_mb_s, swap_time, swap_time_per_mib, file_stream_mb_s, file_mmap_mb_s).
     #[arg(long)]
     json: bool,
     /// Guests: 0 measures, 1 serves NBD and GMS, the others serve GMS.
@@ -444,8 +444,9 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
     if let Some(r) = &ratios {
         let f = |k: &str| r[k].as_f64().map_or("-".into(), |v| format!("{v:.2}x"));
         println!(
-            "gms / nbd: swap workload time {}, file read() {}, file mmap {}; 0 I/O errors in every phase",
+            "gms / nbd: swap workload time {} ({} per MiB swapped), file read() {}, file mmap {}; 0 I/O errors in every phase",
             f("swap_time"),
+            f("swap_time_per_mib"),
             f("file_stream_mb_s"),
             f("file_mmap_mb_s")
         );

@@ -43,6 +43,15 @@ pub(super) struct SwapRun {
     pub swap_out_kib: u64,
 }
 
+impl SwapRun {
+    /// Wall time per MiB swapped out and in: how fast the device swaps, whatever the
+    /// kernel chose to swap (a few hundred KiB more RAM can halve that).
+    pub(super) fn secs_per_mib(&self) -> Option<f64> {
+        let mib = (self.swap_in_kib + self.swap_out_kib) as f64 / 1024.0;
+        (mib > 0.0).then(|| self.secs / mib)
+    }
+}
+
 /// Everything of the two workloads on guest 0's console.
 #[derive(Debug, Default)]
 pub(super) struct Workloads {
@@ -132,6 +141,7 @@ impl Workloads {
             "swap_in_mib": swap.map(|s| round_to(s.swap_in_kib as f64 / 1024.0, 1)),
             "swap_out_mib": swap.map(|s| round_to(s.swap_out_kib as f64 / 1024.0, 1)),
             "swap_pages_verified": swap.map(|s| s.pages_verified),
+            "swap_secs_per_mib": swap.and_then(SwapRun::secs_per_mib).map(|v| round_to(v, 4)),
         })
     }
 
@@ -144,6 +154,10 @@ impl Workloads {
         };
         json!({
             "swap_time": ratio(self.swap("gms").map(|s| s.secs), self.swap("nbd").map(|s| s.secs)),
+            "swap_time_per_mib": ratio(
+                self.swap("gms").and_then(SwapRun::secs_per_mib),
+                self.swap("nbd").and_then(SwapRun::secs_per_mib)
+            ),
             "file_stream_mb_s": ratio(self.file_mb_s("gms", "stream"), self.file_mb_s("nbd", "stream")),
             "file_mmap_mb_s": ratio(self.file_mb_s("gms", "mmap"), self.file_mb_s("nbd", "mmap")),
         })
@@ -247,6 +261,8 @@ mod tests {
         );
         assert_eq!((k["swap_peak_mib"].as_f64(), k["file_pages_verified"].as_u64()), (Some(9.0), Some(7 * 4096)));
         assert_eq!((k["swap_out_mib"].as_f64(), k["swap_in_mib"].as_f64()), (Some(12.0), Some(20.0)));
+        // 32 MiB moved by each: the per-MiB ratio is the wall-time ratio here.
+        assert_eq!((k["swap_secs_per_mib"].as_f64(), r["swap_time_per_mib"].as_f64()), (Some(0.25), Some(0.4)));
         assert!(w.missing("gms").is_empty() && w.missing("nbd").is_empty());
     }
 
