@@ -20,10 +20,10 @@
 #    MiB of pattern pages written and synced (trapeze-filebench), then per round the page
 #    cache dropped and the file read whole with streaming read(), dropped again and read
 #    through mmap, every page checked; unmounted;
-# 3. swap: mkswap + swapon on the device, all but trapeze_bench_swap_avail_mb MiB of RAM
-#    (MemAvailable + Shmem: the initramfs's files swap out too) pinned in a ramfs, trapeze-memhog over 1.5x that (every page written,
-#    checked in order and at random, rewritten, checked: they go to swap and come back),
-#    its wall time reported; the ramfs freed, swapoff.
+# 3. swap: mkswap + swapon on the device, trapeze-memhog over 1.5x trapeze_bench_swap_avail_mb
+#    MiB in a memory cgroup limited to that (every page written, checked in order and at
+#    random, rewritten, checked: they go to swap and come back), its wall time reported;
+#    swapoff.
 # Every phase counts I/O trouble: new kernel log lines (I/O errors, swap read/write errors,
 # ext2 errors, NBD request failures, OOM kills, hung tasks), page errors of /dev/gms0
 # (gms_disk_stats) and the tools' own failures; each becomes an "errors: PHASE: …" line,
@@ -96,13 +96,7 @@ phase_end() {
 drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 # KiB read and written on block device $1 so far (/sys/block/NAME/stat: sectors).
 dev_kib() { awk '{ print int($3 / 2), int($7 / 2) }' "/sys/block/${1##*/}/stat"; }
-# What the swap phase squeezes the workload's RAM to before giving back the rest (MiB).
-SQUEEZE_MB=6
 mem_mb() { echo $(($(sed -n "s/^$1: *\([0-9]*\) kB/\1/p" /proc/meminfo) / 1024)); }
-# KiB the swap workload can take: MemAvailable plus Shmem.
-avail_kib() { awk '$1 == "MemAvailable:" || $1 == "Shmem:" { k += $2 } END { print k }' /proc/meminfo; }
-# How far from $swap_avail_mb MiB the swap phase leaves the workload's RAM, at most (KiB).
-AVAIL_SLACK_KIB=128
 
 # File phase, part one: ext2 on device $2 (name $1), mounted on /mnt/$1, the file written.
 file_prepare() {
@@ -138,8 +132,16 @@ file_read() {
     phase_end "file $name $mode round $round"
 }
 
-# Swap phase on device $2 (name $1): swap on it, all but $swap_avail_mb MiB of RAM pinned,
-# trapeze-memhog over $swap_mb MiB; its report, with the peak swap use seen.
+# cgroup v2 mounted on /sys/fs/cgroup with the memory controller on for its children.
+memory_cgroups() {
+    if [ ! -e /sys/fs/cgroup/cgroup.controllers ]; then
+        mkdir -p /sys/fs/cgroup && mount -t cgroup2 none /sys/fs/cgroup || return 1
+    fi
+    grep -qw memory /sys/fs/cgroup/cgroup.subtree_control || echo +memory > /sys/fs/cgroup/cgroup.subtree_control
+}
+
+# Swap phase on device $2 (name $1): swap on it, trapeze-memhog over $swap_mb MiB in a
+# memory cgroup of $swap_avail_mb MiB; its report, with the peak swap use seen.
 swap_run() {
     name=$1 dev=$2
     phase_start
@@ -153,39 +155,23 @@ swap_run() {
         phase_end "swap $name"
         return
     fi
-    mkdir -p /balloon
-    mount -t ramfs ramfs /balloon
-    # The RAM the workload can take: MemAvailable plus Shmem (the initramfs's own files
-    # are tmpfs pages, which swap out to make room). First squeezed to $SQUEEZE_MB MiB,
-    # which pushes those files out to swap before the clock starts — on either device, so
-    # neither run starts with some of them in RAM to be swapped out on its time — then
-    # given back until $swap_avail_mb MiB are left, to within $AVAIL_SLACK_KIB KiB: each
-    # MiB more or less changes how much the workload swaps by several percent, and both
-    # devices must start alike.
-    before=$(($(mem_mb MemAvailable) + $(mem_mb Shmem)))
-    pin=$((before - SQUEEZE_MB))
-    [ "$pin" -gt 0 ] && dd if=/dev/zero of=/balloon/pin bs=1M count="$pin" 2>/dev/null
-    pin_kib=$((pin * 1024))
-    tries=0
-    while [ "$pin" -gt 0 ] && [ "$tries" -lt 16 ]; do
-        drop_caches
-        off=$((swap_avail_mb * 1024 - $(avail_kib)))
-        [ "${off#-}" -le "$AVAIL_SLACK_KIB" ] && break
-        if [ "$off" -gt 0 ]; then
-            pin_kib=$((pin_kib - off))
-            truncate -s $((pin_kib * 1024)) /balloon/pin
-        else
-            # More than asked for is left: pin that much more (a ramfs file holds what
-            # is written to it, not what truncate extends it by).
-            dd if=/dev/zero of="/balloon/more$tries" bs=1024 count=$((-off)) 2>/dev/null
-            pin_kib=$((pin_kib - off))
-        fi
-        tries=$((tries + 1))
-    done
-    say "swap $name: MemTotal $(mem_mb MemTotal) MiB, MemAvailable + Shmem $before MiB, $((pin_kib / 1024)) MiB pinned in ramfs, now $(avail_kib) KiB available (MemAvailable + Shmem; $tries adjustment(s)); trapeze-memhog over $swap_mb MiB"
+    # The workload runs in a memory cgroup of its own, limited to $swap_avail_mb MiB
+    # (memory.max): exactly the same RAM on either device, whatever the rest of the guest
+    # uses (pinning the rest of RAM away instead left 15.6 to 17 MiB by MemAvailable's
+    # drift, and the devices then swapped 125 to 218 MiB).
+    cg=/sys/fs/cgroup/swap-$name
+    if ! memory_cgroups 2>/tmp/cg.err || ! mkdir "$cg" 2>>/tmp/cg.err ||
+        ! echo "${swap_avail_mb}M" > "$cg/memory.max" 2>>/tmp/cg.err; then
+        say "errors: swap $name: no memory cgroup for the workload (a kernel without CONFIG_MEMCG?): $(cat /tmp/cg.err)"
+        swapoff "$dev"
+        phase_end "swap $name"
+        return
+    fi
+    say "swap $name: MemTotal $(mem_mb MemTotal) MiB, MemAvailable $(mem_mb MemAvailable) MiB; trapeze-memhog over $swap_mb MiB in a cgroup of $swap_avail_mb MiB"
     set -- $(dev_kib "$dev")
     in0=$1 out0=$2
-    trapeze-memhog --mib "$swap_mb" --seed "$seed" > /tmp/memhog.out 2>&1 &
+    sh -c 'echo $$ > "$1/cgroup.procs" && exec trapeze-memhog --mib "$2" --seed "$3"' memhog "$cg" "$swap_mb" "$seed" \
+        > /tmp/memhog.out 2>&1 &
     pid=$!
     peak=0
     t=0
@@ -216,7 +202,7 @@ swap_run() {
     else
         say "errors: swap $name: trapeze-memhog exit status $rc: $(tail -n 3 /tmp/memhog.out | tr '\n' ' ')"
     fi
-    umount /balloon
+    rmdir "$cg" || say "errors: swap $name: the workload's cgroup $cg could not be removed"
     timeout 120 swapoff "$dev" || say "errors: swap $name: swapoff $dev failed or took over 120 s"
     grep -q "^$dev " /proc/swaps && say "errors: swap $name: $dev still in /proc/swaps after swapoff"
     phase_end "swap $name"
