@@ -5,7 +5,7 @@
 //! same workloads on each: 4 KiB random read latency (p50/p99) and sequential read
 //! bandwidth of the raw device; a file on ext2 read with streaming `read()` and through
 //! `mmap` after the page cache was dropped (the GMS paper's Fig. 4); and the wall time of
-//! a program whose memory is 1.5× the RAM left to it, swapping onto the device. Every
+//! a program whose memory is 1.5× its memory cgroup's limit, swapping onto the device. Every
 //! page is checked, and any I/O error of any phase (kernel log, the disk's page errors,
 //! a tool's failure) fails the bench, naming the phase.
 //!
@@ -45,9 +45,6 @@ use workloads::Workloads;
 
 /// The guests' script, relative to the workspace root.
 const SCRIPT: &str = "kernel-crate/guest/bench.sh";
-/// MiB of the guests' initramfs files (busybox, NBD programs and libraries, tools): tmpfs
-/// pages that swap out under the swap workload's pressure, so the swap needs room for them.
-const INITRAMFS_SWAPPABLE_MB: u32 = 20;
 /// The NBD programs copied into the guests (with their libraries).
 const NBD_PROGRAMS: [&str; 2] = ["/usr/sbin/nbd-client", "/usr/bin/nbd-server"];
 
@@ -66,8 +63,7 @@ pub struct VmBenchArgs {
     /// Size of both disks in MiB (the GMS disk's gms_disk_pages / 256 and the NBD
     /// export). The servers (guests - 1) hold the disk with a quarter to spare, in their
     /// RAM (--mem; a member stores 1 GiB at most) beside the NBD export's tmpfs. The swap
-    /// workload and the initramfs's ~20 MiB of files (tmpfs pages: they swap out too)
-    /// must fit in it.
+    /// workload must fit in it.
     #[arg(long, default_value_t = 48, value_parser = clap::value_parser!(u32).range(1..=1024))]
     disk_mb: u32,
     /// Read-ahead of the GMS disk (`gms_disk_readahead`, pages; 0 = off): after two
@@ -93,9 +89,8 @@ pub struct VmBenchArgs {
     /// by mmap each round (at most three quarters of --disk-mb).
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=768))]
     file_mb: u32,
-    /// RAM in MiB left to the swap workload (MemAvailable + Shmem; the rest is pinned in a
-    /// ramfs); the workload uses 1.5 times that. The workload and the initramfs's own
-    /// ~20 MiB of swappable files must fit in --disk-mb.
+    /// RAM in MiB of the swap workload's memory cgroup (`memory.max`); the workload uses
+    /// 1.5 times that, which must fit in --disk-mb.
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(4..=512))]
     swap_avail_mb: u32,
     /// Guest RAM in MiB (guest 1 holds the NBD export in tmpfs).
@@ -167,9 +162,9 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
         a.disk_mb
     );
     ensure!(
-        a.swap_avail_mb * 3 / 2 + INITRAMFS_SWAPPABLE_MB <= a.disk_mb,
-        "--swap-avail-mb {}: the workload (1.5 times it, {} MiB) and the initramfs's ~{INITRAMFS_SWAPPABLE_MB} MiB \
-         of swappable files must fit in the {} MiB disk (use a larger --disk-mb or a smaller --swap-avail-mb)",
+        a.swap_avail_mb * 3 / 2 <= a.disk_mb,
+        "--swap-avail-mb {}: the workload (1.5 times it, {} MiB) must fit in the {} MiB disk (use a larger \
+         --disk-mb or a smaller --swap-avail-mb)",
         a.swap_avail_mb,
         a.swap_avail_mb * 3 / 2,
         a.disk_mb
