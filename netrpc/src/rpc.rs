@@ -139,6 +139,12 @@ impl<Ctx: Runtime<F>, F: Copy, const CALLS: usize, const CONTS: usize, const TX:
         }
     }
 
+    /// Use `cfg`'s timeouts for the calls made from now on (calls in flight keep their
+    /// deadlines).
+    pub fn set_config(&mut self, cfg: Config) {
+        self.cfg = cfg;
+    }
+
     /// Draw call generations from `seed` (secret, random: from the OS) from now on, so
     /// that reply tokens cannot be guessed by a node that saw others: without a secret a
     /// record's generation counts up. Every free record gets a fresh generation at once.

@@ -3,8 +3,10 @@
 //! six GMS nodes writes pages with two copies each (`ReplicaWrite`, `put_replica`: each
 //! replica on its own member, the write acknowledged when both are stored) and reads them
 //! back through the replica chain (`read_step`), while other members are killed (the
-//! survivors told, as a failure detector would) and the links duplicate and reorder
-//! frames. Every read is checked against the acknowledged writes:
+//! survivors told, as a failure detector would) and, in two scenarios of three, the links
+//! lose (up to 2 %), duplicate (5 %) and reorder (20 %) frames; NetRPC calls time out
+//! after 50 ms, so a lost frame costs little. Every read is checked against the
+//! acknowledged writes:
 //! * a hit carries the bytes of the write its version belongs to — never foreign bytes;
 //! * never an older write than the last acknowledged one;
 //! * a miss only where every member that stored the last acknowledged write is dead (a
@@ -15,11 +17,9 @@
 //! --ignored --nocapture`. `checked_replica_histories` runs a fixed set in every test run;
 //! `long_run` (on demand) runs `GMS_REPLICA_SCENARIOS` (10,000 by default) from
 //! `GMS_REPLICA_BASE` and reports the count and the violations.
-//!
-//! Message loss is left to `gms`'s own history checker, whose simulated clock makes
-//! timeouts free: here a lost NetRPC reply would cost its real 2 s call timeout.
 
 use gms::prelude::*;
+use netrpc::rpc::Config as RpcConfig;
 use std::collections::HashMap;
 use std::time::Instant;
 use trapeze_node::gms::{page_pattern, read_step, replica, Cluster, Got, ReadStep, ReplicaWrite, Slot};
@@ -29,6 +29,8 @@ const SPACE: u64 = 21;
 const R: u8 = 2;
 /// Tries of a write's replica puts, and of a read that misses.
 const TRIES: usize = 4;
+/// The NetRPC call timeout of every node (ns).
+const CALL_NS: u64 = 50_000_000;
 
 struct Rng(u64);
 impl Rng {
@@ -72,6 +74,7 @@ fn plan(seed: u64) -> Plan {
         steps: 30 + r.below(60) as usize,
         kill_pct: 1 + r.below(8),
         faults: FaultConfig {
+            drop_ppm: if noisy { r.below(20_000) as u32 } else { 0 },
             duplicate_ppm: if noisy { r.below(50_000) as u32 } else { 0 },
             reorder_ppm: if noisy { r.below(200_000) as u32 } else { 0 },
             seed: r.next(),
@@ -235,7 +238,11 @@ impl Scenario {
 fn run(p: &Plan) -> Result<Tally, String> {
     let budget = 4 * p.pages as usize + 16;
     let cfg = GmsConfig { op_timeout: 20_000_000, ..GmsConfig::default() };
-    let c = Cluster::with_firmware(p.nodes, budget, cfg, None, p.faults).map_err(|e| e.to_string())?;
+    let mut c = Cluster::with_firmware(p.nodes, budget, cfg, None, p.faults).map_err(|e| e.to_string())?;
+    // A lost frame costs a call its timeout: 50 ms here, not the cluster's 2 s.
+    for port in &mut c.ports {
+        port.rpc.set_config(RpcConfig { call_timeout: CALL_NS, nonblocking_timeout: Some(CALL_NS) });
+    }
     let mut s = Scenario {
         c,
         rng: Rng::new(p.seed, 2),
