@@ -12,7 +12,9 @@
 //! * a miss only where every member that stored the last acknowledged write is dead (a
 //!   read that misses is retried after the cluster settles, a few times, before judging).
 //!
-//! Each scenario comes from one seed; a violation names it and the line to replay it:
+//! Each scenario comes from one seed (its shape, its operations, the links' faults; the
+//! cluster runs on the real clock, so a replay repeats those, not always the same
+//! interleaving); a violation names it and the line to replay it:
 //! `GMS_REPLICA_SEED=<seed> cargo test -p trapeze-node --test replica_history replay --
 //! --ignored --nocapture`. `checked_replica_histories` runs a fixed set in every test run;
 //! `long_run` (on demand) runs `GMS_REPLICA_SCENARIOS` (10,000 by default) from
