@@ -216,14 +216,33 @@ impl Scenario {
                         self.quiesce(RETRY_MS)?;
                     } else {
                         return Err(format!(
-                            "page {p}: acknowledged write {floor:?} on {holders:?} lost, with only {:?} dead",
-                            (0..self.dead.len()).filter(|&n| self.dead[n]).collect::<Vec<_>>()
+                            "page {p}: acknowledged write {floor:?} on {holders:?} lost, with only {:?} dead; {}",
+                            (0..self.dead.len()).filter(|&n| self.dead[n]).collect::<Vec<_>>(),
+                            self.where_is(p)
                         ));
                     }
                 }
             }
         }
         unreachable!("the last attempt returns")
+    }
+
+    /// What the live nodes hold and direct of page `p`'s replicas (for a violation's report).
+    fn where_is(&self, p: u64) -> String {
+        let mut out = Vec::new();
+        for n in (0..self.dead.len()).filter(|&n| !self.dead[n]) {
+            let node = &self.c.ports[n].node;
+            for k in 0..R {
+                let id = replica(Self::id(p), k);
+                if let Some(h) = node.held(&id) {
+                    out.push(format!("node {n} holds replica {k} at {:?} ({:?}, seq {})", h.version, h.state, h.seq));
+                }
+                if node.members().directory_of(&id) == Some(n as u16) {
+                    out.push(format!("node {n} directs replica {k}: {:?}", node.directory().entry(&id)));
+                }
+            }
+        }
+        out.join("; ")
     }
 
     /// Let the survivors work `ms` ms on what a failure left them (re-registrations with
