@@ -98,10 +98,10 @@ pub fn quantize_age(ticks: u64) -> u32 {
     if ticks < 8 {
         return ticks as u32;
     }
-    let e = 63 - ticks.leading_zeros(); // >= 3
-                                        // (e - 1) * 4 + the two bits below the leading one: 8 for ticks = 8, strictly
-                                        // increasing in steps; below AGE_FREE for any u64.
-                                        // At most (63 - 1) * 4 + 3 = 251: below AGE_LEVELS.
+    // The leading one's place, >= 3. The age is (e - 1) * 4 plus the two bits below the
+    // leading one: 8 for ticks = 8, strictly increasing in steps, at most
+    // (63 - 1) * 4 + 3 = 251 (below AGE_LEVELS, and so below AGE_FREE).
+    let e = 63 - ticks.leading_zeros();
     (e - 1) * 4 + ((ticks >> (e - 2)) & 3) as u32
 }
 
@@ -660,7 +660,7 @@ mod tests {
         let mut steps: std::vec::Vec<u32> = (1024..2048).map(quantize_age).collect();
         steps.dedup();
         assert_eq!(steps.len(), 4);
-        assert!((quantize_age(u64::MAX) as usize) == AGE_LEVELS - 1);
+        assert_eq!(quantize_age(u64::MAX) as usize, AGE_LEVELS - 1);
     }
 
     #[test]
