@@ -52,7 +52,7 @@ pub use gms::epochs as lru;
 pub use cluster::{Cluster, NodeView, Servers, VIEW_EVERY_NS};
 pub use host::PortHost;
 pub use read::{Got, ReadInto, Source};
-pub use replicas::{default_replicas, read_step, replica, ReadStep, ReplicaWrite, Slot, MAX_REPLICAS};
+pub use replicas::{default_replicas, read_step, replica, ReadStep, ReplicaWrite, Sites, Slot, MAX_REPLICAS};
 
 use completions::{Finished, Pending};
 

@@ -9,7 +9,8 @@
 //! acknowledged writes:
 //! * a hit carries the bytes of the write its version belongs to — never foreign bytes;
 //! * never an older write than the last acknowledged one;
-//! * a miss only where every member that stored the last acknowledged write is dead (a
+//! * a miss only where each replica's newest data was on a member now dead: the last
+//!   acknowledged write's holder, or a later write's that stored that replica (a
 //!   read that misses with a holder alive is tried again after 250 ms of polling, up to
 //!   three times, before it is judged: after a kill over a lossy link, a plain getpage
 //!   misses until the survivor has re-registered its copy with the new directory node).
@@ -26,7 +27,7 @@ use gms::prelude::*;
 use netrpc::rpc::Config as RpcConfig;
 use std::collections::HashMap;
 use std::time::Instant;
-use trapeze_node::gms::{page_pattern, read_step, replica, Cluster, Got, ReadStep, ReplicaWrite, Slot};
+use trapeze_node::gms::{page_pattern, read_step, replica, Cluster, Got, ReadStep, ReplicaWrite, Sites, Slot};
 use trapeze_vnic::link::FaultConfig;
 
 const SPACE: u64 = 21;
@@ -107,6 +108,8 @@ struct Tally {
 struct Page {
     /// The last acknowledged write: its version and the members that stored it.
     acked: Option<(Version, Vec<u16>)>,
+    /// Where the writer knows each replica's newest data may be.
+    sites: Sites,
 }
 
 struct Scenario {
@@ -134,7 +137,7 @@ impl Scenario {
     fn write(&mut self, p: u64) -> Result<(), String> {
         let v = self.newer();
         let data = page_pattern(Self::id(p), v);
-        let mut w = ReplicaWrite::new(R, v);
+        let mut w = ReplicaWrite::new(R, v).over(self.pages[p as usize].sites.clone());
         for _ in 0..TRIES {
             let todo: Vec<u8> = (0..R).filter(|&k| w.slot(k) == Slot::Todo).collect();
             for k in todo {
@@ -153,6 +156,7 @@ impl Scenario {
                     w.done(k, ver, &res);
                 }
             }
+            self.pages[p as usize].sites = w.sites();
             if w.complete() {
                 self.pages[p as usize].acked = Some((v, w.holders()));
                 self.tally.acked += 1;
@@ -204,7 +208,11 @@ impl Scenario {
                 }
                 None => {
                     let Some((_, holders)) = &acked else { return Ok(()) };
-                    if holders.iter().all(|&h| self.dead[h as usize]) {
+                    // Lost with its holders: each replica's newest data (the acknowledged
+                    // write's, or a later write's that stored it) on a dead member. A
+                    // replica whose last put went unanswered may be on either site.
+                    let sites = &self.pages[p as usize].sites;
+                    if (0..R).all(|k| sites.of(k).any(|n| self.dead[n as usize])) {
                         self.tally.lost_allowed += 1;
                         return Ok(());
                     }

@@ -9,11 +9,52 @@
 //! the write leaves is at the write's version or newer. A reader that knows the write's
 //! version (the writer) takes a copy only at that version or newer: a replica left at an
 //! older version (its put failed, a restarted node's) is never returned as current.
+//!
+//! Placement: a stored replica supersedes the older copies of the same replica only, so
+//! the page's last acknowledged data lives on in the replicas a write has not stored yet.
+//! Replica `k`'s target therefore avoids every node that may hold another replica's
+//! newest data ([`Sites`]): the targets of this write's other replicas, and, for a replica
+//! this write has not stored, where earlier writes stored it or may have (a put whose
+//! answer never came). Avoiding only this write's own targets let a failed write put a
+//! replica beside the acknowledged data's other replica, and one crash lost both.
 
 use super::GmsPort;
 use anyhow::Context;
 use gms::prelude::*;
 pub use gms::replica::{default_replicas, replica, MAX_REPLICAS};
+
+/// The nodes that may hold the newest data of each replica of a page, as its writer
+/// knows them: `(replica, node)` pairs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Sites(Vec<(u8, u16)>);
+
+impl Sites {
+    /// Replica `k` at `holders[k]` (the holders of a completed write).
+    pub fn stored(holders: &[u16]) -> Self {
+        Sites(holders.iter().enumerate().map(|(k, &n)| (k as u8, n)).collect())
+    }
+
+    /// Replica `k` may be at `node` (too).
+    pub fn add(&mut self, k: u8, node: u16) {
+        if !self.0.contains(&(k, node)) {
+            self.0.push((k, node));
+        }
+    }
+
+    /// Where replica `k` may be.
+    pub fn of(&self, k: u8) -> impl Iterator<Item = u16> + '_ {
+        self.0.iter().filter(move |s| s.0 == k).map(|s| s.1)
+    }
+
+    /// The nodes that may hold a replica other than `k`.
+    pub fn others(&self, k: u8) -> impl Iterator<Item = u16> + '_ {
+        self.0.iter().filter(move |s| s.0 != k).map(|s| s.1)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
 
 /// One replica's state in a write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,13 +79,32 @@ pub struct ReplicaWrite {
     slots: [Slot; MAX_REPLICAS as usize],
     /// Replicas put at least once (a put again takes a newer version).
     issued: u8,
+    /// Where the replicas' data was before this write.
+    before: Sites,
+    /// This write's puts not known to have failed: `(replica, target, version)`.
+    puts: Vec<(u8, u16, Version)>,
 }
 
 impl ReplicaWrite {
-    /// A write of `r` (1..=[`MAX_REPLICAS`]) replicas at `version`.
+    /// A write of `r` (1..=[`MAX_REPLICAS`]) replicas at `version` of a page no earlier
+    /// write left a copy of (else [`Self::over`]).
     pub fn new(r: u8, version: Version) -> Self {
         assert!((1..=MAX_REPLICAS).contains(&r), "replicas must be 1..={MAX_REPLICAS}");
-        ReplicaWrite { r, version, slots: [Slot::Todo; MAX_REPLICAS as usize], issued: 0 }
+        ReplicaWrite {
+            r,
+            version,
+            slots: [Slot::Todo; MAX_REPLICAS as usize],
+            issued: 0,
+            before: Sites::default(),
+            puts: Vec::new(),
+        }
+    }
+
+    /// The write replaces copies at `before` (the page's [`Self::sites`] after its last
+    /// write): their nodes are avoided as long as they may hold another replica's data.
+    pub fn over(mut self, before: Sites) -> Self {
+        self.before = before;
+        self
     }
 
     pub fn replicas(&self) -> u8 {
@@ -70,21 +130,37 @@ impl ReplicaWrite {
         }
     }
 
-    /// The nodes replica `k` must not go to: those holding or receiving the others.
+    /// The nodes that may hold each replica's newest data now: a replica this write
+    /// stored is at its holder alone; another may be where it was before the write, and at
+    /// any target of its puts whose answer never came (or has not come yet).
+    pub fn sites(&self) -> Sites {
+        let mut s = Sites::default();
+        for k in 0..self.r {
+            match self.slots[k as usize] {
+                Slot::Stored { target, .. } => s.add(k, target),
+                _ => {
+                    self.before.of(k).for_each(|n| s.add(k, n));
+                    self.puts.iter().filter(|p| p.0 == k).for_each(|p| s.add(k, p.1));
+                }
+            }
+        }
+        s
+    }
+
+    /// The nodes replica `k` must not go to: those that may hold another replica's newest
+    /// data (see the module's placement note).
     pub fn avoid(&self, k: u8) -> Vec<u16> {
-        (0..self.r)
-            .filter(|&j| j != k)
-            .filter_map(|j| match self.slots[j as usize] {
-                Slot::InFlight { target, .. } | Slot::Stored { target, .. } => Some(target),
-                Slot::Todo => None,
-            })
-            .collect()
+        let mut v: Vec<u16> = self.sites().others(k).collect();
+        v.sort_unstable();
+        v.dedup();
+        v
     }
 
     /// Replica `k` was put to `target` at `version`.
     pub fn issued(&mut self, k: u8, target: u16, version: Version) {
         self.slots[k as usize] = Slot::InFlight { target, version };
         self.issued |= 1 << k;
+        self.puts.push((k, target, version));
     }
 
     /// The put of replica `k` at `version` ended with `r`: whether it was that replica's
@@ -96,7 +172,13 @@ impl ReplicaWrite {
         }
         self.slots[k as usize] = match r {
             PutResult::Stored { target } => Slot::Stored { target: *target, version },
-            _ => Slot::Todo,
+            // The target kept no copy of this put (its older copy, if any, stays).
+            PutResult::Refused | PutResult::Superseded => {
+                self.puts.retain(|p| (p.0, p.2) != (k, version));
+                Slot::Todo
+            }
+            // No answer, or another view: the target may hold the copy.
+            PutResult::Failed | PutResult::WrongView => Slot::Todo,
         };
         true
     }

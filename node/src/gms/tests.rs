@@ -164,6 +164,34 @@ fn a_replicated_write_keeps_its_replicas_apart() {
     assert_eq!(w.version(), Version(10));
 }
 
+/// A write over earlier copies: a replica avoids every node that may hold another
+/// replica's newest data, the earlier write's holders included, while this write has not
+/// stored that replica; a put with no answer may have stored its copy, a refused one not.
+#[test]
+fn a_write_keeps_clear_of_the_other_replicas_last_data() {
+    // Acknowledged before: replica 0 on node 1, replica 1 on node 3.
+    let mut w = ReplicaWrite::new(2, Version(20)).over(Sites::stored(&[1, 3]));
+    assert_eq!(w.avoid(0), vec![3]);
+    assert_eq!(w.avoid(1), vec![1]);
+    w.issued(0, 1, Version(20));
+    assert!(w.done(0, Version(20), &PutResult::Refused));
+    // Replica 0's newest data is still on node 1: replica 1 keeps off it, even though
+    // no put of this write is on its way there.
+    assert_eq!(w.avoid(1), vec![1], "the acknowledged replica 0 is on node 1");
+    w.issued(1, 3, Version(20));
+    assert!(w.done(1, Version(20), &PutResult::Stored { target: 3 }));
+    assert_eq!(w.avoid(0), vec![3]);
+    // Replica 0 again, to node 2 this time, with no answer: node 2 may hold it.
+    w.issued(0, 2, Version(21));
+    assert!(w.done(0, Version(21), &PutResult::Failed));
+    let s = w.sites();
+    assert_eq!((s.of(0).collect::<Vec<_>>(), s.of(1).collect::<Vec<_>>()), (vec![1, 2], vec![3]));
+    // A later write over these sites keeps replica 1 off both nodes 1 and 2.
+    let next = ReplicaWrite::new(2, Version(30)).over(s);
+    assert_eq!(next.avoid(1), vec![1, 2]);
+    assert_eq!(next.avoid(0), vec![3]);
+}
+
 /// A read takes a replica at the known version or newer; a miss or an older copy goes on
 /// to the next replica; past the last, a miss.
 #[test]
