@@ -12,15 +12,16 @@
 //!
 //! `cargo bench -p trapeze-gmsd --bench repair -- [--mib N] [--json]`
 
+#[path = "../tests/support/daemons.rs"]
+mod daemons;
+
 use anyhow::{bail, ensure, Context};
 use clap::Parser;
+use daemons::{over_udp, poll_until, stat, udp_ports, Daemons};
 use gms::prelude::{PageId, Version};
 use gmsd::client::Client;
-use gmsd::proto::{GetOutcome, PutOutcome, Stat, PAGE_BYTES};
+use gmsd::proto::{GetOutcome, PutOutcome, PAGE_BYTES};
 use serde_json::json;
-use std::net::UdpSocket;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use trapeze_node::gms::{page_pattern, replica};
 
@@ -45,83 +46,9 @@ struct Args {
     bench: bool,
 }
 
-/// The daemons: killed when dropped, their logs printed if the run failed.
-struct Daemons {
-    children: Vec<Option<Child>>,
-    dir: PathBuf,
-    ok: bool,
-}
-
-impl Daemons {
-    fn start(budget_mb: u64) -> anyhow::Result<Daemons> {
-        let dir = std::env::temp_dir().join(format!("gmsd-bench-repair-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir)?;
-        // Held open together, so they differ; closed before the daemons bind them.
-        let socks = (0..NODES).map(|_| UdpSocket::bind("127.0.0.1:0")).collect::<Result<Vec<_>, _>>()?;
-        let ports: Vec<u16> = socks.iter().map(|s| s.local_addr().map(|a| a.port())).collect::<Result<_, _>>()?;
-        drop(socks);
-        let mut d = Daemons { children: Vec::new(), dir, ok: false };
-        for n in 0..NODES {
-            let mut cmd = Command::new(env!("CARGO_BIN_EXE_gmsd"));
-            cmd.args(["--node", &n.to_string(), "--listen", &format!("127.0.0.1:{}", ports[n as usize])])
-                .args(["--budget-mb", &budget_mb.to_string(), "--dead-after-ms", "1000", "--replicas", "2"])
-                .arg("--socket")
-                .arg(d.sock(n));
-            for m in (0..NODES).filter(|&m| m != n) {
-                cmd.args(["--peer", &format!("{m}=127.0.0.1:{}", ports[m as usize])]);
-            }
-            let log = std::fs::File::create(d.dir.join(format!("gmsd-{n}.log")))?;
-            cmd.stdout(Stdio::null()).stderr(log);
-            d.children.push(Some(cmd.spawn().context("spawning gmsd")?));
-        }
-        Ok(d)
-    }
-
-    fn sock(&self, n: u16) -> PathBuf {
-        self.dir.join(format!("gmsd-{n}.sock"))
-    }
-
-    fn kill(&mut self, n: u16) -> anyhow::Result<()> {
-        if let Some(mut c) = self.children[n as usize].take() {
-            c.kill().context("SIGKILL a daemon")?;
-            c.wait().context("reaping a daemon")?;
-        }
-        Ok(())
-    }
-}
-
-impl Drop for Daemons {
-    fn drop(&mut self) {
-        for n in 0..NODES {
-            let _ = self.kill(n);
-        }
-        if !self.ok {
-            for n in 0..NODES {
-                let log = std::fs::read_to_string(self.dir.join(format!("gmsd-{n}.log"))).unwrap_or_default();
-                eprintln!("---- gmsd-{n}.log ----\n{log}");
-            }
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn stat(path: &Path) -> Option<Stat> {
-    Client::connect(path).ok()?.stat().ok()
-}
-
 /// Poll `f` every `every` until it gives a value, at most `limit`.
-fn wait_for<T>(limit: Duration, every: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> anyhow::Result<T> {
-    let t0 = Instant::now();
-    loop {
-        if let Some(v) = f() {
-            return Ok(v);
-        }
-        if t0.elapsed() > limit {
-            bail!("timed out after {limit:?} waiting for {what}");
-        }
-        std::thread::sleep(every);
-    }
+fn wait_for<T>(limit: Duration, every: Duration, what: &str, f: impl FnMut() -> Option<T>) -> anyhow::Result<T> {
+    poll_until(limit, every, what, f).map_err(anyhow::Error::msg)
 }
 
 fn content(page: u64) -> Vec<u8> {
@@ -130,10 +57,24 @@ fn content(page: u64) -> Vec<u8> {
 
 fn main() -> anyhow::Result<()> {
     let a = Args::parse();
-    let pages = (a.mib << 20) / PAGE_BYTES as u64;
     // After the kill nodes 1 and 2 hold both copies of everything, with a quarter to spare.
-    let budget_mb = a.mib * 5 / 4 + 4;
-    let mut d = Daemons::start(budget_mb)?;
+    let budget_mb = (a.mib * 5 / 4 + 4).to_string();
+    let ports = udp_ports(NODES)?;
+    let mut d = Daemons::new("bench-repair", NODES, move |n| {
+        over_udp(&ports, n, &["--budget-mb", &budget_mb, "--dead-after-ms", "1000", "--replicas", "2"])
+    })?;
+    for n in 0..NODES {
+        d.spawn(n).context("spawning gmsd")?;
+    }
+    let r = run(&a, &mut d);
+    if r.is_err() {
+        d.print_logs();
+    }
+    r
+}
+
+fn run(a: &Args, d: &mut Daemons) -> anyhow::Result<()> {
+    let pages = (a.mib << 20) / PAGE_BYTES as u64;
     let ms = Duration::from_millis(1);
     for n in 0..NODES {
         wait_for(Duration::from_secs(20), Duration::from_millis(20), &format!("gmsd {n} to hear its peers"), || {
@@ -159,7 +100,7 @@ fn main() -> anyhow::Result<()> {
     let write_secs = t_write.elapsed().as_secs_f64();
 
     let t_kill = Instant::now();
-    d.kill(VICTIM)?;
+    d.kill(VICTIM).context("kill -9 gmsd")?;
     let before = stat(&d.sock(0)).context("gmsd 0's stat")?;
     wait_for(Duration::from_secs(10), ms, &format!("gmsd 0 to declare node {VICTIM} failed"), || {
         stat(&d.sock(0)).filter(|s| s.members == [0, 1, 2])
@@ -185,7 +126,6 @@ fn main() -> anyhow::Result<()> {
             }
         }
     }
-    d.ok = true;
     let mb = remade as f64 * PAGE_BYTES as f64 / 1e6;
     let repair_mb_s = mb / repair_secs;
     eprintln!(

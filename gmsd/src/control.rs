@@ -28,7 +28,7 @@ use std::io::{self, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use trapeze_node::gms::{read_step, replica, GmsPort, Got, ReadStep, ReplicaWrite, MAX_REPLICAS};
+use trapeze_node::gms::{read_step, replica, GmsPort, Got, ReadStep, ReplicaWrite, Slot, MAX_REPLICAS};
 
 /// Most clients served at once; a further connection is answered with an error and closed.
 pub const MAX_CLIENTS: usize = 64;
@@ -39,6 +39,10 @@ pub const MAX_UNWRITTEN: usize = MAX_FRAME_BYTES;
 
 /// Times an item is issued at most (a timed-out operation is retried once).
 const MAX_TRIES: u8 = 2;
+
+/// Passes a read of a page this daemon wrote makes at most while every replica misses
+/// with a holder not known to have failed, half an operation timeout apart.
+const MISS_TRIES: u8 = 6;
 
 /// A job not finished after this long is answered with what it has (misses / failures).
 /// GMS completes every operation within its own timeout, so this is a last resort.
@@ -53,8 +57,8 @@ pub struct Counters {
     pub hits_by: [u64; 4],
     pub puts: u64,
     pub puts_stored: u64,
-    /// Operations issued again after a timeout (puts that failed, network-only gets that
-    /// timed out into a miss).
+    /// Operations issued again: puts that failed, network-only gets that timed out into a
+    /// miss, and reads of a page this daemon wrote that missed with a holder alive.
     pub retries: u64,
     /// Reads that went on to the next replica (the one before missed or was stale).
     pub replica_fallbacks: u64,
@@ -107,6 +111,8 @@ struct Job {
     /// Items without a result.
     left: usize,
     deadline: Instant,
+    /// Reads to issue again (from replica 0) at a time: (when, item).
+    later: Vec<(Instant, usize)>,
 }
 
 /// A page's waiter: (job, item, replica, issued at).
@@ -407,6 +413,7 @@ impl Control {
             refusals: vec![[0; MAX_REPLICAS as usize]; left],
             left,
             deadline: now + JOB_TIMEOUT,
+            later: Vec::new(),
         };
         self.jobs.insert(self.next_job, job);
         true
@@ -417,8 +424,16 @@ impl Control {
         let mut any = false;
         let mut answered = Vec::new();
         let r = self.replicas;
-        let Control { jobs, put_wait, get_wait, read_wait, counters, last_version, targets, .. } = self;
+        let Control { jobs, put_wait, get_wait, read_wait, counters, last_version, targets, written, .. } = self;
         'jobs: for (&jid, job) in jobs.iter_mut() {
+            let now = Instant::now();
+            job.later.retain(|&(at, idx)| {
+                let due = at <= now;
+                if due {
+                    job.queue.push_back((idx, 0));
+                }
+                !due
+            });
             while port.in_flight() < window {
                 let Some(&(idx, k)) = job.queue.front() else { break };
                 let now = Instant::now();
@@ -442,8 +457,9 @@ impl Control {
                             res[idx] = Some(PutOutcome::TooFewTargets { replicas: r, live: Nodes::new(&members) });
                             job.left -= 1;
                         } else {
-                            let w = writes[idx]
-                                .get_or_insert_with(|| ReplicaWrite::new(r, Version(next_version(last_version))));
+                            let w = writes[idx].get_or_insert_with(|| {
+                                ReplicaWrite::new(r, Version(next_version(last_version))).over(written.sites(&page))
+                            });
                             let c = port.coordinator();
                             let Some(target) = targets.pick(&mut port.lru, c, &members, window, now, &w.avoid(k))
                             else {
@@ -631,6 +647,16 @@ impl Control {
             job.queue.push_back((idx, 0));
             return;
         }
+        // A page this daemon wrote, with a holder not known to have failed, that no
+        // replica had current: after a membership change the survivors re-register their
+        // copies with the pages' new directory nodes (a few calls over a lossy link), and a
+        // getpage through the directory misses until then. Asked again a little later.
+        let held = self.written.get(&page).is_some_and(|r| !r.all_lost());
+        if !take && held && job.tries[idx][0] < MISS_TRIES {
+            self.counters.retries += 1;
+            job.later.push((Instant::now() + self.retry_after, idx));
+            return;
+        }
         self.counters.gets += 1;
         let out = match got {
             Got::Hit { version, data, source } if take => {
@@ -665,6 +691,19 @@ impl Control {
             let job = self.jobs.remove(jid).expect("key taken from the map");
             if job.left > 0 {
                 tracing::error!(job = jid, left = job.left, "job overdue: answering the rest as failures");
+            }
+            if let Items::Put { items, res, writes } = &job.items {
+                // Writes that did not complete still moved their pages.
+                for ((item, r), w) in items.iter().zip(res).zip(writes) {
+                    let (Some(w), false) = (w, matches!(r, Some(PutOutcome::Stored { .. }))) else { continue };
+                    let stored: Vec<(u8, u16)> = (0..w.replicas())
+                        .filter_map(|k| match w.slot(k) {
+                            Slot::Stored { target, .. } => Some((k, target)),
+                            _ => None,
+                        })
+                        .collect();
+                    self.written.partial(item.0, &stored, w.sites());
+                }
             }
             let body = match job.items {
                 Items::Put { res, .. } => {

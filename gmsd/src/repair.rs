@@ -107,21 +107,16 @@ impl Repair {
                     continue;
                 }
             };
-            let rec = written.get(&job.page).copied();
-            let Some(rec) = rec.filter(|r| r.version == job.version) else { continue };
-            let live: Vec<u16> = rec
-                .holders
-                .as_slice()
-                .iter()
-                .enumerate()
-                .filter(|&(i, _)| rec.lost & (1 << i) == 0)
-                .map(|(_, &h)| h)
-                .collect();
+            if written.get(&job.page).is_none_or(|r| r.version != job.version) {
+                continue; // written again since
+            }
+            // Clear of every node that may hold another replica's newest data.
+            let avoid: Vec<u16> = written.sites(&job.page).others(job.k).collect();
             let me = port.id();
             let members: Vec<u16> = port.node.members().ids().iter().copied().filter(|&n| n != me).collect();
             let now = Instant::now();
             let c = port.coordinator();
-            let Some(target) = targets.pick(&mut port.lru, c, &members, window, now, &live) else {
+            let Some(target) = targets.pick(&mut port.lru, c, &members, window, now, &avoid) else {
                 // No node free of the page's copies (or all at their cap): later.
                 written.retry_lost(job.page, job.k);
                 continue;

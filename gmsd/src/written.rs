@@ -4,10 +4,17 @@
 //! A read through this daemon takes a replica only at the recorded version or newer (a
 //! replica left older is stale); a miss can say the holders failed; and the replicas lost
 //! with a failed node are listed to be put again from a surviving copy.
+//!
+//! A write that ends without every replica stored still moved the page: a replica it
+//! stored supersedes the older copy of that replica, so its holder is the one recorded
+//! (its data is newer than the recorded version), and a put that was never answered may
+//! have stored its copy. The next write of the page places its replicas clear of all of
+//! these ([`Written::sites`], [`trapeze_node::gms::ReplicaWrite::over`]).
 
 use crate::proto::Nodes;
 use gms::prelude::{PageId, Version};
 use std::collections::{HashMap, VecDeque};
+use trapeze_node::gms::Sites;
 
 /// Pages whose write this daemon remembers: 4 Mi pages, 32 GiB of its own writes (a map
 /// entry per page, kept only while the page is stored).
@@ -36,6 +43,9 @@ pub struct Written {
     pages: HashMap<PageId, Record>,
     /// Replicas whose holder failed, to put again: (page, replica).
     lost: VecDeque<(PageId, u8)>,
+    /// Where the replicas of a page whose last write did not complete may be (its
+    /// record's holders otherwise).
+    unsettled: HashMap<PageId, Sites>,
 }
 
 impl Written {
@@ -54,6 +64,31 @@ impl Written {
                 self.lost.extend((0..holders.len() as u8).filter(|k| r.lost & (1 << k) != 0).map(|k| (page, k)));
             }
             self.pages.insert(page, r);
+            self.unsettled.remove(&page);
+        }
+    }
+
+    /// A write of a recorded `page` ended without every replica stored: replica `k` of
+    /// `stored` is now held at its node (newer than the recorded version), and the page's
+    /// replicas may be at `sites`.
+    pub fn partial(&mut self, page: PageId, stored: &[(u8, u16)], sites: Sites) {
+        let Some(r) = self.pages.get_mut(&page) else { return };
+        let mut ids = r.holders.as_slice().to_vec();
+        for &(k, node) in stored {
+            let Some(id) = ids.get_mut(usize::from(k)) else { continue };
+            *id = node;
+            r.lost &= !(1 << k);
+        }
+        r.holders = Nodes::new(&ids);
+        self.unsettled.insert(page, sites);
+    }
+
+    /// The nodes that may hold each replica's newest data of `page` (none known: empty).
+    pub fn sites(&self, page: &PageId) -> Sites {
+        match (self.unsettled.get(page), self.pages.get(page)) {
+            (Some(s), _) => s.clone(),
+            (None, Some(r)) => Sites::stored(r.holders.as_slice()),
+            (None, None) => Sites::default(),
         }
     }
 
@@ -118,6 +153,9 @@ impl Written {
         ids[usize::from(k)] = node;
         r.holders = Nodes::new(&ids);
         r.lost &= !(1 << k);
+        if let Some(s) = self.unsettled.get_mut(&page) {
+            s.set(k, node);
+        }
         true
     }
 }
@@ -159,5 +197,30 @@ mod tests {
         w.record(b, Version(6), &[3], |n| n != 3);
         assert!(w.get(&b).unwrap().all_lost());
         assert_eq!(w.next_lost(), None, "no copy left to put again from");
+    }
+
+    /// A write that stored one replica of two: that replica's holder is recorded, the
+    /// other's unanswered put is a site the next write avoids, and a completed write
+    /// settles the page again.
+    #[test]
+    fn a_partial_write_moves_the_recorded_holders() {
+        let mut w = Written::default();
+        let a = PageId::new(1, 1);
+        w.record(a, Version(5), &[1, 3], |_| true);
+        assert_eq!(w.sites(&a), Sites::stored(&[1, 3]));
+        // Replica 0 stored on node 2; replica 1's put to node 4 never answered.
+        let mut s = Sites::stored(&[2, 3]);
+        s.add(1, 4);
+        w.partial(a, &[(0, 2)], s.clone());
+        assert_eq!(w.get(&a).unwrap().holders.as_slice(), &[2, 3], "replica 0 is on node 2 now");
+        assert_eq!(w.get(&a).unwrap().version, Version(5), "the acknowledged version stays the floor");
+        assert_eq!(w.sites(&a), s);
+        w.node_failed(2);
+        assert_eq!(w.next_lost(), Some((a, 0)), "replica 0 is put again from replica 1");
+        assert!(w.replaced(a, 0, Version(5), 5));
+        assert_eq!(w.sites(&a).of(0).collect::<Vec<_>>(), vec![5]);
+        assert_eq!(w.sites(&a).of(1).collect::<Vec<_>>(), vec![3, 4]);
+        w.record(a, Version(9), &[5, 1], |_| true);
+        assert_eq!(w.sites(&a), Sites::stored(&[5, 1]));
     }
 }

@@ -10,13 +10,16 @@
 //! under other builds a daemon has been seen descheduled for 250 ms.
 //! `GMSD_TEST_PAGES` shrinks the data set for quick runs.
 
+#[path = "support/daemons.rs"]
+mod daemons;
+
+use daemons::{over_udp, stat, wait_for, Daemons};
 use gms::prelude::{Members, PageId, Version};
 use gmsd::client::Client;
 use gmsd::proto::{GetOutcome, PutOutcome, Served, Stat, PAGE_BYTES};
 use std::collections::HashMap;
 use std::net::UdpSocket;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use trapeze_node::gms::page_pattern;
 
@@ -35,8 +38,7 @@ fn checksum(d: &[u8]) -> u64 {
 
 /// The daemons; killed (and their logs printed on failure) when dropped.
 struct Cluster {
-    children: Vec<Option<Child>>,
-    dir: PathBuf,
+    daemons: Daemons,
     /// One cluster at a time: the tests' timing checks (failure detection, bounded
     /// waits) assume three daemons on two cores, not six; and ports are picked free, not
     /// reserved. Dropped last (fields drop in order), after the daemons are gone.
@@ -45,30 +47,10 @@ struct Cluster {
 
 impl Cluster {
     fn sock(&self, n: u16) -> PathBuf {
-        self.dir.join(format!("gmsd-{n}.sock"))
-    }
-    fn log(&self, n: u16) -> String {
-        std::fs::read_to_string(self.dir.join(format!("gmsd-{n}.log"))).unwrap_or_default()
+        self.daemons.sock(n)
     }
     fn kill(&mut self, n: u16) {
-        if let Some(mut c) = self.children[n as usize].take() {
-            c.kill().expect("SIGKILL a daemon");
-            c.wait().expect("reap a daemon");
-        }
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        for n in 0..self.children.len() as u16 {
-            self.kill(n);
-        }
-        if std::thread::panicking() {
-            for n in 0..self.children.len() as u16 {
-                eprintln!("---- gmsd {n} log ----\n{}", self.log(n));
-            }
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
+        self.daemons.kill(n).expect("kill -9 gmsd");
     }
 }
 
@@ -98,47 +80,23 @@ fn start_budgets(tag: &str, extra: &[&str], budgets: &[u64]) -> Cluster {
     static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
     // A test that failed while holding it poisons it; the next still runs alone.
     let guard = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = std::env::temp_dir().join(format!("gmsd-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
     let mut ports = Vec::new();
     for _ in 0..nodes {
         let p = free_port_pair(&ports);
         ports.push(p);
     }
-    let mut c = Cluster { children: Vec::new(), dir, _one_at_a_time: guard };
+    let extra: Vec<String> = extra.iter().map(|a| a.to_string()).collect();
+    let budgets = budgets.to_vec();
+    let mut daemons = Daemons::new(tag, nodes, move |n| {
+        let mut cmd = over_udp(&ports, n, &["--dead-after-ms", "2000", "--op-timeout-ms", "500"]);
+        cmd.args(["--budget-mb", &budgets[n as usize].to_string()]).args(&extra);
+        cmd
+    })
+    .expect("a directory for the daemons");
     for n in 0..nodes {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_gmsd"));
-        cmd.args(["--node", &n.to_string(), "--listen", &format!("127.0.0.1:{}", ports[n as usize])])
-            .args(["--budget-mb", &budgets[n as usize].to_string(), "--dead-after-ms", "2000"])
-            .args(["--op-timeout-ms", "500"])
-            .args(extra)
-            .arg("--socket")
-            .arg(c.sock(n));
-        for m in (0..nodes).filter(|&m| m != n) {
-            cmd.args(["--peer", &format!("{m}=127.0.0.1:{}", ports[m as usize])]);
-        }
-        let log = std::fs::File::create(c.dir.join(format!("gmsd-{n}.log"))).unwrap();
-        cmd.stdout(Stdio::null()).stderr(log);
-        c.children.push(Some(cmd.spawn().expect("spawn gmsd")));
+        daemons.spawn(n).expect("spawn gmsd");
     }
-    c
-}
-
-/// Poll `f` until it returns `Some`, failing with `what` after `limit`.
-fn wait_for<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let t0 = Instant::now();
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(t0.elapsed() < limit, "timed out after {limit:?} waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn stat(path: &Path) -> Option<Stat> {
-    Client::connect(path).ok()?.stat().ok()
+    Cluster { daemons, _one_at_a_time: guard }
 }
 
 /// Run `job` for every client at once, each on its own thread with its own pages (page

@@ -14,11 +14,15 @@
 //! Drop guard, whatever happens. `GMSD_NETNS_MIB` sets the data written: the default 128
 //! takes about 32 s in a debug build on a 2-core machine, 256 (the issue's figure) 78–95 s.
 
+#[path = "support/daemons.rs"]
+mod daemons;
+
+use daemons::{held, stat, wait_for, Daemons};
 use gms::prelude::{PageId, Version};
 use gmsd::client::Client;
 use gmsd::proto::{GetOutcome, PutOutcome, Stat, PAGE_BYTES};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
+use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use trapeze_node::gms::page_pattern;
@@ -72,14 +76,10 @@ impl Drop for Namespaces {
     }
 }
 
-/// The daemons, each in its namespace; killed (logs printed on failure) when dropped,
-/// before the namespaces go (fields drop in order).
+/// The daemons, each in its namespace: killed (their logs printed on failure) when
+/// dropped, before the namespaces go (fields drop in order).
 struct Cluster {
-    children: Vec<Option<Child>>,
-    dir: PathBuf,
-    starts: Vec<u32>,
-    ns: Vec<String>,
-    ifname: Vec<String>,
+    daemons: Daemons,
     _namespaces: Namespaces,
 }
 
@@ -88,8 +88,9 @@ fn mac(n: u16) -> String {
 }
 
 impl Cluster {
-    /// A bridge namespace and one namespace per node, each with a veth pair to the bridge.
-    fn new(tag: &str) -> Cluster {
+    /// A bridge namespace and one namespace per node, each with a veth pair to the bridge;
+    /// daemon `n` runs in namespace `n` with a budget of `budget_mb`.
+    fn new(tag: &str, budget_mb: u64) -> Cluster {
         let pid = std::process::id();
         let mut namespaces = Namespaces::default();
         let br = format!("tzg-{pid}-br");
@@ -109,82 +110,32 @@ impl Cluster {
             ifname.push(node_if);
         }
         ip(&["-n", &br, "link", "set", "br0", "mtu", MTU, "up"]).unwrap();
-        let dir = std::env::temp_dir().join(format!("gmsd-{tag}-{pid}"));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Cluster {
-            children: (0..NODES).map(|_| None).collect(),
-            dir,
-            starts: vec![0; NODES as usize],
-            ns,
-            ifname,
-            _namespaces: namespaces,
-        }
+        // `ip netns exec` execs gmsd: the child is the daemon.
+        let daemons = Daemons::new(tag, NODES, move |n| {
+            let mut cmd = Command::new("ip");
+            cmd.args(["netns", "exec", &ns[n as usize], env!("CARGO_BIN_EXE_gmsd")])
+                .args(["--node", &n.to_string(), "--link", &format!("ether:{}", ifname[n as usize])])
+                .args(["--budget-mb", &budget_mb.to_string(), "--replicas", "2", "--dead-after-ms", "2000"]);
+            for m in (0..NODES).filter(|&m| m != n) {
+                cmd.args(["--peer", &format!("{m}={}", mac(m))]);
+            }
+            cmd
+        })
+        .expect("a directory for the daemons");
+        Cluster { daemons, _namespaces: namespaces }
     }
 
     fn sock(&self, n: u16) -> PathBuf {
-        self.dir.join(format!("gmsd-{n}.sock"))
+        self.daemons.sock(n)
     }
 
-    /// Start daemon `n` in its namespace (`ip netns exec` execs it: the child is gmsd).
-    fn spawn(&mut self, n: u16, budget_mb: u64) {
-        let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", &self.ns[n as usize], env!("CARGO_BIN_EXE_gmsd")])
-            .args(["--node", &n.to_string(), "--link", &format!("ether:{}", self.ifname[n as usize])])
-            .args(["--budget-mb", &budget_mb.to_string(), "--replicas", "2", "--dead-after-ms", "2000"])
-            .arg("--socket")
-            .arg(self.sock(n));
-        for m in (0..NODES).filter(|&m| m != n) {
-            cmd.args(["--peer", &format!("{m}={}", mac(m))]);
-        }
-        self.starts[n as usize] += 1;
-        let log = self.dir.join(format!("gmsd-{n}.{}.log", self.starts[n as usize]));
-        cmd.stdout(Stdio::null()).stderr(std::fs::File::create(log).unwrap());
-        self.children[n as usize] = Some(cmd.spawn().expect("spawn ip netns exec gmsd"));
+    fn spawn(&mut self, n: u16) {
+        self.daemons.spawn(n).expect("spawn ip netns exec gmsd");
     }
 
     fn kill(&mut self, n: u16) {
-        if let Some(mut c) = self.children[n as usize].take() {
-            c.kill().expect("SIGKILL a daemon");
-            c.wait().expect("reap a daemon");
-        }
+        self.daemons.kill(n).expect("kill -9 gmsd");
     }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        for n in 0..NODES {
-            self.kill(n);
-        }
-        if std::thread::panicking() {
-            let mut logs: Vec<_> = std::fs::read_dir(&self.dir).into_iter().flatten().flatten().collect();
-            logs.sort_by_key(|e| e.file_name());
-            for e in logs.iter().filter(|e| e.file_name().to_string_lossy().ends_with(".log")) {
-                let text = std::fs::read_to_string(e.path()).unwrap_or_default();
-                eprintln!("---- {} ----\n{text}", e.file_name().to_string_lossy());
-            }
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn wait_for<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let t0 = Instant::now();
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(t0.elapsed() < limit, "timed out after {limit:?} waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn stat(path: &Path) -> Option<Stat> {
-    Client::connect(path).ok()?.stat().ok()
-}
-
-fn held(s: &Stat) -> u64 {
-    s.nodes.iter().find(|m| m.node == s.node).map_or(0, |m| m.held)
 }
 
 /// What one writer saw.
@@ -292,9 +243,9 @@ fn four_daemons_in_namespaces_lose_nothing_to_a_kill_and_the_killed_one_rejoins(
     // Two copies of everything on the three survivors, with a quarter to spare.
     let budget_mb = (2 * mib / 3 + 1) * 5 / 4 + 4;
     let t_all = Instant::now();
-    let mut cl = Cluster::new("netns-test");
+    let mut cl = Cluster::new("netns-test", budget_mb);
     for n in 0..NODES {
-        cl.spawn(n, budget_mb);
+        cl.spawn(n);
     }
     for n in 0..NODES {
         let s = wait_for(Duration::from_secs(20), &format!("gmsd {n} to hear its peers over the bridge"), || {
@@ -432,7 +383,7 @@ fn four_daemons_in_namespaces_lose_nothing_to_a_kill_and_the_killed_one_rejoins(
 
     // ---- node 3 starts again in its namespace: it rejoins and takes new puts ----
     let t_restart = Instant::now();
-    cl.spawn(VICTIM, budget_mb);
+    cl.spawn(VICTIM);
     for n in 0..WRITERS {
         wait_for(Duration::from_secs(10), &format!("gmsd {n} to admit node {VICTIM} again"), || {
             stat(&cl.sock(n)).filter(|s| {

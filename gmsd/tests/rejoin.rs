@@ -5,12 +5,13 @@
 //! time the survivors admit it again (`rejoins`, members), the copies it lost are made
 //! again on it, new puts land on it, and every page reads back with its bytes.
 
+#[path = "support/daemons.rs"]
+mod daemons;
+
+use daemons::{held, over_udp, stat, udp_ports, wait_for, Daemons};
 use gms::prelude::{PageId, Version};
 use gmsd::client::Client;
-use gmsd::proto::{GetOutcome, PutOutcome, Stat};
-use std::net::UdpSocket;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use gmsd::proto::{GetOutcome, PutOutcome};
 use std::time::{Duration, Instant};
 use trapeze_node::gms::{page_pattern, replica};
 
@@ -21,85 +22,6 @@ const RESTARTED: u16 = 2;
 
 fn content(page: u64) -> Vec<u8> {
     page_pattern(PageId::new(VOL, page), Version(0))
-}
-
-/// The daemons, killed when the test ends (their logs printed on failure).
-struct Cluster {
-    children: Vec<Option<Child>>,
-    ports: Vec<u16>,
-    dir: PathBuf,
-    /// Starts of each daemon so far (each has its own log).
-    starts: Vec<u32>,
-}
-
-impl Cluster {
-    fn sock(&self, n: u16) -> PathBuf {
-        self.dir.join(format!("gmsd-{n}.sock"))
-    }
-
-    fn spawn(&mut self, n: u16) {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_gmsd"));
-        cmd.args(["--node", &n.to_string(), "--listen", &format!("127.0.0.1:{}", self.ports[n as usize])])
-            .args(["--budget-mb", "16", "--dead-after-ms", "2000", "--replicas", "2", "--socket"])
-            .arg(self.sock(n));
-        for m in (0..NODES).filter(|&m| m != n) {
-            cmd.args(["--peer", &format!("{m}=127.0.0.1:{}", self.ports[m as usize])]);
-        }
-        self.starts[n as usize] += 1;
-        let log = self.dir.join(format!("gmsd-{n}.{}.log", self.starts[n as usize]));
-        cmd.stdout(Stdio::null()).stderr(std::fs::File::create(log).unwrap());
-        self.children[n as usize] = Some(cmd.spawn().expect("spawn gmsd"));
-    }
-
-    fn kill(&mut self, n: u16) {
-        if let Some(mut c) = self.children[n as usize].take() {
-            c.kill().expect("SIGKILL a daemon");
-            c.wait().expect("reap a daemon");
-        }
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        for n in 0..NODES {
-            self.kill(n);
-        }
-        if std::thread::panicking() {
-            let mut logs: Vec<_> = std::fs::read_dir(&self.dir).into_iter().flatten().flatten().collect();
-            logs.sort_by_key(|e| e.file_name());
-            for e in logs.iter().filter(|e| e.file_name().to_string_lossy().ends_with(".log")) {
-                let text = std::fs::read_to_string(e.path()).unwrap_or_default();
-                eprintln!("---- {} ----\n{text}", e.file_name().to_string_lossy());
-            }
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn free_ports(n: usize) -> Vec<u16> {
-    // Held open together, so they differ; closed before the daemons bind them.
-    let socks: Vec<UdpSocket> = (0..n).map(|_| UdpSocket::bind("127.0.0.1:0").expect("bind a UDP socket")).collect();
-    socks.iter().map(|s| s.local_addr().unwrap().port()).collect()
-}
-
-fn wait_for<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let t0 = Instant::now();
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(t0.elapsed() < limit, "timed out after {limit:?} waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn stat(path: &Path) -> Option<Stat> {
-    Client::connect(path).ok()?.stat().ok()
-}
-
-/// Node `n`'s own row: pages it holds.
-fn held(s: &Stat) -> u64 {
-    s.nodes.iter().find(|m| m.node == s.node).map_or(0, |m| m.held)
 }
 
 /// Put `pages` through `c`: each must be stored on nodes 1 and 2 (the two other than 0).
@@ -131,7 +53,7 @@ fn read_all(c: &mut Client, n: u64, k: u8) {
 
 /// Both survivors admit node 2 again (`rejoins` reaches `n`, all three are members, it is
 /// alive) and node 0 has made every copy it lost again, `remade` in all.
-fn rejoined(cl: &Cluster, n: u64, remade: u64) -> Duration {
+fn rejoined(cl: &Daemons, n: u64, remade: u64) -> Duration {
     let t0 = Instant::now();
     for s in [0, 1] {
         wait_for(Duration::from_secs(10), &format!("gmsd {s} to admit node {RESTARTED} again (rejoin {n})"), || {
@@ -151,17 +73,13 @@ fn rejoined(cl: &Cluster, n: u64, remade: u64) -> Duration {
 
 #[test]
 fn a_restarted_daemon_rejoins_and_takes_puts() {
-    let dir = std::env::temp_dir().join(format!("gmsd-rejoin-test-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut cl = Cluster {
-        children: (0..NODES).map(|_| None).collect(),
-        ports: free_ports(NODES as usize),
-        dir,
-        starts: vec![0; NODES as usize],
-    };
+    let ports = udp_ports(NODES).expect("free UDP ports");
+    let mut cl = Daemons::new("rejoin-test", NODES, move |n| {
+        over_udp(&ports, n, &["--budget-mb", "16", "--dead-after-ms", "2000", "--replicas", "2"])
+    })
+    .expect("a directory for the daemons");
     for n in 0..NODES {
-        cl.spawn(n);
+        cl.spawn(n).expect("spawn gmsd");
     }
     for n in 0..NODES {
         wait_for(Duration::from_secs(20), &format!("gmsd {n} to hear its peers"), || {
@@ -172,7 +90,7 @@ fn a_restarted_daemon_rejoins_and_takes_puts() {
     put_all(&mut c, 0..PAGES);
 
     // ---- kill -9, declared failed, then started again: a rejoin ----
-    cl.kill(RESTARTED);
+    cl.kill(RESTARTED).expect("kill -9 gmsd");
     let t_kill = Instant::now();
     for s in [0, 1] {
         wait_for(Duration::from_secs(5), &format!("gmsd {s} to declare node {RESTARTED} failed"), || {
@@ -188,7 +106,7 @@ fn a_restarted_daemon_rejoins_and_takes_puts() {
     let r = c.put(PageId::new(VOL, 10 * PAGES), &content(10 * PAGES)).expect("put");
     assert!(matches!(r, PutOutcome::TooFewTargets { replicas: 2, .. }), "with node {RESTARTED} down: {r:?}");
     let down = t_kill.elapsed();
-    cl.spawn(RESTARTED);
+    cl.spawn(RESTARTED).expect("spawn gmsd");
     let back = rejoined(&cl, 1, PAGES);
     // Its copies came back by re-replication; new puts land on it too.
     put_all(&mut c, PAGES..2 * PAGES);
@@ -209,8 +127,8 @@ fn a_restarted_daemon_rejoins_and_takes_puts() {
     );
 
     // ---- kill -9 and started again at once: a new incarnation, before any timeout ----
-    cl.kill(RESTARTED);
-    cl.spawn(RESTARTED);
+    cl.kill(RESTARTED).expect("kill -9 gmsd");
+    cl.spawn(RESTARTED).expect("spawn gmsd");
     let back = rejoined(&cl, 2, 3 * PAGES);
     for s in [0, 1] {
         let st = stat(&cl.sock(s)).expect("stat");

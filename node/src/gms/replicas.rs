@@ -41,6 +41,12 @@ impl Sites {
         }
     }
 
+    /// Replica `k` is at `node` alone (stored there: its older copies are superseded).
+    pub fn set(&mut self, k: u8, node: u16) {
+        self.0.retain(|s| s.0 != k);
+        self.0.push((k, node));
+    }
+
     /// Where replica `k` may be.
     pub fn of(&self, k: u8) -> impl Iterator<Item = u16> + '_ {
         self.0.iter().filter(move |s| s.0 == k).map(|s| s.1)
