@@ -9,8 +9,8 @@
 //!   `PageIo::split`, so the write costs one round trip), write-through: the page's bytes go into a frame and one-way to a target
 //!   member chosen by `gms::placement` (the global LRU's plan, in proportion to the
 //!   members' free frames and oldest pages; the least loaded target before the first
-//!   plan, or when the member drawn does not take puts), avoiding the members holding the
-//!   page's other replicas; the write completes when every replica is stored and named
+//!   plan, or when the member drawn does not take puts), avoiding every member that may
+//!   hold another replica's newest data (`sites`); the write completes when every replica is stored and named
 //!   by its directory (`PutResult::Stored`). A target that refuses (its budget full) is
 //!   skipped for `gms::placement::REFUSED_NS` and the replica put again at another; only
 //!   when every target refused lately does the write fail, with `ENOSPC` (the request
@@ -75,6 +75,7 @@ mod complete;
 mod issue;
 mod recover;
 mod rereplicate;
+mod sites;
 use complete::{complete, fill_from, write_failed};
 pub(crate) use issue::issue;
 use issue::{issue_disk, issue_prefetches};
@@ -252,8 +253,10 @@ pub(crate) struct DiskState {
     /// acknowledged) or refused as older. Versions since the load's time are above every
     /// earlier load's (each of which wrote a page fewer times than ns went by).
     version_base: u64,
-    /// The member holding each replica, at the same index ([`NO_TARGET`]: none).
+    /// The member each replica was last put to, at the same index ([`NO_TARGET`]: none).
     targets: KVVec<u16>,
+    /// Where else each replica's newest data may be ([`sites`]), at the same index.
+    sites: KVVec<sites::Sites>,
     /// By GMS operation slot.
     in_flight: KVec<Option<InFlight>>,
     /// Pages waiting for an operation slot or a frame: a ring.
@@ -339,6 +342,7 @@ impl DiskState {
             known: KVVec::from_elem(0u64, usize::try_from(pages.div_ceil(64)).map_err(|_| EINVAL)?, GFP_KERNEL)?,
             version_base: crate::sys::wall_clock_ns(),
             targets: KVVec::from_elem(NO_TARGET, slots, GFP_KERNEL)?,
+            sites: KVVec::from_elem(sites::Sites::NONE, slots, GFP_KERNEL)?,
             in_flight,
             backlog,
             delayed,
@@ -389,9 +393,7 @@ impl DiskState {
     /// dropped them from their directories), so replicas still naming it count as not
     /// placed, and re-replication makes them again, on it or on another member.
     pub(crate) fn rejoined(&mut self, node: u16) {
-        for t in self.targets.iter_mut().filter(|t| **t == node) {
-            *t = NO_TARGET;
-        }
+        self.forget_sites(node);
         let mut all = [NO_TARGET; MEMBERS];
         let mut n = 0;
         for t in Iterator::chain(self.placement.targets(), core::iter::once(node)) {

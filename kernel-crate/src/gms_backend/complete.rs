@@ -37,6 +37,11 @@ pub(super) fn complete(host: &mut KHost, disk: &mut Option<KBox<DiskState>>, don
     // a refusal, whether another target takes puts.
     let elsewhere = match &done.result {
         OpResult::Put(r) if f.write => {
+            if matches!(r, PutResult::Failed | PutResult::WrongView) {
+                if let Some(i) = d.at(page, f.replica) {
+                    d.unanswered(i, f.target);
+                }
+            }
             let outcome = match r {
                 PutResult::Stored { .. } => Outcome::Stored,
                 PutResult::Refused => Outcome::Refused,
@@ -62,7 +67,7 @@ pub(super) fn complete(host: &mut KHost, disk: &mut Option<KBox<DiskState>>, don
                 c.inc();
             }
             if let Some(i) = d.at(page, f.replica) {
-                d.targets[i] = f.target;
+                d.stored_at(i, f.target);
             }
             // This replica's token of the page completes; the write ends with the last.
             // Its page, lent to the NIC, goes back at once: the target stored its bytes,

@@ -3,14 +3,13 @@
 //! and getpages, the prefetches read-ahead wants, and what happens to a page that could
 //! not be issued.
 
-use super::{
-    complete, fail_io, write_failed, DiskCore, DiskState, InFlight, Waiting, DISK_SPACE, NO_TARGET, OPS_RESERVE,
-};
+use super::sites::Place;
+use super::{complete, fail_io, write_failed, DiskCore, DiskState, InFlight, Waiting, DISK_SPACE, OPS_RESERVE};
 use crate::blk::{PageIo, PAGE_BYTES};
 use crate::net::OPS;
 use crate::tpz::gms::placement::{Outcome, Via};
 use crate::tpz::gms::prelude::*;
-use crate::tpz::gms::replica::{replica, MAX_REPLICAS};
+use crate::tpz::gms::replica::replica;
 use crate::tpz::netrpc::prelude::Mode;
 
 /// Issue backlogged disk pages while GMS has operation slots and frames. Returns
@@ -51,26 +50,24 @@ pub(super) fn issue_disk(core: &mut DiskCore, now: u64) -> bool {
         };
         let v = d.versions[at];
         if write {
-            // The other replicas' holders (or targets, while their puts are in flight) are
-            // avoided: each copy on its own member.
-            let mut avoid = [NO_TARGET; MAX_REPLICAS as usize];
-            let mut n = 0;
-            for j in (0..d.replicas).filter(|&j| j != k) {
-                if let Some(t) = d.at(page, j).map(|i| d.targets[i]).filter(|&t| t != NO_TARGET) {
-                    avoid[n] = t;
-                    n += 1;
-                }
-            }
-            let avoid = &avoid[..n];
-            let Some((target, via)) = d.placement.pick_avoiding(now, &mut c.lru, coordinator, avoid) else {
-                if !avoid.is_empty() && d.placement.targets().all(|t| avoid.contains(&t)) {
+            // Each copy on its own member: clear of every member that may hold another
+            // replica's newest data (`sites`).
+            let (target, via) = match d.place(page, k, now, &mut c.lru, coordinator) {
+                Place::At(target, via) => (target, via),
+                Place::UnderReplicated => {
                     // Fewer live targets than replicas: the write is stored without this copy.
                     d.under_replicated(page, k, io);
-                } else {
+                    continue;
+                }
+                Place::Wait => {
+                    d.wait_for_sites(Waiting { tries, since, replica: k, ..Waiting::new(page, io, true, false) }, now);
+                    continue;
+                }
+                Place::Nowhere => {
                     write_failed(page, k, format_args!("no target"));
                     d.fail(io);
+                    continue;
                 }
-                continue;
             };
             match via {
                 Via::Plan => crate::stats::STATS.lru_puts_by_plan.inc(),

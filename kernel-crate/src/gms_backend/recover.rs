@@ -130,7 +130,7 @@ pub(super) fn completed(host: &mut KHost, d: &mut DiskState, f: InFlight, done: 
             let found = match newer {
                 Some(i) if whole => {
                     d.versions[i] = version.0;
-                    d.targets[i] = f.target;
+                    d.stored_at(i, f.target);
                     true
                 }
                 _ => f.found,

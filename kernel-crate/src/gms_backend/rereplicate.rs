@@ -19,7 +19,7 @@ use crate::net::{Frame, KHost, OPS};
 use crate::stats::STATS;
 use crate::tpz::gms::placement::Outcome;
 use crate::tpz::gms::prelude::*;
-use crate::tpz::gms::replica::{replica, MAX_REPLICAS};
+use crate::tpz::gms::replica::replica;
 use crate::tpz::netrpc::prelude::Mode;
 
 /// Copies in flight at once (fetches, fetched copies waiting for their put, and puts).
@@ -53,19 +53,6 @@ impl DiskState {
     /// Re-replication operations under way.
     fn rerep_busy(&self) -> usize {
         self.in_flight.iter().flatten().filter(|f| f.rerep.is_some()).count() + self.fetched.iter().flatten().count()
-    }
-
-    /// The members holding `page`'s replicas other than `k`, still live.
-    fn others(&self, page: u64, k: u8) -> ([u16; MAX_REPLICAS as usize], usize) {
-        let mut out = [NO_TARGET; MAX_REPLICAS as usize];
-        let mut n = 0;
-        for j in (0..self.replicas).filter(|&j| j != k) {
-            if let Some(t) = self.at(page, j).map(|i| self.targets[i]).filter(|&t| self.live(t)) {
-                out[n] = t;
-                n += 1;
-            }
-        }
-        (out, n)
     }
 
     /// The next page (from the scan's cursor) with a replica on a failed member and
@@ -178,7 +165,7 @@ fn put_fetched(core: &mut DiskCore, now: u64) -> bool {
             c.node.host.release(x.frame);
             continue;
         }
-        let (avoid, n) = d.others(x.page, x.rerep.k);
+        let (avoid, n) = d.avoid(x.page, x.rerep.k);
         let Some((target, _)) = d.placement.pick_avoiding(now, &mut c.lru, coordinator, &avoid[..n]) else {
             c.node.host.release(x.frame);
             STATS.disk_rereplicate_failed.inc();
@@ -227,7 +214,7 @@ pub(super) fn completed(host: &mut KHost, d: &mut DiskState, f: InFlight, r: Rer
             d.placement.done(f.target, outcome, super::now_ns());
             if stored {
                 if let Some(i) = d.at(page, r.k) {
-                    d.targets[i] = f.target;
+                    d.stored_at(i, f.target);
                 }
                 STATS.disk_rereplicated.inc();
             } else {
