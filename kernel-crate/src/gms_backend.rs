@@ -13,7 +13,8 @@
 //!   hold another replica's newest data (`sites`); the write completes when every replica is stored and named
 //!   by its directory (`PutResult::Stored`). A target that refuses (its budget full) is
 //!   skipped for `gms::placement::REFUSED_NS` and the replica put again at another; only
-//!   when every target refused lately does the write fail, with `ENOSPC` (the request
+//!   when every target refused lately, [`FULL_AFTER`] rounds running, does the write
+//!   fail, with `ENOSPC` (the request
 //!   ends `BLK_STS_NOSPC`: the cluster is full, nothing was silently dropped). A put that got no
 //!   answer in time or met a membership change (`Failed`, `WrongView`: the outcome is
 //!   unknown) is put again for up to [`WRITE_RETRY_NS`] (a target still in an older view,
@@ -125,6 +126,11 @@ const MAX_TRIES: u8 = 3;
 const WRITE_RETRY_NS: u64 = 12_000_000_000;
 /// The wait before a put that met another view or a busy target goes again.
 const RETRY_DELAY_NS: u64 = 100_000_000;
+/// Rounds in which every target refused a write's replica 0 before the cluster counts as
+/// full (`ENOSPC`), [`RETRY_DELAY_NS`] apart: a refusal also means "busy with an older copy
+/// of the page", as every target can be for a moment after a failure (a copy registering
+/// with a directory node that died is refused over until the view changes).
+const FULL_AFTER: u8 = 3;
 /// Pages waiting out [`RETRY_DELAY_NS`] at most (more go again at once).
 const DELAYED: usize = 64;
 /// Write failures whose cause is logged (the counters count them all).

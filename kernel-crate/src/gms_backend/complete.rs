@@ -3,7 +3,7 @@
 //! (its token of the page completed), put again, or failed; a read filled, cached,
 //! sent on to the next replica, tried again, or failed; re-replication's handed over.
 
-use super::{rereplicate, DiskState, Waiting, DISK_SPACE, MAX_TRIES, WRITE_FAILURES_LOGGED};
+use super::{rereplicate, DiskState, Waiting, DISK_SPACE, FULL_AFTER, MAX_TRIES, WRITE_FAILURES_LOGGED};
 use crate::blk::{PageIo, PAGE_BYTES};
 use crate::net::{now_ns, Frame, KHost, Pool};
 use crate::sys::dma::DmaBuf;
@@ -89,11 +89,12 @@ pub(super) fn complete(host: &mut KHost, disk: &mut Option<KBox<DiskState>>, don
             return true;
         }
         // No answer in time, or the membership changed: the outcome is unknown, so the
-        // page is put again (a new version). A target in another view, or (a later replica,
-        // which must avoid the others' members) refusing while busy with an older copy,
-        // is asked again a little later.
+        // page is put again (a new version). A target in another view, or refusing while
+        // busy with an older copy (a later replica, which must avoid the others' members;
+        // replica 0 when every target refused lately, up to `FULL_AFTER` rounds), is asked
+        // again a little later.
         OpResult::Put(r @ (PutResult::Failed | PutResult::WrongView | PutResult::Refused))
-            if f.write && f.io.is_some() && (f.replica > 0 || r != PutResult::Refused) =>
+            if f.write && f.io.is_some() && (f.replica > 0 || r != PutResult::Refused || f.tries + 1 < FULL_AFTER) =>
         {
             if let Some(io) = f.io {
                 let w = Waiting { since: f.since, ..again(io, true, f.tries, f.replica) };
@@ -108,7 +109,8 @@ pub(super) fn complete(host: &mut KHost, disk: &mut Option<KBox<DiskState>>, don
             host.release(if held { f.frame } else { frame });
             return true;
         }
-        // Refused with no member taking puts lately: the cluster is full (`ENOSPC`).
+        // Refused with no member taking puts lately, `FULL_AFTER` rounds running: the
+        // cluster is full (`ENOSPC`).
         OpResult::Put(r) => {
             let full = r == PutResult::Refused;
             if f.io.is_some() {
