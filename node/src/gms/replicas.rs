@@ -56,10 +56,6 @@ impl Sites {
     pub fn others(&self, k: u8) -> impl Iterator<Item = u16> + '_ {
         self.0.iter().filter(move |s| s.0 != k).map(|s| s.1)
     }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
 }
 
 /// One replica's state in a write.
