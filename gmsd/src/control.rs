@@ -461,7 +461,8 @@ impl Control {
                                 ReplicaWrite::new(r, Version(next_version(last_version))).over(written.sites(&page))
                             });
                             let c = port.coordinator();
-                            let Some(target) = targets.pick(&mut port.lru, c, &members, window, now, &w.avoid(k))
+                            let Some(target) =
+                                targets.pick(&mut port.lru, c, &members, window, now, &w.avoid(k, &members))
                             else {
                                 break 'jobs;
                             };

@@ -110,10 +110,10 @@ impl Repair {
             if written.get(&job.page).is_none_or(|r| r.version != job.version) {
                 continue; // written again since
             }
-            // Clear of every node that may hold another replica's newest data.
-            let avoid: Vec<u16> = written.sites(&job.page).others(job.k).collect();
             let me = port.id();
             let members: Vec<u16> = port.node.members().ids().iter().copied().filter(|&n| n != me).collect();
+            // Clear of every node that may hold another replica's newest data.
+            let avoid = written.avoid(&job.page, job.k, &members);
             let now = Instant::now();
             let c = port.coordinator();
             let Some(target) = targets.pick(&mut port.lru, c, &members, window, now, &avoid) else {

@@ -83,6 +83,19 @@ impl Written {
         self.unsettled.insert(page, sites);
     }
 
+    /// The nodes among `members` a copy of replica `k` of `page` must not go to: those that
+    /// may hold another replica's newest data; when that is every member, the recorded
+    /// holders of the other replicas (see `ReplicaWrite::avoid`).
+    pub fn avoid(&self, page: &PageId, k: u8, members: &[u16]) -> Vec<u16> {
+        let sites = self.sites(page);
+        let v: Vec<u16> = sites.others(k).collect();
+        if !members.iter().all(|m| v.contains(m)) {
+            return v;
+        }
+        let holders = self.pages.get(page).map_or(&[][..], |r| r.holders.as_slice());
+        holders.iter().enumerate().filter(|&(j, _)| j != usize::from(k)).map(|(_, &h)| h).collect()
+    }
+
     /// The nodes that may hold each replica's newest data of `page` (none known: empty).
     pub fn sites(&self, page: &PageId) -> Sites {
         match (self.unsettled.get(page), self.pages.get(page)) {
@@ -220,6 +233,9 @@ mod tests {
         assert!(w.replaced(a, 0, Version(5), 5));
         assert_eq!(w.sites(&a).of(0).collect::<Vec<_>>(), vec![5]);
         assert_eq!(w.sites(&a).of(1).collect::<Vec<_>>(), vec![3, 4]);
+        assert_eq!(w.avoid(&a, 0, &[1, 3, 4, 5]), vec![3, 4]);
+        // Replica 1 may be on every member: replica 0 keeps off its recorded holder only.
+        assert_eq!(w.avoid(&a, 0, &[3, 4]), vec![3]);
         w.record(a, Version(9), &[5, 1], |_| true);
         assert_eq!(w.sites(&a), Sites::stored(&[5, 1]));
     }

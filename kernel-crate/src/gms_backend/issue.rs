@@ -52,7 +52,7 @@ pub(super) fn issue_disk(core: &mut DiskCore, now: u64) -> bool {
         if write {
             // Each copy on its own member: clear of every member that may hold another
             // replica's newest data (`sites`).
-            let (target, via) = match d.place(page, k, now, &mut c.lru, coordinator) {
+            let (target, via) = match d.place(page, k, tries, now, &mut c.lru, coordinator) {
                 Place::At(target, via) => (target, via),
                 Place::UnderReplicated => {
                     // Fewer live targets than replicas: the write is stored without this copy.

@@ -13,6 +13,7 @@
 //! pass's count of lost replicas it met is `disk_replicas_short` (0: every page has its
 //! copies again).
 
+use super::sites::Place;
 use super::{DiskCore, DiskState, InFlight, DISK_SPACE, NO_TARGET, OPS_RESERVE};
 use crate::blk::PAGE_BYTES;
 use crate::net::{Frame, KHost, OPS};
@@ -165,8 +166,8 @@ fn put_fetched(core: &mut DiskCore, now: u64) -> bool {
             c.node.host.release(x.frame);
             continue;
         }
-        let (avoid, n) = d.avoid(x.page, x.rerep.k);
-        let Some((target, _)) = d.placement.pick_avoiding(now, &mut c.lru, coordinator, &avoid[..n]) else {
+        // Placed like a write's replica, with no wait: `u8::MAX` rounds waited already.
+        let Place::At(target, _) = d.place(x.page, x.rerep.k, u8::MAX, now, &mut c.lru, coordinator) else {
             c.node.host.release(x.frame);
             STATS.disk_rereplicate_failed.inc();
             continue;

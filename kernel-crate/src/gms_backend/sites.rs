@@ -10,9 +10,12 @@
 //! replica `k` stored beside it (`j`'s put refused, say, and `k` placed clear of `j`'s
 //! refused target only), one crash would lose the acknowledged write.
 //!
-//! Limit: between two stores of a replica, only its first unanswered put is remembered
-//! besides its last put. A replica whose puts went unanswered at three or more members in
-//! a row may sit on one that is not avoided.
+//! When every member may hold another replica (its puts unanswered at all of them), the
+//! put waits for those puts to settle, [`SITE_WAITS`] rounds at most; then it keeps clear
+//! of the other replicas' last targets only, rather than the page never being written
+//! again. Limit: between two stores of a replica, only its first unanswered put is
+//! remembered besides its last put; a replica whose puts went unanswered at three or more
+//! members in a row may sit on one that is not avoided.
 
 use super::{DiskState, Waiting, NO_TARGET};
 use crate::tpz::gms::epochs::Lru;
@@ -45,6 +48,10 @@ impl Sites {
 /// The most members one replica's put keeps clear of: three sites of each other replica.
 pub(super) const AVOID: usize = 3 * (MAX_REPLICAS as usize - 1);
 
+/// Rounds (`Waiting::tries`) a replica's put waits while every member may hold another
+/// replica, before it keeps clear of the other replicas' last targets only.
+const SITE_WAITS: u8 = 3;
+
 impl DiskState {
     /// The replica at index `i` is stored at `node` (a put, a copy found, a re-replication):
     /// its one site from now on.
@@ -64,13 +71,27 @@ impl DiskState {
     /// site of the other replicas. Out of line, so that the array of members to avoid is
     /// not in the frame of the issue loop (on the module's deepest call chain).
     #[inline(never)]
-    pub(super) fn place(&mut self, page: u64, k: u8, now: u64, lru: &mut Lru, coordinator: Option<u16>) -> Place {
-        let (avoid, n) = self.avoid(page, k);
-        let avoid = &avoid[..n];
-        match self.placement.pick_avoiding(now, lru, coordinator, avoid) {
+    pub(super) fn place(
+        &mut self,
+        page: u64,
+        k: u8,
+        tries: u8,
+        now: u64,
+        lru: &mut Lru,
+        coordinator: Option<u16>,
+    ) -> Place {
+        if self.placement.targets().count() < usize::from(self.replicas) {
+            return Place::UnderReplicated;
+        }
+        let (mut avoid, mut n) = self.avoid(page, k, true);
+        if self.placement.targets().all(|t| avoid[..n].contains(&t)) {
+            if tries < SITE_WAITS {
+                return Place::Wait;
+            }
+            (avoid, n) = self.avoid(page, k, false);
+        }
+        match self.placement.pick_avoiding(now, lru, coordinator, &avoid[..n]) {
             Some((t, via)) => Place::At(t, via),
-            None if self.placement.targets().count() < usize::from(self.replicas) => Place::UnderReplicated,
-            None if self.placement.targets().all(|t| avoid.contains(&t)) => Place::Wait,
             None => Place::Nowhere,
         }
     }
@@ -82,12 +103,13 @@ impl DiskState {
         self.retry_write(w, true, false, now, format_args!("no member clear of the other replicas"));
     }
 
-    /// The members replica `k` of `page` keeps clear of: every site of the other replicas.
-    pub(super) fn avoid(&self, page: u64, k: u8) -> ([u16; AVOID], usize) {
+    /// The members replica `k` of `page` keeps clear of: every site of the other replicas
+    /// (`all`), or only the members they were last put to.
+    pub(super) fn avoid(&self, page: u64, k: u8, all: bool) -> ([u16; AVOID], usize) {
         let mut out = [NO_TARGET; AVOID];
         let mut n = 0;
         for i in (0..self.replicas).filter(|&j| j != k).filter_map(|j| self.at(page, j)) {
-            let s = self.sites[i];
+            let s = if all { self.sites[i] } else { Sites::NONE };
             for t in [self.targets[i], s.stored, s.unanswered] {
                 if t != NO_TARGET && !out[..n].contains(&t) && n < AVOID {
                     out[n] = t;

@@ -16,7 +16,9 @@
 //! newest data ([`Sites`]): the targets of this write's other replicas, and, for a replica
 //! this write has not stored, where earlier writes stored it or may have (a put whose
 //! answer never came). Avoiding only this write's own targets let a failed write put a
-//! replica beside the acknowledged data's other replica, and one crash lost both.
+//! replica beside the acknowledged data's other replica, and one crash lost both. Should
+//! those nodes be every member, the write avoids only its own other targets rather than
+//! never being placed ([`ReplicaWrite::avoid`]).
 
 use super::GmsPort;
 use anyhow::Context;
@@ -149,10 +151,23 @@ impl ReplicaWrite {
         s
     }
 
-    /// The nodes replica `k` must not go to: those that may hold another replica's newest
-    /// data (see the module's placement note).
-    pub fn avoid(&self, k: u8) -> Vec<u16> {
+    /// The nodes among `members` (the candidate targets) replica `k` must not go to: those
+    /// that may hold another replica's newest data (see the module's placement note). When
+    /// that is every member (another replica's puts went unanswered at so many members
+    /// that it may be on any of them, and no later answer will say where), only this
+    /// write's targets of the other replicas are avoided: the write goes on, at the risk
+    /// the note describes, rather than the page never being written again.
+    pub fn avoid(&self, k: u8, members: &[u16]) -> Vec<u16> {
         let mut v: Vec<u16> = self.sites().others(k).collect();
+        if members.iter().all(|m| v.contains(m)) {
+            v = (0..self.r)
+                .filter(|&j| j != k)
+                .filter_map(|j| match self.slots[j as usize] {
+                    Slot::InFlight { target, .. } | Slot::Stored { target, .. } => Some(target),
+                    Slot::Todo => None,
+                })
+                .collect();
+        }
         v.sort_unstable();
         v.dedup();
         v
@@ -248,7 +263,10 @@ impl GmsPort {
         data: &[u8],
         newer: impl FnOnce() -> Version,
     ) -> anyhow::Result<(OpId, u16)> {
-        let target = self.choose_target_avoiding(&w.avoid(k)).context("no put target for the replica")?;
+        let me = self.id();
+        let members: Vec<u16> = self.node.members().ids().iter().copied().filter(|&n| n != me).collect();
+        let avoid = w.avoid(k, &members);
+        let target = self.choose_target_avoiding(&avoid).context("no put target for the replica")?;
         let version = w.version_for(k, newer);
         match self.put(replica(page, k), version, data, Some(target)) {
             Ok(op) => {

@@ -147,14 +147,14 @@ fn a_replicated_write_keeps_its_replicas_apart() {
     let mut w = ReplicaWrite::new(2, Version(10));
     assert_eq!(w.version_for(0, || Version(11)), Version(10));
     w.issued(0, 1, Version(10));
-    assert_eq!(w.avoid(1), vec![1], "replica 1 avoids replica 0's target");
+    assert_eq!(w.avoid(1, &[1, 2, 3]), vec![1], "replica 1 avoids replica 0's target");
     assert_eq!(w.version_for(1, || Version(11)), Version(10));
     w.issued(1, 2, Version(10));
     assert!(w.done(0, Version(10), &PutResult::Stored { target: 1 }));
     assert!(!w.complete());
     assert!(w.done(1, Version(10), &PutResult::Refused));
     assert_eq!(w.slot(1), Slot::Todo);
-    assert_eq!(w.avoid(1), vec![1]);
+    assert_eq!(w.avoid(1, &[1, 2, 3]), vec![1]);
     assert_eq!(w.version_for(1, || Version(12)), Version(12), "a replica put again takes a newer version");
     w.issued(1, 3, Version(12));
     assert!(!w.done(1, Version(10), &PutResult::Stored { target: 2 }), "a late answer to the refused put");
@@ -171,16 +171,17 @@ fn a_replicated_write_keeps_its_replicas_apart() {
 fn a_write_keeps_clear_of_the_other_replicas_last_data() {
     // Acknowledged before: replica 0 on node 1, replica 1 on node 3.
     let mut w = ReplicaWrite::new(2, Version(20)).over(Sites::stored(&[1, 3]));
-    assert_eq!(w.avoid(0), vec![3]);
-    assert_eq!(w.avoid(1), vec![1]);
+    let m = [1, 2, 3];
+    assert_eq!(w.avoid(0, &m), vec![3]);
+    assert_eq!(w.avoid(1, &m), vec![1]);
     w.issued(0, 1, Version(20));
     assert!(w.done(0, Version(20), &PutResult::Refused));
     // Replica 0's newest data is still on node 1: replica 1 keeps off it, even though
     // no put of this write is on its way there.
-    assert_eq!(w.avoid(1), vec![1], "the acknowledged replica 0 is on node 1");
+    assert_eq!(w.avoid(1, &m), vec![1], "the acknowledged replica 0 is on node 1");
     w.issued(1, 3, Version(20));
     assert!(w.done(1, Version(20), &PutResult::Stored { target: 3 }));
-    assert_eq!(w.avoid(0), vec![3]);
+    assert_eq!(w.avoid(0, &m), vec![3]);
     // Replica 0 again, to node 2 this time, with no answer: node 2 may hold it.
     w.issued(0, 2, Version(21));
     assert!(w.done(0, Version(21), &PutResult::Failed));
@@ -188,8 +189,11 @@ fn a_write_keeps_clear_of_the_other_replicas_last_data() {
     assert_eq!((s.of(0).collect::<Vec<_>>(), s.of(1).collect::<Vec<_>>()), (vec![1, 2], vec![3]));
     // A later write over these sites keeps replica 1 off both nodes 1 and 2.
     let next = ReplicaWrite::new(2, Version(30)).over(s);
-    assert_eq!(next.avoid(1), vec![1, 2]);
-    assert_eq!(next.avoid(0), vec![3]);
+    assert_eq!(next.avoid(1, &m), vec![1, 2]);
+    assert_eq!(next.avoid(0, &m), vec![3]);
+    // With nodes 1 and 2 the only members, replica 1 would have nowhere to go: it avoids
+    // only this write's own target of replica 0 (none yet), so the write goes on.
+    assert_eq!(next.avoid(1, &[1, 2]), Vec::<u16>::new());
 }
 
 /// A read takes a replica at the known version or newer; a miss or an older copy goes on
