@@ -28,7 +28,7 @@ use std::io::{self, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use trapeze_node::gms::{read_step, replica, GmsPort, Got, ReadStep, ReplicaWrite, Slot, MAX_REPLICAS};
+use trapeze_node::gms::{read_step, replica, GmsPort, Got, ReadStep, ReplicaWrite, MAX_REPLICAS};
 
 /// Most clients served at once; a further connection is answered with an error and closed.
 pub const MAX_CLIENTS: usize = 64;
@@ -697,13 +697,7 @@ impl Control {
                 // Writes that did not complete still moved their pages.
                 for ((item, r), w) in items.iter().zip(res).zip(writes) {
                     let (Some(w), false) = (w, matches!(r, Some(PutOutcome::Stored { .. }))) else { continue };
-                    let stored: Vec<(u8, u16)> = (0..w.replicas())
-                        .filter_map(|k| match w.slot(k) {
-                            Slot::Stored { target, .. } => Some((k, target)),
-                            _ => None,
-                        })
-                        .collect();
-                    self.written.partial(item.0, &stored, w.sites());
+                    self.written.partial(item.0, &w.stored(), w.sites());
                 }
             }
             let body = match job.items {

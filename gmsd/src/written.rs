@@ -87,13 +87,10 @@ impl Written {
     /// may hold another replica's newest data; when that is every member, the recorded
     /// holders of the other replicas (see `ReplicaWrite::avoid`).
     pub fn avoid(&self, page: &PageId, k: u8, members: &[u16]) -> Vec<u16> {
-        let sites = self.sites(page);
-        let v: Vec<u16> = sites.others(k).collect();
-        if !members.iter().all(|m| v.contains(m)) {
-            return v;
-        }
-        let holders = self.pages.get(page).map_or(&[][..], |r| r.holders.as_slice());
-        holders.iter().enumerate().filter(|&(j, _)| j != usize::from(k)).map(|(_, &h)| h).collect()
+        self.sites(page).avoid(k, members, || {
+            let holders = self.pages.get(page).map_or(&[][..], |r| r.holders.as_slice());
+            holders.iter().enumerate().filter(|&(j, _)| j != usize::from(k)).map(|(_, &h)| h).collect()
+        })
     }
 
     /// The nodes that may hold each replica's newest data of `page` (none known: empty).

@@ -96,7 +96,7 @@ struct Tally {
     acked: u64,
     not_acked: u64,
     reads: u64,
-    /// Misses where every holder of the last acknowledged write had been killed.
+    /// Misses where each replica's newest data was on a member that had been killed.
     lost_allowed: u64,
     /// Reads that missed with a holder alive and were tried again after a pause.
     misses_retried: u64,

@@ -58,6 +58,21 @@ impl Sites {
     pub fn others(&self, k: u8) -> impl Iterator<Item = u16> + '_ {
         self.0.iter().filter(move |s| s.0 != k).map(|s| s.1)
     }
+
+    /// The nodes among `members` a copy of replica `k` must not go to: those that may hold
+    /// another replica (sorted). When that is every member (another replica's puts went
+    /// unanswered at so many members that it may be on any of them, and no later answer
+    /// will say where), `fallback`: the caller's narrower set, so that the page is still
+    /// written, at the risk the module's placement note describes.
+    pub fn avoid(&self, k: u8, members: &[u16], fallback: impl FnOnce() -> Vec<u16>) -> Vec<u16> {
+        let mut v: Vec<u16> = self.others(k).collect();
+        if members.iter().all(|m| v.contains(m)) {
+            v = fallback();
+        }
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
 }
 
 /// One replica's state in a write.
@@ -152,25 +167,19 @@ impl ReplicaWrite {
     }
 
     /// The nodes among `members` (the candidate targets) replica `k` must not go to: those
-    /// that may hold another replica's newest data (see the module's placement note). When
-    /// that is every member (another replica's puts went unanswered at so many members
-    /// that it may be on any of them, and no later answer will say where), only this
-    /// write's targets of the other replicas are avoided: the write goes on, at the risk
-    /// the note describes, rather than the page never being written again.
+    /// that may hold another replica's newest data (see the module's placement note), or,
+    /// should that be every member, only this write's targets of the other replicas
+    /// ([`Sites::avoid`]).
     pub fn avoid(&self, k: u8, members: &[u16]) -> Vec<u16> {
-        let mut v: Vec<u16> = self.sites().others(k).collect();
-        if members.iter().all(|m| v.contains(m)) {
-            v = (0..self.r)
+        self.sites().avoid(k, members, || {
+            (0..self.r)
                 .filter(|&j| j != k)
                 .filter_map(|j| match self.slots[j as usize] {
                     Slot::InFlight { target, .. } | Slot::Stored { target, .. } => Some(target),
                     Slot::Todo => None,
                 })
-                .collect();
-        }
-        v.sort_unstable();
-        v.dedup();
-        v
+                .collect()
+        })
     }
 
     /// Replica `k` was put to `target` at `version`.
@@ -205,15 +214,19 @@ impl ReplicaWrite {
         self.slots[..self.r as usize].iter().all(|s| matches!(s, Slot::Stored { .. }))
     }
 
-    /// The holders of replicas 0.. in order, as far as stored.
-    pub fn holders(&self) -> Vec<u16> {
-        self.slots[..self.r as usize]
-            .iter()
-            .filter_map(|s| match s {
-                Slot::Stored { target, .. } => Some(*target),
+    /// The replicas stored so far and their holders: `(replica, holder)`, in order.
+    pub fn stored(&self) -> Vec<(u8, u16)> {
+        (0..self.r)
+            .filter_map(|k| match self.slots[k as usize] {
+                Slot::Stored { target, .. } => Some((k, target)),
                 _ => None,
             })
             .collect()
+    }
+
+    /// The holders of replicas 0.. in order, as far as stored.
+    pub fn holders(&self) -> Vec<u16> {
+        self.stored().into_iter().map(|(_, h)| h).collect()
     }
 }
 
