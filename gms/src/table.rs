@@ -230,6 +230,16 @@ impl<K: Key, V: Copy, B: DerefMut<Target = [Slot<K, V>]>> Table<K, V, B> {
         }
     }
 
+    /// The entries in `limit` slots from slot `from` on, wrapping around the end (each
+    /// slot at most once): a sample of the table whose cost is `limit`, however large the
+    /// table. Slots follow the keys' hashes, so a run of them is a random draw of keys.
+    pub fn window(&self, from: usize, limit: usize) -> impl Iterator<Item = (&K, &V)> {
+        let n = self.slots.len();
+        let from = if n == 0 { 0 } else { from % n };
+        let (tail, head) = self.slots.split_at(from);
+        head.iter().chain(tail).take(limit.min(n)).filter_map(|s| s.as_ref().map(|(k, v)| (k, v)))
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
         self.slots.iter().filter_map(|s| s.as_ref().map(|(k, v)| (k, v)))
     }
@@ -267,6 +277,20 @@ mod tests {
         for (k, v) in t.iter() {
             assert_eq!(m.get(k), Some(v));
         }
+    }
+
+    #[test]
+    fn a_window_wraps_and_sees_each_slot_once() {
+        let mut t: InlineTable<K, u64, 7> = Table::new();
+        for i in 0..7 {
+            t.insert(K(i), i as u64).unwrap();
+        }
+        let slots: Vec<u64> = t.slots.iter().map(|s| s.unwrap().1).collect();
+        let w: Vec<u64> = t.window(5, 4).map(|(_, v)| *v).collect();
+        assert_eq!(w, [slots[5], slots[6], slots[0], slots[1]]);
+        assert_eq!(t.window(12, 100).count(), 7, "a window longer than the table covers it once");
+        t.remove(&K(w[0] as u32));
+        assert_eq!(t.window(5, 4).count(), 3, "empty slots count towards the window");
     }
 
     #[test]

@@ -39,6 +39,10 @@ pub const MAX_UNWRITTEN: usize = MAX_FRAME_BYTES;
 
 /// Times an item is issued at most (a timed-out operation is retried once).
 const MAX_TRIES: u8 = 2;
+/// How often the loop looks for new clients. Linux makes a socket for every `accept`
+/// before it finds none pending, so trying on every pass of a spinning loop cost a
+/// daemon a few per cent of its core; a client waits at most this long to be taken.
+const ACCEPT_EVERY: Duration = Duration::from_millis(1);
 
 /// Passes a read of a page this daemon wrote makes at most while every replica misses
 /// with a holder not known to have failed, half an operation timeout apart.
@@ -121,6 +125,8 @@ type Waiter = (u64, usize, u8, Instant);
 /// The listener, its clients and their jobs.
 pub struct Control {
     listener: UnixListener,
+    /// When [`Control::step`] next looks for new connections.
+    next_accept: Instant,
     path: PathBuf,
     conns: HashMap<u64, Conn>,
     next_conn: u64,
@@ -183,6 +189,7 @@ impl Control {
         listener.set_nonblocking(true)?;
         Ok(Control {
             listener,
+            next_accept: Instant::now(),
             path: path.to_path_buf(),
             conns: HashMap::new(),
             next_conn: 0,
@@ -266,7 +273,12 @@ impl Control {
     /// One pass: accept, read requests, collect completions, issue, answer, write.
     pub fn step(&mut self, port: &mut GmsPort, window: usize) -> bool {
         self.alone = port.node.members().ids().iter().all(|&n| n == port.id());
-        let mut busy = self.accept();
+        let now = Instant::now();
+        let mut busy = false;
+        if now >= self.next_accept {
+            self.next_accept = now + ACCEPT_EVERY;
+            busy |= self.accept();
+        }
         busy |= self.read_all();
         busy |= self.collect(port);
         busy |= self.issue(port, window);

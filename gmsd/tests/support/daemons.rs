@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-only
-//! `gmsd` daemons as child processes, for the daemon tests and the repair bench (each
-//! includes this file by `#[path]`): started (and started again, each start with a log of
-//! its own), killed with SIGKILL, killed when dropped, their logs printed when a test
+//! `gmsd` daemons as child processes, for the daemon tests and the benches (each includes
+//! this file by `#[path]`): started (and started again, each start with a log of its own),
+//! killed with SIGKILL, killed when dropped, paused, their logs printed when a test
 //! panics (or on [`Daemons::print_logs`]); and the polling of their `stat`.
 
 #![allow(dead_code)] // each includer uses its own part
@@ -55,6 +55,17 @@ impl Daemons {
         if let Some(mut c) = self.children[usize::from(n)].take() {
             c.kill()?;
             c.wait()?;
+        }
+        Ok(())
+    }
+
+    /// Stop every running daemon (SIGSTOP), or let them go on (SIGCONT): a stopped
+    /// cluster takes no core from one being measured.
+    pub fn pause(&self, stop: bool) -> io::Result<()> {
+        let sig = if stop { rustix::process::Signal::STOP } else { rustix::process::Signal::CONT };
+        for c in self.children.iter().flatten() {
+            let pid = rustix::process::Pid::from_raw(c.id() as i32).ok_or_else(|| io::Error::other("pid 0"))?;
+            rustix::process::kill_process(pid, sig)?;
         }
         Ok(())
     }

@@ -5,8 +5,9 @@
 //! the same run (`node/examples/bench_gms/`, release build), rounds measuring what two
 //! cores allow read-ahead, then the sequential scans again with a modelled one-way wire
 //! delay of 2 and 10 µs; last, random getpage p50 on a cluster holding 8 GiB against one
-//! holding 32 MiB (`scale_p50_ratio`; the process needs 8 GiB of memory, `--scale-pages`
-//! sets the large cluster's size, 0 skips it); and what replication costs a writer:
+//! holding 32 MiB, in process (`scale_inproc_p50_ratio`) and on three `gmsd` over UDP
+//! (`scale_p50_ratio`, `gmsd/benches/scale.rs`; each needs 8 GiB of memory, `--scale-pages`
+//! sets the large clusters' size, 0 skips both); and what replication costs a writer:
 //! rounds writing pages with one copy and with two in turn, `replication_cost` the median
 //! over the pairs of rounds of the r = 2 write time over r = 1's (with each side's p50);
 //! then `repair_mb_s` from four `gmsd` over UDP, one killed after a two-copy write
@@ -28,8 +29,8 @@ pub struct GmsArgs {
     /// Random reads per side.
     #[arg(long, default_value_t = 4000, value_parser = clap::value_parser!(u64).range(10..=10_000_000))]
     random: u64,
-    /// Pages (8 KiB) of the large cluster in the scale comparison (default 1 Mi = 8 GiB);
-    /// 0: none.
+    /// Pages (8 KiB) of the large clusters in the scale comparisons, in process and on
+    /// `gmsd` (default 1 Mi = 8 GiB); 0: none.
     #[arg(long, default_value_t = 1 << 20, value_parser = clap::value_parser!(u64).range(0..=4 << 20))]
     scale_pages: u64,
     /// Pairs of write rounds (r = 1, r = 2) for `replication_cost`; 0: none.
@@ -75,11 +76,22 @@ pub fn run(a: GmsArgs) -> anyhow::Result<()> {
     let mib = a.repair_mib.to_string();
     let mut repair =
         vec!["bench", "--quiet", "--locked", "-p", "trapeze-gmsd", "--bench", "repair", "--", "--mib", &mib];
+    // The same large data set on three `gmsd` (its MiB from the in-process cluster's pages).
+    let large_mib = ((a.scale_pages * 8192) >> 20).max(1).to_string();
+    let mut scale =
+        vec!["bench", "--quiet", "--locked", "-p", "trapeze-gmsd", "--bench", "scale", "--", "--large-mib", &large_mib];
     if a.json || a.plot.is_some() {
         args.push("--json");
         repair.push("--json");
+        scale.push("--json");
     }
-    let commands: Vec<&[&str]> = if a.repair_mib > 0 { vec![&args, &repair] } else { vec![&args] };
+    let mut commands: Vec<&[&str]> = vec![&args];
+    if a.scale_pages > 0 {
+        commands.push(&scale);
+    }
+    if a.repair_mib > 0 {
+        commands.push(&repair);
+    }
     if a.plot.is_some() {
         return super::cargo_json_all(&commands, a.plot.as_deref(), "gms", super::plot::gms::write);
     }

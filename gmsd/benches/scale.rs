@@ -1,0 +1,242 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! `scale_p50_ratio` of `cargo xtask bench gms`: does a getpage from `gmsd` cost more when
+//! the cluster holds more?
+//!
+//! Two clusters of three daemons over UDP on 127.0.0.1 run side by side: one holding
+//! `--small-mib` (32 MiB) and one holding `--large-mib` (8 GiB). In each, a client writes
+//! the data set with one copy through node 0 (`--budget-mb 1`, so it lends nothing),
+//! whose puts spread it over nodes 1 and 2 (each lending half the set and an eighth
+//! more). Then random network-only gets through node 0 (no page cache, no read-ahead)
+//! alternate between the clusters in rounds of [`ROUND`], one page per request, so both
+//! see the same phases of this VM; which cluster goes first alternates too, and the
+//! cluster not measured is stopped (SIGSTOP) so that its idle daemons take no core. Each
+//! get is timed around the request on the control socket; its bytes are checked against
+//! the page's pattern outside the timed call, and a miss or a wrong byte fails the run.
+//! `scale_p50_ratio` is the large cluster's p50 over the small one's.
+//!
+//! `cargo bench -p trapeze-gmsd --bench scale -- [--small-mib N] [--large-mib N] [--reads N] [--json]`
+
+#[path = "../tests/support/daemons.rs"]
+mod daemons;
+
+use anyhow::{bail, Context};
+use clap::Parser;
+use daemons::{held, over_udp, poll_until, stat, udp_ports, Daemons};
+use gms::prelude::{PageId, Version};
+use gmsd::client::Client;
+use gmsd::proto::{GetOutcome, PutOutcome, PAGE_BYTES};
+use serde_json::json;
+use std::time::{Duration, Instant};
+use trapeze_node::gms::page_pattern;
+
+const VOL: u64 = 21;
+const NODES: u16 = 3;
+/// Pages per `put_many`.
+const BATCH: usize = 256;
+/// Random gets per round on each cluster (the cluster measured first alternates).
+const ROUND: u64 = 500;
+/// Rounds of puts of the pages not yet stored before the fill gives up.
+const FILL_ROUNDS: usize = 5;
+
+#[derive(Parser)]
+#[command(about = "gmsd getpage p50 on an 8 GiB cluster over a 32 MiB one (scale_p50_ratio)")]
+struct Args {
+    /// MiB held by the small cluster.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    small_mib: u64,
+    /// MiB held by the large cluster (its two lenders need that much memory between them).
+    #[arg(long, default_value_t = 8192, value_parser = clap::value_parser!(u64).range(1..=32_768))]
+    large_mib: u64,
+    /// Random gets on each cluster.
+    #[arg(long, default_value_t = 40_000, value_parser = clap::value_parser!(u64).range(10..=10_000_000))]
+    reads: u64,
+    /// One JSON object (the row) on stdout.
+    #[arg(long)]
+    json: bool,
+    /// Ignored: `cargo bench` passes it to every bench target.
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
+fn content(page: u64) -> Vec<u8> {
+    page_pattern(PageId::new(VOL, page), Version(0))
+}
+
+/// Three daemons holding `0..pages` of [`VOL`], and a client connected to node 0.
+struct Cluster {
+    daemons: Daemons,
+    client: Client,
+    pages: u64,
+}
+
+impl Cluster {
+    fn start(tag: &str, mib: u64) -> anyhow::Result<Cluster> {
+        let lend = (mib / 2 + mib / 8 + 4).to_string();
+        // Node 0 is the directory node of a third of the pages: its directory is sized
+        // for half the set, as it would be by default for a node lending that much.
+        let dir0 = (mib / 2 + 64).to_string();
+        let ports = udp_ports(NODES)?;
+        let mut daemons = Daemons::new(tag, NODES, move |n| match n {
+            0 => over_udp(&ports, n, &["--budget-mb", "1", "--directory-mb", &dir0, "--replicas", "1"]),
+            _ => over_udp(&ports, n, &["--budget-mb", &lend, "--replicas", "1"]),
+        })?;
+        for n in 0..NODES {
+            daemons.spawn(n).context("spawning gmsd")?;
+        }
+        let ready = (0..NODES).try_for_each(|n| {
+            poll_until(
+                Duration::from_secs(20),
+                Duration::from_millis(20),
+                &format!("gmsd {n} to hear its peers"),
+                || {
+                    stat(&daemons.sock(n))
+                        .filter(|s| s.members.len() == NODES as usize && s.nodes.iter().all(|m| m.alive))
+                },
+            )
+            .map(drop)
+            .map_err(anyhow::Error::msg)
+        });
+        let client = ready.and_then(|()| Client::connect(&daemons.sock(0)).context("connecting to gmsd 0"));
+        match client {
+            Ok(client) => Ok(Cluster { daemons, client, pages: (mib << 20) / PAGE_BYTES as u64 }),
+            Err(e) => {
+                daemons.print_logs();
+                Err(e)
+            }
+        }
+    }
+
+    /// Put every page, again for those a target refused or a timeout left unknown.
+    fn fill(&mut self) -> anyhow::Result<()> {
+        let mut todo: Vec<u64> = (0..self.pages).collect();
+        for _ in 0..FILL_ROUNDS {
+            let mut again = Vec::new();
+            let mut why = std::collections::BTreeMap::new();
+            for batch in todo.chunks(BATCH) {
+                let data: Vec<Vec<u8>> = batch.iter().map(|&i| content(i)).collect();
+                let items: Vec<(PageId, &[u8])> =
+                    batch.iter().zip(&data).map(|(&i, d)| (PageId::new(VOL, i), &d[..])).collect();
+                for (&i, r) in batch.iter().zip(self.client.put_many(&items)?) {
+                    if !matches!(r, PutOutcome::Stored { .. }) {
+                        *why.entry(format!("{r:?}")).or_insert(0u64) += 1;
+                        again.push(i);
+                    }
+                }
+            }
+            if again.is_empty() {
+                return Ok(());
+            }
+            eprintln!(
+                "scale: {} of {} pages put again ({why:?}); lenders hold {:?}",
+                again.len(),
+                todo.len(),
+                self.held()
+            );
+            todo = again;
+        }
+        bail!("{} of {} pages could not be stored in {FILL_ROUNDS} rounds", todo.len(), self.pages)
+    }
+
+    /// The pages each lender holds.
+    fn held(&self) -> Vec<u64> {
+        (1..NODES).map(|n| stat(&self.daemons.sock(n)).as_ref().map_or(0, held)).collect()
+    }
+
+    /// One timed network-only get of a random page, checked: its latency in µs.
+    fn get(&mut self, r: &mut Rand) -> anyhow::Result<f64> {
+        let i = r.next() % self.pages;
+        let p = PageId::new(VOL, i);
+        let t = Instant::now();
+        let g = self.client.get_many(&[p], true)?;
+        let us = t.elapsed().as_secs_f64() * 1e6;
+        match g.first() {
+            Some(GetOutcome::Hit { data, .. }) if *data == content(i) => Ok(us),
+            Some(GetOutcome::Hit { .. }) => bail!("page {i} of {}: wrong bytes", self.pages),
+            Some(GetOutcome::Miss(why)) => bail!("page {i} of {}: missed: {why}", self.pages),
+            None => bail!("page {i} of {}: no answer", self.pages),
+        }
+    }
+}
+
+/// xorshift64: which page each get reads.
+struct Rand(u64);
+
+impl Rand {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+fn pct(v: &mut [f64], q: f64) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[((v.len() - 1) as f64 * q).round() as usize]
+}
+
+fn main() -> anyhow::Result<()> {
+    let a = Args::parse();
+    let t = Instant::now();
+    let mut small = Cluster::start("bench-scale-small", a.small_mib)?;
+    let mut large = Cluster::start("bench-scale-large", a.large_mib)?;
+    for c in [&mut small, &mut large] {
+        if let Err(e) = c.fill() {
+            c.daemons.print_logs();
+            return Err(e.context(format!("filling the {} MiB cluster", (c.pages * PAGE_BYTES as u64) >> 20)));
+        }
+    }
+    let (hs, hl) = (small.held(), large.held());
+    eprintln!(
+        "scale: {} and {} pages stored in {:.1} s (lenders hold {hs:?} and {hl:?})",
+        small.pages,
+        large.pages,
+        t.elapsed().as_secs_f64()
+    );
+    let (mut ls, mut ll) = (Vec::new(), Vec::new());
+    let mut r = Rand(0x2545_f491_4f6c_dd1d);
+    let mut done = 0;
+    while done < a.reads {
+        let n = ROUND.min(a.reads - done);
+        // Which cluster goes first alternates from round to round.
+        for k in [0, 1].map(|k| (k + done / ROUND) % 2) {
+            let (c, other, lat) = if k == 0 { (&mut small, &large, &mut ls) } else { (&mut large, &small, &mut ll) };
+            // The other cluster is stopped while this one is measured, so its idle
+            // daemons take no core from it.
+            other.daemons.pause(true).context("stopping the other cluster")?;
+            for _ in 0..n {
+                match c.get(&mut r) {
+                    Ok(us) => lat.push(us),
+                    Err(e) => {
+                        c.daemons.print_logs();
+                        return Err(e);
+                    }
+                }
+            }
+            other.daemons.pause(false).context("continuing the other cluster")?;
+        }
+        done += n;
+    }
+    // Node 0's own view: each getpage from its issue to its completion, without the
+    // control socket.
+    let (ds, dl) = (small.client.stat()?.get_latency, large.client.stat()?.get_latency);
+    let (s50, s99, l50, l99) = (pct(&mut ls, 0.5), pct(&mut ls, 0.99), pct(&mut ll, 0.5), pct(&mut ll, 0.99));
+    let ratio = l50 / s50;
+    eprintln!(
+        "scale: random network-only gets through gmsd node 0 of {NODES}, {} each, in rounds of {ROUND}: \
+         {} MiB p50 {s50:.1} µs p99 {s99:.1} µs; {} MiB p50 {l50:.1} µs p99 {l99:.1} µs; \
+         scale_p50_ratio {ratio:.3} (target ≤ 1.2); as node 0 saw them: p50 {:.1} and {:.1} µs",
+        a.reads, a.small_mib, a.large_mib, ds.p50_us, dl.p50_us
+    );
+    if a.json {
+        println!(
+            "{}",
+            json!({"row": "scale", "source": "gmsd", "nodes": NODES, "reads": a.reads,
+                   "small_mib": a.small_mib, "small_p50_us": s50, "small_p99_us": s99,
+                   "large_mib": a.large_mib, "large_p50_us": l50, "large_p99_us": l99,
+                   "small_node_p50_us": ds.p50_us, "large_node_p50_us": dl.p50_us,
+                   "scale_p50_ratio": ratio})
+        );
+    }
+    Ok(())
+}
