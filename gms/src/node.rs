@@ -232,6 +232,10 @@ impl<
     pub fn held_count(&self) -> usize {
         self.held.len()
     }
+    /// Directory entries this node has room for (live entries and tombstones).
+    pub fn dir_capacity(&self) -> usize {
+        self.dir.capacity()
+    }
     /// The memory budget in pages.
     pub fn budget(&self) -> usize {
         self.cfg.budget.min(self.held.capacity())

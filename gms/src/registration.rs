@@ -159,7 +159,10 @@ impl<
                 self.stats.dir_rejects += 1;
                 (AckStatus::Rejected, 0)
             }
-            Update::Full => (AckStatus::Busy, 0),
+            Update::Full => {
+                self.stats.dir_full += 1;
+                (AckStatus::Busy, 0)
+            }
         }
     }
 

@@ -218,6 +218,9 @@ pub struct GmsStats {
     pub dir_rejects: u64,
     pub dir_removes: u64,
     pub dir_discards: u64,
+    /// Registrations refused because the directory table was full (so were their puts):
+    /// the node is the directory node of more pages than it was sized for.
+    pub dir_full: u64,
     // -- background --
     pub tasks_issued: u64,
     pub task_retries: u64,
@@ -276,6 +279,7 @@ impl GmsStats {
         dir_rejects: 0,
         dir_removes: 0,
         dir_discards: 0,
+        dir_full: 0,
         tasks_issued: 0,
         task_retries: 0,
         task_overflow: 0,

@@ -152,6 +152,8 @@ pub struct DaemonStats {
     /// idle sleeps count, but last at most [`IDLE_SLEEP`]).
     pub max_pass_gap: Duration,
     pub rejoins: u64,
+    /// The directory-full count last warned about, and when.
+    pub dir_full_warned: (u64, Option<Instant>),
 }
 
 /// A running node.
@@ -277,6 +279,7 @@ impl Daemon {
     }
 
     fn liveness(&mut self, now: Instant) {
+        self.warn_dir_full(now);
         let held = self.port.node.held_count() as u32;
         let budget = self.port.node.budget() as u32;
         if let Some(hb) = self.live.due(now, held, budget) {
@@ -325,6 +328,24 @@ impl Daemon {
             if let Err(e) = self.port.set_members(view_of(&ids), &ids) {
                 tracing::error!("membership: {e}");
             }
+        }
+    }
+
+    /// Say so when this node's directory refused registrations for want of room (at most
+    /// every 10 s): every put of a page it is the directory node for is then refused, which
+    /// a client sees only as `Refused`.
+    fn warn_dir_full(&mut self, now: Instant) {
+        let full = self.port.node.stats().dir_full;
+        let (warned, at) = self.stats.dir_full_warned;
+        if full > warned && at.is_none_or(|t| now.duration_since(t) >= Duration::from_secs(10)) {
+            tracing::warn!(
+                node = self.opts.node,
+                "the directory is full ({} entries): {} registrations refused, and their puts with them; \
+                 give this node a larger --directory-mb",
+                self.port.node.dir_capacity(),
+                full - warned
+            );
+            self.stats.dir_full_warned = (full, Some(now));
         }
     }
 
@@ -398,6 +419,7 @@ pub fn stat(port: &GmsPort, live: &Liveness, control: &Control, ds: &DaemonStats
         retries: c.retries,
         puts_refused: ps.puts_refused,
         refused_here: gs.puts_refused,
+        dir_full: gs.dir_full,
         pages_dropped: port.node.host.pages_dropped,
         reregistered: gs.reregistered,
         op_timeouts: gs.op_timeouts,

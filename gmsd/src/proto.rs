@@ -556,6 +556,9 @@ pub struct Stat {
     pub puts_refused: u64,
     /// Putpages this node refused as a target (budget).
     pub refused_here: u64,
+    /// Registrations (and so puts) refused because this node's directory is full.
+    #[serde(default)]
+    pub dir_full: u64,
     pub pages_dropped: u64,
     /// Held pages registered again with a new directory node after a membership change
     /// moved their directory (repair instead of dropping them).

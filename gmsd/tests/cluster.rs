@@ -442,6 +442,45 @@ fn puts_follow_the_global_lrus_weights() {
     }
 }
 
+/// Directories too small for the pages put: each node is the directory node of about
+/// 200 of 600 pages with room for 128 entries, so registrations are refused and their
+/// puts end `Refused`. Every node counts them (`dir_full`) and logs which option to raise;
+/// the pages that were stored read back.
+#[test]
+fn a_full_directory_refuses_puts_and_says_so() {
+    const PAGES: u64 = 600;
+    let cl = start_budgets("dir-full-test", &["--replicas", "1", "--directory-mb", "1"], &[16, 16, 16]);
+    for n in 0..NODES {
+        wait_for(Duration::from_secs(20), &format!("gmsd {n} to hear its peers"), || {
+            stat(&cl.sock(n)).filter(|s| s.nodes.iter().all(|m| m.alive))
+        });
+    }
+    let mut c = Client::connect(&cl.sock(0)).expect("connect");
+    let ids: Vec<u64> = (0..PAGES).collect();
+    let data: Vec<Vec<u8>> = ids.iter().map(|&i| content(i)).collect();
+    let items: Vec<(PageId, &[u8])> = ids.iter().zip(&data).map(|(&i, d)| (PageId::new(VOL, i), &d[..])).collect();
+    let res = c.put_many(&items).expect("put_many");
+    let stored: Vec<u64> =
+        ids.iter().zip(&res).filter(|(_, r)| matches!(r, PutOutcome::Stored { .. })).map(|(&i, _)| i).collect();
+    let refused = res.iter().filter(|r| matches!(r, PutOutcome::Refused)).count();
+    assert!(refused > 0 && !stored.is_empty(), "{refused} refused, {} stored", stored.len());
+    for n in 0..NODES {
+        let full = stat(&cl.sock(n)).expect("stat").dir_full;
+        assert!(full > 0, "gmsd {n} counted no registration refused for its full directory");
+        let log = wait_for(Duration::from_secs(5), &format!("gmsd {n} to log its full directory"), || {
+            Some(cl.daemons.log(n)).filter(|l| l.contains("the directory is full"))
+        });
+        assert!(log.contains("--directory-mb"), "{log}");
+    }
+    let pages: Vec<PageId> = stored.iter().map(|&i| PageId::new(VOL, i)).collect();
+    for (i, g) in stored.iter().zip(c.get_many(&pages, true).expect("get_many")) {
+        match g {
+            GetOutcome::Hit { data, .. } => assert_eq!(checksum(&data), checksum(&content(*i)), "page {i}"),
+            GetOutcome::Miss(why) => panic!("stored page {i} missed: {why}"),
+        }
+    }
+}
+
 /// A one-way wire delay on every daemon's link (`--link-faults delay=…`, as a real
 /// network would add) shows in every getpage: a network-only get needs at least a request
 /// and a reply on the wire, so it takes two delays or more, and still returns the page.

@@ -177,8 +177,8 @@ fn table(s: &Stat) -> String {
         s.gets, s.hits, s.hits_cache, s.hits_local, s.hits_2way, s.hits_3way, s.misses
     );
     o += &format!(
-        "  puts {} — stored {}, refused by targets {}; refused here {}; pages dropped {}; op timeouts {} (retried {}); peer failures {}, rejoins {}; re-registered after a membership change {}\n",
-        s.puts, s.puts_stored, s.puts_refused, s.refused_here, s.pages_dropped, s.op_timeouts, s.retries, s.failures_detected, s.rejoins, s.reregistered
+        "  puts {} — stored {}, refused by targets {}; refused here {}; registrations refused, directory full {}; pages dropped {}; op timeouts {} (retried {}); peer failures {}, rejoins {}; re-registered after a membership change {}\n",
+        s.puts, s.puts_stored, s.puts_refused, s.refused_here, s.dir_full, s.pages_dropped, s.op_timeouts, s.retries, s.failures_detected, s.rejoins, s.reregistered
     );
     o += &format!(
         "  copies of each page put here {}; reads that went on to the next replica {}; replicas put again after a failure {} ({} still to go)\n",

@@ -70,6 +70,12 @@ impl Daemons {
         Ok(())
     }
 
+    /// Daemon `n`'s log since its last start.
+    pub fn log(&self, n: u16) -> String {
+        let start = self.starts[usize::from(n)];
+        std::fs::read_to_string(self.dir.join(format!("gmsd-{n}.{start}.log"))).unwrap_or_default()
+    }
+
     /// Every daemon's logs, on stderr.
     pub fn print_logs(&self) {
         let mut logs: Vec<_> = std::fs::read_dir(&self.dir).into_iter().flatten().flatten().collect();
