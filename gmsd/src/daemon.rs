@@ -6,7 +6,8 @@
 //! one loop.
 //!
 //! The loop spins while there is work (a wakeup costs 25–45 µs on this kind of machine, more
-//! than a whole 8 KiB getpage) and, after [`IDLE_SPIN`] without any, sleeps in `poll(2)` on
+//! than a whole 8 KiB getpage) and, after [`IDLE_SPIN`] without any (`--idle-spin-us`),
+//! sleeps in `poll(2)` on
 //! the link's socket and the control sockets for at most
 //! [`IDLE_SLEEP`] (GMS's timers are in the tens of milliseconds).
 
@@ -32,7 +33,8 @@ use trapeze_vnic::link::{FaultConfig, Link};
 use trapeze_vnic::nic::Nic;
 use trapeze_vnic::shm::Mapping;
 
-/// How long the loop keeps spinning after the last thing it did.
+/// How long the loop keeps spinning after the last thing it did, by default
+/// (`--idle-spin-us`).
 pub const IDLE_SPIN: Duration = Duration::from_millis(2);
 /// Longest idle sleep.
 pub const IDLE_SLEEP: Duration = Duration::from_millis(1);
@@ -72,6 +74,8 @@ pub struct Options {
     pub key: Option<trapeze_vnic::key::ClusterKey>,
     /// Copies of each page put through this daemon, on distinct other nodes (1..=[`MAX_REPLICAS`]).
     pub replicas: u8,
+    /// How long the loop spins after the last thing it did before it sleeps.
+    pub idle_spin: Duration,
 }
 
 impl Options {
@@ -261,7 +265,7 @@ impl Daemon {
             }
             if busy {
                 last_busy = now;
-            } else if now.duration_since(last_busy) > IDLE_SPIN
+            } else if now.duration_since(last_busy) > self.opts.idle_spin
                 && !self.control.has_work()
                 && self.port.in_flight() == 0
             {
@@ -470,6 +474,7 @@ mod tests {
             op_timeout: Duration::from_millis(500),
             cache_pages: 0,
             window: 8,
+            idle_spin: IDLE_SPIN,
             faults: FaultConfig::NONE,
             key: None,
             replicas: 2,

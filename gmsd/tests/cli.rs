@@ -129,6 +129,8 @@ fn settings_that_cannot_work_are_refused_naming_the_option() {
     }
     let e = refused(&["--op-timeout-ms", "18446744073709551615"]);
     assert!(e.contains("--op-timeout-ms"), "{e}");
+    let e = refused(&["--idle-spin-us", "1000001"]);
+    assert!(e.contains("--idle-spin-us") && e.contains("0..=1000000"), "{e}");
     // Replicas: 1 to 4 (clap's range), and no more than the other nodes given.
     for bad in ["0", "9"] {
         let e = refused(&["--replicas", bad]);

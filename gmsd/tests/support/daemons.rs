@@ -70,6 +70,15 @@ impl Daemons {
         Ok(())
     }
 
+    /// Run daemon `n` on CPU `cpu` only.
+    pub fn pin(&self, n: u16, cpu: usize) -> io::Result<()> {
+        let c = self.children[usize::from(n)].as_ref().ok_or_else(|| io::Error::other("not running"))?;
+        let pid = rustix::process::Pid::from_raw(c.id() as i32).ok_or_else(|| io::Error::other("pid 0"))?;
+        let mut set = rustix::thread::CpuSet::new();
+        set.set(cpu);
+        rustix::thread::sched_setaffinity(Some(pid), &set).map_err(io::Error::from)
+    }
+
     /// Daemon `n`'s log since its last start.
     pub fn log(&self, n: u16) -> String {
         let start = self.starts[usize::from(n)];
