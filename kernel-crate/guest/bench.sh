@@ -4,7 +4,8 @@
 # /etc/trapeze/run.sh). /init gives it trapeze_guest=K, trapeze_guests=N and, from the
 # kernel command line, trapeze_bench_mb (disk size), trapeze_bench_reads,
 # trapeze_bench_seed, trapeze_bench_rounds, trapeze_bench_file_mb (the file of the file
-# phase), trapeze_bench_swap_avail_mb (RAM left to the swap workload) and
+# phase), trapeze_bench_swap_avail_mb (RAM left to the swap workload),
+# trapeze_bench_swap_rounds (its runs on each device) and
 # trapeze_bench_ko (base64 of the insmod arguments of trapeze.ko for this guest; absent =
 # no GMS part).
 #
@@ -23,7 +24,7 @@
 # 3. swap: mkswap + swapon on the device, trapeze-memhog over 1.5x trapeze_bench_swap_avail_mb
 #    MiB in a memory cgroup limited to that (every page written, checked in order and at
 #    random, rewritten, checked: they go to swap and come back), its wall time reported;
-#    swapoff.
+#    swapoff; trapeze_bench_swap_rounds times, the devices' order alternating.
 # Every phase counts I/O trouble: new kernel log lines (I/O errors, swap read/write errors,
 # ext2 errors, NBD request failures, OOM kills, hung tasks), page errors of /dev/gms0
 # (gms_disk_stats) and the tools' own failures; each becomes an "errors: PHASE: …" line,
@@ -41,6 +42,7 @@ seed=${trapeze_bench_seed:-1}
 rounds=${trapeze_bench_rounds:-3}
 file_mb=${trapeze_bench_file_mb:-16}
 swap_avail_mb=${trapeze_bench_swap_avail_mb:-16}
+swap_rounds=${trapeze_bench_swap_rounds:-2}
 swap_mb=$((swap_avail_mb * 3 / 2))
 ko_args=
 [ -n "$trapeze_bench_ko" ] && ko_args=$(echo "$trapeze_bench_ko" | base64 -d)
@@ -358,9 +360,20 @@ case "$k" in
             umount "/mnt/$d" || say "errors: file $d: umount /mnt/$d failed"
         fi
     done
-    # Swap under memory pressure, one device after the other.
-    [ -n "$nbd" ] && swap_run nbd "$nbd"
-    [ -n "$gms" ] && swap_run gms "$gms"
+    # Swap under memory pressure, one device after the other, in $swap_rounds rounds whose
+    # order alternates (nbd gms, gms nbd, ...): each device's figures are the mean of its
+    # runs, so neither always runs first.
+    r=1
+    while [ "$r" -le "$swap_rounds" ]; do
+        if [ $((r % 2)) -eq 1 ]; then order="nbd gms"; else order="gms nbd"; fi
+        for d in $order; do
+            case $d in
+            nbd) [ -n "$nbd" ] && swap_run nbd "$nbd" ;;
+            gms) [ -n "$gms" ] && swap_run gms "$gms" ;;
+            esac
+        done
+        r=$((r + 1))
+    done
     [ -n "$nbd" ] && nbd-client -d /dev/nbd0 >/dev/null 2>&1
     if [ -n "$gms" ]; then
         st=/sys/module/trapeze/parameters/gms_disk_stats

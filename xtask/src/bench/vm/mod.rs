@@ -93,6 +93,10 @@ pub struct VmBenchArgs {
     /// 1.5 times that, which must fit in --disk-mb.
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(4..=512))]
     swap_avail_mb: u32,
+    /// Runs of the swap workload on each device, the order of the two devices alternating
+    /// from run to run (nbd gms, gms nbd, ...); a device's figures are the mean of its runs.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=10))]
+    swap_rounds: u32,
     /// Guest RAM in MiB (guest 1 holds the NBD export in tmpfs).
     #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u32).range(128..=4096))]
     mem: u32,
@@ -234,8 +238,8 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
         .map(|k| {
             let mut w = format!(
                 "trapeze_bench_mb={} trapeze_bench_reads={} trapeze_bench_seed={} trapeze_bench_rounds={} \
-                 trapeze_bench_file_mb={} trapeze_bench_swap_avail_mb={}",
-                a.disk_mb, a.reads, a.seed, a.rounds, a.file_mb, a.swap_avail_mb
+                 trapeze_bench_file_mb={} trapeze_bench_swap_avail_mb={} trapeze_bench_swap_rounds={}",
+                a.disk_mb, a.reads, a.seed, a.rounds, a.file_mb, a.swap_avail_mb, a.swap_rounds
             );
             match &gms {
                 Ok(args) => w.push_str(&format!(
@@ -362,6 +366,7 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
         "file_mb": a.file_mb,
         "swap_avail_mb": a.swap_avail_mb,
         "swap_mb": a.swap_avail_mb * 3 / 2,
+        "swap_rounds": a.swap_rounds,
         "io_errors": work.errors.len(),
         "kernel_trouble": trouble,
         "gms_over_nbd": ratios,

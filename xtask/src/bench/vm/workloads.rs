@@ -104,9 +104,21 @@ impl Workloads {
         median(self.files.iter().filter(|f| f.device == device && f.mode == mode).map(|f| f.mb_s).collect())
     }
 
-    /// The device's swap run (the last, if several).
-    pub(super) fn swap(&self, device: &str) -> Option<&SwapRun> {
-        self.swaps.iter().rev().find(|s| s.device == device)
+    /// The device's swap runs as one: the mean of their times and of what they swapped,
+    /// the largest peak, every page they verified.
+    pub(super) fn swap(&self, device: &str) -> Option<SwapRun> {
+        let runs: Vec<&SwapRun> = self.swaps.iter().filter(|s| s.device == device).collect();
+        let first = *runs.first()?;
+        let n = runs.len() as u64;
+        let mean_kib = |f: fn(&SwapRun) -> u64| runs.iter().map(|s| f(s)).sum::<u64>() / n;
+        Some(SwapRun {
+            secs: runs.iter().map(|s| s.secs).sum::<f64>() / n as f64,
+            pages_verified: runs.iter().map(|s| s.pages_verified).sum(),
+            peak_swap_kib: runs.iter().map(|s| s.peak_swap_kib).max().unwrap_or(0),
+            swap_in_kib: mean_kib(|s| s.swap_in_kib),
+            swap_out_kib: mean_kib(|s| s.swap_out_kib),
+            ..first.clone()
+        })
     }
 
     /// Why the workloads of a measured device are incomplete, if they are.
@@ -134,14 +146,15 @@ impl Workloads {
             "file_mmap_mb_s": self.file_mb_s(device, "mmap").map(|v| round_to(v, 1)),
             "file_rounds": runs("stream").min(runs("mmap")),
             "file_pages_verified": self.files.iter().filter(|f| f.device == device).map(|f| f.pages_verified).sum::<u64>(),
-            "swap_secs": swap.map(|s| round_to(s.secs, 2)),
-            "swap_mib": swap.map(|s| s.mib),
-            "swap_avail_mb": swap.map(|s| s.avail_mb),
-            "swap_peak_mib": swap.map(|s| round_to(s.peak_swap_kib as f64 / 1024.0, 1)),
-            "swap_in_mib": swap.map(|s| round_to(s.swap_in_kib as f64 / 1024.0, 1)),
-            "swap_out_mib": swap.map(|s| round_to(s.swap_out_kib as f64 / 1024.0, 1)),
-            "swap_pages_verified": swap.map(|s| s.pages_verified),
-            "swap_secs_per_mib": swap.and_then(SwapRun::secs_per_mib).map(|v| round_to(v, 4)),
+            "swap_runs": self.swaps.iter().filter(|s| s.device == device).count(),
+            "swap_secs": swap.as_ref().map(|s| round_to(s.secs, 2)),
+            "swap_mib": swap.as_ref().map(|s| s.mib),
+            "swap_avail_mb": swap.as_ref().map(|s| s.avail_mb),
+            "swap_peak_mib": swap.as_ref().map(|s| round_to(s.peak_swap_kib as f64 / 1024.0, 1)),
+            "swap_in_mib": swap.as_ref().map(|s| round_to(s.swap_in_kib as f64 / 1024.0, 1)),
+            "swap_out_mib": swap.as_ref().map(|s| round_to(s.swap_out_kib as f64 / 1024.0, 1)),
+            "swap_pages_verified": swap.as_ref().map(|s| s.pages_verified),
+            "swap_secs_per_mib": swap.as_ref().and_then(SwapRun::secs_per_mib).map(|v| round_to(v, 4)),
         })
     }
 
@@ -155,8 +168,8 @@ impl Workloads {
         json!({
             "swap_time": ratio(self.swap("gms").map(|s| s.secs), self.swap("nbd").map(|s| s.secs)),
             "swap_time_per_mib": ratio(
-                self.swap("gms").and_then(SwapRun::secs_per_mib),
-                self.swap("nbd").and_then(SwapRun::secs_per_mib)
+                self.swap("gms").as_ref().and_then(SwapRun::secs_per_mib),
+                self.swap("nbd").as_ref().and_then(SwapRun::secs_per_mib)
             ),
             "file_stream_mb_s": ratio(self.file_mb_s("gms", "stream"), self.file_mb_s("nbd", "stream")),
             "file_mmap_mb_s": ratio(self.file_mb_s("gms", "mmap"), self.file_mb_s("nbd", "mmap")),
@@ -172,6 +185,7 @@ impl Workloads {
         let mb = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.1} MB/s"));
         for d in devices {
             let s = self.swap(d);
+            let s = s.as_ref();
             println!(
                 "{:<6} {:>14} {:>14} {:>14} {:>14} {:>12} {:>16}",
                 d,
@@ -264,6 +278,16 @@ mod tests {
         // 32 MiB moved by each: the per-MiB ratio is the wall-time ratio here.
         assert_eq!((k["swap_secs_per_mib"].as_f64(), r["swap_time_per_mib"].as_f64()), (Some(0.25), Some(0.4)));
         assert!(w.missing("gms").is_empty() && w.missing("nbd").is_empty());
+    }
+
+    #[test]
+    fn swap_rounds_are_averaged() {
+        let notes = [swap("nbd", 12.0, 0), swap("gms", 6.0, 0), swap("gms", 5.0, 0), swap("nbd", 10.0, 0)];
+        let w = Workloads::parse(&notes).unwrap();
+        let g = w.swap("gms").unwrap();
+        assert_eq!((g.secs, g.pages_verified, g.swap_out_kib), (5.5, 2 * 18432, 12288));
+        assert_eq!(w.ratios()["swap_time"].as_f64(), Some(0.5));
+        assert_eq!(w.row_keys("nbd")["swap_runs"].as_u64(), Some(2));
     }
 
     #[test]
