@@ -460,7 +460,9 @@ impl<
     /// This node's age summary for `epoch` at LRU clock `tick`: the held pages counted by
     /// (quantized) age, no sort and no scratch memory. A held table of more than
     /// [`SUMMARY_SLOTS`] slots is sampled: the pages in that many slots from a place that
-    /// moves with the epoch, their counts scaled up to every held page. An epoch then costs
+    /// moves with the epoch, their counts scaled up to every held page (a window in which a
+    /// sparse table holds no page gives no ages: the node reports its pages and free frames
+    /// only). An epoch then costs
     /// the same however much the node holds (a whole pass over a 4 GiB node's table took
     /// milliseconds every epoch, which a lender spent not serving getpages, and the kernel
     /// spends under its core lock).

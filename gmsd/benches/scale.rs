@@ -162,8 +162,8 @@ impl Cluster {
     }
 
     /// One timed network-only get of a random page, checked: its latency in µs.
-    fn get(&mut self, r: &mut Rand) -> anyhow::Result<f64> {
-        let i = r.next() % self.pages;
+    fn get(&mut self, r: &mut fastrand::Rng) -> anyhow::Result<f64> {
+        let i = r.u64(..self.pages);
         let p = PageId::new(VOL, i);
         let t = Instant::now();
         let g = self.client.get_many(&[p], true)?;
@@ -177,17 +177,6 @@ impl Cluster {
     }
 }
 
-/// xorshift64: which page each get reads.
-struct Rand(u64);
-
-impl Rand {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
 
 fn pct(v: &mut [f64], q: f64) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -221,7 +210,7 @@ fn main() -> anyhow::Result<()> {
         t.elapsed().as_secs_f64()
     );
     let (mut ls, mut ll) = (Vec::new(), Vec::new());
-    let mut r = Rand(0x2545_f491_4f6c_dd1d);
+    let mut r = fastrand::Rng::with_seed(0x2545_f491_4f6c_dd1d);
     let mut done = 0;
     while done < a.reads {
         let n = ROUND.min(a.reads - done);

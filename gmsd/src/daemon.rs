@@ -7,8 +7,7 @@
 //!
 //! The loop spins while there is work (a wakeup costs 25–45 µs on this kind of machine, more
 //! than a whole 8 KiB getpage) and, after [`IDLE_SPIN`] without any (`--idle-spin-us`),
-//! sleeps in `poll(2)` on
-//! the link's socket and the control sockets for at most
+//! sleeps in `poll(2)` on the link's socket and the control sockets for at most
 //! [`IDLE_SLEEP`] (GMS's timers are in the tens of milliseconds).
 
 use crate::control::Control;
