@@ -177,7 +177,6 @@ impl Cluster {
     }
 }
 
-
 fn pct(v: &mut [f64], q: f64) -> f64 {
     v.sort_by(f64::total_cmp);
     v[((v.len() - 1) as f64 * q).round() as usize]
