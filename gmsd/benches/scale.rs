@@ -13,9 +13,9 @@
 //! client and each cluster's node 0 run on CPU 0 and the lenders on CPU 1 (`--no-pin`
 //! leaves them to the scheduler): unpinned, four spinning processes on two cores took
 //! turns by the scheduler's history of each (the large fill is a long one), and the same
-//! clusters measured 0.96–1.20 from run to run; pinned, 1.04–1.07. Each
-//! get is timed around the request on the control socket; its bytes are checked against
-//! the page's pattern outside the timed call, and a miss or a wrong byte fails the run.
+//! clusters measured 0.96–1.20 from run to run; pinned, 1.04–1.11 (2026-11-27). Each get
+//! is timed around the request on the control socket; its bytes are checked against the
+//! page's pattern outside the timed call, and a miss or a wrong byte fails the run.
 //! `scale_p50_ratio` is the large cluster's p50 over the small one's.
 //!
 //! `cargo bench -p trapeze-gmsd --bench scale -- [--small-mib N] [--large-mib N] [--reads N] [--json]`
