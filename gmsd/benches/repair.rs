@@ -17,7 +17,7 @@ mod daemons;
 
 use anyhow::{bail, ensure, Context};
 use clap::Parser;
-use daemons::{over_udp, poll_until, stat, udp_ports, Daemons};
+use daemons::{over_udp, poll_until, put_pages, stat, udp_ports, Daemons};
 use gms::prelude::{PageId, Version};
 use gmsd::client::Client;
 use gmsd::proto::{GetOutcome, PutOutcome, PAGE_BYTES};
@@ -29,7 +29,7 @@ const VOL: u64 = 13;
 const NODES: u16 = 4;
 /// The daemon killed.
 const VICTIM: u16 = 3;
-/// Pages per `put_many` / `get_many`.
+/// Pages per `get_many`.
 const BATCH: usize = 256;
 
 #[derive(Parser)]
@@ -76,25 +76,16 @@ fn main() -> anyhow::Result<()> {
 fn run(a: &Args, d: &mut Daemons) -> anyhow::Result<()> {
     let pages = (a.mib << 20) / PAGE_BYTES as u64;
     let ms = Duration::from_millis(1);
-    for n in 0..NODES {
-        wait_for(Duration::from_secs(20), Duration::from_millis(20), &format!("gmsd {n} to hear its peers"), || {
-            stat(&d.sock(n)).filter(|s| s.members.len() == NODES as usize && s.nodes.iter().all(|m| m.alive))
-        })?;
-    }
+    d.wait_all_up(Duration::from_secs(20)).map_err(anyhow::Error::msg)?;
     let mut c = Client::connect(&d.sock(0)).context("connecting to gmsd 0")?;
 
     let t_write = Instant::now();
     let mut on_victim = 0u64;
     let all: Vec<u64> = (0..pages).collect();
-    for batch in all.chunks(BATCH) {
-        let data: Vec<Vec<u8>> = batch.iter().map(|&i| content(i)).collect();
-        let items: Vec<(PageId, &[u8])> =
-            batch.iter().zip(&data).map(|(&i, d)| (PageId::new(VOL, i), &d[..])).collect();
-        for (&i, r) in batch.iter().zip(c.put_many(&items)?) {
-            match r {
-                PutOutcome::Stored { targets, .. } => on_victim += u64::from(targets.as_slice().contains(&VICTIM)),
-                other => bail!("page {i}: put ended {other:?} with every daemon up"),
-            }
+    for (&i, r) in all.iter().zip(put_pages(&mut c, VOL, &all, content)?) {
+        match r {
+            PutOutcome::Stored { targets, .. } => on_victim += u64::from(targets.as_slice().contains(&VICTIM)),
+            other => bail!("page {i}: put ended {other:?} with every daemon up"),
         }
     }
     let write_secs = t_write.elapsed().as_secs_f64();

@@ -25,7 +25,7 @@ mod daemons;
 
 use anyhow::{bail, Context};
 use clap::Parser;
-use daemons::{held, over_udp, poll_until, stat, udp_ports, Daemons};
+use daemons::{held, over_udp, put_pages, stat, udp_ports, Daemons};
 use gms::prelude::{PageId, Version};
 use gmsd::client::Client;
 use gmsd::proto::{GetOutcome, PutOutcome, PAGE_BYTES};
@@ -35,8 +35,6 @@ use trapeze_node::gms::page_pattern;
 
 const VOL: u64 = 21;
 const NODES: u16 = 3;
-/// Pages per `put_many`.
-const BATCH: usize = 256;
 /// Random gets per round on each cluster (the cluster measured first alternates).
 const ROUND: u64 = 500;
 /// Rounds of puts of the pages not yet stored before the fill gives up.
@@ -102,20 +100,10 @@ impl Cluster {
                 daemons.pin(n, usize::from(n != 0)).context("pinning gmsd")?;
             }
         }
-        let ready = (0..NODES).try_for_each(|n| {
-            poll_until(
-                Duration::from_secs(20),
-                Duration::from_millis(20),
-                &format!("gmsd {n} to hear its peers"),
-                || {
-                    stat(&daemons.sock(n))
-                        .filter(|s| s.members.len() == NODES as usize && s.nodes.iter().all(|m| m.alive))
-                },
-            )
-            .map(drop)
+        let client = daemons
+            .wait_all_up(Duration::from_secs(20))
             .map_err(anyhow::Error::msg)
-        });
-        let client = ready.and_then(|()| Client::connect(&daemons.sock(0)).context("connecting to gmsd 0"));
+            .and_then(|()| Client::connect(&daemons.sock(0)).context("connecting to gmsd 0"));
         match client {
             Ok(client) => Ok(Cluster { daemons, client, pages: (mib << 20) / PAGE_BYTES as u64 }),
             Err(e) => {
@@ -131,15 +119,10 @@ impl Cluster {
         for _ in 0..FILL_ROUNDS {
             let mut again = Vec::new();
             let mut why = std::collections::BTreeMap::new();
-            for batch in todo.chunks(BATCH) {
-                let data: Vec<Vec<u8>> = batch.iter().map(|&i| content(i)).collect();
-                let items: Vec<(PageId, &[u8])> =
-                    batch.iter().zip(&data).map(|(&i, d)| (PageId::new(VOL, i), &d[..])).collect();
-                for (&i, r) in batch.iter().zip(self.client.put_many(&items)?) {
-                    if !matches!(r, PutOutcome::Stored { .. }) {
-                        *why.entry(format!("{r:?}")).or_insert(0u64) += 1;
-                        again.push(i);
-                    }
+            for (&i, r) in todo.iter().zip(put_pages(&mut self.client, VOL, &todo, content)?) {
+                if !matches!(r, PutOutcome::Stored { .. }) {
+                    *why.entry(format!("{r:?}")).or_insert(0u64) += 1;
+                    again.push(i);
                 }
             }
             if again.is_empty() {

@@ -271,10 +271,10 @@ impl Control {
         self.written.node_failed(n);
     }
 
-    /// One pass: accept, read requests, collect completions, issue, answer, write.
-    pub fn step(&mut self, port: &mut GmsPort, window: usize) -> bool {
+    /// One pass at `now` (the loop's clock reading for it): accept, read requests, collect
+    /// completions, issue, answer, write.
+    pub fn step(&mut self, port: &mut GmsPort, window: usize, now: Instant) -> bool {
         self.alone = port.node.members().ids().iter().all(|&n| n == port.id());
-        let now = Instant::now();
         let mut busy = false;
         if now >= self.next_accept {
             self.next_accept = now + ACCEPT_EVERY;

@@ -252,7 +252,7 @@ impl Daemon {
             self.stats.max_pass_gap = self.stats.max_pass_gap.max(pass.duration_since(last_pass));
             last_pass = pass;
             let mut busy = self.port.poll();
-            busy |= self.control.step(&mut self.port, self.opts.window);
+            busy |= self.control.step(&mut self.port, self.opts.window, pass);
             if self.control.wants_stat() {
                 let s = self.stat();
                 self.control.answer_stat(&s);

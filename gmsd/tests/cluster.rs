@@ -13,7 +13,7 @@
 #[path = "support/daemons.rs"]
 mod daemons;
 
-use daemons::{over_udp, stat, wait_for, Daemons};
+use daemons::{over_udp, put_pages, stat, wait_for, Daemons};
 use gms::prelude::{Members, PageId, Version};
 use gmsd::client::Client;
 use gmsd::proto::{GetOutcome, PutOutcome, Served, Stat, PAGE_BYTES};
@@ -457,9 +457,7 @@ fn a_full_directory_refuses_puts_and_says_so() {
     }
     let mut c = Client::connect(&cl.sock(0)).expect("connect");
     let ids: Vec<u64> = (0..PAGES).collect();
-    let data: Vec<Vec<u8>> = ids.iter().map(|&i| content(i)).collect();
-    let items: Vec<(PageId, &[u8])> = ids.iter().zip(&data).map(|(&i, d)| (PageId::new(VOL, i), &d[..])).collect();
-    let res = c.put_many(&items).expect("put_many");
+    let res = put_pages(&mut c, VOL, &ids, content).expect("put_pages");
     let stored: Vec<u64> =
         ids.iter().zip(&res).filter(|(_, r)| matches!(r, PutOutcome::Stored { .. })).map(|(&i, _)| i).collect();
     let refused = res.iter().filter(|r| matches!(r, PutOutcome::Refused)).count();

@@ -6,8 +6,9 @@
 
 #![allow(dead_code)] // each includer uses its own part
 
+use gms::prelude::PageId;
 use gmsd::client::Client;
-use gmsd::proto::Stat;
+use gmsd::proto::{PutOutcome, Stat};
 use std::io;
 use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
@@ -70,6 +71,17 @@ impl Daemons {
         Ok(())
     }
 
+    /// Wait (at most `limit`) until every daemon has every other as a live member.
+    pub fn wait_all_up(&self, limit: Duration) -> Result<(), String> {
+        let nodes = self.children.len();
+        for n in 0..nodes as u16 {
+            poll_until(limit, Duration::from_millis(20), &format!("gmsd {n} to hear its peers"), || {
+                stat(&self.sock(n)).filter(|s| s.members.len() == nodes && s.nodes.iter().all(|m| m.alive))
+            })?;
+        }
+        Ok(())
+    }
+
     /// Run daemon `n` on CPU `cpu` only.
     pub fn pin(&self, n: u16, cpu: usize) -> io::Result<()> {
         let c = self.children[usize::from(n)].as_ref().ok_or_else(|| io::Error::other("not running"))?;
@@ -123,6 +135,24 @@ pub fn over_udp(ports: &[u16], n: u16, args: &[&str]) -> Command {
         cmd.args(["--peer", &format!("{m}=127.0.0.1:{port}")]);
     }
     cmd
+}
+
+/// Put pages `ids` of space `vol` through `c`, each with `content(id)`, made a few hundred at
+/// a time; one outcome per page, in order.
+pub fn put_pages(
+    c: &mut Client,
+    vol: u64,
+    ids: &[u64],
+    content: impl Fn(u64) -> Vec<u8>,
+) -> anyhow::Result<Vec<PutOutcome>> {
+    let mut out = Vec::with_capacity(ids.len());
+    for batch in ids.chunks(256) {
+        let data: Vec<Vec<u8>> = batch.iter().map(|&i| content(i)).collect();
+        let items: Vec<(PageId, &[u8])> =
+            batch.iter().zip(&data).map(|(&i, d)| (PageId::new(vol, i), &d[..])).collect();
+        out.extend(c.put_many(&items)?);
+    }
+    Ok(out)
 }
 
 /// The daemon's `stat` (`None`: it does not answer).
