@@ -30,6 +30,8 @@ pub struct Phase {
     pub verified: u64,
     pub wrong: u64,
     pub secs: f64,
+    /// What the guest's swap devices did during the phase (`None` without `/proc/swaps`).
+    pub swapped: Option<SwapIo>,
 }
 
 /// A run's outcome.
@@ -63,7 +65,7 @@ impl Report {
         for (i, p) in self.phases.iter().enumerate() {
             let _ = write!(
                 s,
-                "{}{{\"name\":\"{}\",\"pages\":{},\"verified\":{},\"wrong\":{},\"secs\":{:.2}}}",
+                "{}{{\"name\":\"{}\",\"pages\":{},\"verified\":{},\"wrong\":{},\"secs\":{:.2}",
                 if i == 0 { "" } else { "," },
                 p.name,
                 p.pages,
@@ -71,6 +73,14 @@ impl Report {
                 p.wrong,
                 p.secs
             );
+            if let Some(io) = p.swapped {
+                let _ = write!(
+                    s,
+                    ",\"swap_in_pages\":{},\"swap_out_pages\":{},\"swap_reads\":{},\"swap_writes\":{}",
+                    io.pages_in, io.pages_out, io.reads, io.writes
+                );
+            }
+            s.push('}');
         }
         s.push_str("]}");
         s
@@ -87,6 +97,55 @@ pub fn mem_available(meminfo: &str) -> Result<u64, String> {
         .and_then(|v| v.parse().ok())
         .ok_or_else(|| format!("unreadable /proc/meminfo line {line:?}"))?;
     Ok(kib * 1024)
+}
+
+/// Pages read and written, and read and write requests, of swap devices (summed).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SwapIo {
+    pub pages_in: u64,
+    pub pages_out: u64,
+    pub reads: u64,
+    pub writes: u64,
+}
+
+impl SwapIo {
+    /// Add a block device's `/sys/block/*/stat` line (reads, read sectors, writes and
+    /// written sectors are its fields 1, 3, 5 and 7).
+    fn add_stat(&mut self, stat: &str) -> Option<()> {
+        let f: Vec<u64> = stat.split_whitespace().take(7).map(|v| v.parse().ok()).collect::<Option<_>>()?;
+        let &[reads, _, sectors_in, _, writes, _, sectors_out] = f.as_slice() else { return None };
+        let page_sectors = PAGE as u64 / 512;
+        self.reads += reads;
+        self.pages_in += sectors_in / page_sectors;
+        self.writes += writes;
+        self.pages_out += sectors_out / page_sectors;
+        Some(())
+    }
+
+    /// What happened between `self` (earlier) and `later`.
+    fn until(self, later: SwapIo) -> SwapIo {
+        SwapIo {
+            pages_in: later.pages_in.saturating_sub(self.pages_in),
+            pages_out: later.pages_out.saturating_sub(self.pages_out),
+            reads: later.reads.saturating_sub(self.reads),
+            writes: later.writes.saturating_sub(self.writes),
+        }
+    }
+}
+
+/// The whole-disk swap devices of a `/proc/swaps` text (`/dev/NAME` → `NAME`).
+pub fn swap_devices(swaps: &str) -> Vec<&str> {
+    swaps.lines().skip(1).filter_map(|l| l.split_whitespace().next()?.strip_prefix("/dev/")).collect()
+}
+
+/// The swap devices' counts now (`None` without `/proc/swaps` or a device's statistics).
+fn swap_io_now() -> Option<SwapIo> {
+    let swaps = std::fs::read_to_string("/proc/swaps").ok()?;
+    let mut io = SwapIo::default();
+    for dev in swap_devices(&swaps) {
+        io.add_stat(&std::fs::read_to_string(format!("/sys/block/{dev}/stat")).ok()?)?;
+    }
+    Some(io)
 }
 
 /// A random permutation of `0..n` (Fisher–Yates).
@@ -113,7 +172,8 @@ pub fn run(pages: u64, seed: u64, mut progress: impl FnMut(&Phase)) -> Result<Re
     let mut report = Report { pages, phases: Vec::new(), first_wrong: None, secs: 0.0 };
     for (name, write, random, generation) in PHASES {
         let t = Instant::now();
-        let mut phase = Phase { name, pages, verified: 0, wrong: 0, secs: 0.0 };
+        let swap0 = swap_io_now();
+        let mut phase = Phase { name, pages, verified: 0, wrong: 0, secs: 0.0, swapped: None };
         let buf = mem.as_mut_slice();
         for i in 0..pages {
             let p = if random { order[i as usize] } else { i };
@@ -130,6 +190,7 @@ pub fn run(pages: u64, seed: u64, mut progress: impl FnMut(&Phase)) -> Result<Re
             }
         }
         phase.secs = t.elapsed().as_secs_f64();
+        phase.swapped = swap0.zip(swap_io_now()).map(|(a, b)| a.until(b));
         progress(&phase);
         report.phases.push(phase);
     }
@@ -169,6 +230,18 @@ mod tests {
         assert_eq!(mem_available(m), Ok(60 * 1024));
         assert!(mem_available("MemTotal: 1 kB\n").is_err());
         assert!(mem_available("MemAvailable: x kB\n").is_err());
+    }
+
+    #[test]
+    fn swap_io_reads_proc_swaps_and_block_stats() {
+        let swaps = "Filename\tType\tSize\tUsed\tPriority\n/dev/gms0 partition 49148 0 -2\n/swapfile file 8 0 -3\n";
+        assert_eq!(swap_devices(swaps), ["gms0"]);
+        let mut io = SwapIo::default();
+        io.add_stat("  100 5 1600 30 7 0 112 9 0 40 50").unwrap();
+        assert_eq!(io, SwapIo { pages_in: 200, pages_out: 14, reads: 100, writes: 7 });
+        assert!(io.add_stat("1 2 3").is_none());
+        let later = SwapIo { pages_in: 260, pages_out: 14, reads: 130, writes: 8 };
+        assert_eq!(io.until(later), SwapIo { pages_in: 60, pages_out: 0, reads: 30, writes: 1 });
     }
 
     #[test]
