@@ -99,6 +99,9 @@ drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 # KiB read and written on block device $1 so far (/sys/block/NAME/stat: sectors).
 # KiB read, KiB written, read requests, write requests of device $1 (/sys/block/*/stat).
 dev_io() { awk '{ print int($3 / 2), int($7 / 2), $1, $5 }' "/sys/block/${1##*/}/stat"; }
+# This guest's CPU time so far in USER_HZ ticks (/proc/stat): user (with nice), system,
+# irq, softirq, idle.
+cpu_ticks() { awk '$1 == "cpu" { print $2 + $3, $4, $7, $8, $5 }' /proc/stat; }
 mem_mb() { echo $(($(sed -n "s/^$1: *\([0-9]*\) kB/\1/p" /proc/meminfo) / 1024)); }
 
 # File phase, part one: ext2 on device $2 (name $1), mounted on /mnt/$1, the file written.
@@ -171,8 +174,8 @@ swap_run() {
         return
     fi
     say "swap $name: MemTotal $(mem_mb MemTotal) MiB, MemAvailable $(mem_mb MemAvailable) MiB; trapeze-memhog over $swap_mb MiB in a cgroup of $swap_avail_mb MiB"
-    set -- $(dev_io "$dev")
-    in0=$1 out0=$2 rq0=$3 wq0=$4
+    set -- $(dev_io "$dev") $(cpu_ticks)
+    in0=$1 out0=$2 rq0=$3 wq0=$4 us0=$5 sy0=$6 hi0=$7 si0=$8 id0=$9
     sh -c 'echo $$ > "$1/cgroup.procs" && exec trapeze-memhog --mib "$2" --seed "$3"' memhog "$cg" "$swap_mb" "$seed" \
         > /tmp/memhog.out 2>&1 &
     pid=$!
@@ -191,11 +194,12 @@ swap_run() {
     fi
     wait "$pid"
     rc=$?
-    set -- $(dev_io "$dev")
+    set -- $(dev_io "$dev") $(cpu_ticks)
     swin=$(($1 - in0)) swout=$(($2 - out0)) swrq=$(($3 - rq0)) swwq=$(($4 - wq0))
+    ticks="{\"user\":$(($5 - us0)),\"system\":$(($6 - sy0)),\"irq\":$(($7 - hi0)),\"softirq\":$(($8 - si0)),\"idle\":$(($9 - id0))}"
     json=$(grep '^{"tool":"trapeze-memhog"' /tmp/memhog.out)
     if [ "$rc" = 0 ] && [ -n "$json" ] && grep -q "pages verified, 0 wrong" /tmp/memhog.out; then
-        say "swap-result {\"name\":\"$name\",\"device\":\"$dev\",\"avail_mb\":$swap_avail_mb,\"peak_swap_kib\":$peak,\"swap_in_kib\":$swin,\"swap_out_kib\":$swout,\"read_requests\":$swrq,\"write_requests\":$swwq,\"memhog\":$json}"
+        say "swap-result {\"name\":\"$name\",\"device\":\"$dev\",\"avail_mb\":$swap_avail_mb,\"peak_swap_kib\":$peak,\"swap_in_kib\":$swin,\"swap_out_kib\":$swout,\"read_requests\":$swrq,\"write_requests\":$swwq,\"cpu_ticks\":$ticks,\"memhog\":$json}"
         [ "$peak" -gt 1024 ] || say "errors: swap $name: swap barely used (peak $peak KiB in /proc/swaps)"
         # The workload is 1.5x the RAM left: at least half the excess must go out to swap
         # while it runs, or its time says nothing about the device.
