@@ -96,8 +96,8 @@ phase_end() {
     return 0
 }
 drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
-# KiB read and written on block device $1 so far (/sys/block/NAME/stat: sectors).
-# KiB read, KiB written, read requests, write requests of device $1 (/sys/block/*/stat).
+# KiB read and written on block device $1 so far, and its read and write requests
+# (/sys/block/NAME/stat).
 dev_io() { awk '{ print int($3 / 2), int($7 / 2), $1, $5 }' "/sys/block/${1##*/}/stat"; }
 # This guest's CPU time so far in USER_HZ ticks (/proc/stat): user (with nice), system,
 # irq, softirq, idle.
