@@ -52,9 +52,10 @@ const NBD_PROGRAMS: [&str; 2] = ["/usr/sbin/nbd-client", "/usr/bin/nbd-server"];
 pub struct VmBenchArgs {
     /// One JSON object per device row (device, rand4k_p50_us, rand4k_p99_us, seq_mb_s,
     /// write_mb_s, seq_kernel_us_per_page and write_kernel_us_per_page (guest 0's kernel
-    /// CPU per page), bytes, reads, file_stream_mb_s, file_mmap_mb_s, swap_secs, …), then a
-    /// summary object with the gms/nbd ratios (gms_over_nbd: rand4k_p50, rand4k_p99,
-    /// seq_mb_s, swap_time, swap_time_per_mib, file_stream_mb_s, file_mmap_mb_s).
+    /// CPU per page), bytes, reads, file_stream_mb_s, file_mmap_mb_s, swap_secs,
+    /// swap_phase_secs, …), then a summary object with the gms/nbd ratios (gms_over_nbd:
+    /// rand4k_p50, rand4k_p99, seq_mb_s, swap_time, swap_time_per_mib, file_stream_mb_s,
+    /// file_mmap_mb_s, and swap_phase_time: each phase of the swap workload).
     #[arg(long)]
     json: bool,
     /// Guests: 0 measures, 1 serves NBD and GMS, the others serve GMS.

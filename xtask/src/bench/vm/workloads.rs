@@ -41,6 +41,8 @@ pub(super) struct SwapRun {
     /// `/sys/block/*/stat`): how much it really swapped.
     pub swap_in_kib: u64,
     pub swap_out_kib: u64,
+    /// Seconds of each of the workload's phases (write, the checks, the rewrite), in order.
+    pub phases: Vec<(String, f64)>,
 }
 
 impl SwapRun {
@@ -91,6 +93,7 @@ impl Workloads {
                     peak_swap_kib: u64_of(&v, "peak_swap_kib")?,
                     swap_in_kib: u64_of(&v, "swap_in_kib")?,
                     swap_out_kib: u64_of(&v, "swap_out_kib")?,
+                    phases: phases_of(m)?,
                 });
             } else if let Some(e) = n.strip_prefix(ERRORS) {
                 w.errors.push(e.to_string());
@@ -117,6 +120,14 @@ impl Workloads {
             peak_swap_kib: runs.iter().map(|s| s.peak_swap_kib).max().unwrap_or(0),
             swap_in_kib: mean_kib(|s| s.swap_in_kib),
             swap_out_kib: mean_kib(|s| s.swap_out_kib),
+            phases: first
+                .phases
+                .iter()
+                .map(|(name, _)| {
+                    let t = runs.iter().filter_map(|s| s.phases.iter().find(|(n, _)| n == name)).map(|(_, t)| t);
+                    (name.clone(), t.sum::<f64>() / n as f64)
+                })
+                .collect(),
             ..first.clone()
         })
     }
@@ -155,6 +166,9 @@ impl Workloads {
             "swap_out_mib": swap.as_ref().map(|s| round_to(s.swap_out_kib as f64 / 1024.0, 1)),
             "swap_pages_verified": swap.as_ref().map(|s| s.pages_verified),
             "swap_secs_per_mib": swap.as_ref().and_then(SwapRun::secs_per_mib).map(|v| round_to(v, 4)),
+            "swap_phase_secs": swap.map(|s| {
+                s.phases.iter().map(|(n, t)| (n.clone(), json!(round_to(*t, 2)))).collect::<serde_json::Map<_, _>>()
+            }),
         })
     }
 
@@ -173,7 +187,20 @@ impl Workloads {
             ),
             "file_stream_mb_s": ratio(self.file_mb_s("gms", "stream"), self.file_mb_s("nbd", "stream")),
             "file_mmap_mb_s": ratio(self.file_mb_s("gms", "mmap"), self.file_mb_s("nbd", "mmap")),
+            "swap_phase_time": self.phase_ratios().into_iter().map(|(n, r)| (n, json!(r))).collect::<serde_json::Map<_, _>>(),
         })
+    }
+
+    /// gms/nbd of each swap phase's mean time, in the phases' order.
+    pub(super) fn phase_ratios(&self) -> Vec<(String, f64)> {
+        let (Some(g), Some(n)) = (self.swap("gms"), self.swap("nbd")) else { return Vec::new() };
+        g.phases
+            .iter()
+            .filter_map(|(name, tg)| {
+                let (_, tn) = n.phases.iter().find(|(m, _)| m == name)?;
+                (*tn > 0.0).then(|| (name.clone(), round_to(tg / tn, 3)))
+            })
+            .collect()
     }
 
     /// The table's lines for the workloads.
@@ -201,6 +228,11 @@ impl Workloads {
                 )),
             );
         }
+        let phases = self.phase_ratios();
+        if !phases.is_empty() {
+            let each: Vec<String> = phases.iter().map(|(n, r)| format!("{n} {r:.2}x")).collect();
+            println!("  swap workload's phases, gms / nbd time: {}", each.join(", "));
+        }
         if let Some(s) = self.swaps.first() {
             println!(
                 "  (file: ext2, page cache dropped before each read; swap: {} MiB of trapeze-memhog pages with {} MiB \
@@ -213,6 +245,18 @@ impl Workloads {
 
 fn str_of(v: &Value, k: &str) -> anyhow::Result<String> {
     Ok(v[k].as_str().with_context(|| format!("result without a string {k}: {v}"))?.to_string())
+}
+
+/// The (name, seconds) of a `trapeze-memhog` report's phases.
+fn phases_of(memhog: &Value) -> anyhow::Result<Vec<(String, f64)>> {
+    let Some(phases) = memhog["phases"].as_array() else { bail!("swap result without phases: {memhog}") };
+    phases
+        .iter()
+        .map(|p| {
+            let secs = p["secs"].as_f64().with_context(|| format!("swap phase without secs: {p}"))?;
+            Ok((str_of(p, "name")?, secs))
+        })
+        .collect()
 }
 
 fn u64_of(v: &Value, k: &str) -> anyhow::Result<u64> {
@@ -244,7 +288,9 @@ mod tests {
         format!(
             "swap-result {{\"name\":\"{dev}\",\"device\":\"/dev/{dev}0\",\"avail_mb\":16,\"peak_swap_kib\":9216,\
              \"swap_in_kib\":20480,\"swap_out_kib\":12288,\"memhog\":{{\"tool\":\"trapeze-memhog\",\"pages\":6144,\"mib\":24,\"pages_verified\":18432,\
-             \"pages_wrong\":{wrong},\"secs\":{secs},\"phases\":[]}}}}"
+             \"pages_wrong\":{wrong},\"secs\":{secs},\"phases\":[{{\"name\":\"write\",\"secs\":1.0}},\
+             {{\"name\":\"verify-seq\",\"secs\":{}}}]}}}}",
+            secs - 1.0
         )
     }
 
@@ -288,6 +334,11 @@ mod tests {
         assert_eq!((g.secs, g.pages_verified, g.swap_out_kib), (5.5, 2 * 18432, 12288));
         assert_eq!(w.ratios()["swap_time"].as_f64(), Some(0.5));
         assert_eq!(w.row_keys("nbd")["swap_runs"].as_u64(), Some(2));
+        // Each phase is averaged by name, and compared between the devices.
+        assert_eq!(g.phases, [("write".to_string(), 1.0), ("verify-seq".to_string(), 4.5)]);
+        assert_eq!(w.row_keys("gms")["swap_phase_secs"]["verify-seq"].as_f64(), Some(4.5));
+        assert_eq!(w.phase_ratios(), [("write".to_string(), 1.0), ("verify-seq".to_string(), 0.45)]);
+        assert_eq!(w.ratios()["swap_phase_time"]["verify-seq"].as_f64(), Some(0.45));
     }
 
     #[test]
