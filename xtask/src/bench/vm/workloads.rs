@@ -124,8 +124,10 @@ impl Workloads {
                 .phases
                 .iter()
                 .map(|(name, _)| {
-                    let t = runs.iter().filter_map(|s| s.phases.iter().find(|(n, _)| n == name)).map(|(_, t)| t);
-                    (name.clone(), t.sum::<f64>() / n as f64)
+                    // Every run that has the phase (each has every phase, as memhog reports them).
+                    let t: Vec<f64> =
+                        runs.iter().filter_map(|s| s.phases.iter().find(|(n, _)| n == name)).map(|&(_, t)| t).collect();
+                    (name.clone(), t.iter().sum::<f64>() / t.len() as f64)
                 })
                 .collect(),
             ..first.clone()
@@ -175,10 +177,6 @@ impl Workloads {
     /// The gms/nbd ratios of the workloads: swap wall time (lower is better for gms),
     /// file MB/s by stream and by mmap (higher is better for gms, as `seq_mb_s`).
     pub(super) fn ratios(&self) -> Value {
-        let ratio = |g: Option<f64>, n: Option<f64>| match (g, n) {
-            (Some(g), Some(n)) if n > 0.0 => Some(round_to(g / n, 3)),
-            _ => None,
-        };
         json!({
             "swap_time": ratio(self.swap("gms").map(|s| s.secs), self.swap("nbd").map(|s| s.secs)),
             "swap_time_per_mib": ratio(
@@ -197,8 +195,8 @@ impl Workloads {
         g.phases
             .iter()
             .filter_map(|(name, tg)| {
-                let (_, tn) = n.phases.iter().find(|(m, _)| m == name)?;
-                (*tn > 0.0).then(|| (name.clone(), round_to(tg / tn, 3)))
+                let tn = n.phases.iter().find(|(m, _)| m == name).map(|&(_, t)| t);
+                Some((name.clone(), ratio(Some(*tg), tn)?))
             })
             .collect()
     }
@@ -240,6 +238,14 @@ impl Workloads {
                 s.mib, s.avail_mb
             );
         }
+    }
+}
+
+/// gms / nbd, rounded; `None` without both or with no NBD figure.
+fn ratio(g: Option<f64>, n: Option<f64>) -> Option<f64> {
+    match (g, n) {
+        (Some(g), Some(n)) if n > 0.0 => Some(round_to(g / n, 3)),
+        _ => None,
     }
 }
 
