@@ -8,6 +8,20 @@
 //! lends a block request's own pages, so payloads move without a copy): such a frame is
 //! never on the free list, holds [`FrameMem::FRAME_BYTES`] like the others, and goes back
 //! to its lender when the port is done with it ([`FrameMem::give_back`]).
+//!
+//! A place may also name a **group** of frames with one frame value (a scatter/gather
+//! list, at most [`MAX_SEGMENTS`] frames): [`FrameMem::segments`] gives its pieces, so one
+//! IPT entry lands a payload of several pages in several frames and one send gathers it
+//! from several. A group names its frames for one arming or one send only:
+//! [`FrameMem::give_back`] ends it (giving back the lent frames it names, never freeing
+//! a pool frame), and so does [`FrameMem::posted`] once the send that carries it is
+//! posted.
+
+use super::iface::entry::Segment;
+use super::iface::layout::MAX_SEGMENTS;
+
+/// The pieces of one frame or group, as [`FrameMem::segments`] gives them.
+pub type Segments = [Segment; MAX_SEGMENTS as usize];
 
 /// The frames of one port.
 pub trait FrameMem {
@@ -27,6 +41,14 @@ pub trait FrameMem {
     fn write(&self, f: Self::Frame, data: &[u8]) -> bool;
     /// Read `out.len()` bytes from the start of `f`.
     fn read(&self, f: Self::Frame, out: &mut [u8]) -> bool;
+    /// Where the NIC reaches `f`, piece by piece: how many of `out` it filled (a single
+    /// frame is one piece of [`Self::FRAME_BYTES`]), or `None` if `f` names no memory.
+    fn segments(&self, f: Self::Frame, out: &mut Segments) -> Option<usize> {
+        out[0] = Segment { addr: self.dma(f)?, len: Self::FRAME_BYTES };
+        Some(1)
+    }
+    /// A send carrying `f` was posted: the NIC has its pieces, and a group may end.
+    fn posted(&mut self, _f: Self::Frame) {}
     /// The port is done with `f` (no IPT entry, no send carries it). `true`: `f` is the
     /// pool's and goes back on the free list; `false`: `f` was lent from outside the pool
     /// and this call gave it back to its lender.

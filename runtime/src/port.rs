@@ -23,7 +23,7 @@ use super::endpoint::{ArmError, Endpoint, RecvMsg, SendError, SendMsg};
 use super::frames::FrameMem;
 use super::iface::entry::{Segment, TxStatus};
 use super::iface::ipt::{CancelState, PayloadToken};
-use super::iface::layout::{ctrl, ctrl_word, IPT_ENTRIES, RECV_RING_ENTRIES};
+use super::iface::layout::{ctrl, ctrl_word, IPT_ENTRIES, MAX_SEGMENTS, RECV_RING_ENTRIES};
 use super::iface::mem::NicMemory;
 use super::netrpc::prelude::{InPayload, ReplyTo, Transmit};
 use super::storage::{Fifo, Stack, Storage};
@@ -180,11 +180,12 @@ impl<M: NicMemory, A: FrameMem, S: Storage> Port<M, A, S> {
         len <= A::FRAME_BYTES && self.frames.copy(from, to, len)
     }
 
-    /// Arm an IPT entry on the whole of `f`: a solicited payload for its token lands there
-    /// (a longer one is refused by the NIC).
+    /// Arm an IPT entry on the whole of `f` (every piece of a group): a solicited payload
+    /// for its token lands there (a longer one is refused by the NIC).
     pub fn arm(&mut self, f: A::Frame) -> Result<PayloadToken, ArmError> {
-        let addr = self.frames.dma(f).ok_or(ArmError::BadSegments)?;
-        let token = self.ep.arm(&[Segment { addr, len: A::FRAME_BYTES }])?;
+        let mut segs = [Segment { addr: 0, len: 0 }; MAX_SEGMENTS as usize];
+        let n = self.frames.segments(f, &mut segs).ok_or(ArmError::BadSegments)?;
+        let token = self.ep.arm(segs.get(..n).ok_or(ArmError::BadSegments)?)?;
         if self.armed.push((f, token)) {
             Ok(token)
         } else {
@@ -328,17 +329,25 @@ impl<M: NicMemory, A: FrameMem, S: Storage> Port<M, A, S> {
         tries: u32,
         mut make_room: impl FnMut(&mut Endpoint<M, usize>),
     ) -> bool {
-        let seg;
-        let segs: &[Segment] = match t.payload {
-            Some((f, len)) => match self.frames.dma(f) {
-                Some(addr) if len <= A::FRAME_BYTES => {
-                    seg = [Segment { addr, len }];
-                    &seg
+        // The payload's pieces (a group's several), cut to its length.
+        let mut segs = [Segment { addr: 0, len: 0 }; MAX_SEGMENTS as usize];
+        let mut n = 0;
+        if let Some((f, len)) = t.payload {
+            let Some(pieces) = self.frames.segments(f, &mut segs) else { return false };
+            let mut left = len;
+            for s in segs.iter_mut().take(pieces) {
+                if left == 0 {
+                    break;
                 }
-                _ => return false,
-            },
-            None => &[],
-        };
+                s.len = s.len.min(left);
+                left -= s.len;
+                n += 1;
+            }
+            if left > 0 {
+                return false;
+            }
+        }
+        let segs = &segs[..n];
         let msg = SendMsg {
             peer: t.dst,
             ctrl: t.ctrl(),
@@ -348,7 +357,12 @@ impl<M: NicMemory, A: FrameMem, S: Storage> Port<M, A, S> {
         };
         for _ in 0..tries.max(1) {
             match self.post_raw(&msg, RPC_COOKIE) {
-                Ok(()) => return true,
+                Ok(()) => {
+                    if let Some((f, _)) = t.payload {
+                        self.frames.posted(f);
+                    }
+                    return true;
+                }
                 Err(SendError::RingFull) => {
                     make_room(&mut *self.ep);
                     self.reap(|_, _| {});
