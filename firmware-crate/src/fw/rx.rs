@@ -228,6 +228,10 @@ impl<M: NicMemory> Firmware<M> {
             if st.complete {
                 self.rx.receiving = false;
                 self.packet_ended(st.bytes, st.crc_ok);
+                // Posted for a whole MTU: what it did not fill is free for the next one.
+                if let Some(p) = self.rx.q.back() {
+                    self.rx.staging.shrink_newest(p.off - RECV_STAGING_OFF, st.bytes);
+                }
                 progress = true;
             }
         }

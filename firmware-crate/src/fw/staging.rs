@@ -11,6 +11,8 @@ pub struct Staging {
     head: u32,
     /// End of the newest live allocation (when not empty).
     tail: u32,
+    /// Start of the newest live allocation (when not empty).
+    newest: u32,
     live: u32,
 }
 
@@ -20,7 +22,7 @@ pub const fn align8(n: u32) -> u32 {
 
 impl Staging {
     pub const fn new(size: u32) -> Self {
-        Self { size: size & !7, head: 0, tail: 0, live: 0 }
+        Self { size: size & !7, head: 0, tail: 0, newest: 0, live: 0 }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -58,6 +60,7 @@ impl Staging {
             self.head = 0;
         }
         self.tail = off + len;
+        self.newest = off;
         self.live += 1;
         Some(off)
     }
@@ -74,6 +77,15 @@ impl Staging {
                 self.head = 0;
                 self.tail = 0;
             }
+        }
+    }
+
+    /// Cut the allocation at `off`, if it is the newest, to `len` bytes (a receive posted
+    /// for a whole MTU whose packet turned out shorter): the rest is free again.
+    pub fn shrink_newest(&mut self, off: u32, len: u32) {
+        let end = off.saturating_add(align8(len.max(1)));
+        if self.live > 0 && off == self.newest && end < self.tail {
+            self.tail = end;
         }
     }
 
@@ -108,5 +120,18 @@ mod tests {
         s.free_oldest(None);
         assert!(s.is_empty());
         assert_eq!(s.largest_free(), 1000);
+    }
+
+    #[test]
+    fn the_newest_allocation_shrinks_to_what_arrived() {
+        let mut s = Staging::new(1000);
+        let a = s.alloc(400).unwrap();
+        let b = s.alloc(400).unwrap();
+        s.shrink_newest(b, 100);
+        assert_eq!(s.alloc(400), Some(504)); // b ends at 504 now
+        s.shrink_newest(a, 8); // not the newest: nothing moves
+        assert_eq!(s.largest_free(), 96);
+        s.shrink_newest(504, 2000); // never grows
+        assert_eq!(s.largest_free(), 96);
     }
 }
