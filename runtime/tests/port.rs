@@ -1,24 +1,43 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! The port's bookkeeping against a NIC the test plays itself (plain atomic words for NIC
-//! memory): receive-slot swaps, the limbo, posting on a full ring, stuck IPT entries.
+//! memory): receive-slot swaps, the limbo, posting on a full ring, stuck IPT entries, and
+//! groups of frames armed and sent as one payload.
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU32, Ordering};
 use trapeze_host::endpoint::{Endpoint, EndpointConfig};
-use trapeze_host::iface::entry::{rx_flags, state, Ring, Slot};
+use trapeze_host::iface::entry::{rx_flags, state, Ring, Segment, Slot};
 use trapeze_host::iface::ipt::{IptEntry, PayloadToken};
 use trapeze_host::iface::layout::{ctrl, ctrl_word, NIC_MEM_BYTES, RECV_RING_ENTRIES, SEND_RING_ENTRIES};
 use trapeze_host::iface::mem::{AtomicWords, NicMemory};
 use trapeze_runtime::netrpc::prelude::{InPayload, ReplyTo, Transmit};
 use trapeze_runtime::port::{Port, DISARM_SPINS, RPC_COOKIE};
 use trapeze_runtime::storage::Heap;
+use trapeze_runtime::frames::Segments;
 use trapeze_runtime::FrameMem;
 
 const BYTES: u32 = 64;
 const BASE: u64 = 0x10_0000;
 
-/// `n` frames of 64 bytes at DMA address `BASE + 64 i`.
-struct Frames(RefCell<Vec<[u8; BYTES as usize]>>);
+/// `n` frames of 64 bytes at DMA address `BASE + 64 i`, and groups of them: frame
+/// `GROUP + g` names the frames of `Frames::1[g]` (empty: no group).
+struct Frames(RefCell<Vec<[u8; BYTES as usize]>>, RefCell<Vec<Vec<u32>>>);
+
+const GROUP: u32 = 1000;
+
+impl Frames {
+    fn new(n: usize) -> Self {
+        Frames(RefCell::new(vec![[0; BYTES as usize]; n]), RefCell::new(Vec::new()))
+    }
+    fn group(&self, frames: &[u32]) -> u32 {
+        let mut g = self.1.borrow_mut();
+        g.push(frames.to_vec());
+        GROUP + g.len() as u32 - 1
+    }
+    fn live_groups(&self) -> usize {
+        self.1.borrow().iter().filter(|g| !g.is_empty()).count()
+    }
+}
 
 impl FrameMem for Frames {
     type Frame = u32;
@@ -46,6 +65,30 @@ impl FrameMem for Frames {
         out.copy_from_slice(&self.0.borrow()[f as usize][..out.len()]);
         true
     }
+    fn segments(&self, f: u32, out: &mut Segments) -> Option<usize> {
+        let Some(members) = f.checked_sub(GROUP).and_then(|g| self.1.borrow().get(g as usize).cloned()) else {
+            out[0] = Segment { addr: self.dma(f)?, len: BYTES };
+            return Some(1);
+        };
+        for (o, &m) in out.iter_mut().zip(&members) {
+            *o = Segment { addr: self.dma(m)?, len: BYTES };
+        }
+        (!members.is_empty()).then_some(members.len())
+    }
+    fn posted(&mut self, f: u32) {
+        if f >= GROUP {
+            self.give_back(f);
+        }
+    }
+    fn give_back(&mut self, f: u32) -> bool {
+        match f.checked_sub(GROUP) {
+            Some(g) => {
+                self.1.borrow_mut()[g as usize].clear();
+                false
+            }
+            None => true,
+        }
+    }
 }
 
 type TestPort<'m> = Port<AtomicWords<'m>, Frames, Heap>;
@@ -55,7 +98,7 @@ fn words() -> Vec<AtomicU32> {
 }
 
 fn port(words: &[AtomicU32], frames: usize, spare: usize) -> TestPort<'_> {
-    let frames = Frames(RefCell::new(vec![[0; BYTES as usize]; frames]));
+    let frames = Frames::new(frames);
     let cfg = EndpointConfig { node_id: 1, ..EndpointConfig::default() };
     let ep = Endpoint::init(AtomicWords::new(words), &cfg, [3, 4], |i| TestPort::slot_segment(&frames, i));
     TestPort::new(ep, frames, spare).unwrap()
@@ -90,7 +133,7 @@ fn transmit(payload: Option<(u32, u32)>) -> Transmit<u32> {
 #[test]
 fn too_few_frames_are_refused_at_set_up() {
     let w = words();
-    let frames = Frames(RefCell::new(vec![[0; BYTES as usize]; RECV_RING_ENTRIES as usize + 1]));
+    let frames = Frames::new(RECV_RING_ENTRIES as usize + 1);
     let ep = Endpoint::init(AtomicWords::new(&w), &EndpointConfig::default(), [1, 2], |_| None);
     assert!(matches!(
         TestPort::new(ep, frames, 2),
@@ -190,4 +233,42 @@ fn a_solicited_frame_is_disarmed_on_release_and_a_stuck_one_is_leaked() {
     assert!(IptEntry::new(&mem, token_index(token)).unwrap().fw_claim(PayloadToken(token), 8).is_ok());
     p.release(frame);
     assert_eq!((p.armed(), p.available(), p.stats.leaked), (0, 1, 1), "after {DISARM_SPINS} attempts");
+}
+
+#[test]
+fn a_group_is_armed_as_its_frames_and_given_back_on_release() {
+    let w = words();
+    let mut p = port(&w, RECV_RING_ENTRIES as usize + 3, 3);
+    let mem = AtomicWords::new(&w);
+    let fs: Vec<u32> = (0..3).map(|_| p.alloc().unwrap()).collect();
+    let g = p.frames().group(&fs);
+    let token = p.arm(g).unwrap();
+    let entry = IptEntry::new(&mem, token.index()).unwrap();
+    // One entry takes a payload as long as the three frames, and no longer.
+    assert_eq!(entry.fw_claim(token, 3 * BYTES + 1).err(), Some(trapeze_host::iface::ipt::TokenError::TooSmall));
+    let claim = entry.fw_claim(token, 3 * BYTES).unwrap();
+    let addrs: Vec<u64> = claim.segs[..claim.nseg as usize].iter().map(|s| s.addr).collect();
+    assert_eq!(addrs, fs.iter().map(|&f| BASE + (f * BYTES) as u64).collect::<Vec<_>>());
+    entry.fw_complete(&claim, 3 * BYTES);
+    // Released: the group ends; its frames are not freed with it (they are the caller's).
+    p.release(g);
+    assert_eq!((p.armed(), p.available(), p.frames().live_groups()), (0, 0, 0));
+}
+
+#[test]
+fn a_gathered_payload_is_sent_as_its_frames_cut_to_its_length() {
+    let w = words();
+    let mut p = port(&w, RECV_RING_ENTRIES as usize + 3, 3);
+    let mem = AtomicWords::new(&w);
+    let fs: Vec<u32> = (0..3).map(|_| p.alloc().unwrap()).collect();
+    let g = p.frames().group(&fs);
+    assert!(p.post(&transmit(Some((g, 2 * BYTES + 10))), 1, |_| {}));
+    let slot = Slot::new(&mem, Ring::Send, 0);
+    let lens: Vec<u32> = (0..slot.nseg()).map(|i| slot.segment(i).len).collect();
+    assert_eq!(lens, [BYTES, BYTES, 10]);
+    assert_eq!(slot.segment(2).addr, BASE + (fs[2] * BYTES) as u64);
+    assert_eq!(p.frames().live_groups(), 0, "posted: the group ended");
+    // Longer than its frames: never handed to the NIC.
+    let g = p.frames().group(&fs[..1]);
+    assert!(!p.post(&transmit(Some((g, BYTES + 1))), 1, |_| {}));
 }
