@@ -10,10 +10,10 @@ use trapeze_host::iface::entry::{rx_flags, state, Ring, Segment, Slot};
 use trapeze_host::iface::ipt::{IptEntry, PayloadToken};
 use trapeze_host::iface::layout::{ctrl, ctrl_word, NIC_MEM_BYTES, RECV_RING_ENTRIES, SEND_RING_ENTRIES};
 use trapeze_host::iface::mem::{AtomicWords, NicMemory};
+use trapeze_runtime::frames::Segments;
 use trapeze_runtime::netrpc::prelude::{InPayload, ReplyTo, Transmit};
 use trapeze_runtime::port::{Port, DISARM_SPINS, RPC_COOKIE};
 use trapeze_runtime::storage::Heap;
-use trapeze_runtime::frames::Segments;
 use trapeze_runtime::FrameMem;
 
 const BYTES: u32 = 64;
