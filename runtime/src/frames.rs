@@ -14,8 +14,8 @@
 //! IPT entry lands a payload of several pages in several frames and one send gathers it
 //! from several. A group names its frames for one arming or one send only:
 //! [`FrameMem::give_back`] ends it (giving back the lent frames it names, never freeing
-//! a pool frame), and so does [`FrameMem::posted`] once the send that carries it is
-//! posted.
+//! a pool frame), and so does [`FrameMem::sent`] once the transmit that carries it has
+//! left the port.
 
 use super::iface::entry::Segment;
 use super::iface::layout::MAX_SEGMENTS;
@@ -47,8 +47,9 @@ pub trait FrameMem {
         out[0] = Segment { addr: self.dma(f)?, len: Self::FRAME_BYTES };
         Some(1)
     }
-    /// A send carrying `f` was posted: the NIC has its pieces, and a group may end.
-    fn posted(&mut self, _f: Self::Frame) {}
+    /// A transmit carrying `f` left the port (posted: the NIC has its pieces; or
+    /// dropped): a group may end.
+    fn sent(&mut self, _f: Self::Frame) {}
     /// The port is done with `f` (no IPT entry, no send carries it). `true`: `f` is the
     /// pool's and goes back on the free list; `false`: `f` was lent from outside the pool
     /// and this call gave it back to its lender.

@@ -322,8 +322,17 @@ impl<M: NicMemory, A: FrameMem, S: Storage> Port<M, A, S> {
 
     /// Post a NetRPC transmit. While the send ring is full: reap, then `make_room` (run an
     /// inline NIC, ring a doorbell, yield) and reap, at most `tries` times; then the transmit is
-    /// dropped and counted. `false`: not posted.
-    pub fn post(
+    /// dropped and counted. `false`: not posted. Either way its payload frame has left the
+    /// port ([`FrameMem::sent`]).
+    pub fn post(&mut self, t: &Transmit<A::Frame>, tries: u32, make_room: impl FnMut(&mut Endpoint<M, usize>)) -> bool {
+        let posted = self.post_rpc(t, tries, make_room);
+        if let Some((f, _)) = t.payload {
+            self.frames.sent(f);
+        }
+        posted
+    }
+
+    fn post_rpc(
         &mut self,
         t: &Transmit<A::Frame>,
         tries: u32,
@@ -357,12 +366,7 @@ impl<M: NicMemory, A: FrameMem, S: Storage> Port<M, A, S> {
         };
         for _ in 0..tries.max(1) {
             match self.post_raw(&msg, RPC_COOKIE) {
-                Ok(()) => {
-                    if let Some((f, _)) = t.payload {
-                        self.frames.posted(f);
-                    }
-                    return true;
-                }
+                Ok(()) => return true,
                 Err(SendError::RingFull) => {
                     make_room(&mut *self.ep);
                     self.reap(|_, _| {});

@@ -75,7 +75,7 @@ impl FrameMem for Frames {
         }
         (!members.is_empty()).then_some(members.len())
     }
-    fn posted(&mut self, f: u32) {
+    fn sent(&mut self, f: u32) {
         if f >= GROUP {
             self.give_back(f);
         }
@@ -271,4 +271,5 @@ fn a_gathered_payload_is_sent_as_its_frames_cut_to_its_length() {
     // Longer than its frames: never handed to the NIC.
     let g = p.frames().group(&fs[..1]);
     assert!(!p.post(&transmit(Some((g, BYTES + 1))), 1, |_| {}));
+    assert_eq!(p.frames().live_groups(), 0, "not posted: the group ended all the same");
 }
