@@ -8,7 +8,10 @@
 
 use gms::heartbeat::Heartbeat;
 use gms::net::wire::{Message, MAX_BODY};
-use gms::ops::{DirAck, DirRemoveReq, DirUpdateReq, DiscardReq, DropReq, GetReply, GetReq, PutDone, PutReq};
+use gms::ops::{
+    DirAck, DirRemoveReq, DirUpdateReq, DiscardReq, DropReq, GetPagesReply, GetPagesReq, GetReply, GetReq, PutDone,
+    PutReq,
+};
 
 fn check<M: Message + PartialEq + core::fmt::Debug>(body: &[u8], wire_bytes: usize) {
     let Ok(m) = M::decode(body) else { return };
@@ -22,7 +25,7 @@ fn check<M: Message + PartialEq + core::fmt::Debug>(body: &[u8], wire_bytes: usi
 
 pub fn fuzz(data: &[u8]) {
     let Some((&which, body)) = data.split_first() else { return };
-    match which % 10 {
+    match which % 12 {
         0 => check::<GetReq>(body, GetReq::WIRE_BYTES),
         1 => check::<GetReply>(body, GetReply::WIRE_BYTES),
         2 => check::<PutReq>(body, PutReq::WIRE_BYTES),
@@ -32,6 +35,8 @@ pub fn fuzz(data: &[u8]) {
         6 => check::<DirRemoveReq>(body, DirRemoveReq::WIRE_BYTES),
         7 => check::<DropReq>(body, DropReq::WIRE_BYTES),
         8 => check::<DirAck>(body, DirAck::WIRE_BYTES),
+        9 => check::<GetPagesReq>(body, GetPagesReq::WIRE_BYTES),
+        10 => check::<GetPagesReply>(body, GetPagesReply::WIRE_BYTES),
         _ => {
             check::<Heartbeat>(body, Heartbeat::WIRE_BYTES);
             let src = u16::from_le_bytes([which, body.first().copied().unwrap_or(0)]);

@@ -298,7 +298,7 @@ impl<
     // ---- completion ------------------------------------------------------------------
 
     /// A call was queued for operation `i`: hang the completion on it.
-    fn launched<const C: usize, const K: usize, const X: usize>(
+    pub(super) fn launched<const C: usize, const K: usize, const X: usize>(
         &mut self,
         rpc: &mut Rpc<Self, F, C, K, X>,
         i: usize,
@@ -330,6 +330,7 @@ impl<
             return true;
         };
         let result = match node.ops[i].kind {
+            OpKind::Get if node.ops[i].group.is_some() => OpResult::Get(node.getpages_reply(i, o)),
             OpKind::Get => OpResult::Get(node.get_reply(i, o)),
             OpKind::Discard => {
                 if let Ok(Reply { payload: Payload::Buffer { frame, .. }, .. }) = o {

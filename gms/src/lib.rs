@@ -14,7 +14,9 @@
 //!   requester's IPT token (3-way, zero-copy); or "miss". Moving reads (per space) hand
 //!   the copy to the requester. A requester that knows where it put a page (a block
 //!   device) may ask that member straight (`getpage_hinted`, 2-way); a miss there sends
-//!   it to the directory.
+//!   it to the directory. Several such pages may go as one **getpages** ([`getpages`]):
+//!   one request, and one reply whose payload the holder gathers from its frames and the
+//!   NIC scatters into the requester's.
 //! - **putpage / movepage**: the page goes one-way to a target (chosen by the global
 //!   LRU), which stores it or refuses (budget), has the directory name it, and only then
 //!   answers (`PUTDONE`). A movepage's sender drops its copy: one copy per page.
@@ -148,6 +150,7 @@ pub mod cache;
 pub mod client;
 pub mod directory;
 pub mod epochs;
+pub mod getpages;
 pub mod heartbeat;
 pub mod lru;
 pub mod members;

@@ -13,6 +13,7 @@
 //! | `DIRREMOVE` 0x4707 | call, ex-holder → directory | [`DirRemoveReq`] 34 B | [`DirAck`] |
 //! | `DROPPAGE` 0x4708 | call, directory → stale holder | [`DropReq`] 32 B | [`DirAck`] |
 //! | `DIRVERIFY` 0x4709 | call, directory → named holder (scrub) | [`DropReq`] | [`DirAck`] |
+//! | `GETPAGES` 0x470A | call, requester → holder ([`super::getpages`]) | [`GetPagesReq`] 72 B | [`GetPagesReply`] 67 B + the pages, one payload |
 //!
 //! The `seq` fields carry a copy's identity at its version (see [`super::directory`]):
 //! the directory assigns it when it accepts a registration (`DirAck::seq`), a hand-over
@@ -33,11 +34,12 @@ pub const OP_DIRUPDATE: u16 = 0x4706;
 pub const OP_DIRREMOVE: u16 = 0x4707;
 pub const OP_DROPPAGE: u16 = 0x4708;
 pub const OP_DIRVERIFY: u16 = 0x4709;
+pub const OP_GETPAGES: u16 = 0x470A;
 
 /// Whether `op` is one of GMS's (a runtime sharing its NetRPC with other services routes
 /// on this).
 pub fn is_gms_op(op: u16) -> bool {
-    (OP_GETPAGE..=OP_DIRVERIFY).contains(&op)
+    (OP_GETPAGE..=OP_GETPAGES).contains(&op)
 }
 
 // ---- encoding helpers -------------------------------------------------------------------
@@ -238,6 +240,120 @@ body!(
             seq: i.u64()?,
             server: i.u16()?,
             flags: i.u8()?,
+        })
+    }
+);
+
+// ---- GETPAGES -----------------------------------------------------------------------------
+
+/// Pages one `GETPAGES` names at most: one per scatter/gather piece of its reply.
+pub const GETPAGES_MAX: usize = 8;
+/// Pages of one space a `GETPAGES` may span, from its first (its mask's bits).
+pub const GETPAGES_SPAN: u64 = 64;
+
+/// Versions of up to [`GETPAGES_MAX`] pages on the wire: the oldest, and how far each
+/// one (in the mask's order) is above it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Versions {
+    pub base: Version,
+    pub above: [u32; GETPAGES_MAX],
+}
+
+impl Versions {
+    /// `v` as [`Versions`], or `None` if there are more than [`GETPAGES_MAX`] or two are
+    /// more than `u32::MAX` apart.
+    pub fn pack(v: &[Version]) -> Option<Versions> {
+        let base = *v.iter().min()?;
+        let mut above = [0; GETPAGES_MAX];
+        for (a, x) in above.iter_mut().zip(v) {
+            *a = u32::try_from(x.0 - base.0).ok()?;
+        }
+        (v.len() <= GETPAGES_MAX).then_some(Versions { base, above })
+    }
+    /// The `k`-th version.
+    pub fn get(&self, k: usize) -> Version {
+        Version(self.base.0.saturating_add(u64::from(self.above.get(k).copied().unwrap_or(0))))
+    }
+}
+
+/// A mask naming 1 to [`GETPAGES_MAX`] pages: bit `i` is page `first + i`.
+fn mask_ok(mask: u64) -> Result<u64, CodecError> {
+    if (1..=GETPAGES_MAX as u32).contains(&mask.count_ones()) {
+        Ok(mask)
+    } else {
+        Err(CodecError)
+    }
+}
+
+/// Requester → a member it believes holds every page named, each at its `want` or newer
+/// (as `GET_HINTED`): the pages of `first`'s space at `first.page + i` for each bit `i` of
+/// `mask`, their versions in the same order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GetPagesReq {
+    pub first: PageId,
+    pub mask: u64,
+    pub want: Versions,
+    pub view: u64,
+}
+
+/// The holder's answer: `Hit` with every page named, at `versions`, as one payload (the
+/// pages in the mask's order, each of the payload's length over their number), or `Miss`
+/// (with no payload) when it lacks any of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GetPagesReply {
+    pub status: GetStatus,
+    pub first: PageId,
+    pub mask: u64,
+    pub versions: Versions,
+    pub server: u16,
+}
+
+impl Out<'_> {
+    fn versions(&mut self, v: &Versions) -> Result<(), CodecError> {
+        self.u64(v.base.0)?;
+        v.above.iter().try_for_each(|&a| self.u32(a))
+    }
+}
+
+impl In<'_> {
+    fn versions(&mut self) -> Result<Versions, CodecError> {
+        let base = self.version()?;
+        let mut above = [0; GETPAGES_MAX];
+        for a in above.iter_mut() {
+            *a = self.u32()?;
+        }
+        Ok(Versions { base, above })
+    }
+}
+
+body!(
+    GetPagesReq,
+    72,
+    |s, o| {
+        o.page(&s.first)?;
+        o.u64(s.mask)?;
+        o.versions(&s.want)?;
+        o.u64(s.view)?;
+    },
+    |i| { Ok(GetPagesReq { first: i.page()?, mask: mask_ok(i.u64()?)?, want: i.versions()?, view: i.u64()? }) }
+);
+body!(
+    GetPagesReply,
+    67,
+    |s, o| {
+        o.u8(s.status as u8)?;
+        o.page(&s.first)?;
+        o.u64(s.mask)?;
+        o.versions(&s.versions)?;
+        o.u16(s.server)?;
+    },
+    |i| {
+        Ok(GetPagesReply {
+            status: GetStatus::from_u8(i.u8()?)?,
+            first: i.page()?,
+            mask: mask_ok(i.u64()?)?,
+            versions: i.versions()?,
+            server: i.u16()?,
         })
     }
 );
@@ -456,6 +572,10 @@ operation!(
     GetPage, OP_GETPAGE, GetReq, GetReply
 );
 operation!(
+    /// Fetch several pages of one space from the member that holds them (2-way).
+    GetPages, OP_GETPAGES, GetPagesReq, GetPagesReply
+);
+operation!(
     /// Put a copy of a page into another node's memory (one-way + payload).
     PutPage, OP_PUTPAGE, PutReq, ()
 );
@@ -536,7 +656,9 @@ mod tests {
     #[test]
     fn op_codes() {
         assert!(is_gms_op(OP_GETPAGE) && is_gms_op(OP_DROPPAGE) && is_gms_op(OP_DIRVERIFY));
-        assert!(!is_gms_op(0x0101) && !is_gms_op(OP_DIRVERIFY + 1));
+        assert!(is_gms_op(OP_GETPAGES), "GETPAGES is routed to GMS");
+        assert!(!is_gms_op(0x0101) && !is_gms_op(OP_GETPAGE - 1) && !is_gms_op(OP_GETPAGES + 1));
         assert_eq!(<GetPage as Operation>::OP, OP_GETPAGE);
+        assert_eq!(<GetPages as Operation>::OP, OP_GETPAGES);
     }
 }

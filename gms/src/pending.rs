@@ -45,6 +45,7 @@ impl<
         o.dst = NO_SITE;
         o.view = self.members.view();
         o.moving = false;
+        o.group = None;
         o.call = None;
         o.deadline = deadline;
         o.timed_out = false;
@@ -87,7 +88,8 @@ impl<
     pub(super) fn fail_op(&mut self, i: usize, e: RpcError) {
         let result = match self.ops[i].kind {
             OpKind::Get => {
-                self.stats.get_failures += 1;
+                // A `GETPAGES` counted a get for each of its pages.
+                self.stats.get_failures += self.ops[i].group.map_or(1, |(mask, _)| u64::from(mask.count_ones()));
                 OpResult::Get(GetResult::Miss { reason: MissReason::Failed(e), frame: None })
             }
             OpKind::Put | OpKind::Move => OpResult::Put(PutResult::Failed),

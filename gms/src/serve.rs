@@ -61,6 +61,7 @@ impl<
         self.release_payload(inc.payload);
         match (inc.op, inc.one_way) {
             (OP_GETPAGE, false) => self.serve_get(inc, member),
+            (OP_GETPAGES, false) => self.serve_getpages(inc, member),
             (OP_PUTDONE, true) => {
                 match inc.decode::<PutDoneOp>() {
                     Ok(d) if self.put_in_flight(inc.src, &d) => self.put_done(inc.src, &d),

@@ -40,6 +40,9 @@ pub(super) struct OpSlot<F> {
     pub(super) dst: u16,
     pub(super) view: u64,
     pub(super) moving: bool,
+    /// A `GETPAGES` ([`super::getpages`]): its mask and the versions it wants (`page` is
+    /// its first page).
+    pub(super) group: Option<(u64, super::ops::Versions)>,
     pub(super) call: Option<CallId>,
     pub(super) deadline: u64,
     pub(super) timed_out: bool,
@@ -58,6 +61,7 @@ impl<F> OpSlot<F> {
         dst: NO_SITE,
         view: 0,
         moving: false,
+        group: None,
         call: None,
         deadline: 0,
         timed_out: false,

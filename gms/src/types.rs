@@ -111,6 +111,10 @@ pub enum GmsError {
     PoliciesFull,
     /// Too many members.
     MembersFull,
+    /// A `GETPAGES` that cannot be asked: no page or more than `ops::GETPAGES_MAX`, a
+    /// version for each page not given, two versions too far apart, or a space with moving
+    /// reads (ask page by page).
+    BadPages,
     /// NetRPC refused the call (e.g. `TxFull`: poll transmits first).
     Rpc(RpcError),
 }

@@ -13,6 +13,12 @@
 //! may be attached to), frees putpage sources after their send, and frees getpage frames
 //! after checking them.
 //!
+//! `GETPAGES` (issued by a test, recorded in [`Sim::getpages`]): a host's gather frame ([`Host::gather`]) names the held
+//! frames it sends as one payload, their contents read when the reply is drained, and is
+//! freed after that send; the requester's group frame owns as many page-sized pieces,
+//! armed under one IPT token, and the payload's pages land in them in order (more pages
+//! than pieces: the NIC refuses it). Freeing a group frame frees its pieces.
+//!
 //! The model beside it: per page, the versions ever issued and the *floor* — the newest
 //! version a completed putpage/movepage stored, or one past a completed discard. A
 //! getpage must return the page's own data at a version ≥ the floor when it was issued,
@@ -22,7 +28,7 @@
 
 pub mod history;
 
-use gms::ops::{GetStatus, OP_GETPAGE, OP_MOVEPAGE, OP_PUTPAGE};
+use gms::ops::{GetPagesReply, GetStatus, OP_GETPAGE, OP_GETPAGES, OP_MOVEPAGE, OP_PUTPAGE};
 use gms::prelude::*;
 use netrpc::prelude::*;
 use netrpc::storage::Heap;
@@ -135,6 +141,12 @@ pub struct World {
     /// Frames GMS dropped since the last drain.
     pub dropped: Vec<Frame>,
     pub trace: bool,
+    /// Gather frames a host made: the frames each names, in order.
+    pub gathers: HashMap<Frame, Vec<Frame>>,
+    /// Group frames a requester made: the page-sized pieces each owns, in order.
+    pub groups: HashMap<Frame, Vec<Frame>>,
+    /// Nodes whose host does not gather (as `Host::gather`'s default: `None`).
+    pub no_gather: std::collections::HashSet<u16>,
 }
 
 impl World {
@@ -156,6 +168,20 @@ impl World {
         assert_eq!((info.node, info.state), (node, FState::Live), "{ctx}: free of frame {f}: {info:?}");
         info.state = FState::Freed;
         self.ipt[node as usize].retain(|_, fr| *fr != f);
+        // A group frame owns its pieces.
+        if let Some(pieces) = self.groups.remove(&f) {
+            for p in pieces {
+                self.free(node, p);
+            }
+        }
+    }
+
+    /// A group frame of `node` over `pieces` fresh empty page-sized frames.
+    pub fn group(&mut self, node: u16, pieces: usize) -> Frame {
+        let list = (0..pieces).map(|_| self.alloc(node, None)).collect();
+        let g = self.alloc(node, None);
+        self.groups.insert(g, list);
+        g
     }
 }
 
@@ -198,6 +224,63 @@ impl Host<Frame> for TestHost {
     fn completed(&mut self, done: Completion<Frame>) {
         self.w.borrow_mut().completions.push((self.id, done));
     }
+    fn gather(&mut self, frames: &[Frame]) -> Option<Frame> {
+        let mut w = self.w.borrow_mut();
+        if w.no_gather.contains(&self.id) {
+            return None;
+        }
+        let ctx = w.ctx.clone();
+        for f in frames {
+            let info = *w.frame(*f);
+            assert_eq!((info.node, info.state), (self.id, FState::Live), "{ctx}: gather of frame {f}");
+            assert!(info.contents.is_some(), "{ctx}: gather of empty frame {f}");
+        }
+        let g = w.alloc(self.id, None);
+        w.gathers.insert(g, frames.to_vec());
+        Some(g)
+    }
+}
+
+/// The pages a `GETPAGES` reply's gather frame `g` carries, read from the frames it names
+/// as the NIC sends them; checked against the reply's body (a hit naming each page at its
+/// version, in the mask's order) and its length. `None`: `g` is no gather frame.
+fn gathered_payload(w: &World, node: u16, g: Frame, len: u32, ctrl: &[u8]) -> Option<Vec<(PageId, u64)>> {
+    let ctx = &w.ctx;
+    let list = w.gathers.get(&g)?;
+    let contents: Vec<(PageId, u64)> = list
+        .iter()
+        .map(|f| {
+            let info = w.frames.get(f).unwrap_or_else(|| panic!("{ctx}: gather of unknown frame {f}"));
+            assert_eq!(info.node, node, "{ctx}: node {node} gathered frame {f} of node {}", info.node);
+            assert!(info.state != FState::Freed, "{ctx}: node {node} sent freed frame {f} in a gather");
+            info.contents.unwrap_or_else(|| panic!("{ctx}: node {node} gathered empty frame {f}"))
+        })
+        .collect();
+    let (h, body) = Header::parse(ctrl).unwrap_or_else(|e| panic!("{ctx}: bad ctrl from {node}: {e:?}"));
+    assert_eq!((h.op, h.kind), (OP_GETPAGES, Kind::Reply), "{ctx}: a gather frame goes with a GETPAGES reply");
+    let rep: GetPagesReply = netrpc::wire::Message::decode(body).unwrap();
+    assert_eq!(rep.status, GetStatus::Hit, "{ctx}: pages sent with a miss");
+    let pages: Vec<PageId> =
+        (0..64).filter(|i| rep.mask >> i & 1 == 1).map(|i| PageId::new(rep.first.space, rep.first.page + i)).collect();
+    let named: Vec<(PageId, u64)> = pages.iter().enumerate().map(|(k, p)| (*p, rep.versions.get(k).0)).collect();
+    assert_eq!(contents, named, "{ctx}: the gathered pages are not the ones the reply names");
+    assert_eq!(len, PAGE_LEN * list.len() as u32, "{ctx}: gathered payload length");
+    Some(contents)
+}
+
+/// A `GETPAGES` a test issued and how it ended.
+#[derive(Clone, Debug)]
+pub struct PagesRec {
+    pub first: PageId,
+    pub mask: u64,
+    /// The version the requester knew of each page (the oldest it takes).
+    pub known: Vec<u64>,
+    /// The group frame, and its pieces.
+    pub frame: Frame,
+    pub pieces: Vec<Frame>,
+    pub result: Option<GetResult<Frame>>,
+    /// On a hit, what each piece held when the operation completed.
+    pub data: Vec<Option<(PageId, u64)>>,
 }
 
 // ---- the network ----------------------------------------------------------------------------
@@ -304,6 +387,10 @@ pub struct Sim {
     pub cut_drops: u64,
     /// Starts of each node (a restart is a new incarnation).
     pub incarnation: Vec<u64>,
+    /// The pages each `GETPAGES` reply in flight carries, by its control bytes.
+    pub gathered: HashMap<Vec<u8>, Vec<(PageId, u64)>>,
+    /// `GETPAGES` operations, recorded by the test that issued them.
+    pub getpages: HashMap<(u16, OpId), PagesRec>,
 }
 
 pub fn gms_config(k: &Knobs) -> GmsConfig {
@@ -330,6 +417,9 @@ impl Sim {
             completions: Vec::new(),
             dropped: Vec::new(),
             trace: std::env::var("GMS_TRACE").is_ok_and(|v| v == "1"),
+            gathers: HashMap::new(),
+            groups: HashMap::new(),
+            no_gather: Default::default(),
         }));
         let cfg = gms_config(&k);
         let rpc_cfg = netrpc::rpc::Config { call_timeout: 1 << 40, nonblocking_timeout: None };
@@ -363,6 +453,8 @@ impl Sim {
             cut: None,
             cut_drops: 0,
             incarnation: vec![1; n],
+            gathered: HashMap::new(),
+            getpages: HashMap::new(),
         };
         let ids: Vec<u16> = (0..n as u16).collect();
         for i in 0..n {
@@ -409,7 +501,16 @@ impl Sim {
         let ctx = self.ctx.clone();
         let i = node as usize;
         while let Some(t) = self.rpcs[i].poll_transmit() {
+            let gathered = t.payload.and_then(|(g, len)| gathered_payload(&self.w.borrow(), node, g, len, t.ctrl()));
+            if let (Some(pieces), Some((g, _))) = (&gathered, t.payload) {
+                // The gather frame is the runtime's: freed once its send is done.
+                self.gathered.insert(t.ctrl().to_vec(), pieces.clone());
+                self.to_free.push((node, g));
+            }
             let payload = t.payload.map(|(f, len)| {
+                if let Some(pieces) = &gathered {
+                    return (pieces[0], len);
+                }
                 let w = self.w.borrow();
                 let info = w.frames.get(&f).unwrap_or_else(|| panic!("{ctx}: transmit of unknown frame {f}"));
                 assert_eq!(info.node, node, "{ctx}: node {node} sent frame {f} of node {}", info.node);
@@ -421,7 +522,9 @@ impl Sim {
             let (h, body) = Header::parse(t.ctrl()).unwrap_or_else(|e| panic!("{ctx}: bad ctrl from {node}: {e:?}"));
             if let Some(((page, v), _)) = payload {
                 // A page payload goes with a getpage hit or a put, and the body names it.
-                if h.op == OP_GETPAGE {
+                if h.op == OP_GETPAGES {
+                    assert!(gathered.is_some(), "{ctx}: a GETPAGES payload from one frame, not gathered");
+                } else if h.op == OP_GETPAGE {
                     let rep: gms::ops::GetReply = netrpc::wire::Message::decode(body).unwrap();
                     assert_eq!((rep.status, rep.page, rep.version.0), (GetStatus::Hit, page, v), "{ctx}: hit payload");
                     assert_eq!(h.kind, Kind::Reply);
@@ -463,6 +566,9 @@ impl Sim {
             eprintln!("t={} node {node}: done {:?} {:?} {:?}", self.now, c.op, c.page, c.result);
         }
         let key = (node, c.op);
+        if self.getpages.contains_key(&key) {
+            return self.complete_getpages(node, c);
+        }
         let rec = self.ops.get(&key).cloned().unwrap_or_else(|| panic!("{ctx}: completion of unknown op {key:?}"));
         assert!(rec.result.is_none(), "{ctx}: op {key:?} ({rec:?}) completed twice: {c:?}");
         assert_eq!(c.page, rec.page, "{ctx}: op {key:?}");
@@ -585,6 +691,55 @@ impl Sim {
             (k, r) => panic!("{ctx}: op {key:?} of kind {k:?} completed with {r:?}"),
         }
         self.ops.get_mut(&key).unwrap().result = Some(c.result);
+    }
+
+    /// A `GETPAGES` completion: its frame comes back (or was released), a hit's pieces
+    /// hold the pages named in order, each at the version asked for or newer, `version` is
+    /// the oldest of them and `len` the whole payload. The runtime then frees the frame.
+    fn complete_getpages(&mut self, node: u16, c: Completion<Frame>) {
+        let ctx = self.ctx.clone();
+        let key = (node, c.op);
+        let rec = self.getpages[&key].clone();
+        assert!(rec.result.is_none(), "{ctx}: getpages {key:?} completed twice: {c:?}");
+        assert_eq!(c.page, rec.first, "{ctx}: getpages {key:?}");
+        let OpResult::Get(r) = c.result else { panic!("{ctx}: getpages {key:?} ended {c:?}") };
+        let n = rec.mask.count_ones() as usize;
+        let mut data = Vec::new();
+        match r {
+            GetResult::Hit { version, frame, len, via, held } => {
+                assert_eq!(frame, rec.frame, "{ctx}: getpages returned somebody else's frame");
+                assert_eq!((via, held), (Via::TwoWay, false), "{ctx}: getpages {key:?}");
+                assert_eq!(len, PAGE_LEN * n as u32, "{ctx}: getpages length");
+                data = rec.pieces.iter().map(|p| self.w.borrow().frames[p].contents).collect();
+                let pages = (0..64)
+                    .filter(|i| rec.mask >> i & 1 == 1)
+                    .map(|i| PageId::new(rec.first.space, rec.first.page + i));
+                let mut oldest = u64::MAX;
+                for (k, p) in pages.enumerate() {
+                    let (got, v) = data[k].unwrap_or_else(|| panic!("{ctx}: getpages piece {k} empty"));
+                    assert_eq!(got, p, "{ctx}: getpages piece {k}");
+                    assert!(v >= rec.known[k], "{ctx}: STALE: getpages piece {k} at {v}, {rec:?}");
+                    assert!(v <= self.issued.get(&p).copied().unwrap_or(0), "{ctx}: version {v} never issued");
+                    oldest = oldest.min(v);
+                    let k = self.known.entry((node, p)).or_insert(0);
+                    *k = (*k).max(v);
+                }
+                assert_eq!(version.0, oldest, "{ctx}: a getpages hit's version is the oldest page's");
+                assert!(data.iter().skip(n).all(|d| d.is_none()), "{ctx}: pieces past the pages written");
+                self.w.borrow_mut().free(node, frame);
+            }
+            GetResult::Miss { frame: Some(f), .. } => {
+                assert_eq!(f, rec.frame, "{ctx}: getpages miss returned somebody else's frame");
+                self.w.borrow_mut().free(node, f);
+            }
+            GetResult::Miss { frame: None, .. } => {
+                let st = self.w.borrow().frames[&rec.frame].state;
+                assert_eq!(st, FState::Freed, "{ctx}: failed getpages {rec:?}: frame not released");
+            }
+        }
+        let rec = self.getpages.get_mut(&key).unwrap();
+        rec.result = Some(r);
+        rec.data = data;
     }
 
     // ---- client actions ---------------------------------------------------------------------
@@ -799,12 +954,22 @@ impl Sim {
             None => InPayload::None,
             Some((c, len)) if msg.tag != 0 => {
                 let mut w = self.w.borrow_mut();
+                // A gathered payload's pages, scattered into a group frame's pieces in order.
+                let pages = self.gathered.get(&msg.ctrl).cloned().unwrap_or_else(|| vec![c]);
                 match w.ipt[dst as usize].remove(&msg.tag) {
+                    Some(f) if pages.len() > w.groups.get(&f).map_or(1, |g| g.len()) => {
+                        // Longer than the frame armed: the NIC refuses it.
+                        self.cov.ipt_refused += 1;
+                        InPayload::Refused
+                    }
                     Some(f) => {
                         let ctx = w.ctx.clone();
                         let info = w.frame(f);
                         assert_eq!(info.state, FState::Live, "{ctx}: IPT write into frame {f}");
                         info.contents = Some(c);
+                        for (p, c) in w.groups.get(&f).cloned().unwrap_or_default().into_iter().zip(pages) {
+                            w.frame(p).contents = Some(c);
+                        }
                         InPayload::Ipt { token: msg.tag, len }
                     }
                     None => {
@@ -917,6 +1082,7 @@ impl Sim {
         self.order.retain(|(n, _)| *n != node);
         self.local_drops.retain(|(n, _)| *n != node);
         self.known.retain(|(n, _), _| *n != node);
+        self.getpages.retain(|(n, _), _| *n != node);
         self.hist.forget(node);
         self.incarnation[i] += 1;
         let cfg = gms_config(&self.k);
@@ -1071,6 +1237,11 @@ impl Sim {
         for ((n, op), r) in &self.ops {
             if !self.crashed[*n as usize] {
                 assert!(r.result.is_some(), "{ctx}: op {op:?} of node {n} never completed: {r:?}");
+            }
+        }
+        for ((n, op), r) in &self.getpages {
+            if !self.crashed[*n as usize] {
+                assert!(r.result.is_some(), "{ctx}: getpages {op:?} of node {n} never completed: {r:?}");
             }
         }
         let w = self.w.borrow();
