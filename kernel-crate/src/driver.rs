@@ -200,7 +200,7 @@ fn endpoint(nic: BarMem, node: u16, pool: &net::Pool) -> Result<KBox<Endpoint<Ba
         policy: Policy::Eager,
         send_pulse: 512,
         recv_pulse: 512,
-        mtu: FRAME_BYTES as u32,
+        mtu: net::MTU as u32,
         notify: notify::IRQ_ON_RECV,
     };
     let seed = [sys::random_u64(), sys::random_u64()];

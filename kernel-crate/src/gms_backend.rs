@@ -72,11 +72,14 @@ use crate::tpz::gms::readahead::{self, Decision, ReadAhead};
 use crate::tpz::gms::replica::MAX_REPLICAS;
 use kernel::prelude::*;
 
+mod backlog;
 mod complete;
+mod group;
 mod issue;
 mod recover;
 mod rereplicate;
 mod sites;
+use backlog::Waiting;
 use complete::{complete, fill_from, write_failed};
 pub(crate) use issue::issue;
 use issue::{issue_disk, issue_prefetches};
@@ -184,6 +187,9 @@ struct InFlight {
     /// A probe of [`recover`] (its `Waiting::probe` and `found`; 0: none).
     probe: u32,
     found: bool,
+    /// A `GETPAGES` of several pages ([`group`]): their requests are in
+    /// [`DiskState::groups`] at this operation's slot.
+    group: bool,
 }
 
 impl InFlight {
@@ -206,38 +212,8 @@ impl InFlight {
             hinted: false,
             probe: 0,
             found: false,
+            group: false,
         }
-    }
-}
-
-/// A page in the backlog.
-struct Waiting {
-    page: u64,
-    io: PageIo,
-    write: bool,
-    /// Recorded as pending by read-ahead.
-    ra: bool,
-    /// Tries of this replica so far.
-    tries: u8,
-    /// A write's replica: when its first put failed (ns; 0: none failed yet).
-    since: u64,
-    /// The replica to write (a write queues one entry per replica) or to read (a read goes on to the
-    /// next when one misses).
-    replica: u8,
-    /// A read to send to the page's directory, not straight to the replica's holder (whose
-    /// copy was missing).
-    via_dir: bool,
-    /// A read looking for a page an earlier load wrote ([`recover`]): 0: not looking; 1:
-    /// no member asked yet; `n + 2`: member `n` was the last asked (members are asked in
-    /// order of id, so one that fails meanwhile shifts none). And whether a member's copy
-    /// has landed in the page.
-    probe: u32,
-    found: bool,
-}
-
-impl Waiting {
-    fn new(page: u64, io: PageIo, write: bool, ra: bool) -> Self {
-        Waiting { page, io, write, ra, tries: 0, since: 0, replica: 0, via_dir: false, probe: 0, found: false }
     }
 }
 
@@ -265,6 +241,10 @@ pub(crate) struct DiskState {
     sites: KVVec<sites::Sites>,
     /// By GMS operation slot.
     in_flight: KVec<Option<InFlight>>,
+    /// The pages of each slot's `GETPAGES` ([`group`]), in its mask's order, and of the
+    /// one being formed.
+    groups: KVec<group::Pages>,
+    forming: group::Pages,
     /// Pages waiting for an operation slot or a frame: a ring.
     backlog: KVVec<Option<Waiting>>,
     /// Writes going again after [`RETRY_DELAY_NS`]: (when, the page).
@@ -314,8 +294,10 @@ impl DiskState {
         let mut placement = Placement::new(u32::MAX);
         placement.set_targets(targets.iter().copied());
         let mut in_flight = KVec::with_capacity(OPS, GFP_KERNEL)?;
+        let mut groups = KVec::with_capacity(OPS, GFP_KERNEL)?;
         for _ in 0..OPS {
             in_flight.push(None, GFP_KERNEL)?;
+            groups.push(group::Pages::NONE, GFP_KERNEL)?;
         }
         // A write queues one entry per replica.
         let mut backlog = KVVec::with_capacity(BACKLOG * usize::from(replicas), GFP_KERNEL)?;
@@ -350,6 +332,8 @@ impl DiskState {
             targets: KVVec::from_elem(NO_TARGET, slots, GFP_KERNEL)?,
             sites: KVVec::from_elem(sites::Sites::NONE, slots, GFP_KERNEL)?,
             in_flight,
+            groups,
+            forming: group::Pages::NONE,
             backlog,
             delayed,
             rerep_from: None,
@@ -431,25 +415,6 @@ impl DiskState {
     /// past the disk).
     fn version(&self, page: u64) -> Option<u64> {
         self.at(page, 0).map(|i| self.versions[i])
-    }
-
-    /// Queue a page (its request's page, or its next replica, or a retry); the page is
-    /// handed back if the backlog is full.
-    fn push(&mut self, w: Waiting) -> core::result::Result<(), PageIo> {
-        if self.queued == self.backlog.len() {
-            return Err(w.io);
-        }
-        let i = (self.head + self.queued) % self.backlog.len();
-        self.backlog[i] = Some(w);
-        self.queued += 1;
-        Ok(())
-    }
-
-    /// Queue `w` or fail its page.
-    fn push_or_fail(&mut self, w: Waiting) {
-        if let Err(io) = self.push(w) {
-            self.fail(io);
-        }
     }
 
     /// Put a write's replica again (its put ended `why`), after [`RETRY_DELAY_NS`] if
@@ -559,16 +524,6 @@ impl DiskState {
         }
     }
 
-    fn pop(&mut self) -> Option<Waiting> {
-        if self.queued == 0 {
-            return None;
-        }
-        let x = self.backlog[self.head].take();
-        self.head = (self.head + 1) % self.backlog.len();
-        self.queued -= 1;
-        x
-    }
-
     fn fail(&mut self, io: PageIo) {
         self.counters.errors += 1;
         self.finish(io, Err(EIO));
@@ -633,6 +588,10 @@ impl DiskState {
         }
         for i in 0..self.in_flight.len() {
             if let Some(io) = self.in_flight[i].as_mut().and_then(|f| f.io.take()) {
+                self.fail(io);
+                n += 1;
+            }
+            while let Some((_, io)) = self.groups[i].take_next() {
                 self.fail(io);
                 n += 1;
             }

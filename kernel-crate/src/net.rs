@@ -38,10 +38,12 @@ use kernel::prelude::*;
 
 /// A frame: index into the pool ([`pool::Pool`]), or a lent request page.
 pub(crate) type Frame = u32;
-/// Bytes in every frame: a GMS page, and the MTU (a payload always fits one frame; a
-/// longer one is refused by the NIC). One page: a page a node stores for others costs
-/// that page and no more.
+/// Bytes in every frame: a GMS page (one page: a page a node stores for others costs
+/// that page and no more). An unsolicited payload fits one frame (a longer one is
+/// refused); a solicited one may fill a group of them ([`MTU`]).
 pub(crate) const FRAME_BYTES: usize = 4096;
+/// The largest payload: a `GETPAGES` reply of a whole group ([`pool::GROUP_FRAMES`]).
+pub(crate) const MTU: usize = pool::GROUP_FRAMES * FRAME_BYTES;
 /// GMS capacities fixed at build time: members, client operations, background tasks,
 /// queued notifications. The tables that grow with memory — pages held and directory
 /// entries — are sized at load from `gms_budget_pages=` and `gms_dir_pages=`
@@ -231,9 +233,9 @@ impl KHost {
         self.ep.0.as_mut()?.solicit()
     }
 
-    /// Whether a request page can be lent now ([`Self::lend`]).
-    pub(crate) fn can_lend(&self) -> bool {
-        self.ep.0.as_ref().is_some_and(|p| p.frames().can_lend())
+    /// Whether `n` request pages can be lent now ([`Self::lend`]).
+    pub(crate) fn can_lend(&self, n: usize) -> bool {
+        self.ep.0.as_ref().is_some_and(|p| p.frames().can_lend(n))
     }
 
     /// Lend the page of `io` to the NIC: the frame that names it, to put from or to
@@ -241,14 +243,22 @@ impl KHost {
     /// lent (its request ended, or it is not one whole page: a misaligned buffer).
     pub(crate) fn lend(&mut self, io: &crate::blk::PageIo) -> Option<Frame> {
         let pool = self.ep.0.as_mut()?.frames_mut();
-        if !pool.can_lend() {
+        if !pool.can_lend(1) {
             return None;
         }
         let lent = io.lend(pool.dev()).ok()?;
         pool.lend(lent)
     }
 
-    /// Arm an IPT entry on frame `f` (a lent page): a solicited reply lands in it.
+    /// One frame naming lent pages `frames` in order (`pool`'s group), to [`Self::arm`] for
+    /// a reply of them all; `None`: no group free. Releasing it gives the pages back.
+    pub(crate) fn group(&mut self, frames: &[Frame]) -> Option<Frame> {
+        let pool = self.ep.0.as_mut()?.frames_mut();
+        frames.iter().all(|&f| Pool::is_lent(f)).then(|| pool.group(frames)).flatten()
+    }
+
+    /// Arm an IPT entry on frame `f` (a lent page, or a group of them): a solicited reply
+    /// lands in it.
     pub(crate) fn arm(&mut self, f: Frame) -> Option<ReplyTo<Frame>> {
         let token = self.ep.0.as_mut()?.arm(f).ok()?;
         Some(ReplyTo::Solicited { token: token.0, frame: f })
@@ -268,13 +278,9 @@ impl KHost {
     pub(crate) fn reclaim_lent(&mut self) -> (usize, usize) {
         let Some(p) = self.ep.0.as_mut() else { return (0, 0) };
         let (mut back, mut leaked) = (0, 0);
-        let mut lent = [0 as Frame; pool::LEND_SLOTS];
-        let mut n = 0;
-        for f in p.frames().lent() {
-            lent[n] = f;
-            n += 1;
-        }
-        for &f in &lent[..n] {
+        // Groups first: giving one back gives back the pages it names.
+        for i in 0..pool::LENT_NAMES {
+            let Some(f) = p.frames().lent(i) else { continue };
             if p.unarm(f) {
                 crate::tpz::runtime::FrameMem::give_back(p.frames_mut(), f);
                 back += 1;
@@ -375,6 +381,11 @@ impl Host<Frame> for KHost {
     }
     fn dropped(&mut self, _page: PageId, frame: Frame, _dirty: bool) {
         self.retire(frame);
+    }
+    /// Held pool frames only: a reply gathered from them ends once posted.
+    fn gather(&mut self, frames: &[Frame]) -> Option<Frame> {
+        let pool = self.ep.0.as_mut()?.frames_mut();
+        frames.iter().all(|&f| !Pool::is_lent(f)).then(|| pool.group(frames)).flatten()
     }
     /// Kept by operation slot until the issuer takes it ([`KHost::take_done`]): the disk
     /// after each batch ([`stack::Client::settle`]), a test in its loop. Nothing runs here.

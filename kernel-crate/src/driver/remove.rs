@@ -150,6 +150,9 @@ impl Shared {
         }
     }
 
+    /// A frame of its own: its two text buffers stay off the stack of `drop`, whose other
+    /// calls go deep (completing the disk's pages issues its backlog).
+    #[inline(never)]
     fn log_counters(&self) {
         let mut buf = [0u8; 768];
         let mut w = SliceWriter::new(&mut buf);

@@ -29,6 +29,10 @@ pub(super) fn complete(host: &mut KHost, disk: &mut Option<KBox<DiskState>>, don
         super::recover::completed(host, d, f, done);
         return true;
     }
+    if f.group {
+        super::group::completed(host, d, f, done);
+        return true;
+    }
     let page = done.page.page;
     // A write's frame rode a send: retired (freed once it completed; a lent page the
     // target stored is released at once). A read's frame is released (its IPT entry

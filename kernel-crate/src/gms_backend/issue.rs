@@ -27,7 +27,7 @@ pub(super) fn issue_disk(core: &mut DiskCore, now: u64) -> bool {
         let c = &mut *core;
         let coordinator = c.node.lru_coordinator();
         let Some(d) = c.client.as_ref() else { return issued };
-        if d.queued == 0 || c.node.ops_in_use() + OPS_RESERVE >= OPS || !c.node.host.can_lend() {
+        if d.queued == 0 || c.node.ops_in_use() + OPS_RESERVE >= OPS || !c.node.host.can_lend(1) {
             return issued;
         }
         let Some(d) = c.client.as_mut() else { return issued };
@@ -42,6 +42,26 @@ pub(super) fn issue_disk(core: &mut DiskCore, now: u64) -> bool {
             }
             continue;
         }
+        // A read goes with the next ones its member holds, in one round trip, if it can.
+        let w = if w.write {
+            w
+        } else {
+            match super::group::issue(c, w, now) {
+                Ok(op) => {
+                    // Answered inside the call (it found no in-flight entry then).
+                    if let Some(done) = op.and_then(|op| c.node.host.take_done(op)) {
+                        complete(&mut c.node.host, &mut c.client, &done);
+                    }
+                    issued = true;
+                    continue;
+                }
+                Err(w) => w,
+            }
+        };
+        let Some(d) = c.client.as_mut() else {
+            fail_io(c, w.io);
+            return issued;
+        };
         let Waiting { page, io, write, ra, tries, since, replica: k, via_dir, .. } = w;
         let id = replica(PageId::new(DISK_SPACE, page), k);
         let Some(at) = d.at(page, k) else {

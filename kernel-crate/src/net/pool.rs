@@ -10,8 +10,17 @@
 //! with it ([`FrameMem::give_back`]: disarmed, or its send reaped) the lend waits in its
 //! slot, given back, until the driver drops it outside the core lock
 //! ([`Pool::take_back`]): dropping a lend may end its block request.
+//!
+//! A **group** (frame `GROUP_BASE + g`) names up to [`GROUP_FRAMES`] frames in order, as
+//! the pieces of one payload (`FrameMem::segments`): lent pages armed together for a
+//! `GETPAGES` reply, or held pool frames gathered into one (`Host::gather`). It names them
+//! for that one arming or send: giving it back (disarmed, or its transmit sent) gives back
+//! the lent pages it names and never frees a pool frame.
 
 use super::{Frame, FRAME_BYTES, OPS};
+use crate::tpz::iface::entry::Segment;
+use crate::tpz::iface::layout::MAX_SEGMENTS;
+use crate::tpz::runtime::frames::Segments;
 use crate::blk::PAGE_BYTES;
 use crate::sys::blk::Lent;
 use crate::sys::dma::DmaBuf;
@@ -19,11 +28,18 @@ use crate::sys::pci::PciDev;
 use crate::tpz::runtime::FrameMem;
 use kernel::prelude::*;
 
-/// Request pages lent at once: one per GMS operation, and as many more writes whose
-/// operation ended while their send waits to be reaped.
-pub(crate) const LEND_SLOTS: usize = 2 * OPS;
+/// Frames one group names at most: the NIC's scatter/gather pieces.
+pub(crate) const GROUP_FRAMES: usize = MAX_SEGMENTS as usize;
+/// Request pages lent at once: a group's for each GMS operation, and as many writes
+/// again whose operation ended while their send waits to be reaped.
+pub(crate) const LEND_SLOTS: usize = (GROUP_FRAMES + 1) * OPS;
 /// The first lent frame, above every pool frame.
 pub(crate) const LENT_BASE: Frame = Frame::MAX - LEND_SLOTS as Frame + 1;
+/// Groups at once: one per GMS operation, and as many replies gathered in one receive
+/// batch before they are posted.
+const GROUPS: usize = 2 * OPS + 8;
+/// The first group, below the lent frames.
+const GROUP_BASE: Frame = LENT_BASE - GROUPS as Frame;
 // A lent page is a whole frame: the port arms an IPT entry on, and sends, `FRAME_BYTES`
 // of it, which must not pass the page's end.
 const _: () = assert!(PAGE_BYTES == FRAME_BYTES);
@@ -43,21 +59,28 @@ pub(crate) struct Pool {
     /// The NIC's PCI device, which lent pages are mapped for.
     dev: PciDev,
     lends: KVec<Lend>,
-    /// Slots in [`Lend::Back`].
+    /// Slots in [`Lend::Back`], and in [`Lend::Free`].
     back: usize,
+    free_lends: usize,
+    /// The frames of each group (no frame: the group is free).
+    groups: KVec<([Frame; GROUP_FRAMES], u8)>,
 }
 
 impl Pool {
     /// `bufs` as frames `0..bufs.len()` (at most [`LENT_BASE`]) of `dev`'s port.
     pub(crate) fn new(bufs: KVVec<DmaBuf>, dev: &PciDev) -> Result<Pool> {
-        if bufs.len() > LENT_BASE as usize {
+        if bufs.len() > GROUP_BASE as usize {
             return Err(EINVAL);
         }
         let mut lends = KVec::with_capacity(LEND_SLOTS, GFP_KERNEL)?;
         for _ in 0..LEND_SLOTS {
             lends.push(Lend::Free, GFP_KERNEL)?;
         }
-        Ok(Pool { bufs, dev: dev.clone(), lends, back: 0 })
+        let mut groups = KVec::with_capacity(GROUPS, GFP_KERNEL)?;
+        for _ in 0..GROUPS {
+            groups.push(([0; GROUP_FRAMES], 0), GFP_KERNEL)?;
+        }
+        Ok(Pool { bufs, dev: dev.clone(), lends, back: 0, free_lends: LEND_SLOTS, groups })
     }
 
     /// Frame `f`'s buffer (`None` for a lent page).
@@ -74,14 +97,18 @@ impl Pool {
         f.checked_sub(LENT_BASE).map(|i| i as usize)
     }
 
-    /// Whether `f` is a lent page.
-    pub(crate) fn is_lent(f: Frame) -> bool {
-        f >= LENT_BASE
+    fn group_index(f: Frame) -> Option<usize> {
+        f.checked_sub(GROUP_BASE).map(|g| g as usize).filter(|&g| g < GROUPS)
     }
 
-    /// Whether a lend slot is free.
-    pub(crate) fn can_lend(&self) -> bool {
-        self.lends.iter().any(|l| matches!(l, Lend::Free))
+    /// Whether `f` is a lent page, or a group of them.
+    pub(crate) fn is_lent(f: Frame) -> bool {
+        f >= GROUP_BASE
+    }
+
+    /// Whether `n` lend slots are free.
+    pub(crate) fn can_lend(&self, n: usize) -> bool {
+        self.free_lends >= n
     }
 
     /// `lent` as a frame, or `None` (no free slot: the lend is dropped, and with it the
@@ -89,12 +116,35 @@ impl Pool {
     pub(crate) fn lend(&mut self, lent: Lent) -> Option<Frame> {
         let i = self.lends.iter().position(|l| matches!(l, Lend::Free))?;
         self.lends[i] = Lend::Out(lent);
+        self.free_lends -= 1;
         Some(LENT_BASE + i as Frame)
     }
 
-    /// Frames still lent to the port.
-    pub(crate) fn lent(&self) -> impl Iterator<Item = Frame> + '_ {
-        self.lends.iter().enumerate().filter(|(_, l)| matches!(l, Lend::Out(_))).map(|(i, _)| LENT_BASE + i as Frame)
+    /// A group naming `frames` in order (1 to [`GROUP_FRAMES`] lent pages or pool frames),
+    /// or `None` (no group free, or a frame that is neither).
+    pub(crate) fn group(&mut self, frames: &[Frame]) -> Option<Frame> {
+        let known = |f: &Frame| self.buf(*f).is_some() || matches!(Self::slot(*f).and_then(|i| self.lends.get(i)), Some(Lend::Out(_)));
+        if frames.is_empty() || frames.len() > GROUP_FRAMES || !frames.iter().all(known) {
+            return None;
+        }
+        let g = self.groups.iter().position(|g| g.1 == 0)?;
+        self.groups[g].0[..frames.len()].copy_from_slice(frames);
+        self.groups[g].1 = frames.len() as u8;
+        Some(GROUP_BASE + g as Frame)
+    }
+
+    /// The frames group `f` names (none if `f` is no live group).
+    fn members(&self, f: Frame) -> &[Frame] {
+        Self::group_index(f).and_then(|g| self.groups.get(g)).map_or(&[], |(m, n)| &m[..usize::from(*n)])
+    }
+
+    /// Lent pages and live groups: what the port may still have armed or be sending.
+    pub(crate) fn lent(&self, i: usize) -> Option<Frame> {
+        if let Some((_, n)) = self.groups.get(i) {
+            return (*n > 0).then_some(GROUP_BASE + i as Frame);
+        }
+        let i = i - GROUPS;
+        matches!(self.lends.get(i)?, Lend::Out(_)).then_some(LENT_BASE + i as Frame)
     }
 
     /// Move the lends given back into `out` (to drop outside the core lock); how many.
@@ -115,9 +165,13 @@ impl Pool {
             }
         }
         self.back -= n;
+        self.free_lends += n;
         n
     }
 }
+
+/// How many frames [`Pool::lent`] may name.
+pub(crate) const LENT_NAMES: usize = GROUPS + LEND_SLOTS;
 
 impl FrameMem for Pool {
     type Frame = Frame;
@@ -137,7 +191,36 @@ impl FrameMem for Pool {
             None => self.buf(f).map(DmaBuf::dma_addr),
         }
     }
+    fn segments(&self, f: Frame, out: &mut Segments) -> Option<usize> {
+        let members = self.members(f);
+        if members.is_empty() {
+            out[0] = Segment { addr: self.dma(f)?, len: FRAME_BYTES as u32 };
+            return Some(1);
+        }
+        for (o, &m) in out.iter_mut().zip(members) {
+            *o = Segment { addr: self.dma(m)?, len: FRAME_BYTES as u32 };
+        }
+        Some(members.len())
+    }
+    fn sent(&mut self, f: Frame) {
+        // A gathered reply (posted or dropped): its pool frames stay held, the group ends.
+        if Self::group_index(f).is_some() {
+            self.give_back(f);
+        }
+    }
     fn give_back(&mut self, f: Frame) -> bool {
+        if let Some(g) = Self::group_index(f) {
+            let (members, n) = self.groups.get(g).copied().unwrap_or(([0; GROUP_FRAMES], 0));
+            if let Some(e) = self.groups.get_mut(g) {
+                e.1 = 0;
+            }
+            for &m in &members[..usize::from(n)] {
+                if Self::slot(m).is_some() {
+                    self.give_back(m);
+                }
+            }
+            return false;
+        }
         let Some(i) = Self::slot(f) else { return true };
         if let Some(l) = self.lends.get_mut(i) {
             if let Lend::Out(lent) = core::mem::replace(l, Lend::Free) {
