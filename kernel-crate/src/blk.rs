@@ -171,9 +171,11 @@ impl PageIo {
 /// Where the disk's pages live.
 pub(crate) trait PageBackend: Send + Sync {
     /// Read disk page `page` into `io` ([`PageIo::fill`]) and complete it, now or later.
-    fn read(&self, page: u64, io: PageIo);
+    /// `last`: the request's last page (the others came just before it): a backend that
+    /// gathers a request's pages may start on them now.
+    fn read(&self, page: u64, io: PageIo, last: bool);
     /// Store `io`'s data ([`PageIo::copy_out`]) as disk page `page` and complete it.
-    fn write(&self, page: u64, io: PageIo);
+    fn write(&self, page: u64, io: PageIo, last: bool);
 }
 
 /// The disk's counters (module-wide: one disk), in `gms_disk_stats`.
@@ -232,14 +234,14 @@ impl Driver for BlkDriver {
         r
     }
 
-    fn serve(&self, rq: &RqInfo, part: Part) {
+    fn serve(&self, rq: &RqInfo, part: Part, last: bool) {
         let page = rq.sector / SECTORS_PER_PAGE + u64::from(part.index());
         let write = rq.op == Op::Write;
         let io = PageIo { part, write };
         if write {
-            self.backend.write(page, io);
+            self.backend.write(page, io, last);
         } else {
-            self.backend.read(page, io);
+            self.backend.read(page, io, last);
         }
     }
 

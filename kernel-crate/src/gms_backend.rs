@@ -39,7 +39,8 @@
 //!   it) or an older version goes on to the next replica (`disk_replica_fallbacks`), and
 //!   only when the last one misses is it an I/O error (every copy is gone).
 //! * Nothing waits: `read`/`write` (blk-mq's `queue_rq`, atomic context) queue the page
-//!   and issue what GMS has room for; completions arrive on the receive path (the hard
+//!   and issue what GMS has room for (a read after its request's last page: the
+//!   request's reads that one member holds go as one `GETPAGES`, [`group`]); completions arrive on the receive path (the hard
 //!   interrupt, core spinlock held) and wait in the runtime's host until the driver settles the
 //!   client after the batch ([`Client::settle`], still under the lock), which fills the
 //!   page and marks it finished; `PageIo::complete` runs once the lock is released
@@ -82,7 +83,6 @@ mod sites;
 use backlog::Waiting;
 use complete::{complete, fill_from, write_failed};
 pub(crate) use issue::issue;
-use issue::{issue_disk, issue_prefetches};
 
 /// The runtime's core with the disk as its client (`None` until `/dev/gms0` exists).
 pub(crate) type DiskCore = Core<Option<KBox<DiskState>>>;
@@ -616,27 +616,35 @@ pub(crate) fn take_finished(core: &mut DiskCore, out: &mut [Option<(PageIo, Resu
 
 /// A disk page from blk-mq (atomic context, core lock held): zeros for a page never
 /// written, a read-ahead cache hit, parked on a pending fetch, else queued for GMS and
-/// issued. `closing`: the NIC is going away, the page fails. Whether anything was issued
-/// (the caller flushes and rings the doorbell).
-pub(crate) fn submit(c: &mut DiskCore, page: u64, io: PageIo, write: bool, closing: bool) -> bool {
+/// issued — a read only after its request's `last` page, so that the request's reads one
+/// member holds go as one `GETPAGES`; a write at once, its put on the wire while the
+/// request's next pages are queued. `closing`: the NIC is going away, the page fails.
+/// Whether anything was issued (the caller flushes and rings the doorbell).
+pub(crate) fn submit(c: &mut DiskCore, page: u64, io: PageIo, write: bool, closing: bool, last: bool) -> bool {
+    queue_page(c, page, io, write, closing);
+    (last || write) && issue(c, now_ns())
+}
+
+/// [`submit`]'s page, queued (or finished at once).
+fn queue_page(c: &mut DiskCore, page: u64, io: PageIo, write: bool, closing: bool) {
     {
         let Some(d) = c.client.as_mut() else {
             io.complete(Err(EIO));
-            return false;
+            return;
         };
         if closing {
             d.fail(io);
-            return false;
+            return;
         }
         match d.version(page) {
             None => {
                 d.fail(io);
-                return false;
+                return;
             }
             Some(0) if !write && !d.known(page) => {
                 // Not written by this load: an earlier one may have written it.
                 d.push_or_fail(Waiting { probe: 1, ..Waiting::new(page, io, false, false) });
-                return issue_disk(c, now_ns());
+                return;
             }
             Some(0) if !write => {
                 let r = io.fill_zero();
@@ -646,7 +654,7 @@ pub(crate) fn submit(c: &mut DiskCore, page: u64, io: PageIo, write: bool, closi
                     d.counters.errors += 1;
                 }
                 d.finish(io, r);
-                return false;
+                return;
             }
             Some(_) => {}
         }
@@ -657,7 +665,7 @@ pub(crate) fn submit(c: &mut DiskCore, page: u64, io: PageIo, write: bool, closi
             }
             // Every replica is put at once, each with its own token of the page: the
             // write costs one round trip, not one per copy. Replica 0 goes first.
-            let Some(d) = c.client.as_mut() else { return false };
+            let Some(d) = c.client.as_mut() else { return };
             let mut parts: [Option<PageIo>; MAX_REPLICAS as usize - 1] = [const { None }; MAX_REPLICAS as usize - 1];
             for part in parts.iter_mut().take(usize::from(d.replicas) - 1) {
                 match io.split() {
@@ -665,7 +673,7 @@ pub(crate) fn submit(c: &mut DiskCore, page: u64, io: PageIo, write: bool, closi
                     Err(_) => {
                         parts.iter_mut().filter_map(Option::take).for_each(|p| d.fail(p));
                         d.fail(io);
-                        return issue_disk(c, now_ns());
+                        return;
                     }
                 }
             }
@@ -675,7 +683,7 @@ pub(crate) fn submit(c: &mut DiskCore, page: u64, io: PageIo, write: bool, closi
             for (k, part) in (1..).zip(parts.iter_mut().filter_map(Option::take)) {
                 d.push_or_fail(Waiting { replica: k, ..Waiting::new(page, part, true, false) });
             }
-            return issue_disk(c, now_ns());
+            return;
         } else if d.ra_on {
             let v = d.version(page).unwrap_or(0);
             let hit = d.cached(page, v);
@@ -697,32 +705,30 @@ pub(crate) fn submit(c: &mut DiskCore, page: u64, io: PageIo, write: bool, closi
                             }
                             None => io.complete(r),
                         }
-                        return issue_prefetches(c, now_ns());
+                        return;
                     }
                 }
                 Decision::WaitFor(_) => {
                     if let Err(back) = d.park(page, io) {
                         d.push_or_fail(Waiting::new(page, back, false, false));
                     }
-                    return false;
+                    return;
                 }
                 Decision::Fetch(id) => ra = id.is_some(),
             }
-            let Some(d) = c.client.as_mut() else { return false };
+            let Some(d) = c.client.as_mut() else { return };
             if let Err(io) = d.push(Waiting::new(page, io, write, ra)) {
                 if ra {
                     let _ = d.ra.complete(DISK_SPACE, page, false);
                 }
                 d.fail(io);
-                return false;
+                return;
             }
-            return issue(c, now_ns());
+            return;
         }
-        let Some(d) = c.client.as_mut() else { return false };
+        let Some(d) = c.client.as_mut() else { return };
         if let Err(io) = d.push(Waiting::new(page, io, write, ra)) {
             d.fail(io);
-            return false;
         }
-        issue_disk(c, now_ns())
     }
 }

@@ -83,7 +83,7 @@ impl RamBackend {
 }
 
 impl PageBackend for RamBackend {
-    fn read(&self, page: u64, io: PageIo) {
+    fn read(&self, page: u64, io: PageIo, _last: bool) {
         let Some(io) = self.inject(page, io) else { return };
         let r = {
             let store = self.store.lock();
@@ -95,7 +95,7 @@ impl PageBackend for RamBackend {
         io.complete(r);
     }
 
-    fn write(&self, page: u64, io: PageIo) {
+    fn write(&self, page: u64, io: PageIo, _last: bool) {
         let Some(io) = self.inject(page, io) else { return };
         let r = {
             let mut store = self.store.lock();

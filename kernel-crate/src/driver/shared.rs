@@ -170,17 +170,19 @@ impl Shared {
     }
 
     /// A disk page from blk-mq (atomic context): handed to the disk under the lock, then
-    /// what it issued is sent and what finished completed.
-    fn disk_io(&self, page: u64, io: PageIo, write: bool) {
+    /// what it issued is sent and, after a request's `last` page, what finished completed.
+    fn disk_io(&self, page: u64, io: PageIo, write: bool, last: bool) {
         let sent = {
             let mut core = self.core.lock();
             let c = &mut *core;
-            gms_backend::submit(c, page, io, write, self.is_closing()) && c.flush()
+            gms_backend::submit(c, page, io, write, self.is_closing(), last) && c.flush()
         };
         if sent {
             self.ring_nic();
         }
-        self.complete_disk();
+        if last {
+            self.complete_disk();
+        }
     }
 }
 
@@ -197,11 +199,11 @@ impl Jobs for Shared {
 pub(super) struct GmsBackend(pub(super) Arc<Dev>);
 
 impl PageBackend for GmsBackend {
-    fn read(&self, page: u64, io: PageIo) {
-        self.0.disk_io(page, io, false);
+    fn read(&self, page: u64, io: PageIo, last: bool) {
+        self.0.disk_io(page, io, false, last);
     }
-    fn write(&self, page: u64, io: PageIo) {
-        self.0.disk_io(page, io, true);
+    fn write(&self, page: u64, io: PageIo, last: bool) {
+        self.0.disk_io(page, io, true, last);
     }
 }
 

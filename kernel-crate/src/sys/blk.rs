@@ -89,9 +89,9 @@ pub(crate) trait Driver: Send + Sync + 'static {
     /// fail it unstarted (`ENOTSUPP` → `BLK_STS_NOTSUPP`, anything else → `IOERR`).
     fn accept(&self, rq: &RqInfo) -> Result<u32>;
     /// Serve part `part.index()` of `rq` (same context as `accept`; parts 0, 1, … in
-    /// order, right after `accept`). The part may be completed now or later, from any
-    /// context.
-    fn serve(&self, rq: &RqInfo, part: Part);
+    /// order, right after `accept`; `last`: the request's last). The part may be
+    /// completed now or later, from any context.
+    fn serve(&self, rq: &RqInfo, part: Part, last: bool);
     /// blk-mq's timer fired with `pending` parts still out; the request is being failed
     /// with `BLK_STS_TIMEOUT` (process context).
     fn timed_out(&self, rq: &RqInfo, pending: u32);
@@ -425,7 +425,7 @@ unsafe extern "C" fn queue_rq<T: Driver>(
     for index in 0..parts {
         shared.parts.fetch_add(1, Ordering::Relaxed);
         let part = Part { rq: rq_ptr, gen, index, parts: NonNull::from(&shared.parts), done: false };
-        driver.serve(&info, part);
+        driver.serve(&info, part, index + 1 == parts);
     }
     STS_OK
 }
