@@ -8,8 +8,8 @@
 //! [`REFUSED_NS`], or until the next plan, which reflects free memory anew) or its free
 //! room, as last heard ([`Placement::heard`], e.g. from its heartbeat) less the puts sent
 //! since, is used up. A fresh target takes a put while it has fewer than `cap` in flight
-//! (several nodes' putpages converge on a target's NIC receive ring, and a full ring
-//! drops). A plan draw of a fresh target at its cap is held: the next pick goes there once
+//! (several nodes' putpages converge on a target's NIC receive ring, and a full ring holds
+//! the link back). A plan draw of a fresh target at its cap is held: the next pick goes there once
 //! it has a slot (`None` until then), as sending that put elsewhere would undo the plan's
 //! weights. When no target is fresh the least loaded under its cap is chosen anyway, so a
 //! caller that must put somewhere still can; [`Placement::done`] tells a caller whose put

@@ -577,7 +577,7 @@ pub struct Stat {
     pub get_latency: HistReport,
     pub get_latency_2way: HistReport,
     pub get_latency_3way: HistReport,
-    /// The NIC's non-zero firmware and link counters (`rx_drop_ring_full`, `link_…`).
+    /// The NIC's non-zero firmware and link counters (`rx_ring_wait`, `link_…`).
     pub nic: Vec<(String, u64)>,
     /// Putpage targets drawn from the global LRU's plan / chosen least loaded (no plan yet,
     /// or the plan drew no target that takes puts).

@@ -3,8 +3,8 @@
 //! the user-space ports use), fed with this daemon's members, window and heartbeats.
 //!
 //! A target takes at most `window / members` of this daemon's puts at once (every peer's
-//! putpages share a target's 32-entry NIC receive ring, and a full ring drops). Targets
-//! are drawn from the epoch-based global LRU's plan among those that did not refuse a put
+//! putpages share a target's 32-entry NIC receive ring, and a full ring holds the link
+//! back). Targets are drawn from the epoch-based global LRU's plan among those that did not refuse a put
 //! within [`gms::placement::REFUSED_NS`] and have room left as far as their heartbeats
 //! tell (budget − held, less the puts sent there since); a draw of a target at its cap
 //! waits for its slot rather than go elsewhere; before the first plan, or when the plan

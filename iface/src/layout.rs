@@ -290,8 +290,9 @@ pub enum Counter {
     TxBytes,
     RxPackets,
     RxBytes,
-    /// Receive ring full: packet dropped.
-    RxDropRingFull,
+    /// Receive ring full: the packet waited in staging, the link back-pressured, until the
+    /// host freed a slot.
+    RxRingWait,
     /// Link CRC failed or the packet was aborted by its sender.
     RxDropCrc,
     /// Header malformed (magic, version, lengths): packet dropped.
@@ -318,7 +319,7 @@ impl Counter {
         Self::TxBytes,
         Self::RxPackets,
         Self::RxBytes,
-        Self::RxDropRingFull,
+        Self::RxRingWait,
         Self::RxDropCrc,
         Self::RxDropMalformed,
         Self::RxBadToken,
@@ -341,7 +342,7 @@ impl Counter {
             Self::TxBytes => "tx_bytes",
             Self::RxPackets => "rx_packets",
             Self::RxBytes => "rx_bytes",
-            Self::RxDropRingFull => "rx_drop_ring_full",
+            Self::RxRingWait => "rx_ring_wait",
             Self::RxDropCrc => "rx_drop_crc",
             Self::RxDropMalformed => "rx_drop_malformed",
             Self::RxBadToken => "rx_bad_token",

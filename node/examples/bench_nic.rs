@@ -3,7 +3,8 @@
 //! riscv32 image on the emulated core, NIC to NIC over the in-process link.
 //!
 //! * messages/s — node 0's host streams control-only messages to node 1's host, with a
-//!   credit window (the receive ring drops what a slow host cannot take, as in Trapeze);
+//!   credit window (a slow host back-pressures the link: the NIC holds what its full ring
+//!   cannot take);
 //! * 8 KB streaming MB/s — the same with 8 KB unsolicited payloads;
 //! * one-way 8 KB latency — one message in flight: node 0 stamps the send time, node 1's
 //!   host records its receive time (same process, same clock) and acknowledges with a

@@ -5,9 +5,12 @@
 //! back-pressured until the host bus drains staging). As soon as a packet's header has
 //! arrived its destination is decided — IPT frame (token validated and claimed before
 //! any DMA), the receive slot's attached frame, control-only, or drop — and payload
-//! pulses to the host start while the rest is still arriving. A packet is delivered to
-//! the receive ring only after its link trailer checked; a bad packet releases its IPT
-//! claim and its reserved slot instead.
+//! pulses to the host start while the rest is still arriving. A packet for this node that
+//! finds the receive ring full waits in staging, and no further buffer is posted (the
+//! link is back-pressured) until the host takes a message and frees its slot: a busy host
+//! slows its senders down rather than losing what they sent (counted,
+//! `Counter::RxRingWait`). A packet is delivered to the receive ring only after its link
+//! trailer checked; a bad packet releases its IPT claim and its reserved slot instead.
 
 use super::pulse::pulse_len;
 use super::staging::{align8, Staging};
@@ -24,7 +27,7 @@ use heapless::Deque;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Dest {
-    /// Header not yet arrived.
+    /// Header not yet arrived, or (`RxPkt::waiting`) the receive ring was full.
     Undecided,
     /// Malformed, misrouted, or no receive slot: consume from the link and discard.
     Drop,
@@ -42,6 +45,11 @@ struct RxPkt {
     off: u32,
     arrived: u32,
     complete: bool,
+    /// The link trailer checked (once `complete`).
+    crc_ok: bool,
+    /// The header arrived and the packet is for this node, but the receive ring was full:
+    /// it waits for a slot, undecided, and nothing newer is received meanwhile.
+    waiting: bool,
     /// Trailer bad (or packet aborted): discard once no DMA runs.
     dropping: bool,
     hdr: Header,
@@ -73,6 +81,7 @@ impl RxPkt {
     }
     fn finished(&self) -> bool {
         self.complete
+            && self.dest != Dest::Undecided
             && !self.sinking
             && (self.dropping
                 || self.dma_failed
@@ -235,6 +244,18 @@ impl<M: NicMemory> Firmware<M> {
                 progress = true;
             }
         }
+        // A packet waiting for a receive slot: decide it once the host has freed one.
+        if let Some(p) = self.rx.q.back().copied().filter(|p| p.waiting) {
+            if self.slot_free() {
+                self.classify(p.id, p.arrived);
+                if p.complete {
+                    self.judge();
+                }
+                progress = true;
+            } else {
+                return progress;
+            }
+        }
         if !self.rx.receiving && !self.rx.q.is_full() {
             let cap = align8(HEADER_BYTES + CTRL_MSG_BYTES + self.cfg.mtu + TRAILER_BYTES);
             if let Some(rel) = self.rx.staging.alloc(cap) {
@@ -247,6 +268,8 @@ impl<M: NicMemory> Firmware<M> {
                     off,
                     arrived: 0,
                     complete: false,
+                    crc_ok: false,
+                    waiting: false,
                     dropping: false,
                     hdr: Header::default(),
                     dest: Dest::Undecided,
@@ -280,10 +303,18 @@ impl<M: NicMemory> Firmware<M> {
         }
         let parsed = if arrived >= HEADER_BYTES { Header::from_words(&words, self.cfg.mtu).ok() } else { None };
         let (dest, hdr, slot, flags, verdict) = match parsed {
+            Some(h) if h.dst == self.cfg.node_id && !self.slot_free() => {
+                if let Some(p) = self.rx.q.back_mut().filter(|p| !p.waiting) {
+                    p.waiting = true;
+                    self.bump(Counter::RxRingWait, 1);
+                }
+                return;
+            }
             Some(h) if h.dst == self.cfg.node_id => self.choose_dest(h),
             _ => (Dest::Drop, Header::default(), None, 0, Some(Counter::RxDropMalformed)),
         };
         if let Some(p) = self.rx.q.back_mut() {
+            p.waiting = false;
             p.dest = dest;
             p.hdr = hdr;
             p.slot = slot;
@@ -292,13 +323,16 @@ impl<M: NicMemory> Firmware<M> {
         }
     }
 
-    /// Destination, header, reserved slot, flags and the counter for the verdict.
+    /// Whether the next receive slot is free (the host took the message it last held).
+    fn slot_free(&self) -> bool {
+        Slot::new(&self.mem, Ring::Recv, self.rx.reserve).state_acquire() & state::READY == 0
+    }
+
+    /// Destination, header, reserved slot (the next one, free: [`Self::slot_free`]), flags
+    /// and the counter for the verdict.
     fn choose_dest(&mut self, h: Header) -> (Dest, Header, Option<u32>, u32, Option<Counter>) {
         let pos = self.rx.reserve;
         let slot = Slot::new(&self.mem, Ring::Recv, pos);
-        if slot.state_acquire() & state::READY != 0 {
-            return (Dest::Drop, h, None, 0, Some(Counter::RxDropRingFull));
-        }
         self.rx.reserve = pos.wrapping_add(1);
         if h.payload_len == 0 {
             return (Dest::CtrlOnly, h, Some(pos), 0, None);
@@ -321,12 +355,23 @@ impl<M: NicMemory> Firmware<M> {
         }
     }
 
-    /// The newest packet ended on the link with `len` bytes (trailer excluded).
+    /// The newest packet ended on the link with `len` bytes (trailer excluded): judged now,
+    /// or once it has a receive slot.
     fn packet_ended(&mut self, len: u32, crc_ok: bool) {
         let Some(p) = self.rx.q.back_mut() else { return };
         self.rx.active += !p.active() as u32;
         p.complete = true;
         p.arrived = len;
+        p.crc_ok = crc_ok;
+        if !p.waiting {
+            self.judge();
+        }
+    }
+
+    /// Judge the newest packet, complete and decided, by its trailer and length.
+    fn judge(&mut self) {
+        let Some(p) = self.rx.q.back_mut() else { return };
+        let (len, crc_ok) = (p.arrived, p.crc_ok);
         let verdict = p.verdict.take();
         let good = crc_ok && p.dest != Dest::Undecided && len == p.hdr.packet_bytes();
         // A packet dropped at its header is still judged by its trailer: a header that

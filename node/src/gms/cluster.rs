@@ -345,7 +345,6 @@ impl Cluster {
     pub fn drops(&self) -> Vec<(&'static str, u64)> {
         use trapeze_firmware::iface::layout::Counter;
         let causes = [
-            Counter::RxDropRingFull,
             Counter::RxDropCrc,
             Counter::RxDropMalformed,
             Counter::RxBadToken,

@@ -347,14 +347,14 @@ fn status_line(nic: &Nic) -> String {
     let s = nic.status();
     let c = |n: &str| s.counters.iter().find(|(k, _)| k == n).map_or(0, |x| x.1);
     format!(
-        "{}: up {}, fw {} {} tx {} rx {} drops(ring {} crc {}) bad-token {} dma-refused {} link tx {} rx {} crc-err {} mac-rejected {}",
+        "{}: up {}, fw {} {} tx {} rx {} ring-waits {} crc-drops {} bad-token {} dma-refused {} link tx {} rx {} crc-err {} mac-rejected {}",
         s.name,
         human_duration(Duration::from_secs_f64(s.uptime_s.max(0.0))),
         s.fw_state,
         s.mode,
         c("tx_packets"),
         c("rx_packets"),
-        c("rx_drop_ring_full"),
+        c("rx_ring_wait"),
         c("rx_drop_crc"),
         c("rx_bad_token"),
         s.dma_refused,
