@@ -181,7 +181,7 @@ impl<
         for (l, f) in list.iter_mut().zip(&frames[..n]) {
             *l = f.unwrap_or(first);
         }
-        let Some(g) = self.host.gather(&list[..n]) else { return miss(self) };
+        let Some(g) = self.host.gather(&list[..n], len) else { return miss(self) };
         let epoch = self.epoch;
         for page in pages(req.first, req.mask).flatten() {
             if let Some(h) = self.held.get_mut(&page) {

@@ -34,12 +34,13 @@ pub trait Host<F: Copy> {
     fn completed(&mut self, done: Completion<F>) {
         let _ = done;
     }
-    /// One frame naming `frames` in order, as one payload (a gather list: a `GETPAGES`
-    /// reply's pages). It names them only for the send it goes into; [`Self::release`] of
-    /// it ends it and never the frames it names. `None` (the default): this runtime does
-    /// not gather, and a `GETPAGES` is answered with a miss (asked page by page then).
-    fn gather(&mut self, frames: &[F]) -> Option<F> {
-        let _ = frames;
+    /// One frame naming the first `piece` bytes of each of `frames` in order, as one
+    /// payload (a gather list: a `GETPAGES` reply's pages). It names them only for the
+    /// send it goes into; [`Self::release`] of it ends it and never the frames it names.
+    /// `None` (the default): this runtime does not gather (or not pieces of that size), and
+    /// a `GETPAGES` is answered with a miss (asked page by page then).
+    fn gather(&mut self, frames: &[F], piece: u32) -> Option<F> {
+        let _ = (frames, piece);
         None
     }
     /// A request for another service sharing this NetRPC (the default answers

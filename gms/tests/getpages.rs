@@ -322,7 +322,7 @@ impl Host<u32> for Plain {
 
 #[test]
 fn a_holder_whose_host_does_not_gather_answers_a_miss() {
-    assert_eq!(Plain.gather(&[1, 2, 3]), None, "the default does not gather");
+    assert_eq!(Plain.gather(&[1, 2, 3], 4096), None, "the default does not gather");
     let mut s = cluster(3);
     s.w.borrow_mut().no_gather.insert(2);
     let first = PageId::new(0, 600);

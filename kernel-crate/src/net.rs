@@ -382,10 +382,12 @@ impl Host<Frame> for KHost {
     fn dropped(&mut self, _page: PageId, frame: Frame, _dirty: bool) {
         self.retire(frame);
     }
-    /// Held pool frames only: a reply gathered from them ends once posted.
-    fn gather(&mut self, frames: &[Frame]) -> Option<Frame> {
+    /// Whole held pool frames only (a group's pieces are frames): a reply gathered from
+    /// them ends once posted.
+    fn gather(&mut self, frames: &[Frame], piece: u32) -> Option<Frame> {
         let pool = self.ep.0.as_mut()?.frames_mut();
-        frames.iter().all(|&f| !Pool::is_lent(f)).then(|| pool.group(frames)).flatten()
+        let whole = piece as usize == FRAME_BYTES && frames.iter().all(|&f| !Pool::is_lent(f));
+        whole.then(|| pool.group(frames)).flatten()
     }
     /// Kept by operation slot until the issuer takes it ([`KHost::take_done`]): the disk
     /// after each batch ([`stack::Client::settle`]), a test in its loop. Nothing runs here.

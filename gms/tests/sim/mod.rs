@@ -224,7 +224,7 @@ impl Host<Frame> for TestHost {
     fn completed(&mut self, done: Completion<Frame>) {
         self.w.borrow_mut().completions.push((self.id, done));
     }
-    fn gather(&mut self, frames: &[Frame]) -> Option<Frame> {
+    fn gather(&mut self, frames: &[Frame], _piece: u32) -> Option<Frame> {
         let mut w = self.w.borrow_mut();
         if w.no_gather.contains(&self.id) {
             return None;
