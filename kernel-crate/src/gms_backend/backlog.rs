@@ -4,8 +4,8 @@
 //! a `GETPAGES` can carry with it ([`DiskState::take_group`], [`super::group`]).
 
 use super::DiskState;
-use crate::net::pool::GROUP_FRAMES;
 use crate::blk::PageIo;
+use crate::net::pool::GROUP_FRAMES;
 
 /// A page in the backlog.
 pub(super) struct Waiting {
@@ -36,7 +36,19 @@ pub(super) struct Waiting {
 
 impl Waiting {
     pub(super) fn new(page: u64, io: PageIo, write: bool, ra: bool) -> Self {
-        Waiting { page, io, write, ra, tries: 0, since: 0, replica: 0, via_dir: false, probe: 0, found: false, solo: false }
+        Waiting {
+            page,
+            io,
+            write,
+            ra,
+            tries: 0,
+            since: 0,
+            replica: 0,
+            via_dir: false,
+            probe: 0,
+            found: false,
+            solo: false,
+        }
     }
 }
 

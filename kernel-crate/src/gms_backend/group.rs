@@ -11,9 +11,9 @@
 //! tried again, as for any read.
 
 use super::{DiskCore, DiskState, InFlight, Waiting, DISK_SPACE};
-use crate::net::stack::Core;
 use crate::blk::{PageIo, PAGE_BYTES};
 use crate::net::pool::GROUP_FRAMES;
+use crate::net::stack::Core;
 use crate::net::{Frame, KHost};
 use crate::stats::STATS;
 use crate::tpz::gms::ops::GETPAGES_SPAN;
@@ -140,7 +140,9 @@ pub(super) fn completed(host: &mut KHost, d: &mut DiskState, f: InFlight, done: 
     let slot = usize::from(done.op.slot);
     let n = d.groups[slot].0.iter().flatten().count();
     let (hit, frame) = match done.result {
-        OpResult::Get(GetResult::Hit { frame, len, .. }) => (len as usize == n * PAGE_BYTES && frame == f.frame, Some(frame)),
+        OpResult::Get(GetResult::Hit { frame, len, .. }) => {
+            (len as usize == n * PAGE_BYTES && frame == f.frame, Some(frame))
+        }
         OpResult::Get(GetResult::Miss { frame, .. }) => (false, frame),
         _ => (false, Some(f.frame)),
     };

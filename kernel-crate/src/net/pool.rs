@@ -18,13 +18,13 @@
 //! the lent pages it names and never frees a pool frame.
 
 use super::{Frame, FRAME_BYTES, OPS};
-use crate::tpz::iface::entry::Segment;
-use crate::tpz::iface::layout::MAX_SEGMENTS;
-use crate::tpz::runtime::frames::Segments;
 use crate::blk::PAGE_BYTES;
 use crate::sys::blk::Lent;
 use crate::sys::dma::DmaBuf;
 use crate::sys::pci::PciDev;
+use crate::tpz::iface::entry::Segment;
+use crate::tpz::iface::layout::MAX_SEGMENTS;
+use crate::tpz::runtime::frames::Segments;
 use crate::tpz::runtime::FrameMem;
 use kernel::prelude::*;
 
@@ -59,8 +59,9 @@ pub(crate) struct Pool {
     /// The NIC's PCI device, which lent pages are mapped for.
     dev: PciDev,
     lends: KVec<Lend>,
-    /// Slots in [`Lend::Back`], and in [`Lend::Free`].
+    /// Slots in [`Lend::Back`].
     back: usize,
+    /// Slots in [`Lend::Free`].
     free_lends: usize,
     /// The frames of each group (no frame: the group is free).
     groups: KVec<([Frame; GROUP_FRAMES], u8)>,
@@ -123,7 +124,9 @@ impl Pool {
     /// A group naming `frames` in order (1 to [`GROUP_FRAMES`] lent pages or pool frames),
     /// or `None` (no group free, or a frame that is neither).
     pub(crate) fn group(&mut self, frames: &[Frame]) -> Option<Frame> {
-        let known = |f: &Frame| self.buf(*f).is_some() || matches!(Self::slot(*f).and_then(|i| self.lends.get(i)), Some(Lend::Out(_)));
+        let known = |f: &Frame| {
+            self.buf(*f).is_some() || matches!(Self::slot(*f).and_then(|i| self.lends.get(i)), Some(Lend::Out(_)))
+        };
         if frames.is_empty() || frames.len() > GROUP_FRAMES || !frames.iter().all(known) {
             return None;
         }
@@ -222,7 +225,8 @@ impl FrameMem for Pool {
             return false;
         }
         let Some(i) = Self::slot(f) else { return true };
-        if let Some(l) = self.lends.get_mut(i) {
+        // Only a lend still out goes back (one given back already waits as it is).
+        if let Some(l) = self.lends.get_mut(i).filter(|l| matches!(l, Lend::Out(_))) {
             if let Lend::Out(lent) = core::mem::replace(l, Lend::Free) {
                 *l = Lend::Back(lent);
                 self.back += 1;
