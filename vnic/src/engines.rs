@@ -354,7 +354,7 @@ impl Engines for SoftEngines {
 
     /// Soft transfers finish when started, so no engine is ever mid-transfer here: an idle
     /// pass always means "wait for the host or the link".
-    fn idle(&mut self, _engines_busy: bool) {
-        self.idle_wait();
+    fn idle(&mut self, engines_busy: bool) {
+        self.idle_wait(engines_busy);
     }
 }

@@ -258,7 +258,8 @@ impl Core<'_> {
         if ev != 0 {
             return (ev, false);
         }
-        let Some(wake) = self.eng().idle_wait() else {
+        // The image asks only when it has nothing in hand (with work in hand it polls).
+        let Some(wake) = self.eng().idle_wait(false) else {
             return (event::TIMEOUT, false);
         };
         if stopping(self) {

@@ -9,6 +9,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use trapeze_firmware::iface::ipt;
 
+/// The longest park while the firmware holds work it cannot move yet (a packet waiting for
+/// its host to free a receive slot: the host frees slots without ringing a doorbell).
+pub const BUSY_PARK: Duration = Duration::from_micros(100);
+
 /// Host interrupts: eventfds to signal (a user-space host's, or a guest's MSI-X vector).
 #[derive(Default)]
 pub struct Notifier {
@@ -137,8 +141,10 @@ impl SoftEngines {
     /// up — or the reply spin, while the host awaits a reply (an IPT entry armed): its
     /// reply then finds the processor awake instead of paying a wakeup — then park for up
     /// to 100 ms (or until the link's next timer) and report what woke it. Any engine start
-    /// ends the idle stretch.
-    pub fn idle_wait(&mut self) -> Option<Wake> {
+    /// ends the idle stretch. `busy`: the firmware still holds work it cannot move now (a
+    /// packet waiting for its host to free a receive slot, which rings no doorbell): park
+    /// for [`BUSY_PARK`] at most.
+    pub fn idle_wait(&mut self, busy: bool) -> Option<Wake> {
         // Frames due off the link's delay line leave before the processor idles.
         let _ = self.link.poll_timers();
         let now = Instant::now();
@@ -150,7 +156,7 @@ impl SoftEngines {
             return None;
         }
         // Sleep until a wakeup or the link's next timer (held frames, reassembly).
-        let mut timeout = Duration::from_millis(100);
+        let mut timeout = if busy { BUSY_PARK } else { Duration::from_millis(100) };
         if let Some(d) = self.link.poll_deadline() {
             timeout = timeout.min(d.saturating_duration_since(now));
         }
