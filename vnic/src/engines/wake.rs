@@ -143,7 +143,7 @@ impl SoftEngines {
     /// to 100 ms (or until the link's next timer) and report what woke it. Any engine start
     /// ends the idle stretch. `busy`: the firmware still holds work it cannot move now (a
     /// packet waiting for its host to free a receive slot, which rings no doorbell): park
-    /// for [`BUSY_PARK`] at most.
+    /// for `BUSY_PARK` (100 µs) at most.
     pub fn idle_wait(&mut self, busy: bool) -> Option<Wake> {
         // Frames due off the link's delay line leave before the processor idles.
         let _ = self.link.poll_timers();
