@@ -208,7 +208,8 @@ impl Daemon {
             .dma
             .register("gms", DEFAULT_REGION_BASE, region.clone(), 0, bytes as u64)
             .map_err(|e| anyhow::anyhow!("registering the frame region: {e}"))?;
-        let cfg = EndpointConfig { node_id: opts.node, mtu: FRAME_BYTES, ..EndpointConfig::default() };
+        // A `GETPAGES` reply to a guest gathers up to eight of its 4 KiB pages: 32 KiB.
+        let cfg = EndpointConfig { node_id: opts.node, mtu: 4 * FRAME_BYTES, ..EndpointConfig::default() };
         let op_ns = opts.op_timeout.as_nanos() as u64;
         let rcfg = netrpc::rpc::Config { call_timeout: 4 * op_ns, nonblocking_timeout: Some(4 * op_ns) };
         // Background directory updates retry after half an operation timeout (the default

@@ -4,7 +4,8 @@
 # (`cargo xtask vm gmsd-test`): the guest is node 0, the host daemon node 1 on the same
 # UDP link, both speaking the GMS heartbeat. The guest loads trapeze.ko with
 # gms_nodes=0,1 and /dev/gms0 on GMS (its only putpage target is the daemon), writes
-# PAGES 4 KiB pages with O_DIRECT, reads them back and compares, then prints
+# PAGES 4 KiB pages with O_DIRECT, reads them back and compares (page by page, then all
+# in one request: the daemon answers `GETPAGES`, gathering up to eight), then prints
 # "trapeze-gmsd: WRITTEN" and stays a member for HOLD seconds while xtask checks the
 # daemon (`gms stat`: pages held; `gms get` of a page the guest wrote, page id
 # (0x6d736730 = "gms0", disk page)). Page p holds the 32-byte line
@@ -46,11 +47,24 @@ while [ "$p" -lt "$PAGES" ]; do
     p=$((p + 1))
 done
 check "$PAGES pages read back from the host gmsd, every byte" [ "$ok" = 1 ]
+# All of them in one request: GETPAGES to the daemon, every one a hit.
+: > /tmp/all
+p=0
+while [ "$p" -lt "$PAGES" ]; do page "$p" /tmp/p; cat /tmp/p >> /tmp/all; p=$((p + 1)); done
+g0=$(sed -n 's/^disk_getpages: *//p' /sys/module/trapeze/parameters/stats | head -1)
+dd if="$dev" of=/tmp/r bs=$((PAGES * 4))k count=1 iflag=direct 2>/dev/null && cmp -s /tmp/all /tmp/r
+same=$?
+g=$(sed -n 's/^disk_getpages: *//p' /sys/module/trapeze/parameters/stats | head -1)
+missed=$(sed -n 's/^disk_getpages_missed: *//p' /sys/module/trapeze/parameters/stats | head -1)
+n=$(( ${g:-0} - ${g0:-0} ))
+ok=0
+[ "$same" = 0 ] && [ "$n" -gt 0 ] && [ "${missed:-0}" = 0 ] && ok=1
+check "$PAGES pages read back in one request, $n GETPAGES to the host gmsd, ${missed:-0} missed" [ "$ok" = 1 ]
 say "WRITTEN $PAGES"
 sleep "$HOLD"
 # The driver counts the GMS heartbeats it accepted; here only the daemon sends any.
 hb=$(cat /sys/module/trapeze/parameters/stats | sed -n 's/^heartbeats: *//p' | head -1)
 check "the host gmsd's heartbeats accepted by the kernel node (${hb:-none})" [ "${hb:-0}" -gt 0 ]
 check "rmmod" rmmod trapeze
-say "$((5 - fails)) passed, $fails failed"
+say "$((6 - fails)) passed, $fails failed"
 exit "$fails"

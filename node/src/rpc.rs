@@ -17,9 +17,11 @@ use netrpc::wire::{message_kind, Kind};
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 use std::time::Instant;
-use trapeze_firmware::iface::layout::{ctrl, ctrl_word, RECV_RING_ENTRIES};
+use trapeze_firmware::iface::entry::Segment;
+use trapeze_firmware::iface::layout::{ctrl, ctrl_word, MAX_SEGMENTS, RECV_RING_ENTRIES};
 use trapeze_firmware::iface::mem::NicMemory;
 use trapeze_host::endpoint::{Endpoint, EndpointConfig, RecvMsg, SendMsg};
+use trapeze_runtime::frames::Segments;
 use trapeze_runtime::storage::Heap;
 use trapeze_runtime::FrameMem;
 use trapeze_vnic::nic::{InlineNative, NicMem};
@@ -45,12 +47,46 @@ pub trait Service {
 }
 
 /// The frames of a region registered with the NIC for DMA at `base`: frame = offset of a
-/// [`FRAME_BYTES`] slot.
+/// [`FRAME_BYTES`] slot. A frame at [`GROUP_BASE`]` + g` and above names a *group*: the
+/// first bytes of several frames, as one payload gathered for one send (a `GETPAGES`
+/// reply, [`RegionFrames::group`]); it ends when its transmit has left the port.
 pub struct RegionFrames {
     pub region: Arc<Mapping>,
     base: u64,
     /// Offsets below this are frames.
     end: u64,
+    /// The longest payload the NIC sends (its MTU).
+    mtu: u32,
+    /// Each group's frames and the bytes taken from each (no frames: free).
+    groups: Vec<(Vec<Frame>, u32)>,
+}
+
+/// The first group frame (far above every frame offset).
+pub const GROUP_BASE: Frame = u64::MAX - GROUPS as u64;
+/// Groups at once: replies gathered in one pass before they are posted.
+const GROUPS: usize = 64;
+
+impl RegionFrames {
+    fn new(region: Arc<Mapping>, base: u64, end: u64, mtu: u32) -> Self {
+        RegionFrames { region, base, end, mtu, groups: vec![(Vec::new(), 0); GROUPS] }
+    }
+
+    /// A group naming the first `piece` bytes of each of `frames` (at most the NIC's
+    /// scatter/gather pieces, within a frame, together within the MTU), or `None`.
+    pub fn group(&mut self, frames: &[Frame], piece: u32) -> Option<Frame> {
+        let total = (frames.len() as u64).checked_mul(u64::from(piece))?;
+        let fits = frames.len() <= MAX_SEGMENTS as usize && piece <= FRAME_BYTES && total <= u64::from(self.mtu);
+        if frames.is_empty() || !fits || !frames.iter().all(|&f| f < self.end) {
+            return None;
+        }
+        let g = self.groups.iter().position(|g| g.0.is_empty())?;
+        self.groups[g] = (frames.to_vec(), piece);
+        Some(GROUP_BASE + g as u64)
+    }
+
+    fn group_index(f: Frame) -> Option<usize> {
+        f.checked_sub(GROUP_BASE).map(|g| g as usize).filter(|&g| g < GROUPS)
+    }
 }
 
 impl FrameMem for RegionFrames {
@@ -73,6 +109,29 @@ impl FrameMem for RegionFrames {
     }
     fn read(&self, f: Frame, out: &mut [u8]) -> bool {
         self.region.read(f as usize, out)
+    }
+    fn segments(&self, f: Frame, out: &mut Segments) -> Option<usize> {
+        let Some((frames, piece)) = Self::group_index(f).and_then(|g| self.groups.get(g)) else {
+            out[0] = Segment { addr: self.dma(f)?, len: FRAME_BYTES };
+            return Some(1);
+        };
+        for (o, &m) in out.iter_mut().zip(frames) {
+            *o = Segment { addr: self.dma(m)?, len: *piece };
+        }
+        (!frames.is_empty()).then_some(frames.len())
+    }
+    fn sent(&mut self, f: Frame) {
+        self.give_back(f);
+    }
+    fn give_back(&mut self, f: Frame) -> bool {
+        match Self::group_index(f).and_then(|g| self.groups.get_mut(g)) {
+            // A group ends; the frames it named stay their holder's.
+            Some(g) => {
+                g.0.clear();
+                false
+            }
+            None => true,
+        }
     }
 }
 
@@ -131,8 +190,8 @@ impl Attach {
     }
 
     /// Cut the region into [`FRAME_BYTES`] frames, attach one to every receive slot,
-    /// initialise the endpoint (MTU capped at a frame) and wait, kicking the NIC (at most
-    /// 5 s), until its firmware applied it. Needs at least `spare` frames beyond the
+    /// initialise the endpoint (MTU capped at a frame for each of the NIC's scatter/gather
+    /// pieces) and wait, kicking the NIC (at most 5 s), until its firmware applied it. Needs at least `spare` frames beyond the
     /// receive ring. The frames, and how to run the NIC from now on.
     pub(crate) fn carve(self, spare: usize) -> anyhow::Result<(Frames, Option<InlineNative>, Option<Arc<OwnedFd>>)> {
         let Attach { mem, region, base, cfg, seed, mut cpu, doorbell } = self;
@@ -140,8 +199,9 @@ impl Attach {
         if n < RECV_RING_ENTRIES as usize + spare {
             bail!("region holds {n} frames; need at least {}", RECV_RING_ENTRIES as usize + spare);
         }
-        let frames = RegionFrames { region, base, end: (n * FRAME_BYTES as usize) as u64 };
-        let cfg = EndpointConfig { mtu: cfg.mtu.min(FRAME_BYTES), ..cfg };
+        // An unsolicited payload fits a frame; a gathered one may fill the MTU asked for.
+        let cfg = EndpointConfig { mtu: cfg.mtu.min(MAX_SEGMENTS * FRAME_BYTES), ..cfg };
+        let frames = RegionFrames::new(region, base, (n * FRAME_BYTES as usize) as u64, cfg.mtu);
         let ep = Endpoint::init(mem, &cfg, seed, |i| Frames::slot_segment(&frames, i));
         let frames = Frames::new(ep, frames, spare).map_err(|e| anyhow::anyhow!("cannot set up the port: {e:?}"))?;
         let t0 = Instant::now();
@@ -380,17 +440,20 @@ mod tests {
         }
     }
 
-    fn port(sw: &InProcSwitch, id: u16, fill: u8) -> RpcPort<PageServer> {
+    /// Node `id` on `sw` with an inline NIC of MTU `mtu`, serving `service`.
+    fn port_of<S: Service>(sw: &InProcSwitch, id: u16, mtu: u32, service: S) -> RpcPort<S> {
         let link = Link::new(id, Box::new(sw.port(id)), FaultConfig::NONE);
         let nic = Arc::new(Nic::new(&format!("rpc-test{id}"), link, Duration::ZERO).unwrap());
         let cpu = nic.start_inline().unwrap();
         let region = Arc::new(Mapping::create_memfd("rpc-test-frames", 2 << 20).unwrap());
         nic.shared().dma.register("frames", DEFAULT_REGION_BASE, region.clone(), 0, 2 << 20).unwrap();
-        let cfg = EndpointConfig { node_id: id, mtu: FRAME_BYTES, ..EndpointConfig::default() };
+        let cfg = EndpointConfig { node_id: id, mtu, ..EndpointConfig::default() };
         let rcfg = Config { call_timeout: 5_000_000_000, nonblocking_timeout: None };
-        let mut p =
-            RpcPort::new(Attach::inline(nic.mem(), region, cfg, [7, id as u64], cpu), PageServer { page: 0 }, rcfg)
-                .unwrap();
+        RpcPort::new(Attach::inline(nic.mem(), region, cfg, [7, id as u64], cpu), service, rcfg).unwrap()
+    }
+
+    fn port(sw: &InProcSwitch, id: u16, fill: u8) -> RpcPort<PageServer> {
+        let mut p = port_of(sw, id, FRAME_BYTES, PageServer { page: 0 });
         let page = p.node.frames.alloc().unwrap();
         let bytes: Vec<u8> = (0..FRAME_BYTES).map(|i| (i as u8).wrapping_mul(31) ^ fill).collect();
         assert!(p.node.frames.write(page, &bytes));
@@ -451,5 +514,84 @@ mod tests {
             client.poll();
         }
         assert_eq!(client.fw_heartbeat(), hc);
+    }
+
+    /// Replies to any `Echo` with the first `piece` bytes of each of its frames, gathered.
+    struct Gather {
+        frames: Vec<Frame>,
+        piece: u32,
+    }
+    impl Service for Gather {
+        fn serve(&mut self, _inc: &Incoming<'_, Frame>, frames: &mut Frames) -> Action<Frame> {
+            let len = self.piece * self.frames.len() as u32;
+            match frames.frames_mut().group(&self.frames, self.piece) {
+                Some(g) => Action::reply(&(), Some((g, len))),
+                None => Action::Error(RpcError::UnknownOp),
+            }
+        }
+    }
+
+    fn live_groups<S: Service>(p: &RpcPort<S>) -> usize {
+        p.node.frames.frames().groups.iter().filter(|g| !g.0.is_empty()).count()
+    }
+
+    /// A reply gathered from the first 4 KiB of three of the server's frames lands, through
+    /// one IPT entry, in the first 4 KiB of three of the client's (a `GETPAGES` in small);
+    /// both groups end and their frames stay their holders'.
+    #[test]
+    fn a_gathered_reply_lands_scattered_in_a_group() {
+        const PIECE: u32 = 4096;
+        let sw = InProcSwitch::new();
+        let mut client = port_of(&sw, 1, 4 * FRAME_BYTES, Gather { frames: Vec::new(), piece: PIECE });
+        let mut server = port_of(&sw, 2, 4 * FRAME_BYTES, Gather { frames: Vec::new(), piece: PIECE });
+        let mut expect = Vec::new();
+        for k in 0..3u8 {
+            let f = server.node.frames.alloc().unwrap();
+            let bytes: Vec<u8> = (0..FRAME_BYTES).map(|i| (i as u8).wrapping_mul(7) ^ (k + 1)).collect();
+            assert!(server.node.frames.write(f, &bytes));
+            expect.extend_from_slice(&bytes[..PIECE as usize]);
+            server.node.service.frames.push(f);
+        }
+        // Past the MTU, or a piece longer than a frame: no group.
+        assert_eq!(server.node.frames.frames_mut().group(&[0; 5], 2 * PIECE), None);
+        assert_eq!(server.node.frames.frames_mut().group(&[0], FRAME_BYTES + 1), None);
+        let mine: Vec<Frame> = (0..3).map(|_| client.node.frames.alloc().unwrap()).collect();
+        let free = client.node.frames.available();
+        let g = client.node.frames.frames_mut().group(&mine, PIECE).unwrap();
+        let token = client.node.frames.arm(g).unwrap();
+        let rt = ReplyTo::Solicited { token: token.0, frame: g };
+        let r = client.call_wait_with(&mut server, 2, rt);
+        let Payload::Frame { frame, len } = r.payload else { panic!("no solicited payload") };
+        assert_eq!((frame, len), (g, 3 * PIECE));
+        for (k, &f) in mine.iter().enumerate() {
+            let mut got = vec![0u8; PIECE as usize];
+            assert!(client.node.frames.read(f, &mut got));
+            assert_eq!(got, expect[k * PIECE as usize..(k + 1) * PIECE as usize], "piece {k}");
+        }
+        assert_eq!(live_groups(&server), 0, "the gathered reply's group ended once posted");
+        client.node.frames.release(g);
+        assert_eq!((live_groups(&client), client.node.frames.available()), (0, free), "its frames stay the caller's");
+    }
+
+    impl<S: Service> RpcPort<S> {
+        /// Call `dst` (served by `server`) and poll both until the outcome.
+        fn call_wait_with<T: Service>(
+            &mut self,
+            server: &mut RpcPort<T>,
+            dst: u16,
+            rt: ReplyTo<Frame>,
+        ) -> Reply<Frame> {
+            let now = self.now();
+            let id =
+                self.rpc.call::<Echo>(now, &mut self.node, dst, &Bytes(0u32.to_le_bytes()), rt, Mode::Wait).unwrap();
+            for _ in 0..1_000_000 {
+                self.poll();
+                server.poll();
+                if let Some(o) = self.rpc.take_outcome(id) {
+                    return o.unwrap();
+                }
+            }
+            panic!("the call never completed");
+        }
     }
 }

@@ -30,6 +30,10 @@ impl Host<Frame> for PortHost {
         self.pages_dropped += 1;
         self.frames.retire(frame);
     }
+    /// A group of the region's frames, within the NIC's MTU; it ends once its reply left.
+    fn gather(&mut self, frames: &[Frame], piece: u32) -> Option<Frame> {
+        self.frames.frames_mut().group(frames, piece)
+    }
     fn completed(&mut self, done: Completion<Frame>) {
         self.done.push(done);
     }
