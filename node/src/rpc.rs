@@ -191,8 +191,9 @@ impl Attach {
 
     /// Cut the region into [`FRAME_BYTES`] frames, attach one to every receive slot,
     /// initialise the endpoint (MTU capped at a frame for each of the NIC's scatter/gather
-    /// pieces) and wait, kicking the NIC (at most 5 s), until its firmware applied it. Needs at least `spare` frames beyond the
-    /// receive ring. The frames, and how to run the NIC from now on.
+    /// pieces) and wait, kicking the NIC (at most 5 s), until its firmware applied it.
+    /// Needs at least `spare` frames beyond the receive ring. The frames, and how to run
+    /// the NIC from now on.
     pub(crate) fn carve(self, spare: usize) -> anyhow::Result<(Frames, Option<InlineNative>, Option<Arc<OwnedFd>>)> {
         let Attach { mem, region, base, cfg, seed, mut cpu, doorbell } = self;
         let n = region.len() / FRAME_BYTES as usize;
