@@ -15,7 +15,7 @@ use super::net::storage::Storage;
 use super::node::{GmsNode, Held, HeldState, Host};
 use super::ops::*;
 use super::page::{PageId, Version};
-use super::slots::{OpKind, OpState};
+use super::slots::{OpKind, OpSlot, OpState};
 use super::types::*;
 
 impl<
@@ -346,15 +346,19 @@ impl<
         true
     }
 
+    /// A get (of one page or a `GETPAGES`'s) whose call failed with `e`: a miss, counted
+    /// for each of its pages; GMS's own deadline shows as a timeout.
+    pub(super) fn get_failed(&mut self, op: &OpSlot<F>, e: RpcError) -> GetResult<F> {
+        self.stats.get_failures += op.pages();
+        let e = if op.timed_out { RpcError::Timeout } else { e };
+        GetResult::Miss { reason: MissReason::Failed(e), frame: None }
+    }
+
     fn get_reply(&mut self, i: usize, o: &Outcome<F>) -> GetResult<F> {
         let op = self.ops[i];
         let r = match o {
             Ok(r) => r,
-            Err(e) => {
-                self.stats.get_failures += 1;
-                let e = if op.timed_out { RpcError::Timeout } else { *e };
-                return GetResult::Miss { reason: MissReason::Failed(e), frame: None };
-            }
+            Err(e) => return self.get_failed(&op, *e),
         };
         let (frame, len) = match r.payload {
             Payload::Frame { frame, len } | Payload::Buffer { frame, len } => (Some(frame), len),

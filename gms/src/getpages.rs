@@ -95,14 +95,10 @@ impl<
         let Some((mask, want)) = op.group else {
             return GetResult::Miss { reason: MissReason::Malformed, frame: None };
         };
-        let n = u64::from(mask.count_ones());
+        let n = op.pages();
         let r = match o {
             Ok(r) => r,
-            Err(e) => {
-                self.stats.get_failures += n;
-                let e = if op.timed_out { RpcError::Timeout } else { *e };
-                return GetResult::Miss { reason: MissReason::Failed(e), frame: None };
-            }
+            Err(e) => return self.get_failed(&op, *e),
         };
         // Only the caller's own frame is an answer; a receive buffer goes back at once.
         let (frame, len) = match r.payload {

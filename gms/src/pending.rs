@@ -89,7 +89,7 @@ impl<
         let result = match self.ops[i].kind {
             OpKind::Get => {
                 // A `GETPAGES` counted a get for each of its pages.
-                self.stats.get_failures += self.ops[i].group.map_or(1, |(mask, _)| u64::from(mask.count_ones()));
+                self.stats.get_failures += self.ops[i].pages();
                 OpResult::Get(GetResult::Miss { reason: MissReason::Failed(e), frame: None })
             }
             OpKind::Put | OpKind::Move => OpResult::Put(PutResult::Failed),

@@ -50,6 +50,11 @@ pub(super) struct OpSlot<F> {
 }
 
 impl<F> OpSlot<F> {
+    /// The pages the operation is about: a `GETPAGES`'s, or one.
+    pub(super) fn pages(&self) -> u64 {
+        self.group.map_or(1, |(mask, _)| u64::from(mask.count_ones()))
+    }
+
     pub(super) const FREE: OpSlot<F> = OpSlot {
         state: OpState::Free,
         generation: 1,
