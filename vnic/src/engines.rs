@@ -23,6 +23,7 @@
 use crate::dma::{DmaSpace, DmaView};
 use crate::link::{Link, LinkStats};
 use crate::shm::Mapping;
+use crate::trace::{EventLog, Kind, Record};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -93,6 +94,8 @@ pub struct SoftEngines {
     /// bytes); a flashed image may do anything with NIC memory.
     defer_reads: bool,
     idle_since: Option<Instant>,
+    /// The event trace, when asked for ([`crate::trace`]).
+    trace: Option<EventLog>,
 }
 
 impl SoftEngines {
@@ -127,7 +130,13 @@ impl SoftEngines {
             dma_view: DmaView::default(),
             defer_reads: true,
             idle_since: None,
+            trace: None,
         }
+    }
+
+    /// Record what the engines do from now on in `log` (`None`: stop).
+    pub fn set_trace(&mut self, log: Option<EventLog>) {
+        self.trace = log;
     }
 
     /// Keep polling for up to `d` of an idle stretch while the host awaits a reply (see
@@ -266,8 +275,16 @@ impl Engines for SoftEngines {
                 }
                 true
             };
+            let mut header = [0u8; HEADER_BYTES as usize];
+            let traced = self.trace.is_some() && !abort && read(0, &mut header);
             // Send errors are counted by the link; the firmware sees the packet sent.
             let _ = self.link.send_packet_from(self.tx_len, abort, &mut read);
+            if let Some(log) = self.trace.as_mut().filter(|_| traced) {
+                let dst = u16::from_le_bytes([header[6], header[7]]);
+                if let Some(r) = Record::packet(Kind::Tx, log.now_ns(), dst, &header) {
+                    log.push(&r);
+                }
+            }
             self.stats.link_tx_packets.fetch_add(1, Ordering::Relaxed);
             // The packet's deferred reads are dropped when the firmware releases its
             // staging (`tx_staging_released`), sent or failed.
@@ -312,8 +329,13 @@ impl Engines for SoftEngines {
         if let Some((off, cap)) = self.rx_post {
             // Receiving gives the link's held frame back: settle the held packet first.
             self.settle_held();
-            let (nic, stats) = (&self.nic, &self.stats);
+            let (nic, stats, trace) = (&self.nic, &self.stats, &mut self.trace);
             let got = self.link.poll_packet_held_with(|bytes, src, crc_ok, held| {
+                if let Some(log) = trace.as_mut() {
+                    if let Some(r) = Record::packet(Kind::Rx, log.now_ns(), src, bytes) {
+                        log.push(&r);
+                    }
+                }
                 let n = bytes.len().min(cap as usize);
                 let fits = bytes.len() <= cap as usize;
                 // The firmware reads the header and control message from staging; a held
@@ -349,6 +371,9 @@ impl Engines for SoftEngines {
     }
 
     fn raise_host_irq(&mut self) {
+        if let Some(log) = self.trace.as_mut() {
+            log.record(Kind::Irq, 0, 0, 0, false);
+        }
         self.notifier.raise();
     }
 

@@ -6,7 +6,8 @@
 //! running the firmware natively or as the flashed riscv32 image ([`nic`], [`cpu`],
 //! [`image`]), and the ways in: a control socket for status, loading images and attaching
 //! hosts ([`control`], over [`fdpass`], guarded by [`local`]) and an ivshmem-doorbell
-//! server for QEMU guests ([`ivshmem`]). The `trapeze-nic` binary runs one NIC as a
+//! server for QEMU guests ([`ivshmem`]); an event trace of the engines for timing round
+//! trips across NICs ([`trace`]). The `trapeze-nic` binary runs one NIC as a
 //! process.
 //!
 //! What runs on the host side — the host binding, the NetRPC and GMS runtimes, the
@@ -26,3 +27,4 @@ pub mod nic;
 pub mod nicmem;
 #[allow(unsafe_code)] // shared mappings: one of the documented unsafe modules
 pub mod shm;
+pub mod trace;

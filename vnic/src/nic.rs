@@ -184,6 +184,18 @@ impl Nic {
         })
     }
 
+    /// Trace the engines' events into `log` ([`crate::trace`]); only before the NIC is
+    /// started.
+    pub fn set_trace(&self, log: crate::trace::EventLog) -> anyhow::Result<()> {
+        match &mut *self.cpu.lock().unwrap_or_else(|e| e.into_inner()) {
+            Cpu::Halted(eng) => {
+                eng.set_trace(Some(log));
+                Ok(())
+            }
+            _ => bail!("NIC {} is running: a trace starts before the NIC does", self.shared.name),
+        }
+    }
+
     pub fn shared(&self) -> &Arc<NicShared> {
         &self.shared
     }

@@ -5,6 +5,7 @@
 //! trapeze-nic --name n0 --node 0 --link udp:127.0.0.1:7000 --peer 1=127.0.0.1:7001
 //! trapeze-nic status n0
 //! trapeze-nic keygen ~/.config/trapeze/cluster.key    # then --key FILE on every NIC
+//! trapeze-nic trace-report n0.trace n1.trace           # from NICs started with --trace
 //! ```
 //! The NIC boots the native firmware (or, with `--flashed IMAGE`, the riscv32 image on an
 //! emulated core), serves its control socket (status, load firmware, attach a host) and
@@ -31,10 +32,12 @@ use trapeze_vnic::key::ClusterKey;
 use trapeze_vnic::link::backend::BackendSpec;
 use trapeze_vnic::link::{FaultConfig, Link};
 use trapeze_vnic::nic::{FirmwareKind, Nic};
+use trapeze_vnic::trace::{EventLog, Report};
 
 const AFTER_HELP: &str = "\
 Without a subcommand trapeze-nic starts a NIC (the options above); `trapeze-nic status NAME`
-asks a running one; `trapeze-nic keygen PATH` makes a cluster key file for --key. The NIC
+asks a running one; `trapeze-nic keygen PATH` makes a cluster key file for --key;
+`trapeze-nic trace-report FILE...` breaks down round trips from --trace files. The NIC
 runs until SIGINT or SIGTERM, then removes its control socket
 (and its ivshmem socket) and exits 0. It refuses a socket another NIC answers on; a stale
 socket file nobody answers on is replaced. RUST_LOG sets the log filter (default info).";
@@ -62,6 +65,16 @@ enum Cmd {
     /// Make a cluster key file for --key: 32 bytes from the OS random source, mode 0600.
     /// Refuses to overwrite an existing file. Copy it (keeping mode 0600) to every node.
     Keygen(KeygenArgs),
+    /// Where request/reply round trips spent their time, from the --trace files of the
+    /// NICs involved (lined up by the host's clock: NICs of one machine).
+    TraceReport(TraceReportArgs),
+}
+
+#[derive(Args)]
+struct TraceReportArgs {
+    /// The trace files, one per NIC.
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
 }
 
 #[derive(Args)]
@@ -111,6 +124,10 @@ struct StartArgs {
     /// core instead of the native firmware.
     #[arg(long, value_name = "IMAGE")]
     flashed: Option<PathBuf>,
+    /// Record the engines' events (packets sent and received, host interrupts, parks) in
+    /// FILE, for `trapeze-nic trace-report`. The file is created (or truncated).
+    #[arg(long, value_name = "FILE")]
+    trace: Option<PathBuf>,
     /// Serve a QEMU guest: listen on this Unix socket (its directory must exist) as an
     /// ivshmem-doorbell server (start the NIC before QEMU; `-chardev socket,path=PATH,id=n
     /// -device ivshmem-doorbell,chardev=n,vectors=V`).
@@ -159,12 +176,23 @@ fn main() {
         Some(Cmd::Keygen(k)) => ClusterKey::generate(&k.path).map(|_| {
             println!("trapeze-nic: wrote a new cluster key to {} (mode 0600)", k.path.display());
         }),
+        Some(Cmd::TraceReport(t)) => trace_report(&t.files),
         None => run(cli.start),
     };
     if let Err(e) = result {
         eprintln!("trapeze-nic: error: {e:#}");
         std::process::exit(1);
     }
+}
+
+/// `trapeze-nic trace-report`: the traces read, lined up, the breakdown printed.
+fn trace_report(files: &[PathBuf]) -> anyhow::Result<()> {
+    let traces = files
+        .iter()
+        .map(|f| trapeze_vnic::trace::read(f).with_context(|| format!("reading {}", f.display())))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    print!("{}", Report::new(&traces).text());
+    Ok(())
 }
 
 /// `trapeze-nic status`: one status request, printed.
@@ -290,6 +318,10 @@ fn run(a: StartArgs) -> anyhow::Result<()> {
         Duration::from_micros(a.spin_us),
         Duration::from_micros(a.reply_spin_us),
     )?);
+    if let Some(path) = &a.trace {
+        let log = EventLog::create(path, node).with_context(|| format!("creating trace file {}", path.display()))?;
+        nic.set_trace(log)?;
+    }
     match &a.flashed {
         None => nic.start(FirmwareKind::Native)?,
         Some(image) => {

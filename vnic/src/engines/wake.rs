@@ -2,6 +2,7 @@
 //! Waking and parking the NIC's processor: host interrupts, doorbells, the control eventfd, the idle wait.
 
 use super::SoftEngines;
+use crate::trace::Kind;
 use rustix::event::{poll, PollFd, PollFlags};
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -113,7 +114,14 @@ impl SoftEngines {
             false
         };
         let ts = rustix::event::Timespec { tv_sec: timeout.as_secs() as i64, tv_nsec: timeout.subsec_nanos() as i64 };
+        if let Some(log) = self.trace.as_mut() {
+            log.record(Kind::Park, 0, 0, 0, false);
+            log.flush();
+        }
         let _ = poll(&mut fds, Some(&ts));
+        if let Some(log) = self.trace.as_mut() {
+            log.record(Kind::Unpark, 0, 0, 0, false);
+        }
         let ready = |f: &PollFd<'_>| !f.revents().is_empty();
         let wake = Wake {
             control: ready(&fds[0]),

@@ -40,6 +40,9 @@ pub struct BenchGuests {
     pub timeout: Duration,
     /// A line guest 0 prints to have the host SIGKILL guest N (its QEMU and NIC).
     pub kill_on: Option<(&'static str, u16)>,
+    /// Have guest K's NIC trace its events into DIR/nodeK.trace (`trapeze-nic --trace`),
+    /// and print `trapeze-nic trace-report` over them after the run.
+    pub nic_trace: Option<PathBuf>,
 }
 
 /// What a guest left.
@@ -85,6 +88,9 @@ pub fn run(spec: BenchGuests) -> anyhow::Result<Vec<GuestOutcome>> {
     cluster.remove_on_drop.push(initrd.clone());
     append_files(&initrd, &spec.files)?;
 
+    if let Some(t) = &spec.nic_trace {
+        fs::create_dir_all(t).with_context(|| format!("creating the trace directory {}", t.display()))?;
+    }
     let ports = free_udp_ports(spec.guests as usize)?;
     let net_ports = free_udp_ports(2)?;
     let setpriv = setpriv_pdeathsig();
@@ -100,7 +106,11 @@ pub fn run(spec: BenchGuests) -> anyhow::Result<Vec<GuestOutcome>> {
     );
     for k in 0..spec.guests {
         cluster.add_guest(k, spec.mem_mib);
-        cluster.start_nic(k, &nic_bin, &nic_args(k, &ports), setpriv)?;
+        let mut args = nic_args(k, &ports);
+        if let Some(dir) = &spec.nic_trace {
+            args.extend(["--trace".into(), trace_file(dir, k).display().to_string()]);
+        }
+        cluster.start_nic(k, &nic_bin, &args, setpriv)?;
         if spec.net_pair && k < 2 {
             let (me, other) = (net_ports[k as usize], net_ports[1 - k as usize]);
             cluster.guest(k).qemu_extra = vec![
@@ -180,7 +190,22 @@ pub fn run(spec: BenchGuests) -> anyhow::Result<Vec<GuestOutcome>> {
         .collect();
     drop(cluster);
     eprintln!("runtime dir {} (RAM files and sockets removed; logs kept until the next run)", dir.display());
+    if let Some(trace) = &spec.nic_trace {
+        let report = Command::new(&nic_bin)
+            .arg("trace-report")
+            .args((0..spec.guests).map(|k| trace_file(trace, k)))
+            .output()
+            .context("running trapeze-nic trace-report")?;
+        ensure!(report.status.success(), "trapeze-nic trace-report: {}", String::from_utf8_lossy(&report.stderr));
+        eprintln!("==> round trips between the NICs (trapeze-nic trace-report {}/node*.trace)", trace.display());
+        eprint!("{}", String::from_utf8_lossy(&report.stdout));
+    }
     Ok(out)
+}
+
+/// Guest `k`'s NIC trace in `dir`.
+fn trace_file(dir: &Path, k: u16) -> PathBuf {
+    dir.join(format!("node{k}.trace"))
 }
 
 /// Append a gzipped newc archive holding `files` (and their parent directories) to the

@@ -126,6 +126,10 @@ pub struct VmBenchArgs {
     /// and keep the JSON lines it was drawn from in DIR/vm.json.
     #[arg(long, value_name = "DIR")]
     plot: Option<PathBuf>,
+    /// Trace the main run's NICs into DIR/nodeK.trace (`trapeze-nic --trace`) and print
+    /// where request/reply round trips spent their time (`trapeze-nic trace-report`).
+    #[arg(long, value_name = "DIR")]
+    nic_trace: Option<PathBuf>,
     /// Internal: write the JSON lines to this file and the table to stdout. `--json` runs
     /// the bench again this way with its stdout sent to stderr, so the progress other
     /// steps print on stdout (`cargo xtask kernel`'s) never mixes with the JSON rows.
@@ -275,6 +279,7 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
         net_pair: true,
         timeout: Duration::from_secs(a.timeout),
         kill_on: None,
+        nic_trace: a.nic_trace.clone(),
     })?;
     let g0 = outcomes.iter().find(|o| o.idx == 0).context("guest 0 missing")?;
     let (rows, notes) = parse_console(&g0.console);
