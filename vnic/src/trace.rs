@@ -6,7 +6,8 @@
 //! (`trapeze-nic trace-report FILE...`).
 //!
 //! Packets are matched across NICs by (sender, receiver, the header's per-sender sequence),
-//! and the timestamps are the host's wall clock in ns, so the NICs of one machine line up.
+//! and the timestamps are the host's monotonic clock in ns, so the NICs of one machine line
+//! up.
 //! A **request** is a packet without payload; its **reply** is the next packet the server
 //! sends back carrying a solicited payload (one tagged with a payload token), when the
 //! server received nothing in between — one request outstanding, as a synchronous reader
@@ -30,7 +31,6 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufWriter, Read, Write};
 use std::path::Path;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use trapeze_firmware::iface::wire::{FLAG_TOKEN, HEADER_BYTES};
 
 /// Bytes per record.
@@ -116,22 +116,20 @@ impl Record {
 /// A NIC's trace file, being written.
 pub struct EventLog {
     out: BufWriter<File>,
-    /// Wall-clock ns at `base.1`: records take a monotonic clock's steps from there.
-    base: (u64, Instant),
 }
 
 impl EventLog {
     /// Start a trace of node `node` in a new file at `path`.
     pub fn create(path: &Path, node: u16) -> std::io::Result<EventLog> {
-        let wall = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos() as u64;
-        let mut log =
-            EventLog { out: BufWriter::with_capacity(1 << 20, File::create(path)?), base: (wall, Instant::now()) };
+        let mut log = EventLog { out: BufWriter::with_capacity(1 << 20, File::create(path)?) };
         log.record(Kind::Header, node, FORMAT, 0, false);
         Ok(log)
     }
 
+    /// `CLOCK_MONOTONIC`: one clock for every process of the machine.
     pub fn now_ns(&self) -> u64 {
-        self.base.0 + self.base.1.elapsed().as_nanos() as u64
+        let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+        t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
     }
 
     pub fn record(&mut self, kind: Kind, peer: u16, seq: u32, payload: u32, solicited: bool) {
