@@ -121,6 +121,13 @@ impl Shared {
     /// timeouts and GMS's background work, the disk's completions and backlog, and send
     /// what NetRPC queued; returns how many messages (the budget: there may be more).
     pub(super) fn poll(&self) -> usize {
+        let start = now_ns();
+        let n = self.poll_batch();
+        STATS.rx_ns.add(now_ns().saturating_sub(start));
+        n
+    }
+
+    fn poll_batch(&self) -> usize {
         let mut core = self.core.lock();
         let c = &mut *core;
         let now = now_ns();
