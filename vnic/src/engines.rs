@@ -275,15 +275,18 @@ impl Engines for SoftEngines {
                 }
                 true
             };
+            // Traced as it leaves: a receiver may log the packet before this call returns.
             let mut header = [0u8; HEADER_BYTES as usize];
-            let traced = self.trace.is_some() && !abort && read(0, &mut header);
+            let traced = match self.trace.as_ref() {
+                Some(log) if !abort && read(0, &mut header) => {
+                    Record::packet(Kind::Tx, log.now_ns(), u16::from_le_bytes([header[6], header[7]]), &header)
+                }
+                _ => None,
+            };
             // Send errors are counted by the link; the firmware sees the packet sent.
             let _ = self.link.send_packet_from(self.tx_len, abort, &mut read);
-            if let Some(log) = self.trace.as_mut().filter(|_| traced) {
-                let dst = u16::from_le_bytes([header[6], header[7]]);
-                if let Some(r) = Record::packet(Kind::Tx, log.now_ns(), dst, &header) {
-                    log.push(&r);
-                }
+            if let (Some(log), Some(r)) = (self.trace.as_mut(), traced) {
+                log.push(&r);
             }
             self.stats.link_tx_packets.fetch_add(1, Ordering::Relaxed);
             // The packet's deferred reads are dropped when the firmware releases its
