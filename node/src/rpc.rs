@@ -21,7 +21,7 @@ use trapeze_firmware::iface::entry::Segment;
 use trapeze_firmware::iface::layout::{ctrl, ctrl_word, MAX_SEGMENTS, RECV_RING_ENTRIES};
 use trapeze_firmware::iface::mem::NicMemory;
 use trapeze_host::endpoint::{Endpoint, EndpointConfig, RecvMsg, SendMsg};
-use trapeze_runtime::frames::Segments;
+use trapeze_runtime::frames::{Groups, Segments};
 use trapeze_runtime::storage::Heap;
 use trapeze_runtime::FrameMem;
 use trapeze_vnic::nic::{InlineNative, NicMem};
@@ -57,8 +57,8 @@ pub struct RegionFrames {
     end: u64,
     /// The longest payload the NIC sends (its MTU).
     mtu: u32,
-    /// Each group's frames and the bytes taken from each (no frames: free).
-    groups: Vec<(Vec<Frame>, u32)>,
+    /// The live groups: group `g` is frame [`GROUP_BASE`]` + g`.
+    groups: Groups<Frame, Heap>,
 }
 
 /// The first group frame (far above every frame offset).
@@ -68,7 +68,8 @@ const GROUPS: usize = 64;
 
 impl RegionFrames {
     fn new(region: Arc<Mapping>, base: u64, end: u64, mtu: u32) -> Self {
-        RegionFrames { region, base, end, mtu, groups: vec![(Vec::new(), 0); GROUPS] }
+        let groups = Groups::new(GROUPS, 0).expect("the global allocator gives");
+        RegionFrames { region, base, end, mtu, groups }
     }
 
     /// A group naming the first `piece` bytes of each of `frames` (at most the NIC's
@@ -76,12 +77,10 @@ impl RegionFrames {
     pub fn group(&mut self, frames: &[Frame], piece: u32) -> Option<Frame> {
         let total = (frames.len() as u64).checked_mul(u64::from(piece))?;
         let fits = frames.len() <= MAX_SEGMENTS as usize && piece <= FRAME_BYTES && total <= u64::from(self.mtu);
-        if frames.is_empty() || !fits || !frames.iter().all(|&f| f < self.end) {
+        if !fits || !frames.iter().all(|&f| f < self.end) {
             return None;
         }
-        let g = self.groups.iter().position(|g| g.0.is_empty())?;
-        self.groups[g] = (frames.to_vec(), piece);
-        Some(GROUP_BASE + g as u64)
+        Some(GROUP_BASE + self.groups.start(frames, piece)? as u64)
     }
 
     fn group_index(f: Frame) -> Option<usize> {
@@ -111,23 +110,23 @@ impl FrameMem for RegionFrames {
         self.region.read(f as usize, out)
     }
     fn segments(&self, f: Frame, out: &mut Segments) -> Option<usize> {
-        let Some((frames, piece)) = Self::group_index(f).and_then(|g| self.groups.get(g)) else {
+        let Some(g) = Self::group_index(f).and_then(|g| self.groups.get(g)) else {
             out[0] = Segment { addr: self.dma(f)?, len: FRAME_BYTES };
             return Some(1);
         };
-        for (o, &m) in out.iter_mut().zip(frames) {
-            *o = Segment { addr: self.dma(m)?, len: *piece };
+        for (o, &m) in out.iter_mut().zip(g.frames()) {
+            *o = Segment { addr: self.dma(m)?, len: g.piece };
         }
-        (!frames.is_empty()).then_some(frames.len())
+        Some(g.frames().len())
     }
     fn sent(&mut self, f: Frame) {
         self.give_back(f);
     }
     fn give_back(&mut self, f: Frame) -> bool {
-        match Self::group_index(f).and_then(|g| self.groups.get_mut(g)) {
+        match Self::group_index(f) {
             // A group ends; the frames it named stay their holder's.
             Some(g) => {
-                g.0.clear();
+                self.groups.end(g);
                 false
             }
             None => true,
@@ -533,7 +532,7 @@ mod tests {
     }
 
     fn live_groups<S: Service>(p: &RpcPort<S>) -> usize {
-        p.node.frames.frames().groups.iter().filter(|g| !g.0.is_empty()).count()
+        p.node.frames.frames().groups.live()
     }
 
     /// A reply gathered from the first 4 KiB of three of the server's frames lands, through

@@ -15,10 +15,12 @@
 //! from several. A group names its frames for one arming or one send only:
 //! [`FrameMem::give_back`] ends it (giving back the lent frames it names, never freeing
 //! a pool frame), and so does [`FrameMem::sent`] once the transmit that carries it has
-//! left the port.
+//! left the port. A place keeps its groups in a [`Groups`] table, sized once, and names
+//! group `g` by a frame value of its own above its frames.
 
 use super::iface::entry::Segment;
 use super::iface::layout::MAX_SEGMENTS;
+use super::storage::Storage;
 
 /// The pieces of one frame or group, as [`FrameMem::segments`] gives them.
 pub type Segments = [Segment; MAX_SEGMENTS as usize];
@@ -55,5 +57,69 @@ pub trait FrameMem {
     /// and this call gave it back to its lender.
     fn give_back(&mut self, _f: Self::Frame) -> bool {
         true
+    }
+}
+
+/// One group: its frames in order and the bytes the NIC takes from each.
+#[derive(Clone, Copy, Debug)]
+pub struct Group<F: Copy> {
+    frames: [F; MAX_SEGMENTS as usize],
+    n: u8,
+    /// Bytes of each frame the group takes (from its start).
+    pub piece: u32,
+}
+
+impl<F: Copy> Group<F> {
+    pub fn frames(&self) -> &[F] {
+        &self.frames[..usize::from(self.n)]
+    }
+}
+
+/// A place's table of live groups, its memory from [`Storage`] once.
+pub struct Groups<F: Copy, S: Storage> {
+    table: S::Buf<Group<F>>,
+}
+
+impl<F: Copy, S: Storage> Groups<F, S> {
+    /// Room for `cap` groups at once (`fill`, any frame value, only initialises memory).
+    pub fn new(cap: usize, fill: F) -> Option<Self> {
+        Some(Groups { table: S::buf(cap, Group { frames: [fill; MAX_SEGMENTS as usize], n: 0, piece: 0 })? })
+    }
+
+    /// A free group naming `frames` (1 to [`MAX_SEGMENTS`]), `piece` bytes of each: its
+    /// index, or `None` (no group free, or a frame count out of range).
+    pub fn start(&mut self, frames: &[F], piece: u32) -> Option<usize> {
+        if frames.is_empty() || frames.len() > MAX_SEGMENTS as usize {
+            return None;
+        }
+        let g = self.table.iter().position(|g| g.n == 0)?;
+        let e = &mut self.table[g];
+        e.frames[..frames.len()].copy_from_slice(frames);
+        e.n = frames.len() as u8;
+        e.piece = piece;
+        Some(g)
+    }
+
+    /// Live group `g`.
+    pub fn get(&self, g: usize) -> Option<&Group<F>> {
+        self.table.get(g).filter(|e| e.n > 0)
+    }
+
+    /// End live group `g`: what it was (its frames are the caller's to give back or keep).
+    pub fn end(&mut self, g: usize) -> Option<Group<F>> {
+        let e = self.table.get_mut(g).filter(|e| e.n > 0)?;
+        let was = *e;
+        e.n = 0;
+        Some(was)
+    }
+
+    /// Live groups.
+    pub fn live(&self) -> usize {
+        self.table.iter().filter(|g| g.n > 0).count()
+    }
+
+    /// Groups at once, at most.
+    pub fn capacity(&self) -> usize {
+        self.table.len()
     }
 }

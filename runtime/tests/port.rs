@@ -10,6 +10,7 @@ use trapeze_host::iface::entry::{rx_flags, state, Ring, Segment, Slot};
 use trapeze_host::iface::ipt::{IptEntry, PayloadToken};
 use trapeze_host::iface::layout::{ctrl, ctrl_word, NIC_MEM_BYTES, RECV_RING_ENTRIES, SEND_RING_ENTRIES};
 use trapeze_host::iface::mem::{AtomicWords, NicMemory};
+use trapeze_runtime::frames::Groups;
 use trapeze_runtime::frames::Segments;
 use trapeze_runtime::netrpc::prelude::{InPayload, ReplyTo, Transmit};
 use trapeze_runtime::port::{Port, DISARM_SPINS, RPC_COOKIE};
@@ -20,22 +21,20 @@ const BYTES: u32 = 64;
 const BASE: u64 = 0x10_0000;
 
 /// `n` frames of 64 bytes at DMA address `BASE + 64 i`, and groups of them: frame
-/// `GROUP + g` names the frames of `Frames::1[g]` (empty: no group).
-struct Frames(RefCell<Vec<[u8; BYTES as usize]>>, RefCell<Vec<Vec<u32>>>);
+/// `GROUP + g` names group `g` of the runtime's [`Groups`] table.
+struct Frames(RefCell<Vec<[u8; BYTES as usize]>>, RefCell<Groups<u32, Heap>>);
 
 const GROUP: u32 = 1000;
 
 impl Frames {
     fn new(n: usize) -> Self {
-        Frames(RefCell::new(vec![[0; BYTES as usize]; n]), RefCell::new(Vec::new()))
+        Frames(RefCell::new(vec![[0; BYTES as usize]; n]), RefCell::new(Groups::new(4, 0).unwrap()))
     }
     fn group(&self, frames: &[u32]) -> u32 {
-        let mut g = self.1.borrow_mut();
-        g.push(frames.to_vec());
-        GROUP + g.len() as u32 - 1
+        GROUP + self.1.borrow_mut().start(frames, BYTES).unwrap() as u32
     }
     fn live_groups(&self) -> usize {
-        self.1.borrow().iter().filter(|g| !g.is_empty()).count()
+        self.1.borrow().live()
     }
 }
 
@@ -66,14 +65,15 @@ impl FrameMem for Frames {
         true
     }
     fn segments(&self, f: u32, out: &mut Segments) -> Option<usize> {
-        let Some(members) = f.checked_sub(GROUP).and_then(|g| self.1.borrow().get(g as usize).cloned()) else {
+        let groups = self.1.borrow();
+        let Some(g) = f.checked_sub(GROUP).and_then(|g| groups.get(g as usize)) else {
             out[0] = Segment { addr: self.dma(f)?, len: BYTES };
             return Some(1);
         };
-        for (o, &m) in out.iter_mut().zip(&members) {
-            *o = Segment { addr: self.dma(m)?, len: BYTES };
+        for (o, &m) in out.iter_mut().zip(g.frames()) {
+            *o = Segment { addr: self.dma(m)?, len: g.piece };
         }
-        (!members.is_empty()).then_some(members.len())
+        Some(g.frames().len())
     }
     fn sent(&mut self, f: u32) {
         if f >= GROUP {
@@ -83,7 +83,7 @@ impl FrameMem for Frames {
     fn give_back(&mut self, f: u32) -> bool {
         match f.checked_sub(GROUP) {
             Some(g) => {
-                self.1.borrow_mut()[g as usize].clear();
+                self.1.borrow_mut().end(g as usize);
                 false
             }
             None => true,
@@ -272,4 +272,20 @@ fn a_gathered_payload_is_sent_as_its_frames_cut_to_its_length() {
     let g = p.frames().group(&fs[..1]);
     assert!(!p.post(&transmit(Some((g, BYTES + 1))), 1, |_| {}));
     assert_eq!(p.frames().live_groups(), 0, "not posted: the group ended all the same");
+}
+
+#[test]
+fn a_group_table_gives_out_and_ends_its_groups() {
+    let mut t: Groups<u32, Heap> = Groups::new(2, 0).unwrap();
+    assert_eq!(t.start(&[], 8), None, "a group names a frame at least");
+    assert_eq!(t.start(&[0; 9], 8), None, "at most the NIC's scatter/gather pieces");
+    let a = t.start(&[3, 4], 8).unwrap();
+    let b = t.start(&[5], 16).unwrap();
+    assert_eq!(t.start(&[6], 8), None, "full");
+    assert_eq!((t.get(a).unwrap().frames(), t.get(b).unwrap().piece), (&[3, 4][..], 16));
+    assert_eq!(t.live(), 2);
+    assert_eq!(t.end(a).unwrap().frames(), &[3, 4]);
+    assert!(t.get(a).is_none() && t.end(a).is_none(), "ended once");
+    assert_eq!(t.start(&[7, 8, 9], 8), Some(a), "its slot is free again");
+    assert_eq!((t.live(), t.capacity()), (2, 2));
 }

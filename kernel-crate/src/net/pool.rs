@@ -17,14 +17,14 @@
 //! for that one arming or send: giving it back (disarmed, or its transmit sent) gives back
 //! the lent pages it names and never frees a pool frame.
 
-use super::{Frame, FRAME_BYTES, OPS};
+use super::{Frame, KStorage, FRAME_BYTES, OPS};
 use crate::blk::PAGE_BYTES;
 use crate::sys::blk::Lent;
 use crate::sys::dma::DmaBuf;
 use crate::sys::pci::PciDev;
 use crate::tpz::iface::entry::Segment;
 use crate::tpz::iface::layout::MAX_SEGMENTS;
-use crate::tpz::runtime::frames::Segments;
+use crate::tpz::runtime::frames::{Groups, Segments};
 use crate::tpz::runtime::FrameMem;
 use kernel::prelude::*;
 
@@ -63,8 +63,8 @@ pub(crate) struct Pool {
     back: usize,
     /// Slots in [`Lend::Free`].
     free_lends: usize,
-    /// The frames of each group (no frame: the group is free).
-    groups: KVec<([Frame; GROUP_FRAMES], u8)>,
+    /// The live groups: group `g` is frame `GROUP_BASE + g`.
+    groups: Groups<Frame, KStorage>,
 }
 
 impl Pool {
@@ -77,10 +77,7 @@ impl Pool {
         for _ in 0..LEND_SLOTS {
             lends.push(Lend::Free, GFP_KERNEL)?;
         }
-        let mut groups = KVec::with_capacity(GROUPS, GFP_KERNEL)?;
-        for _ in 0..GROUPS {
-            groups.push(([0; GROUP_FRAMES], 0), GFP_KERNEL)?;
-        }
+        let groups = Groups::new(GROUPS, 0).ok_or(ENOMEM)?;
         Ok(Pool { bufs, dev: dev.clone(), lends, back: 0, free_lends: LEND_SLOTS, groups })
     }
 
@@ -127,24 +124,21 @@ impl Pool {
         let known = |f: &Frame| {
             self.buf(*f).is_some() || matches!(Self::slot(*f).and_then(|i| self.lends.get(i)), Some(Lend::Out(_)))
         };
-        if frames.is_empty() || frames.len() > GROUP_FRAMES || !frames.iter().all(known) {
+        if !frames.iter().all(known) {
             return None;
         }
-        let g = self.groups.iter().position(|g| g.1 == 0)?;
-        self.groups[g].0[..frames.len()].copy_from_slice(frames);
-        self.groups[g].1 = frames.len() as u8;
-        Some(GROUP_BASE + g as Frame)
+        Some(GROUP_BASE + self.groups.start(frames, FRAME_BYTES as u32)? as Frame)
     }
 
     /// The frames group `f` names (none if `f` is no live group).
     fn members(&self, f: Frame) -> &[Frame] {
-        Self::group_index(f).and_then(|g| self.groups.get(g)).map_or(&[], |(m, n)| &m[..usize::from(*n)])
+        Self::group_index(f).and_then(|g| self.groups.get(g)).map_or(&[], |g| g.frames())
     }
 
     /// Lent pages and live groups: what the port may still have armed or be sending.
     pub(crate) fn lent(&self, i: usize) -> Option<Frame> {
-        if let Some((_, n)) = self.groups.get(i) {
-            return (*n > 0).then_some(GROUP_BASE + i as Frame);
+        if i < self.groups.capacity() {
+            return self.groups.get(i).map(|_| GROUP_BASE + i as Frame);
         }
         let i = i - GROUPS;
         matches!(self.lends.get(i)?, Lend::Out(_)).then_some(LENT_BASE + i as Frame)
@@ -213,11 +207,7 @@ impl FrameMem for Pool {
     }
     fn give_back(&mut self, f: Frame) -> bool {
         if let Some(g) = Self::group_index(f) {
-            let (members, n) = self.groups.get(g).copied().unwrap_or(([0; GROUP_FRAMES], 0));
-            if let Some(e) = self.groups.get_mut(g) {
-                e.1 = 0;
-            }
-            for &m in &members[..usize::from(n)] {
+            for &m in self.groups.end(g).as_ref().map_or(&[][..], |g| g.frames()) {
                 if Self::slot(m).is_some() {
                     self.give_back(m);
                 }
