@@ -76,10 +76,10 @@ impl RegionFrames {
     /// scatter/gather pieces, within a frame, together within the MTU), or `None`.
     pub fn group(&mut self, frames: &[Frame], piece: u32) -> Option<Frame> {
         let total = (frames.len() as u64).checked_mul(u64::from(piece))?;
-        let fits = frames.len() <= MAX_SEGMENTS as usize && piece <= FRAME_BYTES && total <= u64::from(self.mtu);
-        if !fits || !frames.iter().all(|&f| f < self.end) {
+        if piece > FRAME_BYTES || total > u64::from(self.mtu) || !frames.iter().all(|&f| f < self.end) {
             return None;
         }
+        // The table refuses an empty group and one of more pieces than the NIC's.
         Some(GROUP_BASE + self.groups.start(frames, piece)? as u64)
     }
 
