@@ -15,15 +15,21 @@
 //! * solicited payloads — [`Endpoint::arm`] maps frames into a free IPT entry and returns
 //!   the token to send to a peer; after the tagged message arrives (or to give up),
 //!   [`Endpoint::disarm`] returns the entry to the free pool.
+//! * answers (one-sided reads) — [`Endpoint::export`] lets the NIC send a range of host
+//!   memory by itself to a peer whose request names the entry and its key
+//!   ([`Endpoint::post_answerable`]); [`Endpoint::begin_change`] comes before the range
+//!   changes, [`Endpoint::retract`] before it is freed. The peer receives the answer as
+//!   a message with [`RecvMsg::answered`].
 //!
 //! The endpoint is single-threaded (`&mut self`); a runtime that needs concurrency wraps
 //! it in its own lock. Nothing allocates.
 
+use super::iface::answer;
 use super::iface::entry::{rx_flags, state, Ring, Segment, Slot, TxStatus};
 use super::iface::ipt::{CancelState, IptEntry, PayloadToken};
 use super::iface::layout::{
-    ctrl, ctrl_word, Counter, FwState, CTRL_MSG_BYTES, ENDPOINT_MAGIC, IPT_ENTRIES, LAYOUT_VERSION, MAX_SEGMENTS,
-    RECV_RING_ENTRIES, SEND_RING_ENTRIES,
+    ctrl, ctrl_word, Counter, FwState, ANSWER_ENTRIES, CTRL_MSG_BYTES, ENDPOINT_MAGIC, IPT_ENTRIES, LAYOUT_VERSION,
+    MAX_SEGMENTS, RECV_RING_ENTRIES, SEND_RING_ENTRIES,
 };
 use super::iface::mem::NicMemory;
 use super::keys::KeyGen;
@@ -52,6 +58,9 @@ pub enum SendError {
     TooManySegments,
     /// The segments hold fewer bytes than `payload_len`.
     SegmentsTooShort,
+    /// An answerable request whose control message is not whole words ending with a
+    /// descriptor.
+    NoDescriptor,
 }
 
 /// A received message (the control message copied out of the slot).
@@ -86,6 +95,11 @@ impl RecvMsg {
     #[inline]
     pub fn via_ipt(&self) -> bool {
         self.flags & rx_flags::IPT != 0
+    }
+    /// A NIC's answer from its answer table (`iface::answer`), not a message its host sent.
+    #[inline]
+    pub fn answered(&self) -> bool {
+        self.flags & rx_flags::ANSWER != 0
     }
     /// The payload was refused (forged/stale token, no frame, DMA refused).
     #[inline]
@@ -151,6 +165,10 @@ impl<M: NicMemory, C: Copy> Endpoint<M, C> {
                 s.set_state_release(0);
             }
         }
+        // Nothing exported: a table an earlier host left is emptied.
+        for i in 0..ANSWER_ENTRIES {
+            let _ = answer::retract(&mem, i);
+        }
         let mut recv_cap = [0; RECV_RING_ENTRIES as usize];
         for i in 0..RECV_RING_ENTRIES {
             if let Some(seg) = recv_frame(i) {
@@ -215,6 +233,21 @@ impl<M: NicMemory, C: Copy> Endpoint<M, C> {
     /// Hand a message to the NIC. `cookie` is returned by [`Self::reap_sends`] once the
     /// NIC no longer needs the payload frames.
     pub fn post_send(&mut self, msg: &SendMsg<'_>, cookie: C) -> Result<(), SendError> {
+        self.post(msg, cookie, 0)
+    }
+
+    /// [`Self::post_send`] a request the peer's NIC may answer by itself: `msg.ctrl` (whole
+    /// words) ends with an [`answer::Descriptor`] naming the peer's entry, its key and the
+    /// token of the IPT frame armed for the answer's payload. Whatever that NIC cannot
+    /// answer reaches its host as an ordinary message.
+    pub fn post_answerable(&mut self, msg: &SendMsg<'_>, cookie: C) -> Result<(), SendError> {
+        if answer::Descriptor::from_ctrl(msg.ctrl).is_none() || !msg.ctrl.len().is_multiple_of(4) {
+            return Err(SendError::NoDescriptor);
+        }
+        self.post(msg, cookie, answer::send_flags::ANSWERABLE)
+    }
+
+    fn post(&mut self, msg: &SendMsg<'_>, cookie: C, flags: u32) -> Result<(), SendError> {
         if msg.ctrl.len() > CTRL_MSG_BYTES as usize {
             return Err(SendError::CtrlTooLong);
         }
@@ -235,6 +268,7 @@ impl<M: NicMemory, C: Copy> Endpoint<M, C> {
         slot.write_ctrl(msg.ctrl);
         slot.set_payload_len(msg.payload_len);
         slot.set_token(msg.token.0);
+        slot.set_flags(flags);
         slot.set_nseg(msg.segments.len() as u32);
         for (k, s) in msg.segments.iter().enumerate() {
             slot.set_segment(k as u32, *s);
@@ -415,6 +449,32 @@ impl<M: NicMemory, C: Copy> Endpoint<M, C> {
     /// IPT entries in use.
     pub fn ipt_in_use(&self) -> u32 {
         self.ipt_used.iter().map(|w| w.count_ones()).sum()
+    }
+
+    // ---- answer table ----------------------------------------------------------
+
+    /// Let the NIC send `e` (`len` bytes of host memory at `addr`, with control message
+    /// `reply`) by itself to a peer whose answerable request names entry `index` and
+    /// `e.key` ([`answer::publish`]). Which entries a host uses is its own business (the
+    /// runtime's port keeps them); keys come from [`Self::answer_key`].
+    pub fn export(&self, index: u32, e: &answer::Export<'_>) -> Result<(), answer::ExportError> {
+        answer::publish(&self.mem, index, e)
+    }
+
+    /// A fresh key for an export (secret, from the endpoint's key generator).
+    pub fn answer_key(&mut self) -> u64 {
+        self.keys.next_key()
+    }
+
+    /// The range entry `index` exports is about to change: the NIC answers nothing from it
+    /// until [`Self::export`] again (an answer it is sending is aborted on the link).
+    pub fn begin_change(&self, index: u32) -> Result<(), answer::ExportError> {
+        answer::begin(&self.mem, index).map(|_| ())
+    }
+
+    /// Export nothing from entry `index` any more (before its range is freed).
+    pub fn retract(&self, index: u32) -> Result<(), answer::ExportError> {
+        answer::retract(&self.mem, index)
     }
 }
 

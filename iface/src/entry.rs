@@ -9,7 +9,7 @@
 //! +0x10 token lo/hi  send: payload token to tag the payload with (0 = unsolicited)
 //!                    receive: the token the payload arrived with
 //! +0x18 nseg         scatter/gather segments in use (≤ 8)
-//! +0x1C flags        receive: [`rx_flags`]; send: 0
+//! +0x1C flags        receive: [`rx_flags`]; send: [`super::answer::send_flags`]
 //! +0x20 seg[8]       {addr_lo, addr_hi, len} × 8: host frames (send: payload source;
 //!                    receive: the attached frame for unsolicited payloads)
 //! +0x80 ctrl[128]    the control message
@@ -89,6 +89,8 @@ pub mod rx_flags {
     pub const IPT: u32 = 1 << 2;
     /// The host bus refused the DMA into the destination frame; payload lost.
     pub const DMA_REFUSED: u32 = 1 << 3;
+    /// The message is a NIC's answer from its answer table (`answer`), not its host's.
+    pub const ANSWER: u32 = 1 << 4;
 }
 
 /// One scatter/gather segment: a contiguous range of host memory (a DMA address).

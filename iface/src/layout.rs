@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-only
-//! NIC memory map: where the firmware image, the control block, the rings, the IPT and the
-//! staging buffers live inside the 256 KiB of NIC memory, and the control-block words.
+//! NIC memory map: where the firmware image, the control block, the rings, the IPT, the
+//! staging buffers and the answer table live inside the 1 MiB of NIC memory, and the
+//! control-block words.
 //!
 //! ```text
 //! 0x00000 ┌──────────────────────┐
@@ -19,11 +20,15 @@
 //!         │ send staging         │ packets between host bus and link out
 //! 0x2A800 ├──────────────────────┤
 //!         │ receive staging      │ packets between link in and host bus
-//! 0x40000 └──────────────────────┘
+//! 0x40000 ├──────────────────────┤
+//!         │ answer table         │ ANSWER_ENTRIES × 64 B: host memory the NIC sends
+//!         │                      │ by itself (`answer`)
+//! 0x100000└──────────────────────┘
 //! ```
 
-/// Total NIC memory, as on a LANai 4 Myrinet adapter.
-pub const NIC_MEM_BYTES: u32 = 256 * 1024;
+/// Total NIC memory: the 256 KiB of a LANai 4 Myrinet adapter for the endpoint, and as
+/// much again three times over for the answer table (later LANai boards had 2 MiB).
+pub const NIC_MEM_BYTES: u32 = 1024 * 1024;
 
 /// Firmware code and read-only data.
 pub const IMAGE_TEXT_OFF: u32 = 0x0_0000;
@@ -49,11 +54,16 @@ pub const IPT_ENTRIES: u32 = 128;
 pub const IPT_OFF: u32 = RECV_RING_OFF + RECV_RING_ENTRIES * RING_ENTRY_BYTES;
 
 pub const STAGING_OFF: u32 = IPT_OFF + IPT_ENTRIES * IPT_ENTRY_BYTES;
-pub const STAGING_BYTES: u32 = NIC_MEM_BYTES - STAGING_OFF;
+pub const STAGING_BYTES: u32 = ANSWER_OFF - STAGING_OFF;
 pub const SEND_STAGING_OFF: u32 = STAGING_OFF;
 pub const SEND_STAGING_BYTES: u32 = STAGING_BYTES / 2;
 pub const RECV_STAGING_OFF: u32 = SEND_STAGING_OFF + SEND_STAGING_BYTES;
 pub const RECV_STAGING_BYTES: u32 = STAGING_BYTES - SEND_STAGING_BYTES;
+
+/// The answer table (`answer`): entries of host memory the NIC may send by itself.
+pub const ANSWER_OFF: u32 = 0x4_0000;
+pub const ANSWER_ENTRY_BYTES: u32 = 64;
+pub const ANSWER_ENTRIES: u32 = (NIC_MEM_BYTES - ANSWER_OFF) / ANSWER_ENTRY_BYTES;
 
 /// Largest control message.
 pub const CTRL_MSG_BYTES: u32 = 128;
@@ -310,10 +320,16 @@ pub enum Counter {
     HostDmaTransfers,
     LinkTxTransfers,
     Interrupts,
+    /// Answerable requests the NIC answered from its answer table, without its host.
+    TxAnswers,
+    /// Answers aborted on the link: their entry changed while the payload was read.
+    TxAnswersAborted,
+    /// Answerable requests handed to the host (entry empty or changing, another key).
+    RxAnswerToHost,
 }
 
 impl Counter {
-    pub const COUNT: usize = 15;
+    pub const COUNT: usize = 18;
     pub const ALL: [Counter; Self::COUNT] = [
         Self::TxPackets,
         Self::TxBytes,
@@ -330,6 +346,9 @@ impl Counter {
         Self::HostDmaTransfers,
         Self::LinkTxTransfers,
         Self::Interrupts,
+        Self::TxAnswers,
+        Self::TxAnswersAborted,
+        Self::RxAnswerToHost,
     ];
 
     pub const fn offset(self) -> u32 {
@@ -353,6 +372,9 @@ impl Counter {
             Self::HostDmaTransfers => "host_dma_transfers",
             Self::LinkTxTransfers => "link_tx_transfers",
             Self::Interrupts => "interrupts",
+            Self::TxAnswers => "tx_answers",
+            Self::TxAnswersAborted => "tx_answers_aborted",
+            Self::RxAnswerToHost => "rx_answer_to_host",
         }
     }
 }
@@ -371,5 +393,7 @@ const _: () = {
     assert!(ctrl::FW_FAULT < ctrl::HOST_REQ_STATUS && ctrl::NIC_NODE < ctrl::COUNTERS);
     assert!(SEND_RING_ENTRIES.is_power_of_two() && RECV_RING_ENTRIES.is_power_of_two());
     assert!(STAGING_OFF.is_multiple_of(8) && RECV_STAGING_OFF.is_multiple_of(8));
-    assert!(RECV_STAGING_OFF + RECV_STAGING_BYTES == NIC_MEM_BYTES);
+    assert!(RECV_STAGING_OFF + RECV_STAGING_BYTES == ANSWER_OFF);
+    assert!(ANSWER_OFF + ANSWER_ENTRIES * ANSWER_ENTRY_BYTES == NIC_MEM_BYTES);
+    assert!(NIC_MEM_BYTES.is_power_of_two()); // an ivshmem BAR
 };

@@ -17,6 +17,8 @@
 //! * [`entry`] — views of send and receive ring entries and their ownership protocol.
 //! * [`ipt`] — the IPT and payload tokens (IPT index + protection key) that let a NIC
 //!   DMA into host memory only where the host allowed it.
+//! * [`answer`] — the answer table: host memory a NIC sends by itself when a peer's
+//!   request names it (one-sided reads).
 //! * [`wire`] — the packet on the link: Trapeze header, control message, payload, CRC-32
 //!   trailer.
 //! * [`regs`] — the MMIO registers of the NIC processor.
@@ -29,6 +31,7 @@
 #![no_std]
 #![forbid(unsafe_code)]
 
+pub mod answer;
 pub mod entry;
 pub mod ipt;
 pub mod layout;

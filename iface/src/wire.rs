@@ -39,6 +39,11 @@ const _: () = {
 
 /// The packet carries a payload token (solicited payload).
 pub const FLAG_TOKEN: u8 = 1 << 0;
+/// A request the receiving NIC may answer from its answer table: the control message ends
+/// with an [`super::answer::Descriptor`].
+pub const FLAG_ANSWER: u8 = 1 << 1;
+/// A NIC's answer to such a request (sent by the NIC, not by its host).
+pub const FLAG_ANSWERED: u8 = 1 << 2;
 
 /// Parse errors: the packet is dropped and counted, never acted upon.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

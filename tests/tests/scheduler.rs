@@ -180,6 +180,7 @@ fn run(w: &Workload) -> (Cluster, Vec<Posted>) {
             token,
             frame_bytes,
             raw_segments: None,
+            answerable: false,
         };
         c.host_mut(from).post(at, msg);
         posted.push(Posted { from, to, ctrl, payload, token, send_frames, ipt_segs });

@@ -8,8 +8,8 @@ use anyhow::{ensure, Context};
 use serde_json::json;
 use std::path::PathBuf;
 use trapeze_firmware::iface::layout::{
-    CTRL_BYTES, CTRL_OFF, IMAGE_BUDGET_BYTES, IMAGE_RAM_BYTES, IMAGE_TEXT_BYTES, IPT_OFF, NIC_MEM_BYTES, SEND_RING_OFF,
-    STAGING_BYTES, STAGING_OFF,
+    ANSWER_OFF, CTRL_BYTES, CTRL_OFF, IMAGE_BUDGET_BYTES, IMAGE_RAM_BYTES, IMAGE_TEXT_BYTES, IPT_OFF, NIC_MEM_BYTES,
+    SEND_RING_OFF, STAGING_BYTES, STAGING_OFF,
 };
 pub use trapeze_vnic::image::{check_image, size, ImageInfo};
 
@@ -106,13 +106,14 @@ fn percent(used: u32, of: u32) -> u32 {
 }
 
 /// NIC memory split, from the layout: (name, bytes), summing to NIC_MEM_BYTES.
-fn nic_memory_map() -> [(&'static str, u32); 5] {
+fn nic_memory_map() -> [(&'static str, u32); 6] {
     [
         ("image", IMAGE_BUDGET_BYTES),
         ("ctrl", CTRL_BYTES + (SEND_RING_OFF - CTRL_OFF - CTRL_BYTES)),
         ("rings", IPT_OFF - SEND_RING_OFF),
         ("IPT", STAGING_OFF - IPT_OFF),
         ("staging", STAGING_BYTES),
+        ("answers", NIC_MEM_BYTES - ANSWER_OFF),
     ]
 }
 

@@ -16,13 +16,16 @@ use super::pulse::pulse_len;
 use super::staging::{align8, Staging};
 use super::{Config, Firmware, HostXfer, RX_QUEUE};
 use crate::hal::Engines;
+use crate::iface::answer::{self, Descriptor};
 use crate::iface::entry::{rx_flags, state, Ring, Segment, Slot};
 use crate::iface::ipt::{self, Claim, IptEntry, PayloadToken};
 use crate::iface::layout::{
     ctrl, notify, Counter, Policy, CTRL_MSG_BYTES, MAX_SEGMENTS, RECV_STAGING_BYTES, RECV_STAGING_OFF,
 };
 use crate::iface::mem::NicMemory;
-use crate::iface::wire::{ctrl_wire_bytes, Header, HEADER_BYTES, HEADER_WORDS, TRAILER_BYTES};
+use crate::iface::wire::{
+    ctrl_wire_bytes, Header, FLAG_ANSWER, FLAG_ANSWERED, HEADER_BYTES, HEADER_WORDS, TRAILER_BYTES,
+};
 use heapless::Deque;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,6 +40,9 @@ enum Dest {
     Frame,
     /// Payload into the IPT frame claimed for the packet's token.
     Ipt(Claim),
+    /// An answerable request (no payload, no receive slot yet): answered from the answer
+    /// table once it has checked, else delivered to the host ([`Firmware::answer`]).
+    Answer,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -85,7 +91,7 @@ impl RxPkt {
             && !self.sinking
             && (self.dropping
                 || self.dma_failed
-                || matches!(self.dest, Dest::Drop | Dest::CtrlOnly)
+                || matches!(self.dest, Dest::Drop | Dest::CtrlOnly | Dest::Answer)
                 || self.delivered == self.hdr.payload_len)
     }
 }
@@ -303,6 +309,10 @@ impl<M: NicMemory> Firmware<M> {
         }
         let parsed = if arrived >= HEADER_BYTES { Header::from_words(&words, self.cfg.mtu).ok() } else { None };
         let (dest, hdr, slot, flags, verdict) = match parsed {
+            // Nothing to DMA: it needs a receive slot only if its host is to serve it.
+            Some(h) if h.dst == self.cfg.node_id && h.flags & FLAG_ANSWER != 0 && h.payload_len == 0 => {
+                (Dest::Answer, h, None, 0, None)
+            }
             Some(h) if h.dst == self.cfg.node_id && !self.slot_free() => {
                 if let Some(p) = self.rx.q.back_mut().filter(|p| !p.waiting) {
                     p.waiting = true;
@@ -403,6 +413,12 @@ impl<M: NicMemory> Firmware<M> {
             match (discard, p.dest) {
                 (true, Dest::Ipt(c)) => release_claim(&self.mem, &c),
                 (true, _) => {}
+                (false, Dest::Answer) => {
+                    if !self.answer(eng, &p) {
+                        // No room to answer or to deliver yet: the queue waits.
+                        break;
+                    }
+                }
                 (false, _) => self.deliver(eng, &p),
             }
             self.rx.q.pop_front();
@@ -414,6 +430,27 @@ impl<M: NicMemory> Firmware<M> {
         progress
     }
 
+    /// An answerable request that checked: answered by the NIC when its descriptor names
+    /// a stable entry holding its key, else delivered to the host in the next receive
+    /// slot. `false`: neither can happen yet (the send side or the receive ring is full).
+    fn answer<E: Engines>(&mut self, eng: &mut E, p: &RxPkt) -> bool {
+        let ctrl_len = u32::from(p.hdr.ctrl_len);
+        let found = Descriptor::load(&self.mem, p.off + HEADER_BYTES, ctrl_len)
+            .filter(|d| d.token != 0)
+            .and_then(|d| Some((d, answer::lookup(&self.mem, &d, self.cfg.mtu)?)));
+        if let Some((d, f)) = found {
+            return self.queue_answer(p.hdr.src, d.token, f);
+        }
+        if !self.slot_free() {
+            return false;
+        }
+        let pos = self.rx.reserve;
+        self.rx.reserve = pos.wrapping_add(1);
+        self.bump(Counter::RxAnswerToHost, 1);
+        self.deliver(eng, &RxPkt { slot: Some(pos), dest: Dest::CtrlOnly, ..*p });
+        true
+    }
+
     fn deliver<E: Engines>(&mut self, eng: &mut E, p: &RxPkt) {
         let Some(pos) = p.slot else { return };
         let slot = Slot::new(&self.mem, Ring::Recv, pos);
@@ -423,7 +460,8 @@ impl<M: NicMemory> Firmware<M> {
         slot.set_payload_len(len);
         slot.set_peer(p.hdr.src as u32);
         slot.set_token(p.hdr.token);
-        slot.set_flags(p.flags);
+        let answered = if p.hdr.flags & FLAG_ANSWERED != 0 { rx_flags::ANSWER } else { 0 };
+        slot.set_flags(p.flags | answered);
         self.mem.copy_words(p.off + HEADER_BYTES, slot.ctrl_offset(), ctrl_wire_bytes(p.hdr.ctrl_len as u32) / 4);
         if let Dest::Ipt(c) = p.dest {
             if let Some(e) = IptEntry::new(&self.mem, c.index) {

@@ -5,13 +5,14 @@ use super::pulse::pulse_len;
 use super::staging::Staging;
 use super::{Firmware, HostXfer, TX_QUEUE};
 use crate::hal::Engines;
+use crate::iface::answer::{self, send_flags, Found};
 use crate::iface::entry::{state, Ring, Slot, TxStatus};
 use crate::iface::layout::{
     ctrl, notify, Counter, CTRL_MSG_BYTES, MAX_SEGMENTS, SEND_RING_ENTRIES, SEND_STAGING_BYTES, SEND_STAGING_OFF,
 };
 use crate::iface::mem::NicMemory;
 use crate::iface::regs::tx_flags;
-use crate::iface::wire::{ctrl_wire_bytes, Header, FLAG_TOKEN, HEADER_BYTES};
+use crate::iface::wire::{ctrl_wire_bytes, Header, FLAG_ANSWER, FLAG_ANSWERED, FLAG_TOKEN, HEADER_BYTES};
 use heapless::Deque;
 
 /// A packet accepted from the send ring.
@@ -35,6 +36,8 @@ struct TxPkt {
     sent: u32,
     sending: u32,
     failed: Option<TxStatus>,
+    /// An answer from the answer table (no send slot): its entry as found.
+    answer: Option<Found>,
 }
 
 impl TxPkt {
@@ -90,6 +93,17 @@ impl TxSide {
     /// still has payload to read. Reads are as large as possible (the source side).
     pub(super) fn next_source<M: NicMemory>(&self, mem: &M) -> Option<HostXfer> {
         let p = self.q.iter().find(|p| p.failed.is_none() && p.issued < p.payload)?;
+        if let Some(f) = p.answer {
+            // One contiguous range.
+            return Some(HostXfer {
+                id: p.id,
+                host_addr: f.addr.wrapping_add(u64::from(p.issued)),
+                nic_off: p.off + p.prefix + p.issued,
+                len: p.payload - p.issued,
+                seg: 0,
+                seg_off: p.payload,
+            });
+        }
         let slot = Slot::new(mem, Ring::Send, p.slot);
         let mut seg_i = p.seg;
         let mut seg_off = p.seg_off;
@@ -188,8 +202,9 @@ impl<M: NicMemory> Firmware<M> {
             let Some(rel) = self.tx.staging.alloc(prefix + payload) else { break };
             let off = SEND_STAGING_OFF + rel;
             let token = slot.token();
+            let answerable = if slot.flags() & send_flags::ANSWERABLE != 0 { FLAG_ANSWER } else { 0 };
             let hdr = Header {
-                flags: if token != 0 { FLAG_TOKEN } else { 0 },
+                flags: if token != 0 { FLAG_TOKEN } else { 0 } | answerable,
                 src: self.cfg.node_id,
                 dst: slot.peer() as u16,
                 ctrl_len: ctrl_len as u16,
@@ -219,6 +234,7 @@ impl<M: NicMemory> Firmware<M> {
                 sent: 0,
                 sending: 0,
                 failed: None,
+                answer: None,
             };
             // Cannot fail: the loop condition checked there is room.
             let _ = self.tx.q.push_back(pkt);
@@ -226,6 +242,54 @@ impl<M: NicMemory> Firmware<M> {
             progress = true;
         }
         progress
+    }
+
+    /// Queue the answer to `dst`'s request from entry `f`, tagged with `dst`'s payload
+    /// `token`: the entry's reply bytes, then the payload it exports. `false`: no room
+    /// in the send queue or staging yet.
+    pub(super) fn queue_answer(&mut self, dst: u16, token: u64, f: Found) -> bool {
+        if self.tx.q.is_full() {
+            return false;
+        }
+        let prefix = HEADER_BYTES + ctrl_wire_bytes(f.reply_len);
+        let Some(rel) = self.tx.staging.alloc(prefix + f.len) else { return false };
+        let off = SEND_STAGING_OFF + rel;
+        let hdr = Header {
+            flags: FLAG_TOKEN | FLAG_ANSWERED,
+            src: self.cfg.node_id,
+            dst,
+            ctrl_len: f.reply_len as u16,
+            payload_len: f.len,
+            token,
+            seq: self.tx.wire_seq,
+        };
+        self.tx.wire_seq = self.tx.wire_seq.wrapping_add(1);
+        for (i, w) in hdr.to_words().iter().enumerate() {
+            self.mem.store_relaxed(off + 4 * i as u32, *w);
+        }
+        self.mem.copy_words(f.reply_offset(), off + HEADER_BYTES, ctrl_wire_bytes(f.reply_len) / 4);
+        let id = self.tx.next_id;
+        self.tx.next_id = id.wrapping_add(1);
+        let pkt = TxPkt {
+            id,
+            slot: 0,
+            slot_seq: 0,
+            off,
+            prefix,
+            payload: f.len,
+            issued: 0,
+            read: 0,
+            reading: 0,
+            seg: 0,
+            seg_off: 0,
+            sent: 0,
+            sending: 0,
+            failed: None,
+            answer: Some(f),
+        };
+        // Cannot fail: checked `is_full` above.
+        let _ = self.tx.q.push_back(pkt);
+        true
     }
 
     /// Link out: finish the running pulse, complete sent packets, start the next pulse.
@@ -264,6 +328,9 @@ impl<M: NicMemory> Firmware<M> {
             }
             self.bump(Counter::TxPackets, 1);
             self.bump(Counter::TxBytes, p.payload as u64);
+            if p.answer.is_some() {
+                self.bump(Counter::TxAnswers, 1);
+            }
             self.complete_send(eng, TxStatus::Sent);
             progress = true;
         }
@@ -278,6 +345,14 @@ impl<M: NicMemory> Firmware<M> {
                 flags |= tx_flags::FIRST;
             }
             if p.sent + len == p.total() {
+                // An answer whose entry changed while its payload was read may carry torn
+                // bytes: the receiver drops it instead.
+                if let Some(f) = p.answer.filter(|f| !answer::still(&self.mem, f)) {
+                    crate::log::warn!("tx: answer from entry {=u32} aborted: the entry changed", f.index);
+                    p.failed = Some(TxStatus::DmaRefused);
+                    self.bump(Counter::TxAnswersAborted, 1);
+                    return true;
+                }
                 flags |= tx_flags::LAST;
             }
             eng.link_tx_start(p.off + p.sent, len, flags);
@@ -291,11 +366,15 @@ impl<M: NicMemory> Firmware<M> {
 
     fn complete_send<E: Engines>(&mut self, eng: &mut E, status: TxStatus) {
         let Some(p) = self.tx.q.pop_front() else { return };
-        let slot = Slot::new(&self.mem, Ring::Send, p.slot);
-        slot.set_state_release(state::DONE | (status as u32) << state::STATUS_SHIFT | p.slot_seq << state::SEQ_SHIFT);
         let next = self.tx.q.front().map(|n| n.off - SEND_STAGING_OFF);
         self.tx.staging.free_oldest(next);
         eng.tx_staging_released(p.off, p.total());
+        if p.answer.is_some() {
+            // The NIC's own packet: no send slot, nothing for the host to hear.
+            return;
+        }
+        let slot = Slot::new(&self.mem, Ring::Send, p.slot);
+        slot.set_state_release(state::DONE | (status as u32) << state::STATUS_SHIFT | p.slot_seq << state::SEQ_SHIFT);
         self.bump_seq(ctrl::FW_TX_SEQ);
         self.notify_host(eng, notify::IRQ_ON_SEND_DONE);
     }

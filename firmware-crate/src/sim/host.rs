@@ -8,6 +8,7 @@
 
 use super::mem::SharedMem;
 use super::{Params, Rng};
+use crate::iface::answer::send_flags;
 use crate::iface::entry::{rx_flags, state, Ring, Segment, Slot, TxStatus};
 use crate::iface::ipt::{CancelState, IptEntry, PayloadToken};
 use crate::iface::layout::{IPT_ENTRIES, MAX_SEGMENTS, RECV_RING_ENTRIES, SEND_RING_ENTRIES};
@@ -30,6 +31,9 @@ pub struct OutMsg {
     /// Send from these raw DMA segments instead of copying `payload` into host frames
     /// (e.g. addresses outside host memory, to test refusal). `payload` gives the length.
     pub raw_segments: Option<Vec<Segment>>,
+    /// An answerable request (`answer::send_flags::ANSWERABLE`): `ctrl` ends with a
+    /// `answer::Descriptor`.
+    pub answerable: bool,
 }
 
 /// A message the host read from the receive ring.
@@ -165,6 +169,13 @@ impl Host {
         let off = addr.checked_sub(HOST_DMA_BASE)? as usize;
         self.memory.get(off..off.checked_add(len)?)
     }
+    /// A fresh frame holding `bytes` (what a host exports in its answer table, say):
+    /// its DMA address.
+    pub fn store(&mut self, bytes: &[u8]) -> Option<u64> {
+        let off = self.alloc.alloc(bytes.len() as u64)?;
+        self.memory[off as usize..off as usize + bytes.len()].copy_from_slice(bytes);
+        Some(HOST_DMA_BASE + off)
+    }
     /// Stop (`false`) or resume reading the receive ring. While stopped, delivered
     /// messages stay `READY` in the ring, so the ring fills up.
     pub fn set_reading(&mut self, on: bool) {
@@ -292,6 +303,7 @@ impl Host {
         slot.write_ctrl(&p.msg.ctrl);
         slot.set_payload_len(len);
         slot.set_token(p.msg.token.0);
+        slot.set_flags(if p.msg.answerable { send_flags::ANSWERABLE } else { 0 });
         slot.set_nseg(segs.len() as u32);
         for (k, s) in segs.iter().enumerate().take(MAX_SEGMENTS as usize) {
             slot.set_segment(k as u32, *s);
