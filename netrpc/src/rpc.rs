@@ -10,9 +10,12 @@
 //! any command or input, drain the outputs. Commands that queue a request do not send it:
 //! continuations pushed right after `call` are in place before any reply can arrive.
 
+mod answer;
+
 use super::ring::Ring;
 use super::types::*;
 use super::wire::{Header, Kind, Message, Operation, PayloadKind, ReplyToken, CTRL_BYTES, HEADER_BYTES, MAX_BODY};
+pub use answer::Descriptor;
 
 /// Delegations allowed before a request is answered with [`RpcError::TooManyHops`].
 pub const MAX_HOPS: u8 = 8;
@@ -64,6 +67,8 @@ struct Record<Ctx, F: Copy, const CONTS: usize> {
     issued: u64,
     deadline: Option<u64>,
     reply_to: ReplyTo<F>,
+    /// The request may be answered by the callee's NIC ([`answer`]).
+    answerable: bool,
     conts: [Option<(Continuation<Ctx, F>, u64)>; CONTS],
     nconts: usize,
     outcome: Option<Outcome<F>>,
@@ -82,6 +87,7 @@ impl<Ctx, F: Copy, const CONTS: usize> Record<Ctx, F, CONTS> {
             issued: 0,
             deadline: None,
             reply_to: ReplyTo::None,
+            answerable: false,
             conts: [None; CONTS],
             nconts: 0,
             outcome: None,
@@ -216,7 +222,25 @@ impl<Ctx: Runtime<F>, F: Copy, const CALLS: usize, const CONTS: usize, const TX:
         reply_to: ReplyTo<F>,
         mode: Mode,
     ) -> Result<CallId, RpcError> {
-        if body.len() > MAX_BODY {
+        self.start_call(now, ctx, dst, op, body, reply_to, mode, None)
+    }
+
+    /// [`Self::call_raw`], the request answerable by `dst`'s NIC from entry `answer` of
+    /// its answer table when that names the request's page (`crate::answer`).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn start_call(
+        &mut self,
+        now: u64,
+        ctx: &mut Ctx,
+        dst: u16,
+        op: u16,
+        body: &[u8],
+        reply_to: ReplyTo<F>,
+        mode: Mode,
+        answer: Option<(u32, u64)>,
+    ) -> Result<CallId, RpcError> {
+        let room = |n: usize| (HEADER_BYTES + n).next_multiple_of(4) + Descriptor::BYTES <= CTRL_BYTES;
+        if body.len() > MAX_BODY || answer.is_some() && !room(body.len()) {
             return Err(RpcError::BodyTooLong);
         }
         if self.tx.is_full() {
@@ -236,6 +260,7 @@ impl<Ctx: Runtime<F>, F: Copy, const CALLS: usize, const CONTS: usize, const TX:
         r.issued = self.seq;
         r.deadline = deadline;
         r.reply_to = reply_to;
+        r.answerable = false;
         if let Some(d) = deadline {
             self.deadline_floor = self.deadline_floor.min(d);
         }
@@ -255,8 +280,9 @@ impl<Ctx: Runtime<F>, F: Copy, const CALLS: usize, const CONTS: usize, const TX:
             payload_token: tag,
         };
         let id = CallId { record: i as u16, generation: r.generation };
+        let answer = answer.map(|(index, key)| Descriptor { index, key, token: tag });
         // Cannot fail: checked that the queue has room above.
-        let _ = self.queue(dst, Kind::Request, op, token, 0, body, None, 0);
+        let _ = self.queue_answerable(dst, Kind::Request, op, token, 0, body, None, 0, answer);
         self.stats.calls += 1;
         Ok(id)
     }
@@ -469,15 +495,37 @@ impl<Ctx: Runtime<F>, F: Copy, const CALLS: usize, const CONTS: usize, const TX:
         payload: Option<(F, u32)>,
         tag: u64,
     ) -> Result<(), RpcError> {
-        // Callers checked `body.len() <= MAX_BODY`.
+        self.queue_answerable(dst, kind, op, token, hops, body, payload, tag, None)
+    }
+
+    /// [`Self::queue`], with `answer` after the body (padded to whole words) when given.
+    #[allow(clippy::too_many_arguments)]
+    fn queue_answerable(
+        &mut self,
+        dst: u16,
+        kind: Kind,
+        op: u16,
+        token: ReplyToken,
+        hops: u8,
+        body: &[u8],
+        payload: Option<(F, u32)>,
+        tag: u64,
+        answer: Option<Descriptor>,
+    ) -> Result<(), RpcError> {
+        // Callers checked `body.len() <= MAX_BODY` (and room for a descriptor).
         let h = Header { kind, op, token, hops, body_len: body.len() as u16 };
-        let ctrl_len = HEADER_BYTES + body.len();
+        let end = HEADER_BYTES + body.len();
+        let ctrl_len = if answer.is_some() { end.next_multiple_of(4) + Descriptor::BYTES } else { end };
         // Built in its queue slot: a transmit is 150-odd bytes, moved twice otherwise.
-        let t = Transmit { dst, ctrl: [0u8; CTRL_BYTES], ctrl_len, payload, tag };
+        let t = Transmit { dst, ctrl: [0u8; CTRL_BYTES], ctrl_len, payload, tag, answerable: answer.is_some() };
         self.tx
             .push_with(t, |t| {
                 h.emit(&mut t.ctrl);
-                t.ctrl[HEADER_BYTES..ctrl_len].copy_from_slice(body);
+                t.ctrl[HEADER_BYTES..end].copy_from_slice(body);
+                if let Some(d) = answer {
+                    t.ctrl[end..ctrl_len - Descriptor::BYTES].fill(0);
+                    t.ctrl[ctrl_len - Descriptor::BYTES..ctrl_len].copy_from_slice(&d.to_bytes());
+                }
             })
             .map_err(|_| RpcError::TxFull)
     }

@@ -209,6 +209,9 @@ pub struct Transmit<F> {
     pub payload: Option<(F, u32)>,
     /// Tag the payload with this IPT token (0: unsolicited).
     pub tag: u64,
+    /// A request the callee's NIC may answer (`crate::answer`): `ctrl` ends with the
+    /// descriptor; post it as answerable.
+    pub answerable: bool,
 }
 
 impl<F> Transmit<F> {
@@ -328,6 +331,8 @@ pub struct Stats {
     /// Requests straight from a requester (no delegation) naming another node as their
     /// origin, where the reply would go: dropped.
     pub foreign_requests: u64,
+    /// Answerable calls completed by the callee's NIC (its answer table), not its host.
+    pub answers: u64,
 }
 
 impl Stats {
@@ -349,5 +354,6 @@ impl Stats {
         refused_payloads: 0,
         foreign_replies: 0,
         foreign_requests: 0,
+        answers: 0,
     };
 }

@@ -315,7 +315,8 @@ impl<S: Service> RpcPort<S> {
                 }
             };
             let payload = self.node.frames.receive(m);
-            self.rpc.handle_message(t, &mut self.node, m.src, m.ctrl(), payload);
+            let answer = m.answered().then_some(m.token.0);
+            self.rpc.handle_received(t, &mut self.node, m.src, m.ctrl(), payload, answer);
         }
         // Timers come from NetRPC's next deadline: with none, an idle pass reads no clock.
         // An inline NIC means a caller polling in a tight loop: look at the clock every

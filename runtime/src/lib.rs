@@ -37,5 +37,5 @@ pub mod port;
 pub mod storage;
 
 pub use frames::FrameMem;
-pub use port::{Port, PortStats};
+pub use port::{Exported, Port, PortStats};
 pub use storage::Storage;

@@ -16,14 +16,18 @@
 //!   is full it lets the place make room (run an inline NIC, ring a doorbell) and reaps,
 //!   a bounded number of times, then drops the transmit and counts it (NetRPC's timeouts
 //!   and GMS's retries take over).
+//! * **Answers.** [`Port::export`] lets the NIC send a frame by itself to a peer whose
+//!   request names its answer-table entry (one-sided reads); [`Port::retract`] ends that
+//!   before the frame is let go.
 //! * The endpoint itself lives on the place's heap ([`Storage::Boxed`]): it is a few KiB,
 //!   and a kernel stack must not carry it through set-up.
 
 use super::endpoint::{ArmError, Endpoint, RecvMsg, SendError, SendMsg};
 use super::frames::FrameMem;
+use super::iface::answer::Export;
 use super::iface::entry::{Segment, TxStatus};
 use super::iface::ipt::{CancelState, PayloadToken};
-use super::iface::layout::{ctrl, ctrl_word, IPT_ENTRIES, MAX_SEGMENTS, RECV_RING_ENTRIES};
+use super::iface::layout::{ctrl, ctrl_word, ANSWER_ENTRIES, IPT_ENTRIES, MAX_SEGMENTS, RECV_RING_ENTRIES};
 use super::iface::mem::NicMemory;
 use super::netrpc::prelude::{InPayload, ReplyTo, Transmit};
 use super::storage::{Fifo, Stack, Storage};
@@ -55,6 +59,14 @@ pub struct PortStats {
     pub leaked: u64,
 }
 
+/// An answer-table entry a port exports a frame in, and the key a peer's request must
+/// name ([`Port::export`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Exported {
+    pub index: u32,
+    pub key: u64,
+}
+
 /// Why a port could not be set up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SetupError {
@@ -77,6 +89,9 @@ pub struct Port<M: NicMemory, A: FrameMem, S: Storage> {
     limbo: Fifo<(A::Frame, u64), S>,
     /// The frame attached to each receive slot.
     slot_frame: S::Buf<A::Frame>,
+    /// Answer-table entries free for [`Self::export`], and whether each is in use.
+    answers_free: Stack<u32, S>,
+    answer_used: S::Buf<bool>,
     posted: u64,
     reaped: u64,
     /// The firmware's send-completion sequence when the ring was last reaped.
@@ -114,7 +129,13 @@ impl<M: NicMemory, A: FrameMem, S: Storage> Port<M, A, S> {
         for (i, s) in slot_frame.iter_mut().enumerate() {
             *s = frames.nth(i);
         }
+        let mut answers_free = Stack::new(ANSWER_ENTRIES as usize, 0).ok_or(SetupError::NoMemory)?;
+        for i in (0..ANSWER_ENTRIES).rev() {
+            answers_free.push(i);
+        }
         Ok(Port {
+            answers_free,
+            answer_used: S::buf(ANSWER_ENTRIES as usize, false).ok_or(SetupError::NoMemory)?,
             ep,
             armed: Stack::new(IPT_ENTRIES as usize, (first, PayloadToken::NONE)).ok_or(SetupError::NoMemory)?,
             limbo: Fifo::new(n, (first, 0)).ok_or(SetupError::NoMemory)?,
@@ -332,6 +353,41 @@ impl<M: NicMemory, A: FrameMem, S: Storage> Port<M, A, S> {
         posted
     }
 
+    /// Let the NIC answer requests for `frame`'s first `len` bytes (one contiguous piece)
+    /// with `reply` by itself ([`Endpoint::export`]); `again` updates that export in place.
+    /// `None`: the frame is in pieces, or the answer table is full.
+    pub fn export(&mut self, again: Option<Exported>, frame: A::Frame, len: u32, reply: &[u8]) -> Option<Exported> {
+        let mut segs = [Segment::default(); MAX_SEGMENTS as usize];
+        let n = self.frames.segments(frame, &mut segs)?;
+        let seg = *segs[..n].first().filter(|s| n == 1 && s.len >= len)?;
+        let at = match again {
+            Some(a) if self.answer_used.get(a.index as usize) == Some(&true) => a,
+            Some(_) => return None,
+            None => Exported { index: self.answers_free.pop()?, key: self.ep.answer_key() },
+        };
+        self.answer_used[at.index as usize] = true;
+        let e = Export { key: at.key, addr: seg.addr, len, reply };
+        if self.ep.export(at.index, &e).is_err() {
+            self.retract(at.index);
+            return None;
+        }
+        Some(at)
+    }
+
+    /// End an export ([`Self::export`]) before its frame is let go; its entry is free again.
+    pub fn retract(&mut self, index: u32) {
+        if let Some(used @ true) = self.answer_used.get_mut(index as usize) {
+            let _ = self.ep.retract(index);
+            *used = false;
+            self.answers_free.push(index);
+        }
+    }
+
+    /// Answer-table entries in use.
+    pub fn exports(&self) -> usize {
+        ANSWER_ENTRIES as usize - self.answers_free.len()
+    }
+
     fn post_rpc(
         &mut self,
         t: &Transmit<A::Frame>,
@@ -365,7 +421,12 @@ impl<M: NicMemory, A: FrameMem, S: Storage> Port<M, A, S> {
             token: PayloadToken(t.tag),
         };
         for _ in 0..tries.max(1) {
-            match self.post_raw(&msg, RPC_COOKIE) {
+            let posted = if t.answerable {
+                self.ep.post_answerable(&msg, RPC_COOKIE)
+            } else {
+                self.ep.post_send(&msg, RPC_COOKIE)
+            };
+            match posted.map(|()| self.posted += 1) {
                 Ok(()) => return true,
                 Err(SendError::RingFull) => {
                     make_room(&mut *self.ep);

@@ -127,7 +127,7 @@ fn token_index(token: u64) -> u16 {
 }
 
 fn transmit(payload: Option<(u32, u32)>) -> Transmit<u32> {
-    Transmit { dst: 2, ctrl: [0; 128], ctrl_len: 8, payload, tag: 0 }
+    Transmit { dst: 2, ctrl: [0; 128], ctrl_len: 8, payload, tag: 0, answerable: false }
 }
 
 #[test]
