@@ -60,7 +60,7 @@ impl<
         reply_to: ReplyTo<F>,
         mode: Mode,
     ) -> Result<OpId, GmsError> {
-        self.getpage_via(now, rpc, page, known, None, reply_to, mode)
+        self.getpage_via(now, rpc, page, known, None, None, reply_to, mode)
     }
 
     /// [`Self::getpage_at_least`] sent straight to `holder`, a member the caller believes
@@ -85,7 +85,26 @@ impl<
         reply_to: ReplyTo<F>,
         mode: Mode,
     ) -> Result<OpId, GmsError> {
-        self.getpage_via(now, rpc, page, known, Some(holder), reply_to, mode)
+        self.getpage_via(now, rpc, page, known, Some(holder), None, reply_to, mode)
+    }
+
+    /// [`Self::getpage_hinted`] that `holder`'s NIC may answer by itself from its answer
+    /// table entry `answer` (told in the `PUTDONE` of the put that stored the copy there),
+    /// without interrupting `holder`: a one-sided read. The reply payload must be
+    /// solicited. Whatever that NIC cannot answer (the entry moved on) `holder` serves.
+    #[allow(clippy::too_many_arguments)]
+    pub fn getpage_answerable<const C: usize, const K: usize, const X: usize>(
+        &mut self,
+        now: u64,
+        rpc: &mut Rpc<Self, F, C, K, X>,
+        page: PageId,
+        known: Version,
+        holder: u16,
+        answer: Answer,
+        reply_to: ReplyTo<F>,
+        mode: Mode,
+    ) -> Result<OpId, GmsError> {
+        self.getpage_via(now, rpc, page, known, Some(holder), Some(answer), reply_to, mode)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -96,6 +115,7 @@ impl<
         page: PageId,
         known: Version,
         hint: Option<u16>,
+        answer: Option<Answer>,
         reply_to: ReplyTo<F>,
         mode: Mode,
     ) -> Result<OpId, GmsError> {
@@ -145,7 +165,13 @@ impl<
         };
         let req = GetReq { page, want, seq, view: self.members.view(), flags };
         self.ops[i].dst = dst;
-        match rpc.call::<GetPage>(now, self, dst, &req, reply_to, Mode::NonBlocking) {
+        let called = match answer.filter(|_| flags & GET_HINTED != 0 && matches!(reply_to, ReplyTo::Solicited { .. })) {
+            Some(a) => {
+                rpc.call_answerable::<GetPage>(now, self, dst, &req, reply_to, Mode::NonBlocking, a.index, a.key)
+            }
+            None => rpc.call::<GetPage>(now, self, dst, &req, reply_to, Mode::NonBlocking),
+        };
+        match called {
             Ok(call) => self.launched(rpc, i, call),
             Err(e) => {
                 self.free_op(i);
@@ -478,7 +504,7 @@ impl<
         } else {
             (HeldState::Registering, seq)
         };
-        let h = Held { frame, len, version, dirty, last_access: self.epoch, state, seq, repair: false };
+        let h = Held { frame, len, version, dirty, last_access: self.epoch, state, seq, repair: false, answer: None };
         if self.held.insert(page, h).is_err() {
             if local {
                 self.forget_site(page, version, seq);
@@ -522,9 +548,13 @@ impl<
         // identity this node has not learnt yet (a re-registration after a membership
         // change, its answer still on its way), which must not go. A copy the directory
         // has moved on from is dropped when its re-registration (the scrub's) is refused.
-        if matches!(result, PutResult::Stored { .. }) {
-            self.stats.puts_stored += 1;
-        }
-        self.finish(i, OpResult::Put(result));
+        let answer = match result {
+            PutResult::Stored { .. } => {
+                self.stats.puts_stored += 1;
+                d.answer
+            }
+            _ => None,
+        };
+        self.finish_with(i, OpResult::Put(result), answer);
     }
 }

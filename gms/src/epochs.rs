@@ -573,6 +573,7 @@ mod tests {
                 state: HeldState::Registered,
                 seq: 1,
                 repair: false,
+                answer: None,
             };
             n.held.insert(PageId::new(1, i as u64), h).expect("room");
         }

@@ -179,7 +179,7 @@ pub mod prelude {
     pub use super::page::{PageId, Version};
     pub use super::table::slots_for;
     pub use super::types::{
-        Completion, DiscardResult, GetResult, GmsConfig, GmsError, GmsStats, MissReason, OpId, OpResult, Policy,
-        PutResult, ReadPolicy, Via, WritePolicy,
+        Answer, Completion, DiscardResult, GetResult, GmsConfig, GmsError, GmsStats, MissReason, OpId, OpResult,
+        Policy, PutResult, ReadPolicy, Via, WritePolicy,
     };
 }

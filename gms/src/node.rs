@@ -43,6 +43,21 @@ pub trait Host<F: Copy> {
         let _ = (frames, piece);
         None
     }
+    /// Let this node's NIC answer hinted getpages of a held copy by itself (its answer
+    /// table: one-sided reads): `frame`'s first `len` bytes, with `reply` (the body of the
+    /// reply a hit of it is). Returns the entry and key a requester names in its getpage
+    /// (told it in `PUTDONE`); `again`: the copy's export so far, updated in place. GMS
+    /// [`Self::retract`]s it before it stops holding the frame. `None` (the default): no
+    /// answer table, or it is full; requests then reach this node as before.
+    fn export(&mut self, again: Option<Answer>, frame: &F, len: u32, reply: &[u8]) -> Option<Answer> {
+        let _ = (again, frame, len, reply);
+        None
+    }
+    /// End an export ([`Self::export`]): GMS is about to let the frame go
+    /// ([`Self::dropped`], or handed back to the runtime).
+    fn retract(&mut self, answer: Answer) {
+        let _ = answer;
+    }
     /// A request for another service sharing this NetRPC (the default answers
     /// `UnknownOp` and releases a request payload).
     fn serve_other(&mut self, inc: &Incoming<'_, F>) -> Action<F> {
@@ -51,6 +66,15 @@ pub trait Host<F: Copy> {
         }
         Action::Error(RpcError::UnknownOp)
     }
+}
+
+/// GMS stops holding `page` in `h.frame`: its export ends first (the NIC answers from it
+/// no more), then the host is told ([`Host::dropped`]).
+pub(super) fn let_go<F: Copy, H: Host<F>>(host: &mut H, page: PageId, h: &Held<F>) {
+    if let Some(a) = h.answer {
+        host.retract(a);
+    }
+    host.dropped(page, h.frame, h.dirty);
 }
 
 /// Whether the directory names a held copy yet.
@@ -79,6 +103,9 @@ pub struct Held<F> {
     /// Its directory node changed since it was named: the repair sweep registers it with
     /// the new one ([`GmsNode::drive`]).
     pub repair: bool,
+    /// Where this node's NIC answers hinted getpages of it by itself ([`Host::export`]),
+    /// once registered.
+    pub answer: Option<Answer>,
 }
 
 /// One slot of the page-frame directory.
@@ -308,7 +335,7 @@ impl<
         }
         let state = HeldState::Registering;
         let seq = super::directory::FRESH;
-        let h = Held { frame, len, version, dirty, last_access: self.epoch, state, seq, repair: false };
+        let h = Held { frame, len, version, dirty, last_access: self.epoch, state, seq, repair: false, answer: None };
         self.held.insert(page, h).map_err(|_| GmsError::Full)?;
         self.register(page, None);
         Ok(())
@@ -324,6 +351,9 @@ impl<
     pub fn drop_local(&mut self, now: u64, page: &PageId) -> Option<Held<F>> {
         self.enter(now);
         let h = self.held.remove(page)?;
+        if let Some(a) = h.answer {
+            self.host.retract(a);
+        }
         match h.state {
             HeldState::Registered => {
                 self.cancel_register(page, PutStatus::Failed);

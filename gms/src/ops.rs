@@ -8,7 +8,7 @@
 //! | `PUTPAGE` 0x4702 | one-way + page payload | [`PutReq`] 47 B | — (answered by `PUTDONE`) |
 //! | `MOVEPAGE` 0x4703 | one-way + page payload | [`PutReq`] | — (answered by `PUTDONE`) |
 //! | `DISCARDPAGE` 0x4704 | call to the directory | [`DiscardReq`] 24 B | [`DirAck`] 25 B |
-//! | `PUTDONE` 0x4705 | one-way, target → putter | [`PutDone`] 33 B | — |
+//! | `PUTDONE` 0x4705 | one-way, target → putter | [`PutDone`] 45 B | — |
 //! | `DIRUPDATE` 0x4706 | call, holder → directory | [`DirUpdateReq`] 42 B | [`DirAck`] |
 //! | `DIRREMOVE` 0x4707 | call, ex-holder → directory | [`DirRemoveReq`] 34 B | [`DirAck`] |
 //! | `DROPPAGE` 0x4708 | call, directory → stale holder | [`DropReq`] 32 B | [`DirAck`] |
@@ -23,7 +23,7 @@
 
 use super::net::wire::{CodecError, Message, Operation};
 use super::page::{PageId, Version};
-use super::types::OpId;
+use super::types::{Answer, OpId};
 
 pub const OP_GETPAGE: u16 = 0x4701;
 pub const OP_PUTPAGE: u16 = 0x4702;
@@ -412,16 +412,21 @@ pub struct PutDone {
     pub tag: OpId,
     pub status: PutStatus,
     pub site: u16,
+    /// `Stored`: where the site's NIC answers hinted getpages of the copy (key 0: nowhere).
+    pub answer: Option<Answer>,
 }
 body!(
     PutDone,
-    33,
+    45,
     |s, o| {
         o.page(&s.page)?;
         o.u64(s.version.0)?;
         o.op(&s.tag)?;
         o.u8(s.status as u8)?;
         o.u16(s.site)?;
+        let a = s.answer.unwrap_or_default();
+        o.u32(a.index)?;
+        o.u64(a.key)?;
     },
     |i| {
         Ok(PutDone {
@@ -430,6 +435,10 @@ body!(
             tag: i.op()?,
             status: PutStatus::from_u8(i.u8()?)?,
             site: i.u16()?,
+            answer: {
+                let a = Answer { index: i.u32()?, key: i.u64()? };
+                (a.key != 0).then_some(a)
+            },
         })
     }
 );
@@ -634,7 +643,12 @@ mod tests {
         let rep = GetReply { status: GetStatus::Local, page, version: v, seq: 6, server: 4, flags: 1 };
         round_trip(rep, GetReply::WIRE_BYTES);
         round_trip(PutReq { page, version: v, seq: 7, view: 2, tag, flags: PUT_DIRTY }, PutReq::WIRE_BYTES);
-        round_trip(PutDone { page, version: v, tag, status: PutStatus::Superseded, site: 2 }, PutDone::WIRE_BYTES);
+        round_trip(
+            PutDone { page, version: v, tag, status: PutStatus::Superseded, site: 2, answer: None },
+            PutDone::WIRE_BYTES,
+        );
+        let answer = Some(Answer { index: 12_287, key: u64::MAX });
+        round_trip(PutDone { page, version: v, tag, status: PutStatus::Stored, site: 2, answer }, PutDone::WIRE_BYTES);
         round_trip(DiscardReq { page, version: v }, DiscardReq::WIRE_BYTES);
         round_trip(DirUpdateReq { page, version: v, seq: 8, view: 3, site: 1 }, DirUpdateReq::WIRE_BYTES);
         round_trip(DirRemoveReq { page, version: v, seq: 9, site: 1 }, DirRemoveReq::WIRE_BYTES);

@@ -64,11 +64,16 @@ impl<
     /// Finish operation `i` exactly once: hand the result to the host (nonblocking) or
     /// park it for `take` (wait).
     pub(super) fn finish(&mut self, i: usize, result: OpResult<F>) {
+        self.finish_with(i, result, None);
+    }
+
+    /// [`Self::finish`], a put's completion naming where its target's NIC answers.
+    pub(super) fn finish_with(&mut self, i: usize, result: OpResult<F>, answer: Option<Answer>) {
         let o = self.ops[i];
         if o.state != OpState::InFlight {
             return;
         }
-        let done = Completion { op: self.op_id(i), page: o.page, result };
+        let done = Completion { op: self.op_id(i), page: o.page, result, answer };
         match o.mode {
             Mode::NonBlocking => {
                 self.free_op(i);
@@ -101,7 +106,9 @@ impl<
     /// Queue a one-way `PUTDONE`.
     pub(super) fn notify(&mut self, to: Option<(u16, OpId)>, page: PageId, version: Version, status: PutStatus) {
         let Some((dst, tag)) = to else { return };
-        let done = PutDone { page, version, tag, status, site: self.id };
+        // A stored copy tells the putter where this node's NIC answers for it.
+        let held = self.held.get(&page).filter(|h| status == PutStatus::Stored && h.version == version);
+        let done = PutDone { page, version, tag, status, site: self.id, answer: held.and_then(|h| h.answer) };
         if self.outq.push(Notice { dst, done }).is_err() {
             self.stats.outq_overflow += 1;
         }

@@ -2,9 +2,10 @@
 //! Naming held copies in the global directory (`DIRUPDATE`, `DIRREMOVE`) and applying updates and discards.
 
 use super::directory::{Update, ANY_SEQ};
+use super::net::prelude::Body;
 use super::net::storage::Storage;
-use super::node::{GmsNode, HeldState, Host};
-use super::ops::{AckStatus, PutStatus};
+use super::node::{let_go, GmsNode, HeldState, Host};
+use super::ops::{AckStatus, GetReply, GetStatus, PutStatus, REPLY_DIRTY};
 use super::page::{PageId, Version};
 use super::slots::TaskKind;
 use super::types::*;
@@ -56,6 +57,7 @@ impl<
                     h.state = HeldState::Registered;
                     h.seq = seq;
                 }
+                self.export(page);
                 self.notify(notify, page, version, PutStatus::Stored);
             }
             AckStatus::Ok => {
@@ -82,6 +84,19 @@ impl<
                 self.drop_held(&page, version, ANY_SEQ);
                 self.notify(notify, page, version, PutStatus::Refused);
             }
+        }
+    }
+
+    /// Have this node's NIC answer hinted getpages of its registered copy of `page` (the
+    /// reply a hit of it is, [`super::node::Host::export`]); again after each registration,
+    /// which may have given it a new identity.
+    fn export(&mut self, page: PageId) {
+        let Some(h) = self.held.get(&page).copied() else { return };
+        let flags = if h.dirty { REPLY_DIRTY } else { 0 };
+        let rep = GetReply { status: GetStatus::Hit, page, version: h.version, seq: h.seq, server: self.id, flags };
+        let answer = Body::encode(&rep).ok().and_then(|b| self.host.export(h.answer, &h.frame, h.len, b.as_slice()));
+        if let Some(h) = self.held.get_mut(&page) {
+            h.answer = answer;
         }
     }
 
@@ -121,7 +136,7 @@ impl<
         let Some(h) = self.held.remove(page) else { return false };
         self.cancel_register(page, PutStatus::Superseded);
         self.stats.pages_dropped += 1;
-        self.host.dropped(*page, h.frame, h.dirty);
+        let_go(&mut self.host, *page, &h);
         true
     }
 

@@ -19,7 +19,7 @@ use super::directory::ANY_SEQ;
 use super::heartbeat::{is_heartbeat_op, Heartbeat};
 use super::net::prelude::*;
 use super::net::storage::Storage;
-use super::node::{GmsNode, Held, HeldState, Host};
+use super::node::{let_go, GmsNode, Held, HeldState, Host};
 use super::ops::*;
 use super::page::Version;
 use super::slots::{OpKind, OpState, TaskKind};
@@ -301,7 +301,7 @@ impl<
             } else {
                 self.queue_task(TaskKind::Remove, page, h.version, h.seq, self.id, None);
             }
-            self.host.dropped(page, h.frame, false);
+            let_go(&mut self.host, page, &Held { dirty: false, ..h });
         }
         self.lent = Some(h.frame);
         let flags = if h.dirty { REPLY_DIRTY } else { 0 } | if moved { REPLY_MOVED } else { 0 };
@@ -381,9 +381,10 @@ impl<
             state: HeldState::Registering,
             seq,
             repair: false,
+            answer: None,
         };
         match self.held.insert(page, h) {
-            Ok(Some(old)) => self.host.dropped(page, old.frame, false),
+            Ok(Some(old)) => let_go(&mut self.host, page, &Held { dirty: false, ..old }),
             Ok(None) => {}
             Err(_) => return Err(PutStatus::Refused),
         }

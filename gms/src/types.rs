@@ -89,6 +89,18 @@ pub struct Completion<F> {
     pub op: OpId,
     pub page: PageId,
     pub result: OpResult<F>,
+    /// A put `Stored`: where the target's NIC answers hinted getpages of the copy by
+    /// itself ([`super::node::Host::export`]), if it does.
+    pub answer: Option<Answer>,
+}
+
+/// An entry of a member's NIC answer table holding a page's copy, and its key: what a
+/// hinted getpage names for the NIC to answer it without its host
+/// ([`super::node::GmsNode::getpage_answerable`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Answer {
+    pub index: u32,
+    pub key: u64,
 }
 
 /// Why a client operation could not be issued (nothing was sent; frames stay the caller's).

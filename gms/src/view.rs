@@ -5,7 +5,7 @@ use super::directory::NO_SITE;
 use super::members::Members;
 use super::net::prelude::*;
 use super::net::storage::Storage;
-use super::node::{GmsNode, HeldState, Host};
+use super::node::{let_go, GmsNode, HeldState, Host};
 use super::ops::PutStatus;
 use super::slots::{OpState, TaskKind, TaskState};
 use super::table::Scan;
@@ -102,7 +102,7 @@ impl<
             let host = &mut self.host;
             let mut dropped = 0;
             self.held.retain(|p, h| {
-                host.dropped(*p, h.frame, h.dirty);
+                let_go(host, *p, h);
                 dropped += 1;
                 false
             });

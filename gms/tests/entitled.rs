@@ -132,7 +132,8 @@ fn members_act_only_where_the_protocol_entitles_them() {
     let m = s.net.iter().find(|m| m.dst == 2).expect("the PUTPAGE").clone();
     let (_, body) = Header::parse(&m.ctrl).unwrap();
     let req = PutReq::decode(body).unwrap();
-    let done = PutDone { page: q, version: req.version, tag: req.tag, status: PutStatus::Stored, site: 0 };
+    let done =
+        PutDone { page: q, version: req.version, tag: req.tag, status: PutStatus::Stored, site: 0, answer: None };
     s.net.push(Msg { src: 0, dst: 1, ctrl: forge(Kind::OneWay, OP_PUTDONE, 0, 0, &done), payload: None, tag: 0 });
     // The target claiming another site is no better.
     let other = PutDone { site: 0, ..done };

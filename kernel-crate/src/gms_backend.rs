@@ -237,6 +237,9 @@ pub(crate) struct DiskState {
     version_base: u64,
     /// The member each replica was last put to, at the same index ([`NO_TARGET`]: none).
     targets: KVVec<u16>,
+    /// Where that member's NIC answers getpages of the replica by itself (its `PUTDONE`
+    /// said; key 0: it does not), at the same index: reads name it (one-sided reads).
+    answers: KVVec<Answer>,
     /// Where else each replica's newest data may be ([`sites`]), at the same index.
     sites: KVVec<sites::Sites>,
     /// By GMS operation slot.
@@ -269,6 +272,8 @@ pub(crate) struct DiskState {
     /// the default), not through the page's directory node (three messages when the
     /// directory is a third member).
     pub(crate) direct_reads: bool,
+    /// Reads name the holder's NIC answer-table entry (`gms_nic_answers=1`, the default).
+    pub(crate) nic_answers: bool,
     cache: KBox<PageCache<Frame, CACHE_SLOTS>>,
     waiting: KVec<Option<(u64, PageIo)>>,
     /// Pages finished (result: ok?) and not yet completed: `PageIo::complete` ends the
@@ -330,6 +335,7 @@ impl DiskState {
             known: KVVec::from_elem(0u64, usize::try_from(pages.div_ceil(64)).map_err(|_| EINVAL)?, GFP_KERNEL)?,
             version_base: crate::sys::wall_clock_ns(),
             targets: KVVec::from_elem(NO_TARGET, slots, GFP_KERNEL)?,
+            answers: KVVec::from_elem(Answer::default(), slots, GFP_KERNEL)?,
             sites: KVVec::from_elem(sites::Sites::NONE, slots, GFP_KERNEL)?,
             in_flight,
             groups,
@@ -358,6 +364,7 @@ impl DiskState {
             ra,
             ra_on: depth > 0,
             direct_reads: true,
+            nic_answers: true,
             cache,
             waiting,
             finished,
@@ -458,7 +465,7 @@ impl DiskState {
     fn under_replicated(&mut self, page: u64, k: u8, io: PageIo) {
         if let Some(i) = self.at(page, k) {
             self.versions[i] = self.next_version(self.versions[i]);
-            self.targets[i] = NO_TARGET;
+            self.set_target(i, NO_TARGET);
         }
         crate::stats::STATS.disk_under_replicated.inc();
         if k == 0 {

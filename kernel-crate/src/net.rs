@@ -32,7 +32,7 @@ use crate::tpz::gms::prelude::*;
 use crate::tpz::iface::entry::{Segment, TxStatus};
 use crate::tpz::iface::layout::Counter;
 use crate::tpz::netrpc::prelude::*;
-use crate::tpz::runtime::port::{Port, SetupError, RPC_COOKIE};
+use crate::tpz::runtime::port::{Exported, Port, SetupError, RPC_COOKIE};
 use crate::tpz::runtime::{FrameMem, Storage};
 use kernel::prelude::*;
 
@@ -381,6 +381,17 @@ impl Host<Frame> for KHost {
     }
     fn dropped(&mut self, _page: PageId, frame: Frame, _dirty: bool) {
         self.retire(frame);
+    }
+    /// In this NIC's answer table: its NIC then answers hinted getpages of the page itself.
+    fn export(&mut self, again: Option<Answer>, frame: &Frame, len: u32, reply: &[u8]) -> Option<Answer> {
+        let again = again.map(|a| Exported { index: a.index, key: a.key });
+        let e = self.ep.0.as_mut()?.export(again, *frame, len, reply)?;
+        Some(Answer { index: e.index, key: e.key })
+    }
+    fn retract(&mut self, answer: Answer) {
+        if let Some(p) = self.ep.0.as_mut() {
+            p.retract(answer.index);
+        }
     }
     /// Whole held pool frames only (a group's pieces are frames): a reply gathered from
     /// them ends once posted.

@@ -181,6 +181,9 @@ pub struct GmsPort {
     pub stats: PortStats,
     /// Every finished putpage: (page, version, result), in completion order.
     pub put_log: Vec<(PageId, Version, PutResult)>,
+    /// The pages this node put whose holder's NIC answers getpages of them by itself
+    /// (told in the holder's `PUTDONE`): holder, version, answer-table entry.
+    answers: HashMap<PageId, (u16, Version, Answer)>,
     /// getpage latencies (ns) by how they were served: 2-way, 3-way.
     pub lat_2way: Vec<u64>,
     pub lat_3way: Vec<u64>,
@@ -222,6 +225,7 @@ impl GmsPort {
             placement: Placement::new(u32::MAX),
             stats: PortStats::default(),
             put_log: Vec::new(),
+            answers: HashMap::default(),
             lat_2way: Vec::new(),
             lat_3way: Vec::new(),
             lru: Lru::new(node_id, LruConfig::default()),

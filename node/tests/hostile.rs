@@ -127,7 +127,7 @@ fn attack(c: &mut Cluster, rng: &mut Rng, round: u64) {
         inject(c, victim, &ctrl(Kind::Request, OP_GETPAGE, own(victim), 1, &get), None);
         // PUTDONEs for guessed operation tags, and a putpage of junk at a huge version.
         let tag = OpId { slot: (rng.next() % 64) as u16, generation: (rng.next() % 8) as u32 + 1 };
-        let done = PutDone { page, version: Version(1), tag, status: PutStatus::Stored, site: other };
+        let done = PutDone { page, version: Version(1), tag, status: PutStatus::Stored, site: other, answer: None };
         inject(c, victim, &ctrl(Kind::OneWay, OP_PUTDONE, own(3), 0, &done), None);
         if round.is_multiple_of(8) {
             let put = PutReq { page, version: Version(1 << 40), seq: 0, view, tag, flags: 0 };

@@ -211,6 +211,7 @@ impl Shared {
             let depth = u32::try_from(params::GMS_DISK_READAHEAD.get()).unwrap_or(0);
             let mut state = DiskState::new(pages, &targets[..n], replicas, depth)?;
             state.direct_reads = params::GMS_DISK_DIRECT_READS.get() == 1;
+            state.nic_answers = params::GMS_NIC_ANSWERS.get() == 1;
             core = self.core.lock();
             core.client = Some(state);
             (n, replicas)

@@ -23,6 +23,7 @@ pub(crate) fn check() -> Result {
     in_range("gms_disk_readahead", GMS_DISK_READAHEAD.get(), 0, i64::from(crate::gms_backend::MAX_READAHEAD))?;
     in_range("gms_replicas", GMS_REPLICAS.get(), 0, i64::from(MAX_REPLICAS))?;
     in_range("gms_disk_direct_reads", GMS_DISK_DIRECT_READS.get(), 0, 1)?;
+    in_range("gms_nic_answers", GMS_NIC_ANSWERS.get(), 0, 1)?;
     gms_fail_ms().map(|_| ())
 }
 
@@ -128,8 +129,12 @@ pub(super) static GMS_REPLICAS: IntParam = IntParam::new(0);
 /// `gms_disk_direct_reads=`: 1 (default): `/dev/gms0` reads go straight to the member a
 /// page was put to; 0: through the page's directory node (the GMS paper's path).
 pub(super) static GMS_DISK_DIRECT_READS: IntParam = IntParam::new(1);
+/// `gms_nic_answers=`: 1 (default): a `/dev/gms0` read names the entry of the holder's
+/// NIC answer table its `PUTDONE` gave, and that NIC answers it without its host
+/// (one-sided reads); 0: the holder's host serves every read.
+pub(super) static GMS_NIC_ANSWERS: IntParam = IntParam::new(1);
 
-param_table!(PARAMS: 10 = [
+param_table!(PARAMS: 11 = [
     int_entry(c"node", &NODE, &crate::THIS_MODULE),
     charp_entry(c"gms_nodes", &GMS_NODES, &crate::THIS_MODULE),
     int_entry(c"gms_budget_pages", &GMS_BUDGET_PAGES, &crate::THIS_MODULE),
@@ -140,6 +145,7 @@ param_table!(PARAMS: 10 = [
     int_entry(c"gms_fail_ms", &GMS_FAIL_MS, &crate::THIS_MODULE),
     int_entry(c"gms_replicas", &GMS_REPLICAS, &crate::THIS_MODULE),
     int_entry(c"gms_disk_direct_reads", &GMS_DISK_DIRECT_READS, &crate::THIS_MODULE),
+    int_entry(c"gms_nic_answers", &GMS_NIC_ANSWERS, &crate::THIS_MODULE),
 ]);
 
 modinfo!(PARMTYPE_NODE, "parmtype=node:int\0");
@@ -182,4 +188,9 @@ modinfo!(PARMTYPE_GMS_DISK_DIRECT, "parmtype=gms_disk_direct_reads:int\0");
 modinfo!(
     PARM_GMS_DISK_DIRECT,
     "parm=gms_disk_direct_reads:1 (default): /dev/gms0 reads go straight to the member holding the page; 0: through its directory node\0"
+);
+modinfo!(PARMTYPE_GMS_NIC_ANSWERS, "parmtype=gms_nic_answers:int\0");
+modinfo!(
+    PARM_GMS_NIC_ANSWERS,
+    "parm=gms_nic_answers:1 (default): /dev/gms0 reads are answered by the holder's NIC from its answer table, without its host; 0: by its host\0"
 );

@@ -147,7 +147,8 @@ impl Shared {
                     h.store(now.max(1), Ordering::Relaxed);
                 }
                 let payload = c.node.host.receive(&m);
-                c.rpc.handle_message(now, &mut c.node, m.src, m.ctrl(), payload);
+                let answer = m.answered().then_some(m.token.0);
+                c.rpc.handle_received(now, &mut c.node, m.src, m.ctrl(), payload, answer);
                 c.node.drive(now, &mut c.rpc);
             }
         }

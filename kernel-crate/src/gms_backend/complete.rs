@@ -72,6 +72,7 @@ pub(super) fn complete(host: &mut KHost, disk: &mut Option<KBox<DiskState>>, don
             }
             if let Some(i) = d.at(page, f.replica) {
                 d.stored_at(i, f.target);
+                d.answers[i] = done.answer.unwrap_or_default();
             }
             // This replica's token of the page completes; the write ends with the last.
             // Its page, lent to the NIC, goes back at once: the target stored its bytes,

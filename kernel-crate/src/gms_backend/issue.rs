@@ -120,7 +120,7 @@ pub(super) fn issue_disk(core: &mut DiskCore, now: u64) -> bool {
                     let d = c.client.as_mut();
                     if let Some(d) = d {
                         d.versions[at] = nv;
-                        d.targets[at] = target;
+                        d.set_target(at, target);
                         let (io, put) = (Some(io), InFlight::new(op, f, true, k, nv));
                         d.in_flight[usize::from(op.slot)] = Some(InFlight { tries, since, target, io, ..put });
                     }
@@ -162,7 +162,11 @@ pub(super) fn issue_disk(core: &mut DiskCore, now: u64) -> bool {
             // unless that member has been found without it.
             let holder = d.targets[at];
             let hinted = d.direct_reads && !via_dir && d.live(holder);
-            let r = if hinted {
+            // The holder's NIC answers it by itself when it told where (one-sided).
+            let answer = Some(d.answers[at]).filter(|a| a.key != 0 && d.nic_answers);
+            let r = if let (true, Some(a)) = (hinted, answer) {
+                c.node.getpage_answerable(now, &mut c.rpc, id, Version(v), holder, a, reply_to, Mode::NonBlocking)
+            } else if hinted {
                 c.node.getpage_hinted(now, &mut c.rpc, id, Version(v), holder, reply_to, Mode::NonBlocking)
             } else {
                 c.node.getpage(now, &mut c.rpc, id, reply_to, Mode::NonBlocking)

@@ -59,7 +59,7 @@ pub(super) fn issue_probe(c: &mut DiskCore, w: Waiting, now: u64) -> Option<OpId
             if let (Some(i0), true) = (d.at(page, 0), k > 0) {
                 if d.versions[i0] == 0 {
                     d.versions[i0] = best;
-                    d.targets[i0] = super::NO_TARGET;
+                    d.set_target(i0, super::NO_TARGET);
                 }
             }
             d.set_known(page);

@@ -56,8 +56,15 @@ impl DiskState {
     /// The replica at index `i` is stored at `node` (a put, a copy found, a re-replication):
     /// its one site from now on.
     pub(super) fn stored_at(&mut self, i: usize, node: u16) {
-        self.targets[i] = node;
+        self.set_target(i, node);
         self.sites[i] = Sites { stored: node, unanswered: NO_TARGET };
+    }
+
+    /// The replica at index `i` is put to (or held by) `node` now; where a NIC answered
+    /// for it before is forgotten.
+    pub(super) fn set_target(&mut self, i: usize, node: u16) {
+        self.targets[i] = node;
+        self.answers[i] = super::Answer::default();
     }
 
     /// The put of the replica at index `i` to `node` went unanswered: it may be there.

@@ -20,8 +20,10 @@ pub enum Source {
 /// What the client operation is for.
 #[derive(Clone, Copy, Debug)]
 pub(super) enum Pending {
-    /// A getpage into `frame` (a solicited frame armed in the IPT).
-    Get { frame: Frame, issued: u64, kind: GetKind },
+    /// A getpage into `frame` (a solicited frame armed in the IPT), for the operation its
+    /// caller knows (`for_op`: itself, or the answerable getpage it asks again for);
+    /// `answerable`: sent to a holder's NIC ([`GmsPort::issue_get`]).
+    Get { frame: Frame, issued: u64, kind: GetKind, for_op: OpId, answerable: bool },
     /// A putpage from `frame` to `target`.
     Put { frame: Frame, target: u16, version: Version },
 }
@@ -64,7 +66,20 @@ impl GmsPort {
         for c in done {
             let Some((page, what)) = self.pending.remove(&c.op) else { continue };
             match (what, c.result) {
-                (Pending::Get { frame, issued, kind }, OpResult::Get(r)) => {
+                (Pending::Get { kind, for_op, answerable: true, .. }, OpResult::Get(GetResult::Miss { frame, .. }))
+                    if self.answers.remove(&page).is_some() =>
+                {
+                    // The holder has the page no more (nor does its NIC answer for it): ask
+                    // GMS where it is now, for the same caller.
+                    if let Some(f) = frame {
+                        self.node.host.release(f);
+                    }
+                    if self.issue_get_for(page, kind, false, Some(for_op)).is_err() {
+                        self.stats.gets_miss += 1;
+                        self.finish_get(page, kind, for_op, Finished::Miss, now);
+                    }
+                }
+                (Pending::Get { frame, issued, kind, for_op, .. }, OpResult::Get(r)) => {
                     let fin = match r {
                         GetResult::Hit { version, frame: f, len, via, held } => {
                             let source = match via {
@@ -106,28 +121,7 @@ impl GmsPort {
                             Finished::Miss
                         }
                     };
-                    if kind != GetKind::Plain {
-                        self.ra.complete(page.space, page.page, matches!(fin, Finished::Hit { .. }));
-                    }
-                    match (kind, fin) {
-                        (GetKind::Plain, fin) => {
-                            self.plain.insert(c.op, fin);
-                        }
-                        (GetKind::Prefetch, Finished::Hit { version, frame, len, .. }) => {
-                            self.cache_insert(page, version, frame, len)
-                        }
-                        (GetKind::Prefetch, Finished::Miss) => {
-                            if self.missed.len() > 4096 {
-                                self.missed.retain(|_, t| now.saturating_sub(*t) < MISS_TTL);
-                            }
-                            self.missed.insert(page, now);
-                        }
-                        (GetKind::Reader, fin) => {
-                            if let Some(Finished::Hit { frame, .. }) = self.finished.insert(page, fin) {
-                                self.node.host.frames.free(frame);
-                            }
-                        }
-                    }
+                    self.finish_get(page, kind, for_op, fin, now);
                 }
                 (Pending::Put { frame, target, version }, OpResult::Put(r)) => {
                     // The send may not be reaped yet: free after the sends posted so far.
@@ -147,6 +141,15 @@ impl GmsPort {
                         }
                     };
                     self.placement.done(target, outcome, now);
+                    match (r, c.answer) {
+                        (PutResult::Stored { target }, Some(a)) => {
+                            self.answers.insert(page, (target, version, a));
+                        }
+                        (PutResult::Stored { .. }, None) => {
+                            self.answers.remove(&page);
+                        }
+                        _ => {}
+                    }
                     self.put_log.push((page, version, r));
                 }
                 (Pending::Get { frame, .. }, _) => self.node.host.release(frame),
@@ -154,5 +157,31 @@ impl GmsPort {
             }
         }
         true
+    }
+
+    /// Hand a finished get to whoever waits for it.
+    fn finish_get(&mut self, page: PageId, kind: GetKind, op: OpId, fin: Finished, now: u64) {
+        if kind != GetKind::Plain {
+            self.ra.complete(page.space, page.page, matches!(fin, Finished::Hit { .. }));
+        }
+        match (kind, fin) {
+            (GetKind::Plain, fin) => {
+                self.plain.insert(op, fin);
+            }
+            (GetKind::Prefetch, Finished::Hit { version, frame, len, .. }) => {
+                self.cache_insert(page, version, frame, len)
+            }
+            (GetKind::Prefetch, Finished::Miss) => {
+                if self.missed.len() > 4096 {
+                    self.missed.retain(|_, t| now.saturating_sub(*t) < MISS_TTL);
+                }
+                self.missed.insert(page, now);
+            }
+            (GetKind::Reader, fin) => {
+                if let Some(Finished::Hit { frame, .. }) = self.finished.insert(page, fin) {
+                    self.node.host.frames.free(frame);
+                }
+            }
+        }
     }
 }

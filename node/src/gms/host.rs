@@ -5,6 +5,7 @@ use super::lru::LruMsg;
 use crate::rpc::{Frame, Frames};
 use gms::prelude::*;
 use netrpc::prelude::*;
+use trapeze_runtime::Exported;
 
 /// The runtime's side of a node: the port (endpoint and frames), completions, inboxes.
 pub struct PortHost {
@@ -29,6 +30,13 @@ impl Host<Frame> for PortHost {
     fn dropped(&mut self, _page: PageId, frame: Frame, _dirty: bool) {
         self.pages_dropped += 1;
         self.frames.retire(frame);
+    }
+    fn export(&mut self, again: Option<Answer>, frame: &Frame, len: u32, reply: &[u8]) -> Option<Answer> {
+        let again = again.map(|a| Exported { index: a.index, key: a.key });
+        self.frames.export(again, *frame, len, reply).map(|e| Answer { index: e.index, key: e.key })
+    }
+    fn retract(&mut self, answer: Answer) {
+        self.frames.retract(answer.index);
     }
     /// A group of the region's frames, within the NIC's MTU; it ends once its reply left.
     fn gather(&mut self, frames: &[Frame], piece: u32) -> Option<Frame> {

@@ -84,13 +84,41 @@ impl GmsPort {
     /// Issue a getpage of `page` into a fresh solicited frame.
     /// `send`: hand it to the NIC now (else the caller does, after more).
     fn issue_get(&mut self, page: PageId, kind: GetKind, send: bool) -> anyhow::Result<OpId> {
+        self.issue_get_for(page, kind, send, None)
+    }
+
+    /// [`Self::issue_get`] for the caller of operation `for_op` (a getpage asked again
+    /// after a holder's answerable miss), else for its own.
+    pub(super) fn issue_get_for(
+        &mut self,
+        page: PageId,
+        kind: GetKind,
+        send: bool,
+        for_op: Option<OpId>,
+    ) -> anyhow::Result<OpId> {
         let reply_to = self.node.host.frames.solicit().context("no free frame or IPT entry for a getpage")?;
         let ReplyTo::Solicited { frame: f, .. } = reply_to else { bail!("a solicited reply without a frame") };
         let now = self.now();
-        match self.node.getpage(now, &mut self.rpc, page, reply_to, Mode::NonBlocking) {
+        // Straight to the holder's NIC when it answers for the page (one-sided), else as
+        // GMS finds it.
+        let answer = self.answers.get(&page).copied();
+        let issued = match answer {
+            Some((holder, v, a)) => {
+                self.node.getpage_answerable(now, &mut self.rpc, page, v, holder, a, reply_to, Mode::NonBlocking)
+            }
+            None => self.node.getpage(now, &mut self.rpc, page, reply_to, Mode::NonBlocking),
+        };
+        match issued {
             Ok(op) => {
                 // A getpage served locally completes inside the call: handled below.
-                self.pending.insert(op, (page, Pending::Get { frame: f, issued: now, kind }));
+                let get = Pending::Get {
+                    frame: f,
+                    issued: now,
+                    kind,
+                    for_op: for_op.unwrap_or(op),
+                    answerable: answer.is_some(),
+                };
+                self.pending.insert(op, (page, get));
                 if kind == GetKind::Prefetch {
                     self.stats.prefetches += 1;
                 } else {
