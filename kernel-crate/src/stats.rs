@@ -54,6 +54,7 @@ counters! {
     irqs_empty: "interrupts that found no message (merged or early interrupts)",
     rx_after_hold: "messages found on the receive ring just as the handler let the NIC interrupt again (taken at once)",
     rx_msgs: "messages taken from the receive ring",
+    rx_answers: "of them, answers a holder's NIC sent from its answer table (reads its host never saw)",
     rx_ns: "ns spent in receive batches (taking messages, their continuations and completions, the sends and disk work they led to): the receive path's CPU, per message rx_ns / rx_msgs",
     rx_unknown: "messages that are not ping or pong",
     rx_budget_spent: "interrupts whose receive batch used its whole budget (the lock was released and draining went on)",

@@ -282,7 +282,7 @@ impl<Ctx: Runtime<F>, F: Copy, const CALLS: usize, const CONTS: usize, const TX:
         let id = CallId { record: i as u16, generation: r.generation };
         let answer = answer.map(|(index, key)| Descriptor { index, key, token: tag });
         // Cannot fail: checked that the queue has room above.
-        let _ = self.queue_answerable(dst, Kind::Request, op, token, 0, body, None, 0, answer);
+        let _ = self.queue(dst, Kind::Request, op, token, 0, body, None, 0, answer);
         self.stats.calls += 1;
         Ok(id)
     }
@@ -293,7 +293,7 @@ impl<Ctx: Runtime<F>, F: Copy, const CALLS: usize, const CONTS: usize, const TX:
             return Err(RpcError::BodyTooLong);
         }
         let token = ReplyToken { origin: self.node, ..ReplyToken::default() };
-        self.queue(dst, Kind::OneWay, op, token, 0, body, payload, 0)
+        self.queue(dst, Kind::OneWay, op, token, 0, body, payload, 0, None)
     }
 
     /// Push a continuation on a nonblocking call's stack; continuations run last pushed
@@ -484,23 +484,10 @@ impl<Ctx: Runtime<F>, F: Copy, const CALLS: usize, const CONTS: usize, const TX:
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn queue(
-        &mut self,
-        dst: u16,
-        kind: Kind,
-        op: u16,
-        token: ReplyToken,
-        hops: u8,
-        body: &[u8],
-        payload: Option<(F, u32)>,
-        tag: u64,
-    ) -> Result<(), RpcError> {
-        self.queue_answerable(dst, kind, op, token, hops, body, payload, tag, None)
-    }
-
-    /// [`Self::queue`], with `answer` after the body (padded to whole words) when given.
+    /// Queue a message to `dst`; `answer` (a request the callee's NIC may answer) goes after
+    /// the body, padded to whole words.
     #[allow(clippy::too_many_arguments)]
-    fn queue_answerable(
+    fn queue(
         &mut self,
         dst: u16,
         kind: Kind,
@@ -567,7 +554,7 @@ impl<Ctx: Runtime<F>, F: Copy, const CALLS: usize, const CONTS: usize, const TX:
                 } else {
                     0
                 };
-                let r = self.queue(origin, Kind::Reply, h.op, h.token, h.hops, body.as_slice(), payload, tag);
+                let r = self.queue(origin, Kind::Reply, h.op, h.token, h.hops, body.as_slice(), payload, tag, None);
                 if r.is_err() {
                     unsent = payload.map(|(f, _)| f);
                 }
@@ -578,7 +565,7 @@ impl<Ctx: Runtime<F>, F: Copy, const CALLS: usize, const CONTS: usize, const TX:
                     self.error_reply(origin, h, RpcError::TooManyHops)
                 } else {
                     self.stats.delegated += 1;
-                    self.queue(to, Kind::Request, h.op, h.token, h.hops + 1, body.as_slice(), None, 0)
+                    self.queue(to, Kind::Request, h.op, h.token, h.hops + 1, body.as_slice(), None, 0, None)
                 }
             }
             Action::Error(e) => {
@@ -597,7 +584,7 @@ impl<Ctx: Runtime<F>, F: Copy, const CALLS: usize, const CONTS: usize, const TX:
     }
 
     fn error_reply(&mut self, origin: u16, h: &Header, e: RpcError) -> Result<(), RpcError> {
-        self.queue(origin, Kind::ErrorReply, h.op, h.token, h.hops, &e.code().to_le_bytes(), None, 0)
+        self.queue(origin, Kind::ErrorReply, h.op, h.token, h.hops, &e.code().to_le_bytes(), None, 0, None)
     }
 
     fn reply(&mut self, ctx: &mut Ctx, src: u16, h: &Header, body: &[u8], payload: InPayload<F>) {

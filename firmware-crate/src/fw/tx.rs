@@ -198,46 +198,13 @@ impl<M: NicMemory> Firmware<M> {
                 progress = true;
                 continue;
             }
-            let prefix = HEADER_BYTES + ctrl_wire_bytes(ctrl_len);
-            let Some(rel) = self.tx.staging.alloc(prefix + payload) else { break };
-            let off = SEND_STAGING_OFF + rel;
             let token = slot.token();
-            let answerable = if slot.flags() & send_flags::ANSWERABLE != 0 { FLAG_ANSWER } else { 0 };
-            let hdr = Header {
-                flags: if token != 0 { FLAG_TOKEN } else { 0 } | answerable,
-                src: self.cfg.node_id,
-                dst: slot.peer() as u16,
-                ctrl_len: ctrl_len as u16,
-                payload_len: payload,
-                token,
-                seq: self.tx.wire_seq,
-            };
-            self.tx.wire_seq = self.tx.wire_seq.wrapping_add(1);
-            for (i, w) in hdr.to_words().iter().enumerate() {
-                self.mem.store_relaxed(off + 4 * i as u32, *w);
+            let flags = if token != 0 { FLAG_TOKEN } else { 0 }
+                | if slot.flags() & send_flags::ANSWERABLE != 0 { FLAG_ANSWER } else { 0 };
+            let dst = slot.peer() as u16;
+            if !self.stage(flags, dst, token, slot.ctrl_offset(), ctrl_len, payload, (slot_i, seq), None) {
+                break;
             }
-            self.mem.copy_words(slot.ctrl_offset(), off + HEADER_BYTES, ctrl_wire_bytes(ctrl_len) / 4);
-            let id = self.tx.next_id;
-            self.tx.next_id = id.wrapping_add(1);
-            let pkt = TxPkt {
-                id,
-                slot: slot_i,
-                slot_seq: seq,
-                off,
-                prefix,
-                payload,
-                issued: 0,
-                read: 0,
-                reading: 0,
-                seg: 0,
-                seg_off: 0,
-                sent: 0,
-                sending: 0,
-                failed: None,
-                answer: None,
-            };
-            // Cannot fail: the loop condition checked there is room.
-            let _ = self.tx.q.push_back(pkt);
             self.tx.next_slot = (slot_i + 1) % SEND_RING_ENTRIES;
             progress = true;
         }
@@ -248,35 +215,46 @@ impl<M: NicMemory> Firmware<M> {
     /// `token`: the entry's reply bytes, then the payload it exports. `false`: no room
     /// in the send queue or staging yet.
     pub(super) fn queue_answer(&mut self, dst: u16, token: u64, f: Found) -> bool {
-        if self.tx.q.is_full() {
-            return false;
-        }
-        let prefix = HEADER_BYTES + ctrl_wire_bytes(f.reply_len);
-        let Some(rel) = self.tx.staging.alloc(prefix + f.len) else { return false };
+        let flags = FLAG_TOKEN | FLAG_ANSWERED;
+        !self.tx.q.is_full() && self.stage(flags, dst, token, f.reply_offset(), f.reply_len, f.len, (0, 0), Some(f))
+    }
+
+    /// Stage a packet for link out (the queue has room): its header, and its control
+    /// message copied from NIC offset `ctrl_from`; its payload is read from the host later
+    /// (the send slot's segments, or the answer's range). `slot`: its send slot and that
+    /// slot's sequence. `false`: no room in staging yet.
+    #[allow(clippy::too_many_arguments)]
+    fn stage(
+        &mut self,
+        flags: u8,
+        dst: u16,
+        token: u64,
+        ctrl_from: u32,
+        ctrl_len: u32,
+        payload: u32,
+        slot: (u32, u32),
+        answer: Option<Found>,
+    ) -> bool {
+        let prefix = HEADER_BYTES + ctrl_wire_bytes(ctrl_len);
+        let Some(rel) = self.tx.staging.alloc(prefix + payload) else { return false };
         let off = SEND_STAGING_OFF + rel;
-        let hdr = Header {
-            flags: FLAG_TOKEN | FLAG_ANSWERED,
-            src: self.cfg.node_id,
-            dst,
-            ctrl_len: f.reply_len as u16,
-            payload_len: f.len,
-            token,
-            seq: self.tx.wire_seq,
-        };
-        self.tx.wire_seq = self.tx.wire_seq.wrapping_add(1);
+        let src = self.cfg.node_id;
+        let seq = self.tx.wire_seq;
+        let hdr = Header { flags, src, dst, ctrl_len: ctrl_len as u16, payload_len: payload, token, seq };
+        self.tx.wire_seq = seq.wrapping_add(1);
         for (i, w) in hdr.to_words().iter().enumerate() {
             self.mem.store_relaxed(off + 4 * i as u32, *w);
         }
-        self.mem.copy_words(f.reply_offset(), off + HEADER_BYTES, ctrl_wire_bytes(f.reply_len) / 4);
+        self.mem.copy_words(ctrl_from, off + HEADER_BYTES, ctrl_wire_bytes(ctrl_len) / 4);
         let id = self.tx.next_id;
         self.tx.next_id = id.wrapping_add(1);
         let pkt = TxPkt {
             id,
-            slot: 0,
-            slot_seq: 0,
+            slot: slot.0,
+            slot_seq: slot.1,
             off,
             prefix,
-            payload: f.len,
+            payload,
             issued: 0,
             read: 0,
             reading: 0,
@@ -285,9 +263,9 @@ impl<M: NicMemory> Firmware<M> {
             sent: 0,
             sending: 0,
             failed: None,
-            answer: Some(f),
+            answer,
         };
-        // Cannot fail: checked `is_full` above.
+        // Cannot fail: the callers checked there is room.
         let _ = self.tx.q.push_back(pkt);
         true
     }

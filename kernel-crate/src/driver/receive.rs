@@ -148,6 +148,9 @@ impl Shared {
                 }
                 let payload = c.node.host.receive(&m);
                 let answer = m.answered().then_some(m.token.0);
+                if answer.is_some() {
+                    STATS.rx_answers.inc();
+                }
                 c.rpc.handle_received(now, &mut c.node, m.src, m.ctrl(), payload, answer);
                 c.node.drive(now, &mut c.rpc);
             }
