@@ -6,7 +6,8 @@
 //!   crate, re-exported here so `crate::iface::…` paths read as before.
 //! * [`fw`] — the firmware: a resource-centred main loop that pipelines each packet
 //!   through host bus, link out and link in (cut-through delivery with eager DMA), guards
-//!   host memory with IPT token validation, and drives the send and receive rings.
+//!   host memory with IPT token validation, drives the send and receive rings, and answers
+//!   a peer's answerable request from its host's answer table by itself.
 //! * [`hal`] — the DMA engines as the firmware sees them; implemented by the timing
 //!   model, by the virtual NIC, and over MMIO in the flashed riscv32 image.
 //! * `log` — `log::warn!` and friends: defmt in the riscv32 image (feature `defmt`),

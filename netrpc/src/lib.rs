@@ -13,7 +13,10 @@
 //! side effects and is **deferred** to [`rpc::Rpc::run_deferred`]. A server stub may
 //! **delegate** a request to another node with the original reply token; the last node
 //! replies straight to the requester, tagging a solicited payload with the requester's
-//! IPT token, so a 3-way call is as zero-copy as a 2-way one.
+//! IPT token, so a 3-way call is as zero-copy as a 2-way one. A call may also be
+//! **answerable** ([`rpc::Rpc::call_answerable`]): the callee's NIC answers it from its
+//! answer table without the callee's host, and the answer completes the call like a reply
+//! ([`rpc::Rpc::handle_answer`]).
 //!
 //! Call generations are drawn from a secret ([`rpc::Rpc::set_secret`]) so a node on the
 //! link cannot guess a reply token, and a solicited call takes its payload only from its

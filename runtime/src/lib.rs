@@ -8,8 +8,8 @@
 //! frames, a frame attached to every receive slot and swapped out when an unsolicited
 //! payload is handed up, IPT entries armed on frames for solicited replies and disarmed
 //! (bounded, never an unbounded spin) when done, a limbo where frames wait until the sends
-//! that carry them complete, and posting with a bounded back-off when the send ring is
-//! full. That is [`port::Port`].
+//! that carry them complete, posting with a bounded back-off when the send ring is full,
+//! and the entries of the NIC's answer table it exports frames in. That is [`port::Port`].
 //!
 //! What differs between places is behind two small traits:
 //! * [`frames::FrameMem`] — how frames are reached: a user-space region registered with
