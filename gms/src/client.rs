@@ -74,6 +74,11 @@ impl<
     /// Only for a page this node alone writes: the holder checks the copy against `known`
     /// and nothing else, so `known` must be the newest version acknowledged to anyone (the
     /// directory would have named a newer copy put by another writer).
+    ///
+    /// `answer`: the entry of `holder`'s NIC answer table holding the copy (told in the
+    /// `PUTDONE` of the put that stored it there). With a solicited reply, that NIC answers
+    /// by itself without interrupting `holder` (a one-sided read); whatever it cannot
+    /// answer (the entry moved on) `holder` serves.
     #[allow(clippy::too_many_arguments)]
     pub fn getpage_hinted<const C: usize, const K: usize, const X: usize>(
         &mut self,
@@ -82,29 +87,11 @@ impl<
         page: PageId,
         known: Version,
         holder: u16,
+        answer: Option<Answer>,
         reply_to: ReplyTo<F>,
         mode: Mode,
     ) -> Result<OpId, GmsError> {
-        self.getpage_via(now, rpc, page, known, Some(holder), None, reply_to, mode)
-    }
-
-    /// [`Self::getpage_hinted`] that `holder`'s NIC may answer by itself from its answer
-    /// table entry `answer` (told in the `PUTDONE` of the put that stored the copy there),
-    /// without interrupting `holder`: a one-sided read. The reply payload must be
-    /// solicited. Whatever that NIC cannot answer (the entry moved on) `holder` serves.
-    #[allow(clippy::too_many_arguments)]
-    pub fn getpage_answerable<const C: usize, const K: usize, const X: usize>(
-        &mut self,
-        now: u64,
-        rpc: &mut Rpc<Self, F, C, K, X>,
-        page: PageId,
-        known: Version,
-        holder: u16,
-        answer: Answer,
-        reply_to: ReplyTo<F>,
-        mode: Mode,
-    ) -> Result<OpId, GmsError> {
-        self.getpage_via(now, rpc, page, known, Some(holder), Some(answer), reply_to, mode)
+        self.getpage_via(now, rpc, page, known, Some(holder), answer, reply_to, mode)
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -20,7 +20,7 @@
 //! - **One-sided reads**: a holder exports each copy its directory names in its NIC's
 //!   answer table ([`node::Host::export`], with the reply a hit of it is) and retracts the
 //!   export before it lets the frame go; its `PUTDONE` tells the putter the entry and key.
-//!   A hinted getpage naming them (`getpage_answerable`) is answered by that NIC without
+//!   A hinted getpage naming them (`getpage_hinted`) is answered by that NIC without
 //!   the holder's host; what the NIC cannot answer reaches the host as before. Such reads
 //!   do not refresh the copy's age in the holder's LRU.
 //! - **putpage / movepage**: the page goes one-way to a target (chosen by the global

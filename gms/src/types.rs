@@ -96,7 +96,7 @@ pub struct Completion<F> {
 
 /// An entry of a member's NIC answer table holding a page's copy, and its key: what a
 /// hinted getpage names for the NIC to answer it without its host
-/// ([`super::node::GmsNode::getpage_answerable`]).
+/// ([`super::node::GmsNode::getpage_hinted`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Answer {
     pub index: u32,

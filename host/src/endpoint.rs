@@ -19,7 +19,7 @@
 //!   memory by itself to a peer whose request names the entry and its key
 //!   ([`Endpoint::post_answerable`]); [`Endpoint::begin_change`] comes before the range
 //!   changes, [`Endpoint::retract`] before it is freed. The peer receives the answer as
-//!   a message with [`RecvMsg::answered`].
+//!   a message with [`RecvMsg::answer`].
 //!
 //! The endpoint is single-threaded (`&mut self`); a runtime that needs concurrency wraps
 //! it in its own lock. Nothing allocates.
@@ -96,10 +96,11 @@ impl RecvMsg {
     pub fn via_ipt(&self) -> bool {
         self.flags & rx_flags::IPT != 0
     }
-    /// A NIC's answer from its answer table (`iface::answer`), not a message its host sent.
+    /// A NIC's answer from its answer table (`iface::answer`), not a message its host sent:
+    /// the IPT token its payload arrived under (what NetRPC's `handle_received` takes).
     #[inline]
-    pub fn answered(&self) -> bool {
-        self.flags & rx_flags::ANSWER != 0
+    pub fn answer(&self) -> Option<u64> {
+        (self.flags & rx_flags::ANSWER != 0).then_some(self.token.0)
     }
     /// The payload was refused (forged/stale token, no frame, DMA refused).
     #[inline]

@@ -35,7 +35,7 @@
 //!   when it is a third member; a miss there asks the directory) unless
 //!   `gms_disk_direct_reads=0`, and answered by that member's NIC without its host when
 //!   the put's `PUTDONE` named an entry of its answer table (`DiskState::answers`,
-//!   `GmsNode::getpage_answerable`; `gms_nic_answers=0` turns that off): a hit at the
+//!   `GmsNode::getpage_hinted`; `gms_nic_answers=0` turns that off): a hit at the
 //!   version of that replica's last write
 //!   (or newer) fills the page. A getpage that got no answer (a lost or late message, a
 //!   malformed reply) is tried again, up to [`MAX_TRIES`] tries; a miss (no node holds

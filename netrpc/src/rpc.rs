@@ -260,7 +260,7 @@ impl<Ctx: Runtime<F>, F: Copy, const CALLS: usize, const CONTS: usize, const TX:
         r.issued = self.seq;
         r.deadline = deadline;
         r.reply_to = reply_to;
-        r.answerable = false;
+        r.answerable = answer.is_some();
         if let Some(d) = deadline {
             self.deadline_floor = self.deadline_floor.min(d);
         }

@@ -315,7 +315,7 @@ impl<S: Service> RpcPort<S> {
                 }
             };
             let payload = self.node.frames.receive(m);
-            let answer = m.answered().then_some(m.token.0);
+            let answer = m.answer();
             self.rpc.handle_received(t, &mut self.node, m.src, m.ctrl(), payload, answer);
         }
         // Timers come from NetRPC's next deadline: with none, an idle pass reads no clock.

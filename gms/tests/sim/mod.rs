@@ -795,7 +795,7 @@ impl Sim {
         let reply_to = ReplyTo::Solicited { token, frame };
         let (now, rpc, known) = (self.now, &mut self.rpcs[i], Version(known));
         let r = match hint {
-            Some(h) => self.nodes[i].getpage_hinted(now, rpc, page, known, h, reply_to, mode),
+            Some(h) => self.nodes[i].getpage_hinted(now, rpc, page, known, h, None, reply_to, mode),
             None => self.nodes[i].getpage_at_least(now, rpc, page, known, reply_to, mode),
         };
         self.after_issue(node, r, rec, Some(frame))

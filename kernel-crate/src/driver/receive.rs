@@ -147,7 +147,7 @@ impl Shared {
                     h.store(now.max(1), Ordering::Relaxed);
                 }
                 let payload = c.node.host.receive(&m);
-                let answer = m.answered().then_some(m.token.0);
+                let answer = m.answer();
                 if answer.is_some() {
                     STATS.rx_answers.inc();
                 }

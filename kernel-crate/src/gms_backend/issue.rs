@@ -164,10 +164,8 @@ pub(super) fn issue_disk(core: &mut DiskCore, now: u64) -> bool {
             let hinted = d.direct_reads && !via_dir && d.live(holder);
             // The holder's NIC answers it by itself when it told where (one-sided).
             let answer = Some(d.answers[at]).filter(|a| a.key != 0 && d.nic_answers);
-            let r = if let (true, Some(a)) = (hinted, answer) {
-                c.node.getpage_answerable(now, &mut c.rpc, id, Version(v), holder, a, reply_to, Mode::NonBlocking)
-            } else if hinted {
-                c.node.getpage_hinted(now, &mut c.rpc, id, Version(v), holder, reply_to, Mode::NonBlocking)
+            let r = if hinted {
+                c.node.getpage_hinted(now, &mut c.rpc, id, Version(v), holder, answer, reply_to, Mode::NonBlocking)
             } else {
                 c.node.getpage(now, &mut c.rpc, id, reply_to, Mode::NonBlocking)
             };

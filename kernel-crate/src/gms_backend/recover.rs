@@ -93,7 +93,7 @@ pub(super) fn issue_probe(c: &mut DiskCore, w: Waiting, now: u64) -> Option<OpId
         return None;
     };
     let want = best + 1;
-    match c.node.getpage_hinted(now, &mut c.rpc, id, Version(want), member, reply_to, Mode::NonBlocking) {
+    match c.node.getpage_hinted(now, &mut c.rpc, id, Version(want), member, None, reply_to, Mode::NonBlocking) {
         Ok(op) => {
             if let Some(d) = c.client.as_mut() {
                 let get = InFlight::new(op, f, false, k, want);

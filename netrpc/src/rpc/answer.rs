@@ -36,9 +36,7 @@ impl<Ctx: Runtime<F>, F: Copy, const CALLS: usize, const CONTS: usize, const TX:
             return Err(RpcError::Malformed);
         }
         let body = Body::encode(req)?;
-        let id = self.start_call(now, ctx, dst, O::OP, body.as_slice(), reply_to, mode, Some((index, key)))?;
-        self.records[id.record as usize].answerable = true;
-        Ok(id)
+        self.start_call(now, ctx, dst, O::OP, body.as_slice(), reply_to, mode, Some((index, key)))
     }
 
     /// What the runtime's NIC received from node `src`: a NIC's answer (`answer`: the IPT

@@ -40,7 +40,7 @@ impl GmsPort {
                 None => *clock.insert(self.tick_clock()),
             };
             let payload = self.node.host.frames.receive(&m);
-            let answer = m.answered().then_some(m.token.0);
+            let answer = m.answer();
             self.rpc.handle_received(now, &mut *self.node, m.src, m.ctrl(), payload, answer);
             // `drive` runs once after the batch (below): its scans of the operation and
             // task tables cost more than handling a message. A batch is at most a receive

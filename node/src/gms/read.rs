@@ -104,7 +104,7 @@ impl GmsPort {
         let answer = self.answers.get(&page).copied();
         let issued = match answer {
             Some((holder, v, a)) => {
-                self.node.getpage_answerable(now, &mut self.rpc, page, v, holder, a, reply_to, Mode::NonBlocking)
+                self.node.getpage_hinted(now, &mut self.rpc, page, v, holder, Some(a), reply_to, Mode::NonBlocking)
             }
             None => self.node.getpage(now, &mut self.rpc, page, reply_to, Mode::NonBlocking),
         };
