@@ -528,4 +528,28 @@ mod tests {
         assert_eq!(got, [(1, TxStatus::Sent), (3, TxStatus::Sent)]);
         assert_eq!(ep.sends_in_flight(), 0);
     }
+
+    /// An answerable send must end with a descriptor, in whole words: otherwise it is
+    /// refused before the NIC sees it. One that does is posted with the flag the NIC reads.
+    #[test]
+    fn an_answerable_send_needs_its_descriptor() {
+        let words: Vec<AtomicU32> = (0..NIC_MEM_BYTES / 4).map(|_| AtomicU32::new(0)).collect();
+        let mem = AtomicWords::new(&words);
+        let mut ep: Endpoint<_, u32> = Endpoint::init(mem, &EndpointConfig::default(), [1, 2], |_| None);
+        fn send(ctrl: &[u8]) -> SendMsg<'_> {
+            SendMsg { peer: 2, ctrl, payload_len: 0, segments: &[], token: PayloadToken::NONE }
+        }
+        let d = answer::Descriptor { index: 1, key: 2, token: 3 }.to_bytes();
+        assert_eq!(ep.post_answerable(&send(&d[..20]), 0), Err(SendError::NoDescriptor), "too short");
+        let mut odd = [0u8; 30];
+        odd[6..].copy_from_slice(&d);
+        assert_eq!(ep.post_answerable(&send(&odd), 0), Err(SendError::NoDescriptor), "not whole words");
+        assert_eq!(ep.sends_in_flight(), 0);
+        let mut ctrl = [0u8; 32];
+        ctrl[8..].copy_from_slice(&d);
+        ep.post_answerable(&send(&ctrl), 1).unwrap();
+        assert_eq!(Slot::new(&mem, Ring::Send, 0).flags(), answer::send_flags::ANSWERABLE);
+        ep.post_send(&send(&ctrl), 2).unwrap();
+        assert_eq!(Slot::new(&mem, Ring::Send, 1).flags(), 0, "a plain send is not answerable");
+    }
 }

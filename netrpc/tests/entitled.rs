@@ -4,6 +4,7 @@
 //! requester must name that requester as its origin. Everything else is dropped and counted.
 
 use netrpc::prelude::*;
+use netrpc::rpc::Descriptor;
 use netrpc::wire::{Header, Kind, HEADER_BYTES};
 use proptest::prelude::*;
 
@@ -190,4 +191,51 @@ proptest! {
         rpcs[0].handle_message(0, &mut rts[0], 1, r.ctrl(), InPayload::None);
         prop_assert_eq!(rpcs[0].stats().replies, 1);
     }
+}
+
+/// An echo of 4 bytes, the operation the answer test calls.
+struct Echo;
+impl Operation for Echo {
+    const OP: u16 = OP_ECHO;
+    type Request = Bytes<4>;
+    type Reply = Bytes<4>;
+}
+
+/// A NIC's answer completes only the answerable call it names by its IPT token, and only
+/// from the node that call went to; its request carries the descriptor the callee's NIC
+/// reads. Anything else is dropped and counted stale, and the call waits on.
+#[test]
+fn an_answer_completes_only_the_answerable_call_to_the_answering_node() {
+    let (mut rpc, mut rt) = nodes(3);
+    let reply_to = ReplyTo::Solicited { token: 77, frame: 5 };
+    let call = rpc[0].call_answerable::<Echo>(0, &mut rt[0], 1, &Bytes(*b"ping"), reply_to, Mode::Wait, 3, 9).unwrap();
+    let t = rpc[0].poll_transmit().expect("the request");
+    assert!(t.answerable);
+    assert_eq!(Descriptor::from_ctrl(t.ctrl()), Some(Descriptor { index: 3, key: 9, token: 77 }));
+    assert_eq!(t.ctrl().len() % 4, 0, "whole words, as the NIC reads them");
+    // A plain solicited call to the same node, under another token.
+    let plain = ReplyTo::Solicited { token: 88, frame: 6 };
+    let other = rpc[0].call::<Echo>(0, &mut rt[0], 1, &Bytes(*b"pong"), plain, Mode::Wait).unwrap();
+    assert!(!rpc[0].poll_transmit().expect("the second request").answerable);
+
+    let ipt = |token| InPayload::Ipt { token, len: 4096 };
+    // From a node the call did not go to, under another token, or for the plain call.
+    rpc[0].handle_answer(&mut rt[0], 2, 77, b"body", ipt(77));
+    rpc[0].handle_answer(&mut rt[0], 1, 78, b"body", ipt(78));
+    rpc[0].handle_answer(&mut rt[0], 1, 88, b"body", ipt(88));
+    assert_eq!(rpc[0].stats().stale_replies, 3);
+    assert_eq!(rpc[0].stats().answers, 0);
+    assert!(rpc[0].take_outcome(call).is_none() && rpc[0].take_outcome(other).is_none(), "both still waiting");
+
+    rpc[0].handle_received(1, &mut rt[0], 1, b"body", ipt(77), Some(77));
+    let reply = rpc[0].take_outcome(call).expect("answered").expect("a reply");
+    assert_eq!(reply.body.as_slice(), b"body");
+    assert_eq!(reply.payload, Payload::Frame { frame: 5, len: 4096 });
+    assert_eq!(rpc[0].stats().answers, 1);
+    // Answered once: the same answer again is stale.
+    rpc[0].handle_answer(&mut rt[0], 1, 77, b"body", ipt(77));
+    assert_eq!(rpc[0].stats().stale_replies, 4);
+    // Only a solicited call can be answered (the answer's payload needs its frame).
+    let none = rpc[0].call_answerable::<Echo>(0, &mut rt[0], 1, &Bytes(*b"ping"), ReplyTo::None, Mode::Wait, 3, 9);
+    assert_eq!(none, Err(RpcError::Malformed));
 }
