@@ -170,6 +170,7 @@ pub mod registration;
 pub mod replica;
 pub mod serve;
 pub mod slots;
+pub mod store;
 pub mod table;
 pub mod tasks;
 pub mod types;

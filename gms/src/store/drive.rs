@@ -1,0 +1,171 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! The store's loop over a `GmsNode`: what [`Store::poll_issue`] asks for, sent as
+//! putpages and getpages, and their completions fed back. Every runtime runs this one
+//! loop; they differ only in their frames ([`Frames`]).
+
+use super::super::epochs::Lru;
+use super::super::net::prelude::*;
+use super::super::net::storage::Storage;
+use super::super::node::{GmsNode, Host};
+use super::super::types::{Completion, GetResult, OpId, OpResult};
+use super::{Data, Issue, IssueKind, Route, Store};
+
+/// A runtime's frames, as the store's loop needs them.
+pub trait Frames<Io, F> {
+    /// Bytes of a volume page.
+    const PAGE_BYTES: u32;
+    /// A frame holding `io`'s page for a put to send from (lent to the NIC until the put
+    /// completes; then [`Self::give_back`]).
+    fn lend(&mut self, io: &Io) -> Option<F>;
+    /// `io`'s page armed for a getpage's reply to land in.
+    fn arm(&mut self, io: &Io) -> Option<ReplyTo<F>>;
+    /// A frame of the runtime's armed for a getpage's reply (a copy re-replication puts).
+    fn scratch(&mut self) -> Option<ReplyTo<F>>;
+    /// A frame lent, armed or handed out is the runtime's again (disarm it if armed).
+    fn give_back(&mut self, frame: F);
+}
+
+/// The frame a [`ReplyTo`] lands in.
+fn frame_of<F: Copy>(r: &ReplyTo<F>) -> Option<F> {
+    r.caller_frame().copied()
+}
+
+impl<Io, F: Copy + PartialEq, S: Storage, const M: usize, const Q: usize, const OPS: usize> Store<Io, F, S, M, Q, OPS> {
+    /// Send everything the store wants sent now through `node`. Returns whether anything
+    /// was sent (the runtime flushes its transmits then). Completions that happen inside
+    /// the calls (a page this node holds itself) reach the host as usual; feed them to
+    /// [`Self::complete`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn issue<
+        H: Host<F>,
+        S2: Storage,
+        const MM: usize,
+        const T: usize,
+        const X: usize,
+        const C: usize,
+        const K: usize,
+        const XX: usize,
+    >(
+        &mut self,
+        now: u64,
+        node: &mut GmsNode<F, H, S2, MM, OPS, T, X>,
+        rpc: &mut Rpc<GmsNode<F, H, S2, MM, OPS, T, X>, F, C, K, XX>,
+        lru: &mut Lru,
+        frames: &mut impl Frames<Io, F>,
+    ) -> bool {
+        let mut sent = false;
+        let coordinator = node.lru_coordinator();
+        while let Some(issue) = self.poll_issue(now, lru, coordinator) {
+            let (op, lent) = self.send(now, &issue, node, rpc, frames);
+            sent |= op.is_some();
+            self.handle_issued_with(now, &issue, op, lent);
+        }
+        sent
+    }
+
+    /// Send one issue: the operation and the frame it holds of the store's or a request's.
+    fn send<
+        H: Host<F>,
+        S2: Storage,
+        const MM: usize,
+        const T: usize,
+        const X: usize,
+        const C: usize,
+        const K: usize,
+        const XX: usize,
+    >(
+        &self,
+        now: u64,
+        issue: &Issue<F>,
+        node: &mut GmsNode<F, H, S2, MM, OPS, T, X>,
+        rpc: &mut Rpc<GmsNode<F, H, S2, MM, OPS, T, X>, F, C, K, XX>,
+        frames: &mut impl Frames<Io, F>,
+    ) -> (Option<OpId>, Option<F>) {
+        match issue.kind {
+            IssueKind::Put { page, version, target, data } => {
+                let (frame, lent) = match data {
+                    Data::Request => match self.io(issue.req).and_then(|io| frames.lend(io)) {
+                        Some(f) => (f, true),
+                        None => return (None, None),
+                    },
+                    Data::Frame(f) => (f, false),
+                    Data::Scratch => return (None, None),
+                };
+                match node.putpage(
+                    now,
+                    rpc,
+                    page,
+                    version,
+                    frame,
+                    Self::page_bytes(frames),
+                    target,
+                    false,
+                    Mode::NonBlocking,
+                ) {
+                    Ok(op) => (Some(op), lent.then_some(frame)),
+                    Err(_) => {
+                        if lent {
+                            frames.give_back(frame);
+                        }
+                        (None, None)
+                    }
+                }
+            }
+            IssueKind::Get { page, at_least, route, into } => {
+                let reply = match into {
+                    Data::Request => self.io(issue.req).and_then(|io| frames.arm(io)),
+                    Data::Scratch => frames.scratch(),
+                    Data::Frame(_) => None,
+                };
+                let Some(reply) = reply else { return (None, None) };
+                let frame = frame_of(&reply);
+                let r = match route {
+                    Route::Holder { node: holder, answer } => {
+                        node.getpage_hinted(now, rpc, page, at_least, holder, answer, reply, Mode::NonBlocking)
+                    }
+                    Route::Directory => node.getpage_at_least(now, rpc, page, at_least, reply, Mode::NonBlocking),
+                };
+                match r {
+                    Ok(op) => (Some(op), None),
+                    Err(_) => {
+                        if let Some(f) = frame {
+                            frames.give_back(f);
+                        }
+                        (None, None)
+                    }
+                }
+            }
+        }
+    }
+
+    fn page_bytes<Fr: Frames<Io, F>>(_: &Fr) -> u32 {
+        Fr::PAGE_BYTES
+    }
+
+    /// A completion from the node's host: the store's own operations are handled here
+    /// (returns `true`; their frames are given back to `frames` unless the store keeps
+    /// them), anything else is the runtime's (`false`).
+    pub fn complete(&mut self, now: u64, done: &Completion<F>, frames: &mut impl Frames<Io, F>) -> bool {
+        let Some(lent) = self.op_frame(done.op) else { return false };
+        match done.result {
+            OpResult::Put(result) => {
+                self.handle_put(now, done.op, done.page, result, done.answer);
+                if let Some(f) = lent {
+                    frames.give_back(f);
+                }
+            }
+            OpResult::Get(ref result) => {
+                let kept = self.handle_get(now, done.op, result);
+                let frame = match *result {
+                    GetResult::Hit { frame, .. } => Some(frame),
+                    GetResult::Miss { frame, .. } => frame,
+                };
+                if let Some(f) = frame.filter(|_| !kept) {
+                    frames.give_back(f);
+                }
+            }
+            _ => {}
+        }
+        true
+    }
+}

@@ -1,0 +1,296 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! Liveness: which configured peers are members now, from their GMS heartbeats
+//! ([`crate::heartbeat`]). One table for every runtime (the kernel's `/dev/gms0` node,
+//! `gmsd`); it does no I/O and reads no clock.
+//!
+//! A peer is *unheard* until its first heartbeat, *alive* while it was heard within
+//! `dead_after`, and *dead* after that silence; a heartbeat with another incarnation than
+//! the last one is a restart (the peer's memory, and every copy in it, is gone). An unheard
+//! peer is not a member: puts are never aimed at a node that never started, and a runtime
+//! can say "never heard" rather than "failed".
+//!
+//! The consumer learns transitions through [`Liveness::poll_event`], which compares each
+//! peer's state with what it last reported, so a flap the consumer never saw (dead and
+//! back between two polls, same incarnation) costs nothing, and a restart is never missed.
+//!
+//! Only heartbeats that are fresh count: the caller passes what its link authenticated
+//! and did not see before; a heartbeat naming a node that is not a configured peer, or
+//! this node, is refused and counted ([`Liveness::refused`]).
+//!
+//! A host that did not run for a while (an emulator starved of CPU, a suspended VM) heard
+//! nothing meanwhile through no fault of its peers: when [`Liveness::handle_timeout`] runs
+//! more than half of `dead_after` after the previous call, every alive peer gets a fresh
+//! grace period instead of being declared dead ([`Liveness::stalls`]).
+
+use super::nodes::{NodeOutOfRange, NodeSet};
+
+/// Heartbeat timing (ns).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LivenessConfig {
+    /// How often this node sends its heartbeat.
+    pub interval_ns: u64,
+    /// Silence after which an alive peer is declared dead.
+    pub dead_after_ns: u64,
+}
+
+impl Default for LivenessConfig {
+    fn default() -> Self {
+        LivenessConfig { interval_ns: 200_000_000, dead_after_ns: 1_500_000_000 }
+    }
+}
+
+/// A peer's state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Peer {
+    /// Never heard since this table was made.
+    Unheard,
+    /// Heard at `last` (ns), running as `incarnation`.
+    Alive { last: u64, incarnation: u64 },
+    /// Silent for `dead_after`; `incarnation` was its last.
+    Dead { incarnation: u64 },
+}
+
+/// A transition the consumer has not seen yet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// A member again (first heard, or heard after it was reported dead).
+    Joined(u16),
+    /// Restarted: still a member, but everything it held is gone.
+    Restarted(u16),
+    /// Declared dead.
+    Failed(u16),
+}
+
+/// Why a table could not be made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LivenessError {
+    /// A node id the store does not cover.
+    OutOfRange(NodeOutOfRange),
+    /// More peers than the table's capacity `M`.
+    TooManyPeers,
+    /// This node listed as its own peer.
+    SelfAsPeer,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Slot {
+    node: u16,
+    now: Peer,
+    /// What the consumer was told last.
+    told: Peer,
+}
+
+/// The peers of one node (at most `M`).
+#[derive(Clone, Debug)]
+pub struct Liveness<const M: usize> {
+    me: u16,
+    incarnation: u64,
+    cfg: LivenessConfig,
+    peers: [Slot; M],
+    len: usize,
+    last_check: u64,
+    next_beat: u64,
+    /// Heartbeats refused: from this node's own id or a node not configured.
+    pub refused: u64,
+    /// Checks that found this host had not run for half of `dead_after`.
+    pub stalls: u64,
+}
+
+impl<const M: usize> Liveness<M> {
+    /// The table of node `me`, running as `incarnation` (never 0: a new one every start),
+    /// with `peers`, none heard yet, at `now`.
+    pub fn new(me: u16, incarnation: u64, peers: &[u16], cfg: LivenessConfig, now: u64) -> Result<Self, LivenessError> {
+        NodeSet::check(me).map_err(LivenessError::OutOfRange)?;
+        let empty = Slot { node: 0, now: Peer::Unheard, told: Peer::Unheard };
+        let mut t = Liveness {
+            me,
+            incarnation: incarnation.max(1),
+            cfg,
+            peers: [empty; M],
+            len: 0,
+            last_check: now,
+            next_beat: now,
+            refused: 0,
+            stalls: 0,
+        };
+        for &p in peers {
+            NodeSet::check(p).map_err(LivenessError::OutOfRange)?;
+            if p == me {
+                return Err(LivenessError::SelfAsPeer);
+            }
+            if t.slot(p).is_none() {
+                let slot = t.peers.get_mut(t.len).ok_or(LivenessError::TooManyPeers)?;
+                *slot = Slot { node: p, ..empty };
+                t.len += 1;
+            }
+        }
+        Ok(t)
+    }
+
+    pub fn me(&self) -> u16 {
+        self.me
+    }
+
+    /// This node's incarnation (what its heartbeats carry).
+    pub fn incarnation(&self) -> u64 {
+        self.incarnation
+    }
+
+    fn slot(&self, node: u16) -> Option<usize> {
+        self.peers[..self.len].iter().position(|s| s.node == node)
+    }
+
+    /// `node`'s state (`None`: not a configured peer).
+    pub fn peer(&self, node: u16) -> Option<Peer> {
+        self.slot(node).map(|i| self.peers[i].now)
+    }
+
+    /// The configured peers and their states.
+    pub fn peers(&self) -> impl Iterator<Item = (u16, Peer)> + '_ {
+        self.peers[..self.len].iter().map(|s| (s.node, s.now))
+    }
+
+    /// The peers alive now, as the consumer was told (the members it acts on).
+    pub fn members(&self) -> NodeSet {
+        let mut s = NodeSet::EMPTY;
+        for p in self.peers[..self.len].iter().filter(|p| matches!(p.told, Peer::Alive { .. })) {
+            s.insert(p.node);
+        }
+        s
+    }
+
+    /// A fresh heartbeat from `node`, running as `incarnation`, arrived at `now`.
+    /// Returns whether it was accepted.
+    pub fn handle_heartbeat(&mut self, now: u64, node: u16, incarnation: u64) -> bool {
+        let Some(i) = self.slot(node).filter(|_| incarnation != 0) else {
+            self.refused += 1;
+            return false;
+        };
+        self.peers[i].now = Peer::Alive { last: now, incarnation };
+        true
+    }
+
+    /// Declare dead every peer silent for `dead_after` at `now`. Call at
+    /// [`Self::poll_timeout`] (earlier is harmless).
+    pub fn handle_timeout(&mut self, now: u64) {
+        let gap = now.saturating_sub(self.last_check);
+        self.last_check = now;
+        let stalled = gap > self.cfg.dead_after_ns / 2;
+        if stalled {
+            self.stalls += 1;
+        }
+        for p in self.peers[..self.len].iter_mut() {
+            if let Peer::Alive { last, incarnation } = p.now {
+                if stalled {
+                    p.now = Peer::Alive { last: now.max(last), incarnation };
+                } else if now.saturating_sub(last) >= self.cfg.dead_after_ns {
+                    p.now = Peer::Dead { incarnation };
+                }
+            }
+        }
+    }
+
+    /// The next transition the consumer has not been told, oldest peer first.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        for p in self.peers[..self.len].iter_mut() {
+            let event = match (p.told, p.now) {
+                (Peer::Alive { incarnation: a, .. }, Peer::Alive { incarnation: b, .. }) if a != b => {
+                    Some(Event::Restarted(p.node))
+                }
+                (Peer::Alive { .. }, Peer::Dead { .. }) => Some(Event::Failed(p.node)),
+                (Peer::Unheard | Peer::Dead { .. }, Peer::Alive { .. }) => Some(Event::Joined(p.node)),
+                _ => None,
+            };
+            if let Some(e) = event {
+                p.told = p.now;
+                return Some(e);
+            }
+            // Keep the last-heard time current in what was told (no event needed).
+            p.told = p.now;
+        }
+        None
+    }
+
+    /// Whether this node's heartbeat is due at `now`; if so, the next one is scheduled.
+    pub fn poll_beat(&mut self, now: u64) -> bool {
+        if now < self.next_beat {
+            return false;
+        }
+        self.next_beat = now.saturating_add(self.cfg.interval_ns);
+        true
+    }
+
+    /// When [`Self::handle_timeout`] or [`Self::poll_beat`] next has something to do.
+    pub fn poll_timeout(&self) -> u64 {
+        let deaths = self.peers[..self.len]
+            .iter()
+            .filter_map(|p| match p.now {
+                Peer::Alive { last, .. } => Some(last.saturating_add(self.cfg.dead_after_ns)),
+                _ => None,
+            })
+            .min()
+            .unwrap_or(u64::MAX);
+        // Checks at least every half `dead_after`, so that a stall is told from silence.
+        deaths.min(self.next_beat).min(self.last_check.saturating_add(self.cfg.dead_after_ns / 2))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    fn table() -> Liveness<4> {
+        let cfg = LivenessConfig { interval_ns: 100 * MS, dead_after_ns: 1000 * MS };
+        Liveness::new(0, 7, &[1, 2], cfg, 0).unwrap()
+    }
+
+    #[test]
+    fn peers_join_when_heard_die_when_silent_and_restart_with_a_new_incarnation() {
+        let mut t = table();
+        assert_eq!(t.poll_event(), None);
+        assert!(t.members().is_empty(), "a peer never heard is not a member");
+        assert!(t.handle_heartbeat(10 * MS, 1, 5));
+        assert_eq!(t.poll_event(), Some(Event::Joined(1)));
+        assert!(t.members().contains(1));
+        let mut now = 10 * MS;
+        while now < 1200 * MS {
+            now += 100 * MS;
+            t.handle_timeout(now);
+        }
+        assert_eq!(t.poll_event(), Some(Event::Failed(1)));
+        assert!(t.handle_heartbeat(now, 1, 5));
+        assert_eq!(t.poll_event(), Some(Event::Joined(1)));
+        assert!(t.handle_heartbeat(now, 1, 6));
+        assert_eq!(t.poll_event(), Some(Event::Restarted(1)));
+        assert_eq!(t.poll_event(), None);
+    }
+
+    #[test]
+    fn strangers_self_and_ids_out_of_range_are_refused() {
+        let mut t = table();
+        assert!(!t.handle_heartbeat(0, 3, 1));
+        assert!(!t.handle_heartbeat(0, 0, 1));
+        assert!(!t.handle_heartbeat(0, 1, 0));
+        assert_eq!(t.refused, 3);
+        let cfg = LivenessConfig::default();
+        assert!(matches!(Liveness::<4>::new(0, 1, &[64], cfg, 0), Err(LivenessError::OutOfRange(_))));
+        assert!(matches!(Liveness::<4>::new(0, 1, &[0], cfg, 0), Err(LivenessError::SelfAsPeer)));
+        assert!(matches!(Liveness::<1>::new(0, 1, &[1, 2], cfg, 0), Err(LivenessError::TooManyPeers)));
+    }
+
+    #[test]
+    fn a_host_that_stalled_gives_its_peers_a_grace_period() {
+        let mut t = table();
+        t.handle_heartbeat(0, 1, 5);
+        t.poll_event();
+        t.handle_timeout(5000 * MS);
+        assert_eq!(t.stalls, 1);
+        assert_eq!(t.poll_event(), None, "silence while this host did not run is not a failure");
+        for now in [5400, 5800, 6200] {
+            t.handle_timeout(now * MS);
+        }
+        assert_eq!(t.poll_event(), Some(Event::Failed(1)));
+    }
+}

@@ -1,0 +1,558 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! The store: the writer's side of GMS — the one policy that decides what happens to a
+//! user's page, for every runtime (the kernel's `/dev/gms0`, `gmsd`, the simulator and
+//! the history checker drive this same code).
+//!
+//! A [`Store`] keeps a volume of `pages` pages (a disk) in network memory, each page as
+//! `r` replicas ([`crate::replica`]) on `r` distinct members, and owns:
+//! - the records of every page it wrote ([`record`]): each replica's version, holder, the
+//!   holder's NIC answer entry, and the *sites* where its newest data may be;
+//! - versions from one clock per disk identity ([`record::Clock`]), never the wall clock;
+//! - placement with site avoidance (a replica's put keeps clear of every site of the
+//!   others) over [`crate::placement::Placement`];
+//! - the write and read state machines with their retries ([`write`], [`read`]);
+//! - re-replication of the replicas a failed member held, rate-bounded ([`repair`]);
+//! - liveness ([`liveness`]: heartbeats, failure, restart, rejoin), which the runtime
+//!   runs beside it and whose events it passes to [`Store::handle_member`].
+//!
+//! **The rules.** A write is acknowledged only when all `r` replicas are stored and named
+//! by their directories; with fewer live members than `r` it is refused
+//! ([`StoreError::TooFewMembers`]) unless the user asked for degraded writes
+//! ([`StoreConfig::degraded_writes`]), which are counted. A read returns the version of
+//! the last acknowledged write or newer, or a page of zeros for a page never written, or
+//! fails with [`StoreError::Lost`] when every replica's copy is gone. Nothing is retried
+//! forever: a write gives up after [`StoreConfig::write_window_ns`], a read after
+//! [`StoreConfig::read_passes`] passes over the replicas.
+//!
+//! **Shape** (quinn-proto's): commands [`Store::write`] and [`Store::read`] take the
+//! user's request handle (`Io`: a block request's page, a daemon's job) and return at
+//! once; [`Store::poll_issue`] says what to send next, the runtime sends it through its
+//! `GmsNode` and reports the operation id ([`Store::handle_issued`]) and later its
+//! completion ([`Store::handle_put`], [`Store::handle_get`]); [`Store::poll_done`] hands
+//! back finished requests, and [`Store::poll_timeout`] says when to call
+//! [`Store::handle_timeout`]. [`drive`] is that loop for a `GmsNode`, so runtimes differ
+//! only in their frames. Time is always a parameter (ns); no heap (the records live in the
+//! runtime's [`Storage`]); no `unsafe`.
+
+pub mod drive;
+pub mod liveness;
+pub mod nodes;
+pub mod read;
+pub mod record;
+pub mod repair;
+pub mod write;
+
+use super::epochs::Lru;
+use super::net::storage::Storage;
+use super::page::{PageId, Version};
+use super::placement::Placement;
+use super::replica::{replica, MAX_REPLICAS};
+use super::types::{Answer, GetResult, OpId, PutResult};
+use nodes::{NodeOutOfRange, NodeSet};
+use read::ReadReq;
+use record::{Clock, Entry};
+use repair::{Repair, RepairReq};
+use write::WriteReq;
+
+/// How the store behaves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StoreConfig {
+    /// Copies of each page, on distinct members (1..=[`MAX_REPLICAS`]).
+    pub replicas: u8,
+    /// With fewer live members than `replicas`, acknowledge a write with the copies it
+    /// could place (counted in [`StoreStats::under_replicated`]) instead of refusing it.
+    pub degraded_writes: bool,
+    /// How long a write's replica is put again after puts that got no answer, met another
+    /// view or a busy target, before the write fails: longer than a dead member takes to
+    /// be declared failed.
+    pub write_window_ns: u64,
+    /// The pause before a put or read goes again after a refusal, a busy target or a miss
+    /// that may be temporary.
+    pub retry_delay_ns: u64,
+    /// Tries of one replica's getpage that got no answer before the read moves on.
+    pub read_tries: u8,
+    /// Passes over the replicas a read makes while a site of the newest data is still
+    /// a live member (its copy may be registering with a new directory node).
+    pub read_passes: u8,
+    /// Rounds in which every target refused before a write fails with
+    /// [`StoreError::NoSpace`].
+    pub full_after: u8,
+    /// Reads go to the holder the store knows (two messages), not the directory node.
+    pub direct_reads: bool,
+    /// Reads name the holder's NIC answer entry (one-sided reads).
+    pub nic_answers: bool,
+    /// Re-replications in flight at most, and the least time between two starts (ns).
+    pub repair_in_flight: u8,
+    pub repair_gap_ns: u64,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            replicas: 2,
+            degraded_writes: false,
+            write_window_ns: 12_000_000_000,
+            retry_delay_ns: 100_000_000,
+            read_tries: 3,
+            read_passes: 3,
+            full_after: 3,
+            direct_reads: true,
+            nic_answers: true,
+            repair_in_flight: 4,
+            repair_gap_ns: 1_000_000,
+        }
+    }
+}
+
+/// Why a request failed, or could not be accepted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreError {
+    /// Past the end of the volume.
+    OutOfRange,
+    /// Every request slot is in use, or an earlier request on the page is still running:
+    /// submit it again after a completion.
+    Busy,
+    /// Fewer live members than replicas, and degraded writes are off.
+    TooFewMembers,
+    /// Every member refused the page for [`StoreConfig::full_after`] rounds.
+    NoSpace,
+    /// The write's puts got no answer within [`StoreConfig::write_window_ns`].
+    Unreachable,
+    /// A newer version of the page is recorded in the cluster: another writer uses this
+    /// disk's identity.
+    Superseded,
+    /// The page was written and no copy of it is left.
+    Lost,
+    /// The runtime could not send (no frame, no operation slot) and gave up.
+    NotSent,
+}
+
+/// How a request ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Stored as `copies` replicas (fewer than configured only with degraded writes).
+    Written {
+        copies: u8,
+    },
+    /// The page's data is in the request's frame, at `version`.
+    Read {
+        version: Version,
+    },
+    /// The page was never written: the request's page reads as zeros.
+    Zero,
+    Failed(StoreError),
+}
+
+/// What [`Store::poll_done`] hands back.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Finished<Io, F> {
+    Request {
+        io: Io,
+        outcome: Outcome,
+    },
+    /// A frame the store fetched a copy into (re-replication), no longer needed.
+    Scratch(F),
+}
+
+/// A request's handle inside the store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ReqId(pub u16);
+
+/// Where a getpage goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// Straight to the member believed to hold the copy (`GmsNode::getpage_hinted`),
+    /// answered by its NIC when `answer` names its entry.
+    Holder { node: u16, answer: Option<super::types::Answer> },
+    /// Through the page's directory node.
+    Directory,
+}
+
+/// Where a put's data is, or a get's lands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Data<F> {
+    /// The request's own page.
+    Request,
+    /// A frame of the store's (a copy fetched for re-replication).
+    Frame(F),
+    /// A frame the runtime provides for a fetch (re-replication).
+    Scratch,
+}
+
+/// An operation the runtime should send now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Issue<F> {
+    pub req: ReqId,
+    pub kind: IssueKind<F>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IssueKind<F> {
+    Put { page: PageId, version: Version, target: u16, data: Data<F> },
+    Get { page: PageId, at_least: Version, route: Route, into: Data<F> },
+}
+
+/// Counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    pub writes: u64,
+    pub reads: u64,
+    pub zero_reads: u64,
+    pub puts: u64,
+    pub gets: u64,
+    /// Puts and gets sent again after no answer, a refusal or another view.
+    pub retries: u64,
+    /// Reads that went on to another replica or the directory.
+    pub fallbacks: u64,
+    /// Degraded writes acknowledged with fewer copies than configured.
+    pub under_replicated: u64,
+    /// Replicas made again after their holder failed.
+    pub repaired: u64,
+    pub failed_writes: u64,
+    pub failed_reads: u64,
+    /// Of the failures: pages whose every copy was gone.
+    pub lost: u64,
+}
+
+/// A GMS operation in flight for a request: its id, and the request's frame lent to it.
+#[derive(Clone, Copy)]
+struct OpRec<F> {
+    op: OpId,
+    req: ReqId,
+    lent: Option<F>,
+}
+
+/// One request slot.
+pub(crate) enum Req<Io, F> {
+    Free,
+    Write(WriteReq<Io>),
+    Read(ReadReq<Io>),
+    Repair(RepairReq<F>),
+    Done(Finished<Io, F>),
+}
+
+/// The store of one volume: `Io` the user's request handle, `F` the runtime's frames,
+/// up to `M` members, `Q` requests at once, `OPS` the `GmsNode`'s operation slots.
+pub struct Store<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> {
+    cfg: StoreConfig,
+    space: u64,
+    pages: u64,
+    entries: S::Buf<Entry>,
+    clock: Clock,
+    /// Live members that take puts (this node excluded).
+    members: NodeSet,
+    placement: Placement<M>,
+    reqs: [Req<Io, F>; Q],
+    /// The request and replica behind each GMS operation in flight, by its slot.
+    ops: [Option<OpRec<F>>; OPS],
+    repair: Repair,
+    /// Where the next scan of the request table starts (fairness).
+    cursor: usize,
+    pub stats: StoreStats,
+}
+
+/// Why a store could not be made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConfigError {
+    Replicas,
+    /// The record table could not be allocated (pages × replicas entries).
+    NoMemory,
+    Node(NodeOutOfRange),
+}
+
+impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> Store<Io, F, S, M, Q, OPS> {
+    /// The store of volume `space` (its page space: [`space_of`] the disk's identity) of
+    /// `pages` pages, writing in `epoch` (one above the identity's last load's), with
+    /// `members` live now.
+    pub fn new(cfg: StoreConfig, space: u64, pages: u64, epoch: u32, members: &[u16]) -> Result<Self, ConfigError> {
+        if !(1..=MAX_REPLICAS).contains(&cfg.replicas) {
+            return Err(ConfigError::Replicas);
+        }
+        let n = usize::try_from(pages)
+            .ok()
+            .and_then(|p| p.checked_mul(usize::from(cfg.replicas)))
+            .ok_or(ConfigError::NoMemory)?;
+        let entries = S::buf(n, Entry::NEW).ok_or(ConfigError::NoMemory)?;
+        let members = NodeSet::of(members).map_err(ConfigError::Node)?;
+        let mut placement = Placement::new(u32::MAX);
+        placement.set_targets(members.iter());
+        Ok(Store {
+            cfg,
+            space,
+            pages,
+            entries,
+            clock: Clock::new(epoch.max(1)),
+            members,
+            placement,
+            reqs: core::array::from_fn(|_| Req::Free),
+            ops: [None; OPS],
+            repair: Repair::default(),
+            cursor: 0,
+            stats: StoreStats::default(),
+        })
+    }
+
+    pub fn config(&self) -> &StoreConfig {
+        &self.cfg
+    }
+
+    pub fn pages(&self) -> u64 {
+        self.pages
+    }
+
+    pub fn members(&self) -> NodeSet {
+        self.members
+    }
+
+    /// Replica `k` of volume page `page` as a GMS page.
+    pub fn page_id(&self, page: u64, k: u8) -> PageId {
+        replica(PageId::new(self.space, page), k)
+    }
+
+    /// The record of replica `k` of `page`.
+    pub fn entry(&self, page: u64, k: u8) -> Option<&Entry> {
+        self.at(page, k).map(|i| &self.entries[i])
+    }
+
+    fn at(&self, page: u64, k: u8) -> Option<usize> {
+        if page >= self.pages || k >= self.cfg.replicas {
+            return None;
+        }
+        let i = usize::try_from(page).ok()?.checked_mul(usize::from(self.cfg.replicas))?;
+        i.checked_add(usize::from(k))
+    }
+
+    /// The user's request behind `req` (a put's data is its page).
+    pub fn io(&self, req: ReqId) -> Option<&Io> {
+        match self.reqs.get(usize::from(req.0))? {
+            Req::Write(w) => Some(&w.io),
+            Req::Read(r) => Some(&r.io),
+            _ => None,
+        }
+    }
+
+    fn free_slot(&self) -> Option<usize> {
+        self.reqs.iter().position(|r| matches!(r, Req::Free))
+    }
+
+    /// Whether a request on `page` (`write`: a write) may start now: no write of it is
+    /// running, and no read either if this is a write.
+    fn page_free(&self, page: u64, write: bool) -> bool {
+        self.reqs.iter().all(|r| match r {
+            Req::Write(w) => w.page != page,
+            Req::Read(r) => !write || r.page != page,
+            Req::Repair(r) => r.page != page,
+            _ => true,
+        })
+    }
+
+    fn admit(&mut self, page: u64, write: bool) -> Result<usize, StoreError> {
+        if page >= self.pages {
+            return Err(StoreError::OutOfRange);
+        }
+        if !self.page_free(page, write) {
+            return Err(StoreError::Busy);
+        }
+        self.free_slot().ok_or(StoreError::Busy)
+    }
+
+    /// Write `io`'s page as volume page `page`. `Err`: not accepted, `io` back.
+    pub fn write(&mut self, now: u64, page: u64, io: Io) -> Result<ReqId, (Io, StoreError)> {
+        let slot = match self.admit(page, true) {
+            Ok(s) => s,
+            Err(e) => return Err((io, e)),
+        };
+        self.stats.writes += 1;
+        self.reqs[slot] = Req::Write(WriteReq::new(io, page, now.saturating_add(self.cfg.write_window_ns)));
+        Ok(ReqId(slot as u16))
+    }
+
+    /// Read volume page `page` into `io`'s page. `Err`: not accepted, `io` back.
+    pub fn read(&mut self, now: u64, page: u64, io: Io) -> Result<ReqId, (Io, StoreError)> {
+        let slot = match self.admit(page, false) {
+            Ok(s) => s,
+            Err(e) => return Err((io, e)),
+        };
+        self.stats.reads += 1;
+        self.reqs[slot] = Req::Read(ReadReq::new(io, page, now));
+        Ok(ReqId(slot as u16))
+    }
+
+    /// What to send next (`None`: nothing now; see [`Self::poll_timeout`]). Every `Some`
+    /// must be answered by [`Self::handle_issued`] before the next call.
+    pub fn poll_issue(&mut self, now: u64, lru: &mut Lru, coordinator: Option<u16>) -> Option<Issue<F>> {
+        self.start_repairs(now);
+        let n = self.reqs.len();
+        for step in 0..n {
+            let i = (self.cursor + step) % n;
+            let issue = match &self.reqs[i] {
+                Req::Write(_) => self.poll_write(i, now, lru, coordinator),
+                Req::Read(_) => self.poll_read(i, now),
+                Req::Repair(_) => self.poll_repair(i, now, lru, coordinator),
+                _ => None,
+            };
+            if let Some(kind) = issue {
+                self.cursor = (i + 1) % n;
+                return Some(Issue { req: ReqId(i as u16), kind });
+            }
+        }
+        None
+    }
+
+    /// `issue` was sent as operation `op` (`Some`), or could not be sent (`None`: no
+    /// operation slot or frame now; it goes again after the retry delay, or fails).
+    pub fn handle_issued(&mut self, now: u64, issue: &Issue<F>, op: Option<OpId>) {
+        self.handle_issued_with(now, issue, op, None)
+    }
+
+    /// [`Self::handle_issued`], `lent` the request's frame the operation holds (given back
+    /// when it completes: [`Self::op_frame`]).
+    pub fn handle_issued_with(&mut self, now: u64, issue: &Issue<F>, op: Option<OpId>, lent: Option<F>) {
+        match op {
+            Some(op) => {
+                if let Some(s) = self.ops.get_mut(usize::from(op.slot)) {
+                    *s = Some(OpRec { op, req: issue.req, lent });
+                }
+                match issue.kind {
+                    IssueKind::Put { .. } => self.stats.puts += 1,
+                    IssueKind::Get { .. } => self.stats.gets += 1,
+                }
+            }
+            None => self.not_sent(now, issue),
+        }
+    }
+
+    fn not_sent(&mut self, now: u64, issue: &Issue<F>) {
+        let i = usize::from(issue.req.0);
+        match (&issue.kind, self.reqs.get(i)) {
+            (IssueKind::Put { target, .. }, _) => {
+                self.placement.done(*target, super::placement::Outcome::Failed, now);
+                self.put_not_sent(i, now, issue);
+            }
+            (IssueKind::Get { .. }, Some(Req::Read(_))) => self.get_not_sent(i, now),
+            (IssueKind::Get { .. }, Some(Req::Repair(_))) => self.repair_ended(i, false),
+            _ => {}
+        }
+    }
+
+    /// The request behind GMS operation `op`, forgotten (its completion arrived).
+    fn take_op(&mut self, op: OpId) -> Option<usize> {
+        let s = self.ops.get_mut(usize::from(op.slot))?;
+        match *s {
+            Some(r) if r.op == op => {
+                *s = None;
+                Some(usize::from(r.req.0))
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether `op` is this store's (`Some`), and the request frame lent to it.
+    pub fn op_frame(&self, op: OpId) -> Option<Option<F>> {
+        match self.ops.get(usize::from(op.slot))? {
+            Some(r) if r.op == op => Some(r.lent),
+            _ => None,
+        }
+    }
+
+    /// Which replica GMS page `page` of this volume is.
+    fn replica_of(&self, page: PageId) -> u8 {
+        ((page.space ^ self.space) >> 60) as u8
+    }
+
+    /// A put this store issued ended (its completion, or `Failed` when the runtime knows
+    /// it never will): `answer` is where the target's NIC answers reads of the copy.
+    pub fn handle_put(&mut self, now: u64, op: OpId, page: PageId, result: PutResult, answer: Option<Answer>) {
+        let Some(i) = self.take_op(op) else { return };
+        match self.reqs[i] {
+            Req::Write(_) => self.write_put_done(i, self.replica_of(page), result, answer, now),
+            Req::Repair(_) => self.repair_put_done(i, result, answer, now),
+            _ => {}
+        }
+    }
+
+    /// A getpage this store issued ended. Returns whether the store keeps the hit's frame
+    /// (a re-replication's copy, handed back later as [`Finished::Scratch`]); every other
+    /// frame stays the runtime's.
+    pub fn handle_get(&mut self, now: u64, op: OpId, result: &GetResult<F>) -> bool {
+        let Some(i) = self.take_op(op) else { return false };
+        match self.reqs[i] {
+            Req::Read(_) => {
+                self.read_get_done(i, result, now);
+                false
+            }
+            Req::Repair(_) => self.repair_get_done(i, result, now),
+            _ => false,
+        }
+    }
+
+    /// A finished request or a frame to give back, oldest slot first.
+    pub fn poll_done(&mut self) -> Option<Finished<Io, F>> {
+        let i = self.reqs.iter().position(|r| matches!(r, Req::Done(_)))?;
+        match core::mem::replace(&mut self.reqs[i], Req::Free) {
+            Req::Done(f) => Some(f),
+            _ => None,
+        }
+    }
+
+    fn finish(&mut self, i: usize, f: Finished<Io, F>) {
+        if let Finished::Request { outcome: Outcome::Failed(e), .. } = &f {
+            if *e == StoreError::Lost {
+                self.stats.lost += 1;
+            }
+        }
+        self.reqs[i] = Req::Done(f);
+    }
+
+    /// When [`Self::handle_timeout`] (and [`Self::poll_issue`]) next have work.
+    pub fn poll_timeout(&self) -> Option<u64> {
+        let reqs = self.reqs.iter().filter_map(|r| match r {
+            Req::Write(w) => w.wake(),
+            Req::Read(r) => r.wake(),
+            Req::Repair(r) => r.wake(),
+            _ => None,
+        });
+        reqs.chain(self.repair.wake()).min()
+    }
+
+    /// Time passed: delayed puts and reads are due, writes past their window fail.
+    pub fn handle_timeout(&mut self, now: u64) {
+        for i in 0..self.reqs.len() {
+            if matches!(self.reqs[i], Req::Write(_)) {
+                self.write_timeout(i, now);
+            }
+        }
+    }
+
+    /// A membership change from [`liveness`]: a member joined (a put target again), failed
+    /// or restarted (everything it held is gone: its replicas are re-replicated).
+    pub fn handle_member(&mut self, now: u64, event: liveness::Event) {
+        match event {
+            liveness::Event::Joined(n) => {
+                self.members.insert(n);
+                self.placement.set_targets(self.members.iter());
+            }
+            liveness::Event::Failed(n) | liveness::Event::Restarted(n) => {
+                if matches!(event, liveness::Event::Failed(_)) {
+                    self.members.remove(n);
+                    self.placement.remove(n);
+                }
+                for e in self.entries.iter_mut() {
+                    e.gone(n);
+                }
+                self.repair.start(now);
+            }
+        }
+    }
+
+    /// A member's free room as last heard (its heartbeat), for placement.
+    pub fn handle_room(&mut self, node: u16, free_pages: u64) {
+        self.placement.heard(node, free_pages);
+    }
+}
+
+/// The page space of the disk named `identity` (a user's name for it, hashed): replica
+/// numbers take the top four bits ([`crate::replica`]), so they are left clear.
+pub const fn space_of(identity: u64) -> u64 {
+    super::page::mix64(identity ^ 0x6773_6d2d_6469_736b) & !(0xf << 60)
+}

@@ -1,0 +1,159 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! A read: replica 0 first, then the next while one misses, each asked of the member
+//! the store knows holds it (two messages; its NIC answers by itself when the put's
+//! `PUTDONE` named an answer entry), and of the page's directory node when that member
+//! has no such copy; always at the replica's recorded version or newer, so a stale copy
+//! is a miss, never data.
+//!
+//! A getpage that got no answer is tried again, [`super::StoreConfig::read_tries`] times,
+//! before the read moves on. When every replica missed while a member that may hold
+//! the newest data is still alive (its copy may be registering with a new directory
+//! node after a membership change), the read makes another pass after the retry delay,
+//! [`super::StoreConfig::read_passes`] passes in all. A page never written reads as
+//! zeros without the network; a written page whose every copy is gone fails with
+//! [`StoreError::Lost`].
+
+use super::super::net::storage::Storage;
+use super::super::types::{GetResult, MissReason};
+use super::record::Replica;
+use super::{Data, Finished, IssueKind, Outcome, Req, Route, Store, StoreError};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Step {
+    /// Ask replica `k` (of the directory only, once its holder missed) from `not_before`.
+    Ready {
+        via_directory: bool,
+        not_before: u64,
+    },
+    InFlight {
+        via_directory: bool,
+    },
+}
+
+pub(crate) struct ReadReq<Io> {
+    pub(crate) io: Io,
+    pub(crate) page: u64,
+    k: u8,
+    tries: u8,
+    pass: u8,
+    step: Step,
+}
+
+impl<Io> ReadReq<Io> {
+    pub(crate) fn new(io: Io, page: u64, now: u64) -> Self {
+        ReadReq { io, page, k: 0, tries: 0, pass: 0, step: Step::Ready { via_directory: false, not_before: now } }
+    }
+
+    pub(crate) fn wake(&self) -> Option<u64> {
+        match self.step {
+            Step::Ready { not_before, .. } => Some(not_before),
+            Step::InFlight { .. } => None,
+        }
+    }
+}
+
+impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> Store<Io, F, S, M, Q, OPS> {
+    /// The getpage read `i` wants sent, if any.
+    pub(super) fn poll_read(&mut self, i: usize, now: u64) -> Option<IssueKind<F>> {
+        let Req::Read(r) = &self.reqs[i] else { return None };
+        let Step::Ready { via_directory, not_before } = r.step else { return None };
+        if now < not_before {
+            return None;
+        }
+        let (page, mut k) = (r.page, r.k);
+        while k < self.cfg.replicas {
+            let replica = self.entry(page, k).map_or(Replica::Unwritten, |e| e.replica);
+            let (at_least, route) = match replica {
+                Replica::Unwritten => {
+                    k += 1;
+                    continue;
+                }
+                Replica::Held { version, holder, answer }
+                    if !via_directory && self.cfg.direct_reads && self.members.contains(holder) =>
+                {
+                    (version, Route::Holder { node: holder, answer: answer.filter(|_| self.cfg.nic_answers) })
+                }
+                Replica::Held { version, .. } | Replica::Lost { version } => (version, Route::Directory),
+            };
+            if let Req::Read(r) = &mut self.reqs[i] {
+                r.k = k;
+                r.step = Step::InFlight { via_directory: route == Route::Directory };
+            }
+            return Some(IssueKind::Get { page: self.page_id(page, k), at_least, route, into: Data::Request });
+        }
+        self.end_pass(i, now);
+        None
+    }
+
+    /// Every replica of read `i` was tried: zeros if none was ever written, another pass
+    /// if a site of the newest data is alive, else the page is lost.
+    fn end_pass(&mut self, i: usize, now: u64) {
+        let Req::Read(r) = &self.reqs[i] else { return };
+        let (page, pass) = (r.page, r.pass);
+        let written =
+            (0..self.cfg.replicas).any(|k| self.entry(page, k).is_some_and(|e| e.replica.version().is_some()));
+        let alive = (0..self.cfg.replicas).filter_map(|k| self.entry(page, k)).any(|e| {
+            !e.sites.intersect(self.members).is_empty() || e.replica.holder().is_some_and(|h| self.members.contains(h))
+        });
+        let outcome = if !written {
+            self.stats.zero_reads += 1;
+            Outcome::Zero
+        } else if alive && pass + 1 < self.cfg.read_passes {
+            if let Req::Read(r) = &mut self.reqs[i] {
+                r.pass += 1;
+                r.k = 0;
+                r.tries = 0;
+                r.step = Step::Ready { via_directory: false, not_before: now.saturating_add(self.cfg.retry_delay_ns) };
+            }
+            return;
+        } else {
+            self.stats.failed_reads += 1;
+            Outcome::Failed(if alive { StoreError::Unreachable } else { StoreError::Lost })
+        };
+        if let Req::Read(r) = core::mem::replace(&mut self.reqs[i], Req::Free) {
+            self.finish(i, Finished::Request { io: r.io, outcome });
+        }
+    }
+
+    /// Read `i`'s getpage could not be sent: it goes again after the delay.
+    pub(super) fn get_not_sent(&mut self, i: usize, now: u64) {
+        if let Req::Read(r) = &mut self.reqs[i] {
+            if let Step::InFlight { via_directory } = r.step {
+                r.step = Step::Ready { via_directory, not_before: now.saturating_add(self.cfg.retry_delay_ns) };
+            }
+        }
+    }
+
+    /// Read `i`'s getpage ended with `result` at `now`.
+    pub(super) fn read_get_done(&mut self, i: usize, result: &GetResult<F>, now: u64) {
+        let Req::Read(r) = &mut self.reqs[i] else { return };
+        let Step::InFlight { via_directory } = r.step else { return };
+        let next = |r: &mut ReadReq<Io>| {
+            r.k += 1;
+            r.tries = 0;
+            Step::Ready { via_directory: false, not_before: now }
+        };
+        r.step = match *result {
+            GetResult::Hit { version, .. } => {
+                if let Req::Read(r) = core::mem::replace(&mut self.reqs[i], Req::Free) {
+                    self.finish(i, Finished::Request { io: r.io, outcome: Outcome::Read { version } });
+                }
+                return;
+            }
+            // The holder has no such copy: its directory may know where it went.
+            GetResult::Miss { reason: MissReason::NotCached, .. } if !via_directory => {
+                Step::Ready { via_directory: true, not_before: now }
+            }
+            GetResult::Miss { reason: MissReason::NotCached | MissReason::NoDirectory, .. } => next(r),
+            GetResult::Miss { reason: MissReason::Failed(_) | MissReason::Malformed, .. } => {
+                r.tries += 1;
+                if r.tries < self.cfg.read_tries {
+                    Step::Ready { via_directory, not_before: now }
+                } else {
+                    next(r)
+                }
+            }
+        };
+        self.stats.fallbacks += 1;
+    }
+}

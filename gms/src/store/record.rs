@@ -1,0 +1,146 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! What the store knows of each replica of each page it wrote: its newest version, who
+//! holds it, and where else its newest data may be.
+//!
+//! A write takes a new version from the store's clock ([`Clock`]): one counter per disk
+//! identity, above every version an earlier load of the same identity used (its epoch,
+//! recovered at load, is in the top bits), never from the wall clock. Every put of a
+//! replica takes a version of its own, so each copy a write leaves is at the write's
+//! version or newer, and a copy older than the recorded version is never taken as current.
+//!
+//! **Sites.** A stored replica supersedes only the older copies of itself: while a write
+//! has not stored replica `j`, the page's last acknowledged data lives on in `j`'s older
+//! copy. Every member that may hold replica `j`'s newest data — its holder, and every
+//! target of a put of it that was never answered (stored or not, nobody said) — is one of
+//! `j`'s *sites*, and a put of any other replica keeps clear of all of them. A store
+//! answer narrows the sites to the holder; a member that fails or restarts leaves every
+//! set (its memory is gone).
+
+use super::super::page::Version;
+use super::super::types::Answer;
+use super::nodes::NodeSet;
+
+/// One replica of one page.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Replica {
+    /// Never written by this identity.
+    Unwritten,
+    /// Stored at `version` on `holder`, whose NIC answers hinted reads of it itself at
+    /// `answer` (when its `PUTDONE` said so).
+    Held { version: Version, holder: u16, answer: Option<Answer> },
+    /// Written at `version`, but no live member is known to hold it (its holder failed,
+    /// or its put never completed): repaired from another replica, or a read that finds
+    /// nothing newer fails.
+    Lost { version: Version },
+}
+
+impl Replica {
+    /// The newest version written of this replica (`None`: never written).
+    pub fn version(&self) -> Option<Version> {
+        match *self {
+            Replica::Unwritten => None,
+            Replica::Held { version, .. } | Replica::Lost { version } => Some(version),
+        }
+    }
+
+    pub fn holder(&self) -> Option<u16> {
+        match *self {
+            Replica::Held { holder, .. } => Some(holder),
+            _ => None,
+        }
+    }
+}
+
+/// A replica's record: its state and its sites.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Entry {
+    pub replica: Replica,
+    pub sites: NodeSet,
+}
+
+impl Entry {
+    pub const NEW: Entry = Entry { replica: Replica::Unwritten, sites: NodeSet::EMPTY };
+
+    /// Stored at `holder` at `version`: its one site from now on.
+    pub fn stored(&mut self, holder: u16, version: Version, answer: Option<Answer>) {
+        self.replica = Replica::Held { version, holder, answer };
+        self.sites = NodeSet::one(holder);
+    }
+
+    /// A put to `target` went unanswered: a copy of this replica may be there. The
+    /// record keeps the last stored version: an unacknowledged write may or may not have
+    /// left newer data, and either is a correct read until a write is acknowledged.
+    pub fn unanswered(&mut self, target: u16) {
+        self.sites.insert(target);
+    }
+
+    /// `node` failed or restarted: nothing of this replica is there any more.
+    pub fn gone(&mut self, node: u16) {
+        self.sites.remove(node);
+        if let Replica::Held { version, holder, .. } = self.replica {
+            if holder == node {
+                self.replica = Replica::Lost { version };
+            }
+        }
+    }
+}
+
+/// The versions of one disk identity: `epoch` in the top 24 bits (one per load, recovered
+/// from the cluster), a counter below.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Clock {
+    next: u64,
+}
+
+/// Bits of a version below the epoch.
+pub const EPOCH_SHIFT: u32 = 40;
+
+impl Clock {
+    /// The clock of a load in `epoch` (≥ 1; the previous load's epoch + 1).
+    pub const fn new(epoch: u32) -> Clock {
+        Clock { next: ((epoch as u64) << EPOCH_SHIFT) | 1 }
+    }
+
+    /// A version newer than every one this identity used before.
+    pub fn tick(&mut self) -> Version {
+        let v = self.next;
+        self.next += 1;
+        Version(v)
+    }
+
+    /// The epoch a version was written in.
+    pub const fn epoch_of(v: Version) -> u32 {
+        (v.0 >> EPOCH_SHIFT) as u32
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unanswered_put_makes_the_old_holder_stale_and_both_sites() {
+        let mut e = Entry::NEW;
+        e.stored(1, Version(5), None);
+        e.unanswered(2);
+        assert_eq!(e.replica.version(), Some(Version(5)));
+        assert!(e.sites.contains(1) && e.sites.contains(2));
+        e.stored(3, Version(7), None);
+        assert_eq!(e.sites, NodeSet::one(3));
+        e.gone(3);
+        assert_eq!(e.replica, Replica::Lost { version: Version(7) });
+        assert!(e.sites.is_empty());
+    }
+
+    #[test]
+    fn a_later_epoch_is_newer_than_anything_before() {
+        let mut a = Clock::new(1);
+        for _ in 0..1000 {
+            a.tick();
+        }
+        let last = a.tick();
+        let mut b = Clock::new(2);
+        assert!(b.tick() > last);
+        assert_eq!(Clock::epoch_of(last), 1);
+    }
+}

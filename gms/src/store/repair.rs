@@ -1,0 +1,257 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! Re-replication: after a member fails or restarts, every replica it held is made again
+//! from a surviving replica — fetched from that replica's holder into a frame of the
+//! runtime's, then put to a member clear of the page's other sites, at a new version.
+//!
+//! A scan walks the volume from page 0 and starts a repair for each page with a lost
+//! replica and a held one whose holder is a member, at most
+//! [`super::StoreConfig::repair_in_flight`] at a time and one every
+//! [`super::StoreConfig::repair_gap_ns`], and only while a quarter of the request slots
+//! stay free for users. A page a user request is working on is skipped and the scan runs
+//! again after it ends. A page with no replica left cannot be repaired: its reads fail.
+
+use super::super::epochs::Lru;
+use super::super::net::storage::Storage;
+use super::super::page::Version;
+use super::super::placement::Outcome as Placed;
+use super::super::types::{Answer, GetResult, PutResult};
+use super::nodes::{NodeSet, MAX_NODE};
+use super::record::Replica;
+use super::{Data, Finished, IssueKind, Req, Route, Store};
+
+/// Pages one call looks at, at most (bounds the time a call takes on a large volume).
+const SCAN_BUDGET: u64 = 4096;
+/// Tries of a repair's put before it is left to the next scan.
+const PUT_TRIES: u8 = 3;
+
+/// The scan.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Repair {
+    /// Where the scan goes on (`None`: no failure since it ended).
+    cursor: Option<u64>,
+    /// A page was skipped (busy): scan again when this pass ends.
+    again: bool,
+    next_start: u64,
+}
+
+impl Repair {
+    /// A member failed: scan the volume (again) from the start.
+    pub(crate) fn start(&mut self, now: u64) {
+        self.cursor = Some(0);
+        self.next_start = self.next_start.min(now);
+    }
+
+    pub(crate) fn wake(&self) -> Option<u64> {
+        self.cursor.map(|_| self.next_start)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Step<F> {
+    Fetch,
+    Fetching,
+    /// The copy is in `frame`; its put goes from `not_before`.
+    Put {
+        frame: F,
+        tries: u8,
+        not_before: u64,
+    },
+    Putting {
+        frame: F,
+        tries: u8,
+        target: u16,
+        version: Version,
+    },
+}
+
+pub(crate) struct RepairReq<F> {
+    pub(crate) page: u64,
+    /// The replica to make again, and the one it is copied from.
+    lost: u8,
+    from: u8,
+    step: Step<F>,
+}
+
+impl<F> RepairReq<F> {
+    pub(crate) fn wake(&self) -> Option<u64> {
+        match self.step {
+            Step::Put { not_before, .. } => Some(not_before),
+            _ => None,
+        }
+    }
+}
+
+impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> Store<Io, F, S, M, Q, OPS> {
+    /// Start the repairs the scan finds, within the bounds.
+    pub(super) fn start_repairs(&mut self, now: u64) {
+        let running = self.reqs.iter().filter(|r| matches!(r, Req::Repair(_))).count();
+        let free = self.reqs.iter().filter(|r| matches!(r, Req::Free)).count();
+        let Some(mut p) = self.repair.cursor else { return };
+        if running >= usize::from(self.cfg.repair_in_flight) || now < self.repair.next_start || free * 4 < Q {
+            return;
+        }
+        let end = p.saturating_add(SCAN_BUDGET).min(self.pages);
+        while p < end {
+            if let Some((lost, from)) = self.repairable(p) {
+                if !self.page_free(p, true) {
+                    self.repair.again = true;
+                } else if let Some(slot) = self.free_slot() {
+                    self.reqs[slot] = Req::Repair(RepairReq { page: p, lost, from, step: Step::Fetch });
+                    self.repair.cursor = Some(p + 1);
+                    self.repair.next_start = now.saturating_add(self.cfg.repair_gap_ns);
+                    return;
+                }
+            }
+            p += 1;
+        }
+        self.repair.cursor = if p < self.pages {
+            Some(p)
+        } else if core::mem::take(&mut self.repair.again) {
+            self.repair.next_start = now.saturating_add(self.cfg.retry_delay_ns);
+            Some(0)
+        } else {
+            None
+        };
+    }
+
+    /// A lost replica of `page` and a held one to copy it from, if it has both.
+    fn repairable(&self, page: u64) -> Option<(u8, u8)> {
+        let r = self.cfg.replicas;
+        let lost = (0..r).find(|&k| self.entry(page, k).is_some_and(|e| matches!(e.replica, Replica::Lost { .. })))?;
+        let from = (0..r).find(|&k| {
+            self.entry(page, k).and_then(|e| e.replica.holder()).is_some_and(|h| self.members.contains(h))
+        })?;
+        Some((lost, from))
+    }
+
+    /// The next operation repair `i` wants sent, if any.
+    pub(super) fn poll_repair(
+        &mut self,
+        i: usize,
+        now: u64,
+        lru: &mut Lru,
+        coord: Option<u16>,
+    ) -> Option<IssueKind<F>> {
+        let Req::Repair(r) = &self.reqs[i] else { return None };
+        let (page, lost, from) = (r.page, r.lost, r.from);
+        match r.step {
+            Step::Fetch => {
+                let Some(Replica::Held { version, holder, answer }) = self.entry(page, from).map(|e| e.replica) else {
+                    self.repair_ended(i, false);
+                    return None;
+                };
+                if let Req::Repair(r) = &mut self.reqs[i] {
+                    r.step = Step::Fetching;
+                }
+                let route = Route::Holder { node: holder, answer: answer.filter(|_| self.cfg.nic_answers) };
+                Some(IssueKind::Get { page: self.page_id(page, from), at_least: version, route, into: Data::Scratch })
+            }
+            Step::Put { frame, tries, not_before } if now >= not_before => {
+                let mut avoid = NodeSet::EMPTY;
+                for j in (0..self.cfg.replicas).filter(|&j| j != lost) {
+                    if let Some(e) = self.entry(page, j) {
+                        avoid = avoid.union(e.sites);
+                    }
+                }
+                let mut list = [0u16; MAX_NODE as usize + 1];
+                let n = avoid.iter().zip(list.iter_mut()).map(|(a, l)| *l = a).count();
+                let Some((target, _)) = self.placement.pick_avoiding(now, lru, coord, &list[..n]) else {
+                    self.repair_retry(i, frame, tries, now);
+                    return None;
+                };
+                let version = self.clock.tick();
+                if let Req::Repair(r) = &mut self.reqs[i] {
+                    r.step = Step::Putting { frame, tries, target, version };
+                }
+                Some(IssueKind::Put { page: self.page_id(page, lost), version, target, data: Data::Frame(frame) })
+            }
+            _ => None,
+        }
+    }
+
+    fn repair_retry(&mut self, i: usize, frame: F, tries: u8, now: u64) {
+        if tries + 1 >= PUT_TRIES {
+            self.repair_ended(i, false);
+            return;
+        }
+        let not_before = now.saturating_add(self.cfg.retry_delay_ns);
+        if let Req::Repair(r) = &mut self.reqs[i] {
+            r.step = Step::Put { frame, tries: tries + 1, not_before };
+        }
+    }
+
+    pub(super) fn repair_put_not_sent(&mut self, i: usize, now: u64) {
+        if let Req::Repair(RepairReq { step: Step::Putting { frame, tries, target, .. }, .. }) = self.reqs[i] {
+            self.placement.done(target, Placed::Failed, now);
+            self.repair_retry(i, frame, tries, now);
+        }
+    }
+
+    /// Repair `i`'s fetch ended: the copy is in the frame of a hit. Returns whether the
+    /// store keeps the frame (else the runtime's).
+    pub(super) fn repair_get_done(&mut self, i: usize, result: &GetResult<F>, now: u64) -> bool {
+        match *result {
+            GetResult::Hit { frame, .. } => {
+                if let Req::Repair(r) = &mut self.reqs[i] {
+                    r.step = Step::Put { frame, tries: 0, not_before: now };
+                    return true;
+                }
+                false
+            }
+            GetResult::Miss { .. } => {
+                self.repair_ended(i, false);
+                false
+            }
+        }
+    }
+
+    /// Repair `i`'s put ended.
+    pub(super) fn repair_put_done(&mut self, i: usize, result: PutResult, answer: Option<Answer>, now: u64) {
+        let Req::Repair(RepairReq { page, lost, step: Step::Putting { frame, tries, target, version }, .. }) =
+            self.reqs[i]
+        else {
+            return;
+        };
+        match result {
+            PutResult::Stored { target: t } => {
+                self.placement.done(target, Placed::Stored, now);
+                if let Some(at) = self.at(page, lost) {
+                    self.entries[at].stored(t, version, answer);
+                }
+                self.stats.repaired += 1;
+                self.repair_ended(i, true);
+            }
+            PutResult::Refused => {
+                self.placement.done(target, Placed::Refused, now);
+                self.repair_retry(i, frame, tries, now);
+            }
+            PutResult::Failed | PutResult::WrongView | PutResult::Superseded => {
+                self.placement.done(target, Placed::Failed, now);
+                if let Some(at) = self.at(page, lost) {
+                    self.entries[at].unanswered(target);
+                }
+                self.repair_retry(i, frame, tries, now);
+            }
+        }
+    }
+
+    /// Repair `i` is over (`done`: the replica was made again); its frame goes back. One
+    /// that failed leaves its page to the next scan.
+    pub(super) fn repair_ended(&mut self, i: usize, done: bool) {
+        let Req::Repair(r) = &self.reqs[i] else { return };
+        let frame = match r.step {
+            Step::Put { frame, .. } | Step::Putting { frame, .. } => Some(frame),
+            _ => None,
+        };
+        if !done {
+            self.repair.again = true;
+            if self.repair.cursor.is_none() {
+                self.repair.cursor = Some(self.pages);
+            }
+        }
+        match frame {
+            Some(f) => self.finish(i, Finished::Scratch(f)),
+            None => self.reqs[i] = Req::Free,
+        }
+    }
+}

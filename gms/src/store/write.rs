@@ -1,0 +1,278 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! A write: every replica of the page put at once, each to its own member clear of the
+//! other replicas' sites ([`super::record`]), each put again on a refusal, a lost answer
+//! or another view until the write's window ends; acknowledged when all are stored.
+//!
+//! Placement keeps clear of every site of the other replicas. When those sites are every
+//! member (puts of another replica went unanswered all round), the put waits for them to
+//! settle, [`SITE_WAITS`] rounds at most, and then keeps clear of the other replicas'
+//! holders and this write's own targets only, rather than never writing the page.
+
+use super::super::epochs::Lru;
+use super::super::net::storage::Storage;
+use super::super::page::Version;
+use super::super::placement::Outcome as Placed;
+use super::super::replica::MAX_REPLICAS;
+use super::super::types::{Answer, PutResult};
+use super::nodes::{NodeSet, MAX_NODE};
+use super::record::Replica;
+use super::{Data, Finished, Issue, IssueKind, Outcome, Req, Store, StoreError};
+
+/// Rounds a put waits while every member may hold another replica's newest data.
+pub const SITE_WAITS: u8 = 3;
+
+/// One replica's put within a write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Put {
+    Todo,
+    Delayed {
+        until: u64,
+    },
+    InFlight {
+        target: u16,
+        version: Version,
+    },
+    Stored {
+        target: u16,
+    },
+    /// Not placed: fewer live members than replicas, and degraded writes are on.
+    Skipped,
+}
+
+pub(crate) struct WriteReq<Io> {
+    pub(crate) io: Io,
+    pub(crate) page: u64,
+    deadline: u64,
+    puts: [Put; MAX_REPLICAS as usize],
+    /// Rounds of refusals or site waits so far.
+    rounds: u8,
+    /// The error that ends the write once its puts in flight are answered.
+    failing: Option<StoreError>,
+}
+
+impl<Io> WriteReq<Io> {
+    pub(crate) fn new(io: Io, page: u64, deadline: u64) -> Self {
+        WriteReq { io, page, deadline, puts: [Put::Todo; MAX_REPLICAS as usize], rounds: 0, failing: None }
+    }
+
+    pub(crate) fn wake(&self) -> Option<u64> {
+        let delayed = self.puts.iter().filter_map(|p| match *p {
+            Put::Delayed { until } => Some(until),
+            _ => None,
+        });
+        delayed.min().map(|t| t.min(self.deadline))
+    }
+
+    fn in_flight(&self) -> bool {
+        self.puts.iter().any(|p| matches!(p, Put::InFlight { .. }))
+    }
+
+    fn fail(&mut self, e: StoreError) {
+        self.failing.get_or_insert(e);
+    }
+}
+
+impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> Store<Io, F, S, M, Q, OPS> {
+    /// The next put write `i` wants sent, if any.
+    pub(super) fn poll_write(&mut self, i: usize, now: u64, lru: &mut Lru, coord: Option<u16>) -> Option<IssueKind<F>> {
+        let r = self.cfg.replicas;
+        let (page, k) = {
+            let Req::Write(w) = &mut self.reqs[i] else { return None };
+            if w.failing.is_some() {
+                return None;
+            }
+            for p in w.puts[..usize::from(r)].iter_mut() {
+                if matches!(*p, Put::Delayed { until } if now >= until) {
+                    *p = Put::Todo;
+                }
+            }
+            let k = w.puts[..usize::from(r)].iter().position(|p| *p == Put::Todo)? as u8;
+            (w.page, k)
+        };
+        if self.members.len() < usize::from(r) && !self.cfg.degraded_writes {
+            self.fail_write(i, StoreError::TooFewMembers);
+            return None;
+        }
+        let avoid = self.avoid(i, page, k, now)?;
+        let mut list = [0u16; MAX_NODE as usize + 1];
+        let n = avoid.iter().zip(list.iter_mut()).map(|(a, l)| *l = a).count();
+        let Some((target, _via)) = self.placement.pick_avoiding(now, lru, coord, &list[..n]) else {
+            // Every target clear of the others is at its cap or refused lately.
+            self.delay(i, k, now);
+            return None;
+        };
+        let version = self.clock.tick();
+        if let Req::Write(w) = &mut self.reqs[i] {
+            w.puts[usize::from(k)] = Put::InFlight { target, version };
+        }
+        Some(IssueKind::Put { page: self.page_id(page, k), version, target, data: Data::Request })
+    }
+
+    /// The members replica `k`'s put keeps clear of (`None`: it waits, or was skipped).
+    fn avoid(&mut self, i: usize, page: u64, k: u8, now: u64) -> Option<NodeSet> {
+        let Req::Write(w) = &self.reqs[i] else { return None };
+        let mut own = NodeSet::EMPTY;
+        let mut holders = NodeSet::EMPTY;
+        let mut sites = NodeSet::EMPTY;
+        for j in (0..self.cfg.replicas).filter(|&j| j != k) {
+            if let Put::InFlight { target, .. } | Put::Stored { target } = w.puts[usize::from(j)] {
+                own.insert(target);
+            }
+            if let Some(e) = self.entry(page, j) {
+                sites = sites.union(e.sites);
+                if let Some(h) = e.replica.holder() {
+                    holders.insert(h);
+                }
+            }
+        }
+        let all = own.union(sites).union(holders);
+        if !self.members.within(all) {
+            return Some(all);
+        }
+        let narrow = own.union(holders);
+        let rounds = w.rounds;
+        if rounds < SITE_WAITS || self.members.within(narrow) {
+            if self.cfg.degraded_writes && self.members.within(own) {
+                self.skip(i, page, k);
+            } else {
+                self.delay(i, k, now);
+                if let Req::Write(w) = &mut self.reqs[i] {
+                    w.rounds += 1;
+                }
+            }
+            return None;
+        }
+        Some(narrow)
+    }
+
+    /// Replica `k` is left out of a degraded write: its older copies are not current any
+    /// more (a read asks for a version none of them has).
+    fn skip(&mut self, i: usize, page: u64, k: u8) {
+        let version = self.clock.tick();
+        if let Some(at) = self.at(page, k) {
+            self.entries[at].replica = Replica::Lost { version };
+        }
+        if let Req::Write(w) = &mut self.reqs[i] {
+            w.puts[usize::from(k)] = Put::Skipped;
+        }
+        self.settle_write(i);
+    }
+
+    fn delay(&mut self, i: usize, k: u8, now: u64) {
+        let until = now.saturating_add(self.cfg.retry_delay_ns);
+        if let Req::Write(w) = &mut self.reqs[i] {
+            w.puts[usize::from(k)] = Put::Delayed { until };
+        }
+    }
+
+    fn fail_write(&mut self, i: usize, e: StoreError) {
+        if let Req::Write(w) = &mut self.reqs[i] {
+            w.fail(e);
+        }
+        self.settle_write(i);
+    }
+
+    /// A put of write `i`'s replica `k` could not be sent: it goes again after the delay.
+    pub(super) fn put_not_sent(&mut self, i: usize, now: u64, issue: &Issue<F>) {
+        if let IssueKind::Put { page, .. } = issue.kind {
+            let k = self.replica_of(page);
+            match &self.reqs[i] {
+                Req::Write(_) => self.delay(i, k, now),
+                Req::Repair(_) => self.repair_put_not_sent(i, now),
+                _ => {}
+            }
+        }
+    }
+
+    /// Write `i`'s put of replica `k` ended with `result` at `now`.
+    pub(super) fn write_put_done(&mut self, i: usize, k: u8, result: PutResult, answer: Option<Answer>, now: u64) {
+        let Req::Write(w) = &self.reqs[i] else { return };
+        let Put::InFlight { target, version } = w.puts[usize::from(k)] else { return };
+        let (page, deadline) = (w.page, w.deadline);
+        let at = self.at(page, k);
+        let next = match result {
+            PutResult::Stored { target: t } => {
+                self.placement.done(target, Placed::Stored, now);
+                if let Some(at) = at {
+                    self.entries[at].stored(t, version, answer);
+                }
+                Put::Stored { target: t }
+            }
+            PutResult::Refused => {
+                self.stats.retries += 1;
+                let worth = self.placement.done(target, Placed::Refused, now);
+                let full = !worth && self.bump_rounds(i) >= self.cfg.full_after;
+                if full {
+                    self.fail_write(i, StoreError::NoSpace);
+                }
+                Put::Delayed { until: now.saturating_add(self.cfg.retry_delay_ns) }
+            }
+            PutResult::Failed | PutResult::WrongView => {
+                self.stats.retries += 1;
+                self.placement.done(target, Placed::Failed, now);
+                if let Some(at) = at {
+                    self.entries[at].unanswered(target);
+                }
+                if now >= deadline {
+                    self.fail_write(i, StoreError::Unreachable);
+                }
+                let pause = if result == PutResult::Failed { 0 } else { self.cfg.retry_delay_ns };
+                Put::Delayed { until: now.saturating_add(pause) }
+            }
+            PutResult::Superseded => {
+                self.placement.done(target, Placed::Failed, now);
+                self.fail_write(i, StoreError::Superseded);
+                Put::Todo
+            }
+        };
+        if let Req::Write(w) = &mut self.reqs[i] {
+            w.puts[usize::from(k)] = next;
+        }
+        self.settle_write(i);
+    }
+
+    fn bump_rounds(&mut self, i: usize) -> u8 {
+        match &mut self.reqs[i] {
+            Req::Write(w) => {
+                w.rounds = w.rounds.saturating_add(1);
+                w.rounds
+            }
+            _ => 0,
+        }
+    }
+
+    /// Writes past their window with puts still to send fail.
+    pub(super) fn write_timeout(&mut self, i: usize, now: u64) {
+        let Req::Write(w) = &self.reqs[i] else { return };
+        let waiting = w.puts.iter().any(|p| matches!(p, Put::Todo | Put::Delayed { .. }));
+        if waiting && now >= w.deadline && w.failing.is_none() {
+            self.fail_write(i, StoreError::Unreachable);
+        }
+    }
+
+    /// Finish write `i` if it is done: every replica stored (or skipped), or failing with
+    /// no put in flight.
+    fn settle_write(&mut self, i: usize) {
+        let r = usize::from(self.cfg.replicas);
+        let Req::Write(w) = &self.reqs[i] else { return };
+        if w.in_flight() {
+            return;
+        }
+        let outcome = match w.failing {
+            Some(e) => Outcome::Failed(e),
+            None if w.puts[..r].iter().all(|p| matches!(p, Put::Stored { .. } | Put::Skipped)) => {
+                let copies = w.puts[..r].iter().filter(|p| matches!(p, Put::Stored { .. })).count() as u8;
+                Outcome::Written { copies }
+            }
+            None => return,
+        };
+        match outcome {
+            Outcome::Failed(_) => self.stats.failed_writes += 1,
+            Outcome::Written { copies } if usize::from(copies) < r => self.stats.under_replicated += 1,
+            _ => {}
+        }
+        if let Req::Write(w) = core::mem::replace(&mut self.reqs[i], Req::Free) {
+            self.finish(i, Finished::Request { io: w.io, outcome });
+        }
+    }
+}
