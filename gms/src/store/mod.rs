@@ -556,3 +556,6 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
 pub const fn space_of(identity: u64) -> u64 {
     super::page::mix64(identity ^ 0x6773_6d2d_6469_736b) & !(0xf << 60)
 }
+
+#[cfg(test)]
+mod tests;

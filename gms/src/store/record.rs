@@ -119,7 +119,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_unanswered_put_makes_the_old_holder_stale_and_both_sites() {
+    fn an_unanswered_put_adds_a_site_and_a_store_narrows_the_sites_to_the_holder() {
         let mut e = Entry::NEW;
         e.stored(1, Version(5), None);
         e.unanswered(2);

@@ -1,0 +1,248 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! The store driven by hand: each test plays the network, answering the operations
+//! [`Store::poll_issue`] asks for, and checks the policy's decisions.
+
+extern crate std;
+
+use super::super::epochs::{Lru, LruConfig};
+use super::super::net::prelude::RpcError;
+use super::super::net::storage::Heap;
+use super::super::page::Version;
+use super::super::types::{GetResult, MissReason, OpId, PutResult, Via};
+use super::liveness::Event;
+use super::*;
+use std::vec::Vec;
+
+type S = Store<u32, u32, Heap, 8, 16, 32>;
+
+struct Net {
+    lru: Lru,
+    next: u32,
+}
+
+impl Net {
+    fn new() -> Self {
+        Net { lru: Lru::new(0, LruConfig::default()), next: 0 }
+    }
+
+    /// Everything the store wants sent now, each given an operation id.
+    fn issue(&mut self, s: &mut S, now: u64) -> Vec<(OpId, Issue<u32>)> {
+        let mut out = Vec::new();
+        while let Some(i) = s.poll_issue(now, &mut self.lru, None) {
+            let op = OpId { slot: (self.next % 32) as u16, generation: self.next };
+            self.next += 1;
+            s.handle_issued(now, &i, Some(op));
+            out.push((op, i));
+        }
+        out
+    }
+}
+
+fn store(cfg: StoreConfig, members: &[u16]) -> S {
+    Store::new(cfg, space_of(1), 64, 1, members).unwrap()
+}
+
+fn put_target(i: &Issue<u32>) -> u16 {
+    match i.kind {
+        IssueKind::Put { target, .. } => target,
+        _ => panic!("not a put: {i:?}"),
+    }
+}
+
+fn stored(s: &mut S, now: u64, op: OpId, i: &Issue<u32>) {
+    let IssueKind::Put { page, target, .. } = i.kind else { panic!() };
+    s.handle_put(now, op, page, PutResult::Stored { target }, None);
+}
+
+fn hit(frame: u32, v: u64) -> GetResult<u32> {
+    GetResult::Hit { version: Version(v), frame, len: 4096, via: Via::TwoWay, held: false }
+}
+
+fn miss() -> GetResult<u32> {
+    GetResult::Miss { reason: MissReason::NotCached, frame: None }
+}
+
+fn done(s: &mut S) -> Option<(u32, Outcome)> {
+    match s.poll_done()? {
+        Finished::Request { io, outcome } => Some((io, outcome)),
+        Finished::Scratch(f) => panic!("scratch {f}"),
+    }
+}
+
+/// Write `page` (request `io`) and store every put; returns the targets.
+fn write_all(s: &mut S, net: &mut Net, page: u64, io: u32) -> Vec<u16> {
+    s.write(0, page, io).unwrap();
+    let ops = net.issue(s, 0);
+    for (op, i) in &ops {
+        stored(s, 0, *op, i);
+    }
+    assert_eq!(done(s), Some((io, Outcome::Written { copies: 2 })));
+    ops.iter().map(|(_, i)| put_target(i)).collect()
+}
+
+#[test]
+fn a_write_puts_every_replica_on_its_own_member_and_is_acknowledged_when_all_are_stored() {
+    let mut s = store(StoreConfig::default(), &[1, 2, 3]);
+    let mut net = Net::new();
+    s.write(0, 5, 77).unwrap();
+    let ops = net.issue(&mut s, 0);
+    assert_eq!(ops.len(), 2);
+    assert_ne!(put_target(&ops[0].1), put_target(&ops[1].1));
+    stored(&mut s, 0, ops[0].0, &ops[0].1);
+    assert_eq!(s.poll_done(), None, "one copy is not an acknowledged write");
+    stored(&mut s, 0, ops[1].0, &ops[1].1);
+    assert_eq!(done(&mut s), Some((77, Outcome::Written { copies: 2 })));
+    assert!(s.entry(5, 0).unwrap().replica.holder().is_some());
+}
+
+#[test]
+fn fewer_members_than_replicas_refuses_the_write_unless_degraded_writes_are_asked_for() {
+    let mut net = Net::new();
+    let mut s = store(StoreConfig::default(), &[1]);
+    s.write(0, 0, 1).unwrap();
+    assert!(net.issue(&mut s, 0).is_empty());
+    assert_eq!(done(&mut s), Some((1, Outcome::Failed(StoreError::TooFewMembers))));
+
+    let mut s = store(StoreConfig { degraded_writes: true, ..StoreConfig::default() }, &[1]);
+    s.write(0, 0, 2).unwrap();
+    let ops = net.issue(&mut s, 0);
+    assert_eq!(ops.len(), 1);
+    stored(&mut s, 0, ops[0].0, &ops[0].1);
+    assert_eq!(done(&mut s), Some((2, Outcome::Written { copies: 1 })));
+    assert_eq!(s.stats.under_replicated, 1);
+    // The replica left out must never be read as current: it is recorded lost.
+    assert!(matches!(s.entry(0, 1).unwrap().replica, record::Replica::Lost { .. }));
+}
+
+#[test]
+fn an_unanswered_put_is_put_again_and_the_other_replica_keeps_clear_of_where_it_may_be() {
+    let mut s = store(StoreConfig::default(), &[1, 2, 3, 4]);
+    let mut net = Net::new();
+    let before = write_all(&mut s, &mut net, 3, 1);
+    // Rewrite: replica 0's put goes unanswered at its target.
+    s.write(10, 3, 2).unwrap();
+    let ops = net.issue(&mut s, 10);
+    let (op0, i0) = ops.iter().find(|(_, i)| s.replica_of(page_of(i)) == 0).copied().unwrap();
+    let lost_at = put_target(&i0);
+    s.handle_put(10, op0, page_of(&i0), PutResult::Failed, None);
+    assert!(s.entry(3, 0).unwrap().sites.contains(lost_at));
+    let again = net.issue(&mut s, 10);
+    assert_eq!(again.len(), 1, "put again at once after no answer");
+    assert_eq!(s.stats.retries, 1);
+    // Replica 1's put (in flight still) and its sites are kept clear of.
+    let (_, i1) = ops.iter().find(|(_, i)| s.replica_of(page_of(i)) == 1).copied().unwrap();
+    assert_ne!(put_target(&again[0].1), put_target(&i1));
+    assert!(!before.is_empty());
+}
+
+fn page_of(i: &Issue<u32>) -> PageId {
+    match i.kind {
+        IssueKind::Put { page, .. } | IssueKind::Get { page, .. } => page,
+    }
+}
+
+#[test]
+fn every_target_refusing_for_full_after_rounds_is_no_space() {
+    let mut s = store(StoreConfig { replicas: 1, ..StoreConfig::default() }, &[1, 2]);
+    let mut net = Net::new();
+    s.write(0, 0, 9).unwrap();
+    let mut now = 0;
+    for _ in 0..20 {
+        for (op, i) in net.issue(&mut s, now) {
+            s.handle_put(now, op, page_of(&i), PutResult::Refused, None);
+        }
+        if let Some(d) = done(&mut s) {
+            assert_eq!(d, (9, Outcome::Failed(StoreError::NoSpace)));
+            return;
+        }
+        now = s.poll_timeout().unwrap();
+        s.handle_timeout(now);
+    }
+    panic!("a full cluster never ended the write");
+}
+
+#[test]
+fn a_page_never_written_reads_as_zeros_without_the_network() {
+    let mut s = store(StoreConfig::default(), &[1, 2, 3]);
+    let mut net = Net::new();
+    s.read(0, 4, 1).unwrap();
+    assert!(net.issue(&mut s, 0).is_empty());
+    assert_eq!(done(&mut s), Some((1, Outcome::Zero)));
+}
+
+#[test]
+fn a_read_asks_the_holder_then_its_directory_then_the_next_replica() {
+    let mut s = store(StoreConfig::default(), &[1, 2, 3]);
+    let mut net = Net::new();
+    let targets = write_all(&mut s, &mut net, 7, 1);
+    s.read(1, 7, 2).unwrap();
+    let g = net.issue(&mut s, 1);
+    let IssueKind::Get { route, at_least, .. } = g[0].1.kind else { panic!() };
+    assert_eq!(route, Route::Holder { node: targets[0], answer: None });
+    assert_eq!(Some(at_least), s.entry(7, 0).unwrap().replica.version());
+    s.handle_get(1, g[0].0, &miss());
+    let g = net.issue(&mut s, 1);
+    assert!(matches!(g[0].1.kind, IssueKind::Get { route: Route::Directory, .. }));
+    s.handle_get(1, g[0].0, &miss());
+    let g = net.issue(&mut s, 1);
+    assert_eq!(s.replica_of(page_of(&g[0].1)), 1);
+    let v = s.entry(7, 1).unwrap().replica.version().unwrap();
+    s.handle_get(1, g[0].0, &hit(2, v.0));
+    assert_eq!(done(&mut s), Some((2, Outcome::Read { version: v })));
+}
+
+#[test]
+fn a_failed_holders_replica_is_made_again_from_the_other() {
+    let mut s = store(StoreConfig::default(), &[1, 2, 3]);
+    let mut net = Net::new();
+    let targets = write_all(&mut s, &mut net, 2, 1);
+    s.handle_member(5, Event::Failed(targets[0]));
+    let g = net.issue(&mut s, 5);
+    assert_eq!(g.len(), 1);
+    let IssueKind::Get { into: Data::Scratch, route: Route::Holder { node, .. }, at_least, .. } = g[0].1.kind else {
+        panic!("{:?}", g[0].1)
+    };
+    assert_eq!(node, targets[1]);
+    assert!(s.handle_get(5, g[0].0, &hit(900, at_least.0)), "the store keeps the fetched copy");
+    let p = net.issue(&mut s, 5);
+    let IssueKind::Put { target, data: Data::Frame(900), .. } = p[0].1.kind else { panic!("{:?}", p[0].1) };
+    assert!(target != targets[0] && target != targets[1]);
+    stored(&mut s, 5, p[0].0, &p[0].1);
+    assert_eq!(s.poll_done(), Some(Finished::Scratch(900)));
+    assert_eq!(s.entry(2, 0).unwrap().replica.holder(), Some(target));
+    assert_eq!(s.stats.repaired, 1);
+}
+
+#[test]
+fn a_written_page_with_no_copy_left_fails_never_reads_as_zeros() {
+    let mut s = store(StoreConfig::default(), &[1, 2, 3]);
+    let mut net = Net::new();
+    let targets = write_all(&mut s, &mut net, 2, 1);
+    for &t in &targets {
+        s.handle_member(5, Event::Failed(t));
+    }
+    assert!(net.issue(&mut s, 5).iter().all(|(_, i)| !matches!(i.kind, IssueKind::Put { .. })));
+    s.read(6, 2, 3).unwrap();
+    let mut now = 6;
+    for _ in 0..20 {
+        for (op, _) in net.issue(&mut s, now) {
+            s.handle_get(now, op, &GetResult::Miss { reason: MissReason::Failed(RpcError::Timeout), frame: None });
+        }
+        if let Some(d) = done(&mut s) {
+            assert_eq!(d, (3, Outcome::Failed(StoreError::Lost)));
+            return;
+        }
+        now = s.poll_timeout().unwrap_or(now + 1).max(now + 1);
+        s.handle_timeout(now);
+    }
+    panic!("the read never ended");
+}
+
+#[test]
+fn a_second_request_on_a_page_being_written_waits() {
+    let mut s = store(StoreConfig::default(), &[1, 2, 3]);
+    s.write(0, 1, 1).unwrap();
+    assert_eq!(s.read(0, 1, 2), Err((2, StoreError::Busy)));
+    assert_eq!(s.write(0, 64, 3), Err((3, StoreError::OutOfRange)));
+    assert!(s.read(0, 2, 4).is_ok());
+}
