@@ -23,6 +23,11 @@ pub trait Frames<Io, F> {
     fn scratch(&mut self) -> Option<ReplyTo<F>>;
     /// A frame lent, armed or handed out is the runtime's again (disarm it if armed).
     fn give_back(&mut self, frame: F);
+    /// A frame of the runtime's whose bytes `write` fills (a meta page to put; given back
+    /// when the put completes).
+    fn fill(&mut self, write: impl FnOnce(&mut [u8])) -> Option<F>;
+    /// Let `read` see the bytes of `frame` (a meta page a getpage brought).
+    fn bytes(&mut self, frame: &F, read: impl FnOnce(&[u8]));
 }
 
 /// The frame a [`ReplyTo`] lands in.
@@ -89,6 +94,10 @@ impl<Io, F: Copy + PartialEq, S: Storage, const M: usize, const Q: usize, const 
                         None => return (None, None),
                     },
                     Data::Frame(f) => (f, false),
+                    Data::Meta(m) => match frames.fill(|buf| self.fill_meta(m, buf)) {
+                        Some(f) => (f, true),
+                        None => return (None, None),
+                    },
                     Data::Scratch => return (None, None),
                 };
                 match node.putpage(
@@ -114,7 +123,7 @@ impl<Io, F: Copy + PartialEq, S: Storage, const M: usize, const Q: usize, const 
             IssueKind::Get { page, at_least, route, into } => {
                 let reply = match into {
                     Data::Request => self.io(issue.req).and_then(|io| frames.arm(io)),
-                    Data::Scratch => frames.scratch(),
+                    Data::Scratch | Data::Meta(_) => frames.scratch(),
                     Data::Frame(_) => None,
                 };
                 let Some(reply) = reply else { return (None, None) };
@@ -155,7 +164,14 @@ impl<Io, F: Copy + PartialEq, S: Storage, const M: usize, const Q: usize, const 
                 }
             }
             OpResult::Get(ref result) => {
-                let kept = self.handle_get(now, done.op, result);
+                let kept = match *result {
+                    GetResult::Hit { frame, .. } if self.wants_bytes(done.op) => {
+                        let mut kept = false;
+                        frames.bytes(&frame, |b| kept = self.handle_get_bytes(now, done.op, result, b));
+                        kept
+                    }
+                    _ => self.handle_get(now, done.op, result),
+                };
                 let frame = match *result {
                     GetResult::Hit { frame, .. } => Some(frame),
                     GetResult::Miss { frame, .. } => frame,

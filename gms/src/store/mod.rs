@@ -40,6 +40,7 @@ pub mod nodes;
 pub mod read;
 pub mod record;
 pub mod repair;
+pub mod volume;
 pub mod write;
 
 use super::epochs::Lru;
@@ -84,6 +85,8 @@ pub struct StoreConfig {
     /// Re-replications in flight at most, and the least time between two starts (ns).
     pub repair_in_flight: u8,
     pub repair_gap_ns: u64,
+    /// Bytes of a page (the runtime's frames hold one each).
+    pub page_bytes: u32,
 }
 
 impl Default for StoreConfig {
@@ -100,6 +103,7 @@ impl Default for StoreConfig {
             nic_answers: true,
             repair_in_flight: 4,
             repair_gap_ns: 1_000_000,
+            page_bytes: 4096,
         }
     }
 }
@@ -125,6 +129,10 @@ pub enum StoreError {
     Lost,
     /// The runtime could not send (no frame, no operation slot) and gave up.
     NotSent,
+    /// The disk's identity is in use by a live member's load ([`volume`]).
+    IdentityInUse { owner: u16 },
+    /// The cluster holds a volume of this identity with another size or replica count.
+    NotThisVolume,
 }
 
 /// How a request ended.
@@ -175,6 +183,10 @@ pub enum Data<F> {
     Request,
     /// A frame of the store's (a copy fetched for re-replication).
     Frame(F),
+    /// Meta page `m` of the volume ([`volume`]): a frame the runtime fills with the bytes
+    /// [`Store::fill_meta`] writes (a put), or whose bytes it hands to
+    /// [`Store::handle_get_bytes`] (a get).
+    Meta(u64),
     /// A frame the runtime provides for a fetch (re-replication).
     Scratch,
 }
@@ -222,6 +234,27 @@ struct OpRec<F> {
     lent: Option<F>,
 }
 
+/// Whose request: a user's, or the store's own on its meta pages ([`volume`]).
+pub(crate) enum Owner<Io> {
+    User(Io),
+    Meta,
+}
+
+/// Where loading the volume stands ([`volume`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Reading the label (meta page 0).
+    Label,
+    /// Reading map page `m` (1..).
+    Map { m: u64 },
+    /// Writing the label that claims the volume for this load.
+    Claim,
+    /// Serving requests.
+    Ready,
+    /// Refused to start: every request fails with this.
+    Refused(StoreError),
+}
+
 /// One request slot.
 pub(crate) enum Req<Io, F> {
     Free,
@@ -235,8 +268,20 @@ pub(crate) enum Req<Io, F> {
 /// up to `M` members, `Q` requests at once, `OPS` the `GmsNode`'s operation slots.
 pub struct Store<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> {
     cfg: StoreConfig,
+    identity: u64,
+    me: u16,
     space: u64,
     pages: u64,
+    /// Meta pages past `pages` ([`volume::meta_pages`]).
+    meta: u64,
+    phase: Phase,
+    /// The label this load claims (its epoch set once the old label was read).
+    label: volume::Label,
+    /// The written map: a bit per page, and each map page's generations.
+    written: S::Buf<u64>,
+    maps: S::Buf<volume::MapPage>,
+    /// Loading's next step, or the next map write after a failed one, not before this.
+    load_at: u64,
     entries: S::Buf<Entry>,
     clock: Clock,
     /// Live members that take puts (this node excluded).
@@ -261,27 +306,47 @@ pub enum ConfigError {
 }
 
 impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> Store<Io, F, S, M, Q, OPS> {
-    /// The store of volume `space` (its page space: [`space_of`] the disk's identity) of
-    /// `pages` pages, writing in `epoch` (one above the identity's last load's), with
-    /// `members` live now.
-    pub fn new(cfg: StoreConfig, space: u64, pages: u64, epoch: u32, members: &[u16]) -> Result<Self, ConfigError> {
-        if !(1..=MAX_REPLICAS).contains(&cfg.replicas) {
+    /// The store of the volume named `identity` (a user's name, hashed: [`space_of`] gives
+    /// its page space) of `pages` pages, loaded on node `me` with `members` live now. It
+    /// starts by reading the volume's label and written map ([`volume`]); requests wait
+    /// until then ([`Self::phase`]).
+    pub fn new(cfg: StoreConfig, identity: u64, me: u16, pages: u64, members: &[u16]) -> Result<Self, ConfigError> {
+        if !(1..=MAX_REPLICAS).contains(&cfg.replicas) || cfg.page_bytes < volume::LABEL_BYTES as u32 {
             return Err(ConfigError::Replicas);
         }
-        let n = usize::try_from(pages)
+        NodeSet::check(me).map_err(ConfigError::Node)?;
+        let meta = volume::meta_pages(pages, cfg.page_bytes);
+        let n = usize::try_from(pages.checked_add(meta).ok_or(ConfigError::NoMemory)?)
             .ok()
             .and_then(|p| p.checked_mul(usize::from(cfg.replicas)))
             .ok_or(ConfigError::NoMemory)?;
-        let entries = S::buf(n, Entry::NEW).ok_or(ConfigError::NoMemory)?;
+        let mut entries = S::buf(n, Entry::NEW).ok_or(ConfigError::NoMemory)?;
+        // What earlier loads left of the meta pages is unknown until read.
+        let first_meta = usize::try_from(pages).unwrap_or(usize::MAX).saturating_mul(usize::from(cfg.replicas));
+        for e in entries.iter_mut().skip(first_meta) {
+            e.replica = record::Replica::Unknown;
+        }
+        let words = usize::try_from(pages.div_ceil(64)).map_err(|_| ConfigError::NoMemory)?;
+        let written = S::buf(words, 0u64).ok_or(ConfigError::NoMemory)?;
+        let maps = S::buf(usize::try_from(meta - 1).map_err(|_| ConfigError::NoMemory)?, volume::MapPage::default())
+            .ok_or(ConfigError::NoMemory)?;
         let members = NodeSet::of(members).map_err(ConfigError::Node)?;
         let mut placement = Placement::new(u32::MAX);
         placement.set_targets(members.iter());
         Ok(Store {
             cfg,
-            space,
+            identity,
+            me,
+            space: space_of(identity),
             pages,
+            meta,
+            phase: Phase::Label,
+            label: volume::Label { identity, pages, replicas: cfg.replicas, epoch: 1, owner: me },
+            written,
+            maps,
+            load_at: 0,
             entries,
-            clock: Clock::new(epoch.max(1)),
+            clock: Clock::new(1),
             members,
             placement,
             reqs: core::array::from_fn(|_| Req::Free),
@@ -290,6 +355,21 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
             cursor: 0,
             stats: StoreStats::default(),
         })
+    }
+
+    /// Where loading stands.
+    pub fn phase(&self) -> Phase {
+        self.phase
+    }
+
+    /// This load's epoch (the top bits of its versions).
+    pub fn epoch(&self) -> u32 {
+        self.label.epoch
+    }
+
+    /// The disk identity this store was made for.
+    pub fn identity(&self) -> u64 {
+        self.identity
     }
 
     pub fn config(&self) -> &StoreConfig {
@@ -304,9 +384,11 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         self.members
     }
 
-    /// Replica `k` of volume page `page` as a GMS page.
+    /// Replica `k` of volume page `page` as a GMS page (meta pages, past `pages`, count
+    /// down from `u64::MAX`).
     pub fn page_id(&self, page: u64, k: u8) -> PageId {
-        replica(PageId::new(self.space, page), k)
+        let n = if page < self.pages { page } else { u64::MAX - (page - self.pages) };
+        replica(PageId::new(self.space, n), k)
     }
 
     /// The record of replica `k` of `page`.
@@ -315,7 +397,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
     }
 
     fn at(&self, page: u64, k: u8) -> Option<usize> {
-        if page >= self.pages || k >= self.cfg.replicas {
+        if page >= self.pages.saturating_add(self.meta) || k >= self.cfg.replicas {
             return None;
         }
         let i = usize::try_from(page).ok()?.checked_mul(usize::from(self.cfg.replicas))?;
@@ -325,8 +407,9 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
     /// The user's request behind `req` (a put's data is its page).
     pub fn io(&self, req: ReqId) -> Option<&Io> {
         match self.reqs.get(usize::from(req.0))? {
-            Req::Write(w) => Some(&w.io),
-            Req::Read(r) => Some(&r.io),
+            Req::Write(WriteReq { io: Owner::User(io), .. }) | Req::Read(ReadReq { io: Owner::User(io), .. }) => {
+                Some(io)
+            }
             _ => None,
         }
     }
@@ -350,7 +433,11 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         if page >= self.pages {
             return Err(StoreError::OutOfRange);
         }
-        if !self.page_free(page, write) {
+        if let Phase::Refused(e) = self.phase {
+            return Err(e);
+        }
+        // Slots kept for the store's own meta pages: a write may wait for its map page.
+        if self.reqs.iter().filter(|r| matches!(r, Req::Free)).count() <= META_SLOTS || !self.page_free(page, write) {
             return Err(StoreError::Busy);
         }
         self.free_slot().ok_or(StoreError::Busy)
@@ -363,7 +450,8 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
             Err(e) => return Err((io, e)),
         };
         self.stats.writes += 1;
-        self.reqs[slot] = Req::Write(WriteReq::new(io, page, now.saturating_add(self.cfg.write_window_ns)));
+        self.reqs[slot] =
+            Req::Write(WriteReq::new(Owner::User(io), page, now.saturating_add(self.cfg.write_window_ns)));
         Ok(ReqId(slot as u16))
     }
 
@@ -374,14 +462,18 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
             Err(e) => return Err((io, e)),
         };
         self.stats.reads += 1;
-        self.reqs[slot] = Req::Read(ReadReq::new(io, page, now));
+        self.reqs[slot] = Req::Read(ReadReq::new(Owner::User(io), page, now));
         Ok(ReqId(slot as u16))
     }
 
     /// What to send next (`None`: nothing now; see [`Self::poll_timeout`]). Every `Some`
     /// must be answered by [`Self::handle_issued`] before the next call.
     pub fn poll_issue(&mut self, now: u64, lru: &mut Lru, coordinator: Option<u16>) -> Option<Issue<F>> {
-        self.start_repairs(now);
+        self.advance_load(now);
+        if self.phase == Phase::Ready {
+            self.start_map_writes(now);
+            self.start_repairs(now);
+        }
         let n = self.reqs.len();
         for step in 0..n {
             let i = (self.cursor + step) % n;
@@ -486,12 +578,36 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         }
     }
 
+    /// [`Self::handle_get`] with the bytes of a hit's frame, which the store asked for
+    /// ([`Self::wants_bytes`]: a meta page).
+    pub fn handle_get_bytes(&mut self, now: u64, op: OpId, result: &GetResult<F>, bytes: &[u8]) -> bool {
+        if let (Some(Some(r)), GetResult::Hit { .. }) = (self.ops.get(usize::from(op.slot)), result) {
+            if let (true, Some(Req::Read(rd))) = (r.op == op, self.reqs.get(usize::from(r.req.0))) {
+                let m = rd.page.wrapping_sub(self.pages);
+                self.meta_read(m, bytes);
+            }
+        }
+        self.handle_get(now, op, result)
+    }
+
     /// A finished request or a frame to give back, oldest slot first.
     pub fn poll_done(&mut self) -> Option<Finished<Io, F>> {
         let i = self.reqs.iter().position(|r| matches!(r, Req::Done(_)))?;
         match core::mem::replace(&mut self.reqs[i], Req::Free) {
             Req::Done(f) => Some(f),
             _ => None,
+        }
+    }
+
+    /// Request `i` on `page` ended with `outcome`: a user's is handed back, the store's own
+    /// goes to [`volume`]'s bookkeeping.
+    fn finish_req(&mut self, i: usize, owner: Owner<Io>, page: u64, outcome: Outcome, now: u64) {
+        match owner {
+            Owner::User(io) => self.finish(i, Finished::Request { io, outcome }),
+            Owner::Meta => {
+                self.reqs[i] = Req::Free;
+                self.meta_done(page, outcome, now);
+            }
         }
     }
 
@@ -512,7 +628,14 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
             Req::Repair(r) => r.wake(),
             _ => None,
         });
-        reqs.chain(self.repair.wake()).min()
+        // Loading's next step, or a map page written again after a failure.
+        let pending_maps = self.maps.iter().any(|p| p.set > p.stored && p.writing.is_none());
+        let load = match self.phase {
+            Phase::Ready if pending_maps => Some(self.load_at),
+            Phase::Label | Phase::Map { .. } | Phase::Claim if !self.meta_req_running() => Some(self.load_at),
+            _ => None,
+        };
+        reqs.chain(self.repair.wake()).chain(load).min()
     }
 
     /// Time passed: delayed puts and reads are due, writes past their window fail.
@@ -550,6 +673,9 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         self.placement.heard(node, free_pages);
     }
 }
+
+/// Request slots user requests leave free for the store's meta pages.
+const META_SLOTS: usize = 2;
 
 /// The page space of the disk named `identity` (a user's name for it, hashed): replica
 /// numbers take the top four bits ([`crate::replica`]), so they are left clear.

@@ -14,9 +14,10 @@
 //! [`StoreError::Lost`].
 
 use super::super::net::storage::Storage;
+use super::super::page::Version;
 use super::super::types::{GetResult, MissReason};
 use super::record::Replica;
-use super::{Data, Finished, IssueKind, Outcome, Req, Route, Store, StoreError};
+use super::{Data, IssueKind, Outcome, Owner, Phase, Req, Route, Store, StoreError};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Step {
@@ -31,7 +32,7 @@ enum Step {
 }
 
 pub(crate) struct ReadReq<Io> {
-    pub(crate) io: Io,
+    pub(crate) io: Owner<Io>,
     pub(crate) page: u64,
     k: u8,
     tries: u8,
@@ -40,7 +41,7 @@ pub(crate) struct ReadReq<Io> {
 }
 
 impl<Io> ReadReq<Io> {
-    pub(crate) fn new(io: Io, page: u64, now: u64) -> Self {
+    pub(crate) fn new(io: Owner<Io>, page: u64, now: u64) -> Self {
         ReadReq { io, page, k: 0, tries: 0, pass: 0, step: Step::Ready { via_directory: false, not_before: now } }
     }
 
@@ -57,10 +58,15 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
     pub(super) fn poll_read(&mut self, i: usize, now: u64) -> Option<IssueKind<F>> {
         let Req::Read(r) = &self.reqs[i] else { return None };
         let Step::Ready { via_directory, not_before } = r.step else { return None };
-        if now < not_before {
+        let meta = matches!(r.io, Owner::Meta);
+        if now < not_before || (!meta && self.phase != Phase::Ready) {
             return None;
         }
         let (page, mut k) = (r.page, r.k);
+        if !meta && !self.is_written(page) {
+            self.end_pass(i, now);
+            return None;
+        }
         while k < self.cfg.replicas {
             let replica = self.entry(page, k).map_or(Replica::Unwritten, |e| e.replica);
             let (at_least, route) = match replica {
@@ -74,12 +80,14 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
                     (version, Route::Holder { node: holder, answer: answer.filter(|_| self.cfg.nic_answers) })
                 }
                 Replica::Held { version, .. } | Replica::Lost { version } => (version, Route::Directory),
+                Replica::Unknown => (Version(1), Route::Directory),
             };
             if let Req::Read(r) = &mut self.reqs[i] {
                 r.k = k;
                 r.step = Step::InFlight { via_directory: route == Route::Directory };
             }
-            return Some(IssueKind::Get { page: self.page_id(page, k), at_least, route, into: Data::Request });
+            let into = if meta { Data::Meta(page - self.pages) } else { Data::Request };
+            return Some(IssueKind::Get { page: self.page_id(page, k), at_least, route, into });
         }
         self.end_pass(i, now);
         None
@@ -90,15 +98,18 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
     fn end_pass(&mut self, i: usize, now: u64) {
         let Req::Read(r) = &self.reqs[i] else { return };
         let (page, pass) = (r.page, r.pass);
-        let written =
-            (0..self.cfg.replicas).any(|k| self.entry(page, k).is_some_and(|e| e.replica.version().is_some()));
-        let alive = (0..self.cfg.replicas).filter_map(|k| self.entry(page, k)).any(|e| {
+        let written = page >= self.pages || self.is_written(page);
+        let entries = || (0..self.cfg.replicas).filter_map(|k| self.entry(page, k));
+        // A site of the newest data still a member: its copy may be registering anew.
+        let alive = entries().any(|e| {
             !e.sites.intersect(self.members).is_empty() || e.replica.holder().is_some_and(|h| self.members.contains(h))
         });
+        // Copies an earlier load left are somewhere unknown: worth the passes too.
+        let unknown = entries().any(|e| e.replica == Replica::Unknown);
         let outcome = if !written {
             self.stats.zero_reads += 1;
             Outcome::Zero
-        } else if alive && pass + 1 < self.cfg.read_passes {
+        } else if (alive || unknown) && pass + 1 < self.cfg.read_passes {
             if let Req::Read(r) = &mut self.reqs[i] {
                 r.pass += 1;
                 r.k = 0;
@@ -111,7 +122,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
             Outcome::Failed(if alive { StoreError::Unreachable } else { StoreError::Lost })
         };
         if let Req::Read(r) = core::mem::replace(&mut self.reqs[i], Req::Free) {
-            self.finish(i, Finished::Request { io: r.io, outcome });
+            self.finish_req(i, r.io, r.page, outcome, now);
         }
     }
 
@@ -136,7 +147,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         r.step = match *result {
             GetResult::Hit { version, .. } => {
                 if let Req::Read(r) = core::mem::replace(&mut self.reqs[i], Req::Free) {
-                    self.finish(i, Finished::Request { io: r.io, outcome: Outcome::Read { version } });
+                    self.finish_req(i, r.io, r.page, Outcome::Read { version }, now);
                 }
                 return;
             }

@@ -32,13 +32,16 @@ pub enum Replica {
     /// or its put never completed): repaired from another replica, or a read that finds
     /// nothing newer fails.
     Lost { version: Version },
+    /// Written by an earlier load (the written map says so): version and holder unknown
+    /// until it is read or written again; a read asks its directory for any version.
+    Unknown,
 }
 
 impl Replica {
     /// The newest version written of this replica (`None`: never written).
     pub fn version(&self) -> Option<Version> {
         match *self {
-            Replica::Unwritten => None,
+            Replica::Unwritten | Replica::Unknown => None,
             Replica::Held { version, .. } | Replica::Lost { version } => Some(version),
         }
     }

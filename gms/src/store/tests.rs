@@ -11,35 +11,76 @@ use super::super::page::Version;
 use super::super::types::{GetResult, MissReason, OpId, PutResult, Via};
 use super::liveness::Event;
 use super::*;
+use std::collections::HashMap;
+use std::vec;
 use std::vec::Vec;
 
 type S = Store<u32, u32, Heap, 8, 16, 32>;
 
+/// The cluster as the tests play it: meta pages are stored and served at once (their
+/// bytes kept by page id); the user's operations are handed to the test.
 struct Net {
     lru: Lru,
     next: u32,
+    meta: HashMap<PageId, Vec<u8>>,
 }
 
 impl Net {
     fn new() -> Self {
-        Net { lru: Lru::new(0, LruConfig::default()), next: 0 }
+        Net { lru: Lru::new(0, LruConfig::default()), next: 0, meta: HashMap::new() }
     }
 
-    /// Everything the store wants sent now, each given an operation id.
+    /// Everything the store wants sent now of the user's requests, each given an
+    /// operation id (meta pages answered on the way).
     fn issue(&mut self, s: &mut S, now: u64) -> Vec<(OpId, Issue<u32>)> {
         let mut out = Vec::new();
         while let Some(i) = s.poll_issue(now, &mut self.lru, None) {
             let op = OpId { slot: (self.next % 32) as u16, generation: self.next };
             self.next += 1;
             s.handle_issued(now, &i, Some(op));
-            out.push((op, i));
+            match i.kind {
+                IssueKind::Put { page, target, data: Data::Meta(m), .. } => {
+                    let mut b = vec![0u8; 4096];
+                    s.fill_meta(m, &mut b);
+                    self.meta.insert(page, b);
+                    s.handle_put(now, op, page, PutResult::Stored { target }, None);
+                }
+                IssueKind::Get { page, into: Data::Meta(_), .. } => match self.meta.get(&page).cloned() {
+                    Some(b) => {
+                        s.handle_get_bytes(now, op, &hit(0, 1), &b);
+                    }
+                    None => {
+                        s.handle_get(now, op, &miss());
+                    }
+                },
+                _ => out.push((op, i)),
+            }
         }
         out
     }
+
+    /// Run the store's loading until it is ready (or refused, or 100 steps went by).
+    fn load(&mut self, s: &mut S) {
+        let mut now = 0;
+        for _ in 0..100 {
+            assert!(self.issue(s, now).is_empty(), "no user operation while loading");
+            if matches!(s.phase(), Phase::Ready | Phase::Refused(_)) {
+                return;
+            }
+            now = s.poll_timeout().unwrap_or(now).max(now + 1);
+            s.handle_timeout(now);
+        }
+    }
+}
+
+fn store_on(net: &mut Net, cfg: StoreConfig, me: u16, members: &[u16]) -> S {
+    let mut s = Store::new(cfg, 1, me, 64, members).unwrap();
+    net.load(&mut s);
+    s
 }
 
 fn store(cfg: StoreConfig, members: &[u16]) -> S {
-    Store::new(cfg, space_of(1), 64, 1, members).unwrap()
+    store_on(&mut Net::new(), cfg, 0, members)
 }
 
 fn put_target(i: &Issue<u32>) -> u16 {
@@ -99,8 +140,11 @@ fn a_write_puts_every_replica_on_its_own_member_and_is_acknowledged_when_all_are
 fn fewer_members_than_replicas_refuses_the_write_unless_degraded_writes_are_asked_for() {
     let mut net = Net::new();
     let mut s = store(StoreConfig::default(), &[1]);
+    assert_eq!(s.phase(), Phase::Claim, "the label cannot be stored twice either");
     s.write(0, 0, 1).unwrap();
-    assert!(net.issue(&mut s, 0).is_empty());
+    let now = s.poll_timeout().unwrap();
+    s.handle_timeout(now);
+    assert!(net.issue(&mut s, now).is_empty());
     assert_eq!(done(&mut s), Some((1, Outcome::Failed(StoreError::TooFewMembers))));
 
     let mut s = store(StoreConfig { degraded_writes: true, ..StoreConfig::default() }, &[1]);
@@ -109,7 +153,8 @@ fn fewer_members_than_replicas_refuses_the_write_unless_degraded_writes_are_aske
     assert_eq!(ops.len(), 1);
     stored(&mut s, 0, ops[0].0, &ops[0].1);
     assert_eq!(done(&mut s), Some((2, Outcome::Written { copies: 1 })));
-    assert_eq!(s.stats.under_replicated, 1);
+    // The label, the written map's page and the user's page: each with one copy.
+    assert_eq!(s.stats.under_replicated, 3);
     // The replica left out must never be read as current: it is recorded lost.
     assert!(matches!(s.entry(0, 1).unwrap().replica, record::Replica::Lost { .. }));
 }
@@ -245,4 +290,60 @@ fn a_second_request_on_a_page_being_written_waits() {
     assert_eq!(s.read(0, 1, 2), Err((2, StoreError::Busy)));
     assert_eq!(s.write(0, 64, 3), Err((3, StoreError::OutOfRange)));
     assert!(s.read(0, 2, 4).is_ok());
+}
+
+/// Write pages 1 and 2 on a fresh volume; then load it again (another load of the same
+/// identity on node 0, its pages' holders all gone).
+fn reloaded(net: &mut Net) -> S {
+    let mut a = store_on(net, StoreConfig::default(), 0, &[1, 2, 3]);
+    write_all(&mut a, net, 1, 1);
+    write_all(&mut a, net, 2, 2);
+    let last = a.entry(2, 0).unwrap().replica.version().unwrap();
+    let b = store_on(net, StoreConfig::default(), 0, &[1, 2, 3]);
+    assert_eq!(b.phase(), Phase::Ready);
+    assert!(b.epoch() > a.epoch());
+    let mut c = b;
+    let v = c.clock.tick();
+    assert!(v > last, "a reload's versions are above every earlier load's");
+    c
+}
+
+#[test]
+fn after_a_reload_a_written_page_with_no_copy_fails_and_an_unwritten_one_is_zeros() {
+    let mut net = Net::new();
+    let mut s = reloaded(&mut net);
+    assert!(s.is_written(1) && s.is_written(2) && !s.is_written(3));
+    s.read(0, 3, 30).unwrap();
+    assert!(net.issue(&mut s, 0).is_empty());
+    assert_eq!(done(&mut s), Some((30, Outcome::Zero)));
+    s.read(0, 1, 10).unwrap();
+    let mut now = 0;
+    for _ in 0..20 {
+        for (op, i) in net.issue(&mut s, now) {
+            assert!(matches!(i.kind, IssueKind::Get { route: Route::Directory, .. }));
+            s.handle_get(now, op, &miss());
+        }
+        if let Some(d) = done(&mut s) {
+            assert_eq!(d, (10, Outcome::Failed(StoreError::Lost)), "never zeros for a written page");
+            return;
+        }
+        now = s.poll_timeout().unwrap().max(now + 1);
+        s.handle_timeout(now);
+    }
+    panic!("the read never ended");
+}
+
+#[test]
+fn a_second_load_of_an_identity_a_live_member_owns_is_refused() {
+    let mut net = Net::new();
+    let mut a = store_on(&mut net, StoreConfig::default(), 0, &[1, 2, 3]);
+    write_all(&mut a, &mut net, 1, 1);
+    // Node 1 loads the same identity while node 0 is a member.
+    let mut b = store_on(&mut net, StoreConfig::default(), 1, &[0, 2, 3]);
+    assert_eq!(b.phase(), Phase::Refused(StoreError::IdentityInUse { owner: 0 }));
+    assert_eq!(b.write(0, 1, 5), Err((5, StoreError::IdentityInUse { owner: 0 })));
+    // With node 0 gone, node 1 may take the volume over.
+    let c = store_on(&mut net, StoreConfig::default(), 1, &[2, 3]);
+    assert_eq!(c.phase(), Phase::Ready);
+    assert!(c.is_written(1));
 }

@@ -16,7 +16,7 @@ use super::super::replica::MAX_REPLICAS;
 use super::super::types::{Answer, PutResult};
 use super::nodes::{NodeSet, MAX_NODE};
 use super::record::Replica;
-use super::{Data, Finished, Issue, IssueKind, Outcome, Req, Store, StoreError};
+use super::{Data, Issue, IssueKind, Outcome, Owner, Phase, Req, Store, StoreError};
 
 /// Rounds a put waits while every member may hold another replica's newest data.
 pub const SITE_WAITS: u8 = 3;
@@ -39,8 +39,21 @@ pub(crate) enum Put {
     Skipped,
 }
 
+/// Whether a write waits for its page's bit in the written map to be stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum MapWait {
+    /// Not looked at yet (the volume may still be loading).
+    Unchecked,
+    /// Map page `m` must be stored at generation `gen` or later before the write is
+    /// acknowledged.
+    Until { m: u64, gen: u32 },
+    /// The bit was set already.
+    Clear,
+}
+
 pub(crate) struct WriteReq<Io> {
-    pub(crate) io: Io,
+    pub(crate) io: Owner<Io>,
+    pub(crate) map: MapWait,
     pub(crate) page: u64,
     deadline: u64,
     puts: [Put; MAX_REPLICAS as usize],
@@ -51,8 +64,9 @@ pub(crate) struct WriteReq<Io> {
 }
 
 impl<Io> WriteReq<Io> {
-    pub(crate) fn new(io: Io, page: u64, deadline: u64) -> Self {
-        WriteReq { io, page, deadline, puts: [Put::Todo; MAX_REPLICAS as usize], rounds: 0, failing: None }
+    pub(crate) fn new(io: Owner<Io>, page: u64, deadline: u64) -> Self {
+        let map = if matches!(io, Owner::Meta) { MapWait::Clear } else { MapWait::Unchecked };
+        WriteReq { io, map, page, deadline, puts: [Put::Todo; MAX_REPLICAS as usize], rounds: 0, failing: None }
     }
 
     pub(crate) fn wake(&self) -> Option<u64> {
@@ -76,18 +90,29 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
     /// The next put write `i` wants sent, if any.
     pub(super) fn poll_write(&mut self, i: usize, now: u64, lru: &mut Lru, coord: Option<u16>) -> Option<IssueKind<F>> {
         let r = self.cfg.replicas;
-        let (page, k) = {
+        let (page, k, meta) = {
             let Req::Write(w) = &mut self.reqs[i] else { return None };
-            if w.failing.is_some() {
+            let meta = matches!(w.io, Owner::Meta);
+            if w.failing.is_some() || (!meta && self.phase != Phase::Ready) {
                 return None;
             }
+            if w.map == MapWait::Unchecked {
+                w.map = MapWait::Clear;
+                let page = w.page;
+                if let Some(wait) = self.mark_written(page) {
+                    if let Req::Write(w) = &mut self.reqs[i] {
+                        w.map = wait;
+                    }
+                }
+            }
+            let Req::Write(w) = &mut self.reqs[i] else { return None };
             for p in w.puts[..usize::from(r)].iter_mut() {
                 if matches!(*p, Put::Delayed { until } if now >= until) {
                     *p = Put::Todo;
                 }
             }
             let k = w.puts[..usize::from(r)].iter().position(|p| *p == Put::Todo)? as u8;
-            (w.page, k)
+            (w.page, k, meta)
         };
         if self.members.len() < usize::from(r) && !self.cfg.degraded_writes {
             self.fail_write(i, StoreError::TooFewMembers);
@@ -105,7 +130,8 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         if let Req::Write(w) = &mut self.reqs[i] {
             w.puts[usize::from(k)] = Put::InFlight { target, version };
         }
-        Some(IssueKind::Put { page: self.page_id(page, k), version, target, data: Data::Request })
+        let data = if meta { Data::Meta(page - self.pages) } else { Data::Request };
+        Some(IssueKind::Put { page: self.page_id(page, k), version, target, data })
     }
 
     /// The members replica `k`'s put keeps clear of (`None`: it waits, or was skipped).
@@ -250,13 +276,18 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         }
     }
 
-    /// Finish write `i` if it is done: every replica stored (or skipped), or failing with
-    /// no put in flight.
-    fn settle_write(&mut self, i: usize) {
+    /// Finish write `i` if it is done: every replica stored (or skipped) and its map page
+    /// stored, or failing with no put in flight.
+    pub(super) fn settle_write(&mut self, i: usize) {
         let r = usize::from(self.cfg.replicas);
         let Req::Write(w) = &self.reqs[i] else { return };
         if w.in_flight() {
             return;
+        }
+        if let (MapWait::Until { m, gen }, None) = (w.map, w.failing) {
+            if self.map_stored(m) < gen {
+                return;
+            }
         }
         let outcome = match w.failing {
             Some(e) => Outcome::Failed(e),
@@ -272,7 +303,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
             _ => {}
         }
         if let Req::Write(w) = core::mem::replace(&mut self.reqs[i], Req::Free) {
-            self.finish(i, Finished::Request { io: w.io, outcome });
+            self.finish_req(i, w.io, w.page, outcome, 0);
         }
     }
 }

@@ -1,0 +1,345 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! The volume's own records, kept in the cluster beside its pages so that a reload (a
+//! module reloaded, a daemon restarted, on this node or another) knows what it is:
+//!
+//! - the **label** (meta page 0): the disk identity, its size, its replica count, the
+//!   epoch of the load that last claimed it and the node it runs on. A load reads it,
+//!   refuses to start when another live member owns the identity
+//!   ([`StoreError::IdentityInUse`]) or the volume's shape differs
+//!   ([`StoreError::NotThisVolume`]), and claims it with the next epoch: every version
+//!   this load writes is above every version an earlier load wrote ([`super::record::Clock`]);
+//! - the **written map** (meta pages 1..): a bit per page, set before a write of a page
+//!   never written is acknowledged (the write waits for its map page to be stored), so
+//!   that after a reload a written page whose every copy died fails instead of reading as
+//!   zeros, and a page never written still reads as zeros without the network. A map page
+//!   that cannot be read at load counts every page it covers as written.
+//!
+//! Meta pages are volume pages past the user's: the same replicated writes and reads,
+//! retries, sites and repair; their GMS page numbers count down from `u64::MAX`, so a
+//! volume's meta pages keep their ids if it is ever loaded with another size.
+//!
+//! Limits: with every copy of the label gone, a load starts the volume afresh (its pages'
+//! copies are then older than the new load's writes and never read as current, but the
+//! written map is gone with the label: unwritten and lost pages both read as zeros).
+
+use super::StoreError;
+
+/// "TPZVOL" and the layout version.
+const MAGIC: u64 = 0x0001_4c4f_565a_5054;
+/// Bytes of an encoded label.
+pub const LABEL_BYTES: usize = 40;
+
+/// The label of a volume.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Label {
+    pub identity: u64,
+    pub pages: u64,
+    pub replicas: u8,
+    /// The owning load's epoch (its versions' top bits) and node.
+    pub epoch: u32,
+    pub owner: u16,
+}
+
+impl Label {
+    /// `out` must hold [`LABEL_BYTES`]; the rest of it is left as it is.
+    pub fn encode(&self, out: &mut [u8]) {
+        let mut b = [0u8; LABEL_BYTES];
+        b[0..8].copy_from_slice(&MAGIC.to_le_bytes());
+        b[8..16].copy_from_slice(&self.identity.to_le_bytes());
+        b[16..24].copy_from_slice(&self.pages.to_le_bytes());
+        b[24..28].copy_from_slice(&self.epoch.to_le_bytes());
+        b[28..30].copy_from_slice(&self.owner.to_le_bytes());
+        b[30] = self.replicas;
+        let sum = b[..32].iter().fold(0u64, |h, &x| super::super::page::mix64(h ^ u64::from(x)));
+        b[32..40].copy_from_slice(&sum.to_le_bytes());
+        if let Some(o) = out.get_mut(..LABEL_BYTES) {
+            o.copy_from_slice(&b);
+        }
+    }
+
+    /// A label, or `None` for bytes that are not one (a torn or foreign page).
+    pub fn decode(b: &[u8]) -> Option<Label> {
+        let b = b.get(..LABEL_BYTES)?;
+        let u64_at = |i: usize| b.get(i..i + 8).and_then(|s| s.try_into().ok()).map(u64::from_le_bytes);
+        let sum = b[..32].iter().fold(0u64, |h, &x| super::super::page::mix64(h ^ u64::from(x)));
+        if u64_at(0)? != MAGIC || u64_at(32)? != sum {
+            return None;
+        }
+        Some(Label {
+            identity: u64_at(8)?,
+            pages: u64_at(16)?,
+            epoch: u32::from_le_bytes(b[24..28].try_into().ok()?),
+            owner: u16::from_le_bytes(b[28..30].try_into().ok()?),
+            replicas: b[30],
+        })
+    }
+
+    /// Whether a load of `want` may take over a volume labelled `self`, with `live`
+    /// telling which nodes are members now and `me` the loading node.
+    pub fn admit(&self, want: &Label, me: u16, live: impl Fn(u16) -> bool) -> Result<(), StoreError> {
+        if self.identity != want.identity || self.pages != want.pages || self.replicas != want.replicas {
+            return Err(StoreError::NotThisVolume);
+        }
+        if self.owner != me && live(self.owner) {
+            return Err(StoreError::IdentityInUse { owner: self.owner });
+        }
+        Ok(())
+    }
+}
+
+/// Meta pages a volume of `pages` pages needs with `page_bytes`-byte pages: the label and
+/// one map page per `page_bytes * 8` pages.
+pub const fn meta_pages(pages: u64, page_bytes: u32) -> u64 {
+    1 + pages.div_ceil(page_bytes as u64 * 8)
+}
+
+/// A map page's state: `set` counts the bits set in it (a generation), `stored` the
+/// generation its last stored copy holds, `writing` the one on its way.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MapPage {
+    pub set: u32,
+    pub stored: u32,
+    pub writing: Option<u32>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_round_trip_and_torn_ones_are_refused() {
+        let l = Label { identity: 9, pages: 1000, replicas: 2, epoch: 4, owner: 3 };
+        let mut b = [0u8; 64];
+        l.encode(&mut b);
+        assert_eq!(Label::decode(&b), Some(l));
+        b[20] ^= 1;
+        assert_eq!(Label::decode(&b), None);
+        assert_eq!(Label::decode(&[0u8; 64]), None);
+        assert_eq!(Label::decode(&b[..10]), None);
+    }
+
+    #[test]
+    fn a_live_owner_or_another_shape_is_refused() {
+        let l = Label { identity: 9, pages: 1000, replicas: 2, epoch: 4, owner: 3 };
+        assert_eq!(l.admit(&l, 1, |n| n == 3), Err(StoreError::IdentityInUse { owner: 3 }));
+        assert_eq!(l.admit(&l, 1, |_| false), Ok(()));
+        assert_eq!(l.admit(&l, 3, |_| true), Ok(()), "a reload on the owner's node");
+        assert_eq!(l.admit(&Label { pages: 2000, ..l }, 1, |_| false), Err(StoreError::NotThisVolume));
+        assert_eq!(meta_pages(32768, 4096), 2);
+        assert_eq!(meta_pages(32769, 4096), 3);
+    }
+}
+
+mod load {
+    //! Loading a volume and keeping its written map, as the store's steps.
+
+    use super::super::super::net::storage::Storage;
+    use super::super::read::ReadReq;
+    use super::super::record::{Clock, Replica};
+    use super::super::write::WriteReq;
+    use super::super::{Outcome, Owner, Phase, Req, Store, StoreError};
+    use super::Label;
+
+    impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> Store<Io, F, S, M, Q, OPS> {
+        pub(in super::super) fn meta_req_running(&self) -> bool {
+            self.reqs.iter().any(|r| {
+                matches!(r, Req::Read(ReadReq { io: Owner::Meta, .. }) | Req::Write(WriteReq { io: Owner::Meta, .. }))
+            })
+        }
+
+        /// Start the next step of loading, or fail what waits on a refused volume.
+        pub(in super::super) fn advance_load(&mut self, now: u64) {
+            let page = match self.phase {
+                Phase::Ready => return,
+                Phase::Refused(e) => return self.fail_waiting(e),
+                Phase::Label | Phase::Claim => self.pages,
+                Phase::Map { m } => self.pages + m,
+            };
+            if now < self.load_at || self.meta_req_running() {
+                return;
+            }
+            let Some(slot) = self.free_slot() else { return };
+            self.reqs[slot] = if self.phase == Phase::Claim {
+                Req::Write(WriteReq::new(Owner::Meta, page, now.saturating_add(self.cfg.write_window_ns)))
+            } else {
+                Req::Read(ReadReq::new(Owner::Meta, page, now))
+            };
+        }
+
+        /// Fail every user request waiting for the volume to load with `e`.
+        fn fail_waiting(&mut self, e: StoreError) {
+            for i in 0..self.reqs.len() {
+                let (owner, page) = match core::mem::replace(&mut self.reqs[i], Req::Free) {
+                    Req::Write(w) if matches!(w.io, Owner::User(_)) => (w.io, w.page),
+                    Req::Read(r) if matches!(r.io, Owner::User(_)) => (r.io, r.page),
+                    other => {
+                        self.reqs[i] = other;
+                        continue;
+                    }
+                };
+                self.finish_req(i, owner, page, Outcome::Failed(e), 0);
+            }
+        }
+
+        /// A meta page's bytes arrived (a read's hit, before its completion).
+        pub(in super::super) fn meta_read(&mut self, m: u64, bytes: &[u8]) {
+            if m == 0 {
+                let members = self.members;
+                self.phase = match Label::decode(bytes).ok_or(StoreError::NotThisVolume) {
+                    Ok(old) => match old.admit(&self.label, self.me, |n| members.contains(n)) {
+                        Ok(()) => {
+                            self.label.epoch = old.epoch.saturating_add(1);
+                            self.clock = Clock::new(self.label.epoch);
+                            Phase::Label
+                        }
+                        Err(e) => Phase::Refused(e),
+                    },
+                    Err(e) => Phase::Refused(e),
+                };
+                return;
+            }
+            let per = self.map_words();
+            let first = usize::try_from(m - 1).unwrap_or(usize::MAX).saturating_mul(per);
+            for (j, w) in self.written.iter_mut().skip(first).take(per).enumerate() {
+                if let Some(b) = bytes.get(j * 8..j * 8 + 8).and_then(|b| <[u8; 8]>::try_from(b).ok()) {
+                    *w |= u64::from_le_bytes(b);
+                }
+            }
+        }
+
+        fn map_words(&self) -> usize {
+            self.cfg.page_bytes as usize / 8
+        }
+
+        /// The bytes of meta page `m` as this load writes it.
+        pub fn fill_meta(&self, m: u64, buf: &mut [u8]) {
+            buf.fill(0);
+            if m == 0 {
+                return self.label.encode(buf);
+            }
+            let per = self.map_words();
+            let first = usize::try_from(m - 1).unwrap_or(usize::MAX).saturating_mul(per);
+            for (w, out) in self.written.iter().skip(first).take(per).zip(buf.chunks_exact_mut(8)) {
+                out.copy_from_slice(&w.to_le_bytes());
+            }
+        }
+
+        /// A request of the store's own on volume page `page` (a meta page) ended.
+        pub(in super::super) fn meta_done(&mut self, page: u64, outcome: Outcome, now: u64) {
+            let m = page - self.pages;
+            let retry = now.saturating_add(self.cfg.retry_delay_ns);
+            match (self.phase, outcome) {
+                (Phase::Label, Outcome::Read { .. }) => self.phase = self.after_map(0),
+                // No copy of a label: a new volume (nothing to read of its map).
+                (Phase::Label, Outcome::Failed(StoreError::Lost)) => self.phase = Phase::Claim,
+                (Phase::Map { .. }, Outcome::Read { .. }) => self.phase = self.after_map(m),
+                (Phase::Map { .. }, Outcome::Failed(_)) => {
+                    // Which of its pages were written is lost: all of them count as written.
+                    let per = self.map_words();
+                    let first = usize::try_from(m - 1).unwrap_or(usize::MAX).saturating_mul(per);
+                    self.written.iter_mut().skip(first).take(per).for_each(|w| *w = u64::MAX);
+                    self.phase = self.after_map(m);
+                }
+                (Phase::Claim, Outcome::Written { .. }) => self.ready(),
+                // Tried again later; meanwhile the users hear why the volume cannot start.
+                (Phase::Label | Phase::Claim, Outcome::Failed(e)) => {
+                    self.load_at = retry;
+                    self.fail_waiting(e);
+                }
+                (Phase::Ready, Outcome::Written { .. }) if m > 0 => {
+                    if let Some(p) = self.maps.get_mut(usize::try_from(m - 1).unwrap_or(usize::MAX)) {
+                        p.stored = p.stored.max(p.writing.take().unwrap_or(0));
+                    }
+                    for i in 0..self.reqs.len() {
+                        if matches!(self.reqs[i], Req::Write(_)) {
+                            self.settle_write(i);
+                        }
+                    }
+                }
+                (Phase::Ready, Outcome::Failed(_)) if m > 0 => {
+                    if let Some(p) = self.maps.get_mut(usize::try_from(m - 1).unwrap_or(usize::MAX)) {
+                        p.writing = None;
+                    }
+                    self.load_at = retry;
+                }
+                _ => {}
+            }
+        }
+
+        /// The phase after map page `m` (0: the label) was read.
+        fn after_map(&self, m: u64) -> Phase {
+            if m + 1 < self.meta {
+                Phase::Map { m: m + 1 }
+            } else {
+                Phase::Claim
+            }
+        }
+
+        /// The volume is this load's: pages the map says were written are known as such.
+        fn ready(&mut self) {
+            let r = usize::from(self.cfg.replicas);
+            for p in 0..self.pages {
+                if self.is_written(p) {
+                    let i = usize::try_from(p).unwrap_or(usize::MAX).saturating_mul(r);
+                    for e in self.entries.iter_mut().skip(i).take(r) {
+                        if e.replica == Replica::Unwritten {
+                            e.replica = Replica::Unknown;
+                        }
+                    }
+                }
+            }
+            self.phase = Phase::Ready;
+        }
+
+        /// Whether volume page `page` was ever written (by this load or an earlier one).
+        pub fn is_written(&self, page: u64) -> bool {
+            let w = usize::try_from(page / 64).unwrap_or(usize::MAX);
+            self.written.get(w).is_some_and(|w| w & (1 << (page % 64)) != 0)
+        }
+
+        /// Set `page`'s bit; `Some`: it was clear, and the map page must be stored at the
+        /// returned generation before a write of the page is acknowledged.
+        pub(in super::super) fn mark_written(&mut self, page: u64) -> Option<super::super::write::MapWait> {
+            if self.is_written(page) {
+                return None;
+            }
+            let w = usize::try_from(page / 64).ok()?;
+            *self.written.get_mut(w)? |= 1 << (page % 64);
+            let m = 1 + page / (u64::from(self.cfg.page_bytes) * 8);
+            let p = self.maps.get_mut(usize::try_from(m - 1).ok()?)?;
+            p.set += 1;
+            Some(super::super::write::MapWait::Until { m, gen: p.set })
+        }
+
+        /// The generation of map page `m` stored last.
+        pub(in super::super) fn map_stored(&self, m: u64) -> u32 {
+            self.maps.get(usize::try_from(m.wrapping_sub(1)).unwrap_or(usize::MAX)).map_or(u32::MAX, |p| p.stored)
+        }
+
+        /// Start writing the map pages with bits not yet stored.
+        pub(in super::super) fn start_map_writes(&mut self, now: u64) {
+            if now < self.load_at {
+                return;
+            }
+            for c in 0..self.maps.len() {
+                let p = self.maps[c];
+                if p.set <= p.stored || p.writing.is_some() {
+                    continue;
+                }
+                let Some(slot) = self.free_slot() else { return };
+                let page = self.pages + 1 + c as u64;
+                self.reqs[slot] =
+                    Req::Write(WriteReq::new(Owner::Meta, page, now.saturating_add(self.cfg.write_window_ns)));
+                self.maps[c].writing = Some(p.set);
+            }
+        }
+
+        /// Whether `op`'s completion should come with its frame's bytes
+        /// ([`Self::handle_get_bytes`]): a read of a meta page.
+        pub fn wants_bytes(&self, op: super::super::super::types::OpId) -> bool {
+            let Some(Some(r)) = self.ops.get(usize::from(op.slot)) else { return false };
+            r.op == op
+                && matches!(self.reqs.get(usize::from(r.req.0)), Some(Req::Read(ReadReq { io: Owner::Meta, .. })))
+        }
+    }
+}
