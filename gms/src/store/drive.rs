@@ -7,6 +7,7 @@ use super::super::epochs::Lru;
 use super::super::net::prelude::*;
 use super::super::net::storage::Storage;
 use super::super::node::{GmsNode, Host};
+use super::super::page::{PageId, Version};
 use super::super::types::{Completion, GetResult, OpId, OpResult};
 use super::{Data, Issue, IssueKind, Route, Store};
 
@@ -14,9 +15,11 @@ use super::{Data, Issue, IssueKind, Route, Store};
 pub trait Frames<Io, F> {
     /// Bytes of a volume page.
     const PAGE_BYTES: u32;
-    /// A frame holding `io`'s page for a put to send from (lent to the NIC until the put
-    /// completes; then [`Self::give_back`]).
-    fn lend(&mut self, io: &Io) -> Option<F>;
+    /// A frame holding `io`'s page for the put of GMS page `page` (a replica) at
+    /// `version` to send from (lent to the NIC until the put completes; then
+    /// [`Self::give_back`]). Each replica's put asks for its own (a runtime that needs a
+    /// token per send, or a simulator that tags a frame with what it carries).
+    fn lend(&mut self, io: &Io, page: PageId, version: Version) -> Option<F>;
     /// `io`'s page armed for a getpage's reply to land in.
     fn arm(&mut self, io: &Io) -> Option<ReplyTo<F>>;
     /// A frame of the runtime's armed for a getpage's reply (a copy re-replication puts).
@@ -89,7 +92,7 @@ impl<Io, F: Copy + PartialEq, S: Storage, const M: usize, const Q: usize, const 
         match issue.kind {
             IssueKind::Put { page, version, target, data } => {
                 let (frame, lent) = match data {
-                    Data::Request => match self.io(issue.req).and_then(|io| frames.lend(io)) {
+                    Data::Request => match self.io(issue.req).and_then(|io| frames.lend(io, page, version)) {
                         Some(f) => (f, true),
                         None => return (None, None),
                     },
