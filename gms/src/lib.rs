@@ -41,6 +41,11 @@
 //! - **Replicas** ([`replica`]): a writer that wants `r` copies puts `r` GMS pages (replica
 //!   `k` in a derived space) to `r` distinct targets and reads the next when one misses;
 //!   the core itself keeps one copy per GMS page.
+//! - **The store** ([`store`]): the writer's side — a volume of pages kept as `r` replicas,
+//!   with its records, versions per disk identity, placement with site avoidance, write
+//!   and read retries, re-replication, liveness and the volume's label and written map in
+//!   the cluster — as one sans-IO core with `poll_issue`/`handle_*`/`poll_done`, so that
+//!   every runtime and the checker drive the same policy.
 //! - **Failures**: calls time out into clean misses; a failed node's entries are removed;
 //!   on every membership change, survivors mark the copies whose directory node moved
 //!   and a sweep registers them with the new one as the task table frees up (repair,

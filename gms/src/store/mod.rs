@@ -10,7 +10,7 @@
 //! - versions from one clock per disk identity ([`record::Clock`]), never the wall clock;
 //! - placement with site avoidance (a replica's put keeps clear of every site of the
 //!   others) over [`crate::placement::Placement`];
-//! - the write and read state machines with their retries ([`write`], [`read`]);
+//! - the write and read state machines with their retries ([`mod@write`], [`mod@read`]);
 //! - re-replication of the replicas a failed member held, rate-bounded ([`repair`]);
 //! - liveness ([`liveness`]: heartbeats, failure, restart, rejoin), which the runtime
 //!   runs beside it and whose events it passes to [`Store::handle_member`].
