@@ -26,9 +26,16 @@ pub trait Frames<Io, F> {
     fn scratch(&mut self) -> Option<ReplyTo<F>>;
     /// A frame lent, armed or handed out is the runtime's again (disarm it if armed).
     fn give_back(&mut self, frame: F);
-    /// A frame of the runtime's whose bytes `write` fills (a meta page to put; given back
-    /// when the put completes).
-    fn fill(&mut self, write: impl FnOnce(&mut [u8])) -> Option<F>;
+    /// A frame of the runtime's whose bytes `write` fills: meta page `page` to put at
+    /// `version` (given back when the put completes).
+    fn fill(&mut self, page: PageId, version: Version, write: impl FnOnce(&mut [u8])) -> Option<F>;
+    /// The frame to send a copy the store holds (`frame`, fetched for re-replication) as
+    /// `page` at `version`: itself, for a runtime whose frames are just memory (the
+    /// default); a simulator that names a frame by what it carries gives a relabelled one.
+    fn relabel(&mut self, frame: F, page: PageId, version: Version) -> F {
+        let _ = (page, version);
+        frame
+    }
     /// Let `read` see the bytes of `frame` (a meta page a getpage brought).
     fn bytes(&mut self, frame: &F, read: impl FnOnce(&[u8]));
 }
@@ -63,7 +70,10 @@ impl<Io, F: Copy + PartialEq, S: Storage, const M: usize, const Q: usize, const 
     ) -> bool {
         let mut sent = false;
         let coordinator = node.lru_coordinator();
-        while let Some(issue) = self.poll_issue(now, lru, coordinator) {
+        // Operations go while the node has a slot for them, one left for others (its own
+        // background work, a runtime's tests).
+        while node.ops_in_use() + 1 < OPS {
+            let Some(issue) = self.poll_issue(now, lru, coordinator) else { break };
             let (op, lent) = self.send(now, &issue, node, rpc, frames);
             sent |= op.is_some();
             self.handle_issued_with(now, &issue, op, lent);
@@ -96,8 +106,8 @@ impl<Io, F: Copy + PartialEq, S: Storage, const M: usize, const Q: usize, const 
                         Some(f) => (f, true),
                         None => return (None, None),
                     },
-                    Data::Frame(f) => (f, false),
-                    Data::Meta(m) => match frames.fill(|buf| self.fill_meta(m, buf)) {
+                    Data::Frame(f) => (frames.relabel(f, page, version), false),
+                    Data::Meta(m) => match frames.fill(page, version, |buf| self.fill_meta(m, buf)) {
                         Some(f) => (f, true),
                         None => return (None, None),
                     },

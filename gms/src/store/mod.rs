@@ -228,13 +228,14 @@ pub struct StoreStats {
 
 /// A GMS operation in flight for a request: its id, and the request's frame lent to it.
 #[derive(Clone, Copy)]
-struct OpRec<F> {
+pub(crate) struct OpRec<F> {
     op: OpId,
     req: ReqId,
     lent: Option<F>,
 }
 
 /// Whose request: a user's, or the store's own on its meta pages ([`volume`]).
+#[derive(Debug)]
 pub(crate) enum Owner<Io> {
     User(Io),
     Meta,
@@ -288,8 +289,11 @@ pub struct Store<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const 
     members: NodeSet,
     placement: Placement<M>,
     reqs: [Req<Io, F>; Q],
-    /// The request and replica behind each GMS operation in flight, by its slot.
+    /// The request behind each GMS operation in flight, by its slot; and operations that
+    /// ended while their completion waits in the host to be handed in, their slot reused
+    /// by the node meanwhile.
     ops: [Option<OpRec<F>>; OPS],
+    ended: [Option<OpRec<F>>; OPS],
     repair: Repair,
     /// Where the next scan of the request table starts (fairness).
     cursor: usize,
@@ -351,6 +355,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
             placement,
             reqs: core::array::from_fn(|_| Req::Free),
             ops: [None; OPS],
+            ended: [None; OPS],
             repair: Repair::default(),
             cursor: 0,
             stats: StoreStats::default(),
@@ -503,7 +508,11 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         match op {
             Some(op) => {
                 if let Some(s) = self.ops.get_mut(usize::from(op.slot)) {
-                    *s = Some(OpRec { op, req: issue.req, lent });
+                    if let Some(prev) = s.replace(OpRec { op, req: issue.req, lent }) {
+                        if let Some(e) = self.ended.iter_mut().find(|e| e.is_none()) {
+                            *e = Some(prev);
+                        }
+                    }
                 }
                 match issue.kind {
                     IssueKind::Put { .. } => self.stats.puts += 1,
@@ -518,7 +527,9 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         let i = usize::from(issue.req.0);
         match (&issue.kind, self.reqs.get(i)) {
             (IssueKind::Put { target, .. }, _) => {
-                self.placement.done(*target, super::placement::Outcome::Failed, now);
+                // The node would not send to it (not a member in its view, no slot): the
+                // target is skipped for a while, as one that refused.
+                self.placement.done(*target, super::placement::Outcome::Refused, now);
                 self.put_not_sent(i, now, issue);
             }
             (IssueKind::Get { .. }, Some(Req::Read(_))) => self.get_not_sent(i, now),
@@ -529,22 +540,35 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
 
     /// The request behind GMS operation `op`, forgotten (its completion arrived).
     fn take_op(&mut self, op: OpId) -> Option<usize> {
-        let s = self.ops.get_mut(usize::from(op.slot))?;
-        match *s {
-            Some(r) if r.op == op => {
-                *s = None;
-                Some(usize::from(r.req.0))
-            }
-            _ => None,
-        }
+        let slot = self.ops.get_mut(usize::from(op.slot)).into_iter();
+        let r = slot.chain(self.ended.iter_mut()).find(|r| r.is_some_and(|r| r.op == op))?.take()?;
+        Some(usize::from(r.req.0))
+    }
+
+    /// The record of `op`, if it is this store's.
+    pub(crate) fn op_rec(&self, op: OpId) -> Option<&OpRec<F>> {
+        let slot = self.ops.get(usize::from(op.slot)).into_iter();
+        slot.chain(self.ended.iter()).flatten().find(|r| r.op == op)
     }
 
     /// Whether `op` is this store's (`Some`), and the request frame lent to it.
     pub fn op_frame(&self, op: OpId) -> Option<Option<F>> {
-        match self.ops.get(usize::from(op.slot))? {
-            Some(r) if r.op == op => Some(r.lent),
+        self.op_rec(op).map(|r| r.lent)
+    }
+
+    /// The GMS operations the store waits for, and their requests.
+    pub fn ops_in_flight(&self) -> impl Iterator<Item = (OpId, ReqId)> + '_ {
+        self.ops.iter().chain(self.ended.iter()).flatten().map(|r| (r.op, r.req))
+    }
+
+    /// The requests under way: (slot, what, page); for a runtime's status and tests.
+    pub fn requests(&self) -> impl Iterator<Item = (usize, &'static str, u64)> + '_ {
+        self.reqs.iter().enumerate().filter_map(|(i, r)| match r {
+            Req::Write(w) => Some((i, if matches!(w.io, Owner::Meta) { "meta write" } else { "write" }, w.page)),
+            Req::Read(r) => Some((i, if matches!(r.io, Owner::Meta) { "meta read" } else { "read" }, r.page)),
+            Req::Repair(r) => Some((i, "repair", r.page)),
             _ => None,
-        }
+        })
     }
 
     /// Which replica GMS page `page` of this volume is.
@@ -581,8 +605,8 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
     /// [`Self::handle_get`] with the bytes of a hit's frame, which the store asked for
     /// ([`Self::wants_bytes`]: a meta page).
     pub fn handle_get_bytes(&mut self, now: u64, op: OpId, result: &GetResult<F>, bytes: &[u8]) -> bool {
-        if let (Some(Some(r)), GetResult::Hit { .. }) = (self.ops.get(usize::from(op.slot)), result) {
-            if let (true, Some(Req::Read(rd))) = (r.op == op, self.reqs.get(usize::from(r.req.0))) {
+        if let (Some(r), GetResult::Hit { .. }) = (self.op_rec(op), result) {
+            if let Some(Req::Read(rd)) = self.reqs.get(usize::from(r.req.0)) {
                 let m = rd.page.wrapping_sub(self.pages);
                 self.meta_read(m, bytes);
             }
@@ -662,6 +686,13 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
                 }
                 for e in self.entries.iter_mut() {
                     e.gone(n);
+                }
+                // A write not acknowledged yet whose replica was stored there puts it
+                // again: it is acknowledged with `r` copies that exist.
+                for r in self.reqs.iter_mut() {
+                    if let Req::Write(w) = r {
+                        w.lost_at(n);
+                    }
                 }
                 self.repair.start(now);
             }

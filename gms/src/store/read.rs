@@ -22,13 +22,9 @@ use super::{Data, IssueKind, Outcome, Owner, Phase, Req, Route, Store, StoreErro
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Step {
     /// Ask replica `k` (of the directory only, once its holder missed) from `not_before`.
-    Ready {
-        via_directory: bool,
-        not_before: u64,
-    },
-    InFlight {
-        via_directory: bool,
-    },
+    Ready { via_directory: bool, not_before: u64 },
+    /// `asked`: the member asked straight (a hit there tells where the copy is).
+    InFlight { via_directory: bool, asked: Option<u16> },
 }
 
 pub(crate) struct ReadReq<Io> {
@@ -37,12 +33,16 @@ pub(crate) struct ReadReq<Io> {
     k: u8,
     tries: u8,
     pass: u8,
+    /// A replica an earlier load wrote (`Unknown`) is looked for on every member in turn,
+    /// as the directory may not know it yet: the next member to ask.
+    probe: u8,
     step: Step,
 }
 
 impl<Io> ReadReq<Io> {
     pub(crate) fn new(io: Owner<Io>, page: u64, now: u64) -> Self {
-        ReadReq { io, page, k: 0, tries: 0, pass: 0, step: Step::Ready { via_directory: false, not_before: now } }
+        let step = Step::Ready { via_directory: false, not_before: now };
+        ReadReq { io, page, k: 0, tries: 0, pass: 0, probe: 0, step }
     }
 
     pub(crate) fn wake(&self) -> Option<u64> {
@@ -62,7 +62,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         if now < not_before || (!meta && self.phase != Phase::Ready) {
             return None;
         }
-        let (page, mut k) = (r.page, r.k);
+        let (page, mut k, probe) = (r.page, r.k, r.probe);
         if !meta && !self.is_written(page) {
             self.end_pass(i, now);
             return None;
@@ -80,11 +80,19 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
                     (version, Route::Holder { node: holder, answer: answer.filter(|_| self.cfg.nic_answers) })
                 }
                 Replica::Held { version, .. } | Replica::Lost { version } => (version, Route::Directory),
+                Replica::Unknown if !via_directory => match self.members.iter().nth(usize::from(probe)) {
+                    Some(node) => (Version(1), Route::Holder { node, answer: None }),
+                    None => (Version(1), Route::Directory),
+                },
                 Replica::Unknown => (Version(1), Route::Directory),
+            };
+            let asked = match route {
+                Route::Holder { node, .. } => Some(node),
+                Route::Directory => None,
             };
             if let Req::Read(r) = &mut self.reqs[i] {
                 r.k = k;
-                r.step = Step::InFlight { via_directory: route == Route::Directory };
+                r.step = Step::InFlight { via_directory: route == Route::Directory, asked };
             }
             let into = if meta { Data::Meta(page - self.pages) } else { Data::Request };
             return Some(IssueKind::Get { page: self.page_id(page, k), at_least, route, into });
@@ -126,30 +134,53 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         }
     }
 
-    /// Read `i`'s getpage could not be sent: it goes again after the delay.
+    /// Read `i`'s getpage could not be sent (the node refused it: no operation slot, or the
+    /// holder is not a member in its view): the directory is asked instead of a holder,
+    /// and a replica that cannot be asked at all counts as tried.
     pub(super) fn get_not_sent(&mut self, i: usize, now: u64) {
+        let delay = self.cfg.retry_delay_ns;
+        let tries = self.cfg.read_tries;
         if let Req::Read(r) = &mut self.reqs[i] {
-            if let Step::InFlight { via_directory } = r.step {
-                r.step = Step::Ready { via_directory, not_before: now.saturating_add(self.cfg.retry_delay_ns) };
+            if let Step::InFlight { .. } = r.step {
+                r.tries += 1;
+                if r.tries >= tries {
+                    r.k += 1;
+                    r.tries = 0;
+                }
+                r.step = Step::Ready { via_directory: true, not_before: now.saturating_add(delay) };
             }
         }
     }
 
     /// Read `i`'s getpage ended with `result` at `now`.
     pub(super) fn read_get_done(&mut self, i: usize, result: &GetResult<F>, now: u64) {
+        let Req::Read(r) = &self.reqs[i] else { return };
+        let Step::InFlight { via_directory, asked } = r.step else { return };
+        let at = self.at(r.page, r.k);
+        let unknown = at.is_some_and(|a| self.entries[a].replica == Replica::Unknown);
+        let members = self.members.len();
         let Req::Read(r) = &mut self.reqs[i] else { return };
-        let Step::InFlight { via_directory } = r.step else { return };
         let next = |r: &mut ReadReq<Io>| {
             r.k += 1;
             r.tries = 0;
+            r.probe = 0;
             Step::Ready { via_directory: false, not_before: now }
         };
         r.step = match *result {
             GetResult::Hit { version, .. } => {
+                // A copy an earlier load wrote, found: where it is is known from now on.
+                if let (true, Some(at), Some(node)) = (unknown, at, asked) {
+                    self.entries[at].stored(node, version, None);
+                }
                 if let Req::Read(r) = core::mem::replace(&mut self.reqs[i], Req::Free) {
                     self.finish_req(i, r.io, r.page, Outcome::Read { version }, now);
                 }
                 return;
+            }
+            // The next member may hold an earlier load's copy; after them all, the directory.
+            GetResult::Miss { reason: MissReason::NotCached, .. } if !via_directory && unknown => {
+                r.probe += 1;
+                Step::Ready { via_directory: usize::from(r.probe) >= members, not_before: now }
             }
             // The holder has no such copy: its directory may know where it went.
             GetResult::Miss { reason: MissReason::NotCached, .. } if !via_directory => {

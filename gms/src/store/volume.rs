@@ -337,9 +337,8 @@ mod load {
         /// Whether `op`'s completion should come with its frame's bytes
         /// ([`Self::handle_get_bytes`]): a read of a meta page.
         pub fn wants_bytes(&self, op: super::super::super::types::OpId) -> bool {
-            let Some(Some(r)) = self.ops.get(usize::from(op.slot)) else { return false };
-            r.op == op
-                && matches!(self.reqs.get(usize::from(r.req.0)), Some(Req::Read(ReadReq { io: Owner::Meta, .. })))
+            let Some(r) = self.op_rec(op) else { return false };
+            matches!(self.reqs.get(usize::from(r.req.0)), Some(Req::Read(ReadReq { io: Owner::Meta, .. })))
         }
     }
 }

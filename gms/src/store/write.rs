@@ -81,6 +81,15 @@ impl<Io> WriteReq<Io> {
         self.puts.iter().any(|p| matches!(p, Put::InFlight { .. }))
     }
 
+    /// Node `n` failed or restarted: a replica stored there is to put again.
+    pub(crate) fn lost_at(&mut self, n: u16) {
+        for p in self.puts.iter_mut() {
+            if *p == (Put::Stored { target: n }) {
+                *p = Put::Todo;
+            }
+        }
+    }
+
     fn fail(&mut self, e: StoreError) {
         self.failing.get_or_insert(e);
     }

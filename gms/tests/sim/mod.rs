@@ -391,6 +391,10 @@ pub struct Sim {
     pub gathered: HashMap<Vec<u8>, Vec<(PageId, u64)>>,
     /// `GETPAGES` operations, recorded by the test that issued them.
     pub getpages: HashMap<(u16, OpId), PagesRec>,
+    /// A node whose operations a client core issues (the store checker's writer): their
+    /// completions go to `client_done` for it, not to this model.
+    pub client: Option<u16>,
+    pub client_done: Vec<Completion<Frame>>,
 }
 
 pub fn gms_config(k: &Knobs) -> GmsConfig {
@@ -455,6 +459,8 @@ impl Sim {
             incarnation: vec![1; n],
             gathered: HashMap::new(),
             getpages: HashMap::new(),
+            client: None,
+            client_done: Vec::new(),
         };
         let ids: Vec<u16> = (0..n as u16).collect();
         for i in 0..n {
@@ -566,6 +572,10 @@ impl Sim {
             eprintln!("t={} node {node}: done {:?} {:?} {:?}", self.now, c.op, c.page, c.result);
         }
         let key = (node, c.op);
+        if self.client == Some(node) && !self.ops.contains_key(&key) {
+            self.client_done.push(c);
+            return;
+        }
         if self.getpages.contains_key(&key) {
             return self.complete_getpages(node, c);
         }
