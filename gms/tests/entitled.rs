@@ -179,7 +179,8 @@ fn a_registration_beyond_the_version_lead_blocks_nothing() {
         assert_eq!(s.nodes[0].directory().lookup(&p), Some((target, Version(v))));
         let get = s.getpage(1, p).unwrap();
         s.run_net();
-        let hit = matches!(s.result(1, get), Some(OpResult::Get(GetResult::Hit { version, .. })) if version == Version(v));
+        let hit =
+            matches!(s.result(1, get), Some(OpResult::Get(GetResult::Hit { version, .. })) if version == Version(v));
         assert!(hit, "version {v} read back: {:?}", s.result(1, get));
     }
     s.settle();
