@@ -67,6 +67,15 @@ pub trait Engines {
     fn tx_staging_released(&mut self, nic_off: u32, len: u32) {
         let _ = (nic_off, len);
     }
+    /// The firmware is about to vouch for the bytes finished host-bus reads brought into
+    /// `len` bytes of send staging at `nic_off` (an answer's payload, whose entry's
+    /// sequence it checks next): they must be in NIC memory when this returns, not taken
+    /// from host memory later, when the host may have changed them. Engines that copy
+    /// when a read runs (hardware, the flashed image's registers) have nothing to do:
+    /// the default.
+    fn settle_host_reads(&mut self, nic_off: u32, len: u32) {
+        let _ = (nic_off, len);
+    }
     /// Called when a main-loop iteration found nothing to do. `engines_busy` says a
     /// transfer is running (so progress will come without an event); an implementation
     /// may block until a doorbell or engine event, or return at once.

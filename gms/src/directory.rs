@@ -28,6 +28,17 @@
 //! by a verify that found no copy) is refused from its last site even after the entry
 //! became a tombstone. Removals and drops name the identity they mean, so a late one
 //! never un-names a newer copy.
+//!
+//! **Version lead.** The directory keeps no record of puts, so it cannot tell a real new
+//! version from a claimed one; what it bounds is how far one registration may move a page.
+//! A registration (a `DIRUPDATE`, or this node's own for a put it stored) is refused when
+//! its version is `u64::MAX` or more than [`VERSION_LEAD`] above the newest version the
+//! directory knows: the page's entry (version, firm floor) and its *horizon*, the newest
+//! version of any registration it accepted. Such a version would displace the holder of
+//! the current copy and leave a floor no writer ever reaches again. Writers' versions
+//! (a counter, or the wall clock in nanoseconds as the kernel's disk and gmsd use: about
+//! 2^61 in 2026) stay far inside the lead, also for a directory that knows nothing yet.
+//! The horizon only grows, by at most the lead per accepted registration.
 
 use super::page::{PageId, Version};
 use super::table::{Scan, Slot, Table};
@@ -41,6 +52,10 @@ pub const FRESH: u64 = 0;
 
 /// A removal or drop of every identity up to its version (the sender knows none).
 pub const ANY_SEQ: u64 = u64::MAX;
+
+/// How far above every version the directory knows one registration may reach (see the
+/// module doc).
+pub const VERSION_LEAD: u64 = 1 << 62;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DirEntry {
@@ -101,12 +116,14 @@ pub type DirSlot = Slot<PageId, DirEntry>;
 pub struct Directory<B> {
     t: Table<PageId, DirEntry, B>,
     ttl: u64,
+    /// The newest version of any registration accepted (see the module doc).
+    horizon: Version,
 }
 
 impl<B> Directory<B> {
     /// A directory over `slots`, all empty ([`Table::over`]).
     pub const fn new(slots: B, tombstone_ttl: u64) -> Self {
-        Directory { t: Table::over(slots), ttl: tombstone_ttl }
+        Directory { t: Table::over(slots), ttl: tombstone_ttl, horizon: Version(0) }
     }
 }
 
@@ -143,6 +160,15 @@ impl<B: DerefMut<Target = [DirSlot]>> Directory<B> {
         self.t.capacity()
     }
 
+    /// Whether a registration of `page` at `version` reaches further than one message may
+    /// move a page: `u64::MAX`, or more than [`VERSION_LEAD`] above the newest version the
+    /// directory knows of the page or of any page it registered.
+    pub fn beyond_lead(&self, page: &PageId, version: Version) -> bool {
+        let page_known = self.t.get(page).map_or(Version(0), |e| e.version.max(e.firm));
+        let known = page_known.max(self.horizon);
+        version == Version(u64::MAX) || version.0 > known.0.saturating_add(VERSION_LEAD)
+    }
+
     /// Would a registration of `site`'s copy of `page` at `version`, claiming identity
     /// `claim`, be accepted at `now`? `Some((prev, seq))`: the copy named before (site,
     /// version, identity) and the identity the registered copy gets.
@@ -154,6 +180,9 @@ impl<B: DerefMut<Target = [DirSlot]>> Directory<B> {
         claim: u64,
         now: u64,
     ) -> Option<(Option<Named>, u64)> {
+        if self.beyond_lead(page, version) {
+            return None;
+        }
         let next = |seq: u64| seq.max(claim).saturating_add(1);
         let Some(e) = self.t.get(page) else { return Some((None, next(0))) };
         if version < e.floor_at(now, self.ttl) {
@@ -184,15 +213,18 @@ impl<B: DerefMut<Target = [DirSlot]>> Directory<B> {
     }
 
     /// Register `site`'s copy of `page` at `version`, claiming identity `claim` (see
-    /// [`Self::check`]): accepted iff the version is at least the entry's and its floor
-    /// and the claim is not stale. Idempotent.
+    /// [`Self::check`]): accepted iff the version is at least the entry's and its floor,
+    /// within the lead, and the claim is not stale. Idempotent.
     pub fn update(&mut self, page: PageId, site: u16, version: Version, claim: u64, now: u64) -> Update {
         let Some((prev, seq)) = self.check(&page, site, version, claim, now) else { return Update::Rejected };
         // The version is at least the floor: a provisional floor is firm from now on.
         let floor = self.t.get(&page).map_or(Version(0), |e| e.floor_at(now, self.ttl));
         let e = DirEntry { site, version, seq, last: site, floor, firm: floor, stamp: now };
         match self.put(page, e, now) {
-            Ok(()) => Update::Accepted { prev, seq },
+            Ok(()) => {
+                self.horizon = self.horizon.max(version);
+                Update::Accepted { prev, seq }
+            }
             Err(DirFull) => Update::Full,
         }
     }
@@ -390,6 +422,20 @@ mod tests {
         // A discard within what is known is firm for good.
         assert_eq!(d.discard(q, Version(1), 500), Ok(Some((1, Version(1)))));
         assert_eq!(up(&mut d, q, 1, 1, FRESH, 10_000), None);
+    }
+
+    #[test]
+    fn a_registration_may_lead_the_known_versions_by_the_lead_only() {
+        let mut d = Directory::new(vec![None; 4], 100);
+        assert_eq!(up(&mut d, P, 1, u64::MAX, FRESH, 0), None, "u64::MAX, even with nothing known");
+        assert_eq!(up(&mut d, P, 1, VERSION_LEAD + 1, FRESH, 0), None);
+        let s1 = up(&mut d, P, 1, VERSION_LEAD, FRESH, 0).unwrap();
+        // The horizon moved: another page may now lead it, and no further.
+        let q = PageId::new(2, 2);
+        assert_eq!(up(&mut d, q, 2, 2 * VERSION_LEAD + 1, FRESH, 1), None);
+        assert!(up(&mut d, q, 2, 2 * VERSION_LEAD, FRESH, 1).is_some());
+        assert_eq!(up(&mut d, P, 2, u64::MAX, FRESH, 2), None);
+        assert_eq!(d.named(&P), Some((1, Version(VERSION_LEAD), s1)), "the refused ones displaced nothing");
     }
 
     #[test]

@@ -62,7 +62,8 @@
 //!   themselves; only a page's directory node has a copy dropped, verified or served as
 //!   the caching site; a `PUTDONE` answers only a put in flight to its sender; a heartbeat
 //!   speaks only for its sender; a discard of `u64::MAX` is refused and a floor beyond
-//!   every version the directory named lapses after the tombstone ttl. The rest is
+//!   every version the directory named lapses after the tombstone ttl; a registration of
+//!   `u64::MAX` or beyond the directory's version lead is refused. The rest is
 //!   counted ([`types::GmsStats::unentitled`]). Among members, the directory trusts a
 //!   node's claim to hold the page it registers (it keeps no record of puts).
 //!

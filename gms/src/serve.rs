@@ -411,7 +411,9 @@ impl<
     /// `DIRUPDATE` at the directory node.
     /// A member names itself only: it holds the copy it registers (it stored it for a
     /// putter, read it moving, or holds it for itself); the directory has no record of
-    /// which puts went where, so it cannot check more than that.
+    /// which puts went where, so beyond that it only bounds the version claimed (the
+    /// lead, `directory.rs`): one message may not displace the holder and leave a floor
+    /// no writer reaches.
     fn serve_update(&mut self, inc: &Incoming<'_, F>, member: bool) -> Action<F> {
         let req = match inc.decode::<DirUpdate>() {
             Ok(r) => r,
@@ -428,6 +430,8 @@ impl<
             AckStatus::WrongView
         } else if self.members.directory_of(&req.page) != Some(self.id) {
             AckStatus::NotDirectory
+        } else if self.dir.beyond_lead(&req.page, req.version) {
+            return self.refuse(|s| &mut s.rejected_updates, AckStatus::Rejected, &req);
         } else {
             let (status, seq) = self.apply_update(req.page, req.site, req.version, req.seq);
             return Action::reply(&DirAck { status, page: req.page, seq }, None);

@@ -149,3 +149,41 @@ fn members_act_only_where_the_protocol_entitles_them() {
     s.check_converged();
     s.check_frames();
 }
+
+/// A member that holds nothing names itself the holder of a page at `u64::MAX`, then at a
+/// version far beyond every writer's (issue 34): both refused and counted. Accepted, either
+/// would have the real holder drop its copy and leave a floor every later put is
+/// `Superseded` by. The holder keeps its copy, reads hit, and later puts are stored.
+#[test]
+fn a_registration_beyond_the_version_lead_blocks_nothing() {
+    let mut s = Sim::new(0xe19, knobs(3));
+    let p = s.page_with_dir(0, 0, 0);
+    stored(&mut s, p);
+    let view = s.nodes[0].members().view();
+    for (i, v) in [u64::MAX, u64::MAX / 2 + 1].into_iter().enumerate() {
+        let up = DirUpdateReq { page: p, version: Version(v), seq: 0, view, site: 1 };
+        send(&mut s, 1, 0, forge(Kind::Request, OP_DIRUPDATE, 1, 0, &up), None);
+        assert_eq!(s.nodes[0].stats().rejected_updates, i as u64 + 1, "version {v:#x} refused");
+    }
+    s.settle();
+    assert_eq!(s.nodes[0].stats().unentitled(), 2);
+    assert_eq!(s.nodes[0].directory().lookup(&p), Some((2, Version(1))), "the entry still names the holder");
+    assert!(s.nodes[2].held(&p).is_some(), "the holder keeps its copy");
+    assert_eq!(s.nodes[2].stats().pages_dropped, 0);
+    still_served(&mut s, p);
+    // Later puts are stored, and read back at their version.
+    for (v, target) in [(2u64, 0u16), (3, 2)] {
+        let put = s.putpage(1, p, target).unwrap();
+        s.run_net();
+        assert_eq!(s.result(1, put), Some(OpResult::Put(PutResult::Stored { target })), "put of version {v}");
+        assert_eq!(s.nodes[0].directory().lookup(&p), Some((target, Version(v))));
+        let get = s.getpage(1, p).unwrap();
+        s.run_net();
+        let hit =
+            matches!(s.result(1, get), Some(OpResult::Get(GetResult::Hit { version, .. })) if version == Version(v));
+        assert!(hit, "version {v} read back: {:?}", s.result(1, get));
+    }
+    s.settle();
+    s.check_converged();
+    s.check_frames();
+}

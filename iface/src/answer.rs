@@ -26,9 +26,11 @@
 //! **Changes** follow a sequence lock, so neither side ever waits for the other. The host
 //! makes `seq` odd before it changes the entry *or the exported bytes* ([`begin`]), then
 //! writes, then makes it even again ([`publish`], [`retract`]). The firmware answers only
-//! from an even `seq`, reads the payload, and loads `seq` again before the packet's last
-//! bytes leave: if it moved, the packet is aborted on the link (the peer's NIC drops it and
-//! the peer's call times out and is tried again), so a torn payload never arrives.
+//! from an even `seq`, reads the payload into NIC memory, and loads `seq` again before the
+//! packet's last bytes leave: if it moved, the packet is aborted on the link (the peer's
+//! NIC drops it and the peer's call times out and is tried again), so a torn payload never
+//! arrives. What leaves is the bytes read before that load (engines that would take them
+//! from host memory later copy them first), never bytes the host wrote after a retract.
 
 use super::layout::{ANSWER_ENTRIES, ANSWER_ENTRY_BYTES, ANSWER_OFF, CTRL_MSG_BYTES};
 use super::mem::NicMemory;

@@ -253,23 +253,26 @@ impl HostPort {
             fr.push((off, chunk.len() as u64));
             segs.push(Segment { addr: self.base + off, len: chunk.len() as u32 });
         }
-        self.send_segments(peer, ctrl, payload.len() as u32, &segs, token, fr)
+        let msg = SendMsg { peer, ctrl, payload_len: payload.len() as u32, segments: &segs, token };
+        self.send_segments(&msg, false, fr)
     }
 
     /// Send with caller-given DMA segments (e.g. to test refusal of bad addresses).
     pub fn send_raw(&mut self, peer: u16, ctrl: &[u8], payload_len: u32, segs: &[Segment]) -> anyhow::Result<()> {
-        self.send_segments(peer, ctrl, payload_len, segs, PayloadToken::NONE, Vec::new())
+        let msg = SendMsg { peer, ctrl, payload_len, segments: segs, token: PayloadToken::NONE };
+        self.send_segments(&msg, false, Vec::new())
     }
 
-    fn send_segments(
-        &mut self,
-        peer: u16,
-        ctrl: &[u8],
-        payload_len: u32,
-        segs: &[Segment],
-        token: PayloadToken,
-        fr: Vec<(u64, u64)>,
-    ) -> anyhow::Result<()> {
+    /// Send `ctrl` alone as a request `peer`'s NIC may answer from its answer table
+    /// ([`Endpoint::post_answerable`]: whole words ending with the descriptor).
+    pub fn send_answerable(&mut self, peer: u16, ctrl: &[u8]) -> anyhow::Result<()> {
+        let msg = SendMsg { peer, ctrl, payload_len: 0, segments: &[], token: PayloadToken::NONE };
+        self.send_segments(&msg, true, Vec::new())
+    }
+
+    /// Post `msg` (answerable or not), waiting (bounded) for a free send slot; `fr`: its
+    /// frames, freed when the NIC reports it done.
+    fn send_segments(&mut self, msg: &SendMsg<'_>, answerable: bool, fr: Vec<(u64, u64)>) -> anyhow::Result<()> {
         let cookie = match self.send_frames.iter().position(|f| f.is_none()) {
             Some(i) => i,
             None => {
@@ -277,11 +280,15 @@ impl HostPort {
                 self.send_frames.len() - 1
             }
         };
-        let msg = SendMsg { peer, ctrl, payload_len, segments: segs, token };
         let t0 = Instant::now();
         loop {
             self.reap();
-            match self.ep.post_send(&msg, cookie as u32) {
+            let posted = if answerable {
+                self.ep.post_answerable(msg, cookie as u32)
+            } else {
+                self.ep.post_send(msg, cookie as u32)
+            };
+            match posted {
                 Ok(()) => break,
                 Err(trapeze_host::endpoint::SendError::RingFull) if t0.elapsed() < Duration::from_secs(5) => {
                     self.ring();

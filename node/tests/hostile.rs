@@ -54,11 +54,16 @@ fn own(origin: u16) -> ReplyToken {
 /// Post one crafted packet from the hostile node's NIC (with `junk` bytes of payload,
 /// tagged with `tag`), polling the cluster while its send ring is full.
 fn inject(c: &mut Cluster, peer: u16, ctrl: &[u8], junk: Option<(u64, PayloadToken)>) {
+    inject_from(c, HOSTILE, peer, ctrl, junk)
+}
+
+/// [`inject`] from node `from`'s NIC.
+fn inject_from(c: &mut Cluster, from: usize, peer: u16, ctrl: &[u8], junk: Option<(u64, PayloadToken)>) {
     let mut seg = Vec::new();
     let mut token = PayloadToken::NONE;
     let mut frame = None;
     if let Some((fill, tag)) = junk {
-        let frames = &mut c.ports[HOSTILE].node.host.frames;
+        let frames = &mut c.ports[from].node.host.frames;
         let f = frames.alloc().expect("a frame for the forged payload");
         let page = vec![fill as u8; 8192];
         assert!(frames.write(f, &page));
@@ -69,7 +74,7 @@ fn inject(c: &mut Cluster, peer: u16, ctrl: &[u8], junk: Option<(u64, PayloadTok
     }
     let msg = SendMsg { peer, ctrl, payload_len: if frame.is_some() { 8192 } else { 0 }, segments: &seg, token };
     for _ in 0..10_000 {
-        match c.ports[HOSTILE].node.host.frames.post_raw(&msg, 0) {
+        match c.ports[from].node.host.frames.post_raw(&msg, 0) {
             Ok(()) => break,
             Err(SendError::RingFull) => {
                 c.poll();
@@ -267,6 +272,38 @@ fn run() {
     match c.get_wait(0, page).expect("get after the spoofed update") {
         Got::Hit { version: got, data, .. } => assert!(got == version[5] && data == content(page, got)),
         Got::Miss => panic!("missed after the spoofed update"),
+    }
+
+    // A member turns hostile: node 1's host (one of the view; on a keyed link its packets
+    // authenticate) names node 1 the holder of a page at u64::MAX, then at a version far
+    // beyond every writer's. The page's directory refuses both and counts them; the page
+    // keeps its holder and its bytes, and a later put of it is stored (issue 34).
+    let members = c.ports[0].node.members();
+    let n = (0..PAGES).find(|&n| members.directory_of(&PageId::new(SPACE, n)) != Some(1)).expect("a page");
+    let page = PageId::new(SPACE, n);
+    let dir = members.directory_of(&page).expect("a directory node") as usize;
+    let refused = c.ports[dir].node.stats().rejected_updates;
+    for v in [u64::MAX, u64::MAX / 2 + 1] {
+        let up = DirUpdateReq { page, version: Version(v), seq: 0, view, site: 1 };
+        inject_from(&mut c, 1, dir as u16, &ctrl(Kind::Request, OP_DIRUPDATE, own(1), 0, &up), None);
+    }
+    for _ in 0..2000 {
+        c.poll();
+    }
+    assert_eq!(c.ports[dir].node.stats().rejected_updates, refused + 2, "both updates refused and counted");
+    for from in 0..3 {
+        match c.get_wait(from, page).expect("get after the member's update") {
+            Got::Hit { version: got, data, .. } => assert!(got == version[n as usize] && data == content(page, got)),
+            Got::Miss => panic!("node {from} missed {page:?} after the member's update"),
+        }
+    }
+    let v = version[n as usize].next();
+    let stored = c.ports[2].stats.puts_stored;
+    let st = c.put_wait(2, page, v, &content(page, v)).expect("a put after the member's update");
+    assert_eq!(st.puts_stored, stored + 1, "the later put is stored, not superseded");
+    match c.get_wait(0, page).expect("get of the later put") {
+        Got::Hit { version: got, data, .. } => assert!(got == v && data == content(page, v)),
+        Got::Miss => panic!("the later put of {page:?} was not stored"),
     }
 
     // The cluster still serves: a last honest put and read.

@@ -308,6 +308,11 @@ impl Engines for SoftEngines {
         }
     }
 
+    fn settle_host_reads(&mut self, nic_off: u32, len: u32) {
+        // An answer: the host may change its bytes once the firmware's check has passed.
+        settle_deferred(&mut self.tx_deferred, &self.nic, Some((nic_off, len)));
+    }
+
     fn completes_at_once(&self) -> bool {
         // Host DMA and link out copy within their start calls.
         true

@@ -323,13 +323,19 @@ impl<M: NicMemory> Firmware<M> {
                 flags |= tx_flags::FIRST;
             }
             if p.sent + len == p.total() {
-                // An answer whose entry changed while its payload was read may carry torn
-                // bytes: the receiver drops it instead.
-                if let Some(f) = p.answer.filter(|f| !answer::still(&self.mem, f)) {
-                    crate::log::warn!("tx: answer from entry {=u32} aborted: the entry changed", f.index);
-                    p.failed = Some(TxStatus::DmaRefused);
-                    self.bump(Counter::TxAnswersAborted, 1);
-                    return true;
+                if let Some(f) = p.answer {
+                    // The check vouches for the bytes in staging, so they must be there
+                    // first: the host never sees an answer leave and may reuse its frame
+                    // as soon as it retracted the entry.
+                    eng.settle_host_reads(p.off + p.prefix, p.payload);
+                    // An answer whose entry changed while its payload was read may carry
+                    // torn bytes: the receiver drops it instead.
+                    if !answer::still(&self.mem, &f) {
+                        crate::log::warn!("tx: answer from entry {=u32} aborted: the entry changed", f.index);
+                        p.failed = Some(TxStatus::DmaRefused);
+                        self.bump(Counter::TxAnswersAborted, 1);
+                        return true;
+                    }
                 }
                 flags |= tx_flags::LAST;
             }

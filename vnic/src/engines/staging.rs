@@ -13,7 +13,10 @@ use trapeze_firmware::iface::wire::HEADER_BYTES;
 /// host → SRAM → wire with two engines and no processor time; here every move is a
 /// memcpy. The firmware never reads payload bytes in staging, and a host must not
 /// change a frame before its send completes (which comes after link out read it), so the
-/// packet carries the bytes the read would have copied.
+/// packet carries the bytes the read would have copied. An answer (one-sided read) has no
+/// send the host waits for: the firmware settles its payload
+/// (`Engines::settle_host_reads`) before it checks the answer's entry, so what leaves is
+/// what the check vouched for.
 pub(super) struct Deferred {
     pub(super) nic_off: u32,
     pub(super) len: u32,
