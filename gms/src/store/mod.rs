@@ -591,10 +591,14 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
     /// (a re-replication's copy, handed back later as [`Finished::Scratch`]); every other
     /// frame stays the runtime's.
     pub fn handle_get(&mut self, now: u64, op: OpId, result: &GetResult<F>) -> bool {
+        self.get_done(now, op, result, None)
+    }
+
+    fn get_done(&mut self, now: u64, op: OpId, result: &GetResult<F>, bytes: Option<&[u8]>) -> bool {
         let Some(i) = self.take_op(op) else { return false };
         match self.reqs[i] {
             Req::Read(_) => {
-                self.read_get_done(i, result, now);
+                self.read_get_done(i, result, now, bytes);
                 false
             }
             Req::Repair(_) => self.repair_get_done(i, result, now),
@@ -605,13 +609,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
     /// [`Self::handle_get`] with the bytes of a hit's frame, which the store asked for
     /// ([`Self::wants_bytes`]: a meta page).
     pub fn handle_get_bytes(&mut self, now: u64, op: OpId, result: &GetResult<F>, bytes: &[u8]) -> bool {
-        if let (Some(r), GetResult::Hit { .. }) = (self.op_rec(op), result) {
-            if let Some(Req::Read(rd)) = self.reqs.get(usize::from(r.req.0)) {
-                let m = rd.page.wrapping_sub(self.pages);
-                self.meta_read(m, bytes);
-            }
-        }
-        self.handle_get(now, op, result)
+        self.get_done(now, op, result, Some(bytes))
     }
 
     /// A finished request or a frame to give back, oldest slot first.

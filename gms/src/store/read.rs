@@ -34,15 +34,17 @@ pub(crate) struct ReadReq<Io> {
     tries: u8,
     pass: u8,
     /// A replica an earlier load wrote (`Unknown`) is looked for on every member in turn,
-    /// as the directory may not know it yet: the next member to ask.
+    /// as the directory may not know it yet: the next member to ask, and the newest copy
+    /// found so far (version, member).
     probe: u8,
+    best: Option<(Version, u16)>,
     step: Step,
 }
 
 impl<Io> ReadReq<Io> {
     pub(crate) fn new(io: Owner<Io>, page: u64, now: u64) -> Self {
         let step = Step::Ready { via_directory: false, not_before: now };
-        ReadReq { io, page, k: 0, tries: 0, pass: 0, probe: 0, step }
+        ReadReq { io, page, k: 0, tries: 0, pass: 0, probe: 0, best: None, step }
     }
 
     pub(crate) fn wake(&self) -> Option<u64> {
@@ -152,35 +154,33 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         }
     }
 
-    /// Read `i`'s getpage ended with `result` at `now`.
-    pub(super) fn read_get_done(&mut self, i: usize, result: &GetResult<F>, now: u64) {
+    /// Read `i`'s getpage ended with `result` at `now`; `bytes`: a meta page's hit.
+    pub(super) fn read_get_done(&mut self, i: usize, result: &GetResult<F>, now: u64, bytes: Option<&[u8]>) {
         let Req::Read(r) = &self.reqs[i] else { return };
         let Step::InFlight { via_directory, asked } = r.step else { return };
         let at = self.at(r.page, r.k);
-        let unknown = at.is_some_and(|a| self.entries[a].replica == Replica::Unknown);
-        let members = self.members.len();
+        if at.is_some_and(|a| self.entries[a].replica == Replica::Unknown) && !via_directory {
+            if let (Some(at), Some(node)) = (at, asked) {
+                return self.probe_done(i, at, node, result, now);
+            }
+        }
         let Req::Read(r) = &mut self.reqs[i] else { return };
         let next = |r: &mut ReadReq<Io>| {
             r.k += 1;
             r.tries = 0;
             r.probe = 0;
+            r.best = None;
             Step::Ready { via_directory: false, not_before: now }
         };
         r.step = match *result {
             GetResult::Hit { version, .. } => {
-                // A copy an earlier load wrote, found: where it is is known from now on.
-                if let (true, Some(at), Some(node)) = (unknown, at, asked) {
-                    self.entries[at].stored(node, version, None);
-                }
                 if let Req::Read(r) = core::mem::replace(&mut self.reqs[i], Req::Free) {
+                    if let (Owner::Meta, Some(b)) = (&r.io, bytes) {
+                        self.meta_read(r.page - self.pages, b);
+                    }
                     self.finish_req(i, r.io, r.page, Outcome::Read { version }, now);
                 }
                 return;
-            }
-            // The next member may hold an earlier load's copy; after them all, the directory.
-            GetResult::Miss { reason: MissReason::NotCached, .. } if !via_directory && unknown => {
-                r.probe += 1;
-                Step::Ready { via_directory: usize::from(r.probe) >= members, not_before: now }
             }
             // The holder has no such copy: its directory may know where it went.
             GetResult::Miss { reason: MissReason::NotCached, .. } if !via_directory => {
@@ -197,5 +197,27 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
             }
         };
         self.stats.fallbacks += 1;
+    }
+
+    /// A probe of member `node` for an earlier load's copy of read `i`'s replica (entry
+    /// `at`) ended. Every member is asked, and the newest copy found becomes the replica's
+    /// record: the read then takes it from there, at that version (a member may still
+    /// hold a superseded copy, which the first answer could have been). None found: the
+    /// directory is asked.
+    fn probe_done(&mut self, i: usize, at: usize, node: u16, result: &GetResult<F>, now: u64) {
+        let members = self.members.len();
+        let Req::Read(r) = &mut self.reqs[i] else { return };
+        if let GetResult::Hit { version, .. } = *result {
+            if r.best.is_none_or(|(v, _)| version > v) {
+                r.best = Some((version, node));
+            }
+        }
+        r.probe += 1;
+        let done = usize::from(r.probe) >= members;
+        let best = r.best;
+        r.step = Step::Ready { via_directory: done && best.is_none(), not_before: now };
+        if let (true, Some((version, holder))) = (done, best) {
+            self.entries[at].stored(holder, version, None);
+        }
     }
 }
