@@ -175,6 +175,8 @@ struct Counts {
     writer_restarts: u64,
     /// Writer loads that found no label (every copy died while the writer was down).
     volumes_lost: u64,
+    /// Live nodes the others declared failed for a while.
+    suspicions: u64,
     crashes: u64,
     repaired: u64,
 }
@@ -191,6 +193,8 @@ struct Checker {
     acked: HashMap<u64, u32>,
     /// The writer's store reached `Ready` since its last start.
     loaded: bool,
+    /// A node the others declared failed while it runs.
+    suspected: Option<u16>,
     counts: Counts,
 }
 
@@ -222,6 +226,7 @@ impl Checker {
             next_write: 0,
             acked: HashMap::new(),
             loaded: false,
+            suspected: None,
             counts: Counts::default(),
         }
     }
@@ -429,6 +434,46 @@ impl Checker {
         }
     }
 
+    /// False suspicion: the others declare `n` failed while it runs on (it keeps its
+    /// memory and its own view).
+    fn suspect(&mut self, n: u16) {
+        self.trace(&format!("node {n} suspected"));
+        let now = self.sim.now;
+        for m in self.sim.live().into_iter().filter(|&m| m != n) {
+            let i = m as usize;
+            self.sim.nodes[i].node_failed(now, &mut self.sim.rpcs[i], n);
+            self.sim.settle_node(m);
+        }
+        if n != WRITER {
+            self.store.handle_member(now, Event::Failed(n));
+        }
+        self.suspected = Some(n);
+    }
+
+    /// The suspected node is heard again: the others admit it back.
+    fn heard_again(&mut self) {
+        let Some(n) = self.suspected.take() else { return };
+        self.trace(&format!("node {n} heard again"));
+        let now = self.sim.now;
+        let others: Vec<u16> = self.sim.live().into_iter().filter(|&m| m != n).collect();
+        for &m in &others {
+            let i = m as usize;
+            let _ = self.sim.nodes[i].join(now, &mut self.sim.rpcs[i], n);
+            self.sim.settle_node(m);
+        }
+        // It takes the others' view, as a runtime's liveness makes every member agree on
+        // one member set.
+        if let Some(&m) = others.first() {
+            let members = *self.sim.nodes[m as usize].members();
+            let i = n as usize;
+            let _ = self.sim.nodes[i].set_members(now, &mut self.sim.rpcs[i], members.view(), members.ids());
+            self.sim.settle_node(n);
+        }
+        if n != WRITER {
+            self.store.handle_member(now, Event::Joined(n));
+        }
+    }
+
     fn declare(&mut self, n: u16) {
         self.trace(&format!("node {n} declared failed"));
         self.sim.declare_failed(n);
@@ -474,6 +519,7 @@ fn scenario(seed: u64, steps: usize) -> Counts {
     // Crashed nodes: the step they are declared failed and the step they restart.
     let mut down: HashMap<u16, (usize, usize)> = HashMap::new();
     let mut cut_until = 0;
+    let mut suspect_until = 0;
     for step in 0..steps {
         c.sim.step = step;
         let roll = c.sim.rng.below(1000);
@@ -485,14 +531,22 @@ fn scenario(seed: u64, steps: usize) -> Counts {
                 // A crash: a server while three stay up, or the writer.
                 let n = c.sim.rng.below(nodes as u64) as u16;
                 let up = c.sim.live().len();
-                if !down.contains_key(&n) && (n == WRITER || up > 3) && c.sim.cut.is_none() {
+                let quiet = c.sim.cut.is_none() && c.suspected.is_none();
+                if !down.contains_key(&n) && (n == WRITER || up > 3) && quiet {
                     c.sim.crash(n);
                     c.counts.crashes += 1;
                     let detect = step + 5 + c.sim.rng.below(40) as usize;
                     down.insert(n, (detect, detect + 20 + c.sim.rng.below(200) as usize));
                 }
             }
-            307..=309 if c.sim.cut.is_none() && down.is_empty() => {
+            310..=312 if c.sim.cut.is_none() && down.is_empty() && c.suspected.is_none() => {
+                let n = c.sim.rng.below(nodes as u64) as u16;
+                c.suspect(n);
+                c.mark_cut();
+                c.counts.suspicions += 1;
+                suspect_until = step + 5 + c.sim.rng.below(80) as usize;
+            }
+            307..=309 if c.sim.cut.is_none() && down.is_empty() && c.suspected.is_none() => {
                 let side: Vec<u8> = (0..nodes).map(|_| c.sim.rng.below(2) as u8).collect();
                 c.sim.partition(side);
                 c.mark_cut();
@@ -509,6 +563,9 @@ fn scenario(seed: u64, steps: usize) -> Counts {
         if c.sim.cut.is_some() && step >= cut_until {
             c.sim.heal();
         }
+        if c.suspected.is_some() && step >= suspect_until {
+            c.heard_again();
+        }
         let due: Vec<(u16, (usize, usize))> = down.iter().map(|(&n, &s)| (n, s)).collect();
         for (n, (detect, back)) in due {
             if step == detect {
@@ -523,6 +580,7 @@ fn scenario(seed: u64, steps: usize) -> Counts {
     }
     // The end: everyone back, the network whole and quiet, every page read once more.
     c.sim.heal();
+    c.heard_again();
     for (n, (detect, _)) in std::mem::take(&mut down) {
         if !c.sim.failed[n as usize] {
             let _ = detect;
@@ -582,6 +640,7 @@ fn run(base: u64, n: u64, steps: usize) -> Counts {
         total.unavailable += c.unavailable;
         total.writer_restarts += c.writer_restarts;
         total.volumes_lost += c.volumes_lost;
+        total.suspicions += c.suspicions;
         total.crashes += c.crashes;
         total.repaired += c.repaired;
     }
@@ -593,7 +652,10 @@ fn checked_store_histories() {
     let c = run(1, 300, 400);
     eprintln!("300 scenarios: {c:?}");
     assert!(c.writes_acked > 1000 && c.reads_ok > 1000, "the scenarios did little: {c:?}");
-    assert!(c.writer_restarts > 0 && c.crashes > 0 && c.repaired > 0, "faults never happened: {c:?}");
+    assert!(
+        c.writer_restarts > 0 && c.crashes > 0 && c.repaired > 0 && c.suspicions > 0,
+        "faults never happened: {c:?}"
+    );
 }
 
 #[test]

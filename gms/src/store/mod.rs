@@ -40,6 +40,7 @@ pub mod nodes;
 pub mod read;
 pub mod record;
 pub mod repair;
+pub mod survey;
 pub mod volume;
 pub mod write;
 

@@ -17,14 +17,24 @@ use super::super::net::storage::Storage;
 use super::super::page::Version;
 use super::super::types::{GetResult, MissReason};
 use super::record::Replica;
+use super::survey::Survey;
 use super::{Data, IssueKind, Outcome, Owner, Phase, Req, Route, Store, StoreError};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Step {
+pub(super) enum Step {
     /// Ask replica `k` (of the directory only, once its holder missed) from `not_before`.
-    Ready { via_directory: bool, not_before: u64 },
-    /// `asked`: the member asked straight (a hit there tells where the copy is).
-    InFlight { via_directory: bool, asked: Option<u16> },
+    Ready {
+        via_directory: bool,
+        not_before: u64,
+    },
+    InFlight {
+        via_directory: bool,
+    },
+    /// A probe of `node` for replica `replica` in the survey ([`super::survey`]).
+    Probing {
+        replica: u8,
+        node: u16,
+    },
 }
 
 pub(crate) struct ReadReq<Io> {
@@ -33,24 +43,29 @@ pub(crate) struct ReadReq<Io> {
     k: u8,
     tries: u8,
     pass: u8,
-    /// A replica an earlier load wrote (`Unknown`) is looked for on every member in turn,
-    /// as the directory may not know it yet: the next member to ask, and the newest copy
-    /// found so far (version, member).
-    probe: u8,
-    best: Option<(Version, u16)>,
-    step: Step,
+    pub(super) survey: Survey,
+    pub(super) step: Step,
+}
+
+/// The step of a survey's probe, and of a read going on after one.
+pub(super) fn probing(replica: u8, node: u16) -> Step {
+    Step::Probing { replica, node }
+}
+
+pub(super) fn ready(now: u64) -> Step {
+    Step::Ready { via_directory: false, not_before: now }
 }
 
 impl<Io> ReadReq<Io> {
     pub(crate) fn new(io: Owner<Io>, page: u64, now: u64) -> Self {
         let step = Step::Ready { via_directory: false, not_before: now };
-        ReadReq { io, page, k: 0, tries: 0, pass: 0, probe: 0, best: None, step }
+        ReadReq { io, page, k: 0, tries: 0, pass: 0, survey: Survey::default(), step }
     }
 
     pub(crate) fn wake(&self) -> Option<u64> {
         match self.step {
             Step::Ready { not_before, .. } => Some(not_before),
-            Step::InFlight { .. } => None,
+            Step::InFlight { .. } | Step::Probing { .. } => None,
         }
     }
 }
@@ -64,10 +79,13 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         if now < not_before || (!meta && self.phase != Phase::Ready) {
             return None;
         }
-        let (page, mut k, probe) = (r.page, r.k, r.probe);
+        let (page, mut k) = (r.page, r.k);
         if !meta && !self.is_written(page) {
             self.end_pass(i, now);
             return None;
+        }
+        if let Some(probe) = self.poll_survey(i, page, meta) {
+            return Some(probe);
         }
         while k < self.cfg.replicas {
             let replica = self.entry(page, k).map_or(Replica::Unwritten, |e| e.replica);
@@ -82,19 +100,12 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
                     (version, Route::Holder { node: holder, answer: answer.filter(|_| self.cfg.nic_answers) })
                 }
                 Replica::Held { version, .. } | Replica::Lost { version } => (version, Route::Directory),
-                Replica::Unknown if !via_directory => match self.members.iter().nth(usize::from(probe)) {
-                    Some(node) => (Version(1), Route::Holder { node, answer: None }),
-                    None => (Version(1), Route::Directory),
-                },
+                // Nothing found of it on any member: its directory may know.
                 Replica::Unknown => (Version(1), Route::Directory),
-            };
-            let asked = match route {
-                Route::Holder { node, .. } => Some(node),
-                Route::Directory => None,
             };
             if let Req::Read(r) = &mut self.reqs[i] {
                 r.k = k;
-                r.step = Step::InFlight { via_directory: route == Route::Directory, asked };
+                r.step = Step::InFlight { via_directory: route == Route::Directory };
             }
             let into = if meta { Data::Meta(page - self.pages) } else { Data::Request };
             return Some(IssueKind::Get { page: self.page_id(page, k), at_least, route, into });
@@ -157,19 +168,15 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
     /// Read `i`'s getpage ended with `result` at `now`; `bytes`: a meta page's hit.
     pub(super) fn read_get_done(&mut self, i: usize, result: &GetResult<F>, now: u64, bytes: Option<&[u8]>) {
         let Req::Read(r) = &self.reqs[i] else { return };
-        let Step::InFlight { via_directory, asked } = r.step else { return };
-        let at = self.at(r.page, r.k);
-        if at.is_some_and(|a| self.entries[a].replica == Replica::Unknown) && !via_directory {
-            if let (Some(at), Some(node)) = (at, asked) {
-                return self.probe_done(i, at, node, result, now);
-            }
-        }
+        let via_directory = match r.step {
+            Step::InFlight { via_directory } => via_directory,
+            Step::Probing { replica, node } => return self.survey_done(i, replica, node, result, now),
+            Step::Ready { .. } => return,
+        };
         let Req::Read(r) = &mut self.reqs[i] else { return };
         let next = |r: &mut ReadReq<Io>| {
             r.k += 1;
             r.tries = 0;
-            r.probe = 0;
-            r.best = None;
             Step::Ready { via_directory: false, not_before: now }
         };
         r.step = match *result {
@@ -197,27 +204,5 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
             }
         };
         self.stats.fallbacks += 1;
-    }
-
-    /// A probe of member `node` for an earlier load's copy of read `i`'s replica (entry
-    /// `at`) ended. Every member is asked, and the newest copy found becomes the replica's
-    /// record: the read then takes it from there, at that version (a member may still
-    /// hold a superseded copy, which the first answer could have been). None found: the
-    /// directory is asked.
-    fn probe_done(&mut self, i: usize, at: usize, node: u16, result: &GetResult<F>, now: u64) {
-        let members = self.members.len();
-        let Req::Read(r) = &mut self.reqs[i] else { return };
-        if let GetResult::Hit { version, .. } = *result {
-            if r.best.is_none_or(|(v, _)| version > v) {
-                r.best = Some((version, node));
-            }
-        }
-        r.probe += 1;
-        let done = usize::from(r.probe) >= members;
-        let best = r.best;
-        r.step = Step::Ready { via_directory: done && best.is_none(), not_before: now };
-        if let (true, Some((version, holder))) = (done, best) {
-            self.entries[at].stored(holder, version, None);
-        }
     }
 }

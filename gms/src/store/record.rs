@@ -4,9 +4,11 @@
 //!
 //! A write takes a new version from the store's clock ([`Clock`]): one counter per disk
 //! identity, above every version an earlier load of the same identity used (its epoch,
-//! recovered at load, is in the top bits), never from the wall clock. Every put of a
-//! replica takes a version of its own, so each copy a write leaves is at the write's
-//! version or newer, and a copy older than the recorded version is never taken as current.
+//! recovered at load, is in the top bits), never from the wall clock. A write's replicas
+//! are first put at the write's version; a replica put again takes a newer one. So each
+//! copy a write leaves is at the write's version or newer, the replicas of a write
+//! usually share one version (what a reload compares, [`super::read`]), and a copy older
+//! than the recorded version is never taken as current.
 //!
 //! **Sites.** A stored replica supersedes only the older copies of itself: while a write
 //! has not stored replica `j`, the page's last acknowledged data lives on in `j`'s older

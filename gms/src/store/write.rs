@@ -59,6 +59,11 @@ pub(crate) struct WriteReq<Io> {
     puts: [Put; MAX_REPLICAS as usize],
     /// Rounds of refusals or site waits so far.
     rounds: u8,
+    /// The write's version: every replica's first put carries it (a replica put again
+    /// takes a newer one), so that the replicas of one write share a version; and the
+    /// replicas put at least once (bits).
+    version: Option<Version>,
+    sent: u8,
     /// The error that ends the write once its puts in flight are answered.
     failing: Option<StoreError>,
 }
@@ -66,7 +71,8 @@ pub(crate) struct WriteReq<Io> {
 impl<Io> WriteReq<Io> {
     pub(crate) fn new(io: Owner<Io>, page: u64, deadline: u64) -> Self {
         let map = if matches!(io, Owner::Meta) { MapWait::Clear } else { MapWait::Unchecked };
-        WriteReq { io, map, page, deadline, puts: [Put::Todo; MAX_REPLICAS as usize], rounds: 0, failing: None }
+        let puts = [Put::Todo; MAX_REPLICAS as usize];
+        WriteReq { io, map, page, deadline, puts, rounds: 0, version: None, sent: 0, failing: None }
     }
 
     pub(crate) fn wake(&self) -> Option<u64> {
@@ -135,9 +141,15 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
             self.delay(i, k, now);
             return None;
         };
-        let version = self.clock.tick();
+        let shared = match &self.reqs[i] {
+            Req::Write(w) if w.sent & (1 << k) == 0 => w.version,
+            _ => None,
+        };
+        let version = shared.unwrap_or_else(|| self.clock.tick());
         if let Req::Write(w) = &mut self.reqs[i] {
             w.puts[usize::from(k)] = Put::InFlight { target, version };
+            w.sent |= 1 << k;
+            w.version.get_or_insert(version);
         }
         let data = if meta { Data::Meta(page - self.pages) } else { Data::Request };
         Some(IssueKind::Put { page: self.page_id(page, k), version, target, data })

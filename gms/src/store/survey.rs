@@ -1,0 +1,95 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! The survey: the first read of a page an earlier load wrote (its replicas `Unknown`)
+//! asks every member for every such replica before it reads, and takes the newest copy
+//! found as the page's.
+//!
+//! Why every member: right after a reload the directories may not know the copies yet
+//! (their nodes re-register them as views settle). Why every replica: one replica's
+//! newest copy may have died, and a member may still hold a superseded copy of it (a
+//! member declared failed while it ran kept its memory and was never told to drop it);
+//! the replicas of the last acknowledged write all carry its version or a newer one, so
+//! the newest version found among them is that write or newer. A replica whose best copy
+//! is older than that newest is recorded lost at the newest version: never read, and made
+//! again by re-replication. Nothing found anywhere: the replicas stay unknown and the read
+//! asks their directories, as it would.
+
+use super::super::net::storage::Storage;
+use super::super::page::Version;
+use super::super::replica::MAX_REPLICAS;
+use super::super::types::GetResult;
+use super::record::Replica;
+use super::{Data, IssueKind, Req, Route, Store};
+
+/// A read's survey so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Survey {
+    /// The replica and the member (index among the members) to ask next.
+    replica: u8,
+    member: u8,
+    /// The newest copy of each replica found: (version, member).
+    best: [Option<(Version, u16)>; MAX_REPLICAS as usize],
+    done: bool,
+}
+
+impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> Store<Io, F, S, M, Q, OPS> {
+    /// The next probe of read `i`'s survey of `page`, if it has one to make; resolves the
+    /// survey once every probe is answered.
+    pub(super) fn poll_survey(&mut self, i: usize, page: u64, meta: bool) -> Option<IssueKind<F>> {
+        let Req::Read(r) = &self.reqs[i] else { return None };
+        if r.survey.done {
+            return None;
+        }
+        let unknown = |j: u8| self.entry(page, j).is_some_and(|e| e.replica == Replica::Unknown);
+        let next = (r.survey.replica..self.cfg.replicas).find(|&j| unknown(j));
+        let node = self.members.iter().nth(usize::from(r.survey.member));
+        let (Some(replica), Some(node)) = (next, node) else {
+            self.resolve_survey(i, page);
+            return None;
+        };
+        if let Req::Read(r) = &mut self.reqs[i] {
+            r.survey.replica = replica;
+            r.step = super::read::probing(replica, node);
+        }
+        let into = if meta { Data::Meta(page - self.pages) } else { Data::Request };
+        let route = Route::Holder { node, answer: None };
+        Some(IssueKind::Get { page: self.page_id(page, replica), at_least: Version(1), route, into })
+    }
+
+    /// Read `i`'s probe of `node` for `replica` ended.
+    pub(super) fn survey_done(&mut self, i: usize, replica: u8, node: u16, result: &GetResult<F>, now: u64) {
+        let members = self.members.len();
+        let Req::Read(r) = &mut self.reqs[i] else { return };
+        let s = &mut r.survey;
+        if let (GetResult::Hit { version, .. }, Some(best)) = (result, s.best.get_mut(usize::from(replica))) {
+            if best.is_none_or(|(v, _)| *version > v) {
+                *best = Some((*version, node));
+            }
+        }
+        s.member += 1;
+        if usize::from(s.member) >= members {
+            s.member = 0;
+            s.replica = replica + 1;
+        }
+        r.step = super::read::ready(now);
+    }
+
+    /// Every probe of read `i`'s survey of `page` is in: record what it found.
+    fn resolve_survey(&mut self, i: usize, page: u64) {
+        let Req::Read(r) = &mut self.reqs[i] else { return };
+        r.survey.done = true;
+        let best = r.survey.best;
+        let known = (0..self.cfg.replicas).filter_map(|k| self.entry(page, k)).filter_map(|e| e.replica.version());
+        let found = best.iter().flatten().map(|(v, _)| *v);
+        let Some(newest) = known.chain(found).max() else { return };
+        for k in 0..self.cfg.replicas {
+            let Some(at) = self.at(page, k) else { continue };
+            if self.entries[at].replica != Replica::Unknown {
+                continue;
+            }
+            match best[usize::from(k)] {
+                Some((v, holder)) if v == newest => self.entries[at].stored(holder, v, None),
+                _ => self.entries[at].replica = Replica::Lost { version: newest },
+            }
+        }
+    }
+}
