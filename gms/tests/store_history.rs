@@ -134,6 +134,9 @@ impl Frames<u32, Frame> for SimFrames {
         if let Some(o) = o {
             self.origin.insert((page, version.0), o);
         }
+        if let Some(b) = c.and_then(|c| self.bytes.get(&c).cloned()) {
+            self.bytes.insert((page, version.0), b);
+        }
         let twin = self.alloc(Some((page, version.0)));
         self.twins.insert(frame, twin);
         twin
@@ -177,6 +180,8 @@ struct Counts {
     volumes_lost: u64,
     /// Live nodes the others declared failed for a while.
     suspicions: u64,
+    /// Reads that failed after an unacknowledged newer write of the page.
+    torn_unavailable: u64,
     crashes: u64,
     repaired: u64,
 }
@@ -189,8 +194,10 @@ struct Checker {
     reqs: HashMap<u32, Req>,
     next_io: u32,
     next_write: u32,
-    /// Per page: the newest acknowledged write.
+    /// Per page: the newest acknowledged write, and the newest write that ended without
+    /// an acknowledgement (failed, or lost with the writer) and may have left copies.
     acked: HashMap<u64, u32>,
+    torn: HashMap<u64, u32>,
     /// The writer's store reached `Ready` since its last start.
     loaded: bool,
     /// A node the others declared failed while it runs.
@@ -225,6 +232,7 @@ impl Checker {
             next_io: 0,
             next_write: 0,
             acked: HashMap::new(),
+            torn: HashMap::new(),
             loaded: false,
             suspected: None,
             counts: Counts::default(),
@@ -295,6 +303,9 @@ impl Checker {
             .collect();
         assert!(held.is_empty(), "{}: the volume loaded afresh while live nodes hold its label: {held:?}", self.ctx());
         self.acked.clear();
+        for r in self.reqs.values_mut() {
+            r.acked_at_issue = None;
+        }
         self.counts.volumes_lost += 1;
     }
 
@@ -312,7 +323,11 @@ impl Checker {
                 *a = (*a).max(w);
                 self.counts.writes_acked += 1;
             }
-            (Some(_), Outcome::Failed(_)) => self.counts.writes_failed += 1,
+            (Some(w), Outcome::Failed(_)) => {
+                let t = self.torn.entry(r.page).or_insert(w);
+                *t = (*t).max(w);
+                self.counts.writes_failed += 1;
+            }
             (None, Outcome::Read { version }) => {
                 let got = self.frames.landed.remove(&io).flatten();
                 let origin = got.and_then(|c| self.frames.origin.get(&c).copied());
@@ -348,6 +363,10 @@ impl Checker {
         let live = self.holders_of(r.page, |w| w >= a, false);
         if live == 0 {
             self.counts.lost_excused += 1;
+        } else if self.torn.get(&r.page).is_some_and(|&t| t > a) {
+            // A newer write that was never acknowledged may have left a copy the store took
+            // as the page's newest; once that copy is gone it will not roll back past it.
+            self.counts.torn_unavailable += 1;
         } else if r.cut || e == StoreError::Unreachable && self.sim.cut.is_some() {
             self.counts.unavailable += 1;
         } else {
@@ -486,7 +505,14 @@ impl Checker {
         self.trace(&format!("node {n} restarts"));
         self.sim.restart(n);
         if n == WRITER {
-            // The writer loads the volume again: a new store, the old requests gone.
+            // The writer loads the volume again: a new store, the old requests gone (writes
+            // among them may have left copies).
+            for r in self.reqs.values() {
+                if let Some(w) = r.write {
+                    let t = self.torn.entry(r.page).or_insert(w);
+                    *t = (*t).max(w);
+                }
+            }
             let members: Vec<u16> = self.sim.live().into_iter().filter(|&m| m != WRITER).collect();
             self.store = Store::new(store_config(), IDENTITY, WRITER, PAGES, &members).unwrap();
             self.reqs.clear();
@@ -641,6 +667,7 @@ fn run(base: u64, n: u64, steps: usize) -> Counts {
         total.writer_restarts += c.writer_restarts;
         total.volumes_lost += c.volumes_lost;
         total.suspicions += c.suspicions;
+        total.torn_unavailable += c.torn_unavailable;
         total.crashes += c.crashes;
         total.repaired += c.repaired;
     }

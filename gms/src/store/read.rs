@@ -84,7 +84,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
             self.end_pass(i, now);
             return None;
         }
-        if let Some(probe) = self.poll_survey(i, page, meta) {
+        if let Some(probe) = self.poll_survey(i, page, meta, now) {
             return Some(probe);
         }
         while k < self.cfg.replicas {

@@ -5,10 +5,11 @@
 //! A write takes a new version from the store's clock ([`Clock`]): one counter per disk
 //! identity, above every version an earlier load of the same identity used (its epoch,
 //! recovered at load, is in the top bits), never from the wall clock. A write's replicas
-//! are first put at the write's version; a replica put again takes a newer one. So each
-//! copy a write leaves is at the write's version or newer, the replicas of a write
-//! usually share one version (what a reload compares, [`super::read`]), and a copy older
-//! than the recorded version is never taken as current.
+//! are first put at the write's version; a replica put again takes the next version of the
+//! same *generation* (the version less its low [`RETRY_BITS`]). So each copy a write
+//! leaves is at the write's version or newer, the copies of one write share a generation
+//! (what a reload compares, [`super::survey`]), and a copy older than the recorded version
+//! is never taken as current.
 //!
 //! **Sites.** A stored replica supersedes only the older copies of itself: while a write
 //! has not stored replica `j`, the page's last acknowledged data lives on in `j`'s older
@@ -99,18 +100,37 @@ pub struct Clock {
 
 /// Bits of a version below the epoch.
 pub const EPOCH_SHIFT: u32 = 40;
+/// Bits of a version below its generation: a write's replicas put again keep the write's
+/// generation ([`Clock::again`]), so the copies of one write can be told by it.
+pub const RETRY_BITS: u32 = 4;
 
 impl Clock {
     /// The clock of a load in `epoch` (≥ 1; the previous load's epoch + 1).
     pub const fn new(epoch: u32) -> Clock {
-        Clock { next: ((epoch as u64) << EPOCH_SHIFT) | 1 }
+        Clock { next: ((epoch as u64) << EPOCH_SHIFT) | (1 << RETRY_BITS) }
     }
 
-    /// A version newer than every one this identity used before.
+    /// A version of a new generation, newer than every one this identity used before.
     pub fn tick(&mut self) -> Version {
         let v = self.next;
-        self.next += 1;
+        self.next += 1 << RETRY_BITS;
         Version(v)
+    }
+
+    /// The version a copy put again after one at `v` takes: newer than `v` (a directory
+    /// never takes a second copy at the same version), of the same generation while there
+    /// is room, else of a new one.
+    pub fn again(&mut self, v: Version) -> Version {
+        if (v.0 + 1) & ((1 << RETRY_BITS) - 1) != 0 && v.0 < self.next {
+            Version(v.0 + 1)
+        } else {
+            self.tick()
+        }
+    }
+
+    /// The write a version belongs to: the copies of one write share it.
+    pub const fn generation(v: Version) -> u64 {
+        v.0 >> RETRY_BITS
     }
 
     /// The epoch a version was written in.
@@ -147,5 +167,20 @@ mod tests {
         let mut b = Clock::new(2);
         assert!(b.tick() > last);
         assert_eq!(Clock::epoch_of(last), 1);
+    }
+
+    #[test]
+    fn a_copy_put_again_keeps_its_writes_generation_while_there_is_room() {
+        let mut c = Clock::new(1);
+        let w = c.tick();
+        let mut v = w;
+        for _ in 0..(1 << RETRY_BITS) - 1 {
+            let a = c.again(v);
+            assert!(a > v && Clock::generation(a) == Clock::generation(w));
+            v = a;
+        }
+        let full = c.again(v);
+        assert!(full > v && Clock::generation(full) > Clock::generation(w));
+        assert!(c.tick() > full, "a new generation is newer than every one handed out");
     }
 }

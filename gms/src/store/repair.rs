@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! Re-replication: after a member fails or restarts, every replica it held is made again
 //! from a surviving replica — fetched from that replica's holder into a frame of the
-//! runtime's, then put to a member clear of the page's other sites, at a new version.
+//! runtime's, then put to a member clear of the page's other sites, at the copy's own
+//! version (the next of its generation if the replica's directory keeps that one), so
+//! that the replicas of one write keep sharing a generation ([`super::record::Clock`]).
 //!
-//! A scan walks the volume from page 0 and starts a repair for each page with a lost
+//! A scan walks the volume from page 0 (its meta pages included) and starts a repair for each page with a lost
 //! replica and a held one whose holder is a member, at most
 //! [`super::StoreConfig::repair_in_flight`] at a time and one every
 //! [`super::StoreConfig::repair_gap_ns`], and only while a quarter of the request slots
@@ -50,11 +52,14 @@ impl Repair {
 enum Step<F> {
     Fetch,
     Fetching,
-    /// The copy is in `frame`; its put goes from `not_before`.
+    /// The copy is in `frame`; its put goes from `not_before`, at `version` (the copy's
+    /// own, so that the replicas of one write keep sharing a version; `None`: a new one,
+    /// after the directory refused that one).
     Put {
         frame: F,
         tries: u8,
         not_before: u64,
+        version: Option<Version>,
     },
     Putting {
         frame: F,
@@ -90,7 +95,9 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         if running >= usize::from(self.cfg.repair_in_flight) || now < self.repair.next_start || free * 4 < Q {
             return;
         }
-        let end = p.saturating_add(SCAN_BUDGET).min(self.pages);
+        // The volume's meta pages (its label and written map) too: past the user's.
+        let all = self.pages.saturating_add(self.meta);
+        let end = p.saturating_add(SCAN_BUDGET).min(all);
         while p < end {
             if let Some((lost, from)) = self.repairable(p) {
                 if !self.page_free(p, true) {
@@ -104,7 +111,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
             }
             p += 1;
         }
-        self.repair.cursor = if p < self.pages {
+        self.repair.cursor = if p < all {
             Some(p)
         } else if core::mem::take(&mut self.repair.again) {
             self.repair.next_start = now.saturating_add(self.cfg.retry_delay_ns);
@@ -146,7 +153,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
                 let route = Route::Holder { node: holder, answer: answer.filter(|_| self.cfg.nic_answers) };
                 Some(IssueKind::Get { page: self.page_id(page, from), at_least: version, route, into: Data::Scratch })
             }
-            Step::Put { frame, tries, not_before } if now >= not_before => {
+            Step::Put { frame, tries, not_before, version } if now >= not_before => {
                 let mut avoid = NodeSet::EMPTY;
                 for j in (0..self.cfg.replicas).filter(|&j| j != lost) {
                     if let Some(e) = self.entry(page, j) {
@@ -156,10 +163,10 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
                 let mut list = [0u16; MAX_NODE as usize + 1];
                 let n = avoid.iter().zip(list.iter_mut()).map(|(a, l)| *l = a).count();
                 let Some((target, _)) = self.placement.pick_avoiding(now, lru, coord, &list[..n]) else {
-                    self.repair_retry(i, frame, tries, now);
+                    self.repair_retry(i, frame, tries, now, version);
                     return None;
                 };
-                let version = self.clock.tick();
+                let version = version.unwrap_or_else(|| self.clock.tick());
                 if let Req::Repair(r) = &mut self.reqs[i] {
                     r.step = Step::Putting { frame, tries, target, version };
                 }
@@ -169,21 +176,21 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         }
     }
 
-    fn repair_retry(&mut self, i: usize, frame: F, tries: u8, now: u64) {
+    fn repair_retry(&mut self, i: usize, frame: F, tries: u8, now: u64, version: Option<Version>) {
         if tries + 1 >= PUT_TRIES {
             self.repair_ended(i, false);
             return;
         }
         let not_before = now.saturating_add(self.cfg.retry_delay_ns);
         if let Req::Repair(r) = &mut self.reqs[i] {
-            r.step = Step::Put { frame, tries: tries + 1, not_before };
+            r.step = Step::Put { frame, tries: tries + 1, not_before, version };
         }
     }
 
     pub(super) fn repair_put_not_sent(&mut self, i: usize, now: u64) {
-        if let Req::Repair(RepairReq { step: Step::Putting { frame, tries, target, .. }, .. }) = self.reqs[i] {
+        if let Req::Repair(RepairReq { step: Step::Putting { frame, tries, target, version }, .. }) = self.reqs[i] {
             self.placement.done(target, Placed::Failed, now);
-            self.repair_retry(i, frame, tries, now);
+            self.repair_retry(i, frame, tries, now, Some(version));
         }
     }
 
@@ -191,12 +198,16 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
     /// store keeps the frame (else the runtime's).
     pub(super) fn repair_get_done(&mut self, i: usize, result: &GetResult<F>, now: u64) -> bool {
         match *result {
-            GetResult::Hit { frame, .. } => {
+            GetResult::Hit { frame, version, .. } => {
+                let Req::Repair(r) = &self.reqs[i] else { return false };
+                // Not below the version recorded for the replica made again (its
+                // directory may keep that one as a floor).
+                let floor = self.entry(r.page, r.lost).and_then(|e| e.replica.version());
+                let version = Some(floor.map_or(version, |f| f.max(version)));
                 if let Req::Repair(r) = &mut self.reqs[i] {
-                    r.step = Step::Put { frame, tries: 0, not_before: now };
-                    return true;
+                    r.step = Step::Put { frame, tries: 0, not_before: now, version };
                 }
-                false
+                true
             }
             GetResult::Miss { .. } => {
                 self.repair_ended(i, false);
@@ -223,14 +234,20 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
             }
             PutResult::Refused => {
                 self.placement.done(target, Placed::Refused, now);
-                self.repair_retry(i, frame, tries, now);
+                self.repair_retry(i, frame, tries, now, Some(version));
             }
-            PutResult::Failed | PutResult::WrongView | PutResult::Superseded => {
+            // The directory keeps this version of the replica already: the next one.
+            PutResult::Superseded => {
+                self.placement.done(target, Placed::Failed, now);
+                let again = self.clock.again(version);
+                self.repair_retry(i, frame, tries, now, Some(again));
+            }
+            PutResult::Failed | PutResult::WrongView => {
                 self.placement.done(target, Placed::Failed, now);
                 if let Some(at) = self.at(page, lost) {
                     self.entries[at].unanswered(target);
                 }
-                self.repair_retry(i, frame, tries, now);
+                self.repair_retry(i, frame, tries, now, Some(version));
             }
         }
     }
@@ -246,7 +263,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         if !done {
             self.repair.again = true;
             if self.repair.cursor.is_none() {
-                self.repair.cursor = Some(self.pages);
+                self.repair.cursor = Some(self.pages.saturating_add(self.meta));
             }
         }
         match frame {

@@ -7,17 +7,18 @@
 //! (their nodes re-register them as views settle). Why every replica: one replica's
 //! newest copy may have died, and a member may still hold a superseded copy of it (a
 //! member declared failed while it ran kept its memory and was never told to drop it);
-//! the replicas of the last acknowledged write all carry its version or a newer one, so
-//! the newest version found among them is that write or newer. A replica whose best copy
-//! is older than that newest is recorded lost at the newest version: never read, and made
-//! again by re-replication. Nothing found anywhere: the replicas stay unknown and the read
+//! the replicas of the last acknowledged write all carry its generation or a newer one
+//! ([`super::record::Clock`]: a write's copies share a generation, whatever their puts
+//! again), so the newest generation found among them is that write or newer. A replica
+//! whose best copy is of an older generation is recorded lost at the newest: never read,
+//! and made again by re-replication, which starts at once. Nothing found anywhere: the replicas stay unknown and the read
 //! asks their directories, as it would.
 
 use super::super::net::storage::Storage;
 use super::super::page::Version;
 use super::super::replica::MAX_REPLICAS;
 use super::super::types::GetResult;
-use super::record::Replica;
+use super::record::{Clock, Replica, RETRY_BITS};
 use super::{Data, IssueKind, Req, Route, Store};
 
 /// A read's survey so far.
@@ -34,7 +35,7 @@ pub(crate) struct Survey {
 impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> Store<Io, F, S, M, Q, OPS> {
     /// The next probe of read `i`'s survey of `page`, if it has one to make; resolves the
     /// survey once every probe is answered.
-    pub(super) fn poll_survey(&mut self, i: usize, page: u64, meta: bool) -> Option<IssueKind<F>> {
+    pub(super) fn poll_survey(&mut self, i: usize, page: u64, meta: bool, now: u64) -> Option<IssueKind<F>> {
         let Req::Read(r) = &self.reqs[i] else { return None };
         if r.survey.done {
             return None;
@@ -43,7 +44,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         let next = (r.survey.replica..self.cfg.replicas).find(|&j| unknown(j));
         let node = self.members.iter().nth(usize::from(r.survey.member));
         let (Some(replica), Some(node)) = (next, node) else {
-            self.resolve_survey(i, page);
+            self.resolve_survey(i, page, now);
             return None;
         };
         if let Req::Read(r) = &mut self.reqs[i] {
@@ -74,22 +75,32 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
     }
 
     /// Every probe of read `i`'s survey of `page` is in: record what it found.
-    fn resolve_survey(&mut self, i: usize, page: u64) {
+    fn resolve_survey(&mut self, i: usize, page: u64, now: u64) {
         let Req::Read(r) = &mut self.reqs[i] else { return };
         r.survey.done = true;
         let best = r.survey.best;
         let known = (0..self.cfg.replicas).filter_map(|k| self.entry(page, k)).filter_map(|e| e.replica.version());
         let found = best.iter().flatten().map(|(v, _)| *v);
         let Some(newest) = known.chain(found).max() else { return };
+        let generation = Clock::generation(newest);
+        let mut short = false;
         for k in 0..self.cfg.replicas {
             let Some(at) = self.at(page, k) else { continue };
             if self.entries[at].replica != Replica::Unknown {
                 continue;
             }
             match best[usize::from(k)] {
-                Some((v, holder)) if v == newest => self.entries[at].stored(holder, v, None),
-                _ => self.entries[at].replica = Replica::Lost { version: newest },
+                Some((v, holder)) if Clock::generation(v) == generation => self.entries[at].stored(holder, v, None),
+                _ => {
+                    let base = Version(generation << RETRY_BITS);
+                    self.entries[at].replica = Replica::Lost { version: base };
+                    short = true;
+                }
             }
+        }
+        // The newest copy has fewer replicas than it should: make them again now.
+        if short {
+            self.repair.start(now);
         }
     }
 }

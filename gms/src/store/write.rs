@@ -59,11 +59,11 @@ pub(crate) struct WriteReq<Io> {
     puts: [Put; MAX_REPLICAS as usize],
     /// Rounds of refusals or site waits so far.
     rounds: u8,
-    /// The write's version: every replica's first put carries it (a replica put again
-    /// takes a newer one), so that the replicas of one write share a version; and the
-    /// replicas put at least once (bits).
+    /// The write's version: every replica's first put carries it, so that the replicas of
+    /// one write share a version; a replica put again takes the next version of the same
+    /// generation ([`super::record::Clock::again`]). And each replica's last put version.
     version: Option<Version>,
-    sent: u8,
+    last: [Option<Version>; MAX_REPLICAS as usize],
     /// The error that ends the write once its puts in flight are answered.
     failing: Option<StoreError>,
 }
@@ -72,7 +72,8 @@ impl<Io> WriteReq<Io> {
     pub(crate) fn new(io: Owner<Io>, page: u64, deadline: u64) -> Self {
         let map = if matches!(io, Owner::Meta) { MapWait::Clear } else { MapWait::Unchecked };
         let puts = [Put::Todo; MAX_REPLICAS as usize];
-        WriteReq { io, map, page, deadline, puts, rounds: 0, version: None, sent: 0, failing: None }
+        let last = [None; MAX_REPLICAS as usize];
+        WriteReq { io, map, page, deadline, puts, rounds: 0, version: None, last, failing: None }
     }
 
     pub(crate) fn wake(&self) -> Option<u64> {
@@ -141,14 +142,18 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
             self.delay(i, k, now);
             return None;
         };
-        let shared = match &self.reqs[i] {
-            Req::Write(w) if w.sent & (1 << k) == 0 => w.version,
-            _ => None,
+        let (shared, last) = match &self.reqs[i] {
+            Req::Write(w) => (w.version, w.last[usize::from(k)]),
+            _ => (None, None),
         };
-        let version = shared.unwrap_or_else(|| self.clock.tick());
+        let version = match (last, shared) {
+            (Some(v), _) => self.clock.again(v),
+            (None, Some(v)) => v,
+            (None, None) => self.clock.tick(),
+        };
         if let Req::Write(w) = &mut self.reqs[i] {
             w.puts[usize::from(k)] = Put::InFlight { target, version };
-            w.sent |= 1 << k;
+            w.last[usize::from(k)] = Some(version);
             w.version.get_or_insert(version);
         }
         let data = if meta { Data::Meta(page - self.pages) } else { Data::Request };
