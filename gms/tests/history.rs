@@ -2,7 +2,7 @@
 //! The history checker's scenarios: GMS on 3–5 simulated nodes under crashes, restarts
 //! (new incarnations that rejoin), partitions that heal, and message loss, duplication and
 //! reordering; every operation and fault is recorded and the history judged by
-//! `sim::history::check` (never stale, never foreign bytes, nothing acknowledged lost
+//! `sim::gms::history::check` (never stale, never foreign bytes, nothing acknowledged lost
 //! unless a cause the one-copy design allows; those losses counted by cause).
 //!
 //! Each scenario is derived from one seed. A violation prints the rule it broke, where (history
@@ -14,12 +14,11 @@
 //! `GMS_HISTORY_SCENARIOS` (10 000 by default) longer ones from `GMS_HISTORY_BASE` (random
 //! by default, printed) and reports its scenario count and violations.
 
-mod sim;
-
 use gms::prelude::*;
-use sim::history::{self, Cause, Ev, History, Outcome, Report};
-use sim::OpKind;
-use sim::*;
+use sim::gms::history::{self, Cause, Ev, History, Outcome, Report};
+use sim::gms::OpKind;
+use sim::gms::*;
+use sim::rng::Rng;
 use std::cell::Cell;
 use std::collections::BTreeMap;
 
@@ -44,7 +43,7 @@ struct Plan {
 }
 
 fn plan(seed: u64, long: bool, moves: bool) -> Plan {
-    let mut r = Rng(seed ^ 0x6d73_6869_7374_6f72);
+    let mut r = Rng::new(seed ^ 0x6d73_6869_7374_6f72, 0);
     let nodes = 3 + r.below(3) as usize;
     // A third of the scenarios lose no messages (crashes and partitions only).
     let lossy = r.below(3) != 0;
@@ -130,7 +129,7 @@ fn drive(p: &Plan, slot: &mut Option<Sim>) {
     s.check_quiet();
     s.check_converged();
     s.check_frames();
-    s.hist.push(s.now, usize::MAX, Ev::Settled);
+    s.hist.push(s.clock.now(), usize::MAX, Ev::Settled);
     // Read every page back, each from a random live node.
     for q in 0..2 * p.knobs.pages {
         let page = page_of(p, q);
@@ -174,9 +173,9 @@ fn faults(s: &mut Sim, p: &Plan, step: usize, crashed_at: &mut [Option<usize>], 
             s.restart(i as u16);
         }
     }
-    if s.cut.is_some() && step >= *heal_at {
+    if s.net.sides().is_some() && step >= *heal_at {
         s.heal();
-    } else if s.cut.is_none() && s.rng.below(1000) < p.cut_pm {
+    } else if s.net.sides().is_none() && s.rng.below(1000) < p.cut_pm {
         // Two non-empty sides.
         let mut side: Vec<u8> = (0..n).map(|_| s.rng.below(2) as u8).collect();
         let lone = s.rng.below(n as u64) as usize;
@@ -265,7 +264,7 @@ fn run(p: &Plan) -> Run {
         panic,
         crashes: s.cov.crashes,
         restarts,
-        cut_drops: s.cut_drops,
+        cut_drops: s.net.stats().cut,
         dropped: s.cov.dropped,
         duplicated: s.cov.duplicated,
         history: s.hist,
@@ -350,8 +349,8 @@ impl Totals {
 }
 
 fn seeds(base: u64, n: u64) -> impl Iterator<Item = u64> {
-    let mut r = Rng(base);
-    (0..n).map(move |_| r.next())
+    let mut r = Rng::new(base, 0);
+    (0..n).map(move |_| r.next_u64())
 }
 
 /// A fixed set of scenarios in every test run: no violation, and the faults the checker
