@@ -36,14 +36,21 @@ struct Plan {
     restart_pct: u32,
     /// Steps before a crashed node is declared failed.
     detect: usize,
+    /// Per mille per step: a live node is falsely declared failed; heard again
+    /// `hear_after` steps later.
+    suspect_pm: u64,
+    hear_after: usize,
     /// Copies change hands at the same version: movepage, and reads of the space with
     /// moving reads (every scenario the tests run; `nomoves` in a replay line leaves them
     /// out).
     moves: bool,
 }
 
-fn plan(seed: u64, long: bool, moves: bool) -> Plan {
+fn plan(seed: u64, long: bool, moves: bool, suspicion: bool) -> Plan {
     let mut r = Rng::new(seed ^ 0x6d73_6869_7374_6f72, 0);
+    // Its own stream: the draws above and the faults drawn from them stay as they were
+    // before scenarios had false suspicions.
+    let mut sus = Rng::new(seed, SUSPICION_STREAM);
     let nodes = 3 + r.below(3) as usize;
     // A third of the scenarios lose no messages (crashes and partitions only).
     let lossy = r.below(3) != 0;
@@ -67,6 +74,8 @@ fn plan(seed: u64, long: bool, moves: bool) -> Plan {
         cut_pm: r.below(15),
         restart_pct: r.below(10) as u32,
         detect: r.below(40) as usize,
+        suspect_pm: if suspicion { 1 + sus.below(15) } else { 0 },
+        hear_after: 1 + sus.below(60) as usize,
         moves,
     }
 }
@@ -75,12 +84,16 @@ impl Plan {
     fn replay_line(&self) -> String {
         let len = if self.long { "long" } else { "short" };
         let moves = if self.moves { "moves" } else { "nomoves" };
+        let suspicion = if self.suspect_pm > 0 { " suspicion" } else { "" };
         format!(
-            "GMS_HISTORY_SEED=\"{:#x} {len} {moves}\" cargo test -p trapeze-gms --test history replay -- --ignored --nocapture",
+            "GMS_HISTORY_SEED=\"{:#x} {len} {moves}{suspicion}\" cargo test -p trapeze-gms --test history replay -- --ignored --nocapture",
             self.seed
         )
     }
 }
+
+/// The stream of a scenario's seed its false suspicions are drawn from (and the next one).
+const SUSPICION_STREAM: u64 = 1;
 
 thread_local! {
     /// The step a scenario was at, for a panic's report.
@@ -95,6 +108,7 @@ struct Run {
     panic: Option<String>,
     crashes: u64,
     restarts: u64,
+    suspicions: u64,
     cut_drops: u64,
     dropped: u64,
     duplicated: u64,
@@ -105,15 +119,24 @@ fn drive(p: &Plan, slot: &mut Option<Sim>) {
     s.strict = false;
     let mut crashed_at: Vec<Option<usize>> = vec![None; p.knobs.nodes];
     let mut heal_at = 0;
+    let mut suspicion = Rng::new(p.seed, SUSPICION_STREAM + 1);
+    let mut suspected_at: Vec<Option<usize>> = vec![None; p.knobs.nodes];
     for step in 0..p.steps {
         s.step = step;
         STEP.with(|c| c.set(step));
         faults(s, p, step, &mut crashed_at, &mut heal_at);
+        suspicions(s, p, step, &mut suspicion, &mut suspected_at);
         workload(s, p);
         s.check_frames();
     }
-    // The faults stop: the network heals, every crash is noticed, some nodes come back.
+    // The faults stop: the network heals, every suspected node is heard again, every
+    // crash is noticed, some nodes come back.
     s.heal();
+    for n in 0..p.knobs.nodes as u16 {
+        if !s.crashed[n as usize] && s.failed[n as usize] {
+            s.heard_again(n);
+        }
+    }
     for n in 0..p.knobs.nodes as u16 {
         if s.crashed[n as usize] && !s.failed[n as usize] {
             s.declare_failed(n);
@@ -156,7 +179,10 @@ fn faults(s: &mut Sim, p: &Plan, step: usize, crashed_at: &mut [Option<usize>], 
     for (i, at) in crashed_at.iter_mut().enumerate() {
         if at.is_some_and(|at| step >= at + p.detect) {
             *at = None;
-            s.declare_failed(i as u16);
+            // A node suspected before it crashed was declared failed then.
+            if !s.failed[i] {
+                s.declare_failed(i as u16);
+            }
         }
     }
     if s.rng.below(1000) < p.crash_pm {
@@ -182,6 +208,29 @@ fn faults(s: &mut Sim, p: &Plan, step: usize, crashed_at: &mut [Option<usize>], 
         side[lone] = 1 - side[(lone + 1) % n];
         *heal_at = step + 5 + s.rng.below(80) as usize;
         s.partition(side);
+    }
+}
+
+/// False suspicion, drawn from its own stream: a live member is declared failed while it
+/// keeps running with its state, and is heard again `hear_after` steps later (unless it
+/// crashed meanwhile: then it is a crashed node declared failed, which may restart).
+fn suspicions(s: &mut Sim, p: &Plan, step: usize, r: &mut Rng, suspected_at: &mut [Option<usize>]) {
+    for (i, at) in suspected_at.iter_mut().enumerate() {
+        if at.is_some_and(|at| step >= at + p.hear_after) {
+            *at = None;
+            if !s.crashed[i] && s.failed[i] {
+                s.heard_again(i as u16);
+            }
+        }
+    }
+    if r.below(1000) < p.suspect_pm {
+        let up = s.members_up();
+        // Keep two members.
+        if up.len() > 2 {
+            let v = *r.pick(&up).expect("members are up");
+            s.suspect(v);
+            suspected_at[v as usize] = Some(step);
+        }
     }
 }
 
@@ -264,6 +313,7 @@ fn run(p: &Plan) -> Run {
         panic,
         crashes: s.cov.crashes,
         restarts,
+        suspicions: s.suspicions,
         cut_drops: s.net.stats().cut,
         dropped: s.cov.dropped,
         duplicated: s.cov.duplicated,
@@ -285,6 +335,7 @@ struct Totals {
     stale_after_move: u64,
     crashes: u64,
     restarts: u64,
+    suspicions: u64,
     cut_drops: u64,
     dropped: u64,
     duplicated: u64,
@@ -319,6 +370,7 @@ impl Totals {
         self.stale_after_move += r.report.stale_after_move;
         self.crashes += r.crashes;
         self.restarts += r.restarts;
+        self.suspicions += r.suspicions;
         self.cut_drops += r.cut_drops;
         self.dropped += r.dropped;
         self.duplicated += r.duplicated;
@@ -329,7 +381,7 @@ impl Totals {
             "{} scenarios, {} violations; {} acknowledged writes, {} reads checked; after the faults {} pages \
              read back at their acknowledged version or newer ({} of them despite a fault that excused a loss), \
              lost for an allowed cause: {:?}; {} reads older than a write the reader did not know of, after \
-             the page's directory moved; faults: {} crashes, {} restarts, {} messages cut by partitions, \
+             the page's directory moved; faults: {} crashes, {} restarts, {} false suspicions, {} messages cut by partitions, \
              {} dropped, {} duplicated",
             self.scenarios,
             self.violations,
@@ -341,6 +393,7 @@ impl Totals {
             self.stale_after_move,
             self.crashes,
             self.restarts,
+            self.suspicions,
             self.cut_drops,
             self.dropped,
             self.duplicated
@@ -360,7 +413,7 @@ fn seeds(base: u64, n: u64) -> impl Iterator<Item = u64> {
 fn checked_histories() {
     let mut t = Totals::default();
     for seed in seeds(0x0006_d5ee_d202_6016, 300) {
-        let p = plan(seed, false, true);
+        let p = plan(seed, false, true, false);
         t.add(&p, run(&p));
     }
     let sum = t.summary();
@@ -391,7 +444,7 @@ fn many(what: &str, n: u64, base: u64, long: bool) -> Totals {
     let started = std::time::Instant::now();
     let mut t = Totals::default();
     for seed in seeds(base, n) {
-        let p = plan(seed, long, true);
+        let p = plan(seed, long, true, false);
         t.add(&p, run(&p));
         if t.scenarios % 1000 == 0 {
             eprintln!("  {} scenarios, {} violations ({:.0?})", t.scenarios, t.violations, started.elapsed());
@@ -469,13 +522,35 @@ const SAME_VERSION_HANDOVERS: &[&str] = &[
     "0x13bb55d335c4715a long moves",
 ];
 
+/// Scenarios with false suspicions besides the other faults: live members declared failed
+/// that keep their state and are heard again. Their own stream, so the scenarios are those
+/// of `checked_histories` plus the suspicions.
+///
+/// On demand until GMS keeps what a falsely suspected holder held: 5 of these 300
+/// scenarios read a page back as a miss although its acknowledged copy was held by nodes
+/// that never crashed, after suspicions and rejoins. The plainest, with no crash, loss or
+/// duplicate (partitions and suspicions only): `0x11103de8ff0b4ae1 short moves suspicion`.
+#[test]
+#[ignore = "GMS loses copies across false suspicions (replay 0x11103de8ff0b4ae1 short moves suspicion)"]
+fn false_suspicion_histories() {
+    let mut t = Totals::default();
+    for seed in seeds(0x0006_d5ee_d202_6016, 300) {
+        let p = plan(seed, false, true, true);
+        t.add(&p, run(&p));
+    }
+    let sum = t.summary();
+    eprintln!("gms history: {sum}");
+    assert_eq!(t.violations, 0, "{sum}; failing seeds {:x?}", t.failed_scenarios);
+    assert!(t.suspicions > 0 && t.crashes > 0 && t.kept > 0, "{sum}");
+}
+
 #[test]
 fn same_version_handovers_are_not_lost() {
     let mut t = Totals::default();
     for line in SAME_VERSION_HANDOVERS {
         let mut f = line.split_whitespace();
         let seed = parse_u64(f.next().unwrap()).unwrap();
-        let p = plan(seed, f.next() == Some("long"), f.next() != Some("nomoves"));
+        let p = plan(seed, f.next() == Some("long"), f.next() != Some("nomoves"), false);
         t.add(&p, run(&p));
     }
     assert_eq!(t.violations, 0, "{}; failing seeds {:x?}", t.summary(), t.failed_scenarios);
@@ -507,7 +582,12 @@ fn replay() {
         Some("nomoves") => false,
         Some(x) => panic!("GMS_HISTORY_SEED: {x:?} is neither moves nor nomoves"),
     };
-    let p = plan(seed, long, moves);
+    let suspicion = match f.next() {
+        None => false,
+        Some("suspicion") => true,
+        Some(x) => panic!("GMS_HISTORY_SEED: {x:?} is not suspicion"),
+    };
+    let p = plan(seed, long, moves, suspicion);
     let mut t = Totals::default();
     t.add(&p, run(&p));
     eprintln!("gms history: {p:?}: {}", t.summary());

@@ -76,10 +76,14 @@ impl Sim {
                 Some(op)
             }
             Err(e) => {
+                // A node falsely suspected, or one that learnt a view without it, may not
+                // count the target a member.
+                let stale_view = e == GmsError::BadTarget && !self.nodes[node as usize].members().contains(rec.target);
                 assert!(
-                    matches!(e, GmsError::OpsFull | GmsError::Busy | GmsError::Rpc(RpcError::TxFull)),
-                    "{}: issue failed: {e:?}",
-                    self.ctx
+                    stale_view || matches!(e, GmsError::OpsFull | GmsError::Busy | GmsError::Rpc(RpcError::TxFull)),
+                    "{}: node {node} (view {:?}) could not issue {rec:?}: {e:?}",
+                    self.ctx,
+                    self.nodes[node as usize].members().ids()
                 );
                 if let Some(f) = frame {
                     self.w.borrow_mut().free(node, f);
