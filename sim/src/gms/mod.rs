@@ -1,9 +1,17 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! A simulated cluster for the GMS tests: 3–5 nodes, each a NetRPC `Rpc` and a
-//! `GmsNode`, over a network that can drop, duplicate and reorder messages and be cut
-//! into two sides (a partition, until healed); nodes may crash, be declared failed some
-//! steps later, and restart as a new incarnation that rejoins. Every operation and fault
-//! goes into a [`history::History`] for the history checker.
+//! `GmsNode`, over the simulated network ([`crate::net`]: loss, duplicates that reach
+//! NetRPC and GMS, reordering, partitions until healed) on the virtual clock; nodes may
+//! crash, be declared failed some steps later, and restart as a new incarnation that
+//! rejoins, or be falsely suspected (declared failed while up, keeping their state) and
+//! heard again. Every operation and fault goes into a [`history::History`] for the
+//! history checker. All randomness comes from [`Sim::rng`], stream 0 of the seed.
+//!
+//! Files: `world` (frames, the NIC's payload table, the host callbacks), `client` (the
+//! operations a test issues), `drain` (a node's outputs after each input, completions
+//! checked against the model), `deliver` (network and time), `faults` (crash, restart,
+//! suspicion, partitions), `checks` (invariants, settling, read-back), `history` (the
+//! record and its checker).
 //!
 //! Frames are numbers; a frame's contents are modelled as the (page, version) written
 //! into it, so every payload can be checked. The NIC's incoming payload table is modelled
@@ -13,8 +21,8 @@
 //! may be attached to), frees putpage sources after their send, and frees getpage frames
 //! after checking them.
 //!
-//! `GETPAGES` (issued by a test, recorded in [`Sim::getpages`]): a host's gather frame ([`Host::gather`]) names the held
-//! frames it sends as one payload, their contents read when the reply is drained, and is
+//! `GETPAGES` (issued by a test, recorded in [`Sim::getpages`]): a host's gather frame
+//! ([`Host::gather`]) names the held frames it sends as one payload, their contents read when the reply is drained, and is
 //! freed after that send; the requester's group frame owns as many page-sized pieces,
 //! armed under one IPT token, and the payload's pages land in them in order (more pages
 //! than pieces: the NIC refuses it). Freeing a group frame frees its pieces.
