@@ -3,14 +3,12 @@
 //! id a NIC stamps) from a node outside the view, and from members that are not the
 //! page's directory, target or holder. Each is refused, counted, and changes nothing.
 
-mod sim;
-
 use gms::heartbeat::{Heartbeat, OP_HEARTBEAT};
 use gms::ops::*;
 use gms::prelude::*;
 use netrpc::prelude::{Message, ReplyToken};
 use netrpc::wire::{Header, Kind, HEADER_BYTES};
-use sim::*;
+use sim::gms::*;
 
 fn knobs(nodes: usize) -> Knobs {
     Knobs::quiet(nodes, 16)
@@ -28,7 +26,7 @@ fn forge<M: Message>(kind: Kind, op: u16, origin: u16, hops: u8, body: &M) -> Ve
 }
 
 fn send(s: &mut Sim, src: u16, dst: u16, ctrl: Vec<u8>, payload: Option<((PageId, u64), u32)>) {
-    s.net.push(Msg { src, dst, ctrl, payload, tag: 0 });
+    s.net.queue_mut().push(Msg::new(src, dst, Body { ctrl, payload, tag: 0 }));
     s.run_net();
 }
 
@@ -52,7 +50,7 @@ fn still_served(s: &mut Sim, p: PageId) {
 fn a_node_outside_the_view_changes_nothing() {
     let mut s = Sim::new(0xe17, knobs(4));
     for i in 0..3 {
-        s.nodes[i].set_members(s.now, &mut s.rpcs[i], 2, &[0, 1, 2]).unwrap();
+        s.nodes[i].set_members(s.clock.now(), &mut s.rpcs[i], 2, &[0, 1, 2]).unwrap();
     }
     let p = s.page_with_dir(0, 0, 0);
     stored(&mut s, p);
@@ -129,16 +127,24 @@ fn members_act_only_where_the_protocol_entitles_them() {
     // A put from node 1 to node 2 in flight: node 0 (not the target) answers it first.
     let q = s.page_with_dir(0, 0, 1);
     let put = s.putpage(1, q, 2).unwrap();
-    let m = s.net.iter().find(|m| m.dst == 2).expect("the PUTPAGE").clone();
+    let m = s.net.queue().iter().find(|m| m.dst == 2).expect("the PUTPAGE").clone();
     let (_, body) = Header::parse(&m.ctrl).unwrap();
     let req = PutReq::decode(body).unwrap();
     let done =
         PutDone { page: q, version: req.version, tag: req.tag, status: PutStatus::Stored, site: 0, answer: None };
-    s.net.push(Msg { src: 0, dst: 1, ctrl: forge(Kind::OneWay, OP_PUTDONE, 0, 0, &done), payload: None, tag: 0 });
+    s.net.queue_mut().push(Msg::new(
+        0,
+        1,
+        Body { ctrl: forge(Kind::OneWay, OP_PUTDONE, 0, 0, &done), payload: None, tag: 0 },
+    ));
     // The target claiming another site is no better.
     let other = PutDone { site: 0, ..done };
-    s.net.push(Msg { src: 2, dst: 1, ctrl: forge(Kind::OneWay, OP_PUTDONE, 2, 0, &other), payload: None, tag: 0 });
-    s.net.rotate_right(2);
+    s.net.queue_mut().push(Msg::new(
+        2,
+        1,
+        Body { ctrl: forge(Kind::OneWay, OP_PUTDONE, 2, 0, &other), payload: None, tag: 0 },
+    ));
+    s.net.queue_mut().rotate_right(2);
     s.deliver(false);
     s.deliver(false);
     assert_eq!(s.nodes[1].stats().rejected_putdones, 2);

@@ -6,11 +6,9 @@
 //! membership change is answered; a dead directory's drop of a copy registering again;
 //! a repair with more moved copies than the task table holds.
 
-mod sim;
-
 use gms::prelude::*;
 use netrpc::prelude::Mode;
-use sim::*;
+use sim::gms::*;
 
 fn cluster(nodes: usize, budget: usize) -> Sim {
     Sim::new(0xf10e, Knobs::quiet(nodes, budget))
@@ -162,7 +160,7 @@ fn movepage_leaves_a_single_copy() {
     assert_eq!(s.nodes[1].held(&p).map(|h| h.version), Some(Version(1)));
     assert_eq!(s.nodes[0].directory().lookup(&p), Some((1, Version(1))));
     // A page one does not hold cannot be moved.
-    assert_eq!(s.nodes[2].movepage(s.now, &mut s.rpcs[2], p, 0, Mode::NonBlocking), Err(GmsError::NotHeld));
+    assert_eq!(s.nodes[2].movepage(s.clock.now(), &mut s.rpcs[2], p, 0, Mode::NonBlocking), Err(GmsError::NotHeld));
     s.settle();
     s.check_converged();
     s.check_quiet();
@@ -224,7 +222,8 @@ fn budget_refusals_and_superseded_versions() {
     assert_eq!(s.nodes[2].stats().puts_refused, 1);
     // An older version of p than the one stored is superseded; a newer one replaces it.
     let old = s.w.borrow_mut().alloc(1, Some((p, 0)));
-    let stale = s.nodes[1].putpage(s.now, &mut s.rpcs[1], p, Version(0), old, PAGE_LEN, 2, false, Mode::NonBlocking);
+    let stale =
+        s.nodes[1].putpage(s.clock.now(), &mut s.rpcs[1], p, Version(0), old, PAGE_LEN, 2, false, Mode::NonBlocking);
     let stale = stale.unwrap();
     s.ops.insert(
         (1, stale),
@@ -251,7 +250,17 @@ fn budget_refusals_and_superseded_versions() {
     let wt = Policy { reads: ReadPolicy::Sticky, writes: WritePolicy::WriteThrough };
     s.nodes[1].set_policy(9, wt).unwrap();
     let f = s.w.borrow_mut().alloc(1, Some((PageId::new(9, 0), 1)));
-    let r = s.nodes[1].putpage(s.now, &mut s.rpcs[1], PageId::new(9, 0), Version(1), f, PAGE_LEN, 2, true, Mode::Wait);
+    let r = s.nodes[1].putpage(
+        s.clock.now(),
+        &mut s.rpcs[1],
+        PageId::new(9, 0),
+        Version(1),
+        f,
+        PAGE_LEN,
+        2,
+        true,
+        Mode::Wait,
+    );
     assert_eq!(r, Err(GmsError::DirtyWriteThrough));
     s.w.borrow_mut().free(1, f);
     s.settle();
@@ -321,7 +330,13 @@ fn wait_mode_operations_complete_through_take() {
     let f = s.w.borrow_mut().alloc(0, None);
     s.w.borrow_mut().ipt[0].insert(7, f);
     let op = s.nodes[0]
-        .getpage(s.now, &mut s.rpcs[0], p, netrpc::prelude::ReplyTo::Solicited { token: 7, frame: f }, Mode::Wait)
+        .getpage(
+            s.clock.now(),
+            &mut s.rpcs[0],
+            p,
+            netrpc::prelude::ReplyTo::Solicited { token: 7, frame: f },
+            Mode::Wait,
+        )
         .unwrap();
     assert!(s.nodes[0].take(op).is_none(), "not before the reply");
     s.ops.insert(
@@ -364,8 +379,8 @@ fn a_copy_taken_back_while_registering_does_not_unname_a_later_one() {
     s.drop_local(1, p);
     // Everything node 1 has said to the directory so far arrives only at the end.
     let to_dir = |m: &Msg| m.src == 1 && m.dst == 0;
-    let late: Vec<Msg> = s.net.iter().filter(|m| to_dir(m)).cloned().collect();
-    s.net.retain(|m| !to_dir(m));
+    let late: Vec<Msg> = s.net.queue().iter().filter(|m| to_dir(m)).cloned().collect();
+    s.net.queue_mut().retain(|m| !to_dir(m));
     assert!(!late.is_empty());
     s.run_net();
     s.tick(s.k.op_timeout + 1);
@@ -378,8 +393,8 @@ fn a_copy_taken_back_while_registering_does_not_unname_a_later_one() {
     assert_eq!(put_result(&s, 2, second), PutResult::Stored { target: 1 });
     assert_eq!(s.nodes[0].directory().lookup(&p), Some((1, Version(1))));
     // The first copy's messages arrive now (and once more: duplicates).
-    s.net.extend(late.iter().cloned());
-    s.net.extend(late);
+    s.net.queue_mut().extend(late.iter().cloned());
+    s.net.queue_mut().extend(late);
     s.run_net();
     s.settle();
     assert_eq!(s.nodes[0].directory().lookup(&p), Some((1, Version(1))), "the second copy is still named");
@@ -416,9 +431,9 @@ fn a_hand_over_while_a_re_registration_is_answered_keeps_the_page() {
         s.crash(3);
         s.declare_failed(3);
         assert_eq!(s.nodes[1].stats().reregistered, 1);
-        assert!(s.net.len() == 1 && s.net[0].src == 1 && s.net[0].dst == 0, "only the re-registration");
+        assert!(s.net.len() == 1 && s.net.queue()[0].src == 1 && s.net.queue()[0].dst == 0, "only the re-registration");
         s.deliver(false);
-        let answer: Vec<Msg> = s.net.drain(..).collect();
+        let answer: Vec<Msg> = s.net.queue_mut().drain(..).collect();
         assert_eq!(answer.len(), 1);
         assert_eq!(s.nodes[0].directory().lookup(&p), Some((1, Version(1))));
         assert!(s.nodes[0].directory().named(&p).unwrap().2 > old, "a new identity");
@@ -435,7 +450,7 @@ fn a_hand_over_while_a_re_registration_is_answered_keeps_the_page() {
         }
         assert!(s.nodes[2].held(&p).is_none());
         assert!(s.nodes[1].held(&p).is_some(), "the holder kept its copy");
-        s.net.extend(answer);
+        s.net.queue_mut().extend(answer);
         s.run_net();
         assert_eq!(s.nodes[1].held(&p).map(|h| h.seq), s.nodes[0].directory().named(&p).map(|n| n.2));
         s.settle();
@@ -468,12 +483,12 @@ fn a_dead_directorys_drop_spares_a_copy_registering_again() {
     assert_eq!(put_result(&s, 0, put), PutResult::Stored { target: 1 });
     let op = |m: &Msg| netrpc::wire::Header::parse(&m.ctrl).unwrap().0.op;
     let take = |s: &mut Sim, src: u16, dst: u16, code: u16| {
-        let i = s.net.iter().position(|m| m.src == src && m.dst == dst && op(m) == code).expect("the message");
-        s.net.remove(i)
+        let i = s.net.queue().iter().position(|m| m.src == src && m.dst == dst && op(m) == code).expect("the message");
+        s.net.queue_mut().remove(i)
     };
     let send = |s: &mut Sim, src: u16, dst: u16, code: u16| {
         let m = take(s, src, dst, code);
-        s.net.insert(0, m);
+        s.net.queue_mut().insert(0, m);
         s.deliver(false);
     };
     // Node 1 moves its copy to node 0, whose registration node 2 applies: node 2 names node 0
@@ -500,10 +515,10 @@ fn a_dead_directorys_drop_spares_a_copy_registering_again() {
     assert!(s.nodes[0].held(&p).is_none());
     assert_eq!(put_result(&s, 1, mv), PutResult::Superseded);
     // The dead incarnation's drop arrives, then the new one's answer.
-    s.net.insert(0, drop);
+    s.net.queue_mut().insert(0, drop);
     s.deliver(false);
     assert!(s.nodes[1].held(&p).is_some(), "the copy the new directory names is kept");
-    s.net.extend([named, answer]);
+    s.net.queue_mut().extend([named, answer]);
     s.run_net();
     s.settle();
     let get = s.getpage(3, p).unwrap();

@@ -7,13 +7,11 @@
 //! requests the holder is not entitled to serve are refused and counted; a lost reply or
 //! a dead holder ends in a failed miss, never a hang.
 
-mod sim;
-
 use gms::ops::*;
 use gms::prelude::*;
 use netrpc::prelude::{Message, Mode, ReplyTo, ReplyToken, RpcError};
 use netrpc::wire::{Header, Kind, HEADER_BYTES};
-use sim::*;
+use sim::gms::*;
 
 fn cluster(nodes: usize) -> Sim {
     Sim::new(0x6e7a_9a6e, Knobs::quiet(nodes, 16))
@@ -47,7 +45,7 @@ fn getpages(
     let reply_to = ReplyTo::Solicited { token, frame };
     let i = node as usize;
     let (sent, gets, slots) = (s.net.len(), s.nodes[i].stats().gets, s.nodes[i].ops_in_use());
-    let r = s.nodes[i].getpages_hinted(s.now, &mut s.rpcs[i], first, mask, &versions, holder, reply_to, mode);
+    let r = s.nodes[i].getpages_hinted(s.clock.now(), &mut s.rpcs[i], first, mask, &versions, holder, reply_to, mode);
     match r {
         Ok(op) => {
             let known = known.to_vec();
@@ -129,12 +127,12 @@ fn eight_pages_come_from_their_holder_in_one_round_trip() {
 
     let op = getpages(&mut s, 1, first, 0xff, &[1; 8], 2, 8, Mode::NonBlocking).unwrap();
     // One request straight to the holder, one reply carrying the eight pages as one payload.
-    assert_eq!(s.net.iter().map(|m| (m.src, m.dst, m.payload.is_some())).collect::<Vec<_>>(), [(1, 2, false)]);
+    assert_eq!(s.net.queue().iter().map(|m| (m.src, m.dst, m.payload.is_some())).collect::<Vec<_>>(), [(1, 2, false)]);
     s.deliver(false);
     assert_eq!(s.net.len(), 1);
-    assert_eq!((s.net[0].src, s.net[0].dst), (2, 1));
-    assert_eq!(s.net[0].payload.map(|p| p.1), Some(8 * PAGE_LEN));
-    assert_ne!(s.net[0].tag, 0, "the payload is tagged with the requester's IPT token");
+    assert_eq!((s.net.queue()[0].src, s.net.queue()[0].dst), (2, 1));
+    assert_eq!(s.net.queue()[0].payload.map(|p| p.1), Some(8 * PAGE_LEN));
+    assert_ne!(s.net.queue()[0].tag, 0, "the payload is tagged with the requester's IPT token");
     s.run_net();
     let want: Vec<(PageId, u64)> = pages.iter().map(|&p| (p, 1)).collect();
     assert_eq!(hit(&s, 1, op), (Version(1), 8 * PAGE_LEN, want.clone()));
@@ -246,7 +244,7 @@ fn a_copy_older_than_known_or_of_another_length_is_a_miss() {
     let half = PageId::new(0, 303);
     s.issued.insert(half, 1);
     let f = s.w.borrow_mut().alloc(2, Some((half, 1)));
-    s.nodes[2].hold(s.now, half, Version(1), f, PAGE_LEN / 2, false).unwrap();
+    s.nodes[2].hold(s.clock.now(), half, Version(1), f, PAGE_LEN / 2, false).unwrap();
     s.settle_node(2);
     s.run_net();
     let op = getpages(&mut s, 1, first, 0b1001, &[1, 1], 2, 2, Mode::NonBlocking).unwrap();
@@ -259,7 +257,7 @@ fn a_copy_older_than_known_or_of_another_length_is_a_miss() {
     let v = u64::from(u32::MAX) + 2;
     s.issued.insert(far, v);
     let f = s.w.borrow_mut().alloc(2, Some((far, v)));
-    s.nodes[2].hold(s.now, far, Version(v), f, PAGE_LEN, false).unwrap();
+    s.nodes[2].hold(s.clock.now(), far, Version(v), f, PAGE_LEN, false).unwrap();
     s.settle_node(2);
     s.run_net();
     let op = getpages(&mut s, 1, first, 0b10001, &[1, 1], 2, 2, Mode::NonBlocking).unwrap();
@@ -331,7 +329,7 @@ fn a_holder_whose_host_does_not_gather_answers_a_miss() {
     let served = s.nodes[2].stats().gets_served;
     let op = getpages(&mut s, 1, first, 0b1011, &[1; 3], 2, 3, Mode::NonBlocking).unwrap();
     s.deliver(false);
-    assert_eq!(s.net[0].payload, None, "a miss carries no payload");
+    assert_eq!(s.net.queue()[0].payload, None, "a miss carries no payload");
     s.run_net();
     assert_eq!(miss(&s, 1, op), MissReason::NotCached);
     assert_eq!(s.nodes[2].stats().gets_served, served);
@@ -360,7 +358,7 @@ fn only_a_member_asking_straight_is_served() {
     let mut s = cluster(4);
     // Node 3 is outside the view of nodes 0..3 (it still counts them all as members).
     for i in 0..3 {
-        s.nodes[i].set_members(s.now, &mut s.rpcs[i], 2, &[0, 1, 2]).unwrap();
+        s.nodes[i].set_members(s.clock.now(), &mut s.rpcs[i], 2, &[0, 1, 2]).unwrap();
     }
     let first = PageId::new(0, 700);
     let pages = named(first, 0b11);
@@ -376,13 +374,13 @@ fn only_a_member_asking_straight_is_served() {
     let view = s.nodes[1].members().view();
     let want = Versions::pack(&[Version(1), Version(1)]).unwrap();
     let req = GetPagesReq { first, mask: 0b11, want, view };
-    s.net.push(Msg { src: 1, dst: 2, ctrl: forge(OP_GETPAGES, 1, 1, &req), payload: None, tag: 0 });
+    s.net.queue_mut().push(Msg::new(1, 2, Body { ctrl: forge(OP_GETPAGES, 1, 1, &req), payload: None, tag: 0 }));
     s.run_net();
     let d2 = s.nodes[2].stats();
     assert_eq!((d2.rejected_gets - c2.rejected_gets, d2.gets_served - c2.gets_served), (2, 0));
     // The same straight from the member is served (its answer matches no call of node 1's
     // and is dropped there, its payload buffer released).
-    s.net.push(Msg { src: 1, dst: 2, ctrl: forge(OP_GETPAGES, 1, 0, &req), payload: None, tag: 0 });
+    s.net.queue_mut().push(Msg::new(1, 2, Body { ctrl: forge(OP_GETPAGES, 1, 0, &req), payload: None, tag: 0 }));
     s.run_net();
     let d2 = s.nodes[2].stats();
     assert_eq!((d2.rejected_gets - c2.rejected_gets, d2.gets_served - c2.gets_served), (2, 2));
@@ -399,7 +397,7 @@ fn a_lost_reply_is_a_failed_miss_after_the_op_timeout_and_a_late_one_changes_not
     let c1 = s.nodes[1].stats();
     let op = getpages(&mut s, 1, first, 0xff, &[1; 8], 2, 8, Mode::NonBlocking).unwrap();
     s.deliver(false);
-    let lost = s.net.remove(0);
+    let lost = s.net.queue_mut().remove(0);
     assert_eq!((lost.src, lost.dst, lost.payload.map(|p| p.1)), (2, 1, Some(8 * PAGE_LEN)));
     assert!(s.net.is_empty());
 
@@ -412,7 +410,7 @@ fn a_lost_reply_is_a_failed_miss_after_the_op_timeout_and_a_late_one_changes_not
     assert_eq!(d1.gets - c1.gets, 8);
 
     // The reply arrives after all: its token is disarmed, nothing changes.
-    s.net.push(lost);
+    s.net.queue_mut().push(lost);
     s.run_net();
     assert_eq!(miss(&s, 1, op), MissReason::Failed(RpcError::Timeout));
     done(&mut s);

@@ -2,7 +2,7 @@
 //! The history checker's scenarios: GMS on 3–5 simulated nodes under crashes, restarts
 //! (new incarnations that rejoin), partitions that heal, and message loss, duplication and
 //! reordering; every operation and fault is recorded and the history judged by
-//! `sim::history::check` (never stale, never foreign bytes, nothing acknowledged lost
+//! `sim::gms::history::check` (never stale, never foreign bytes, nothing acknowledged lost
 //! unless a cause the one-copy design allows; those losses counted by cause).
 //!
 //! Each scenario is derived from one seed. A violation prints the rule it broke, where (history
@@ -14,12 +14,11 @@
 //! `GMS_HISTORY_SCENARIOS` (10 000 by default) longer ones from `GMS_HISTORY_BASE` (random
 //! by default, printed) and reports its scenario count and violations.
 
-mod sim;
-
 use gms::prelude::*;
-use sim::history::{self, Cause, Ev, History, Outcome, Report};
-use sim::OpKind;
-use sim::*;
+use sim::gms::history::{self, Cause, Ev, History, Outcome, Report};
+use sim::gms::OpKind;
+use sim::gms::*;
+use sim::rng::Rng;
 use std::cell::Cell;
 use std::collections::BTreeMap;
 
@@ -37,14 +36,21 @@ struct Plan {
     restart_pct: u32,
     /// Steps before a crashed node is declared failed.
     detect: usize,
+    /// Per mille per step: a live node is falsely declared failed; heard again
+    /// `hear_after` steps later.
+    suspect_pm: u64,
+    hear_after: usize,
     /// Copies change hands at the same version: movepage, and reads of the space with
     /// moving reads (every scenario the tests run; `nomoves` in a replay line leaves them
     /// out).
     moves: bool,
 }
 
-fn plan(seed: u64, long: bool, moves: bool) -> Plan {
-    let mut r = Rng(seed ^ 0x6d73_6869_7374_6f72);
+fn plan(seed: u64, long: bool, moves: bool, suspicion: bool) -> Plan {
+    let mut r = Rng::new(seed ^ 0x6d73_6869_7374_6f72, 0);
+    // Its own stream: the draws above and the faults drawn from them stay as they were
+    // before scenarios had false suspicions.
+    let mut sus = Rng::new(seed, SUSPICION_STREAM);
     let nodes = 3 + r.below(3) as usize;
     // A third of the scenarios lose no messages (crashes and partitions only).
     let lossy = r.below(3) != 0;
@@ -68,6 +74,8 @@ fn plan(seed: u64, long: bool, moves: bool) -> Plan {
         cut_pm: r.below(15),
         restart_pct: r.below(10) as u32,
         detect: r.below(40) as usize,
+        suspect_pm: if suspicion { 1 + sus.below(15) } else { 0 },
+        hear_after: 1 + sus.below(60) as usize,
         moves,
     }
 }
@@ -76,12 +84,16 @@ impl Plan {
     fn replay_line(&self) -> String {
         let len = if self.long { "long" } else { "short" };
         let moves = if self.moves { "moves" } else { "nomoves" };
+        let suspicion = if self.suspect_pm > 0 { " suspicion" } else { "" };
         format!(
-            "GMS_HISTORY_SEED=\"{:#x} {len} {moves}\" cargo test -p trapeze-gms --test history replay -- --ignored --nocapture",
+            "GMS_HISTORY_SEED=\"{:#x} {len} {moves}{suspicion}\" cargo test -p trapeze-gms --test history replay -- --ignored --nocapture",
             self.seed
         )
     }
 }
+
+/// The stream of a scenario's seed its false suspicions are drawn from (and the next one).
+const SUSPICION_STREAM: u64 = 1;
 
 thread_local! {
     /// The step a scenario was at, for a panic's report.
@@ -96,6 +108,7 @@ struct Run {
     panic: Option<String>,
     crashes: u64,
     restarts: u64,
+    suspicions: u64,
     cut_drops: u64,
     dropped: u64,
     duplicated: u64,
@@ -106,15 +119,24 @@ fn drive(p: &Plan, slot: &mut Option<Sim>) {
     s.strict = false;
     let mut crashed_at: Vec<Option<usize>> = vec![None; p.knobs.nodes];
     let mut heal_at = 0;
+    let mut suspicion = Rng::new(p.seed, SUSPICION_STREAM + 1);
+    let mut suspected_at: Vec<Option<usize>> = vec![None; p.knobs.nodes];
     for step in 0..p.steps {
         s.step = step;
         STEP.with(|c| c.set(step));
         faults(s, p, step, &mut crashed_at, &mut heal_at);
+        suspicions(s, p, step, &mut suspicion, &mut suspected_at);
         workload(s, p);
         s.check_frames();
     }
-    // The faults stop: the network heals, every crash is noticed, some nodes come back.
+    // The faults stop: the network heals, every suspected node is heard again, every
+    // crash is noticed, some nodes come back.
     s.heal();
+    for n in 0..p.knobs.nodes as u16 {
+        if !s.crashed[n as usize] && s.failed[n as usize] {
+            s.heard_again(n);
+        }
+    }
     for n in 0..p.knobs.nodes as u16 {
         if s.crashed[n as usize] && !s.failed[n as usize] {
             s.declare_failed(n);
@@ -130,7 +152,7 @@ fn drive(p: &Plan, slot: &mut Option<Sim>) {
     s.check_quiet();
     s.check_converged();
     s.check_frames();
-    s.hist.push(s.now, usize::MAX, Ev::Settled);
+    s.hist.push(s.clock.now(), usize::MAX, Ev::Settled);
     // Read every page back, each from a random live node.
     for q in 0..2 * p.knobs.pages {
         let page = page_of(p, q);
@@ -157,7 +179,10 @@ fn faults(s: &mut Sim, p: &Plan, step: usize, crashed_at: &mut [Option<usize>], 
     for (i, at) in crashed_at.iter_mut().enumerate() {
         if at.is_some_and(|at| step >= at + p.detect) {
             *at = None;
-            s.declare_failed(i as u16);
+            // A node suspected before it crashed was declared failed then.
+            if !s.failed[i] {
+                s.declare_failed(i as u16);
+            }
         }
     }
     if s.rng.below(1000) < p.crash_pm {
@@ -174,15 +199,38 @@ fn faults(s: &mut Sim, p: &Plan, step: usize, crashed_at: &mut [Option<usize>], 
             s.restart(i as u16);
         }
     }
-    if s.cut.is_some() && step >= *heal_at {
+    if s.net.sides().is_some() && step >= *heal_at {
         s.heal();
-    } else if s.cut.is_none() && s.rng.below(1000) < p.cut_pm {
+    } else if s.net.sides().is_none() && s.rng.below(1000) < p.cut_pm {
         // Two non-empty sides.
         let mut side: Vec<u8> = (0..n).map(|_| s.rng.below(2) as u8).collect();
         let lone = s.rng.below(n as u64) as usize;
         side[lone] = 1 - side[(lone + 1) % n];
         *heal_at = step + 5 + s.rng.below(80) as usize;
         s.partition(side);
+    }
+}
+
+/// False suspicion, drawn from its own stream: a live member is declared failed while it
+/// keeps running with its state, and is heard again `hear_after` steps later (unless it
+/// crashed meanwhile: then it is a crashed node declared failed, which may restart).
+fn suspicions(s: &mut Sim, p: &Plan, step: usize, r: &mut Rng, suspected_at: &mut [Option<usize>]) {
+    for (i, at) in suspected_at.iter_mut().enumerate() {
+        if at.is_some_and(|at| step >= at + p.hear_after) {
+            *at = None;
+            if !s.crashed[i] && s.failed[i] {
+                s.heard_again(i as u16);
+            }
+        }
+    }
+    if r.below(1000) < p.suspect_pm {
+        let up = s.members_up();
+        // Keep two members.
+        if up.len() > 2 {
+            let v = *r.pick(&up).expect("members are up");
+            s.suspect(v);
+            suspected_at[v as usize] = Some(step);
+        }
     }
 }
 
@@ -265,7 +313,8 @@ fn run(p: &Plan) -> Run {
         panic,
         crashes: s.cov.crashes,
         restarts,
-        cut_drops: s.cut_drops,
+        suspicions: s.suspicions,
+        cut_drops: s.net.stats().cut,
         dropped: s.cov.dropped,
         duplicated: s.cov.duplicated,
         history: s.hist,
@@ -286,6 +335,7 @@ struct Totals {
     stale_after_move: u64,
     crashes: u64,
     restarts: u64,
+    suspicions: u64,
     cut_drops: u64,
     dropped: u64,
     duplicated: u64,
@@ -320,6 +370,7 @@ impl Totals {
         self.stale_after_move += r.report.stale_after_move;
         self.crashes += r.crashes;
         self.restarts += r.restarts;
+        self.suspicions += r.suspicions;
         self.cut_drops += r.cut_drops;
         self.dropped += r.dropped;
         self.duplicated += r.duplicated;
@@ -330,7 +381,7 @@ impl Totals {
             "{} scenarios, {} violations; {} acknowledged writes, {} reads checked; after the faults {} pages \
              read back at their acknowledged version or newer ({} of them despite a fault that excused a loss), \
              lost for an allowed cause: {:?}; {} reads older than a write the reader did not know of, after \
-             the page's directory moved; faults: {} crashes, {} restarts, {} messages cut by partitions, \
+             the page's directory moved; faults: {} crashes, {} restarts, {} false suspicions, {} messages cut by partitions, \
              {} dropped, {} duplicated",
             self.scenarios,
             self.violations,
@@ -342,6 +393,7 @@ impl Totals {
             self.stale_after_move,
             self.crashes,
             self.restarts,
+            self.suspicions,
             self.cut_drops,
             self.dropped,
             self.duplicated
@@ -350,8 +402,8 @@ impl Totals {
 }
 
 fn seeds(base: u64, n: u64) -> impl Iterator<Item = u64> {
-    let mut r = Rng(base);
-    (0..n).map(move |_| r.next())
+    let mut r = Rng::new(base, 0);
+    (0..n).map(move |_| r.next_u64())
 }
 
 /// A fixed set of scenarios in every test run: no violation, and the faults the checker
@@ -361,7 +413,7 @@ fn seeds(base: u64, n: u64) -> impl Iterator<Item = u64> {
 fn checked_histories() {
     let mut t = Totals::default();
     for seed in seeds(0x0006_d5ee_d202_6016, 300) {
-        let p = plan(seed, false, true);
+        let p = plan(seed, false, true, false);
         t.add(&p, run(&p));
     }
     let sum = t.summary();
@@ -392,7 +444,7 @@ fn many(what: &str, n: u64, base: u64, long: bool) -> Totals {
     let started = std::time::Instant::now();
     let mut t = Totals::default();
     for seed in seeds(base, n) {
-        let p = plan(seed, long, true);
+        let p = plan(seed, long, true, false);
         t.add(&p, run(&p));
         if t.scenarios % 1000 == 0 {
             eprintln!("  {} scenarios, {} violations ({:.0?})", t.scenarios, t.violations, started.elapsed());
@@ -470,13 +522,35 @@ const SAME_VERSION_HANDOVERS: &[&str] = &[
     "0x13bb55d335c4715a long moves",
 ];
 
+/// Scenarios with false suspicions besides the other faults: live members declared failed
+/// that keep their state and are heard again. Their own stream, so the scenarios are those
+/// of `checked_histories` plus the suspicions.
+///
+/// On demand until GMS keeps what a falsely suspected holder held: 5 of these 300
+/// scenarios read a page back as a miss although its acknowledged copy was held by nodes
+/// that never crashed, after suspicions and rejoins. The plainest, with no crash, loss or
+/// duplicate (partitions and suspicions only): `0x11103de8ff0b4ae1 short moves suspicion`.
+#[test]
+#[ignore = "GMS loses copies across false suspicions (replay 0x11103de8ff0b4ae1 short moves suspicion)"]
+fn false_suspicion_histories() {
+    let mut t = Totals::default();
+    for seed in seeds(0x0006_d5ee_d202_6016, 300) {
+        let p = plan(seed, false, true, true);
+        t.add(&p, run(&p));
+    }
+    let sum = t.summary();
+    eprintln!("gms history: {sum}");
+    assert_eq!(t.violations, 0, "{sum}; failing seeds {:x?}", t.failed_scenarios);
+    assert!(t.suspicions > 0 && t.crashes > 0 && t.kept > 0, "{sum}");
+}
+
 #[test]
 fn same_version_handovers_are_not_lost() {
     let mut t = Totals::default();
     for line in SAME_VERSION_HANDOVERS {
         let mut f = line.split_whitespace();
         let seed = parse_u64(f.next().unwrap()).unwrap();
-        let p = plan(seed, f.next() == Some("long"), f.next() != Some("nomoves"));
+        let p = plan(seed, f.next() == Some("long"), f.next() != Some("nomoves"), false);
         t.add(&p, run(&p));
     }
     assert_eq!(t.violations, 0, "{}; failing seeds {:x?}", t.summary(), t.failed_scenarios);
@@ -508,7 +582,12 @@ fn replay() {
         Some("nomoves") => false,
         Some(x) => panic!("GMS_HISTORY_SEED: {x:?} is neither moves nor nomoves"),
     };
-    let p = plan(seed, long, moves);
+    let suspicion = match f.next() {
+        None => false,
+        Some("suspicion") => true,
+        Some(x) => panic!("GMS_HISTORY_SEED: {x:?} is not suspicion"),
+    };
+    let p = plan(seed, long, moves, suspicion);
     let mut t = Totals::default();
     t.add(&p, run(&p));
     eprintln!("gms history: {p:?}: {}", t.summary());

@@ -19,10 +19,9 @@
 //! `PROPTEST_RNG_SEED` to explore others); `stress` (ignored) runs 20 000 longer, random
 //! scenarios.
 
-mod sim;
-
 use proptest::prelude::*;
-use sim::*;
+use sim::gms::*;
+use sim::rng::Rng;
 
 #[derive(Clone, Copy, Debug)]
 struct Scenario {
@@ -241,10 +240,10 @@ fn model_covers_the_interesting_paths() {
     use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
     let mut runner = TestRunner::new_with_rng(Config::default(), TestRng::from_seed(RngAlgorithm::ChaCha, &[9; 32]));
     let mut total = Cov::default();
-    let mut rng = Rng(7);
+    let mut rng = Rng::new(7, 0);
     for _ in 0..60 {
         let knobs = faulty_knobs().new_tree(&mut runner).unwrap().current();
-        let c = run_scenario(Scenario { seed: rng.next(), steps: 300, knobs });
+        let c = run_scenario(Scenario { seed: rng.next_u64(), steps: 300, knobs });
         macro_rules! add { ($($f:ident)*) => { $(total.$f += c.$f;)* } }
         add!(dropped duplicated to_crashed ipt_refused hits_2way hits_3way hits_local hits_moved misses failed_gets
              stored refused superseded moves_stored discards_done dir_rejects pages_dropped scrub_removed

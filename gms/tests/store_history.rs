@@ -23,15 +23,14 @@
 //! runs a fixed set in every test run; `long_run` (on demand) runs
 //! `GMS_STORE_SCENARIOS` (10,000 by default) from `GMS_STORE_BASE`.
 
-mod sim;
-
 use gms::prelude::*;
 use gms::store::drive::Frames;
 use gms::store::liveness::Event;
 use gms::store::{Finished, Outcome, Phase, StoreConfig, StoreError};
 use netrpc::prelude::ReplyTo;
 use netrpc::storage::Heap;
-use sim::*;
+use sim::gms::*;
+use sim::rng::Rng;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -240,7 +239,7 @@ impl Checker {
     }
 
     fn ctx(&self) -> String {
-        format!("seed {:#x} t={}", self.sim.seed, self.sim.now)
+        format!("seed {:#x} t={}", self.sim.seed, self.sim.clock.now())
     }
 
     /// The writer's loop once: send what the store wants, feed completions, judge what ended.
@@ -250,7 +249,7 @@ impl Checker {
         }
 
         for _ in 0..8 {
-            let now = self.sim.now;
+            let now = self.sim.clock.now();
             self.store.handle_timeout(now);
             let i = WRITER as usize;
             self.store.issue(now, &mut self.sim.nodes[i], &mut self.sim.rpcs[i], &mut self.lru, &mut self.frames);
@@ -367,7 +366,7 @@ impl Checker {
             // A newer write that was never acknowledged may have left a copy the store took
             // as the page's newest; once that copy is gone it will not roll back past it.
             self.counts.torn_unavailable += 1;
-        } else if r.cut || e == StoreError::Unreachable && self.sim.cut.is_some() {
+        } else if r.cut || e == StoreError::Unreachable && self.sim.net.sides().is_some() {
             self.counts.unavailable += 1;
         } else {
             let page = r.page;
@@ -421,9 +420,9 @@ impl Checker {
         self.next_io += 1;
         self.next_write += 1;
         let (io, w) = (self.next_io, self.next_write);
-        if self.store.write(self.sim.now, page, io).is_ok() {
+        if self.store.write(self.sim.clock.now(), page, io).is_ok() {
             self.frames.writes.insert(io, (page, w));
-            let cut = self.sim.cut.is_some();
+            let cut = self.sim.net.sides().is_some();
             self.reqs.insert(io, Req { page, write: Some(w), acked_at_issue: None, cut });
         }
     }
@@ -434,9 +433,9 @@ impl Checker {
         }
         self.next_io += 1;
         let io = self.next_io;
-        if self.store.read(self.sim.now, page, io).is_ok() {
+        if self.store.read(self.sim.clock.now(), page, io).is_ok() {
             let acked_at_issue = self.acked.get(&page).copied();
-            let cut = self.sim.cut.is_some();
+            let cut = self.sim.net.sides().is_some();
             self.reqs.insert(io, Req { page, write: None, acked_at_issue, cut });
         }
     }
@@ -449,7 +448,12 @@ impl Checker {
 
     fn trace(&self, what: &str) {
         if std::env::var("STORE_TRACE").is_ok() {
-            eprintln!("t={} {what} (store {:?} epoch {})", self.sim.now, self.store.phase(), self.store.epoch());
+            eprintln!(
+                "t={} {what} (store {:?} epoch {})",
+                self.sim.clock.now(),
+                self.store.phase(),
+                self.store.epoch()
+            );
         }
     }
 
@@ -457,39 +461,20 @@ impl Checker {
     /// memory and its own view).
     fn suspect(&mut self, n: u16) {
         self.trace(&format!("node {n} suspected"));
-        let now = self.sim.now;
-        for m in self.sim.live().into_iter().filter(|&m| m != n) {
-            let i = m as usize;
-            self.sim.nodes[i].node_failed(now, &mut self.sim.rpcs[i], n);
-            self.sim.settle_node(m);
-        }
+        self.sim.suspect(n);
         if n != WRITER {
-            self.store.handle_member(now, Event::Failed(n));
+            self.store.handle_member(self.sim.clock.now(), Event::Failed(n));
         }
         self.suspected = Some(n);
     }
 
-    /// The suspected node is heard again: the others admit it back.
+    /// The suspected node is heard again: the others admit it back, it takes their view.
     fn heard_again(&mut self) {
         let Some(n) = self.suspected.take() else { return };
         self.trace(&format!("node {n} heard again"));
-        let now = self.sim.now;
-        let others: Vec<u16> = self.sim.live().into_iter().filter(|&m| m != n).collect();
-        for &m in &others {
-            let i = m as usize;
-            let _ = self.sim.nodes[i].join(now, &mut self.sim.rpcs[i], n);
-            self.sim.settle_node(m);
-        }
-        // It takes the others' view, as a runtime's liveness makes every member agree on
-        // one member set.
-        if let Some(&m) = others.first() {
-            let members = *self.sim.nodes[m as usize].members();
-            let i = n as usize;
-            let _ = self.sim.nodes[i].set_members(now, &mut self.sim.rpcs[i], members.view(), members.ids());
-            self.sim.settle_node(n);
-        }
+        self.sim.heard_again(n);
         if n != WRITER {
-            self.store.handle_member(now, Event::Joined(n));
+            self.store.handle_member(self.sim.clock.now(), Event::Joined(n));
         }
     }
 
@@ -497,7 +482,7 @@ impl Checker {
         self.trace(&format!("node {n} declared failed"));
         self.sim.declare_failed(n);
         if n != WRITER && !self.sim.crashed[WRITER as usize] {
-            self.store.handle_member(self.sim.now, Event::Failed(n));
+            self.store.handle_member(self.sim.clock.now(), Event::Failed(n));
         }
     }
 
@@ -521,14 +506,14 @@ impl Checker {
             self.counts.writer_restarts += 1;
             self.loaded = false;
         } else if !self.sim.crashed[WRITER as usize] {
-            self.store.handle_member(self.sim.now, Event::Joined(n));
+            self.store.handle_member(self.sim.clock.now(), Event::Joined(n));
         }
     }
 }
 
 /// One scenario from `seed`.
 fn scenario(seed: u64, steps: usize) -> Counts {
-    let mut rng = Rng(seed ^ 0x5707_e5ee_d000_0001);
+    let mut rng = Rng::new(seed ^ 0x5707_e5ee_d000_0001, 0);
     let nodes = 4 + rng.below(2) as usize;
     let knobs = Knobs {
         nodes,
@@ -557,7 +542,7 @@ fn scenario(seed: u64, steps: usize) -> Counts {
                 // A crash: a server while three stay up, or the writer.
                 let n = c.sim.rng.below(nodes as u64) as u16;
                 let up = c.sim.live().len();
-                let quiet = c.sim.cut.is_none() && c.suspected.is_none();
+                let quiet = c.sim.net.sides().is_none() && c.suspected.is_none();
                 if !down.contains_key(&n) && (n == WRITER || up > 3) && quiet {
                     c.sim.crash(n);
                     c.counts.crashes += 1;
@@ -565,14 +550,14 @@ fn scenario(seed: u64, steps: usize) -> Counts {
                     down.insert(n, (detect, detect + 20 + c.sim.rng.below(200) as usize));
                 }
             }
-            310..=312 if c.sim.cut.is_none() && down.is_empty() && c.suspected.is_none() => {
+            310..=312 if c.sim.net.sides().is_none() && down.is_empty() && c.suspected.is_none() => {
                 let n = c.sim.rng.below(nodes as u64) as u16;
                 c.suspect(n);
                 c.mark_cut();
                 c.counts.suspicions += 1;
                 suspect_until = step + 5 + c.sim.rng.below(80) as usize;
             }
-            307..=309 if c.sim.cut.is_none() && down.is_empty() && c.suspected.is_none() => {
+            307..=309 if c.sim.net.sides().is_none() && down.is_empty() && c.suspected.is_none() => {
                 let side: Vec<u8> = (0..nodes).map(|_| c.sim.rng.below(2) as u8).collect();
                 c.sim.partition(side);
                 c.mark_cut();
@@ -586,7 +571,7 @@ fn scenario(seed: u64, steps: usize) -> Counts {
                 c.sim.tick(dt);
             }
         }
-        if c.sim.cut.is_some() && step >= cut_until {
+        if c.sim.net.sides().is_some() && step >= cut_until {
             c.sim.heal();
         }
         if c.suspected.is_some() && step >= suspect_until {

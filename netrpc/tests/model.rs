@@ -27,6 +27,9 @@
 use netrpc::prelude::*;
 use netrpc::wire::{Header, Kind};
 use proptest::prelude::*;
+use sim::clock::Clock;
+use sim::net::{Fate, Faults, Net, Packet};
+use sim::rng::Rng;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -35,7 +38,7 @@ type Frame = u32;
 const CALLS: usize = 6;
 const CONTS: usize = 4;
 const TX: usize = 16;
-type Net = Rpc<Node, Frame, CALLS, CONTS, TX>;
+type NodeRpc = Rpc<Node, Frame, CALLS, CONTS, TX>;
 
 const OP_A: u16 = 0x0a01;
 const OP_B: u16 = 0x0b02;
@@ -47,26 +50,6 @@ fn err_code(req: u64) -> u16 {
 }
 fn payload_len(req: u64) -> u32 {
     1 + (req.wrapping_mul(2654435761) % 8192) as u32
-}
-
-// ---- a small deterministic PRNG (splitmix64) ----------------------------------------
-
-#[derive(Clone)]
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    fn pct(&mut self, p: u32) -> bool {
-        self.below(100) < p as u64
-    }
 }
 
 // ---- the scenario ---------------------------------------------------------------------
@@ -346,10 +329,9 @@ fn cont(ctx: &mut Node, o: &Outcome<Frame>, arg: u64) -> bool {
 
 // ---- the simulated network ------------------------------------------------------------
 
+/// A message's contents; the network's [`Packet`] adds its ends.
 #[derive(Clone, Debug)]
-struct Msg {
-    src: u16,
-    dst: u16,
+struct Wire {
     ctrl: Vec<u8>,
     /// (payload id, length)
     payload: Option<(u64, u32)>,
@@ -385,12 +367,12 @@ struct Sim {
     sc: Scenario,
     ctx: String,
     rng: Rng,
-    now: u64,
+    clock: Clock,
     step: usize,
     w: Rc<RefCell<World>>,
     nodes: Vec<Node>,
-    rpcs: Vec<Net>,
-    net: Vec<Msg>,
+    rpcs: Vec<NodeRpc>,
+    net: Net<Wire>,
     next_req: u64,
     next_token: u64,
     /// (node, call id) → request id, for every call ever issued.
@@ -409,7 +391,7 @@ impl Sim {
         let n = sc.knobs.nodes;
         let w = Rc::new(RefCell::new(World {
             ctx: ctx.clone(),
-            rng: Rng(sc.seed ^ 0x5eed_c0de),
+            rng: Rng::new(sc.seed ^ 0x5eed_c0de, 0),
             knobs: sc.knobs,
             frames: HashMap::new(),
             next_frame: 0,
@@ -424,13 +406,18 @@ impl Sim {
             cov: Cov::default(),
             sc,
             ctx,
-            rng: Rng(sc.seed),
-            now: 1,
+            rng: Rng::new(sc.seed, 0),
+            clock: Clock::new(),
             step: 0,
             nodes: (0..n as u16).map(|id| Node { id, w: w.clone() }).collect(),
-            rpcs: (0..n as u16).map(|id| Net::new(id, cfg)).collect(),
+            rpcs: (0..n as u16).map(|id| NodeRpc::new(id, cfg)).collect(),
             w,
-            net: Vec::new(),
+            net: Net::new(Faults {
+                loss_pct: sc.knobs.drop_pct,
+                dup_pct: sc.knobs.dup_pct,
+                reorder: sc.knobs.reorder,
+                latency: (0, 0),
+            }),
             next_req: 1,
             next_token: 0x1000,
             ids: HashMap::new(),
@@ -482,7 +469,8 @@ impl Sim {
             } else {
                 assert_eq!(t.tag, 0, "{ctx}: tag without payload");
             }
-            self.net.push(Msg { src: node, dst: t.dst, ctrl: t.ctrl().to_vec(), payload, tag: t.tag });
+            let body = Wire { ctrl: t.ctrl().to_vec(), payload, tag: t.tag };
+            self.net.send(&mut self.rng, self.clock.now(), node, t.dst, body);
         }
         while let Some(Event::Completed(id)) = self.rpcs[node as usize].poll_event() {
             let req = *self.ids.get(&(node, id)).unwrap_or_else(|| panic!("{ctx}: event for unknown call {id:?}"));
@@ -586,7 +574,7 @@ impl Sim {
                 let ok = match *e {
                     RpcError::Remote(c) => call.op == OP_C && c == err_code(req),
                     RpcError::UnknownOp => call.op == OP_D,
-                    RpcError::Timeout => call.deadline.is_some_and(|d| self.now >= d),
+                    RpcError::Timeout => call.deadline.is_some_and(|d| self.clock.now() >= d),
                     RpcError::Evicted => {
                         call.mode == Mode::NonBlocking
                             && self.evicting.is_some_and(|(n, v)| n == call.src && v == Some(req))
@@ -598,7 +586,8 @@ impl Sim {
                 assert!(
                     ok,
                     "{ctx}: call {req} ({call:?}) failed with {e:?} at t={}, evicting {:?}",
-                    self.now, self.evicting
+                    self.clock.now(),
+                    self.evicting
                 );
                 if let Some(f) = call.frame {
                     assert_eq!(
@@ -737,8 +726,15 @@ impl Sim {
         drop(w);
 
         self.evicting = Some((src, victim));
-        let r =
-            self.rpcs[src as usize].call_raw(self.now, &mut self.nodes[src as usize], dst, op, &body, reply_to, mode);
+        let r = self.rpcs[src as usize].call_raw(
+            self.clock.now(),
+            &mut self.nodes[src as usize],
+            dst,
+            op,
+            &body,
+            reply_to,
+            mode,
+        );
         self.process_log();
         self.evicting = None;
         let ctx = self.ctx.clone();
@@ -747,7 +743,8 @@ impl Sim {
                 self.issued[src as usize] += 1;
                 assert!(self.ids.insert((src, id), req).is_none(), "{ctx}: call id {id:?} reused");
                 let deadline = Some(
-                    self.now + if mode == Mode::Wait { self.sc.knobs.call_timeout } else { self.sc.knobs.nb_timeout },
+                    self.clock.now()
+                        + if mode == Mode::Wait { self.sc.knobs.call_timeout } else { self.sc.knobs.nb_timeout },
                 );
                 {
                     let mut w = self.w.borrow_mut();
@@ -799,20 +796,13 @@ impl Sim {
     }
 
     fn deliver(&mut self, faults: bool) {
-        if self.net.is_empty() {
-            return;
-        }
-        let i = if self.sc.knobs.reorder { self.rng.below(self.net.len() as u64) as usize } else { 0 };
-        let msg = if faults && self.rng.pct(self.sc.knobs.dup_pct) {
-            self.cov.duplicated += 1;
-            self.net[i].clone()
-        } else {
-            self.net.remove(i)
-        };
-        if faults && self.rng.pct(self.sc.knobs.drop_pct) {
+        let Some(d) = self.net.poll(&mut self.rng, self.clock.now(), faults) else { return };
+        self.cov.duplicated += u64::from(d.duplicate);
+        if d.fate != Fate::Arrives {
             self.cov.dropped += 1;
             return;
         }
+        let msg: Packet<Wire> = d.packet;
         let (h, _) = Header::parse(&msg.ctrl).unwrap();
         let is_request = h.kind == Kind::Request;
         if is_request && self.dead(msg.dst) {
@@ -861,17 +851,23 @@ impl Sim {
         } else {
             self.replies_in[dst as usize] += 1;
         }
-        self.rpcs[dst as usize].handle_message(self.now, &mut self.nodes[dst as usize], msg.src, &msg.ctrl, payload);
+        self.rpcs[dst as usize].handle_message(
+            self.clock.now(),
+            &mut self.nodes[dst as usize],
+            msg.src,
+            &msg.ctrl,
+            payload,
+        );
         self.drain(dst);
     }
 
     fn tick(&mut self, dt: u64) {
-        self.now += dt;
+        self.clock.advance(dt);
         for n in 0..self.n() {
-            self.rpcs[n].handle_timeouts(self.now, &mut self.nodes[n]);
+            self.rpcs[n].handle_timeouts(self.clock.now(), &mut self.nodes[n]);
             self.drain(n as u16);
             if let Some(t) = self.rpcs[n].poll_timeout() {
-                assert!(t > self.now, "{}: node {n}: deadline {t} passed at {}", self.ctx, self.now);
+                assert!(t > self.clock.now(), "{}: node {n}: deadline {t} passed at {}", self.ctx, self.clock.now());
             }
         }
     }
@@ -1103,7 +1099,7 @@ impl Sim {
             let rpc = &self.rpcs[n as usize];
             assert_eq!(rpc.calls_in_use(), 0, "{ctx}: node {n}");
             // Nothing in flight: any deadline left is a stale bound, not one that passed.
-            assert!(!rpc.has_deferred() && rpc.poll_timeout().is_none_or(|t| t > self.now), "{ctx}: node {n}");
+            assert!(!rpc.has_deferred() && rpc.poll_timeout().is_none_or(|t| t > self.clock.now()), "{ctx}: node {n}");
             let s = rpc.stats();
             delegated += s.delegated;
             assert_eq!(s.calls, self.issued[n as usize], "{ctx}: node {n}: {s:?}");
@@ -1279,10 +1275,10 @@ fn model_covers_the_interesting_paths() {
     use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
     let mut runner = TestRunner::new_with_rng(Config::default(), TestRng::from_seed(RngAlgorithm::ChaCha, &[7; 32]));
     let mut total = Cov::default();
-    let mut rng = Rng(42);
+    let mut rng = Rng::new(42, 0);
     for _ in 0..150 {
         let knobs = faulty_knobs().new_tree(&mut runner).unwrap().current();
-        let c = run_scenario(Scenario { seed: rng.next(), steps: 300, knobs });
+        let c = run_scenario(Scenario { seed: rng.next_u64(), steps: 300, knobs });
         macro_rules! add { ($($f:ident)*) => { $(total.$f += c.$f;)* } }
         add!(dropped duplicated dead_dropped ipt_writes ipt_refused table_full cancel_pending_wait cancel_woken_wait
              cancel_nonblocking cancel_refused chains_3plus_ok copy_failed stale timeouts evictions deferred delegated

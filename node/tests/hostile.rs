@@ -13,6 +13,7 @@ use gms::ops::*;
 use gms::prelude::*;
 use netrpc::prelude::{Message, ReplyToken};
 use netrpc::wire::{Header, Kind, HEADER_BYTES};
+use sim::rng::Rng;
 use trapeze_host::endpoint::{EndpointConfig, SendError, SendMsg};
 use trapeze_host::iface::entry::Segment;
 use trapeze_host::iface::ipt::PayloadToken;
@@ -25,17 +26,6 @@ const PAGES: u64 = 240;
 const BUDGET: usize = 400;
 const HOSTILE: usize = 3;
 const HONEST: [u16; 3] = [0, 1, 2];
-
-/// A small deterministic generator (xorshift) for guessed tokens and garbage.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
 
 fn ctrl<M: Message>(kind: Kind, op: u16, token: ReplyToken, hops: u8, body: &M) -> Vec<u8> {
     let b = netrpc::rpc::encode(body).expect("body");
@@ -97,10 +87,10 @@ fn attack(c: &mut Cluster, rng: &mut Rng, round: u64) {
         // guessed IPT token, for a guessed call record and generation.
         let token = ReplyToken {
             origin: victim,
-            record: (rng.next() % 64) as u16,
-            generation: rng.next() as u32,
+            record: (rng.next_u64() % 64) as u16,
+            generation: rng.next_u64() as u32,
             payload_kind: 1,
-            payload_token: rng.next(),
+            payload_token: rng.next_u64(),
         };
         let rep = GetReply { status: GetStatus::Hit, page, version: Version(1 << 40), seq: 0, server: other, flags: 0 };
         let tag = PayloadToken(token.payload_token);
@@ -116,7 +106,7 @@ fn attack(c: &mut Cluster, rng: &mut Rng, round: u64) {
         inject(c, victim, &ctrl(Kind::Request, OP_DIRUPDATE, own(3), 0, &up), None);
         let up = DirUpdateReq { site: 3, ..up };
         inject(c, victim, &ctrl(Kind::Request, OP_DIRUPDATE, own(3), 0, &up), None);
-        let hb = Heartbeat { node: other, incarnation: rng.next() | 1, held: 0, budget: 1 };
+        let hb = Heartbeat { node: other, incarnation: rng.next_u64() | 1, held: 0, budget: 1 };
         inject(c, victim, &ctrl(Kind::OneWay, OP_HEARTBEAT, own(3), 0, &hb), None);
         // A request naming an honest node as its origin (the reply would go there).
         let get = GetReq { page, want: Version(0), seq: 0, view, flags: 0 };
@@ -131,7 +121,7 @@ fn attack(c: &mut Cluster, rng: &mut Rng, round: u64) {
         let get = GetReq { page, want: Version(0), seq: 0, view, flags: GET_MOVING | GET_DIRECT };
         inject(c, victim, &ctrl(Kind::Request, OP_GETPAGE, own(victim), 1, &get), None);
         // PUTDONEs for guessed operation tags, and a putpage of junk at a huge version.
-        let tag = OpId { slot: (rng.next() % 64) as u16, generation: (rng.next() % 8) as u32 + 1 };
+        let tag = OpId { slot: (rng.next_u64() % 64) as u16, generation: (rng.next_u64() % 8) as u32 + 1 };
         let done = PutDone { page, version: Version(1), tag, status: PutStatus::Stored, site: other, answer: None };
         inject(c, victim, &ctrl(Kind::OneWay, OP_PUTDONE, own(3), 0, &done), None);
         if round.is_multiple_of(8) {
@@ -139,8 +129,8 @@ fn attack(c: &mut Cluster, rng: &mut Rng, round: u64) {
             inject(c, victim, &ctrl(Kind::OneWay, OP_PUTPAGE, own(3), 0, &put), Some((0xAB, PayloadToken::NONE)));
         }
         // Garbage.
-        let len = (rng.next() % 128) as usize;
-        let junk: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+        let len = (rng.next_u64() % 128) as usize;
+        let junk: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
         inject(c, victim, &junk, None);
     }
 }
@@ -158,7 +148,7 @@ fn run() {
     for i in 0..3 {
         c.ports[i].set_members(2, &HONEST).expect("members");
     }
-    let mut rng = Rng(0x5eed_1234_abcd_0001);
+    let mut rng = Rng::new(0x5eed_1234_abcd_0001, 0);
     let mut version = vec![Version(0); PAGES as usize];
 
     // Honest puts (two versions of a third of the pages), each round under attack.

@@ -25,6 +25,7 @@
 
 use gms::prelude::*;
 use netrpc::rpc::Config as RpcConfig;
+use sim::rng::Rng;
 use std::collections::HashMap;
 use std::time::Instant;
 use trapeze_node::gms::{page_pattern, read_step, replica, Cluster, Got, ReadStep, ReplicaWrite, Sites, Slot};
@@ -38,27 +39,6 @@ const TRIES: usize = 4;
 const CALL_NS: u64 = 50_000_000;
 /// The pause before a read that missed with a holder alive is tried again (ms).
 const RETRY_MS: u128 = 250;
-
-struct Rng(u64);
-impl Rng {
-    /// A generator for `seed` and `stream` (splitmix64 of both: neighbouring seeds give
-    /// unrelated streams, never the all-zero state).
-    fn new(seed: u64, stream: u64) -> Rng {
-        let mut z = seed ^ stream.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        Rng((z ^ (z >> 31)) | 1)
-    }
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// One scenario's shape, all drawn from its seed.
 #[derive(Clone, Copy, Debug)]
@@ -84,7 +64,7 @@ fn plan(seed: u64) -> Plan {
             drop_ppm: if noisy { r.below(20_000) as u32 } else { 0 },
             duplicate_ppm: if noisy { r.below(50_000) as u32 } else { 0 },
             reorder_ppm: if noisy { r.below(200_000) as u32 } else { 0 },
-            seed: r.next(),
+            seed: r.next_u64(),
             ..FaultConfig::NONE
         },
     }

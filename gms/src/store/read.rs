@@ -15,13 +15,13 @@
 
 use super::super::net::storage::Storage;
 use super::super::page::Version;
+use super::super::replica::MAX_REPLICAS;
 use super::super::types::{GetResult, MissReason};
 use super::record::Replica;
-use super::survey::Survey;
 use super::{Data, IssueKind, Outcome, Owner, Phase, Req, Route, Store, StoreError};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Step {
+enum Step {
     /// Ask replica `k` (of the directory only, once its holder missed) from `not_before`.
     Ready {
         via_directory: bool,
@@ -44,19 +44,31 @@ pub(crate) struct ReadReq<Io> {
     tries: u8,
     pass: u8,
     pub(super) survey: Survey,
-    pub(super) step: Step,
+    step: Step,
 }
 
-/// The step of a survey's probe, and of a read going on after one.
-pub(super) fn probing(replica: u8, node: u16) -> Step {
-    Step::Probing { replica, node }
-}
-
-pub(super) fn ready(now: u64) -> Step {
-    Step::Ready { via_directory: false, not_before: now }
+/// A read's survey so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Survey {
+    /// The replica and the member (index among the members) to ask next.
+    pub(super) replica: u8,
+    pub(super) member: u8,
+    /// The newest copy of each replica found: (version, member).
+    pub(super) best: [Option<(Version, u16)>; MAX_REPLICAS as usize],
+    pub(super) done: bool,
 }
 
 impl<Io> ReadReq<Io> {
+    /// Waiting for a survey's probe of `node` for `replica`.
+    pub(super) fn probing(&mut self, replica: u8, node: u16) {
+        self.step = Step::Probing { replica, node };
+    }
+
+    /// Ready to go on from `now`.
+    pub(super) fn ready(&mut self, now: u64) {
+        self.step = Step::Ready { via_directory: false, not_before: now };
+    }
+
     pub(crate) fn new(io: Owner<Io>, page: u64, now: u64) -> Self {
         let step = Step::Ready { via_directory: false, not_before: now };
         ReadReq { io, page, k: 0, tries: 0, pass: 0, survey: Survey::default(), step }

@@ -16,21 +16,9 @@
 
 use super::super::net::storage::Storage;
 use super::super::page::Version;
-use super::super::replica::MAX_REPLICAS;
 use super::super::types::GetResult;
 use super::record::{Clock, Replica, RETRY_BITS};
 use super::{Data, IssueKind, Req, Route, Store};
-
-/// A read's survey so far.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Survey {
-    /// The replica and the member (index among the members) to ask next.
-    replica: u8,
-    member: u8,
-    /// The newest copy of each replica found: (version, member).
-    best: [Option<(Version, u16)>; MAX_REPLICAS as usize],
-    done: bool,
-}
 
 impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> Store<Io, F, S, M, Q, OPS> {
     /// The next probe of read `i`'s survey of `page`, if it has one to make; resolves the
@@ -49,7 +37,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         };
         if let Req::Read(r) = &mut self.reqs[i] {
             r.survey.replica = replica;
-            r.step = super::read::probing(replica, node);
+            r.probing(replica, node);
         }
         let into = if meta { Data::Meta(page - self.pages) } else { Data::Request };
         let route = Route::Holder { node, answer: None };
@@ -71,7 +59,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
             s.member = 0;
             s.replica = replica + 1;
         }
-        r.step = super::read::ready(now);
+        r.ready(now);
     }
 
     /// Every probe of read `i`'s survey of `page` is in: record what it found.

@@ -28,7 +28,7 @@
 //!   copy back; or a moving read took the copy and did not keep it.
 //! - **(c)** those legitimate losses are counted by cause.
 
-use super::OpKind;
+use super::{OpKind, MOVING_SPACE};
 use gms::members::Members;
 use gms::prelude::*;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -101,6 +101,11 @@ pub enum Ev {
     Declared(u16),
     /// It started again as a new incarnation and rejoined.
     Restart(u16),
+    /// False suspicion: the others are about to declare it failed while it is up (it
+    /// keeps its state; a `Declared` follows).
+    Suspect(u16),
+    /// A node falsely declared failed was heard again and rejoined with its state.
+    HeardAgain(u16),
     /// The member set after a view change (and at the start).
     View(Vec<u16>),
     /// Messages between nodes on different sides (index = node) are lost.
@@ -153,7 +158,7 @@ impl History {
         target: u16,
     ) {
         let i = self.ops.len();
-        let moving = kind == OpKind::Get && page.space == super::MOVING_SPACE;
+        let moving = kind == OpKind::Get && page.space == MOVING_SPACE;
         let issued = self.at(t, step);
         self.ops.push(Op { node, kind, page, version, target, moving, duplicated: false, issued, end: None });
         self.open.insert((node, id), i);
@@ -438,7 +443,7 @@ pub fn check(h: &History) -> Report {
                     }
                 }
             }
-            Ev::Declared(_) | Ev::Restart(_) | Ev::Partition(_) | Ev::Heal => {}
+            Ev::Declared(_) | Ev::Restart(_) | Ev::Suspect(_) | Ev::HeardAgain(_) | Ev::Partition(_) | Ev::Heal => {}
         }
     }
     for (p, st) in &pages {
