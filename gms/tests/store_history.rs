@@ -506,7 +506,7 @@ impl Checker {
             self.counts.writer_restarts += 1;
             self.loaded = false;
         } else if !self.sim.crashed[WRITER as usize] {
-            self.store.handle_member(self.sim.clock.now(), Event::Joined(n));
+            self.store.handle_member(self.sim.clock.now(), Event::Restarted(n));
         }
     }
 }

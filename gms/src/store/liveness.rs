@@ -53,9 +53,10 @@ pub enum Peer {
 /// A transition the consumer has not seen yet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Event {
-    /// A member again (first heard, or heard after it was reported dead).
+    /// A member again: first heard, or heard after it was reported dead, in the same run
+    /// (it was silent, not gone: it kept its memory).
     Joined(u16),
-    /// Restarted: still a member, but everything it held is gone.
+    /// Running anew (another incarnation): a member, and everything it held is gone.
     Restarted(u16),
     /// Declared dead.
     Failed(u16),
@@ -198,6 +199,11 @@ impl<const M: usize> Liveness<M> {
                     Some(Event::Restarted(p.node))
                 }
                 (Peer::Alive { .. }, Peer::Dead { .. }) => Some(Event::Failed(p.node)),
+                // Heard again after its death was told: the same run (it was only silent)
+                // or a new one (its memory is gone).
+                (Peer::Dead { incarnation: a }, Peer::Alive { incarnation: b, .. }) if a != b => {
+                    Some(Event::Restarted(p.node))
+                }
                 (Peer::Unheard | Peer::Dead { .. }, Peer::Alive { .. }) => Some(Event::Joined(p.node)),
                 _ => None,
             };
@@ -261,9 +267,15 @@ mod tests {
         }
         assert_eq!(t.poll_event(), Some(Event::Failed(1)));
         assert!(t.handle_heartbeat(now, 1, 5));
-        assert_eq!(t.poll_event(), Some(Event::Joined(1)));
+        assert_eq!(t.poll_event(), Some(Event::Joined(1)), "the same run: it only went silent");
         assert!(t.handle_heartbeat(now, 1, 6));
         assert_eq!(t.poll_event(), Some(Event::Restarted(1)));
+        for dt in [400, 800, 1200] {
+            t.handle_timeout(now + dt * MS);
+        }
+        assert_eq!(t.poll_event(), Some(Event::Failed(1)));
+        assert!(t.handle_heartbeat(now + 1300 * MS, 1, 7));
+        assert_eq!(t.poll_event(), Some(Event::Restarted(1)), "back as a new run after its death");
         assert_eq!(t.poll_event(), None);
     }
 

@@ -670,21 +670,31 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         }
     }
 
-    /// A membership change from [`liveness`]: a member joined (a put target again), failed
-    /// or restarted (everything it held is gone: its replicas are re-replicated).
+    /// A membership change from [`liveness`]: a member joined (a put target again; back
+    /// with its memory if it was declared failed while it ran), failed (its replicas count
+    /// as lost and are re-replicated, but it stays a site of what it held, in case it was
+    /// only suspected), or restarted (everything it held is gone).
     pub fn handle_member(&mut self, now: u64, event: liveness::Event) {
-        match event {
-            liveness::Event::Joined(n) => {
+        let n = match event {
+            liveness::Event::Joined(n) | liveness::Event::Restarted(n) => {
                 self.members.insert(n);
                 self.placement.set_targets(self.members.iter());
+                n
             }
-            liveness::Event::Failed(n) | liveness::Event::Restarted(n) => {
-                if matches!(event, liveness::Event::Failed(_)) {
-                    self.members.remove(n);
-                    self.placement.remove(n);
-                }
+            liveness::Event::Failed(n) => {
+                self.members.remove(n);
+                self.placement.remove(n);
+                n
+            }
+        };
+        match event {
+            // Back with its memory (it was only suspected): the copies it kept are
+            // still sites of their replicas, and reads ask it again.
+            liveness::Event::Joined(_) => {}
+            liveness::Event::Failed(_) | liveness::Event::Restarted(_) => {
+                let restarted = matches!(event, liveness::Event::Restarted(_));
                 for e in self.entries.iter_mut() {
-                    e.gone(n);
+                    e.gone(n, restarted);
                 }
                 // A write not acknowledged yet whose replica was stored there puts it
                 // again: it is acknowledged with `r` copies that exist.

@@ -111,6 +111,13 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
                 {
                     (version, Route::Holder { node: holder, answer: answer.filter(|_| self.cfg.nic_answers) })
                 }
+                // A site that is a member again (it was only suspected) may still hold it.
+                Replica::Lost { version } if !via_directory && self.cfg.direct_reads => {
+                    match self.entry(page, k).and_then(|e| e.sites.intersect(self.members).iter().next()) {
+                        Some(node) => (version, Route::Holder { node, answer: None }),
+                        None => (version, Route::Directory),
+                    }
+                }
                 Replica::Held { version, .. } | Replica::Lost { version } => (version, Route::Directory),
                 // Nothing found of it on any member: its directory may know.
                 Replica::Unknown => (Version(1), Route::Directory),

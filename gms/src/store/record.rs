@@ -80,9 +80,12 @@ impl Entry {
         self.sites.insert(target);
     }
 
-    /// `node` failed or restarted: nothing of this replica is there any more.
-    pub fn gone(&mut self, node: u16) {
-        self.sites.remove(node);
+    /// `node` failed (it may only be suspected: it stays a site) or restarted (`restarted`:
+    /// nothing of this replica is there any more). Either way no live holder is known.
+    pub fn gone(&mut self, node: u16, restarted: bool) {
+        if restarted {
+            self.sites.remove(node);
+        }
         if let Replica::Held { version, holder, .. } = self.replica {
             if holder == node {
                 self.replica = Replica::Lost { version };
@@ -152,8 +155,10 @@ mod tests {
         assert!(e.sites.contains(1) && e.sites.contains(2));
         e.stored(3, Version(7), None);
         assert_eq!(e.sites, NodeSet::one(3));
-        e.gone(3);
+        e.gone(3, false);
         assert_eq!(e.replica, Replica::Lost { version: Version(7) });
+        assert_eq!(e.sites, NodeSet::one(3), "a member declared failed may only be suspected");
+        e.gone(3, true);
         assert!(e.sites.is_empty());
     }
 
