@@ -228,6 +228,8 @@ pub struct StoreStats {
     /// last one met and did not make again (0: every page it scanned has its copies).
     pub repair_passes: u64,
     pub repair_short: u64,
+    /// Of a write's puts, those whose target the global LRU's plan drew.
+    pub puts_by_plan: u64,
 }
 
 impl StoreStats {
@@ -246,6 +248,7 @@ impl StoreStats {
         lost: 0,
         repair_passes: 0,
         repair_short: 0,
+        puts_by_plan: 0,
     };
 }
 
