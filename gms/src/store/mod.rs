@@ -748,6 +748,14 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         }
     }
 
+    /// Stop serving (the runtime is going away): every user request still held fails with
+    /// `e` (handed back by [`Self::poll_done`]) and every later one is refused with it.
+    /// Operations in flight stay recorded, so their completions still give frames back.
+    pub fn shut(&mut self, e: StoreError) {
+        self.phase = Phase::Refused(e);
+        self.fail_waiting(e);
+    }
+
     /// A member's free room as last heard (its heartbeat), for placement.
     pub fn handle_room(&mut self, node: u16, free_pages: u64) {
         self.placement.heard(node, free_pages);

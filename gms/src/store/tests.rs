@@ -383,3 +383,16 @@ fn a_repair_pass_counts_the_lost_replicas_it_could_not_make_again() {
     assert!(s.stats.repair_passes >= 1);
     assert_eq!(s.stats.repair_short, 1);
 }
+
+#[test]
+fn a_shut_store_fails_what_it_holds_and_refuses_more() {
+    let mut s = store(StoreConfig::default(), &[1, 2, 3]);
+    let mut net = Net::new();
+    s.write(0, 4, 11).unwrap();
+    let ops = net.issue(&mut s, 0);
+    s.shut(StoreError::NotSent);
+    assert_eq!(done(&mut s), Some((11, Outcome::Failed(StoreError::NotSent))));
+    assert_eq!(s.read(0, 4, 12).map_err(|e| e.1), Err(StoreError::NotSent));
+    stored(&mut s, 0, ops[0].0, &ops[0].1);
+    assert_eq!(s.poll_done(), None, "a late completion finds nothing to finish");
+}
