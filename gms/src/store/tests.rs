@@ -396,3 +396,11 @@ fn a_shut_store_fails_what_it_holds_and_refuses_more() {
     stored(&mut s, 0, ops[0].0, &ops[0].1);
     assert_eq!(s.poll_done(), None, "a late completion finds nothing to finish");
 }
+
+#[test]
+fn the_kernel_disk_of_node_0_has_the_space_xtask_checks() {
+    // xtask/src/vm/host_gmsd.rs computes it without linking this crate.
+    let s = space_of(0x6d73_6730_0000_0000);
+    assert_eq!(s >> 60, 0);
+    assert_eq!(s, super::super::page::mix64(0x6d73_6730_0000_0000 ^ 0x6773_6d2d_6469_736b) & !(0xf << 60));
+}
