@@ -134,13 +134,6 @@ impl PageIo {
         Ok(())
     }
 
-    /// A second handle on this page: the request waits for both to complete, and fails
-    /// if either fails (a write stored as several replicas at once). `ETIMEDOUT` if the
-    /// request already ended.
-    pub(crate) fn split(&self) -> Result<PageIo> {
-        Ok(PageIo { part: self.part.split()?, write: self.write })
-    }
-
     /// A write's data: copy byte `off..off + out.len()` of this page of the request into
     /// `out`. Errors as for [`PageIo::fill`].
     pub(crate) fn copy_out(&self, off: usize, out: &mut [u8]) -> Result {

@@ -217,9 +217,6 @@ impl KHost {
     pub(crate) fn alloc(&mut self) -> Option<Frame> {
         self.ep.0.as_mut()?.alloc()
     }
-    pub(crate) fn free_frames(&self) -> usize {
-        self.ep.0.as_ref().map_or(0, |p| p.available())
-    }
     pub(crate) fn frame(&self, f: Frame) -> Option<&DmaBuf> {
         self.ep.frame(f)
     }
@@ -248,13 +245,6 @@ impl KHost {
         }
         let lent = io.lend(pool.dev()).ok()?;
         pool.lend(lent)
-    }
-
-    /// One frame naming lent pages `frames` in order (`pool`'s group), to [`Self::arm`] for
-    /// a reply of them all; `None`: no group free. Releasing it gives the pages back.
-    pub(crate) fn group(&mut self, frames: &[Frame]) -> Option<Frame> {
-        let pool = self.ep.0.as_mut()?.frames_mut();
-        frames.iter().all(|&f| Pool::is_lent(f)).then(|| pool.group(frames)).flatten()
     }
 
     /// Arm an IPT entry on frame `f` (a lent page, or a group of them): a solicited reply
@@ -362,6 +352,11 @@ impl KHost {
         } else {
             None
         }
+    }
+
+    /// The operation whose completion waits at slot `slot`, if any.
+    pub(crate) fn done_op(&self, slot: usize) -> Option<OpId> {
+        self.done.get(slot)?.as_ref().map(|c| c.op)
     }
 
     /// Frames in use other than the receive slots' (for the unload report).

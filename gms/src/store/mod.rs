@@ -225,6 +225,32 @@ pub struct StoreStats {
     pub failed_reads: u64,
     /// Of the failures: pages whose every copy was gone.
     pub lost: u64,
+    /// Passes of the repair scan over the volume completed, and the lost replicas the
+    /// last one met and did not make again (0: every page it scanned has its copies).
+    pub repair_passes: u64,
+    pub repair_short: u64,
+    /// Of a write's puts, those whose target the global LRU's plan drew.
+    pub puts_by_plan: u64,
+}
+
+impl StoreStats {
+    pub const ZERO: StoreStats = StoreStats {
+        writes: 0,
+        reads: 0,
+        zero_reads: 0,
+        puts: 0,
+        gets: 0,
+        retries: 0,
+        fallbacks: 0,
+        under_replicated: 0,
+        repaired: 0,
+        failed_writes: 0,
+        failed_reads: 0,
+        lost: 0,
+        repair_passes: 0,
+        repair_short: 0,
+        puts_by_plan: 0,
+    };
 }
 
 /// A GMS operation in flight for a request: its id, and the request's frame lent to it.
@@ -316,6 +342,62 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
     /// starts by reading the volume's label and written map ([`volume`]); requests wait
     /// until then ([`Self::phase`]).
     pub fn new(cfg: StoreConfig, identity: u64, me: u16, pages: u64, members: &[u16]) -> Result<Self, ConfigError> {
+        let empty = |_| ConfigError::NoMemory;
+        let mut s = Self::unloaded(
+            cfg,
+            S::buf(0, Entry::NEW).ok_or(()).map_err(empty)?,
+            S::buf(0, 0u64).ok_or(()).map_err(empty)?,
+            S::buf(0, volume::MapPage::default()).ok_or(()).map_err(empty)?,
+        );
+        s.load(cfg, identity, me, pages, members)?;
+        Ok(s)
+    }
+
+    /// A store of no volume, made by constant evaluation, with empty tables (`S::Buf`s of
+    /// length 0): for a runtime that must build the store in place — a kernel keeps it in
+    /// a `static` and copies it to the heap, as its stack cannot hold it — and then gives
+    /// it its volume with [`Self::load`]. Until then every request is refused.
+    pub const fn unloaded(
+        cfg: StoreConfig,
+        entries: S::Buf<Entry>,
+        written: S::Buf<u64>,
+        maps: S::Buf<volume::MapPage>,
+    ) -> Self {
+        Store {
+            cfg,
+            identity: 0,
+            me: 0,
+            space: 0,
+            pages: 0,
+            meta: 0,
+            phase: Phase::Refused(StoreError::NotThisVolume),
+            label: volume::Label { identity: 0, pages: 0, replicas: cfg.replicas, epoch: 1, owner: 0 },
+            written,
+            maps,
+            load_at: 0,
+            entries,
+            clock: Clock::new(1),
+            members: NodeSet::EMPTY,
+            placement: Placement::new(u32::MAX),
+            reqs: [const { Req::Free }; Q],
+            ops: [None; OPS],
+            ended: [None; OPS],
+            repair: Repair::NEW,
+            cursor: 0,
+            stats: StoreStats::ZERO,
+        }
+    }
+
+    /// Make this store the one of [`Self::new`]'s volume, in place (its tables allocated
+    /// anew; any request it held is dropped): [`Self::unloaded`]'s second step.
+    pub fn load(
+        &mut self,
+        cfg: StoreConfig,
+        identity: u64,
+        me: u16,
+        pages: u64,
+        members: &[u16],
+    ) -> Result<(), ConfigError> {
         if !(1..=MAX_REPLICAS).contains(&cfg.replicas) || cfg.page_bytes < volume::LABEL_BYTES as u32 {
             return Err(ConfigError::Replicas);
         }
@@ -325,6 +407,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
             .ok()
             .and_then(|p| p.checked_mul(usize::from(cfg.replicas)))
             .ok_or(ConfigError::NoMemory)?;
+        let members = NodeSet::of(members).map_err(ConfigError::Node)?;
         let mut entries = S::buf(n, Entry::NEW).ok_or(ConfigError::NoMemory)?;
         // What earlier loads left of the meta pages is unknown until read.
         let first_meta = usize::try_from(pages).unwrap_or(usize::MAX).saturating_mul(usize::from(cfg.replicas));
@@ -335,32 +418,30 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         let written = S::buf(words, 0u64).ok_or(ConfigError::NoMemory)?;
         let maps = S::buf(usize::try_from(meta - 1).map_err(|_| ConfigError::NoMemory)?, volume::MapPage::default())
             .ok_or(ConfigError::NoMemory)?;
-        let members = NodeSet::of(members).map_err(ConfigError::Node)?;
         let mut placement = Placement::new(u32::MAX);
         placement.set_targets(members.iter());
-        Ok(Store {
-            cfg,
-            identity,
-            me,
-            space: space_of(identity),
-            pages,
-            meta,
-            phase: Phase::Label,
-            label: volume::Label { identity, pages, replicas: cfg.replicas, epoch: 1, owner: me },
-            written,
-            maps,
-            load_at: 0,
-            entries,
-            clock: Clock::new(1),
-            members,
-            placement,
-            reqs: core::array::from_fn(|_| Req::Free),
-            ops: [None; OPS],
-            ended: [None; OPS],
-            repair: Repair::default(),
-            cursor: 0,
-            stats: StoreStats::default(),
-        })
+        self.cfg = cfg;
+        self.identity = identity;
+        self.me = me;
+        self.space = space_of(identity);
+        self.pages = pages;
+        self.meta = meta;
+        self.phase = Phase::Label;
+        self.label = volume::Label { identity, pages, replicas: cfg.replicas, epoch: 1, owner: me };
+        self.written = written;
+        self.maps = maps;
+        self.load_at = 0;
+        self.entries = entries;
+        self.clock = Clock::new(1);
+        self.members = members;
+        self.placement = placement;
+        self.reqs.iter_mut().for_each(|r| *r = Req::Free);
+        self.ops = [None; OPS];
+        self.ended = [None; OPS];
+        self.repair = Repair::NEW;
+        self.cursor = 0;
+        self.stats = StoreStats::ZERO;
+        Ok(())
     }
 
     /// Where loading stands.
@@ -706,6 +787,14 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
                 self.repair.start(now);
             }
         }
+    }
+
+    /// Stop serving (the runtime is going away): every user request still held fails with
+    /// `e` (handed back by [`Self::poll_done`]) and every later one is refused with it.
+    /// Operations in flight stay recorded, so their completions still give frames back.
+    pub fn shut(&mut self, e: StoreError) {
+        self.phase = Phase::Refused(e);
+        self.fail_waiting(e);
     }
 
     /// A member's free room as last heard (its heartbeat), for placement.

@@ -34,9 +34,13 @@ pub(crate) struct Repair {
     /// A page was skipped (busy): scan again when this pass ends.
     again: bool,
     next_start: u64,
+    /// Lost replicas this pass met and did not make again.
+    met: u64,
 }
 
 impl Repair {
+    pub(crate) const NEW: Repair = Repair { cursor: None, again: false, next_start: 0, met: 0 };
+
     /// A member failed: scan the volume (again) from the start.
     pub(crate) fn start(&mut self, now: u64) {
         self.cursor = Some(0);
@@ -102,14 +106,22 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
             if let Some((lost, from)) = self.repairable(p) {
                 if !self.page_free(p, true) {
                     self.repair.again = true;
+                    self.repair.met += 1;
                 } else if let Some(slot) = self.free_slot() {
                     self.reqs[slot] = Req::Repair(RepairReq { page: p, lost, from, step: Step::Fetch });
                     self.repair.cursor = Some(p + 1);
                     self.repair.next_start = now.saturating_add(self.cfg.repair_gap_ns);
                     return;
                 }
+            } else if self.lost_replica(p).is_some() {
+                // No live copy to make it from.
+                self.repair.met += 1;
             }
             p += 1;
+        }
+        if p >= all {
+            self.stats.repair_passes += 1;
+            self.stats.repair_short = core::mem::take(&mut self.repair.met);
         }
         self.repair.cursor = if p < all {
             Some(p)
@@ -124,11 +136,16 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
     /// A lost replica of `page` and a held one to copy it from, if it has both.
     fn repairable(&self, page: u64) -> Option<(u8, u8)> {
         let r = self.cfg.replicas;
-        let lost = (0..r).find(|&k| self.entry(page, k).is_some_and(|e| matches!(e.replica, Replica::Lost { .. })))?;
+        let lost = self.lost_replica(page)?;
         let from = (0..r).find(|&k| {
             self.entry(page, k).and_then(|e| e.replica.holder()).is_some_and(|h| self.members.contains(h))
         })?;
         Some((lost, from))
+    }
+
+    /// A replica of `page` whose copy is lost.
+    fn lost_replica(&self, page: u64) -> Option<u8> {
+        (0..self.cfg.replicas).find(|&k| self.entry(page, k).is_some_and(|e| matches!(e.replica, Replica::Lost { .. })))
     }
 
     /// The next operation repair `i` wants sent, if any.
@@ -262,6 +279,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         };
         if !done {
             self.repair.again = true;
+            self.repair.met += 1;
             if self.repair.cursor.is_none() {
                 self.repair.cursor = Some(self.pages.saturating_add(self.meta));
             }

@@ -348,3 +348,69 @@ fn a_second_load_of_an_identity_a_live_member_owns_is_refused() {
     assert_eq!(c.phase(), Phase::Ready);
     assert!(c.is_written(1));
 }
+
+#[test]
+fn a_store_built_in_place_loads_like_a_new_one() {
+    let cfg = StoreConfig::default();
+    let mut s = S::unloaded(
+        cfg,
+        Heap::buf(0, record::Entry::NEW).unwrap(),
+        Heap::buf(0, 0).unwrap(),
+        Heap::buf(0, volume::MapPage::default()).unwrap(),
+    );
+    assert_eq!(s.write(0, 0, 1).map_err(|e| e.1), Err(StoreError::OutOfRange), "no volume yet");
+    s.load(cfg, 1, 0, 64, &[1, 2, 3]).unwrap();
+    let mut net = Net::new();
+    net.load(&mut s);
+    assert_eq!(s.phase(), Phase::Ready);
+    write_all(&mut s, &mut net, 3, 9);
+    assert_eq!(s.load(StoreConfig { replicas: 0, ..cfg }, 1, 0, 64, &[1]), Err(ConfigError::Replicas));
+}
+
+#[test]
+fn a_repair_pass_counts_the_lost_replicas_it_could_not_make_again() {
+    let mut s = store(StoreConfig::default(), &[1, 2, 3]);
+    let mut net = Net::new();
+    let targets = write_all(&mut s, &mut net, 2, 1);
+    // Both holders fail: nothing to copy page 2 from.
+    s.handle_member(5, Event::Failed(targets[0]));
+    s.handle_member(5, Event::Failed(targets[1]));
+    let mut now = 5;
+    for _ in 0..10 {
+        // The volume's meta pages may be made again from a surviving copy; page 2 not.
+        for (op, i) in net.issue(&mut s, now) {
+            match i.kind {
+                IssueKind::Get { .. } => {
+                    s.handle_get(now, op, &miss());
+                }
+                IssueKind::Put { .. } => stored(&mut s, now, op, &i),
+            }
+        }
+        while s.poll_done().is_some() {}
+        now = s.poll_timeout().unwrap_or(now + 1).max(now + 1);
+        s.handle_timeout(now);
+    }
+    assert!(s.stats.repair_passes >= 1);
+    assert!(s.stats.repair_short >= 1);
+}
+
+#[test]
+fn a_shut_store_fails_what_it_holds_and_refuses_more() {
+    let mut s = store(StoreConfig::default(), &[1, 2, 3]);
+    let mut net = Net::new();
+    s.write(0, 4, 11).unwrap();
+    let ops = net.issue(&mut s, 0);
+    s.shut(StoreError::NotSent);
+    assert_eq!(done(&mut s), Some((11, Outcome::Failed(StoreError::NotSent))));
+    assert_eq!(s.read(0, 4, 12).map_err(|e| e.1), Err(StoreError::NotSent));
+    stored(&mut s, 0, ops[0].0, &ops[0].1);
+    assert_eq!(s.poll_done(), None, "a late completion finds nothing to finish");
+}
+
+#[test]
+fn the_kernel_disk_of_node_0_has_the_space_xtask_checks() {
+    // xtask/src/vm/host_gmsd.rs computes it without linking this crate.
+    let s = space_of(0x6d73_6730_0000_0000);
+    assert_eq!(s >> 60, 0);
+    assert_eq!(s, super::super::page::mix64(0x6d73_6730_0000_0000 ^ 0x6773_6d2d_6469_736b) & !(0xf << 60));
+}

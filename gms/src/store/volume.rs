@@ -167,7 +167,7 @@ mod load {
         }
 
         /// Fail every user request waiting for the volume to load with `e`.
-        fn fail_waiting(&mut self, e: StoreError) {
+        pub(in super::super) fn fail_waiting(&mut self, e: StoreError) {
             for i in 0..self.reqs.len() {
                 let (owner, page) = match core::mem::replace(&mut self.reqs[i], Req::Free) {
                     Req::Write(w) if matches!(w.io, Owner::User(_)) => (w.io, w.page),

@@ -137,11 +137,14 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         let avoid = self.avoid(i, page, k, now)?;
         let mut list = [0u16; MAX_NODE as usize + 1];
         let n = avoid.iter().zip(list.iter_mut()).map(|(a, l)| *l = a).count();
-        let Some((target, _via)) = self.placement.pick_avoiding(now, lru, coord, &list[..n]) else {
+        let Some((target, via)) = self.placement.pick_avoiding(now, lru, coord, &list[..n]) else {
             // Every target clear of the others is at its cap or refused lately.
             self.delay(i, k, now);
             return None;
         };
+        if via == super::super::placement::Via::Plan {
+            self.stats.puts_by_plan += 1;
+        }
         let (shared, last) = match &self.reqs[i] {
             Req::Write(w) => (w.version, w.last[usize::from(k)]),
             _ => (None, None),

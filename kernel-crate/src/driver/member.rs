@@ -3,7 +3,9 @@
 
 use super::params;
 use super::shared::{Dev, GmsBackend, Shared, HEARTBEAT_MS, TICK_MS};
-use crate::gms_backend::{self, DiskCore, DiskState};
+use crate::gms_backend::{self, DiskCore, DiskParams, DiskState};
+use crate::tpz::gms::store::liveness::Event;
+use crate::tpz::gms::store::nodes::MAX_NODE;
 use crate::net::{self, now_ns};
 use crate::stats::STATS;
 use crate::sys;
@@ -53,7 +55,8 @@ impl Shared {
     fn next_tick_ms(&self, now: u64) -> u32 {
         let next = {
             let c = self.core.lock();
-            [c.rpc.poll_timeout(), c.node.poll_timeout(), c.lru.poll_timeout()].into_iter().flatten().min()
+            let store = c.client.as_ref().and_then(|d| d.poll_timeout());
+            [c.rpc.poll_timeout(), c.node.poll_timeout(), c.lru.poll_timeout(), store].into_iter().flatten().min()
         };
         match next {
             Some(at) => (at.saturating_sub(now) / 1_000_000).clamp(1, u64::from(TICK_MS)) as u32,
@@ -131,7 +134,7 @@ impl Shared {
                         left[..k].copy_from_slice(&c.node.members().ids()[..k]);
                         set_view(c, now, &left[..k]);
                         if let Some(d) = c.client.as_mut() {
-                            d.drop_target(m);
+                            d.handle_member(now, Event::Failed(m));
                         }
                     }
                 } else if let Some(incarnation) = beat {
@@ -171,6 +174,9 @@ impl Shared {
         STATS.gms_rejoins.inc();
         let how = if restarted { " with a new incarnation" } else { "" };
         pr_info!("gms: node {} is back{}: admitted again\n", m, how);
+        // A new incarnation lost its memory; the same one (declared failed while it ran)
+        // kept it, and the disk's reads may ask it for the copies it held.
+        let event = if restarted { Event::Restarted(m) } else { Event::Joined(m) };
         if c.node.members().contains(m) {
             c.node.node_failed(now, &mut c.rpc, m);
         }
@@ -184,7 +190,7 @@ impl Shared {
         ids[..k].sort_unstable();
         set_view(c, now, &ids[..k]);
         if let Some(d) = c.client.as_mut() {
-            d.rejoined(m);
+            d.handle_member(now, event);
         }
     }
 
@@ -203,15 +209,37 @@ impl Shared {
                 return Err(EINVAL);
             }
             drop(core);
+            if let Some(&m) = Iterator::chain(targets[..n].iter(), core::iter::once(&self.node)).find(|&&m| m > MAX_NODE) {
+                pr_err!(
+                    "gms_nodes=/node=: node {} is past the ids /dev/gms0's store covers (0..={}); gms_disk_pages= needs smaller ids\n",
+                    m,
+                    MAX_NODE
+                );
+                return Err(EINVAL);
+            }
             let replicas = params::gms_replicas(n + 1);
             if usize::from(replicas) > n {
                 pr_err!("gms_replicas={} needs that many other GMS members; gms_nodes= lists {}\n", replicas, n);
                 return Err(EINVAL);
             }
-            let depth = u32::try_from(params::GMS_DISK_READAHEAD.get()).unwrap_or(0);
-            let mut state = DiskState::new(pages, &targets[..n], replicas, depth)?;
-            state.direct_reads = params::GMS_DISK_DIRECT_READS.get() == 1;
-            state.nic_answers = params::GMS_NIC_ANSWERS.get() == 1;
+            if params::GMS_DISK_READAHEAD.get() > 0 {
+                pr_warn!("gms_disk_readahead=: read-ahead is not ported to the store yet; reads are not read ahead\n");
+            }
+            let degraded_writes = params::GMS_DEGRADED_WRITES.get() == 1;
+            if degraded_writes {
+                pr_warn!("gms_degraded_writes=1: with fewer live members than gms_replicas= a write is acknowledged with fewer copies (counted in disk_under_replicated)\n");
+            }
+            let p = DiskParams {
+                pages,
+                identity: params::gms_disk_id(self.node),
+                me: self.node,
+                replicas,
+                degraded_writes,
+                direct_reads: params::GMS_DISK_DIRECT_READS.get() == 1,
+                nic_answers: params::GMS_NIC_ANSWERS.get() == 1,
+            };
+            let state = DiskState::new(&p, &targets[..n])?;
+            pr_info!("/dev/gms0: disk identity {:#x} (gms_disk_id=)\n", p.identity);
             core = self.core.lock();
             core.client = Some(state);
             (n, replicas)

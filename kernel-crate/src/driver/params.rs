@@ -24,6 +24,7 @@ pub(crate) fn check() -> Result {
     in_range("gms_replicas", GMS_REPLICAS.get(), 0, i64::from(MAX_REPLICAS))?;
     in_range("gms_disk_direct_reads", GMS_DISK_DIRECT_READS.get(), 0, 1)?;
     in_range("gms_nic_answers", GMS_NIC_ANSWERS.get(), 0, 1)?;
+    in_range("gms_degraded_writes", GMS_DEGRADED_WRITES.get(), 0, 1)?;
     gms_fail_ms().map(|_| ())
 }
 
@@ -134,7 +135,28 @@ pub(super) static GMS_DISK_DIRECT_READS: IntParam = IntParam::new(1);
 /// (one-sided reads); 0: the holder's host serves every read.
 pub(super) static GMS_NIC_ANSWERS: IntParam = IntParam::new(1);
 
-param_table!(PARAMS: 11 = [
+/// `gms_degraded_writes=`: 1: with fewer live members than `gms_replicas=`, a
+/// `/dev/gms0` write is acknowledged with the copies it could place (counted); 0
+/// (default): it fails.
+pub(super) static GMS_DEGRADED_WRITES: IntParam = IntParam::new(0);
+/// `gms_disk_id=`: the identity of this node's `/dev/gms0` on GMS — its page space, and
+/// what a later load names to read it back (a number, or any name; default: derived
+/// from this node's id, so two nodes' disks never share pages).
+pub(super) static GMS_DISK_ID: StrParam = StrParam::new();
+
+/// The disk identity: `gms_disk_id=` (a number as it is, a name hashed), else one derived
+/// from node `me`'s id.
+pub(super) fn gms_disk_id(me: u16) -> u64 {
+    match GMS_DISK_ID.get().map(str::trim) {
+        Some(s) if !s.is_empty() => s.parse::<u64>().unwrap_or_else(|_| {
+            // FNV-1a of the name.
+            s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
+        }),
+        _ => 0x6d73_6730_0000_0000 | u64::from(me),
+    }
+}
+
+param_table!(PARAMS: 13 = [
     int_entry(c"node", &NODE, &crate::THIS_MODULE),
     charp_entry(c"gms_nodes", &GMS_NODES, &crate::THIS_MODULE),
     int_entry(c"gms_budget_pages", &GMS_BUDGET_PAGES, &crate::THIS_MODULE),
@@ -146,6 +168,8 @@ param_table!(PARAMS: 11 = [
     int_entry(c"gms_replicas", &GMS_REPLICAS, &crate::THIS_MODULE),
     int_entry(c"gms_disk_direct_reads", &GMS_DISK_DIRECT_READS, &crate::THIS_MODULE),
     int_entry(c"gms_nic_answers", &GMS_NIC_ANSWERS, &crate::THIS_MODULE),
+    int_entry(c"gms_degraded_writes", &GMS_DEGRADED_WRITES, &crate::THIS_MODULE),
+    charp_entry(c"gms_disk_id", &GMS_DISK_ID, &crate::THIS_MODULE),
 ]);
 
 modinfo!(PARMTYPE_NODE, "parmtype=node:int\0");
@@ -193,4 +217,14 @@ modinfo!(PARMTYPE_GMS_NIC_ANSWERS, "parmtype=gms_nic_answers:int\0");
 modinfo!(
     PARM_GMS_NIC_ANSWERS,
     "parm=gms_nic_answers:1 (default): /dev/gms0 reads are answered by the holder's NIC from its answer table, without its host; 0: by its host\0"
+);
+modinfo!(PARMTYPE_GMS_DEGRADED, "parmtype=gms_degraded_writes:int\0");
+modinfo!(
+    PARM_GMS_DEGRADED,
+    "parm=gms_degraded_writes:1: with fewer live members than gms_replicas, /dev/gms0 writes are acknowledged with fewer copies; 0 (default): they fail\0"
+);
+modinfo!(PARMTYPE_GMS_DISK_ID, "parmtype=gms_disk_id:charp\0");
+modinfo!(
+    PARM_GMS_DISK_ID,
+    "parm=gms_disk_id:identity of /dev/gms0 on GMS, a number or a name (default: derived from this node's id)\0"
 );

@@ -26,11 +26,15 @@ impl Drop for Device {
             if let Some(d) = s.core.lock().client.as_ref() {
                 let k = &d.counters;
                 pr_info!(
-                    "{}: /dev/gms0 on GMS: {} reads of unwritten pages (zeros), {} reads over the network, {} from the read-ahead cache ({} prefetches), {} writes stored, {} errors, {} pages tried again, {} writes with no room (ENOSPC), {} pages found from an earlier load\n",
-                    name, k.reads_zero, k.reads_ok, k.reads_cache, k.prefetches, k.writes_ok, k.errors, k.retries, k.full, k.recovered
+                    "{}: /dev/gms0 on GMS: {} reads of unwritten pages (zeros), {} reads over the network, {} writes stored, {} errors, {} writes with no room (ENOSPC), {} writes refused for too few live members\n",
+                    name, k.reads_zero, k.reads_ok, k.writes_ok, k.errors, k.full, k.too_few
                 );
             }
-            let failed = s.core.lock().client.as_mut().map_or(0, |d| d.fail_all());
+            let failed = {
+                let mut core = s.core.lock();
+                let c = &mut *core;
+                c.client.as_mut().map_or(0, |d| d.fail_all(&mut c.node.host))
+            };
             s.complete_disk();
             if failed > 0 {
                 pr_info!("{}: failed {} /dev/gms0 pages still queued or in flight\n", name, failed);

@@ -35,16 +35,6 @@ pub(crate) fn msleep(ms: u32) {
     unsafe { bindings::msleep(ms) }
 }
 
-/// Nanoseconds since the Unix epoch (the wall clock: it may be set back, unlike the
-/// monotonic clock, which starts again at every boot).
-pub(crate) fn wall_clock_ns() -> u64 {
-    let mut ts = bindings::timespec64 { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `ktime_get_real_ts64` only writes the `timespec64` it is given, which is
-    // ours; it may be called from any context.
-    unsafe { bindings::ktime_get_real_ts64(&mut ts) };
-    (ts.tv_sec.max(0) as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec.max(0) as u64)
-}
-
 /// 64 random bits from the kernel's CRNG.
 pub(crate) fn random_u64() -> u64 {
     let mut v = 0u64;

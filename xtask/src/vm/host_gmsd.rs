@@ -8,7 +8,7 @@
 //! writes pages to `/dev/gms0` (their only putpage target is the daemon) and reads them
 //! back; once it prints `trapeze-gmsd: WRITTEN N` a watcher thread here asks the daemon
 //! (`gms stat --json`) how many pages it holds and `gms get`s each page the guest wrote
-//! (GMS page (0x6d736730 = "gms0", disk page p): the kernel disk's page ids) checking
+//! (GMS page (the disk's space, disk page p): the kernel disk's page ids) checking
 //! every byte, while the guest is still a member (its directory share lives in it).
 
 use anyhow::{bail, Context};
@@ -18,8 +18,20 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// The kernel disk's GMS space ("gms0"; `kernel-crate/src/gms_backend.rs`).
-const DISK_SPACE: u64 = 0x6d73_6730;
+/// The GMS space of guest 0's disk (replica 0): `gms::store::space_of` of the default
+/// `gms_disk_id=` of node 0 (`kernel-crate/src/driver/params.rs`: `0x6d73_6730 << 32 | node`).
+const DISK_SPACE: u64 = space_of(0x6d73_6730_0000_0000);
+
+/// `gms::store::space_of` (xtask does not link the gms crate): the identity hashed, the
+/// replica bits (top four) clear.
+const fn space_of(identity: u64) -> u64 {
+    let mut x = identity ^ 0x6773_6d2d_6469_736b;
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    (x ^ (x >> 33)) & !(0xf << 60)
+}
 const PAGE: usize = 4096;
 const LINE: &str = "trapeze-gmsd: WRITTEN ";
 
