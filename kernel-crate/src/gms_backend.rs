@@ -382,7 +382,7 @@ impl Frames<PageIo, Frame> for KFrames<'_> {
     fn give_back(&mut self, frame: Frame) {
         give_back(self.host, frame);
     }
-    fn fill(&mut self, write: impl FnOnce(&mut [u8])) -> Option<Frame> {
+    fn fill(&mut self, _page: PageId, _version: Version, write: impl FnOnce(&mut [u8])) -> Option<Frame> {
         let f = self.host.alloc()?;
         write(self.meta);
         if self.host.frame(f).is_some_and(|b| b.write(0, self.meta).is_ok()) {
@@ -519,7 +519,7 @@ fn send(
                 Data::Frame(f) => Some(f),
                 Data::Meta(m) => {
                     let DiskState { store, meta, .. } = &mut *d;
-                    KFrames { host: &mut node.host, meta: &mut meta[..] }.fill(|b| store.fill_meta(m, b))
+                    KFrames { host: &mut node.host, meta: &mut meta[..] }.fill(page, version, |b| store.fill_meta(m, b))
                 }
                 Data::Scratch => None,
             };
