@@ -132,7 +132,8 @@ pub enum StoreError {
     NotSent,
     /// The disk's identity is in use by a live member's load ([`volume`]).
     IdentityInUse { owner: u16 },
-    /// The cluster holds a volume of this identity with another size or replica count.
+    /// The cluster holds a volume of this identity that is larger (a volume may grow, not
+    /// shrink) or keeps another number of replicas.
     NotThisVolume,
 }
 
@@ -300,6 +301,8 @@ pub struct Store<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const 
     me: u16,
     space: u64,
     pages: u64,
+    /// The volume's size as its label gave it (it may have grown since).
+    pages_before: u64,
     /// Meta pages past `pages` ([`volume::meta_pages`]).
     meta: u64,
     phase: Phase,
@@ -369,6 +372,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
             me: 0,
             space: 0,
             pages: 0,
+            pages_before: 0,
             meta: 0,
             phase: Phase::Refused(StoreError::NotThisVolume),
             label: volume::Label { identity: 0, pages: 0, replicas: cfg.replicas, epoch: 1, owner: 0 },
@@ -425,6 +429,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         self.me = me;
         self.space = space_of(identity);
         self.pages = pages;
+        self.pages_before = pages;
         self.meta = meta;
         self.phase = Phase::Label;
         self.label = volume::Label { identity, pages, replicas: cfg.replicas, epoch: 1, owner: me };

@@ -414,3 +414,21 @@ fn the_kernel_disk_of_node_0_has_the_space_xtask_checks() {
     assert_eq!(s >> 60, 0);
     assert_eq!(s, super::super::page::mix64(0x6d73_6730_0000_0000 ^ 0x6773_6d2d_6469_736b) & !(0xf << 60));
 }
+
+#[test]
+fn a_volume_loaded_larger_keeps_what_it_knew_and_its_new_pages_are_zeros() {
+    let mut net = Net::new();
+    let mut a = store_on(&mut net, StoreConfig::default(), 0, &[1, 2, 3]);
+    write_all(&mut a, &mut net, 1, 1);
+    let mut b: S = Store::new(StoreConfig::default(), 1, 0, 40_000, &[1, 2, 3]).unwrap();
+    net.load(&mut b);
+    assert_eq!(b.phase(), Phase::Ready);
+    assert!(b.is_written(1) && !b.is_written(39_999));
+    b.read(0, 39_999, 2).unwrap();
+    assert!(net.issue(&mut b, 0).is_empty());
+    assert_eq!(done(&mut b), Some((2, Outcome::Zero)));
+    // Smaller than it was: refused, naming why.
+    let mut c: S = Store::new(StoreConfig::default(), 1, 0, 10, &[1, 2, 3]).unwrap();
+    net.load(&mut c);
+    assert_eq!(c.phase(), Phase::Refused(StoreError::NotThisVolume));
+}

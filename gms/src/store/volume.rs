@@ -5,8 +5,8 @@
 //! - the **label** (meta page 0): the disk identity, its size, its replica count, the
 //!   epoch of the load that last claimed it and the node it runs on. A load reads it,
 //!   refuses to start when another live member owns the identity
-//!   ([`StoreError::IdentityInUse`]) or the volume's shape differs
-//!   ([`StoreError::NotThisVolume`]), and claims it with the next epoch: every version
+//!   ([`StoreError::IdentityInUse`]) or the volume would shrink or change its replica count
+//!   ([`StoreError::NotThisVolume`]; it may grow), and claims it with the next epoch: every version
 //!   this load writes is above every version an earlier load wrote ([`super::record::Clock`]);
 //! - the **written map** (meta pages 1..): a bit per page, set before a write of a page
 //!   never written is acknowledged (the write waits for its map page to be stored), so
@@ -77,7 +77,9 @@ impl Label {
     /// Whether a load of `want` may take over a volume labelled `self`, with `live`
     /// telling which nodes are members now and `me` the loading node.
     pub fn admit(&self, want: &Label, me: u16, live: impl Fn(u16) -> bool) -> Result<(), StoreError> {
-        if self.identity != want.identity || self.pages != want.pages || self.replicas != want.replicas {
+        // A volume may grow (its new pages were never written); it may not shrink (pages
+        // written past the new end would be lost), nor change its replica count.
+        if self.identity != want.identity || self.pages > want.pages || self.replicas != want.replicas {
             return Err(StoreError::NotThisVolume);
         }
         if self.owner != me && live(self.owner) {
@@ -124,7 +126,9 @@ mod tests {
         assert_eq!(l.admit(&l, 1, |n| n == 3), Err(StoreError::IdentityInUse { owner: 3 }));
         assert_eq!(l.admit(&l, 1, |_| false), Ok(()));
         assert_eq!(l.admit(&l, 3, |_| true), Ok(()), "a reload on the owner's node");
-        assert_eq!(l.admit(&Label { pages: 2000, ..l }, 1, |_| false), Err(StoreError::NotThisVolume));
+        assert_eq!(l.admit(&Label { pages: 2000, ..l }, 1, |_| false), Ok(()), "a volume may grow");
+        assert_eq!(l.admit(&Label { pages: 500, ..l }, 1, |_| false), Err(StoreError::NotThisVolume));
+        assert_eq!(l.admit(&Label { replicas: 1, ..l }, 1, |_| false), Err(StoreError::NotThisVolume));
         assert_eq!(meta_pages(32768, 4096), 2);
         assert_eq!(meta_pages(32769, 4096), 3);
     }
@@ -188,6 +192,7 @@ mod load {
                 self.phase = match Label::decode(bytes).ok_or(StoreError::NotThisVolume) {
                     Ok(old) => match old.admit(&self.label, self.me, |n| members.contains(n)) {
                         Ok(()) => {
+                            self.pages_before = old.pages;
                             self.label.epoch = old.epoch.saturating_add(1);
                             self.clock = Clock::new(self.label.epoch);
                             Phase::Label
@@ -268,7 +273,9 @@ mod load {
 
         /// The phase after map page `m` (0: the label) was read.
         fn after_map(&self, m: u64) -> Phase {
-            if m + 1 < self.meta {
+            // The map pages the volume had: a volume grown since has none beyond them.
+            let had = super::meta_pages(self.pages_before.min(self.pages), self.cfg.page_bytes);
+            if m + 1 < had {
                 Phase::Map { m: m + 1 }
             } else {
                 Phase::Claim
