@@ -18,6 +18,9 @@
 //! retries, sites and repair; their GMS page numbers count down from `u64::MAX`, so a
 //! volume's meta pages keep their ids if it is ever loaded with another size.
 //!
+//! A label found during a load whose holder is then declared failed is waited for (the
+//! holder may only be suspected), never taken for a missing one.
+//!
 //! Limits: with every copy of the label gone, a load starts the volume afresh (its pages'
 //! copies are then older than the new load's writes and never read as current, but the
 //! written map is gone with the label: unwritten and lost pages both read as zeros).
@@ -235,8 +238,10 @@ mod load {
             let retry = now.saturating_add(self.cfg.retry_delay_ns);
             match (self.phase, outcome) {
                 (Phase::Label, Outcome::Read { .. }) => self.phase = self.after_map(0),
-                // No copy of a label: a new volume (nothing to read of its map).
-                (Phase::Label, Outcome::Failed(StoreError::Lost)) => self.phase = Phase::Claim,
+                // No copy of a label was ever seen: a new volume (nothing to read of its
+                // map). One was, on a member now declared failed (perhaps only suspected):
+                // it is waited for, not taken for a new volume.
+                (Phase::Label, Outcome::Failed(StoreError::Lost)) if !self.label_seen() => self.phase = Phase::Claim,
                 (Phase::Map { .. }, Outcome::Read { .. }) => self.phase = self.after_map(m),
                 (Phase::Map { .. }, Outcome::Failed(_)) => {
                     // Which of its pages were written is lost: all of them count as written.
@@ -247,9 +252,14 @@ mod load {
                 }
                 (Phase::Claim, Outcome::Written { .. }) => self.ready(),
                 // Tried again later; meanwhile the users hear why the volume cannot start.
+                // Tried again later. Users waiting hear why the volume cannot start when it
+                // is the cluster's state (too few members, no room); a label not read yet
+                // (its holder unreachable for now) keeps them waiting.
                 (Phase::Label | Phase::Claim, Outcome::Failed(e)) => {
                     self.load_at = retry;
-                    self.fail_waiting(e);
+                    if matches!(e, StoreError::TooFewMembers | StoreError::NoSpace) {
+                        self.fail_waiting(e);
+                    }
                 }
                 (Phase::Ready, Outcome::Written { .. }) if m > 0 => {
                     if let Some(p) = self.maps.get_mut(usize::try_from(m - 1).unwrap_or(usize::MAX)) {
@@ -269,6 +279,11 @@ mod load {
                 }
                 _ => {}
             }
+        }
+
+        /// Whether a copy of the label was found on a node that may still hold it.
+        fn label_seen(&self) -> bool {
+            (0..self.cfg.replicas).filter_map(|k| self.entry(self.pages, k)).any(|e| !e.sites.is_empty())
         }
 
         /// The phase after map page `m` (0: the label) was read.
