@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! The `trapeze-nic` program as a user runs it: a live control socket is never taken over
-//! (a stale one is), SIGINT/SIGTERM remove the sockets and exit 0, bad names and explicit
-//! paths in missing directories are refused before anything is created, and
-//! `trapeze-nic status` reports a running NIC or says clearly that none answers.
+//! (a stale one is) and a gmsd daemon's is named as such, SIGINT/SIGTERM remove the sockets
+//! and exit 0, bad names and explicit paths in missing directories are refused before
+//! anything is created, and `trapeze-nic status` reports a running NIC or says clearly
+//! that none answers.
 
 use std::fs::File;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -325,4 +327,20 @@ fn status_of_a_missing_nic_is_a_clear_error() {
 
     let out = s.run(&["status"]);
     assert_eq!(out.status.code(), Some(2), "status without a NIC is a usage error");
+}
+
+/// NICs and gmsd daemons share the default socket directory: a NIC named after a daemon's
+/// socket (`--name gmsd-1`) is told a daemon serves it (a stream socket, not a NIC's).
+#[test]
+fn a_name_taken_by_a_gmsd_socket_is_refused_naming_gmsd() {
+    let s = Scratch::new("gmsd");
+    let dir = s.path("run/trapeze");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let _gmsd = std::os::unix::net::UnixListener::bind(dir.join("gmsd-1.sock")).unwrap();
+    let out = s.run(&["--name", "gmsd-1", "--node", "0", "--link", "udp:127.0.0.1:0"]);
+    let e = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{e}");
+    assert!(e.contains("in use by something else: a gmsd daemon or a NIC's ivshmem server is serving it"), "{e}");
+    assert!(!e.contains("a NIC is serving it"), "{e}");
 }
