@@ -3,7 +3,8 @@
 //! `--socket` in a missing directory is refused and nothing is created, one in a directory
 //! every user can write without the sticky bit is refused, a file that is not a socket is
 //! never replaced; NICs and daemons that share a socket directory are told apart by their
-//! sockets' type; `gms` says a path is not a socket rather than "a daemon that died".
+//! sockets' type; `gms` says a path is not a socket rather than "a daemon that died". Also
+//! `--version`.
 
 use std::net::UdpSocket;
 use std::os::unix::fs::PermissionsExt;
@@ -109,14 +110,18 @@ fn a_directory_anyone_can_write_needs_the_sticky_bit() {
     let e = refused(&sock);
     assert!(e.contains("0777") && e.contains("sticky") && e.contains("chmod +t"), "{e}");
     assert!(!sock.exists());
-    // Sticky (as /tmp is): accepted.
+    // Sticky (as /tmp is): accepted. Its start-up line counts its one peer in words.
     std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o1777)).unwrap();
-    let _d = Daemon(gmsd(&sock).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("spawn gmsd"));
+    let out = dir.join("gmsd.out");
+    let child = gmsd(&sock).stdout(std::fs::File::create(&out).unwrap()).stderr(Stdio::null()).spawn();
+    let _d = Daemon(child.expect("spawn gmsd"));
     let t0 = Instant::now();
     while !gms(&sock, &["--timeout-s", "5", "stat"]).status.success() {
         assert!(t0.elapsed() < Duration::from_secs(20), "gmsd in a sticky directory never answered");
         std::thread::sleep(Duration::from_millis(50));
     }
+    let line = std::fs::read_to_string(&out).unwrap();
+    assert!(line.contains("(1 peer), control socket"), "{line}");
 }
 
 /// A regular file is neither replaced by `gmsd` nor taken for a dead daemon's socket by
@@ -155,4 +160,16 @@ fn a_nic_socket_is_told_from_a_daemon() {
     let _l = UnixListener::bind(&stream).unwrap();
     let e = refused(&stream);
     assert!(e.contains("in use: a gmsd daemon"), "{e}");
+}
+
+#[test]
+fn version_is_printed() {
+    for bin in [env!("CARGO_BIN_EXE_gms"), env!("CARGO_BIN_EXE_gmsd")] {
+        let mut c = Command::new(bin);
+        c.arg("--version");
+        let out = run(c);
+        assert!(out.status.success(), "{bin} --version: {}", stderr(&out));
+        let v = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(v.trim_end().ends_with(env!("CARGO_PKG_VERSION")), "{bin}: {v}");
+    }
 }

@@ -290,7 +290,8 @@ fn status_prints_the_firmware_version_node_and_counters() {
     let version = st["fw_version"].as_str().unwrap().to_string();
     assert!(!version.is_empty());
 
-    let out = s.run(&["status", "--control", sock.to_str().unwrap()]);
+    // `--timeout-s`, as gms spells it; `--timeout` stays as an alias.
+    let out = s.run(&["status", "--timeout-s", "5", "--control", sock.to_str().unwrap()]);
     let o = text(&out.stdout);
     assert!(out.status.success(), "status failed: {}", text(&out.stderr));
     assert!(o.starts_with("NIC stat "), "{o}");
@@ -304,7 +305,7 @@ fn status_prints_the_firmware_version_node_and_counters() {
     let (num, unit) = (w.next().unwrap(), w.next().unwrap().trim_end_matches(','));
     assert!(num.parse::<f64>().is_ok() && ["µs", "ms", "s"].contains(&unit), "uptime not for humans:\n{o}");
 
-    let out = s.run(&["status", "--json", "--control", sock.to_str().unwrap()]);
+    let out = s.run(&["status", "--json", "--timeout", "5", "--control", sock.to_str().unwrap()]);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("--json prints JSON");
     assert_eq!(v["fw_version"], version.as_str());
     assert_eq!(v["node"], 0);
@@ -327,6 +328,37 @@ fn status_of_a_missing_nic_is_a_clear_error() {
 
     let out = s.run(&["status"]);
     assert_eq!(out.status.code(), Some(2), "status without a NIC is a usage error");
+}
+
+/// Settings that cannot work are refused in words before a socket is made: this NIC's own
+/// id or a node twice as a peer, `--status-every` outside its range, a control socket in a
+/// directory every user can write without the sticky bit.
+#[test]
+fn settings_that_cannot_work_are_refused_in_words() {
+    let s = Scratch::new("settings");
+    let ctl = s.path("n.sock");
+    let start = |ctl: &Path, extra: &[&str]| -> (Option<i32>, String) {
+        let base = ["--name", "n", "--node", "3", "--link", "udp:127.0.0.1:0", "--control", ctl.to_str().unwrap()];
+        let out = s.run(&[&base[..], extra].concat());
+        (out.status.code(), text(&out.stderr))
+    };
+    let (code, e) = start(&ctl, &["--peer", "3=127.0.0.1:9"]);
+    assert_eq!(code, Some(1), "{e}");
+    assert!(e.contains("--peer 3=127.0.0.1:9: 3 is this NIC's own node id (--node 3)"), "{e}");
+    let (code, e) = start(&ctl, &["--peer", "1=127.0.0.1:9", "--peer", "1=127.0.0.1:10"]);
+    assert_eq!(code, Some(1), "{e}");
+    assert!(e.contains("node 1 is already a peer (--peer 1=127.0.0.1:9)"), "{e}");
+    let (code, e) = start(&ctl, &["--status-every", "0"]);
+    assert_eq!(code, Some(2), "{e}");
+    assert!(e.contains("--status-every") && e.contains("1..=86400") && !e.contains("18446744073709551615"), "{e}");
+    assert!(!ctl.exists(), "a socket was made for a refused start");
+    let open = s.path("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let (code, e) = start(&open.join("n.sock"), &[]);
+    assert_eq!(code, Some(1), "{e}");
+    assert!(e.contains("mode 0777") && e.contains("no sticky bit") && e.contains("chmod +t"), "{e}");
+    assert!(!open.join("n.sock").exists());
 }
 
 /// NICs and gmsd daemons share the default socket directory: a NIC named after a daemon's
