@@ -42,18 +42,10 @@ pub struct Client {
 /// tells the two apart; a socket of another type (`EPROTOTYPE`) is a NIC's control socket
 /// (`SOCK_SEQPACKET`), the only other kind of socket the project's programs serve.
 fn connect_error(path: &Path, e: io::Error) -> anyhow::Error {
-    use std::os::unix::fs::FileTypeExt;
     let shown = path.display();
     let fix = "give --socket the path gmsd printed at start-up, or --node N for its default socket";
     if e.kind() == io::ErrorKind::ConnectionRefused {
-        if let Some(t) = std::fs::metadata(path).ok().map(|m| m.file_type()).filter(|t| !t.is_socket()) {
-            let what = if t.is_dir() {
-                "a directory"
-            } else if t.is_file() {
-                "a regular file"
-            } else {
-                "a special file"
-            };
+        if let Some(what) = trapeze_vnic::control::not_a_socket(path) {
             return anyhow!("{shown} is not a socket but {what}, so no gmsd listens there: {fix}");
         }
     }

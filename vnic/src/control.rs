@@ -136,6 +136,23 @@ fn servers_of(kind: SocketType) -> &'static str {
     }
 }
 
+/// What the file at `path` is when it is there and not a socket (`a regular file`, `a
+/// directory`, `a special file`), for the errors of clients: `connect(2)` answers
+/// `ECONNREFUSED` for such a file as for a socket nobody listens on.
+pub fn not_a_socket(path: &Path) -> Option<&'static str> {
+    use std::os::unix::fs::FileTypeExt;
+    let t = std::fs::metadata(path).ok()?.file_type();
+    if t.is_socket() {
+        None
+    } else if t.is_dir() {
+        Some("a directory")
+    } else if t.is_file() {
+        Some("a regular file")
+    } else {
+        Some("a special file")
+    }
+}
+
 /// The other socket type of this project's servers (see [`SocketState::OtherKind`]).
 fn other_kind(kind: SocketType) -> SocketType {
     if kind == SocketType::SEQPACKET {
@@ -470,9 +487,20 @@ impl ControlClient {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 bail!("no NIC control socket at {} (is trapeze-nic running with that name?)", path.display())
             }
-            Err(e) if e.raw_os_error() == Some(rustix::io::Errno::CONNREFUSED.raw_os_error()) => bail!(
-                "nothing answers on the NIC control socket {} (left by a NIC that is no longer running)",
-                path.display()
+            // connect(2) refuses a file that is not a socket with ECONNREFUSED too.
+            Err(e) if e.raw_os_error() == Some(rustix::io::Errno::CONNREFUSED.raw_os_error()) => {
+                match not_a_socket(path) {
+                    Some(kind) => bail!("{} is not a socket but {kind}: no NIC serves it", path.display()),
+                    None => bail!(
+                        "nothing answers on the NIC control socket {} (left by a NIC that is no longer running)",
+                        path.display()
+                    ),
+                }
+            }
+            Err(e) if e.raw_os_error() == Some(rustix::io::Errno::PROTOTYPE.raw_os_error()) => bail!(
+                "{} is not a NIC control socket: {} is serving it (a stream socket)",
+                path.display(),
+                servers_of(SocketType::STREAM)
             ),
             Err(e) => Err(e).with_context(|| format!("connecting to the NIC control socket {}", path.display())),
         }

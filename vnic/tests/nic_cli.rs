@@ -375,4 +375,14 @@ fn a_name_taken_by_a_gmsd_socket_is_refused_naming_gmsd() {
     assert_eq!(out.status.code(), Some(1), "{e}");
     assert!(e.contains("in use by something else: a gmsd daemon or a NIC's ivshmem server is serving it"), "{e}");
     assert!(!e.contains("a NIC is serving it"), "{e}");
+    // `status` says the same of the daemon's socket, and of a file that is no socket.
+    let out = s.run(&["status", "gmsd-1"]);
+    let e = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{e}");
+    assert!(e.contains("gmsd-1.sock is not a NIC control socket: a gmsd daemon"), "{e}");
+    let file = s.path("page.bin");
+    std::fs::write(&file, b"x").unwrap();
+    let out = s.run(&["status", "--control", file.to_str().unwrap()]);
+    let e = text(&out.stderr);
+    assert!(e.contains("page.bin is not a socket but a regular file") && !e.contains("no longer running"), "{e}");
 }
