@@ -37,16 +37,29 @@ pub struct Client {
     timeout: Duration,
 }
 
-/// Why connecting to `path` failed, in words.
+/// Why connecting to `path` failed, in words. `connect(2)` refuses a file that is not a
+/// socket, and a socket nobody listens on, with the same `ECONNREFUSED`, so the file's type
+/// tells the two apart; a socket of another type (`EPROTOTYPE`) is a NIC's control socket
+/// (`SOCK_SEQPACKET`), the only other kind of socket the project's programs serve.
 fn connect_error(path: &Path, e: io::Error) -> anyhow::Error {
-    let path = path.display();
-    match e.kind() {
-        io::ErrorKind::NotFound => anyhow!("gmsd is not running: there is no socket at {path}"),
-        io::ErrorKind::ConnectionRefused => {
-            anyhow!("gmsd is not running: nobody listens at {path} (a socket left behind by a daemon that died)")
+    let shown = path.display();
+    let fix = "give --socket the path gmsd printed at start-up, or --node N for its default socket";
+    if e.kind() == io::ErrorKind::ConnectionRefused {
+        if let Some(what) = trapeze_vnic::control::not_a_socket(path) {
+            return anyhow!("{shown} is not a socket but {what}, so no gmsd listens there: {fix}");
         }
-        io::ErrorKind::PermissionDenied => anyhow!("cannot connect to gmsd at {path}: permission denied"),
-        _ => anyhow!("cannot connect to gmsd at {path}: {e}"),
+    }
+    match e.kind() {
+        io::ErrorKind::NotFound => anyhow!("gmsd is not running: there is no socket at {shown}"),
+        io::ErrorKind::ConnectionRefused => {
+            anyhow!("gmsd is not running: nobody listens at {shown} (a socket left behind by a daemon that died)")
+        }
+        io::ErrorKind::PermissionDenied => anyhow!("cannot connect to gmsd at {shown}: permission denied"),
+        _ if e.raw_os_error() == Some(rustix::io::Errno::PROTOTYPE.raw_os_error()) => anyhow!(
+            "{shown} is not a gmsd control socket: something serves another socket type there (a NIC's control \
+             socket, trapeze-nic); {fix}"
+        ),
+        _ => anyhow!("cannot connect to gmsd at {shown}: {e}"),
     }
 }
 

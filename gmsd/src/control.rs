@@ -157,33 +157,21 @@ pub struct Control {
 }
 
 impl Control {
-    /// Listen at `path`. A stale socket file (nobody accepting) is replaced; a live one is
-    /// an error.
-    /// The default directory ([`trapeze_vnic::local::runtime_dir`]) is made mode 0700 or
-    /// checked to be private; another missing directory is made mode 0700; the socket is
-    /// mode 0600.
+    /// Listen at `path`, as a NIC's control socket is prepared
+    /// ([`trapeze_vnic::control::prepare_socket_path`]): the default directory
+    /// ([`trapeze_vnic::local::runtime_dir`]) is made mode 0700 or checked to be private;
+    /// any other directory must exist (nothing is made) and not be writable by everyone
+    /// without the sticky bit. A stale socket file (nobody accepting) is replaced; a live
+    /// socket (a daemon, or a NIC by its socket type) or any other file is an error. The
+    /// socket is mode 0600.
     pub fn bind(path: &Path, op_timeout: Duration, replicas: u8) -> anyhow::Result<Control> {
         if !(1..=MAX_REPLICAS).contains(&replicas) {
             bail!("replicas {replicas}: must be 1..={MAX_REPLICAS}");
         }
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            if dir == trapeze_vnic::local::runtime_dir() {
-                trapeze_vnic::local::ensure_private_dir(dir)?;
-            } else if !dir.is_dir() {
-                use std::os::unix::fs::DirBuilderExt;
-                std::fs::DirBuilder::new()
-                    .recursive(true)
-                    .mode(0o700)
-                    .create(dir)
-                    .with_context(|| format!("creating {}", dir.display()))?;
-            }
+        if let Some(dir) = path.parent().filter(|d| *d == trapeze_vnic::local::runtime_dir()) {
+            trapeze_vnic::local::ensure_private_dir(dir)?;
         }
-        if path.exists() {
-            if UnixStream::connect(path).is_ok() {
-                bail!("another daemon is listening at {}", path.display());
-            }
-            std::fs::remove_file(path).with_context(|| format!("removing the stale socket {}", path.display()))?;
-        }
+        trapeze_vnic::control::prepare_socket_path(path, rustix::net::SocketType::STREAM, "control socket")?;
         let listener = UnixListener::bind(path).with_context(|| format!("cannot listen at {}", path.display()))?;
         // A connection made before this is refused by the peer check in `accept`.
         trapeze_vnic::local::restrict_socket(path)?;

@@ -140,6 +140,27 @@ fn settings_that_cannot_work_are_refused_naming_the_option() {
     assert!(e.contains("--replicas 2") && e.contains("1 other node") && e.contains("lower --replicas"), "{e}");
 }
 
+/// A key file its group may read is refused before anything starts, saying who may read
+/// it (not "others").
+#[test]
+fn a_key_file_its_group_may_read_is_refused_saying_so() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = Dir::new("key");
+    let key = dir.join("cluster.key");
+    std::fs::write(&key, [7u8; 32]).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o640)).unwrap();
+    let mut c = gmsd();
+    c.args(["--node", "0", "--listen", &format!("127.0.0.1:{}", free_port(&[])), "--budget-mb", "1", "--key"])
+        .arg(&key)
+        .arg("--socket")
+        .arg(dir.join("g.sock"));
+    let out = run(c, Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(2));
+    let e = stderr(&out);
+    assert!(e.contains("mode 0640: its group may read it;") && !e.contains("other"), "{e}");
+    assert!(!dir.join("g.sock").exists(), "a socket was made before the key was checked");
+}
+
 /// The link is UDP (`--listen`) or raw Ethernet (`--link ether:IFNAME`), never neither or
 /// both; its peers are of its kind (`ID=IP:PORT`, `ID=MAC`); an interface that is not
 /// there, and a malformed MAC, are named.
@@ -227,6 +248,7 @@ fn a_lone_daemon_has_no_node_to_store_on() {
     assert!(stderr(&out).contains("miss: this node has no live peer"), "{}", stderr(&out));
     let log = std::fs::read_to_string(dir.join("gmsd.log")).unwrap();
     assert!(log.contains("gmsd up") && !log.contains('\x1b'), "plain log off a terminal: {log:?}");
+    assert!(log.contains("WARN") && log.contains("no --peer given: node 0 is alone"), "no warning: {log}");
 }
 
 #[test]

@@ -117,7 +117,7 @@ fn bad_requests_get_errors_and_the_daemon_lives_on() {
         .output()
         .unwrap();
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("another daemon is listening"), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is in use: a gmsd daemon"), "{out:?}");
     assert!(c.stat().is_ok());
 }
 

@@ -121,6 +121,45 @@ pub enum SocketState {
     Stale,
     /// A socket something answers on.
     Live,
+    /// A socket something of another socket type answers on (`EPROTOTYPE`): a NIC's
+    /// control socket is `SOCK_SEQPACKET`; a `gmsd` control socket and a NIC's ivshmem
+    /// socket are `SOCK_STREAM`.
+    OtherKind,
+}
+
+/// Which of this project's servers listen on a socket of `kind`, in words.
+fn servers_of(kind: SocketType) -> &'static str {
+    if kind == SocketType::SEQPACKET {
+        "a NIC"
+    } else {
+        "a gmsd daemon or a NIC's ivshmem server"
+    }
+}
+
+/// What the file at `path` is when it is there and not a socket (`a regular file`, `a
+/// directory`, `a special file`), for the errors of clients: `connect(2)` answers
+/// `ECONNREFUSED` for such a file as for a socket nobody listens on.
+pub fn not_a_socket(path: &Path) -> Option<&'static str> {
+    use std::os::unix::fs::FileTypeExt;
+    let t = std::fs::metadata(path).ok()?.file_type();
+    if t.is_socket() {
+        None
+    } else if t.is_dir() {
+        Some("a directory")
+    } else if t.is_file() {
+        Some("a regular file")
+    } else {
+        Some("a special file")
+    }
+}
+
+/// The other socket type of this project's servers (see [`SocketState::OtherKind`]).
+fn other_kind(kind: SocketType) -> SocketType {
+    if kind == SocketType::SEQPACKET {
+        SocketType::STREAM
+    } else {
+        SocketType::SEQPACKET
+    }
 }
 
 /// Look at `path` without disturbing a server there beyond one connection that closes at
@@ -139,35 +178,32 @@ pub fn probe_socket(path: &Path, kind: SocketType) -> anyhow::Result<SocketState
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(SocketState::Absent),
         Err(e) if e.raw_os_error() == Some(rustix::io::Errno::CONNREFUSED.raw_os_error()) => Ok(SocketState::Stale),
         // A server of another socket type listens there.
-        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::PROTOTYPE.raw_os_error()) => Ok(SocketState::Live),
+        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::PROTOTYPE.raw_os_error()) => Ok(SocketState::OtherKind),
         Err(e) => Err(e).with_context(|| format!("connecting to {} to see whether it is in use", path.display())),
     }
 }
 
 /// Make `path` ready for a server to listen on as `what` (e.g. "control socket"): its
-/// directory must exist (nothing is created), a live socket there is refused (a NIC
-/// serves it), a stale one is removed (and logged).
+/// directory must exist (nothing is created) and not be writable by everyone without the
+/// sticky bit ([`crate::local::check_socket_dir`]), a live socket there is refused naming
+/// what serves it (told apart by socket type: [`SocketState::OtherKind`]), a stale one is
+/// removed (and logged), any other file is refused.
 pub fn prepare_socket_path(path: &Path, kind: SocketType, what: &str) -> anyhow::Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    if !dir.is_dir() {
-        bail!(
-            "the {what} {} is in a directory that does not exist ({}): create it first \
-             (only the default socket directory is created)",
-            path.display(),
-            dir.display()
-        );
-    }
+    crate::local::check_socket_dir(path, what)?;
     if rustix::net::SocketAddrUnix::new(path).is_err() {
         bail!("the {what} path {} is too long for a Unix socket (at most 107 bytes)", path.display());
     }
     match probe_socket(path, kind)? {
         SocketState::Absent => {}
         SocketState::Live => bail!(
-            "the {what} {} is in use: a NIC is serving it (stop that NIC first, or choose another name or path)",
-            path.display()
+            "the {what} {} is in use: {} is serving it (stop that first, or choose another name or path)",
+            path.display(),
+            servers_of(kind)
+        ),
+        SocketState::OtherKind => bail!(
+            "the {what} {} is in use by something else: {} is serving it (choose another name or path)",
+            path.display(),
+            servers_of(other_kind(kind))
         ),
         SocketState::Stale => {
             tracing::info!("replacing the stale {what} {} (nothing answers on it)", path.display());
@@ -451,9 +487,20 @@ impl ControlClient {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 bail!("no NIC control socket at {} (is trapeze-nic running with that name?)", path.display())
             }
-            Err(e) if e.raw_os_error() == Some(rustix::io::Errno::CONNREFUSED.raw_os_error()) => bail!(
-                "nothing answers on the NIC control socket {} (left by a NIC that is no longer running)",
-                path.display()
+            // connect(2) refuses a file that is not a socket with ECONNREFUSED too.
+            Err(e) if e.raw_os_error() == Some(rustix::io::Errno::CONNREFUSED.raw_os_error()) => {
+                match not_a_socket(path) {
+                    Some(kind) => bail!("{} is not a socket but {kind}: no NIC serves it", path.display()),
+                    None => bail!(
+                        "nothing answers on the NIC control socket {} (left by a NIC that is no longer running)",
+                        path.display()
+                    ),
+                }
+            }
+            Err(e) if e.raw_os_error() == Some(rustix::io::Errno::PROTOTYPE.raw_os_error()) => bail!(
+                "{} is not a NIC control socket: {} is serving it (a stream socket)",
+                path.display(),
+                servers_of(SocketType::STREAM)
             ),
             Err(e) => Err(e).with_context(|| format!("connecting to the NIC control socket {}", path.display())),
         }

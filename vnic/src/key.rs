@@ -71,9 +71,9 @@ impl ClusterKey {
         let mode = md.mode() & 0o7777;
         if mode & 0o077 != 0 {
             bail!(
-                "cluster key file {shown} has mode {mode:04o}: others may read or change it; \
-                 a key must be readable by its owner only (`chmod 600 {shown}`, and make a new key \
-                 if others may have read it)"
+                "cluster key file {shown} has mode {mode:04o}: {}; a key must be readable by its owner only \
+                 (`chmod 600 {shown}`, and make a new key if anyone else may have read it)",
+                who_else_may(mode)
             );
         }
         if md.len() != KEY_BYTES as u64 {
@@ -113,6 +113,24 @@ impl ClusterKey {
         }
         Ok(key)
     }
+}
+
+/// What the group and other bits of `mode` allow, in words: `its group may read it`,
+/// `other users may read and change it`, both joined by `; ` when both have bits.
+fn who_else_may(mode: u32) -> String {
+    let class = |who: &str, bits: u32| -> Option<String> {
+        let verbs: Vec<&str> = [(0o4, "read"), (0o2, "change"), (0o1, "execute")]
+            .into_iter()
+            .filter(|(b, _)| bits & b != 0)
+            .map(|(_, v)| v)
+            .collect();
+        (!verbs.is_empty()).then(|| format!("{who} may {} it", verbs.join(" and ")))
+    };
+    [class("its group", (mode >> 3) & 0o7), class("other users", mode & 0o7)]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// Fill `buf` from the OS random source (`getrandom(2)`, blocking until it is seeded).

@@ -10,6 +10,10 @@
 //!   be a real directory (not a symlink), owned by this user, and writable by nobody else
 //!   ([`ensure_private_dir`]). Another user who made `/tmp/trapeze-UID` first (to squat
 //!   it or read what is put there) is refused with an error naming the path and owner.
+//! * **Explicit socket directories.** A socket path given on the command line must be in
+//!   a directory that exists (nothing is created for it) and that not every user can
+//!   write to without the sticky bit ([`check_socket_dir`]): there anyone could remove
+//!   the socket and put their own in its place.
 //! * **Socket file.** Every listening socket is made mode 0600 after `bind`
 //!   ([`restrict_socket`]), so `connect(2)` by another user fails with `EACCES`.
 //! * **Peer credentials.** Every accepted connection's `SO_PEERCRED` is checked
@@ -99,6 +103,40 @@ pub fn private_runtime_dir() -> anyhow::Result<PathBuf> {
     Ok(dir)
 }
 
+/// Check the directory of `socket`, a socket path given explicitly (`what`, e.g.
+/// "control socket", names it in errors): it must exist (nothing is created: a typo must
+/// not leave directories behind, made as root perhaps), and if every user may write in
+/// it, it must have the sticky bit (as `/tmp` has), or another user could unlink the
+/// socket and bind their own in its place. Each error names the path and the fix.
+pub fn check_socket_dir(socket: &Path, what: &str) -> anyhow::Result<()> {
+    let dir = match socket.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let (path, shown) = (socket.display(), dir.display());
+    let m = match std::fs::metadata(dir) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => bail!(
+            "the {what} {path} is in a directory that does not exist ({shown}): create it first \
+             (mkdir -m 0700 {shown}) or choose a path in an existing directory; nothing is created for an \
+             explicit path"
+        ),
+        Err(e) => return Err(e).with_context(|| format!("looking at {shown}, the directory of the {what} {path}")),
+    };
+    if !m.is_dir() {
+        bail!("the {what} {path} is not in a directory: {shown} is not one; choose a path in a directory");
+    }
+    let mode = m.mode() & 0o7777;
+    if mode & 0o002 != 0 && mode & 0o1000 == 0 {
+        bail!(
+            "the {what} {path} is in {shown}, mode {mode:04o}: every user can write in it and it has no sticky \
+             bit, so another user could remove the socket and put their own in its place; use a directory of your \
+             own (mkdir -m 0700 DIR) or make this one sticky (chmod +t {shown})"
+        );
+    }
+    Ok(())
+}
+
 /// Make the socket file at `path` (just bound by this process) mode 0600.
 pub fn restrict_socket(path: &Path) -> anyhow::Result<()> {
     rustix::fs::chmod(path, Mode::from_raw_mode(SOCKET_MODE))
@@ -158,6 +196,28 @@ mod tests {
         assert!(e.contains(&l.display().to_string()) && e.contains("symbolic link"), "{e}");
         std::fs::remove_file(&l).unwrap();
         std::fs::remove_dir(&d).unwrap();
+    }
+
+    #[test]
+    fn a_socket_directory_must_exist_and_be_sticky_if_anyone_can_write() {
+        let d = scratch("sock");
+        let sock = d.join("x.sock");
+        let e = format!("{:#}", check_socket_dir(&sock, "control socket").unwrap_err());
+        assert!(e.contains("does not exist") && e.contains("mkdir -m 0700") && e.contains("x.sock"), "{e}");
+        assert!(!d.exists(), "nothing is created");
+        std::fs::create_dir(&d).unwrap();
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = format!("{:#}", check_socket_dir(&sock, "control socket").unwrap_err());
+        assert!(e.contains("0777") && e.contains("chmod +t") && e.contains(&d.display().to_string()), "{e}");
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        check_socket_dir(&sock, "control socket").unwrap();
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
+        check_socket_dir(&sock, "control socket").unwrap();
+        let f = d.join("file");
+        std::fs::write(&f, b"x").unwrap();
+        let e = format!("{:#}", check_socket_dir(&f.join("x.sock"), "control socket").unwrap_err());
+        assert!(e.contains("is not one"), "{e}");
+        std::fs::remove_dir_all(&d).unwrap();
     }
 
     #[test]

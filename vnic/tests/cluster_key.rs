@@ -53,10 +53,18 @@ fn key_files_must_be_owner_only_and_32_bytes() {
     assert_eq!(ClusterKey::load(&p).unwrap(), ClusterKey::from_bytes([7; KEY_BYTES]));
     write(&p, &[7; KEY_BYTES], 0o400);
     assert!(ClusterKey::load(&p).is_ok(), "read-only for its owner is fine");
-    for mode in [0o644, 0o640, 0o604, 0o660, 0o602] {
+    // Who else may do what, said as the mode says it.
+    for (mode, who) in [
+        (0o644, "its group may read it; other users may read it"),
+        (0o640, "its group may read it;"),
+        (0o604, "other users may read it;"),
+        (0o660, "its group may read and change it;"),
+        (0o602, "other users may change it;"),
+        (0o610, "its group may execute it;"),
+    ] {
         write(&p, &[7; KEY_BYTES], mode);
         let e = refusal(&p);
-        assert!(e.contains(&p.display().to_string()) && e.contains(&format!("{mode:04o}")), "{e}");
+        assert!(e.contains(&p.display().to_string()) && e.contains(&format!("{mode:04o}: {who}")), "{e}");
         assert!(e.contains("chmod 600"), "says what to do: {e}");
     }
     for len in [0, 16, 31, 33, 64] {

@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! The `trapeze-nic` program as a user runs it: a live control socket is never taken over
-//! (a stale one is), SIGINT/SIGTERM remove the sockets and exit 0, bad names and explicit
-//! paths in missing directories are refused before anything is created, and
-//! `trapeze-nic status` reports a running NIC or says clearly that none answers.
+//! (a stale one is) and a gmsd daemon's is named as such, SIGINT/SIGTERM remove the sockets
+//! and exit 0, bad names and explicit paths in missing directories are refused before
+//! anything is created, and `trapeze-nic status` reports a running NIC or says clearly
+//! that none answers.
 
 use std::fs::File;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -288,7 +290,8 @@ fn status_prints_the_firmware_version_node_and_counters() {
     let version = st["fw_version"].as_str().unwrap().to_string();
     assert!(!version.is_empty());
 
-    let out = s.run(&["status", "--control", sock.to_str().unwrap()]);
+    // `--timeout-s`, as gms spells it; `--timeout` stays as an alias.
+    let out = s.run(&["status", "--timeout-s", "5", "--control", sock.to_str().unwrap()]);
     let o = text(&out.stdout);
     assert!(out.status.success(), "status failed: {}", text(&out.stderr));
     assert!(o.starts_with("NIC stat "), "{o}");
@@ -302,7 +305,7 @@ fn status_prints_the_firmware_version_node_and_counters() {
     let (num, unit) = (w.next().unwrap(), w.next().unwrap().trim_end_matches(','));
     assert!(num.parse::<f64>().is_ok() && ["µs", "ms", "s"].contains(&unit), "uptime not for humans:\n{o}");
 
-    let out = s.run(&["status", "--json", "--control", sock.to_str().unwrap()]);
+    let out = s.run(&["status", "--json", "--timeout", "5", "--control", sock.to_str().unwrap()]);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("--json prints JSON");
     assert_eq!(v["fw_version"], version.as_str());
     assert_eq!(v["node"], 0);
@@ -325,4 +328,61 @@ fn status_of_a_missing_nic_is_a_clear_error() {
 
     let out = s.run(&["status"]);
     assert_eq!(out.status.code(), Some(2), "status without a NIC is a usage error");
+}
+
+/// Settings that cannot work are refused in words before a socket is made: this NIC's own
+/// id or a node twice as a peer, `--status-every` outside its range, a control socket in a
+/// directory every user can write without the sticky bit.
+#[test]
+fn settings_that_cannot_work_are_refused_in_words() {
+    let s = Scratch::new("settings");
+    let ctl = s.path("n.sock");
+    let start = |ctl: &Path, extra: &[&str]| -> (Option<i32>, String) {
+        let base = ["--name", "n", "--node", "3", "--link", "udp:127.0.0.1:0", "--control", ctl.to_str().unwrap()];
+        let out = s.run(&[&base[..], extra].concat());
+        (out.status.code(), text(&out.stderr))
+    };
+    let (code, e) = start(&ctl, &["--peer", "3=127.0.0.1:9"]);
+    assert_eq!(code, Some(1), "{e}");
+    assert!(e.contains("--peer 3=127.0.0.1:9: 3 is this NIC's own node id (--node 3)"), "{e}");
+    let (code, e) = start(&ctl, &["--peer", "1=127.0.0.1:9", "--peer", "1=127.0.0.1:10"]);
+    assert_eq!(code, Some(1), "{e}");
+    assert!(e.contains("node 1 is already a peer (--peer 1=127.0.0.1:9)"), "{e}");
+    let (code, e) = start(&ctl, &["--status-every", "0"]);
+    assert_eq!(code, Some(2), "{e}");
+    assert!(e.contains("--status-every") && e.contains("1..=86400") && !e.contains("18446744073709551615"), "{e}");
+    assert!(!ctl.exists(), "a socket was made for a refused start");
+    let open = s.path("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let (code, e) = start(&open.join("n.sock"), &[]);
+    assert_eq!(code, Some(1), "{e}");
+    assert!(e.contains("mode 0777") && e.contains("no sticky bit") && e.contains("chmod +t"), "{e}");
+    assert!(!open.join("n.sock").exists());
+}
+
+/// NICs and gmsd daemons share the default socket directory: a NIC named after a daemon's
+/// socket (`--name gmsd-1`) is told a daemon serves it (a stream socket, not a NIC's).
+#[test]
+fn a_name_taken_by_a_gmsd_socket_is_refused_naming_gmsd() {
+    let s = Scratch::new("gmsd");
+    let dir = s.path("run/trapeze");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let _gmsd = std::os::unix::net::UnixListener::bind(dir.join("gmsd-1.sock")).unwrap();
+    let out = s.run(&["--name", "gmsd-1", "--node", "0", "--link", "udp:127.0.0.1:0"]);
+    let e = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{e}");
+    assert!(e.contains("in use by something else: a gmsd daemon or a NIC's ivshmem server is serving it"), "{e}");
+    assert!(!e.contains("a NIC is serving it"), "{e}");
+    // `status` says the same of the daemon's socket, and of a file that is no socket.
+    let out = s.run(&["status", "gmsd-1"]);
+    let e = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{e}");
+    assert!(e.contains("gmsd-1.sock is not a NIC control socket: a gmsd daemon"), "{e}");
+    let file = s.path("page.bin");
+    std::fs::write(&file, b"x").unwrap();
+    let out = s.run(&["status", "--control", file.to_str().unwrap()]);
+    let e = text(&out.stderr);
+    assert!(e.contains("page.bin is not a socket but a regular file") && !e.contains("no longer running"), "{e}");
 }

@@ -5,13 +5,14 @@ use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
 use gmsd::client::{default_socket, Client};
 use gmsd::proto::{GetOutcome, HistReport, PageRef, PutOutcome, Stat, PAGE_BYTES};
-use std::io::Write;
-use std::path::PathBuf;
+use std::io::{IsTerminal, Read, Write};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 #[derive(Parser)]
 #[command(
     name = "gms",
+    version,
     about = "Put, get and stat pages through a GMS node daemon (gmsd) on this machine",
     after_help = "Exit status: 0 done; 1 an error (daemon not running or not answering, page not stored, \
                   bad file); 2 a bad command line; 3 `get` missed."
@@ -39,17 +40,19 @@ enum Cmd {
         /// The page: VOL:PAGE, each a decimal or 0x-hex unsigned 64-bit number (e.g. 1:42).
         #[arg(long)]
         page: PageRef,
-        /// The file whose bytes (1 to 8192) become the page.
+        /// The file whose bytes (1 to 8192) become the page; `-` reads standard input.
+        /// Anything longer is refused after reading 8193 bytes.
         #[arg(long)]
         file: PathBuf,
     },
-    /// Get a page: its bytes go to --out (or stdout), where it came from to stderr; a miss
-    /// says why and exits with status 3.
+    /// Get a page: its bytes go to --out (or to stdout when that is a pipe or a file, never
+    /// a terminal), where it came from to stderr; a miss says why and exits with status 3.
     Get {
         /// The page: VOL:PAGE, each a decimal or 0x-hex unsigned 64-bit number (e.g. 1:42).
         #[arg(long)]
         page: PageRef,
-        /// Write the page's bytes to this file instead of stdout.
+        /// Write the page's bytes to this file instead of stdout (needed when stdout is a
+        /// terminal).
         #[arg(long)]
         out: Option<PathBuf>,
         /// A plain getpage over the network (bypass the daemon's page cache and read-ahead).
@@ -100,24 +103,49 @@ fn not_stored(o: PutOutcome) -> String {
     }
 }
 
+/// The bytes of a page to put from `file` (`-`: standard input). At most a page and one
+/// byte is ever read, so an endless or huge input (`/dev/zero`, a disk image) is refused
+/// after 8193 bytes instead of being read whole into memory.
+fn read_page(file: &Path) -> anyhow::Result<Vec<u8>> {
+    let (name, input): (String, Box<dyn Read>) = if file == Path::new("-") {
+        ("standard input".into(), Box::new(std::io::stdin().lock()))
+    } else {
+        let f = std::fs::File::open(file).with_context(|| format!("opening {}", file.display()))?;
+        (file.display().to_string(), Box::new(f))
+    };
+    let mut data = Vec::with_capacity(PAGE_BYTES + 1);
+    input.take(PAGE_BYTES as u64 + 1).read_to_end(&mut data).with_context(|| format!("reading {name}"))?;
+    if data.is_empty() {
+        bail!("{name} is empty; a page holds 1 to {PAGE_BYTES} bytes");
+    }
+    if data.len() > PAGE_BYTES {
+        bail!(
+            "{name} has more than {PAGE_BYTES} bytes; a page holds 1 to {PAGE_BYTES} (split the data into pages \
+             and put each under its own VOL:PAGE)"
+        );
+    }
+    Ok(data)
+}
+
 fn run(a: Args) -> anyhow::Result<()> {
+    // What can be refused without the daemon is refused before connecting to it; `data`
+    // is the page a put stores (empty for the other commands).
+    let data = match &a.cmd {
+        Cmd::Put { file, .. } => read_page(file)?,
+        Cmd::Get { out: None, .. } if std::io::stdout().is_terminal() => bail!(
+            "not writing a page's raw bytes to a terminal: give --out FILE, or redirect standard output \
+             (gms get ... > FILE, or | a program)"
+        ),
+        _ => Vec::new(),
+    };
     let path = a.socket.unwrap_or_else(|| default_socket(a.node));
     let mut c = Client::connect(&path)?;
     c.set_timeout(Duration::from_secs(a.timeout_s))?;
     match a.cmd {
-        Cmd::Put { page, file } => {
-            let data = std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
-            if data.is_empty() {
-                bail!("{} is empty; a page holds 1 to {PAGE_BYTES} bytes", file.display());
-            }
-            if data.len() > PAGE_BYTES {
-                bail!("{} has {} bytes; a page holds {PAGE_BYTES}", file.display(), data.len());
-            }
-            match c.put(page.0, &data)? {
-                PutOutcome::Stored { targets, version } => println!("{page}: stored at {targets}, version {version}"),
-                other => bail!("{page}: {}", not_stored(other)),
-            }
-        }
+        Cmd::Put { page, .. } => match c.put(page.0, &data)? {
+            PutOutcome::Stored { targets, version } => println!("{page}: stored at {targets}, version {version}"),
+            other => bail!("{page}: {}", not_stored(other)),
+        },
         Cmd::Get { page, out, network_only } => match c.get_many(&[page.0], network_only)?.remove(0) {
             GetOutcome::Hit { version, source, data } => {
                 match out {

@@ -20,6 +20,7 @@ use trapeze_vnic::link::backend::BackendSpec;
 #[command(group(clap::ArgGroup::new("medium").required(true).multiple(false)))]
 #[command(
     name = "gmsd",
+    version,
     about = "A Global Memory Service node daemon on a virtual NIC over UDP or raw Ethernet",
     after_help = "Stop it with SIGINT or SIGTERM (its control socket is removed). Talk to it with `gms`. \
                   Logs go to stderr (RUST_LOG sets the level, default info)."
@@ -160,6 +161,13 @@ fn main() {
     }
     let result = Daemon::open(opts).and_then(|mut d| {
         println!("gmsd: node {} on link {}, control socket {}", d.opts.node, d.medium, d.control.path().display());
+        if d.opts.peers.is_empty() {
+            tracing::warn!(
+                "no --peer given: node {} is alone, and GMS keeps each page on another node, so every put through \
+                 this daemon is refused (no live node to store on); give --peer ID=ADDR for each other node",
+                d.opts.node
+            );
+        }
         d.run(&stop)
     });
     if let Err(e) = result {

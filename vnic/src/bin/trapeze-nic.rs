@@ -143,8 +143,8 @@ struct StartArgs {
     /// The guest's QEMU machine type, for the RAM layout above 3 GiB (with --guest-ram).
     #[arg(long, default_value = "pc", value_parser = ["pc", "q35"])]
     machine: String,
-    /// Print a status line to stderr every SECS seconds (1 or more).
-    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
+    /// Print a status line to stderr every SECS seconds (1-86400).
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=86_400))]
     status_every: Option<u64>,
 }
 
@@ -156,9 +156,15 @@ struct StatusArgs {
     /// The NIC's control socket, for a NIC started with --control PATH.
     #[arg(long, value_name = "PATH")]
     control: Option<PathBuf>,
-    /// How long to wait for the answer, seconds (1-600).
-    #[arg(long, value_name = "SECS", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=600))]
-    timeout: u64,
+    /// How long to wait for the answer, seconds (1-600); `gms` spells it the same way.
+    #[arg(
+        long,
+        alias = "timeout",
+        value_name = "SECS",
+        default_value_t = 5,
+        value_parser = clap::value_parser!(u64).range(1..=600)
+    )]
+    timeout_s: u64,
     /// Print the NIC's answer as JSON instead of the human summary.
     #[arg(long)]
     json: bool,
@@ -207,7 +213,7 @@ fn status(a: StatusArgs) -> anyhow::Result<()> {
     };
     let client = ControlClient::connect(&path)?;
     let (v, _) = client
-        .request_with_fds(&Request::Status, &[], Duration::from_secs(a.timeout))
+        .request_with_fds(&Request::Status, &[], Duration::from_secs(a.timeout_s))
         .with_context(|| format!("asking the NIC at {} for its status", path.display()))?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&v["status"])?);
@@ -281,12 +287,32 @@ fn describe(s: &Value, path: &Path) -> String {
     o
 }
 
+/// Refuse a `--peer` with this NIC's own node id, or a node id given twice (as gmsd does);
+/// the rest of each peer is checked when the link is opened.
+fn check_peer_ids(node: u16, peers: &[String]) -> anyhow::Result<()> {
+    let mut seen: Vec<(u16, &str)> = Vec::new();
+    for p in peers {
+        let Some(id) = p.split_once('=').and_then(|(n, _)| n.trim().parse::<u16>().ok()) else {
+            continue;
+        };
+        if id == node {
+            bail!("--peer {p}: {id} is this NIC's own node id (--node {node}); a peer is another node");
+        }
+        if let Some((_, first)) = seen.iter().find(|(n, _)| *n == id) {
+            bail!("--peer {p}: node {id} is already a peer (--peer {first}); give each node once");
+        }
+        seen.push((id, p));
+    }
+    Ok(())
+}
+
 /// Start the NIC and serve it until SIGINT or SIGTERM.
 fn run(a: StartArgs) -> anyhow::Result<()> {
     let (Some(name), Some(node), Some(link_spec)) = (a.name, a.node, a.link) else {
         bail!("starting a NIC needs --name, --node and --link (see --help)");
     };
     check_name(&name)?;
+    check_peer_ids(node, &a.peers)?;
     // A bad key file is refused before anything is opened.
     let key = a.key.as_deref().map(ClusterKey::load).transpose()?;
     // Installed before any socket exists, so a signal from now on ends in the cleanup below.

@@ -221,6 +221,11 @@ impl BackendSpec {
     }
 }
 
+/// `n` peers in words, for [`LinkBackend::describe`]: `1 peer`, `2 peers`.
+pub(crate) fn peers_in_words(n: usize) -> String {
+    format!("{n} peer{}", if n == 1 { "" } else { "s" })
+}
+
 /// Parse the `NODE` part of a `NODE=...` peer.
 pub(crate) fn parse_node(s: &str, whole: &str, example: &str) -> Result<u16, SpecError> {
     s.trim().parse::<u16>().map_err(|_| {
@@ -231,6 +236,11 @@ pub(crate) fn parse_node(s: &str, whole: &str, example: &str) -> Result<u16, Spe
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn peers_in_words_has_one_peer_and_many_peers() {
+        assert_eq!([0, 1, 2].map(peers_in_words), ["0 peers", "1 peer", "2 peers"]);
+    }
 
     #[test]
     fn specs() {

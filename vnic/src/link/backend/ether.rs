@@ -219,7 +219,7 @@ impl LinkBackend for EtherBackend {
     }
 
     fn describe(&self) -> String {
-        format!("ether {} {} mtu {} ({} peers)", self.ifname, self.mac, self.mtu, self.peers.len())
+        format!("ether {} {} mtu {} ({})", self.ifname, self.mac, self.mtu, super::peers_in_words(self.peers.len()))
     }
 }
 

@@ -104,7 +104,7 @@ impl LinkBackend for UdpBackend {
     }
 
     fn describe(&self) -> String {
-        format!("udp {} ({} peers)", self.local, self.peers.len())
+        format!("udp {} ({})", self.local, super::peers_in_words(self.peers.len()))
     }
 }
 
