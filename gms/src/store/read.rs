@@ -56,6 +56,8 @@ pub(crate) struct Survey {
     /// The newest copy of each replica found: (version, member).
     pub(super) best: [Option<(Version, u16)>; MAX_REPLICAS as usize],
     pub(super) done: bool,
+    /// A member did not answer its probe: that nothing was found proves nothing.
+    pub(super) unanswered: bool,
 }
 
 impl<Io> ReadReq<Io> {
@@ -159,7 +161,9 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
             return;
         } else {
             self.stats.failed_reads += 1;
-            Outcome::Failed(if alive { StoreError::Unreachable } else { StoreError::Lost })
+            // Lost only when every member that could hold a copy answered that it has none.
+            let unsure = alive || matches!(&self.reqs[i], Req::Read(r) if r.survey.unanswered);
+            Outcome::Failed(if unsure { StoreError::Unreachable } else { StoreError::Lost })
         };
         if let Req::Read(r) = core::mem::replace(&mut self.reqs[i], Req::Free) {
             self.finish_req(i, r.io, r.page, outcome, now);

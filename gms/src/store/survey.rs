@@ -16,7 +16,7 @@
 
 use super::super::net::storage::Storage;
 use super::super::page::Version;
-use super::super::types::GetResult;
+use super::super::types::{GetResult, MissReason};
 use super::record::{Clock, Replica, RETRY_BITS};
 use super::{Data, IssueKind, Req, Route, Store};
 
@@ -49,10 +49,15 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         let members = self.members.len();
         let Req::Read(r) = &mut self.reqs[i] else { return };
         let s = &mut r.survey;
-        if let (GetResult::Hit { version, .. }, Some(best)) = (result, s.best.get_mut(usize::from(replica))) {
-            if best.is_none_or(|(v, _)| *version > v) {
-                *best = Some((*version, node));
+        match (result, s.best.get_mut(usize::from(replica))) {
+            (GetResult::Hit { version, .. }, Some(best)) => {
+                if best.is_none_or(|(v, _)| *version > v) {
+                    *best = Some((*version, node));
+                }
             }
+            (GetResult::Miss { reason: MissReason::NotCached, .. }, _) => {}
+            // No answer: what that member holds is unknown.
+            _ => s.unanswered = true,
         }
         s.member += 1;
         if usize::from(s.member) >= members {

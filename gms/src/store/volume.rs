@@ -251,6 +251,12 @@ mod load {
                     self.phase = self.after_map(m);
                 }
                 (Phase::Claim, Outcome::Written { .. }) => self.ready(),
+                // The cluster holds a newer label than the one read (it could not be read
+                // then): read it again.
+                (Phase::Claim, Outcome::Failed(StoreError::Superseded)) => {
+                    self.load_at = retry;
+                    self.relabel();
+                }
                 // Tried again later; meanwhile the users hear why the volume cannot start.
                 // Tried again later. Users waiting hear why the volume cannot start when it
                 // is the cluster's state (too few members, no room); a label not read yet
@@ -279,6 +285,16 @@ mod load {
                 }
                 _ => {}
             }
+        }
+
+        /// Start loading again from the label: every meta page's copies unknown.
+        fn relabel(&mut self) {
+            let first =
+                usize::try_from(self.pages).unwrap_or(usize::MAX).saturating_mul(usize::from(self.cfg.replicas));
+            for e in self.entries.iter_mut().skip(first) {
+                e.replica = Replica::Unknown;
+            }
+            self.phase = Phase::Label;
         }
 
         /// Whether a copy of the label was found on a node that may still hold it.
