@@ -12,7 +12,7 @@ use gmsd::proto::{
 };
 use std::io::Write;
 use std::os::unix::net::UnixListener;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -20,26 +20,9 @@ use std::time::{Duration, Instant};
 /// Longest a `gms` run may take; an input read whole (`/dev/zero`) runs into it.
 const LIMIT: Duration = Duration::from_secs(10);
 
-/// A scratch directory, removed at the end.
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(tag: &str) -> Dir {
-        let d = std::env::temp_dir().join(format!("gms-io-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        Dir(d)
-    }
-    fn join(&self, p: &str) -> PathBuf {
-        self.0.join(p)
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+#[path = "support/scratch.rs"]
+mod scratch;
+use scratch::Dir;
 
 /// `gms --socket SOCK ARGS` fed `stdin`, its stdout to `stdout` (a pipe if `None`), run
 /// to completion within [`LIMIT`] (killed and a test failure otherwise).

@@ -62,20 +62,7 @@ type DiskStore = Store<PageIo, Frame, KStorage, MEMBERS, REQUESTS, OPS>;
 
 /// The store's configuration in the kernel; `gms_disk` sets replicas, degraded writes and
 /// the read routes from the parameters.
-const STORE_CONFIG: StoreConfig = StoreConfig {
-    replicas: 1,
-    degraded_writes: false,
-    write_window_ns: 12_000_000_000,
-    retry_delay_ns: 100_000_000,
-    read_tries: 3,
-    read_passes: 3,
-    full_after: 3,
-    direct_reads: true,
-    nic_answers: true,
-    repair_in_flight: 4,
-    repair_gap_ns: 1_000_000,
-    page_bytes: PAGE_BYTES as u32,
-};
+const STORE_CONFIG: StoreConfig = StoreConfig { replicas: 1, page_bytes: PAGE_BYTES as u32, ..StoreConfig::DEFAULT };
 /// The store is ~4 KiB with its request table: made by constant evaluation and copied to
 /// the heap ([`Template`]), never on the stack.
 static STORE_TEMPLATE: Template<DiskStore> =

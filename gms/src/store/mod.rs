@@ -93,6 +93,13 @@ pub struct StoreConfig {
 
 impl Default for StoreConfig {
     fn default() -> Self {
+        Self::DEFAULT
+    }
+}
+
+impl StoreConfig {
+    /// The defaults, for constant evaluation (a kernel's templates).
+    pub const DEFAULT: StoreConfig = {
         StoreConfig {
             replicas: 2,
             degraded_writes: false,
@@ -107,7 +114,7 @@ impl Default for StoreConfig {
             repair_gap_ns: 1_000_000,
             page_bytes: 4096,
         }
-    }
+    };
 }
 
 /// Why a request failed, or could not be accepted.

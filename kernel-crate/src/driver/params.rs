@@ -117,8 +117,8 @@ pub(super) static GMS_DIR_PAGES: IntParam = IntParam::new(0);
 /// `gms_disk_pages=`: if > 0 (and `gms_nodes=` lists another member), `/dev/gms0` with
 /// that many 4 KiB pages on the GMS backend (needs `gms_disk_mb=0`: one disk per module).
 pub(super) static GMS_DISK_PAGES: IntParam = IntParam::new(0);
-/// `gms_disk_readahead=`: pages `/dev/gms0` on GMS reads ahead after two sequential page
-/// reads (0: none; at most 32).
+/// `gms_disk_readahead=`: accepted (0..=32) and ignored, with a warning when above 0:
+/// read-ahead is not ported to `gms::store` yet.
 pub(super) static GMS_DISK_READAHEAD: IntParam = IntParam::new(0);
 /// `gms_fail_ms=`: how long a GMS member that was heard from may stay silent before it is
 /// declared failed (ms; default 3000, `FAIL_MS_MIN ..= FAIL_MS_MAX`). Loaded hosts
@@ -197,7 +197,7 @@ modinfo!(
     "parm=gms_disk_pages:if > 0, /dev/gms0 with that many 4 KiB pages on GMS (default 0, at most 16777216 = 64 GiB)\0"
 );
 modinfo!(PARMTYPE_GMS_DISK_RA, "parmtype=gms_disk_readahead:int\0");
-modinfo!(PARM_GMS_DISK_RA, "parm=gms_disk_readahead:pages /dev/gms0 on GMS reads ahead (default 0, at most 32)\0");
+modinfo!(PARM_GMS_DISK_RA, "parm=gms_disk_readahead:accepted (at most 32) and ignored: read-ahead is not ported to gms::store yet\0");
 modinfo!(PARMTYPE_GMS_FAIL_MS, "parmtype=gms_fail_ms:int\0");
 modinfo!(
     PARM_GMS_FAIL_MS,
