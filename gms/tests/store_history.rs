@@ -280,12 +280,12 @@ impl Checker {
     }
 
     /// The writer's store read what it could of the volume (it claims it now). Starting
-    /// afresh after a restart (no label found: epoch 1), it knows nothing of earlier
+    /// afresh after a restart (no label found), it knows nothing of earlier
     /// writes; that is right only when no node that is up holds a copy of the label (the
     /// claim's own copies are not sent yet).
     fn loaded(&mut self) {
         self.loaded = true;
-        if self.counts.writer_restarts == 0 || self.store.epoch() > 1 {
+        if self.counts.writer_restarts == 0 || self.store.label_found() {
             return;
         }
         let label: Vec<PageId> = (0..2).map(|k| self.store.page_id(PAGES, k)).collect();

@@ -309,8 +309,10 @@ pub struct Store<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const 
     me: u16,
     space: u64,
     pages: u64,
-    /// The volume's size as its label gave it (it may have grown since).
+    /// The volume's size as its label gave it (it may have grown since), and whether a
+    /// label was found at all.
     pages_before: u64,
+    label_found: bool,
     /// Meta pages past `pages` ([`volume::meta_pages`]).
     meta: u64,
     phase: Phase,
@@ -381,6 +383,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
             space: 0,
             pages: 0,
             pages_before: 0,
+            label_found: false,
             meta: 0,
             phase: Phase::Refused(StoreError::NotThisVolume),
             label: volume::Label { identity: 0, pages: 0, replicas: cfg.replicas, epoch: 1, owner: 0 },
@@ -438,6 +441,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         self.space = space_of(identity);
         self.pages = pages;
         self.pages_before = pages;
+        self.label_found = false;
         self.meta = meta;
         self.phase = Phase::Label;
         self.label = volume::Label { identity, pages, replicas: cfg.replicas, epoch: 1, owner: me };

@@ -195,6 +195,7 @@ mod load {
                 self.phase = match Label::decode(bytes).ok_or(StoreError::NotThisVolume) {
                     Ok(old) => match old.admit(&self.label, self.me, |n| members.contains(n)) {
                         Ok(()) => {
+                            self.label_found = true;
                             self.pages_before = old.pages;
                             self.label.epoch = old.epoch.saturating_add(1);
                             self.clock = Clock::new(self.label.epoch);
@@ -251,10 +252,13 @@ mod load {
                     self.phase = self.after_map(m);
                 }
                 (Phase::Claim, Outcome::Written { .. }) => self.ready(),
-                // The cluster holds a newer label than the one read (it could not be read
-                // then): read it again.
+                // The cluster holds a newer label than this load's: read it again (it could
+                // not be read then), and should it be gone, claim a later epoch (its copies
+                // died, but the directory remembers its version).
                 (Phase::Claim, Outcome::Failed(StoreError::Superseded)) => {
                     self.load_at = retry;
+                    self.label.epoch = self.label.epoch.saturating_add(1);
+                    self.clock = Clock::new(self.label.epoch);
                     self.relabel();
                 }
                 // Tried again later; meanwhile the users hear why the volume cannot start.
@@ -292,14 +296,20 @@ mod load {
             let first =
                 usize::try_from(self.pages).unwrap_or(usize::MAX).saturating_mul(usize::from(self.cfg.replicas));
             for e in self.entries.iter_mut().skip(first) {
-                e.replica = Replica::Unknown;
+                *e = super::super::record::Entry {
+                    replica: Replica::Unknown,
+                    sites: super::super::nodes::NodeSet::EMPTY,
+                };
             }
             self.phase = Phase::Label;
         }
 
-        /// Whether a copy of the label was found on a node that may still hold it.
+        /// Whether a copy of the label was found on a node that is not a member now (declared
+        /// failed, perhaps only suspected) and so could not be asked again. A member that
+        /// held one was asked, and said it has none.
         fn label_seen(&self) -> bool {
-            (0..self.cfg.replicas).filter_map(|k| self.entry(self.pages, k)).any(|e| !e.sites.is_empty())
+            let entries = (0..self.cfg.replicas).filter_map(|k| self.entry(self.pages, k));
+            entries.into_iter().any(|e| !e.sites.minus(self.members).is_empty())
         }
 
         /// The phase after map page `m` (0: the label) was read.
@@ -327,6 +337,12 @@ mod load {
                 }
             }
             self.phase = Phase::Ready;
+        }
+
+        /// Whether this load found the volume's label (else it started the volume afresh,
+        /// or has not read it yet).
+        pub fn label_found(&self) -> bool {
+            self.label_found
         }
 
         /// Whether volume page `page` was ever written (by this load or an earlier one).
