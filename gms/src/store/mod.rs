@@ -325,8 +325,10 @@ pub struct Store<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const 
     load_at: u64,
     entries: S::Buf<Entry>,
     clock: Clock,
-    /// Live members that take puts (this node excluded).
+    /// Live members that take puts (this node excluded), and the members declared failed
+    /// since this load began that have not been heard again.
     members: NodeSet,
+    departed: NodeSet,
     placement: Placement<M>,
     reqs: [Req<Io, F>; Q],
     /// The request behind each GMS operation in flight, by its slot; and operations that
@@ -393,6 +395,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
             entries,
             clock: Clock::new(1),
             members: NodeSet::EMPTY,
+            departed: NodeSet::EMPTY,
             placement: Placement::new(u32::MAX),
             reqs: [const { Req::Free }; Q],
             ops: [None; OPS],
@@ -451,6 +454,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         self.entries = entries;
         self.clock = Clock::new(1);
         self.members = members;
+        self.departed = NodeSet::EMPTY;
         self.placement = placement;
         self.reqs.iter_mut().for_each(|r| *r = Req::Free);
         self.ops = [None; OPS];
@@ -660,11 +664,13 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         let n = match event {
             liveness::Event::Joined(n) | liveness::Event::Restarted(n) => {
                 self.members.insert(n);
+                self.departed.remove(n);
                 self.placement.set_targets(self.members.iter());
                 n
             }
             liveness::Event::Failed(n) => {
                 self.members.remove(n);
+                self.departed.insert(n);
                 self.placement.remove(n);
                 n
             }

@@ -17,6 +17,7 @@ use super::super::net::storage::Storage;
 use super::super::page::Version;
 use super::super::replica::MAX_REPLICAS;
 use super::super::types::{GetResult, MissReason};
+use super::nodes::NodeSet;
 use super::record::Replica;
 use super::{Data, IssueKind, Outcome, Owner, Phase, Req, Route, Store, StoreError};
 
@@ -50,9 +51,9 @@ pub(crate) struct ReadReq<Io> {
 /// A read's survey so far.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Survey {
-    /// The replica and the member (index among the members) to ask next.
+    /// The replica being asked for, and the members asked for it so far.
     pub(super) replica: u8,
-    pub(super) member: u8,
+    pub(super) asked: NodeSet,
     /// The newest copy of each replica found: (version, member).
     pub(super) best: [Option<(Version, u16)>; MAX_REPLICAS as usize],
     pub(super) done: bool,
@@ -156,6 +157,9 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
                 r.pass += 1;
                 r.k = 0;
                 r.tries = 0;
+                // Copies an earlier load left are looked for again: the members may have
+                // changed (one heard again after a suspicion is asked too).
+                r.survey = Survey::default();
                 r.step = Step::Ready { via_directory: false, not_before: now.saturating_add(self.cfg.retry_delay_ns) };
             }
             return;

@@ -17,6 +17,7 @@
 use super::super::net::storage::Storage;
 use super::super::page::Version;
 use super::super::types::{GetResult, MissReason};
+use super::nodes::NodeSet;
 use super::record::{Clock, Replica, RETRY_BITS};
 use super::{Data, IssueKind, Req, Route, Store};
 
@@ -29,14 +30,20 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
             return None;
         }
         let unknown = |j: u8| self.entry(page, j).is_some_and(|e| e.replica == Replica::Unknown);
-        let next = (r.survey.replica..self.cfg.replicas).find(|&j| unknown(j));
-        let node = self.members.iter().nth(usize::from(r.survey.member));
-        let (Some(replica), Some(node)) = (next, node) else {
-            self.resolve_survey(i, page, now);
-            return None;
+        let (mut from, mut asked) = (r.survey.replica, r.survey.asked);
+        let (replica, node) = loop {
+            let Some(replica) = (from..self.cfg.replicas).find(|&j| unknown(j)) else {
+                self.resolve_survey(i, page, now);
+                return None;
+            };
+            // The next member not asked yet (a member that joins meanwhile is asked too).
+            match self.members.iter().find(|&m| !asked.contains(m)) {
+                Some(node) => break (replica, node),
+                None => (from, asked) = (replica + 1, NodeSet::EMPTY),
+            }
         };
         if let Req::Read(r) = &mut self.reqs[i] {
-            r.survey.replica = replica;
+            (r.survey.replica, r.survey.asked) = (replica, asked);
             r.probing(replica, node);
         }
         let into = if meta { Data::Meta(page - self.pages) } else { Data::Request };
@@ -46,7 +53,6 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
 
     /// Read `i`'s probe of `node` for `replica` ended.
     pub(super) fn survey_done(&mut self, i: usize, replica: u8, node: u16, result: &GetResult<F>, now: u64) {
-        let members = self.members.len();
         let Req::Read(r) = &mut self.reqs[i] else { return };
         let s = &mut r.survey;
         match (result, s.best.get_mut(usize::from(replica))) {
@@ -59,11 +65,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
             // No answer: what that member holds is unknown.
             _ => s.unanswered = true,
         }
-        s.member += 1;
-        if usize::from(s.member) >= members {
-            s.member = 0;
-            s.replica = replica + 1;
-        }
+        s.asked.insert(node);
         r.ready(now);
     }
 

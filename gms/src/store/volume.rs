@@ -19,7 +19,8 @@
 //! volume's meta pages keep their ids if it is ever loaded with another size.
 //!
 //! A label found during a load whose holder is then declared failed is waited for (the
-//! holder may only be suspected), never taken for a missing one.
+//! holder may only be suspected), never taken for a missing one; nor is a volume taken for
+//! new while a member declared failed during the load has not been heard again.
 //!
 //! Limits: with every copy of the label gone, a load starts the volume afresh (its pages'
 //! copies are then older than the new load's writes and never read as current, but the
@@ -242,7 +243,7 @@ mod load {
                 // No copy of a label was ever seen: a new volume (nothing to read of its
                 // map). One was, on a member now declared failed (perhaps only suspected):
                 // it is waited for, not taken for a new volume.
-                (Phase::Label, Outcome::Failed(StoreError::Lost)) if !self.label_seen() => self.phase = Phase::Claim,
+                (Phase::Label, Outcome::Failed(StoreError::Lost)) if self.label_nowhere() => self.phase = Phase::Claim,
                 (Phase::Map { .. }, Outcome::Read { .. }) => self.phase = self.after_map(m),
                 (Phase::Map { .. }, Outcome::Failed(_)) => {
                     // Which of its pages were written is lost: all of them count as written.
@@ -310,6 +311,13 @@ mod load {
         fn label_seen(&self) -> bool {
             let entries = (0..self.cfg.replicas).filter_map(|k| self.entry(self.pages, k));
             entries.into_iter().any(|e| !e.sites.minus(self.members).is_empty())
+        }
+
+        /// Whether the volume has no label anywhere: none seen, and every member this
+        /// load knew is a member now and was asked (one declared failed may only be
+        /// suspected, and hold one).
+        fn label_nowhere(&self) -> bool {
+            !self.label_seen() && self.departed.is_empty()
         }
 
         /// The phase after map page `m` (0: the label) was read.
