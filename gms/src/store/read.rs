@@ -149,6 +149,9 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         });
         // Copies an earlier load left are somewhere unknown: worth the passes too.
         let unknown = entries().any(|e| e.replica == Replica::Unknown);
+        // A site of it is a member declared failed that may be heard again.
+        let departed = entries().any(|e| !e.sites.intersect(self.departed).is_empty());
+        let unanswered = matches!(&self.reqs[i], Req::Read(r) if r.survey.unanswered);
         let outcome = if !written {
             self.stats.zero_reads += 1;
             Outcome::Zero
@@ -166,7 +169,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         } else {
             self.stats.failed_reads += 1;
             // Lost only when every member that could hold a copy answered that it has none.
-            let unsure = alive || matches!(&self.reqs[i], Req::Read(r) if r.survey.unanswered);
+            let unsure = alive || departed || unanswered;
             Outcome::Failed(if unsure { StoreError::Unreachable } else { StoreError::Lost })
         };
         if let Req::Read(r) = core::mem::replace(&mut self.reqs[i], Req::Free) {
