@@ -4,12 +4,12 @@
 use super::params;
 use super::shared::{Dev, GmsBackend, Shared, HEARTBEAT_MS, TICK_MS};
 use crate::gms_backend::{self, DiskCore, DiskParams, DiskState};
-use crate::tpz::gms::store::liveness::Event;
-use crate::tpz::gms::store::nodes::MAX_NODE;
 use crate::net::{self, now_ns};
 use crate::stats::STATS;
 use crate::sys;
 use crate::tpz::gms::heartbeat;
+use crate::tpz::gms::store::liveness::Event;
+use crate::tpz::gms::store::nodes::MAX_NODE;
 use core::sync::atomic::Ordering;
 use kernel::prelude::*;
 use kernel::sync::Arc;
@@ -209,7 +209,9 @@ impl Shared {
                 return Err(EINVAL);
             }
             drop(core);
-            if let Some(&m) = Iterator::chain(targets[..n].iter(), core::iter::once(&self.node)).find(|&&m| m > MAX_NODE) {
+            if let Some(&m) =
+                Iterator::chain(targets[..n].iter(), core::iter::once(&self.node)).find(|&&m| m > MAX_NODE)
+            {
                 pr_err!(
                     "gms_nodes=/node=: node {} is past the ids /dev/gms0's store covers (0..={}); gms_disk_pages= needs smaller ids\n",
                     m,

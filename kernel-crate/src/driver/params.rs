@@ -197,7 +197,10 @@ modinfo!(
     "parm=gms_disk_pages:if > 0, /dev/gms0 with that many 4 KiB pages on GMS (default 0, at most 16777216 = 64 GiB)\0"
 );
 modinfo!(PARMTYPE_GMS_DISK_RA, "parmtype=gms_disk_readahead:int\0");
-modinfo!(PARM_GMS_DISK_RA, "parm=gms_disk_readahead:accepted (at most 32) and ignored: read-ahead is not ported to gms::store yet\0");
+modinfo!(
+    PARM_GMS_DISK_RA,
+    "parm=gms_disk_readahead:accepted (at most 32) and ignored: read-ahead is not ported to gms::store yet\0"
+);
 modinfo!(PARMTYPE_GMS_FAIL_MS, "parmtype=gms_fail_ms:int\0");
 modinfo!(
     PARM_GMS_FAIL_MS,
