@@ -22,9 +22,16 @@
 //! holder may only be suspected), never taken for a missing one; nor is a volume taken for
 //! new while a member declared failed during the load has not been heard again.
 //!
-//! Limits: with every copy of the label gone, a load starts the volume afresh (its pages'
-//! copies are then older than the new load's writes and never read as current, but the
-//! written map is gone with the label: unwritten and lost pages both read as zeros).
+//! A load that started afresh and then meets a newer version of one of the volume's pages
+//! (an earlier load's, whose label died) claims a higher epoch and writes on from there
+//! ([`Store::outrun_older_load`](super::Store)); the write that met it fails.
+//!
+//! Limits: with every copy of the label gone, a load starts the volume afresh: the written
+//! map is gone with the label, so the pages the earlier loads wrote read as zeros, and a
+//! copy they left may outlive the first writes of the new load. A copy of the newest
+//! acknowledged write of a page, all of whose copies died, may be followed after a reload
+//! by an older copy a member kept (the reload takes the newest copy it finds): the store
+//! keeps a bit per page in the cluster, not each page's acknowledged generation.
 
 use super::StoreError;
 
@@ -290,6 +297,21 @@ mod load {
                 }
                 _ => {}
             }
+        }
+
+        /// A put was refused as superseded: the cluster holds a newer version of one of this
+        /// volume's pages. A load that found the label owns the identity, so that is another
+        /// writer's, and the write failed. A load that started the volume afresh (its label
+        /// was gone) runs below an earlier load's epoch: it claims a higher one (doubled, so
+        /// that a far earlier epoch is passed in a few rounds) and writes go on from there.
+        pub(in super::super) fn outrun_older_load(&mut self, now: u64) {
+            if self.label_found || self.phase != Phase::Ready {
+                return;
+            }
+            self.label.epoch = self.label.epoch.saturating_mul(2).max(self.label.epoch + 1);
+            self.clock = Clock::new(self.label.epoch);
+            self.phase = Phase::Claim;
+            self.load_at = now;
         }
 
         /// Start loading again from the label: every meta page's copies unknown.

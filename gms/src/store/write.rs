@@ -277,6 +277,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
             PutResult::Superseded => {
                 self.placement.done(target, Placed::Failed, now);
                 self.fail_write(i, StoreError::Superseded);
+                self.outrun_older_load(now);
                 Put::Todo
             }
         };
