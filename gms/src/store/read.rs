@@ -155,7 +155,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         let outcome = if !written {
             self.stats.zero_reads += 1;
             Outcome::Zero
-        } else if (alive || unknown) && pass + 1 < self.cfg.read_passes {
+        } else if (alive || unknown || departed) && pass + 1 < self.cfg.read_passes {
             if let Req::Read(r) = &mut self.reqs[i] {
                 r.pass += 1;
                 r.k = 0;
