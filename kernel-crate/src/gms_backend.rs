@@ -37,7 +37,7 @@ use crate::tpz::gms::prelude::*;
 use crate::tpz::gms::store::drive::Frames;
 use crate::tpz::gms::store::liveness::Event;
 use crate::tpz::gms::store::{
-    Data, Finished, Issue, IssueKind, Outcome, Phase, Route, Store, StoreConfig, StoreError, StoreStats,
+    Data, Finished, Issue, IssueKind, Outcome, Phase, Store, StoreConfig, StoreError, StoreStats,
 };
 use crate::tpz::netrpc::prelude::{Mode, ReplyTo};
 use kernel::prelude::*;
@@ -532,13 +532,7 @@ fn send(
             };
             let Some(reply) = reply else { return (None, None) };
             let frame = reply.caller_frame().copied();
-            let r = match route {
-                Route::Holder { node: holder, answer } => {
-                    node.getpage_hinted(now, rpc, page, at_least, holder, answer, reply, Mode::NonBlocking)
-                }
-                Route::Directory => node.getpage_at_least(now, rpc, page, at_least, reply, Mode::NonBlocking),
-            };
-            match r {
+            match route.getpage(now, node, rpc, page, at_least, reply) {
                 Ok(op) => (Some(op), None),
                 Err(_) => {
                     if let Some(f) = frame {

@@ -8,7 +8,7 @@ use super::super::net::prelude::*;
 use super::super::net::storage::Storage;
 use super::super::node::{GmsNode, Host};
 use super::super::page::{PageId, Version};
-use super::super::types::{Completion, GetResult, OpId, OpResult};
+use super::super::types::{Completion, GetResult, GmsError, OpId, OpResult};
 use super::{Data, Issue, IssueKind, Route, Store};
 
 /// A runtime's frames, as the store's loop needs them.
@@ -141,13 +141,7 @@ impl<Io, F: Copy + PartialEq, S: Storage, const M: usize, const Q: usize, const 
                 };
                 let Some(reply) = reply else { return (None, None) };
                 let frame = frame_of(&reply);
-                let r = match route {
-                    Route::Holder { node: holder, answer } => {
-                        node.getpage_hinted(now, rpc, page, at_least, holder, answer, reply, Mode::NonBlocking)
-                    }
-                    Route::Directory => node.getpage_at_least(now, rpc, page, at_least, reply, Mode::NonBlocking),
-                };
-                match r {
+                match route.getpage(now, node, rpc, page, at_least, reply) {
                     Ok(op) => (Some(op), None),
                     Err(_) => {
                         if let Some(f) = frame {
@@ -196,5 +190,38 @@ impl<Io, F: Copy + PartialEq, S: Storage, const M: usize, const Q: usize, const 
             _ => {}
         }
         true
+    }
+}
+
+impl Route {
+    /// Send a getpage of `page` at `at_least` or newer along this route, its reply to
+    /// `reply` (nonblocking: it completes through the node's host).
+    #[allow(clippy::too_many_arguments)]
+    pub fn getpage<
+        F: Copy + PartialEq,
+        H: Host<F>,
+        S: Storage,
+        const MM: usize,
+        const OPS: usize,
+        const T: usize,
+        const X: usize,
+        const C: usize,
+        const K: usize,
+        const XX: usize,
+    >(
+        self,
+        now: u64,
+        node: &mut GmsNode<F, H, S, MM, OPS, T, X>,
+        rpc: &mut Rpc<GmsNode<F, H, S, MM, OPS, T, X>, F, C, K, XX>,
+        page: PageId,
+        at_least: Version,
+        reply: ReplyTo<F>,
+    ) -> Result<OpId, GmsError> {
+        match self {
+            Route::Holder { node: holder, answer } => {
+                node.getpage_hinted(now, rpc, page, at_least, holder, answer, reply, Mode::NonBlocking)
+            }
+            Route::Directory => node.getpage_at_least(now, rpc, page, at_least, reply, Mode::NonBlocking),
+        }
     }
 }

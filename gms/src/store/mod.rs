@@ -271,7 +271,6 @@ pub(crate) struct OpRec<F> {
 }
 
 /// Whose request: a user's, or the store's own on its meta pages ([`volume`]).
-#[derive(Debug)]
 pub(crate) enum Owner<Io> {
     User(Io),
     Meta,
@@ -357,12 +356,12 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
     /// starts by reading the volume's label and written map ([`volume`]); requests wait
     /// until then ([`Self::phase`]).
     pub fn new(cfg: StoreConfig, identity: u64, me: u16, pages: u64, members: &[u16]) -> Result<Self, ConfigError> {
-        let empty = |_| ConfigError::NoMemory;
+        let no_memory = ConfigError::NoMemory;
         let mut s = Self::unloaded(
             cfg,
-            S::buf(0, Entry::NEW).ok_or(()).map_err(empty)?,
-            S::buf(0, 0u64).ok_or(()).map_err(empty)?,
-            S::buf(0, volume::MapPage::default()).ok_or(()).map_err(empty)?,
+            S::buf(0, Entry::NEW).ok_or(no_memory)?,
+            S::buf(0, 0u64).ok_or(no_memory)?,
+            S::buf(0, volume::MapPage::default()).ok_or(no_memory)?,
         );
         s.load(cfg, identity, me, pages, members)?;
         Ok(s)
