@@ -29,20 +29,9 @@ impl Drop for Daemons {
     }
 }
 
-/// Run `cmd` to completion within `limit` (killed and a test failure otherwise).
-fn run(mut cmd: Command, limit: Duration) -> Output {
-    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).stdin(Stdio::null()).spawn().expect("spawn");
-    let t0 = Instant::now();
-    while child.try_wait().expect("wait").is_none() {
-        if t0.elapsed() > limit {
-            let _ = child.kill();
-            let out = child.wait_with_output().expect("reap");
-            panic!("{cmd:?} still running after {limit:?}: {}", String::from_utf8_lossy(&out.stderr));
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    child.wait_with_output().expect("collect output")
-}
+#[path = "support/process.rs"]
+mod process;
+use process::run;
 
 fn gmsd() -> Command {
     Command::new(env!("CARGO_BIN_EXE_gmsd"))

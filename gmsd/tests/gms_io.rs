@@ -20,6 +20,8 @@ use std::time::{Duration, Instant};
 /// Longest a `gms` run may take; an input read whole (`/dev/zero`) runs into it.
 const LIMIT: Duration = Duration::from_secs(10);
 
+#[path = "support/process.rs"]
+mod process;
 #[path = "support/scratch.rs"]
 mod scratch;
 use scratch::Dir;
@@ -41,17 +43,9 @@ fn gms(sock: &Path, args: &[&str], stdin: &[u8], stdout: Option<Stdio>) -> Outpu
     let feeder = std::thread::spawn(move || {
         let _ = feed.write_all(&input);
     });
-    let t0 = Instant::now();
-    while child.try_wait().expect("wait").is_none() {
-        if t0.elapsed() > LIMIT {
-            let _ = child.kill();
-            let out = child.wait_with_output().expect("reap");
-            panic!("{cmd:?} still running after {LIMIT:?}: {}", String::from_utf8_lossy(&out.stderr));
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let out = process::wait_within(child, &cmd, LIMIT);
     let _ = feeder.join();
-    child.wait_with_output().expect("collect output")
+    out
 }
 
 fn stderr(o: &Output) -> String {

@@ -13,6 +13,8 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+#[path = "support/process.rs"]
+mod process;
 #[path = "support/scratch.rs"]
 mod scratch;
 use scratch::Dir;
@@ -29,19 +31,8 @@ impl Drop for Daemon {
 
 /// Run `cmd` to completion within 10 s (killed and a test failure otherwise: a daemon
 /// that should have been refused would run on).
-fn run(mut cmd: Command) -> Output {
-    let limit = Duration::from_secs(10);
-    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).stdin(Stdio::null()).spawn().expect("spawn");
-    let t0 = Instant::now();
-    while child.try_wait().expect("wait").is_none() {
-        if t0.elapsed() > limit {
-            let _ = child.kill();
-            let out = child.wait_with_output().expect("reap");
-            panic!("{cmd:?} still running after {limit:?}: {}", String::from_utf8_lossy(&out.stderr));
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    child.wait_with_output().expect("collect output")
+fn run(cmd: Command) -> Output {
+    process::run(cmd, Duration::from_secs(10))
 }
 
 fn port() -> u16 {
