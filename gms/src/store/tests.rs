@@ -413,11 +413,12 @@ fn a_shut_store_fails_what_it_holds_and_refuses_more() {
 }
 
 #[test]
-fn the_kernel_disk_of_node_0_has_the_space_xtask_checks() {
-    // xtask/src/vm/host_gmsd.rs computes it without linking this crate.
+fn a_disk_identity_keeps_its_page_space_across_releases() {
+    // A volume's pages stay in the cluster across reloads of newer code: the identity's
+    // space is pinned (here: node 0's default kernel disk, which the gmsd guest test reads).
     let s = space_of(0x6d73_6730_0000_0000);
-    assert_eq!(s >> 60, 0);
-    assert_eq!(s, super::super::page::mix64(0x6d73_6730_0000_0000 ^ 0x6773_6d2d_6469_736b) & !(0xf << 60));
+    assert_eq!(s, 0x04ce_2d5d_1c46_b974);
+    assert_eq!(s >> 60, 0, "the replica bits are clear");
 }
 
 #[test]

@@ -20,18 +20,7 @@ use std::time::{Duration, Instant};
 
 /// The GMS space of guest 0's disk (replica 0): `gms::store::space_of` of the default
 /// `gms_disk_id=` of node 0 (`kernel-crate/src/driver/params.rs`: `0x6d73_6730 << 32 | node`).
-const DISK_SPACE: u64 = space_of(0x6d73_6730_0000_0000);
-
-/// `gms::store::space_of` (xtask does not link the gms crate): the identity hashed, the
-/// replica bits (top four) clear.
-const fn space_of(identity: u64) -> u64 {
-    let mut x = identity ^ 0x6773_6d2d_6469_736b;
-    x ^= x >> 33;
-    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    x ^= x >> 33;
-    x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-    (x ^ (x >> 33)) & !(0xf << 60)
-}
+const DISK_SPACE: u64 = gms::store::space_of(0x6d73_6730_0000_0000);
 const PAGE: usize = 4096;
 const LINE: &str = "trapeze-gmsd: WRITTEN ";
 
