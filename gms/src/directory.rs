@@ -26,8 +26,10 @@
 //! entry's identity is stale and refused; a claim equal to it from another site is the
 //! hand-over of the named copy and displaces it; the identity given up by a removal (or
 //! by a verify that found no copy) is refused from its last site even after the entry
-//! became a tombstone. Removals and drops name the identity they mean, so a late one
-//! never un-names a newer copy.
+//! became a tombstone. A member declared failed gave nothing up (it may have been
+//! suspected falsely): its tombstones let any copy at their version be named again, the
+//! one whose naming answer it never heard included. Removals and drops name the identity
+//! they mean, so a late one never un-names a newer copy.
 //!
 //! **Version lead.** The directory keeps no record of puts, so it cannot tell a real new
 //! version from a claimed one; what it bounds is how far one registration may move a page.
@@ -64,7 +66,8 @@ pub struct DirEntry {
     pub version: Version,
     /// The identity of the copy named (a tombstone keeps the last one's).
     pub seq: u64,
-    /// The site named last (a tombstone keeps it: its identity `seq` was given up).
+    /// The site named last (a tombstone keeps it: its identity `seq` was given up), or
+    /// [`NO_SITE`] when nobody gave it up (a tombstone made by declaring its site failed).
     pub last: u16,
     /// Updates older than this are refused (until `stamp` + ttl if above `firm`).
     pub floor: Version,
@@ -207,7 +210,9 @@ impl<B: DerefMut<Target = [DirSlot]>> Directory<B> {
             // identity given up may not, from the site that gave it up or from any
             // copy older than it.
             None if claim == FRESH => Some((None, next(e.seq))),
-            None if (e.last == site && claim <= e.seq) || claim < e.seq => None,
+            None if e.last != NO_SITE && ((e.last == site && claim <= e.seq) || claim < e.seq) => None,
+            // Nobody gave it up (its site was declared failed, perhaps falsely): any copy
+            // at this version may be named, the one whose naming answer was lost included.
             None => Some((None, next(e.seq))),
         }
     }
@@ -280,12 +285,15 @@ impl<B: DerefMut<Target = [DirSlot]>> Directory<B> {
         }
     }
 
-    /// A node failed: tombstone every entry naming it. Returns how many.
+    /// A node was declared failed: tombstone every entry naming it. Returns how many.
+    /// The node gave no identity up (a declaration may be a false suspicion): if it comes
+    /// back holding the named copy, that copy may be named again.
     pub fn site_failed(&mut self, site: u16, now: u64) -> usize {
         let mut n = 0;
         for (_, e) in self.t.iter_mut() {
             if e.site == site {
                 e.site = NO_SITE;
+                e.last = NO_SITE;
                 e.floor = e.floor.max(e.version);
                 e.firm = e.firm.max(e.version);
                 e.stamp = now;
@@ -450,6 +458,22 @@ mod tests {
         assert_eq!(up(&mut d, PageId::new(0, 1), 2, 1, FRESH, 11), None);
         assert!(up(&mut d, PageId::new(0, 1), 2, 2, FRESH, 11).is_some());
         assert_eq!(up(&mut d, PageId::new(0, 4), 2, 4, FRESH, 11), None);
+    }
+
+    #[test]
+    fn a_site_declared_failed_gave_nothing_up() {
+        let mut d = Directory::new(vec![None; 8], 100);
+        let s1 = up(&mut d, P, 1, 3, FRESH, 0).unwrap();
+        // Handed over to site 2, whose copy's naming answer is lost; then 2 is declared
+        // failed (falsely) and comes back registering the claim it knew.
+        let s2 = up(&mut d, P, 2, 3, s1, 1).unwrap();
+        assert_eq!(d.site_failed(2, 2), 1);
+        let s3 = up(&mut d, P, 2, 3, s1, 3).expect("the copy the failed site still holds");
+        assert!(s3 > s2);
+        assert_eq!(up(&mut d, P, 2, 2, FRESH, 3), None, "older versions stay refused");
+        // Given up, the same identity may not come back.
+        assert!(d.remove(&P, 2, Version(3), s3, 4));
+        assert_eq!(up(&mut d, P, 2, 3, s3, 5), None);
     }
 
     #[test]

@@ -439,12 +439,12 @@ fn base_seed() -> u64 {
     }
 }
 
-fn many(what: &str, n: u64, base: u64, long: bool) -> Totals {
+fn many(what: &str, n: u64, base: u64, long: bool, suspicion: bool) -> Totals {
     eprintln!("gms history: {what}: {n} scenarios from GMS_HISTORY_BASE={base:#x}");
     let started = std::time::Instant::now();
     let mut t = Totals::default();
     for seed in seeds(base, n) {
-        let p = plan(seed, long, true, false);
+        let p = plan(seed, long, true, suspicion);
         t.add(&p, run(&p));
         if t.scenarios % 1000 == 0 {
             eprintln!("  {} scenarios, {} violations ({:.0?})", t.scenarios, t.violations, started.elapsed());
@@ -460,7 +460,24 @@ fn many(what: &str, n: u64, base: u64, long: bool) -> Totals {
 #[test]
 #[ignore = "on demand: a long run (10 000 scenarios; about 11 s in release mode here)"]
 fn long_run() {
-    let t = many("long run", scenario_count(10_000), base_seed(), true);
+    let t = many("long run", scenario_count(10_000), base_seed(), true, false);
+    assert_eq!(t.violations, 0, "{}; failing seeds {:x?}", t.summary(), t.failed_scenarios);
+}
+
+/// The long run with false suspicions besides the other faults (see
+/// [`false_suspicion_histories`]):
+/// `cargo test -p trapeze-gms --release --test history long_suspicion_run -- --ignored --nocapture`.
+///
+/// Not yet clean. On 2026-11-28 (`GMS_HISTORY_BASE=0x18ec494e1393ae85`), 81 of 10,000
+/// scenarios had 111 violations, each scenario's first a stale read: a reader given a
+/// version older than one acknowledged before its read began, after a holder of the
+/// newer copy was falsely suspected (GMS assumes fail-stop members; nothing fences a
+/// member declared failed). No acknowledged page read as a miss. Before the failure
+/// tombstone's fix the same run had 171 violations.
+#[test]
+#[ignore = "on demand: a long run with false suspicions (10 000 scenarios)"]
+fn long_suspicion_run() {
+    let t = many("long run with false suspicions", scenario_count(10_000), base_seed(), true, true);
     assert_eq!(t.violations, 0, "{}; failing seeds {:x?}", t.summary(), t.failed_scenarios);
 }
 
@@ -526,12 +543,16 @@ const SAME_VERSION_HANDOVERS: &[&str] = &[
 /// that keep their state and are heard again. Their own stream, so the scenarios are those
 /// of `checked_histories` plus the suspicions.
 ///
-/// On demand until GMS keeps what a falsely suspected holder held: 5 of these 300
-/// scenarios read a page back as a miss although its acknowledged copy was held by nodes
-/// that never crashed, after suspicions and rejoins. The plainest, with no crash, loss or
-/// duplicate (partitions and suspicions only): `0x11103de8ff0b4ae1 short moves suspicion`.
+/// 5 of these 300 scenarios once read a page back as a miss although its acknowledged
+/// copy was held by nodes that never crashed: declaring a node failed tombstoned its
+/// directory entries as if it had given its copies up, so when it was heard again its
+/// scrub's re-registration was refused and it dropped them (the plainest, with partitions
+/// and suspicions only: `0x11103de8ff0b4ae1 short moves suspicion`). A failure's
+/// tombstone now lets any copy at its version be named again.
+///
+/// Longer scenarios still find stale reads under false suspicion (no loss): see
+/// [`long_suspicion_run`].
 #[test]
-#[ignore = "GMS loses copies across false suspicions (replay 0x11103de8ff0b4ae1 short moves suspicion)"]
 fn false_suspicion_histories() {
     let mut t = Totals::default();
     for seed in seeds(0x0006_d5ee_d202_6016, 300) {
