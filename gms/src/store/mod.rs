@@ -575,11 +575,19 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
 
     /// What to send next (`None`: nothing now; see [`Self::poll_timeout`]). Every `Some`
     /// must be answered by [`Self::handle_issued`] before the next call.
+    ///
+    /// Nothing goes while every record of an ended operation is kept waiting for its
+    /// completion ([`ops`]): the next operation may reuse a slot whose completion the
+    /// runtime has not handed in, and its record must not be lost (its request would wait
+    /// for ever). Handing completions in makes room.
     pub fn poll_issue(&mut self, now: u64, lru: &mut Lru, coordinator: Option<u16>) -> Option<Issue<F>> {
         self.advance_load(now);
         if self.phase == Phase::Ready {
             self.start_map_writes(now);
             self.start_repairs(now);
+        }
+        if self.ended.iter().all(Option::is_some) {
+            return None;
         }
         let n = self.reqs.len();
         for step in 0..n {

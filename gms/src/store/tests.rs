@@ -16,6 +16,8 @@ use std::vec;
 use std::vec::Vec;
 
 type S = Store<u32, u32, Heap, 8, 16, 32>;
+/// A store whose node has `OPS` operation slots.
+type SOps<const OPS: usize> = Store<u32, u32, Heap, 8, 16, OPS>;
 
 /// The cluster as the tests play it: meta pages are stored and served at once (their
 /// bytes kept by page id); the user's operations are handed to the test.
@@ -32,10 +34,10 @@ impl Net {
 
     /// Everything the store wants sent now of the user's requests, each given an
     /// operation id (meta pages answered on the way).
-    fn issue(&mut self, s: &mut S, now: u64) -> Vec<(OpId, Issue<u32>)> {
+    fn issue<const OPS: usize>(&mut self, s: &mut SOps<OPS>, now: u64) -> Vec<(OpId, Issue<u32>)> {
         let mut out = Vec::new();
         while let Some(i) = s.poll_issue(now, &mut self.lru, None) {
-            let op = OpId { slot: (self.next % 32) as u16, generation: self.next };
+            let op = OpId { slot: (self.next % OPS as u32) as u16, generation: self.next };
             self.next += 1;
             s.handle_issued(now, &i, Some(op));
             match i.kind {
@@ -60,7 +62,7 @@ impl Net {
     }
 
     /// Run the store's loading until it is ready (or refused, or 100 steps went by).
-    fn load(&mut self, s: &mut S) {
+    fn load<const OPS: usize>(&mut self, s: &mut SOps<OPS>) {
         let mut now = 0;
         for _ in 0..100 {
             assert!(self.issue(s, now).is_empty(), "no user operation while loading");
@@ -90,7 +92,7 @@ fn put_target(i: &Issue<u32>) -> u16 {
     }
 }
 
-fn stored(s: &mut S, now: u64, op: OpId, i: &Issue<u32>) {
+fn stored<const OPS: usize>(s: &mut SOps<OPS>, now: u64, op: OpId, i: &Issue<u32>) {
     let IssueKind::Put { page, target, .. } = i.kind else { panic!() };
     s.handle_put(now, op, page, PutResult::Stored { target }, None);
 }
@@ -103,7 +105,7 @@ fn miss() -> GetResult<u32> {
     GetResult::Miss { reason: MissReason::NotCached, frame: None }
 }
 
-fn done(s: &mut S) -> Option<(u32, Outcome)> {
+fn done<const OPS: usize>(s: &mut SOps<OPS>) -> Option<(u32, Outcome)> {
     match s.poll_done()? {
         Finished::Request { io, outcome } => Some((io, outcome)),
         Finished::Scratch(f) => panic!("scratch {f}"),
@@ -437,4 +439,42 @@ fn a_volume_loaded_larger_keeps_what_it_knew_and_its_new_pages_are_zeros() {
     let mut c: S = Store::new(StoreConfig::default(), 1, 0, 10, &[1, 2, 3]).unwrap();
     net.load(&mut c);
     assert_eq!(c.phase(), Phase::Refused(StoreError::NotThisVolume));
+}
+
+#[test]
+fn an_operation_whose_slot_the_node_reused_before_its_completion_came_is_not_forgotten() {
+    let mut net = Net::new();
+    let mut s: SOps<4> = Store::new(StoreConfig::default(), 1, 0, 64, &[1, 2, 3]).unwrap();
+    net.load(&mut s);
+    assert_eq!(s.phase(), Phase::Ready);
+    for page in 0..8 {
+        s.write(0, page, page as u32).unwrap();
+    }
+    // A node that reuses slot 0 for every operation, the completions all waiting in
+    // the host: the store keeps a record of each, and stops issuing when it has no room
+    // for another.
+    let mut sent = Vec::new();
+    while let Some(i) = s.poll_issue(0, &mut net.lru, None) {
+        let op = OpId { slot: 0, generation: sent.len() as u32 };
+        s.handle_issued(0, &i, Some(op));
+        sent.push((op, i));
+    }
+    assert_eq!(sent.len(), 5, "the slot's own record and 4 kept aside");
+    // Completions handed in make room: every write is acknowledged in the end.
+    let mut written = 0;
+    while !sent.is_empty() {
+        for (op, i) in sent.drain(..) {
+            stored(&mut s, 0, op, &i);
+        }
+        while let Some((_, outcome)) = done(&mut s) {
+            assert_eq!(outcome, Outcome::Written { copies: 2 });
+            written += 1;
+        }
+        while let Some(i) = s.poll_issue(0, &mut net.lru, None) {
+            let op = OpId { slot: 0, generation: 100 + written as u32 * 10 + sent.len() as u32 };
+            s.handle_issued(0, &i, Some(op));
+            sent.push((op, i));
+        }
+    }
+    assert_eq!(written, 8);
 }
