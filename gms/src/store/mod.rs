@@ -695,7 +695,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
                 // again: it is acknowledged with `r` copies that exist.
                 for r in self.reqs.iter_mut() {
                     if let Req::Write(w) = r {
-                        w.lost_at(n);
+                        w.lost_at(n, restarted);
                     }
                 }
                 self.repair.start(now);

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! A read: replica 0 first, then the next while one misses, each asked of the member
 //! the store knows holds it (two messages; its NIC answers by itself when the put's
-//! `PUTDONE` named an answer entry), and of the page's directory node when that member
-//! has no such copy; always at the replica's recorded version or newer, so a stale copy
-//! is a miss, never data.
+//! `PUTDONE` named an answer entry), then of its other sites (a put of the same write
+//! whose answer was lost may have left a copy there), and of the page's directory node
+//! when none has such a copy; always at the replica's generation or newer (any copy of
+//! that write, [`super::record::Clock`]), so a stale copy is a miss, never data.
 //!
 //! A getpage that got no answer is tried again, [`super::StoreConfig::read_tries`] times,
 //! before the read moves on. When every replica missed while a member that may hold
@@ -18,30 +19,26 @@ use super::super::page::Version;
 use super::super::replica::MAX_REPLICAS;
 use super::super::types::{GetResult, MissReason};
 use super::nodes::NodeSet;
-use super::record::Replica;
+use super::record::{Clock, Entry, Replica};
 use super::{Data, IssueKind, Outcome, Owner, Phase, Req, Route, Store, StoreError};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Step {
-    /// Ask replica `k` (of the directory only, once its holder missed) from `not_before`.
-    Ready {
-        via_directory: bool,
-        not_before: u64,
-    },
-    InFlight {
-        via_directory: bool,
-    },
+    /// Ask replica `k` from `not_before`: its holder or a site not asked yet, else its
+    /// directory.
+    Ready { not_before: u64 },
+    /// A getpage of replica `k` from member `from`, or its directory (`None`).
+    InFlight { from: Option<u16> },
     /// A probe of `node` for replica `replica` in the survey ([`super::survey`]).
-    Probing {
-        replica: u8,
-        node: u16,
-    },
+    Probing { replica: u8, node: u16 },
 }
 
 pub(crate) struct ReadReq<Io> {
     pub(crate) io: Owner<Io>,
     pub(crate) page: u64,
     k: u8,
+    /// The members asked for replica `k` that have no copy of it.
+    asked: NodeSet,
     tries: u8,
     pass: u8,
     pub(super) survey: Survey,
@@ -69,12 +66,18 @@ impl<Io> ReadReq<Io> {
 
     /// Ready to go on from `now`.
     pub(super) fn ready(&mut self, now: u64) {
-        self.step = Step::Ready { via_directory: false, not_before: now };
+        self.step = Step::Ready { not_before: now };
+    }
+
+    /// On to replica `k` (or the end of the pass), from `now`.
+    fn replica(&mut self, k: u8, now: u64) {
+        (self.k, self.asked, self.tries) = (k, NodeSet::EMPTY, 0);
+        self.ready(now);
     }
 
     pub(crate) fn new(io: Owner<Io>, page: u64, now: u64) -> Self {
-        let step = Step::Ready { via_directory: false, not_before: now };
-        ReadReq { io, page, k: 0, tries: 0, pass: 0, survey: Survey::default(), step }
+        let step = Step::Ready { not_before: now };
+        ReadReq { io, page, k: 0, asked: NodeSet::EMPTY, tries: 0, pass: 0, survey: Survey::default(), step }
     }
 
     pub(crate) fn wake(&self) -> Option<u64> {
@@ -89,8 +92,8 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
     /// The getpage read `i` wants sent, if any.
     pub(super) fn poll_read(&mut self, i: usize, now: u64) -> Option<IssueKind<F>> {
         let Req::Read(r) = &self.reqs[i] else { return None };
-        let Step::Ready { via_directory, not_before } = r.step else { return None };
-        let meta = matches!(r.io, Owner::Meta);
+        let Step::Ready { not_before } = r.step else { return None };
+        let (meta, asked) = (matches!(r.io, Owner::Meta), r.asked);
         if now < not_before || (!meta && self.phase != Phase::Ready) {
             return None;
         }
@@ -103,37 +106,52 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
             return Some(probe);
         }
         while k < self.cfg.replicas {
-            let replica = self.entry(page, k).map_or(Replica::Unwritten, |e| e.replica);
-            let (at_least, route) = match replica {
+            let Some(e) = self.entry(page, k).copied() else {
+                k += 1;
+                continue;
+            };
+            let (at_least, route) = match e.replica {
                 Replica::Unwritten => {
                     k += 1;
                     continue;
                 }
-                Replica::Held { version, holder, answer }
-                    if !via_directory && self.cfg.direct_reads && self.members.contains(holder) =>
-                {
-                    (version, Route::Holder { node: holder, answer: answer.filter(|_| self.cfg.nic_answers) })
+                Replica::Held { version, .. } | Replica::Lost { version } => {
+                    (Clock::generation_start(version), self.source(&e, asked))
                 }
-                // A site that is a member again (it was only suspected) may still hold it.
-                Replica::Lost { version } if !via_directory && self.cfg.direct_reads => {
-                    match self.entry(page, k).and_then(|e| e.sites.intersect(self.members).iter().next()) {
-                        Some(node) => (version, Route::Holder { node, answer: None }),
-                        None => (version, Route::Directory),
-                    }
-                }
-                Replica::Held { version, .. } | Replica::Lost { version } => (version, Route::Directory),
                 // Nothing found of it on any member: its directory may know.
                 Replica::Unknown => (Version(1), Route::Directory),
             };
             if let Req::Read(r) = &mut self.reqs[i] {
-                r.k = k;
-                r.step = Step::InFlight { via_directory: route == Route::Directory };
+                if r.k != k {
+                    r.replica(k, now);
+                }
+                let from = match route {
+                    Route::Holder { node, .. } => Some(node),
+                    Route::Directory => None,
+                };
+                r.step = Step::InFlight { from };
             }
             let into = if meta { Data::Meta(page - self.pages) } else { Data::Request };
             return Some(IssueKind::Get { page: self.page_id(page, k), at_least, route, into });
         }
         self.end_pass(i, now);
         None
+    }
+
+    /// Where to ask next for a replica recorded in `e`, `asked` having no copy: its
+    /// holder, then its other sites that are members (one only suspected may still hold
+    /// it), then its directory.
+    fn source(&self, e: &Entry, asked: NodeSet) -> Route {
+        if !self.cfg.direct_reads {
+            return Route::Directory;
+        }
+        if let Replica::Held { holder, answer, .. } = e.replica {
+            if self.members.contains(holder) && !asked.contains(holder) {
+                return Route::Holder { node: holder, answer: answer.filter(|_| self.cfg.nic_answers) };
+            }
+        }
+        let mut others = e.sites.intersect(self.members).iter().filter(|&n| !asked.contains(n));
+        others.next().map_or(Route::Directory, |node| Route::Holder { node, answer: None })
     }
 
     /// Every replica of read `i` was tried: zeros if none was ever written, another pass
@@ -158,12 +176,10 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         } else if (alive || unknown || departed) && pass + 1 < self.cfg.read_passes {
             if let Req::Read(r) = &mut self.reqs[i] {
                 r.pass += 1;
-                r.k = 0;
-                r.tries = 0;
+                r.replica(0, now.saturating_add(self.cfg.retry_delay_ns));
                 // Copies an earlier load left are looked for again: the members may have
                 // changed (one heard again after a suspicion is asked too).
                 r.survey = Survey::default();
-                r.step = Step::Ready { via_directory: false, not_before: now.saturating_add(self.cfg.retry_delay_ns) };
             }
             return;
         } else {
@@ -178,19 +194,26 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
     }
 
     /// Read `i`'s getpage could not be sent (the node refused it: no operation slot, or the
-    /// holder is not a member in its view): the directory is asked instead of a holder,
-    /// and a replica that cannot be asked at all counts as tried.
+    /// member is not one in its view): the next site or the directory is asked instead of
+    /// a member, and a replica whose directory cannot be asked at all counts as tried.
     pub(super) fn get_not_sent(&mut self, i: usize, now: u64) {
-        let delay = self.cfg.retry_delay_ns;
+        let later = now.saturating_add(self.cfg.retry_delay_ns);
         let tries = self.cfg.read_tries;
         if let Req::Read(r) = &mut self.reqs[i] {
-            if let Step::InFlight { .. } = r.step {
-                r.tries += 1;
-                if r.tries >= tries {
-                    r.k += 1;
-                    r.tries = 0;
+            match r.step {
+                Step::InFlight { from: Some(node) } => {
+                    r.asked.insert(node);
+                    r.ready(later);
                 }
-                r.step = Step::Ready { via_directory: true, not_before: now.saturating_add(delay) };
+                Step::InFlight { from: None } => {
+                    r.tries += 1;
+                    if r.tries >= tries {
+                        r.replica(r.k + 1, later);
+                    } else {
+                        r.ready(later);
+                    }
+                }
+                Step::Ready { .. } | Step::Probing { .. } => {}
             }
         }
     }
@@ -198,18 +221,14 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
     /// Read `i`'s getpage ended with `result` at `now`; `bytes`: a meta page's hit.
     pub(super) fn read_get_done(&mut self, i: usize, result: &GetResult<F>, now: u64, bytes: Option<&[u8]>) {
         let Req::Read(r) = &self.reqs[i] else { return };
-        let via_directory = match r.step {
-            Step::InFlight { via_directory } => via_directory,
+        let from = match r.step {
+            Step::InFlight { from } => from,
             Step::Probing { replica, node } => return self.survey_done(i, replica, node, result, now),
             Step::Ready { .. } => return,
         };
+        let tries = self.cfg.read_tries;
         let Req::Read(r) = &mut self.reqs[i] else { return };
-        let next = |r: &mut ReadReq<Io>| {
-            r.k += 1;
-            r.tries = 0;
-            Step::Ready { via_directory: false, not_before: now }
-        };
-        r.step = match *result {
+        match *result {
             GetResult::Hit { version, .. } => {
                 if let Req::Read(r) = core::mem::replace(&mut self.reqs[i], Req::Free) {
                     if let (Owner::Meta, Some(b)) = (&r.io, bytes) {
@@ -219,20 +238,24 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
                 }
                 return;
             }
-            // The holder has no such copy: its directory may know where it went.
-            GetResult::Miss { reason: MissReason::NotCached, .. } if !via_directory => {
-                Step::Ready { via_directory: true, not_before: now }
-            }
-            GetResult::Miss { reason: MissReason::NotCached | MissReason::NoDirectory, .. } => next(r),
-            GetResult::Miss { reason: MissReason::Failed(_) | MissReason::Malformed, .. } => {
-                r.tries += 1;
-                if r.tries < self.cfg.read_tries {
-                    Step::Ready { via_directory, not_before: now }
-                } else {
-                    next(r)
+            GetResult::Miss { reason, .. } => {
+                let failed = matches!(reason, MissReason::Failed(_) | MissReason::Malformed);
+                if failed {
+                    r.tries += 1;
+                }
+                match from {
+                    // Asked again, until it has answered or its tries are spent.
+                    _ if failed && r.tries < tries => r.ready(now),
+                    // No such copy there (or no answer): another site or the directory.
+                    Some(node) => {
+                        r.asked.insert(node);
+                        r.tries = 0;
+                        r.ready(now);
+                    }
+                    None => r.replica(r.k + 1, now),
                 }
             }
-        };
+        }
         self.stats.fallbacks += 1;
     }
 }

@@ -16,8 +16,10 @@
 //! copy. Every member that may hold replica `j`'s newest data — its holder, and every
 //! target of a put of it that was never answered (stored or not, nobody said) — is one of
 //! `j`'s *sites*, and a put of any other replica keeps clear of all of them. A store
-//! answer narrows the sites to the holder; a member that fails or restarts leaves every
-//! set (its memory is gone).
+//! answer narrows the sites to those that may hold that write's data: the holder, the
+//! targets of the same write's unanswered puts of `j`, and, for a replica made again at
+//! its own version, the sites it had; a member that restarts leaves every set (its
+//! memory is gone).
 
 use super::super::page::Version;
 use super::super::types::Answer;
@@ -67,10 +69,16 @@ pub struct Entry {
 impl Entry {
     pub const NEW: Entry = Entry { replica: Replica::Unwritten, sites: NodeSet::EMPTY };
 
-    /// Stored at `holder` at `version`: its one site from now on.
+    /// Stored at `holder` at `version`: the copies of older writes are superseded, so
+    /// their sites are no longer; the sites of copies of the same write (a replica made
+    /// again at the version it had) stay.
     pub fn stored(&mut self, holder: u16, version: Version, answer: Option<Answer>) {
+        let same_write = self.replica.version().is_some_and(|v| Clock::generation(v) == Clock::generation(version));
+        if !same_write {
+            self.sites = NodeSet::EMPTY;
+        }
+        self.sites.insert(holder);
         self.replica = Replica::Held { version, holder, answer };
-        self.sites = NodeSet::one(holder);
     }
 
     /// A put to `target` went unanswered: a copy of this replica may be there. The
@@ -136,6 +144,12 @@ impl Clock {
         v.0 >> RETRY_BITS
     }
 
+    /// The oldest version of `v`'s generation: any copy at it or newer holds that write's
+    /// data or a newer write's.
+    pub const fn generation_start(v: Version) -> Version {
+        Version(v.0 & !((1 << RETRY_BITS) - 1))
+    }
+
     /// The epoch a version was written in.
     pub const fn epoch_of(v: Version) -> u32 {
         (v.0 >> EPOCH_SHIFT) as u32
@@ -147,19 +161,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_unanswered_put_adds_a_site_and_a_store_narrows_the_sites_to_the_holder() {
+    fn an_unanswered_put_adds_a_site_and_a_store_of_a_newer_write_narrows_the_sites_to_the_holder() {
+        let (first, second) = (Version(5 << RETRY_BITS), Version(7 << RETRY_BITS));
         let mut e = Entry::NEW;
-        e.stored(1, Version(5), None);
+        e.stored(1, first, None);
         e.unanswered(2);
-        assert_eq!(e.replica.version(), Some(Version(5)));
+        assert_eq!(e.replica.version(), Some(first));
         assert!(e.sites.contains(1) && e.sites.contains(2));
-        e.stored(3, Version(7), None);
+        e.stored(3, second, None);
         assert_eq!(e.sites, NodeSet::one(3));
         e.gone(3, false);
-        assert_eq!(e.replica, Replica::Lost { version: Version(7) });
+        assert_eq!(e.replica, Replica::Lost { version: second });
         assert_eq!(e.sites, NodeSet::one(3), "a member declared failed may only be suspected");
         e.gone(3, true);
         assert!(e.sites.is_empty());
+    }
+
+    #[test]
+    fn a_replica_made_again_at_its_version_keeps_the_sites_of_that_version() {
+        let v = Version(7 << RETRY_BITS);
+        let mut e = Entry::NEW;
+        e.stored(3, v, None);
+        e.gone(3, false);
+        e.stored(4, v, None);
+        assert!(e.sites.contains(3) && e.sites.contains(4), "3, only suspected, may still hold it");
     }
 
     #[test]

@@ -478,3 +478,37 @@ fn an_operation_whose_slot_the_node_reused_before_its_completion_came_is_not_for
     }
     assert_eq!(written, 8);
 }
+
+#[test]
+fn a_read_asks_where_an_unanswered_put_of_the_same_write_may_have_left_a_copy() {
+    let mut s = store(StoreConfig::default(), &[1, 2, 3, 4]);
+    let mut net = Net::new();
+    s.write(0, 3, 1).unwrap();
+    let ops = net.issue(&mut s, 0);
+    let (op0, i0) = ops.iter().find(|(_, i)| s.replica_of(page_of(i)) == 0).copied().unwrap();
+    let (op1, i1) = ops.iter().find(|(_, i)| s.replica_of(page_of(i)) == 1).copied().unwrap();
+    // Replica 0's put goes unanswered (its copy was stored, nobody said), then is put
+    // again and stored: the write is acknowledged.
+    let maybe = put_target(&i0);
+    s.handle_put(0, op0, page_of(&i0), PutResult::Failed, None);
+    // Its target is suspected meanwhile, so the put goes elsewhere; it is heard again.
+    s.handle_member(0, Event::Failed(maybe));
+    let again = net.issue(&mut s, 0);
+    assert_ne!(put_target(&again[0].1), maybe, "put again elsewhere");
+    stored(&mut s, 0, again[0].0, &again[0].1);
+    s.handle_member(0, Event::Joined(maybe));
+    stored(&mut s, 0, op1, &i1);
+    assert_eq!(done(&mut s), Some((1, Outcome::Written { copies: 2 })));
+    let IssueKind::Put { version: first, .. } = i0.kind else { panic!() };
+    // Both holders restart: the copy the unanswered put left is the write's last.
+    s.handle_member(1, Event::Restarted(put_target(&again[0].1)));
+    s.handle_member(1, Event::Restarted(put_target(&i1)));
+    s.read(2, 3, 9).unwrap();
+    let g = net.issue(&mut s, 2);
+    let (op, get) = g.iter().find(|(_, i)| matches!(i.kind, IssueKind::Get { into: Data::Request, .. })).unwrap();
+    let IssueKind::Get { route: Route::Holder { node, .. }, at_least, .. } = get.kind else { panic!("{get:?}") };
+    assert_eq!(node, maybe);
+    assert!(at_least <= first, "any copy of the write will do");
+    s.handle_get(2, *op, &hit(0, first.0));
+    assert_eq!(done(&mut s), Some((9, Outcome::Read { version: first })));
+}

@@ -64,6 +64,9 @@ pub(crate) struct WriteReq<Io> {
     /// generation ([`super::record::Clock::again`]). And each replica's last put version.
     version: Option<Version>,
     last: [Option<Version>; MAX_REPLICAS as usize],
+    /// Each replica's targets whose put went unanswered: copies of this write may be
+    /// there, which stay sites of the replica once it is stored elsewhere.
+    unanswered: [NodeSet; MAX_REPLICAS as usize],
     /// The error that ends the write once its puts in flight are answered.
     failing: Option<StoreError>,
 }
@@ -73,7 +76,8 @@ impl<Io> WriteReq<Io> {
         let map = if matches!(io, Owner::Meta) { MapWait::Clear } else { MapWait::Unchecked };
         let puts = [Put::Todo; MAX_REPLICAS as usize];
         let last = [None; MAX_REPLICAS as usize];
-        WriteReq { io, map, page, deadline, puts, rounds: 0, version: None, last, failing: None }
+        let unanswered = [NodeSet::EMPTY; MAX_REPLICAS as usize];
+        WriteReq { io, map, page, deadline, puts, rounds: 0, version: None, last, unanswered, failing: None }
     }
 
     pub(crate) fn wake(&self) -> Option<u64> {
@@ -88,11 +92,17 @@ impl<Io> WriteReq<Io> {
         self.puts.iter().any(|p| matches!(p, Put::InFlight { .. }))
     }
 
-    /// Node `n` failed or restarted: a replica stored there is to put again.
-    pub(crate) fn lost_at(&mut self, n: u16) {
+    /// Node `n` failed or restarted (`restarted`: its memory is gone): a replica stored
+    /// there is to put again.
+    pub(crate) fn lost_at(&mut self, n: u16, restarted: bool) {
         for p in self.puts.iter_mut() {
             if *p == (Put::Stored { target: n }) {
                 *p = Put::Todo;
+            }
+        }
+        if restarted {
+            for u in self.unanswered.iter_mut() {
+                u.remove(n);
             }
         }
     }
@@ -243,13 +253,14 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
     pub(super) fn write_put_done(&mut self, i: usize, k: u8, result: PutResult, answer: Option<Answer>, now: u64) {
         let Req::Write(w) = &self.reqs[i] else { return };
         let Put::InFlight { target, version } = w.puts[usize::from(k)] else { return };
-        let (page, deadline) = (w.page, w.deadline);
+        let (page, deadline, unanswered) = (w.page, w.deadline, w.unanswered[usize::from(k)]);
         let at = self.at(page, k);
         let next = match result {
             PutResult::Stored { target: t } => {
                 self.placement.done(target, Placed::Stored, now);
                 if let Some(at) = at {
                     self.entries[at].stored(t, version, answer);
+                    self.entries[at].sites = self.entries[at].sites.union(unanswered);
                 }
                 Put::Stored { target: t }
             }
@@ -267,6 +278,9 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
                 self.placement.done(target, Placed::Failed, now);
                 if let Some(at) = at {
                     self.entries[at].unanswered(target);
+                }
+                if let Req::Write(w) = &mut self.reqs[i] {
+                    w.unanswered[usize::from(k)].insert(target);
                 }
                 if now >= deadline {
                     self.fail_write(i, StoreError::Unreachable);
