@@ -424,6 +424,10 @@ impl<
                 self.stats.misses += 1;
                 GetResult::Miss { reason: MissReason::NotCached, frame }
             }
+            (GetStatus::Refused, frame) => {
+                self.stats.get_failures += 1;
+                GetResult::Miss { reason: MissReason::Refused, frame }
+            }
             (GetStatus::Local, frame) => {
                 // A receive buffer is no caller frame: hand it back and serve from the copy.
                 let to = match r.payload {

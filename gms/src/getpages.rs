@@ -130,6 +130,10 @@ impl<
                 self.stats.misses += n;
                 GetResult::Miss { reason: MissReason::NotCached, frame }
             }
+            (GetStatus::Refused, frame) => {
+                self.stats.get_failures += n;
+                GetResult::Miss { reason: MissReason::Refused, frame }
+            }
             (_, frame) => {
                 self.stats.get_failures += n;
                 GetResult::Miss { reason: MissReason::Malformed, frame }
@@ -144,9 +148,9 @@ impl<
             Ok(r) => r,
             Err(e) => return Action::Error(e),
         };
-        let miss = |node: &Self| {
+        let answer = |node: &Self, status| {
             let rep = GetPagesReply {
-                status: GetStatus::Miss,
+                status,
                 first: req.first,
                 mask: req.mask,
                 versions: Versions::default(),
@@ -154,9 +158,10 @@ impl<
             };
             Action::reply(&rep, None)
         };
+        let miss = |node: &Self| answer(node, GetStatus::Miss);
         if !member || inc.hops > 0 {
             self.stats.rejected_gets += 1;
-            return miss(self);
+            return answer(self, if member { GetStatus::Miss } else { GetStatus::Refused });
         }
         let mut frames = [None; GETPAGES_MAX];
         let mut versions = [Version(0); GETPAGES_MAX];

@@ -200,6 +200,9 @@ wire_enum!(
         Miss = 2,
         /// The directory names the requester itself as the holder of `version`.
         Local = 3,
+        /// The server does not count the requester as a member of its view (it declared
+        /// it failed, perhaps only suspecting it): the answer says nothing of the page.
+        Refused = 4,
     }
 );
 

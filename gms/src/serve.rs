@@ -229,15 +229,19 @@ impl<
             Ok(r) => r,
             Err(e) => return Action::Error(e),
         };
+        if !member {
+            self.stats.rejected_gets += 1;
+            return self.get_answer(GetStatus::Refused, &req, Version(0), 0);
+        }
         if req.flags & GET_HINTED != 0 {
-            if !member || inc.hops > 0 || req.flags & (GET_MOVING | GET_DIRECT) != 0 {
+            if inc.hops > 0 || req.flags & (GET_MOVING | GET_DIRECT) != 0 {
                 self.stats.rejected_gets += 1;
                 return self.get_answer(GetStatus::Miss, &req, Version(0), 0);
             }
             return self.serve_as_site(&req, false);
         }
         let as_site = inc.hops > 0 || req.flags & GET_DIRECT != 0;
-        if !member || (as_site && !self.sent_by_directory(inc.src, &req.page)) {
+        if as_site && !self.sent_by_directory(inc.src, &req.page) {
             self.stats.rejected_gets += 1;
             return self.get_answer(GetStatus::Miss, &req, Version(0), 0);
         }

@@ -36,6 +36,9 @@ pub enum MissReason {
     Failed(RpcError),
     /// A reply that did not decode or did not match the request.
     Malformed,
+    /// The node asked does not count this one as a member (it declared it failed,
+    /// perhaps only suspecting it): nothing is known of the page there.
+    Refused,
 }
 
 /// How a getpage ended.

@@ -11,8 +11,10 @@
 //! the newest data is still alive (its copy may be registering with a new directory
 //! node after a membership change), the read makes another pass after the retry delay,
 //! [`super::StoreConfig::read_passes`] passes in all. A page never written reads as
-//! zeros without the network; a written page whose every copy is gone fails with
-//! [`StoreError::Lost`].
+//! zeros without the network. A written page fails with [`StoreError::Lost`] when in the
+//! last pass every member asked for a copy it may hold answered that it has none, else
+//! with [`StoreError::Unreachable`] (one did not answer, or a site of it is a member
+//! declared failed that may be heard again).
 
 use super::super::net::storage::Storage;
 use super::super::page::Version;
@@ -41,6 +43,9 @@ pub(crate) struct ReadReq<Io> {
     asked: NodeSet,
     tries: u8,
     pass: u8,
+    /// A member asked in this pass for a copy it may hold never answered: that nothing
+    /// was found proves nothing.
+    silent: bool,
     pub(super) survey: Survey,
     step: Step,
 }
@@ -77,7 +82,8 @@ impl<Io> ReadReq<Io> {
 
     pub(crate) fn new(io: Owner<Io>, page: u64, now: u64) -> Self {
         let step = Step::Ready { not_before: now };
-        ReadReq { io, page, k: 0, asked: NodeSet::EMPTY, tries: 0, pass: 0, survey: Survey::default(), step }
+        let (asked, survey) = (NodeSet::EMPTY, Survey::default());
+        ReadReq { io, page, k: 0, asked, tries: 0, pass: 0, silent: false, survey, step }
     }
 
     pub(crate) fn wake(&self) -> Option<u64> {
@@ -169,13 +175,14 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         let unknown = entries().any(|e| e.replica == Replica::Unknown);
         // A site of it is a member declared failed that may be heard again.
         let departed = entries().any(|e| !e.sites.intersect(self.departed).is_empty());
-        let unanswered = matches!(&self.reqs[i], Req::Read(r) if r.survey.unanswered);
+        let silent = matches!(&self.reqs[i], Req::Read(r) if r.silent || r.survey.unanswered);
         let outcome = if !written {
             self.stats.zero_reads += 1;
             Outcome::Zero
         } else if (alive || unknown || departed) && pass + 1 < self.cfg.read_passes {
             if let Req::Read(r) = &mut self.reqs[i] {
                 r.pass += 1;
+                r.silent = false;
                 r.replica(0, now.saturating_add(self.cfg.retry_delay_ns));
                 // Copies an earlier load left are looked for again: the members may have
                 // changed (one heard again after a suspicion is asked too).
@@ -184,8 +191,9 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
             return;
         } else {
             self.stats.failed_reads += 1;
-            // Lost only when every member that could hold a copy answered that it has none.
-            let unsure = alive || departed || unanswered;
+            // Lost only when every member that could hold a copy answered, in the last
+            // pass, that it has none (a live site among them: its copy did not come back).
+            let unsure = departed || silent;
             Outcome::Failed(if unsure { StoreError::Unreachable } else { StoreError::Lost })
         };
         if let Req::Read(r) = core::mem::replace(&mut self.reqs[i], Req::Free) {
@@ -203,6 +211,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
             match r.step {
                 Step::InFlight { from: Some(node) } => {
                     r.asked.insert(node);
+                    r.silent = true;
                     r.ready(later);
                 }
                 Step::InFlight { from: None } => {
@@ -242,7 +251,10 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
                 let failed = matches!(reason, MissReason::Failed(_) | MissReason::Malformed);
                 if failed {
                     r.tries += 1;
+                    r.silent |= from.is_some() && r.tries >= tries;
                 }
+                // Not a member in its view: no answer, and none until this node is again.
+                r.silent |= reason == MissReason::Refused;
                 match from {
                     // Asked again, until it has answered or its tries are spent.
                     _ if failed && r.tries < tries => r.ready(now),

@@ -512,3 +512,25 @@ fn a_read_asks_where_an_unanswered_put_of_the_same_write_may_have_left_a_copy() 
     s.handle_get(2, *op, &hit(0, first.0));
     assert_eq!(done(&mut s), Some((9, Outcome::Read { version: first })));
 }
+
+#[test]
+fn a_page_its_live_holders_say_they_do_not_have_is_lost_after_the_passes() {
+    let mut s = store(StoreConfig::default(), &[1, 2, 3]);
+    let mut net = Net::new();
+    write_all(&mut s, &mut net, 2, 1);
+    // The holders stay members (their restart went unnoticed) but have no copy.
+    s.read(6, 2, 3).unwrap();
+    let mut now = 6;
+    for _ in 0..100 {
+        for (op, _) in net.issue(&mut s, now) {
+            s.handle_get(now, op, &miss());
+        }
+        if let Some(d) = done(&mut s) {
+            assert_eq!(d, (3, Outcome::Failed(StoreError::Lost)), "every one asked answered");
+            return;
+        }
+        now = s.poll_timeout().unwrap_or(now + 1).max(now + 1);
+        s.handle_timeout(now);
+    }
+    panic!("the read never ended");
+}
