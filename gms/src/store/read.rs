@@ -11,8 +11,11 @@
 //! the newest data is still alive (its copy may be registering with a new directory
 //! node after a membership change), the read makes another pass after the retry delay,
 //! [`super::StoreConfig::read_passes`] passes in all. A page never written reads as
-//! zeros without the network. A written page fails with [`StoreError::Lost`] when in the
-//! last pass every member asked for a copy it may hold answered that it has none, else
+//! zeros without the network. A written page that no member the store knew of and no
+//! directory has is asked of every member once more (a *sweep*, [`super::survey`]: GMS
+//! may have moved a copy where the store never heard). It fails with
+//! [`StoreError::Lost`] when every member asked for a copy it may hold answered that it
+//! has none, else
 //! with [`StoreError::Unreachable`] (one did not answer, or a site of it is a member
 //! declared failed that may be heard again).
 
@@ -46,6 +49,8 @@ pub(crate) struct ReadReq<Io> {
     /// A member asked in this pass for a copy it may hold never answered: that nothing
     /// was found proves nothing.
     silent: bool,
+    /// Every member was asked for the page ([`Survey::sweep`]) before it is called lost.
+    swept: bool,
     pub(super) survey: Survey,
     step: Step,
 }
@@ -61,6 +66,9 @@ pub(crate) struct Survey {
     pub(super) done: bool,
     /// A member did not answer its probe: that nothing was found proves nothing.
     pub(super) unanswered: bool,
+    /// Every written replica is asked for, not only the unknown ones: the read found no
+    /// copy where the store knew of one, and GMS may have moved one where it never heard.
+    pub(super) sweep: bool,
 }
 
 impl<Io> ReadReq<Io> {
@@ -83,7 +91,7 @@ impl<Io> ReadReq<Io> {
     pub(crate) fn new(io: Owner<Io>, page: u64, now: u64) -> Self {
         let step = Step::Ready { not_before: now };
         let (asked, survey) = (NodeSet::EMPTY, Survey::default());
-        ReadReq { io, page, k: 0, asked, tries: 0, pass: 0, silent: false, survey, step }
+        ReadReq { io, page, k: 0, asked, tries: 0, pass: 0, silent: false, swept: false, survey, step }
     }
 
     pub(crate) fn wake(&self) -> Option<u64> {
@@ -189,10 +197,19 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
                 r.survey = Survey::default();
             }
             return;
+        } else if !departed && !silent && matches!(&self.reqs[i], Req::Read(r) if !r.swept) {
+            // Before calling it lost, every member is asked for every replica.
+            if let Req::Read(r) = &mut self.reqs[i] {
+                r.swept = true;
+                r.survey = Survey { sweep: true, ..Survey::default() };
+                r.replica(0, now);
+            }
+            return;
         } else {
             self.stats.failed_reads += 1;
             // Lost only when every member that could hold a copy answered, in the last
-            // pass, that it has none (a live site among them: its copy did not come back).
+            // pass, that it has none (a live site among them: its copy did not come back),
+            // and no member had one.
             let unsure = departed || silent;
             Outcome::Failed(if unsure { StoreError::Unreachable } else { StoreError::Lost })
         };

@@ -13,6 +13,10 @@
 //! whose best copy is of an older generation is recorded lost at the newest: never read,
 //! and made again by re-replication, which starts at once. Nothing found anywhere: the replicas stay unknown and the read
 //! asks their directories, as it would.
+//!
+//! A *sweep* is the same round for a page whose copies the store knew of but nobody has
+//! any more, before a read calls it lost: every member is asked for every replica at its
+//! recorded write or newer, and a copy found is recorded where it is.
 
 use super::super::net::storage::Storage;
 use super::super::page::Version;
@@ -29,10 +33,17 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         if r.survey.done {
             return None;
         }
-        let unknown = |j: u8| self.entry(page, j).is_some_and(|e| e.replica == Replica::Unknown);
+        let sweep = r.survey.sweep;
+        let wanted = |j: u8| {
+            self.entry(page, j).is_some_and(|e| match e.replica {
+                Replica::Unknown => true,
+                Replica::Held { .. } | Replica::Lost { .. } => sweep,
+                Replica::Unwritten => false,
+            })
+        };
         let (mut from, mut asked) = (r.survey.replica, r.survey.asked);
         let (replica, node) = loop {
-            let Some(replica) = (from..self.cfg.replicas).find(|&j| unknown(j)) else {
+            let Some(replica) = (from..self.cfg.replicas).find(|&j| wanted(j)) else {
                 self.resolve_survey(i, page, now);
                 return None;
             };
@@ -48,7 +59,10 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         }
         let into = if meta { Data::Meta(page - self.pages) } else { Data::Request };
         let route = Route::Holder { node, answer: None };
-        Some(IssueKind::Get { page: self.page_id(page, replica), at_least: Version(1), route, into })
+        // A sweep wants the recorded write or a newer one; a survey, any copy.
+        let at_least =
+            self.entry(page, replica).and_then(|e| e.replica.version()).map_or(Version(1), Clock::generation_start);
+        Some(IssueKind::Get { page: self.page_id(page, replica), at_least, route, into })
     }
 
     /// Read `i`'s probe of `node` for `replica` ended.
@@ -81,10 +95,21 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         let mut short = false;
         for k in 0..self.cfg.replicas {
             let Some(at) = self.at(page, k) else { continue };
-            if self.entries[at].replica != Replica::Unknown {
-                continue;
+            let found = best[usize::from(k)];
+            match self.entries[at].replica {
+                Replica::Unknown => {}
+                // A sweep found a copy of the recorded write (or a newer one).
+                Replica::Held { version, .. } | Replica::Lost { version } => {
+                    if let Some((v, holder)) =
+                        found.filter(|(v, _)| Clock::generation(*v) >= Clock::generation(version))
+                    {
+                        self.entries[at].stored(holder, v, None);
+                    }
+                    continue;
+                }
+                Replica::Unwritten => continue,
             }
-            match best[usize::from(k)] {
+            match found {
                 Some((v, holder)) if Clock::generation(v) == generation => self.entries[at].stored(holder, v, None),
                 _ => {
                     let base = Version(generation << RETRY_BITS);

@@ -274,11 +274,17 @@ fn a_written_page_with_no_copy_left_fails_never_reads_as_zeros() {
     for &t in &targets {
         s.handle_member(5, Event::Restarted(t));
     }
+    // The members, asked before the page is called lost, have nothing; its directory
+    // does not answer.
     s.read(6, 2, 3).unwrap();
     let mut now = 6;
     for _ in 0..20 {
-        for (op, _) in net.issue(&mut s, now) {
-            s.handle_get(now, op, &GetResult::Miss { reason: MissReason::Failed(RpcError::Timeout), frame: None });
+        for (op, i) in net.issue(&mut s, now) {
+            let r = match i.kind {
+                IssueKind::Get { route: Route::Holder { .. }, .. } => miss(),
+                _ => GetResult::Miss { reason: MissReason::Failed(RpcError::Timeout), frame: None },
+            };
+            s.handle_get(now, op, &r);
         }
         if let Some(d) = done(&mut s) {
             assert_eq!(d, (3, Outcome::Failed(StoreError::Lost)));
@@ -527,6 +533,38 @@ fn a_page_its_live_holders_say_they_do_not_have_is_lost_after_the_passes() {
         }
         if let Some(d) = done(&mut s) {
             assert_eq!(d, (3, Outcome::Failed(StoreError::Lost)), "every one asked answered");
+            return;
+        }
+        now = s.poll_timeout().unwrap_or(now + 1).max(now + 1);
+        s.handle_timeout(now);
+    }
+    panic!("the read never ended");
+}
+
+#[test]
+fn before_a_page_is_called_lost_every_member_is_asked_for_it() {
+    let mut s = store(StoreConfig::default(), &[1, 2, 3, 4]);
+    let mut net = Net::new();
+    let targets = write_all(&mut s, &mut net, 2, 1);
+    let v = s.entry(2, 0).unwrap().replica.version().unwrap();
+    // GMS moved replica 0's copy to a member the store never heard of; then both
+    // recorded holders restarted.
+    let moved_to = (1..=4).find(|n| !targets.contains(n)).unwrap();
+    for &t in &targets {
+        s.handle_member(1, Event::Restarted(t));
+    }
+    s.read(2, 2, 3).unwrap();
+    let mut now = 2;
+    for _ in 0..50 {
+        for (op, i) in net.issue(&mut s, now) {
+            let IssueKind::Get { page, route, at_least, into: Data::Request } = i.kind else { continue };
+            let has = route == (Route::Holder { node: moved_to, answer: None }) && s.replica_of(page) == 0;
+            assert!(!has || at_least <= v);
+            s.handle_get(now, op, &if has { hit(0, v.0) } else { miss() });
+        }
+        if let Some(d) = done(&mut s) {
+            assert_eq!(d, (3, Outcome::Read { version: v }));
+            assert_eq!(s.entry(2, 0).unwrap().replica.holder(), Some(moved_to), "the store knows where it is now");
             return;
         }
         now = s.poll_timeout().unwrap_or(now + 1).max(now + 1);
