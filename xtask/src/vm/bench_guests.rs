@@ -10,7 +10,9 @@
 //! 0 (the one measuring) has powered off; the other guests only serve, so they are then
 //! stopped.
 
-use super::cluster::{check_interrupted, nic_args, setpriv_pdeathsig, stop_on_signals, tail, Ask, Cluster, OnLine};
+use super::cluster::{
+    check_interrupted, nic_args, run_key, setpriv_pdeathsig, stop_on_signals, tail, Ask, Cluster, OnLine,
+};
 use super::initramfs::{base64, build_initramfs, Cpio};
 use super::report::{printable, KERNEL_TROUBLE};
 use super::runtime::{free_udp_ports, prune_stale, runtime_base, which};
@@ -43,6 +45,8 @@ pub struct BenchGuests {
     /// Have guest K's NIC trace its events into DIR/nodeK.trace (`trapeze-nic --trace`),
     /// and print `trapeze-nic trace-report` over them after the run.
     pub nic_trace: Option<PathBuf>,
+    /// Run the link unauthenticated (no cluster key).
+    pub no_key: bool,
 }
 
 /// What a guest left.
@@ -93,6 +97,7 @@ pub fn run(spec: BenchGuests) -> anyhow::Result<Vec<GuestOutcome>> {
     }
     let ports = free_udp_ports(spec.guests as usize)?;
     let net_ports = free_udp_ports(2)?;
+    let key = run_key(&dir, spec.no_key)?;
     let setpriv = setpriv_pdeathsig();
     eprintln!(
         "==> {} guest(s): virtual NICs, then QEMU (TCG, {} MiB each){}",
@@ -106,7 +111,7 @@ pub fn run(spec: BenchGuests) -> anyhow::Result<Vec<GuestOutcome>> {
     );
     for k in 0..spec.guests {
         cluster.add_guest(k, spec.mem_mib);
-        let mut args = nic_args(k, &ports);
+        let mut args = nic_args(k, &ports, key.as_deref());
         if let Some(dir) = &spec.nic_trace {
             args.extend(["--trace".into(), trace_file(dir, k).display().to_string()]);
         }

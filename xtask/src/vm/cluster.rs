@@ -37,8 +37,8 @@ pub(super) fn check_interrupted() -> anyhow::Result<()> {
 
 /// `trapeze-nic` arguments for guest `k`'s NIC: node `k` on the UDP link at `ports[k]`, every
 /// other port a peer (node id = index; a host gmsd's port may follow the guests'), polling
-/// [`GUEST_NIC_SPIN_US`] before it sleeps.
-pub(super) fn nic_args(k: u16, ports: &[u16]) -> Vec<String> {
+/// [`GUEST_NIC_SPIN_US`] before it sleeps, authenticating the link with `key` if given.
+pub(super) fn nic_args(k: u16, ports: &[u16], key: Option<&Path>) -> Vec<String> {
     let mut args: Vec<String> = vec![
         "--name".into(),
         format!("vm{}-g{k}", std::process::id()),
@@ -55,7 +55,24 @@ pub(super) fn nic_args(k: u16, ports: &[u16]) -> Vec<String> {
             .flat_map(|(j, p)| ["--peer".to_string(), format!("{j}=127.0.0.1:{p}")]),
     );
     args.extend(["--spin-us".to_string(), GUEST_NIC_SPIN_US.to_string()]);
+    if let Some(key) = key {
+        args.extend(["--key".to_string(), key.display().to_string()]);
+    }
     args
+}
+
+/// A fresh cluster key for one run's link, in its runtime directory `dir` (mode 0600):
+/// every guest cluster runs authenticated unless asked not to (`--no-key`).
+pub(super) fn run_key(dir: &Path, no_key: bool) -> anyhow::Result<Option<PathBuf>> {
+    if no_key {
+        eprintln!("  link: unauthenticated (--no-key)");
+        return Ok(None);
+    }
+    let path = dir.join("cluster.key");
+    let _ = fs::remove_file(&path);
+    trapeze_vnic::key::ClusterKey::generate(&path)?;
+    eprintln!("  link: authenticated with a cluster key made for this run ({}; --no-key to opt out)", path.display());
+    Ok(Some(path))
 }
 
 /// How long a guest's NIC polls after its last work before it sleeps on its doorbell

@@ -38,7 +38,8 @@ pub(super) fn run(a: GmsdTestArgs) -> anyhow::Result<()> {
         Setup { guests: GUESTS, script: Some(crate::workspace_root().join(SCRIPT)), host_ports: 1, ..Setup::default() };
     let mut s = prepared.start(&a.common, setup)?;
     let peers: Vec<(u16, u16)> = (0..GUESTS).map(|k| (k, s.ports[k as usize])).collect();
-    let host = HostGmsd::start(&target_dir()?.join("debug"), &s.dir, GUESTS, s.ports[GUESTS as usize], &peers)?;
+    let bin = target_dir()?.join("debug");
+    let host = HostGmsd::start(&bin, &s.dir, GUESTS, s.ports[GUESTS as usize], &peers, s.key.as_deref())?;
     s.boot()?;
     if let Some(g) = s.cluster.guests.first() {
         host.watch(g.console.clone(), Duration::from_secs(timeout));

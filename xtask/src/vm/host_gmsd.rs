@@ -40,8 +40,16 @@ pub struct HostGmsd {
 }
 
 impl HostGmsd {
-    /// Start `gmsd --node node` on 127.0.0.1:`port` with the guests' NICs as peers.
-    pub fn start(bin_dir: &Path, dir: &Path, node: u16, port: u16, peers: &[(u16, u16)]) -> anyhow::Result<HostGmsd> {
+    /// Start `gmsd --node node` on 127.0.0.1:`port` with the guests' NICs as peers, on the
+    /// link's cluster `key` if it has one.
+    pub fn start(
+        bin_dir: &Path,
+        dir: &Path,
+        node: u16,
+        port: u16,
+        peers: &[(u16, u16)],
+        key: Option<&Path>,
+    ) -> anyhow::Result<HostGmsd> {
         let log = dir.join("gmsd.log");
         let socket = dir.join("gmsd.sock");
         let mut cmd = Command::new(bin_dir.join("gmsd"));
@@ -51,6 +59,9 @@ impl HostGmsd {
         }
         // The kernel sends a heartbeat every second and fails a member after 3 s; under
         // TCG a guest can stall longer, so the daemon waits 10 s.
+        if let Some(key) = key {
+            cmd.arg("--key").arg(key);
+        }
         cmd.args(["--budget-mb", "8", "--dead-after-ms", "10000", "--op-timeout-ms", "2000"])
             .arg("--socket")
             .arg(&socket);

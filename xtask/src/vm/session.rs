@@ -7,7 +7,7 @@
 //! [`Session::boot`] (the QEMUs), [`Session::wait`], [`Session::report`] with its own
 //! verdict for each guest, and [`Session::finish`].
 
-use super::cluster::{nic_args, setpriv_pdeathsig, stop_on_signals, Cluster, OnLine};
+use super::cluster::{nic_args, run_key, setpriv_pdeathsig, stop_on_signals, Cluster, OnLine};
 use super::initramfs::{base64, build_initramfs};
 use super::report::{interesting, printable, trouble_context, yes_no, GuestReport, IVSHMEM_PCI_ID};
 use super::runtime::{free_udp_ports, prune_stale, runtime_base, target_dir, which};
@@ -34,6 +34,10 @@ pub struct Common {
     /// kernel-crate/trapeze.ko from `cargo xtask module`.
     #[arg(long, value_name = "KO")]
     pub(super) module: Vec<PathBuf>,
+    /// Run the guests' link unauthenticated. By default every NIC (and a host gmsd) gets
+    /// a cluster key made for the run, and drops packets without its tag.
+    #[arg(long)]
+    pub(super) no_key: bool,
 }
 
 /// How many guests, for the subcommands that let it be chosen.
@@ -121,9 +125,10 @@ impl Prepared {
             eprintln!("note: setpriv --pdeathsig is not available; children outlive a killed xtask");
         }
         eprintln!("==> {} guest(s): virtual NICs, then QEMU (TCG, {} MiB each)", setup.guests, common.mem);
+        let key = run_key(&dir, common.no_key)?;
         for k in 0..setup.guests {
             cluster.add_guest(k, common.mem);
-            cluster.start_nic(k, &self.nic_bin, &nic_args(k, &ports), setpriv)?;
+            cluster.start_nic(k, &self.nic_bin, &nic_args(k, &ports, key.as_deref()), setpriv)?;
         }
         Ok(Session {
             t0: self.t0,
@@ -136,6 +141,7 @@ impl Prepared {
             setpriv,
             ports,
             dir,
+            key,
             cluster,
         })
     }
@@ -155,6 +161,8 @@ pub(super) struct Session {
     pub(super) ports: Vec<u16>,
     /// The runtime directory.
     pub(super) dir: PathBuf,
+    /// The link's cluster key file (`None`: `--no-key`).
+    pub(super) key: Option<PathBuf>,
     pub(super) cluster: Cluster,
 }
 

@@ -280,6 +280,7 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
         timeout: Duration::from_secs(a.timeout),
         kill_on: None,
         nic_trace: a.nic_trace.clone(),
+        no_key: false,
     })?;
     let g0 = outcomes.iter().find(|o| o.idx == 0).context("guest 0 missing")?;
     let (rows, notes) = parse_console(&g0.console);

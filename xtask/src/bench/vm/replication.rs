@@ -136,6 +136,7 @@ impl Sessions {
             timeout: Duration::from_secs(600),
             kill_on,
             nic_trace: None,
+            no_key: false,
         })?;
         let g0 = outcomes.iter().find(|o| o.idx == 0).context("guest 0 missing")?;
         let trouble: Vec<&String> = outcomes.iter().flat_map(|o| o.trouble.iter()).collect();
