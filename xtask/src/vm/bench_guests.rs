@@ -98,6 +98,7 @@ pub fn run(spec: BenchGuests) -> anyhow::Result<Vec<GuestOutcome>> {
     let ports = free_udp_ports(spec.guests as usize)?;
     let net_ports = free_udp_ports(2)?;
     let key = run_key(&dir, spec.no_key)?;
+    cluster.remove_on_drop.extend(key.clone());
     let setpriv = setpriv_pdeathsig();
     eprintln!(
         "==> {} guest(s): virtual NICs, then QEMU (TCG, {} MiB each){}",

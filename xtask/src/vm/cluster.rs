@@ -61,8 +61,9 @@ pub(super) fn nic_args(k: u16, ports: &[u16], key: Option<&Path>) -> Vec<String>
     args
 }
 
-/// A fresh cluster key for one run's link, in its runtime directory `dir` (mode 0600):
-/// every guest cluster runs authenticated unless asked not to (`--no-key`).
+/// A fresh cluster key for one run's link, in its runtime directory `dir` (mode 0600,
+/// removed with the RAM files): every guest cluster runs authenticated unless asked not
+/// to (`--no-key`).
 pub(super) fn run_key(dir: &Path, no_key: bool) -> anyhow::Result<Option<PathBuf>> {
     if no_key {
         eprintln!("  link: unauthenticated (--no-key)");

@@ -126,6 +126,7 @@ impl Prepared {
         }
         eprintln!("==> {} guest(s): virtual NICs, then QEMU (TCG, {} MiB each)", setup.guests, common.mem);
         let key = run_key(&dir, common.no_key)?;
+        cluster.remove_on_drop.extend(key.clone());
         for k in 0..setup.guests {
             cluster.add_guest(k, common.mem);
             cluster.start_nic(k, &self.nic_bin, &nic_args(k, &ports, key.as_deref()), setpriv)?;
