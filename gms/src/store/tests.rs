@@ -277,23 +277,34 @@ fn a_written_page_with_no_copy_left_fails_never_reads_as_zeros() {
     // The members, asked before the page is called lost, have nothing; its directory
     // does not answer.
     s.read(6, 2, 3).unwrap();
-    let mut now = 6;
-    for _ in 0..20 {
-        for (op, i) in net.issue(&mut s, now) {
-            let r = match i.kind {
-                IssueKind::Get { route: Route::Holder { .. }, .. } => miss(),
-                _ => GetResult::Miss { reason: MissReason::Failed(RpcError::Timeout), frame: None },
-            };
+    let d = until_done(&mut s, &mut net, 6, |_, i| match i.kind {
+        IssueKind::Get { route: Route::Holder { .. }, .. } => miss(),
+        _ => GetResult::Miss { reason: MissReason::Failed(RpcError::Timeout), frame: None },
+    });
+    assert_eq!(d, (3, Outcome::Failed(StoreError::Lost)));
+}
+
+/// Run the store from `now` until a request ends, `answer` giving each getpage's result;
+/// that request and its outcome.
+fn until_done(
+    s: &mut S,
+    net: &mut Net,
+    mut now: u64,
+    mut answer: impl FnMut(&S, &Issue<u32>) -> GetResult<u32>,
+) -> (u32, Outcome) {
+    for _ in 0..200 {
+        for (op, i) in net.issue(s, now) {
+            assert!(matches!(i.kind, IssueKind::Get { .. }), "only getpages here: {i:?}");
+            let r = answer(s, &i);
             s.handle_get(now, op, &r);
         }
-        if let Some(d) = done(&mut s) {
-            assert_eq!(d, (3, Outcome::Failed(StoreError::Lost)));
-            return;
+        if let Some(d) = done(s) {
+            return d;
         }
         now = s.poll_timeout().unwrap_or(now + 1).max(now + 1);
         s.handle_timeout(now);
     }
-    panic!("the read never ended");
+    panic!("the request never ended");
 }
 
 #[test]
@@ -330,21 +341,12 @@ fn after_a_reload_a_written_page_with_no_copy_fails_and_an_unwritten_one_is_zero
     assert!(net.issue(&mut s, 0).is_empty());
     assert_eq!(done(&mut s), Some((30, Outcome::Zero)));
     s.read(0, 1, 10).unwrap();
-    let mut now = 0;
-    for _ in 0..200 {
-        for (op, i) in net.issue(&mut s, now) {
-            // Each member is asked for an earlier load's copy, then the directory.
-            assert!(matches!(i.kind, IssueKind::Get { at_least: Version(1), .. }));
-            s.handle_get(now, op, &miss());
-        }
-        if let Some(d) = done(&mut s) {
-            assert_eq!(d, (10, Outcome::Failed(StoreError::Lost)), "never zeros for a written page");
-            return;
-        }
-        now = s.poll_timeout().unwrap().max(now + 1);
-        s.handle_timeout(now);
-    }
-    panic!("the read never ended");
+    let d = until_done(&mut s, &mut net, 0, |_, i| {
+        // Each member is asked for an earlier load's copy, then the directory.
+        assert!(matches!(i.kind, IssueKind::Get { at_least: Version(1), .. }));
+        miss()
+    });
+    assert_eq!(d, (10, Outcome::Failed(StoreError::Lost)), "never zeros for a written page");
 }
 
 #[test]
@@ -526,19 +528,8 @@ fn a_page_its_live_holders_say_they_do_not_have_is_lost_after_the_passes() {
     write_all(&mut s, &mut net, 2, 1);
     // The holders stay members (their restart went unnoticed) but have no copy.
     s.read(6, 2, 3).unwrap();
-    let mut now = 6;
-    for _ in 0..100 {
-        for (op, _) in net.issue(&mut s, now) {
-            s.handle_get(now, op, &miss());
-        }
-        if let Some(d) = done(&mut s) {
-            assert_eq!(d, (3, Outcome::Failed(StoreError::Lost)), "every one asked answered");
-            return;
-        }
-        now = s.poll_timeout().unwrap_or(now + 1).max(now + 1);
-        s.handle_timeout(now);
-    }
-    panic!("the read never ended");
+    let d = until_done(&mut s, &mut net, 6, |_, _| miss());
+    assert_eq!(d, (3, Outcome::Failed(StoreError::Lost)), "every one asked answered");
 }
 
 #[test]
@@ -554,21 +545,16 @@ fn before_a_page_is_called_lost_every_member_is_asked_for_it() {
         s.handle_member(1, Event::Restarted(t));
     }
     s.read(2, 2, 3).unwrap();
-    let mut now = 2;
-    for _ in 0..50 {
-        for (op, i) in net.issue(&mut s, now) {
-            let IssueKind::Get { page, route, at_least, into: Data::Request } = i.kind else { continue };
-            let has = route == (Route::Holder { node: moved_to, answer: None }) && s.replica_of(page) == 0;
-            assert!(!has || at_least <= v);
-            s.handle_get(now, op, &if has { hit(0, v.0) } else { miss() });
+    let d = until_done(&mut s, &mut net, 2, |s, i| {
+        let IssueKind::Get { page, route, at_least, into: Data::Request } = i.kind else { return miss() };
+        let has = route == (Route::Holder { node: moved_to, answer: None }) && s.replica_of(page) == 0;
+        assert!(!has || at_least <= v);
+        if has {
+            hit(0, v.0)
+        } else {
+            miss()
         }
-        if let Some(d) = done(&mut s) {
-            assert_eq!(d, (3, Outcome::Read { version: v }));
-            assert_eq!(s.entry(2, 0).unwrap().replica.holder(), Some(moved_to), "the store knows where it is now");
-            return;
-        }
-        now = s.poll_timeout().unwrap_or(now + 1).max(now + 1);
-        s.handle_timeout(now);
-    }
-    panic!("the read never ended");
+    });
+    assert_eq!(d, (3, Outcome::Read { version: v }));
+    assert_eq!(s.entry(2, 0).unwrap().replica.holder(), Some(moved_to), "the store knows where it is now");
 }
