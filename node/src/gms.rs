@@ -338,6 +338,7 @@ impl GmsPort {
             held: self.node.held_count(),
             budget: self.node.budget(),
             gets_served: g.gets_served,
+            nic_answered: self.node.host.frames.ep.counter(trapeze_firmware::iface::layout::Counter::TxAnswers),
             puts_received: g.pages_stored,
             gets_hit: self.stats.gets_hit,
             gets: self.stats.gets_hit + self.stats.gets_miss,

@@ -80,8 +80,8 @@ fn run(args: &[&str]) -> String {
     stdout
 }
 
-/// Every page read back and checked, none wrong, most of them hits.
-fn assert_all_verified(args: &[&str]) {
+/// Every page read back and checked, none wrong, most of them hits; the output.
+fn assert_all_verified(args: &[&str]) -> String {
     let out = run(args);
     let line = out.lines().find(|l| l.starts_with("verified:")).unwrap_or_else(|| panic!("no verified line:\n{out}"));
     let v = parse(line).unwrap_or_else(|| panic!("unparsable: {line}"));
@@ -92,16 +92,48 @@ fn assert_all_verified(args: &[&str]) {
     // The global LRU discards some pages to make room for the pressure phase's; most
     // stay in network memory.
     assert!(v.hits * 2 > v.of, "too few hits: {line}\n{out}");
+    out
+}
+
+/// The numbers in the summary line that starts with `prefix`.
+fn numbers(out: &str, prefix: &str) -> Vec<u64> {
+    let line = out.lines().find(|l| l.starts_with(prefix)).unwrap_or_else(|| panic!("no {prefix:?} line:\n{out}"));
+    line.split(|c: char| !c.is_ascii_digit()).filter(|w| !w.is_empty()).filter_map(|w| w.parse().ok()).collect()
+}
+
+/// The summary means what it says: no NaN, one unit for microseconds, its counters add
+/// up, and getpages the servers' NICs answered by themselves are counted as served.
+fn assert_summary_adds_up(out: &str) {
+    let summary = &out[out.find("== summary").unwrap_or_else(|| panic!("no summary:\n{out}"))..];
+    assert!(!summary.contains("NaN"), "{summary}");
+    assert!(!summary.contains(" us "), "microseconds are µs: {summary}");
+    // ops: N in T s = R/s (P putpages, G getpages, C cache hits)
+    let ops = numbers(summary, "ops:");
+    assert_eq!(ops[0], ops[ops.len() - 3] + ops[ops.len() - 2] + ops[ops.len() - 1], "{summary}");
+    // getpages served: S by the servers, A of them answered by their NICs alone
+    let served = numbers(summary, "getpages served:");
+    assert!(served[1] <= served[0], "{summary}");
+    // hit rate: X.Y% of getpages hit network memory (H of G); ...
+    let hit = numbers(summary, "hit rate:");
+    assert_eq!(served[0], hit[2], "every getpage that hit was served by a server: {summary}");
+    // The table's `served (NIC)` column sums to the same.
+    let head = out.lines().position(|l| l.starts_with("node  held")).expect("the table");
+    let rows: Vec<Vec<u64>> = out.lines().skip(head + 1).take(3).map(|l| numbers(l, "")).collect();
+    let column: u64 = rows.iter().skip(1).map(|r| r[3]).sum();
+    assert_eq!(column, served[0], "{out}");
 }
 
 #[test]
 fn no_faults() {
-    assert_all_verified(&[]);
+    let out = assert_all_verified(&[]);
+    assert_summary_adds_up(&out);
+    assert!(out.contains("link faults:      none"), "{out}");
 }
 
 #[test]
 fn drop_seeded() {
-    assert_all_verified(&["--link-faults", "drop=0.1%,seed=7"]);
+    let out = assert_all_verified(&["--link-faults", "drop=0.1%,seed=7"]);
+    assert!(numbers(&out, "link faults:")[0] > 0, "the drops the link injected are reported: {out}");
 }
 
 #[test]

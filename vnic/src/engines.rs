@@ -177,7 +177,7 @@ impl SoftEngines {
         &self.wakers
     }
 
-    fn publish_link_stats(&self) {
+    pub(crate) fn publish_link_stats(&self) {
         *self.stats.link.lock().unwrap_or_else(|e| e.into_inner()) = self.link.stats();
     }
 }

@@ -514,6 +514,14 @@ impl InlineNative {
     /// The most passes [`Self::run`] makes.
     pub const RUN_PASSES: u32 = 16;
 
+    /// Publish the link's statistics now ([`link_stats`] reads them), as parking does: an
+    /// inline NIC that never parks would otherwise show none.
+    pub fn publish_link_stats(&self) {
+        if let Some(e) = &self.eng {
+            e.publish_link_stats();
+        }
+    }
+
     /// When the link next needs a pass for its timers ([`SoftEngines::link_deadline`]):
     /// a caller about to sleep must come back by then.
     pub fn link_deadline(&self) -> Option<std::time::Instant> {

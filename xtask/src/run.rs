@@ -5,8 +5,8 @@
 //! (`node/src/bin/trapeze-gms-demo.rs`, native firmware — or with `--flashed` the riscv32
 //! image on every NIC's emulated core — in-process link): node 0 loads a data set larger
 //! than one node's memory budget into network memory (targets by the epoch-based global
-//! LRU), scans it with read-ahead 0/4/16, issues random getpages (2-way and 3-way through
-//! the directory), applies eviction pressure (the LRU discards the cluster's oldest
+//! LRU), scans it with read-ahead 0/4/16, issues random getpages (2-way: to the holder its
+//! put named, most answered by that holder's NIC alone), applies eviction pressure (the LRU discards the cluster's oldest
 //! pages) — each of those five phases repeating for a fifth of `--seconds` (20) — and
 //! verifies every byte, with a progress bar and a live table of the nodes on a terminal;
 //! it prints a summary. `--quick` makes it a couple of seconds (tests).

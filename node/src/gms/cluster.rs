@@ -48,8 +48,10 @@ pub struct NodeView {
     /// Pages held for the cluster, and the budget.
     pub held: usize,
     pub budget: usize,
-    /// Getpages this node served as a caching site.
+    /// Getpages this node served as a caching site (its host).
     pub gets_served: u64,
+    /// Getpages its NIC answered from the answer table, its host never seeing them.
+    pub nic_answered: u64,
     /// Putpages it stored.
     pub puts_received: u64,
     /// As a client: getpages that hit / all its getpages.
@@ -354,6 +356,26 @@ impl Cluster {
         let mut out: Vec<(&'static str, u64)> =
             causes.iter().map(|c| (c.name(), self._nics.iter().map(|n| n.mem().load_u64(c.offset())).sum())).collect();
         out.push(("switch_dropped_frames", self._switch.dropped_frames()));
+        out.retain(|&(_, v)| v > 0);
+        out
+    }
+
+    /// Faults the nodes' links injected (`--link-faults`), summed (the inline NICs'
+    /// statistics published first): `(kind, count)`, nonzero.
+    pub fn injected_faults(&self) -> Vec<(&'static str, u64)> {
+        for p in &self.ports {
+            if let Some(c) = &p.cpu {
+                c.publish_link_stats();
+            }
+        }
+        let stats: Vec<_> = self._nics.iter().map(|n| trapeze_vnic::nic::link_stats(n)).collect();
+        let sum = |f: fn(&trapeze_vnic::link::LinkStats) -> u64| stats.iter().map(f).sum::<u64>();
+        let mut out = vec![
+            ("dropped", sum(|s| s.injected_drops)),
+            ("duplicated", sum(|s| s.injected_duplicates)),
+            ("reordered", sum(|s| s.injected_reorders)),
+            ("corrupted", sum(|s| s.injected_corruptions)),
+        ];
         out.retain(|&(_, v)| v > 0);
         out
     }
