@@ -24,10 +24,12 @@
 #       copy of each page (gms_replicas=1) on B and C, writes pages 0..$gwritten-1, asks
 #       the host to kill C, waits until C is declared failed and the volume's label and
 #       written map have a copy on B (disk_meta_lost 0: the load writes again from memory
-#       the ones C held), unloads and loads gamma again with the members left (0,2): every
-#       written page must read back as written or fail with EIO (its copy was on C) — at
-#       least one of each, none as zeros or other bytes, none hanging — and the pages
-#       never written ($gwritten..$npages-1) read as zeros.
+#       the ones C held), unloads and loads gamma again with the members left (0,2: a
+#       member a load never heard from is never declared failed, so a dead one listed in
+#       gms_nodes= would stay in its view, apart from B's): every written page must read
+#       back as written or fail with EIO (its copy was on C) — at least one of each, none
+#       as zeros or other bytes, none hanging — and the pages never written
+#       ($gwritten..$npages-1) read as zeros.
 # Lines for the host start with "trapeze-disks:"; A's and A''s checks print PASS or FAIL,
 # and each its total "N passed, M failed". Every wait is bounded.
 
@@ -54,7 +56,7 @@ silent() { logged "gms: node $1 silent"; }
 tstat() { v=$(sed -n "s/^$1: //p" /sys/module/trapeze/parameters/stats 2>/dev/null); echo "${v:-0}"; }
 # The identity the last load logged ("/dev/gms0: disk identity 0x…").
 identity() { dmesg | sed -n 's/.*\/dev\/gms0: disk identity \(0x[0-9a-f]*\).*/\1/p' | tail -1; }
-# $npages pages of disk $1's pattern, from page 0 (64 lines of 64 bytes a page).
+# $2 pages of disk $1's pattern, from page 0 (64 lines of 64 bytes a page).
 pattern() {
     awk -v tag="$1" -v n="$2" 'BEGIN {
         for (p = 0; p < n; p++) for (l = 0; l < 64; l++) printf "%-63s\n", "trapeze-disks " tag " page " p " line " l
