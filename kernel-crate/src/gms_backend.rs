@@ -318,6 +318,7 @@ impl DiskState {
         if s.repair_passes != p.repair_passes {
             STATS.disk_replicas_short.set(s.repair_short);
         }
+        STATS.disk_meta_lost.set(self.store.meta_lost());
         *p = s;
     }
 }

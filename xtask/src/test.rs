@@ -32,7 +32,7 @@ pub struct TestArgs {
 }
 
 /// The guest stages: (what it checks, `cargo xtask vm` mode).
-const GUEST_STAGES: [(&str, &str); 6] = [
+const GUEST_STAGES: [(&str, &str); 7] = [
     (
         "kernel module: three guests load trapeze.ko: ping 4 KB, NetRPC echo, GMS put/get, unload with calls in flight",
         "module-test",
@@ -41,6 +41,7 @@ const GUEST_STAGES: [(&str, &str); 6] = [
     ("guest suite: ext2 on /dev/gms0 on GMS, two copies across 4 guests, data verified, a server killed mid-write with no I/O error, its copies re-made, the server booted again and admitted again, clean unload", "suite"),
     ("swap on /dev/gms0 on GMS under memory pressure: every page verified, zero I/O errors, swapoff, rmmod", "swap"),
     ("a 512 MiB /dev/gms0 on two servers with 320 MiB budgets: every page written and read back, zero I/O errors; reloaded, the first load's pages read back, new writes read back new, a full cluster gives ENOSPC", "big-disk"),
+    ("disk identities: two guests' own /dev/gms0 on the same servers, each reading back only its own data; a second load of an identity a live member holds refused (EIO, logged); a reload after a server with the only copy of some pages died: those pages EIO, the rest verified, unwritten pages zeros", "disks"),
     ("host gmsd in the guests' cluster: a guest's /dev/gms0 pages stored on and read from a host gmsd", "gmsd-test"),
 ];
 

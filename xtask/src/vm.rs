@@ -21,8 +21,10 @@
 //! The subcommands, each in its own file: [`smoke`] (the sample Rust module in a guest),
 //! [`module_test`] (`trapeze.ko` in three guests: ping, NetRPC, GMS, unload with calls in
 //! flight), [`blk_test`] (`/dev/gms0` on RAM), [`suite`] (the guest suite, a server killed
-//! mid-run), [`swap`] (swap on `/dev/gms0` under memory pressure), [`gmsd_test`] (a host
-//! gmsd in a guest's cluster) and [`run`](mod@run) (given commands
+//! mid-run), [`swap`] (swap on `/dev/gms0` under memory pressure), [`big_disk`] (a disk
+//! larger than a server's budget, reloaded larger than the cluster), [`disks`] (disk
+//! identities: two guests' own disks, a second load refused, a reload after pages died),
+//! [`gmsd_test`] (a host gmsd in a guest's cluster) and [`run`](mod@run) (given commands
 //! or a script). What they share: [`session`] (the common options; build, boot, wait,
 //! report), [`cluster`] (the guests' processes, the wait, a kill on request, cleanup),
 //! [`initramfs`], [`report`] (what a console shows), [`runtime`] (directories, ports,
@@ -39,6 +41,7 @@ pub mod bench_guests;
 mod big_disk;
 mod blk_test;
 mod cluster;
+mod disks;
 mod gmsd_test;
 mod host_gmsd;
 mod initramfs;
@@ -104,6 +107,17 @@ pub enum VmCmd {
     /// new, and filling the disk fails with ENOSPC. Waits at least 600 s for the power-off.
     /// Exit status 0 or 1.
     BigDisk(big_disk::BigDiskArgs),
+    /// Disk identities: two guests' own disks on the same servers, a second load refused, a reload after pages died.
+    ///
+    /// Build trapeze.ko and run four guests (`kernel-crate/guest/disks.sh`), guests 2 and 3
+    /// servers: guests 0 and 1 each load /dev/gms0 with their own gms_disk_id= and write
+    /// their own pattern over the same page numbers, each reading back only its own data;
+    /// guest 1 loads guest 0's identity while guest 0 holds it (EIO, the kernel log names
+    /// the identity and its owner); guest 0 loads a disk with one copy of each page, guest
+    /// 3 is SIGKILLed, and the disk reloaded on what is left: every written page reads back
+    /// or fails with EIO, none as zeros or other bytes, unwritten pages read as zeros.
+    /// Waits at least 600 s for the power-off. Exit status 0 or 1.
+    Disks(disks::DisksArgs),
     /// A host gmsd in a guest's GMS cluster: the guest's /dev/gms0 pages stored on it.
     ///
     /// Build trapeze.ko and gmsd: one guest (node 0) and a host `gmsd` (node 1) on the
@@ -128,6 +142,7 @@ pub fn run(cmd: VmCmd) -> anyhow::Result<()> {
         VmCmd::Suite(a) => suite::run(a),
         VmCmd::Swap(a) => swap::run(a),
         VmCmd::BigDisk(a) => big_disk::run(a),
+        VmCmd::Disks(a) => disks::run(a),
         VmCmd::GmsdTest(a) => gmsd_test::run(a),
         VmCmd::Run(a) => run::run(a),
     }

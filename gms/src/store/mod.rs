@@ -322,6 +322,9 @@ pub struct Store<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const 
     maps: S::Buf<volume::MapPage>,
     /// Loading's next step, or the next map write after a failed one, not before this.
     load_at: u64,
+    /// A member failed or restarted since the meta pages were last looked at: one with no
+    /// copy on a live member is written again from this load's own ([`volume`]).
+    meta_check: bool,
     entries: S::Buf<Entry>,
     clock: Clock,
     /// Live members that take puts (this node excluded), and the members declared failed
@@ -391,6 +394,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
             written,
             maps,
             load_at: 0,
+            meta_check: false,
             entries,
             clock: Clock::new(1),
             members: NodeSet::EMPTY,
@@ -450,6 +454,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         self.written = written;
         self.maps = maps;
         self.load_at = 0;
+        self.meta_check = false;
         self.entries = entries;
         self.clock = Clock::new(1);
         self.members = members;
@@ -583,6 +588,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
     pub fn poll_issue(&mut self, now: u64, lru: &mut Lru, coordinator: Option<u16>) -> Option<Issue<F>> {
         self.advance_load(now);
         if self.phase == Phase::Ready {
+            self.rewrite_lost_meta(now);
             self.start_map_writes(now);
             self.start_repairs(now);
         }
@@ -647,7 +653,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         // Loading's next step, or a map page written again after a failure.
         let pending_maps = self.maps.iter().any(|p| p.set > p.stored && p.writing.is_none());
         let load = match self.phase {
-            Phase::Ready if pending_maps => Some(self.load_at),
+            Phase::Ready if pending_maps || self.meta_check => Some(self.load_at),
             Phase::Label | Phase::Map { .. } | Phase::Claim if !self.meta_req_running() => Some(self.load_at),
             _ => None,
         };
@@ -698,6 +704,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
                         w.lost_at(n, restarted);
                     }
                 }
+                self.meta_check = true;
                 self.repair.start(now);
             }
         }

@@ -20,16 +20,22 @@ type S = Store<u32, u32, Heap, 8, 16, 32>;
 type SOps<const OPS: usize> = Store<u32, u32, Heap, 8, 16, OPS>;
 
 /// The cluster as the tests play it: meta pages are stored and served at once (their
-/// bytes kept by page id); the user's operations are handed to the test.
+/// bytes and the member they were put to kept by page id); the user's operations are
+/// handed to the test.
 struct Net {
     lru: Lru,
     next: u32,
-    meta: HashMap<PageId, Vec<u8>>,
+    meta: HashMap<PageId, (u16, Vec<u8>)>,
 }
 
 impl Net {
     fn new() -> Self {
         Net { lru: Lru::new(0, LruConfig::default()), next: 0, meta: HashMap::new() }
+    }
+
+    /// Member `node` lost its memory: the meta pages put to it are gone.
+    fn lose(&mut self, node: u16) {
+        self.meta.retain(|_, (at, _)| *at != node);
     }
 
     /// Everything the store wants sent now of the user's requests, each given an
@@ -44,11 +50,11 @@ impl Net {
                 IssueKind::Put { page, target, data: Data::Meta(m), .. } => {
                     let mut b = vec![0u8; 4096];
                     s.fill_meta(m, &mut b);
-                    self.meta.insert(page, b);
+                    self.meta.insert(page, (target, b));
                     s.handle_put(now, op, page, PutResult::Stored { target }, None);
                 }
                 IssueKind::Get { page, into: Data::Meta(_), .. } => match self.meta.get(&page).cloned() {
-                    Some(b) => {
+                    Some((_, b)) => {
                         s.handle_get_bytes(now, op, &hit(0, 1), &b);
                     }
                     None => {
@@ -557,4 +563,44 @@ fn before_a_page_is_called_lost_every_member_is_asked_for_it() {
     });
     assert_eq!(d, (3, Outcome::Read { version: v }));
     assert_eq!(s.entry(2, 0).unwrap().replica.holder(), Some(moved_to), "the store knows where it is now");
+}
+
+#[test]
+fn a_meta_page_whose_every_copy_died_is_written_again_from_the_loaded_volume() {
+    // One copy of each page on two members: the label and the written map live on one
+    // of them each. Whichever holds the label dies (its memory with it) while the volume
+    // is loaded; the load knows both pages and writes them again on the survivor, so a
+    // reload there still finds the volume: its written pages are not taken for zeros,
+    // its unwritten ones are.
+    let cfg = StoreConfig { replicas: 1, ..StoreConfig::default() };
+    let mut net = Net::new();
+    let mut a = store_on(&mut net, cfg, 0, &[1, 2]);
+    for page in 0..6 {
+        a.write(0, page, page as u32).unwrap();
+        for (op, i) in net.issue(&mut a, 0) {
+            stored(&mut a, 0, op, &i);
+        }
+        assert_eq!(done(&mut a), Some((page as u32, Outcome::Written { copies: 1 })));
+    }
+    let label = a.pages();
+    let dead = a.entry(label, 0).unwrap().replica.holder().unwrap();
+    let live = 3 - dead;
+    a.handle_member(5, Event::Failed(dead));
+    net.lose(dead);
+    assert_eq!(a.meta_lost(), 1 + u64::from(a.entry(label + 1, 0).unwrap().replica.holder().is_none()));
+    let mut now = 5;
+    for _ in 0..20 {
+        assert!(net.issue(&mut a, now).is_empty(), "no copy of a user page is left to make again");
+        now = a.poll_timeout().unwrap_or(now + 1).max(now + 1);
+        a.handle_timeout(now);
+    }
+    for m in [label, label + 1] {
+        assert_eq!(a.entry(m, 0).unwrap().replica.holder(), Some(live), "meta page {m} written again");
+    }
+    assert_eq!(a.meta_lost(), 0);
+    assert!(a.stats.repair_passes >= 1);
+    let b = store_on(&mut net, cfg, 0, &[live]);
+    assert_eq!(b.phase(), Phase::Ready);
+    assert!(b.label_found() && b.epoch() > a.epoch(), "the reload found the volume");
+    assert!((0..6).all(|p| b.is_written(p)) && !b.is_written(6));
 }

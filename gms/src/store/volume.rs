@@ -26,9 +26,15 @@
 //! (an earlier load's, whose label died) claims a higher epoch and writes on from there
 //! ([`Store::outrun_older_load`](super::Store)); the write that met it fails.
 //!
-//! Limits: with every copy of the label gone, a load starts the volume afresh: the written
-//! map is gone with the label, so the pages the earlier loads wrote read as zeros, and a
-//! copy they left may outlive the first writes of the new load. A copy of the newest
+//! A meta page whose every copy died while a load held the volume (one copy of each page,
+//! its holder failed) is written again from that load's memory
+//! ([`Store::rewrite_lost_meta`](super::Store)): the load owns the volume, so its label and
+//! map are the volume's.
+//!
+//! Limits: with every copy of the label gone while no load held the volume, a load starts
+//! the volume afresh: the written map is gone with the label, so the pages the earlier
+//! loads wrote read as zeros, and a copy they left may outlive the first writes of the new
+//! load. A copy of the newest
 //! acknowledged write of a page, all of whose copies died, may be followed after a reload
 //! by an older copy a member kept (the reload takes the newest copy it finds): the store
 //! keeps a bit per page in the cluster, not each page's acknowledged generation.
@@ -295,6 +301,11 @@ mod load {
                     }
                     self.load_at = retry;
                 }
+                // The label written again ([`Self::rewrite_lost_meta`]) failed: later.
+                (Phase::Ready, Outcome::Failed(_)) => {
+                    self.load_at = retry;
+                    self.meta_check = true;
+                }
                 _ => {}
             }
         }
@@ -398,6 +409,64 @@ mod load {
         /// The generation of map page `m` stored last.
         pub(in super::super) fn map_stored(&self, m: u64) -> u32 {
             self.maps.get(usize::try_from(m.wrapping_sub(1)).unwrap_or(usize::MAX)).map_or(u32::MAX, |p| p.stored)
+        }
+
+        /// Whether meta page `page` has a copy on a live member.
+        fn meta_held(&self, page: u64) -> bool {
+            (0..self.cfg.replicas)
+                .any(|k| self.entry(page, k).and_then(|e| e.replica.holder()).is_some_and(|h| self.members.contains(h)))
+        }
+
+        /// Write again every meta page with no copy on a live member (after a member
+        /// failed or restarted): a loaded volume's label and written map are this load's
+        /// own, so it writes them from memory where no copy is left to make them again
+        /// from. Else a reload would find no label and start the volume afresh (every
+        /// written page read as zeros), or no map page and take every page it covers for
+        /// written. The label goes as a write of its own; a map page gets a newer
+        /// generation for [`Self::start_map_writes`] to store.
+        pub(in super::super) fn rewrite_lost_meta(&mut self, now: u64) {
+            if !self.meta_check || now < self.load_at {
+                return;
+            }
+            let mut pending = false;
+            for m in 0..self.meta {
+                let page = self.pages + m;
+                if self.meta_held(page) {
+                    continue;
+                }
+                if m > 0 {
+                    if let Some(p) = self.maps.get_mut(usize::try_from(m - 1).unwrap_or(usize::MAX)) {
+                        // A write on its way stores a copy (or fails, and is made again).
+                        if p.writing.is_none() && p.set <= p.stored {
+                            p.set = p.stored + 1;
+                        }
+                    }
+                    continue;
+                }
+                match self.free_slot() {
+                    Some(slot) if self.page_free(page, true) => {
+                        let deadline = now.saturating_add(self.cfg.write_window_ns);
+                        self.reqs[slot] = Req::Write(WriteReq::new(Owner::Meta, page, deadline));
+                    }
+                    // A request on the label, or no slot: looked at again next time.
+                    _ => pending = true,
+                }
+            }
+            self.meta_check = pending;
+        }
+
+        /// The loaded volume's meta pages with a replica lost and no copy on a live
+        /// member: 0 once [`Self::rewrite_lost_meta`]'s writes are stored (a reload then
+        /// finds the volume as this load knows it).
+        pub fn meta_lost(&self) -> u64 {
+            if self.phase != Phase::Ready {
+                return 0;
+            }
+            let lost = |p: u64| {
+                (0..self.cfg.replicas)
+                    .any(|k| self.entry(p, k).is_some_and(|e| matches!(e.replica, Replica::Lost { .. })))
+            };
+            (self.pages..self.pages.saturating_add(self.meta)).filter(|&p| lost(p) && !self.meta_held(p)).count() as u64
         }
 
         /// Start writing the map pages with bits not yet stored.

@@ -112,7 +112,7 @@ pub(super) struct GuestReport {
 }
 
 impl GuestReport {
-    /// A GMS server guest's verdict and line (`vm swap`, `vm big-disk`): the NIC listed,
+    /// A GMS server guest's verdict and line (`vm swap`, `vm big-disk`, `vm disks`): the NIC listed,
     /// trapeze.ko up and removed cleanly, its script ended with status 0, a quiet kernel,
     /// powered off.
     pub(super) fn server_verdict(&self) -> (bool, String) {
