@@ -366,7 +366,7 @@ fn only_a_member_asking_straight_is_served() {
     let c2 = s.nodes[2].stats();
     let op = getpages(&mut s, 3, first, 0b11, &[1, 1], 2, 2, Mode::NonBlocking).unwrap();
     s.run_net();
-    assert_eq!(miss(&s, 3, op), MissReason::NotCached);
+    assert_eq!(miss(&s, 3, op), MissReason::Refused, "a non-member is told it is refused, not that nothing is there");
     let d2 = s.nodes[2].stats();
     assert_eq!((d2.rejected_gets - c2.rejected_gets, d2.gets_served - c2.gets_served), (1, 0));
 
