@@ -456,7 +456,7 @@ mod load {
         }
 
         /// The loaded volume's meta pages with a replica lost and no copy on a live
-        /// member: 0 once [`Self::rewrite_lost_meta`]'s writes are stored (a reload then
+        /// member: 0 once the writes `rewrite_lost_meta` made are stored (a reload then
         /// finds the volume as this load knows it).
         pub fn meta_lost(&self) -> u64 {
             if self.phase != Phase::Ready {
