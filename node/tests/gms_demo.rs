@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! The main command's GMS cluster (`trapeze-gms-demo --quick`, what `cargo xtask run
-//! --quick` runs) end to end: with no faults, with each link fault the README shows, and
+//! --quick` runs) end to end: with no faults, with each link fault docs/setup.md shows, and
 //! on flashed NICs; every run must read every page back and find no wrong byte.
 
 use std::io::Read;
