@@ -7,7 +7,7 @@ use core::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::vec::Vec;
 
-/// 256 KiB of NIC memory shared by the firmware, the engines and the host of one node.
+/// The NIC memory (1 MiB, `NIC_MEM_BYTES`) shared by the firmware, the engines and the host of one node.
 #[derive(Clone)]
 pub struct SharedMem(Arc<Vec<AtomicU32>>);
 

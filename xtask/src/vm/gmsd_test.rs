@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! `cargo xtask vm gmsd-test`: one guest (node 0) and a host `gmsd` (node 1) on the
 //! guests' UDP link in one GMS cluster ([`super::host_gmsd`]). The guest reads its pages
-//! back one by one and then in one request, which goes to the daemon as `GETPAGES`.
+//! back one by one and then in one request (which the disk's store reads page by page;
+//! it does not group reads into `GETPAGES` yet).
 //!
 //! Builds `trapeze.ko` and gmsd, boots the guest with `kernel-crate/guest/gmsd.sh` and
 //! starts the daemon before the guest's QEMU, with one more UDP port in every NIC's peer

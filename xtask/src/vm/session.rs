@@ -23,8 +23,8 @@ pub struct Common {
     #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(64..=4096))]
     pub(super) mem: u32,
     /// Seconds to wait for every guest to power off before killing them (an error); the
-    /// tests wait at least their own minimum (module-test 120, blk-test 300, suite 300,
-    /// gmsd-test 240).
+    /// tests wait at least their own minimum (module-test 120, gmsd-test 240, blk-test
+    /// 300, suite and swap 420, big-disk and disks 600).
     #[arg(long, default_value_t = 60)]
     pub(super) timeout: u64,
     /// Extra words for the kernel command line.
