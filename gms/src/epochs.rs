@@ -469,12 +469,14 @@ impl<
     pub fn lru_summary(&self, tick: u64, epoch: u32) -> Summary {
         let mut counts = [0u32; AGE_LEVELS];
         let mut seen = 0u32;
+        let pages = self.held_count();
         let from = ((mix64(u64::from(epoch)) as u128 * self.held.capacity() as u128) >> 64) as usize;
-        for (_, h) in self.held.window(from, SUMMARY_SLOTS) {
+        // Once every held page is counted the rest of the window is empty slots: a node
+        // holding few pages (none, idle) stops there instead of walking them all.
+        for (_, h) in self.held.window(from, SUMMARY_SLOTS).take(pages) {
             counts[quantize_age(tick.saturating_sub(h.last_access)) as usize] += 1;
             seen += 1;
         }
-        let pages = self.held_count();
         if (seen as usize) < pages && seen > 0 {
             for c in counts.iter_mut() {
                 *c = (u64::from(*c) * pages as u64 / u64::from(seen)).min(u64::from(u32::MAX)) as u32;

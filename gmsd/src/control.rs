@@ -147,6 +147,8 @@ pub struct Control {
     repair: Repair,
     /// This node is its only member (no live peer).
     alone: bool,
+    /// The membership view as of the last step.
+    view: u64,
     /// A miss that took at least this long was a timeout.
     retry_after: Duration,
     pub counters: Counters,
@@ -193,6 +195,7 @@ impl Control {
             written: Written::default(),
             repair: Repair::default(),
             alone: false,
+            view: 0,
             retry_after: op_timeout / 2,
             counters: Counters::default(),
             lat_all: Histogram::default(),
@@ -223,7 +226,22 @@ impl Control {
             || self.conns.values().any(|c| c.wpos < c.wbuf.len() || request_ready(c))
     }
 
-    /// Add the listener and the clients to a `poll(2)` set.
+    /// When [`Self::step`] must run again although no client speaks, if ever: lost
+    /// replicas waiting to be put again ([`Repair::poll_timeout`]). Jobs and replies to
+    /// write are [`Self::has_work`]: the loop does not sleep while it has them.
+    pub fn poll_timeout(&self, now: Instant) -> Option<Instant> {
+        self.repair.poll_timeout(self.written.lost_pending(), self.view, now)
+    }
+
+    /// The loop slept in `poll(2)` on [`Self::poll_fds`]: the next step accepts at once
+    /// if the listener was readable, and otherwise (nobody was waiting) only after
+    /// `ACCEPT_EVERY`, as while spinning.
+    pub fn woke(&mut self, listener_ready: bool) {
+        let now = Instant::now();
+        self.next_accept = if listener_ready { now } else { now + ACCEPT_EVERY };
+    }
+
+    /// Add the listener and the clients to a `poll(2)` set (the listener first).
     pub fn poll_fds<'a>(&'a self, fds: &mut Vec<PollFd<'a>>) {
         fds.push(PollFd::new(&self.listener, PollFlags::IN));
         for c in self.conns.values() {
@@ -263,6 +281,7 @@ impl Control {
     /// completions, issue, answer, write.
     pub fn step(&mut self, port: &mut GmsPort, window: usize, now: Instant) -> bool {
         self.alone = port.node.members().ids().iter().all(|&n| n == port.id());
+        self.view = port.node.members().view();
         let mut busy = false;
         if now >= self.next_accept {
             self.next_accept = now + ACCEPT_EVERY;

@@ -7,8 +7,13 @@
 //!
 //! The loop spins while there is work (a wakeup costs 25–45 µs on this kind of machine, more
 //! than a whole 8 KiB getpage) and, after [`IDLE_SPIN`] without any (`--idle-spin-us`),
-//! sleeps in `poll(2)` on the link's socket and the control sockets for at most
-//! [`IDLE_SLEEP`] (GMS's timers are in the tens of milliseconds).
+//! sleeps in `poll(2)` on the link's socket and the control sockets until the next
+//! deadline of the protocol cores: the next heartbeat to send or peer that may be declared
+//! failed ([`Liveness::deadline`]), NetRPC's and GMS's timers and the global LRU's epochs
+//! ([`GmsPort::poll_timeout`]), a lost replica's repair ([`Control::poll_timeout`]). A
+//! message or a client wakes it at once. Heartbeats and global-LRU messages, which come on
+//! their periods whatever the load, are handled but do not restart the spin: an idle
+//! daemon wakes only for them and its deadlines.
 
 use crate::control::Control;
 use crate::link::{LinkAddr, PeerAddr};
@@ -32,11 +37,8 @@ use trapeze_vnic::link::{FaultConfig, Link};
 use trapeze_vnic::nic::Nic;
 use trapeze_vnic::shm::Mapping;
 
-/// How long the loop keeps spinning after the last thing it did, by default
-/// (`--idle-spin-us`).
+/// How long the loop keeps spinning after its last work, by default (`--idle-spin-us`).
 pub const IDLE_SPIN: Duration = Duration::from_millis(2);
-/// Longest idle sleep.
-pub const IDLE_SLEEP: Duration = Duration::from_millis(1);
 /// The largest `--budget-mb`: 64 GiB of pages.
 pub const MAX_BUDGET_MB: u64 = 65_536;
 /// Most members a node supports (the node's member table).
@@ -73,7 +75,8 @@ pub struct Options {
     pub key: Option<trapeze_vnic::key::ClusterKey>,
     /// Copies of each page put through this daemon, on distinct other nodes (1..=[`MAX_REPLICAS`]).
     pub replicas: u8,
-    /// How long the loop spins after the last thing it did before it sleeps.
+    /// How long the loop spins after its last work (a client's request, a message other
+    /// than a heartbeat or a global-LRU message, a membership change) before it sleeps.
     pub idle_spin: Duration,
 }
 
@@ -151,8 +154,8 @@ pub fn view_of(ids: &[u16]) -> u64 {
 #[derive(Default)]
 pub struct DaemonStats {
     pub failures_detected: u64,
-    /// Longest time between two passes of the loop (a stalled or descheduled daemon;
-    /// idle sleeps count, but last at most [`IDLE_SLEEP`]).
+    /// Longest time between two passes of the loop (a stalled or descheduled daemon); an
+    /// idle sleep counts only for how long past its deadline the loop woke.
     pub max_pass_gap: Duration,
     pub rejoins: u64,
     /// The directory-full count last warned about, and when.
@@ -173,6 +176,8 @@ pub struct Daemon {
     started: Instant,
     pub stats: DaemonStats,
     events: Vec<Event>,
+    /// When [`Self::liveness`] must run next (it runs too whenever heartbeats arrived).
+    live_at: Instant,
 }
 
 impl Daemon {
@@ -240,38 +245,53 @@ impl Daemon {
             started: Instant::now(),
             stats: DaemonStats::default(),
             events: Vec::new(),
+            live_at: Instant::now(),
         })
     }
 
     /// Run until `stop` is set.
     pub fn run(&mut self, stop: &AtomicBool) -> anyhow::Result<()> {
-        let mut last_busy = Instant::now();
-        let mut next_live = Instant::now();
+        let mut last_work = Instant::now();
         let mut last_pass = Instant::now();
+        let mut seen = self.port.foreground_messages();
         while !stop.load(Ordering::Relaxed) {
             let pass = Instant::now();
-            self.stats.max_pass_gap = self.stats.max_pass_gap.max(pass.duration_since(last_pass));
+            self.stats.max_pass_gap = self.stats.max_pass_gap.max(pass.saturating_duration_since(last_pass));
             last_pass = pass;
-            let mut busy = self.port.poll();
-            busy |= self.control.step(&mut self.port, self.opts.window, pass);
+            let polled = self.port.poll();
+            let served = self.control.step(&mut self.port, self.opts.window, pass);
             if self.control.wants_stat() {
                 let s = self.stat();
                 self.control.answer_stat(&s);
             }
             let now = Instant::now();
-            if now >= next_live {
-                next_live = now + Duration::from_millis(1);
-                self.liveness(now);
+            let mut changed = false;
+            if now >= self.live_at || !self.port.node.host.heartbeats.is_empty() {
+                changed = self.liveness(now);
+                self.live_at = self.live.deadline();
             }
-            if busy {
-                last_busy = now;
-            } else if now.duration_since(last_busy) > self.opts.idle_spin
+            // Work restarts the spin: a client, a membership change, any message but the
+            // periodic heartbeats and global-LRU messages (an idle cluster exchanges tens
+            // of those a second, and a spin after each kept every daemon on a core).
+            let fg = self.port.foreground_messages();
+            if served || changed || fg != seen {
+                last_work = now;
+                seen = fg;
+            }
+            if polled || served || changed {
+                continue;
+            }
+            if now.duration_since(last_work) > self.opts.idle_spin
                 && !self.control.has_work()
                 && self.port.in_flight() == 0
             {
-                // Frames on the link's delay line must leave when due: wake by then.
-                let until = self.port.link_deadline().map_or(now + IDLE_SLEEP, |d| d.min(now + IDLE_SLEEP));
+                let until = [self.port.poll_timeout(), self.control.poll_timeout(now)]
+                    .into_iter()
+                    .flatten()
+                    .fold(self.live_at, Instant::min);
                 self.sleep(until)?;
+                // The sleep itself is no gap; waking late is.
+                last_pass = Instant::now().min(until);
             } else {
                 // Nothing this pass: let another process have the core (on a machine with
                 // fewer cores than spinning daemons, a descheduled daemon's 32-entry receive
@@ -282,7 +302,8 @@ impl Daemon {
         Ok(())
     }
 
-    fn liveness(&mut self, now: Instant) {
+    /// Heartbeats due, heard and missed; whether the membership changed.
+    fn liveness(&mut self, now: Instant) -> bool {
         self.warn_dir_full(now);
         let held = self.port.node.held_count() as u32;
         let budget = self.port.node.budget() as u32;
@@ -299,6 +320,7 @@ impl Daemon {
             self.control.heard(hb.node, hb.held, hb.budget);
         }
         self.live.check(now, &mut self.events);
+        let changed = !self.events.is_empty();
         for ev in std::mem::take(&mut self.events) {
             let alive: Vec<u16> =
                 self.live.peers.iter().filter(|p| p.1.alive).map(|p| *p.0).chain([self.opts.node]).collect();
@@ -333,6 +355,7 @@ impl Daemon {
                 tracing::error!("membership: {e}");
             }
         }
+        changed
     }
 
     /// Say so when this node's directory refused registrations for want of room (at most
@@ -353,13 +376,21 @@ impl Daemon {
         }
     }
 
-    /// Sleep until something is readable or `until`.
+    /// Sleep until something is readable (a frame on the link, a client) or `until`.
     fn sleep(&mut self, until: Instant) -> anyhow::Result<()> {
         let wait = until.saturating_duration_since(Instant::now());
+        if wait.is_zero() || !self.port.prepare_wait() {
+            return Ok(());
+        }
         let ts = Timespec { tv_sec: wait.as_secs() as _, tv_nsec: wait.subsec_nanos() as _ };
         let mut fds = vec![PollFd::new(&self.link_fd, PollFlags::IN)];
         self.control.poll_fds(&mut fds);
-        match rustix::event::poll(&mut fds, Some(&ts)) {
+        let r = rustix::event::poll(&mut fds, Some(&ts));
+        let client = fds.get(1).is_some_and(|l| !l.revents().is_empty());
+        drop(fds);
+        self.port.end_wait();
+        self.control.woke(client);
+        match r {
             Ok(_) | Err(rustix::io::Errno::INTR) => Ok(()),
             Err(e) => Err(e).context("poll"),
         }

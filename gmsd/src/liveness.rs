@@ -62,9 +62,14 @@ impl Liveness {
         Liveness { me, incarnation, peers, interval, dead_after, started: now, next_send: now, rejected: 0 }
     }
 
-    /// The next time [`Self::due`] has something to send.
+    /// The next time [`Self::due`] has something to send or [`Self::check`] may declare a
+    /// peer failed (the first moment a live peer's silence can exceed the timeout, or the
+    /// start-up grace ends for one never heard): a caller that sleeps wakes by then, and
+    /// after every heartbeat it hands to [`Self::heard`] asks again.
     pub fn deadline(&self) -> Instant {
-        self.next_send
+        let grace = self.started + STARTUP_GRACE.max(self.dead_after);
+        let failure = self.peers.values().filter(|p| p.alive).map(|p| p.last.map_or(grace, |t| t + self.dead_after));
+        failure.fold(self.next_send, Instant::min)
     }
 
     /// This node's heartbeat if one is due (send it to every peer), with its memory use.
@@ -163,6 +168,42 @@ mod tests {
         let restarted = Heartbeat { incarnation: hb.incarnation + 1, ..hb };
         a.heard(now, &restarted, &mut ev);
         assert_eq!(ev, vec![Event::Rejoined(1)]);
+    }
+
+    /// The deadline is the next heartbeat or the first moment a peer can be declared
+    /// failed, whichever comes first: a loop that sleeps until then detects a failure as
+    /// soon as one that checks every millisecond.
+    #[test]
+    fn the_deadline_covers_sends_and_failures() {
+        let mut a = Liveness::new(0, &[1, 2], 100 * MS, 250 * MS);
+        let t0 = a.started;
+        assert_eq!(a.deadline(), t0, "the first heartbeat is due at once");
+        let hb = a.due(t0, 0, 0).unwrap();
+        assert_eq!(a.deadline(), t0 + 100 * MS);
+        let mut ev = Vec::new();
+        let from = |node| Heartbeat { node, ..hb };
+        a.heard(t0 + 10 * MS, &from(1), &mut ev);
+        a.heard(t0 + 20 * MS, &from(2), &mut ev);
+        let _ = a.due(t0 + 100 * MS, 0, 0).unwrap();
+        let _ = a.due(t0 + 200 * MS, 0, 0).unwrap();
+        assert_eq!(a.deadline(), t0 + 260 * MS, "peer 1's silence can pass the timeout first");
+        let d = a.deadline();
+        a.check(d, &mut ev);
+        assert!(ev.is_empty(), "silent exactly the timeout is not failed: {ev:?}");
+        a.check(d + Duration::from_nanos(1), &mut ev);
+        assert_eq!(ev, vec![Event::Dead(1)]);
+        assert_eq!(a.deadline(), t0 + 270 * MS, "a failed peer's silence sets no deadline; peer 2's does");
+        ev.clear();
+        a.check(a.deadline() + MS, &mut ev);
+        assert_eq!(ev, vec![Event::Dead(2)]);
+        assert_eq!(a.deadline(), t0 + 300 * MS, "only the next heartbeat is left");
+        // A peer never heard: the start-up grace's end, once the heartbeats go past it.
+        let mut never = Liveness::new(0, &[1], 100 * MS, 250 * MS);
+        let grace = never.started + STARTUP_GRACE;
+        for i in 0..=(STARTUP_GRACE.as_millis() / 100) as u32 {
+            let _ = never.due(never.started + i * 100 * MS, 0, 0);
+        }
+        assert_eq!(never.deadline(), grace);
     }
 
     #[test]

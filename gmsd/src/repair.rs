@@ -18,6 +18,9 @@ use trapeze_node::gms::{replica, GmsPort, Got};
 pub const IN_FLIGHT: usize = 4;
 /// Repairs started a second at most.
 pub const PER_SECOND: u32 = 2000;
+/// How soon a repair that could not start (no target free of the page's copies, or all at
+/// their cap) is tried again by a daemon with nothing else to do.
+pub const RETRY: Duration = Duration::from_millis(1);
 
 /// What a repair waits for.
 struct Job {
@@ -35,6 +38,9 @@ pub struct Repair {
     /// Putpages of replicas again: (replica's page, version) → (job, target).
     puts: HashMap<(PageId, u64), (Job, u16)>,
     next_at: Option<Instant>,
+    /// The membership view in which the last attempt found too few live nodes for the
+    /// page's copies: nothing starts until the view changes.
+    blocked_in: Option<u64>,
     /// Replicas put again.
     pub done: u64,
 }
@@ -45,10 +51,22 @@ impl Repair {
         self.gets.len() + self.puts.len()
     }
 
+    /// When [`Self::start`] should be tried again, with `lost` replicas waiting in
+    /// membership view `view`: when the rate allows the next one, or [`RETRY`] from `now`;
+    /// never while the view has too few live nodes for them (a member joining wakes the
+    /// daemon).
+    pub fn poll_timeout(&self, lost: usize, view: u64, now: Instant) -> Option<Instant> {
+        if lost == 0 || self.blocked_in == Some(view) {
+            return None;
+        }
+        Some(self.next_at.filter(|&t| t > now).unwrap_or(now + RETRY))
+    }
+
     /// Start repairs while the rate, [`IN_FLIGHT`] and the clients' window allow.
     pub fn start(&mut self, port: &mut GmsPort, written: &mut Written, window: usize) -> bool {
         let mut any = false;
         let now = Instant::now();
+        self.blocked_in = None;
         while self.busy() < IN_FLIGHT && port.in_flight() < window && self.next_at.is_none_or(|t| now >= t) {
             let Some((page, k)) = written.next_lost() else { break };
             let Some(rec) = written.get(&page).copied() else { continue };
@@ -56,6 +74,7 @@ impl Repair {
             if port.node.members().ids().iter().filter(|&&n| n != me).count() < rec.holders.len() {
                 // Too few live nodes for the page's copies: wait for a member to (re)join.
                 written.retry_lost_later(page, k);
+                self.blocked_in = Some(port.node.members().view());
                 break;
             }
             // A live copy to read: the first replica whose holder did not fail.

@@ -149,6 +149,8 @@ pub struct PortStats {
     pub cache_evictions: u64,
     /// Poll passes blocking reads ([`Cluster::read`]) spent waiting for their page.
     pub read_wait_polls: u64,
+    /// Messages received (requests, replies and one-way messages of every kind).
+    pub messages: u64,
 }
 
 /// Run `f` on a thread with a stack big enough for GMS nodes (large const-generic tables
@@ -205,8 +207,14 @@ impl GmsPort {
         let (node_id, seed) = (at.cfg.node_id, at.seed);
         let held = gms_cfg.budget.min(at.region.len() / FRAME_BYTES as usize);
         let (frames, cpu, doorbell) = at.carve(64)?;
-        let host =
-            PortHost { frames, done: Vec::new(), pages_dropped: 0, lru_inbox: Vec::new(), heartbeats: Vec::new() };
+        let host = PortHost {
+            frames,
+            done: Vec::new(),
+            pages_dropped: 0,
+            lru_inbox: Vec::new(),
+            heartbeats: Vec::new(),
+            background: 0,
+        };
         let node = GmsNode::with_capacity(node_id, gms_cfg, host, slots_for(held), slots_for(dir_entries)).ok_or_else(
             || anyhow::anyhow!("no memory for the tables of {held} held pages and {dir_entries} directory entries"),
         )?;

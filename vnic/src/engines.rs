@@ -40,7 +40,7 @@ mod staging;
 mod tests;
 mod wake;
 
-pub use wake::{new_eventfd, Notifier, Wake, Wakers};
+pub use wake::{new_eventfd, Notifier, Wake, Wakers, BUSY_PARK};
 
 use staging::{read_staging, settle_deferred, settle_held, write_from_held, Deferred, DEFERRED_MAX, RX_PREFIX_BYTES};
 

@@ -11,7 +11,7 @@ use crate::cpu::flashed::FlashedCore;
 use crate::cpu::flashed::{self, CoreStopper, ImageMemory};
 use crate::cpu::FwLog;
 use crate::dma::DmaSpace;
-use crate::engines::{EngineStats, Notifier, SoftEngines, Wakers};
+use crate::engines::{EngineStats, Notifier, SoftEngines, Wakers, BUSY_PARK};
 use crate::image::{version_string, ImageInfo, LoadedImage};
 use crate::link::{Link, LinkStats};
 pub use crate::nicmem::NicMem;
@@ -526,6 +526,31 @@ impl InlineNative {
     /// a caller about to sleep must come back by then.
     pub fn link_deadline(&self) -> Option<std::time::Instant> {
         self.eng.as_ref().and_then(SoftEngines::link_deadline)
+    }
+
+    /// When the caller must poll again although no frame arrives, if ever: the link's
+    /// timers ([`Self::link_deadline`]), and [`BUSY_PARK`] from `now` while the firmware
+    /// holds a packet it cannot move yet (the NIC's own processor parks no longer then).
+    pub fn poll_timeout(&self, now: Instant) -> Option<Instant> {
+        let busy = (!self.fw.is_quiet()).then(|| now + BUSY_PARK);
+        match (busy, self.link_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Before the caller sleeps on the link's descriptor: whether it may (`false`: a
+    /// packet already waits in the link, so poll instead). After the sleep,
+    /// [`Self::end_wait`].
+    pub fn prepare_wait(&self) -> bool {
+        self.eng.as_ref().is_none_or(SoftEngines::prepare_wait)
+    }
+
+    /// The sleep [`Self::prepare_wait`] allowed is over.
+    pub fn end_wait(&self) {
+        if let Some(e) = &self.eng {
+            e.end_wait();
+        }
     }
 }
 

@@ -70,8 +70,9 @@ struct Args {
     /// (at most 65536 = 512 MiB, all a 16-node cluster holds).
     #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(0..=65_536))]
     cache_pages: u64,
-    /// How long the loop spins, in µs, after the last thing it did before it sleeps in
-    /// poll(2) (0-1000000). Spinning saves a wakeup per message on a core of its own; on a
+    /// How long the loop spins, in µs, after its last work (a client's request, a message
+    /// other than a heartbeat or a global-LRU message) before it sleeps in poll(2)
+    /// (0-1000000). Spinning saves a wakeup per message on a core of its own; on a
     /// machine with fewer cores than busy processes, spinning daemons take turns by the
     /// scheduler's history of each, and a short spin or 0 is steadier.
     #[arg(long, default_value_t = IDLE_SPIN.as_micros() as u64, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]

@@ -91,6 +91,11 @@ impl Daemons {
         rustix::thread::sched_setaffinity(Some(pid), &set).map_err(io::Error::from)
     }
 
+    /// Daemon `n`'s process id, while it runs.
+    pub fn pid(&self, n: u16) -> Option<u32> {
+        self.children[usize::from(n)].as_ref().map(Child::id)
+    }
+
     /// Daemon `n`'s log since its last start.
     pub fn log(&self, n: u16) -> String {
         let start = self.starts[usize::from(n)];

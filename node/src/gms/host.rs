@@ -18,6 +18,9 @@ pub struct PortHost {
     pub(super) lru_inbox: Vec<LruMsg>,
     /// Heartbeats received (`gms::heartbeat`), for the runtime's liveness: sender, body.
     pub heartbeats: Vec<(u16, gms::heartbeat::Heartbeat)>,
+    /// Heartbeats and global-LRU messages received: they come on their periods whatever
+    /// the load ([`super::GmsPort::foreground_messages`] leaves them out).
+    pub(super) background: u64,
 }
 
 impl Host<Frame> for PortHost {
@@ -50,6 +53,7 @@ impl Host<Frame> for PortHost {
             self.release(frame);
         }
         if gms::heartbeat::is_heartbeat_op(inc.op) && inc.one_way {
+            self.background += 1;
             // A malformed one is dropped: it says nothing about its sender.
             if let Ok(hb) = gms::heartbeat::Heartbeat::from_message(inc.src, inc.body) {
                 self.heartbeats.push((inc.src, hb));
@@ -59,6 +63,7 @@ impl Host<Frame> for PortHost {
         if !gms::lru::is_lru_op(inc.op) || !inc.one_way {
             return Action::Error(RpcError::UnknownOp);
         }
+        self.background += 1;
         let mut body = [0u8; 104];
         let len = inc.body.len().min(body.len());
         body[..len].copy_from_slice(&inc.body[..len]);

@@ -4,6 +4,8 @@
 use super::GmsPort;
 use crate::rpc::POST_TRIES;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
+use trapeze_vnic::nic::InlineNative;
 
 /// Idle passes between two clock reads in [`GmsPort::poll`] (a few µs).
 const CLOCK_PASSES: u32 = 32;
@@ -35,6 +37,7 @@ impl GmsPort {
         let mut clock = None;
         while let Some(m) = self.node.host.frames.ep.poll_recv() {
             busy = true;
+            self.stats.messages += 1;
             let now = match clock {
                 Some(t) => t,
                 None => *clock.insert(self.tick_clock()),
@@ -77,6 +80,56 @@ impl GmsPort {
         busy |= self.flush();
         busy |= self.handle_completions();
         busy
+    }
+
+    /// When [`Self::poll`] must run again although no message arrives, if ever: NetRPC's
+    /// call deadlines, GMS's operation and task deadlines and queued notices, the global
+    /// LRU's epoch timers (at once when this node coordinates and has started no epoch
+    /// yet), work left for the next pass, and the inline NIC's own
+    /// ([`InlineNative::poll_timeout`]). A caller that sleeps on the link's descriptor
+    /// instead of polling wakes by then ([`Self::prepare_wait`], [`Self::end_wait`]). The
+    /// node's scrub is not among them: it steps when the node is driven for other reasons.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let now = Instant::now();
+        let at = |ns: u64| self.epoch + Duration::from_nanos(ns);
+        let pending =
+            !self.node.host.done.is_empty() || !self.node.host.lru_inbox.is_empty() || self.rpc.has_deferred();
+        let coordinating = self.coordinator() == Some(self.id());
+        let lru = self.lru.poll_timeout().map(at).or_else(|| coordinating.then_some(now));
+        [
+            pending.then_some(now),
+            self.rpc.poll_timeout().map(at),
+            self.node.poll_timeout().map(at),
+            lru,
+            self.cpu.as_ref().and_then(|c| c.poll_timeout(now)),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// Before the caller sleeps on the link's descriptor: whether it may (`false`: a
+    /// packet already waits in the NIC's link, so poll instead). After the sleep,
+    /// [`Self::end_wait`].
+    pub fn prepare_wait(&self) -> bool {
+        self.cpu.as_ref().is_none_or(InlineNative::prepare_wait)
+    }
+
+    /// The caller slept: the next [`Self::poll`] reads the clock and runs every timer that
+    /// came due meanwhile (an idle pass would otherwise skip them for a few passes).
+    pub fn end_wait(&mut self) {
+        if let Some(c) = &self.cpu {
+            c.end_wait();
+        }
+        self.clock_in = 0;
+        self.timers_at = 0;
+    }
+
+    /// Messages received other than heartbeats and global-LRU messages, which come on
+    /// their periods whatever the load: a caller that spins a while after work before it
+    /// sleeps counts these as work, and the periodic ones not.
+    pub fn foreground_messages(&self) -> u64 {
+        self.stats.messages.saturating_sub(self.node.host.background)
     }
 
     /// Read the clock (and give the node its LRU tick).

@@ -144,6 +144,18 @@ impl SoftEngines {
         self.link.poll_deadline()
     }
 
+    /// A caller that drives the firmware itself is about to sleep on the link's descriptor:
+    /// whether it may (`false`: a packet already waits in the link, so poll again). After
+    /// the sleep, [`Self::end_wait`].
+    pub fn prepare_wait(&self) -> bool {
+        self.link.prepare_wait()
+    }
+
+    /// The sleep [`Self::prepare_wait`] allowed is over.
+    pub fn end_wait(&self) {
+        self.link.end_wait()
+    }
+
     /// One idle pass, as [`Engines::idle`](trapeze_firmware::hal::Engines::idle) does it:
     /// spin (return `None` at once) until the spin budget since the first idle pass is used
     /// up — or the reply spin, while the host awaits a reply (an IPT entry armed): its
