@@ -20,7 +20,8 @@
 # Lines for the host start with "trapeze-big:"; checks print PASS or FAIL, and the total
 # "N passed, M failed". Every wait is bounded.
 
-say() { echo "trapeze-big: $*"; }
+tag=trapeze-big
+. /etc/trapeze/lib.sh
 k=${trapeze_guest:-0}
 ko=/lib/modules/trapeze.ko
 members=0,1,2
@@ -31,14 +32,7 @@ full_mb=1024
 full_pages=$((full_mb * 256))
 server_mb=320
 dev=/dev/gms0
-passes=0
-fails=0
-pass() { say "PASS $*"; passes=$((passes + 1)); }
-fail() { say "FAIL $*"; fails=$((fails + 1)); }
-check() { what=$1; shift; if "$@"; then pass "$what"; else fail "$what"; fi; }
-stat_of() { v=$(sed -n "s/^$1: //p" /sys/module/trapeze/parameters/gms_disk_stats 2>/dev/null); echo "${v:-0}"; }
 TROUBLE='I/O error|Out of memory|oom-kill|Killed process|blocked for more than|Oops|BUG:|WARNING:|Call Trace'
-finish() { say "$passes passed, $fails failed"; }
 
 if [ "$k" != 0 ]; then
     insmod "$ko" node="$k" gms_nodes="$members" gms_budget_mb="$server_mb" gms_fail_ms="$fail_ms" ||

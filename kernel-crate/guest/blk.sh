@@ -21,31 +21,19 @@
 # Lines for the host: "trapeze-blk: PASS <check>" / "trapeze-blk: FAIL <check>: <why>",
 # then "trapeze-blk: N passed, M failed". Exit status 0 only if nothing failed.
 
-say() { echo "trapeze-blk: $*"; }
+tag=trapeze-blk
+. /etc/trapeze/lib.sh
 ko=/lib/modules/trapeze.ko
 dev=/dev/gms0
 stats=/sys/module/trapeze/parameters/gms_disk_stats
-passed=0
-failed=0
-pass() { say "PASS $*"; passed=$((passed + 1)); }
-fail() { say "FAIL $*"; failed=$((failed + 1)); }
-check() { # check NAME CMD...: PASS if CMD succeeds
-    name=$1; shift
-    if "$@"; then pass "$name"; else fail "$name: '$*' failed"; fi
-}
-stat_of() { v=$(sed -n "s/^$1: //p" "$stats" 2>/dev/null); echo "${v:-0}"; }
-drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 md5() { md5sum < "$1" | cut -d' ' -f1; }
 wait_dev() { # the disk appears through devtmpfs
     t=0
     while [ ! -b "$dev" ] && [ "$t" -lt 50 ]; do sleep 0.1; t=$((t + 1)); done
     [ -b "$dev" ]
 }
-finish() {
-    say "$passed passed, $failed failed"
-    [ "$failed" = 0 ]
-    exit $?
-}
+# The totals, then exit: 0 only if nothing failed.
+end() { finish; [ "$fails" = 0 ]; exit $?; }
 
 # --- 0. bad parameters ----------------------------------------------------------------
 refused() { # refused PARAM=VALUE: insmod fails and the log names PARAM=VALUE out of range
@@ -67,8 +55,8 @@ done
 check "nothing loaded after the refusals" sh -c "! grep -q '^trapeze ' /proc/modules"
 
 # --- 1. data round trips ------------------------------------------------------------
-if ! insmod "$ko" gms_disk_mb=16; then fail "insmod gms_disk_mb=16"; finish; fi
-check "disk /dev/gms0 appears" wait_dev || finish
+if ! insmod "$ko" gms_disk_mb=16; then fail "insmod gms_disk_mb=16"; end; fi
+check "disk /dev/gms0 appears" wait_dev || end
 size=$(blockdev --getsize64 "$dev")
 check "size 16 MiB ($size bytes)" [ "$size" = 16777216 ]
 check "logical block 4096 bytes" [ "$(blockdev --getss "$dev")" = 4096 ]
@@ -187,7 +175,7 @@ sleep 0.3
 if rmmod trapeze 2>/tmp/rmmod.err; then
     fail "rmmod while the disk is open: it unloaded (the open disk should pin the module)"
     wait $loader
-    finish
+    end
 fi
 pass "rmmod while a dd runs is refused: $(cat /tmp/rmmod.err)"
 wait $loader
@@ -197,7 +185,7 @@ for i in 0 1 2 3 4 5; do [ "$(cat /tmp/loop.$i 2>/dev/null)" = "$want" ] || bad=
 check "the dd that held the disk read correct data 6 times" [ "$bad" = 0 ]
 check "rmmod after the dd closed the disk" rmmod trapeze
 check "/dev/gms0 gone" [ ! -b "$dev" ]
-if ! insmod "$ko" gms_disk_mb=4; then fail "insmod again"; finish; fi
+if ! insmod "$ko" gms_disk_mb=4; then fail "insmod again"; end; fi
 check "insmod again: /dev/gms0 back" wait_dev
 dd if="$dev" of=/tmp/z bs=64k count=64 2>/dev/null
 dd if=/dev/zero of=/tmp/zz bs=64k count=64 2>/dev/null
@@ -207,7 +195,7 @@ check "rmmod (second load)" rmmod trapeze
 
 # --- 3. failing and stalling pages ------------------------------------------------------
 if ! insmod "$ko" gms_disk_mb=4 gms_disk_timeout_ms=2000 gms_ram_fail_page=100 gms_ram_stall_page=200; then
-    fail "insmod with fault injection"; finish
+    fail "insmod with fault injection"; end
 fi
 wait_dev
 expect_error() { # expect_error NAME TEXT DD-ARGS...: dd must fail with TEXT in its message
@@ -237,4 +225,4 @@ dd if=/tmp/pat of=/tmp/e bs=4k count=8 2>/dev/null
 check "the rest of the disk still works" cmp -s /tmp/b /tmp/e
 say "stats: $(tr '\n' ' ' < "$stats")"
 check "rmmod with a stalled page held by the backend" rmmod trapeze
-finish
+end

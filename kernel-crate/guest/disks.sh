@@ -33,7 +33,8 @@
 # Lines for the host start with "trapeze-disks:"; A's and A''s checks print PASS or FAIL,
 # and each its total "N passed, M failed". Every wait is bounded.
 
-say() { echo "trapeze-disks: $*"; }
+tag=trapeze-disks
+. /etc/trapeze/lib.sh
 k=${trapeze_guest:-0}
 ko=/lib/modules/trapeze.ko
 members=0,1,2,3
@@ -43,17 +44,8 @@ disk_pages=256
 npages=64
 gwritten=48
 dev=/dev/gms0
-passes=0
-fails=0
-pass() { say "PASS $*"; passes=$((passes + 1)); }
-fail() { say "FAIL $*"; fails=$((fails + 1)); }
-check() { what=$1; shift; if "$@"; then pass "$what"; else fail "$what"; fi; }
-finish() { say "$passes passed, $fails failed"; }
-logged() { dmesg | grep -q "$1"; }
 # Whether the kernel log shows node $1 declared failed (a function for wait_until).
 silent() { logged "gms: node $1 silent"; }
-# One of the module's counters (/sys/module/trapeze/parameters/stats), 0 if absent.
-tstat() { v=$(sed -n "s/^$1: //p" /sys/module/trapeze/parameters/stats 2>/dev/null); echo "${v:-0}"; }
 # The identity the last load logged ("/dev/gms0: disk identity 0x…").
 identity() { dmesg | sed -n 's/.*\/dev\/gms0: disk identity \(0x[0-9a-f]*\).*/\1/p' | tail -1; }
 # $2 pages of disk $1's pattern, from page 0 (64 lines of 64 bytes a page).

@@ -10,20 +10,19 @@
 # daemon (`gms stat`: pages held; `gms get` of a page the guest wrote, page id
 # (0x6d736730 = "gms0", disk page)). Page p holds the 32-byte line
 # "trapeze-gmsd page %05d -------\n" 128 times; xtask builds the same bytes.
-say() { echo "trapeze-gmsd: $*"; }
+tag=trapeze-gmsd
+. /etc/trapeze/lib.sh
 ko=/lib/modules/trapeze.ko
 dev=/dev/gms0
 PAGES=16
 HOLD=40
-fails=0
-check() { what=$1; shift; if "$@"; then say "PASS $what"; else say "FAIL $what"; fails=$((fails + 1)); fi; }
 page() { # page P into file F
     printf 'trapeze-gmsd page %05d -------\n' "$1" > /tmp/l
     for _ in 1 2 3 4 5 6 7; do cat /tmp/l /tmp/l > /tmp/l2 && mv /tmp/l2 /tmp/l; done
     mv /tmp/l "$2"
 }
-insmod "$ko" node=0 gms_nodes=0,1 gms_budget_pages=64 gms_disk_pages=256 || { say "FAIL insmod"; say "0 passed, 1 failed"; exit 1; }
-[ -b "$dev" ] || { say "FAIL no $dev"; rmmod trapeze; say "0 passed, 1 failed"; exit 1; }
+insmod "$ko" node=0 gms_nodes=0,1 gms_budget_pages=64 gms_disk_pages=256 || { fail insmod; finish; exit 1; }
+[ -b "$dev" ] || { fail "no $dev"; rmmod trapeze; finish; exit 1; }
 # The daemon must have been heard (heartbeats) before puts can go there: retry the first.
 page 0 /tmp/p0
 t=0
@@ -67,5 +66,5 @@ sleep "$HOLD"
 hb=$(cat /sys/module/trapeze/parameters/stats | sed -n 's/^heartbeats: *//p' | head -1)
 check "the host gmsd's heartbeats accepted by the kernel node (${hb:-none})" [ "${hb:-0}" -gt 0 ]
 check "rmmod" rmmod trapeze
-say "$((6 - fails)) passed, $fails failed"
+finish
 exit "$fails"

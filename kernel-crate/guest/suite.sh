@@ -43,7 +43,8 @@
 # Lines for the host start with "trapeze-suite:"; checks print PASS or FAIL, and the total
 # "N passed, M failed". Every wait is bounded.
 
-say() { echo "trapeze-suite: $*"; }
+tag=trapeze-suite
+. /etc/trapeze/lib.sh
 k=${trapeze_guest:-0}
 ko=/lib/modules/trapeze.ko
 members=0,1,2,3
@@ -53,20 +54,9 @@ budget_of() { case $1 in 0) echo "$budget" ;; *) echo 768 ;; esac; }
 replicas=2
 disk_pages=1024
 dev=/dev/gms0
-passes=0
-fails=0
-pass() { say "PASS $*"; passes=$((passes + 1)); }
-fail() { say "FAIL $*"; fails=$((fails + 1)); }
-check() { what=$1; shift; if "$@"; then pass "$what"; else fail "$what"; fi; }
-logged() { dmesg | grep -q "$1"; }
-# Wait until the kernel log shows $1, at most $2 tenths of a second.
-wait_logged() { t=0; while ! logged "$1" && [ "$t" -lt "$2" ]; do sleep 0.1; t=$((t + 1)); done; }
 now() { cut -d' ' -f1 /proc/uptime; }
 # Whole seconds since $1 (a /proc/uptime reading).
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
-stat_of() { v=$(sed -n "s/^$1: //p" /sys/module/trapeze/parameters/gms_disk_stats 2>/dev/null); echo "${v:-0}"; }
-# One of the module's counters (/sys/module/trapeze/parameters/stats), 0 if absent.
-tstat() { v=$(sed -n "s/^$1: //p" /sys/module/trapeze/parameters/stats 2>/dev/null); echo "${v:-0}"; }
 
 if [ "$k" != 0 ]; then
     budget=$(budget_of "$k")
@@ -223,10 +213,10 @@ while { [ "$(tstat disk_rereplicate_passes)" -lt 1 ] || [ "$(tstat disk_replicas
     [ "$(tstat disk_rereplicated)" -lt "$pc" ]; } && [ "$t" -lt 300 ]; do
     sleep 0.1; t=$((t + 1))
 done
-rr=$(tstat disk_rereplicated); rrf=$(tstat disk_rereplicate_failed); passes=$(tstat disk_rereplicate_passes)
+rr=$(tstat disk_rereplicated); rrf=$(tstat disk_rereplicate_failed); rpasses=$(tstat disk_rereplicate_passes)
 rok=no
-[ "$rr" -ge "$pc" ] && [ "$passes" -ge 1 ] && [ "$(tstat disk_replicas_short)" = 0 ] && rok=yes
-check "failure case: re-replication copied $rr replicas C held to B or D in $passes passes ($rrf copies tried again), the last pass met no page short of a copy" \
+[ "$rr" -ge "$pc" ] && [ "$rpasses" -ge 1 ] && [ "$(tstat disk_replicas_short)" = 0 ] && rok=yes
+check "failure case: re-replication copied $rr replicas C held to B or D in $rpasses passes ($rrf copies tried again), the last pass met no page short of a copy" \
     [ "$rok" = yes ]
 # Each probe page once, bounded: EIO or the right bytes.
 eio=0; ok=0; bad=0; hung=0; other=0

@@ -29,7 +29,8 @@
 # Lines for the host start with "trapeze-swap:"; checks print PASS or FAIL, and the total
 # "N passed, M failed". Every wait is bounded.
 
-say() { echo "trapeze-swap: $*"; }
+tag=trapeze-swap
+. /etc/trapeze/lib.sh
 k=${trapeze_guest:-0}
 ko=/lib/modules/trapeze.ko
 members=0,1,2
@@ -45,18 +46,11 @@ avail_mb=28
 ratio=1.5
 keep_mb=4
 dev=/dev/gms0
-passes=0
-fails=0
-pass() { say "PASS $*"; passes=$((passes + 1)); }
-fail() { say "FAIL $*"; fails=$((fails + 1)); }
-check() { what=$1; shift; if "$@"; then pass "$what"; else fail "$what"; fi; }
-stat_of() { v=$(sed -n "s/^$1: //p" /sys/module/trapeze/parameters/gms_disk_stats 2>/dev/null); echo "${v:-0}"; }
 mem_kb() { sed -n "s/^$1: *\([0-9]*\) kB/\1/p" /proc/meminfo; }
 # KiB of /dev/gms0 in use as swap (0 if not listed).
 swap_used() { awk -v d="$dev" '$1 == d { print $4; f = 1 } END { if (!f) print 0 }' /proc/swaps; }
 # Kernel lines that mean the swap path failed or the kernel is in trouble.
 TROUBLE='I/O error|Write-error on swap|Read-error on swap|Out of memory|oom-kill|Killed process|blocked for more than|Oops|BUG:|WARNING:|Call Trace'
-finish() { say "$passes passed, $fails failed"; }
 
 if [ "$k" != 0 ]; then
     insmod "$ko" node="$k" gms_nodes="$members" gms_budget_pages="$server_budget" gms_fail_ms="$fail_ms" ||

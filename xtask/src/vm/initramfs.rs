@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-only
-//! The guests' initramfs: a newc cpio of /init, busybox, the modules and the script; the
+//! The guests' initramfs: a newc cpio of /init, busybox, the modules, the scripts' shared
+//! functions (`/etc/trapeze/lib.sh`) and the script; the
 //! static guest tools (`guest-tools/`) some tests add to it; base64 for `vm run --cmd`.
 
 use anyhow::{ensure, Context};
@@ -9,11 +10,14 @@ use std::process::Command;
 
 /// The guest's `/init`, relative to the workspace root.
 const INIT: &str = "kernel-crate/guest/init";
+/// What the guest scripts share (they source `/etc/trapeze/lib.sh`), relative to the root.
+const LIB: &str = "kernel-crate/guest/lib.sh";
 
-/// Build `initramfs.cpio.gz` in `dir`: /init, busybox, the modules, the optional script.
+/// Build `initramfs.cpio.gz` in `dir`: /init, busybox, the modules, lib.sh, the optional script.
 pub(super) fn build_initramfs(dir: &Path, modules: &[PathBuf], script: Option<&[u8]>) -> anyhow::Result<PathBuf> {
     let root = crate::workspace_root();
     let init = fs::read(root.join(INIT)).with_context(|| format!("reading {INIT}"))?;
+    let lib = fs::read(root.join(LIB)).with_context(|| format!("reading {LIB}"))?;
     let busybox = fs::read("/bin/busybox").context("reading /bin/busybox (apt-get install busybox-static)")?;
     let mut c = Cpio::default();
     for d in [
@@ -40,6 +44,7 @@ pub(super) fn build_initramfs(dir: &Path, modules: &[PathBuf], script: Option<&[
     c.file("bin/busybox", 0o755, &busybox);
     c.symlink("bin/sh", "busybox");
     c.file("init", 0o755, &init);
+    c.file("etc/trapeze/lib.sh", 0o644, &lib);
     let mut names = Vec::new();
     for m in modules {
         let name = m.file_name().context("module path")?.to_string_lossy().into_owned();

@@ -1,0 +1,29 @@
+#!/bin/sh
+# SPDX-License-Identifier: GPL-2.0-only
+# kernel-crate/guest/lib.sh — what the guest scripts share, at /etc/trapeze/lib.sh in every
+# initramfs `cargo xtask vm` packs. A script sets `tag` (the prefix of its console lines,
+# which the host's parsers look for) and sources this file:
+#
+#     tag=trapeze-suite
+#     . /etc/trapeze/lib.sh
+#
+# Checks print "<tag>: PASS what" or "<tag>: FAIL what"; `finish` prints the totals,
+# "<tag>: N passed, M failed", which the host reads as the script's verdict.
+
+say() { echo "${tag:?set tag before sourcing lib.sh}: $*"; }
+passes=0
+fails=0
+pass() { say "PASS $*"; passes=$((passes + 1)); }
+fail() { say "FAIL $*"; fails=$((fails + 1)); }
+# check WHAT CMD...: PASS if CMD succeeds, else FAIL; CMD's verdict is check's status.
+check() { what=$1; shift; if "$@"; then pass "$what"; else fail "$what"; return 1; fi; }
+finish() { say "$passes passed, $fails failed"; }
+# One of /dev/gms0's counters (/sys/module/trapeze/parameters/gms_disk_stats), 0 if absent.
+stat_of() { v=$(sed -n "s/^$1: //p" /sys/module/trapeze/parameters/gms_disk_stats 2>/dev/null); echo "${v:-0}"; }
+# One of the module's counters (/sys/module/trapeze/parameters/stats), 0 if absent.
+tstat() { v=$(sed -n "s/^$1: //p" /sys/module/trapeze/parameters/stats 2>/dev/null); echo "${v:-0}"; }
+# Whether the kernel log shows $1.
+logged() { dmesg | grep -q "$1"; }
+# Wait until the kernel log shows $1, at most $2 tenths of a second.
+wait_logged() { t=0; while ! logged "$1" && [ "$t" -lt "$2" ]; do sleep 0.1; t=$((t + 1)); done; }
+drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
