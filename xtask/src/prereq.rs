@@ -79,6 +79,18 @@ const NBD_BENCH_DEPS: [(&str, &str); 2] = [
     ("nbd-server", "serves the NBD baseline's RAM-backed export from guest B"),
 ];
 
+/// What the baselines of `cargo xtask bench gms` run beside `gmsd`.
+const GMS_BASELINE_DEPS: [(&str, &str); 3] = [
+    ("nbdkit", "serves the nbdkit memory baseline of bench gms"),
+    ("libnbd0", "the NBD client library bench gms reads that baseline with"),
+    ("memcached", "the memcached GET baseline of bench gms"),
+];
+
+/// What the baselines of `cargo xtask bench gms` need.
+pub fn ensure_gms_baseline_deps() -> anyhow::Result<()> {
+    ensure_packages(&GMS_BASELINE_DEPS)
+}
+
 /// What the NBD baseline of `cargo xtask bench vm` needs.
 pub fn ensure_nbd_bench_deps() -> anyhow::Result<()> {
     ensure_packages(&NBD_BENCH_DEPS)

@@ -11,7 +11,11 @@
 //! rounds writing pages with one copy and with two in turn, `replication_cost` the median
 //! over the pairs of rounds of the r = 2 write time over r = 1's (with each side's p50);
 //! then `repair_mb_s` from four `gmsd` over UDP, one killed after a two-copy write
-//! (`gmsd/benches/repair.rs`, `--repair-mib`, 0 skips it). Run it on a quiet machine.
+//! (`gmsd/benches/repair.rs`, `--repair-mib`, 0 skips it); last, a random 8 KiB read
+//! through `gmsd` over UDP against the servers a user would pick instead, taking turns in
+//! the same run from the same client thread: `nbdkit memory` read with libnbd
+//! (`gmsd_over_nbdkit`) and memcached GET (`gmsd_over_memcached`)
+//! (`gmsd/benches/baselines/`, `--baseline-reads`, 0 skips it). Run it on a quiet machine.
 
 #[derive(clap::Args)]
 pub struct GmsArgs {
@@ -41,6 +45,10 @@ pub struct GmsArgs {
     /// failure's declaration); 0: none.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(0..=2048))]
     repair_mib: u64,
+    /// Random 8 KiB reads from each system in the baselines comparison (gmsd, nbdkit
+    /// memory through libnbd, memcached GET); 0: none.
+    #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(0..=10_000_000))]
+    baseline_reads: u64,
     /// Directory on a real disk for the baseline's file (default ~/.cache/trapeze/bench;
     /// tmpfs is refused).
     #[arg(long)]
@@ -80,10 +88,14 @@ pub fn run(a: GmsArgs) -> anyhow::Result<()> {
     let large_mib = ((a.scale_pages * 8192) >> 20).max(1).to_string();
     let mut scale =
         vec!["bench", "--quiet", "--locked", "-p", "trapeze-gmsd", "--bench", "scale", "--", "--large-mib", &large_mib];
+    let reads = a.baseline_reads.to_string();
+    let mut baselines =
+        vec!["bench", "--quiet", "--locked", "-p", "trapeze-gmsd", "--bench", "baselines", "--", "--reads", &reads];
     if a.json || a.plot.is_some() {
         args.push("--json");
         repair.push("--json");
         scale.push("--json");
+        baselines.push("--json");
     }
     let mut commands: Vec<&[&str]> = vec![&args];
     if a.scale_pages > 0 {
@@ -91,6 +103,10 @@ pub fn run(a: GmsArgs) -> anyhow::Result<()> {
     }
     if a.repair_mib > 0 {
         commands.push(&repair);
+    }
+    if a.baseline_reads > 0 {
+        crate::prereq::ensure_gms_baseline_deps()?;
+        commands.push(&baselines);
     }
     if a.plot.is_some() {
         return super::cargo_json_all(&commands, a.plot.as_deref(), "gms", super::plot::gms::write);
