@@ -281,10 +281,9 @@ impl Daemon {
             if polled || served || changed {
                 continue;
             }
-            if now.duration_since(last_work) > self.opts.idle_spin
-                && !self.control.has_work()
-                && self.port.in_flight() == 0
-            {
+            // Answers in flight wake the loop through the link; their timeouts are the
+            // port's deadlines.
+            if now.duration_since(last_work) > self.opts.idle_spin && !self.control.has_work() {
                 let until = [self.port.poll_timeout(), self.control.poll_timeout(now)]
                     .into_iter()
                     .flatten()
