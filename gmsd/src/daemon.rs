@@ -452,6 +452,7 @@ impl Daemon {
     /// The `stat` answer.
     pub fn stat(&self) -> Stat {
         let mut s = stat(&self.port, &self.live, &self.control, &self.stats, self.opts.node, self.started);
+        self.port.publish_link_stats();
         s.nic = nic_counters(&self.nic);
         s
     }
