@@ -580,7 +580,7 @@ impl Control {
                 PutResult::Refused => Some(PutOutcome::Refused),
                 PutResult::Superseded => Some(PutOutcome::Superseded),
                 PutResult::WrongView => Some(PutOutcome::WrongView),
-                PutResult::Failed => Some(PutOutcome::Failed),
+                PutResult::Failed => Some(PutOutcome::Failed { targets: Nodes::new(&[target]) }),
             };
             let Some(job) = self.jobs.get_mut(&jid) else { continue };
             let Items::Put { items, res, writes } = &mut job.items else { continue };
@@ -608,7 +608,7 @@ impl Control {
                     job.tries[idx][ki] = job.tries[idx][ki].saturating_sub(1);
                     job.queue.push_back((idx, k));
                 }
-                Some(PutOutcome::Failed) if job.tries[idx][ki] < MAX_TRIES => {
+                Some(PutOutcome::Failed { .. }) if job.tries[idx][ki] < MAX_TRIES => {
                     // No answer in time (a dropped packet, a dead target): again, as a
                     // newer version (to another target if this one died).
                     self.counters.retries += 1;
@@ -736,9 +736,11 @@ impl Control {
                 }
             }
             let body = match job.items {
-                Items::Put { res, .. } => {
-                    encode_put_reply(&res.into_iter().map(|r| r.unwrap_or(PutOutcome::Failed)).collect::<Vec<_>>())
-                }
+                Items::Put { res, .. } => encode_put_reply(
+                    &res.into_iter()
+                        .map(|r| r.unwrap_or(PutOutcome::Failed { targets: Nodes::default() }))
+                        .collect::<Vec<_>>(),
+                ),
                 Items::Get { res, .. } => encode_get_reply(
                     &res.into_iter().map(|r| r.unwrap_or(GetOutcome::Miss(MissWhy::TimedOut))).collect::<Vec<_>>(),
                 ),

@@ -2,14 +2,14 @@
 //! The `gmsd` node daemon: one GMS node ([`GmsPort`]) on a virtual NIC whose firmware is
 //! driven inline over one of the vNIC's link backends (UDP or raw Ethernet, [`crate::link`]),
 //! the GMS heartbeat on the same link
-//! ([`crate::liveness`]), and the control socket ([`crate::control`]), all polled from
+//! ([`crate::peers`]), and the control socket ([`crate::control`]), all polled from
 //! one loop.
 //!
 //! The loop spins while there is work (a wakeup costs 25–45 µs on this kind of machine, more
 //! than a whole 8 KiB getpage) and, after [`IDLE_SPIN`] without any (`--idle-spin-us`),
 //! sleeps in `poll(2)` on the link's socket and the control sockets until the next
 //! deadline of the protocol cores: the next heartbeat to send or peer that may be declared
-//! failed ([`Liveness::deadline`]), NetRPC's and GMS's timers and the global LRU's epochs
+//! failed or reported never heard ([`Peers::deadline`]), NetRPC's and GMS's timers and the global LRU's epochs
 //! ([`GmsPort::poll_timeout`]), a lost replica's repair ([`Control::poll_timeout`]). A
 //! message or a client wakes it at once. Heartbeats and global-LRU messages, which come on
 //! their periods whatever the load, are handled but do not restart the spin: an idle
@@ -17,12 +17,13 @@
 
 use crate::control::Control;
 use crate::link::{LinkAddr, PeerAddr};
-use crate::liveness::{Event, Liveness};
-use crate::proto::{NodeMem, Stat};
+use crate::peers::{absent_cause, Change, Notice, Peers};
+use crate::proto::{NodeMem, PeerState, Stat};
 use crate::units::Human;
 use anyhow::{bail, Context};
 use gms::prelude::*;
 use gms::replica::MAX_REPLICAS;
+use gms::store::nodes::{NodeSet, MAX_NODE};
 use rustix::event::{PollFd, PollFlags, Timespec};
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
@@ -94,6 +95,10 @@ impl Options {
             ids.push(n);
         }
         crate::link::check_peers(&self.link, &self.peers)?;
+        if let Some(n) = ids.iter().find(|&&n| NodeSet::check(n).is_err()) {
+            let which = if *n == self.node { "--node" } else { "--peer" };
+            bail!("{which} {n}: node ids are 0..={MAX_NODE} (the ids the cluster's liveness table covers)");
+        }
         if ids.len() > MAX_MEMBERS {
             bail!("{} nodes given; a cluster has at most {MAX_MEMBERS}", ids.len());
         }
@@ -166,7 +171,7 @@ pub struct DaemonStats {
 pub struct Daemon {
     pub opts: Options,
     pub port: GmsPort,
-    pub live: Liveness,
+    pub live: Peers,
     pub control: Control,
     /// The link's medium in one line (`udp 127.0.0.1:7000 (2 peers)`, `ether veth0 02:…`).
     pub medium: String,
@@ -175,7 +180,8 @@ pub struct Daemon {
     nic: Arc<Nic>,
     started: Instant,
     pub stats: DaemonStats,
-    events: Vec<Event>,
+    changes: Vec<Change>,
+    notices: Vec<Notice>,
     /// When [`Self::liveness`] must run next (it runs too whenever heartbeats arrived).
     live_at: Instant,
 }
@@ -187,12 +193,13 @@ impl Daemon {
         let backend = crate::link::open(&opts.link, &opts.peers)?;
         let link_fd = backend.readable_fd().context("the link backend has no descriptor")?.try_clone_to_owned()?;
         let medium = backend.describe();
-        let live = Liveness::new(
+        let live = Peers::new(
             opts.node,
             &opts.peers.iter().map(|p| p.0).collect::<Vec<_>>(),
             opts.heartbeat,
             opts.dead_after,
-        );
+            Instant::now(),
+        )?;
         let control = Control::bind(&opts.socket, opts.op_timeout, opts.replicas)
             .with_context(|| format!("control socket (--socket) {}", opts.socket.display()))?;
         let mut link = Link::new(opts.node, backend, opts.faults);
@@ -231,9 +238,11 @@ impl Daemon {
         let at = trapeze_node::rpc::Attach::inline(nic.mem(), region, cfg, trapeze_node::host::random_seed(), inline);
         let mut port = GmsPort::new(at, gcfg, rcfg, opts.dir_entries)?;
         port.set_cache_pages(opts.cache_pages);
-        let ids = opts.members();
+        // Peers become members when first heard (a peer never heard is never put to).
+        let ids = [opts.node];
         port.set_members(view_of(&ids), &ids)?;
-        tracing::info!(node = opts.node, link = %medium, members = ?ids, budget = opts.budget_pages, socket = %opts.socket.display(), "gmsd up");
+        let peers: Vec<u16> = opts.peers.iter().map(|p| p.0).collect();
+        tracing::info!(node = opts.node, link = %medium, peers = ?peers, budget = opts.budget_pages, socket = %opts.socket.display(), "gmsd up");
         Ok(Daemon {
             opts,
             port,
@@ -244,7 +253,8 @@ impl Daemon {
             nic,
             started: Instant::now(),
             stats: DaemonStats::default(),
-            events: Vec::new(),
+            changes: Vec::new(),
+            notices: Vec::new(),
             live_at: Instant::now(),
         })
     }
@@ -301,7 +311,8 @@ impl Daemon {
         Ok(())
     }
 
-    /// Heartbeats due, heard and missed; whether the membership changed.
+    /// Heartbeats due, heard and missed, packets failing the key check; whether the
+    /// membership changed.
     fn liveness(&mut self, now: Instant) -> bool {
         self.warn_dir_full(now);
         let held = self.port.node.held_count() as u32;
@@ -315,46 +326,88 @@ impl Daemon {
             }
         }
         for (_, hb) in std::mem::take(&mut self.port.node.host.heartbeats) {
-            self.live.heard(now, &hb, &mut self.events);
-            self.control.heard(hb.node, hb.held, hb.budget);
-        }
-        self.live.check(now, &mut self.events);
-        let changed = !self.events.is_empty();
-        for ev in std::mem::take(&mut self.events) {
-            let alive: Vec<u16> =
-                self.live.peers.iter().filter(|p| p.1.alive).map(|p| *p.0).chain([self.opts.node]).collect();
-            match ev {
-                Event::Dead(n) => {
-                    let heard = self.live.peers.get(&n).and_then(|p| p.last).map(|t| now.saturating_duration_since(t));
-                    let heard = heard.map_or("never heard".to_string(), |d| format!("last heard {} ago", Human(d)));
-                    tracing::warn!(
-                        node = self.opts.node,
-                        peer = n,
-                        "peer silent for over {} ({heard}; this loop's longest pass gap {}): failed",
-                        Human(self.opts.dead_after),
-                        Human(self.stats.max_pass_gap)
-                    );
-                    self.stats.failures_detected += 1;
-                    self.port.node_failed(n);
-                    self.control.node_failed(n);
-                }
-                Event::Rejoined(n) => {
-                    tracing::info!(node = self.opts.node, peer = n, "peer is back: rejoins");
-                    self.stats.rejoins += 1;
-                    // A restarted peer lost its pages: forget it first, then add it back.
-                    if self.port.node.members().contains(n) {
-                        self.port.node_failed(n);
-                    }
-                    self.control.node_failed(n);
-                }
+            if self.live.heard(now, &hb) {
+                self.control.heard(hb.node, hb.held, hb.budget);
             }
-            let mut ids = alive;
+        }
+        self.port.publish_link_stats();
+        let rejects = trapeze_vnic::nic::link_stats(&self.nic).mac_rejected_by;
+        self.live.check(now, &rejects, &mut self.changes, &mut self.notices);
+        for notice in std::mem::take(&mut self.notices) {
+            self.notice(notice, now);
+        }
+        let changed = !self.changes.is_empty();
+        for change in std::mem::take(&mut self.changes) {
+            self.change(change, now);
+        }
+        if changed {
+            let mut ids = self.live.members();
+            ids.push(self.opts.node);
             ids.sort_unstable();
             if let Err(e) = self.port.set_members(view_of(&ids), &ids) {
                 tracing::error!("membership: {e}");
             }
         }
         changed
+    }
+
+    /// Act on a membership change (the new member set is given to the port after).
+    fn change(&mut self, change: Change, now: Instant) {
+        let me = self.opts.node;
+        match change {
+            Change::Joined(n) => tracing::info!(node = me, peer = n, "peer heard: a member"),
+            Change::Failed(n) => {
+                let heard = self.live.row(n, now).map_or(0, |r| r.last_heard_ms);
+                tracing::warn!(
+                    node = me,
+                    peer = n,
+                    "peer silent for over {} (last heard {} ago; this loop's longest pass gap {}): failed",
+                    Human(self.opts.dead_after),
+                    Human(Duration::from_millis(heard)),
+                    Human(self.stats.max_pass_gap)
+                );
+                self.stats.failures_detected += 1;
+                self.port.node_failed(n);
+                self.control.node_failed(n);
+            }
+            Change::Rejoined(n) | Change::Restarted(n) => {
+                let how = if matches!(change, Change::Restarted(_)) { "restarted" } else { "heard again" };
+                tracing::info!(node = me, peer = n, "peer {how}: rejoins");
+                self.stats.rejoins += 1;
+                // What this daemon stored there counts as lost (a restarted peer lost its
+                // pages; one declared failed had its copies written off): forget it first,
+                // then add it back.
+                if self.port.node.members().contains(n) {
+                    self.port.node_failed(n);
+                }
+                self.control.node_failed(n);
+            }
+        }
+    }
+
+    /// Log a notice about a peer, naming its address, the cause and the fix.
+    fn notice(&self, notice: Notice, now: Instant) {
+        let me = self.opts.node;
+        let addr = |n: u16| self.opts.peers.iter().find(|p| p.0 == n).map_or(String::new(), |p| p.1.to_string());
+        match notice {
+            Notice::KeyMismatch { node, packets } => tracing::warn!(
+                node = me,
+                peer = node,
+                "packets claiming to be node {node} ({}) fail the cluster key check ({packets} dropped so far): {}",
+                addr(node),
+                crate::peers::KEY_FIX
+            ),
+            Notice::NeverHeard { node } => {
+                let cause = self.live.row(node, now).and_then(|r| absent_cause(&r)).unwrap_or_default();
+                tracing::warn!(
+                    node = me,
+                    peer = node,
+                    "peer {node} ({}) not heard in {} since start: not a member, no puts go to it; {cause}",
+                    addr(node),
+                    Human(crate::peers::NEVER_HEARD_AFTER)
+                );
+            }
+        }
     }
 
     /// Say so when this node's directory refused registrations for want of room (at most
@@ -398,6 +451,7 @@ impl Daemon {
     /// The `stat` answer.
     pub fn stat(&self) -> Stat {
         let mut s = stat(&self.port, &self.live, &self.control, &self.stats, self.opts.node, self.started);
+        self.port.publish_link_stats();
         s.nic = nic_counters(&self.nic);
         s
     }
@@ -413,26 +467,20 @@ pub fn nic_counters(nic: &Nic) -> Vec<(String, u64)> {
 }
 
 /// Build a [`Stat`] from the pieces (the control socket calls this with the loop's state).
-pub fn stat(port: &GmsPort, live: &Liveness, control: &Control, ds: &DaemonStats, me: u16, started: Instant) -> Stat {
+pub fn stat(port: &GmsPort, live: &Peers, control: &Control, ds: &DaemonStats, me: u16, started: Instant) -> Stat {
     let gs = port.node.stats();
     let ps = port.stats;
     let now = Instant::now();
     let mut nodes = vec![NodeMem {
         node: me,
         alive: true,
+        state: PeerState::Alive,
+        mac_rejected: 0,
         held: port.node.held_count() as u64,
         budget: port.node.budget() as u64,
         last_heard_ms: 0,
     }];
-    for (&n, p) in &live.peers {
-        nodes.push(NodeMem {
-            node: n,
-            alive: p.alive,
-            held: p.held as u64,
-            budget: p.budget as u64,
-            last_heard_ms: p.last.map_or(u64::MAX, |t| now.duration_since(t).as_millis() as u64),
-        });
-    }
+    nodes.extend(live.rows(now));
     nodes.sort_by_key(|n| n.node);
     let c = &control.counters;
     Stat {
@@ -530,6 +578,8 @@ mod tests {
         assert!(err(|o| o.budget_pages = (8 << 30) + 1).contains("more than 65536 MiB"));
         assert!(err(|o| o.dir_entries = 0).contains("--directory-mb"));
         assert!(err(|o| o.window = 0).contains("--window"));
+        assert!(err(|o| o.node = 64).contains("--node 64: node ids are 0..=63"));
+        assert!(err(|o| o.peers.push((100, udp("127.0.0.1:7030")))).contains("--peer 100"));
         assert!(err(|o| o.replicas = 0).contains("--replicas 0: must be 1..=4"));
         assert!(err(|o| o.replicas = 9).contains("--replicas 9: must be 1..=4"));
         let three = err(|o| o.replicas = 3);

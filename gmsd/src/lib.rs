@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! `gmsd`: the Global Memory Service as processes. One daemon per node runs a GMS node (the
 //! user-space runtime's `trapeze_node::gms::GmsPort`) on a virtual NIC it creates with
-//! `trapeze_vnic` ([`daemon`]) on a UDP or raw-Ethernet link ([`link`]), watches its peers with heartbeats ([`liveness`]) and
+//! `trapeze_vnic` ([`daemon`]) on a UDP or raw-Ethernet link ([`link`]), watches its peers with heartbeats ([`peers`]) and
 //! serves local clients on a UNIX socket ([`control`], protocol in [`proto`]); the
 //! [`client`] library and the `gms` command talk to it. No `unsafe` here.
 
@@ -12,7 +12,7 @@ pub mod control;
 pub mod daemon;
 pub mod hist;
 pub mod link;
-pub mod liveness;
+pub mod peers;
 pub mod proto;
 pub mod repair;
 pub mod targets;

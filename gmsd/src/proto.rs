@@ -14,7 +14,8 @@
 //! | `STAT` (3) | — | JSON of [`Stat`] |
 //!
 //! A put's nodes: for `Stored` the holders of replicas 0, 1, …; for `TooFewTargets` the
-//! live nodes a replica could go to, `version` being the replicas asked for.
+//! live nodes a replica could go to, `version` being the replicas asked for; for `Failed`
+//! the node that did not answer.
 
 use anyhow::{bail, Context};
 use gms::prelude::PageId;
@@ -126,7 +127,8 @@ pub enum PutOutcome {
     /// Membership changed while the page was being stored.
     WrongView,
     /// No answer in time (twice) or the target left: whether it is stored is unknown.
-    Failed,
+    /// `targets`: the node(s) that did not answer (empty: the job ran past its deadline).
+    Failed { targets: Nodes },
     /// The daemon could not issue it (an empty page, or the node refused the operation).
     Error,
     /// No live node to store on: this node's only member is itself (GMS stores a page on
@@ -145,7 +147,7 @@ impl PutOutcome {
             PutOutcome::Refused => (1, 0, none),
             PutOutcome::Superseded => (2, 0, none),
             PutOutcome::WrongView => (3, 0, none),
-            PutOutcome::Failed => (4, 0, none),
+            PutOutcome::Failed { targets } => (4, 0, targets),
             PutOutcome::Error => (5, 0, none),
             PutOutcome::NoTarget => (6, 0, none),
             PutOutcome::TooFewTargets { replicas, live } => (7, u64::from(replicas), live),
@@ -172,7 +174,7 @@ impl PutOutcome {
             1 => PutOutcome::Refused,
             2 => PutOutcome::Superseded,
             3 => PutOutcome::WrongView,
-            4 => PutOutcome::Failed,
+            4 => PutOutcome::Failed { targets: nodes },
             5 => PutOutcome::Error,
             6 => PutOutcome::NoTarget,
             7 => PutOutcome::TooFewTargets { replicas: version.min(u8::MAX.into()) as u8, live: nodes },
@@ -510,11 +512,41 @@ pub fn read_frame(r: &mut impl Read) -> anyhow::Result<Vec<u8>> {
     Ok(body)
 }
 
+/// A node's state as a daemon's liveness table has it ([`crate::peers`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PeerState {
+    /// Heard within the failure timeout (the daemon itself is always alive): a member.
+    #[default]
+    Alive,
+    /// Heard once, then silent for the failure timeout: failed, not a member.
+    Dead,
+    /// No heartbeat since this daemon started: not a member, and never put to.
+    NeverHeard,
+}
+
+impl PeerState {
+    pub fn name(self) -> &'static str {
+        match self {
+            PeerState::Alive => "alive",
+            PeerState::Dead => "dead",
+            PeerState::NeverHeard => "never heard",
+        }
+    }
+}
+
 /// One node's memory as a daemon knows it (itself: now; peers: from their heartbeats).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeMem {
     pub node: u16,
+    /// `state` is [`PeerState::Alive`].
     pub alive: bool,
+    #[serde(default)]
+    pub state: PeerState,
+    /// Link packets claiming to come from this node that failed the cluster key check (the
+    /// claim is unauthenticated): a node on another `--key`, or none where this one has one.
+    #[serde(default)]
+    pub mac_rejected: u64,
     /// Pages held for GMS.
     pub held: u64,
     pub budget: u64,
@@ -656,7 +688,8 @@ mod tests {
             PutOutcome::Stored { targets: Nodes::new(&[2, 1, 4]), version: 100 },
             PutOutcome::TooFewTargets { replicas: 2, live: Nodes::new(&[1]) },
             PutOutcome::Refused,
-            PutOutcome::Failed,
+            PutOutcome::Failed { targets: Nodes::new(&[3]) },
+            PutOutcome::Failed { targets: Nodes::default() },
             PutOutcome::NoTarget,
         ];
         assert_eq!(decode_put_reply(&encode_put_reply(&puts)).unwrap(), puts);

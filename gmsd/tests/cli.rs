@@ -214,7 +214,8 @@ fn a_lone_daemon_has_no_node_to_store_on() {
     std::fs::write(&file, [7u8; 100]).unwrap();
     let out = gms(&sock, &["put", "--page", "1:1", "--file", file.to_str().unwrap()]);
     assert!(!out.status.success());
-    assert!(stderr(&out).contains("no live node to store on"), "{}", stderr(&out));
+    let e = stderr(&out);
+    assert!(e.contains("no other node is a member") && e.contains("has no peers: give its gmsd a --peer"), "{e}");
     let out = gms(&sock, &["get", "--page", "1:1", "--network-only"]);
     assert_eq!(out.status.code(), Some(3), "{out:?}");
     assert!(stderr(&out).contains("miss: this node has no live peer"), "{}", stderr(&out));

@@ -162,7 +162,7 @@ fn three_daemons_64mib_and_a_kill() {
                 assert_ne!(target, (i % NODES as u64) as u16, "page {i}: a put never targets the putting node");
                 holder.insert(i, target);
             }
-            PutOutcome::Refused | PutOutcome::Failed => again.push((i, r)),
+            PutOutcome::Refused | PutOutcome::Failed { .. } => again.push((i, r)),
             other => panic!("page {i}: put ended {other:?}"),
         }
     }
@@ -185,7 +185,7 @@ fn three_daemons_64mib_and_a_kill() {
             .unwrap_or_else(|| panic!("page {i}: {first:?}, then {tries:?}"));
         holder.insert(i, target);
     }
-    let failed = again.iter().filter(|a| a.1 == PutOutcome::Failed).count() as u64;
+    let failed = again.iter().filter(|a| matches!(a.1, PutOutcome::Failed { .. })).count() as u64;
     assert_eq!(holder.len() as u64, pages);
     let mut per_node = [0u64; NODES as usize];
     for &h in holder.values() {
@@ -544,7 +544,7 @@ fn two_replicas_lose_nothing_to_a_kill() {
         let from = (i % NODES as u64) as usize;
         // A refused or failed write goes again through the same daemon (at most twice more).
         for _ in 0..2 {
-            if matches!(r, PutOutcome::Refused | PutOutcome::Failed) {
+            if matches!(r, PutOutcome::Refused | PutOutcome::Failed { .. }) {
                 again += 1;
                 r = clients[from].put(PageId::new(VOL, i), &content(i)).expect("re-put");
             }

@@ -174,7 +174,7 @@ fn write_and_read(c: &mut Client, pages: &[u64], gen: u64, acked: &AtomicU64) ->
                         run.acked.push((i, gen, targets.as_slice().to_vec()));
                         acked.fetch_add(1, Ordering::Relaxed);
                     }
-                    PutOutcome::Refused | PutOutcome::Failed | PutOutcome::TooFewTargets { .. } => {
+                    PutOutcome::Refused | PutOutcome::Failed { .. } | PutOutcome::TooFewTargets { .. } => {
                         run.again += 1;
                         left.push(i);
                     }

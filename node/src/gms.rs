@@ -277,6 +277,14 @@ impl GmsPort {
     pub fn link_deadline(&self) -> Option<Instant> {
         self.cpu.as_ref().and_then(InlineNative::link_deadline)
     }
+    /// Publish this node's inline NIC's link statistics now, for
+    /// [`trapeze_vnic::nic::link_stats`] to read: an inline NIC publishes them only when it
+    /// parks, and a port's caller that sleeps itself never lets it park.
+    pub fn publish_link_stats(&self) {
+        if let Some(c) = &self.cpu {
+            c.publish_link_stats();
+        }
+    }
     /// Client operations in flight.
     pub fn in_flight(&self) -> usize {
         self.pending.len()

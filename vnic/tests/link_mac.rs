@@ -114,6 +114,8 @@ fn different_keys_or_a_key_on_one_end_only_deliver_nothing_and_count_it() {
             assert_eq!(recv(&mut b, QUIET), None, "{what}: a packet got through");
             let s = b.stats();
             assert_eq!(s.mac_rejected, sizes.len() as u64, "{what}: {s:?}");
+            let by: Vec<(u16, u64)> = s.mac_rejected_by.iter().collect();
+            assert_eq!(by, [(1, sizes.len() as u64)], "{what}: counted by the source the packets claim");
             assert_eq!(s.packets_received, 0, "{what}");
         }
     }

@@ -4,7 +4,9 @@
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
 use gmsd::client::{default_socket, Client};
-use gmsd::proto::{GetOutcome, HistReport, PageRef, PutOutcome, Stat, PAGE_BYTES};
+use gmsd::peers::{absent_cause, absent_causes};
+use gmsd::proto::{GetOutcome, HistReport, NodeMem, PageRef, PutOutcome, Stat, PAGE_BYTES};
+use gmsd::units::Human;
 use std::io::{IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -74,30 +76,52 @@ fn main() {
     }
 }
 
-/// What a put that did not store its page means, in words.
-fn not_stored(o: PutOutcome) -> String {
+/// What a put that did not store its page means, in words. `nodes`: the daemon's nodes as
+/// its `stat` gave them after the put (`None`: it did not answer), to name the nodes that
+/// are not members and why (never heard, dead, a cluster-key mismatch) with their fix.
+fn not_stored(o: PutOutcome, nodes: Option<&[NodeMem]>) -> String {
+    let causes = nodes.and_then(absent_causes);
+    let see_stat = "`gms stat` shows each node's state";
     match o {
         PutOutcome::Stored { targets, .. } => format!("stored at {targets}"),
-        PutOutcome::NoTarget => "not stored: no live node to store on (this daemon's node is alone: its peers are \
-                                 down or none were given, and GMS keeps a page on another node)"
-            .into(),
+        PutOutcome::NoTarget => format!(
+            "not stored: no other node is a member, and GMS keeps a page on another node; {}",
+            causes.unwrap_or_else(|| match nodes {
+                Some(n) if n.len() <= 1 =>
+                    "the daemon has no peers: give its gmsd a --peer ID=ADDR for each other node".to_string(),
+                _ => see_stat.to_string(),
+            })
+        ),
         PutOutcome::Refused => "not stored: the target node refused it (its memory budget is full)".into(),
         PutOutcome::Superseded => "not stored: a newer version of the page is already recorded".into(),
         PutOutcome::WrongView => "not stored: the cluster's membership changed meanwhile; try again".into(),
-        PutOutcome::Failed => "outcome unknown: no answer from the target node within the daemon's operation \
-                               timeout (--op-timeout-ms), twice; lost packets or a failing node — the page may or \
-                               may not be stored"
-            .into(),
+        PutOutcome::Failed { targets } => {
+            let who = if targets.is_empty() { "the target node".to_string() } else { targets.to_string() };
+            // The silent target is usually declared failed by the time the put ends.
+            let now = nodes
+                .into_iter()
+                .flatten()
+                .filter(|n| targets.contains(n.node))
+                .filter_map(absent_cause)
+                .map(|c| format!(" Now {c}."))
+                .collect::<String>();
+            format!(
+                "outcome unknown: no answer from {who} within the daemon's operation timeout (--op-timeout-ms), \
+                 twice; lost packets or a failing node — the page may or may not be stored.{now}"
+            )
+        }
         PutOutcome::Error => "not stored: the daemon could not issue the putpage (see its log)".into(),
         PutOutcome::TooFewTargets { replicas, live } => {
             let live = match live.len() {
-                0 => "no other node is live".to_string(),
-                1 => format!("only 1 other node is live ({live})"),
-                n => format!("only {n} other nodes are live ({live})"),
+                0 => "no other node is a member".to_string(),
+                1 => format!("only 1 other node is a member ({live})"),
+                n => format!("only {n} other nodes are members ({live})"),
             };
+            let why = causes
+                .unwrap_or_else(|| format!("start more nodes ({see_stat}) or run the daemons with a lower --replicas"));
             format!(
                 "not stored: the daemon keeps {replicas} copies of each page on distinct other nodes (gmsd \
-                 --replicas) and {live}; start more nodes or run the daemons with a lower --replicas"
+                 --replicas) and {live}; {why}"
             )
         }
     }
@@ -144,7 +168,10 @@ fn run(a: Args) -> anyhow::Result<()> {
     match a.cmd {
         Cmd::Put { page, .. } => match c.put(page.0, &data)? {
             PutOutcome::Stored { targets, version } => println!("{page}: stored at {targets}, version {version}"),
-            other => bail!("{page}: {}", not_stored(other)),
+            other => {
+                let nodes = c.stat().ok().map(|s| s.nodes);
+                bail!("{page}: {}", not_stored(other, nodes.as_deref()))
+            }
         },
         Cmd::Get { page, out, network_only } => match c.get_many(&[page.0], network_only)?.remove(0) {
             GetOutcome::Hit { version, source, data } => {
@@ -180,24 +207,38 @@ fn table(s: &Stat) -> String {
     let mib = |pages: u64| pages as f64 * PAGE_BYTES as f64 / (1 << 20) as f64;
     let mut o =
         format!("gmsd node {} — up {:.1} s, members {:?} (view {:#x})\n\n", s.node, s.uptime_s, s.members, s.view);
-    o += "  node  state   held pages   budget   held MiB   use    last heard\n";
+    o += "  node  state        held pages   budget   held MiB   use    last heard\n";
     for n in &s.nodes {
         let heard = match n.last_heard_ms {
             0 if n.node == s.node => "self".to_string(),
             u64::MAX => "never".to_string(),
-            ms => format!("{ms} ms ago"),
+            ms => format!("{} ago", Human(Duration::from_millis(ms))),
         };
         let use_pct = if n.budget > 0 { 100.0 * n.held as f64 / n.budget as f64 } else { 0.0 };
         o += &format!(
-            "  {:>4}  {:<6} {:>11} {:>8} {:>10.1} {:>5.1}%  {}\n",
+            "  {:>4}  {:<11} {:>11} {:>8} {:>10.1} {:>5.1}%  {}\n",
             n.node,
-            if n.alive { "alive" } else { "dead" },
+            n.state.name(),
             n.held,
             n.budget,
             mib(n.held),
             use_pct,
             heard
         );
+    }
+    // Why each node that is not a member is not, and packets failing the key check from
+    // members (someone else claiming their id, or a key changed while they ran).
+    for n in &s.nodes {
+        if let Some(cause) = absent_cause(n) {
+            o += &format!("  ! {cause}\n");
+        } else if n.mac_rejected > 0 {
+            o += &format!(
+                "  ! {} packets claiming to be node {} failed the cluster key check: {}\n",
+                n.mac_rejected,
+                n.node,
+                gmsd::peers::KEY_FIX
+            );
+        }
     }
     let rate = if s.gets > 0 { 100.0 * s.hits as f64 / s.gets as f64 } else { 0.0 };
     o += &format!(

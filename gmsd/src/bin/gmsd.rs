@@ -26,7 +26,7 @@ use trapeze_vnic::link::backend::BackendSpec;
                   Logs go to stderr (RUST_LOG sets the level, default info)."
 )]
 struct Args {
-    /// This node's id (0-65535), unique in the cluster.
+    /// This node's id (0-63), unique in the cluster.
     #[arg(long)]
     node: u16,
     /// The link's local UDP address, e.g. 127.0.0.1:7000 (heartbeats ride the link); the

@@ -128,6 +128,47 @@ impl LinkMac {
     }
 }
 
+/// Claimed sources [`MacRejects`] counts one by one; rejections claiming any other are
+/// summed in [`MacRejects::others`].
+pub const MAC_REJECT_SOURCES: usize = 16;
+
+/// Packets dropped because their MAC did not check, by the source node their frame header
+/// *claims*: the header is not authenticated (that is what failed), so a count says
+/// "packets claiming to be node N", not "node N sent". Counted alongside
+/// `LinkStats::mac_rejected`, so a daemon can name the peer whose key differs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MacRejects {
+    by_src: [(u16, u64); MAC_REJECT_SOURCES],
+    len: u8,
+    /// Rejections claiming a source beyond the first [`MAC_REJECT_SOURCES`] seen.
+    pub others: u64,
+}
+
+impl MacRejects {
+    /// One more rejected packet claiming to come from `src`.
+    pub fn record(&mut self, src: u16) {
+        let len = usize::from(self.len);
+        if let Some(e) = self.by_src[..len].iter_mut().find(|e| e.0 == src) {
+            e.1 += 1;
+        } else if let Some(e) = self.by_src.get_mut(len) {
+            *e = (src, 1);
+            self.len += 1;
+        } else {
+            self.others += 1;
+        }
+    }
+
+    /// Rejected packets claiming to come from `src`.
+    pub fn claiming(&self, src: u16) -> u64 {
+        self.iter().find(|e| e.0 == src).map_or(0, |e| e.1)
+    }
+
+    /// (claimed source, rejected packets), in the order the sources were first seen.
+    pub fn iter(&self) -> impl Iterator<Item = (u16, u64)> + '_ {
+        self.by_src[..usize::from(self.len)].iter().copied()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -157,5 +198,21 @@ mod tests {
         assert_eq!(portable.tag(1, 2, p), t);
         let long = vec![0x5a; 9000];
         assert_eq!(portable.tag(7, 8, &long), m.tag(7, 8, &long));
+    }
+
+    #[test]
+    fn rejections_are_counted_by_claimed_source() {
+        let mut r = MacRejects::default();
+        for src in [3, 3, 7] {
+            r.record(src);
+        }
+        assert_eq!((r.claiming(3), r.claiming(7), r.claiming(1)), (2, 1, 0));
+        for src in 100..100 + MAC_REJECT_SOURCES as u16 {
+            r.record(src);
+        }
+        assert_eq!(r.iter().count(), MAC_REJECT_SOURCES);
+        assert_eq!(r.others, 2, "sources past the table's capacity are summed, not lost");
+        r.record(3);
+        assert_eq!(r.claiming(3), 3, "a source already counted keeps counting");
     }
 }

@@ -129,6 +129,10 @@ pub struct LinkStats {
     /// Packets dropped because their MAC did not check: a wrong or missing tag under a
     /// key, or a tag this link, without a key, cannot check (see [`mac`]).
     pub mac_rejected: u64,
+    /// `mac_rejected` by the source node each packet's header claims (unauthenticated;
+    /// not in the JSON form, whose values are all counts).
+    #[serde(skip)]
+    pub mac_rejected_by: mac::MacRejects,
     /// Frames dropped because the wire-delay line already held
     /// [`faults::DELAY_LINE_FRAMES`] (a sender outrunning its modelled wire).
     pub delay_line_drops: u64,

@@ -148,6 +148,7 @@ fn check_packet<'p>(
     };
     let Some(packet) = packet else {
         stats.mac_rejected += 1;
+        stats.mac_rejected_by.record(src);
         return None;
     };
     let crc_ok = match verdict {
