@@ -12,6 +12,8 @@
 //! answers unwritten ([`MAX_UNWRITTEN`]): a client that sends without reading stalls only
 //! itself.
 
+mod clients;
+
 use crate::hist::Histogram;
 use crate::proto::{
     encode_error, encode_get_reply, encode_put_reply, read_len, GetOutcome, MissWhy, Nodes, PageRef, PutOutcome,
@@ -21,11 +23,11 @@ use crate::repair::Repair;
 use crate::targets::Targets;
 use crate::written::Written;
 use anyhow::{bail, Context};
+use clients::{queue, request_ready, Conn};
 use gms::prelude::*;
 use rustix::event::{PollFd, PollFlags};
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::io::{self, Read, Write};
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use trapeze_node::gms::{read_step, replica, GmsPort, Got, ReadStep, ReplicaWrite, MAX_REPLICAS};
@@ -75,18 +77,6 @@ impl Counters {
     pub fn hits(&self) -> u64 {
         self.hits_by.iter().sum()
     }
-}
-
-struct Conn {
-    stream: UnixStream,
-    rbuf: Vec<u8>,
-    wbuf: Vec<u8>,
-    wpos: usize,
-    /// The job being served (requests are answered in order, one at a time).
-    job: Option<u64>,
-    /// Waiting for a stat answer.
-    stat: bool,
-    eof: bool,
 }
 
 enum Items {
@@ -309,80 +299,6 @@ impl Control {
         busy |= self.finish();
         busy |= self.write_all();
         busy
-    }
-
-    fn accept(&mut self) -> bool {
-        let mut any = false;
-        loop {
-            match self.listener.accept() {
-                Ok((mut stream, _)) => {
-                    if let Err(e) = trapeze_vnic::local::check_peer(&stream) {
-                        tracing::warn!("gmsd control socket {}: {e:#}", self.path.display());
-                        continue;
-                    }
-                    if self.conns.len() >= MAX_CLIENTS {
-                        let why = format!("gmsd already serves {MAX_CLIENTS} clients: try again later");
-                        tracing::warn!("gmsd control socket {}: refused a client: {why}", self.path.display());
-                        let mut c = Vec::new();
-                        let body = encode_error(&why);
-                        c.extend_from_slice(&(body.len() as u32).to_le_bytes());
-                        c.extend_from_slice(&body);
-                        let _ = stream.set_nonblocking(true);
-                        let _ = stream.write(&c);
-                        continue;
-                    }
-                    if stream.set_nonblocking(true).is_err() {
-                        continue;
-                    }
-                    self.next_conn += 1;
-                    let c = Conn {
-                        stream,
-                        rbuf: Vec::new(),
-                        wbuf: Vec::new(),
-                        wpos: 0,
-                        job: None,
-                        stat: false,
-                        eof: false,
-                    };
-                    self.conns.insert(self.next_conn, c);
-                    any = true;
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(_) => return any,
-            }
-        }
-    }
-
-    fn read_all(&mut self) -> bool {
-        let mut any = false;
-        let mut ids = std::mem::take(&mut self.conn_ids);
-        ids.clear();
-        ids.extend(self.conns.keys().copied());
-        for &id in &ids {
-            let Some(c) = self.conns.get_mut(&id) else {
-                continue;
-            };
-            let buf = &mut self.scratch;
-            while !c.eof && c.rbuf.len() < MAX_FRAME_BYTES + 4 {
-                match c.stream.read(buf) {
-                    Ok(0) => c.eof = true,
-                    Ok(n) => {
-                        c.rbuf.extend_from_slice(&buf[..n]);
-                        any = true;
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                    Err(_) => c.eof = true,
-                }
-            }
-            any |= self.start_request(id);
-            let c = &self.conns[&id];
-            if c.eof && c.job.is_none() && !c.stat && c.wpos >= c.wbuf.len() {
-                self.conns.remove(&id);
-            }
-        }
-        self.conn_ids = ids;
-        any
     }
 
     /// Start the next complete request of client `id` if it has none under way.
@@ -754,31 +670,6 @@ impl Control {
         }
         !done.is_empty()
     }
-
-    fn write_all(&mut self) -> bool {
-        let mut any = false;
-        self.conns.retain(|_, c| {
-            while c.wpos < c.wbuf.len() {
-                match c.stream.write(&c.wbuf[c.wpos..]) {
-                    Ok(0) => return false,
-                    Ok(n) => {
-                        c.wpos += n;
-                        any = true;
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                    // The client went away: its jobs finish unanswered.
-                    Err(_) => return false,
-                }
-            }
-            if c.wpos >= c.wbuf.len() {
-                c.wbuf.clear();
-                c.wpos = 0;
-            }
-            !(c.eof && c.job.is_none() && !c.stat && c.wbuf.is_empty())
-        });
-        any
-    }
 }
 
 impl Drop for Control {
@@ -793,18 +684,4 @@ fn next_version(last: &mut u64) -> u64 {
     let wall = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
     *last = wall.max(*last + 1);
     *last
-}
-
-/// Client `c` has a whole request buffered that nothing stops from starting (the daemon's
-/// loop must not sleep on it: its socket will not become readable again for it).
-fn request_ready(c: &Conn) -> bool {
-    c.job.is_none()
-        && !c.stat
-        && c.wbuf.len() - c.wpos < MAX_UNWRITTEN
-        && matches!(read_len(&c.rbuf), Some(Ok(len)) if c.rbuf.len() >= 4 + len)
-}
-
-fn queue(c: &mut Conn, body: &[u8]) {
-    c.wbuf.extend_from_slice(&(body.len() as u32).to_le_bytes());
-    c.wbuf.extend_from_slice(body);
 }
