@@ -8,9 +8,14 @@
 //! / 16 (the cache emptied before each scan), and random 8 KB getpages one at a time
 //! (p50/p99). Baseline: the same data in a file on the local disk, read with `O_DIRECT`
 //! (no page cache): sequential 8 KB reads one at a time and random 8 KB reads, p50/p99.
+//! The two take turns in the same run: each of `--repeat` rounds scans network memory at
+//! every depth, then the disk, and the figures are the medians over the rounds; the
+//! random reads alternate in blocks of [`RANDOM_BLOCK`], the same pages on both sides.
 //! The file lives under `--dir` (default `~/.cache/trapeze/bench`); the benchmark refuses
-//! a directory on tmpfs or ramfs (that would be memory, not disk) and says which file
-//! system it used.
+//! a directory on tmpfs or ramfs (that would be memory, not disk) and names the disk: its
+//! file system, device and driver. On a VM's virtio-blk disk the host's page cache may
+//! hold the file (it was just written), so that baseline is the host's memory behind an
+//! emulated disk, not a platter or flash.
 //!
 //! Then `--bound-rounds` rounds (5) measure what two cores allow read-ahead with no wire
 //! delay: depth 0 and 16 on two threads, then depth 16 with every node on one thread, each
@@ -58,7 +63,7 @@ struct Args {
     /// Random reads (each side).
     #[arg(long, default_value_t = 4000, value_parser = clap::value_parser!(u64).range(10..=10_000_000))]
     random: u64,
-    /// Sequential scans per depth (the best is reported).
+    /// Rounds of sequential scans (each depth, then the disk); medians are reported.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100))]
     repeat: u32,
     /// Directory of the disk baseline's file (default: ~/.cache/trapeze/bench).
@@ -112,6 +117,8 @@ struct Args {
 
 const SPACE: u64 = 5;
 const PAGE: usize = FRAME_BYTES as usize;
+/// Random reads per turn when network memory and the disk take turns.
+const RANDOM_BLOCK: u64 = 250;
 
 /// Page `n`'s contents (version 0 of the shared pattern).
 fn content(n: u64) -> Vec<u8> {
@@ -238,7 +245,7 @@ struct Side {
     /// Rounds of the two-core bound (main network-memory side only).
     bound: Vec<Round>,
     seq: Vec<(u32, f64)>,
-    /// Sequential scans: CPU µs per page of the thread that ran them (best of runs).
+    /// Sequential scans: CPU µs per page of the thread that ran them (median of the rounds).
     cpu_us: Vec<(u32, f64)>,
     p50: f64,
     p99: f64,
@@ -246,7 +253,8 @@ struct Side {
 
 /// The network-memory side with `wire_delay_us` modelled on every link (`expected`: each
 /// page's fingerprint); the random reads only with `random`; all three nodes on the
-/// calling thread with `one_thread`.
+/// calling thread with `one_thread`. With a `disk`, the disk's scans and random reads
+/// take turns with the network memory's, and its side is returned too.
 fn bench_gms(
     a: &Args,
     data: &[Vec<u8>],
@@ -254,7 +262,8 @@ fn bench_gms(
     wire_delay_us: f64,
     random: bool,
     one_thread: bool,
-) -> anyhow::Result<Side> {
+    mut disk: Option<&mut Disk>,
+) -> anyhow::Result<(Side, Option<Side>)> {
     let link = trapeze_vnic::link::FaultConfig { delay_ns: (wire_delay_us * 1e3).round() as u64, ..Default::default() };
     let gms_cfg = GmsConfig { op_timeout: 500_000_000, ..GmsConfig::default() };
     let mut c = Cluster::with_firmware(3, a.budget, gms_cfg, None, link)?;
@@ -274,19 +283,21 @@ fn bench_gms(
     if !todo.is_empty() {
         bail!("{} of {} pages could not be stored (raise --budget)", todo.len(), a.pages);
     }
-    let mut seq = Vec::new();
-    let mut cpu_us = Vec::new();
-    for &depth in &a.depths {
-        let mut best = 0.0f64;
-        let mut best_cpu = f64::INFINITY;
-        for _ in 0..a.repeat {
+    // Rounds: every depth, then the disk; medians over the rounds.
+    let (mut bw_runs, mut cpu_runs) = (vec![Vec::new(); a.depths.len()], vec![Vec::new(); a.depths.len()]);
+    let mut disk_runs = Vec::new();
+    for _ in 0..a.repeat {
+        for (i, &depth) in a.depths.iter().enumerate() {
             let (us, cpu) = scan(&mut c, depth, a.pages, expected)?;
-            best = best.max(PAGE as f64 / us);
-            best_cpu = best_cpu.min(cpu);
+            bw_runs[i].push(PAGE as f64 / us);
+            cpu_runs[i].push(cpu);
         }
-        seq.push((depth, best));
-        cpu_us.push((depth, best_cpu));
+        if let Some(d) = disk.as_deref_mut() {
+            disk_runs.push(d.scan(data)?);
+        }
     }
+    let seq = a.depths.iter().copied().zip(bw_runs.into_iter().map(median)).collect();
+    let cpu_us = a.depths.iter().copied().zip(cpu_runs.into_iter().map(median)).collect();
     // What two cores allow: rounds of (depth 0 and 16 as above, then depth 16 with all
     // three nodes on this thread), each round within ~0.1 s so one phase of this VM
     // covers it. The one-thread scan's CPU per page is all the work of a page; with no
@@ -307,22 +318,41 @@ fn bench_gms(
             bound.push(Round { ratio: t0 / t16, t0, c16 });
         }
     }
-    let mut r = Rand(0x2545_f491_4f6c_dd1d);
-    let mut lat = Vec::with_capacity(a.random as usize);
-    for _ in 0..if random { a.random } else { 0 } {
-        let n = r.next() % a.pages;
-        let t = Instant::now();
-        let g = c.get_wait(0, PageId::new(SPACE, n))?;
-        lat.push(t.elapsed().as_secs_f64() * 1e6);
-        match g {
-            Got::Hit { data: d, .. } if d == data[n as usize] => {}
-            _ => bail!("random getpage of page {n} failed"),
+    // The same random pages on both sides, in turns of RANDOM_BLOCK reads.
+    let (mut r, mut rd) = (Rand(0x2545_f491_4f6c_dd1d), Rand(0x2545_f491_4f6c_dd1d));
+    let (mut lat, mut disk_lat) = (Vec::new(), Vec::new());
+    let mut left = if random { a.random } else { 0 };
+    while left > 0 {
+        let block = RANDOM_BLOCK.min(left);
+        for _ in 0..block {
+            let n = r.next() % a.pages;
+            let t = Instant::now();
+            let g = c.get_wait(0, PageId::new(SPACE, n))?;
+            lat.push(t.elapsed().as_secs_f64() * 1e6);
+            match g {
+                Got::Hit { data: d, .. } if d == data[n as usize] => {}
+                _ => bail!("random getpage of page {n} failed"),
+            }
         }
+        if let Some(d) = disk.as_deref_mut() {
+            for _ in 0..block {
+                disk_lat.push(d.random(rd.next() % a.pages, data)?);
+            }
+        }
+        left -= block;
     }
     if let Some(s) = servers {
         c.rejoin(s)?;
     }
-    Ok(Side { bound, seq, cpu_us, p50: pct(&mut lat, 0.5), p99: pct(&mut lat, 0.99) })
+    let side = Side { bound, seq, cpu_us, p50: pct(&mut lat, 0.5), p99: pct(&mut lat, 0.99) };
+    let disk_side = disk.map(|_| Side {
+        bound: Vec::new(),
+        seq: vec![(0, median(disk_runs))],
+        cpu_us: Vec::new(),
+        p50: pct(&mut disk_lat, 0.5),
+        p99: pct(&mut disk_lat, 0.99),
+    });
+    Ok((side, disk_side))
 }
 
 /// The file system type of `dir` (refusing memory-backed ones).
@@ -343,57 +373,92 @@ fn disk_kind(dir: &std::path::Path) -> anyhow::Result<String> {
     })
 }
 
-fn bench_disk(a: &Args, dir: &std::path::Path) -> anyhow::Result<Side> {
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let path = dir.join("gms-baseline.dat");
-    {
+/// The disk baseline: the data set in a file, read with `O_DIRECT` (no page cache).
+struct Disk {
+    fd: rustix::fd::OwnedFd,
+    path: PathBuf,
+    /// O_DIRECT wants an aligned buffer: an anonymous mapping is page-aligned.
+    buf: memmap2::MmapMut,
+    pages: u64,
+}
+
+impl Disk {
+    /// Write `data` to a file in `dir`, sync it, and open it for `O_DIRECT` reads.
+    fn create(dir: &std::path::Path, data: &[Vec<u8>]) -> anyhow::Result<Disk> {
         use std::io::Write;
+        let path = dir.join("gms-baseline.dat");
         let mut f = std::io::BufWriter::new(std::fs::File::create(&path)?);
-        for n in 0..a.pages {
-            f.write_all(&content(n))?;
-        }
+        data.iter().try_for_each(|d| f.write_all(d))?;
         f.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+        let fd = rustix::fs::open(&path, OFlags::RDONLY | OFlags::DIRECT, Mode::empty())
+            .with_context(|| format!("opening {} with O_DIRECT", path.display()))?;
+        Ok(Disk { fd, path, buf: memmap2::MmapMut::map_anon(PAGE)?, pages: data.len() as u64 })
     }
-    let fd = rustix::fs::open(&path, OFlags::RDONLY | OFlags::DIRECT, Mode::empty())
-        .with_context(|| format!("opening {} with O_DIRECT", path.display()))?;
-    // O_DIRECT wants an aligned buffer: an anonymous mapping is page-aligned.
-    let mut buf = memmap2::MmapMut::map_anon(PAGE)?;
-    let read_page = |n: u64, buf: &mut [u8]| -> anyhow::Result<()> {
-        let got = rustix::io::pread(&fd, &mut *buf, n * PAGE as u64)?;
+
+    fn read(&mut self, n: u64) -> anyhow::Result<()> {
+        let got = rustix::io::pread(&self.fd, &mut self.buf[..], n * PAGE as u64)?;
         if got != PAGE {
             bail!("short O_DIRECT read of page {n}: {got} bytes");
         }
         Ok(())
-    };
-    let mut best = 0.0f64;
-    for _ in 0..a.repeat {
+    }
+
+    /// One sequential scan, 8 KB reads one at a time: MB/s (the last page checked).
+    fn scan(&mut self, data: &[Vec<u8>]) -> anyhow::Result<f64> {
         let t = Instant::now();
-        for n in 0..a.pages {
-            read_page(n, &mut buf)?;
+        for n in 0..self.pages {
+            self.read(n)?;
         }
-        best = best.max(mb_s(a.pages, t.elapsed().as_secs_f64()));
+        let mbs = mb_s(self.pages, t.elapsed().as_secs_f64());
+        if self.buf[..] != data[self.pages as usize - 1][..] {
+            bail!("the disk file reads back wrong");
+        }
+        Ok(mbs)
     }
-    read_page(a.pages - 1, &mut buf)?;
-    if buf[..] != content(a.pages - 1)[..] {
-        bail!("the disk file reads back wrong");
-    }
-    let mut r = Rand(0x2545_f491_4f6c_dd1d);
-    let mut lat = Vec::with_capacity(a.random as usize);
-    for _ in 0..a.random {
-        let n = r.next() % a.pages;
+
+    /// One timed read of page `n` (µs), its bytes checked after the clock stops.
+    fn random(&mut self, n: u64, data: &[Vec<u8>]) -> anyhow::Result<f64> {
         let t = Instant::now();
-        read_page(n, &mut buf)?;
-        lat.push(t.elapsed().as_secs_f64() * 1e6);
+        self.read(n)?;
+        let us = t.elapsed().as_secs_f64() * 1e6;
+        if self.buf[..] != data[n as usize][..] {
+            bail!("page {n} of the disk file reads back wrong");
+        }
+        Ok(us)
     }
-    drop(fd);
-    let _ = std::fs::remove_file(&path);
-    Ok(Side {
-        bound: Vec::new(),
-        seq: vec![(0, best)],
-        cpu_us: Vec::new(),
-        p50: pct(&mut lat, 0.5),
-        p99: pct(&mut lat, 0.99),
-    })
+}
+
+impl Drop for Disk {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// What the disk under `dir` is: its device (from `/proc/self/mountinfo`) and the
+/// driver behind it (`/sys/dev/block`), e.g. "/dev/vda1 (virtio_blk)".
+fn disk_device(dir: &std::path::Path) -> String {
+    let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    // Fields: id parent MAJ:MIN root mount-point options [optional…] - fstype source …
+    let best = info
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            let dash = f.iter().position(|&x| x == "-")?;
+            Some((*f.get(4)?, *f.get(2)?, *f.get(dash + 2)?))
+        })
+        .filter(|(mp, ..)| dir.starts_with(mp))
+        .max_by_key(|(mp, ..)| mp.len());
+    let Some((_, dev, source)) = best else { return "an unknown device".into() };
+    let sys = std::fs::canonicalize(format!("/sys/dev/block/{dev}")).unwrap_or_default();
+    let driver = [sys.join("device/driver"), sys.join("../device/driver")]
+        .iter()
+        .find_map(|p| std::fs::read_link(p).ok())
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
+    match driver {
+        Some(d) => format!("{source} ({d})"),
+        None => source.to_string(),
+    }
 }
 
 fn run(a: Args) -> anyhow::Result<()> {
@@ -408,18 +473,23 @@ fn run(a: Args) -> anyhow::Result<()> {
     // Every page's bytes, made once: reads are checked against them without regenerating.
     let data: Vec<Vec<u8>> = (0..a.pages).map(content).collect();
     let expected: Vec<[u64; 8]> = data.iter().map(|d| fingerprint(d)).collect();
-    let g = bench_gms(&a, &data, &expected, 0.0, true, a.one_thread)?;
-    let d = if a.no_disk {
-        Side { bound: Vec::new(), seq: vec![(0, f64::NAN)], cpu_us: Vec::new(), p50: f64::NAN, p99: f64::NAN }
-    } else {
-        bench_disk(&a, &dir)?
-    };
+    let mut disk = if a.no_disk { None } else { Some(Disk::create(&dir, &data)?) };
+    let device = disk_device(&dir);
+    let (g, d) = bench_gms(&a, &data, &expected, 0.0, true, a.one_thread, disk.as_mut())?;
+    drop(disk);
+    let d = d.unwrap_or(Side {
+        bound: Vec::new(),
+        seq: vec![(0, f64::NAN)],
+        cpu_us: Vec::new(),
+        p50: f64::NAN,
+        p99: f64::NAN,
+    });
     let mut wired = Vec::new();
     for &w in &a.wire_delays_us {
         if !(w > 0.0 && w <= 1000.0) {
             bail!("--wire-delays-us: {w} is not in (0, 1000]");
         }
-        wired.push((w, bench_gms(&a, &data, &expected, w, false, a.one_thread)?));
+        wired.push((w, bench_gms(&a, &data, &expected, w, false, a.one_thread, None)?.0));
     }
     let rep = (a.replication_pairs > 0)
         .then(|| replication::run(a.replication_pages, a.replication_pairs, a.budget))
@@ -445,7 +515,8 @@ fn run(a: Args) -> anyhow::Result<()> {
         }
         println!(
             "{}",
-            json!({ "row": "seq_read", "source": "disk_odirect", "readahead": 0, "mb_s": disk_seq, "pages": a.pages, "fs": fs })
+            json!({ "row": "seq_read", "source": "disk_odirect", "readahead": 0, "mb_s": disk_seq, "pages": a.pages, "fs": fs,
+                    "device": device })
         );
         println!(
             "{}",
@@ -453,7 +524,8 @@ fn run(a: Args) -> anyhow::Result<()> {
         );
         println!(
             "{}",
-            json!({ "row": "random_8k", "source": "disk_odirect", "p50_us": d.p50, "p99_us": d.p99, "reads": a.random, "fs": fs })
+            json!({ "row": "random_8k", "source": "disk_odirect", "p50_us": d.p50, "p99_us": d.p99, "reads": a.random, "fs": fs,
+                    "device": device })
         );
         if let Some(sc) = &sc {
             let copies = [sc.copy_p50.0, sc.copy_p50.1];
@@ -500,8 +572,12 @@ fn run(a: Args) -> anyhow::Result<()> {
         "GMS: 3 nodes in-process on virtual NICs (native firmware; client thread + lenders' thread), {} pages of 8 KiB",
         a.pages
     );
-    println!("baseline: a file on {} ({fs}) read with O_DIRECT, same pages, same random sequence\n", dir.display());
-    println!("{:<34} {:>10}", "sequential read (best of runs)", "MB/s");
+    println!(
+        "baseline: a file on {} ({fs} on {device}) read with O_DIRECT, same pages, same random sequence, taking turns",
+        dir.display()
+    );
+    println!("  (on a VM's virtio-blk disk the host's page cache may hold the file: the host's memory behind an emulated disk)\n");
+    println!("{:<34} {:>10}", format!("sequential read (median of {})", a.repeat), "MB/s");
     for (&(depth, mbs), &(_, cpu)) in g.seq.iter().zip(&g.cpu_us) {
         println!(
             "{:<34} {:>10.0}   (client thread CPU {cpu:.1} µs/page)",
