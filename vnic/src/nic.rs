@@ -272,8 +272,10 @@ impl Nic {
                     .context("spawning the NIC processor thread")?
             }
         };
+        // The native firmware reports the firmware crate's build id (a hash of its sources,
+        // as an image built from them would).
         let want_build_id = match &kind {
-            FirmwareKind::Native => None,
+            FirmwareKind::Native => Some(trapeze_firmware::BUILD_ID),
             FirmwareKind::Flashed(image) => Some(image.info.build_id),
         };
         *cpu = Cpu::Running { thread, kind, stopper };
@@ -455,7 +457,7 @@ impl Drop for Nic {
 
 /// The native processor: the firmware crate's main loop against the soft engines.
 fn run_native(mem: NicMem, mut eng: SoftEngines) -> SoftEngines {
-    let mut fw = Firmware::new(mem, 0);
+    let mut fw = Firmware::new(mem, trapeze_firmware::BUILD_ID);
     let wakers = eng.wakers().clone();
     loop {
         if wakers.stop.load(Ordering::Acquire) {
@@ -574,7 +576,7 @@ impl Nic {
             bail!("NIC {} has no engines to drive (lost)", self.shared.name);
         };
         eng.reset();
-        let fw = Firmware::new(self.mem(), 0);
+        let fw = Firmware::new(self.mem(), trapeze_firmware::BUILD_ID);
         Ok(InlineNative { nic: self.clone(), fw, eng: Some(*eng) })
     }
 }

@@ -300,6 +300,10 @@ fn flashed_nic_boots_the_image_and_reports_it() {
     let expect = format!("firmware v{} build {:#010x} ready", want.version_string(), want.build_id);
     assert!(line.contains(&expect), "boot line {line:?} should contain {expect:?}");
     assert!(line.contains("info"), "{line:?}");
+    // The NIC's node (1), not the unconfigured firmware's 0; and the native firmware of
+    // these sources reports the image's build id.
+    assert!(line.contains("ready: node 1,"), "{line:?}");
+    assert_eq!(want.build_id, trapeze_firmware::BUILD_ID);
     // The core keeps running its main loop (the heartbeat moves once a host rings).
     n.halt().unwrap();
     assert_eq!(n.status().mode, "halted");
