@@ -171,8 +171,10 @@ impl SoftEngines {
     /// packet waiting for its host to free a receive slot, which rings no doorbell): park
     /// for `BUSY_PARK` (100 µs) at most.
     pub fn idle_wait(&mut self, busy: bool) -> Option<Wake> {
-        // Frames due off the link's delay line leave before the processor idles.
+        // Frames due off the link's delay line, and echo requests just asked for, leave
+        // before the processor idles.
         let _ = self.link.poll_timers();
+        self.send_queued_probes();
         let now = Instant::now();
         let since = *self.idle_since.get_or_insert(now);
         let idle = now.duration_since(since);
