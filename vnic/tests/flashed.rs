@@ -328,6 +328,16 @@ fn flashed_and_native_nics_exchange_messages() {
     assert_eq!(b.status().mode, "native");
     let rx = a.status().counters.iter().find(|c| c.0 == "rx_packets").unwrap().1;
     assert_eq!(rx, 4 * 3);
+    // The link-level echo is the device's, whatever firmware runs: both answer, and the
+    // echoes never reach the firmware.
+    for (n, peer) in [(&a, 2), (&b, 1)] {
+        for _ in 0..3 {
+            assert!(n.ping(peer, Duration::from_secs(5)).unwrap().is_some(), "no echo from node {peer}");
+        }
+    }
+    assert_eq!((a.status().echo.requests_answered, b.status().echo.requests_answered), (3, 3));
+    let rx = a.status().counters.iter().find(|c| c.0 == "rx_packets").unwrap().1;
+    assert_eq!(rx, 4 * 3, "an echo reached the firmware");
 }
 
 /// (b) Two flashed NICs exchange control messages and 4 KB / 8 KB payloads.
