@@ -147,7 +147,7 @@ fn two_nics_ping_each_other_and_status_and_trace_report_show_it() {
         assert!(o.contains(&format!("node {peer}: 3 sent, 3 received, 0 lost (0 %); round trip min")), "{o}");
         assert_eq!(o.matches(&format!("from node {peer}: ")).count(), 3, "{o}");
     }
-    let js = nic(&["status", "--json"], &s1);
+    let js = Command::new(NIC).args(["status", "--json", "--socket"]).arg(&s1).output().unwrap();
     let v: serde_json::Value = serde_json::from_slice(&js.stdout).expect("status --json");
     assert_eq!((v["echo"]["requests_answered"].as_u64(), v["echo"]["replies_received"].as_u64()), (Some(3), Some(3)));
     assert_eq!(v["echo"]["malformed"], 0);

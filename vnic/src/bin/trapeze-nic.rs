@@ -165,8 +165,9 @@ struct StatusArgs {
     /// The NIC's name (its control socket is NAME.sock in the default socket directory).
     #[arg(required_unless_present = "control", conflicts_with = "control")]
     name: Option<String>,
-    /// The NIC's control socket, for a NIC started with --control PATH.
-    #[arg(long, value_name = "PATH")]
+    /// The NIC's control socket, for a NIC started with --control PATH (`--socket`, as
+    /// `gms` spells it, is accepted too).
+    #[arg(long, alias = "socket", value_name = "PATH")]
     control: Option<PathBuf>,
     /// How long to wait for the answer, seconds (1-600); `gms` spells it the same way.
     #[arg(

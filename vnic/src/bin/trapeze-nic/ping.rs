@@ -16,7 +16,8 @@ pub struct PingArgs {
     /// The NIC's name (its control socket is NAME.sock in the default socket directory).
     #[arg(required_unless_present = "control", conflicts_with = "control")]
     pub name: Option<String>,
-    /// The NIC's control socket, for a NIC started with --control PATH.
+    /// The NIC's control socket, for a NIC started with --control PATH (`--socket`, as
+    /// `gms` spells it, is accepted too).
     #[arg(long, alias = "socket", value_name = "PATH")]
     pub control: Option<PathBuf>,
     /// The node whose NIC is to answer (one of this NIC's --peer nodes).
@@ -28,8 +29,8 @@ pub struct PingArgs {
     /// Pause between requests, ms (0-10000).
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(0..=10_000))]
     pub interval_ms: u64,
-    /// How long to wait for each reply, ms (1-60000).
-    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    /// How long to wait for each reply, ms (1-10000).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub wait_ms: u64,
 }
 
