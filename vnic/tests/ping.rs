@@ -5,7 +5,8 @@
 //! nothing to report before the pings (and the idle traces do not grow) and reports the
 //! pings' round trips after. A ping to a node whose NIC is not running, or on another key,
 //! fails with exit 1 and a message naming the likely cause; a ping to the NIC's own node
-//! or to a node that is not its peer is refused.
+//! or to a node that is not its peer is refused. In process, malformed echo packets from a
+//! bare link endpoint are counted and never answered or given to the firmware.
 
 use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
@@ -200,4 +201,53 @@ fn a_ping_nobody_answers_fails_naming_the_cause() {
     assert_eq!(out.status.code(), Some(1));
     let e = text(&out.stderr);
     assert!(e.contains("this NIC has a key; node 0's needs the same --key file"), "{e}");
+}
+
+/// Echo packets straight from a bare link endpoint to a running NIC (in process): a good
+/// request is answered; one of the wrong length, version or op, or claiming another sender
+/// than the link says, is counted as malformed and not answered; none reaches the firmware.
+#[test]
+fn malformed_echoes_are_counted_and_never_reach_the_firmware() {
+    use std::sync::Arc;
+    use trapeze_vnic::echo::{EchoRepr, Op, ECHO_BYTES};
+    use trapeze_vnic::link::{backend::InProcSwitch, FaultConfig, Link};
+    use trapeze_vnic::nic::{FirmwareKind, Nic};
+
+    let switch = InProcSwitch::new();
+    let link = Link::new(1, Box::new(switch.port(1)), FaultConfig::NONE);
+    let n = Arc::new(Nic::new("echo", link, Duration::from_micros(50)).unwrap());
+    n.start(FirmwareKind::Native).unwrap();
+    let mut raw = Link::new(2, Box::new(switch.port(2)), FaultConfig::NONE);
+    let reply_to = |raw: &mut Link, req: &[u8]| -> Option<EchoRepr> {
+        raw.send_packet(req, false).unwrap();
+        let mut buf = [0u8; 256];
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_millis(300) {
+            if let Some(rx) = raw.poll_packet(&mut buf) {
+                return Some(EchoRepr::parse(&buf[..rx.len]).expect("a well-formed reply"));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        None
+    };
+    let req = EchoRepr { op: Op::Request, src: 2, dst: 1, id: 9, seq: 5 };
+    let reply = reply_to(&mut raw, &req.emit()).expect("the NIC answers a good request");
+    assert_eq!(reply, EchoRepr { op: Op::Reply, src: 1, dst: 2, ..req });
+
+    let good = req.emit();
+    let mut long = [0u8; ECHO_BYTES + 8];
+    long[..ECHO_BYTES].copy_from_slice(&good);
+    let mut version = good;
+    version[2] = 9;
+    let mut op = good;
+    op[3] = 7;
+    let claims_3 = EchoRepr { src: 3, ..req }.emit();
+    for bad in [&long[..], &version[..], &op[..], &claims_3[..]] {
+        assert_eq!(reply_to(&mut raw, bad), None, "a malformed echo was answered");
+    }
+    let st = n.status();
+    assert_eq!((st.echo.requests_answered, st.echo.malformed), (1, 4), "{:?}", st.echo);
+    let fw = |name: &str| st.counters.iter().find(|c| c.0 == name).map_or(0, |c| c.1);
+    assert_eq!((fw("rx_packets"), fw("rx_drop_malformed")), (0, 0), "an echo reached the firmware");
+    assert!(n.is_running());
 }
