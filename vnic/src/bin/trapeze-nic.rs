@@ -136,8 +136,9 @@ struct StartArgs {
     /// core instead of the native firmware.
     #[arg(long, value_name = "IMAGE")]
     flashed: Option<PathBuf>,
-    /// Record the engines' events (packets sent and received, host interrupts, parks) in
-    /// FILE, for `trapeze-nic trace-report`. The file is created (or truncated).
+    /// Record the engines' events (packets sent and received, echoes, host interrupts,
+    /// parks that something woke: an idle NIC writes nothing) in FILE, for `trapeze-nic
+    /// trace-report`. The file is created (or truncated).
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
     /// Serve a QEMU guest: listen on this Unix socket (its directory must exist) as an
