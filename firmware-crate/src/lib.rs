@@ -35,3 +35,27 @@ pub(crate) mod log;
 pub mod sim;
 
 pub use fw::{Config, Firmware};
+
+/// FNV-1a hash of this crate's sources (see build.rs): the build id the firmware publishes
+/// in `ctrl::FW_BUILD_ID`. The flashed image reports it, and so does the native firmware a
+/// virtual NIC links in: the same sources give the same id in both.
+pub const BUILD_ID: u32 = parse_hex_u32(env!("TRAPEZE_FW_BUILD_ID"));
+
+/// Parse build.rs's `0x%08x` at compile time.
+const fn parse_hex_u32(s: &str) -> u32 {
+    let b = s.as_bytes();
+    assert!(b.len() == 10 && b[0] == b'0' && b[1] == b'x', "TRAPEZE_FW_BUILD_ID: want 0x%08x");
+    let mut v = 0u32;
+    let mut i = 2;
+    while i < b.len() {
+        let d = match b[i] {
+            c @ b'0'..=b'9' => c - b'0',
+            c @ b'a'..=b'f' => c - b'a' + 10,
+            c @ b'A'..=b'F' => c - b'A' + 10,
+            _ => panic!("TRAPEZE_FW_BUILD_ID: not a hex digit"),
+        };
+        v = v << 4 | d as u32;
+        i += 1;
+    }
+    v
+}

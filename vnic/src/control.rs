@@ -9,7 +9,9 @@
 //! three descriptors: the NIC-memory memfd, a doorbell eventfd the host writes after
 //! posting work, and an interrupt eventfd the NIC signals), `register_region`
 //! (`name`, `dma_base`, `len`, with the region's memfd attached) and
-//! `unregister_region`. Every response has `"ok"`; failures carry `"error"`. What a
+//! `unregister_region`, `ping` (`peer`, `wait_ms`: one link-level echo to another NIC,
+//! answered with `"rtt_ns"` or `null`). Every response has `"ok"`; failures carry
+//! `"error"`. What a
 //! connection attached or registered is removed when it closes, so a host that goes
 //! away can no longer be the target of a DMA; when the connection that attached the host
 //! closes, the NIC is first halted and its rings and IPT cleared
@@ -68,7 +70,18 @@ pub enum Request {
     UnregisterRegion {
         name: String,
     },
+    /// Send one link-level echo request to node `peer` and wait up to `wait_ms` (at most
+    /// [`MAX_PING_WAIT_MS`]) for its reply ([`Nic::ping`]); answered with `"rtt_ns"`, the
+    /// round trip between the two NICs, or `null` if no reply came in time.
+    Ping {
+        peer: u16,
+        wait_ms: u64,
+    },
 }
+
+/// The longest a `ping` request waits for its reply, ms: its connection's thread waits
+/// with it, and a NIC told to stop joins that thread before it exits.
+pub const MAX_PING_WAIT_MS: u64 = 10_000;
 
 /// Longest NIC name, in bytes.
 pub const MAX_NAME_LEN: usize = 64;
@@ -449,6 +462,13 @@ fn handle(nic: &Nic, req: Request, mut fds: Vec<OwnedFd>, att: &mut Attached) ->
             let n = s.dma.unregister(&name);
             att.regions.retain(|r| *r != name);
             (json!({ "ok": true, "removed": n }), Vec::new())
+        }
+        Request::Ping { peer, wait_ms } => {
+            if !(1..=MAX_PING_WAIT_MS).contains(&wait_ms) {
+                bail!("ping: wait_ms {wait_ms} is not in 1..={MAX_PING_WAIT_MS}");
+            }
+            let rtt = nic.ping(peer, Duration::from_millis(wait_ms))?;
+            (json!({ "ok": true, "rtt_ns": rtt.map(|d| d.as_nanos() as u64) }), Vec::new())
         }
     })
 }

@@ -35,6 +35,7 @@ use trapeze_firmware::iface::wire::{self, HEADER_BYTES};
 /// Largest packet on the link, trailer excluded.
 pub const MAX_PACKET_BYTES: usize = (HEADER_BYTES + CTRL_MSG_BYTES + MAX_MTU_BYTES) as usize;
 
+mod echo;
 mod staging;
 #[cfg(test)]
 mod tests;
@@ -42,6 +43,7 @@ mod wake;
 
 pub use wake::{new_eventfd, Notifier, Wake, Wakers, BUSY_PARK};
 
+use echo::{echo_traced, Received, ECHOES_PER_POLL};
 use staging::{read_staging, settle_deferred, settle_held, write_from_held, Deferred, DEFERRED_MAX, RX_PREFIX_BYTES};
 
 /// Engine counters visible outside the processor thread.
@@ -54,6 +56,8 @@ pub struct EngineStats {
     /// the header's source was set to the sending NIC's link address.
     pub src_stamped: AtomicU64,
     pub link: Mutex<LinkStats>,
+    /// The link-level echo: probes to send, replies come back, counters ([`crate::echo`]).
+    pub echo: crate::echo::EchoBoard,
 }
 
 /// The engines of one NIC.
@@ -334,37 +338,56 @@ impl Engines for SoftEngines {
     fn link_rx_status(&mut self) -> RxStatus {
         // Held (reordered) frames and stale reassemblies have deadlines; errors are counted.
         let _ = self.link.poll_timers();
+        self.send_queued_probes();
         if let Some((off, cap)) = self.rx_post {
             // Receiving gives the link's held frame back: settle the held packet first.
             self.settle_held();
-            let (nic, stats, trace) = (&self.nic, &self.stats, &mut self.trace);
-            let got = self.link.poll_packet_held_with(|bytes, src, crc_ok, held| {
-                if let Some(log) = trace.as_mut() {
-                    if let Some(r) = Record::packet(Kind::Rx, log.now_ns(), src, bytes) {
-                        log.push(&r);
+            // Echo packets are the NIC's own (`crate::echo`): answered or matched here and
+            // never given to the firmware; a bounded number per call, then the firmware
+            // runs again.
+            for _ in 0..ECHOES_PER_POLL {
+                let node = self.link.node();
+                let (nic, stats, trace) = (&self.nic, &self.stats, &mut self.trace);
+                let got = self.link.poll_packet_held_with(|bytes, src, crc_ok, held| {
+                    if crate::echo::is_echo(bytes) {
+                        let h = stats.echo.handle_packet(node, bytes, src, crc_ok);
+                        if let Some(log) = trace.as_mut() {
+                            echo_traced(log, &h);
+                        }
+                        return Received::Echo(h);
                     }
+                    if let Some(log) = trace.as_mut() {
+                        if let Some(r) = Record::packet(Kind::Rx, log.now_ns(), src, bytes) {
+                            log.push(&r);
+                        }
+                    }
+                    let n = bytes.len().min(cap as usize);
+                    let fits = bytes.len() <= cap as usize;
+                    // The firmware reads the header and control message from staging; a held
+                    // packet's payload can wait in the link's frame for the host-bus write
+                    // (one copy fewer), everything else is written now.
+                    let now = if held && fits { n.min(RX_PREFIX_BYTES) } else { n };
+                    let mut wrote = nic.write(off as usize, &bytes[..now]) && off as usize + n <= nic.len();
+                    // The sender is the NIC the link says sent it, whatever its host wrote in
+                    // the header: a host cannot claim another node's id.
+                    let at = wire::SRC_OFFSET;
+                    if at + 2 <= n && bytes[at..at + 2] != src.to_le_bytes() {
+                        stats.src_stamped.fetch_add(1, Ordering::Relaxed);
+                        wrote &= nic.write(off as usize + at, &src.to_le_bytes());
+                    }
+                    Received::Packet(n, crc_ok && wrote && fits, now < n)
+                });
+                match got {
+                    Some(Received::Packet(n, ok, held)) => {
+                        self.idle_since = None;
+                        self.rx = RxStatus { posted: false, bytes: n as u32, complete: true, crc_ok: ok };
+                        self.rx_post = None;
+                        self.rx_held = held.then_some((off, n as u32));
+                        break;
+                    }
+                    Some(Received::Echo(h)) => self.echo_handled(h),
+                    None => break,
                 }
-                let n = bytes.len().min(cap as usize);
-                let fits = bytes.len() <= cap as usize;
-                // The firmware reads the header and control message from staging; a held
-                // packet's payload can wait in the link's frame for the host-bus write
-                // (one copy fewer), everything else is written now.
-                let now = if held && fits { n.min(RX_PREFIX_BYTES) } else { n };
-                let mut wrote = nic.write(off as usize, &bytes[..now]) && off as usize + n <= nic.len();
-                // The sender is the NIC the link says sent it, whatever its host wrote in
-                // the header: a host cannot claim another node's id.
-                let at = wire::SRC_OFFSET;
-                if at + 2 <= n && bytes[at..at + 2] != src.to_le_bytes() {
-                    stats.src_stamped.fetch_add(1, Ordering::Relaxed);
-                    wrote &= nic.write(off as usize + at, &src.to_le_bytes());
-                }
-                (n, crc_ok && wrote && fits, now < n)
-            });
-            if let Some((n, ok, held)) = got {
-                self.idle_since = None;
-                self.rx = RxStatus { posted: false, bytes: n as u32, complete: true, crc_ok: ok };
-                self.rx_post = None;
-                self.rx_held = held.then_some((off, n as u32));
             }
         }
         self.rx
@@ -375,6 +398,7 @@ impl Engines for SoftEngines {
         // the firmware posts no receive buffer (link_rx_status runs their timers too).
         // (poll_timers returns at once when the link has none.)
         let _ = self.link.poll_timers();
+        self.send_queued_probes();
         self.link.rx_pending()
     }
 

@@ -6,7 +6,8 @@
 //! running the firmware natively or as the flashed riscv32 image ([`nic`], [`cpu`],
 //! [`image`]), and the ways in: a control socket for status, loading images and attaching
 //! hosts ([`control`], over [`fdpass`], guarded by [`local`]) and an ivshmem-doorbell
-//! server for QEMU guests ([`ivshmem`]); an event trace of the engines for timing round
+//! server for QEMU guests ([`ivshmem`]); a link-level echo between NICs for
+//! `trapeze-nic ping` ([`echo`]); an event trace of the engines for timing round
 //! trips across NICs ([`trace`]). The `trapeze-nic` binary runs one NIC as a
 //! process.
 //!
@@ -16,6 +17,7 @@
 pub mod control;
 pub mod cpu;
 pub mod dma;
+pub mod echo;
 pub mod engines;
 pub mod fdpass;
 pub mod image;

@@ -11,6 +11,7 @@ use crate::cpu::flashed::FlashedCore;
 use crate::cpu::flashed::{self, CoreStopper, ImageMemory};
 use crate::cpu::FwLog;
 use crate::dma::DmaSpace;
+use crate::echo::EchoStats;
 use crate::engines::{EngineStats, Notifier, SoftEngines, Wakers, BUSY_PARK};
 use crate::image::{version_string, ImageInfo, LoadedImage};
 use crate::link::{Link, LinkStats};
@@ -81,7 +82,15 @@ pub struct NicStatus {
     pub heartbeat: u32,
     pub uptime_s: f64,
     pub counters: Vec<(String, u64)>,
+    /// The link's medium and this NIC's address on it, e.g. `udp 127.0.0.1:7000 (1 peer)`.
+    pub link_address: String,
+    /// The peers configured (`--peer`), when the NIC was told them ([`Nic::set_peers`]).
+    pub peers: Option<Vec<PeerInfo>>,
+    /// Whether the link is under a cluster key (the key itself is never reported).
+    pub cluster_key: bool,
     pub link: LinkStats,
+    /// The link-level echo's counters ([`crate::echo`]).
+    pub echo: EchoStats,
     pub dma_refused: u64,
     pub host_irqs: u64,
     pub host_dma_bytes: u64,
@@ -89,6 +98,13 @@ pub struct NicStatus {
     /// Received packets whose header claimed another sender (see `EngineStats`).
     pub src_stamped: u64,
     pub regions: Vec<(String, u64, u64)>,
+}
+
+/// A configured peer: its node id and its address on the link, as given.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PeerInfo {
+    pub node: u16,
+    pub address: String,
 }
 
 /// State shared by the processor thread, the control socket and in-process hosts.
@@ -103,6 +119,10 @@ pub struct NicShared {
     pub node: u16,
     /// A host owns the endpoint (one host per NIC, as one endpoint per Myrinet NIC).
     pub host_attached: std::sync::atomic::AtomicBool,
+    /// The link's description and whether it is keyed, taken when the NIC was made.
+    link_address: String,
+    cluster_key: bool,
+    peers: Mutex<Option<Vec<PeerInfo>>>,
     started: Instant,
 }
 
@@ -162,6 +182,9 @@ impl Nic {
             wakers: Arc::new(Wakers::new()?),
             stats: Arc::new(EngineStats::default()),
             host_attached: std::sync::atomic::AtomicBool::new(false),
+            link_address: link.backend().describe(),
+            cluster_key: link.is_authenticated(),
+            peers: Mutex::new(None),
             started: Instant::now(),
         });
         let mut eng = SoftEngines::new(
@@ -194,6 +217,44 @@ impl Nic {
             }
             _ => bail!("NIC {} is running: a trace starts before the NIC does", self.shared.name),
         }
+    }
+
+    /// Tell the NIC which peers its link was opened with, for status and for refusing a
+    /// ping to a node that is not one.
+    pub fn set_peers(&self, peers: Vec<PeerInfo>) {
+        *self.shared.peers.lock().unwrap_or_else(|e| e.into_inner()) = Some(peers);
+    }
+
+    /// Send one link-level echo request to node `peer` and wait up to `wait` for its
+    /// reply ([`crate::echo`]): the round trip between the two NICs' engines, or `None` if
+    /// no reply came in time. Refused at once for this NIC's own id, a node that is not a
+    /// configured peer (when the peers are known), a processor that is not running, or too
+    /// many pings in flight.
+    pub fn ping(&self, peer: u16, wait: Duration) -> anyhow::Result<Option<Duration>> {
+        let s = &self.shared;
+        if peer == s.node {
+            bail!("node {peer} is this NIC's own node id: ping another node (one of its --peer nodes)");
+        }
+        if let Some(peers) = &*s.peers.lock().unwrap_or_else(|e| e.into_inner()) {
+            if !peers.iter().any(|p| p.node == peer) {
+                let known: Vec<String> = peers.iter().map(|p| format!("{}={}", p.node, p.address)).collect();
+                bail!(
+                    "node {peer} is not a peer of NIC {} (its peers: {}): restart it with --peer {peer}=ADDRESS",
+                    s.name,
+                    if known.is_empty() { "none".to_string() } else { known.join(", ") }
+                );
+            }
+        }
+        if !matches!(*self.cpu.lock().unwrap_or_else(|e| e.into_inner()), Cpu::Running { .. } | Cpu::Inline) {
+            bail!("NIC {} is not running (its processor is halted): nothing would send or answer", s.name);
+        }
+        s.stats.echo.probe(peer, wait, || s.wakers.kick()).map_err(|_| {
+            anyhow::anyhow!(
+                "NIC {} already has {} pings waiting for replies: try again shortly",
+                s.name,
+                crate::echo::MAX_PROBES_IN_FLIGHT
+            )
+        })
     }
 
     pub fn shared(&self) -> &Arc<NicShared> {
@@ -272,8 +333,10 @@ impl Nic {
                     .context("spawning the NIC processor thread")?
             }
         };
+        // The native firmware reports the firmware crate's build id (a hash of its sources,
+        // as an image built from them would).
         let want_build_id = match &kind {
-            FirmwareKind::Native => None,
+            FirmwareKind::Native => Some(trapeze_firmware::BUILD_ID),
             FirmwareKind::Flashed(image) => Some(image.info.build_id),
         };
         *cpu = Cpu::Running { thread, kind, stopper };
@@ -436,7 +499,11 @@ impl Nic {
             heartbeat: w(ctrl::FW_HEARTBEAT),
             uptime_s: s.started.elapsed().as_secs_f64(),
             counters: Counter::ALL.iter().map(|c| (c.name().to_string(), mem.load_u64(c.offset()))).collect(),
+            link_address: s.link_address.clone(),
+            peers: s.peers.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+            cluster_key: s.cluster_key,
             link: *s.stats.link.lock().unwrap_or_else(|e| e.into_inner()),
+            echo: s.stats.echo.stats(),
             dma_refused: s.dma.refused(),
             host_irqs: s.notifier.raised(),
             host_dma_bytes: s.stats.host_dma_bytes.load(Ordering::Relaxed),
@@ -455,7 +522,7 @@ impl Drop for Nic {
 
 /// The native processor: the firmware crate's main loop against the soft engines.
 fn run_native(mem: NicMem, mut eng: SoftEngines) -> SoftEngines {
-    let mut fw = Firmware::new(mem, 0);
+    let mut fw = Firmware::new(mem, trapeze_firmware::BUILD_ID);
     let wakers = eng.wakers().clone();
     loop {
         if wakers.stop.load(Ordering::Acquire) {
@@ -574,7 +641,7 @@ impl Nic {
             bail!("NIC {} has no engines to drive (lost)", self.shared.name);
         };
         eng.reset();
-        let fw = Firmware::new(self.mem(), 0);
+        let fw = Firmware::new(self.mem(), trapeze_firmware::BUILD_ID);
         Ok(InlineNative { nic: self.clone(), fw, eng: Some(*eng) })
     }
 }

@@ -19,7 +19,16 @@
 //!   interrupt's delivery and the host's work;
 //! - *round trip*: the request's send to its reply's arrival, on the requester's NIC;
 //! - *requester*: a reply's arrival to the requester's next request (its host's completion
-//!   path and whatever it did before asking again).
+//!   path and whatever it did before asking again);
+//! - *ping*: a link-level echo request's send to its reply's arrival, on the pinging NIC
+//!   (`trapeze-nic ping`, [`crate::echo`]: no host involved), and, with the peer's trace,
+//!   the request's send to the peer NIC answering it.
+//!
+//! With nothing to break down (no request/reply pair and no ping), the report says so
+//! rather than print a table of zeros.
+//!
+//! A park is recorded only when something woke it (not its 100 ms timeout): an idle NIC's
+//! trace stays as it is.
 //!
 //! Each record is 24 bytes, little-endian: time ns `u64`, kind `u8`, flags `u8` (bit 0: a
 //! solicited payload), peer `u16` (the other node; the NIC's own id in the header record),
@@ -54,6 +63,12 @@ pub enum Kind {
     Park = 4,
     /// The processor woke from a park.
     Unpark = 5,
+    /// A link-level echo request left (`peer`: the node pinged, `seq`: the probe).
+    PingTx = 6,
+    /// The reply to one of this NIC's echo requests arrived.
+    PingRx = 7,
+    /// An echo request from `peer` arrived and was answered.
+    EchoRx = 8,
 }
 
 /// One event.
@@ -89,6 +104,9 @@ impl Record {
             3 => Kind::Irq,
             4 => Kind::Park,
             5 => Kind::Unpark,
+            6 => Kind::PingTx,
+            7 => Kind::PingRx,
+            8 => Kind::EchoRx,
             _ => return None,
         };
         let word = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
@@ -204,6 +222,13 @@ pub struct Report {
     pub server_irq_to_reply: Samples,
     pub round_trip: Samples,
     pub requester: Samples,
+    /// Echo request out to its reply in, on the pinging NIC.
+    pub ping_round_trip: Samples,
+    /// Echo request out to the peer NIC answering it (both traces needed).
+    pub ping_hop: Samples,
+    /// Traces and records read, for the report's first line.
+    traces: usize,
+    records: usize,
 }
 
 impl Report {
@@ -214,12 +239,29 @@ impl Report {
                 sent.insert((*me, r.peer, r.seq), r.t_ns);
             }
         }
-        let mut rep = Report::default();
+        let mut pings: HashMap<(u16, u16, u32), u64> = HashMap::new();
+        for (me, recs) in traces {
+            for r in recs.iter().filter(|r| r.kind == Kind::PingTx) {
+                pings.insert((*me, r.peer, r.seq), r.t_ns);
+            }
+        }
+        let mut rep =
+            Report { traces: traces.len(), records: traces.iter().map(|t| t.1.len()).sum(), ..Report::default() };
         for (me, recs) in traces {
             for (i, r) in recs.iter().enumerate() {
                 match r.kind {
                     Kind::Rx if r.payload == 0 => rep.request_in(&sent, *me, recs, i),
                     Kind::Tx if r.payload == 0 => rep.request_out(recs, i),
+                    Kind::PingRx => {
+                        if let Some(&t0) = pings.get(&(*me, r.peer, r.seq)) {
+                            rep.ping_round_trip.push(r.t_ns.saturating_sub(t0));
+                        }
+                    }
+                    Kind::EchoRx => {
+                        if let Some(&t0) = pings.get(&(r.peer, *me, r.seq)) {
+                            rep.ping_hop.push(r.t_ns.saturating_sub(t0));
+                        }
+                    }
                     _ => {}
                 }
             }
@@ -258,9 +300,12 @@ impl Report {
         }
     }
 
-    /// The report as text, one line per quantity.
+    /// The report as text: one line per quantity measured (those with no sample left
+    /// out), or a sentence saying no round trip was recorded.
     pub fn text(&mut self) -> String {
+        let (traces, records) = (self.traces, self.records);
         let mut s = format!("{:<44} {:>7}  {:>8} {:>8} {:>8}\n", "µs", "n", "p10", "p50", "p90");
+        let mut any = false;
         for (what, x) in [
             ("request hop, server NIC parked", &mut self.hop_parked),
             ("request hop, server NIC idle (polling)", &mut self.hop_idle),
@@ -269,9 +314,22 @@ impl Report {
             ("server: interrupt to reply out", &mut self.server_irq_to_reply),
             ("requester NIC: request out to reply in", &mut self.round_trip),
             ("requester: reply in to next request out", &mut self.requester),
+            ("ping: echo request out to reply in", &mut self.ping_round_trip),
+            ("ping: echo request out to the peer's echo", &mut self.ping_hop),
         ] {
-            s.push_str(&x.line(what));
-            s.push('\n');
+            if !x.is_empty() {
+                any = true;
+                s.push_str(&x.line(what));
+                s.push('\n');
+            }
+        }
+        if !any {
+            return format!(
+                "no round trips recorded ({traces} trace{}, {records} record{}): the NICs exchanged no request \
+                 with its reply and no ping; `trapeze-nic ping` sends some\n",
+                if traces == 1 { "" } else { "s" },
+                if records == 1 { "" } else { "s" }
+            );
         }
         s
     }
@@ -323,7 +381,23 @@ mod tests {
         assert_eq!(rep.server_irq_to_reply.quantile(0.5), Some(38.0));
         assert_eq!(rep.round_trip.quantile(0.5), Some(60.0));
         assert_eq!(rep.requester.quantile(0.5), Some(40.0));
-        assert!(rep.text().contains("request hop, server NIC parked"));
+        let text = rep.text();
+        assert!(text.contains("request hop, server NIC parked"), "{text}");
+        assert!(!text.contains("ping"), "a row without samples is printed: {text}");
+    }
+
+    #[test]
+    fn pings_are_reported_and_nothing_says_so() {
+        // Node 0 pings node 1 at 10 µs, node 1 echoes at 14, the reply lands at 20.
+        let a = vec![rec(10, Kind::PingTx, 1, 7, 0), rec(20, Kind::PingRx, 1, 7, 0)];
+        let b = vec![rec(14, Kind::EchoRx, 0, 7, 0)];
+        let mut rep = Report::new(&[(0, a), (1, b)]);
+        assert_eq!(rep.ping_round_trip.quantile(0.5), Some(10.0));
+        assert_eq!(rep.ping_hop.quantile(0.5), Some(4.0));
+        assert!(rep.text().contains("ping: echo request out to reply in"));
+        let idle = vec![rec(1, Kind::Park, 0, 0, 0), rec(2, Kind::Unpark, 0, 0, 0)];
+        let text = Report::new(&[(0, idle), (1, vec![])]).text();
+        assert!(text.starts_with("no round trips recorded (2 traces, 2 records)"), "{text}");
     }
 
     #[test]

@@ -300,6 +300,10 @@ fn flashed_nic_boots_the_image_and_reports_it() {
     let expect = format!("firmware v{} build {:#010x} ready", want.version_string(), want.build_id);
     assert!(line.contains(&expect), "boot line {line:?} should contain {expect:?}");
     assert!(line.contains("info"), "{line:?}");
+    // The NIC's node (1), not the unconfigured firmware's 0; and the native firmware of
+    // these sources reports the image's build id.
+    assert!(line.contains("ready: node 1,"), "{line:?}");
+    assert_eq!(want.build_id, trapeze_firmware::BUILD_ID);
     // The core keeps running its main loop (the heartbeat moves once a host rings).
     n.halt().unwrap();
     assert_eq!(n.status().mode, "halted");
@@ -324,6 +328,16 @@ fn flashed_and_native_nics_exchange_messages() {
     assert_eq!(b.status().mode, "native");
     let rx = a.status().counters.iter().find(|c| c.0 == "rx_packets").unwrap().1;
     assert_eq!(rx, 4 * 3);
+    // The link-level echo is the device's, whatever firmware runs: both answer, and the
+    // echoes never reach the firmware.
+    for (n, peer) in [(&a, 2), (&b, 1)] {
+        for _ in 0..3 {
+            assert!(n.ping(peer, Duration::from_secs(5)).unwrap().is_some(), "no echo from node {peer}");
+        }
+    }
+    assert_eq!((a.status().echo.requests_answered, b.status().echo.requests_answered), (3, 3));
+    let rx = a.status().counters.iter().find(|c| c.0 == "rx_packets").unwrap().1;
+    assert_eq!(rx, 4 * 3, "an echo reached the firmware");
 }
 
 /// (b) Two flashed NICs exchange control messages and 4 KB / 8 KB payloads.

@@ -114,6 +114,18 @@ fn nic_processes_exchange_attach_and_reflash() {
         assert_eq!(v["status"]["fw_state"], "Ready");
         assert_eq!(v["status"]["fw_build_id"], format!("{:08x}", info.build_id));
     }
+    // Each image's boot line names its NIC's node (it once said node 0 on every NIC).
+    for (node, s) in socks.iter().enumerate() {
+        let t0 = std::time::Instant::now();
+        let want = format!("ready: node {node},");
+        while !status(s)["log"]
+            .as_array()
+            .is_some_and(|l| l.iter().any(|x| x.as_str().is_some_and(|x| x.contains(&want))))
+        {
+            assert!(t0.elapsed() < Duration::from_secs(5), "no {want:?} in the log: {}", status(s)["log"]);
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
     // A reload resets the firmware's rings: hosts attach anew.
     let (mut a, mut b) = (attach(&socks[0]), attach(&socks[1]));
     exchange(&mut a, &mut b, 20);

@@ -25,35 +25,17 @@ mod hw;
 #[cfg(target_arch = "riscv32")]
 use panic_halt as _;
 
-/// Hash of this crate's sources (see build.rs), published in `ctrl::FW_BUILD_ID`.
-pub const BUILD_ID: u32 = parse_hex_u32(env!("TRAPEZE_FW_BUILD_ID"));
-
-/// Parse build.rs's `0x%08x` at compile time.
-const fn parse_hex_u32(s: &str) -> u32 {
-    let b = s.as_bytes();
-    assert!(b.len() == 10 && b[0] == b'0' && b[1] == b'x', "TRAPEZE_FW_BUILD_ID: want 0x%08x");
-    let mut v = 0u32;
-    let mut i = 2;
-    while i < b.len() {
-        let d = match b[i] {
-            c @ b'0'..=b'9' => c - b'0',
-            c @ b'a'..=b'f' => c - b'a' + 10,
-            c @ b'A'..=b'F' => c - b'A' + 10,
-            _ => panic!("TRAPEZE_FW_BUILD_ID: not a hex digit"),
-        };
-        v = v << 4 | d as u32;
-        i += 1;
-    }
-    v
-}
+/// Hash of this crate's sources, published in `ctrl::FW_BUILD_ID` (the native firmware of
+/// the same sources reports the same id).
+pub use trapeze_firmware::BUILD_ID;
 
 /// Boot: view the endpoint, start the firmware (it publishes version, build id and the
 /// `Ready` state in the control block), and run its main loop forever.
 #[cfg(target_arch = "riscv32")]
 fn run() -> ! {
     use trapeze_firmware::fw::FW_VERSION;
-    use trapeze_firmware::iface::layout::CTRL_OFF;
-    use trapeze_firmware::iface::mem::AtomicWords;
+    use trapeze_firmware::iface::layout::{ctrl, ctrl_word, CTRL_OFF, NIC_NODE_VALID};
+    use trapeze_firmware::iface::mem::{AtomicWords, NicMemory};
     use trapeze_firmware::iface::regs::ID_VALUE;
     use trapeze_firmware::Firmware;
 
@@ -66,13 +48,17 @@ fn run() -> ! {
     let build_id = hw::build_id();
     let mut fw = Firmware::new(mem, build_id);
     let cfg = *fw.config();
+    // The node is the NIC's (published by the device, as a burnt-in address): until a host
+    // configures one, the firmware's own config says node 0, which is not where it is.
+    let nic = fw.mem().load_relaxed(ctrl_word(ctrl::NIC_NODE));
+    let node = if nic & NIC_NODE_VALID != 0 { nic as u16 } else { cfg.node_id };
     defmt::info!(
         "firmware v{=u32}.{=u32}.{=u32} build {=u32:#010x} ready: node {=u16}, mtu {=u32}",
         FW_VERSION >> 16,
         (FW_VERSION >> 8) & 0xff,
         FW_VERSION & 0xff,
         build_id,
-        cfg.node_id,
+        node,
         cfg.mtu,
     );
     fw.run(&mut engines)

@@ -4,6 +4,7 @@
 //! ```text
 //! trapeze-nic --name n0 --node 0 --link udp:127.0.0.1:7000 --peer 1=127.0.0.1:7001
 //! trapeze-nic status n0
+//! trapeze-nic ping n0 --peer 1 --count 5                # link-level echoes, NIC to NIC
 //! trapeze-nic keygen ~/.config/trapeze/cluster.key    # then --key FILE on every NIC
 //! trapeze-nic trace-report n0.trace n1.trace           # from NICs started with --trace
 //! ```
@@ -31,12 +32,18 @@ use trapeze_vnic::ivshmem::{register_guest_ram, GuestRam, IvshmemServer};
 use trapeze_vnic::key::ClusterKey;
 use trapeze_vnic::link::backend::BackendSpec;
 use trapeze_vnic::link::{FaultConfig, Link};
-use trapeze_vnic::nic::{FirmwareKind, Nic};
+use trapeze_vnic::nic::{FirmwareKind, Nic, PeerInfo};
 use trapeze_vnic::trace::{EventLog, Report};
+
+// The binary's own modules live in `src/bin/trapeze-nic/`.
+#[path = "trapeze-nic/ping.rs"]
+mod ping;
+use ping::{ping, PingArgs};
 
 const AFTER_HELP: &str = "\
 Without a subcommand trapeze-nic starts a NIC (the options above); `trapeze-nic status NAME`
-asks a running one; `trapeze-nic keygen PATH` makes a cluster key file for --key;
+asks a running one; `trapeze-nic ping NAME --peer N` has it exchange test packets with the
+NIC of node N; `trapeze-nic keygen PATH` makes a cluster key file for --key;
 `trapeze-nic trace-report FILE...` breaks down round trips from --trace files. The NIC
 runs until SIGINT or SIGTERM, then removes its control socket
 (and its ivshmem socket) and exits 0. It refuses a socket another NIC answers on; a stale
@@ -60,8 +67,13 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Ask a running NIC for its status (firmware, node, counters) over its control socket.
+    /// Ask a running NIC for its status (firmware, node, link address, peers, key in use,
+    /// counters) over its control socket.
     Status(StatusArgs),
+    /// Have a running NIC send link-level echo requests to the NIC of another node and
+    /// report each round trip (NIC to NIC, no host involved) and a summary. Exits 1 if no
+    /// reply came back, naming the likely cause.
+    Ping(PingArgs),
     /// Make a cluster key file for --key: 32 bytes from the OS random source, mode 0600.
     /// Refuses to overwrite an existing file. Copy it (keeping mode 0600) to every node.
     Keygen(KeygenArgs),
@@ -124,8 +136,9 @@ struct StartArgs {
     /// core instead of the native firmware.
     #[arg(long, value_name = "IMAGE")]
     flashed: Option<PathBuf>,
-    /// Record the engines' events (packets sent and received, host interrupts, parks) in
-    /// FILE, for `trapeze-nic trace-report`. The file is created (or truncated).
+    /// Record the engines' events (packets sent and received, echoes, host interrupts,
+    /// parks that something woke: an idle NIC writes nothing) in FILE, for `trapeze-nic
+    /// trace-report`. The file is created (or truncated).
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
     /// Serve a QEMU guest: listen on this Unix socket (its directory must exist) as an
@@ -153,8 +166,9 @@ struct StatusArgs {
     /// The NIC's name (its control socket is NAME.sock in the default socket directory).
     #[arg(required_unless_present = "control", conflicts_with = "control")]
     name: Option<String>,
-    /// The NIC's control socket, for a NIC started with --control PATH.
-    #[arg(long, value_name = "PATH")]
+    /// The NIC's control socket, for a NIC started with --control PATH (`--socket`, as
+    /// `gms` spells it, is accepted too).
+    #[arg(long, alias = "socket", value_name = "PATH")]
     control: Option<PathBuf>,
     /// How long to wait for the answer, seconds (1-600); `gms` spells it the same way.
     #[arg(
@@ -179,6 +193,7 @@ fn main() {
         .init();
     let result = match cli.cmd {
         Some(Cmd::Status(s)) => status(s),
+        Some(Cmd::Ping(p)) => ping(p),
         Some(Cmd::Keygen(k)) => ClusterKey::generate(&k.path).map(|_| {
             println!("trapeze-nic: wrote a new cluster key to {} (mode 0600)", k.path.display());
         }),
@@ -201,16 +216,21 @@ fn trace_report(files: &[PathBuf]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `trapeze-nic status`: one status request, printed.
-fn status(a: StatusArgs) -> anyhow::Result<()> {
-    let path = match (&a.control, &a.name) {
+/// The control socket a subcommand names: `--control PATH`, or NAME's default socket.
+pub(crate) fn control_path(control: &Option<PathBuf>, name: &Option<String>) -> anyhow::Result<PathBuf> {
+    Ok(match (control, name) {
         (Some(p), _) => p.clone(),
         (None, Some(n)) => {
             check_name(n)?;
             default_socket_path(n)
         }
         (None, None) => bail!("give a NIC name or --control PATH"),
-    };
+    })
+}
+
+/// `trapeze-nic status`: one status request, printed.
+fn status(a: StatusArgs) -> anyhow::Result<()> {
+    let path = control_path(&a.control, &a.name)?;
     let client = ControlClient::connect(&path)?;
     let (v, _) = client
         .request_with_fds(&Request::Status, &[], Duration::from_secs(a.timeout_s))
@@ -230,6 +250,26 @@ fn describe(s: &Value, path: &Path) -> String {
     let mut o = String::new();
     let _ = writeln!(o, "NIC {} (control socket {})", str_of(&s["name"]), path.display());
     let _ = writeln!(o, "  node          {}", str_of(&s["node"]));
+    let _ = writeln!(o, "  link address  {}", str_of(&s["link_address"]));
+    let peers = match s["peers"].as_array() {
+        None => "not known (a NIC not started by trapeze-nic)".to_string(),
+        Some(ps) if ps.is_empty() => "none (give --peer NODE=ADDRESS)".to_string(),
+        Some(ps) => ps
+            .iter()
+            .map(|p| format!("{}={}", str_of(&p["node"]), str_of(&p["address"])))
+            .collect::<Vec<_>>()
+            .join(", "),
+    };
+    let _ = writeln!(o, "  peers         {peers}");
+    let _ = writeln!(
+        o,
+        "  cluster key   {}",
+        if s["cluster_key"] == Value::Bool(true) {
+            "in use: packets carry a MAC, those failing it are dropped (mac_rejected)"
+        } else {
+            "none: packets are not authenticated"
+        }
+    );
     let _ = writeln!(
         o,
         "  firmware      version {}, build id {}, mode {}, state {}{}",
@@ -263,6 +303,12 @@ fn describe(s: &Value, path: &Path) -> String {
     if let Some(link) = s["link"].as_object() {
         let _ = writeln!(o, "  link");
         for (k, v) in link {
+            let _ = writeln!(o, "    {k:<24} {}", str_of(v));
+        }
+    }
+    if let Some(echo) = s["echo"].as_object() {
+        let _ = writeln!(o, "  echo (ping)");
+        for (k, v) in echo {
             let _ = writeln!(o, "    {k:<24} {}", str_of(v));
         }
     }
@@ -344,6 +390,14 @@ fn run(a: StartArgs) -> anyhow::Result<()> {
         Duration::from_micros(a.spin_us),
         Duration::from_micros(a.reply_spin_us),
     )?);
+    // As the link checked them: NODE=ADDRESS each.
+    nic.set_peers(
+        a.peers
+            .iter()
+            .filter_map(|p| p.split_once('='))
+            .filter_map(|(n, addr)| Some(PeerInfo { node: n.trim().parse().ok()?, address: addr.trim().to_string() }))
+            .collect(),
+    );
     if let Some(path) = &a.trace {
         let log = EventLog::create(path, node).with_context(|| format!("creating trace file {}", path.display()))?;
         nic.set_trace(log)?;

@@ -2,7 +2,7 @@
 //! Waking and parking the NIC's processor: host interrupts, doorbells, the control eventfd, the idle wait.
 
 use super::SoftEngines;
-use crate::trace::Kind;
+use crate::trace::{Kind, Record};
 use rustix::event::{poll, PollFd, PollFlags};
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -114,20 +114,26 @@ impl SoftEngines {
             false
         };
         let ts = rustix::event::Timespec { tv_sec: timeout.as_secs() as i64, tv_nsec: timeout.subsec_nanos() as i64 };
-        if let Some(log) = self.trace.as_mut() {
-            log.record(Kind::Park, 0, 0, 0, false);
+        // A park is traced only when something woke it: an idle NIC parks every 100 ms,
+        // and recording those timeouts made an idle trace grow without bound. The park's
+        // start is taken now and written with its end.
+        let parked_at = self.trace.as_mut().map(|log| {
             log.flush();
-        }
+            log.now_ns()
+        });
         let _ = poll(&mut fds, Some(&ts));
-        if let Some(log) = self.trace.as_mut() {
-            log.record(Kind::Unpark, 0, 0, 0, false);
-        }
         let ready = |f: &PollFd<'_>| !f.revents().is_empty();
         let wake = Wake {
             control: ready(&fds[0]),
             doorbell: fds[1..1 + doorbells.len()].iter().any(ready),
             link: has_link_fd && fds.last().is_some_and(ready),
         };
+        if let (Some(log), Some(t)) = (self.trace.as_mut(), parked_at) {
+            if wake != Wake::default() {
+                log.push(&Record { t_ns: t, kind: Kind::Park, solicited: false, peer: 0, seq: 0, payload: 0 });
+                log.record(Kind::Unpark, 0, 0, 0, false);
+            }
+        }
         drop(fds);
         self.link.end_wait();
         drain_eventfd(&self.wakers.control);
@@ -165,8 +171,10 @@ impl SoftEngines {
     /// packet waiting for its host to free a receive slot, which rings no doorbell): park
     /// for `BUSY_PARK` (100 µs) at most.
     pub fn idle_wait(&mut self, busy: bool) -> Option<Wake> {
-        // Frames due off the link's delay line leave before the processor idles.
+        // Frames due off the link's delay line, and echo requests just asked for, leave
+        // before the processor idles.
         let _ = self.link.poll_timers();
+        self.send_queued_probes();
         let now = Instant::now();
         let since = *self.idle_since.get_or_insert(now);
         let idle = now.duration_since(since);
