@@ -524,9 +524,10 @@ impl Control {
                     job.tries[idx][ki] = job.tries[idx][ki].saturating_sub(1);
                     job.queue.push_back((idx, k));
                 }
-                Some(PutOutcome::Failed { .. }) if job.tries[idx][ki] < MAX_TRIES => {
-                    // No answer in time (a dropped packet, a dead target): again, as a
-                    // newer version (to another target if this one died).
+                // No answer in time (a dropped packet, a dead target), or a target whose
+                // view of the members differs (views converge as heartbeats are heard):
+                // again, as a newer version (to another target if this one died).
+                Some(PutOutcome::Failed { .. } | PutOutcome::WrongView) if job.tries[idx][ki] < MAX_TRIES => {
                     self.counters.retries += 1;
                     job.queue.push_back((idx, k));
                 }

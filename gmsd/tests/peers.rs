@@ -112,6 +112,13 @@ fn a_peer_that_never_starts_is_never_heard_and_never_put_to() {
     for n in 0..3 {
         cl.spawn(n).expect("spawn gmsd");
     }
+    // Every running daemon must see the same members before the puts: a target whose
+    // view still lacks a node answers WrongView.
+    for n in [1, 2] {
+        wait_for(Duration::from_secs(10), "gmsd 1 and 2 to hear the others", || {
+            stat(&cl.sock(n)).filter(|s| s.members == [0, 1, 2])
+        });
+    }
     let s = wait_for(Duration::from_secs(10), "gmsd 0 to hear nodes 1 and 2", || {
         stat(&cl.sock(0)).filter(|s| s.members == [0, 1, 2])
     });
