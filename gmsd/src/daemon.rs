@@ -458,8 +458,9 @@ impl Daemon {
 }
 
 /// The NIC's firmware counters and link counters that are not zero (drops show up here).
-pub fn nic_counters(nic: &Nic) -> Vec<(String, u64)> {
-    let mut out: Vec<(String, u64)> = nic.status().counters.into_iter().filter(|c| c.1 != 0).collect();
+pub fn nic_counters(nic: &Nic) -> std::collections::BTreeMap<String, u64> {
+    let mut out: std::collections::BTreeMap<String, u64> =
+        nic.status().counters.into_iter().filter(|c| c.1 != 0).collect();
     if let Ok(serde_json::Value::Object(m)) = serde_json::to_value(trapeze_vnic::nic::link_stats(nic)) {
         out.extend(m.into_iter().filter_map(|(k, v)| Some((format!("link_{k}"), v.as_u64().filter(|&x| x != 0)?))));
     }
@@ -511,7 +512,7 @@ pub fn stat(port: &GmsPort, live: &Peers, control: &Control, ds: &DaemonStats, m
         get_latency: control.lat_all.report(),
         get_latency_2way: control.lat_2way.report(),
         get_latency_3way: control.lat_3way.report(),
-        nic: Vec::new(),
+        nic: Default::default(),
         puts_by_plan: port.lru.stats.puts_by_plan,
         puts_fallback: port.lru.stats.puts_fallback,
         lru_plans: port.lru.stats.plans,

@@ -571,6 +571,8 @@ pub struct Stat {
     pub node: u16,
     pub uptime_s: f64,
     pub members: Vec<u16>,
+    /// The membership view's number; in JSON a hex string ("0x…"), as the text shows it.
+    #[serde(with = "hex_u64")]
     pub view: u64,
     pub nodes: Vec<NodeMem>,
     pub gets: u64,
@@ -609,8 +611,8 @@ pub struct Stat {
     pub get_latency: HistReport,
     pub get_latency_2way: HistReport,
     pub get_latency_3way: HistReport,
-    /// The NIC's non-zero firmware and link counters (`rx_ring_wait`, `link_…`).
-    pub nic: Vec<(String, u64)>,
+    /// The NIC's non-zero firmware and link counters (`rx_ring_wait`, `link_…`), by name.
+    pub nic: std::collections::BTreeMap<String, u64>,
     /// Putpage targets drawn from the global LRU's plan / chosen least loaded (no plan yet,
     /// or the plan drew no target that takes puts).
     pub puts_by_plan: u64,
@@ -642,6 +644,21 @@ pub struct Stat {
     /// Replicas lost with a failed node still to be put again (waiting or under way).
     #[serde(default)]
     pub re_replicate_pending: u64,
+}
+
+/// `u64` as a "0x…" string in JSON (a view number is a hash: hex is how people compare it).
+mod hex_u64 {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format!("{v:#x}"))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        let s = String::deserialize(d)?;
+        let hex = s.strip_prefix("0x").ok_or_else(|| serde::de::Error::custom(format!("view {s:?}: not 0x…")))?;
+        u64::from_str_radix(hex, 16).map_err(serde::de::Error::custom)
+    }
 }
 
 #[cfg(test)]

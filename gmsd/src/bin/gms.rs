@@ -199,7 +199,10 @@ fn run(a: Args) -> anyhow::Result<()> {
 }
 
 fn hist_line(name: &str, h: &HistReport) -> String {
-    format!("  {name:<10} {:>8} {:>10.1} {:>10.1} {:>10.1}\n", h.count, h.p50_us, h.p99_us, h.max_us)
+    if h.count == 0 {
+        return format!("  {name:<28} {:>8} {:>10} {:>10} {:>10}\n", 0, "—", "—", "—");
+    }
+    format!("  {name:<28} {:>8} {:>10.1} {:>10.1} {:>10.1}\n", h.count, h.p50_us, h.p99_us, h.max_us)
 }
 
 /// The readable form of `stat`.
@@ -246,31 +249,49 @@ fn table(s: &Stat) -> String {
         s.gets, s.hits, s.hits_cache, s.hits_local, s.hits_2way, s.hits_3way, s.misses
     );
     o += &format!(
-        "  puts {} — stored {}, refused by targets {}; refused here {}; registrations refused, directory full {}; pages dropped {}; op timeouts {} (retried {}); peer failures {}, rejoins {}; re-registered after a membership change {}\n",
-        s.puts, s.puts_stored, s.puts_refused, s.refused_here, s.dir_full, s.pages_dropped, s.op_timeouts, s.retries, s.failures_detected, s.rejoins, s.reregistered
+        "  copy puts {} ({} copies of each page put here) — stored {}, refused by targets {}, \
+         tried again {}\n",
+        s.puts, s.replicas, s.puts_stored, s.puts_refused, s.retries
     );
     o += &format!(
-        "  copies of each page put here {}; reads that went on to the next replica {}; replicas put again after a failure {} ({} still to go)\n",
-        s.replicas, s.replica_fallbacks, s.re_replicated, s.re_replicate_pending
+        "  as a target: puts refused here {}, registrations refused (directory full) {}, pages dropped {}\n",
+        s.refused_here, s.dir_full, s.pages_dropped
     );
     o += &format!(
-        "  put targets by the global LRU's plan {}, least loaded {}; LRU plans {}, epochs started {}, pages discarded {}\n",
-        s.puts_by_plan, s.puts_fallback, s.lru_plans, s.lru_epochs_started, s.pages_discarded
+        "  operations timed out {}; peers declared failed {}, rejoined {}; pages re-registered after a \
+         membership change {}\n",
+        s.op_timeouts, s.failures_detected, s.rejoins, s.reregistered
     );
+    o += &format!(
+        "  reads that went on to the next copy {}; copies put again after a failure {} ({} still to go)\n",
+        s.replica_fallbacks, s.re_replicated, s.re_replicate_pending
+    );
+    o += &format!(
+        "  global LRU: plans {}, epochs started {}, pages discarded {}; put targets by its plan {}, least \
+         loaded {}\n",
+        s.lru_plans, s.lru_epochs_started, s.pages_discarded, s.puts_by_plan, s.puts_fallback
+    );
+    if !s.plan_weights.is_empty() {
+        let w: Vec<String> = s.plan_weights.iter().enumerate().map(|(n, w)| format!("node {n}: {w}")).collect();
+        o += &format!(
+            "  LRU weights (each node's count of the epoch's oldest pages: where puts go): {}\n",
+            w.join(", ")
+        );
+    }
     o += &format!(
         "  refused from senders not entitled: GMS messages {}, NetRPC replies/requests {}\n\n",
         s.unentitled, s.foreign_rpc
     );
-    o += "  getpage    samples    p50 µs     p99 µs     max µs\n";
-    o += &hist_line("all", &s.get_latency);
-    o += &hist_line("2-way", &s.get_latency_2way);
-    o += &hist_line("3-way", &s.get_latency_3way);
+    o += "  getpage                       samples    p50 µs     p99 µs     max µs\n";
+    o += &hist_line("request to answer, all", &s.get_latency);
+    o += &hist_line("  GMS operation, 2-way", &s.get_latency_2way);
+    o += &hist_line("  GMS operation, 3-way", &s.get_latency_3way);
     if !s.nic.is_empty() {
-        o += "\n  NIC counters:";
-        for (k, v) in &s.nic {
-            o += &format!(" {k}={v}");
+        o += "\n  NIC counters:\n";
+        let items: Vec<String> = s.nic.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        for line in items.chunks(4) {
+            o += &format!("    {}\n", line.join("  "));
         }
-        o += "\n";
     }
     if !s.get_latency.buckets.is_empty() {
         o += "\n  histogram (all gets): ≤ µs  count\n";
@@ -305,5 +326,37 @@ mod tests {
         assert!(missing.is_empty(), "no help: {missing:?}");
         let put = cmd.find_subcommand("put").unwrap().get_about().unwrap().to_string();
         assert!(!put.contains("padded") && put.contains("keeps exactly"), "{put}");
+    }
+
+    /// `stat` reads as a user needs: short lines, empty rows as dashes, copy puts named
+    /// as copies, the plan's weights shown, the NIC counters by name; JSON's view in hex.
+    #[test]
+    fn stat_reads_plainly() {
+        let hist = |count| HistReport { count, p50_us: 100.0, p99_us: 120.0, max_us: 130.0, buckets: vec![] };
+        let mut s = Stat {
+            node: 0,
+            members: vec![0, 1, 2],
+            view: 0x37f1_1cf1_d36d_7aff,
+            puts: 2,
+            puts_stored: 2,
+            replicas: 2,
+            get_latency: hist(1),
+            get_latency_2way: hist(1),
+            get_latency_3way: hist(0),
+            plan_weights: vec![86, 85, 85],
+            ..Stat::default()
+        };
+        s.nic = (0..9).map(|i| (format!("counter_{i}"), 1000 + i)).collect();
+        let t = table(&s);
+        assert!(t.lines().all(|l| l.chars().count() <= 120), "{t}");
+        assert!(t.contains("copy puts 2 (2 copies of each page put here)"), "{t}");
+        assert!(t.contains("node 0: 86, node 1: 85, node 2: 85"), "{t}");
+        let three = t.lines().find(|l| l.contains("operation, 3-way")).unwrap();
+        assert!(three.contains('—') && !three.contains("0.0"), "{three}");
+        assert!(t.contains("counter_0=1000") && !t.contains("(\""), "{t}");
+        let j = serde_json::to_value(&s).unwrap();
+        assert_eq!(j["view"], "0x37f11cf1d36d7aff");
+        assert_eq!(j["nic"]["counter_8"], 1008);
+        assert_eq!(serde_json::from_value::<Stat>(j).unwrap(), s);
     }
 }
