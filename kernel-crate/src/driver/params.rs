@@ -25,7 +25,30 @@ pub(crate) fn check() -> Result {
     in_range("gms_disk_direct_reads", GMS_DISK_DIRECT_READS.get(), 0, 1)?;
     in_range("gms_nic_answers", GMS_NIC_ANSWERS.get(), 0, 1)?;
     in_range("gms_degraded_writes", GMS_DEGRADED_WRITES.get(), 0, 1)?;
+    gms_nodes_in_range()?;
     gms_fail_ms().map(|_| ())
+}
+
+/// Every id in `gms_nodes=` within what GMS liveness and the disk's store cover
+/// (`0..=MAX_NODE`), or the load is refused naming it. A malformed list is only reported
+/// when the node joins (no GMS node).
+fn gms_nodes_in_range() -> Result {
+    use crate::tpz::gms::store::nodes::MAX_NODE;
+    let Some(list) = GMS_NODES.get() else { return Ok(()) };
+    let mut ids = [0u16; crate::net::MEMBERS];
+    let n = crate::net::parse_members(list, &mut ids).unwrap_or(0);
+    match ids[..n].iter().find(|&&m| m > MAX_NODE) {
+        Some(m) => {
+            pr_err!(
+                "gms_nodes={:?}: node {} is past the ids GMS liveness covers (0..={}): not loaded\n",
+                list,
+                m,
+                MAX_NODE
+            );
+            Err(EINVAL)
+        }
+        None => Ok(()),
+    }
 }
 
 /// Most pages a node stores for others: 1 GiB (each in a page of its own; the frame pool
