@@ -30,7 +30,8 @@
 #       on B alone: every written page must read back as written or fail with EIO (its
 #       copy was on C) — at least one of each, none as zeros or other bytes, none hanging
 #       —, the pages never written ($gwritten..$npages-1) read as zeros, and a new page
-#       written past them reads back.
+#       written past them reads back. Then a new disk (delta) of two copies on the same
+#       members: with only B alive it is warned about at load and a write fails (EIO).
 # Lines for the host start with "trapeze-disks:"; A's and A''s checks print PASS or FAIL,
 # and each its total "N passed, M failed". Every wait is bounded.
 
@@ -272,5 +273,22 @@ check "(c) a page written after the reload, with node 3 listed and dead, reads b
 rmmod trapeze || fail "rmmod after gamma's reload"
 unload=$(dmesg | grep "/dev/gms0 on GMS:" | tail -1)
 say "unload: ${unload#*] }"
+# Too few members: a new disk of two copies, with B the only one of 2 and 3 alive, says so
+# at load and refuses writes (EIO) rather than store them with one copy.
+echo "trapeze-disks: delta load" > /dev/kmsg
+if load delta 2 gms_nodes=0,2,3; then
+    this_load() { dmesg | sed -n '/trapeze-disks: delta load/,$p'; }
+    timeout 60 dd if=/tmp/newpg of="$dev" bs=4096 count=1 oflag=direct 2>/tmp/few.err
+    frc=$?
+    warned=$(this_load | grep -c "1 of the 2 other members in gms_nodes= heard; writes fail until gms_replicas=2")
+    refused() { [ "$frc" = 1 ] && grep -qi "input/output error" /tmp/few.err && [ "$warned" = 1 ]; }
+    check "(c) a disk of two copies with one live member (node 3 listed, dead): warned at load ($warned), a write fails with EIO (status $frc)" \
+        refused
+    rmmod trapeze || fail "rmmod after delta"
+    unload=$(dmesg | grep "/dev/gms0 on GMS:" | tail -1)
+    say "unload: ${unload#*] }"
+else
+    fail "insmod (gms_disk_id=delta, gms_replicas=2, gms_nodes=0,2,3)"
+fi
 finish
 [ "$fails" = 0 ]

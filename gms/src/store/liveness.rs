@@ -193,12 +193,13 @@ impl<const M: usize> Liveness<M> {
         }
     }
 
-    /// Whether the table has settled at `now`: every peer was heard since it was made, or
+    /// Whether the table has settled at `now`: every peer was heard since it was made and
+    /// the consumer was told so ([`Self::poll_event`]: [`Self::members`] has it), or
     /// `dead_after` has passed since then (a peer unheard so long is taken as not running:
     /// not a member until it is heard). See the module doc.
     pub fn settled(&self, now: u64) -> bool {
         now.saturating_sub(self.made) >= self.cfg.dead_after_ns
-            || self.peers[..self.len].iter().all(|p| !matches!(p.now, Peer::Unheard))
+            || self.peers[..self.len].iter().all(|p| !matches!(p.told, Peer::Unheard))
     }
 
     /// Declare dead every peer silent for `dead_after` at `now`. Call at
@@ -350,6 +351,18 @@ mod tests {
         assert!(t.handle_heartbeat(now, 2, 9));
         assert_eq!(t.poll_event(), Some(Event::Joined(2)));
         assert!(t.settled(now));
+    }
+
+    #[test]
+    fn settled_once_every_peer_was_heard_and_told() {
+        let mut t = table();
+        t.handle_heartbeat(10 * MS, 1, 5);
+        t.handle_heartbeat(20 * MS, 2, 6);
+        assert!(!t.settled(20 * MS), "heard, but the consumer's members do not have them yet");
+        assert_eq!(t.poll_event(), Some(Event::Joined(1)));
+        assert_eq!(t.poll_event(), Some(Event::Joined(2)));
+        assert!(t.settled(20 * MS));
+        assert_eq!(t.members().len(), 2);
     }
 
     #[test]

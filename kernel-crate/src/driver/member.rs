@@ -116,7 +116,8 @@ impl Shared {
     }
 
     /// Wait (probe, process context) until liveness has settled: every `gms_nodes=` peer
-    /// heard, or `gms_fail_ms` since the join (the ticker and the receive path run
+    /// heard and its join handled by the ticker (in the view and the members a disk
+    /// starts with), or `gms_fail_ms` since the join (the ticker and the receive path run
     /// meanwhile). Bounded by `gms_fail_ms` and a second.
     pub(super) fn settle(&self) {
         let start = now_ns();
