@@ -198,7 +198,10 @@ param_table!(PARAMS: 13 = [
 modinfo!(PARMTYPE_NODE, "parmtype=node:int\0");
 modinfo!(PARM_NODE, "parm=node:this node's id on the link (default -1: the id the NIC publishes)\0");
 modinfo!(PARMTYPE_GMS_NODES, "parmtype=gms_nodes:charp\0");
-modinfo!(PARM_GMS_NODES, "parm=gms_nodes:GMS members, comma-separated node ids 0..=63, each a member once heard (default: no GMS node)\0");
+modinfo!(
+    PARM_GMS_NODES,
+    "parm=gms_nodes:GMS members, comma-separated node ids 0..=63, each a member once heard (default: no GMS node)\0"
+);
 modinfo!(PARMTYPE_GMS_BUDGET, "parmtype=gms_budget_pages:int\0");
 modinfo!(
     PARM_GMS_BUDGET,
