@@ -4,7 +4,7 @@
 # as /etc/trapeze/run.sh): the GMS block device /dev/gms0 of trapeze.ko on its RAM backend.
 #
 # 0. Bad parameters: insmod with a parameter out of its range is refused, and the kernel
-#    log names the parameter (nothing loaded).
+#    log names the parameter (nothing loaded); gms_nodes= with an id past 63 too.
 # 1. insmod with gms_disk_mb=16: size; I/O past the end fails cleanly; an 8 MiB random pattern written, caches dropped,
 #    read back and compared (cmp + md5sum); O_DIRECT reads; a 1000-byte write at an
 #    unaligned offset (read-modify-write through the page cache); a tar archive written to
@@ -45,8 +45,9 @@ refused() { # refused PARAM=VALUE: insmod fails and the log names PARAM=VALUE ou
 }
 for p in gms_budget_pages=999999 gms_budget_pages=-1 gms_budget_mb=1025 "gms_budget_mb=4 gms_budget_pages=100" gms_dir_pages=-1 gms_dir_pages=2000000 \
     gms_disk_readahead=33 gms_disk_pages=-2 gms_replicas=5 gms_replicas=-1 gms_disk_direct_reads=2 \
-    gms_disk_pages=99999999 node=-2 node=65535 gms_fail_ms=10 gms_disk_mb=-1; do
+    gms_disk_pages=99999999 node=-2 node=65535 gms_fail_ms=10 gms_disk_mb=-1 gms_nodes=0,64; do
     case $p in
+    gms_nodes=*) check "insmod $p refused, named in the log" sh -c "! insmod $ko $p 2>/dev/null && dmesg | tail -3 | grep -q 'gms_nodes=\"0,64\": node 64 is past the ids GMS liveness covers'" ;;
     gms_disk_mb=*) check "insmod $p refused" sh -c "! insmod $ko $p 2>/dev/null && dmesg | tail -3 | grep -q 'gms_disk_mb=-1: must be'" ;;
     *" "*) check "insmod $p refused" sh -c "! insmod $ko $p 2>/dev/null && dmesg | tail -3 | grep -q 'both given'" ;;
     *) check "insmod $p refused, named in the log" refused "$p" ;;

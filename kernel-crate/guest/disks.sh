@@ -24,12 +24,14 @@
 #       copy of each page (gms_replicas=1) on B and C, writes pages 0..$gwritten-1, asks
 #       the host to kill C, waits until C is declared failed and the volume's label and
 #       written map have a copy on B (disk_meta_lost 0: the load writes again from memory
-#       the ones C held), unloads and loads gamma again with the members left (0,2: a
-#       member a load never heard from is never declared failed, so a dead one listed in
-#       gms_nodes= would stay in its view, apart from B's): every written page must read
-#       back as written or fail with EIO (its copy was on C) — at least one of each, none
-#       as zeros or other bytes, none hanging — and the pages never written
-#       ($gwritten..$npages-1) read as zeros.
+#       the ones C held), unloads and loads gamma again with C still listed
+#       (gms_nodes=0,2,3): the load never hears C, so C is not a member (the kernel log
+#       says "gms: node 3 (gms_nodes=) not heard", never "node 3 heard") and the disk runs
+#       on B alone: every written page must read back as written or fail with EIO (its
+#       copy was on C) — at least one of each, none as zeros or other bytes, none hanging
+#       —, the pages never written ($gwritten..$npages-1) read as zeros, and a new page
+#       written past them reads back. Then a new disk (delta) of two copies on the same
+#       members: with only B alive it is warned about at load and a write fails (EIO).
 # Lines for the host start with "trapeze-disks:"; A's and A''s checks print PASS or FAIL,
 # and each its total "N passed, M failed". Every wait is bounded.
 
@@ -214,7 +216,16 @@ b2=$(tstat disk_puts_stored_at_node_2)
 check "(c) the volume's label and written map have a copy on a live member (disk_meta_lost $(tstat disk_meta_lost) after $((t / 10)) s; $((b2 - b)) meta pages written again on B; $(tstat disk_replicas_short) copies short)" \
     meta_safe
 rmmod trapeze || fail "rmmod after gamma's first load"
-load gamma 1 gms_nodes=0,2 || { fail "insmod again (gms_disk_id=gamma, members 0,2)"; finish; exit 1; }
+# C stays listed: dead, it is never heard by this load, so never a member.
+echo "trapeze-disks: gamma reload" > /dev/kmsg
+load gamma 1 gms_nodes=0,2,3 || { fail "insmod again (gms_disk_id=gamma, gms_nodes=0,2,3)"; finish; exit 1; }
+this_load() { dmesg | sed -n '/trapeze-disks: gamma reload/,$p'; }
+targets=$(this_load | sed -n 's/.*written through to \(.*\), [0-9]* cop.*/\1/p' | tail -1)
+not_member() { this_load | grep -q "gms: node 3 (gms_nodes=) not heard" && ! this_load | grep -q "gms: node 3 heard"; }
+# The ticker reports the peers never heard once liveness settles (probe waited for it).
+wait_until not_member 3 50
+check "(c) reload with node 3 (dead) still in gms_nodes=: never heard, not a member (targets: ${targets:-?}; gms_never_heard $(tstat gms_never_heard))" \
+    not_member
 ok=0; eio=0; zero=0; wrong=0; hung=0; other=0; zeros_ok=0
 head -c 4096 /dev/zero > /tmp/zero
 for p in $(seq 0 $((npages - 1))); do
@@ -251,8 +262,33 @@ some_of_each() { [ "$eio" -ge 1 ] && [ "$ok" -ge 1 ]; }
 check "(c) the pages whose only copy died with node 3 fail ($eio) and those on B read back ($ok): at least one of each" \
     some_of_each
 check "(c) the $((npages - gwritten)) pages never written read as zeros ($zeros_ok)" [ "$zeros_ok" = $((npages - gwritten)) ]
+# The disk still takes writes on the live member (one copy each: B).
+dd if=/tmp/gamma of=/tmp/newpg bs=4096 count=1 2>/dev/null
+fresh() {
+    timeout 60 dd if=/tmp/newpg of="$dev" bs=4096 count=1 seek=$((npages + 8)) oflag=direct 2>/dev/null &&
+        timeout 60 dd if="$dev" of=/tmp/newback bs=4096 count=1 skip=$((npages + 8)) iflag=direct 2>/dev/null &&
+        cmp -s /tmp/newpg /tmp/newback
+}
+check "(c) a page written after the reload, with node 3 listed and dead, reads back (on B)" fresh
 rmmod trapeze || fail "rmmod after gamma's reload"
 unload=$(dmesg | grep "/dev/gms0 on GMS:" | tail -1)
 say "unload: ${unload#*] }"
+# Too few members: a new disk of two copies, with B the only one of 2 and 3 alive, says so
+# at load and refuses writes (EIO) rather than store them with one copy.
+echo "trapeze-disks: delta load" > /dev/kmsg
+if load delta 2 gms_nodes=0,2,3; then
+    this_load() { dmesg | sed -n '/trapeze-disks: delta load/,$p'; }
+    timeout 60 dd if=/tmp/newpg of="$dev" bs=4096 count=1 oflag=direct 2>/tmp/few.err
+    frc=$?
+    warned=$(this_load | grep -c "1 of the 2 other members in gms_nodes= heard; writes fail until gms_replicas=2")
+    refused() { [ "$frc" = 1 ] && grep -qi "input/output error" /tmp/few.err && [ "$warned" = 1 ]; }
+    check "(c) a disk of two copies with one live member (node 3 listed, dead): warned at load ($warned), a write fails with EIO (status $frc)" \
+        refused
+    rmmod trapeze || fail "rmmod after delta"
+    unload=$(dmesg | grep "/dev/gms0 on GMS:" | tail -1)
+    say "unload: ${unload#*] }"
+else
+    fail "insmod (gms_disk_id=delta, gms_replicas=2, gms_nodes=0,2,3)"
+fi
 finish
 [ "$fails" = 0 ]

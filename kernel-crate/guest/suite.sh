@@ -356,9 +356,9 @@ clean=no
 [ "$gone" = yes ] && [ -e /tmp/reader.done ] && logged "removed: NIC halted, frames freed" && clean=yes
 check "clean unload: rmmod with a reader looping on $dev (after $tries tries; reader ended: $(cat /tmp/reader.done 2>/dev/null || echo no) passes)" \
     [ "$clean" = yes ]
-# Requests in flight at unload: echo calls to a silent member, getpages (some with it
-# as directory node).
-if insmod "$ko" node=0 gms_nodes=0,1,1023 unload_inflight=8 && rmmod trapeze; then
+# Requests in flight at unload: echo calls to a silent node (1023), getpages; node 63 is
+# a gms_nodes= peer that never starts (never heard: not a member).
+if insmod "$ko" node=0 gms_nodes=0,1,63 unload_inflight=8 && rmmod trapeze; then
     check "clean unload with NetRPC calls and getpages in flight" \
         logged "in flight at unload: failed (0 calls, 0 operations left)"
 else

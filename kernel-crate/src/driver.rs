@@ -53,9 +53,7 @@ use control::{choose_node, device_request, wait_firmware};
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use kernel::sync::Arc;
 use kernel::{c_str, new_condvar, prelude::*};
-use shared::{
-    Device, Shared, FRAME_BYTES, HEARD_NODES, NIC_BAR, REGS_BAR, REGS_BYTES, RX_FRAMES, SPARE_FRAMES, TX_FRAMES,
-};
+use shared::{Device, Shared, FRAME_BYTES, NIC_BAR, REGS_BAR, REGS_BYTES, RX_FRAMES, SPARE_FRAMES, TX_FRAMES};
 
 /// The PCI driver.
 pub(crate) struct TrapezeDriver;
@@ -75,6 +73,11 @@ impl Device {
     /// frames.
     fn probe(pdev: &PciDev) -> Result<KBox<Self>> {
         let (mut dev, members) = Self::bring_up(pdev)?;
+        if members > 1 {
+            // What runs at load (the self-tests, the disk's volume load) acts on the
+            // members heard: wait for liveness to settle (at most `gms_fail_ms`).
+            dev.shared.settle();
+        }
         selftest::at_probe(&dev.shared);
         if let Ok(pages @ 1..) = u64::try_from(params::GMS_DISK_PAGES.get()) {
             match dev.shared.gms_disk(&dev.shared, pages) {
@@ -126,9 +129,7 @@ impl Device {
             Worked::new(pin_init!(Shared {
                 core <- IrqSpinLock::new(core, c_str!("trapeze::core"), kernel::static_lock_class!()),
                 completed <- new_condvar!("trapeze::completed"),
-                heard: [const { AtomicU64::new(0) }; HEARD_NODES],
-                failed: AtomicU64::new(0),
-                configured: AtomicU64::new(0),
+                admitted: AtomicU64::new(0),
                 fail_ms,
                 regs,
                 ctl,

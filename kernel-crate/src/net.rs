@@ -29,6 +29,7 @@ use crate::sys::dma::DmaBuf;
 use crate::tpz::endpoint::{Endpoint, RecvMsg, SendError, SendMsg};
 use crate::tpz::gms::epochs::LruMsg;
 use crate::tpz::gms::prelude::*;
+use crate::tpz::gms::store::liveness::Liveness;
 use crate::tpz::iface::entry::{Segment, TxStatus};
 use crate::tpz::iface::layout::Counter;
 use crate::tpz::netrpc::prelude::*;
@@ -145,18 +146,12 @@ pub(crate) struct KHost {
     /// `lru_inbox[..lru_queued]`.
     pub(crate) lru_inbox: KVVec<LruMsg>,
     pub(crate) lru_queued: usize,
-    /// The incarnation each node's last heartbeat carried, by node id (< [`BEAT_NODES`];
-    /// 0: none yet). On the heap: a `KHost` is moved while probe builds the core, on a
-    /// stack with little room.
-    incarnations: KVec<u64>,
-    /// Nodes heard in a heartbeat since the ticker last took them (bit per node id), and
-    /// among them those whose incarnation changed (they restarted: their pages are gone).
-    beats: u64,
-    restarts: u64,
+    /// Liveness of the `gms_nodes=` peers ([`Liveness`], the policy `gmsd` shares): the
+    /// receive path hands it heartbeats and other messages, the ticker its timeouts and
+    /// events. `None` until the node joins GMS. On the heap: a `KHost` is moved while
+    /// probe builds the core, on a stack with little room.
+    pub(crate) liveness: Option<KBox<Liveness<MEMBERS>>>,
 }
-
-/// Node ids whose heartbeats' incarnations are tracked (0..64: a bit each).
-pub(crate) const BEAT_NODES: usize = 64;
 
 /// Global-LRU messages kept between two receive batches (a batch is a receive ring; an
 /// overflow is counted and the epoch's deadline covers it).
@@ -174,27 +169,17 @@ impl KHost {
             serve: None,
             lru_inbox: KVVec::new(),
             lru_queued: 0,
-            incarnations: KVec::new(),
-            beats: 0,
-            restarts: 0,
+            liveness: None,
         }
     }
 
-    /// A heartbeat from `hb.node` (checked to name its sender): note its incarnation.
+    /// A heartbeat from `hb.node` (checked to name its sender), fresh off the link: to
+    /// liveness, which refuses strangers and this node's own id (counted).
     fn heard_beat(&mut self, hb: &crate::tpz::gms::heartbeat::Heartbeat) {
-        let Some(seen) = self.incarnations.get_mut(usize::from(hb.node)) else { return };
-        let bit = 1u64 << hb.node;
-        if *seen != 0 && *seen != hb.incarnation {
-            self.restarts |= bit;
+        let Some(l) = self.liveness.as_mut() else { return };
+        if !l.handle_heartbeat(now_ns(), hb.node, hb.incarnation) {
+            STATS.gms_heartbeats_refused.inc();
         }
-        *seen = hb.incarnation;
-        self.beats |= bit;
-    }
-
-    /// The nodes heard in a heartbeat since the last call, and those among them that
-    /// restarted (bit per node id), for the ticker's rejoin rule.
-    pub(crate) fn take_beats(&mut self) -> (u64, u64) {
-        (core::mem::take(&mut self.beats), core::mem::take(&mut self.restarts))
     }
 
     /// A host over `ep`, whose receive slots were given [`KPort::slot_segment`]s of `pool`.
@@ -210,7 +195,6 @@ impl KHost {
         host.ep = Ep(Some(port));
         host.tx = tx;
         host.lru_inbox = inbox;
-        host.incarnations = KVec::from_elem(0, BEAT_NODES, GFP_KERNEL)?;
         Ok(host)
     }
 
@@ -417,9 +401,9 @@ impl Host<Frame> for KHost {
             return Action::Done;
         }
         if inc.op == crate::tpz::gms::heartbeat::OP_HEARTBEAT && inc.one_way {
-            // The GMS heartbeat (from a guest or a host `gmsd`): the driver's receive path
-            // already refreshed its sender's liveness; its incarnation tells the ticker of
-            // a restart. A malformed one is only not counted.
+            // The GMS heartbeat (from a guest or a host `gmsd`): to liveness, whose events
+            // the ticker acts on (its incarnation tells a restart). A malformed one is
+            // only not counted.
             if let Ok(hb) = crate::tpz::gms::heartbeat::Heartbeat::from_message(inc.src, inc.body) {
                 STATS.heartbeats.inc();
                 self.heard_beat(&hb);

@@ -21,6 +21,13 @@
 //! nothing meanwhile through no fault of its peers: when [`Liveness::handle_timeout`] runs
 //! more than half of `dead_after` after the previous call, every alive peer gets a fresh
 //! grace period instead of being declared dead ([`Liveness::stalls`]).
+//!
+//! A peer never heard is never declared dead either (it has no incarnation to have ended):
+//! it is simply not a member. A consumer that must see the cluster before it acts (a
+//! volume's load, which would take a label nobody answered for as missing) waits until
+//! the table has *settled* ([`Liveness::settled`]): every peer heard, or `dead_after`
+//! passed since the table was made; a peer still unheard then is not running, and joins
+//! when it is first heard.
 
 use super::nodes::{NodeOutOfRange, NodeSet};
 
@@ -91,6 +98,8 @@ pub struct Liveness<const M: usize> {
     len: usize,
     last_check: u64,
     next_beat: u64,
+    /// When the table was made (for [`Self::settled`]).
+    made: u64,
     /// Heartbeats refused: from this node's own id or a node not configured.
     pub refused: u64,
     /// Checks that found this host had not run for half of `dead_after`.
@@ -111,6 +120,7 @@ impl<const M: usize> Liveness<M> {
             len: 0,
             last_check: now,
             next_beat: now,
+            made: now,
             refused: 0,
             stalls: 0,
         };
@@ -169,6 +179,27 @@ impl<const M: usize> Liveness<M> {
         };
         self.peers[i].now = Peer::Alive { last: now, incarnation };
         true
+    }
+
+    /// Another fresh message from `node` arrived at `now` (a reply, a put, a directory
+    /// update): an alive peer is running, so its silence restarts. It never makes an
+    /// unheard or dead peer alive: only a heartbeat names the incarnation, which tells a
+    /// return from a restart. Messages from strangers are ignored (not counted).
+    pub fn handle_heard(&mut self, now: u64, node: u16) {
+        if let Some(i) = self.slot(node) {
+            if let Peer::Alive { last, incarnation } = self.peers[i].now {
+                self.peers[i].now = Peer::Alive { last: last.max(now), incarnation };
+            }
+        }
+    }
+
+    /// Whether the table has settled at `now`: every peer was heard since it was made and
+    /// the consumer was told so ([`Self::poll_event`]: [`Self::members`] has it), or
+    /// `dead_after` has passed since then (a peer unheard so long is taken as not running:
+    /// not a member until it is heard). See the module doc.
+    pub fn settled(&self, now: u64) -> bool {
+        now.saturating_sub(self.made) >= self.cfg.dead_after_ns
+            || self.peers[..self.len].iter().all(|p| !matches!(p.told, Peer::Unheard))
     }
 
     /// Declare dead every peer silent for `dead_after` at `now`. Call at
@@ -290,6 +321,67 @@ mod tests {
         assert!(matches!(Liveness::<4>::new(0, 1, &[64], cfg, 0), Err(LivenessError::OutOfRange(_))));
         assert!(matches!(Liveness::<4>::new(0, 1, &[0], cfg, 0), Err(LivenessError::SelfAsPeer)));
         assert!(matches!(Liveness::<1>::new(0, 1, &[1, 2], cfg, 0), Err(LivenessError::TooManyPeers)));
+    }
+
+    #[test]
+    fn a_peer_never_heard_is_never_a_member_and_never_failed() {
+        let mut t = table();
+        assert!(!t.settled(0));
+        assert!(t.handle_heartbeat(10 * MS, 1, 5));
+        assert!(!t.settled(10 * MS), "node 2 may still be starting");
+        let mut now = 10 * MS;
+        let mut events = [None; 4];
+        let mut n = 0;
+        while now < 5000 * MS {
+            now += 100 * MS;
+            t.handle_timeout(now);
+            t.handle_heard(now, 1);
+            t.handle_heard(now, 2);
+            while let Some(e) = t.poll_event() {
+                events[n] = Some(e);
+                n += 1;
+            }
+        }
+        assert_eq!(&events[..n], &[Some(Event::Joined(1))], "node 2 neither joins nor fails");
+        assert!(t.settled(now), "settled once dead_after passed");
+        assert_eq!(t.peer(2), Some(Peer::Unheard));
+        assert!(t.members().contains(1) && !t.members().contains(2));
+        assert_eq!(t.refused, 0, "other messages from configured peers are not refusals");
+        // Heard at last: a member from then on.
+        assert!(t.handle_heartbeat(now, 2, 9));
+        assert_eq!(t.poll_event(), Some(Event::Joined(2)));
+        assert!(t.settled(now));
+    }
+
+    #[test]
+    fn settled_once_every_peer_was_heard_and_told() {
+        let mut t = table();
+        t.handle_heartbeat(10 * MS, 1, 5);
+        t.handle_heartbeat(20 * MS, 2, 6);
+        assert!(!t.settled(20 * MS), "heard, but the consumer's members do not have them yet");
+        assert_eq!(t.poll_event(), Some(Event::Joined(1)));
+        assert_eq!(t.poll_event(), Some(Event::Joined(2)));
+        assert!(t.settled(20 * MS));
+        assert_eq!(t.members().len(), 2);
+    }
+
+    #[test]
+    fn other_messages_keep_an_alive_peer_alive_but_revive_nobody() {
+        let mut t = table();
+        t.handle_heartbeat(0, 1, 5);
+        t.poll_event();
+        for now in (100..=3000).step_by(100) {
+            t.handle_heard(now * MS, 1);
+            t.handle_timeout(now * MS);
+        }
+        assert_eq!(t.poll_event(), None, "a peer that keeps sending is alive");
+        for now in (3100..=4500).step_by(100) {
+            t.handle_timeout(now * MS);
+        }
+        assert_eq!(t.poll_event(), Some(Event::Failed(1)));
+        t.handle_heard(4600 * MS, 1);
+        assert_eq!(t.poll_event(), None, "only a heartbeat brings a dead peer back");
+        assert_eq!(t.peer(1), Some(Peer::Dead { incarnation: 5 }));
     }
 
     #[test]

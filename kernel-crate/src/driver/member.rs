@@ -1,5 +1,16 @@
 // SPDX-License-Identifier: GPL-2.0-only
-//! This node as a GMS member: joining `gms_nodes=`, the ticker (heartbeats, failure detection), `/dev/gms0`.
+//! This node as a GMS member: joining `gms_nodes=`, the ticker (heartbeats, timeouts),
+//! membership from `gms::store::liveness` (the policy `gmsd` shares), `/dev/gms0`.
+//!
+//! Who is a member is liveness's alone: a `gms_nodes=` peer becomes one when first heard
+//! in a heartbeat, is declared failed after `gms_fail_ms` of silence, and is admitted
+//! again when heard again (a new incarnation: restarted, its memory gone). A peer never
+//! heard is never a member (and never "failed"): puts are never aimed at a node that
+//! never started. The driver only maps each [`Event`] onto GMS's view
+//! (`node_failed`, `set_members`) and the disk's store ([`DiskState::handle_member`]);
+//! the view is always this node and liveness's members. Probe waits for liveness to
+//! settle ([`Shared::settle`]) so that what runs at load (the disk's volume load, the
+//! self-tests) sees the cluster that is up.
 
 use super::params;
 use super::shared::{Dev, GmsBackend, Shared, HEARTBEAT_MS, TICK_MS};
@@ -8,8 +19,7 @@ use crate::net::{self, now_ns};
 use crate::stats::STATS;
 use crate::sys;
 use crate::tpz::gms::heartbeat;
-use crate::tpz::gms::store::liveness::Event;
-use crate::tpz::gms::store::nodes::MAX_NODE;
+use crate::tpz::gms::store::liveness::{Event, Liveness, LivenessConfig, LivenessError, Peer};
 use core::sync::atomic::Ordering;
 use kernel::prelude::*;
 use kernel::sync::Arc;
@@ -17,46 +27,26 @@ use kernel::sync::Arc;
 impl Shared {
     /// The long work item, the GMS ticker, until remove: NetRPC and GMS timeouts and
     /// background work (they run on the receive path too, but a silent member sends
-    /// nothing), heartbeats to the members, and failure detection. It wakes at the cores'
-    /// next deadline ([`Self::next_tick_ms`]), at least every `TICK_MS`.
+    /// nothing), liveness (heartbeats, failures, joins). It wakes at the cores' next
+    /// deadline ([`Self::next_tick_ms`]), at least every `TICK_MS`.
     pub(super) fn run_ticker(this: &Arc<Dev>) {
-        let mut last_beat = 0u64;
-        // This run's incarnation in the GMS heartbeats (never 0).
-        let incarnation = sys::random_u64() | 1;
-        let mut last_tick = now_ns();
+        let mut settled = false;
         let mut sleep = TICK_MS;
         while !this.closing.load(Ordering::Acquire) {
             sys::msleep(sleep);
-            let now = now_ns();
-            // This guest itself did not run for a while (an emulator starved of CPU): its
-            // members' silence says nothing about them, so they get a fresh grace period.
-            let stalled = now.saturating_sub(last_tick);
-            last_tick = now;
-            if stalled > this.fail_ms * 1_000_000 / 2 {
-                STATS.ticker_stalls.inc();
-                for h in this.heard.iter() {
-                    if h.load(Ordering::Relaxed) != 0 {
-                        h.store(now, Ordering::Relaxed);
-                    }
-                }
-            }
-            let beat = now.saturating_sub(last_beat) >= HEARTBEAT_MS * 1_000_000;
-            if beat {
-                last_beat = now;
-            }
-            this.tick(now, beat.then_some(incarnation));
+            this.tick(now_ns(), &mut settled);
             sleep = this.next_tick_ms(now_ns());
         }
     }
 
-    /// Milliseconds until the earliest deadline NetRPC, GMS or the global LRU reports
-    /// (their `poll_timeout`s), at least 1 and at most `TICK_MS` (heartbeats and failure
-    /// detection need the regular tick).
+    /// Milliseconds until the earliest deadline NetRPC, GMS, the global LRU, the disk's
+    /// store or liveness reports (their `poll_timeout`s), at least 1 and at most `TICK_MS`.
     fn next_tick_ms(&self, now: u64) -> u32 {
         let next = {
             let c = self.core.lock();
             let store = c.client.as_ref().and_then(|d| d.poll_timeout());
-            [c.rpc.poll_timeout(), c.node.poll_timeout(), c.lru.poll_timeout(), store].into_iter().flatten().min()
+            let live = c.node.host.liveness.as_ref().map(|l| l.poll_timeout());
+            [c.rpc.poll_timeout(), c.node.poll_timeout(), c.lru.poll_timeout(), store, live].into_iter().flatten().min()
         };
         match next {
             Some(at) => (at.saturating_sub(now) / 1_000_000).clamp(1, u64::from(TICK_MS)) as u32,
@@ -64,7 +54,8 @@ impl Shared {
         }
     }
 
-    /// Join the GMS members of `gms_nodes=` (if given); how many members.
+    /// Join the GMS members of `gms_nodes=` (if given): liveness over the others, and a
+    /// view of this node alone until they are heard. How many nodes `gms_nodes=` lists.
     pub(super) fn join_gms(&self) -> usize {
         let Some(list) = params::GMS_NODES.get() else {
             return 0;
@@ -78,21 +69,45 @@ impl Shared {
             pr_err!("gms_nodes={:?} does not list this node ({}): no GMS node\n", list, self.node);
             return 0;
         }
+        let mut peers = [0u16; net::MEMBERS];
+        let mut k = 0;
+        for &m in ids[..n].iter().filter(|&&m| m != self.node) {
+            peers[k] = m;
+            k += 1;
+        }
+        let cfg = LivenessConfig { interval_ns: HEARTBEAT_MS * 1_000_000, dead_after_ns: self.fail_ms * 1_000_000 };
+        // This run's incarnation in the GMS heartbeats (never 0).
+        let table = match Liveness::new(self.node, sys::random_u64() | 1, &peers[..k], cfg, now_ns()) {
+            Ok(t) => t,
+            Err(e) => {
+                // `params::check` refused out-of-range ids in `gms_nodes=`; `node=` may be one.
+                let why = match e {
+                    LivenessError::OutOfRange(_) => "a node id past the ids GMS liveness covers (0..=63)",
+                    LivenessError::TooManyPeers | LivenessError::SelfAsPeer => "not a list of peers",
+                };
+                pr_err!("gms_nodes={:?} with node={}: {}: no GMS node\n", list, self.node, why);
+                return 0;
+            }
+        };
+        let Ok(table) = KBox::new(table, GFP_KERNEL) else {
+            pr_err!("gms: no memory for the liveness table: no GMS node\n");
+            return 0;
+        };
         let sent = {
             let mut core = self.core.lock();
             let c = &mut *core;
-            if !set_view(c, now_ns(), &ids[..n]) {
+            c.node.host.liveness = Some(table);
+            if !set_view(c, now_ns(), &[self.node]) {
+                c.node.host.liveness = None;
                 return 0;
             }
             c.flush()
         };
-        let bits = ids[..n].iter().filter(|&&m| usize::from(m) < net::BEAT_NODES).fold(0u64, |b, &m| b | 1 << m);
-        self.configured.store(bits, Ordering::Relaxed);
         if sent {
             self.ring_nic();
         }
         pr_info!(
-            "gms: node {} joined members {:?} with a budget of {} pages\n",
+            "gms: node {} joined members {:?} with a budget of {} pages (each a member once heard)\n",
             self.node,
             &ids[..n],
             self.core.lock().node.budget()
@@ -100,52 +115,75 @@ impl Shared {
         n
     }
 
-    /// One tick of the GMS ticker (see [`Shared::run_ticker`]).
-    /// `beat`: send the members a heartbeat with this incarnation.
-    fn tick(&self, now: u64, beat: Option<u64>) {
+    /// Wait (probe, process context) until liveness has settled: every `gms_nodes=` peer
+    /// heard and its join handled by the ticker (in the view and the members a disk
+    /// starts with), or `gms_fail_ms` since the join (the ticker and the receive path run
+    /// meanwhile). Bounded by `gms_fail_ms` and a second.
+    pub(super) fn settle(&self) {
+        let start = now_ns();
+        let bound = (self.fail_ms + 1_000) * 1_000_000;
+        loop {
+            let now = now_ns();
+            let settled = self.core.lock().node.host.liveness.as_ref().map_or(true, |l| l.settled(now));
+            if settled || now.saturating_sub(start) > bound || self.is_closing() {
+                return;
+            }
+            sys::msleep(20);
+        }
+    }
+
+    /// One tick of the GMS ticker (see [`Shared::run_ticker`]). `settled`: whether the
+    /// peers never heard were reported already.
+    fn tick(&self, now: u64, settled: &mut bool) {
         let sent = {
             let mut core = self.core.lock();
             let c = &mut *core;
             c.rpc.handle_timeouts(now, &mut c.node);
             c.node.drive(now, &mut c.rpc);
-            // Members heard again after they were declared failed, or restarted (a new
-            // incarnation), are admitted again — as gmsd does; never another node.
-            let (beats, restarts) = c.node.host.take_beats();
-            let back = (restarts | (beats & self.failed.load(Ordering::Relaxed)))
-                & self.configured.load(Ordering::Relaxed)
-                & !(1u64 << (self.node % 64));
-            for m in (0..net::BEAT_NODES as u16).filter(|&m| back & (1 << m) != 0) {
-                self.rejoin(c, now, m, restarts & (1 << m) != 0);
-            }
-            let mut members = [0u16; net::MEMBERS];
-            let n = c.node.members().ids().len().min(net::MEMBERS);
-            members[..n].copy_from_slice(&c.node.members().ids()[..n]);
-            for &m in members[..n].iter().filter(|&&m| m != self.node) {
-                let heard = self.heard.get(usize::from(m)).map_or(0, |h| h.load(Ordering::Relaxed));
-                // Only a member that was heard from can fail: the others may not be up yet.
-                if heard != 0 && now.saturating_sub(heard) > self.fail_ms * 1_000_000 {
-                    let bit = 1u64 << (m % 64);
-                    if self.failed.fetch_or(bit, Ordering::Relaxed) & bit == 0 {
-                        STATS.gms_node_failed.inc();
-                        pr_warn!("gms: node {} silent for more than {} ms: declared failed\n", m, self.fail_ms);
-                        c.node.node_failed(now, &mut c.rpc, m);
-                        let mut left = [0u16; net::MEMBERS];
-                        let k = c.node.members().len().min(net::MEMBERS);
-                        left[..k].copy_from_slice(&c.node.members().ids()[..k]);
-                        set_view(c, now, &left[..k]);
-                        if let Some(d) = c.client.as_mut() {
-                            d.handle_member(now, Event::Failed(m));
-                        }
+            let mut beat = None;
+            let mut peers = [0u16; net::MEMBERS];
+            let mut np = 0;
+            if let Some(l) = c.node.host.liveness.as_mut() {
+                let stalls = l.stalls;
+                l.handle_timeout(now);
+                if l.stalls != stalls {
+                    // This guest did not run for a while (an emulator starved of CPU):
+                    // liveness gave the members a fresh grace period.
+                    STATS.ticker_stalls.inc();
+                }
+                if !*settled && l.settled(now) {
+                    *settled = true;
+                    for (m, _) in l.peers().filter(|(_, p)| *p == Peer::Unheard) {
+                        STATS.gms_never_heard.inc();
+                        pr_warn!(
+                            "gms: node {} (gms_nodes=) not heard within {} ms of the load: not a member until it is\n",
+                            m,
+                            self.fail_ms
+                        );
                     }
-                } else if let Some(incarnation) = beat {
-                    // The GMS heartbeat (one-way; the same message a host `gmsd` sends and
-                    // expects): any message from a member refreshes `heard`.
-                    let hb = heartbeat::Heartbeat {
-                        node: self.node,
-                        incarnation,
-                        held: c.node.held_count() as u32,
-                        budget: c.node.budget() as u32,
-                    };
+                }
+                if l.poll_beat(now) {
+                    beat = Some(l.incarnation());
+                    for (m, _) in l.peers() {
+                        peers[np] = m;
+                        np += 1;
+                    }
+                }
+            }
+            while let Some(e) = c.node.host.liveness.as_mut().and_then(|l| l.poll_event()) {
+                self.on_member(c, now, e);
+            }
+            if let Some(incarnation) = beat {
+                // The GMS heartbeat (one-way; the same message a host `gmsd` sends and
+                // expects), to every configured peer: one not heard yet, or declared
+                // failed, learns of this node from it.
+                let hb = heartbeat::Heartbeat {
+                    node: self.node,
+                    incarnation,
+                    held: c.node.held_count() as u32,
+                    budget: c.node.budget() as u32,
+                };
+                for &m in &peers[..np] {
                     let _ = c.rpc.send_oneway(m, heartbeat::OP_HEARTBEAT, &hb.to_bytes(), None);
                 }
             }
@@ -161,104 +199,125 @@ impl Shared {
         self.complete_disk();
     }
 
-    /// Member `m` is back: heard after it was declared failed, or `restarted` with a new
-    /// incarnation (its pages are gone either way: a restart lost them, a failure had
-    /// them dropped from their directories). It is forgotten first if it is still a
-    /// member, then added to the view, and the disk puts to it again (re-replication
-    /// makes the replicas it held, or that no member could take, again).
-    fn rejoin(&self, c: &mut DiskCore, now: u64, m: u16, restarted: bool) {
-        self.failed.fetch_and(!(1u64 << (m % 64)), Ordering::Relaxed);
-        if let Some(h) = self.heard.get(usize::from(m)) {
-            h.store(now.max(1), Ordering::Relaxed);
-        }
-        STATS.gms_rejoins.inc();
-        let how = if restarted { " with a new incarnation" } else { "" };
-        pr_info!("gms: node {} is back{}: admitted again\n", m, how);
-        // A new incarnation lost its memory; the same one (declared failed while it ran)
-        // kept it, and the disk's reads may ask it for the copies it held.
-        let event = if restarted { Event::Restarted(m) } else { Event::Joined(m) };
-        if c.node.members().contains(m) {
-            c.node.node_failed(now, &mut c.rpc, m);
+    /// A membership change from liveness: GMS's view becomes this node and liveness's
+    /// members, and the disk's store is told. A member that failed is `node_failed`
+    /// (its directory entries dropped, operations waiting on it failed); one that is back
+    /// is forgotten first if GMS still has it (a restart lost its memory), then added.
+    fn on_member(&self, c: &mut DiskCore, now: u64, e: Event) {
+        match e {
+            Event::Failed(m) => {
+                STATS.gms_node_failed.inc();
+                pr_warn!("gms: node {} silent for more than {} ms: declared failed\n", m, self.fail_ms);
+                c.node.node_failed(now, &mut c.rpc, m);
+            }
+            Event::Joined(m) | Event::Restarted(m) => {
+                let bit = 1u64 << (m % 64);
+                if self.admitted.fetch_or(bit, Ordering::Relaxed) & bit == 0 {
+                    pr_info!("gms: node {} heard: a member\n", m);
+                } else {
+                    STATS.gms_rejoins.inc();
+                    let how = if matches!(e, Event::Restarted(_)) { " with a new incarnation" } else { "" };
+                    pr_info!("gms: node {} is back{}: admitted again\n", m, how);
+                }
+                if c.node.members().contains(m) {
+                    c.node.node_failed(now, &mut c.rpc, m);
+                }
+            }
         }
         let mut ids = [0u16; net::MEMBERS];
-        let mut k = c.node.members().len().min(net::MEMBERS);
-        ids[..k].copy_from_slice(&c.node.members().ids()[..k]);
-        if k < net::MEMBERS {
-            ids[k] = m;
-            k += 1;
-        }
-        ids[..k].sort_unstable();
+        let k = view_ids(c, self.node, &mut ids);
         set_view(c, now, &ids[..k]);
         if let Some(d) = c.client.as_mut() {
-            d.handle_member(now, event);
+            d.handle_member(now, e);
         }
     }
 
     /// `/dev/gms0` with `pages` pages on the GMS backend, putting to the other members.
+    /// `gms_replicas=` is checked against the peers `gms_nodes=` lists; the store starts
+    /// with the ones liveness has heard (probe waited for it to settle) and follows its
+    /// events from then on. With fewer members than replicas, writes fail as the store
+    /// refuses them (`TooFewMembers`), until enough are heard.
     pub(super) fn gms_disk(&self, this: &Arc<Dev>, pages: u64) -> Result<crate::blk::GmsDisk> {
-        let mut targets = [0u16; net::MEMBERS];
-        let (n, replicas) = {
-            let mut core = self.core.lock();
-            let mut n = 0;
-            for &m in core.node.members().ids().iter().filter(|&&m| m != self.node) {
-                targets[n] = m;
-                n += 1;
-            }
-            if n == 0 {
-                pr_err!("gms_disk_pages= needs gms_nodes= with another member\n");
-                return Err(EINVAL);
-            }
-            drop(core);
-            if let Some(&m) =
-                Iterator::chain(targets[..n].iter(), core::iter::once(&self.node)).find(|&&m| m > MAX_NODE)
-            {
-                pr_err!(
-                    "gms_nodes=/node=: node {} is past the ids /dev/gms0's store covers (0..={}); gms_disk_pages= needs smaller ids\n",
-                    m,
-                    MAX_NODE
-                );
-                return Err(EINVAL);
-            }
-            let replicas = params::gms_replicas(n + 1);
-            if usize::from(replicas) > n {
-                pr_err!("gms_replicas={} needs that many other GMS members; gms_nodes= lists {}\n", replicas, n);
-                return Err(EINVAL);
-            }
-            if params::GMS_DISK_READAHEAD.get() > 0 {
-                pr_warn!("gms_disk_readahead=: read-ahead is not ported to the store yet; reads are not read ahead\n");
-            }
-            let degraded_writes = params::GMS_DEGRADED_WRITES.get() == 1;
-            if degraded_writes {
-                pr_warn!("gms_degraded_writes=1: with fewer live members than gms_replicas= a write is acknowledged with fewer copies (counted in disk_under_replicated)\n");
-            }
-            let p = DiskParams {
-                pages,
-                identity: params::gms_disk_id(self.node),
-                me: self.node,
-                replicas,
-                degraded_writes,
-                direct_reads: params::GMS_DISK_DIRECT_READS.get() == 1,
-                nic_answers: params::GMS_NIC_ANSWERS.get() == 1,
-            };
-            let state = DiskState::new(&p, &targets[..n])?;
-            pr_info!("/dev/gms0: disk identity {:#x} (gms_disk_id=)\n", p.identity);
-            core = self.core.lock();
-            core.client = Some(state);
-            (n, replicas)
+        let peers = self.core.lock().node.host.liveness.as_ref().map_or(0, |l| l.peers().count());
+        if peers == 0 {
+            pr_err!("gms_disk_pages= needs gms_nodes= with another member\n");
+            return Err(EINVAL);
+        }
+        let replicas = params::gms_replicas(peers + 1);
+        if usize::from(replicas) > peers {
+            pr_err!("gms_replicas={} needs that many other GMS members; gms_nodes= lists {}\n", replicas, peers);
+            return Err(EINVAL);
+        }
+        if params::GMS_DISK_READAHEAD.get() > 0 {
+            pr_warn!("gms_disk_readahead=: read-ahead is not ported to the store yet; reads are not read ahead\n");
+        }
+        let degraded_writes = params::GMS_DEGRADED_WRITES.get() == 1;
+        if degraded_writes {
+            pr_warn!("gms_degraded_writes=1: with fewer live members than gms_replicas= a write is acknowledged with fewer copies (counted in disk_under_replicated)\n");
+        }
+        let p = DiskParams {
+            pages,
+            identity: params::gms_disk_id(self.node),
+            me: self.node,
+            replicas,
+            degraded_writes,
+            direct_reads: params::GMS_DISK_DIRECT_READS.get() == 1,
+            nic_answers: params::GMS_NIC_ANSWERS.get() == 1,
         };
+        let mut state = DiskState::new(&p, &[])?;
+        pr_info!("/dev/gms0: disk identity {:#x} (gms_disk_id=)\n", p.identity);
+        let live = {
+            // The members now, and every event after, under one hold of the lock: the
+            // ticker's events go to the disk from here on.
+            let mut core = self.core.lock();
+            let c = &mut *core;
+            let now = now_ns();
+            let mut ids = [0u16; net::MEMBERS];
+            let k = view_ids(c, self.node, &mut ids);
+            for &m in ids[..k].iter().filter(|&&m| m != self.node) {
+                state.handle_member(now, Event::Joined(m));
+            }
+            c.client = Some(state);
+            k - 1
+        };
+        if live < usize::from(replicas) {
+            pr_warn!(
+                "/dev/gms0: {} of the {} other members in gms_nodes= heard; writes fail until gms_replicas={} of them are\n",
+                live,
+                peers,
+                replicas
+            );
+        }
         let backend: Arc<dyn crate::blk::PageBackend> = Arc::new(GmsBackend(this.clone()), GFP_KERNEL)?;
         let disk = crate::blk::GmsDisk::new(pages, backend);
         if disk.is_err() {
             self.core.lock().client = None;
         }
         pr_info!(
-            "/dev/gms0: {} pages on GMS, written through to {} other member(s), {} copies of each\n",
+            "/dev/gms0: {} pages on GMS, written through to {} other member(s) ({} heard now), {} copies of each\n",
             pages,
-            n,
+            peers,
+            live,
             replicas
         );
         disk
     }
+}
+
+/// GMS's view: this node `me` and liveness's members, sorted, into `ids`; how many.
+fn view_ids(c: &DiskCore, me: u16, ids: &mut [u16; net::MEMBERS]) -> usize {
+    ids[0] = me;
+    let mut k = 1;
+    if let Some(l) = c.node.host.liveness.as_ref() {
+        for m in l.members().iter() {
+            if let Some(slot) = ids.get_mut(k) {
+                *slot = m;
+                k += 1;
+            }
+        }
+    }
+    ids[..k].sort_unstable();
+    k
 }
 
 /// Set the GMS view to the members `ids`, with the view number every node (gmsd too)

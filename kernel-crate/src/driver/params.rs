@@ -25,7 +25,30 @@ pub(crate) fn check() -> Result {
     in_range("gms_disk_direct_reads", GMS_DISK_DIRECT_READS.get(), 0, 1)?;
     in_range("gms_nic_answers", GMS_NIC_ANSWERS.get(), 0, 1)?;
     in_range("gms_degraded_writes", GMS_DEGRADED_WRITES.get(), 0, 1)?;
+    gms_nodes_in_range()?;
     gms_fail_ms().map(|_| ())
+}
+
+/// Every id in `gms_nodes=` within what GMS liveness and the disk's store cover
+/// (`0..=MAX_NODE`), or the load is refused naming it. A malformed list is only reported
+/// when the node joins (no GMS node).
+fn gms_nodes_in_range() -> Result {
+    use crate::tpz::gms::store::nodes::MAX_NODE;
+    let Some(list) = GMS_NODES.get() else { return Ok(()) };
+    let mut ids = [0u16; crate::net::MEMBERS];
+    let n = crate::net::parse_members(list, &mut ids).unwrap_or(0);
+    match ids[..n].iter().find(|&&m| m > MAX_NODE) {
+        Some(m) => {
+            pr_err!(
+                "gms_nodes={:?}: node {} is past the ids GMS liveness covers (0..={}): not loaded\n",
+                list,
+                m,
+                MAX_NODE
+            );
+            Err(EINVAL)
+        }
+        None => Ok(()),
+    }
 }
 
 /// Most pages a node stores for others: 1 GiB (each in a page of its own; the frame pool
@@ -75,7 +98,7 @@ pub(crate) fn gms_replicas(members: usize) -> u8 {
     }
 }
 
-/// Bounds of `gms_fail_ms=` (how long a member that was heard from may stay silent before
+/// Bounds of `gms_fail_ms=` (how long a member may stay silent before
 /// it is declared failed; default 3000): at least two heartbeat periods (`shared` checks
 /// it), at most a minute (readers of a dead member's pages wait that long before they fail).
 pub(crate) const FAIL_MS_MIN: u64 = 2_000;
@@ -120,8 +143,8 @@ pub(super) static GMS_DISK_PAGES: IntParam = IntParam::new(0);
 /// `gms_disk_readahead=`: accepted (0..=32) and ignored, with a warning when above 0:
 /// read-ahead is not ported to `gms::store` yet.
 pub(super) static GMS_DISK_READAHEAD: IntParam = IntParam::new(0);
-/// `gms_fail_ms=`: how long a GMS member that was heard from may stay silent before it is
-/// declared failed (ms; default 3000, `FAIL_MS_MIN ..= FAIL_MS_MAX`). Loaded hosts
+/// `gms_fail_ms=`: how long a GMS member may stay silent before it is declared failed,
+/// and how long probe waits to hear the `gms_nodes=` peers (ms; default 3000, `FAIL_MS_MIN ..= FAIL_MS_MAX`). Loaded hosts
 /// running TCG guests give more (`cargo xtask bench vm` gives 10000).
 pub(super) static GMS_FAIL_MS: IntParam = IntParam::new(3000);
 /// `gms_replicas=`: copies of each `/dev/gms0` page, each on its own member (0, default:
@@ -175,7 +198,10 @@ param_table!(PARAMS: 13 = [
 modinfo!(PARMTYPE_NODE, "parmtype=node:int\0");
 modinfo!(PARM_NODE, "parm=node:this node's id on the link (default -1: the id the NIC publishes)\0");
 modinfo!(PARMTYPE_GMS_NODES, "parmtype=gms_nodes:charp\0");
-modinfo!(PARM_GMS_NODES, "parm=gms_nodes:GMS members, comma-separated node ids (default: no GMS node)\0");
+modinfo!(
+    PARM_GMS_NODES,
+    "parm=gms_nodes:GMS members, comma-separated node ids 0..=63, each a member once heard (default: no GMS node)\0"
+);
 modinfo!(PARMTYPE_GMS_BUDGET, "parmtype=gms_budget_pages:int\0");
 modinfo!(
     PARM_GMS_BUDGET,

@@ -143,8 +143,9 @@ impl Shared {
                 c.node.host.ep.release_recv(None);
             } else {
                 STATS.rpc_in.inc();
-                if let Some(h) = self.heard.get(usize::from(m.src)) {
-                    h.store(now.max(1), Ordering::Relaxed);
+                // Any message from a member keeps it alive (only heartbeats make it one).
+                if let Some(l) = c.node.host.liveness.as_mut() {
+                    l.handle_heard(now, m.src);
                 }
                 let payload = c.node.host.receive(&m);
                 let answer = m.answer();

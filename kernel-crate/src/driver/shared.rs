@@ -47,8 +47,6 @@ pub(super) const HEARTBEAT_MS: u64 = 1_000;
 // `gms_fail_ms=` allows no less than two heartbeat periods.
 const _: () = assert!(params::FAIL_MS_MIN == 2 * HEARTBEAT_MS);
 const _: () = assert!(RX_FRAMES + SPARE_FRAMES + params::MAX_BUDGET_PAGES <= crate::net::pool::LENT_BASE as usize);
-/// Node ids whose liveness is tracked (0..64), as their heartbeats' incarnations are.
-pub(super) const HEARD_NODES: usize = crate::net::BEAT_NODES;
 
 /// Devices bound (for the load message).
 pub(crate) static BOUND: AtomicU32 = AtomicU32::new(0);
@@ -80,14 +78,12 @@ pub(crate) struct Shared {
     /// for call outcomes and GMS completions sleep on it with the core lock.
     #[pin]
     pub(crate) completed: CondVar,
-    /// When each node was last heard from (ns; 0: never), by node id (< `HEARD_NODES`).
-    pub(super) heard: [AtomicU64; HEARD_NODES],
-    /// Members declared failed (bit per node id < 64).
-    pub(super) failed: AtomicU64,
-    /// The members `gms_nodes=` named (bit per node id < 64): the only nodes admitted
-    /// again after a failure or a restart.
-    pub(super) configured: AtomicU64,
-    /// A member heard from and silent longer than this is declared failed (ms; `gms_fail_ms=`).
+    /// The peers admitted as members once in this load (bit per node id, all ≤
+    /// `MAX_NODE` = 63): a later join is told and counted as a return. Bookkeeping for
+    /// the log only; who is a member is liveness's (`KHost::liveness`).
+    pub(super) admitted: AtomicU64,
+    /// A member silent longer than this is declared failed, and a peer unheard this long
+    /// after the load is not a member (ms; `gms_fail_ms=`).
     pub(super) fail_ms: u64,
     pub(super) regs: IoMem,
     /// A second mapping of NIC memory for the control block (device requests and the

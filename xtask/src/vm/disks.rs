@@ -9,9 +9,12 @@
 //! it: I/O fails with EIO and the kernel log names the identity and node 0; alpha reads
 //! back unchanged. (c) A loads `gms_disk_id=gamma` with one copy of each page, prints
 //! `trapeze-disks: KILL node 3`, xtask SIGKILLs guest 3 (C, its QEMU and NIC); once C is
-//! declared failed and the volume's label and map have a copy on B, A loads gamma again:
-//! every written page reads back or fails with EIO (at least one of each, none as zeros
-//! or other bytes), the pages never written read as zeros. It passes when A's and A''s
+//! declared failed and the volume's label and map have a copy on B, A loads gamma again
+//! with C still in `gms_nodes=`: C, never heard by that load, is not a member (logged as
+//! not heard, never as heard); every written page reads back or fails with EIO (at least
+//! one of each, none as zeros or other bytes), the pages never written read as zeros, a
+//! new page written then reads back; a new disk of two copies with only B alive is warned
+//! about at load and its write fails with EIO. It passes when A's and A''s
 //! PASS lines and totals show no FAIL, B loaded and unloaded cleanly, C was killed as
 //! asked, no console shows an oops/BUG/WARNING, and every guest but C powered off.
 
