@@ -16,7 +16,7 @@ pub(crate) enum MacLink {
 }
 
 /// A 2-way setup (client node 0, server node 1) on `link`, under `key` or without one.
-fn mac_setup(link: MacLink, key: Option<&ClusterKey>) -> anyhow::Result<(Port, ServerSide)> {
+pub(crate) fn mac_setup(link: MacLink, key: Option<&ClusterKey>) -> anyhow::Result<(Port, ServerSide)> {
     let mut links = match link {
         MacLink::Memory => {
             let sw = InProcSwitch::new();

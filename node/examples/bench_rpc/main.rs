@@ -50,7 +50,9 @@ use trapeze_vnic::nic::Nic;
 use trapeze_vnic::shm::Mapping;
 
 mod bw;
+mod echo;
 mod mac;
+mod paper;
 mod place;
 mod raw;
 mod same_core;
@@ -62,7 +64,9 @@ mod table;
 mod ways;
 
 use bw::*;
+use echo::*;
 use mac::*;
+use paper::*;
 use place::*;
 use raw::*;
 use same_core::*;
@@ -107,6 +111,14 @@ struct Args {
     /// Round trips per side per round in that comparison.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(10..=1_000_000))]
     same_stretch_calls: u32,
+    /// Rounds of the equal-terms comparison (NetRPC over the UDP link and over the
+    /// in-process link against busy-polled UDP and TCP echoes, each end on its own core,
+    /// taking turns; `EchoSeries`).
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    echo_rounds: u32,
+    /// Round trips per side per round in that comparison.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(10..=1_000_000))]
+    echo_calls: u32,
     /// Only run `--case` (`--calls` calls) with every node polled by this thread, and print
     /// its time per call: the mode to profile (or count instructions of) a path with.
     #[arg(long)]
@@ -261,6 +273,8 @@ fn run(a: Args) -> anyhow::Result<()> {
     let mut ways = WaysSeries::ways(a.ways_blocks, a.ways_block_calls)?;
     let three_over_two = ways.ratio();
     let (mut mac_udp, mut mac_memory) = mac_compare(&a)?;
+    let mut echo = EchoSeries::measure(a.echo_rounds, a.echo_calls)?;
+    let rels = relations(&rows, sol.ratio());
     let raw_rt0 = raw_round_trip(a.calls, 0)?;
     let raw_rt8 = raw_round_trip(a.calls, FRAME_BYTES)?;
     let udp = pct(&mut udp_baseline(a.calls, false, Placement::Unpinned)?, 0.5);
@@ -292,7 +306,8 @@ fn run(a: Args) -> anyhow::Result<()> {
                         // sockets with an end on each core. Unpinned, the scheduler often puts
                         // both socket ends on one core instead (see the summary).
                         "udp_8k_p50_us": (udp_cross * 10.0).round() / 10.0, "tcp_8k_p50_us": (tcp_cross * 10.0).round() / 10.0,
-                        "udp_8k_unpinned_p50_us": (udp * 10.0).round() / 10.0, "tcp_8k_unpinned_p50_us": (tcp * 10.0).round() / 10.0 })
+                        "udp_8k_unpinned_p50_us": (udp * 10.0).round() / 10.0, "tcp_8k_unpinned_p50_us": (tcp * 10.0).round() / 10.0,
+                        "paper_latency_us": table_1(r).map(|t| t.0), "paper_bandwidth": table_1(r).map(|t| t.1) })
             );
         }
         let mut summary = json!({ "summary": true, "udp_8k_unpinned_p50_us": udp, "tcp_8k_unpinned_p50_us": tcp,
@@ -338,17 +353,25 @@ fn run(a: Args) -> anyhow::Result<()> {
         summary["mac_cost_memory"] = json!(mac_memory.ratio());
         summary["mac_udp"] = mac_udp.mac_json(a.mac_blocks, a.mac_block_calls);
         summary["mac_memory"] = mac_memory.mac_json(a.mac_blocks, a.mac_block_calls);
+        // The headline on equal terms: busy-polled echoes, each end on its own core.
+        let (rpc_udp, rpc_mem, udp_echo) = (echo.p50(0), echo.p50(1), echo.p50(2));
+        summary["rpc_udp_over_udp_echo"] = json!(rpc_udp / udp_echo);
+        summary["rpc_over_udp_echo"] = json!(rpc_mem / udp_echo);
+        summary["equal_terms"] = echo.json(a.echo_rounds, a.echo_calls);
+        summary["paper_relations"] = relations_json(&rels);
         println!("{summary}");
         return Ok(());
     }
     println!("NetRPC over virtual NICs (native firmware, in-process link; one thread per node)");
+    println!("(paper: Table 1 of the RPC-variants seed, AlphaStations over Myrinet, 1998: MB/s, or msgs/s for 0 B)");
     println!(
-        "{:<6} {:<6} {:>8} {:<18} {:>9} {:>9} {:>10} {:>10}",
-        "ways", "mode", "payload", "kind", "p50 µs", "p99 µs", "MB/s", "calls/s"
+        "{:<6} {:<6} {:>8} {:<18} {:>9} {:>9} {:>10} {:>10} {:>11} {:>11}",
+        "ways", "mode", "payload", "kind", "p50 µs", "p99 µs", "MB/s", "calls/s", "paper µs", "paper bw"
     );
     for r in &rows {
+        let (pl, pb) = table_1(r).unwrap_or((f64::NAN, f64::NAN));
         println!(
-            "{:<6} {:<6} {:>8} {:<18} {:>9.1} {:>9.1} {:>10.1} {:>10.0}",
+            "{:<6} {:<6} {:>8} {:<18} {:>9.1} {:>9.1} {:>10.1} {:>10.0} {:>11.1} {:>11.1}",
             format!("{}-way", r.ways),
             r.variant,
             r.payload,
@@ -356,9 +379,17 @@ fn run(a: Args) -> anyhow::Result<()> {
             r.p50,
             r.p99,
             r.mb_s,
-            r.calls_s
+            r.calls_s,
+            pl,
+            pb
         );
     }
+    println!("\nthe paper's relations, on this run:");
+    for r in &rels {
+        let verdict = if r.holds { "holds" } else { "DOES NOT HOLD" };
+        println!("  {}: {:.3} against {} — {verdict} ({})", r.name, r.ours, r.bound, r.what);
+    }
+    echo.print(a.echo_rounds, a.echo_calls);
     println!("\nbaselines (same run): 16 B request / 8 KB reply, p50");
     println!("  UDP loopback {udp:.1} µs (busy-polled {udp_spin:.1} µs), TCP NODELAY {tcp:.1} µs (busy-polled {tcp_spin:.1} µs)");
     println!("  raw Trapeze round trip (no NetRPC), one at a time: 0 B {raw_rt0:.1} µs, 8 KB reply {raw_rt8:.1} µs");

@@ -77,6 +77,8 @@ pub(crate) enum ServerSide {
     Rpc(Vec<Port>),
     /// A raw Trapeze server (no NetRPC).
     Raw(Box<RawServer>),
+    /// Nothing to serve: the thread sleeps while another thread's server is measured.
+    Idle,
 }
 
 impl ServerSide {
@@ -85,6 +87,10 @@ impl ServerSide {
         match self {
             ServerSide::Rpc(ports) => ports.iter_mut().fold(false, |busy, p| p.poll() | busy),
             ServerSide::Raw(r) => r.poll(),
+            ServerSide::Idle => {
+                std::thread::sleep(Duration::from_micros(200));
+                false
+            }
         }
     }
 }

@@ -10,13 +10,20 @@
 //! round trip against sockets both on one core; the scheduler's own placement is reported
 //! too (`*_unpinned`). The link MAC's cost (`mac_cost`: 2-way 8 KB p50 with a cluster
 //! key on / off, two NICs on UDP loopback; `mac_cost_memory` on the in-process link) comes
-//! from key-on and key-off setups taking turns the same way (`--mac-blocks`).
+//! from key-on and key-off setups taking turns the same way (`--mac-blocks`). The headline
+//! on equal terms (`rpc_udp_over_udp_echo`, and `rpc_over_udp_echo` for the in-process
+//! link) is NetRPC against a UDP and a TCP echo whose ends both busy-poll, each end on its
+//! own core as NetRPC's are, taking turns round by round (`--echo-rounds`); the table
+//! prints the paper's Table 1 beside ours and checks its relations (solicited no dearer
+//! than unsolicited, copy within 7 %, nonblocking bandwidth ≥ 87 % of raw) in the same run.
 
 #[derive(clap::Args)]
 pub struct RpcArgs {
     /// One JSON object per row (variant, ways, payload, kind, p50_us, p99_us, mb_s,
     /// udp_8k_p50_us, tcp_8k_p50_us for sockets placed like the rows, and their
-    /// *_unpinned figures), then a summary object (with mac_cost and mac_cost_memory).
+    /// *_unpinned figures, paper_latency_us), then a summary object (mac_cost,
+    /// mac_cost_memory, rpc_udp_over_udp_echo, rpc_over_udp_echo, equal_terms,
+    /// paper_relations).
     #[arg(long)]
     json: bool,
     /// Also draw the figure into DIR/rpc.svg (and keep the JSON lines it was drawn from
@@ -51,6 +58,13 @@ pub struct RpcArgs {
     /// Blocking 8 KB calls per stretch in those comparisons.
     #[arg(long, default_value_t = 250, value_parser = clap::value_parser!(u32).range(10..=1_000_000))]
     mac_block_calls: u32,
+    /// Rounds of the equal-terms comparison (NetRPC over the UDP link and the in-process
+    /// link, a busy-polled UDP echo and TCP echo, taking turns).
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    echo_rounds: u32,
+    /// Round trips per side per round in that comparison.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(10..=1_000_000))]
+    echo_calls: u32,
 }
 
 pub fn run(a: RpcArgs) -> anyhow::Result<()> {
@@ -58,6 +72,7 @@ pub fn run(a: RpcArgs) -> anyhow::Result<()> {
     let (bc, bn) = (a.bw_chunks.to_string(), a.bw_chunk_calls.to_string());
     let (wb, wn) = (a.ways_blocks.to_string(), a.ways_block_calls.to_string());
     let (mb, mn) = (a.mac_blocks.to_string(), a.mac_block_calls.to_string());
+    let (eb, en) = (a.echo_rounds.to_string(), a.echo_calls.to_string());
     let mut args = vec![
         "run",
         "--quiet",
@@ -84,6 +99,10 @@ pub fn run(a: RpcArgs) -> anyhow::Result<()> {
         &mb,
         "--mac-block-calls",
         &mn,
+        "--echo-rounds",
+        &eb,
+        "--echo-calls",
+        &en,
     ];
     if a.json || a.plot.is_some() {
         args.push("--json");
