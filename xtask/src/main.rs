@@ -19,7 +19,7 @@ mod vm;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "cargo xtask", about = "Trapeze-rs build, test and benchmark driver")]
+#[command(name = "cargo xtask", version, about = "Trapeze-rs build, test and benchmark driver")]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,

@@ -25,7 +25,7 @@ use trapeze_node::gms::{Cluster, Got, NodeView, ReadInto, Servers, Source};
 use trapeze_node::rpc::FRAME_BYTES;
 
 #[derive(Parser, Clone)]
-#[command(about = "GMS: a 3-node in-process cluster on virtual NICs")]
+#[command(version, about = "GMS: a 3-node in-process cluster on virtual NICs")]
 struct Args {
     /// Pages in the data set (8 KiB each) [default: 4000; 1000 with --quick].
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]

@@ -27,6 +27,15 @@ pub fn needs(reason: &str) -> Option<Vec<String>> {
     Some(list.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect())
 }
 
+/// A test binary's target name: `flashed` of `flashed-1a2b3c4d5e6f7a8b` (cargo's hash
+/// suffix dropped); any other name as it is.
+fn target_name(binary: &str) -> &str {
+    match binary.rsplit_once('-') {
+        Some((name, hash)) if hash.len() == 16 && hash.bytes().all(|b| b.is_ascii_hexdigit()) => name,
+        _ => binary,
+    }
+}
+
 #[derive(Default, Debug)]
 pub struct Report {
     pub passed: usize,
@@ -50,9 +59,14 @@ impl Report {
 
     /// Fold a `cargo test` run's tally in. `rerun` marks a run of tests that an earlier
     /// run skipped: whatever of them ran is no longer a skip.
+    /// A rerun's binary is matched by its target name, not its hash: the rerun selects
+    /// fewer targets, so cargo may unify other features and build the same test target
+    /// under another hash (it did on 2026-11-28: 20 gated tests passed and still counted
+    /// as skipped).
     pub fn add(&mut self, t: Tally, rerun: bool) {
         if rerun {
-            self.skipped.retain(|s| !t.ran.iter().any(|(b, n)| *b == s.binary && *n == s.name));
+            self.skipped
+                .retain(|s| !t.ran.iter().any(|(b, n)| target_name(b) == target_name(&s.binary) && *n == s.name));
         }
         self.passed += t.passed;
         self.failed.extend(t.failed);
@@ -177,6 +191,22 @@ impl Parser {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A gated test that ran in a rerun under another build hash is no longer a skip;
+    /// one that did not run, or a same-named test of another target, still is.
+    #[test]
+    fn a_rerun_under_another_hash_clears_the_skip() {
+        let skip = |b: &str, n: &str| Skip { binary: b.into(), name: n.into(), reason: "needs: root".into() };
+        let mut r = Report {
+            skipped: vec![skip("flashed-a5b576a96fecee47", "boots"), skip("pair-efbe81f6bdba497b", "boots")],
+            ..Report::default()
+        };
+        let ran = vec![("flashed-0123456789abcdef".to_string(), "boots".to_string())];
+        r.add(Tally { passed: 1, ran, ..Tally::default() }, true);
+        assert_eq!(r.skipped, vec![skip("pair-efbe81f6bdba497b", "boots")]);
+        assert_eq!(target_name("doc:trapeze_netrpc"), "doc:trapeze_netrpc");
+        assert_eq!(target_name("gms-demo-12"), "gms-demo-12");
+    }
 
     const OUTPUT: &str = "\
      Running unittests src/lib.rs (target/debug/deps/trapeze_gms-0123)
