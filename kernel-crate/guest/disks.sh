@@ -63,11 +63,11 @@ load() {
     insmod "$ko" node="$k" gms_budget_pages=0 gms_fail_ms="$fail_ms" gms_disk_pages="$disk_pages" \
         gms_disk_id="$id" gms_replicas="$copies" "$@"
 }
-# Write file $1 over the first pages of the disk, trying again while the cluster does not
-# take it yet (60 s at most).
+# Write file $1 over the disk from page $2 (0 if not given), trying again while the cluster
+# does not take it yet (60 s at most).
 write_pages() {
     t=0
-    until timeout 90 dd if="$1" of="$dev" bs=4096 oflag=direct 2>/dev/null; do
+    until timeout 90 dd if="$1" of="$dev" bs=4096 seek="${2:-0}" oflag=direct conv=notrunc 2>/dev/null; do
         [ "$t" -ge 60 ] && return 1
         sleep 1
         t=$((t + 1))
@@ -194,7 +194,19 @@ pattern gamma "$npages" > /tmp/gamma
 head -c $((gwritten * 4096)) /tmp/gamma > /tmp/gamma.w
 load gamma 1 gms_nodes=0,2,3 || { fail "insmod (gms_disk_id=gamma)"; finish; exit 1; }
 say "gamma is disk identity $(identity)"
-check "(c) gamma: pages 0..$((gwritten - 1)) written, one copy each (gms_replicas=1)" write_pages /tmp/gamma.w
+# In two halves, two global-LRU plans apart: a plan made before both servers were heard
+# may aim every put of the first half at one of them (a CI run put all 97 on B), and (c)
+# needs pages on each. The second half goes by a plan that has both.
+half=$((gwritten / 2))
+head -c $((half * 4096)) /tmp/gamma.w > /tmp/gamma.1
+tail -c +$((half * 4096 + 1)) /tmp/gamma.w > /tmp/gamma.2
+two_plans() { [ "$(tstat lru_plans)" -ge $(($1 + 2)) ]; }
+halves() {
+    write_pages /tmp/gamma.1 0 || return 1
+    wait_until two_plans "$(tstat lru_plans)" 100
+    write_pages /tmp/gamma.2 "$half"
+}
+check "(c) gamma: pages 0..$((gwritten - 1)) written, one copy each (gms_replicas=1)" halves
 vcheck "(c) gamma: its $gwritten pages read back as written" /tmp/gamma.w
 b=$(tstat disk_puts_stored_at_node_2)
 c=$(tstat disk_puts_stored_at_node_3)
