@@ -45,6 +45,7 @@ use aes::cipher::{BlockEncrypt, KeyInit};
 use constant_time_eq::constant_time_eq_16;
 
 use super::polyval;
+use super::replay::STAMP_BYTES;
 use crate::key::ClusterKey;
 
 /// Bytes of tag appended to each packet.
@@ -52,8 +53,23 @@ pub const TAG_BYTES: usize = 16;
 
 /// The BLAKE3 `derive_key` contexts that turn a cluster key into the link's MAC keys:
 /// another use of the same cluster key gets unrelated keys.
-const HASH_CONTEXT: &str = "trapeze-rs 2026-11-25 link packet MAC v2 POLYVAL key";
-const CIPHER_CONTEXT: &str = "trapeze-rs 2026-11-25 link packet MAC v2 AES-256 key";
+/// (v3: the tag binds the stamp and the trailer's verdict; a v2 tag never checks under v3.)
+const HASH_CONTEXT: &str = "trapeze-rs 2026-11-28 link packet MAC v3 POLYVAL key";
+const CIPHER_CONTEXT: &str = "trapeze-rs 2026-11-28 link packet MAC v3 AES-256 key";
+
+/// Bytes a keyed link adds to a packet before its trailer: the stamp, then the tag.
+pub const SEAL_BYTES: usize = STAMP_BYTES + TAG_BYTES;
+
+/// What checking a tag found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TagCheck {
+    /// The tag checks with the verdict the trailer gives.
+    Good,
+    /// The tag checks only with the other verdict: the trailer was changed on the way.
+    OtherVerdict,
+    /// The tag does not check.
+    Bad,
+}
 
 /// A link's MAC keys.
 #[derive(Clone)]
@@ -81,16 +97,46 @@ impl Tagger<'_> {
         self.hash.update(bytes);
     }
 
-    /// The tag of everything given, for a packet from `src` to `dst`.
-    pub fn finish(self, src: u16, dst: u16) -> [u8; TAG_BYTES] {
-        let mut last = [0u8; polyval::BLOCK];
-        last[..8].copy_from_slice(&self.len.to_le_bytes());
-        last[8..10].copy_from_slice(&src.to_le_bytes());
-        last[10..12].copy_from_slice(&dst.to_le_bytes());
-        let mut block = aes::Block::from(self.hash.finish(last));
-        self.cipher.encrypt_block(&mut block);
-        block.into()
+    /// The tag of everything given, for a packet from `src` to `dst` that goes out
+    /// aborted (its trailer says bad) if `aborted`.
+    pub fn finish(self, src: u16, dst: u16, aborted: bool) -> [u8; TAG_BYTES] {
+        let last = last_block(self.len, src, dst, aborted);
+        encrypt(self.cipher, self.hash.finish(last))
     }
+
+    /// Whether `tag` is the tag of everything given, from `src` to `dst`, with the
+    /// trailer's verdict `aborted` or (then the trailer was changed) the other one. The
+    /// packet is hashed once; only the last block and the cipher run twice, and only
+    /// when the first comparison fails.
+    pub fn check(self, src: u16, dst: u16, aborted: bool, tag: &[u8; TAG_BYTES]) -> TagCheck {
+        let other = self.hash.clone();
+        let (len, cipher) = (self.len, self.cipher);
+        if constant_time_eq_16(&self.finish(src, dst, aborted), tag) {
+            return TagCheck::Good;
+        }
+        let flipped = encrypt(cipher, other.finish(last_block(len, src, dst, !aborted)));
+        if constant_time_eq_16(&flipped, tag) {
+            TagCheck::OtherVerdict
+        } else {
+            TagCheck::Bad
+        }
+    }
+}
+
+/// The block `L` hashed last: the bytes' length, the addresses, the verdict.
+fn last_block(len: u64, src: u16, dst: u16, aborted: bool) -> [u8; polyval::BLOCK] {
+    let mut last = [0u8; polyval::BLOCK];
+    last[..8].copy_from_slice(&len.to_le_bytes());
+    last[8..10].copy_from_slice(&src.to_le_bytes());
+    last[10..12].copy_from_slice(&dst.to_le_bytes());
+    last[12] = u8::from(aborted);
+    last
+}
+
+fn encrypt(cipher: &aes::Aes256, hash: [u8; polyval::BLOCK]) -> [u8; TAG_BYTES] {
+    let mut block = aes::Block::from(hash);
+    cipher.encrypt_block(&mut block);
+    block.into()
 }
 
 impl LinkMac {
@@ -112,19 +158,27 @@ impl LinkMac {
         Tagger { hash: self.hash.hasher(), cipher: &self.cipher, len: 0 }
     }
 
-    /// The tag of `packet` sent from `src` to `dst`.
-    pub fn tag(&self, src: u16, dst: u16, packet: &[u8]) -> [u8; TAG_BYTES] {
+    /// The tag of `sealed` (a packet and its stamp) sent from `src` to `dst`, aborted or not.
+    pub fn tag(&self, src: u16, dst: u16, sealed: &[u8], aborted: bool) -> [u8; TAG_BYTES] {
         let mut t = self.tagger();
-        t.update(packet);
-        t.finish(src, dst)
+        t.update(sealed);
+        t.finish(src, dst, aborted)
     }
 
-    /// Whether `tag` is `packet`'s tag from `src` to `dst` (compared in constant time).
-    pub fn verify(&self, src: u16, dst: u16, packet: &[u8], tag: &[u8]) -> bool {
+    /// Whether `tag` is the tag of `sealed` from `src` to `dst` with the verdict
+    /// `aborted` (compared in constant time), or with the other verdict.
+    pub fn check(&self, src: u16, dst: u16, sealed: &[u8], aborted: bool, tag: &[u8]) -> TagCheck {
         let Ok(tag) = <&[u8; TAG_BYTES]>::try_from(tag) else {
-            return false;
+            return TagCheck::Bad;
         };
-        constant_time_eq_16(&self.tag(src, dst, packet), tag)
+        let mut t = self.tagger();
+        t.update(sealed);
+        t.check(src, dst, aborted, tag)
+    }
+
+    /// Whether `tag` is the tag of `sealed` from `src` to `dst` with the verdict `aborted`.
+    pub fn verify(&self, src: u16, dst: u16, sealed: &[u8], aborted: bool, tag: &[u8]) -> bool {
+        self.check(src, dst, sealed, aborted, tag) == TagCheck::Good
     }
 }
 
@@ -174,30 +228,36 @@ mod tests {
     use super::*;
 
     #[test]
-    fn tags_bind_packet_addresses_and_key() {
+    fn tags_bind_packet_addresses_verdict_and_key() {
         let m = LinkMac::new(&ClusterKey::from_bytes([1; 32]));
         let p = b"a packet of some bytes";
-        let t = m.tag(1, 2, p);
-        assert!(m.verify(1, 2, p, &t));
-        assert!(!m.verify(2, 1, p, &t), "addresses swapped");
-        assert!(!m.verify(3, 2, p, &t), "another source");
-        assert!(!m.verify(1, 2, &p[..p.len() - 1], &t), "shortened");
+        let t = m.tag(1, 2, p, false);
+        assert!(m.verify(1, 2, p, false, &t));
+        assert!(!m.verify(2, 1, p, false, &t), "addresses swapped");
+        assert!(!m.verify(3, 2, p, false, &t), "another source");
+        assert!(!m.verify(1, 2, &p[..p.len() - 1], false, &t), "shortened");
         let mut q = *p;
         q[3] ^= 0x10;
-        assert!(!m.verify(1, 2, &q, &t), "a flipped bit");
-        assert!(!m.verify(1, 2, p, &t[..15]), "a short tag");
+        assert!(!m.verify(1, 2, &q, false, &t), "a flipped bit");
+        assert!(!m.verify(1, 2, p, false, &t[..15]), "a short tag");
+        assert_eq!(m.check(1, 2, p, true, &t), TagCheck::OtherVerdict, "the verdict flipped");
+        assert_eq!(m.check(1, 2, &q, true, &t), TagCheck::Bad);
+        let aborted = m.tag(1, 2, p, true);
+        assert_ne!(aborted, t);
+        assert_eq!(m.check(1, 2, p, true, &aborted), TagCheck::Good);
+        assert_eq!(m.check(1, 2, p, false, &aborted), TagCheck::OtherVerdict);
         let other = LinkMac::new(&ClusterKey::from_bytes([2; 32]));
-        assert!(!other.verify(1, 2, p, &t), "another key");
+        assert!(!other.verify(1, 2, p, false, &t), "another key");
         // Given in pieces, the same tag.
         let mut s = m.tagger();
         s.update(&p[..5]);
         s.update(&p[5..]);
-        assert_eq!(s.finish(1, 2), t);
+        assert_eq!(s.finish(1, 2, false), t);
         // The portable hash gives the same tags.
         let portable = LinkMac::with_hash(&ClusterKey::from_bytes([1; 32]), polyval::Key::portable);
-        assert_eq!(portable.tag(1, 2, p), t);
+        assert_eq!(portable.tag(1, 2, p, false), t);
         let long = vec![0x5a; 9000];
-        assert_eq!(portable.tag(7, 8, &long), m.tag(7, 8, &long));
+        assert_eq!(portable.tag(7, 8, &long, true), m.tag(7, 8, &long, true));
     }
 
     #[test]
