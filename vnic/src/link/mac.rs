@@ -2,34 +2,52 @@
 //! The link's per-packet MAC: POLYVAL then AES-256, under keys derived from the cluster
 //! key, over a packet and the link addresses it travels between.
 //!
-//! A link with a key ([`super::Link::set_key`]) appends [`TAG_BYTES`] of tag to every
-//! packet, between the packet and its trailer (the frames carry [`super::frame::FLAG_MAC`]),
-//! and checks the tag of every packet it receives before anything else sees it: a packet
-//! without a tag or with a wrong one is dropped and counted in `LinkStats::mac_rejected`,
-//! never delivered to the engines or the firmware. The tag covers the whole Trapeze packet
-//! (its header with the source node id the NIC stamped, the control message and the
-//! payload), its length, and the link frame's source and destination node, so a node
-//! without the key can neither forge a packet, nor change a bit of one, nor pass one off
-//! as another node's or send it to another node.
+//! A link with a key ([`super::Link::set_key`]) appends [`SEAL_BYTES`] to every packet,
+//! between the packet and its trailer (the frames carry [`super::frame::FLAG_MAC`]): the
+//! [`STAMP_BYTES`] stamp of [`super::replay`] (the link's epoch, new at each NIC start,
+//! and the packet's sequence number), then [`TAG_BYTES`] of tag. It checks the tag of
+//! every packet it receives before anything else sees it: a packet without a tag or with
+//! a wrong one is dropped and counted in `LinkStats::mac_rejected`, never delivered to
+//! the engines or the firmware. The tag covers the whole Trapeze packet (its header with
+//! the source node id the NIC stamped, the control message and the payload), the stamp,
+//! their length, the link frame's source and destination node, and the trailer's verdict
+//! (whether the packet went out aborted), so a node without the key can neither forge a
+//! packet, nor change a bit of one, nor pass one off as another node's or send it to
+//! another node, nor restamp it, nor turn an aborted packet into a good one or a good one
+//! into an aborted one: a tag that checks only with the other verdict is counted as
+//! `trailer_forged` and the packet dropped. (The sender knows the verdict when it makes
+//! the tag: it is computed after every byte of the packet was read, from the caller's
+//! `abort` and whether every read succeeded; the native engine hands a packet to the
+//! link only at its last link-out pulse, which carries the firmware's abort flag,
+//! `engines.rs`.) Once the tag checks, the stamp
+//! must be fresh ([`super::replay`]): a packet seen before or older than its source's
+//! window is dropped (`replayed`), one from an older incarnation of its source too
+//! (`replay_stale_epoch`).
 //!
-//! What it does not protect: it does not hide anything (no encryption); it keeps no
-//! state, so a recorded packet can be replayed to the same node later (NetRPC's one-shot
-//! reply tokens and generations then decide, not the link); and a node without the key
-//! can still make a node drop good packets (floods, or frames that claim a real packet's
-//! id so the real one is taken for a duplicate). Every node holding the key is trusted
-//! alike: a keyed node can still claim any source id.
+//! What it does not protect: it does not hide anything (no encryption). A receiver that
+//! restarts has forgotten its windows, so packets recorded from a peer's current
+//! incarnation can be replayed to it, once each, as long as the replay comes before the
+//! peer's own packets move the new window past them ([`super::replay`] says exactly);
+//! NetRPC's one-shot reply tokens and generations then decide, not the link. The CRC
+//! itself is not under the tag (only the verdict it gives): a changed CRC reads as
+//! "aborted", which the tag refuses. The frame header (packet id, fragment geometry) is
+//! not under the tag: a node without the key can still make a node drop good packets
+//! (floods, or frames that claim a real packet's id so the real one is taken for a
+//! duplicate). Every node holding the key is trusted alike: a keyed node can still claim
+//! any source id, and stamp what it likes.
 //!
-//! The construction: `tag = AES-256(K_aes, POLYVAL(H, packet ‖ 0-pad ‖ L))`, where `L`
-//! is one block holding the packet's length in bytes and the source and destination node
-//! ids, and `H` and `K_aes` are derived from the cluster key (BLAKE3 `derive_key`, two
-//! contexts). POLYVAL (RFC 8452) is a universal hash: two different inputs of up to ℓ
-//! blocks collide for at most ℓ of the 2^128 keys `H`; `L` makes inputs of different
-//! lengths or addresses different. Encrypting the hash with a block cipher under an
-//! independent key makes it a deterministic MAC (hash-then-PRF, as in Carter–Wegman–Shoup;
-//! AES-GCM-SIV derives its tag from POLYVAL the same way, with a nonce mixed in): the
-//! tags show nothing of `H`, and a forger who saw q tags wins with probability about
-//! q²·ℓ/2^128 — q = 2^40 packets of the largest size (256 KiB, ℓ = 2^14 + 1) give about
-//! 2^-34. No nonce to manage, so the link keeps no MAC state.
+//! The construction: `tag = AES-256(K_aes, POLYVAL(H, packet ‖ stamp ‖ 0-pad ‖ L))`, where
+//! `L` is one block holding the length in bytes of packet and stamp, the source and
+//! destination node ids and the verdict (1 for aborted), and `H` and `K_aes` are derived
+//! from the cluster key (BLAKE3 `derive_key`, two contexts). POLYVAL (RFC 8452) is a
+//! universal hash: two different inputs of up to ℓ blocks collide for at most ℓ of the
+//! 2^128 keys `H`; `L` makes inputs of different lengths, addresses or verdicts
+//! different. Encrypting the hash with a block cipher under an independent key makes it a
+//! deterministic MAC (hash-then-PRF, as in Carter–Wegman–Shoup; AES-GCM-SIV derives its
+//! tag from POLYVAL the same way, with a nonce mixed in): the tags show nothing of `H`,
+//! and a forger who saw q tags wins with probability about q²·ℓ/2^128 — q = 2^40 packets
+//! of the largest size (256 KiB, ℓ = 2^14 + 2) give about 2^-34. The stamp is not a
+//! nonce the MAC depends on; it only makes each packet's tagged input different.
 //!
 //! Why this one: the MAC is on every packet, and each 8 KiB reply is hashed twice (sender
 //! and receiver), so its speed is its cost. Per 8 KiB on the project's machine (AMD EPYC

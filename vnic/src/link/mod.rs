@@ -13,10 +13,13 @@
 //! damage it, as Linux's loopback skips checksums). A seeded
 //! [`faults::FaultInjector`] can drop, duplicate, reorder or corrupt frames on the way.
 //!
-//! Under a cluster key ([`Link::set_key`]) every packet carries a MAC tag between its
-//! bytes and its trailer, and a received packet whose tag does not check is dropped and
-//! counted (`mac_rejected`) before anything sees it ([`mac`] says what that does and does
-//! not protect). Without a key the link authenticates nothing, and says so once in the log.
+//! Under a cluster key ([`Link::set_key`]) every packet carries a stamp (this link's
+//! epoch and the packet's sequence number, [`replay`]) and a MAC tag between its bytes and
+//! its trailer, and a received packet whose tag does not check, or whose stamp was seen
+//! before, is dropped and counted (`mac_rejected`, `trailer_forged`, `replayed`,
+//! `replay_stale_epoch`) before anything sees it ([`mac`] says what that does and does not
+//! protect). Without a key the link authenticates nothing, adds nothing to a packet, and
+//! says so once in the log.
 //!
 //! Frame format (little-endian), defined in [`frame`]:
 //! ```text
