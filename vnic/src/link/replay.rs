@@ -100,7 +100,7 @@ impl Stamper {
     }
 
     /// The next packet's stamp.
-    pub fn next(&mut self) -> Stamp {
+    pub fn stamp(&mut self) -> Stamp {
         let seq = self.next_seq;
         // 2^64 packets: never, at any rate a link can send.
         self.next_seq = seq.wrapping_add(1);
@@ -265,6 +265,6 @@ mod tests {
         assert!(b > a);
         assert!(Stamper::new().epoch() > b);
         let mut s = Stamper::with_epoch(4);
-        assert_eq!((s.next(), s.next()), (st(4, 1), st(4, 2)));
+        assert_eq!((s.stamp(), s.stamp()), (st(4, 1), st(4, 2)));
     }
 }

@@ -77,7 +77,7 @@ impl Link {
         }
         let id = self.next_packet_id;
         self.next_packet_id = id.wrapping_add(1);
-        let stamp = self.mac.is_some().then(|| self.stamper.next().emit());
+        let stamp = self.mac.is_some().then(|| self.stamper.stamp().emit());
         // One frame through process memory and no faults (a wire delay is not one): a
         // verdict, not a CRC (see `LinkBackend::is_memory_medium`).
         let verdict = count == 1 && self.faults.faultless() && self.memory_medium;
@@ -192,7 +192,7 @@ impl Link {
         self.next_packet_id = id.wrapping_add(1);
         let mac = self.mac.as_ref();
         let tag_bytes = if mac.is_some() { SEAL_BYTES } else { 0 };
-        let stamp = mac.is_some().then(|| self.stamper.next().emit());
+        let stamp = mac.is_some().then(|| self.stamper.stamp().emit());
         let mut header = [0u8; frame::HEADER_BYTES];
         let src = self.node;
         FrameHeader {
