@@ -26,9 +26,9 @@
 //!
 //! What it does not protect: it does not hide anything (no encryption). A receiver that
 //! restarts has forgotten its windows, so packets recorded from a peer's current
-//! incarnation can be replayed to it, once each, as long as the replay comes before the
-//! peer's own packets move the new window past them ([`super::replay`] says exactly);
-//! NetRPC's one-shot reply tokens and generations then decide, not the link. The CRC
+//! incarnation can be replayed to it once each, until the peer's own packets move the new
+//! window past them ([`super::replay`] says exactly); NetRPC's one-shot reply tokens and
+//! generations then decide, not the link. The CRC
 //! itself is not under the tag (only the verdict it gives): a changed CRC reads as
 //! "aborted", which the tag refuses. The frame header (packet id, fragment geometry) is
 //! not under the tag: a node without the key can still make a node drop good packets

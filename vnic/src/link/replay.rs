@@ -19,11 +19,17 @@
 //! [`REPLAY_PEERS`]; a packet from one source more is refused (`replay_table_full`):
 //! forgetting a source would let its old packets through again.
 //!
-//! Limits, said plainly: a receiver that restarts forgets its windows, so it accepts the
-//! first packet of each source's current epoch it sees, even a recorded one, and up to
-//! [`WINDOW_PACKETS`] − 1 recorded packets below it once each (the stamps cannot tell a
-//! restarted receiver from one that was always there without a handshake, which the link
-//! does not have). A source whose clock steps back across its own restart has its packets
+//! Limits, said plainly: a receiver that restarts forgets its windows. Until it hears a
+//! source again, every packet recorded from that source's current epoch is new to it and
+//! can be replayed to it once (in increasing order of sequence number, or within
+//! [`WINDOW_PACKETS`] of the highest replayed); once the source's own next packet arrives,
+//! only unseen recorded packets among the [`WINDOW_PACKETS`] below it still can. The
+//! stamps cannot tell a restarted receiver from one that was always there without a
+//! handshake (the receiver's epoch bound into the sender's tags), which the link does not
+//! have. Sequence numbers count a source's packets to every node, so a packet to this
+//! node overtaken by more than [`WINDOW_PACKETS`] of the source's later packets (to any
+//! node) is refused as `replayed`: on the link's media (FIFO lanes, one reordered frame
+//! held at most 1 ms by the fault injector) that does not happen. A source whose clock steps back across its own restart has its packets
 //! refused as stale until its clock passes the old epoch.
 
 use std::sync::atomic::{AtomicU64, Ordering};
