@@ -86,7 +86,7 @@ impl Link {
         let mut tagger = self.mac.as_ref().map(LinkMac::tagger);
         let flags = if verdict { frame::FLAG_VERDICT } else { 0 } | if tag_bytes > 0 { frame::FLAG_MAC } else { 0 };
         let src = self.node;
-        // The bytes after the packet: its tag (under a key), then its trailer.
+        // The bytes after the packet: its stamp and tag (under a key), then its trailer.
         let mut suffix: Option<[u8; SEAL_BYTES + TRAILER_BYTES]> = None;
         let mut now = None;
         let mut result = Ok(());
