@@ -10,7 +10,9 @@
 //! the reassembly timeout on a loaded machine, counted as timed out), byte for byte, its CRC (or
 //! verdict) good unless it was sent aborted — whatever raw frames came before it (raw
 //! frames never claim to be from node 1, so they cannot legitimately interfere); under a
-//! key, no raw frame is ever delivered.
+//! key, no raw frame is ever delivered, and a packet's frames delivered again under
+//! another packet id (a replay the reassembler cannot take for a duplicate) never make a
+//! second copy.
 
 use arbitrary::{Arbitrary, Unstructured};
 use std::collections::VecDeque;
@@ -85,6 +87,8 @@ enum Step {
     /// `reverse`, reversed; `dup` delivers one frame twice (not a one-frame packet over a
     /// memory medium: see the send step).
     Send { body: Vec<u8>, abort: bool, rotate: u8, reverse: bool, dup: Option<u8> },
+    /// The last sent packet's frames again, their packet id changed by `id_xor`.
+    Replay { id_xor: u32 },
 }
 
 pub fn fuzz(data: &[u8]) {
@@ -111,6 +115,8 @@ pub fn fuzz(data: &[u8]) {
         rx.set_key(Some(&key));
     }
     let mut buf = vec![0u8; MAX_SCRIPT_PACKET + 64];
+    // The last packet node 1 sent: its frames as delivered, and how often it was delivered.
+    let mut last: Option<(Vec<Vec<u8>>, usize)> = None;
     for _ in 0..32 {
         let Ok(step) = Step::arbitrary(&mut u) else { break };
         match step {
@@ -147,7 +153,7 @@ pub fn fuzz(data: &[u8]) {
                     let f = frames[d as usize % n].clone();
                     frames.insert((d as usize / 2) % (n + 1), f);
                 }
-                inbox.lock().expect("queue").extend(frames);
+                inbox.lock().expect("queue").extend(frames.iter().cloned());
                 let timeouts = rx.stats().reassembly_timeouts;
                 let mut got = 0;
                 // A poll takes at most 1024 frames: poll until the inbox is empty too
@@ -164,6 +170,24 @@ pub fn fuzz(data: &[u8]) {
                 // on a loaded machine: then it is counted as timed out, not delivered.
                 let timed_out = rx.stats().reassembly_timeouts > timeouts;
                 assert!(got == 1 || (got == 0 && timed_out), "packet delivered {got} times");
+                last = Some((frames, got));
+            }
+            Step::Replay { id_xor } => {
+                let Some((frames, delivered)) = last.as_mut() else { continue };
+                for f in frames.iter() {
+                    let mut f = f.clone();
+                    if let Ok((mut h, _)) = FrameHeader::parse(&f) {
+                        h.packet_id ^= id_xor | 1;
+                        h.emit(&mut f);
+                    }
+                    inbox.lock().expect("queue").push_back(f);
+                }
+                while let Some(p) = poll(&mut rx, &inbox, &mut buf) {
+                    if p.src == SENDER {
+                        *delivered += 1;
+                    }
+                }
+                assert!(!keyed || *delivered <= 1, "under a key, a replayed packet was delivered again");
             }
         }
     }

@@ -11,7 +11,7 @@ use trapeze_firmware::iface::wire::SRC_OFFSET;
 use trapeze_vnic::key::ClusterKey;
 use trapeze_vnic::link::backend::{InProcSwitch, UdpBackend};
 use trapeze_vnic::link::frame::{FrameHeader, FLAG_MAC, HEADER_BYTES};
-use trapeze_vnic::link::mac::TAG_BYTES;
+use trapeze_vnic::link::mac::{SEAL_BYTES, TAG_BYTES};
 use trapeze_vnic::link::{FaultConfig, Link, TRAILER_BYTES};
 
 const LOCALHOST: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 0);
@@ -190,12 +190,12 @@ fn frames_changed_in_flight_are_rejected_counted_and_never_delivered() {
             d[n - TRAILER_BYTES - 1] ^= 0x80;
             fix_crc(d);
         }),
-        ("the tag stripped and the flag cleared", |d| {
+        ("the stamp and tag stripped and the flag cleared", |d| {
             let (mut h, _) = FrameHeader::parse(d).unwrap();
             let n = d.len();
-            d.drain(n - TRAILER_BYTES - TAG_BYTES..n - TRAILER_BYTES);
+            d.drain(n - TRAILER_BYTES - SEAL_BYTES..n - TRAILER_BYTES);
             h.flags &= !FLAG_MAC;
-            h.total_len -= TAG_BYTES as u32;
+            h.total_len -= SEAL_BYTES as u32;
             h.emit(d);
             fix_crc(d);
         }),

@@ -265,7 +265,8 @@ fn describe(s: &Value, path: &Path) -> String {
         o,
         "  cluster key   {}",
         if s["cluster_key"] == Value::Bool(true) {
-            "in use: packets carry a MAC, those failing it are dropped (mac_rejected)"
+            "in use: packets carry a MAC and a stamp; those failing the MAC are dropped (mac_rejected), \
+             replays too (replayed, replay_stale_epoch, trailer_forged)"
         } else {
             "none: packets are not authenticated"
         }
@@ -459,7 +460,7 @@ fn status_line(nic: &Nic) -> String {
     let s = nic.status();
     let c = |n: &str| s.counters.iter().find(|(k, _)| k == n).map_or(0, |x| x.1);
     format!(
-        "{}: up {}, fw {} {} tx {} rx {} ring-waits {} crc-drops {} bad-token {} dma-refused {} link tx {} rx {} crc-err {} mac-rejected {}",
+        "{}: up {}, fw {} {} tx {} rx {} ring-waits {} crc-drops {} bad-token {} dma-refused {} link tx {} rx {} crc-err {} mac-rejected {}{}",
         s.name,
         human_duration(Duration::from_secs_f64(s.uptime_s.max(0.0))),
         s.fw_state,
@@ -473,6 +474,19 @@ fn status_line(nic: &Nic) -> String {
         s.link.packets_sent,
         s.link.packets_received,
         s.link.crc_errors,
-        s.link.mac_rejected
+        s.link.mac_rejected,
+        replay_refusals(&s.link)
+    )
+}
+
+/// The status line's replay refusals, if there were any (a keyed link's `replay`).
+fn replay_refusals(l: &trapeze_vnic::link::LinkStats) -> String {
+    let stale = l.replay_stale_epoch;
+    if l.replayed + stale + l.replay_table_full + l.trailer_forged == 0 {
+        return String::new();
+    }
+    format!(
+        " replayed {} stale-epoch {} replay-table-full {} trailer-forged {}",
+        l.replayed, stale, l.replay_table_full, l.trailer_forged
     )
 }

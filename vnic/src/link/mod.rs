@@ -13,10 +13,13 @@
 //! damage it, as Linux's loopback skips checksums). A seeded
 //! [`faults::FaultInjector`] can drop, duplicate, reorder or corrupt frames on the way.
 //!
-//! Under a cluster key ([`Link::set_key`]) every packet carries a MAC tag between its
-//! bytes and its trailer, and a received packet whose tag does not check is dropped and
-//! counted (`mac_rejected`) before anything sees it ([`mac`] says what that does and does
-//! not protect). Without a key the link authenticates nothing, and says so once in the log.
+//! Under a cluster key ([`Link::set_key`]) every packet carries a stamp (this link's
+//! epoch and the packet's sequence number, [`replay`]) and a MAC tag between its bytes and
+//! its trailer, and a received packet whose tag does not check, or whose stamp was seen
+//! before, is dropped and counted (`mac_rejected`, `trailer_forged`, `replayed`,
+//! `replay_stale_epoch`) before anything sees it ([`mac`] says what that does and does not
+//! protect). Without a key the link authenticates nothing, adds nothing to a packet, and
+//! says so once in the log.
 //!
 //! Frame format (little-endian), defined in [`frame`]:
 //! ```text
@@ -67,6 +70,7 @@ pub mod mac;
 pub mod polyval;
 mod reassembly;
 mod receive;
+pub mod replay;
 mod send;
 #[cfg(test)]
 mod tests;
@@ -133,6 +137,24 @@ pub struct LinkStats {
     /// not in the JSON form, whose values are all counts).
     #[serde(skip)]
     pub mac_rejected_by: mac::MacRejects,
+    /// Keyed packets whose tag checked but whose stamp was seen before or lies below the
+    /// source's receive window ([`replay`]): replays (or duplicates older than the
+    /// reassembler's memory).
+    pub replayed: u64,
+    /// Keyed packets whose tag checked but whose epoch is older than the newest accepted
+    /// from their source: a previous incarnation's packets, replayed.
+    pub replay_stale_epoch: u64,
+    /// Keyed packets from a source beyond the [`replay::REPLAY_PEERS`] this link keeps
+    /// windows for.
+    pub replay_table_full: u64,
+    /// `replayed`, `replay_stale_epoch` and `replay_table_full` by source (authenticated
+    /// by the tag, unlike `mac_rejected_by`'s).
+    #[serde(skip)]
+    pub replay_rejected_by: mac::MacRejects,
+    /// Keyed packets whose tag checks only with the other verdict than their trailer
+    /// gives: a trailer changed on the way (a good packet made to look aborted, or an
+    /// aborted one made to look good).
+    pub trailer_forged: u64,
     /// Frames dropped because the wire-delay line already held
     /// [`faults::DELAY_LINE_FRAMES`] (a sender outrunning its modelled wire).
     pub delay_line_drops: u64,
@@ -169,6 +191,10 @@ pub struct Link {
     memory_medium: bool,
     /// The MAC key, under a cluster key.
     mac: Option<LinkMac>,
+    /// This incarnation's epoch and next sequence number (used under a key).
+    stamper: replay::Stamper,
+    /// The receive windows of the sources heard under a key.
+    windows: Box<replay::Windows>,
     /// Whether the log has been told this link is unauthenticated.
     noted_unauthenticated: bool,
 }
@@ -213,6 +239,8 @@ impl Link {
             keeps_last_frame,
             memory_medium,
             mac: None,
+            stamper: replay::Stamper::new(),
+            windows: Box::default(),
             noted_unauthenticated: false,
         }
     }

@@ -79,6 +79,7 @@ impl Key {
     }
 }
 
+#[derive(Clone)]
 enum State {
     /// The running sum of the SIMD kernel.
     Simd([u8; BLOCK]),
@@ -89,6 +90,7 @@ enum State {
 
 /// POLYVAL over bytes given in pieces: where the pieces split does not matter (whole
 /// blocks are hashed as they come, up to 64 per reduction; only a block's start waits).
+#[derive(Clone)]
 pub struct Hasher<'k> {
     key: &'k Key,
     state: State,

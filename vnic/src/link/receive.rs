@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0-only
-//! Receiving on the link: frames reassembled into packets, MAC tags and trailers checked, packets copied or lent.
+//! Receiving on the link: frames reassembled into packets, MAC tags, stamps and trailers checked, packets copied or lent.
 
-use super::mac::{LinkMac, TAG_BYTES};
+use super::mac::{LinkMac, TagCheck, SEAL_BYTES};
+use super::replay::{Freshness, Stamp, Windows, STAMP_BYTES};
 use super::{frame, Link, LinkStats, RxPacket, TRAILER_BYTES};
 use std::io;
 use std::time::Instant;
@@ -14,7 +15,8 @@ impl Link {
     /// Take frames that have arrived (without blocking) and return the next complete
     /// packet, copied into `out` without its tag and trailer, or `None` if no packet is
     /// complete. Under a key, a packet whose tag does not check is dropped (counted in
-    /// `mac_rejected`) and never returned.
+    /// `mac_rejected`, or `trailer_forged`) and never returned, and so is one whose
+    /// stamp is not fresh (`replayed`, `replay_stale_epoch`, `replay_table_full`).
     /// If `out` is shorter than the packet, the first `out.len()` bytes are delivered
     /// with `len == out.len()` and `crc_ok == false` (counted in `rx_truncated`).
     /// Packets come out in the order they completed.
@@ -61,7 +63,7 @@ impl Link {
         let mut held = None;
         while !self.rx.has_ready() && out.is_none() && budget > 0 {
             budget -= 1;
-            let (rx, stats, mac) = (&mut self.rx, &mut self.stats, self.mac.as_ref());
+            let (rx, stats, mac, windows) = (&mut self.rx, &mut self.stats, self.mac.as_ref(), &mut *self.windows);
             let r = self.backend.recv_frame_with(&mut self.rx_frame, &mut |frame| {
                 stats.frames_received += 1;
                 // A whole-frame packet needs no time: its key is stamped at the next
@@ -71,7 +73,8 @@ impl Link {
                 match rx.take_whole(frame, t, memory) {
                     Some((src, bytes, flags)) => {
                         let verdict = (flags & frame::FLAG_VERDICT != 0).then_some(memory);
-                        let Some((body, crc_ok)) = check_packet(bytes, src, node, flags, verdict, mac, stats) else {
+                        let seal = mac.map(|m| (m, &mut *windows));
+                        let Some((body, crc_ok)) = check_packet(bytes, src, node, flags, verdict, seal, stats) else {
                             return;
                         };
                         if keeps {
@@ -103,8 +106,8 @@ impl Link {
         let take = take.take()?;
         loop {
             let ready = self.rx.pop()?;
-            let checked =
-                check_packet(&ready.bytes, ready.src, self.node, ready.flags, None, self.mac.as_ref(), &mut self.stats);
+            let seal = self.mac.as_ref().map(|m| (m, &mut *self.windows));
+            let checked = check_packet(&ready.bytes, ready.src, self.node, ready.flags, None, seal, &mut self.stats);
             if let Some((body, crc_ok)) = checked {
                 let r = take(body, ready.src, crc_ok, false);
                 self.rx.recycle(ready.bytes);
@@ -119,12 +122,12 @@ impl Link {
 /// stamps and expires the duplicate keys remembered since the last).
 const STAMP_FRAMES: u64 = 64;
 
-/// Check a whole packet (bytes, tag under a key, trailer) from `src` to `node` with frame
-/// flags `flags` and count it: `None` if its MAC does not check (counted in
-/// `mac_rejected`; see [`super::mac`]), else the packet's bytes and whether its trailer
-/// checked. `verdict`: `None` for a CRC trailer (over the bytes and the tag); for a
+/// Check a whole packet (bytes, stamp and tag under a key, trailer) from `src` to `node`
+/// with frame flags `flags` and count it: `None` if it is refused (see [`super::mac`] and
+/// [`super::replay`]; counted by why), else the packet's bytes and whether its trailer
+/// checked. `verdict`: `None` for a CRC trailer (over the bytes, stamp and tag); for a
 /// [`frame::FLAG_VERDICT`] packet, whether it came over a memory medium (only there is a
-/// verdict believed).
+/// verdict believed). `seal`: the MAC and the receive windows, under a key.
 #[inline(always)]
 fn check_packet<'p>(
     bytes: &'p [u8],
@@ -132,32 +135,63 @@ fn check_packet<'p>(
     node: u16,
     flags: u8,
     verdict: Option<bool>,
-    mac: Option<&LinkMac>,
+    seal: Option<(&LinkMac, &mut Windows)>,
     stats: &mut LinkStats,
 ) -> Option<(&'p [u8], bool)> {
     let len = bytes.len() - TRAILER_BYTES;
     let (body, trailer) = bytes.split_at(len);
     let tagged = flags & frame::FLAG_MAC != 0;
-    // The tag first: nothing of a packet that fails it is looked at further.
-    let packet = match mac {
-        Some(m) => match body.len().checked_sub(TAG_BYTES) {
-            Some(n) if tagged && m.verify(src, node, &body[..n], &body[n..]) => Some(&body[..n]),
-            _ => None,
-        },
-        None => (!tagged).then_some(body),
-    };
-    let Some(packet) = packet else {
-        stats.mac_rejected += 1;
-        stats.mac_rejected_by.record(src);
-        return None;
-    };
-    let crc_ok = match verdict {
+    // What the trailer says: good, or aborted (or damaged, which a tag cannot tell apart).
+    let good = match verdict {
         None => crc32fast::hash(body).to_le_bytes() == trailer,
-        Some(memory) => memory && trailer == frame::VERDICT_GOOD,
+        Some(_) => trailer == frame::VERDICT_GOOD,
     };
+    // The tag first (with the trailer's verdict): nothing of a packet that fails it is
+    // looked at further; then the stamp.
+    let packet = match seal {
+        Some((m, windows)) => {
+            let Some(n) = body.len().checked_sub(SEAL_BYTES).filter(|_| tagged) else {
+                return mac_rejected(src, stats);
+            };
+            let (sealed, tag) = body.split_at(n + STAMP_BYTES);
+            match m.check(src, node, sealed, !good, tag) {
+                TagCheck::Good => {}
+                TagCheck::OtherVerdict => {
+                    stats.trailer_forged += 1;
+                    return None;
+                }
+                TagCheck::Bad => return mac_rejected(src, stats),
+            }
+            let mut stamp = [0u8; STAMP_BYTES];
+            stamp.copy_from_slice(&sealed[n..]);
+            let refused = match windows.handle(src, Stamp::parse(&stamp)) {
+                Freshness::Fresh => None,
+                Freshness::Replayed => Some(&mut stats.replayed),
+                Freshness::StaleEpoch => Some(&mut stats.replay_stale_epoch),
+                Freshness::TableFull => Some(&mut stats.replay_table_full),
+            };
+            if let Some(count) = refused {
+                *count += 1;
+                stats.replay_rejected_by.record(src);
+                return None;
+            }
+            &body[..n]
+        }
+        None if tagged => return mac_rejected(src, stats),
+        None => body,
+    };
+    let crc_ok = good && verdict != Some(false);
     stats.packets_received += 1;
     if !crc_ok {
         stats.crc_errors += 1;
     }
     Some((packet, crc_ok))
+}
+
+/// Count a packet whose MAC did not check (or that has a tag no key can check).
+#[cold]
+fn mac_rejected<T>(src: u16, stats: &mut LinkStats) -> Option<T> {
+    stats.mac_rejected += 1;
+    stats.mac_rejected_by.record(src);
+    None
 }

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0-only
-//! Sending on the link: a packet split into frames with its MAC tag (under a key) and its CRC-32 trailer (or a verdict), through the faults.
+//! Sending on the link: a packet split into frames with its stamp and MAC tag (under a key) and its CRC-32 trailer (or a verdict), through the faults.
 
 use super::frame::{self, FrameHeader};
-use super::mac::{LinkMac, TAG_BYTES};
+use super::mac::{LinkMac, SEAL_BYTES};
+use super::replay::STAMP_BYTES;
 use super::{reassembly, Link, MAX_PACKET_BYTES, ROUTE_HEADER_BYTES, TRAILER_BYTES};
 use std::io;
 use std::time::Instant;
@@ -10,7 +11,7 @@ use trapeze_firmware::iface::wire;
 
 impl Link {
     /// Send one packet (Trapeze header + control message + payload) to the node in its
-    /// header, with its MAC tag (under a key, [`super::mac`]) and the CRC-32 trailer
+    /// header, with its stamp and MAC tag (under a key, [`super::mac`]) and the CRC-32 trailer
     /// appended (the CRC inverted if `abort`, so the receiver sees a bad CRC). A packet shorter than the header or for a node the backend cannot
     /// reach is counted as `unroutable` and dropped (`Ok`). A packet longer than
     /// [`MAX_PACKET_BYTES`] − 4 is an `InvalidInput` error. Backend errors are counted
@@ -55,7 +56,7 @@ impl Link {
             self.stats.unroutable += 1;
             return Ok(());
         }
-        let tag_bytes = if self.mac.is_some() { TAG_BYTES } else { 0 };
+        let tag_bytes = if self.mac.is_some() { SEAL_BYTES } else { 0 };
         let total = len + tag_bytes + TRAILER_BYTES;
         let chunk = reassembly::chunk_bytes(self.tx_frame.len());
         if total <= chunk && self.memory_medium && self.faults.is_passthrough() {
@@ -76,6 +77,7 @@ impl Link {
         }
         let id = self.next_packet_id;
         self.next_packet_id = id.wrapping_add(1);
+        let stamp = self.mac.is_some().then(|| self.stamper.stamp().emit());
         // One frame through process memory and no faults (a wire delay is not one): a
         // verdict, not a CRC (see `LinkBackend::is_memory_medium`).
         let verdict = count == 1 && self.faults.faultless() && self.memory_medium;
@@ -84,8 +86,8 @@ impl Link {
         let mut tagger = self.mac.as_ref().map(LinkMac::tagger);
         let flags = if verdict { frame::FLAG_VERDICT } else { 0 } | if tag_bytes > 0 { frame::FLAG_MAC } else { 0 };
         let src = self.node;
-        // The bytes after the packet: its tag (under a key), then its trailer.
-        let mut suffix: Option<[u8; TAG_BYTES + TRAILER_BYTES]> = None;
+        // The bytes after the packet: its stamp and tag (under a key), then its trailer.
+        let mut suffix: Option<[u8; SEAL_BYTES + TRAILER_BYTES]> = None;
         let mut now = None;
         let mut result = Ok(());
         for index in 0..count {
@@ -121,12 +123,15 @@ impl Link {
                 }
                 if end > len {
                     let s = suffix.get_or_insert_with(|| {
-                        let mut s = [0u8; TAG_BYTES + TRAILER_BYTES];
-                        if let Some(t) = tagger.take() {
-                            let tag = t.finish(src, dst);
-                            s[..TAG_BYTES].copy_from_slice(&tag);
+                        let mut s = [0u8; SEAL_BYTES + TRAILER_BYTES];
+                        // Every byte has been read: whether the packet goes out aborted
+                        // is known, and bound into the tag with the stamp.
+                        if let (Some(mut t), Some(stamp)) = (tagger.take(), stamp) {
+                            t.update(&stamp);
+                            s[..STAMP_BYTES].copy_from_slice(&stamp);
+                            s[STAMP_BYTES..SEAL_BYTES].copy_from_slice(&t.finish(src, dst, abort || !ok));
                             if let Some(h) = hasher.as_mut() {
-                                h.update(&tag);
+                                h.update(&s[..SEAL_BYTES]);
                             }
                         }
                         let trailer = if verdict {
@@ -186,7 +191,8 @@ impl Link {
         let id = self.next_packet_id;
         self.next_packet_id = id.wrapping_add(1);
         let mac = self.mac.as_ref();
-        let tag_bytes = if mac.is_some() { TAG_BYTES } else { 0 };
+        let tag_bytes = if mac.is_some() { SEAL_BYTES } else { 0 };
+        let stamp = mac.is_some().then(|| self.stamper.stamp().emit());
         let mut header = [0u8; frame::HEADER_BYTES];
         let src = self.node;
         FrameHeader {
@@ -205,9 +211,15 @@ impl Link {
             h.copy_from_slice(&header);
             let (data, suffix) = body.split_at_mut(len);
             ok &= read(0, data);
-            let (tag, trailer) = suffix.split_at_mut(tag_bytes);
-            if let Some(m) = mac {
-                tag.copy_from_slice(&m.tag(src, dst, data));
+            let (seal, trailer) = suffix.split_at_mut(tag_bytes);
+            if let (Some(m), Some(stamp)) = (mac, stamp) {
+                // The tag covers the bytes and the stamp (hashed in place, in the frame)
+                // and the verdict, known now that every byte has been read.
+                seal[..STAMP_BYTES].copy_from_slice(&stamp);
+                let mut t = m.tagger();
+                t.update(data);
+                t.update(&seal[..STAMP_BYTES]);
+                seal[STAMP_BYTES..].copy_from_slice(&t.finish(src, dst, abort || !ok));
             }
             trailer.copy_from_slice(&verdict_trailer(abort || !ok));
         };
