@@ -13,48 +13,16 @@
 
 #[path = "support/daemons.rs"]
 mod daemons;
+#[path = "../../vnic/tests/common/idle.rs"]
+mod idle;
 #[path = "support/scratch.rs"]
 mod scratch;
 
 use daemons::{over_udp, stat, udp_ports, Daemons};
-use std::net::UdpSocket;
+use idle::{cpu_time, idle_window, require_loopback, LIMIT};
 use std::time::{Duration, Instant};
 
 const NODES: u16 = 3;
-/// The most of a core an idle daemon may use.
-const LIMIT: f64 = 0.01;
-
-/// How long the daemons are left idle: `IDLE_TEST_SECS`, else 10 s.
-fn idle_window() -> Duration {
-    let secs = std::env::var("IDLE_TEST_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(10);
-    Duration::from_secs(secs)
-}
-
-/// CPU time process `pid` has used, user and system, all its threads (`/proc/PID/stat`
-/// fields 14 and 15, in clock ticks).
-fn cpu_time(pid: u32) -> Duration {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .unwrap_or_else(|e| panic!("/proc/{pid}/stat: {e} (the daemon exited?)"));
-    // Field 2, the command, is in parentheses and may hold spaces: count from its end.
-    let rest = &stat[stat.rfind(')').expect("a command in parentheses") + 1..];
-    let fields: Vec<u64> = rest.split_whitespace().skip(1).take(13).map(|f| f.parse().unwrap_or(0)).collect();
-    let ticks = fields[11] + fields[12];
-    Duration::from_secs_f64(ticks as f64 / rustix::param::clock_ticks_per_second() as f64)
-}
-
-/// This test talks over UDP on 127.0.0.1: fail saying so where it has none, rather than
-/// with a daemon's error.
-fn require_loopback() {
-    let probe = || -> std::io::Result<()> {
-        let s = UdpSocket::bind("127.0.0.1:0")?;
-        s.set_read_timeout(Some(Duration::from_secs(2)))?;
-        s.send_to(b"probe", s.local_addr()?)?;
-        s.recv(&mut [0u8; 8]).map(drop)
-    };
-    if let Err(e) = probe() {
-        panic!("cannot run here: no UDP loopback on 127.0.0.1 ({e}); the daemons talk over it");
-    }
-}
 
 #[test]
 fn three_idle_daemons_use_under_1_percent_of_a_core_each() {

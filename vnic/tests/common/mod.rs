@@ -3,6 +3,8 @@
 //! flashable image built once per test process.
 #![allow(dead_code)]
 
+pub mod idle;
+
 pub use trapeze_node::testbed::*;
 
 /// The flashable image, built once per test process.
