@@ -138,13 +138,6 @@ impl Options {
         }
         Ok(())
     }
-
-    /// Every member, sorted.
-    pub fn members(&self) -> Vec<u16> {
-        let mut ids: Vec<u16> = self.peers.iter().map(|p| p.0).chain([self.node]).collect();
-        ids.sort_unstable();
-        ids
-    }
 }
 
 /// The view number of a member set: the same set gives the same number on every daemon
@@ -563,7 +556,6 @@ mod tests {
     #[test]
     fn bad_options_are_clear_errors() {
         assert!(opts().validate().is_ok());
-        assert_eq!(opts().members(), vec![0, 1, 2]);
         let err = |f: fn(&mut Options)| {
             let mut o = opts();
             f(&mut o);
