@@ -25,7 +25,7 @@
 //! `GMS_STORE_SCENARIOS` (10,000 by default) from `GMS_STORE_BASE`.
 
 use gms::prelude::*;
-use gms::store::drive::Frames;
+use gms::store::drive::{Frames, FramesIn};
 use gms::store::liveness::Event;
 use gms::store::{Finished, Outcome, Phase, StoreConfig, StoreError};
 use netrpc::prelude::ReplyTo;
@@ -81,6 +81,13 @@ impl SimFrames {
         if w.frames.get(&f).is_some_and(|i| i.state == FState::Live && i.node == WRITER) {
             w.free(WRITER, f);
         }
+    }
+}
+
+/// The simulated frames live beside the nodes, in the world.
+impl FramesIn<u32, Frame, TestHost> for SimFrames {
+    fn frames<'a>(&'a mut self, _host: &'a mut TestHost) -> impl Frames<u32, Frame> + 'a {
+        self
     }
 }
 

@@ -42,6 +42,7 @@ mod poll;
 mod putpage;
 mod read;
 mod replicas;
+mod store;
 #[cfg(test)]
 mod tests;
 
@@ -53,6 +54,7 @@ pub use cluster::{Cluster, NodeView, Servers, VIEW_EVERY_NS};
 pub use host::PortHost;
 pub use read::{Got, ReadInto, Source};
 pub use replicas::{default_replicas, read_step, replica, ReadStep, ReplicaWrite, Sites, Slot, MAX_REPLICAS};
+pub use store::{StoreFrames, StoreIo, UserStore, STORE_REQUESTS};
 
 use completions::{Finished, Pending};
 
@@ -181,6 +183,8 @@ pub struct GmsPort {
     /// Where putpages go (the plan over the members that take puts, else least loaded).
     placement: Placement<{ gms::epochs::LRU_NODES }>,
     pub stats: PortStats,
+    /// Completions of operations the port did not start (a store's, [`store`]).
+    store_done: Vec<Completion<Frame>>,
     /// Every finished putpage: (page, version, result), in completion order.
     pub put_log: Vec<(PageId, Version, PutResult)>,
     /// The pages this node put whose holder's NIC answers getpages of them by itself
@@ -232,6 +236,7 @@ impl GmsPort {
             ra: ReadAhead::new(readahead::Config { trigger: 2, depth: 0 }),
             placement: Placement::new(u32::MAX),
             stats: PortStats::default(),
+            store_done: Vec::new(),
             put_log: Vec::new(),
             answers: HashMap::default(),
             lat_2way: Vec::new(),

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! The store's loop over a `GmsNode`: what [`Store::poll_issue`] asks for, sent as
 //! putpages and getpages, and their completions fed back. Every runtime runs this one
-//! loop; they differ only in their frames ([`Frames`]).
+//! loop; they differ only in their frames ([`Frames`]), which may live beside the node (a
+//! simulator's world) or inside the node's host (a user-space port's pool): the loop
+//! reaches them through [`FramesIn`], one borrow at a time.
 
 use super::super::epochs::Lru;
 use super::super::net::prelude::*;
@@ -40,6 +42,39 @@ pub trait Frames<Io, F> {
     fn bytes(&mut self, frame: &F, read: impl FnOnce(&[u8]));
 }
 
+/// A borrowed runtime's frames are its frames.
+impl<Io, F, T: Frames<Io, F>> Frames<Io, F> for &mut T {
+    const PAGE_BYTES: u32 = T::PAGE_BYTES;
+    fn lend(&mut self, io: &Io, page: PageId, version: Version) -> Option<F> {
+        (**self).lend(io, page, version)
+    }
+    fn arm(&mut self, io: &Io) -> Option<ReplyTo<F>> {
+        (**self).arm(io)
+    }
+    fn scratch(&mut self) -> Option<ReplyTo<F>> {
+        (**self).scratch()
+    }
+    fn give_back(&mut self, frame: F) {
+        (**self).give_back(frame)
+    }
+    fn fill(&mut self, page: PageId, version: Version, write: impl FnOnce(&mut [u8])) -> Option<F> {
+        (**self).fill(page, version, write)
+    }
+    fn relabel(&mut self, frame: F, page: PageId, version: Version) -> F {
+        (**self).relabel(frame, page, version)
+    }
+    fn bytes(&mut self, frame: &F, read: impl FnOnce(&[u8])) {
+        (**self).bytes(frame, read)
+    }
+}
+
+/// Where the store's loop finds a runtime's [`Frames`] while it also drives the node
+/// whose host is `H`: frames kept beside the node ignore `host`; frames in a pool the
+/// host owns are borrowed from it for each step.
+pub trait FramesIn<Io, F, H> {
+    fn frames<'a>(&'a mut self, host: &'a mut H) -> impl Frames<Io, F> + 'a;
+}
+
 /// The frame a [`ReplyTo`] lands in.
 fn frame_of<F: Copy>(r: &ReplyTo<F>) -> Option<F> {
     r.caller_frame().copied()
@@ -66,7 +101,7 @@ impl<Io, F: Copy + PartialEq, S: Storage, const M: usize, const Q: usize, const 
         node: &mut GmsNode<F, H, S2, MM, OPS, T, X>,
         rpc: &mut Rpc<GmsNode<F, H, S2, MM, OPS, T, X>, F, C, K, XX>,
         lru: &mut Lru,
-        frames: &mut impl Frames<Io, F>,
+        frames: &mut impl FramesIn<Io, F, H>,
     ) -> bool {
         let mut sent = false;
         let coordinator = node.lru_coordinator();
@@ -97,65 +132,56 @@ impl<Io, F: Copy + PartialEq, S: Storage, const M: usize, const Q: usize, const 
         issue: &Issue<F>,
         node: &mut GmsNode<F, H, S2, MM, OPS, T, X>,
         rpc: &mut Rpc<GmsNode<F, H, S2, MM, OPS, T, X>, F, C, K, XX>,
-        frames: &mut impl Frames<Io, F>,
+        frames: &mut impl FramesIn<Io, F, H>,
     ) -> (Option<OpId>, Option<F>) {
         match issue.kind {
             IssueKind::Put { page, version, target, data } => {
+                let mut fr = frames.frames(&mut node.host);
                 let (frame, lent) = match data {
-                    Data::Request => match self.io(issue.req).and_then(|io| frames.lend(io, page, version)) {
+                    Data::Request => match self.io(issue.req).and_then(|io| fr.lend(io, page, version)) {
                         Some(f) => (f, true),
                         None => return (None, None),
                     },
-                    Data::Frame(f) => (frames.relabel(f, page, version), false),
-                    Data::Meta(m) => match frames.fill(page, version, |buf| self.fill_meta(m, buf)) {
+                    Data::Frame(f) => (fr.relabel(f, page, version), false),
+                    Data::Meta(m) => match fr.fill(page, version, |buf| self.fill_meta(m, buf)) {
                         Some(f) => (f, true),
                         None => return (None, None),
                     },
                     Data::Scratch => return (None, None),
                 };
-                match node.putpage(
-                    now,
-                    rpc,
-                    page,
-                    version,
-                    frame,
-                    Self::page_bytes(frames),
-                    target,
-                    false,
-                    Mode::NonBlocking,
-                ) {
+                let page_bytes = page_bytes_of(&fr);
+                drop(fr);
+                match node.putpage(now, rpc, page, version, frame, page_bytes, target, false, Mode::NonBlocking) {
                     Ok(op) => (Some(op), lent.then_some(frame)),
                     Err(_) => {
                         if lent {
-                            frames.give_back(frame);
+                            frames.frames(&mut node.host).give_back(frame);
                         }
                         (None, None)
                     }
                 }
             }
             IssueKind::Get { page, at_least, route, into } => {
+                let mut fr = frames.frames(&mut node.host);
                 let reply = match into {
-                    Data::Request => self.io(issue.req).and_then(|io| frames.arm(io)),
-                    Data::Scratch | Data::Meta(_) => frames.scratch(),
+                    Data::Request => self.io(issue.req).and_then(|io| fr.arm(io)),
+                    Data::Scratch | Data::Meta(_) => fr.scratch(),
                     Data::Frame(_) => None,
                 };
+                drop(fr);
                 let Some(reply) = reply else { return (None, None) };
                 let frame = frame_of(&reply);
                 match route.getpage(now, node, rpc, page, at_least, reply) {
                     Ok(op) => (Some(op), None),
                     Err(_) => {
                         if let Some(f) = frame {
-                            frames.give_back(f);
+                            frames.frames(&mut node.host).give_back(f);
                         }
                         (None, None)
                     }
                 }
             }
         }
-    }
-
-    fn page_bytes<Fr: Frames<Io, F>>(_: &Fr) -> u32 {
-        Fr::PAGE_BYTES
     }
 
     /// A completion from the node's host: the store's own operations are handled here
@@ -191,6 +217,11 @@ impl<Io, F: Copy + PartialEq, S: Storage, const M: usize, const Q: usize, const 
         }
         true
     }
+}
+
+/// Bytes of a page in `frames`' runtime.
+fn page_bytes_of<Io, F, Fr: Frames<Io, F>>(_: &Fr) -> u32 {
+    Fr::PAGE_BYTES
 }
 
 impl Route {

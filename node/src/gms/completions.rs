@@ -64,7 +64,10 @@ impl GmsPort {
         let now = self.now();
         let done = std::mem::take(&mut self.node.host.done);
         for c in done {
-            let Some((page, what)) = self.pending.remove(&c.op) else { continue };
+            let Some((page, what)) = self.pending.remove(&c.op) else {
+                self.store_done.push(c);
+                continue;
+            };
             match (what, c.result) {
                 (Pending::Get { kind, for_op, answerable: true, .. }, OpResult::Get(GetResult::Miss { frame, .. }))
                     if self.answers.remove(&page).is_some() =>

@@ -92,8 +92,10 @@ impl GmsPort {
     pub fn poll_timeout(&self) -> Option<Instant> {
         let now = Instant::now();
         let at = |ns: u64| self.epoch + Duration::from_nanos(ns);
-        let pending =
-            !self.node.host.done.is_empty() || !self.node.host.lru_inbox.is_empty() || self.rpc.has_deferred();
+        let pending = !self.node.host.done.is_empty()
+            || !self.store_done.is_empty()
+            || !self.node.host.lru_inbox.is_empty()
+            || self.rpc.has_deferred();
         let coordinating = self.coordinator() == Some(self.id());
         let lru = self.lru.poll_timeout().map(at).or_else(|| coordinating.then_some(now));
         [

@@ -1,0 +1,200 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! The client core (`gms::store`) on a user-space port: the store's frames are the port's
+//! pool ([`StoreFrames`]), its operations go through the port's node with the store's own
+//! loop ([`gms::store::drive`]), and their completions come back through
+//! [`GmsPort::take_store_done`]. The store decides everything about a page (placement,
+//! versions, retries, repair, recovery); this file only moves bytes between a request's
+//! buffer and the pool's frames.
+//!
+//! A write's data is copied into a pool frame for each replica's put (a page shorter than
+//! a frame is padded with zeros: the store keeps whole pages). A read's reply lands in a
+//! pool frame armed for the request, which stays the request's until it finishes
+//! ([`StoreFrames::take`]).
+
+use super::host::PortHost;
+use super::GmsPort;
+use crate::rpc::{Frame, Frames, FRAME_BYTES};
+use gms::prelude::*;
+use gms::store::drive::{Frames as StoreFramesTrait, FramesIn};
+use netrpc::prelude::ReplyTo;
+use rustc_hash::FxHashMap as HashMap;
+use trapeze_runtime::storage::Heap;
+
+/// Requests a user-space store runs at once (two kept for its meta pages).
+pub const STORE_REQUESTS: usize = 34;
+
+/// A client core on a port: `Io` the runtime's request handle.
+pub type UserStore<Io> = gms::store::Store<Io, Frame, Heap, 16, STORE_REQUESTS, { super::OPS }>;
+
+/// What the store needs of a runtime's request.
+pub trait StoreIo {
+    /// A key naming the request while it runs (unique among the requests in flight).
+    fn key(&self) -> u64;
+    /// A write's data (at most a frame; a read's is empty).
+    fn data(&self) -> &[u8];
+}
+
+/// The frames the stores of a port hold for their requests' reads.
+#[derive(Default)]
+pub struct StoreFrames {
+    /// Request key → the frame its read lands in, and back.
+    landing: HashMap<u64, Frame>,
+    owner: HashMap<Frame, u64>,
+    /// A page of bytes on its way into or out of a frame.
+    buf: Vec<u8>,
+}
+
+impl StoreFrames {
+    /// The frame request `key`'s read landed in, now the caller's (read its bytes, then
+    /// [`GmsPort::free_frame`] it). `None`: it has none (a write, a read that never landed).
+    pub fn take(&mut self, key: u64) -> Option<Frame> {
+        let f = self.landing.remove(&key)?;
+        self.owner.remove(&f);
+        Some(f)
+    }
+
+    /// Frames held for requests' reads.
+    pub fn held(&self) -> usize {
+        self.landing.len()
+    }
+}
+
+/// The pool and the stores' frames, borrowed for one step.
+struct PortFrames<'a> {
+    pool: &'a mut Frames,
+    st: &'a mut StoreFrames,
+}
+
+impl<Io: StoreIo> FramesIn<Io, Frame, PortHost> for StoreFrames {
+    fn frames<'a>(&'a mut self, host: &'a mut PortHost) -> impl StoreFramesTrait<Io, Frame> + 'a {
+        PortFrames { pool: &mut host.frames, st: self }
+    }
+}
+
+impl PortFrames<'_> {
+    /// A pool frame holding `write`'s bytes (the rest of the page zeros).
+    fn filled(&mut self, write: impl FnOnce(&mut [u8])) -> Option<Frame> {
+        let f = self.pool.alloc()?;
+        self.st.buf.clear();
+        self.st.buf.resize(FRAME_BYTES as usize, 0);
+        write(&mut self.st.buf);
+        if self.pool.write(f, &self.st.buf) {
+            Some(f)
+        } else {
+            self.pool.free(f);
+            None
+        }
+    }
+}
+
+impl<Io: StoreIo> StoreFramesTrait<Io, Frame> for PortFrames<'_> {
+    const PAGE_BYTES: u32 = FRAME_BYTES;
+
+    fn lend(&mut self, io: &Io, _page: PageId, _version: Version) -> Option<Frame> {
+        let data = io.data();
+        let n = data.len().min(FRAME_BYTES as usize);
+        self.filled(|b| b[..n].copy_from_slice(&data[..n]))
+    }
+
+    fn arm(&mut self, io: &Io) -> Option<ReplyTo<Frame>> {
+        let key = io.key();
+        let (f, fresh) = match self.st.landing.get(&key) {
+            Some(&f) => (f, false),
+            None => (self.pool.alloc()?, true),
+        };
+        match self.pool.arm(f) {
+            Ok(token) => {
+                self.st.landing.insert(key, f);
+                self.st.owner.insert(f, key);
+                Some(ReplyTo::Solicited { token: token.0, frame: f })
+            }
+            Err(_) => {
+                if fresh {
+                    self.pool.free(f);
+                }
+                None
+            }
+        }
+    }
+
+    fn scratch(&mut self) -> Option<ReplyTo<Frame>> {
+        self.pool.solicit()
+    }
+
+    fn give_back(&mut self, frame: Frame) {
+        if let Some(&key) = self.st.owner.get(&frame) {
+            // A request's landing frame stays its own until the request finishes; one the
+            // NIC would not let go of is the request's no more (its read fails).
+            if !self.pool.unarm(frame) {
+                self.st.owner.remove(&frame);
+                self.st.landing.remove(&key);
+            }
+        } else if self.pool.unarm(frame) {
+            // A put's send may still be in the ring: freed once the sends so far are reaped.
+            self.pool.retire(frame);
+        }
+    }
+
+    fn fill(&mut self, _page: PageId, _version: Version, write: impl FnOnce(&mut [u8])) -> Option<Frame> {
+        self.filled(write)
+    }
+
+    fn bytes(&mut self, frame: &Frame, read: impl FnOnce(&[u8])) {
+        self.st.buf.clear();
+        self.st.buf.resize(FRAME_BYTES as usize, 0);
+        if !self.pool.read(*frame, &mut self.st.buf) {
+            self.st.buf.fill(0);
+        }
+        read(&self.st.buf);
+    }
+}
+
+impl GmsPort {
+    /// Run `store`'s timers and send what it wants sent now. Whether anything was sent.
+    pub fn drive_store<Io: StoreIo>(&mut self, store: &mut UserStore<Io>, frames: &mut StoreFrames) -> bool {
+        let now = self.now();
+        store.handle_timeout(now);
+        let sent = store.issue(now, &mut self.node, &mut self.rpc, &mut self.lru, frames);
+        if sent {
+            self.flush();
+        }
+        sent
+    }
+
+    /// Completions of operations the port did not start itself (a store's), to hand to
+    /// [`Self::complete_store`].
+    pub fn take_store_done(&mut self) -> Vec<Completion<Frame>> {
+        std::mem::take(&mut self.store_done)
+    }
+
+    /// Hand `done` to `store` if it is one of its operations (`true`).
+    pub fn complete_store<Io: StoreIo>(
+        &mut self,
+        store: &mut UserStore<Io>,
+        frames: &mut StoreFrames,
+        done: &Completion<Frame>,
+    ) -> bool {
+        let now = self.now();
+        store.complete(now, done, &mut FramesIn::<Io, Frame, PortHost>::frames(frames, &mut self.node.host))
+    }
+
+    /// A completion nobody claimed: its frame goes back to the pool.
+    pub fn drop_store_done(&mut self, done: &Completion<Frame>) {
+        let frame = match done.result {
+            OpResult::Get(GetResult::Hit { frame, .. }) => Some(frame),
+            OpResult::Get(GetResult::Miss { frame, .. }) => frame,
+            _ => None,
+        };
+        if let Some(f) = frame {
+            self.node.host.release(f);
+        }
+    }
+
+    /// The bytes of `frame` (a store request's landing frame, [`StoreFrames::take`]) into
+    /// `out`; then the frame goes back to the pool.
+    pub fn read_and_free(&mut self, frame: Frame, out: &mut [u8]) -> bool {
+        let ok = self.node.host.frames.read(frame, out);
+        self.node.host.frames.release(frame);
+        ok
+    }
+}
