@@ -19,9 +19,7 @@ use crate::proto::{
     encode_error, encode_get_reply, encode_put_reply, read_len, GetOutcome, MissWhy, Nodes, PageRef, PutOutcome,
     Request, Served, Stat, MAX_FRAME_BYTES,
 };
-use crate::repair::Repair;
-use crate::targets::Targets;
-use crate::written::Written;
+use crate::volumes::{gms_page, Done, Item, Refused, Volumes};
 use anyhow::{bail, Context};
 use clients::{queue, request_ready, Conn};
 use gms::prelude::*;
@@ -30,7 +28,9 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use trapeze_node::gms::{read_step, replica, GmsPort, Got, ReadStep, ReplicaWrite, MAX_REPLICAS};
+use gms::store::liveness::Event;
+use gms::store::StoreError;
+use trapeze_node::gms::{read_step, GmsPort, Got, ReadStep, MAX_REPLICAS};
 
 /// Most clients served at once; a further connection is answered with an error and closed.
 pub const MAX_CLIENTS: usize = 64;
@@ -39,17 +39,13 @@ pub const MAX_CLIENTS: usize = 64;
 /// unwritten (it does not read them): what one client makes the daemon hold is bounded.
 pub const MAX_UNWRITTEN: usize = MAX_FRAME_BYTES;
 
-/// Times an item is issued at most (a timed-out operation is retried once).
+/// Times a reader's get is issued at most (a timed-out one is retried once).
 const MAX_TRIES: u8 = 2;
 /// How often the loop looks for new clients. Linux makes a socket for every `accept`
 /// before it finds none pending: tried on every pass of the spinning loop, `accept4` was
 /// 13–22 % of a lender's perf samples while it served getpages. A client waits at most
 /// this long to be taken.
 const ACCEPT_EVERY: Duration = Duration::from_millis(1);
-
-/// Passes a read of a page this daemon wrote makes at most while every replica misses
-/// with a holder not known to have failed, half an operation timeout apart.
-const MISS_TRIES: u8 = 6;
 
 /// A job not finished after this long is answered with what it has (misses / failures).
 /// GMS completes every operation within its own timeout, so this is a last resort.
@@ -64,8 +60,8 @@ pub struct Counters {
     pub hits_by: [u64; 4],
     pub puts: u64,
     pub puts_stored: u64,
-    /// Operations issued again: puts that failed, network-only gets that timed out into a
-    /// miss, and reads of a page this daemon wrote that missed with a holder alive.
+    /// Operations issued again: the stores' puts and gets sent again after no answer, a
+    /// refusal or another view, and readers' network-only gets that timed out.
     pub retries: u64,
     /// Reads that went on to the next replica (the one before missed or was stale).
     pub replica_fallbacks: u64,
@@ -80,11 +76,10 @@ impl Counters {
 }
 
 enum Items {
-    /// `writes[i]`: item `i`'s replicas (made when its first replica is issued).
+    /// An item's data moves into its volume's store when it is issued.
     Put {
         items: Vec<(PageId, Vec<u8>)>,
         res: Vec<Option<PutOutcome>>,
-        writes: Vec<Option<ReplicaWrite>>,
     },
     Get {
         network_only: bool,
@@ -96,13 +91,11 @@ enum Items {
 struct Job {
     conn: u64,
     items: Items,
-    /// (item, replica) to issue, in order (a retried one goes to the back, a read's next
-    /// replica to the front).
+    /// (item, replica) to issue, in order (a put's replicas are its store's: replica 0;
+    /// a reader's retried get goes to the back, its next replica to the front).
     queue: VecDeque<(usize, u8)>,
     /// Times each item's replica was issued (a get: its passes, counted at replica 0).
     tries: Vec<[u8; MAX_REPLICAS as usize]>,
-    /// Times each item's replica was refused by a target (it then goes to another).
-    refusals: Vec<[u8; MAX_REPLICAS as usize]>,
     /// Items without a result.
     left: usize,
     deadline: Instant,
@@ -128,18 +121,12 @@ pub struct Control {
     conn_ids: Vec<u64>,
     jobs: BTreeMap<u64, Job>,
     next_job: u64,
-    /// Putpages in flight: (replica's page, version) → (job, item, replica, target).
-    put_wait: HashMap<(PageId, u64), (u64, usize, u8, u16)>,
-    targets: Targets,
+    /// The volumes this daemon writes, each with its store.
+    volumes: Volumes,
+    /// What the stores finished in a step.
+    store_done: Vec<Done>,
     get_wait: HashMap<OpId, Waiter>,
     read_wait: HashMap<PageId, Vec<Waiter>>,
-    last_version: u64,
-    /// Copies of each page put (`--replicas`).
-    replicas: u8,
-    /// The pages this daemon's clients wrote: version, holders, which failed.
-    written: Written,
-    /// Replicas lost with a failed node being put again.
-    repair: Repair,
     /// This node is its only member (no live peer).
     alone: bool,
     /// The membership view as of the last step.
@@ -161,7 +148,7 @@ impl Control {
     /// without the sticky bit. A stale socket file (nobody accepting) is replaced; a live
     /// socket (a daemon, or a NIC by its socket type) or any other file is an error. The
     /// socket is mode 0600.
-    pub fn bind(path: &Path, op_timeout: Duration, replicas: u8) -> anyhow::Result<Control> {
+    pub fn bind(path: &Path, op_timeout: Duration, replicas: u8, volume_pages: u64) -> anyhow::Result<Control> {
         if !(1..=MAX_REPLICAS).contains(&replicas) {
             bail!("replicas {replicas}: must be 1..={MAX_REPLICAS}");
         }
@@ -183,14 +170,10 @@ impl Control {
             conn_ids: Vec::new(),
             jobs: BTreeMap::new(),
             next_job: 0,
-            put_wait: HashMap::new(),
-            targets: Targets::default(),
+            volumes: Volumes::new(replicas, volume_pages),
+            store_done: Vec::new(),
             get_wait: HashMap::new(),
             read_wait: HashMap::new(),
-            last_version: 0,
-            replicas,
-            written: Written::default(),
-            repair: Repair::default(),
             alone: false,
             view: 0,
             retry_after: op_timeout / 2,
@@ -207,13 +190,29 @@ impl Control {
 
     /// Copies of each page put through this daemon.
     pub fn replicas(&self) -> u8 {
-        self.replicas
+        self.volumes.replicas()
     }
 
-    /// Replicas lost with a failed node still to be put again: waiting, or being read and
-    /// put now (0 only once every repair started has finished).
+    /// Whether re-replication has work in a volume this daemon writes (a scan for lost
+    /// replicas under way, or a copy being made): 0 or 1.
     pub fn re_replicate_pending(&self) -> usize {
-        self.written.lost_pending() + self.repair.busy()
+        usize::from(self.volumes.repair_pending())
+    }
+
+    /// The counters, with the stores' own folded in.
+    pub fn counters(&self) -> Counters {
+        let s = self.volumes.stats();
+        Counters {
+            retries: self.counters.retries + s.retries,
+            replica_fallbacks: self.counters.replica_fallbacks + s.fallbacks,
+            re_replicated: s.repaired,
+            ..self.counters
+        }
+    }
+
+    /// The volumes this daemon writes: (identity, how its load stands).
+    pub fn volumes(&self) -> Vec<(u64, gms::store::Phase)> {
+        self.volumes.list()
     }
 
     /// Work a pass can do without waiting for anything: operations of a job still to
@@ -223,16 +222,15 @@ impl Control {
     /// [`Self::poll_timeout`] gives.
     pub fn has_work(&self) -> bool {
         self.jobs.values().any(|j| !j.queue.is_empty())
-            || self.repair.busy() > 0
             || self.conns.values().any(|c| c.wpos < c.wbuf.len() || request_ready(c))
     }
 
     /// When [`Self::step`] must run again although no client speaks and no answer
-    /// comes, if ever: a job's deadline or a read to issue again at a time, and lost
-    /// replicas waiting to be put again ([`Repair::poll_timeout`]).
-    pub fn poll_timeout(&self, now: Instant) -> Option<Instant> {
+    /// comes, if ever: a job's deadline or a read to issue again at a time, and the
+    /// stores' timers (retries, write windows, re-replication).
+    pub fn poll_timeout(&self, port: &GmsPort) -> Option<Instant> {
         let jobs = self.jobs.values().flat_map(|j| j.later.iter().map(|l| l.0).chain([j.deadline])).min();
-        [jobs, self.repair.poll_timeout(self.written.lost_pending(), self.view, now)].into_iter().flatten().min()
+        [jobs, self.volumes.poll_timeout(port)].into_iter().flatten().min()
     }
 
     /// The loop slept in `poll(2)` on [`Self::poll_fds`]: the next step accepts at once
@@ -271,12 +269,12 @@ impl Control {
 
     /// A heartbeat from `node`: it holds `held` pages of its `budget` (its room for puts).
     pub fn heard(&mut self, node: u16, held: u32, budget: u32) {
-        self.targets.heard(node, held, budget);
+        self.volumes.handle_room(node, u64::from(budget.saturating_sub(held)));
     }
 
-    /// Node `n` failed or restarted: the replicas this daemon stored there are gone.
-    pub fn node_failed(&mut self, n: u16) {
-        self.written.node_failed(n);
+    /// A membership change, for the stores (at the port's clock `now`).
+    pub fn member(&mut self, now: u64, event: Event) {
+        self.volumes.handle_member(now, event);
     }
 
     /// One pass at `now` (the loop's clock reading for it): accept, read requests, collect
@@ -292,10 +290,7 @@ impl Control {
         busy |= self.read_all();
         busy |= self.collect(port);
         busy |= self.issue(port, window);
-        let Control { repair, targets, written, last_version, counters, .. } = self;
-        busy |= repair.poll(port, targets, written, window, || Version(next_version(last_version)));
-        busy |= repair.start(port, written, window);
-        counters.re_replicated = repair.done;
+        busy |= self.collect_stores(port);
         busy |= self.finish();
         busy |= self.write_all();
         busy
@@ -339,7 +334,7 @@ impl Control {
             }
             Request::Put(items) => {
                 let n = items.len();
-                Items::Put { items, res: vec![None; n], writes: vec![None; n] }
+                Items::Put { items, res: vec![None; n] }
             }
             Request::Get { network_only, pages } => {
                 let n = pages.len();
@@ -352,16 +347,11 @@ impl Control {
             Items::Put { res, .. } => res.len(),
             Items::Get { res, .. } => res.len(),
         };
-        let replicas = match &items {
-            Items::Put { .. } => self.replicas,
-            Items::Get { .. } => 1,
-        };
         let job = Job {
             conn: id,
             items,
-            queue: (0..left).flat_map(|i| (0..replicas).map(move |k| (i, k))).collect(),
+            queue: (0..left).map(|i| (i, 0)).collect(),
             tries: vec![[0; MAX_REPLICAS as usize]; left],
-            refusals: vec![[0; MAX_REPLICAS as usize]; left],
             left,
             deadline: now + JOB_TIMEOUT,
             later: Vec::new(),
@@ -370,12 +360,13 @@ impl Control {
         true
     }
 
-    /// Issue pages of the jobs, oldest job first, while the window has room.
+    /// Issue pages of the jobs, oldest job first, while the window has room: a put, and a
+    /// get of a volume this daemon writes, go to the volume's store; any other get is a
+    /// reader's, through GMS's directory.
     fn issue(&mut self, port: &mut GmsPort, window: usize) -> bool {
         let mut any = false;
         let mut answered = Vec::new();
-        let r = self.replicas;
-        let Control { jobs, put_wait, get_wait, read_wait, counters, last_version, targets, written, .. } = self;
+        let Control { jobs, get_wait, read_wait, volumes, .. } = self;
         'jobs: for (&jid, job) in jobs.iter_mut() {
             let now = Instant::now();
             job.later.retain(|&(at, idx)| {
@@ -389,58 +380,38 @@ impl Control {
                 let Some(&(idx, k)) = job.queue.front() else { break };
                 let now = Instant::now();
                 match &mut job.items {
-                    // Another replica of the page ended its write already (a failure).
-                    Items::Put { res, .. } if res[idx].is_some() => {}
-                    Items::Put { items, res, writes } => {
-                        let (page, data) = &items[idx];
-                        let page = *page;
+                    Items::Put { items, res } => {
+                        let (page, data) = &mut items[idx];
                         let me = port.id();
-                        let members: Vec<u16> =
-                            port.node.members().ids().iter().copied().filter(|&n| n != me).collect();
-                        // A page is stored with its own length (at most PAGE_BYTES, checked
-                        // when the request was decoded) and read back with exactly that
-                        // length; GMS carries no empty page.
-                        if members.is_empty() || data.is_empty() {
-                            res[idx] = Some(if members.is_empty() { PutOutcome::NoTarget } else { PutOutcome::Error });
-                            job.left -= 1;
-                        } else if members.len() < usize::from(r) {
-                            // Fewer copies than asked would be a silent loss of safety.
-                            res[idx] = Some(PutOutcome::TooFewTargets { replicas: r, live: Nodes::new(&members) });
+                        let alone = port.node.members().ids().iter().all(|&n| n == me);
+                        // GMS carries no empty page; a lone node has nowhere to put one.
+                        if alone || data.is_empty() {
+                            res[idx] = Some(if alone { PutOutcome::NoTarget } else { PutOutcome::Error });
                             job.left -= 1;
                         } else {
-                            let w = writes[idx].get_or_insert_with(|| {
-                                ReplicaWrite::new(r, Version(next_version(last_version))).over(written.sites(&page))
-                            });
-                            let c = port.coordinator();
-                            let Some(target) =
-                                targets.pick(&mut port.lru, c, &members, window, now, &w.avoid(k, &members))
-                            else {
-                                break 'jobs;
-                            };
-                            let version = w.version_for(k, || Version(next_version(last_version)));
-                            let rpage = replica(page, k);
-                            match port.put(rpage, version, data, Some(target)) {
-                                Ok(_) => {
-                                    w.issued(k, target, version);
-                                    put_wait.insert((rpage, version.0), (jid, idx, k, target));
-                                    counters.puts += 1;
-                                }
-                                Err(e) if port.in_flight() > 0 => {
-                                    targets.done(target, None, now);
-                                    tracing::trace!("put {} deferred: {e:#}", PageRef(page));
+                            let item = Item { job: jid, idx, page: page.page, data: Some(std::mem::take(data)) };
+                            match volumes.write(port, *page, item) {
+                                Ok(()) => {}
+                                Err(Refused::Busy(item)) => {
+                                    *data = item.data.unwrap_or_default();
                                     break 'jobs;
                                 }
-                                Err(e) => {
-                                    targets.done(target, None, now);
-                                    tracing::warn!("put {}: {e:#}", PageRef(page));
-                                    res[idx] = Some(PutOutcome::Error);
+                                Err(Refused::Now(out)) => {
+                                    res[idx] = Some(out);
                                     job.left -= 1;
                                 }
                             }
                         }
                     }
+                    Items::Get { pages, .. } if volumes.is_open(pages[idx].space) => {
+                        let page = pages[idx];
+                        let item = Item { job: jid, idx, page: page.page, data: None };
+                        if let Some(Err(_)) = volumes.read(port, page, item) {
+                            break 'jobs;
+                        }
+                    }
                     Items::Get { network_only, pages, .. } => {
-                        let page = replica(pages[idx], k);
+                        let page = gms_page(pages[idx], k);
                         if *network_only {
                             match port.get_start(page) {
                                 Ok(op) => {
@@ -475,69 +446,64 @@ impl Control {
         any
     }
 
-    /// Take finished operations from the port.
-    fn collect(&mut self, port: &mut GmsPort) -> bool {
-        let mut any = false;
-        for (rpage, version, r) in port.put_log.drain(..).collect::<Vec<_>>() {
-            any = true;
-            if self.repair.put_done(rpage, version, &r, &mut self.targets, &mut self.written) {
-                continue;
-            }
-            let Some((jid, idx, k, target)) = self.put_wait.remove(&(rpage, version.0)) else {
-                continue;
-            };
-            let now = Instant::now();
-            let elsewhere = self.targets.done(target, Some(&r), now);
-            let out = match r {
-                PutResult::Stored { .. } => {
-                    self.counters.puts_stored += 1;
-                    None
+    /// What the volumes' stores finished: answers for their jobs.
+    fn collect_stores(&mut self, port: &mut GmsPort) -> bool {
+        let mut done = std::mem::take(&mut self.store_done);
+        let busy = self.volumes.step(port, &mut done);
+        for d in done.drain(..) {
+            match d {
+                Done::Put { job, idx, outcome } => {
+                    if matches!(outcome, PutOutcome::Stored { .. }) {
+                        self.counters.puts_stored += 1;
+                    }
+                    self.counters.puts += 1;
+                    self.answer(job, idx, Answer::Put(outcome));
                 }
-                PutResult::Refused => Some(PutOutcome::Refused),
-                PutResult::Superseded => Some(PutOutcome::Superseded),
-                PutResult::WrongView => Some(PutOutcome::WrongView),
-                PutResult::Failed => Some(PutOutcome::Failed { targets: Nodes::new(&[target]) }),
-            };
-            let Some(job) = self.jobs.get_mut(&jid) else { continue };
-            let Items::Put { items, res, writes } = &mut job.items else { continue };
-            let Some(w) = writes[idx].as_mut() else { continue };
-            w.done(k, version, &r);
-            if res[idx].is_some() {
-                continue;
-            }
-            let ki = usize::from(k);
-            let me = port.id();
-            let members = port.node.members().ids().iter().filter(|&&n| n != me).count();
-            match out {
-                None if w.complete() => {
-                    let holders = w.holders();
-                    let live = port.node.members();
-                    self.written.record(items[idx].0, w.version(), &holders, |n| live.contains(n));
-                    res[idx] = Some(PutOutcome::Stored { targets: Nodes::new(&holders), version: w.version().0 });
-                    job.left -= 1;
-                }
-                // Stored; the other replicas are still under way.
-                None => {}
-                Some(PutOutcome::Refused) if usize::from(job.refusals[idx][ki]) < members && elsewhere => {
-                    // A full target: another that has room takes the replica.
-                    job.refusals[idx][ki] += 1;
-                    job.tries[idx][ki] = job.tries[idx][ki].saturating_sub(1);
-                    job.queue.push_back((idx, k));
-                }
-                // No answer in time (a dropped packet, a dead target), or a target whose
-                // view of the members differs (views converge as heartbeats are heard):
-                // again, as a newer version (to another target if this one died).
-                Some(PutOutcome::Failed { .. } | PutOutcome::WrongView) if job.tries[idx][ki] < MAX_TRIES => {
-                    self.counters.retries += 1;
-                    job.queue.push_back((idx, k));
-                }
-                Some(out) => {
-                    // The write is not done: every replica was not stored.
-                    res[idx] = Some(out);
-                    job.left -= 1;
+                Done::Get { job, idx, got } => {
+                    self.counters.gets += 1;
+                    let out = match got {
+                        // The store reads straight from the holder (two messages).
+                        Ok(Some((version, data))) => {
+                            self.counters.hits_by[Served::TwoWay as usize] += 1;
+                            GetOutcome::Hit { version: version.0, source: Served::TwoWay, data }
+                        }
+                        Ok(None) => GetOutcome::Miss(MissWhy::NotFound),
+                        Err(e) => GetOutcome::Miss(match e {
+                            StoreError::Lost => MissWhy::Lost,
+                            StoreError::Unreachable => MissWhy::Unreachable,
+                            _ if self.alone => MissWhy::Alone,
+                            _ => MissWhy::TimedOut,
+                        }),
+                    };
+                    if matches!(out, GetOutcome::Miss(_)) {
+                        self.counters.misses += 1;
+                    }
+                    self.answer(job, idx, Answer::Get(out));
                 }
             }
         }
+        self.store_done = done;
+        busy
+    }
+
+    /// Item `idx` of job `jid` ended.
+    fn answer(&mut self, jid: u64, idx: usize, a: Answer) {
+        let Some(job) = self.jobs.get_mut(&jid) else { return };
+        let slot = match (&mut job.items, a) {
+            (Items::Put { res, .. }, Answer::Put(o)) => res.get_mut(idx).filter(|r| r.is_none()).map(|r| *r = Some(o)),
+            (Items::Get { res, .. }, Answer::Get(o)) => res.get_mut(idx).filter(|r| r.is_none()).map(|r| *r = Some(o)),
+            _ => None,
+        };
+        if slot.is_some() {
+            job.left -= 1;
+        }
+    }
+
+    /// Take finished operations from the port.
+    fn collect(&mut self, port: &mut GmsPort) -> bool {
+        let mut any = false;
+        // The stores' putpages are theirs; the port's own log is not read.
+        port.put_log.clear();
         if !self.get_wait.is_empty() {
             let ops: Vec<OpId> = self.get_wait.keys().copied().collect();
             for op in ops {
@@ -573,17 +539,17 @@ impl Control {
         let took = t0.elapsed();
         self.lat_all.record(took.as_nanos() as u64);
         let Some(job) = self.jobs.get_mut(&jid) else { return };
-        let Items::Get { network_only, pages, res } = &job.items else { return };
+        let Items::Get { network_only, res, .. } = &job.items else { return };
         if res[idx].is_some() {
             return;
         }
-        let page = pages[idx];
         let hit = match &got {
             Got::Hit { version, .. } => Some(*version),
             Got::Miss => None,
         };
-        // A copy older than this daemon's last write of the page is stale.
-        let take = match read_step(self.replicas, k, hit, self.written.version(&page)) {
+        // A reader knows no version to insist on: the newest copy of the replicas it asks
+        // (the daemons of a cluster keep the same --replicas).
+        let take = match read_step(self.volumes.replicas(), k, hit, None) {
             ReadStep::Next(n) => {
                 self.counters.replica_fallbacks += 1;
                 job.queue.push_front((idx, n));
@@ -600,16 +566,6 @@ impl Control {
             job.queue.push_back((idx, 0));
             return;
         }
-        // A page this daemon wrote, with a holder not known to have failed, that no
-        // replica had current: after a membership change the survivors re-register their
-        // copies with the pages' new directory nodes (a few calls over a lossy link), and a
-        // getpage through the directory misses until then. Asked again a little later.
-        let held = self.written.get(&page).is_some_and(|r| !r.all_lost());
-        if !take && held && job.tries[idx][0] < MISS_TRIES {
-            self.counters.retries += 1;
-            job.later.push((Instant::now() + self.retry_after, idx));
-            return;
-        }
         self.counters.gets += 1;
         let out = match got {
             Got::Hit { version, data, source } if take => {
@@ -619,10 +575,7 @@ impl Control {
             }
             _ => {
                 self.counters.misses += 1;
-                GetOutcome::Miss(match self.written.get(&page) {
-                    Some(r) if r.all_lost() => {
-                        MissWhy::HolderFailed { node: r.holders.as_slice().first().copied().unwrap_or(0) }
-                    }
+                GetOutcome::Miss(match () {
                     _ if self.alone => MissWhy::Alone,
                     _ if timed_out => MissWhy::TimedOut,
                     _ => MissWhy::NotFound,
@@ -644,13 +597,6 @@ impl Control {
             let job = self.jobs.remove(jid).expect("key taken from the map");
             if job.left > 0 {
                 tracing::error!(job = jid, left = job.left, "job overdue: answering the rest as failures");
-            }
-            if let Items::Put { items, res, writes } = &job.items {
-                // Writes that did not complete still moved their pages.
-                for ((item, r), w) in items.iter().zip(res).zip(writes) {
-                    let (Some(w), false) = (w, matches!(r, Some(PutOutcome::Stored { .. }))) else { continue };
-                    self.written.partial(item.0, &w.stored(), w.sites());
-                }
             }
             let body = match job.items {
                 Items::Put { res, .. } => encode_put_reply(
@@ -679,10 +625,8 @@ impl Drop for Control {
     }
 }
 
-/// A version newer than any this daemon gave before and, across daemons, ordered by
-/// wall-clock time (ns since the epoch).
-fn next_version(last: &mut u64) -> u64 {
-    let wall = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
-    *last = wall.max(*last + 1);
-    *last
+/// How an item ended.
+enum Answer {
+    Put(PutOutcome),
+    Get(GetOutcome),
 }

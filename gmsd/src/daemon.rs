@@ -23,6 +23,7 @@ use crate::units::Human;
 use anyhow::{bail, Context};
 use gms::prelude::*;
 use gms::replica::MAX_REPLICAS;
+use gms::store::liveness::Event;
 use gms::store::nodes::{NodeSet, MAX_NODE};
 use rustix::event::{PollFd, PollFlags, Timespec};
 use std::os::fd::OwnedFd;
@@ -76,6 +77,8 @@ pub struct Options {
     pub key: Option<trapeze_vnic::key::ClusterKey>,
     /// Copies of each page put through this daemon, on distinct other nodes (1..=[`MAX_REPLICAS`]).
     pub replicas: u8,
+    /// Pages of each volume this daemon writes ([`crate::volumes`]).
+    pub volume_pages: u64,
     /// How long the loop spins after its last work (a client's request, a message other
     /// than a heartbeat or a global-LRU message, a membership change) before it sleeps.
     pub idle_spin: Duration,
@@ -193,7 +196,7 @@ impl Daemon {
             opts.dead_after,
             Instant::now(),
         )?;
-        let control = Control::bind(&opts.socket, opts.op_timeout, opts.replicas)
+        let control = Control::bind(&opts.socket, opts.op_timeout, opts.replicas, opts.volume_pages)
             .with_context(|| format!("control socket (--socket) {}", opts.socket.display()))?;
         let mut link = Link::new(opts.node, backend, opts.faults);
         link.set_key(opts.key.as_ref());
@@ -287,7 +290,7 @@ impl Daemon {
             // Answers in flight wake the loop through the link; their timeouts are the
             // port's deadlines.
             if now.duration_since(last_work) > self.opts.idle_spin && !self.control.has_work() {
-                let until = [self.port.poll_timeout(), self.control.poll_timeout(now)]
+                let until = [self.port.poll_timeout(), self.control.poll_timeout(&self.port)]
                     .into_iter()
                     .flatten()
                     .fold(self.live_at, Instant::min);
@@ -348,7 +351,10 @@ impl Daemon {
     fn change(&mut self, change: Change, now: Instant) {
         let me = self.opts.node;
         match change {
-            Change::Joined(n) => tracing::info!(node = me, peer = n, "peer heard: a member"),
+            Change::Joined(n) => {
+                tracing::info!(node = me, peer = n, "peer heard: a member");
+                self.control.member(self.port.now(), Event::Joined(n));
+            }
             Change::Failed(n) => {
                 let heard = self.live.row(n, now).map_or(0, |r| r.last_heard_ms);
                 tracing::warn!(
@@ -361,7 +367,7 @@ impl Daemon {
                 );
                 self.stats.failures_detected += 1;
                 self.port.node_failed(n);
-                self.control.node_failed(n);
+                self.control.member(self.port.now(), Event::Failed(n));
             }
             Change::Rejoined(n) | Change::Restarted(n) => {
                 let how = if matches!(change, Change::Restarted(_)) { "restarted" } else { "heard again" };
@@ -373,7 +379,10 @@ impl Daemon {
                 if self.port.node.members().contains(n) {
                     self.port.node_failed(n);
                 }
-                self.control.node_failed(n);
+                // The stores: a restarted peer lost every copy it held; one heard again
+                // after it was declared failed kept them (it may only have been suspected).
+                let event = if matches!(change, Change::Restarted(_)) { Event::Restarted(n) } else { Event::Joined(n) };
+                self.control.member(self.port.now(), event);
             }
         }
     }
@@ -476,7 +485,7 @@ pub fn stat(port: &GmsPort, live: &Peers, control: &Control, ds: &DaemonStats, m
     }];
     nodes.extend(live.rows(now));
     nodes.sort_by_key(|n| n.node);
-    let c = &control.counters;
+    let c = &control.counters();
     Stat {
         node: me,
         uptime_s: started.elapsed().as_secs_f64(),
@@ -550,6 +559,7 @@ mod tests {
             faults: FaultConfig::NONE,
             key: None,
             replicas: 2,
+            volume_pages: 1024,
         }
     }
 

@@ -25,8 +25,8 @@ use std::fmt;
 use std::io::{Read, Write};
 use std::str::FromStr;
 
-/// Size of a page (the GMS frame size). A page holds 1 to this many bytes and keeps its
-/// length: a get returns exactly the bytes put (no padding).
+/// Size of a page (the GMS frame size). A put carries 1 to this many bytes; a shorter one
+/// is stored padded with zeros, and a get returns the whole page.
 pub const PAGE_BYTES: usize = trapeze_node::rpc::FRAME_BYTES as usize;
 /// Largest message either side accepts (a batch of 1024 pages plus headers).
 pub const MAX_FRAME_BYTES: usize = 1024 * (PAGE_BYTES + 32) + 64;
@@ -137,6 +137,11 @@ pub enum PutOutcome {
     /// Fewer live nodes other than this one (`live`) than the daemon's `--replicas`
     /// (`replicas`): the page is not stored rather than kept with fewer copies.
     TooFewTargets { replicas: u8, live: Nodes },
+    /// The page's volume is written by the daemon on node `owner` (a volume has one
+    /// writer): put it through that daemon.
+    NotOwner { owner: u16 },
+    /// Past the end of the volume (`--volume-pages`: `pages`).
+    OutOfRange { pages: u64 },
 }
 
 impl PutOutcome {
@@ -151,6 +156,8 @@ impl PutOutcome {
             PutOutcome::Error => (5, 0, none),
             PutOutcome::NoTarget => (6, 0, none),
             PutOutcome::TooFewTargets { replicas, live } => (7, u64::from(replicas), live),
+            PutOutcome::NotOwner { owner } => (8, u64::from(owner), none),
+            PutOutcome::OutOfRange { pages } => (9, pages, none),
         };
         out.push(code);
         out.extend_from_slice(&version.to_le_bytes());
@@ -178,6 +185,8 @@ impl PutOutcome {
             5 => PutOutcome::Error,
             6 => PutOutcome::NoTarget,
             7 => PutOutcome::TooFewTargets { replicas: version.min(u8::MAX.into()) as u8, live: nodes },
+            8 => PutOutcome::NotOwner { owner: u16::try_from(version).context("bad owner")? },
+            9 => PutOutcome::OutOfRange { pages: version },
             c => bail!("bad put outcome {c}"),
         })
     }
@@ -233,20 +242,25 @@ pub enum MissWhy {
     /// No node answered with the page: never stored, or lost with a failed node (its holder
     /// or its directory node) that this daemon has no record of storing it on.
     NotFound,
-    /// This daemon stored the page at `node`, which has failed (or restarted) since: the
-    /// page went with it.
-    HolderFailed { node: u16 },
     /// No answer within the operation timeout (a network-only get is retried once first).
     TimedOut,
     /// This node has no live peer (and does not hold the page itself).
     Alone,
+    /// The page was written through this daemon and no copy of it is left (every node
+    /// that held one failed): its data is gone.
+    Lost,
+    /// The page was written through this daemon and no copy could be reached: the nodes
+    /// that may hold one are declared failed or did not answer (it reads again if they
+    /// come back with their memory).
+    Unreachable,
 }
 
 impl MissWhy {
     fn encode(self, out: &mut Vec<u8>) {
         let (code, node) = match self {
             MissWhy::NotFound => (0u8, 0u16),
-            MissWhy::HolderFailed { node } => (1, node),
+            MissWhy::Lost => (1, 0),
+            MissWhy::Unreachable => (4, 0),
             MissWhy::TimedOut => (2, 0),
             MissWhy::Alone => (3, 0),
         };
@@ -255,10 +269,11 @@ impl MissWhy {
     }
     fn decode(r: &mut Reader<'_>) -> anyhow::Result<Self> {
         let code = r.u8()?;
-        let node = r.u16()?;
+        let _node = r.u16()?;
         Ok(match code {
             0 => MissWhy::NotFound,
-            1 => MissWhy::HolderFailed { node },
+            1 => MissWhy::Lost,
+            4 => MissWhy::Unreachable,
             2 => MissWhy::TimedOut,
             3 => MissWhy::Alone,
             c => bail!("bad miss reason {c}"),
@@ -271,12 +286,9 @@ impl fmt::Display for MissWhy {
         match self {
             MissWhy::NotFound => write!(
                 f,
-                "no node has it: it was never stored, or it was lost with a failed node (this daemon did not store \
-                 it on a node that failed)"
+                "no node has it: it was never written, or (read from a volume another daemon writes) it was lost \
+                 with a failed node"
             ),
-            MissWhy::HolderFailed { node } => {
-                write!(f, "this daemon stored it at node {node}, which has failed since; the page was lost with it")
-            }
             MissWhy::TimedOut => {
                 write!(
                     f,
@@ -284,6 +296,12 @@ impl fmt::Display for MissWhy {
                 )
             }
             MissWhy::Alone => write!(f, "this node has no live peer and does not hold the page itself"),
+            MissWhy::Lost => write!(f, "written through this daemon, and every node that held a copy has failed"),
+            MissWhy::Unreachable => write!(
+                f,
+                "written through this daemon, and no copy could be reached: the nodes that may hold one are declared \
+                 failed or do not answer (it reads again if they come back)"
+            ),
         }
     }
 }
@@ -712,7 +730,7 @@ mod tests {
         assert_eq!(decode_put_reply(&encode_put_reply(&puts)).unwrap(), puts);
         let gets = [
             GetOutcome::Miss(MissWhy::NotFound),
-            GetOutcome::Miss(MissWhy::HolderFailed { node: 7 }),
+            GetOutcome::Miss(MissWhy::Lost),
             GetOutcome::Miss(MissWhy::TimedOut),
             GetOutcome::Miss(MissWhy::Alone),
             GetOutcome::Hit { version: 5, source: Served::ThreeWay, data: vec![1, 2, 3] },

@@ -10,7 +10,7 @@
 use super::super::net::storage::Storage;
 use super::super::page::PageId;
 use super::super::types::{Answer, GetResult, OpId, PutResult};
-use super::{Issue, IssueKind, OpRec, Owner, Req, ReqId, Store};
+use super::{Finished, Issue, IssueKind, OpRec, Owner, Req, ReqId, Store};
 
 impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> Store<Io, F, S, M, Q, OPS> {
     /// `issue` was sent as operation `op` (`Some`), or could not be sent (`None`: no
@@ -79,6 +79,24 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
     }
 
     /// The requests under way: (slot, what, page); for a runtime's status and tests.
+    /// Whether re-replication has work: a scan under way or a repair running.
+    pub fn repair_pending(&self) -> bool {
+        self.repair.wake().is_some() || self.reqs.iter().any(|r| matches!(r, Req::Repair(_)))
+    }
+
+    /// User requests held (running, or finished and not handed back).
+    pub fn user_requests(&self) -> usize {
+        self.reqs
+            .iter()
+            .filter(|r| match r {
+                Req::Write(w) => matches!(w.io, Owner::User(_)),
+                Req::Read(r) => matches!(r.io, Owner::User(_)),
+                Req::Done(f) => matches!(f, Finished::Request { .. }),
+                _ => false,
+            })
+            .count()
+    }
+
     pub fn requests(&self) -> impl Iterator<Item = (usize, &'static str, u64)> + '_ {
         self.reqs.iter().enumerate().filter_map(|(i, r)| match r {
             Req::Write(w) => Some((i, if matches!(w.io, Owner::Meta) { "meta write" } else { "write" }, w.page)),

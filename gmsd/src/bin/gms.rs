@@ -36,8 +36,9 @@ struct Args {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Store a file of 1 to 8192 bytes as one page on another node; the page keeps exactly
-    /// that length (no padding), and `get` returns the same bytes.
+    /// Store a file of 1 to 8192 bytes as one page on other nodes (a shorter file is padded
+    /// with zeros to 8192; `get` returns the whole page). The first put into volume VOL
+    /// makes this daemon its writer: another daemon's puts into it are refused.
     Put {
         /// The page: VOL:PAGE, each a decimal or 0x-hex unsigned 64-bit number (e.g. 1:42).
         #[arg(long)]
@@ -92,7 +93,7 @@ fn not_stored(o: PutOutcome, nodes: Option<&[NodeMem]>) -> String {
                 _ => see_stat.to_string(),
             })
         ),
-        PutOutcome::Refused => "not stored: the target node refused it (its memory budget is full)".into(),
+        PutOutcome::Refused => "not stored: every node refused it, round after round (their memory budgets are full)".into(),
         PutOutcome::Superseded => "not stored: a newer version of the page is already recorded".into(),
         PutOutcome::WrongView => "not stored: the cluster's membership changed meanwhile; try again".into(),
         PutOutcome::Failed { targets } => {
@@ -106,8 +107,8 @@ fn not_stored(o: PutOutcome, nodes: Option<&[NodeMem]>) -> String {
                 .map(|c| format!(" Now {c}."))
                 .collect::<String>();
             format!(
-                "outcome unknown: no answer from {who} within the daemon's operation timeout (--op-timeout-ms), \
-                 twice; lost packets or a failing node — the page may or may not be stored.{now}"
+                "outcome unknown: no answer from {who} within the write's window (the daemon retries a put for \
+                 12 s); lost packets or a failing node — the page may or may not be stored.{now}"
             )
         }
         PutOutcome::Error => "not stored: the daemon could not issue the putpage (see its log)".into(),
@@ -123,6 +124,13 @@ fn not_stored(o: PutOutcome, nodes: Option<&[NodeMem]>) -> String {
                 "not stored: the daemon keeps {replicas} copies of each page on distinct other nodes (gmsd \
                  --replicas) and {live}; {why}"
             )
+        }
+        PutOutcome::NotOwner { owner } => format!(
+            "not stored: this volume is written by the daemon on node {owner} (a volume has one writer); put it \
+             through that daemon, or use another volume number"
+        ),
+        PutOutcome::OutOfRange { pages } => {
+            format!("not stored: past the end of the volume, which has {pages} pages (gmsd --volume-pages)")
         }
     }
 }
@@ -325,7 +333,7 @@ mod tests {
         }
         assert!(missing.is_empty(), "no help: {missing:?}");
         let put = cmd.find_subcommand("put").unwrap().get_about().unwrap().to_string();
-        assert!(!put.contains("padded") && put.contains("keeps exactly"), "{put}");
+        assert!(put.contains("padded with zeros") && put.contains("its writer"), "{put}");
     }
 
     /// `stat` reads as a user needs: short lines, empty rows as dashes, copy puts named

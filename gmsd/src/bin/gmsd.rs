@@ -97,6 +97,12 @@ struct Args {
     /// [default: 2 with two or more peers, else 1].
     #[arg(long, value_parser = clap::value_parser!(u8).range(1..=MAX_REPLICAS as i64))]
     replicas: Option<u8>,
+    /// Pages of each volume this daemon writes (a client's `VOL:PAGE` is page PAGE of
+    /// volume VOL; the first put into a volume opens it here, and a volume has one writer).
+    /// Its record of what was written takes about 40 bytes per page and copy.
+    #[arg(long, default_value_t = gmsd::volumes::VOLUME_PAGES,
+          value_parser = clap::value_parser!(u64).range(1..=1 << 24))]
+    volume_pages: u64,
 }
 
 /// 8 KiB pages in `mb` MiB (`mb` is bounded by clap, so this cannot overflow).
@@ -139,6 +145,7 @@ fn main() {
     let replicas = a.replicas.unwrap_or_else(|| default_replicas(a.peers.len() + 1));
     let opts = Options {
         replicas,
+        volume_pages: a.volume_pages,
         node: a.node,
         link,
         peers,
