@@ -23,13 +23,13 @@ use crate::volumes::{gms_page, Done, Item, Refused, Volumes};
 use anyhow::{bail, Context};
 use clients::{queue, request_ready, Conn};
 use gms::prelude::*;
+use gms::store::liveness::Event;
+use gms::store::StoreError;
 use rustix::event::{PollFd, PollFlags};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use gms::store::liveness::Event;
-use gms::store::StoreError;
 use trapeze_node::gms::{read_step, GmsPort, Got, ReadStep, MAX_REPLICAS};
 
 /// Most clients served at once; a further connection is answered with an error and closed.
@@ -193,10 +193,10 @@ impl Control {
         self.volumes.replicas()
     }
 
-    /// Whether re-replication has work in a volume this daemon writes (a scan for lost
-    /// replicas under way, or a copy being made): 0 or 1.
+    /// Lost copies not made again yet in the volumes this daemon writes (0 only once
+    /// re-replication is done: [`Volumes::repair_pending`]).
     pub fn re_replicate_pending(&self) -> usize {
-        usize::from(self.volumes.repair_pending())
+        self.volumes.repair_pending() as usize
     }
 
     /// The counters, with the stores' own folded in.
@@ -389,7 +389,8 @@ impl Control {
                             res[idx] = Some(if alone { PutOutcome::NoTarget } else { PutOutcome::Error });
                             job.left -= 1;
                         } else {
-                            let item = Item { job: jid, idx, page: page.page, data: Some(std::mem::take(data)) };
+                            let item =
+                                Item { job: jid, idx, page: page.page, data: Some(std::mem::take(data)), t0: now };
                             match volumes.write(port, *page, item) {
                                 Ok(()) => {}
                                 Err(Refused::Busy(item)) => {
@@ -405,7 +406,7 @@ impl Control {
                     }
                     Items::Get { pages, .. } if volumes.is_open(pages[idx].space) => {
                         let page = pages[idx];
-                        let item = Item { job: jid, idx, page: page.page, data: None };
+                        let item = Item { job: jid, idx, page: page.page, data: None, t0: now };
                         if let Some(Err(_)) = volumes.read(port, page, item) {
                             break 'jobs;
                         }
@@ -459,8 +460,9 @@ impl Control {
                     self.counters.puts += 1;
                     self.answer(job, idx, Answer::Put(outcome));
                 }
-                Done::Get { job, idx, got } => {
+                Done::Get { job, idx, got, took } => {
                     self.counters.gets += 1;
+                    self.lat_all.record(took.as_nanos() as u64);
                     let out = match got {
                         // The store reads straight from the holder (two messages).
                         Ok(Some((version, data))) => {

@@ -35,6 +35,8 @@ pub struct Item {
     pub page: u64,
     /// A write's data (`None`: a read).
     pub data: Option<Vec<u8>>,
+    /// When it was handed to the store.
+    pub t0: Instant,
 }
 
 impl StoreIo for Item {
@@ -48,9 +50,19 @@ impl StoreIo for Item {
 
 /// How a store request ended, for [`crate::control`].
 pub enum Done {
-    Put { job: u64, idx: usize, outcome: PutOutcome },
+    Put {
+        job: u64,
+        idx: usize,
+        outcome: PutOutcome,
+    },
     /// `Ok`: the page's bytes at a version (`None`: never written, a miss).
-    Get { job: u64, idx: usize, got: Result<Option<(Version, Vec<u8>)>, StoreError> },
+    /// `took`: handed to the store to finished.
+    Get {
+        job: u64,
+        idx: usize,
+        got: Result<Option<(Version, Vec<u8>)>, StoreError>,
+        took: Duration,
+    },
 }
 
 /// Why a page was not taken now.
@@ -154,7 +166,7 @@ impl Volumes {
                 busy = true;
                 match f {
                     Finished::Request { io, outcome } => {
-                        done.push(Self::ended(vol, store, port, &mut self.frames, io, outcome, self.pages))
+                        done.push(Self::ended(vol, store, port, io, outcome, self.pages))
                     }
                     Finished::Scratch(frame) => port.node.host.frames.release(frame),
                 }
@@ -181,16 +193,8 @@ impl Volumes {
         }
     }
 
-    fn ended(
-        vol: u64,
-        store: &UserStore<Item>,
-        port: &mut GmsPort,
-        frames: &mut StoreFrames,
-        io: Item,
-        outcome: Outcome,
-        pages: u64,
-    ) -> Done {
-        let landed = frames.take(io.key());
+    fn ended(vol: u64, store: &UserStore<Item>, port: &mut GmsPort, io: Item, outcome: Outcome, pages: u64) -> Done {
+        let landed = port.take_landed(io.key());
         let bytes = landed.map(|f| {
             let mut b = vec![0; PAGE_BYTES];
             if !port.read_and_free(f, &mut b) {
@@ -199,7 +203,7 @@ impl Volumes {
             b
         });
         let read = io.data.is_none();
-        let (job, idx, page) = (io.job, io.idx, io.page);
+        let (job, idx, page, took) = (io.job, io.idx, io.page, io.t0.elapsed());
         match outcome {
             Outcome::Written { .. } => {
                 let holders: Vec<u16> = (0..store.config().replicas)
@@ -209,11 +213,11 @@ impl Volumes {
                 Done::Put { job, idx, outcome: PutOutcome::Stored { targets: Nodes::new(&holders), version } }
             }
             Outcome::Read { version } => match bytes {
-                Some(b) if b.len() == PAGE_BYTES => Done::Get { job, idx, got: Ok(Some((version, b))) },
-                _ => Done::Get { job, idx, got: Err(StoreError::NotSent) },
+                Some(b) if b.len() == PAGE_BYTES => Done::Get { job, idx, got: Ok(Some((version, b))), took },
+                _ => Done::Get { job, idx, got: Err(StoreError::NotSent), took },
             },
-            Outcome::Zero => Done::Get { job, idx, got: Ok(None) },
-            Outcome::Failed(e) if read => Done::Get { job, idx, got: Err(e) },
+            Outcome::Zero => Done::Get { job, idx, got: Ok(None), took },
+            Outcome::Failed(e) if read => Done::Get { job, idx, got: Err(e), took },
             Outcome::Failed(e) => {
                 Done::Put { job, idx, outcome: put_outcome(store.config().replicas, pages, vol, e, port) }
             }
@@ -241,9 +245,11 @@ impl Volumes {
         Some(Instant::now() + Duration::from_nanos(at.saturating_sub(now)))
     }
 
-    /// Whether re-replication has work in any volume.
-    pub fn repair_pending(&self) -> bool {
-        self.open.values().any(|s| s.repair_pending())
+    /// Lost copies not made again yet: those the last repair pass of each volume met and
+    /// could not make (no member to put them on, no copy to read), and one more while a
+    /// pass or a repair is under way (0 only once re-replication is done).
+    pub fn repair_pending(&self) -> u64 {
+        self.open.values().map(|s| s.stats.repair_short + u64::from(s.repair_pending())).sum()
     }
 
     /// The stores' counters, summed.

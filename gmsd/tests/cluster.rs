@@ -17,6 +17,7 @@ use daemons::{over_udp, put_pages, stat, wait_for, Daemons};
 use gms::prelude::{Members, PageId, Version};
 use gmsd::client::Client;
 use gmsd::proto::{GetOutcome, PutOutcome, Served, Stat, PAGE_BYTES};
+use gmsd::volumes::gms_page;
 use std::collections::HashMap;
 use std::net::UdpSocket;
 use std::path::PathBuf;
@@ -27,9 +28,20 @@ const VOL: u64 = 9;
 const BUDGET_MB: u64 = 28;
 const NODES: u16 = 3;
 
+/// Page `i` of the tests: in volume `VOL + i % 3`, so that each daemon of a test whose
+/// clients put page `i` through daemon `i % 3` writes a volume of its own (a volume has one
+/// writer).
+fn pid(i: u64) -> PageId {
+    PageId::new(VOL + i % NODES as u64, i)
+}
+
+/// Meta pages of each volume a daemon writes (its label and written map, stored beside
+/// its pages: `gms::store::volume`), at the daemon's default `--volume-pages`.
+const META: u64 = gms::store::volume::meta_pages(gmsd::volumes::VOLUME_PAGES, PAGE_BYTES as u32);
+
 /// Page `page`'s contents (the vNIC runtime's shared pattern, version 0).
 fn content(page: u64) -> Vec<u8> {
-    page_pattern(PageId::new(VOL, page), Version(0))
+    page_pattern(pid(page), Version(0))
 }
 
 fn checksum(d: &[u8]) -> u64 {
@@ -145,7 +157,7 @@ fn three_daemons_64mib_and_a_kill() {
     let t_put = Instant::now();
     let results = on_each_client(&mut clients, pages, |c, mine| {
         let data: Vec<Vec<u8>> = mine.iter().map(|&i| content(i)).collect();
-        let items: Vec<(PageId, &[u8])> = mine.iter().zip(&data).map(|(&i, d)| (PageId::new(VOL, i), &d[..])).collect();
+        let items: Vec<(PageId, &[u8])> = mine.iter().zip(&data).map(|(&i, d)| (pid(i), &d[..])).collect();
         c.put_many(&items).expect("put_many")
     });
     let put_secs = t_put.elapsed().as_secs_f64();
@@ -166,14 +178,12 @@ fn three_daemons_64mib_and_a_kill() {
             other => panic!("page {i}: put ended {other:?}"),
         }
     }
-    // A refused page goes again from the other clients in turn: each daemon remembers
-    // only its own recent refusals, so one re-put may still pick the full node.
+    // A refused page goes again through its writer (a volume has one).
     for &(i, first) in &again {
         let mut tries = Vec::new();
         let target = (1..=2 * NODES as u64)
-            .find_map(|k| {
-                let r =
-                    clients[((i + k) % NODES as u64) as usize].put(PageId::new(VOL, i), &content(i)).expect("re-put");
+            .find_map(|_| {
+                let r = clients[(i % NODES as u64) as usize].put(pid(i), &content(i)).expect("re-put");
                 match r {
                     PutOutcome::Stored { targets, .. } => Some(targets.as_slice()[0]),
                     other => {
@@ -202,7 +212,7 @@ fn three_daemons_64mib_and_a_kill() {
         wait_for(Duration::from_secs(5), &format!("heartbeats showing {per_node:?} pages held (+{failed})"), || {
             stat(&cl.sock(0)).filter(|s| {
                 s.nodes.iter().all(|m| m.held >= per_node[m.node as usize])
-                    && s.nodes.iter().map(|m| m.held).sum::<u64>() <= pages + failed
+                    && s.nodes.iter().map(|m| m.held).sum::<u64>() <= pages + failed + NODES as u64 * META
             })
         });
     eprintln!(
@@ -233,7 +243,7 @@ fn three_daemons_64mib_and_a_kill() {
     };
     let t_get = Instant::now();
     let got = on_each_client(&mut clients, pages, |c, mine| {
-        let ids: Vec<PageId> = mine.iter().map(|&i| PageId::new(VOL, i)).collect();
+        let ids: Vec<PageId> = mine.iter().map(|&i| pid(i)).collect();
         c.get_many(&ids, true).expect("get_many")
     });
     let get_secs = t_get.elapsed().as_secs_f64();
@@ -256,8 +266,9 @@ fn three_daemons_64mib_and_a_kill() {
         pages as f64 * PAGE_BYTES as f64 / get_secs / 1e6
     );
 
-    // Reads through daemon 0's page cache: the second read of a page is served locally.
-    let few: Vec<PageId> = (0..pages).filter(|i| i % 3 == 0).take(16).map(|i| PageId::new(VOL, i)).collect();
+    // Reads through daemon 0's page cache (of a volume daemon 1 writes: daemon 0 reads it
+    // as a reader): the second read of a page is served locally.
+    let few: Vec<PageId> = (0..pages).filter(|i| i % 3 == 1).take(16).map(pid).collect();
     for pass in 0..2 {
         for (p, g) in few.iter().zip(clients[0].get_many(&few, false).expect("cached reads")) {
             assert!(check(p.page, &g), "page {}: cached read missed", p.page);
@@ -281,7 +292,7 @@ fn three_daemons_64mib_and_a_kill() {
     // holder registers it again with its new directory node (repair); until then a read of
     // it may miss.
     let survives = |i: u64| holder[&i] != DEAD;
-    let repaired = |i: u64| survives(i) && old.directory_of(&PageId::new(VOL, i)) == Some(DEAD);
+    let repaired = |i: u64| survives(i) && old.directory_of(&gms_page(pid(i), 0)) == Some(DEAD);
     let via = |i: u64| (i % 2) as usize;
     let order: Vec<u64> = (0..pages).collect();
     let (before, rest) = order.split_at((pages as usize / 8).max(1));
@@ -289,7 +300,7 @@ fn three_daemons_64mib_and_a_kill() {
         let mut out = Vec::new();
         for (k, c) in clients.iter_mut().take(2).enumerate() {
             let mine: Vec<u64> = idx.iter().copied().filter(|&i| via(i) == k).collect();
-            let ids: Vec<PageId> = mine.iter().map(|&i| PageId::new(VOL, i)).collect();
+            let ids: Vec<PageId> = mine.iter().map(|&i| pid(i)).collect();
             out.extend(mine.into_iter().zip(c.get_many(&ids, true).expect("get_many")));
         }
         out
@@ -346,7 +357,7 @@ fn three_daemons_64mib_and_a_kill() {
             survives(i),
             "page {i} (holder {}, directory {:?}) after the failure",
             holder[&i],
-            old.directory_of(&PageId::new(VOL, i))
+            old.directory_of(&gms_page(pid(i), 0))
         );
         if hit {
             hits += 1;
@@ -405,8 +416,7 @@ fn puts_follow_the_global_lrus_weights() {
     let ids: Vec<u64> = (0..PAGES).collect();
     for batch in ids.chunks(100) {
         let data: Vec<Vec<u8>> = batch.iter().map(|&i| content(i)).collect();
-        let items: Vec<(PageId, &[u8])> =
-            batch.iter().zip(&data).map(|(&i, d)| (PageId::new(VOL, i), &d[..])).collect();
+        let items: Vec<(PageId, &[u8])> = batch.iter().zip(&data).map(|(&i, d)| (pid(i), &d[..])).collect();
         for (i, r) in batch.iter().zip(c.put_many(&items).expect("put_many")) {
             match r {
                 PutOutcome::Stored { targets, .. } => per_node[targets.as_slice()[0] as usize] += 1,
@@ -414,7 +424,20 @@ fn puts_follow_the_global_lrus_weights() {
             }
         }
     }
-    let stats: Vec<Stat> = (0..NODES).map(|n| stat(&cl.sock(n)).expect("stat")).collect();
+    // Each node holds what the puts say it stored, and the volume's meta pages (one copy
+    // each) somewhere, and at most a few copies of puts that got no answer in time and
+    // went elsewhere (their directories drop them once superseded).
+    let settled = |s: &Stat, n: usize| {
+        let own = s.nodes.iter().find(|m| m.node == n as u16).map_or(0, |m| m.held);
+        own >= per_node[n] && own - per_node[n] <= META + PAGES / 100
+    };
+    let stats: Vec<Stat> = (0..NODES as usize)
+        .map(|n| {
+            wait_for(Duration::from_secs(5), &format!("gmsd {n} to hold what the puts stored there"), || {
+                stat(&cl.sock(n as u16)).filter(|s| settled(s, n))
+            })
+        })
+        .collect();
     let ratio = per_node[1] as f64 / per_node[2] as f64;
     let s0 = &stats[0];
     eprintln!(
@@ -426,14 +449,14 @@ fn puts_follow_the_global_lrus_weights() {
         let own = s.nodes.iter().find(|m| m.node == n as u16).expect("own row");
         assert_eq!(own.budget, BUDGETS[n] * 1024 / 8);
         assert!(own.held <= own.budget, "gmsd {n} holds {} pages of {}", own.held, own.budget);
-        assert_eq!(own.held, per_node[n], "gmsd {n} holds what the puts say it stored");
+
         assert_eq!(s.pages_discarded, 0, "gmsd {n} discarded pages while nodes had room");
     }
     assert_eq!(per_node[0], 0, "a put never targets the putting node");
     assert!((2.4..=3.6).contains(&ratio), "stored {per_node:?}: {ratio:.2}:1, not within 20 % of 3:1");
     assert_eq!(s0.puts_by_plan + s0.puts_fallback, s0.puts, "every put's target is counted once");
     assert!(s0.puts_by_plan >= PAGES * 95 / 100, "{} of {PAGES} targets drawn by the plan", s0.puts_by_plan);
-    let pages: Vec<PageId> = ids.iter().map(|&i| PageId::new(VOL, i)).collect();
+    let pages: Vec<PageId> = ids.iter().map(|&i| pid(i)).collect();
     for (i, g) in ids.iter().zip(c.get_many(&pages, true).expect("get_many")) {
         match g {
             GetOutcome::Hit { data, .. } => assert_eq!(checksum(&data), checksum(&content(*i)), "page {i}"),
@@ -495,12 +518,12 @@ fn a_modelled_wire_delay_shows_in_every_getpage() {
     let mut c = Client::connect(&cl.sock(0)).expect("connect");
     let pages: Vec<u64> = (0..24).collect();
     for &i in &pages {
-        let put = c.put(PageId::new(VOL, i), &content(i)).expect("put");
+        let put = c.put(pid(i), &content(i)).expect("put");
         assert!(matches!(put, PutOutcome::Stored { .. }), "page {i}: {put:?}");
     }
     for &i in &pages {
         let t = Instant::now();
-        let got = c.get_many(&[PageId::new(VOL, i)], true).expect("get").remove(0);
+        let got = c.get_many(&[pid(i)], true).expect("get").remove(0);
         let took = t.elapsed();
         match got {
             GetOutcome::Hit { data, .. } => assert_eq!(checksum(&data), checksum(&content(i)), "page {i}"),
@@ -534,7 +557,7 @@ fn two_replicas_lose_nothing_to_a_kill() {
     let t_put = Instant::now();
     let results = on_each_client(&mut clients, pages, |c, mine| {
         let data: Vec<Vec<u8>> = mine.iter().map(|&i| content(i)).collect();
-        let items: Vec<(PageId, &[u8])> = mine.iter().zip(&data).map(|(&i, d)| (PageId::new(VOL, i), &d[..])).collect();
+        let items: Vec<(PageId, &[u8])> = mine.iter().zip(&data).map(|(&i, d)| (pid(i), &d[..])).collect();
         c.put_many(&items).expect("put_many")
     });
     let put_secs = t_put.elapsed().as_secs_f64();
@@ -546,7 +569,7 @@ fn two_replicas_lose_nothing_to_a_kill() {
         for _ in 0..2 {
             if matches!(r, PutOutcome::Refused | PutOutcome::Failed { .. }) {
                 again += 1;
-                r = clients[from].put(PageId::new(VOL, i), &content(i)).expect("re-put");
+                r = clients[from].put(pid(i), &content(i)).expect("re-put");
             }
         }
         match r {
@@ -580,7 +603,7 @@ fn two_replicas_lose_nothing_to_a_kill() {
         let mut out = Vec::new();
         for (k, c) in clients.iter_mut().take(2).enumerate() {
             let mine: Vec<u64> = idx.iter().copied().filter(|&i| via(i) == k).collect();
-            let ids: Vec<PageId> = mine.iter().map(|&i| PageId::new(VOL, i)).collect();
+            let ids: Vec<PageId> = mine.iter().map(|&i| pid(i)).collect();
             out.extend(mine.into_iter().zip(c.get_many(&ids, true).expect("get_many")));
         }
         out
@@ -630,7 +653,7 @@ fn two_replicas_lose_nothing_to_a_kill() {
     assert!(lost.is_empty(), "{} pages lost (page, holders): {:?}", lost.len(), &lost[..lost.len().min(10)]);
     assert!(fallbacks > 0, "no read fell back to replica 1, yet node {DEAD} held replica 0 of some pages");
     // One live node other than the writer: two copies cannot be placed, and the put says so.
-    let r = clients[0].put(PageId::new(VOL, pages), &content(pages)).expect("put");
+    let r = clients[0].put(pid(pages), &content(pages)).expect("put");
     assert!(
         matches!(r, PutOutcome::TooFewTargets { replicas: 2, live } if live.as_slice() == [1]),
         "with one other node left: {r:?}"
@@ -653,7 +676,7 @@ fn lost_copies_are_made_again() {
     }
     let mut c = Client::connect(&cl.sock(0)).expect("connect");
     let data: Vec<Vec<u8>> = (0..PAGES).map(content).collect();
-    let items: Vec<(PageId, &[u8])> = (0..PAGES).map(|i| (PageId::new(VOL, i), &data[i as usize][..])).collect();
+    let items: Vec<(PageId, &[u8])> = (0..PAGES).map(|i| (pid(i), &data[i as usize][..])).collect();
     let mut on_dead = 0;
     for (i, r) in c.put_many(&items).expect("put_many").into_iter().enumerate() {
         match r {
@@ -668,23 +691,25 @@ fn lost_copies_are_made_again() {
         stat(&cl.sock(0)).filter(|s| s.re_replicated >= on_dead && s.re_replicate_pending == 0)
     });
     let repair_secs = t_kill.elapsed().as_secs_f64();
-    assert_eq!(s.re_replicated, on_dead, "every lost copy made again exactly once");
-    // Two copies of every page on the survivors other than the writer.
+    // Every lost copy made again once: the pages', and those of the meta pages (the
+    // volumes' labels and written maps) node 3 held.
+    let extra = s.re_replicated - on_dead;
+    assert!(extra <= NODES as u64 * META, "{} copies made again for {on_dead} lost", s.re_replicated);
+    // Two copies of every page on the survivors other than the writer (and of every meta
+    // page of daemon 0's volumes).
     let held = wait_for(Duration::from_secs(5), "nodes 1 and 2 to hold two copies of every page", || {
         let held: u64 =
             [1u16, 2].iter().filter_map(|&n| Some(stat(&cl.sock(n))?.nodes.iter().find(|m| m.node == n)?.held)).sum();
-        (held == 2 * PAGES).then_some(held)
+        (held >= 2 * PAGES && held <= 2 * (PAGES + NODES as u64 * META)).then_some(held)
     });
-    // Both copies read back right (through daemon 1, which knows no version: any copy).
-    let mut c1 = Client::connect(&cl.sock(1)).expect("connect");
-    for k in 0..2u8 {
-        let ids: Vec<PageId> = (0..PAGES).map(|i| trapeze_node::gms::replica(PageId::new(VOL, i), k)).collect();
-        for (i, g) in c1.get_many(&ids, true).expect("get_many").into_iter().enumerate() {
+    // Every page reads back right through daemon 0 (its store) and daemon 1 (a reader).
+    for sock in [cl.sock(0), cl.sock(1)] {
+        let mut c = Client::connect(&sock).expect("connect");
+        let ids: Vec<PageId> = (0..PAGES).map(pid).collect();
+        for (i, g) in c.get_many(&ids, true).expect("get_many").into_iter().enumerate() {
             match g {
-                GetOutcome::Hit { data, .. } => {
-                    assert_eq!(checksum(&data), checksum(&content(i as u64)), "page {i} copy {k}")
-                }
-                GetOutcome::Miss(why) => panic!("page {i}: copy {k} missed: {why}"),
+                GetOutcome::Hit { data, .. } => assert_eq!(checksum(&data), checksum(&content(i as u64)), "page {i}"),
+                GetOutcome::Miss(why) => panic!("page {i} missed through {}: {why}", sock.display()),
             }
         }
     }

@@ -13,12 +13,16 @@ use gms::prelude::{PageId, Version};
 use gmsd::client::Client;
 use gmsd::proto::{GetOutcome, PutOutcome};
 use std::time::{Duration, Instant};
-use trapeze_node::gms::{page_pattern, replica};
+use trapeze_node::gms::page_pattern;
 
 const VOL: u64 = 11;
 const PAGES: u64 = 256;
 const NODES: u16 = 3;
 const RESTARTED: u16 = 2;
+/// Copies of the volume's meta pages (`gms::store::volume`: its label and written map,
+/// stored beside its pages, two copies each, so one on node 2) a node holds at most, an
+/// older copy of one rewritten included until its directory drops it.
+const META: u64 = 3;
 
 fn content(page: u64) -> Vec<u8> {
     page_pattern(PageId::new(VOL, page), Version(0))
@@ -40,19 +44,21 @@ fn put_all(c: &mut Client, pages: std::ops::Range<u64>) {
     }
 }
 
-/// Every replica `k` of pages `0..n` reads back right through `c`.
-fn read_all(c: &mut Client, n: u64, k: u8) {
-    let ids: Vec<PageId> = (0..n).map(|i| replica(PageId::new(VOL, i), k)).collect();
+/// Pages `0..n` read back right through `c` (the writer's daemon reads through its
+/// store, any other as a reader, through the directory).
+fn read_all(c: &mut Client, n: u64) {
+    let ids: Vec<PageId> = (0..n).map(|i| PageId::new(VOL, i)).collect();
     for (i, g) in (0..n).zip(c.get_many(&ids, true).expect("get_many")) {
         match g {
-            GetOutcome::Hit { data, .. } => assert!(data == content(i), "page {i} copy {k}: wrong bytes"),
-            GetOutcome::Miss(why) => panic!("page {i} copy {k} missed: {why}"),
+            GetOutcome::Hit { data, .. } => assert!(data == content(i), "page {i}: wrong bytes"),
+            GetOutcome::Miss(why) => panic!("page {i} missed: {why}"),
         }
     }
 }
 
 /// Both survivors admit node 2 again (`rejoins` reaches `n`, all three are members, it is
-/// alive) and node 0 has made every copy it lost again, `remade` in all.
+/// alive) and node 0 has made every copy it lost again: `remade` of the pages' in all, and
+/// a few more, the volume's meta pages' ([`META`] each time).
 fn rejoined(cl: &Daemons, n: u64, remade: u64) -> Duration {
     let t0 = Instant::now();
     for s in [0, 1] {
@@ -66,7 +72,8 @@ fn rejoined(cl: &Daemons, n: u64, remade: u64) -> Duration {
         stat(&cl.sock(RESTARTED)).filter(|s| s.members == [0, 1, 2])
     });
     wait_for(Duration::from_secs(20), &format!("gmsd 0 to make {remade} lost copies again"), || {
-        stat(&cl.sock(0)).filter(|s| s.re_replicated == remade && s.re_replicate_pending == 0)
+        stat(&cl.sock(0))
+            .filter(|s| (remade..=remade + 2 * META).contains(&s.re_replicated) && s.re_replicate_pending == 0)
     });
     t0.elapsed()
 }
@@ -100,7 +107,7 @@ fn a_restarted_daemon_rejoins_and_takes_puts() {
     // Every page lost its copy on node 2; with one other node left, none can be made again
     // (nor can a new page be put twice).
     let s0 = wait_for(Duration::from_secs(5), "gmsd 0 to count the lost copies", || {
-        stat(&cl.sock(0)).filter(|s| s.re_replicate_pending == PAGES)
+        stat(&cl.sock(0)).filter(|s| (PAGES..=PAGES + META).contains(&s.re_replicate_pending))
     });
     assert_eq!(s0.re_replicated, 0);
     let r = c.put(PageId::new(VOL, 10 * PAGES), &content(10 * PAGES)).expect("put");
@@ -111,14 +118,12 @@ fn a_restarted_daemon_rejoins_and_takes_puts() {
     // Its copies came back by re-replication; new puts land on it too.
     put_all(&mut c, PAGES..2 * PAGES);
     let s2 = wait_for(Duration::from_secs(5), &format!("gmsd {RESTARTED} to hold {} copies", 2 * PAGES), || {
-        stat(&cl.sock(RESTARTED)).filter(|s| held(s) == 2 * PAGES)
+        stat(&cl.sock(RESTARTED)).filter(|s| (2 * PAGES..=2 * PAGES + META).contains(&held(s)))
     });
     assert!(s2.nodes.iter().all(|m| m.alive), "{:?}", s2.nodes);
     let mut c1 = Client::connect(&cl.sock(1)).expect("connect");
-    for k in 0..2 {
-        read_all(&mut c1, 2 * PAGES, k);
-    }
-    read_all(&mut c, 2 * PAGES, 0);
+    read_all(&mut c1, 2 * PAGES);
+    read_all(&mut c, 2 * PAGES);
     eprintln!(
         "kill -9 of node {RESTARTED}: declared failed and {PAGES} copies waiting after {:.2} s; restarted, admitted \
          again and all {PAGES} copies made again on it {:.2} s later; then {PAGES} new puts stored on it",
@@ -135,14 +140,14 @@ fn a_restarted_daemon_rejoins_and_takes_puts() {
         assert_eq!(st.failures_detected, 1, "gmsd {s}: the quick restart is a rejoin by incarnation, not a timeout");
     }
     wait_for(Duration::from_secs(5), &format!("gmsd {RESTARTED} to hold {} copies again", 2 * PAGES), || {
-        stat(&cl.sock(RESTARTED)).filter(|s| held(s) == 2 * PAGES)
+        stat(&cl.sock(RESTARTED)).filter(|s| (2 * PAGES..=2 * PAGES + META).contains(&held(s)))
     });
     put_all(&mut c, 2 * PAGES..3 * PAGES);
-    for k in 0..2 {
-        read_all(&mut c1, 3 * PAGES, k);
-    }
+    read_all(&mut c1, 3 * PAGES);
+    read_all(&mut c, 3 * PAGES);
     let s2 = stat(&cl.sock(RESTARTED)).expect("stat");
-    assert_eq!(held(&s2), 3 * PAGES, "the restarted node holds a copy of every page");
+    let h = held(&s2);
+    assert!((3 * PAGES..=3 * PAGES + META).contains(&h), "the restarted node holds {h} copies, not one of every page");
     eprintln!(
         "kill -9 and an immediate restart: admitted again by its new incarnation and {} copies made again on it in \
          {:.2} s; {PAGES} more puts stored on it",

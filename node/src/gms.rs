@@ -218,6 +218,7 @@ impl GmsPort {
             lru_inbox: Vec::new(),
             heartbeats: Vec::new(),
             background: 0,
+            landing: Default::default(),
         };
         let node = GmsNode::with_capacity(node_id, gms_cfg, host, slots_for(held), slots_for(dir_entries)).ok_or_else(
             || anyhow::anyhow!("no memory for the tables of {held} held pages and {dir_entries} directory entries"),

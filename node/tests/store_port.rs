@@ -57,7 +57,7 @@ impl Client {
             match f {
                 Finished::Request { io, outcome } => {
                     let mut bytes = vec![0; FRAME_BYTES as usize];
-                    match self.frames.take(io.key) {
+                    match port.take_landed(io.key) {
                         Some(frame) => assert!(port.read_and_free(frame, &mut bytes)),
                         None => bytes.clear(),
                     }
@@ -145,6 +145,6 @@ fn a_volume_on_user_space_ports_writes_reads_and_reloads() {
     assert!(again.store.epoch() > epoch, "a reload writes above every earlier version");
     check(all(&mut again, &mut cl, &every, false));
     let frames = cl.ports[0].frame_audit();
-    assert_eq!(again.frames.held(), 0, "every landing frame was handed back");
+    assert_eq!(cl.ports[0].landing_frames(), 0, "every landing frame was handed back");
     assert!(frames.balanced(), "{frames:?}");
 }

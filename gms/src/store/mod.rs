@@ -690,8 +690,14 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         };
         match event {
             // Back with its memory (it was only suspected): the copies it kept are
-            // still sites of their replicas, and reads ask it again.
-            liveness::Event::Joined(_) => {}
+            // still sites of their replicas, and reads ask it again. Replicas the last
+            // repair pass could not place (no member clear of the other copies) may go to
+            // it now.
+            liveness::Event::Joined(_) => {
+                if self.stats.repair_short > 0 {
+                    self.repair.start(now);
+                }
+            }
             liveness::Event::Failed(_) | liveness::Event::Restarted(_) => {
                 let restarted = matches!(event, liveness::Event::Restarted(_));
                 for e in self.entries.iter_mut() {

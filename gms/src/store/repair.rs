@@ -133,14 +133,19 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         };
     }
 
-    /// A lost replica of `page` and a held one to copy it from, if it has both.
+    /// A lost replica of `page`, a held one to copy it from, and a member to put it on
+    /// (one clear of every site of the page's other replicas), if it has all three.
     fn repairable(&self, page: u64) -> Option<(u8, u8)> {
         let r = self.cfg.replicas;
         let lost = self.lost_replica(page)?;
         let from = (0..r).find(|&k| {
             self.entry(page, k).and_then(|e| e.replica.holder()).is_some_and(|h| self.members.contains(h))
         })?;
-        Some((lost, from))
+        let taken = (0..r)
+            .filter(|&k| k != lost)
+            .filter_map(|k| self.entry(page, k))
+            .fold(NodeSet::EMPTY, |s, e| s.union(e.sites));
+        (!self.members.minus(taken).is_empty()).then_some((lost, from))
     }
 
     /// A replica of `page` whose copy is lost.

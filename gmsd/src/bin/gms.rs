@@ -93,7 +93,9 @@ fn not_stored(o: PutOutcome, nodes: Option<&[NodeMem]>) -> String {
                 _ => see_stat.to_string(),
             })
         ),
-        PutOutcome::Refused => "not stored: every node refused it, round after round (their memory budgets are full)".into(),
+        PutOutcome::Refused => {
+            "not stored: every node refused it, round after round (their memory budgets are full)".into()
+        }
         PutOutcome::Superseded => "not stored: a newer version of the page is already recorded".into(),
         PutOutcome::WrongView => "not stored: the cluster's membership changed meanwhile; try again".into(),
         PutOutcome::Failed { targets } => {

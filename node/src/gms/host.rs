@@ -21,6 +21,8 @@ pub struct PortHost {
     /// Heartbeats and global-LRU messages received: they come on their periods whatever
     /// the load ([`super::GmsPort::foreground_messages`] leaves them out).
     pub(super) background: u64,
+    /// The frames store requests' reads land in ([`super::store`]).
+    pub(super) landing: super::store::Landing,
 }
 
 impl Host<Frame> for PortHost {
@@ -28,7 +30,9 @@ impl Host<Frame> for PortHost {
         self.frames.copy(*from, *to, len)
     }
     fn release(&mut self, frame: Frame) {
-        self.frames.release(frame);
+        if !self.landing.release(&mut self.frames, frame) {
+            self.frames.release(frame);
+        }
     }
     fn dropped(&mut self, _page: PageId, frame: Frame, _dirty: bool) {
         self.pages_dropped += 1;

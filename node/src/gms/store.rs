@@ -9,7 +9,8 @@
 //! A write's data is copied into a pool frame for each replica's put (a page shorter than
 //! a frame is padded with zeros: the store keeps whole pages). A read's reply lands in a
 //! pool frame armed for the request, which stays the request's until it finishes
-//! ([`StoreFrames::take`]).
+//! ([`GmsPort::take_landed`]), even when NetRPC gives it back after a failed call
+//! ([`Landing::release`]): the host keeps the landing frames' record ([`Landing`]).
 
 use super::host::PortHost;
 use super::GmsPort;
@@ -34,9 +35,10 @@ pub trait StoreIo {
     fn data(&self) -> &[u8];
 }
 
-/// The frames the stores of a port hold for their requests' reads.
+/// The frames the stores of a port hold for their requests' reads (kept by the port's
+/// host, which NetRPC hands a failed call's frame back to).
 #[derive(Default)]
-pub struct StoreFrames {
+pub struct Landing {
     /// Request key → the frame its read lands in, and back.
     landing: HashMap<u64, Frame>,
     owner: HashMap<Frame, u64>,
@@ -44,30 +46,34 @@ pub struct StoreFrames {
     buf: Vec<u8>,
 }
 
-impl StoreFrames {
-    /// The frame request `key`'s read landed in, now the caller's (read its bytes, then
-    /// [`GmsPort::free_frame`] it). `None`: it has none (a write, a read that never landed).
-    pub fn take(&mut self, key: u64) -> Option<Frame> {
-        let f = self.landing.remove(&key)?;
-        self.owner.remove(&f);
-        Some(f)
-    }
-
-    /// Frames held for requests' reads.
-    pub fn held(&self) -> usize {
-        self.landing.len()
+impl Landing {
+    /// NetRPC or GMS is done with `f`: a request's landing frame is only disarmed (it
+    /// stays the request's); any other goes back to the pool. `false`: not a landing frame.
+    pub(super) fn release(&mut self, pool: &mut Frames, f: Frame) -> bool {
+        let Some(&key) = self.owner.get(&f) else { return false };
+        if !pool.unarm(f) {
+            // The NIC would not let go of it: the request's no more (its read fails).
+            self.owner.remove(&f);
+            self.landing.remove(&key);
+        }
+        true
     }
 }
 
-/// The pool and the stores' frames, borrowed for one step.
+/// The stores' frames: the port's pool and its host's [`Landing`] record, reached
+/// through the node's host while the store's loop drives the node.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StoreFrames;
+
+/// The pool and the landing frames, borrowed for one step.
 struct PortFrames<'a> {
     pool: &'a mut Frames,
-    st: &'a mut StoreFrames,
+    st: &'a mut Landing,
 }
 
 impl<Io: StoreIo> FramesIn<Io, Frame, PortHost> for StoreFrames {
     fn frames<'a>(&'a mut self, host: &'a mut PortHost) -> impl StoreFramesTrait<Io, Frame> + 'a {
-        PortFrames { pool: &mut host.frames, st: self }
+        PortFrames { pool: &mut host.frames, st: &mut host.landing }
     }
 }
 
@@ -122,13 +128,8 @@ impl<Io: StoreIo> StoreFramesTrait<Io, Frame> for PortFrames<'_> {
     }
 
     fn give_back(&mut self, frame: Frame) {
-        if let Some(&key) = self.st.owner.get(&frame) {
-            // A request's landing frame stays its own until the request finishes; one the
-            // NIC would not let go of is the request's no more (its read fails).
-            if !self.pool.unarm(frame) {
-                self.st.owner.remove(&frame);
-                self.st.landing.remove(&key);
-            }
+        if self.st.release(self.pool, frame) {
+            // A request's landing frame: its own until the request finishes.
         } else if self.pool.unarm(frame) {
             // A put's send may still be in the ring: freed once the sends so far are reaped.
             self.pool.retire(frame);
@@ -176,6 +177,20 @@ impl GmsPort {
     ) -> bool {
         let now = self.now();
         store.complete(now, done, &mut FramesIn::<Io, Frame, PortHost>::frames(frames, &mut self.node.host))
+    }
+
+    /// The frame request `key`'s read landed in, now the caller's (read its bytes with
+    /// [`Self::read_and_free`]). `None`: it has none (a write, a read that never landed).
+    pub fn take_landed(&mut self, key: u64) -> Option<Frame> {
+        let l = &mut self.node.host.landing;
+        let f = l.landing.remove(&key)?;
+        l.owner.remove(&f);
+        Some(f)
+    }
+
+    /// Frames held for store requests' reads.
+    pub fn landing_frames(&self) -> usize {
+        self.node.host.landing.landing.len()
     }
 
     /// A completion nobody claimed: its frame goes back to the pool.
