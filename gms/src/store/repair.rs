@@ -141,11 +141,27 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         let from = (0..r).find(|&k| {
             self.entry(page, k).and_then(|e| e.replica.holder()).is_some_and(|h| self.members.contains(h))
         })?;
-        let taken = (0..r)
-            .filter(|&k| k != lost)
-            .filter_map(|k| self.entry(page, k))
-            .fold(NodeSet::EMPTY, |s, e| s.union(e.sites));
-        (!self.members.minus(taken).is_empty()).then_some((lost, from))
+        (!self.members.within(self.repair_avoid(page, lost))).then_some((lost, from))
+    }
+
+    /// The members a copy of replica `lost` of `page` keeps clear of: every site of the
+    /// other replicas (each may hold that replica's newest data); when those are every
+    /// member, only the other replicas' holders (as a write does after waiting, in
+    /// [`super::write`]: a copy on a member that may also hold a stale copy of another
+    /// replica beats no copy).
+    fn repair_avoid(&self, page: u64, lost: u8) -> NodeSet {
+        let (mut sites, mut holders) = (NodeSet::EMPTY, NodeSet::EMPTY);
+        for e in (0..self.cfg.replicas).filter(|&k| k != lost).filter_map(|k| self.entry(page, k)) {
+            sites = sites.union(e.sites);
+            if let Some(h) = e.replica.holder() {
+                holders.insert(h);
+            }
+        }
+        if self.members.within(sites) {
+            holders
+        } else {
+            sites
+        }
     }
 
     /// A replica of `page` whose copy is lost.
@@ -176,12 +192,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
                 Some(IssueKind::Get { page: self.page_id(page, from), at_least: version, route, into: Data::Scratch })
             }
             Step::Put { frame, tries, not_before, version } if now >= not_before => {
-                let mut avoid = NodeSet::EMPTY;
-                for j in (0..self.cfg.replicas).filter(|&j| j != lost) {
-                    if let Some(e) = self.entry(page, j) {
-                        avoid = avoid.union(e.sites);
-                    }
-                }
+                let avoid = self.repair_avoid(page, lost);
                 let mut list = [0u16; MAX_NODE as usize + 1];
                 let n = avoid.iter().zip(list.iter_mut()).map(|(a, l)| *l = a).count();
                 let Some((target, _)) = self.placement.pick_avoiding(now, lru, coord, &list[..n]) else {
