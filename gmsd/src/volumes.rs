@@ -83,7 +83,6 @@ pub struct Volumes {
     cfg: StoreConfig,
     pages: u64,
     open: BTreeMap<u64, Box<UserStore<Item>>>,
-    frames: StoreFrames,
     /// Counters of volumes closed (refused loads) are kept here.
     closed: StoreStats,
 }
@@ -91,7 +90,7 @@ pub struct Volumes {
 impl Volumes {
     pub fn new(replicas: u8, pages: u64) -> Volumes {
         let cfg = StoreConfig { replicas, page_bytes: PAGE_BYTES as u32, ..StoreConfig::DEFAULT };
-        Volumes { cfg, pages, open: BTreeMap::new(), frames: StoreFrames::default(), closed: StoreStats::ZERO }
+        Volumes { cfg, pages, open: BTreeMap::new(), closed: StoreStats::ZERO }
     }
 
     pub fn replicas(&self) -> u8 {
@@ -152,11 +151,11 @@ impl Volumes {
     pub fn step(&mut self, port: &mut GmsPort, done: &mut Vec<Done>) -> bool {
         let mut busy = false;
         for store in self.open.values_mut() {
-            busy |= port.drive_store(store, &mut self.frames);
+            busy |= port.drive_store(store, &mut StoreFrames);
         }
         for c in port.take_store_done() {
             busy = true;
-            let claimed = self.open.values_mut().any(|s| port.complete_store(s, &mut self.frames, &c));
+            let claimed = self.open.values_mut().any(|s| port.complete_store(s, &mut StoreFrames, &c));
             if !claimed {
                 port.drop_store_done(&c);
             }
@@ -276,14 +275,14 @@ fn put_outcome(replicas: u8, pages: u64, vol: u64, e: StoreError, port: &GmsPort
             if live.is_empty() {
                 PutOutcome::NoTarget
             } else {
-                PutOutcome::TooFewTargets { replicas: replicas, live: Nodes::new(&live) }
+                PutOutcome::TooFewTargets { replicas, live: Nodes::new(&live) }
             }
         }
         StoreError::NoSpace => PutOutcome::Refused,
         StoreError::Superseded => PutOutcome::Superseded,
         StoreError::Unreachable | StoreError::NotSent => PutOutcome::Failed { targets: Nodes::default() },
         StoreError::IdentityInUse { owner } => PutOutcome::NotOwner { owner },
-        StoreError::OutOfRange => PutOutcome::OutOfRange { pages: pages },
+        StoreError::OutOfRange => PutOutcome::OutOfRange { pages },
         StoreError::NotThisVolume | StoreError::Lost | StoreError::Busy => {
             tracing::warn!("volume {vol}: a put failed: {e:?}");
             PutOutcome::Error

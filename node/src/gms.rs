@@ -53,7 +53,7 @@ pub use gms::epochs as lru;
 pub use cluster::{Cluster, NodeView, Servers, VIEW_EVERY_NS};
 pub use host::PortHost;
 pub use read::{Got, ReadInto, Source};
-pub use replicas::{default_replicas, read_step, replica, ReadStep, ReplicaWrite, Sites, Slot, MAX_REPLICAS};
+pub use replicas::{default_replicas, read_step, replica, ReadStep, MAX_REPLICAS};
 pub use store::{StoreFrames, StoreIo, UserStore, STORE_REQUESTS};
 
 use completions::{Finished, Pending};

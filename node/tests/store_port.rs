@@ -6,9 +6,9 @@
 //! the owner.
 
 use gms::prelude::*;
-use gms::store::{Finished, Outcome, Phase, StoreConfig, StoreError};
+use gms::store::{Outcome, Phase, StoreConfig, StoreError};
 use std::time::{Duration, Instant};
-use trapeze_node::gms::{page_pattern, Cluster, StoreFrames, StoreIo, UserStore};
+use trapeze_node::gms::{page_pattern, Cluster, StoreIo, UserStore};
 use trapeze_node::rpc::FRAME_BYTES;
 
 const IDENTITY: u64 = 0x7e57_0001;
@@ -28,11 +28,10 @@ impl StoreIo for Req {
     }
 }
 
-/// A store on node `at` of the cluster, with its frames.
+/// A store on node `at` of the cluster.
 struct Client {
     at: usize,
     store: UserStore<Req>,
-    frames: StoreFrames,
 }
 
 impl Client {
@@ -40,32 +39,14 @@ impl Client {
         let cfg = StoreConfig { replicas: 2, page_bytes: FRAME_BYTES, ..StoreConfig::DEFAULT };
         let others: Vec<u16> = (0..cl.ports.len() as u16).filter(|&n| n != at as u16).collect();
         let store = UserStore::new(cfg, IDENTITY, at as u16, PAGES, &others).expect("a store");
-        Client { at, store, frames: StoreFrames::default() }
+        Client { at, store }
     }
 
-    /// One pass: the cluster, the store's sends, its completions. Finished requests.
+    /// One pass; the requests that finished (a read's bytes, else empty).
     fn step(&mut self, cl: &mut Cluster, out: &mut Vec<(u64, Outcome, Vec<u8>)>) {
-        cl.poll();
-        let port = &mut cl.ports[self.at];
-        port.drive_store(&mut self.store, &mut self.frames);
-        for done in port.take_store_done() {
-            if !port.complete_store(&mut self.store, &mut self.frames, &done) {
-                port.drop_store_done(&done);
-            }
-        }
-        while let Some(f) = self.store.poll_done() {
-            match f {
-                Finished::Request { io, outcome } => {
-                    let mut bytes = vec![0; FRAME_BYTES as usize];
-                    match port.take_landed(io.key) {
-                        Some(frame) => assert!(port.read_and_free(frame, &mut bytes)),
-                        None => bytes.clear(),
-                    }
-                    out.push((io.key, outcome, bytes));
-                }
-                Finished::Scratch(frame) => port.node.host.frames.release(frame),
-            }
-        }
+        let mut done = Vec::new();
+        cl.store_step(self.at, &mut self.store, &mut done);
+        out.extend(done.into_iter().map(|(io, o, b)| (io.key, o, b.unwrap_or_default())));
     }
 
     fn until_loaded(&mut self, cl: &mut Cluster) -> Phase {

@@ -11,7 +11,14 @@ impl GmsPort {
     /// The target of a putpage: by the global LRU's plan over the other members that
     /// take puts now, else the least loaded ([`gms::placement`]).
     pub fn choose_target(&mut self) -> Option<u16> {
-        self.choose_target_avoiding(&[])
+        let me = self.id();
+        let others = || self.node.members().ids().iter().copied().filter(move |&n| n != me);
+        if !self.placement.targets().eq(others()) {
+            let nodes: Vec<u16> = others().collect();
+            self.placement.set_targets(nodes);
+        }
+        let (now, c) = (self.now(), self.coordinator());
+        self.placement.pick_avoiding(now, &mut self.lru, c, &[]).map(|(t, _)| t)
     }
 
     /// Start a putpage of `data` as `page` at `version` to `target` (default: by the

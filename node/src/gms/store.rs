@@ -213,3 +213,39 @@ impl GmsPort {
         ok
     }
 }
+
+impl super::Cluster {
+    /// One pass of the in-process cluster and of `store` on node `at`: the store's sends
+    /// and completions; the requests it finished go to `out`, each with its read's page
+    /// (`None`: a write, or a read that brought no bytes).
+    pub fn store_step<Io: StoreIo>(
+        &mut self,
+        at: usize,
+        store: &mut UserStore<Io>,
+        out: &mut Vec<(Io, gms::store::Outcome, Option<Vec<u8>>)>,
+    ) {
+        self.poll();
+        let port = &mut self.ports[at];
+        port.drive_store(store, &mut StoreFrames);
+        for done in port.take_store_done() {
+            if !port.complete_store(store, &mut StoreFrames, &done) {
+                port.drop_store_done(&done);
+            }
+        }
+        while let Some(f) = store.poll_done() {
+            match f {
+                gms::store::Finished::Request { io, outcome } => {
+                    let bytes = port.take_landed(io.key()).map(|frame| {
+                        let mut b = vec![0; FRAME_BYTES as usize];
+                        if !port.read_and_free(frame, &mut b) {
+                            b.clear();
+                        }
+                        b
+                    });
+                    out.push((io, outcome, bytes));
+                }
+                gms::store::Finished::Scratch(frame) => port.node.host.frames.release(frame),
+            }
+        }
+    }
+}
