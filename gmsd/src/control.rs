@@ -58,7 +58,9 @@ pub struct Counters {
     pub misses: u64,
     /// Hits by [`Served`] (cache, local, 2-way, 3-way).
     pub hits_by: [u64; 4],
+    /// Putpages the stores sent (every copy, retries, repairs and meta pages included).
     pub puts: u64,
+    /// Client pages stored (every copy).
     pub puts_stored: u64,
     /// Operations issued again: the stores' puts and gets sent again after no answer, a
     /// refusal or another view, and readers' network-only gets that timed out.
@@ -203,6 +205,7 @@ impl Control {
     pub fn counters(&self) -> Counters {
         let s = self.volumes.stats();
         Counters {
+            puts: s.puts,
             retries: self.counters.retries + s.retries,
             replica_fallbacks: self.counters.replica_fallbacks + s.fallbacks,
             re_replicated: s.repaired,
@@ -457,7 +460,6 @@ impl Control {
                     if matches!(outcome, PutOutcome::Stored { .. }) {
                         self.counters.puts_stored += 1;
                     }
-                    self.counters.puts += 1;
                     self.answer(job, idx, Answer::Put(outcome));
                 }
                 Done::Get { job, idx, got, took } => {

@@ -259,8 +259,8 @@ fn table(s: &Stat) -> String {
         s.gets, s.hits, s.hits_cache, s.hits_local, s.hits_2way, s.hits_3way, s.misses
     );
     o += &format!(
-        "  copy puts {} ({} copies of each page put here) — stored {}, refused by targets {}, \
-         tried again {}\n",
+        "  copy puts {} ({} copies of each page put here) — pages stored {}, refused by targets {}, \
+         sent again {}\n",
         s.puts, s.replicas, s.puts_stored, s.puts_refused, s.retries
     );
     o += &format!(
