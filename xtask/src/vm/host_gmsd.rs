@@ -8,8 +8,9 @@
 //! writes pages to `/dev/gms0` (their only putpage target is the daemon) and reads them
 //! back; once it prints `trapeze-gmsd: WRITTEN N` a watcher thread here asks the daemon
 //! (`gms stat --json`) how many pages it holds and `gms get`s each page the guest wrote
-//! (GMS page (the disk's space, disk page p): the kernel disk's page ids) checking
-//! every byte, while the guest is still a member (its directory share lives in it).
+//! (`DISK:p`: page p of the volume whose identity is the disk's, read by the daemon as a
+//! reader) checking every byte, while the guest is still a member (its directory share
+//! lives in it).
 
 use anyhow::{bail, Context};
 use std::fs;
@@ -18,9 +19,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// The GMS space of guest 0's disk (replica 0): `gms::store::space_of` of the default
-/// `gms_disk_id=` of node 0 (`kernel-crate/src/driver/params.rs`: `0x6d73_6730 << 32 | node`).
-const DISK_SPACE: u64 = gms::store::space_of(0x6d73_6730_0000_0000);
+/// The identity of guest 0's disk: the default `gms_disk_id=` of node 0
+/// (`kernel-crate/src/driver/params.rs`: `0x6d73_6730 << 32 | node`).
+const DISK_ID: u64 = 0x6d73_6730_0000_0000;
 const PAGE: usize = 4096;
 const LINE: &str = "trapeze-gmsd: WRITTEN ";
 
@@ -157,7 +158,7 @@ fn check(bin: &Path, socket: &Path, pages: u64) -> anyhow::Result<Vec<String>> {
     let tmp = std::env::temp_dir().join(format!("xtask-gmsd-{}.bin", std::process::id()));
     let mut good = 0;
     for p in 0..pages {
-        let page = format!("{DISK_SPACE}:{p}");
+        let page = format!("{DISK_ID:#x}:{p}");
         let out =
             gms(bin, socket, &["get", "--page", &page, "--network-only", "--out", tmp.to_str().context("temp path")?])?;
         let data = fs::read(&tmp).unwrap_or_default();
