@@ -415,9 +415,10 @@ impl<
     /// `DIRUPDATE` at the directory node.
     /// A member names itself only: it holds the copy it registers (it stored it for a
     /// putter, read it moving, or holds it for itself); the directory has no record of
-    /// which puts went where, so beyond that it only bounds the version claimed (the
-    /// lead, `directory.rs`): one message may not displace the holder and leave a floor
-    /// no writer reaches.
+    /// which puts went where, so beyond that it bounds the version claimed (the lead, and
+    /// no leap over a named copy: `directory.rs`): one message may not have the holder
+    /// give its copy up for a version far beyond it, nor leave a floor no writer reaches.
+    /// Both refusals are counted as unentitled.
     fn serve_update(&mut self, inc: &Incoming<'_, F>, member: bool) -> Action<F> {
         let req = match inc.decode::<DirUpdate>() {
             Ok(r) => r,
@@ -434,7 +435,9 @@ impl<
             AckStatus::WrongView
         } else if self.members.directory_of(&req.page) != Some(self.id) {
             AckStatus::NotDirectory
-        } else if self.dir.beyond_lead(&req.page, req.version) {
+        } else if self.dir.beyond_lead(&req.page, req.version)
+            || self.dir.leap_over_named(&req.page, req.version, self.now)
+        {
             return self.refuse(|s| &mut s.rejected_updates, AckStatus::Rejected, &req);
         } else {
             let (status, seq) = self.apply_update(req.page, req.site, req.version, req.seq);

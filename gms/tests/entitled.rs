@@ -3,6 +3,7 @@
 //! id a NIC stamps) from a node outside the view, and from members that are not the
 //! page's directory, target or holder. Each is refused, counted, and changes nothing.
 
+use gms::directory::VERSION_LEAD;
 use gms::heartbeat::{Heartbeat, OP_HEARTBEAT};
 use gms::ops::*;
 use gms::prelude::*;
@@ -188,6 +189,40 @@ fn a_registration_beyond_the_version_lead_blocks_nothing() {
         let hit =
             matches!(s.result(1, get), Some(OpResult::Get(GetResult::Hit { version, .. })) if version == Version(v));
         assert!(hit, "version {v} read back: {:?}", s.result(1, get));
+    }
+    s.settle();
+    s.check_converged();
+    s.check_frames();
+}
+
+/// A member that holds nothing names itself the holder of a page at the newest version the
+/// directory knows plus just under [`VERSION_LEAD`] (inside the lead, so the lead alone
+/// lets it through): before the step rule, the holder was told to drop its copy, reads
+/// missed, and every later put was `Superseded` for good. A leap over a named copy is
+/// refused and counted: the holder keeps its copy, reads hit, later puts are stored.
+#[test]
+fn a_leap_inside_the_lead_over_a_named_copy_blocks_nothing() {
+    let mut s = Sim::new(0xe1a, knobs(3));
+    let p = s.page_with_dir(0, 0, 0);
+    stored(&mut s, p);
+    let view = s.nodes[0].members().view();
+    let up = DirUpdateReq { page: p, version: Version(1 + (VERSION_LEAD - 1)), seq: 0, view, site: 1 };
+    send(&mut s, 1, 0, forge(Kind::Request, OP_DIRUPDATE, 1, 0, &up), None);
+    s.settle();
+    assert_eq!(s.nodes[0].stats().rejected_updates, 1, "the leap is refused and counted");
+    assert_eq!(s.nodes[0].directory().lookup(&p), Some((2, Version(1))), "the entry still names the holder");
+    assert!(s.nodes[2].held(&p).is_some(), "the holder keeps its copy");
+    assert_eq!(s.nodes[2].stats().pages_dropped, 0);
+    still_served(&mut s, p);
+    for (v, target) in [(2u64, 0u16), (3, 2)] {
+        let put = s.putpage(1, p, target).unwrap();
+        s.run_net();
+        assert_eq!(s.result(1, put), Some(OpResult::Put(PutResult::Stored { target })), "put of version {v}");
+        let get = s.getpage(2, p).unwrap();
+        s.run_net();
+        let hit =
+            matches!(s.result(2, get), Some(OpResult::Get(GetResult::Hit { version, .. })) if version == Version(v));
+        assert!(hit, "version {v} read back: {:?}", s.result(2, get));
     }
     s.settle();
     s.check_converged();
