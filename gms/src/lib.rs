@@ -63,9 +63,12 @@
 //!   the caching site; a `PUTDONE` answers only a put in flight to its sender; a heartbeat
 //!   speaks only for its sender; a discard of `u64::MAX` is refused and a floor beyond
 //!   every version the directory named lapses after the tombstone ttl; a registration of
-//!   `u64::MAX` or beyond the directory's version lead is refused. The rest is
-//!   counted ([`types::GmsStats::unentitled`]). Among members, the directory trusts a
-//!   node's claim to hold the page it registers (it keeps no record of puts).
+//!   `u64::MAX` or beyond the directory's version lead is refused, and so is one that
+//!   leaps (beyond a step above the page's known versions) over a named copy; a leap
+//!   over no named copy is provisional and lapses after the tombstone ttl
+//!   ([`directory`]). The rest is counted ([`types::GmsStats::unentitled`]). Among
+//!   members, the directory trusts a node's claim to hold the page it registers (it
+//!   keeps no record of puts; any member may write any page).
 //!
 //! The runtime owns the NIC, the frames and the clock: it implements [`node::Host`],
 //! keeps a `netrpc::rpc::Rpc<GmsNode<..>, F>` next to the [`node::GmsNode`] (which is the
