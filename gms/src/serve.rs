@@ -73,7 +73,11 @@ impl<
             (OP_DISCARDPAGE, false) => match inc.decode::<DiscardPage>() {
                 Ok(req) if !member => self.refuse(|s| &mut s.rejected_discards, AckStatus::WrongView, &req),
                 // No writer's version reaches it: a floor there would refuse every version.
-                Ok(req) if req.version == Version(u64::MAX) => {
+                // Nor does one leaping over the named copy (`directory.rs`): its holder keeps it.
+                Ok(req)
+                    if req.version == Version(u64::MAX)
+                        || self.dir.leap_over_named(&req.page, req.version, self.now) =>
+                {
                     self.refuse(|s| &mut s.rejected_discards, AckStatus::Rejected, &req)
                 }
                 Ok(req) if self.members.directory_of(&req.page) == Some(self.id) => {

@@ -268,7 +268,8 @@ pub struct GmsStats {
     pub rejected_updates: u64,
     /// `DIRREMOVE`s from a non-member or naming another node than their sender.
     pub rejected_removes: u64,
-    /// Discards from a non-member, or of version `u64::MAX` (no writer's version).
+    /// Discards from a non-member, of version `u64::MAX` (no writer's version), or
+    /// leaping over a named copy (`directory::VERSION_STEP`).
     pub rejected_discards: u64,
     /// `DROPPAGE`s and `DIRVERIFY`s not from the page's directory node.
     pub rejected_drops: u64,

@@ -3,7 +3,7 @@
 //! id a NIC stamps) from a node outside the view, and from members that are not the
 //! page's directory, target or holder. Each is refused, counted, and changes nothing.
 
-use gms::directory::VERSION_LEAD;
+use gms::directory::{VERSION_LEAD, VERSION_STEP};
 use gms::heartbeat::{Heartbeat, OP_HEARTBEAT};
 use gms::ops::*;
 use gms::prelude::*;
@@ -199,7 +199,8 @@ fn a_registration_beyond_the_version_lead_blocks_nothing() {
 /// directory knows plus just under [`VERSION_LEAD`] (inside the lead, so the lead alone
 /// lets it through): before the step rule, the holder was told to drop its copy, reads
 /// missed, and every later put was `Superseded` for good. A leap over a named copy is
-/// refused and counted: the holder keeps its copy, reads hit, later puts are stored.
+/// refused and counted: the holder keeps its copy, reads hit, later puts are stored. So
+/// are a discard and a movepage (of junk) leaping over it.
 #[test]
 fn a_leap_inside_the_lead_over_a_named_copy_blocks_nothing() {
     let mut s = Sim::new(0xe1a, knobs(3));
@@ -213,6 +214,19 @@ fn a_leap_inside_the_lead_over_a_named_copy_blocks_nothing() {
     assert_eq!(s.nodes[0].directory().lookup(&p), Some((2, Version(1))), "the entry still names the holder");
     assert!(s.nodes[2].held(&p).is_some(), "the holder keeps its copy");
     assert_eq!(s.nodes[2].stats().pages_dropped, 0);
+    still_served(&mut s, p);
+    // A discard leaping over the named copy, and a movepage of junk at such a version:
+    // the discard is refused, the target's registration too (it drops the junk).
+    let dc = DiscardReq { page: p, version: Version(1 + 2 * VERSION_STEP) };
+    send(&mut s, 1, 0, forge(Kind::Request, OP_DISCARDPAGE, 1, 0, &dc), None);
+    assert_eq!(s.nodes[0].stats().rejected_discards, 1);
+    let tag = OpId { slot: 0, generation: 1 };
+    let mv = PutReq { page: p, version: Version(1 + 2 * VERSION_STEP), seq: 1, view, tag, flags: 0 };
+    send(&mut s, 1, 0, forge(Kind::OneWay, OP_MOVEPAGE, 1, 0, &mv), Some(((p, 99), PAGE_LEN)));
+    s.settle();
+    assert!(s.nodes[0].held(&p).is_none(), "the target dropped the junk");
+    assert_eq!(s.nodes[0].directory().lookup(&p), Some((2, Version(1))));
+    assert!(s.nodes[2].held(&p).is_some());
     still_served(&mut s, p);
     for (v, target) in [(2u64, 0u16), (3, 2)] {
         let put = s.putpage(1, p, target).unwrap();
