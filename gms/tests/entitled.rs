@@ -242,3 +242,41 @@ fn a_leap_inside_the_lead_over_a_named_copy_blocks_nothing() {
     s.check_converged();
     s.check_frames();
 }
+
+/// A member that holds nothing names itself the holder of a page nobody holds, at a leap
+/// (far beyond every version the directory knows, inside the lead). Accepted, but only
+/// provisionally: a writer's put is refused while it binds, and stored once the ttl has
+/// passed; before the step rule the leap was firm and every later put `Superseded` for good.
+#[test]
+fn a_leap_over_no_named_copy_binds_for_the_ttl_only() {
+    const TTL: u64 = 2_000;
+    let mut s = Sim::new(0xe1b, knobs(3));
+    let ids = [0u16, 1, 2];
+    for i in 0..3 {
+        let cfg = GmsConfig { tombstone_ttl: TTL, ..*s.nodes[i].config() };
+        s.nodes[i].set_identity(i as u16, cfg);
+        s.nodes[i].set_members(s.clock.now(), &mut s.rpcs[i], 1, &ids).unwrap();
+    }
+    let p = s.page_with_dir(0, 0, 0);
+    let view = s.nodes[0].members().view();
+    let up = DirUpdateReq { page: p, version: Version(2 * VERSION_STEP), seq: 0, view, site: 1 };
+    send(&mut s, 1, 0, forge(Kind::Request, OP_DIRUPDATE, 1, 0, &up), None);
+    assert_eq!(s.nodes[0].directory().lookup(&p), Some((1, Version(2 * VERSION_STEP))), "named, provisionally");
+    assert!(s.nodes[0].directory().entry(&p).unwrap().provisional());
+    let put = s.putpage(2, p, 0).unwrap();
+    s.run_net();
+    assert_eq!(s.result(2, put), Some(OpResult::Put(PutResult::Superseded)), "it binds within the ttl");
+    s.tick(TTL + 1);
+    s.run_net();
+    let put = s.putpage(2, p, 0).unwrap();
+    s.run_net();
+    assert_eq!(s.result(2, put), Some(OpResult::Put(PutResult::Stored { target: 0 })), "lapsed");
+    assert_eq!(s.nodes[0].directory().lookup(&p), Some((0, Version(2))));
+    let get = s.getpage(1, p).unwrap();
+    s.run_net();
+    let hit = matches!(s.result(1, get), Some(OpResult::Get(GetResult::Hit { version: Version(2), .. })));
+    assert!(hit, "{:?}", s.result(1, get));
+    s.settle();
+    s.check_converged();
+    s.check_frames();
+}
