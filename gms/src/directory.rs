@@ -102,7 +102,7 @@ pub struct DirEntry {
     /// above it is provisional (a leap, see the module doc), and so is a floor above it
     /// (a discard beyond every firm version, or a provisional copy un-named).
     pub firm: Version,
-    /// When the entry last changed.
+    /// When the entry last changed (a live one: when its version was set).
     pub stamp: u64,
 }
 
@@ -287,7 +287,10 @@ impl<B: DerefMut<Target = [DirSlot]>> Directory<B> {
         // The version is at least the binding floor; a step makes everything up to it firm.
         let (floor, firm) = self.t.get(&page).map_or((Version(0), Version(0)), |e| (e.floor_at(now, self.ttl), e.firm));
         let firm = if step { firm.max(version) } else { firm };
-        let e = DirEntry { site, version, seq, last: site, floor, firm, stamp: now };
+        // A live entry's stamp is when its version was set: a registration of the same
+        // version again (the scrub's, a hand-over) does not shrink the page's reach.
+        let stamp = self.t.get(&page).filter(|e| e.site != NO_SITE && e.version == version).map_or(now, |e| e.stamp);
+        let e = DirEntry { site, version, seq, last: site, floor, firm, stamp };
         match self.put(page, e, now) {
             Ok(()) => {
                 if step && version > self.horizon {
@@ -540,6 +543,11 @@ mod tests {
             Update::Accepted { prev: Some((1, Version(5), _)), .. }
         ));
         assert!(!d.entry(&P).unwrap().provisional(), "a step is firm");
+        // Registered again at its version, it keeps the time its version was set.
+        assert_eq!(up(&mut d, P, 2, leap, FRESH, 50), Some(d.named(&P).unwrap().2));
+        assert_eq!(d.entry(&P).unwrap().stamp, 1);
+        assert!(!d.leap_over_named(&P, Version(leap + VERSION_STEP + 59), 60));
+        assert!(d.leap_over_named(&P, Version(leap + VERSION_STEP + 60), 60));
         // A step above the horizon counts from the horizon too.
         let q = PageId::new(2, 2);
         assert!(up(&mut d, q, 3, leap + VERSION_STEP, FRESH, 1).is_some());
