@@ -11,8 +11,9 @@
 //! - **getpage**: requester → directory node; the directory node answers with the page
 //!   (2-way) or **delegates** the request, with the requester's reply token, to the
 //!   caching site, which replies straight to the requester with the page tagged by the
-//!   requester's IPT token (3-way, zero-copy); or "miss". Moving reads (per space) hand
-//!   the copy to the requester. A requester that knows where it put a page (a block
+//!   requester's IPT token (3-way, zero-copy); or "miss". Moving reads (per space: a
+//!   holder hands a copy over only in a space whose policy moves) hand the copy to the
+//!   requester. A requester that knows where it put a page (a block
 //!   device) may ask that member straight (`getpage_hinted`, 2-way); a miss there sends
 //!   it to the directory. Several such pages may go as one **getpages** ([`getpages`]):
 //!   one request, and one reply whose payload the holder gathers from its frames and the

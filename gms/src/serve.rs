@@ -23,7 +23,7 @@ use super::node::{let_go, GmsNode, Held, HeldState, Host};
 use super::ops::*;
 use super::page::Version;
 use super::slots::{OpKind, OpState, TaskKind};
-use super::types::GmsStats;
+use super::types::{GmsStats, ReadPolicy};
 
 impl<
         F: Copy + PartialEq,
@@ -287,7 +287,11 @@ impl<
         h.last_access = epoch;
         let h: Held<F> = *h;
         self.stats.gets_served += 1;
-        let moving = req.flags & GET_MOVING != 0;
+        // Only in a space whose reads move (cluster configuration: every node sets the same
+        // policies) does a read hand the copy over: a moving read of another space, which
+        // no honest requester sends, is answered as a plain one, so that no single request
+        // has a holder give up a copy the requester will not adopt.
+        let moving = req.flags & GET_MOVING != 0 && self.policy(page.space).reads == ReadPolicy::Moving;
         let local_dir = self.members.directory_of(&page) == Some(self.id);
         // A moving read hands the copy (and its dirt) to the requester. Only a registered
         // copy moves, only under the identity the directory named (a re-registration may

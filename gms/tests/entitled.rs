@@ -280,3 +280,24 @@ fn a_leap_over_no_named_copy_binds_for_the_ttl_only() {
     s.check_converged();
     s.check_frames();
 }
+
+/// A member asks the directory for a moving read of a page whose space does not move
+/// (its reply goes to a call its GMS never made, so nobody would adopt the copy): the
+/// holder serves it as a plain read and keeps its copy.
+#[test]
+fn a_moving_read_of_a_space_that_does_not_move_hands_nothing_over() {
+    let mut s = Sim::new(0xe1c, knobs(3));
+    let p = s.page_with_dir(0, 0, 0);
+    stored(&mut s, p);
+    let view = s.nodes[0].members().view();
+    let get = GetReq { page: p, want: Version(0), seq: 0, view, flags: GET_MOVING };
+    send(&mut s, 1, 0, forge(Kind::Request, OP_GETPAGE, 1, 0, &get), None);
+    s.settle();
+    let g2 = s.nodes[2].stats();
+    assert_eq!((g2.gets_served, g2.gets_moved), (1, 0), "{g2:?}");
+    assert!(s.nodes[2].held(&p).is_some(), "the holder keeps its copy");
+    assert_eq!(s.nodes[0].directory().lookup(&p), Some((2, Version(1))));
+    still_served(&mut s, p);
+    s.check_converged();
+    s.check_frames();
+}

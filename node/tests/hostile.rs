@@ -9,7 +9,7 @@
 //! and every honest operation completes. Then a member turns hostile (its host crafts
 //! packets a keyed link would authenticate): registrations beyond and inside the version
 //! lead, a discard, drop and dir-verify it is not entitled to, a movepage of junk at a
-//! leap, heartbeats alternating between two of its incarnations; no page is blocked or
+//! leap, a moving read, heartbeats alternating between two of its incarnations; no page is blocked or
 //! loses its copy.
 
 use gms::directory::{ANY_SEQ, VERSION_LEAD};
@@ -305,9 +305,10 @@ fn run() {
     // The same member, inside the lead: a registration at the newest version known plus
     // just under the lead (a leap over the named copy), a discard leaping over it, a drop
     // and a dir-verify it is not the directory for, a movepage of junk at the leap to a
-    // third node, and heartbeats of its own alternating between an old incarnation and a
-    // new one. Each is refused and counted; the holder keeps its copy, reads return its
-    // bytes, and a later put is stored and read back (issue 34).
+    // third node, a moving read of a space that does not move (served as a plain one),
+    // and heartbeats of its own alternating between an old incarnation and a new one.
+    // Each is refused and counted; the holder keeps its copy, reads return its bytes, and
+    // a later put is stored and read back (issue 34).
     let members = *c.ports[0].node.members();
     let n = (0..PAGES)
         .find(|&n| {
@@ -333,6 +334,8 @@ fn run() {
     let tag = OpId { slot: 0, generation: 1 };
     let mv = PutReq { page, version: leap, seq: 1, view, tag, flags: 0 };
     inject_from(&mut c, 1, target, &ctrl(Kind::OneWay, OP_MOVEPAGE, own(1), 0, &mv), Some((0x5A, PayloadToken::NONE)));
+    let get = GetReq { page, want: Version(0), seq: 0, view, flags: GET_MOVING };
+    inject_from(&mut c, 1, dir as u16, &ctrl(Kind::Request, OP_GETPAGE, own(1), 0, &get), None);
     for k in 0..6u64 {
         let hb = Heartbeat { node: 1, incarnation: if k % 2 == 0 { 0x01d } else { 0x2e3 }, held: 0, budget: 1 };
         for &victim in &[0u16, 2] {
@@ -349,6 +352,7 @@ fn run() {
     assert_eq!(grew(|s| s.rejected_discards), 1, "{after:?}");
     assert_eq!(grew(|s| s.rejected_drops), 2, "{after:?}");
     assert_eq!(grew(|s| s.dir_discards), 0);
+    assert_eq!(grew(|s| s.gets_moved), 0, "a moving read of a space that does not move");
     assert!(c.ports[target as usize].node.held(&page).is_none(), "the junk was dropped");
     assert!(c.ports[holder as usize].node.held(&page).is_some(), "the holder keeps its copy");
     assert_eq!(c.ports[dir].node.directory().lookup(&page), Some((holder, version[n as usize])));
