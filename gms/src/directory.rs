@@ -48,21 +48,28 @@
 //!   makes the older copy stale) and the floor it leaves never lapses. Writers' versions
 //!   step: the store's [`Clock`](super::store) adds 16 per write and 2^40 per load, the
 //!   wall clock (gmsd today) as much as time passes.
-//! - *Leap.* Any other registration is a *leap*. A leap never displaces a named copy
-//!   (refused, and counted at `DIRUPDATE`: the holder keeps its copy). Over no named copy
-//!   (a new page, a tombstone) it is accepted and served, but *provisional*: it moves
-//!   neither the horizon nor the page's firm versions, and it binds for `tombstone_ttl`
-//!   only. After that, a registration below it (a writer moving on; a late message of an
+//! - *Leap.* Any other registration is a *leap*. A leap never displaces a firm named copy
+//!   (refused, and counted at `DIRUPDATE`: the holder keeps its copy). Otherwise (a new
+//!   page, a tombstone, a provisional copy) it is accepted and served, but *provisional*:
+//!   it moves neither the horizon nor the page's firm versions, and it binds for
+//!   `tombstone_ttl` only. After that, a registration below it (a writer moving on; a late message of an
 //!   older version would have arrived by then) displaces it, named or not, and its floor
 //!   lapses as a discard's does. A step from it (its writer writing again, its holder
 //!   registering it again) makes it firm.
 //!
 //! So one message moves a page's firm versions by at most a step, which a writer passes by
 //! writing on (the wall clock: in [`VERSION_STEP`] ns; the store: by a load's epoch above
-//! it), and a leap, which is refused over a held copy and lapses otherwise. Limits: a step
-//! by a member does displace the named copy (as its put would); a page whose only
-//! registration leapt (its first on a directory that knows nothing near it) is protected
-//! against lower versions for the ttl only, until a step confirms it.
+//! it), and a leap, which is refused over a firm copy and lapses otherwise.
+//!
+//! Limits. A step by a member displaces the named copy, as its put would (any member may
+//! write any page); so does a registration at the named version claiming the named
+//! copy's identity or above (a hand-over: the directory cannot tell a copy that descends
+//! from the named one from a claimed one). A leap over no firm copy binds a page against
+//! lower versions for the ttl (a new page's first put is refused meanwhile), and may
+//! displace a provisional copy. Provisional copies are those that leapt: on a directory
+//! that knows nothing near them (a new node, after a cluster restart) with writers whose
+//! versions are far apart (the wall clock's); the store's versions are steps. A
+//! provisional copy's holder registering it again (the scrub) makes it firm.
 
 use super::page::{PageId, Version};
 use super::table::{Scan, Slot, Table};
@@ -221,10 +228,10 @@ impl<B: DerefMut<Target = [DirSlot]>> Directory<B> {
         version.0 <= page_reach.max(reach(self.horizon, self.horizon_at))
     }
 
-    /// Whether a registration of `page` at `version` is a leap over a named copy: refused,
-    /// the holder keeps its copy (see the module doc).
+    /// Whether a registration of `page` at `version` is a leap over a firm named copy:
+    /// refused, the holder keeps its copy (see the module doc).
     pub fn leap_over_named(&self, page: &PageId, version: Version, now: u64) -> bool {
-        self.t.get(page).is_some_and(|e| e.site != NO_SITE) && !self.step(page, version, now)
+        self.t.get(page).is_some_and(|e| e.site != NO_SITE && !e.provisional()) && !self.step(page, version, now)
     }
 
     /// Would a registration of `site`'s copy of `page` at `version`, claiming identity

@@ -15,7 +15,7 @@
 //!   (`DIRVERIFY`) and each holder re-register its copies (`DIRUPDATE`), one entry per
 //!   [`super::types::GmsConfig::scrub_interval`]. All retried until answered.
 
-use super::directory::ANY_SEQ;
+use super::directory::{ANY_SEQ, VERSION_STEP};
 use super::heartbeat::{is_heartbeat_op, Heartbeat};
 use super::net::prelude::*;
 use super::net::storage::Storage;
@@ -372,6 +372,10 @@ impl<
             }
             // Busy registering an older version: try again later.
             Some(h) if h.state == HeldState::Registering => return Err(PutStatus::Refused),
+            // Far beyond the copy held (a leap, as the directory would see it without the
+            // time since): the directory may refuse it, and the copy must not be given up
+            // for it first. The putter tries another target.
+            Some(h) if req.version.0 > h.version.0.saturating_add(VERSION_STEP) => return Err(PutStatus::Refused),
             Some(_) => {}
             None if self.held.len() >= self.budget() => return Err(PutStatus::Refused),
             None => {}

@@ -3,7 +3,7 @@
 //! id a NIC stamps) from a node outside the view, and from members that are not the
 //! page's directory, target or holder. Each is refused, counted, and changes nothing.
 
-use gms::directory::{VERSION_LEAD, VERSION_STEP};
+use gms::directory::{ANY_SEQ, VERSION_LEAD, VERSION_STEP};
 use gms::heartbeat::{Heartbeat, OP_HEARTBEAT};
 use gms::ops::*;
 use gms::prelude::*;
@@ -223,6 +223,10 @@ fn a_leap_inside_the_lead_over_a_named_copy_blocks_nothing() {
     let tag = OpId { slot: 0, generation: 1 };
     let mv = PutReq { page: p, version: Version(1 + 2 * VERSION_STEP), seq: 1, view, tag, flags: 0 };
     send(&mut s, 1, 0, forge(Kind::OneWay, OP_MOVEPAGE, 1, 0, &mv), Some(((p, 99), PAGE_LEN)));
+    // To the holder itself: refused before its copy is given up for it.
+    let refused = s.nodes[2].stats().puts_refused;
+    send(&mut s, 1, 2, forge(Kind::OneWay, OP_MOVEPAGE, 1, 0, &mv), Some(((p, 99), PAGE_LEN)));
+    assert_eq!(s.nodes[2].stats().puts_refused, refused + 1);
     s.settle();
     assert!(s.nodes[0].held(&p).is_none(), "the target dropped the junk");
     assert_eq!(s.nodes[0].directory().lookup(&p), Some((2, Version(1))));
@@ -300,4 +304,102 @@ fn a_moving_read_of_a_space_that_does_not_move_hands_nothing_over() {
     still_served(&mut s, p);
     s.check_converged();
     s.check_frames();
+}
+
+/// Random rounds of honest puts and reads among members 0..3, and of messages from member
+/// 3 (its own GMS honest, its host crafting packets) that the rules refuse or bound: leaps
+/// inside the lead over a firm copy and registrations beyond the lead, discards leaping over the named copy,
+/// drops, verifies and removals it is not entitled to, moving reads of a space that does
+/// not move, movepages of junk at a leap, heartbeats alternating between two of its
+/// incarnations. Every honest put is stored and every honest read hits the last version
+/// put: no page is blocked and no holder gives its copy up.
+#[test]
+fn a_hostile_member_blocks_no_page_and_takes_no_copy() {
+    use sim::rng::Rng;
+    for seed in 0..24u64 {
+        let mut s = Sim::new(0xe200 + seed, knobs(4));
+        let mut rng = Rng::new(0x40571_1e00 + seed, 0);
+        let pages: Vec<PageId> = (0..6).map(|i| s.page_with_dir(0, (i % 3) as u16, i / 3)).collect();
+        let mut last = vec![0u64; pages.len()];
+        let view = s.nodes[0].members().view();
+        for round in 0..120u64 {
+            let k = rng.below(pages.len() as u64) as usize;
+            let p = pages[k];
+            let dir = s.nodes[0].members().directory_of(&p).unwrap();
+            let ctx = format!("seed {seed} round {round} {p:?}");
+            match rng.below(4) {
+                0 => {
+                    let w = rng.below(3) as u16;
+                    let t = (w + 1 + rng.below(2) as u16) % 3;
+                    let put = s.putpage(w, p, t).unwrap();
+                    s.run_net();
+                    last[k] += 1;
+                    assert_eq!(s.result(w, put), Some(OpResult::Put(PutResult::Stored { target: t })), "{ctx}");
+                }
+                1 if last[k] > 0 => {
+                    let r = rng.below(3) as u16;
+                    let get = s.getpage(r, p).unwrap();
+                    s.run_net();
+                    let got = s.result(r, get);
+                    let hit = matches!(got, Some(OpResult::Get(GetResult::Hit { version, .. })) if version == Version(last[k]));
+                    assert!(hit, "{ctx}: read at node {r}: {got:?}, {} put", last[k]);
+                }
+                _ => hostile(&mut s, &mut rng, p, dir, last[k], view, round),
+            }
+        }
+        s.settle();
+        s.check_converged();
+        s.check_frames();
+        assert!(s.nodes.iter().take(3).map(|n| n.stats().unentitled()).sum::<u64>() > 0);
+    }
+}
+
+/// One message from member 3 about `p` (directory `dir`, last put at `known`).
+fn hostile(s: &mut Sim, rng: &mut sim::rng::Rng, p: PageId, dir: u16, known: u64, view: u64, round: u64) {
+    let leap = Version(known + 2 * VERSION_STEP + rng.below(VERSION_LEAD - 2 * VERSION_STEP));
+    let victim = rng.below(3) as u16;
+    // Leaps where the page has a firm copy (over none, one binds for the ttl: the test
+    // above), or beyond the lead.
+    let (ctrl, to, payload) = match rng.below(9) {
+        0 if known > 0 => (
+            forge(Kind::Request, OP_DIRUPDATE, 3, 0, &DirUpdateReq { page: p, version: leap, seq: 0, view, site: 3 }),
+            dir,
+            None,
+        ),
+        1 => {
+            let v = Version(if rng.pct(50) { u64::MAX } else { known + VERSION_LEAD + 1 + rng.below(1 << 40) });
+            (
+                forge(Kind::Request, OP_DIRUPDATE, 3, 0, &DirUpdateReq { page: p, version: v, seq: 0, view, site: 3 }),
+                dir,
+                None,
+            )
+        }
+        2 if known > 0 => {
+            (forge(Kind::Request, OP_DISCARDPAGE, 3, 0, &DiscardReq { page: p, version: leap }), dir, None)
+        }
+        3 => (forge(Kind::Request, OP_DROPPAGE, 3, 0, &DropReq { page: p, version: leap, seq: ANY_SEQ }), victim, None),
+        4 => (
+            forge(Kind::Request, OP_DIRVERIFY, 3, 0, &DropReq { page: p, version: Version(known), seq: 0 }),
+            victim,
+            None,
+        ),
+        5 => {
+            let rm = DirRemoveReq { page: p, version: leap, seq: ANY_SEQ, site: victim };
+            (forge(Kind::Request, OP_DIRREMOVE, 3, 0, &rm), dir, None)
+        }
+        6 => {
+            let get = GetReq { page: p, want: Version(0), seq: 0, view, flags: GET_MOVING };
+            (forge(Kind::Request, OP_GETPAGE, 3, 0, &get), dir, None)
+        }
+        7 if known > 0 => {
+            let tag = OpId { slot: 0, generation: 1 };
+            let mv = PutReq { page: p, version: leap, seq: rng.below(4), view, tag, flags: 0 };
+            (forge(Kind::OneWay, OP_MOVEPAGE, 3, 0, &mv), victim, Some(((p, 999_999), PAGE_LEN)))
+        }
+        _ => {
+            let hb = Heartbeat { node: 3, incarnation: 1 + round % 2, held: 0, budget: 1 };
+            (forge(Kind::OneWay, OP_HEARTBEAT, 3, 0, &hb), victim, None)
+        }
+    };
+    send(s, 3, to, ctrl, payload);
 }
