@@ -62,14 +62,17 @@
 //!   may send it: members of the view put, get and update the directory, naming only
 //!   themselves; only a page's directory node has a copy dropped, verified or served as
 //!   the caching site; a `PUTDONE` answers only a put in flight to its sender; a heartbeat
-//!   speaks only for its sender; a discard of `u64::MAX` is refused and a floor beyond
-//!   every version the directory named lapses after the tombstone ttl; a registration of
-//!   `u64::MAX` or beyond the directory's version lead is refused, and so is one that
-//!   leaps (beyond a step above the page's known versions) over a named copy; a leap
-//!   over no named copy is provisional and lapses after the tombstone ttl
-//!   ([`directory`]). The rest is counted ([`types::GmsStats::unentitled`]). Among
-//!   members, the directory trusts a node's claim to hold the page it registers (it
-//!   keeps no record of puts; any member may write any page).
+//!   speaks only for its sender. Versions are bounded so that no single message blocks a
+//!   page for good or has a holder give up its copy ([`directory`]): a discard of
+//!   `u64::MAX` and a registration of it or beyond the directory's version lead are
+//!   refused, and so is either one that *leaps* (beyond a step above the page's known
+//!   versions) over a firm copy;
+//!   a leap over none is provisional and lapses after the tombstone ttl, as does a
+//!   discard floor beyond every firm version; a target refuses a put far beyond the copy
+//!   it holds, and hands a copy over on a moving read only in a space whose reads move.
+//!   The refusals are counted ([`types::GmsStats::unentitled`]). Among members, the
+//!   directory trusts a node's claim to hold the page it registers (it keeps no record
+//!   of puts; any member may write any page).
 //!
 //! The runtime owns the NIC, the frames and the clock: it implements [`node::Host`],
 //! keeps a `netrpc::rpc::Rpc<GmsNode<..>, F>` next to the [`node::GmsNode`] (which is the
