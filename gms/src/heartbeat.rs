@@ -10,9 +10,8 @@
 //!
 //! A heartbeat speaks only for its sender ([`Heartbeat::from_message`]; the NIC stamps the
 //! sender): a member sending heartbeats of alternating incarnations flaps its own
-//! membership only. A member declared failed gives none of its directory entries' copies
-//! up elsewhere, and the holders of other pages keep theirs through the view changes
-//! (they register again with each page's new directory node).
+//! membership only: the view changes its restarts cause make no other holder give a copy
+//! up (each registers its copies again with their new directory node).
 //!
 //! Body (24 bytes, little-endian): `u8` wire version (1), `u8` 0, `u16 node`,
 //! `u64 incarnation`, `u32 held pages`, `u32 budget pages`, `u32` 0.
