@@ -286,7 +286,7 @@ impl<B: DerefMut<Target = [DirSlot]>> Directory<B> {
     /// Register `site`'s copy of `page` at `version`, claiming identity `claim` (see
     /// [`Self::check`]): accepted iff the version is at least the entry's and its floor
     /// (or the entry is a provisional one that lapsed), within the lead, not a leap over a
-    /// named copy, and the claim is not stale. A step is firm; a leap is provisional.
+    /// firm named copy, and the claim is not stale. A step is firm; a leap is provisional.
     /// Idempotent.
     pub fn update(&mut self, page: PageId, site: u16, version: Version, claim: u64, now: u64) -> Update {
         let Some((prev, seq)) = self.check(&page, site, version, claim, now) else { return Update::Rejected };

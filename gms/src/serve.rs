@@ -73,7 +73,7 @@ impl<
             (OP_DISCARDPAGE, false) => match inc.decode::<DiscardPage>() {
                 Ok(req) if !member => self.refuse(|s| &mut s.rejected_discards, AckStatus::WrongView, &req),
                 // No writer's version reaches it: a floor there would refuse every version.
-                // Nor does one leaping over the named copy (`directory.rs`): its holder keeps it.
+                // Nor does one leaping over a firm named copy (`directory.rs`): its holder keeps it.
                 Ok(req)
                     if req.version == Version(u64::MAX)
                         || self.dir.leap_over_named(&req.page, req.version, self.now) =>
@@ -428,7 +428,7 @@ impl<
     /// A member names itself only: it holds the copy it registers (it stored it for a
     /// putter, read it moving, or holds it for itself); the directory has no record of
     /// which puts went where, so beyond that it bounds the version claimed (the lead, and
-    /// no leap over a named copy: `directory.rs`): one message may not have the holder
+    /// no leap over a firm copy: `directory.rs`): one message may not have the holder
     /// give its copy up for a version far beyond it, nor leave a floor no writer reaches.
     /// Both refusals are counted as unentitled.
     fn serve_update(&mut self, inc: &Incoming<'_, F>, member: bool) -> Action<F> {

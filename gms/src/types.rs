@@ -269,7 +269,7 @@ pub struct GmsStats {
     /// `DIRREMOVE`s from a non-member or naming another node than their sender.
     pub rejected_removes: u64,
     /// Discards from a non-member, of version `u64::MAX` (no writer's version), or
-    /// leaping over a named copy (`directory::VERSION_STEP`).
+    /// leaping over a firm copy (`directory::VERSION_STEP`).
     pub rejected_discards: u64,
     /// `DROPPAGE`s and `DIRVERIFY`s not from the page's directory node.
     pub rejected_drops: u64,

@@ -198,7 +198,7 @@ fn a_registration_beyond_the_version_lead_blocks_nothing() {
 /// A member that holds nothing names itself the holder of a page at the newest version the
 /// directory knows plus just under [`VERSION_LEAD`] (inside the lead, so the lead alone
 /// lets it through): before the step rule, the holder was told to drop its copy, reads
-/// missed, and every later put was `Superseded` for good. A leap over a named copy is
+/// missed, and every later put was `Superseded` for good. A leap over a firm named copy is
 /// refused and counted: the holder keeps its copy, reads hit, later puts are stored. So
 /// are a discard and a movepage (of junk) leaping over it.
 #[test]
