@@ -31,16 +31,45 @@
 //! one whose naming answer it never heard included. Removals and drops name the identity
 //! they mean, so a late one never un-names a newer copy.
 //!
-//! **Version lead.** The directory keeps no record of puts, so it cannot tell a real new
-//! version from a claimed one; what it bounds is how far one registration may move a page.
-//! A registration (a `DIRUPDATE`, or this node's own for a put it stored) is refused when
-//! its version is `u64::MAX` or more than [`VERSION_LEAD`] above the newest version the
-//! directory knows: the page's entry (version, firm floor) and its *horizon*, the newest
-//! version of any registration it accepted. Such a version would displace the holder of
-//! the current copy and leave a floor no writer ever reaches again. Writers' versions
-//! (a counter, or the wall clock in nanoseconds as the kernel's disk and gmsd use: about
-//! 2^61 in 2026) stay far inside the lead, also for a directory that knows nothing yet.
-//! The horizon only grows, by at most the lead per accepted registration.
+//! **What one registration may claim.** The directory keeps no record of puts, and any
+//! member may write any page at any version (a put to any target, or a copy it holds for
+//! itself): it cannot tell a real new version from a claimed one. What it bounds is how
+//! far one message may move a page, so that no single message blocks a page for good or
+//! has the holder of its current copy give it up:
+//!
+//! - *Lead.* A registration (a `DIRUPDATE`, or this node's own for a put it stored) is
+//!   refused when its version is `u64::MAX` or more than [`VERSION_LEAD`] above the newest
+//!   version the directory knows (the page's entry, and the *horizon*: the newest firm
+//!   version it accepted for any page), so the version space is never used up.
+//! - *Step.* A registration is a *step* when its version is at most [`VERSION_STEP`] above
+//!   the page's *reach*, plus the nanoseconds since the reach was set: the reach is the
+//!   newest version the directory knows of the page (provisional ones included) or the
+//!   horizon, whichever is newer. A step is *firm*: it displaces the named copy (a write
+//!   makes the older copy stale) and the floor it leaves never lapses. Writers' versions
+//!   step: the store's [`Clock`](super::store) adds 16 per write and 2^40 per load, the
+//!   wall clock (gmsd today) as much as time passes.
+//! - *Leap.* Any other registration is a *leap*. A leap never displaces a firm named copy
+//!   (refused, and counted at `DIRUPDATE`: the holder keeps its copy). Otherwise (a new
+//!   page, a tombstone, a provisional copy) it is accepted and served, but *provisional*:
+//!   it moves neither the horizon nor the page's firm versions, and it binds for
+//!   `tombstone_ttl` only. After that, a registration below it (a writer moving on; a late message of an
+//!   older version would have arrived by then) displaces it, named or not, and its floor
+//!   lapses as a discard's does. A step from it (its writer writing again, its holder
+//!   registering it again) makes it firm.
+//!
+//! So one message moves a page's firm versions by at most a step, which a writer passes by
+//! writing on (the wall clock: in [`VERSION_STEP`] ns; the store: by a load's epoch above
+//! it), and a leap, which is refused over a firm copy and lapses otherwise.
+//!
+//! Limits. A step by a member displaces the named copy, as its put would (any member may
+//! write any page); so does a registration at the named version claiming the named
+//! copy's identity or above (a hand-over: the directory cannot tell a copy that descends
+//! from the named one from a claimed one). A leap over no firm copy binds a page against
+//! lower versions for the ttl (a new page's first put is refused meanwhile), and may
+//! displace a provisional copy. Provisional copies are those that leapt: on a directory
+//! that knows nothing near them (a new node, after a cluster restart) with writers whose
+//! versions are far apart (the wall clock's); the store's versions are steps. A
+//! provisional copy's holder registering it again (the scrub) makes it firm.
 
 use super::page::{PageId, Version};
 use super::table::{Scan, Slot, Table};
@@ -59,6 +88,11 @@ pub const ANY_SEQ: u64 = u64::MAX;
 /// module doc).
 pub const VERSION_LEAD: u64 = 1 << 62;
 
+/// How far above a page's reach a registration is a firm step rather than a provisional
+/// leap (see the module doc): 256 of the store's load epochs, or about 3.3 days of
+/// nanoseconds.
+pub const VERSION_STEP: u64 = 1 << 48;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DirEntry {
     /// The caching site, or [`NO_SITE`].
@@ -71,11 +105,11 @@ pub struct DirEntry {
     pub last: u16,
     /// Updates older than this are refused (until `stamp` + ttl if above `firm`).
     pub floor: Version,
-    /// The part of the floor that never lapses: versions up to the newest the directory
-    /// named (or a discard at most that new). Equal to `floor` unless a discard went
-    /// beyond every known version.
+    /// The newest version the directory knows firmly: what never lapses. A named version
+    /// above it is provisional (a leap, see the module doc), and so is a floor above it
+    /// (a discard beyond every firm version, or a provisional copy un-named).
     pub firm: Version,
-    /// When the entry last changed.
+    /// When the entry last changed (a live one: when its version was set).
     pub stamp: u64,
 }
 
@@ -85,11 +119,22 @@ impl DirEntry {
     }
     /// The floor that binds at `now`: a provisional one lapses `ttl` after it was set.
     pub fn floor_at(&self, now: u64, ttl: u64) -> Version {
-        if self.floor > self.firm && self.stamp.saturating_add(ttl) <= now {
+        if self.floor > self.firm && self.lapsed(now, ttl) {
             self.firm
         } else {
             self.floor
         }
+    }
+    /// Whether the entry names a copy at a provisional version (a leap not confirmed).
+    pub fn provisional(&self) -> bool {
+        self.site != NO_SITE && self.version > self.firm
+    }
+    /// The newest version known firmly or provisionally: what the page's steps count from.
+    pub fn reach(&self) -> Version {
+        self.version.max(self.firm)
+    }
+    fn lapsed(&self, now: u64, ttl: u64) -> bool {
+        self.stamp.saturating_add(ttl) <= now
     }
 }
 
@@ -119,14 +164,16 @@ pub type DirSlot = Slot<PageId, DirEntry>;
 pub struct Directory<B> {
     t: Table<PageId, DirEntry, B>,
     ttl: u64,
-    /// The newest version of any registration accepted (see the module doc).
+    /// The newest firm version of any registration accepted (see the module doc), and
+    /// when it was set.
     horizon: Version,
+    horizon_at: u64,
 }
 
 impl<B> Directory<B> {
     /// A directory over `slots`, all empty ([`Table::over`]).
     pub const fn new(slots: B, tombstone_ttl: u64) -> Self {
-        Directory { t: Table::over(slots), ttl: tombstone_ttl, horizon: Version(0) }
+        Directory { t: Table::over(slots), ttl: tombstone_ttl, horizon: Version(0), horizon_at: 0 }
     }
 }
 
@@ -165,11 +212,26 @@ impl<B: DerefMut<Target = [DirSlot]>> Directory<B> {
 
     /// Whether a registration of `page` at `version` reaches further than one message may
     /// move a page: `u64::MAX`, or more than [`VERSION_LEAD`] above the newest version the
-    /// directory knows of the page or of any page it registered.
+    /// directory knows of the page or the horizon.
     pub fn beyond_lead(&self, page: &PageId, version: Version) -> bool {
-        let page_known = self.t.get(page).map_or(Version(0), |e| e.version.max(e.firm));
+        let page_known = self.t.get(page).map_or(Version(0), |e| e.reach());
         let known = page_known.max(self.horizon);
         version == Version(u64::MAX) || version.0 > known.0.saturating_add(VERSION_LEAD)
+    }
+
+    /// Whether a registration of `page` at `version` is a firm step at `now`: at most
+    /// [`VERSION_STEP`] above the page's reach or the horizon, plus the time since it was
+    /// set (else it is a leap; see the module doc).
+    pub fn step(&self, page: &PageId, version: Version, now: u64) -> bool {
+        let reach = |v: Version, at: u64| v.0.saturating_add(VERSION_STEP).saturating_add(now.saturating_sub(at));
+        let page_reach = self.t.get(page).map_or(0, |e| reach(e.reach(), e.stamp));
+        version.0 <= page_reach.max(reach(self.horizon, self.horizon_at))
+    }
+
+    /// Whether a registration of `page` at `version` is a leap over a firm named copy:
+    /// refused, the holder keeps its copy (see the module doc).
+    pub fn leap_over_named(&self, page: &PageId, version: Version, now: u64) -> bool {
+        self.t.get(page).is_some_and(|e| e.site != NO_SITE && !e.provisional()) && !self.step(page, version, now)
     }
 
     /// Would a registration of `site`'s copy of `page` at `version`, claiming identity
@@ -183,7 +245,7 @@ impl<B: DerefMut<Target = [DirSlot]>> Directory<B> {
         claim: u64,
         now: u64,
     ) -> Option<(Option<Named>, u64)> {
-        if self.beyond_lead(page, version) {
+        if self.beyond_lead(page, version) || self.leap_over_named(page, version, now) {
             return None;
         }
         let next = |seq: u64| seq.max(claim).saturating_add(1);
@@ -195,8 +257,12 @@ impl<B: DerefMut<Target = [DirSlot]>> Directory<B> {
         if version > e.version {
             return Some((prev, next(e.seq)));
         }
-        if version < e.version && e.site != NO_SITE {
-            return None;
+        if version < e.version {
+            // Below a live copy: only a provisional one whose ttl ran out yields (a writer
+            // moving on). Below a tombstone whose floor lapsed: no identity of this
+            // version was given up there.
+            let lapsed = e.site == NO_SITE || (e.provisional() && e.lapsed(now, self.ttl));
+            return lapsed.then_some((prev, next(e.seq)));
         }
         match e.site() {
             // The named site again: the same copy (its registration repeated, or a put of
@@ -218,16 +284,26 @@ impl<B: DerefMut<Target = [DirSlot]>> Directory<B> {
     }
 
     /// Register `site`'s copy of `page` at `version`, claiming identity `claim` (see
-    /// [`Self::check`]): accepted iff the version is at least the entry's and its floor,
-    /// within the lead, and the claim is not stale. Idempotent.
+    /// [`Self::check`]): accepted iff the version is at least the entry's and its floor
+    /// (or the entry is a provisional one that lapsed), within the lead, not a leap over a
+    /// firm named copy, and the claim is not stale. A step is firm; a leap is provisional.
+    /// Idempotent.
     pub fn update(&mut self, page: PageId, site: u16, version: Version, claim: u64, now: u64) -> Update {
         let Some((prev, seq)) = self.check(&page, site, version, claim, now) else { return Update::Rejected };
-        // The version is at least the floor: a provisional floor is firm from now on.
-        let floor = self.t.get(&page).map_or(Version(0), |e| e.floor_at(now, self.ttl));
-        let e = DirEntry { site, version, seq, last: site, floor, firm: floor, stamp: now };
+        let step = self.step(&page, version, now);
+        // The version is at least the binding floor; a step makes everything up to it firm.
+        let (floor, firm) = self.t.get(&page).map_or((Version(0), Version(0)), |e| (e.floor_at(now, self.ttl), e.firm));
+        let firm = if step { firm.max(version) } else { firm };
+        // A live entry's stamp is when its version was set: a registration of the same
+        // version again (the scrub's, a hand-over) does not shrink the page's reach.
+        let stamp = self.t.get(&page).filter(|e| e.site != NO_SITE && e.version == version).map_or(now, |e| e.stamp);
+        let e = DirEntry { site, version, seq, last: site, floor, firm, stamp };
         match self.put(page, e, now) {
             Ok(()) => {
-                self.horizon = self.horizon.max(version);
+                if step && version > self.horizon {
+                    self.horizon = version;
+                    self.horizon_at = now;
+                }
                 Update::Accepted { prev, seq }
             }
             Err(DirFull) => Update::Full,
@@ -240,9 +316,12 @@ impl<B: DerefMut<Target = [DirSlot]>> Directory<B> {
     pub fn remove(&mut self, page: &PageId, site: u16, version: Version, seq: u64, now: u64) -> bool {
         match self.t.get_mut(page) {
             Some(e) if e.site == site && (e.version < version || (e.version == version && e.seq <= seq)) => {
+                // A provisional copy un-named leaves a provisional floor (it lapses).
+                if !e.provisional() {
+                    e.firm = e.firm.max(e.version);
+                }
                 e.site = NO_SITE;
                 e.floor = e.floor.max(e.version);
-                e.firm = e.firm.max(e.version);
                 e.stamp = now;
                 true
             }
@@ -251,7 +330,7 @@ impl<B: DerefMut<Target = [DirSlot]>> Directory<B> {
     }
 
     /// Forget `page` up to `version`: versions ≤ `version` are refused from now on (those
-    /// beyond the newest version the directory named only for the tombstone ttl). The
+    /// beyond the newest firm version only for the tombstone ttl). The
     /// entry is tombstoned if it named such a version; returns the site that held it.
     /// `Err` when there was no entry and no room to record the floor.
     pub fn discard(&mut self, page: PageId, version: Version, now: u64) -> Result<Option<(u16, Version)>, DirFull> {
@@ -261,7 +340,9 @@ impl<B: DerefMut<Target = [DirSlot]>> Directory<B> {
             Some(e) => {
                 // What binds now, before this discard moves the stamp.
                 let prior = e.floor_at(now, ttl);
-                e.firm = e.firm.max(floor.min(e.version.next()));
+                // Firm up to the newest firm version (a provisional one stays provisional).
+                let known = if e.version > e.firm { e.firm } else { e.version };
+                e.firm = e.firm.max(floor.min(known.next()));
                 e.floor = prior.max(floor).max(e.firm);
                 let held = e.site().filter(|_| e.version < floor).map(|s| (s, e.version));
                 if held.is_some() || e.site == NO_SITE {
@@ -292,10 +373,12 @@ impl<B: DerefMut<Target = [DirSlot]>> Directory<B> {
         let mut n = 0;
         for (_, e) in self.t.iter_mut() {
             if e.site == site {
+                if !e.provisional() {
+                    e.firm = e.firm.max(e.version);
+                }
                 e.site = NO_SITE;
                 e.last = NO_SITE;
                 e.floor = e.floor.max(e.version);
-                e.firm = e.firm.max(e.version);
                 e.stamp = now;
                 n += 1;
             }
@@ -438,12 +521,94 @@ mod tests {
         assert_eq!(up(&mut d, P, 1, u64::MAX, FRESH, 0), None, "u64::MAX, even with nothing known");
         assert_eq!(up(&mut d, P, 1, VERSION_LEAD + 1, FRESH, 0), None);
         let s1 = up(&mut d, P, 1, VERSION_LEAD, FRESH, 0).unwrap();
-        // The horizon moved: another page may now lead it, and no further.
+        // A leap: it moved neither the horizon nor the page's firm versions.
+        assert!(d.entry(&P).unwrap().provisional());
         let q = PageId::new(2, 2);
-        assert_eq!(up(&mut d, q, 2, 2 * VERSION_LEAD + 1, FRESH, 1), None);
-        assert!(up(&mut d, q, 2, 2 * VERSION_LEAD, FRESH, 1).is_some());
-        assert_eq!(up(&mut d, P, 2, u64::MAX, FRESH, 2), None);
-        assert_eq!(d.named(&P), Some((1, Version(VERSION_LEAD), s1)), "the refused ones displaced nothing");
+        assert_eq!(up(&mut d, q, 2, VERSION_LEAD + 1, FRESH, 1), None, "the horizon did not move");
+        // Its holder's next write steps from it: firm, and the horizon moves.
+        let s2 = up(&mut d, P, 1, VERSION_LEAD + 16, FRESH, 2).unwrap();
+        assert!(s2 > s1 && !d.entry(&P).unwrap().provisional());
+        assert_eq!(up(&mut d, q, 2, 2 * VERSION_LEAD + 17, FRESH, 3), None);
+        assert!(up(&mut d, q, 2, 2 * VERSION_LEAD + 16, FRESH, 3).is_some());
+        assert_eq!(up(&mut d, P, 2, u64::MAX, FRESH, 4), None);
+        assert_eq!(d.named(&P), Some((1, Version(VERSION_LEAD + 16), s2)), "the refused ones displaced nothing");
+    }
+
+    #[test]
+    fn a_leap_never_displaces_a_named_copy_and_a_step_does() {
+        let mut d = Directory::new(vec![None; 4], 100);
+        let s1 = up(&mut d, P, 1, 5, FRESH, 0).unwrap();
+        let leap = 5 + VERSION_STEP + 1;
+        assert!(d.leap_over_named(&P, Version(leap), 0));
+        assert_eq!(up(&mut d, P, 2, leap, FRESH, 0), None, "a leap over the named copy");
+        assert_eq!(up(&mut d, P, 1, leap, s1, 0), None, "its own holder's leap too");
+        assert_eq!(d.named(&P), Some((1, Version(5), s1)));
+        // The reach grows with the time since it was set (the wall clock's versions do).
+        assert!(d.leap_over_named(&P, Version(leap), 0) && !d.leap_over_named(&P, Version(leap), 1));
+        assert!(matches!(
+            d.update(P, 2, Version(leap), FRESH, 1),
+            Update::Accepted { prev: Some((1, Version(5), _)), .. }
+        ));
+        assert!(!d.entry(&P).unwrap().provisional(), "a step is firm");
+        // Registered again at its version, it keeps the time its version was set.
+        assert_eq!(up(&mut d, P, 2, leap, FRESH, 50), Some(d.named(&P).unwrap().2));
+        assert_eq!(d.entry(&P).unwrap().stamp, 1);
+        assert!(!d.leap_over_named(&P, Version(leap + VERSION_STEP + 59), 60));
+        assert!(d.leap_over_named(&P, Version(leap + VERSION_STEP + 60), 60));
+        // A step above the horizon counts from the horizon too.
+        let q = PageId::new(2, 2);
+        assert!(up(&mut d, q, 3, leap + VERSION_STEP, FRESH, 1).is_some());
+        assert!(!d.entry(&q).unwrap().provisional());
+    }
+
+    #[test]
+    fn a_provisional_copy_binds_for_the_ttl_only_unless_a_step_confirms_it() {
+        let mut d = Directory::new(vec![None; 4], 100);
+        up(&mut d, P, 1, 3, FRESH, 0);
+        let q = PageId::new(2, 2);
+        let leap = 3 + VERSION_STEP + 10;
+        let sq = up(&mut d, q, 2, leap, FRESH, 0).expect("a leap over no named copy");
+        assert!(d.entry(&q).unwrap().provisional());
+        assert_eq!(up(&mut d, q, 1, 4, FRESH, 99), None, "binds within the ttl");
+        // After the ttl, a writer moving on below it displaces it (its holder drops it).
+        assert_eq!(
+            d.update(q, 1, Version(4), FRESH, 100),
+            Update::Accepted { prev: Some((2, Version(leap), sq)), seq: sq + 1 }
+        );
+        assert!(!d.entry(&q).unwrap().provisional());
+        // Registered again (a step: its holder's scrub, or its writer's next write), a
+        // leap is firm and does not lapse.
+        let r = PageId::new(3, 3);
+        let sr = up(&mut d, r, 2, leap, FRESH, 0).unwrap();
+        assert_eq!(up(&mut d, r, 2, leap, sr, 1), Some(sr));
+        assert!(!d.entry(&r).unwrap().provisional());
+        assert_eq!(up(&mut d, r, 1, 4, FRESH, 1000), None);
+    }
+
+    #[test]
+    fn a_provisional_copy_un_named_or_discarded_leaves_a_floor_that_lapses() {
+        let mut d = Directory::new(vec![None; 4], 100);
+        up(&mut d, P, 1, 3, FRESH, 0);
+        let leap = 3 + 2 * VERSION_STEP;
+        // Over a tombstone at 3: named, then un-named by its site (it holds nothing).
+        assert!(d.remove(&P, 1, Version(3), ANY_SEQ, 1));
+        let s = up(&mut d, P, 2, leap, FRESH, 2).unwrap();
+        assert!(d.remove(&P, 2, Version(leap), s, 3));
+        assert_eq!(up(&mut d, P, 1, 4, FRESH, 50), None, "binds within the ttl");
+        assert_eq!(up(&mut d, P, 1, 2, FRESH, 200), None, "the firm versions stay refused");
+        assert!(up(&mut d, P, 1, 4, FRESH, 200).is_some(), "lapsed");
+        // A discard of a provisional version does not make it firm.
+        let q = PageId::new(2, 2);
+        up(&mut d, q, 2, leap, FRESH, 300);
+        assert_eq!(d.discard(q, Version(leap), 301), Ok(Some((2, Version(leap)))));
+        assert_eq!(up(&mut d, q, 1, 7, FRESH, 350), None);
+        assert!(up(&mut d, q, 1, 7, FRESH, 401).is_some());
+        // Nor does a site declared failed.
+        let r = PageId::new(3, 3);
+        up(&mut d, r, 2, leap, FRESH, 500);
+        assert_eq!(d.site_failed(2, 501), 1);
+        assert_eq!(up(&mut d, r, 1, 7, FRESH, 550), None);
+        assert!(up(&mut d, r, 1, 7, FRESH, 601).is_some());
     }
 
     #[test]

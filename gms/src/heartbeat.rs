@@ -8,6 +8,11 @@
 //! its pages) and its memory use. A runtime declares a member failed after it heard nothing
 //! from it for its own timeout; how often to send and how long to wait are the runtime's.
 //!
+//! A heartbeat speaks only for its sender ([`Heartbeat::from_message`]; the NIC stamps the
+//! sender): a member sending heartbeats of alternating incarnations flaps its own
+//! membership only: the view changes its restarts cause make no other holder give a copy
+//! up (each registers its copies again with their new directory node).
+//!
 //! Body (24 bytes, little-endian): `u8` wire version (1), `u8` 0, `u16 node`,
 //! `u64 incarnation`, `u32 held pages`, `u32 budget pages`, `u32` 0.
 
@@ -98,14 +103,39 @@ impl Operation for HeartbeatOp {
 /// needs since it refuses directory updates across views. FNV-1a over the sorted,
 /// distinct ids, each little-endian. No allocation: the ids are walked in order by
 /// repeated minimum search (member sets are small).
+///
+/// The same member set gives the same number after a cluster restart, so a message of
+/// the earlier run still carries a current view: [`view_of_run`] tells runs apart.
 pub fn view_of(ids: &[u16]) -> u64 {
+    fold_ids(ids, |_| None)
+}
+
+/// The view number of a member set as it runs now: like [`view_of`], with each member's
+/// incarnation (its heartbeats', or this node's own; [`Heartbeat::incarnation`]) hashed
+/// after its id. A member that restarts, and every member after a cluster restart, has a
+/// new incarnation, so the view differs from every earlier run's and a message of an
+/// earlier run (a replayed `PUTPAGE` or `DIRUPDATE`) is refused for its view. Nodes agree
+/// once each has heard every member's heartbeat; until then they refuse each other's
+/// updates as for any view change. `incarnation(id)` gives a member's incarnation.
+pub fn view_of_run(ids: &[u16], incarnation: impl Fn(u16) -> u64) -> u64 {
+    fold_ids(ids, |n| Some(incarnation(n)))
+}
+
+/// FNV-1a over the sorted, distinct `ids`, each followed by its `extra` word if any.
+fn fold_ids(ids: &[u16], extra: impl Fn(u16) -> Option<u64>) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |bytes: &[u8]| {
+        for &b in bytes {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    };
     let mut last: Option<u16> = None;
     loop {
         let next = ids.iter().copied().filter(|&n| last.is_none_or(|l| n > l)).min();
         let Some(n) = next else { break };
-        for b in n.to_le_bytes() {
-            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        eat(&n.to_le_bytes());
+        if let Some(x) = extra(n) {
+            eat(&x.to_le_bytes());
         }
         last = Some(n);
     }
@@ -157,5 +187,23 @@ mod tests {
             h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
         }
         assert_eq!(view_of(&[1, 0]), h | 1);
+    }
+
+    #[test]
+    fn a_run_s_view_differs_when_any_member_restarts() {
+        let first = |n: u16| 100 + u64::from(n);
+        let v = view_of_run(&[2, 0, 1], first);
+        assert_eq!(v, view_of_run(&[0, 1, 2, 1], first), "order and duplicates do not matter");
+        assert_ne!(v, view_of(&[0, 1, 2]));
+        // One member restarted; the whole cluster restarted.
+        assert_ne!(v, view_of_run(&[0, 1, 2], |n| if n == 1 { 7 } else { first(n) }));
+        assert_ne!(v, view_of_run(&[0, 1, 2], |n| 900 + u64::from(n)));
+        assert_ne!(view_of_run(&[], first), 0);
+        // FNV-1a of id 3 then its incarnation 5, little-endian: fixed across builds.
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in [3u8, 0, 5, 0, 0, 0, 0, 0, 0, 0] {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+        assert_eq!(view_of_run(&[3], |_| 5), h | 1);
     }
 }

@@ -11,8 +11,9 @@
 //! - **getpage**: requester → directory node; the directory node answers with the page
 //!   (2-way) or **delegates** the request, with the requester's reply token, to the
 //!   caching site, which replies straight to the requester with the page tagged by the
-//!   requester's IPT token (3-way, zero-copy); or "miss". Moving reads (per space) hand
-//!   the copy to the requester. A requester that knows where it put a page (a block
+//!   requester's IPT token (3-way, zero-copy); or "miss". Moving reads (per space: a
+//!   holder hands a copy over only in a space whose policy moves) hand the copy to the
+//!   requester. A requester that knows where it put a page (a block
 //!   device) may ask that member straight (`getpage_hinted`, 2-way); a miss there sends
 //!   it to the directory. Several such pages may go as one **getpages** ([`getpages`]):
 //!   one request, and one reply whose payload the holder gathers from its frames and the
@@ -61,11 +62,17 @@
 //!   may send it: members of the view put, get and update the directory, naming only
 //!   themselves; only a page's directory node has a copy dropped, verified or served as
 //!   the caching site; a `PUTDONE` answers only a put in flight to its sender; a heartbeat
-//!   speaks only for its sender; a discard of `u64::MAX` is refused and a floor beyond
-//!   every version the directory named lapses after the tombstone ttl; a registration of
-//!   `u64::MAX` or beyond the directory's version lead is refused. The rest is
-//!   counted ([`types::GmsStats::unentitled`]). Among members, the directory trusts a
-//!   node's claim to hold the page it registers (it keeps no record of puts).
+//!   speaks only for its sender. Versions are bounded so that no single message blocks a
+//!   page for good or has a holder give up its copy ([`directory`]): a discard of
+//!   `u64::MAX` and a registration of it or beyond the directory's version lead are
+//!   refused, and so is either one that *leaps* (beyond a step above the page's known
+//!   versions) over a firm copy;
+//!   a leap over none is provisional and lapses after the tombstone ttl, as does a
+//!   discard floor beyond every firm version; a target refuses a put far beyond the copy
+//!   it holds, and hands a copy over on a moving read only in a space whose reads move.
+//!   The refusals are counted ([`types::GmsStats::unentitled`]). Among members, the
+//!   directory trusts a node's claim to hold the page it registers (it keeps no record
+//!   of puts; any member may write any page).
 //!
 //! The runtime owns the NIC, the frames and the clock: it implements [`node::Host`],
 //! keeps a `netrpc::rpc::Rpc<GmsNode<..>, F>` next to the [`node::GmsNode`] (which is the

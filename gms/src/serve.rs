@@ -15,7 +15,7 @@
 //!   (`DIRVERIFY`) and each holder re-register its copies (`DIRUPDATE`), one entry per
 //!   [`super::types::GmsConfig::scrub_interval`]. All retried until answered.
 
-use super::directory::ANY_SEQ;
+use super::directory::{ANY_SEQ, VERSION_STEP};
 use super::heartbeat::{is_heartbeat_op, Heartbeat};
 use super::net::prelude::*;
 use super::net::storage::Storage;
@@ -23,7 +23,7 @@ use super::node::{let_go, GmsNode, Held, HeldState, Host};
 use super::ops::*;
 use super::page::Version;
 use super::slots::{OpKind, OpState, TaskKind};
-use super::types::GmsStats;
+use super::types::{GmsStats, ReadPolicy};
 
 impl<
         F: Copy + PartialEq,
@@ -73,7 +73,11 @@ impl<
             (OP_DISCARDPAGE, false) => match inc.decode::<DiscardPage>() {
                 Ok(req) if !member => self.refuse(|s| &mut s.rejected_discards, AckStatus::WrongView, &req),
                 // No writer's version reaches it: a floor there would refuse every version.
-                Ok(req) if req.version == Version(u64::MAX) => {
+                // Nor does one leaping over a firm named copy (`directory.rs`): its holder keeps it.
+                Ok(req)
+                    if req.version == Version(u64::MAX)
+                        || self.dir.leap_over_named(&req.page, req.version, self.now) =>
+                {
                     self.refuse(|s| &mut s.rejected_discards, AckStatus::Rejected, &req)
                 }
                 Ok(req) if self.members.directory_of(&req.page) == Some(self.id) => {
@@ -283,7 +287,11 @@ impl<
         h.last_access = epoch;
         let h: Held<F> = *h;
         self.stats.gets_served += 1;
-        let moving = req.flags & GET_MOVING != 0;
+        // Only in a space whose reads move (cluster configuration: every node sets the same
+        // policies) does a read hand the copy over: a moving read of another space, which
+        // no honest requester sends, is answered as a plain one, so that no single request
+        // has a holder give up a copy the requester will not adopt.
+        let moving = req.flags & GET_MOVING != 0 && self.policy(page.space).reads == ReadPolicy::Moving;
         let local_dir = self.members.directory_of(&page) == Some(self.id);
         // A moving read hands the copy (and its dirt) to the requester. Only a registered
         // copy moves, only under the identity the directory named (a re-registration may
@@ -364,6 +372,10 @@ impl<
             }
             // Busy registering an older version: try again later.
             Some(h) if h.state == HeldState::Registering => return Err(PutStatus::Refused),
+            // Far beyond the copy held (a leap, as the directory would see it without the
+            // time since): the directory may refuse it, and the copy must not be given up
+            // for it first. The putter tries another target.
+            Some(h) if req.version.0 > h.version.0.saturating_add(VERSION_STEP) => return Err(PutStatus::Refused),
             Some(_) => {}
             None if self.held.len() >= self.budget() => return Err(PutStatus::Refused),
             None => {}
@@ -415,9 +427,10 @@ impl<
     /// `DIRUPDATE` at the directory node.
     /// A member names itself only: it holds the copy it registers (it stored it for a
     /// putter, read it moving, or holds it for itself); the directory has no record of
-    /// which puts went where, so beyond that it only bounds the version claimed (the
-    /// lead, `directory.rs`): one message may not displace the holder and leave a floor
-    /// no writer reaches.
+    /// which puts went where, so beyond that it bounds the version claimed (the lead, and
+    /// no leap over a firm copy: `directory.rs`): one message may not have the holder
+    /// give its copy up for a version far beyond it, nor leave a floor no writer reaches.
+    /// Both refusals are counted as unentitled.
     fn serve_update(&mut self, inc: &Incoming<'_, F>, member: bool) -> Action<F> {
         let req = match inc.decode::<DirUpdate>() {
             Ok(r) => r,
@@ -434,7 +447,9 @@ impl<
             AckStatus::WrongView
         } else if self.members.directory_of(&req.page) != Some(self.id) {
             AckStatus::NotDirectory
-        } else if self.dir.beyond_lead(&req.page, req.version) {
+        } else if self.dir.beyond_lead(&req.page, req.version)
+            || self.dir.leap_over_named(&req.page, req.version, self.now)
+        {
             return self.refuse(|s| &mut s.rejected_updates, AckStatus::Rejected, &req);
         } else {
             let (status, seq) = self.apply_update(req.page, req.site, req.version, req.seq);

@@ -262,12 +262,14 @@ pub struct GmsStats {
     pub rejected_puts: u64,
     /// `PUTDONE`s that answer no put this node has in flight to their sender.
     pub rejected_putdones: u64,
-    /// `DIRUPDATE`s from a non-member, naming another node than their sender, or of a
-    /// version beyond the directory's lead (`directory::VERSION_LEAD`).
+    /// `DIRUPDATE`s from a non-member, naming another node than their sender, of a
+    /// version beyond the directory's lead (`directory::VERSION_LEAD`), or leaping over a
+    /// named copy (`directory::VERSION_STEP`).
     pub rejected_updates: u64,
     /// `DIRREMOVE`s from a non-member or naming another node than their sender.
     pub rejected_removes: u64,
-    /// Discards from a non-member, or of version `u64::MAX` (no writer's version).
+    /// Discards from a non-member, of version `u64::MAX` (no writer's version), or
+    /// leaping over a firm copy (`directory::VERSION_STEP`).
     pub rejected_discards: u64,
     /// `DROPPAGE`s and `DIRVERIFY`s not from the page's directory node.
     pub rejected_drops: u64,

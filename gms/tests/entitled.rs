@@ -3,6 +3,7 @@
 //! id a NIC stamps) from a node outside the view, and from members that are not the
 //! page's directory, target or holder. Each is refused, counted, and changes nothing.
 
+use gms::directory::{ANY_SEQ, VERSION_LEAD, VERSION_STEP};
 use gms::heartbeat::{Heartbeat, OP_HEARTBEAT};
 use gms::ops::*;
 use gms::prelude::*;
@@ -192,4 +193,213 @@ fn a_registration_beyond_the_version_lead_blocks_nothing() {
     s.settle();
     s.check_converged();
     s.check_frames();
+}
+
+/// A member that holds nothing names itself the holder of a page at the newest version the
+/// directory knows plus just under [`VERSION_LEAD`] (inside the lead, so the lead alone
+/// lets it through): before the step rule, the holder was told to drop its copy, reads
+/// missed, and every later put was `Superseded` for good. A leap over a firm named copy is
+/// refused and counted: the holder keeps its copy, reads hit, later puts are stored. So
+/// are a discard and a movepage (of junk) leaping over it.
+#[test]
+fn a_leap_inside_the_lead_over_a_named_copy_blocks_nothing() {
+    let mut s = Sim::new(0xe1a, knobs(3));
+    let p = s.page_with_dir(0, 0, 0);
+    stored(&mut s, p);
+    let view = s.nodes[0].members().view();
+    let up = DirUpdateReq { page: p, version: Version(1 + (VERSION_LEAD - 1)), seq: 0, view, site: 1 };
+    send(&mut s, 1, 0, forge(Kind::Request, OP_DIRUPDATE, 1, 0, &up), None);
+    s.settle();
+    assert_eq!(s.nodes[0].stats().rejected_updates, 1, "the leap is refused and counted");
+    assert_eq!(s.nodes[0].directory().lookup(&p), Some((2, Version(1))), "the entry still names the holder");
+    assert!(s.nodes[2].held(&p).is_some(), "the holder keeps its copy");
+    assert_eq!(s.nodes[2].stats().pages_dropped, 0);
+    still_served(&mut s, p);
+    // A discard leaping over the named copy, and a movepage of junk at such a version:
+    // the discard is refused, the target's registration too (it drops the junk).
+    let dc = DiscardReq { page: p, version: Version(1 + 2 * VERSION_STEP) };
+    send(&mut s, 1, 0, forge(Kind::Request, OP_DISCARDPAGE, 1, 0, &dc), None);
+    assert_eq!(s.nodes[0].stats().rejected_discards, 1);
+    let tag = OpId { slot: 0, generation: 1 };
+    let mv = PutReq { page: p, version: Version(1 + 2 * VERSION_STEP), seq: 1, view, tag, flags: 0 };
+    send(&mut s, 1, 0, forge(Kind::OneWay, OP_MOVEPAGE, 1, 0, &mv), Some(((p, 99), PAGE_LEN)));
+    // To the holder itself: refused before its copy is given up for it.
+    let refused = s.nodes[2].stats().puts_refused;
+    send(&mut s, 1, 2, forge(Kind::OneWay, OP_MOVEPAGE, 1, 0, &mv), Some(((p, 99), PAGE_LEN)));
+    assert_eq!(s.nodes[2].stats().puts_refused, refused + 1);
+    s.settle();
+    assert!(s.nodes[0].held(&p).is_none(), "the target dropped the junk");
+    assert_eq!(s.nodes[0].directory().lookup(&p), Some((2, Version(1))));
+    assert!(s.nodes[2].held(&p).is_some());
+    still_served(&mut s, p);
+    for (v, target) in [(2u64, 0u16), (3, 2)] {
+        let put = s.putpage(1, p, target).unwrap();
+        s.run_net();
+        assert_eq!(s.result(1, put), Some(OpResult::Put(PutResult::Stored { target })), "put of version {v}");
+        let get = s.getpage(2, p).unwrap();
+        s.run_net();
+        let hit =
+            matches!(s.result(2, get), Some(OpResult::Get(GetResult::Hit { version, .. })) if version == Version(v));
+        assert!(hit, "version {v} read back: {:?}", s.result(2, get));
+    }
+    s.settle();
+    s.check_converged();
+    s.check_frames();
+}
+
+/// A member that holds nothing names itself the holder of a page nobody holds, at a leap
+/// (far beyond every version the directory knows, inside the lead). Accepted, but only
+/// provisionally: a writer's put is refused while it binds, and stored once the ttl has
+/// passed; before the step rule the leap was firm and every later put `Superseded` for good.
+#[test]
+fn a_leap_over_no_named_copy_binds_for_the_ttl_only() {
+    const TTL: u64 = 2_000;
+    let mut s = Sim::new(0xe1b, knobs(3));
+    let ids = [0u16, 1, 2];
+    for i in 0..3 {
+        let cfg = GmsConfig { tombstone_ttl: TTL, ..*s.nodes[i].config() };
+        s.nodes[i].set_identity(i as u16, cfg);
+        s.nodes[i].set_members(s.clock.now(), &mut s.rpcs[i], 1, &ids).unwrap();
+    }
+    let p = s.page_with_dir(0, 0, 0);
+    let view = s.nodes[0].members().view();
+    let up = DirUpdateReq { page: p, version: Version(2 * VERSION_STEP), seq: 0, view, site: 1 };
+    send(&mut s, 1, 0, forge(Kind::Request, OP_DIRUPDATE, 1, 0, &up), None);
+    assert_eq!(s.nodes[0].directory().lookup(&p), Some((1, Version(2 * VERSION_STEP))), "named, provisionally");
+    assert!(s.nodes[0].directory().entry(&p).unwrap().provisional());
+    let put = s.putpage(2, p, 0).unwrap();
+    s.run_net();
+    assert_eq!(s.result(2, put), Some(OpResult::Put(PutResult::Superseded)), "it binds within the ttl");
+    s.tick(TTL + 1);
+    s.run_net();
+    let put = s.putpage(2, p, 0).unwrap();
+    s.run_net();
+    assert_eq!(s.result(2, put), Some(OpResult::Put(PutResult::Stored { target: 0 })), "lapsed");
+    assert_eq!(s.nodes[0].directory().lookup(&p), Some((0, Version(2))));
+    let get = s.getpage(1, p).unwrap();
+    s.run_net();
+    let hit = matches!(s.result(1, get), Some(OpResult::Get(GetResult::Hit { version: Version(2), .. })));
+    assert!(hit, "{:?}", s.result(1, get));
+    s.settle();
+    s.check_converged();
+    s.check_frames();
+}
+
+/// A member asks the directory for a moving read of a page whose space does not move
+/// (its reply goes to a call its GMS never made, so nobody would adopt the copy): the
+/// holder serves it as a plain read and keeps its copy.
+#[test]
+fn a_moving_read_of_a_space_that_does_not_move_hands_nothing_over() {
+    let mut s = Sim::new(0xe1c, knobs(3));
+    let p = s.page_with_dir(0, 0, 0);
+    stored(&mut s, p);
+    let view = s.nodes[0].members().view();
+    let get = GetReq { page: p, want: Version(0), seq: 0, view, flags: GET_MOVING };
+    send(&mut s, 1, 0, forge(Kind::Request, OP_GETPAGE, 1, 0, &get), None);
+    s.settle();
+    let g2 = s.nodes[2].stats();
+    assert_eq!((g2.gets_served, g2.gets_moved), (1, 0), "{g2:?}");
+    assert!(s.nodes[2].held(&p).is_some(), "the holder keeps its copy");
+    assert_eq!(s.nodes[0].directory().lookup(&p), Some((2, Version(1))));
+    still_served(&mut s, p);
+    s.check_converged();
+    s.check_frames();
+}
+
+/// Random rounds of honest puts and reads among members 0..3, and of messages from member
+/// 3 (its own GMS honest, its host crafting packets) that the rules refuse or bound: leaps
+/// inside the lead over a firm copy and registrations beyond the lead, discards leaping over the named copy,
+/// drops, verifies and removals it is not entitled to, moving reads of a space that does
+/// not move, movepages of junk at a leap, heartbeats alternating between two of its
+/// incarnations. Every honest put is stored and every honest read hits the last version
+/// put: no page is blocked and no holder gives its copy up.
+#[test]
+fn a_hostile_member_blocks_no_page_and_takes_no_copy() {
+    use sim::rng::Rng;
+    for seed in 0..24u64 {
+        let mut s = Sim::new(0xe200 + seed, knobs(4));
+        let mut rng = Rng::new(0x4057_11e0 + seed, 0);
+        let pages: Vec<PageId> = (0..6).map(|i| s.page_with_dir(0, (i % 3) as u16, i / 3)).collect();
+        let mut last = vec![0u64; pages.len()];
+        let view = s.nodes[0].members().view();
+        for round in 0..120u64 {
+            let k = rng.below(pages.len() as u64) as usize;
+            let p = pages[k];
+            let dir = s.nodes[0].members().directory_of(&p).unwrap();
+            let ctx = format!("seed {seed} round {round} {p:?}");
+            match rng.below(4) {
+                0 => {
+                    let w = rng.below(3) as u16;
+                    let t = (w + 1 + rng.below(2) as u16) % 3;
+                    let put = s.putpage(w, p, t).unwrap();
+                    s.run_net();
+                    last[k] += 1;
+                    assert_eq!(s.result(w, put), Some(OpResult::Put(PutResult::Stored { target: t })), "{ctx}");
+                }
+                1 if last[k] > 0 => {
+                    let r = rng.below(3) as u16;
+                    let get = s.getpage(r, p).unwrap();
+                    s.run_net();
+                    let got = s.result(r, get);
+                    let hit = matches!(got, Some(OpResult::Get(GetResult::Hit { version, .. })) if version == Version(last[k]));
+                    assert!(hit, "{ctx}: read at node {r}: {got:?}, {} put", last[k]);
+                }
+                _ => hostile(&mut s, &mut rng, p, dir, last[k], view, round),
+            }
+        }
+        s.settle();
+        s.check_converged();
+        s.check_frames();
+        assert!(s.nodes.iter().take(3).map(|n| n.stats().unentitled()).sum::<u64>() > 0);
+    }
+}
+
+/// One message from member 3 about `p` (directory `dir`, last put at `known`).
+fn hostile(s: &mut Sim, rng: &mut sim::rng::Rng, p: PageId, dir: u16, known: u64, view: u64, round: u64) {
+    let leap = Version(known + 2 * VERSION_STEP + rng.below(VERSION_LEAD - 2 * VERSION_STEP));
+    let victim = rng.below(3) as u16;
+    // Leaps where the page has a firm copy (over none, one binds for the ttl: the test
+    // above), or beyond the lead.
+    let (ctrl, to, payload) = match rng.below(9) {
+        0 if known > 0 => (
+            forge(Kind::Request, OP_DIRUPDATE, 3, 0, &DirUpdateReq { page: p, version: leap, seq: 0, view, site: 3 }),
+            dir,
+            None,
+        ),
+        1 => {
+            let v = Version(if rng.pct(50) { u64::MAX } else { known + VERSION_LEAD + 1 + rng.below(1 << 40) });
+            (
+                forge(Kind::Request, OP_DIRUPDATE, 3, 0, &DirUpdateReq { page: p, version: v, seq: 0, view, site: 3 }),
+                dir,
+                None,
+            )
+        }
+        2 if known > 0 => {
+            (forge(Kind::Request, OP_DISCARDPAGE, 3, 0, &DiscardReq { page: p, version: leap }), dir, None)
+        }
+        3 => (forge(Kind::Request, OP_DROPPAGE, 3, 0, &DropReq { page: p, version: leap, seq: ANY_SEQ }), victim, None),
+        4 => (
+            forge(Kind::Request, OP_DIRVERIFY, 3, 0, &DropReq { page: p, version: Version(known), seq: 0 }),
+            victim,
+            None,
+        ),
+        5 => {
+            let rm = DirRemoveReq { page: p, version: leap, seq: ANY_SEQ, site: victim };
+            (forge(Kind::Request, OP_DIRREMOVE, 3, 0, &rm), dir, None)
+        }
+        6 => {
+            let get = GetReq { page: p, want: Version(0), seq: 0, view, flags: GET_MOVING };
+            (forge(Kind::Request, OP_GETPAGE, 3, 0, &get), dir, None)
+        }
+        7 if known > 0 => {
+            let tag = OpId { slot: 0, generation: 1 };
+            let mv = PutReq { page: p, version: leap, seq: rng.below(4), view, tag, flags: 0 };
+            (forge(Kind::OneWay, OP_MOVEPAGE, 3, 0, &mv), victim, Some(((p, 999_999), PAGE_LEN)))
+        }
+        _ => {
+            let hb = Heartbeat { node: 3, incarnation: 1 + round % 2, held: 0, budget: 1 };
+            (forge(Kind::OneWay, OP_HEARTBEAT, 3, 0, &hb), victim, None)
+        }
+    };
+    send(s, 3, to, ctrl, payload);
 }

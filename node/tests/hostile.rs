@@ -6,8 +6,13 @@
 //! floods of garbage and of valid-looking packets, and packets sent after its host gave
 //! its endpoint another node's id — while honest clients put and read
 //! pages. Every read returns the bytes last put, every forgery is rejected and counted,
-//! and every honest operation completes.
+//! and every honest operation completes. Then a member turns hostile (its host crafts
+//! packets a keyed link would authenticate): registrations beyond and inside the version
+//! lead, a discard, drop and dir-verify it is not entitled to, a movepage of junk at a
+//! leap, a moving read, heartbeats alternating between two of its incarnations; no page is blocked or
+//! loses its copy.
 
+use gms::directory::{ANY_SEQ, VERSION_LEAD};
 use gms::heartbeat::{Heartbeat, OP_HEARTBEAT};
 use gms::ops::*;
 use gms::prelude::*;
@@ -291,9 +296,82 @@ fn run() {
     let stored = c.ports[2].stats.puts_stored;
     let st = c.put_wait(2, page, v, &content(page, v)).expect("a put after the member's update");
     assert_eq!(st.puts_stored, stored + 1, "the later put is stored, not superseded");
+    version[n as usize] = v;
     match c.get_wait(0, page).expect("get of the later put") {
         Got::Hit { version: got, data, .. } => assert!(got == v && data == content(page, v)),
         Got::Miss => panic!("the later put of {page:?} was not stored"),
+    }
+
+    // The same member, inside the lead: a registration at the newest version known plus
+    // just under the lead (a leap over the named copy), a discard leaping over it, a drop
+    // and a dir-verify it is not the directory for, a movepage of junk at the leap to a
+    // third node, a moving read of a space that does not move (served as a plain one),
+    // and heartbeats of its own alternating between an old incarnation and a new one.
+    // Each is refused and counted; the holder keeps its copy, reads return its bytes, and
+    // a later put is stored and read back (issue 34).
+    let members = *c.ports[0].node.members();
+    let n = (0..PAGES)
+        .find(|&n| {
+            let p = PageId::new(SPACE, n);
+            members.directory_of(&p) != Some(1) && c.ports[1].node.held(&p).is_none()
+        })
+        .expect("a page neither directed nor held by node 1");
+    let page = PageId::new(SPACE, n);
+    let dir = members.directory_of(&page).expect("a directory node") as usize;
+    let holder = HONEST.into_iter().find(|&i| c.ports[i as usize].node.held(&page).is_some()).expect("a holder");
+    let target = HONEST.into_iter().find(|&i| i != 1 && i != holder).expect("a third node");
+    let known = version[n as usize].0;
+    let leap = Version(known + (VERSION_LEAD - 1));
+    let stat = |c: &Cluster, i: usize| c.ports[i].node.stats();
+    let before: Vec<GmsStats> = HONEST.iter().map(|&i| stat(&c, i as usize)).collect();
+    let up = DirUpdateReq { page, version: leap, seq: 0, view, site: 1 };
+    inject_from(&mut c, 1, dir as u16, &ctrl(Kind::Request, OP_DIRUPDATE, own(1), 0, &up), None);
+    let dc = DiscardReq { page, version: leap };
+    inject_from(&mut c, 1, dir as u16, &ctrl(Kind::Request, OP_DISCARDPAGE, own(1), 0, &dc), None);
+    let drop = DropReq { page, version: leap, seq: ANY_SEQ };
+    inject_from(&mut c, 1, holder, &ctrl(Kind::Request, OP_DROPPAGE, own(1), 0, &drop), None);
+    inject_from(&mut c, 1, holder, &ctrl(Kind::Request, OP_DIRVERIFY, own(1), 0, &drop), None);
+    let tag = OpId { slot: 0, generation: 1 };
+    let mv = PutReq { page, version: leap, seq: 1, view, tag, flags: 0 };
+    inject_from(&mut c, 1, target, &ctrl(Kind::OneWay, OP_MOVEPAGE, own(1), 0, &mv), Some((0x5A, PayloadToken::NONE)));
+    let get = GetReq { page, want: Version(0), seq: 0, view, flags: GET_MOVING };
+    inject_from(&mut c, 1, dir as u16, &ctrl(Kind::Request, OP_GETPAGE, own(1), 0, &get), None);
+    for k in 0..6u64 {
+        let hb = Heartbeat { node: 1, incarnation: if k % 2 == 0 { 0x01d } else { 0x2e3 }, held: 0, budget: 1 };
+        for &victim in &[0u16, 2] {
+            inject_from(&mut c, 1, victim, &ctrl(Kind::OneWay, OP_HEARTBEAT, own(1), 0, &hb), None);
+        }
+    }
+    for _ in 0..4000 {
+        c.poll();
+    }
+    let after: Vec<GmsStats> = HONEST.iter().map(|&i| stat(&c, i as usize)).collect();
+    let grew = |f: fn(&GmsStats) -> u64| after.iter().map(f).sum::<u64>() - before.iter().map(f).sum::<u64>();
+    // The leap, and the target's registration of the junk (a leap too).
+    assert!(grew(|s| s.rejected_updates) >= 1, "{after:?}");
+    assert_eq!(grew(|s| s.rejected_discards), 1, "{after:?}");
+    assert_eq!(grew(|s| s.rejected_drops), 2, "{after:?}");
+    assert_eq!(grew(|s| s.dir_discards), 0);
+    assert_eq!(grew(|s| s.gets_moved), 0, "a moving read of a space that does not move");
+    assert!(c.ports[target as usize].node.held(&page).is_none(), "the junk was dropped");
+    assert!(c.ports[holder as usize].node.held(&page).is_some(), "the holder keeps its copy");
+    assert_eq!(c.ports[dir].node.directory().lookup(&page), Some((holder, version[n as usize])));
+    // Its heartbeats speak for itself: taken as node 1's, refused by no GMS rule.
+    assert_eq!(grew(|s| s.rejected_heartbeats), 0);
+    for from in 0..3 {
+        match c.get_wait(from, page).expect("get after the member's messages") {
+            Got::Hit { version: got, data, .. } => assert!(got == version[n as usize] && data == content(page, got)),
+            Got::Miss => panic!("node {from} missed {page:?} after the member's messages"),
+        }
+    }
+    let v = version[n as usize].next();
+    let st = c.put_wait(0, page, v, &content(page, v)).expect("a put after the member's messages");
+    assert!(st.puts_stored > 0);
+    for from in 0..3 {
+        match c.get_wait(from, page).expect("get of the later put") {
+            Got::Hit { version: got, data, .. } => assert!(got == v && data == content(page, v)),
+            Got::Miss => panic!("node {from}: the later put of {page:?} was not stored"),
+        }
     }
 
     // The cluster still serves: a last honest put and read.
