@@ -143,14 +143,6 @@ impl Options {
     }
 }
 
-/// The view number of a member set: the same set gives the same number on every daemon
-/// (GMS only compares views for equality), so daemons that agree on who is alive agree on
-/// the view without a membership service.
-/// The kernel module computes it with the same function ([`gms::heartbeat::view_of`]).
-pub fn view_of(ids: &[u16]) -> u64 {
-    gms::heartbeat::view_of(ids)
-}
-
 /// Counters the daemon keeps beside the port's.
 #[derive(Default)]
 pub struct DaemonStats {
@@ -236,7 +228,7 @@ impl Daemon {
         port.set_cache_pages(opts.cache_pages);
         // Peers become members when first heard (a peer never heard is never put to).
         let ids = [opts.node];
-        port.set_members(view_of(&ids), &ids)?;
+        port.set_members(live.view(&ids), &ids)?;
         let peers: Vec<u16> = opts.peers.iter().map(|p| p.0).collect();
         tracing::info!(node = opts.node, link = %medium, peers = ?peers, budget = opts.budget_pages, socket = %opts.socket.display(), "gmsd up");
         Ok(Daemon {
@@ -340,7 +332,10 @@ impl Daemon {
             let mut ids = self.live.members();
             ids.push(self.opts.node);
             ids.sort_unstable();
-            if let Err(e) = self.port.set_members(view_of(&ids), &ids) {
+            // The same set and incarnations give the same number on every node (GMS only
+            // compares views for equality): nodes that agree on who is alive agree on the
+            // view without a membership service, and a view of an earlier run never matches.
+            if let Err(e) = self.port.set_members(self.live.view(&ids), &ids) {
                 tracing::error!("membership: {e}");
             }
         }

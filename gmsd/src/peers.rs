@@ -185,6 +185,11 @@ impl Peers {
     }
 
     /// The peers that are members: alive, as the last [`Self::check`] reported.
+    /// The view number of the member set `ids` ([`Liveness::view`]).
+    pub fn view(&self, ids: &[u16]) -> u64 {
+        self.live.view(ids)
+    }
+
     pub fn members(&self) -> Vec<u16> {
         self.live.members().iter().collect()
     }

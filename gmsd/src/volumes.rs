@@ -91,12 +91,8 @@ impl Volumes {
     pub fn new(replicas: u8, pages: u64) -> Volumes {
         // Repairs start at most every 500 µs: 2,000 copies (16.4 MB) a second, the
         // bound gmsd kept before it ran the store (`repair_mb_s`, BENCHMARKS.md).
-        let cfg = StoreConfig {
-            replicas,
-            page_bytes: PAGE_BYTES as u32,
-            repair_gap_ns: 500_000,
-            ..StoreConfig::DEFAULT
-        };
+        let cfg =
+            StoreConfig { replicas, page_bytes: PAGE_BYTES as u32, repair_gap_ns: 500_000, ..StoreConfig::DEFAULT };
         Volumes { cfg, pages, open: BTreeMap::new(), closed: StoreStats::ZERO }
     }
 

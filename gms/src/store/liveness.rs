@@ -151,6 +151,18 @@ impl<const M: usize> Liveness<M> {
         self.peers[..self.len].iter().position(|s| s.node == node)
     }
 
+    /// The view number of the member set `ids` as it runs now
+    /// ([`crate::heartbeat::view_of_run`]): each member's incarnation as this table last
+    /// heard it, this node's own for itself. Every node that heard the same heartbeats
+    /// computes the same number; a member's restart, or a cluster's, gives a new one.
+    pub fn view(&self, ids: &[u16]) -> u64 {
+        super::super::heartbeat::view_of_run(ids, |n| match self.peer(n) {
+            _ if n == self.me => self.incarnation,
+            Some(Peer::Alive { incarnation, .. } | Peer::Dead { incarnation }) => incarnation,
+            Some(Peer::Unheard) | None => 0,
+        })
+    }
+
     /// `node`'s state (`None`: not a configured peer).
     pub fn peer(&self, node: u16) -> Option<Peer> {
         self.slot(node).map(|i| self.peers[i].now)
@@ -396,5 +408,24 @@ mod tests {
             t.handle_timeout(now * MS);
         }
         assert_eq!(t.poll_event(), Some(Event::Failed(1)));
+    }
+
+    /// Two nodes that heard each other compute one view; a restart of either gives
+    /// another, so a message of the earlier run does not match.
+    #[test]
+    fn a_view_names_the_members_incarnations() {
+        let cfg = LivenessConfig { interval_ns: 100, dead_after_ns: 1000 };
+        let mut a = Liveness::<4>::new(0, 7, &[1], cfg, 0).unwrap();
+        let mut b = Liveness::<4>::new(1, 9, &[0], cfg, 0).unwrap();
+        a.handle_heartbeat(10, 1, 9);
+        b.handle_heartbeat(10, 0, 7);
+        let ids = [0, 1];
+        assert_eq!(a.view(&ids), b.view(&ids));
+        assert_ne!(a.view(&ids), crate::heartbeat::view_of(&ids));
+        let mut b2 = Liveness::<4>::new(1, 10, &[0], cfg, 20).unwrap();
+        b2.handle_heartbeat(30, 0, 7);
+        a.handle_heartbeat(30, 1, 10);
+        assert_eq!(a.view(&ids), b2.view(&ids));
+        assert_ne!(a.view(&ids), b.view(&ids), "the restarted run's view is new");
     }
 }

@@ -321,9 +321,11 @@ fn view_ids(c: &DiskCore, me: u16, ids: &mut [u16; net::MEMBERS]) -> usize {
 }
 
 /// Set the GMS view to the members `ids`, with the view number every node (gmsd too)
-/// computes from the member set; whether GMS took it.
+/// computes from the member set and the members' incarnations (`Liveness::view`: a view
+/// of an earlier run never matches); whether GMS took it.
 fn set_view(c: &mut DiskCore, now: u64, ids: &[u16]) -> bool {
-    match c.node.set_members(now, &mut c.rpc, heartbeat::view_of(ids), ids) {
+    let view = c.node.host.liveness.as_ref().map_or_else(|| heartbeat::view_of(ids), |l| l.view(ids));
+    match c.node.set_members(now, &mut c.rpc, view, ids) {
         Ok(()) => true,
         Err(e) => {
             pr_err!("gms: set_members: {:?}\n", e);
