@@ -30,16 +30,14 @@
 
 use crate::blk::{PageIo, PAGE_BYTES};
 use crate::net::stack::{Client, Core};
-use crate::net::{now_ns, Frame, KHost, KStorage, NetRpc, Node, MEMBERS, OPS};
+use crate::net::{now_ns, Frame, KHost, KStorage, MEMBERS, OPS};
 use crate::stats::STATS;
 use crate::sys::boxed::Template;
 use crate::tpz::gms::prelude::*;
-use crate::tpz::gms::store::drive::Frames;
+use crate::tpz::gms::store::drive::{Frames, FramesIn};
 use crate::tpz::gms::store::liveness::Event;
-use crate::tpz::gms::store::{
-    Data, Finished, Issue, IssueKind, Outcome, Phase, Store, StoreConfig, StoreError, StoreStats,
-};
-use crate::tpz::netrpc::prelude::{Mode, ReplyTo};
+use crate::tpz::gms::store::{Finished, Outcome, Phase, Store, StoreConfig, StoreError, StoreStats};
+use crate::tpz::netrpc::prelude::ReplyTo;
 use kernel::prelude::*;
 
 /// The runtime's core with the disk as its client (`None` until `/dev/gms0` exists).
@@ -389,6 +387,18 @@ impl Frames<PageIo, Frame> for KFrames<'_> {
     }
 }
 
+/// The kernel's frames as the store's loop reaches them: through the node's host, with
+/// the disk's page buffer for meta pages.
+struct KFramesIn<'m> {
+    meta: &'m mut [u8],
+}
+
+impl FramesIn<PageIo, Frame, KHost> for KFramesIn<'_> {
+    fn frames<'a>(&'a mut self, host: &'a mut KHost) -> impl Frames<PageIo, Frame> + 'a {
+        KFrames { host, meta: &mut self.meta[..] }
+    }
+}
+
 /// The disk's operations: their completions, after each batch.
 impl Client for Option<KBox<DiskState>> {
     fn settle(core: &mut DiskCore) {
@@ -454,16 +464,10 @@ pub(crate) fn issue(c: &mut DiskCore, now: u64) -> bool {
     let replicas = usize::from(d.store.config().replicas);
     let mut sent = false;
     loop {
-        let coordinator = node.lru_coordinator();
-        while let Some(issue) = d.store.poll_issue(now, lru, coordinator) {
-            let (op, lent) = send(now, &issue, d, node, rpc);
-            sent |= op.is_some();
-            d.store.handle_issued_with(now, &issue, op, lent);
-            // A getpage answered locally completed inside the call.
-            if let Some(done) = op.and_then(|op| node.host.take_done(op)) {
-                complete(d, &mut node.host, now, &done);
-            }
-        }
+        let DiskState { store, meta, .. } = &mut *d;
+        // The store's own loop (`gms::store::drive`); a getpage answered inside a call
+        // completes through the host and is handed in when the core settles.
+        sent |= store.issue(now, node, rpc, lru, &mut KFramesIn { meta: &mut meta[..] });
         // The next page, while every replica of it finds an operation slot and a lend.
         let room = node.ops_in_use() + OPS_RESERVE + replicas <= OPS && node.host.can_lend(replicas);
         if !room || d.queued == 0 {
@@ -488,60 +492,4 @@ pub(crate) fn issue(c: &mut DiskCore, now: u64) -> bool {
         }
     }
     sent
-}
-
-/// Send one of the store's issues: the operation and the frame it holds of a request's
-/// (given back when it completes).
-fn send(
-    now: u64,
-    issue: &Issue<Frame>,
-    d: &mut DiskState,
-    node: &mut Node,
-    rpc: &mut NetRpc,
-) -> (Option<OpId>, Option<Frame>) {
-    match issue.kind {
-        IssueKind::Put { page, version, target, data } => {
-            let frame = match data {
-                // The page itself rides the send: lent to the NIC until the send is reaped.
-                Data::Request => d.store.io(issue.req).and_then(|io| node.host.lend(io)),
-                Data::Frame(f) => Some(f),
-                Data::Meta(m) => {
-                    let DiskState { store, meta, .. } = &mut *d;
-                    KFrames { host: &mut node.host, meta: &mut meta[..] }.fill(page, version, |b| store.fill_meta(m, b))
-                }
-                Data::Scratch => None,
-            };
-            let Some(frame) = frame else { return (None, None) };
-            let ours = !matches!(data, Data::Frame(_));
-            let r = node.putpage(now, rpc, page, version, frame, PAGE_BYTES as u32, target, false, Mode::NonBlocking);
-            match r {
-                Ok(op) => (Some(op), ours.then_some(frame)),
-                Err(_) => {
-                    if ours {
-                        give_back(&mut node.host, frame);
-                    }
-                    (None, None)
-                }
-            }
-        }
-        IssueKind::Get { page, at_least, route, into } => {
-            // The reply lands in the request's own page, armed in the IPT.
-            let reply = match into {
-                Data::Request => d.store.io(issue.req).and_then(|io| arm(&mut node.host, io)),
-                Data::Scratch | Data::Meta(_) => node.host.solicit(),
-                Data::Frame(_) => None,
-            };
-            let Some(reply) = reply else { return (None, None) };
-            let frame = reply.caller_frame().copied();
-            match route.getpage(now, node, rpc, page, at_least, reply) {
-                Ok(op) => (Some(op), None),
-                Err(_) => {
-                    if let Some(f) = frame {
-                        give_back(&mut node.host, f);
-                    }
-                    (None, None)
-                }
-            }
-        }
-    }
 }

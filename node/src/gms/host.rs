@@ -5,6 +5,7 @@ use super::lru::LruMsg;
 use crate::rpc::{Frame, Frames};
 use gms::prelude::*;
 use netrpc::prelude::*;
+use rustc_hash::FxHashMap as HashMap;
 use trapeze_runtime::Exported;
 
 /// The runtime's side of a node: the port (endpoint and frames), completions, inboxes.
@@ -22,7 +23,7 @@ pub struct PortHost {
     /// the load ([`super::GmsPort::foreground_messages`] leaves them out).
     pub(super) background: u64,
     /// The frames store requests' reads land in ([`super::store`]).
-    pub(super) landing: super::store::Landing,
+    pub(super) landing: Landing,
 }
 
 impl Host<Frame> for PortHost {
@@ -73,5 +74,30 @@ impl Host<Frame> for PortHost {
         body[..len].copy_from_slice(&inc.body[..len]);
         self.lru_inbox.push(LruMsg { src: inc.src, op: inc.op, len, body });
         Action::Done
+    }
+}
+
+/// The frames the stores of a port hold for their requests' reads (kept by the port's
+/// host, which NetRPC hands a failed call's frame back to).
+#[derive(Default)]
+pub struct Landing {
+    /// Request key → the frame its read lands in, and back.
+    pub(super) landing: HashMap<u64, Frame>,
+    pub(super) owner: HashMap<Frame, u64>,
+    /// A page of bytes on its way into or out of a frame.
+    pub(super) buf: Vec<u8>,
+}
+
+impl Landing {
+    /// NetRPC or GMS is done with `f`: a request's landing frame is only disarmed (it
+    /// stays the request's); any other goes back to the pool. `false`: not a landing frame.
+    pub(super) fn release(&mut self, pool: &mut crate::rpc::Frames, f: Frame) -> bool {
+        let Some(&key) = self.owner.get(&f) else { return false };
+        if !pool.unarm(f) {
+            // The NIC would not let go of it: the request's no more (its read fails).
+            self.owner.remove(&f);
+            self.landing.remove(&key);
+        }
+        true
     }
 }

@@ -12,13 +12,12 @@
 //! ([`GmsPort::take_landed`]), even when NetRPC gives it back after a failed call
 //! ([`Landing::release`]): the host keeps the landing frames' record ([`Landing`]).
 
-use super::host::PortHost;
+use super::host::{Landing, PortHost};
 use super::GmsPort;
 use crate::rpc::{Frame, Frames, FRAME_BYTES};
 use gms::prelude::*;
 use gms::store::drive::{Frames as StoreFramesTrait, FramesIn};
 use netrpc::prelude::ReplyTo;
-use rustc_hash::FxHashMap as HashMap;
 use trapeze_runtime::storage::Heap;
 
 /// Requests a user-space store runs at once (two kept for its meta pages).
@@ -35,32 +34,7 @@ pub trait StoreIo {
     fn data(&self) -> &[u8];
 }
 
-/// The frames the stores of a port hold for their requests' reads (kept by the port's
-/// host, which NetRPC hands a failed call's frame back to).
-#[derive(Default)]
-pub struct Landing {
-    /// Request key → the frame its read lands in, and back.
-    landing: HashMap<u64, Frame>,
-    owner: HashMap<Frame, u64>,
-    /// A page of bytes on its way into or out of a frame.
-    buf: Vec<u8>,
-}
-
-impl Landing {
-    /// NetRPC or GMS is done with `f`: a request's landing frame is only disarmed (it
-    /// stays the request's); any other goes back to the pool. `false`: not a landing frame.
-    pub(super) fn release(&mut self, pool: &mut Frames, f: Frame) -> bool {
-        let Some(&key) = self.owner.get(&f) else { return false };
-        if !pool.unarm(f) {
-            // The NIC would not let go of it: the request's no more (its read fails).
-            self.owner.remove(&f);
-            self.landing.remove(&key);
-        }
-        true
-    }
-}
-
-/// The stores' frames: the port's pool and its host's [`Landing`] record, reached
+/// The stores' frames: the port's pool and its host's record of landing frames, reached
 /// through the node's host while the store's loop drives the node.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct StoreFrames;
@@ -205,7 +179,7 @@ impl GmsPort {
         }
     }
 
-    /// The bytes of `frame` (a store request's landing frame, [`StoreFrames::take`]) into
+    /// The bytes of `frame` (a store request's landing frame, [`Self::take_landed`]) into
     /// `out`; then the frame goes back to the pool.
     pub fn read_and_free(&mut self, frame: Frame, out: &mut [u8]) -> bool {
         let ok = self.node.host.frames.read(frame, out);
