@@ -72,6 +72,14 @@ pub const MAX_MTU_BYTES: u32 = 64 * 1024;
 /// Scatter/gather segments per ring entry or IPT entry.
 pub const MAX_SEGMENTS: u32 = 8;
 
+/// DMA addresses at or above this name memory on the NIC's side of the host bus — a
+/// buffer bank on the card that a host maps as a BAR (Myrinet's LANai SRAM in the gmblock
+/// paper, a P2PDMA BAR today) — not host RAM. A segment there is a payload already in NIC
+/// memory: a NIC moves it without touching host memory, and counts it apart
+/// (`nic_local_dma_bytes`) from host-RAM DMA. A host registers such a bank like any other
+/// region, at this base.
+pub const NIC_LOCAL_DMA_BASE: u64 = 0xF000_0000_0000_0000;
+
 /// Control block: word offsets relative to [`CTRL_OFF`]. "host" words are written by the
 /// host only, "fw" words by the firmware only.
 pub mod ctrl {

@@ -222,7 +222,24 @@ impl<Ctx: Runtime<F>, F: Copy, const CALLS: usize, const CONTS: usize, const TX:
         reply_to: ReplyTo<F>,
         mode: Mode,
     ) -> Result<CallId, RpcError> {
-        self.start_call(now, ctx, dst, op, body, reply_to, mode, None)
+        self.start_call(now, ctx, dst, op, body, reply_to, mode, None, None)
+    }
+
+    /// [`Self::call`] with `payload` (a frame's first `len` bytes) sent unsolicited with
+    /// the request: the callee's stub gets it as [`InPayload::Buffer`]. The frame stays the
+    /// caller's; it may reuse it once the call has completed (the request's send is done
+    /// by then) or failed. On error nothing was queued.
+    pub fn call_with_payload<O: Operation>(
+        &mut self,
+        now: u64,
+        ctx: &mut Ctx,
+        dst: u16,
+        req: &O::Request,
+        payload: (F, u32),
+        mode: Mode,
+    ) -> Result<CallId, RpcError> {
+        let body = Body::encode(req)?;
+        self.start_call(now, ctx, dst, O::OP, body.as_slice(), ReplyTo::None, mode, None, Some(payload))
     }
 
     /// [`Self::call_raw`], the request answerable by `dst`'s NIC from entry `answer` of
@@ -238,6 +255,7 @@ impl<Ctx: Runtime<F>, F: Copy, const CALLS: usize, const CONTS: usize, const TX:
         reply_to: ReplyTo<F>,
         mode: Mode,
         answer: Option<(u32, u64)>,
+        payload: Option<(F, u32)>,
     ) -> Result<CallId, RpcError> {
         let room = |n: usize| (HEADER_BYTES + n).next_multiple_of(4) + Descriptor::BYTES <= CTRL_BYTES;
         if body.len() > MAX_BODY || answer.is_some() && !room(body.len()) {
@@ -282,7 +300,7 @@ impl<Ctx: Runtime<F>, F: Copy, const CALLS: usize, const CONTS: usize, const TX:
         let id = CallId { record: i as u16, generation: r.generation };
         let answer = answer.map(|(index, key)| Descriptor { index, key, token: tag });
         // Cannot fail: checked that the queue has room above.
-        let _ = self.queue(dst, Kind::Request, op, token, 0, body, None, 0, answer);
+        let _ = self.queue(dst, Kind::Request, op, token, 0, body, payload, 0, answer);
         self.stats.calls += 1;
         Ok(id)
     }

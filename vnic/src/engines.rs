@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use trapeze_firmware::hal::{EngineStatus, Engines, HostDir, RxStatus};
-use trapeze_firmware::iface::layout::{CTRL_MSG_BYTES, MAX_MTU_BYTES};
+use trapeze_firmware::iface::layout::{CTRL_MSG_BYTES, MAX_MTU_BYTES, NIC_LOCAL_DMA_BASE};
 use trapeze_firmware::iface::regs::tx_flags;
 use trapeze_firmware::iface::wire::{self, HEADER_BYTES};
 
@@ -49,7 +49,11 @@ use staging::{read_staging, settle_deferred, settle_held, write_from_held, Defer
 /// Engine counters visible outside the processor thread.
 #[derive(Default)]
 pub struct EngineStats {
+    /// Bytes the host DMA engine moved to or from host RAM.
     pub host_dma_bytes: AtomicU64,
+    /// Bytes it moved to or from NIC-local memory ([`NIC_LOCAL_DMA_BASE`] and up): none of
+    /// them crossed host RAM.
+    pub nic_local_dma_bytes: AtomicU64,
     pub link_tx_packets: AtomicU64,
     pub parks: AtomicU64,
     /// Received packets whose header named another sender than the NIC that sent them:
@@ -221,7 +225,9 @@ impl Engines for SoftEngines {
             })
             .unwrap_or(false);
         if ok {
-            self.stats.host_dma_bytes.fetch_add(len as u64, Ordering::Relaxed);
+            let local = host_addr >= NIC_LOCAL_DMA_BASE;
+            let counter = if local { &self.stats.nic_local_dma_bytes } else { &self.stats.host_dma_bytes };
+            counter.fetch_add(len as u64, Ordering::Relaxed);
         }
         self.hdma = EngineStatus { busy: false, done: if ok { len } else { 0 }, error: !ok };
     }

@@ -93,7 +93,10 @@ pub struct NicStatus {
     pub echo: EchoStats,
     pub dma_refused: u64,
     pub host_irqs: u64,
+    /// Host-RAM bytes the NIC's DMA engine read or wrote.
     pub host_dma_bytes: u64,
+    /// Bytes it moved within NIC-local memory (`NIC_LOCAL_DMA_BASE`), touching no host RAM.
+    pub nic_local_dma_bytes: u64,
     pub parks: u64,
     /// Received packets whose header claimed another sender (see `EngineStats`).
     pub src_stamped: u64,
@@ -507,6 +510,7 @@ impl Nic {
             dma_refused: s.dma.refused(),
             host_irqs: s.notifier.raised(),
             host_dma_bytes: s.stats.host_dma_bytes.load(Ordering::Relaxed),
+            nic_local_dma_bytes: s.stats.nic_local_dma_bytes.load(Ordering::Relaxed),
             parks: s.stats.parks.load(Ordering::Relaxed),
             src_stamped: s.stats.src_stamped.load(Ordering::Relaxed),
             regions: s.dma.regions(),

@@ -36,7 +36,7 @@ impl<Ctx: Runtime<F>, F: Copy, const CALLS: usize, const CONTS: usize, const TX:
             return Err(RpcError::Malformed);
         }
         let body = Body::encode(req)?;
-        self.start_call(now, ctx, dst, O::OP, body.as_slice(), reply_to, mode, Some((index, key)))
+        self.start_call(now, ctx, dst, O::OP, body.as_slice(), reply_to, mode, Some((index, key)), None)
     }
 
     /// What the runtime's NIC received from node `src`: a NIC's answer (`answer`: the IPT

@@ -1,0 +1,165 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! `gmblock`: a command-line client of one gmblock server.
+
+use anyhow::{bail, Context};
+use clap::{Parser, Subcommand};
+use gmblock::client::Client;
+use gmblock::station::{Placement, StationConfig};
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+#[derive(Parser)]
+#[command(name = "gmblock")]
+struct Args {
+    /// This client's node id on the link.
+    #[arg(long)]
+    node: u16,
+    /// This client's UDP link address.
+    #[arg(long, value_name = "IP:PORT")]
+    listen: SocketAddr,
+    /// The server: ID=IP:PORT.
+    #[arg(long, value_name = "ID=IP:PORT", value_parser = gmblock::parse_peer)]
+    server: (u16, SocketAddr),
+    /// Chunks in flight at most.
+    #[arg(long, default_value_t = 16)]
+    window: usize,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// The volume's size and the server's data path.
+    Info,
+    /// Read LEN bytes at OFFSET to a file (or stdout).
+    Read {
+        #[arg(long)]
+        offset: u64,
+        #[arg(long)]
+        len: u32,
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Write a file's bytes (a multiple of 4 KiB, at most 1 MiB) at OFFSET, then flush.
+    Write {
+        #[arg(long)]
+        offset: u64,
+        #[arg(long = "in")]
+        input: PathBuf,
+    },
+    /// Write a seeded pattern over [OFFSET, OFFSET+LEN) in 1 MiB requests, flush, read
+    /// it back and compare; print MB/s both ways.
+    Verify {
+        #[arg(long, default_value_t = 0)]
+        offset: u64,
+        #[arg(long)]
+        len: u64,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
+    /// Read [OFFSET, OFFSET+LEN) in 1 MiB requests and print MB/s (data discarded).
+    Scan {
+        #[arg(long, default_value_t = 0)]
+        offset: u64,
+        #[arg(long)]
+        len: u64,
+    },
+    /// Make every acknowledged write durable.
+    Flush,
+    /// Deallocate a range (reads back as zeros).
+    Trim {
+        #[arg(long)]
+        offset: u64,
+        #[arg(long)]
+        len: u32,
+    },
+}
+
+/// The pattern byte at volume offset `at` for `seed`.
+fn pattern(seed: u64, at: u64, out: &mut [u8]) {
+    for (i, b) in out.iter_mut().enumerate() {
+        let x = (at + i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ seed;
+        *b = (x >> 29) as u8;
+    }
+}
+
+const STEP: u64 = 1 << 20;
+
+fn verify(c: &mut Client, offset: u64, len: u64, seed: u64) -> anyhow::Result<()> {
+    let mut buf = vec![0u8; STEP as usize];
+    let t = Instant::now();
+    for at in (offset..offset + len).step_by(STEP as usize) {
+        let n = STEP.min(offset + len - at) as usize;
+        pattern(seed, at, &mut buf[..n]);
+        c.write(at, &buf[..n]).with_context(|| format!("write at {at}"))?;
+    }
+    c.flush()?;
+    let w = t.elapsed();
+    let t = Instant::now();
+    let mut want = vec![0u8; STEP as usize];
+    for at in (offset..offset + len).step_by(STEP as usize) {
+        let n = STEP.min(offset + len - at) as usize;
+        c.read(at, &mut buf[..n]).with_context(|| format!("read at {at}"))?;
+        pattern(seed, at, &mut want[..n]);
+        if let Some(i) = (0..n).find(|&i| buf[i] != want[i]) {
+            bail!("mismatch at byte {}: read {:#04x}, wrote {:#04x}", at + i as u64, buf[i], want[i]);
+        }
+    }
+    let r = t.elapsed();
+    let mb = len as f64 / 1e6;
+    println!("verified {len} bytes: write {:.1} MB/s, read {:.1} MB/s", mb / w.as_secs_f64(), mb / r.as_secs_f64());
+    Ok(())
+}
+
+fn scan(c: &mut Client, offset: u64, len: u64) -> anyhow::Result<()> {
+    let mut buf = vec![0u8; STEP as usize];
+    let t = Instant::now();
+    for at in (offset..offset + len).step_by(STEP as usize) {
+        let n = STEP.min(offset + len - at) as usize;
+        c.read(at, &mut buf[..n]).with_context(|| format!("read at {at}"))?;
+    }
+    let s = t.elapsed().as_secs_f64();
+    println!("{{\"bytes\": {len}, \"seconds\": {s:.6}, \"mb_s\": {:.1}}}", len as f64 / 1e6 / s);
+    Ok(())
+}
+
+fn main() -> anyhow::Result<()> {
+    let a = Args::parse();
+    let cfg = StationConfig {
+        node: a.node,
+        listen: a.listen,
+        peers: vec![a.server],
+        region_bytes: 0,
+        placement: Placement::HostRam,
+        call_timeout: Duration::from_secs(2),
+    };
+    let mut c = Client::connect(cfg, a.server.0, a.window)?;
+    match a.cmd {
+        Cmd::Info => println!(
+            "size {} bytes, path {:?}, {}",
+            c.info.size,
+            c.info.path,
+            if c.info.read_only { "read-only" } else { "read-write" }
+        ),
+        Cmd::Read { offset, len, out } => {
+            let mut buf = vec![0u8; len as usize];
+            c.read(offset, &mut buf)?;
+            match out {
+                Some(p) => std::fs::write(&p, &buf).with_context(|| format!("{}", p.display()))?,
+                None => std::io::stdout().write_all(&buf)?,
+            }
+        }
+        Cmd::Write { offset, input } => {
+            let data = std::fs::read(&input).with_context(|| format!("{}", input.display()))?;
+            c.write(offset, &data)?;
+            c.flush()?;
+        }
+        Cmd::Verify { offset, len, seed } => verify(&mut c, offset, len, seed)?,
+        Cmd::Scan { offset, len } => scan(&mut c, offset, len)?,
+        Cmd::Flush => c.flush()?,
+        Cmd::Trim { offset, len } => c.trim(offset, len)?,
+    }
+    Ok(())
+}

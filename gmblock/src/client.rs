@@ -1,0 +1,340 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! The user-space client: a station of its own (frames in host RAM) talking to one
+//! server. A request is cut into chunks ([`crate::proto`]) and up to `window` chunks are
+//! in flight at once; a read chunk's reply lands, solicited, in the client's own frames
+//! (gathered into one IPT entry when it spans several). A chunk that times out or finds
+//! the server busy is sent again, at most [`TRIES`] times; an error reply ends the
+//! request with that error.
+
+use crate::proto::*;
+use crate::station::{Placement, Station, StationConfig};
+use anyhow::{anyhow, bail};
+use netrpc::prelude::*;
+use std::time::Duration;
+use trapeze_node::rpc::{Frame, Frames, RpcPort, Service};
+
+/// Sends of one chunk before the request fails.
+pub const TRIES: u32 = 4;
+
+/// The client serves nothing.
+pub struct NoService;
+impl Service for NoService {
+    const READS_CLOCK: bool = false;
+    fn serve(&mut self, _inc: &Incoming<'_, Frame>, _frames: &mut Frames) -> Action<Frame> {
+        Action::Error(RpcError::UnknownOp)
+    }
+}
+
+/// Which way a chunk's data goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Dir {
+    Read,
+    Write,
+}
+
+/// A chunk on its way.
+struct Chunk {
+    dir: Dir,
+    call: CallId,
+    /// Where in the request.
+    at: usize,
+    len: u32,
+    /// Its frames (read: the reply's; write: the payload's) and the group naming them.
+    frames: Vec<Frame>,
+    group: Option<Frame>,
+    tries: u32,
+}
+
+/// A client of one block server.
+pub struct Client {
+    pub station: Station<NoService>,
+    server: u16,
+    pub info: Info,
+    /// Chunks in flight at most.
+    pub window: usize,
+}
+
+/// What a failed chunk means.
+fn error_of(e: RpcError) -> anyhow::Error {
+    match e {
+        RpcError::Remote(c) => match BlockError::from_code(c) {
+            Some(b) => anyhow!("server: {b}"),
+            None => anyhow!("server error {c}"),
+        },
+        RpcError::Timeout => anyhow!("the server did not answer in time"),
+        e => anyhow!("call failed: {e:?}"),
+    }
+}
+
+fn retryable(e: RpcError) -> bool {
+    e == RpcError::Timeout || e == BlockError::Busy.rpc()
+}
+
+impl Client {
+    /// Open a station and ask `server` for its volume.
+    pub fn connect(mut cfg: StationConfig, server: u16, window: usize) -> anyhow::Result<Client> {
+        if window == 0 || window > 32 {
+            bail!("window {window}: must be 1..=32 chunks");
+        }
+        cfg.placement = Placement::HostRam;
+        cfg.region_bytes = cfg.region_bytes.max((window * 8 + 64) * FRAME_BYTES as usize);
+        let station = Station::open(&cfg, NoService)?;
+        let blank = Info { size: 0, path: DataPath::ViaRam, read_only: true };
+        let mut c = Client { station, server, info: blank, window };
+        c.info = c.call_once::<InfoOp>(&())?.decode::<Info>().map_err(error_of)?;
+        Ok(c)
+    }
+
+    fn port(&mut self) -> &mut RpcPort<NoService> {
+        &mut self.station.port
+    }
+
+    /// A call with no payload, retried on timeouts, waited for.
+    fn call_once<O: Operation>(&mut self, req: &O::Request) -> anyhow::Result<Reply<Frame>> {
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let dst = self.server;
+            let o = self.port().call_wait::<O>(dst, req, ReplyTo::None);
+            match o {
+                Err(e) if retryable(e) && tries < TRIES => continue,
+                o => return o.map_err(error_of),
+            }
+        }
+    }
+
+    /// Make sure the volume holds `[offset, offset + len)` and it is aligned.
+    fn check(&self, offset: u64, len: usize) -> anyhow::Result<()> {
+        let r = Range { offset, len: u32::try_from(len).unwrap_or(u32::MAX) };
+        check_range(r, self.info.size, MAX_REQUEST_BYTES)
+            .map_err(|e| anyhow!("{len} bytes at {offset} (volume of {} bytes): {e}", self.info.size))
+    }
+
+    /// Read `buf.len()` bytes (4 KiB–1 MiB, aligned) at `offset`.
+    pub fn read(&mut self, offset: u64, buf: &mut [u8]) -> anyhow::Result<()> {
+        self.check(offset, buf.len())?;
+        let mut next = 0usize;
+        let mut flight: Vec<Chunk> = Vec::new();
+        let mut failed = None;
+        while failed.is_none() && (next < buf.len() || !flight.is_empty()) {
+            while next < buf.len() && flight.len() < self.window {
+                let len = read_chunk((buf.len() - next) as u32);
+                match self.start_read(offset, next, len, 1) {
+                    Ok(c) => flight.push(c),
+                    Err(e) if flight.is_empty() => return Err(error_of(e)),
+                    Err(_) => break,
+                }
+                next += len as usize;
+            }
+            self.port().poll();
+            failed = self.reap_reads(offset, buf, &mut flight);
+        }
+        self.drain(flight);
+        failed.map_or(Ok(()), Err)
+    }
+
+    fn start_read(&mut self, offset: u64, at: usize, len: u32, tries: u32) -> Result<Chunk, RpcError> {
+        let (piece, n) = read_layout(len).ok_or(RpcError::Malformed)?;
+        let frames = &mut self.station.port.node.frames;
+        let mut mine = Vec::new();
+        for _ in 0..n {
+            match frames.alloc() {
+                Some(f) => mine.push(f),
+                None => return Err(free_all(frames, &mine, RpcError::TableFull)),
+            }
+        }
+        let (frame, group) = match mine.as_slice() {
+            [one] => (*one, None),
+            _ => match frames.frames_mut().group(&mine, piece) {
+                Some(g) => (g, Some(g)),
+                None => return Err(free_all(frames, &mine, RpcError::TableFull)),
+            },
+        };
+        let token = match frames.arm(frame) {
+            Ok(t) => t,
+            Err(_) => {
+                if let Some(g) = group {
+                    frames.release(g);
+                }
+                return Err(free_all(frames, &mine, RpcError::TableFull));
+            }
+        };
+        let rt = ReplyTo::Solicited { token: token.0, frame };
+        let req = Range { offset: offset + at as u64, len };
+        let port = &mut self.station.port;
+        let now = port.now();
+        match port.rpc.call::<ReadOp>(now, &mut port.node, self.server, &req, rt, Mode::Wait) {
+            Ok(call) => Ok(Chunk { dir: Dir::Read, call, at, len, frames: mine, group, tries }),
+            Err(e) => {
+                port.node.frames.release(frame);
+                Err(free_all(&mut port.node.frames, if group.is_some() { &mine } else { &[] }, e))
+            }
+        }
+    }
+
+    /// Take the outcomes of finished read chunks; resend retryable ones. The first error.
+    fn reap_reads(&mut self, offset: u64, buf: &mut [u8], flight: &mut Vec<Chunk>) -> Option<anyhow::Error> {
+        let mut i = 0;
+        while i < flight.len() {
+            let Some(o) = self.station.port.rpc.take_outcome(flight[i].call) else {
+                i += 1;
+                continue;
+            };
+            let c = flight.swap_remove(i);
+            match o {
+                Ok(_) => {
+                    let (piece, _) = read_layout(c.len).unwrap_or((c.len, 1));
+                    let frames = &mut self.station.port.node.frames;
+                    let dst = &mut buf[c.at..c.at + c.len as usize];
+                    for (k, &f) in c.frames.iter().enumerate() {
+                        let _ = frames.read(f, &mut dst[k * piece as usize..(k + 1) * piece as usize]);
+                    }
+                    finish(frames, &c, true);
+                }
+                Err(e) => {
+                    finish(&mut self.station.port.node.frames, &c, false);
+                    if !(retryable(e) && c.tries < TRIES) {
+                        return Some(error_of(e));
+                    }
+                    match self.start_read(offset, c.at, c.len, c.tries + 1) {
+                        Ok(again) => flight.push(again),
+                        Err(e) => return Some(error_of(e)),
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    /// Write `data` (4 KiB–1 MiB, aligned) at `offset`; acknowledged chunk by chunk.
+    pub fn write(&mut self, offset: u64, data: &[u8]) -> anyhow::Result<()> {
+        self.check(offset, data.len())?;
+        let mut next = 0usize;
+        let mut flight: Vec<Chunk> = Vec::new();
+        let mut failed = None;
+        while failed.is_none() && (next < data.len() || !flight.is_empty()) {
+            while next < data.len() && flight.len() < self.window {
+                let len = (data.len() - next).min(WRITE_CHUNK_BYTES as usize) as u32;
+                match self.start_write(offset, next, &data[next..next + len as usize], 1) {
+                    Ok(c) => flight.push(c),
+                    Err(e) if flight.is_empty() => return Err(error_of(e)),
+                    Err(_) => break,
+                }
+                next += len as usize;
+            }
+            self.port().poll();
+            failed = self.reap_writes(offset, data, &mut flight);
+        }
+        self.drain(flight);
+        failed.map_or(Ok(()), Err)
+    }
+
+    fn start_write(&mut self, offset: u64, at: usize, data: &[u8], tries: u32) -> Result<Chunk, RpcError> {
+        let port = &mut self.station.port;
+        let f = port.node.frames.alloc().ok_or(RpcError::TableFull)?;
+        port.node.frames.write(f, data);
+        let req = Range { offset: offset + at as u64, len: data.len() as u32 };
+        let now = port.now();
+        match port.rpc.call_with_payload::<WriteOp>(now, &mut port.node, self.server, &req, (f, req.len), Mode::Wait) {
+            Ok(call) => Ok(Chunk { dir: Dir::Write, call, at, len: req.len, frames: vec![f], group: None, tries }),
+            Err(e) => Err(free_all(&mut port.node.frames, &[f], e)),
+        }
+    }
+
+    fn reap_writes(&mut self, offset: u64, data: &[u8], flight: &mut Vec<Chunk>) -> Option<anyhow::Error> {
+        let mut i = 0;
+        while i < flight.len() {
+            let Some(o) = self.station.port.rpc.take_outcome(flight[i].call) else {
+                i += 1;
+                continue;
+            };
+            let c = flight.swap_remove(i);
+            // The request's send is done once its call ended: the payload frame is free.
+            free_all(&mut self.station.port.node.frames, &c.frames, RpcError::Cancelled);
+            if let Err(e) = o {
+                if !(retryable(e) && c.tries < TRIES) {
+                    return Some(error_of(e));
+                }
+                match self.start_write(offset, c.at, &data[c.at..c.at + c.len as usize], c.tries + 1) {
+                    Ok(again) => flight.push(again),
+                    Err(e) => return Some(error_of(e)),
+                }
+            }
+        }
+        None
+    }
+
+    /// Wait out chunks still in flight after a failure (each ends by its reply or its
+    /// timeout), freeing their frames. A write's payload frame is not reused before its
+    /// call ended: freed early, it could be sent as another write's data.
+    fn drain(&mut self, mut flight: Vec<Chunk>) {
+        while !flight.is_empty() {
+            self.port().poll();
+            let port = &mut self.station.port;
+            flight.retain(|c| {
+                let Some(o) = port.rpc.take_outcome(c.call) else { return true };
+                match c.dir {
+                    Dir::Read => finish(&mut port.node.frames, c, o.is_ok()),
+                    Dir::Write => {
+                        free_all(&mut port.node.frames, &c.frames, RpcError::Cancelled);
+                    }
+                }
+                false
+            });
+        }
+    }
+
+    /// `FLUSH`: every write acknowledged so far is durable on the server's disk.
+    pub fn flush(&mut self) -> anyhow::Result<()> {
+        self.call_once::<FlushOp>(&()).map(|_| ())
+    }
+
+    /// `TRIM` a range (aligned, at most 1 MiB).
+    pub fn trim(&mut self, offset: u64, len: u32) -> anyhow::Result<()> {
+        self.check(offset, len as usize)?;
+        self.call_once::<TrimOp>(&Range { offset, len }).map(|_| ())
+    }
+
+    /// Call with a raw range, for tests of what a server refuses.
+    pub fn raw_read(&mut self, offset: u64, len: u32) -> Result<(), RpcError> {
+        let c = self.start_read(offset, 0, len, TRIES)?;
+        loop {
+            self.port().poll();
+            if let Some(o) = self.station.port.rpc.take_outcome(c.call) {
+                finish(&mut self.station.port.node.frames, &c, o.is_ok());
+                return o.map(|_| ());
+            }
+        }
+    }
+
+    /// Wait for the server: poll for `d`.
+    pub fn idle(&mut self, d: Duration) {
+        let t = std::time::Instant::now();
+        while t.elapsed() < d {
+            self.port().poll();
+        }
+    }
+}
+
+/// Free `frames` and pass `e` on.
+fn free_all(frames: &mut Frames, mine: &[Frame], e: RpcError) -> RpcError {
+    for &f in mine {
+        frames.free(f);
+    }
+    e
+}
+
+/// A read chunk is over: its reply frame (or group) goes back — NetRPC already released
+/// it if the call failed — and so do the frames a group named.
+fn finish(frames: &mut Frames, c: &Chunk, ok: bool) {
+    match c.group {
+        Some(g) => {
+            if ok {
+                frames.release(g);
+            }
+            free_all(frames, &c.frames, RpcError::Cancelled);
+        }
+        None if ok => frames.release(c.frames[0]),
+        None => {}
+    }
+}
