@@ -295,7 +295,14 @@ impl Client {
         self.call_once::<TrimOp>(&Range { offset, len }).map(|_| ())
     }
 
-    /// Call with a raw range, for tests of what a server refuses.
+    /// One call as given, no payload either way, not retried: for probing what a server
+    /// refuses.
+    pub fn raw_call<O: Operation>(&mut self, req: &O::Request) -> Result<Reply<Frame>, RpcError> {
+        let dst = self.server;
+        self.port().call_wait::<O>(dst, req, ReplyTo::None)
+    }
+
+    /// One read chunk as given (solicited into fresh frames), not retried.
     pub fn raw_read(&mut self, offset: u64, len: u32) -> Result<(), RpcError> {
         let c = self.start_read(offset, 0, len, TRIES)?;
         loop {
