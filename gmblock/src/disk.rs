@@ -36,6 +36,7 @@ impl Disk {
     /// regular file nor a block device, an export smaller than a block, and a file system
     /// that does not do `O_DIRECT` (tmpfs), each with the reason.
     pub fn open(path: &Path, read_only: bool) -> anyhow::Result<Disk> {
+        let kind = Self::kind_of(path)?;
         let mut file = OpenOptions::new()
             .read(true)
             .write(!read_only)
@@ -49,16 +50,8 @@ impl Disk {
                 ),
                 _ => anyhow::Error::new(e).context(format!("opening {}", path.display())),
             })?;
-        let meta = file.metadata().with_context(|| format!("{}", path.display()))?;
-        let kind = if meta.file_type().is_block_device() {
-            Kind::BlockDevice
-        } else if meta.is_file() {
-            Kind::File
-        } else {
-            bail!("{}: neither a regular file nor a block device", path.display());
-        };
         let bytes = match kind {
-            Kind::File => meta.len(),
+            Kind::File => file.metadata().with_context(|| format!("{}", path.display()))?.len(),
             Kind::BlockDevice => file.seek(SeekFrom::End(0)).with_context(|| format!("{}: size", path.display()))?,
         };
         let size = bytes / u64::from(BLOCK_BYTES) * u64::from(BLOCK_BYTES);
@@ -66,6 +59,17 @@ impl Disk {
             bail!("{}: {bytes} bytes, smaller than one {BLOCK_BYTES}-byte block", path.display());
         }
         Ok(Disk { file, path: path.to_path_buf(), kind, size, read_only, last_error: None })
+    }
+
+    fn kind_of(path: &Path) -> anyhow::Result<Kind> {
+        let meta = std::fs::metadata(path).with_context(|| format!("{}", path.display()))?;
+        if meta.file_type().is_block_device() {
+            Ok(Kind::BlockDevice)
+        } else if meta.is_file() {
+            Ok(Kind::File)
+        } else {
+            bail!("{}: neither a regular file nor a block device", path.display());
+        }
     }
 
     /// Whether the exported file has been unlinked (never for a device).

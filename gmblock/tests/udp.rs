@@ -226,5 +226,5 @@ fn exports_the_server_cannot_serve_are_refused_at_start() {
     assert!(e.contains("smaller than one 4096-byte block"), "{e}");
     std::fs::remove_file(&tiny).unwrap();
     let e = gmblock::disk::Disk::open(Path::new("/proc/self"), true).err().expect("a directory").to_string();
-    assert!(e.contains("neither a regular file nor a block device") || e.contains("opening"), "{e}");
+    assert!(e.contains("neither a regular file nor a block device"), "{e}");
 }
