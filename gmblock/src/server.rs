@@ -172,7 +172,11 @@ pub struct Report {
     pub size: u64,
     pub uptime_s: f64,
     pub cpu_s: f64,
+    /// Bytes the NIC's DMA moved, host RAM and NIC-local apart.
     pub nic_bytes: NicBytes,
+    /// Bytes the disk's `O_DIRECT` DMA moved to or from host RAM: everything read and
+    /// written on the via-RAM path, nothing on the direct path (its frames are NIC-local).
+    pub disk_host_ram_bytes: u64,
     pub stats: ServerStats,
     pub last_error: Option<String>,
 }
@@ -220,6 +224,10 @@ impl Server {
             uptime_s: self.started.elapsed().as_secs_f64(),
             cpu_s: crate::cpu_seconds(),
             nic_bytes: self.station.nic_bytes(),
+            disk_host_ram_bytes: match svc.path {
+                DataPath::Direct => 0,
+                DataPath::ViaRam => svc.stats.bytes_read + svc.stats.bytes_written,
+            },
             stats: svc.stats,
             last_error: svc.disk.last_error.clone(),
         }

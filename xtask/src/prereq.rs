@@ -79,6 +79,17 @@ const NBD_BENCH_DEPS: [(&str, &str); 2] = [
     ("nbd-server", "serves the NBD baseline's RAM-backed export from guest B"),
 ];
 
+/// What the baseline of `cargo xtask bench block` runs beside `gmblockd`.
+const BLOCK_BENCH_DEPS: [(&str, &str); 2] = [
+    ("nbd-server", "serves the same file as the nbd-server baseline of bench block"),
+    ("libnbd-bin", "nbdcopy, which reads that baseline through libnbd"),
+];
+
+/// What the baseline of `cargo xtask bench block` needs.
+pub fn ensure_block_bench_deps() -> anyhow::Result<()> {
+    ensure_packages(&BLOCK_BENCH_DEPS)
+}
+
 /// What the baselines of `cargo xtask bench gms` run beside `gmsd`.
 const GMS_BASELINE_DEPS: [(&str, &str); 3] = [
     ("nbdkit", "serves the nbdkit memory baseline of bench gms"),

@@ -2,6 +2,7 @@
 //! `cargo xtask bench <what>`: benchmarks that print figures and ratios against a
 //! baseline measured in the same run.
 
+mod block;
 mod dma;
 mod gms;
 mod nic;
@@ -30,6 +31,11 @@ enum What {
     /// GMS on a 3-node in-process cluster: sequential read MB/s with read-ahead 0 / 4 /
     /// 16 and random 8 KB getpage p50/p99, against O_DIRECT reads of a local disk file.
     Gms(gms::GmsArgs),
+    /// Block sharing: a sequential read of one file through gmblockd's direct path
+    /// (disk to NIC-local memory) and its via-RAM path against Debian's nbd-server read
+    /// with nbdcopy, interleaved rounds: MB/s, server CPU-seconds per GiB, host-RAM bytes
+    /// per byte, `direct_over_via_ram`, `direct_over_nbd_server`.
+    Block(block::BlockArgs),
     /// QEMU guests: 4 KiB random read p50/p99 and sequential MB/s of the GMS block device
     /// /dev/gms0 in guest A against Linux's NBD client reading nbd-server in guest B over
     /// virtio-net, in the same run, with the gms/nbd ratios.
@@ -42,6 +48,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         What::Nic(n) => nic::run(n),
         What::Rpc(r) => rpc::run(r),
         What::Gms(g) => gms::run(g),
+        What::Block(b) => block::run(b),
         What::Vm(v) => vm::run(v),
     }
 }

@@ -1,0 +1,277 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! `cargo xtask bench block`: a sequential read of one file through gmblockd's direct
+//! path, its via-RAM path, and Debian's `nbd-server` read with `nbdcopy` (libnbd), taking
+//! turns in interleaved rounds (the order rotates each round) on one machine.
+//!
+//! Each round evicts the file from the page cache (`posix_fadvise(DONTNEED)`) before each
+//! side, so every side reads from the disk: gmblockd with `O_DIRECT`, nbd-server through
+//! the page cache. The gmblock client is this process (a station of its own, 1 MiB
+//! requests, a window of 16 chunks); nbdcopy runs with its defaults. Per side:
+//! MB/s; server CPU-seconds per GiB (from /proc/PID/stat; nbd-server's forked
+//! per-connection children counted through the parent's reaped-children times);
+//! host-RAM bytes per byte served, from the vNIC's DMA counters plus the disk's DMA into
+//! host-RAM frames (the model's accounting: `NIC_LOCAL_DMA_BASE`; nbd-server has no such
+//! counter, so none). Ratios are medians over the rounds.
+//!
+//! `cargo bench -p trapeze-gmblock --bench block -- [--mib N] [--rounds N] [--json]`
+
+use anyhow::{bail, ensure, Context};
+use clap::Parser;
+use gmblock::client::Client;
+use gmblock::proto::MAX_REQUEST_BYTES;
+use gmblock::station::{Placement, StationConfig};
+use serde_json::json;
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[derive(Parser)]
+#[command(about = "gmblock direct vs via-RAM vs nbd-server, sequential read")]
+struct Args {
+    /// The file's size in MiB.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=16384))]
+    mib: u64,
+    /// Interleaved rounds.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100))]
+    rounds: u32,
+    /// Directory on a disk file system for the file (default: ~/.cache/trapeze/bench).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// JSON lines on stdout (rounds, then the summary).
+    #[arg(long)]
+    json: bool,
+    /// Ignored: `cargo bench` passes it to every bench target.
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Side {
+    Direct,
+    ViaRam,
+    NbdServer,
+}
+
+impl Side {
+    fn name(self) -> &'static str {
+        match self {
+            Side::Direct => "direct",
+            Side::ViaRam => "via-ram",
+            Side::NbdServer => "nbd-server",
+        }
+    }
+}
+
+/// One side's figures in one round.
+#[derive(Clone, Copy, Debug)]
+struct Figures {
+    mb_s: f64,
+    cpu_s_per_gib: f64,
+    host_ram_bytes_per_byte: Option<f64>,
+}
+
+struct Reaped(Child);
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn udp_port() -> SocketAddr {
+    UdpSocket::bind("127.0.0.1:0").map(|s| s.local_addr()).and_then(|a| a).expect("a free UDP port")
+}
+
+/// CPU seconds of a process and of its reaped children (/proc/PID/stat fields 14–17).
+fn cpu_of(pid: u32) -> anyhow::Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let rest = stat.rsplit_once(')').context("malformed /proc stat")?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = f.get(11..15).context("short /proc stat")?.iter().map(|v| v.parse::<u64>().unwrap_or(0)).sum();
+    // The kernel's USER_HZ is 100 on Linux for /proc times.
+    Ok(ticks as f64 / 100.0)
+}
+
+/// Drop `file`'s pages from the page cache.
+fn evict(file: &Path) -> anyhow::Result<()> {
+    let f = std::fs::File::open(file)?;
+    rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::DontNeed)?;
+    Ok(())
+}
+
+/// Fill the file with a pattern (not sparse: every block is on the disk).
+fn make_file(dir: &Path, mib: u64) -> anyhow::Result<PathBuf> {
+    std::fs::create_dir_all(dir)?;
+    let p = dir.join("gmblock-bench.vol");
+    if std::fs::metadata(&p).is_ok_and(|m| m.len() == mib << 20) {
+        return Ok(p);
+    }
+    let mut f = std::io::BufWriter::new(std::fs::File::create(&p)?);
+    let mut block = vec![0u8; 1 << 20];
+    for m in 0..mib {
+        for (i, b) in block.iter_mut().enumerate() {
+            *b = pattern(m << 20 | i as u64);
+        }
+        f.write_all(&block)?;
+    }
+    f.into_inner()?.sync_all()?;
+    Ok(p)
+}
+
+fn pattern(at: u64) -> u8 {
+    (at.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) as u8
+}
+
+/// Start gmblockd on `file` with `path`; its child, address and stats file.
+fn gmblockd(file: &Path, path: &str, client: SocketAddr, stats: &Path) -> anyhow::Result<(Reaped, SocketAddr)> {
+    let addr = udp_port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gmblockd"))
+        .args(["--node", "1", "--listen", &addr.to_string(), "--peer", &format!("2={client}"), "--path", path])
+        .args(["--read-only", "--region-mb", "16", "--export"])
+        .arg(file)
+        .arg("--stats-json")
+        .arg(stats)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting gmblockd")?;
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().context("gmblockd stdout")?).read_line(&mut line)?;
+    ensure!(line.starts_with("gmblockd ready"), "gmblockd did not start: {line:?}");
+    Ok((Reaped(child), addr))
+}
+
+/// Read the whole volume in 1 MiB requests, checking a few bytes of each.
+fn scan(c: &mut Client) -> anyhow::Result<u64> {
+    let mut buf = vec![0u8; MAX_REQUEST_BYTES as usize];
+    let size = c.info.size;
+    for at in (0..size).step_by(buf.len()) {
+        let n = (size - at).min(buf.len() as u64) as usize;
+        c.read(at, &mut buf[..n])?;
+        for i in [0, n / 2, n - 1] {
+            ensure!(buf[i] == pattern(at + i as u64), "wrong byte at {}", at + i as u64);
+        }
+    }
+    Ok(size)
+}
+
+fn run_gmblock(file: &Path, side: Side, dir: &Path) -> anyhow::Result<Figures> {
+    let me = udp_port();
+    let stats = dir.join(format!("gmblock-bench-{}.json", side.name()));
+    let _ = std::fs::remove_file(&stats);
+    let (mut server, addr) = gmblockd(file, side.name(), me, &stats)?;
+    let cfg = StationConfig {
+        node: 2,
+        listen: me,
+        peers: vec![(1, addr)],
+        region_bytes: 0,
+        placement: Placement::HostRam,
+        call_timeout: Duration::from_secs(2),
+    };
+    let mut c = Client::connect(cfg, 1, 16)?;
+    let pid = server.0.id();
+    let cpu0 = cpu_of(pid)?;
+    let t = Instant::now();
+    let bytes = scan(&mut c)?;
+    let secs = t.elapsed().as_secs_f64();
+    let cpu = cpu_of(pid)? - cpu0;
+    drop(c);
+    rustix::process::kill_process(rustix::process::Pid::from_raw(pid as i32).context("pid")?, rustix::process::Signal::INT)?;
+    ensure!(server.0.wait()?.success(), "gmblockd failed");
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&stats)?)?;
+    let host = r["nic_bytes"]["host_ram"].as_u64().unwrap_or(0) + r["disk_host_ram_bytes"].as_u64().unwrap_or(0);
+    Ok(Figures {
+        mb_s: bytes as f64 / 1e6 / secs,
+        cpu_s_per_gib: cpu / (bytes as f64 / f64::from(1u32 << 30)),
+        host_ram_bytes_per_byte: Some(host as f64 / bytes as f64),
+    })
+}
+
+fn run_nbd(file: &Path, dir: &Path, bytes: u64) -> anyhow::Result<Figures> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let conf = dir.join("gmblock-bench-nbd.conf");
+    let pidf = dir.join("gmblock-bench-nbd.pid");
+    let _ = std::fs::remove_file(&pidf);
+    let text = format!(
+        "[generic]\n    port = {port}\n    listenaddr = 127.0.0.1\n[vol]\n    exportname = {}\n    readonly = true\n",
+        file.display()
+    );
+    std::fs::write(&conf, text)?;
+    let st = Command::new("nbd-server").arg("-C").arg(&conf).arg("-p").arg(&pidf).status().context("nbd-server")?;
+    ensure!(st.success(), "nbd-server failed to start");
+    let t = Instant::now();
+    while !pidf.exists() && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let pid: u32 = std::fs::read_to_string(&pidf)?.trim().parse()?;
+    let cpu0 = cpu_of(pid)?;
+    let t = Instant::now();
+    let out = Command::new("nbdcopy").arg(format!("nbd://127.0.0.1:{port}/vol")).arg("null:").output()?;
+    let secs = t.elapsed().as_secs_f64();
+    // The per-connection children have exited; give the parent a moment to reap them.
+    std::thread::sleep(Duration::from_millis(50));
+    let cpu = cpu_of(pid)? - cpu0;
+    rustix::process::kill_process(rustix::process::Pid::from_raw(pid as i32).context("pid")?, rustix::process::Signal::TERM)?;
+    if !out.status.success() {
+        bail!("nbdcopy failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(Figures { mb_s: bytes as f64 / 1e6 / secs, cpu_s_per_gib: cpu / (bytes as f64 / f64::from(1u32 << 30)), host_ram_bytes_per_byte: None })
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+fn main() -> anyhow::Result<()> {
+    let a = Args::parse();
+    let dir = match a.dir {
+        Some(d) => d,
+        None => PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/root".into())).join(".cache/trapeze/bench"),
+    };
+    let file = make_file(&dir, a.mib)?;
+    let bytes = a.mib << 20;
+    let sides = [Side::Direct, Side::ViaRam, Side::NbdServer];
+    let mut got: Vec<(Side, Figures)> = Vec::new();
+    for round in 0..a.rounds {
+        for k in 0..sides.len() {
+            let side = sides[(k + round as usize) % sides.len()];
+            evict(&file)?;
+            let f = match side {
+                Side::NbdServer => run_nbd(&file, &dir, bytes)?,
+                s => run_gmblock(&file, s, &dir)?,
+            };
+            let row = json!({"row": "round", "round": round, "side": side.name(), "mb_s": f.mb_s,
+                "server_cpu_s_per_gib": f.cpu_s_per_gib, "host_ram_bytes_per_byte": f.host_ram_bytes_per_byte});
+            if a.json {
+                println!("{row}");
+            } else {
+                eprintln!("round {round}: {:>10} {:8.1} MB/s, {:6.3} CPU-s/GiB", side.name(), f.mb_s, f.cpu_s_per_gib);
+            }
+            got.push((side, f));
+        }
+    }
+    let med = |s: Side, f: fn(&Figures) -> f64| median(got.iter().filter(|g| g.0 == s).map(|g| f(&g.1)).collect());
+    let mb = |s| med(s, |f| f.mb_s);
+    let cpu = |s| med(s, |f| f.cpu_s_per_gib);
+    let host = |s| med(s, |f| f.host_ram_bytes_per_byte.unwrap_or(f64::NAN));
+    let summary = json!({
+        "row": "summary", "date": rustix::time::clock_gettime(rustix::time::ClockId::Realtime).tv_sec,
+        "rounds": a.rounds, "file_mib": a.mib,
+        "direct_mb_s": mb(Side::Direct), "via_ram_mb_s": mb(Side::ViaRam), "nbd_server_mb_s": mb(Side::NbdServer),
+        "direct_over_via_ram": mb(Side::Direct) / mb(Side::ViaRam),
+        "direct_over_nbd_server": mb(Side::Direct) / mb(Side::NbdServer),
+        "server_cpu_s_per_gib": {"direct": cpu(Side::Direct), "via_ram": cpu(Side::ViaRam), "nbd_server": cpu(Side::NbdServer)},
+        "cpu_per_gib_direct_over_via_ram": cpu(Side::Direct) / cpu(Side::ViaRam),
+        "host_ram_bytes_per_byte": {"direct": host(Side::Direct), "via_ram": host(Side::ViaRam)},
+    });
+    println!("{summary}");
+    Ok(())
+}

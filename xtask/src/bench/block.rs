@@ -1,0 +1,36 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! `cargo xtask bench block`: gmblockd's direct and via-RAM data paths against Debian's
+//! `nbd-server`, a sequential read of the same file in interleaved rounds
+//! (`gmblock/benches/block.rs`, release build). Run it on a quiet machine: the figures are
+//! MB/s and CPU time, which other jobs on the cores change.
+
+#[derive(clap::Args)]
+pub struct BlockArgs {
+    /// One JSON object per side and round, then a summary object with the ratios.
+    #[arg(long)]
+    json: bool,
+    /// The file's size in MiB.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=16384))]
+    mib: u64,
+    /// Interleaved rounds (each reads the file once per side).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100))]
+    rounds: u32,
+    /// Directory on a disk file system for the file (default ~/.cache/trapeze/bench).
+    #[arg(long)]
+    dir: Option<std::path::PathBuf>,
+}
+
+pub fn run(a: BlockArgs) -> anyhow::Result<()> {
+    crate::prereq::ensure_block_bench_deps()?;
+    let (mib, rounds) = (a.mib.to_string(), a.rounds.to_string());
+    let dir = a.dir.map(|d| d.display().to_string());
+    let mut args =
+        vec!["bench", "--quiet", "--locked", "-p", "trapeze-gmblock", "--bench", "block", "--", "--mib", &mib, "--rounds", &rounds];
+    if let Some(d) = &dir {
+        args.extend(["--dir", d.as_str()]);
+    }
+    if a.json {
+        args.push("--json");
+    }
+    crate::cargo(&args)
+}
