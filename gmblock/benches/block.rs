@@ -178,7 +178,10 @@ fn run_gmblock(file: &Path, side: Side, dir: &Path) -> anyhow::Result<Figures> {
     let secs = t.elapsed().as_secs_f64();
     let cpu = cpu_of(pid)? - cpu0;
     drop(c);
-    rustix::process::kill_process(rustix::process::Pid::from_raw(pid as i32).context("pid")?, rustix::process::Signal::INT)?;
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(pid as i32).context("pid")?,
+        rustix::process::Signal::INT,
+    )?;
     ensure!(server.0.wait()?.success(), "gmblockd failed");
     let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&stats)?)?;
     let host = r["nic_bytes"]["host_ram"].as_u64().unwrap_or(0) + r["disk_host_ram_bytes"].as_u64().unwrap_or(0);
@@ -213,11 +216,18 @@ fn run_nbd(file: &Path, dir: &Path, bytes: u64) -> anyhow::Result<Figures> {
     // The per-connection children have exited; give the parent a moment to reap them.
     std::thread::sleep(Duration::from_millis(50));
     let cpu = cpu_of(pid)? - cpu0;
-    rustix::process::kill_process(rustix::process::Pid::from_raw(pid as i32).context("pid")?, rustix::process::Signal::TERM)?;
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(pid as i32).context("pid")?,
+        rustix::process::Signal::TERM,
+    )?;
     if !out.status.success() {
         bail!("nbdcopy failed: {}", String::from_utf8_lossy(&out.stderr));
     }
-    Ok(Figures { mb_s: bytes as f64 / 1e6 / secs, cpu_s_per_gib: cpu / (bytes as f64 / f64::from(1u32 << 30)), host_ram_bytes_per_byte: None })
+    Ok(Figures {
+        mb_s: bytes as f64 / 1e6 / secs,
+        cpu_s_per_gib: cpu / (bytes as f64 / f64::from(1u32 << 30)),
+        host_ram_bytes_per_byte: None,
+    })
 }
 
 fn median(mut v: Vec<f64>) -> f64 {

@@ -26,7 +26,11 @@ fn valid(len: usize, pieces: &[(usize, usize)]) -> bool {
 
 /// Run `f` on mutable I/O vectors over `pieces` of `map` (for a read into them). `None`:
 /// a piece is out of bounds or two overlap.
-pub fn with_pieces_mut<R>(map: &Mapping, pieces: &[(usize, usize)], f: impl FnOnce(&mut [IoSliceMut<'_>]) -> R) -> Option<R> {
+pub fn with_pieces_mut<R>(
+    map: &Mapping,
+    pieces: &[(usize, usize)],
+    f: impl FnOnce(&mut [IoSliceMut<'_>]) -> R,
+) -> Option<R> {
     if !valid(map.len(), pieces) {
         return None;
     }

@@ -214,7 +214,7 @@ pub fn check_range(r: Range, size: u64, max: u32) -> Result<(), BlockError> {
     if r.len == 0 || r.len > max {
         return Err(BlockError::TooLarge);
     }
-    if r.offset % u64::from(BLOCK_BYTES) != 0 || r.len % BLOCK_BYTES != 0 {
+    if !r.offset.is_multiple_of(u64::from(BLOCK_BYTES)) || !r.len.is_multiple_of(BLOCK_BYTES) {
         return Err(BlockError::Misaligned);
     }
     match r.offset.checked_add(u64::from(r.len)) {
@@ -226,9 +226,9 @@ pub fn check_range(r: Range, size: u64, max: u32) -> Result<(), BlockError> {
 /// How a read chunk of `len` bytes sits in frames: (bytes used of each frame, frames).
 /// `None`: not a valid read chunk.
 pub fn read_layout(len: u32) -> Option<(u32, u32)> {
-    let piece = if len % FRAME_BYTES == 0 { FRAME_BYTES } else { BLOCK_BYTES };
+    let piece = if len.is_multiple_of(FRAME_BYTES) { FRAME_BYTES } else { BLOCK_BYTES };
     let n = len / piece;
-    (len > 0 && len % BLOCK_BYTES == 0 && n <= trapeze_iface::layout::MAX_SEGMENTS).then_some((piece, n))
+    (len > 0 && len.is_multiple_of(BLOCK_BYTES) && n <= trapeze_iface::layout::MAX_SEGMENTS).then_some((piece, n))
 }
 
 /// The next read chunk of a request with `left` bytes to go: the largest whole-frame

@@ -126,16 +126,20 @@ impl BlockService {
     }
 
     /// Write a chunk from the request's payload frame.
-    fn write(&mut self, r: Range, payload: Option<(Frame, u32)>, frames: &mut Frames) -> Result<Action<Frame>, BlockError> {
+    fn write(
+        &mut self,
+        r: Range,
+        payload: Option<(Frame, u32)>,
+        frames: &mut Frames,
+    ) -> Result<Action<Frame>, BlockError> {
         check_range(r, self.disk.size, WRITE_CHUNK_BYTES)?;
         let Some((f, len)) = payload.filter(|p| p.1 == r.len) else {
             return Err(BlockError::BadPayload);
         };
         let region = frames.frames().region.clone();
         let disk = &mut self.disk;
-        let wrote = frameio::with_pieces(&region, &[(f as usize, len as usize)], |iov| {
-            disk.write(r.offset, len as usize, iov)
-        });
+        let wrote =
+            frameio::with_pieces(&region, &[(f as usize, len as usize)], |iov| disk.write(r.offset, len as usize, iov));
         wrote.unwrap_or(Err(BlockError::Io))?;
         self.stats.writes += 1;
         self.stats.bytes_written += u64::from(len);

@@ -53,8 +53,11 @@ fn verify_through_both_paths_between_processes() {
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(out.status.success(), "{path}: {text} {}", String::from_utf8_lossy(&out.stderr));
         assert!(text.contains("verified 4194304 bytes"), "{text}");
-        rustix::process::kill_process(rustix::process::Pid::from_raw(d.0.id() as i32).unwrap(), rustix::process::Signal::INT)
-            .unwrap();
+        rustix::process::kill_process(
+            rustix::process::Pid::from_raw(d.0.id() as i32).unwrap(),
+            rustix::process::Signal::INT,
+        )
+        .unwrap();
         wait_for(&stats);
         assert!(d.0.wait().unwrap().success());
         let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&stats).unwrap()).unwrap();

@@ -24,8 +24,20 @@ pub fn run(a: BlockArgs) -> anyhow::Result<()> {
     crate::prereq::ensure_block_bench_deps()?;
     let (mib, rounds) = (a.mib.to_string(), a.rounds.to_string());
     let dir = a.dir.map(|d| d.display().to_string());
-    let mut args =
-        vec!["bench", "--quiet", "--locked", "-p", "trapeze-gmblock", "--bench", "block", "--", "--mib", &mib, "--rounds", &rounds];
+    let mut args = vec![
+        "bench",
+        "--quiet",
+        "--locked",
+        "-p",
+        "trapeze-gmblock",
+        "--bench",
+        "block",
+        "--",
+        "--mib",
+        &mib,
+        "--rounds",
+        &rounds,
+    ];
     if let Some(d) = &dir {
         args.extend(["--dir", d.as_str()]);
     }
