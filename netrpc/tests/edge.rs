@@ -582,3 +582,33 @@ fn every_truncation_is_malformed() {
     assert_eq!(o.body.as_slice(), &[1, 2, 3]);
     assert_eq!(o.payload, Payload::Frame { frame: 1, len: 10 });
 }
+
+struct Echo;
+impl Operation for Echo {
+    const OP: u16 = OP_ECHO;
+    type Request = Bytes<8>;
+    type Reply = Bytes<8>;
+}
+
+/// A call with a request payload: the request carries it unsolicited, the callee's stub
+/// gets it as its own buffer, the reply completes the call, and the caller's frame is
+/// never released by NetRPC (it stays the caller's). A refused call queues nothing.
+#[test]
+fn a_call_carries_a_request_payload_to_the_stub() {
+    let mut rts = [rt(0), rt(1)];
+    let mut rpcs: [Small; 2] = [Rpc::new(0, Config::default()), Rpc::new(1, Config::default())];
+    let id = rpcs[0].call_with_payload::<Echo>(0, &mut rts[0], 1, &Bytes(body8(5)), (42, 8192), Mode::Wait).unwrap();
+    let t = *rpcs[0].peek_transmit().unwrap();
+    assert_eq!((t.payload, t.tag), (Some((42, 8192)), 0), "sent unsolicited from the caller's frame");
+    pump(&mut rpcs, &mut rts);
+    assert_eq!(rts[1].stub_buffers, vec![9001], "the stub owns the received buffer");
+    let reply = rpcs[0].take_outcome(id).unwrap().unwrap();
+    assert_eq!(reply.decode::<Bytes<8>>().unwrap().0, body8(5));
+    assert!(rts[0].released.is_empty(), "the payload frame is the caller's again");
+    for _ in 0..3 {
+        rpcs[0].call_with_payload::<Echo>(0, &mut rts[0], 1, &Bytes(body8(6)), (43, 1), Mode::Wait).unwrap();
+    }
+    let r = rpcs[0].call_with_payload::<Echo>(0, &mut rts[0], 1, &Bytes(body8(7)), (44, 1), Mode::Wait);
+    assert_eq!(r, Err(RpcError::TableFull));
+    assert_eq!(core::iter::from_fn(|| rpcs[0].poll_transmit()).count(), 3, "the refused call queued nothing");
+}
