@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use trapeze_node::rpc::{Frame, Frames, Service};
 
 /// How long the loop spins after its last work before it sleeps on the link.
-pub const IDLE_SPIN: Duration = Duration::from_millis(2);
+pub const IDLE_SPIN: Duration = Duration::from_micros(100);
 
 /// What the server counts.
 #[derive(Clone, Copy, Debug, Default, serde::Serialize)]

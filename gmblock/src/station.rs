@@ -103,11 +103,16 @@ impl<S: Service> Station<S> {
         }
     }
 
-    /// Sleep until the link is readable or `timeout` passed.
-    pub fn wait_link(&self, timeout: Duration) {
+    /// Sleep until the link is readable or `timeout` passed — unless a packet already
+    /// waits in the NIC's link (then return at once: poll).
+    pub fn wait_link(&mut self, timeout: Duration) {
         use rustix::event::{poll, PollFd, PollFlags, Timespec};
+        if !self.port.prepare_wait() {
+            return;
+        }
         let mut fds = [PollFd::new(&self.link_fd, PollFlags::IN)];
         let ts = Timespec { tv_sec: timeout.as_secs() as i64, tv_nsec: timeout.subsec_nanos() as i64 };
         let _ = poll(&mut fds, Some(&ts));
+        self.port.end_wait();
     }
 }

@@ -370,6 +370,21 @@ impl<S: Service> RpcPort<S> {
         }
     }
 
+    /// Before the caller sleeps on the link's descriptor: whether it may (`false`: a
+    /// packet already waits in the NIC's link, so poll instead). After the sleep,
+    /// [`Self::end_wait`].
+    pub fn prepare_wait(&self) -> bool {
+        self.cpu.as_ref().is_none_or(InlineNative::prepare_wait)
+    }
+
+    /// The sleep [`Self::prepare_wait`] allowed is over; the next poll checks timeouts.
+    pub fn end_wait(&mut self) {
+        if let Some(c) = &self.cpu {
+            c.end_wait();
+        }
+        self.timeout_check_in = 0;
+    }
+
     /// Raw Trapeze send beside NetRPC (for baselines): `false` if the send ring is full.
     pub fn raw_send(&mut self, msg: &SendMsg<'_>) -> bool {
         self.node.frames.reap(|_, _| {});
