@@ -15,6 +15,13 @@
 //! - **via-ram**: the same frames in host RAM: the disk's DMA fills them, then the NIC
 //!   DMAs them out (and in, for writes) — one more crossing of host memory per byte.
 //!
+//! What the model can and cannot show: the NIC-local bank is, on this machine, a memfd
+//! in host RAM like the via-RAM frames, and the vNIC copies a send's payload into its
+//! staging from either. The two paths therefore do the same real copies; they differ in
+//! where the NIC and the disk say the bytes went (the DMA counters), not yet in memory
+//! bus traffic, MB/s or CPU. Making the direct path cheaper for real needs the vNIC to
+//! send straight from the bank instead of copying it to staging first.
+//!
 //! [`frameio`] is the only `unsafe`: I/O vectors over the frames for `preadv`/`pwritev`.
 //! The [`client`] library (and the `gmblock` command) has a station of its own, keeps a
 //! window of chunks in flight and verifies nothing itself: the tests and `gmblock verify`
