@@ -41,6 +41,9 @@ pub const REFUSED_NS: u64 = 200_000_000;
 pub enum Via {
     /// Drawn from the global LRU's plan.
     Plan,
+    /// The node that holds the page's copy already ([`Placement::keep`]): a rewrite
+    /// replaces it in place.
+    Kept,
     /// No plan, or the plan drew no usable target: the least loaded.
     Fallback,
 }
@@ -140,6 +143,18 @@ impl<const M: usize> Placement<M> {
     /// Whether `node` is a fresh target with a slot free at `now`.
     pub fn takes_puts(&self, node: u16, now: u64) -> bool {
         self.index(node).is_some_and(|i| self.fresh(i, now) && self.has_slot(i))
+    }
+
+    /// Take `node` as the target of a putpage at `now` if it is a fresh target with a slot
+    /// (counted in flight, as a pick is): the holder of the copy a rewrite replaces.
+    pub fn keep(&mut self, node: u16, now: u64) -> bool {
+        match self.index(node) {
+            Some(i) if self.fresh(i, now) && self.has_slot(i) => {
+                self.targets[i].in_flight += 1;
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Choose the target of a putpage at `now` (and count it in flight): by `lru`'s plan

@@ -317,8 +317,8 @@ pub struct Store<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const 
     phase: Phase,
     /// The label this load claims (its epoch set once the old label was read).
     label: volume::Label,
-    /// The written map: a bit per page, and each map page's generations.
-    written: S::Buf<u64>,
+    /// The floor map ([`volume`]): a floor per page, and each map page's generations.
+    floors: S::Buf<u64>,
     maps: S::Buf<volume::MapPage>,
     /// Loading's next step, or the next map write after a failed one, not before this.
     load_at: u64,
@@ -356,7 +356,7 @@ pub enum ConfigError {
 impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> Store<Io, F, S, M, Q, OPS> {
     /// The store of the volume named `identity` (a user's name, hashed: [`space_of`] gives
     /// its page space) of `pages` pages, loaded on node `me` with `members` live now. It
-    /// starts by reading the volume's label and written map ([`volume`]); requests wait
+    /// starts by reading the volume's label and floor map ([`volume`]); requests wait
     /// until then ([`Self::phase`]).
     pub fn new(cfg: StoreConfig, identity: u64, me: u16, pages: u64, members: &[u16]) -> Result<Self, ConfigError> {
         let no_memory = ConfigError::NoMemory;
@@ -377,7 +377,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
     pub const fn unloaded(
         cfg: StoreConfig,
         entries: S::Buf<Entry>,
-        written: S::Buf<u64>,
+        floors: S::Buf<u64>,
         maps: S::Buf<volume::MapPage>,
     ) -> Self {
         Store {
@@ -391,7 +391,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
             meta: 0,
             phase: Phase::Refused(StoreError::NotThisVolume),
             label: volume::Label { identity: 0, pages: 0, replicas: cfg.replicas, epoch: 1, owner: 0 },
-            written,
+            floors,
             maps,
             load_at: 0,
             meta_check: false,
@@ -433,10 +433,10 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         // What earlier loads left of the meta pages is unknown until read.
         let first_meta = usize::try_from(pages).unwrap_or(usize::MAX).saturating_mul(usize::from(cfg.replicas));
         for e in entries.iter_mut().skip(first_meta) {
-            e.replica = record::Replica::Unknown;
+            *e = Entry::UNKNOWN;
         }
-        let words = usize::try_from(pages.div_ceil(64)).map_err(|_| ConfigError::NoMemory)?;
-        let written = S::buf(words, 0u64).ok_or(ConfigError::NoMemory)?;
+        let floors =
+            S::buf(usize::try_from(pages).map_err(|_| ConfigError::NoMemory)?, 0u64).ok_or(ConfigError::NoMemory)?;
         let maps = S::buf(usize::try_from(meta - 1).map_err(|_| ConfigError::NoMemory)?, volume::MapPage::default())
             .ok_or(ConfigError::NoMemory)?;
         let mut placement = Placement::new(u32::MAX);
@@ -451,7 +451,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         self.meta = meta;
         self.phase = Phase::Label;
         self.label = volume::Label { identity, pages, replicas: cfg.replicas, epoch: 1, owner: me };
-        self.written = written;
+        self.floors = floors;
         self.maps = maps;
         self.load_at = 0;
         self.meta_check = false;

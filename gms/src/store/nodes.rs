@@ -17,6 +17,8 @@ pub struct NodeSet(u64);
 
 impl NodeSet {
     pub const EMPTY: NodeSet = NodeSet(0);
+    /// Every node id there can be.
+    pub const ALL: NodeSet = NodeSet(u64::MAX);
 
     /// `node`, if the store covers it.
     pub const fn check(node: u16) -> Result<u16, NodeOutOfRange> {

@@ -132,8 +132,9 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
                 Replica::Held { version, .. } | Replica::Lost { version } => {
                     (Clock::generation_start(version), self.source(&e, asked))
                 }
-                // Nothing found of it on any member: its directory may know.
-                Replica::Unknown => (Version(1), Route::Directory),
+                // Nothing found of it on any member: its directory may know (a copy at
+                // its floor or newer: an older one is a stray).
+                Replica::Unknown => (self.floor(page).max(Version(1)), Route::Directory),
             };
             if let Req::Read(r) = &mut self.reqs[i] {
                 if r.k != k {

@@ -20,6 +20,15 @@
 //! targets of the same write's unanswered puts of `j`, and, for a replica made again at
 //! its own version, the sites it had; a member that restarts leaves every set (its
 //! memory is gone).
+//!
+//! **Strays.** A copy superseded on a member the newer write did not reach (the replica
+//! moved: its holder did not answer, refused, or failed) is not dropped there. Such
+//! members are the replica's *strays*; a reload, knowing no versions, could take a stray
+//! for the page's newest copy when the newest copies are out of reach. So a write that
+//! leaves strays raises the page's *floor* in the volume's map to its own generation
+//! before it is acknowledged ([`super::volume`]): a reload asks only for copies at the
+//! floor or newer. Rewrites keep a replica on its holder where they can, replacing its
+//! copy in place, so a floor is written only when a replica moves.
 
 use super::super::page::Version;
 use super::super::types::Answer;
@@ -59,15 +68,21 @@ impl Replica {
     }
 }
 
-/// A replica's record: its state and its sites.
+/// A replica's record: its state, its sites and its strays.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Entry {
     pub replica: Replica,
     pub sites: NodeSet,
+    /// Members that may hold a copy older than the newest this replica's page has a
+    /// floor for ([`NodeSet::ALL`]: unknown, as after a reload).
+    pub strays: NodeSet,
 }
 
 impl Entry {
-    pub const NEW: Entry = Entry { replica: Replica::Unwritten, sites: NodeSet::EMPTY };
+    pub const NEW: Entry = Entry { replica: Replica::Unwritten, sites: NodeSet::EMPTY, strays: NodeSet::EMPTY };
+
+    /// Written by an earlier load: where its copies are, and which are old, is unknown.
+    pub const UNKNOWN: Entry = Entry { replica: Replica::Unknown, sites: NodeSet::EMPTY, strays: NodeSet::ALL };
 
     /// Stored at `holder` at `version`: the copies of older writes are superseded, so
     /// their sites are no longer; the sites of copies of the same write (a replica made
@@ -75,6 +90,10 @@ impl Entry {
     pub fn stored(&mut self, holder: u16, version: Version, answer: Option<Answer>) {
         let same_write = self.replica.version().is_some_and(|v| Clock::generation(v) == Clock::generation(version));
         if !same_write {
+            // The older copies on other sites are left behind there.
+            let mut left = self.sites;
+            left.remove(holder);
+            self.strays = self.strays.union(left);
             self.sites = NodeSet::EMPTY;
         }
         self.sites.insert(holder);
@@ -93,6 +112,7 @@ impl Entry {
     pub fn gone(&mut self, node: u16, restarted: bool) {
         if restarted {
             self.sites.remove(node);
+            self.strays.remove(node);
         }
         if let Replica::Held { version, holder, .. } = self.replica {
             if holder == node {
@@ -170,6 +190,7 @@ mod tests {
         assert!(e.sites.contains(1) && e.sites.contains(2));
         e.stored(3, second, None);
         assert_eq!(e.sites, NodeSet::one(3));
+        assert_eq!(e.strays, NodeSet::of(&[1, 2]).unwrap(), "the first write's copies are left behind");
         e.gone(3, false);
         assert_eq!(e.replica, Replica::Lost { version: second });
         assert_eq!(e.sites, NodeSet::one(3), "a member declared failed may only be suspected");

@@ -1,19 +1,21 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! The survey: the first read of a page an earlier load wrote (its replicas `Unknown`)
 //! asks every member for every such replica before it reads, and takes the newest copy
-//! found as the page's.
+//! found at the page's floor or newer ([`super::volume`]) as the page's.
 //!
 //! Why every member: right after a reload the directories may not know the copies yet
 //! (their nodes re-register them as views settle). Why every replica: one replica's
 //! newest copy may have died, and a member may still hold a superseded copy of it (a
-//! member declared failed while it ran kept its memory and was never told to drop it);
-//! the replicas of the last acknowledged write all carry its generation or a newer one
-//! ([`super::record::Clock`]: a write's copies share a generation, whatever their puts
-//! again), so the newest generation found among them is that write or newer. A replica
-//! whose best copy is of an older generation is recorded lost at the newest: never read,
-//! and made again by re-replication, which starts at once. Nothing found anywhere: the replicas stay unknown and the read
-//! asks their directories, as it would.
-//!
+//! member declared failed while it ran kept its memory and was never told to drop it).
+//! Such a *stray* is older than the page's floor: a write that left one behind raised the
+//! floor past it before it was acknowledged ([`super::record`]). The replicas of the last
+//! acknowledged write all carry its generation or a newer one ([`super::record::Clock`]:
+//! a write's copies share a generation, whatever their puts again), so the newest
+//! generation found at the floor or newer is that write or a newer one. A replica whose
+//! best copy is of an older generation is recorded lost at the newest: never read, and
+//! made again by re-replication, which starts at once. Nothing found anywhere: the
+//! replicas stay unknown and the read asks their directories, as it would.
+
 //! A *sweep* is the same round for a page whose copies the store knew of but nobody has
 //! any more, before a read calls it lost: every member is asked for every replica at its
 //! recorded write or newer, and a copy found is recorded where it is.
@@ -59,9 +61,11 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         }
         let into = if meta { Data::Meta(page - self.pages) } else { Data::Request };
         let route = Route::Holder { node, answer: None };
-        // A sweep wants the recorded write or a newer one; a survey, any copy.
+        // A sweep wants the recorded write or a newer one; a survey, any copy at the
+        // page's floor or newer (an older one is a stray, [`super::record`]).
+        let floor = self.floor(page).max(Version(1));
         let at_least =
-            self.entry(page, replica).and_then(|e| e.replica.version()).map_or(Version(1), Clock::generation_start);
+            self.entry(page, replica).and_then(|e| e.replica.version()).map_or(floor, Clock::generation_start);
         Some(IssueKind::Get { page: self.page_id(page, replica), at_least, route, into })
     }
 

@@ -160,9 +160,12 @@ fn fewer_members_than_replicas_refuses_the_write_unless_degraded_writes_are_aske
     let ops = net.issue(&mut s, 0);
     assert_eq!(ops.len(), 1);
     stored(&mut s, 0, ops[0].0, &ops[0].1);
+    // The floor map's page went out as the volume was made: its floor goes next.
+    assert!(net.issue(&mut s, 0).is_empty());
     assert_eq!(done(&mut s), Some((2, Outcome::Written { copies: 1 })));
-    // The label, the written map's page and the user's page: each with one copy.
-    assert_eq!(s.stats.under_replicated, 3);
+    // The label, the floor map's page (as made, then with the page's floor) and the
+    // user's page: each with one copy.
+    assert_eq!(s.stats.under_replicated, 4);
     // The replica left out must never be read as current: it is recorded lost.
     assert!(matches!(s.entry(0, 1).unwrap().replica, record::Replica::Lost { .. }));
 }
@@ -347,9 +350,12 @@ fn after_a_reload_a_written_page_with_no_copy_fails_and_an_unwritten_one_is_zero
     assert!(net.issue(&mut s, 0).is_empty());
     assert_eq!(done(&mut s), Some((30, Outcome::Zero)));
     s.read(0, 1, 10).unwrap();
+    let floor = s.floor(1);
+    assert!(floor > Version(1), "the first load's write set the page's floor");
     let d = until_done(&mut s, &mut net, 0, |_, i| {
-        // Each member is asked for an earlier load's copy, then the directory.
-        assert!(matches!(i.kind, IssueKind::Get { at_least: Version(1), .. }));
+        // Each member is asked for an earlier load's copy at the floor or newer, then
+        // the directory.
+        assert!(matches!(i.kind, IssueKind::Get { at_least, .. } if at_least == floor));
         miss()
     });
     assert_eq!(d, (10, Outcome::Failed(StoreError::Lost)), "never zeros for a written page");
@@ -567,7 +573,7 @@ fn before_a_page_is_called_lost_every_member_is_asked_for_it() {
 
 #[test]
 fn a_meta_page_whose_every_copy_died_is_written_again_from_the_loaded_volume() {
-    // One copy of each page on two members: the label and the written map live on one
+    // One copy of each page on two members: the label and the floor map live on one
     // of them each. Whichever holds the label dies (its memory with it) while the volume
     // is loaded; the load knows both pages and writes them again on the survivor, so a
     // reload there still finds the volume: its written pages are not taken for zeros,
@@ -603,4 +609,37 @@ fn a_meta_page_whose_every_copy_died_is_written_again_from_the_loaded_volume() {
     assert_eq!(b.phase(), Phase::Ready);
     assert!(b.label_found() && b.epoch() > a.epoch(), "the reload found the volume");
     assert!((0..6).all(|p| b.is_written(p)) && !b.is_written(6));
+}
+
+#[test]
+fn a_rewrite_keeps_each_replica_on_its_holder_and_a_moved_one_raises_the_floor_first() {
+    let mut s = store(StoreConfig::default(), &[1, 2, 3, 4]);
+    let mut net = Net::new();
+    let first = write_all(&mut s, &mut net, 3, 1);
+    let floor = s.floor(3);
+    // A rewrite replaces the copies in place: no strays, no map write.
+    let again = write_all(&mut s, &mut net, 3, 2);
+    assert_eq!(first, again, "each replica put again on its holder");
+    assert_eq!(s.floor(3), floor);
+    // Replica 0's holder does not answer: it moves, and its old copy is a stray.
+    s.write(20, 3, 3).unwrap();
+    let ops = net.issue(&mut s, 20);
+    for (op, i) in &ops {
+        if s.replica_of(page_of(i)) == 0 {
+            s.handle_put(20, *op, page_of(i), PutResult::Failed, None);
+        } else {
+            stored(&mut s, 20, *op, i);
+        }
+    }
+    let moved = net.issue(&mut s, 20);
+    assert_eq!(moved.len(), 1);
+    let (op, i) = moved[0];
+    assert_ne!(put_target(&i), first[0], "not the holder that did not answer");
+    stored(&mut s, 20, op, &i);
+    assert_eq!(s.poll_done(), None, "the ack waits for the map page with the raised floor");
+    net.issue(&mut s, 20);
+    assert_eq!(done(&mut s), Some((3, Outcome::Written { copies: 2 })));
+    let IssueKind::Put { version, .. } = i.kind else { panic!() };
+    assert_eq!(s.floor(3), record::Clock::generation_start(version), "floor at the moving write");
+    assert!(s.entry(3, 0).unwrap().strays.is_empty(), "strays below the floor are forgotten");
 }

@@ -8,11 +8,14 @@
 //!   ([`StoreError::IdentityInUse`]) or the volume would shrink or change its replica count
 //!   ([`StoreError::NotThisVolume`]; it may grow), and claims it with the next epoch: every version
 //!   this load writes is above every version an earlier load wrote ([`super::record::Clock`]);
-//! - the **written map** (meta pages 1..): a bit per page, set before a write of a page
-//!   never written is acknowledged (the write waits for its map page to be stored), so
-//!   that after a reload a written page whose every copy died fails instead of reading as
-//!   zeros, and a page never written still reads as zeros without the network. A map page
-//!   that cannot be read at load counts every page it covers as written.
+//! - the **floor map** (meta pages 1..): per page, a version below which its copies
+//!   are strays ([`super::record`]; 0: never written). A write of a page never written
+//!   sets it before it is acknowledged (the write waits for its map page to be stored),
+//!   and so does a write that leaves strays ([`Store::settle_write`](super::Store)). So
+//!   after a reload a written page whose every copy died fails instead of reading as
+//!   zeros, a page never written still reads as zeros without the network, and no copy
+//!   older than the floor is taken for the page's. A map page that cannot be read at
+//!   load counts every page it covers as written, at floor 1 (any copy).
 //!
 //! Meta pages are volume pages past the user's: the same replicated writes and reads,
 //! retries, sites and repair; their GMS page numbers count down from `u64::MAX`, so a
@@ -32,17 +35,15 @@
 //! map are the volume's.
 //!
 //! Limits: with every copy of the label gone while no load held the volume, a load starts
-//! the volume afresh: the written map is gone with the label, so the pages the earlier
-//! loads wrote read as zeros, and a copy they left may outlive the first writes of the new
-//! load. A copy of the newest
-//! acknowledged write of a page, all of whose copies died, may be followed after a reload
-//! by an older copy a member kept (the reload takes the newest copy it finds): the store
-//! keeps a bit per page in the cluster, not each page's acknowledged generation.
+//! the volume afresh: the floor map is gone with the label, so the pages the earlier loads
+//! wrote read as zeros, and a copy they left may outlive the first writes of the new load.
+//! A map page is itself found as its newest copy a reload can reach: one whose newer
+//! copies are all out of reach gives older floors.
 
 use super::StoreError;
 
-/// "TPZVOL" and the layout version.
-const MAGIC: u64 = 0x0001_4c4f_565a_5054;
+/// "TPZVOL" and the layout version (2: a floor per page, not a bit).
+const MAGIC: u64 = 0x0002_4c4f_565a_5054;
 /// Bytes of an encoded label.
 pub const LABEL_BYTES: usize = 40;
 
@@ -107,12 +108,12 @@ impl Label {
 }
 
 /// Meta pages a volume of `pages` pages needs with `page_bytes`-byte pages: the label and
-/// one map page per `page_bytes * 8` pages.
+/// one map page per `page_bytes / 8` pages (a floor of 8 bytes each).
 pub const fn meta_pages(pages: u64, page_bytes: u32) -> u64 {
-    1 + pages.div_ceil(page_bytes as u64 * 8)
+    1 + pages.div_ceil(page_bytes as u64 / 8)
 }
 
-/// A map page's state: `set` counts the bits set in it (a generation), `stored` the
+/// A map page's state: `set` counts the floors raised in it (a generation), `stored` the
 /// generation its last stored copy holds, `writing` the one on its way.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MapPage {
@@ -146,17 +147,18 @@ mod tests {
         assert_eq!(l.admit(&Label { pages: 2000, ..l }, 1, |_| false), Ok(()), "a volume may grow");
         assert_eq!(l.admit(&Label { pages: 500, ..l }, 1, |_| false), Err(StoreError::NotThisVolume));
         assert_eq!(l.admit(&Label { replicas: 1, ..l }, 1, |_| false), Err(StoreError::NotThisVolume));
-        assert_eq!(meta_pages(32768, 4096), 2);
-        assert_eq!(meta_pages(32769, 4096), 3);
+        assert_eq!(meta_pages(512, 4096), 2);
+        assert_eq!(meta_pages(513, 4096), 3);
     }
 }
 
 mod load {
-    //! Loading a volume and keeping its written map, as the store's steps.
+    //! Loading a volume and keeping its floor map, as the store's steps.
 
     use super::super::super::net::storage::Storage;
+    use super::super::super::page::Version;
     use super::super::read::ReadReq;
-    use super::super::record::{Clock, Replica};
+    use super::super::record::{Clock, Entry, Replica};
     use super::super::write::WriteReq;
     use super::super::{Outcome, Owner, Phase, Req, Store, StoreError};
     use super::Label;
@@ -223,13 +225,14 @@ mod load {
             }
             let per = self.map_words();
             let first = usize::try_from(m - 1).unwrap_or(usize::MAX).saturating_mul(per);
-            for (j, w) in self.written.iter_mut().skip(first).take(per).enumerate() {
+            for (j, w) in self.floors.iter_mut().skip(first).take(per).enumerate() {
                 if let Some(b) = bytes.get(j * 8..j * 8 + 8).and_then(|b| <[u8; 8]>::try_from(b).ok()) {
-                    *w |= u64::from_le_bytes(b);
+                    *w = (*w).max(u64::from_le_bytes(b));
                 }
             }
         }
 
+        /// Floors per map page.
         fn map_words(&self) -> usize {
             self.cfg.page_bytes as usize / 8
         }
@@ -242,7 +245,7 @@ mod load {
             }
             let per = self.map_words();
             let first = usize::try_from(m - 1).unwrap_or(usize::MAX).saturating_mul(per);
-            for (w, out) in self.written.iter().skip(first).take(per).zip(buf.chunks_exact_mut(8)) {
+            for (w, out) in self.floors.iter().skip(first).take(per).zip(buf.chunks_exact_mut(8)) {
                 out.copy_from_slice(&w.to_le_bytes());
             }
         }
@@ -259,10 +262,11 @@ mod load {
                 (Phase::Label, Outcome::Failed(StoreError::Lost)) if self.label_nowhere() => self.phase = Phase::Claim,
                 (Phase::Map { .. }, Outcome::Read { .. }) => self.phase = self.after_map(m),
                 (Phase::Map { .. }, Outcome::Failed(_)) => {
-                    // Which of its pages were written is lost: all of them count as written.
+                    // Which of its pages were written is lost: all of them count as written,
+                    // any copy of them as theirs.
                     let per = self.map_words();
                     let first = usize::try_from(m - 1).unwrap_or(usize::MAX).saturating_mul(per);
-                    self.written.iter_mut().skip(first).take(per).for_each(|w| *w = u64::MAX);
+                    self.floors.iter_mut().skip(first).take(per).for_each(|w| *w = (*w).max(1));
                     self.phase = self.after_map(m);
                 }
                 (Phase::Claim, Outcome::Written { .. }) => self.ready(),
@@ -330,10 +334,7 @@ mod load {
             let first =
                 usize::try_from(self.pages).unwrap_or(usize::MAX).saturating_mul(usize::from(self.cfg.replicas));
             for e in self.entries.iter_mut().skip(first) {
-                *e = super::super::record::Entry {
-                    replica: Replica::Unknown,
-                    sites: super::super::nodes::NodeSet::EMPTY,
-                };
+                *e = Entry::UNKNOWN;
             }
             self.phase = Phase::Label;
         }
@@ -364,15 +365,27 @@ mod load {
             }
         }
 
-        /// The volume is this load's: pages the map says were written are known as such.
+        /// The volume is this load's: pages the map says were written are known as such,
+        /// their copies' places unknown. The map pages no earlier load wrote (a new
+        /// volume's, a grown one's new ones) are written now, all floors 0, so that a
+        /// reload tells a map page never written from one whose every copy died.
         fn ready(&mut self) {
+            let had = if self.label_found {
+                usize::try_from(super::meta_pages(self.pages_before.min(self.pages), self.cfg.page_bytes) - 1)
+                    .unwrap_or(usize::MAX)
+            } else {
+                0
+            };
+            for p in self.maps.iter_mut().skip(had) {
+                p.set = p.set.max(p.stored + 1);
+            }
             let r = usize::from(self.cfg.replicas);
             for p in 0..self.pages {
                 if self.is_written(p) {
                     let i = usize::try_from(p).unwrap_or(usize::MAX).saturating_mul(r);
                     for e in self.entries.iter_mut().skip(i).take(r) {
                         if e.replica == Replica::Unwritten {
-                            e.replica = Replica::Unknown;
+                            *e = Entry::UNKNOWN;
                         }
                     }
                 }
@@ -388,19 +401,25 @@ mod load {
 
         /// Whether volume page `page` was ever written (by this load or an earlier one).
         pub fn is_written(&self, page: u64) -> bool {
-            let w = usize::try_from(page / 64).unwrap_or(usize::MAX);
-            self.written.get(w).is_some_and(|w| w & (1 << (page % 64)) != 0)
+            self.floor(page) != Version(0)
         }
 
-        /// Set `page`'s bit; `Some`: it was clear, and the map page must be stored at the
-        /// returned generation before a write of the page is acknowledged.
-        pub(in super::super) fn mark_written(&mut self, page: u64) -> Option<super::super::write::MapWait> {
-            if self.is_written(page) {
+        /// Volume page `page`'s floor: copies older than it are strays (0: never written;
+        /// meta pages have none).
+        pub fn floor(&self, page: u64) -> Version {
+            let i = usize::try_from(page).unwrap_or(usize::MAX);
+            Version(self.floors.get(i).copied().unwrap_or(0))
+        }
+
+        /// Raise `page`'s floor to `v`; `Some`: it was lower, and the map page must be
+        /// stored at the returned generation before the write is acknowledged.
+        pub(in super::super) fn raise_floor(&mut self, page: u64, v: Version) -> Option<super::super::write::MapWait> {
+            let f = self.floors.get_mut(usize::try_from(page).ok()?)?;
+            if *f >= v.0 {
                 return None;
             }
-            let w = usize::try_from(page / 64).ok()?;
-            *self.written.get_mut(w)? |= 1 << (page % 64);
-            let m = 1 + page / (u64::from(self.cfg.page_bytes) * 8);
+            *f = v.0;
+            let m = 1 + page / (u64::from(self.cfg.page_bytes) / 8);
             let p = self.maps.get_mut(usize::try_from(m - 1).ok()?)?;
             p.set += 1;
             Some(super::super::write::MapWait::Until { m, gen: p.set })
@@ -418,7 +437,7 @@ mod load {
         }
 
         /// Write again every meta page with no copy on a live member (after a member
-        /// failed or restarted): a loaded volume's label and written map are this load's
+        /// failed or restarted): a loaded volume's label and floor map are this load's
         /// own, so it writes them from memory where no copy is left to make them again
         /// from. Else a reload would find no label and start the volume afresh (every
         /// written page read as zeros), or no map page and take every page it covers for

@@ -11,11 +11,11 @@
 use super::super::epochs::Lru;
 use super::super::net::storage::Storage;
 use super::super::page::Version;
-use super::super::placement::Outcome as Placed;
+use super::super::placement::{Outcome as Placed, Via};
 use super::super::replica::MAX_REPLICAS;
 use super::super::types::{Answer, PutResult};
 use super::nodes::{NodeSet, MAX_NODE};
-use super::record::Replica;
+use super::record::{Clock, Replica};
 use super::{Data, Issue, IssueKind, Outcome, Owner, Phase, Req, Store, StoreError};
 
 /// Rounds a put waits while every member may hold another replica's newest data.
@@ -125,9 +125,14 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
             if w.map == MapWait::Unchecked {
                 w.map = MapWait::Clear;
                 let page = w.page;
-                if let Some(wait) = self.mark_written(page) {
+                if !self.is_written(page) {
+                    // A page never written gets its floor beside the puts: nothing
+                    // acknowledged can be left below it.
+                    let v = self.clock.tick();
+                    let wait = self.raise_floor(page, Clock::generation_start(v));
                     if let Req::Write(w) = &mut self.reqs[i] {
-                        w.map = wait;
+                        w.version = Some(v);
+                        w.map = wait.unwrap_or(MapWait::Clear);
                     }
                 }
             }
@@ -145,14 +150,16 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
             return None;
         }
         let avoid = self.avoid(i, page, k, now)?;
-        let mut list = [0u16; MAX_NODE as usize + 1];
-        let n = avoid.iter().zip(list.iter_mut()).map(|(a, l)| *l = a).count();
-        let Some((target, via)) = self.placement.pick_avoiding(now, lru, coord, &list[..n]) else {
+        let Some((target, via)) = self.kept(i, page, k, avoid, now).or_else(|| {
+            let mut list = [0u16; MAX_NODE as usize + 1];
+            let n = avoid.iter().zip(list.iter_mut()).map(|(a, l)| *l = a).count();
+            self.placement.pick_avoiding(now, lru, coord, &list[..n])
+        }) else {
             // Every target clear of the others is at its cap or refused lately.
             self.delay(i, k, now);
             return None;
         };
-        if via == super::super::placement::Via::Plan {
+        if via == Via::Plan {
             self.stats.puts_by_plan += 1;
         }
         let (shared, last) = match &self.reqs[i] {
@@ -171,6 +178,17 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         }
         let data = if meta { Data::Meta(page - self.pages) } else { Data::Request };
         Some(IssueKind::Put { page: self.page_id(page, k), version, target, data })
+    }
+
+    /// Replica `k`'s holder, if write `i` may put it there again: a live member clear of
+    /// `avoid` that this write reached so far and that takes puts. A rewrite in place
+    /// leaves no older copy behind ([`super::record`]: strays).
+    fn kept(&mut self, i: usize, page: u64, k: u8, avoid: NodeSet, now: u64) -> Option<(u16, Via)> {
+        let Req::Write(w) = &self.reqs[i] else { return None };
+        let unanswered = w.unanswered[usize::from(k)];
+        let h = self.entry(page, k)?.replica.holder()?;
+        let ok = self.members.contains(h) && !avoid.contains(h) && !unanswered.contains(h);
+        (ok && self.placement.keep(h, now)).then_some((h, Via::Kept))
     }
 
     /// The members replica `k`'s put keeps clear of (`None`: it waits, or was skipped).
@@ -337,6 +355,9 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
             Some(e) => Outcome::Failed(e),
             None if w.puts[..r].iter().all(|p| matches!(p, Put::Stored { .. } | Put::Skipped)) => {
                 let copies = w.puts[..r].iter().filter(|p| matches!(p, Put::Stored { .. })).count() as u8;
+                if !self.past_strays(i) {
+                    return;
+                }
                 Outcome::Written { copies }
             }
             None => return,
@@ -349,5 +370,35 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         if let Req::Write(w) = core::mem::replace(&mut self.reqs[i], Req::Free) {
             self.finish_req(i, w.io, w.page, outcome, 0);
         }
+    }
+
+    /// Whether user write `i`, every replica stored, may be acknowledged as far as strays
+    /// go ([`super::record`]): none of its page's replicas left older copies behind, or
+    /// the page's floor is stored at the write's generation. Else the floor is raised and
+    /// the write waits for its map page.
+    fn past_strays(&mut self, i: usize) -> bool {
+        let Req::Write(w) = &self.reqs[i] else { return true };
+        let (page, version) = (w.page, w.version);
+        let Some(floor) = version.filter(|_| matches!(w.io, Owner::User(_))).map(Clock::generation_start) else {
+            return true;
+        };
+        let r = self.cfg.replicas;
+        if (0..r).all(|k| self.entry(page, k).is_none_or(|e| e.strays.is_empty())) {
+            return true;
+        }
+        if let Some(wait) = self.raise_floor(page, floor) {
+            if let Req::Write(w) = &mut self.reqs[i] {
+                w.map = wait;
+            }
+            return false;
+        }
+        // The floor is at the write or above and stored (the map wait passed): the
+        // older copies are strays a reload never takes.
+        for k in 0..r {
+            if let Some(at) = self.at(page, k) {
+                self.entries[at].strays = NodeSet::EMPTY;
+            }
+        }
+        true
     }
 }
