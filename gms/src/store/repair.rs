@@ -18,7 +18,7 @@ use super::super::page::Version;
 use super::super::placement::Outcome as Placed;
 use super::super::types::{Answer, GetResult, PutResult};
 use super::nodes::{NodeSet, MAX_NODE};
-use super::record::Replica;
+use super::record::{Clock, Replica};
 use super::{Data, Finished, IssueKind, Req, Route, Store};
 
 /// Pages one call looks at, at most (bounds the time a call takes on a large volume).
@@ -133,13 +133,20 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         };
     }
 
-    /// A lost replica of `page`, a held one to copy it from, and a member to put it on
-    /// (one clear of every site of the page's other replicas), if it has all three.
+    /// A lost replica of `page`, a held one of its write or a newer one to copy it from,
+    /// and a member to put it on (one clear of every site of the page's other replicas),
+    /// if it has all three.
     fn repairable(&self, page: u64) -> Option<(u8, u8)> {
         let r = self.cfg.replicas;
         let lost = self.lost_replica(page)?;
+        let want = self.entry(page, lost).and_then(|e| e.replica.version()).map_or(0, Clock::generation);
         let from = (0..r).find(|&k| {
-            self.entry(page, k).and_then(|e| e.replica.holder()).is_some_and(|h| self.members.contains(h))
+            self.entry(page, k).is_some_and(|e| match e.replica {
+                Replica::Held { version, holder, .. } => {
+                    self.members.contains(holder) && Clock::generation(version) >= want
+                }
+                _ => false,
+            })
         })?;
         (!self.members.within(self.repair_avoid(page, lost))).then_some((lost, from))
     }
@@ -234,8 +241,13 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
             GetResult::Hit { frame, version, .. } => {
                 let Req::Repair(r) = &self.reqs[i] else { return false };
                 // Not below the version recorded for the replica made again (its
-                // directory may keep that one as a floor).
+                // directory may keep that one as a floor); and never an older write's
+                // data under it: a copy of an older generation cannot make it again.
                 let floor = self.entry(r.page, r.lost).and_then(|e| e.replica.version());
+                if floor.is_some_and(|f| Clock::generation(f) > Clock::generation(version)) {
+                    self.repair_ended(i, false);
+                    return false;
+                }
                 let version = Some(floor.map_or(version, |f| f.max(version)));
                 if let Req::Repair(r) = &mut self.reqs[i] {
                     r.step = Step::Put { frame, tries: 0, not_before: now, version };

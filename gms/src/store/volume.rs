@@ -495,11 +495,13 @@ mod load {
             }
             for c in 0..self.maps.len() {
                 let p = self.maps[c];
-                if p.set <= p.stored || p.writing.is_some() {
+                let page = self.pages + 1 + c as u64;
+                // A repair of the page runs to its end first: its put would land beside
+                // this write's (the store makes one request on a page at a time).
+                if p.set <= p.stored || p.writing.is_some() || !self.page_free(page, true) {
                     continue;
                 }
                 let Some(slot) = self.free_slot() else { return };
-                let page = self.pages + 1 + c as u64;
                 self.reqs[slot] =
                     Req::Write(WriteReq::new(Owner::Meta, page, now.saturating_add(self.cfg.write_window_ns)));
                 self.maps[c].writing = Some(p.set);
