@@ -13,7 +13,10 @@
 //! a write's copies share a generation, whatever their puts again), so the newest
 //! generation found at the floor or newer is that write or a newer one. A replica whose
 //! best copy is of an older generation is recorded lost at the newest: never read, and
-//! made again by re-replication, which starts at once. Nothing found anywhere: the
+//! made again by re-replication, which starts at once. The label is the exception: an
+//! older label is still the volume's (a newer claim whose copies died never reached
+//! `Ready`, or the epochs it used are skipped: the load claims one above every label
+//! copy it saw). Nothing found anywhere: the
 //! replicas stay unknown and the read asks their directories, as it would.
 
 //! A *sweep* is the same round for a page whose copies the store knew of but nobody has
@@ -113,8 +116,13 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
                 }
                 Replica::Unwritten => continue,
             }
+            // An older label is still the volume's label: the load claims an epoch above
+            // every one it saw ([`super::volume`]).
+            let label = page == self.pages;
             match found {
-                Some((v, holder)) if Clock::generation(v) == generation => self.entries[at].stored(holder, v, None),
+                Some((v, holder)) if label || Clock::generation(v) == generation => {
+                    self.entries[at].stored(holder, v, None)
+                }
                 _ => {
                     let base = Version(generation << RETRY_BITS);
                     self.entries[at].replica = Replica::Lost { version: base };

@@ -213,7 +213,14 @@ mod load {
                         Ok(()) => {
                             self.label_found = true;
                             self.pages_before = old.pages;
-                            self.label.epoch = old.epoch.saturating_add(1);
+                            // Above the label read and every other copy of one seen (a
+                            // newer claim whose copies died may have written).
+                            let seen = (0..self.cfg.replicas)
+                                .filter_map(|k| self.entry(self.pages, k)?.replica.version())
+                                .map(Clock::epoch_of)
+                                .max()
+                                .unwrap_or(0);
+                            self.label.epoch = old.epoch.max(seen).saturating_add(1);
                             self.clock = Clock::new(self.label.epoch);
                             Phase::Label
                         }
