@@ -15,7 +15,8 @@
 //!   acknowledged never does;
 //! * a read may fail only when no member that is up holds a copy of acknowledged-or-newer
 //!   data (every such copy died with its node), or, as unavailability, while the network
-//!   was cut during the read or while every node holding one is declared failed at the
+//!   was cut during the read, while the writer itself was declared failed at the others
+//!   (they refuse its requests), or while every node holding one is declared failed at the
 //!   others though it runs (suspected: GMS serves nothing from outside the view);
 //! * a write is acknowledged only when two distinct nodes took a copy of it.
 //!
@@ -169,7 +170,8 @@ struct Req {
     /// A write's id; a read's: the newest write acknowledged when it was issued.
     write: Option<u32>,
     acked_at_issue: Option<u32>,
-    /// A partition was on at some point while it ran.
+    /// A partition was on at some point while it ran, or the writer was declared failed
+    /// at the others (they refuse it, as if cut off).
     cut: bool,
 }
 
@@ -462,7 +464,7 @@ impl Checker {
         let io = self.next_io;
         if self.store.read(self.sim.clock.now(), page, io).is_ok() {
             let acked_at_issue = self.acked.get(&page).copied();
-            let cut = self.sim.net.sides().is_some();
+            let cut = self.sim.net.sides().is_some() || self.suspected == Some(WRITER);
             self.reqs.insert(io, Req { page, write: None, acked_at_issue, cut });
         }
     }
@@ -491,6 +493,9 @@ impl Checker {
         self.sim.suspect(n);
         if n != WRITER {
             self.store.handle_member(self.sim.clock.now(), Event::Failed(n));
+        } else {
+            // The others serve nothing to a node outside their view: as a partition.
+            self.mark_cut();
         }
         self.suspected = Some(n);
     }

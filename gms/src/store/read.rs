@@ -184,11 +184,13 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         let unknown = entries().any(|e| e.replica == Replica::Unknown);
         // A site of it is a member declared failed that may be heard again.
         let departed = entries().any(|e| !e.sites.intersect(self.departed).is_empty());
+        // A member asked did not answer, or refused this node as outside its view (this
+        // node may be suspected, and admitted again): nothing is proven yet.
         let silent = matches!(&self.reqs[i], Req::Read(r) if r.silent || r.survey.unanswered);
         let outcome = if !written {
             self.stats.zero_reads += 1;
             Outcome::Zero
-        } else if (alive || unknown || departed) && pass + 1 < self.cfg.read_passes {
+        } else if (alive || unknown || departed || silent) && pass + 1 < self.cfg.read_passes {
             if let Req::Read(r) = &mut self.reqs[i] {
                 r.pass += 1;
                 r.silent = false;
