@@ -60,7 +60,9 @@ fn free_port(taken: &[u16]) -> u16 {
 /// Start a daemon (stderr to `log`) and wait until its socket answers `gms stat`.
 fn start(d: &mut Daemons, node: u16, port: u16, peers: &[(u16, u16)], sock: &Path, log: PathBuf) {
     let mut cmd = gmsd();
+    // A volume's floor map (8 bytes a page) stays well inside the 1 MiB budgets.
     cmd.args(["--node", &node.to_string(), "--listen", &format!("127.0.0.1:{port}"), "--budget-mb", "1"])
+        .args(["--volume-pages", "8192"])
         .args(["--heartbeat-ms", "50", "--dead-after-ms", "500", "--socket"])
         .arg(sock);
     for (n, p) in peers {

@@ -313,7 +313,7 @@ fn until_done(
         now = s.poll_timeout().unwrap_or(now + 1).max(now + 1);
         s.handle_timeout(now);
     }
-    panic!("the request never ended");
+    panic!("the request never ended (now {now}, next {:?}, {:?})", s.poll_timeout(), s.phase());
 }
 
 #[test]
@@ -642,4 +642,29 @@ fn a_rewrite_keeps_each_replica_on_its_holder_and_a_moved_one_raises_the_floor_f
     let IssueKind::Put { version, .. } = i.kind else { panic!() };
     assert_eq!(s.floor(3), record::Clock::generation_start(version), "floor at the moving write");
     assert!(s.entry(3, 0).unwrap().strays.is_empty(), "strays below the floor are forgotten");
+}
+
+#[test]
+fn a_page_whose_only_holder_was_declared_failed_is_unreachable_and_the_store_does_not_spin() {
+    let mut s = store(StoreConfig { replicas: 1, ..StoreConfig::default() }, &[1]);
+    let mut net = Net::new();
+    s.write(0, 2, 1).unwrap();
+    for (op, i) in net.issue(&mut s, 0) {
+        stored(&mut s, 0, op, &i);
+    }
+    net.issue(&mut s, 0);
+    assert_eq!(done(&mut s), Some((1, Outcome::Written { copies: 1 })));
+    s.handle_member(5, Event::Failed(1));
+    s.read(6, 2, 3).unwrap();
+    let d = until_done(&mut s, &mut net, 6, |_, _| GetResult::Miss {
+        reason: MissReason::Failed(RpcError::Timeout),
+        frame: None,
+    });
+    assert_eq!(d, (3, Outcome::Failed(StoreError::Unreachable)), "node 1 may only be suspected");
+    // The label, with no copy on a live member and no member to take one, is tried again
+    // later: the store's next deadline is ahead, never one already past.
+    let now = 1_000_000_000;
+    s.handle_timeout(now);
+    assert!(net.issue(&mut s, now).is_empty());
+    assert!(s.poll_timeout().is_some_and(|t| t > now), "{:?}", s.poll_timeout());
 }

@@ -302,7 +302,7 @@ mod load {
                     }
                     for i in 0..self.reqs.len() {
                         if matches!(self.reqs[i], Req::Write(_)) {
-                            self.settle_write(i);
+                            self.settle_write(i, now);
                         }
                     }
                 }

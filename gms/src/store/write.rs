@@ -146,7 +146,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
             (w.page, k, meta)
         };
         if self.members.len() < usize::from(r) && !self.cfg.degraded_writes {
-            self.fail_write(i, StoreError::TooFewMembers);
+            self.fail_write(i, StoreError::TooFewMembers, now);
             return None;
         }
         let avoid = self.avoid(i, page, k, now)?;
@@ -216,7 +216,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         let rounds = w.rounds;
         if rounds < SITE_WAITS || self.members.within(narrow) {
             if self.cfg.degraded_writes && self.members.within(own) {
-                self.skip(i, page, k);
+                self.skip(i, page, k, now);
             } else {
                 self.delay(i, k, now);
                 if let Req::Write(w) = &mut self.reqs[i] {
@@ -230,7 +230,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
 
     /// Replica `k` is left out of a degraded write: its older copies are not current any
     /// more (a read asks for a version none of them has).
-    fn skip(&mut self, i: usize, page: u64, k: u8) {
+    fn skip(&mut self, i: usize, page: u64, k: u8, now: u64) {
         let version = self.clock.tick();
         if let Some(at) = self.at(page, k) {
             self.entries[at].replica = Replica::Lost { version };
@@ -238,7 +238,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         if let Req::Write(w) = &mut self.reqs[i] {
             w.puts[usize::from(k)] = Put::Skipped;
         }
-        self.settle_write(i);
+        self.settle_write(i, now);
     }
 
     fn delay(&mut self, i: usize, k: u8, now: u64) {
@@ -248,11 +248,11 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         }
     }
 
-    fn fail_write(&mut self, i: usize, e: StoreError) {
+    fn fail_write(&mut self, i: usize, e: StoreError, now: u64) {
         if let Req::Write(w) = &mut self.reqs[i] {
             w.fail(e);
         }
-        self.settle_write(i);
+        self.settle_write(i, now);
     }
 
     /// A put of write `i`'s replica `k` could not be sent: it goes again after the delay.
@@ -287,7 +287,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
                 let worth = self.placement.done(target, Placed::Refused, now);
                 let full = !worth && self.bump_rounds(i) >= self.cfg.full_after;
                 if full {
-                    self.fail_write(i, StoreError::NoSpace);
+                    self.fail_write(i, StoreError::NoSpace, now);
                 }
                 Put::Delayed { until: now.saturating_add(self.cfg.retry_delay_ns) }
             }
@@ -301,14 +301,14 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
                     w.unanswered[usize::from(k)].insert(target);
                 }
                 if now >= deadline {
-                    self.fail_write(i, StoreError::Unreachable);
+                    self.fail_write(i, StoreError::Unreachable, now);
                 }
                 let pause = if result == PutResult::Failed { 0 } else { self.cfg.retry_delay_ns };
                 Put::Delayed { until: now.saturating_add(pause) }
             }
             PutResult::Superseded => {
                 self.placement.done(target, Placed::Failed, now);
-                self.fail_write(i, StoreError::Superseded);
+                self.fail_write(i, StoreError::Superseded, now);
                 self.outrun_older_load(now);
                 Put::Todo
             }
@@ -316,7 +316,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         if let Req::Write(w) = &mut self.reqs[i] {
             w.puts[usize::from(k)] = next;
         }
-        self.settle_write(i);
+        self.settle_write(i, now);
     }
 
     fn bump_rounds(&mut self, i: usize) -> u8 {
@@ -334,13 +334,13 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         let Req::Write(w) = &self.reqs[i] else { return };
         let waiting = w.puts.iter().any(|p| matches!(p, Put::Todo | Put::Delayed { .. }));
         if waiting && now >= w.deadline && w.failing.is_none() {
-            self.fail_write(i, StoreError::Unreachable);
+            self.fail_write(i, StoreError::Unreachable, now);
         }
     }
 
     /// Finish write `i` if it is done: every replica stored (or skipped) and its map page
     /// stored, or failing with no put in flight.
-    pub(super) fn settle_write(&mut self, i: usize) {
+    pub(super) fn settle_write(&mut self, i: usize, now: u64) {
         let r = usize::from(self.cfg.replicas);
         let Req::Write(w) = &self.reqs[i] else { return };
         if w.in_flight() {
@@ -368,7 +368,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
             _ => {}
         }
         if let Req::Write(w) = core::mem::replace(&mut self.reqs[i], Req::Free) {
-            self.finish_req(i, w.io, w.page, outcome, 0);
+            self.finish_req(i, w.io, w.page, outcome, now);
         }
     }
 

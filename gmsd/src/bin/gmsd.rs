@@ -99,7 +99,8 @@ struct Args {
     replicas: Option<u8>,
     /// Pages of each volume this daemon writes (a client's `VOL:PAGE` is page PAGE of
     /// volume VOL; the first put into a volume opens it here, and a volume has one writer).
-    /// Its record of what was written takes about 40 bytes per page and copy.
+    /// Its record of what was written takes about 40 bytes per page and copy here, and its
+    /// floor map 8 bytes per page and copy in the cluster, stored when the volume is made.
     #[arg(long, default_value_t = gmsd::volumes::VOLUME_PAGES,
           value_parser = clap::value_parser!(u64).range(1..=1 << 24))]
     volume_pages: u64,
