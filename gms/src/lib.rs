@@ -44,7 +44,7 @@
 //!   the core itself keeps one copy per GMS page.
 //! - **The store** ([`store`]): the writer's side — a volume of pages kept as `r` replicas,
 //!   with its records, versions per disk identity, placement with site avoidance, write
-//!   and read retries, re-replication, liveness and the volume's label and written map in
+//!   and read retries, re-replication, liveness and the volume's label and floor map in
 //!   the cluster — as one sans-IO core with `poll_issue`/`handle_*`/`poll_done`, so that
 //!   every runtime and the checker drive the same policy.
 //! - **Failures**: calls time out into clean misses; a failed node's entries are removed;

@@ -102,7 +102,7 @@ fn run(a: &Args, d: &mut Daemons) -> anyhow::Result<()> {
     })?;
     let repair_secs = t_declared.elapsed().as_secs_f64();
     let remade = s.re_replicated - before.re_replicated;
-    // And the copies of the volume's meta pages (its label and written map) node 3 held.
+    // And the copies of the volume's meta pages (its label and floor map) node 3 held.
     let meta = gms::store::volume::meta_pages(gmsd::volumes::VOLUME_PAGES, PAGE_BYTES as u32);
     ensure!(
         (on_victim..=on_victim + meta).contains(&remade),

@@ -3,7 +3,7 @@
 //! `/dev/gms0` runs too) per volume, opened by the first put into it. A client's page
 //! `VOL:PAGE` is page `PAGE` of the volume whose identity is `VOL`; the store decides
 //! everything about it — placement with site avoidance, versions from the volume's own
-//! clock, retries, re-replication after a failure, and the volume's label and written map
+//! clock, retries, re-replication after a failure, and the volume's label and floor map
 //! in the cluster, so that a daemon restarted later finds what it wrote.
 //!
 //! A volume has one writer: a put into a volume another live daemon has open is refused,

@@ -35,9 +35,13 @@ fn pid(i: u64) -> PageId {
     PageId::new(VOL + i % NODES as u64, i)
 }
 
-/// Meta pages of each volume a daemon writes (its label and written map, stored beside
-/// its pages: `gms::store::volume`), at the daemon's default `--volume-pages`.
-const META: u64 = gms::store::volume::meta_pages(gmsd::volumes::VOLUME_PAGES, PAGE_BYTES as u32);
+/// Pages of each volume (`--volume-pages`): their floor maps (8 bytes a page, stored
+/// when a volume is made) stay small beside the tests' budgets of a few MiB.
+const VOLUME_PAGES: u64 = 8192;
+
+/// Meta pages of each volume a daemon writes (its label and floor map, stored beside its
+/// pages: `gms::store::volume`).
+const META: u64 = gms::store::volume::meta_pages(VOLUME_PAGES, PAGE_BYTES as u32);
 
 /// Page `page`'s contents (the vNIC runtime's shared pattern, version 0).
 fn content(page: u64) -> Vec<u8> {
@@ -102,6 +106,7 @@ fn start_budgets(tag: &str, extra: &[&str], budgets: &[u64]) -> Cluster {
     let mut daemons = Daemons::new(tag, nodes, move |n| {
         let mut cmd = over_udp(&ports, n, &["--dead-after-ms", "2000", "--op-timeout-ms", "500"]);
         cmd.args(["--budget-mb", &budgets[n as usize].to_string()]).args(&extra);
+        cmd.args(["--volume-pages", &VOLUME_PAGES.to_string()]);
         cmd
     })
     .expect("a directory for the daemons");
@@ -692,7 +697,7 @@ fn lost_copies_are_made_again() {
     });
     let repair_secs = t_kill.elapsed().as_secs_f64();
     // Every lost copy made again once: the pages', and those of the meta pages (the
-    // volumes' labels and written maps) node 3 held.
+    // volumes' labels and floor maps) node 3 held.
     let extra = s.re_replicated - on_dead;
     assert!(extra <= NODES as u64 * META, "{} copies made again for {on_dead} lost", s.re_replicated);
     // Two copies of every page on the survivors other than the writer (and of every meta

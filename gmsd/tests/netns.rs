@@ -42,7 +42,7 @@ fn pid(i: u64) -> PageId {
     PageId::new(VOL + i % WRITERS as u64, i)
 }
 
-/// Meta pages (label and written map) of each volume, at the daemons' default size.
+/// Meta pages (label and floor map) of each volume, at the daemons' default size.
 const META: u64 = gms::store::volume::meta_pages(gmsd::volumes::VOLUME_PAGES, PAGE_BYTES as u32);
 
 /// Page `page` at generation `gen`: its number and generation, then a pattern of both.
@@ -309,7 +309,7 @@ fn four_daemons_in_namespaces_lose_nothing_to_a_kill_and_the_killed_one_rejoins(
     let re_replicated: u64 = survivors.iter().map(|s| s.re_replicated).sum();
     assert!(re_replicated > 0, "no survivor made a copy again, yet node {VICTIM} held {victim_held} pages");
     // Each acknowledged page's copy made again once, and the copies of the volumes' meta
-    // pages (labels and written maps) node 3 held.
+    // pages (labels and floor maps) node 3 held.
     let on_victim = acked_on_victim.len() as u64;
     assert!(
         (on_victim..=on_victim + WRITERS as u64 * META).contains(&re_replicated),

@@ -19,9 +19,10 @@ const VOL: u64 = 11;
 const PAGES: u64 = 256;
 const NODES: u16 = 3;
 const RESTARTED: u16 = 2;
-/// Copies of the volume's meta pages (`gms::store::volume`: its label and written map,
-/// stored beside its pages, two copies each, so one on node 2) a node holds at most, an
-/// older copy of one rewritten included until its directory drops it.
+/// Copies of the volume's meta pages (`gms::store::volume`: its label and its floor map,
+/// one page at `--volume-pages 1024`, stored beside its pages, two copies each, so one on
+/// node 2) a node holds at most, an older copy of one rewritten included until its
+/// directory drops it.
 const META: u64 = 3;
 
 fn content(page: u64) -> Vec<u8> {
@@ -82,7 +83,9 @@ fn rejoined(cl: &Daemons, n: u64, remade: u64) -> Duration {
 fn a_restarted_daemon_rejoins_and_takes_puts() {
     let ports = udp_ports(NODES).expect("free UDP ports");
     let mut cl = Daemons::new("rejoin-test", NODES, move |n| {
-        over_udp(&ports, n, &["--budget-mb", "16", "--dead-after-ms", "2000", "--replicas", "2"])
+        let mut c = over_udp(&ports, n, &["--budget-mb", "16", "--dead-after-ms", "2000", "--replicas", "2"]);
+        c.args(["--volume-pages", "1024"]);
+        c
     })
     .expect("a directory for the daemons");
     for n in 0..NODES {

@@ -4,7 +4,7 @@
 //! space (`gms_disk_id=`), placement with site avoidance, versions, retries, the rule that
 //! a write is acknowledged only with all `gms_replicas` copies (unless
 //! `gms_degraded_writes=1`), reads and their fallbacks, re-replication after a failure,
-//! and the volume's label and written map, so that a reload never reads a lost page as
+//! and the volume's label and floor map, so that a reload never reads a lost page as
 //! zeros. This file keeps only what is the kernel's:
 //!
 //! * **frames** ([`send`], [`KFrames`]): a write's put is sent straight from the block

@@ -118,7 +118,7 @@ fn a_volume_on_user_space_ports_writes_reads_and_reloads() {
     let refused = other.store.read(cl.ports[1].now(), 0, Req { key: 0, data: Vec::new() });
     assert!(matches!(refused, Err((_, StoreError::IdentityInUse { owner: 0 }))));
 
-    // The volume loaded again on node 0 (a restarted runtime): its written map and
+    // The volume loaded again on node 0 (a restarted runtime): its floor map and
     // versions come from the cluster.
     let epoch = c.store.epoch();
     let mut again = Client::load(&cl, 0);

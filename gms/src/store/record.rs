@@ -46,7 +46,7 @@ pub enum Replica {
     /// or its put never completed): repaired from another replica, or a read that finds
     /// nothing newer fails.
     Lost { version: Version },
-    /// Written by an earlier load (the written map says so): version and holder unknown
+    /// Written by an earlier load (the floor map says so): version and holder unknown
     /// until it is read or written again; a read asks its directory for any version.
     Unknown,
 }

@@ -99,7 +99,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         if running >= usize::from(self.cfg.repair_in_flight) || now < self.repair.next_start || free * 4 < Q {
             return;
         }
-        // The volume's meta pages (its label and written map) too: past the user's.
+        // The volume's meta pages (its label and floor map) too: past the user's.
         let all = self.pages.saturating_add(self.meta);
         let end = p.saturating_add(SCAN_BUDGET).min(all);
         while p < end {

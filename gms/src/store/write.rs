@@ -39,7 +39,7 @@ pub(crate) enum Put {
     Skipped,
 }
 
-/// Whether a write waits for its page's bit in the written map to be stored.
+/// Whether a write waits for its page's floor in the floor map to be stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum MapWait {
     /// Not looked at yet (the volume may still be loading).
