@@ -69,6 +69,8 @@ pub struct Counters {
     pub replica_fallbacks: u64,
     /// Replicas put again from a surviving copy after their holder failed.
     pub re_replicated: u64,
+    /// The stores' puts kept on the replica's holder (a rewrite in place).
+    pub puts_kept: u64,
 }
 
 impl Counters {
@@ -209,6 +211,7 @@ impl Control {
             retries: self.counters.retries + s.retries,
             replica_fallbacks: self.counters.replica_fallbacks + s.fallbacks,
             re_replicated: s.repaired,
+            puts_kept: s.puts_kept,
             ..self.counters
         }
     }

@@ -512,6 +512,7 @@ pub fn stat(port: &GmsPort, live: &Peers, control: &Control, ds: &DaemonStats, m
         nic: Default::default(),
         puts_by_plan: port.lru.stats.puts_by_plan,
         puts_fallback: port.lru.stats.puts_fallback,
+        puts_kept: c.puts_kept,
         lru_plans: port.lru.stats.plans,
         lru_epochs_started: port.lru.stats.epochs_started,
         lru_rejected: port.lru.stats.rejected,

@@ -635,6 +635,9 @@ pub struct Stat {
     /// or the plan drew no target that takes puts).
     pub puts_by_plan: u64,
     pub puts_fallback: u64,
+    /// Putpage targets kept: the replica's holder, its copy rewritten in place.
+    #[serde(default)]
+    pub puts_kept: u64,
     /// Global-LRU plans this node adopted, epochs it started as coordinator, and LRU
     /// messages it rejected (malformed, for another epoch, or late).
     pub lru_plans: u64,

@@ -310,4 +310,5 @@ fn add(t: &mut StoreStats, s: &StoreStats) {
     t.repair_passes += s.repair_passes;
     t.repair_short += s.repair_short;
     t.puts_by_plan += s.puts_by_plan;
+    t.puts_kept += s.puts_kept;
 }

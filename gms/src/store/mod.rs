@@ -238,8 +238,10 @@ pub struct StoreStats {
     /// last one met and did not make again (0: every page it scanned has its copies).
     pub repair_passes: u64,
     pub repair_short: u64,
-    /// Of a write's puts, those whose target the global LRU's plan drew.
+    /// Of a write's puts, those whose target the global LRU's plan drew, and those kept
+    /// on the replica's holder (a rewrite in place, [`record`]: no stray left).
     pub puts_by_plan: u64,
+    pub puts_kept: u64,
 }
 
 impl StoreStats {
@@ -259,6 +261,7 @@ impl StoreStats {
         repair_passes: 0,
         repair_short: 0,
         puts_by_plan: 0,
+        puts_kept: 0,
     };
 }
 

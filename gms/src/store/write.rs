@@ -159,8 +159,10 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
             self.delay(i, k, now);
             return None;
         };
-        if via == Via::Plan {
-            self.stats.puts_by_plan += 1;
+        match via {
+            Via::Plan => self.stats.puts_by_plan += 1,
+            Via::Kept => self.stats.puts_kept += 1,
+            Via::Fallback => {}
         }
         let (shared, last) = match &self.reqs[i] {
             Req::Write(w) => (w.version, w.last[usize::from(k)]),

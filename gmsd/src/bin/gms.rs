@@ -278,8 +278,8 @@ fn table(s: &Stat) -> String {
     );
     o += &format!(
         "  global LRU: plans {}, epochs started {}, pages discarded {}; put targets by its plan {}, least \
-         loaded {}\n",
-        s.lru_plans, s.lru_epochs_started, s.pages_discarded, s.puts_by_plan, s.puts_fallback
+         loaded {}, kept on the copy's holder {}\n",
+        s.lru_plans, s.lru_epochs_started, s.pages_discarded, s.puts_by_plan, s.puts_fallback, s.puts_kept
     );
     if !s.plan_weights.is_empty() {
         let w: Vec<String> = s.plan_weights.iter().enumerate().map(|(n, w)| format!("node {n}: {w}")).collect();
