@@ -20,10 +20,10 @@ const PAGES: u64 = 256;
 const NODES: u16 = 3;
 const RESTARTED: u16 = 2;
 /// Copies of the volume's meta pages (`gms::store::volume`: its label and its floor map,
-/// one page at `--volume-pages 1024`, stored beside its pages, two copies each, so one on
-/// node 2) a node holds at most, an older copy of one rewritten included until its
-/// directory drops it.
-const META: u64 = 3;
+/// four pages at `--volume-pages 4096`, stored beside its pages, two copies each, so one
+/// of each at most on node 2) a node holds at most, an older copy of one rewritten
+/// included until its directory drops it.
+const META: u64 = 6;
 
 fn content(page: u64) -> Vec<u8> {
     page_pattern(PageId::new(VOL, page), Version(0))
@@ -84,7 +84,7 @@ fn a_restarted_daemon_rejoins_and_takes_puts() {
     let ports = udp_ports(NODES).expect("free UDP ports");
     let mut cl = Daemons::new("rejoin-test", NODES, move |n| {
         let mut c = over_udp(&ports, n, &["--budget-mb", "16", "--dead-after-ms", "2000", "--replicas", "2"]);
-        c.args(["--volume-pages", "1024"]);
+        c.args(["--volume-pages", "4096"]);
         c
     })
     .expect("a directory for the daemons");

@@ -277,8 +277,8 @@ fn table(s: &Stat) -> String {
         s.replica_fallbacks, s.re_replicated, s.re_replicate_pending
     );
     o += &format!(
-        "  global LRU: plans {}, epochs started {}, pages discarded {}; put targets by its plan {}, least \
-         loaded {}, kept on the copy's holder {}\n",
+        "  global LRU: plans {}, epochs started {}, pages discarded {}; put targets: its plan {}, least \
+         loaded {}, kept {}\n",
         s.lru_plans, s.lru_epochs_started, s.pages_discarded, s.puts_by_plan, s.puts_fallback, s.puts_kept
     );
     if !s.plan_weights.is_empty() {
