@@ -9,4 +9,17 @@
 
 use crate::Export;
 
-nbdkit::plugin!(Export { config, config_complete, after_fork, thread_model, write_at, flush, trim, can_write, can_flush, can_trim, can_fua, can_multi_conn });
+nbdkit::plugin!(Export {
+    config,
+    config_complete,
+    after_fork,
+    thread_model,
+    write_at,
+    flush,
+    trim,
+    can_write,
+    can_flush,
+    can_trim,
+    can_fua,
+    can_multi_conn
+});

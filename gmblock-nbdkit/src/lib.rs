@@ -65,7 +65,8 @@ fn errno(e: rustix::io::Errno) -> i32 {
 
 /// An error for nbdkit: its message goes to nbdkit's log, its errno to the client.
 fn fail(e: anyhow::Error) -> Error {
-    let code = if e.downcast_ref::<span::Refused>().is_some() { rustix::io::Errno::INVAL } else { rustix::io::Errno::IO };
+    let code =
+        if e.downcast_ref::<span::Refused>().is_some() { rustix::io::Errno::INVAL } else { rustix::io::Errno::IO };
     Error::new(errno(code), format!("{e:#}"))
 }
 
@@ -124,10 +125,11 @@ impl Server for Export {
 
     fn config_complete() -> Result<()> {
         let s = lock(&SETTINGS);
-        let missing: Vec<&str> = [("server", s.server.is_none()), ("node", s.node.is_none()), ("listen", s.listen.is_none())]
-            .into_iter()
-            .filter_map(|(k, m)| m.then_some(k))
-            .collect();
+        let missing: Vec<&str> =
+            [("server", s.server.is_none()), ("node", s.node.is_none()), ("listen", s.listen.is_none())]
+                .into_iter()
+                .filter_map(|(k, m)| m.then_some(k))
+                .collect();
         if !missing.is_empty() {
             return Err(config_error(format!("missing parameter(s): {}", missing.join(", "))));
         }

@@ -48,7 +48,9 @@ pub enum Refused {
 impl std::fmt::Display for Refused {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Refused::PastEnd { end: Some(e), size } => write!(f, "the range ends at {e}, past the volume's {size} bytes"),
+            Refused::PastEnd { end: Some(e), size } => {
+                write!(f, "the range ends at {e}, past the volume's {size} bytes")
+            }
             Refused::PastEnd { end: None, size } => write!(f, "the range's end overflows (volume of {size} bytes)"),
         }
     }

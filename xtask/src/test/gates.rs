@@ -10,18 +10,24 @@ use std::collections::{BTreeMap, HashMap};
 use std::process::Command;
 
 /// The prerequisites a test may name, and how to tell each is here.
-pub const PREREQS: [(&str, &str); 5] = [
+pub const PREREQS: [(&str, &str); 8] = [
     ("riscv32 target", "the riscv32imac-unknown-none-elf target of the pinned toolchain (xtask adds it)"),
     ("root", "root (network namespaces, raw sockets)"),
     ("ip", "the `ip` command (apt-get install iproute2)"),
     ("qemu", "qemu-system-x86_64 (apt-get install --no-install-recommends qemu-system-x86)"),
     ("vpclmulqdq", "a CPU with AVX-512 (F, BW) and VPCLMULQDQ"),
+    ("nbdkit", "the `nbdkit` server (apt-get install nbdkit)"),
+    ("nbdcopy", "libnbd's `nbdcopy` (apt-get install libnbd-bin)"),
+    ("qemu-img", "`qemu-img` (apt-get install qemu-utils)"),
 ];
 
 /// Packages behind the prerequisites: installed as root, named otherwise.
-const PACKAGES: [(&str, &str); 2] = [
+const PACKAGES: [(&str, &str); 5] = [
     ("qemu-system-x86", "the ivshmem test boots a real QEMU against the NIC's server"),
     ("iproute2", "the raw-Ethernet link test makes namespaces and a veth pair with `ip`"),
+    ("nbdkit", "the NBD export's tests run gmblock's nbdkit plugin in it"),
+    ("libnbd-bin", "the NBD export's tests read and write it with nbdcopy"),
+    ("qemu-utils", "the NBD export's tests convert and compare images on it with qemu-img"),
 ];
 
 fn is_root() -> bool {
@@ -39,6 +45,9 @@ pub fn available(prereq: &str) -> bool {
         "ip" => runs("ip", "-V"),
         "qemu" => runs("qemu-system-x86_64", "--version"),
         "vpclmulqdq" => has_vpclmulqdq(),
+        "nbdkit" => runs("nbdkit", "--version"),
+        "nbdcopy" => runs("nbdcopy", "--version"),
+        "qemu-img" => runs("qemu-img", "--version"),
         _ => false,
     }
 }

@@ -1,0 +1,290 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! The export as stock clients see it: gmblockd (in a thread of this process, on the UDP
+//! link) behind nbdkit running this crate's plugin, reached over NBD by Debian's
+//! `nbdcopy` and `qemu-img` (data checked by checksums, on the export and on the
+//! server's disk), and by a bare NBD client ([`nbd`]) that sends what well-behaved
+//! clients do not: unaligned ranges, a read past the end, an oversized request, a bad
+//! magic, a write cut off mid-payload, a connection dropped while its read is served.
+//! Each gets its error or closes only its own connection; the others keep being served
+//! and every acknowledged byte reads back.
+
+mod nbd;
+
+use gmblock::proto::DataPath;
+use gmblock::server::{Server, ServerConfig};
+use gmblock::station::{Placement, StationConfig};
+use nbd::Nbd;
+use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+const EINVAL: u32 = 22;
+
+fn udp_port() -> SocketAddr {
+    UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+}
+
+fn tcp_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn tmp(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("gmblock-nbdkit-{name}-{}", std::process::id()))
+}
+
+/// The plugin cargo built beside this test's binary (target/PROFILE/deps/..).
+fn plugin() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let p = exe.parent().unwrap().parent().unwrap().join("libgmblock_nbdkit.so");
+    assert!(p.exists(), "{} not built", p.display());
+    p
+}
+
+/// `len` seeded bytes (no two 512-byte sectors alike).
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    (0..len as u64).map(|i| ((i.wrapping_add(seed << 32)).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 52) as u8).collect()
+}
+
+/// FNV-1a, 64-bit: the checksum compared between what was sent and what came back.
+fn checksum(b: &[u8]) -> u64 {
+    b.iter().fold(0xcbf2_9ce4_8422_2325, |h, &x| (h ^ u64::from(x)).wrapping_mul(0x100_0000_01b3))
+}
+
+/// gmblockd in a thread: stops and is joined on drop.
+struct Gmblockd {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for Gmblockd {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn gmblockd(export: &Path, client: (u16, SocketAddr)) -> Gmblockd {
+    let addr = udp_port();
+    let station = StationConfig {
+        node: 1,
+        listen: addr,
+        peers: vec![client],
+        region_bytes: 8 << 20,
+        placement: Placement::HostRam,
+        call_timeout: Duration::from_secs(2),
+    };
+    let cfg = ServerConfig { station, export: export.to_path_buf(), read_only: false, path: DataPath::Direct };
+    let stop = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = mpsc::channel();
+    let s = stop.clone();
+    let thread = std::thread::spawn(move || match Server::open(cfg) {
+        Ok(mut server) => {
+            tx.send(Ok(())).unwrap();
+            server.run(&s);
+        }
+        Err(e) => tx.send(Err(format!("{e:#}"))).unwrap(),
+    });
+    rx.recv().unwrap().unwrap();
+    Gmblockd { addr, stop, thread: Some(thread) }
+}
+
+/// nbdkit with the plugin: killed on drop; its log kept in a file.
+struct Nbdkit {
+    child: Child,
+    port: u16,
+    log: PathBuf,
+}
+
+impl Drop for Nbdkit {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.log);
+    }
+}
+
+impl Nbdkit {
+    fn uri(&self) -> String {
+        format!("nbd://127.0.0.1:{}", self.port)
+    }
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+/// Start nbdkit on the plugin with `params`; wait until it accepts connections or exits.
+fn nbdkit(name: &str, params: &[String]) -> Result<Nbdkit, String> {
+    let port = tcp_port();
+    let log = tmp(&format!("{name}.log"));
+    let child = Command::new("nbdkit")
+        .args(["-f", "--exit-with-parent", "-i", "127.0.0.1", "-p", &port.to_string()])
+        .arg(plugin())
+        .args(params)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("nbdkit");
+    let mut k = Nbdkit { child, port, log };
+    let t = Instant::now();
+    loop {
+        if let Some(st) = k.child.try_wait().unwrap() {
+            return Err(format!("nbdkit exited ({st}): {}", k.log()));
+        }
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return Ok(k);
+        }
+        assert!(t.elapsed() < Duration::from_secs(20), "nbdkit never listened: {}", k.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A volume of `bytes` on the target directory's disk, gmblockd on it, nbdkit before it.
+fn export(name: &str, bytes: u64) -> (PathBuf, Gmblockd, Nbdkit) {
+    let vol = tmp(&format!("{name}.vol"));
+    std::fs::File::create(&vol).unwrap().set_len(bytes).unwrap();
+    let me = udp_port();
+    let server = gmblockd(&vol, (2, me));
+    let params = [format!("server=1={}", server.addr), "node=2".into(), format!("listen={me}")];
+    let k = nbdkit(name, &params).unwrap();
+    (vol, server, k)
+}
+
+fn run(cmd: &str, args: &[&str]) -> Output {
+    let out = Command::new(cmd).args(args).output().unwrap_or_else(|e| panic!("{cmd}: {e}"));
+    out
+}
+
+fn ok(cmd: &str, args: &[&str], k: &Nbdkit) {
+    let out = run(cmd, args);
+    assert!(
+        out.status.success(),
+        "{cmd} {args:?}: {}{}\nnbdkit: {}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        k.log()
+    );
+}
+
+#[test]
+#[ignore = "needs: nbdkit, nbdcopy, qemu-img — Debian's nbdkit, libnbd-bin and qemu-utils"]
+fn nbdcopy_and_qemu_img_write_and_read_the_export_with_checksums() {
+    let size = 32usize << 20;
+    let (vol, _server, k) = export("tools", size as u64);
+    let uri = k.uri();
+    let (a, b) = (tmp("a.img"), tmp("b.img"));
+    let (a_back, b_back) = (tmp("a-back.img"), tmp("b-back.img"));
+    let da = pattern(1, size);
+    let db = pattern(2, size);
+    std::fs::write(&a, &da).unwrap();
+    std::fs::write(&b, &db).unwrap();
+
+    // nbdcopy: write the whole export (several connections: multi-conn), read it back.
+    ok("nbdcopy", &[a.to_str().unwrap(), &uri], &k);
+    ok("nbdcopy", &[&uri, a_back.to_str().unwrap()], &k);
+    let back = std::fs::read(&a_back).unwrap();
+    assert_eq!(checksum(&back), checksum(&da), "nbdcopy read back other bytes than it wrote");
+    assert_eq!(checksum(&std::fs::read(&vol).unwrap()), checksum(&da), "the server's disk holds other bytes");
+
+    // qemu-img: convert into the export, compare, convert out of it.
+    ok("qemu-img", &["convert", "-n", "-f", "raw", "-O", "raw", b.to_str().unwrap(), &uri], &k);
+    ok("qemu-img", &["compare", "-f", "raw", "-F", "raw", b.to_str().unwrap(), &uri], &k);
+    let differ = run("qemu-img", &["compare", "-f", "raw", "-F", "raw", a.to_str().unwrap(), &uri]);
+    assert_eq!(differ.status.code(), Some(1), "qemu-img compare saw no difference from the old image");
+    ok("qemu-img", &["convert", "-f", "raw", "-O", "raw", &uri, b_back.to_str().unwrap()], &k);
+    assert_eq!(checksum(&std::fs::read(&b_back).unwrap()), checksum(&db), "qemu-img read back other bytes");
+    assert_eq!(checksum(&std::fs::read(&vol).unwrap()), checksum(&db), "the server's disk holds other bytes");
+    for p in [&a, &b, &a_back, &b_back, &vol] {
+        let _ = std::fs::remove_file(p);
+    }
+}
+
+#[test]
+#[ignore = "needs: nbdkit — Debian's nbdkit"]
+fn bad_requests_get_errors_and_the_server_keeps_serving_the_others() {
+    let size = 8u64 << 20;
+    let (vol, _server, k) = export("bad", size);
+    let mut good = Nbd::connect(k.port).unwrap();
+    assert_eq!(good.size, size);
+
+    // Unaligned ranges: read-modify-write at both edges, acknowledged, flushed.
+    let data = pattern(3, 10_000);
+    assert_eq!(good.write(1000, &data).unwrap(), 0);
+    let tail = pattern(4, 1 << 20);
+    assert_eq!(good.write(size - (1 << 20), &tail).unwrap(), 0);
+    assert_eq!(good.flush().unwrap(), 0);
+    assert_eq!(good.read(1000, data.len()).unwrap().unwrap(), data);
+    assert_eq!(good.read(0, 1000).unwrap().unwrap(), vec![0u8; 1000], "the bytes before the write were kept");
+
+    // Past the end: an error reply, the connection goes on.
+    assert_eq!(good.read(size - 4096, 8192).unwrap(), Err(EINVAL));
+    assert_eq!(good.read(u64::MAX - 511, 512).unwrap(), Err(EINVAL));
+    let h = good.send(nbd::WRITE, size, 4096, &[7u8; 4096]).unwrap();
+    assert_ne!(good.reply(h, &mut []).unwrap(), 0, "a write past the end was acknowledged");
+    assert_eq!(good.read(1000, data.len()).unwrap().unwrap(), data);
+
+    // An oversized read (256 MiB, more than nbdkit takes): an error reply.
+    let mut big = Nbd::connect(k.port).unwrap();
+    assert_eq!(big.read(0, 256 << 20).map(|r| r.map(|_| ())).unwrap(), Err(EINVAL));
+
+    // A malformed request (bad magic): that connection is closed, no other.
+    let mut bad = Nbd::connect(k.port).unwrap();
+    bad.send_magic(0xdead_beef, nbd::READ, 0, 4096, &[]).unwrap();
+    assert!(bad.closed(Duration::from_secs(10)), "a bad magic left the connection open");
+
+    // A write cut off mid-payload, then the connection dropped: nothing of it lands.
+    let mut cut = Nbd::connect(k.port).unwrap();
+    cut.send(nbd::WRITE, 0, 1 << 20, &[0xAB; 100_000]).unwrap();
+    drop(cut);
+    // A read of 4 MiB whose client leaves before the reply.
+    let mut gone = Nbd::connect(k.port).unwrap();
+    gone.send(nbd::READ, 0, 4 << 20, &[]).unwrap();
+    drop(gone);
+
+    std::thread::sleep(Duration::from_millis(300));
+    let mut after = Nbd::connect(k.port).unwrap();
+    assert_eq!(after.read(1000, data.len()).unwrap().unwrap(), data, "an acknowledged write was lost");
+    assert_eq!(after.read(0, 1000).unwrap().unwrap(), vec![0u8; 1000], "the cut-off write landed");
+    assert_eq!(good.read(size - (1 << 20), 1 << 20).unwrap().unwrap(), tail);
+    assert_eq!(big.read(4096, 4096).unwrap().unwrap(), &data[4096 - 1000..8192 - 1000]);
+    // And on the server's disk.
+    let disk = std::fs::read(&vol).unwrap();
+    assert_eq!(&disk[1000..11000], &data[..]);
+    assert_eq!(&disk[(size - (1 << 20)) as usize..], &tail[..]);
+    assert!(!k.log().contains("panicked"), "{}", k.log());
+    drop(k);
+    let _ = std::fs::remove_file(&vol);
+}
+
+#[test]
+#[ignore = "needs: nbdkit — Debian's nbdkit"]
+fn a_bad_command_line_or_a_silent_server_stops_nbdkit_with_the_reason() {
+    let Err(e) = nbdkit("noserver", &["node=2".into(), "listen=127.0.0.1:0".into()]) else { panic!("started") };
+    assert!(e.contains("missing parameter(s): server"), "{e}");
+    let Err(e) = nbdkit("badkey", &["colour=blue".into()]) else { panic!("started") };
+    assert!(e.contains("unknown parameter colour"), "{e}");
+    let Err(e) = nbdkit("badpeer", &["server=one".into()]) else { panic!("started") };
+    assert!(e.contains("server=one: not ID=IP:PORT"), "{e}");
+    let silent = udp_port();
+    let params =
+        [format!("server=1={silent}"), "node=2".into(), format!("listen={}", udp_port()), "timeout_ms=200".into()];
+    // nbdkit listens before it connects to gmblockd: it may accept first, then exit.
+    let log = match nbdkit("silent", &params) {
+        Err(e) => e,
+        Ok(mut k) => {
+            let t = Instant::now();
+            while k.child.try_wait().unwrap().is_none() {
+                assert!(t.elapsed() < Duration::from_secs(20), "nbdkit kept running: {}", k.log());
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            k.log()
+        }
+    };
+    assert!(log.contains("the server did not answer in time"), "{log}");
+}
