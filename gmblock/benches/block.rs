@@ -1,7 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! `cargo xtask bench block`: a sequential read of one file through gmblockd's direct
 //! path, its via-RAM path, and Debian's `nbd-server` read with `nbdcopy` (libnbd), taking
-//! turns in interleaved rounds (the order rotates each round) on one machine.
+//! turns in interleaved rounds (the order rotates each round) on one machine. Given
+//! `--plugin` (gmblock-nbdkit's `.so`), three NBD sides join, all read by `nbdcopy` with
+//! its defaults: the **export** (gmblockd on the direct path behind nbdkit running the
+//! plugin), `nbdkit memory` holding the file's bytes (copied in before the timed read),
+//! and `nbdkit file` serving the file itself. `export_over_nbdkit` is the export's MB/s
+//! over nbdkit memory's; `export_over_nbdkit_file` over nbdkit file's; `export_over_direct`
+//! over gmblock's own client on the direct path (what NBD and nbdkit cost on top).
 //!
 //! Each round evicts the file from the page cache (`posix_fadvise(DONTNEED)`) before each
 //! side, so every side reads from the disk: gmblockd with `O_DIRECT`, nbd-server through
@@ -39,6 +45,9 @@ struct Args {
     /// Directory on a disk file system for the file (default: ~/.cache/trapeze/bench).
     #[arg(long)]
     dir: Option<PathBuf>,
+    /// gmblock-nbdkit's plugin (`libgmblock_nbdkit.so`): adds the NBD export's sides.
+    #[arg(long)]
+    plugin: Option<PathBuf>,
     /// JSON lines on stdout (rounds, then the summary).
     #[arg(long)]
     json: bool,
@@ -52,6 +61,9 @@ enum Side {
     Direct,
     ViaRam,
     NbdServer,
+    Export,
+    NbdkitMemory,
+    NbdkitFile,
 }
 
 impl Side {
@@ -60,6 +72,9 @@ impl Side {
             Side::Direct => "direct",
             Side::ViaRam => "via-ram",
             Side::NbdServer => "nbd-server",
+            Side::Export => "export",
+            Side::NbdkitMemory => "nbdkit-memory",
+            Side::NbdkitFile => "nbdkit-file",
         }
     }
 }
@@ -178,17 +193,99 @@ fn run_gmblock(file: &Path, side: Side, dir: &Path) -> anyhow::Result<Figures> {
     let secs = t.elapsed().as_secs_f64();
     let cpu = cpu_of(pid)? - cpu0;
     drop(c);
-    rustix::process::kill_process(
-        rustix::process::Pid::from_raw(pid as i32).context("pid")?,
-        rustix::process::Signal::INT,
-    )?;
-    ensure!(server.0.wait()?.success(), "gmblockd failed");
-    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&stats)?)?;
-    let host = r["nic_bytes"]["host_ram"].as_u64().unwrap_or(0) + r["disk_host_ram_bytes"].as_u64().unwrap_or(0);
+    let host = stop_gmblockd(&mut server, &stats)?;
     Ok(Figures {
         mb_s: bytes as f64 / 1e6 / secs,
         cpu_s_per_gib: cpu / (bytes as f64 / f64::from(1u32 << 30)),
         host_ram_bytes_per_byte: Some(host as f64 / bytes as f64),
+    })
+}
+
+/// Stop gmblockd; the host-RAM bytes its report counts (NIC DMA and disk DMA).
+fn stop_gmblockd(server: &mut Reaped, stats: &Path) -> anyhow::Result<u64> {
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(server.0.id() as i32).context("pid")?,
+        rustix::process::Signal::INT,
+    )?;
+    ensure!(server.0.wait()?.success(), "gmblockd failed");
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(stats)?)?;
+    Ok(r["nic_bytes"]["host_ram"].as_u64().unwrap_or(0) + r["disk_host_ram_bytes"].as_u64().unwrap_or(0))
+}
+
+/// Start `nbdkit ARGS` on a free port; return once an NBD client is served (nbdinfo).
+fn nbdkit(args: &[std::ffi::OsString]) -> anyhow::Result<(Reaped, String)> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let child = Command::new("nbdkit")
+        .args(["-f", "--exit-with-parent", "-i", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .stdout(Stdio::null())
+        .spawn()
+        .context("starting nbdkit")?;
+    let mut k = Reaped(child);
+    let uri = format!("nbd://127.0.0.1:{port}");
+    let t = Instant::now();
+    loop {
+        if let Some(st) = k.0.try_wait()? {
+            bail!("nbdkit {args:?} exited: {st}");
+        }
+        if Command::new("nbdinfo")
+            .args(["--size", &uri])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()?
+            .success()
+        {
+            return Ok((k, uri));
+        }
+        ensure!(t.elapsed() < Duration::from_secs(20), "nbdkit {args:?} served no client in 20 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `nbdcopy URI null:`, timed: seconds.
+fn nbdcopy_read(uri: &str) -> anyhow::Result<f64> {
+    let t = Instant::now();
+    let out = Command::new("nbdcopy").arg(uri).arg("null:").output().context("nbdcopy")?;
+    let secs = t.elapsed().as_secs_f64();
+    ensure!(out.status.success(), "nbdcopy {uri}: {}", String::from_utf8_lossy(&out.stderr));
+    Ok(secs)
+}
+
+/// One of the NBD sides served by nbdkit, read by nbdcopy: the export (gmblockd behind the
+/// plugin), nbdkit memory (the file copied in first, untimed) or nbdkit file.
+fn run_nbdkit(file: &Path, side: Side, plugin: &Path, dir: &Path, bytes: u64) -> anyhow::Result<Figures> {
+    let mut gmblockd_run = None;
+    let args: Vec<std::ffi::OsString> = match side {
+        Side::Export => {
+            let me = udp_port();
+            let stats = dir.join("gmblock-bench-export.json");
+            let _ = std::fs::remove_file(&stats);
+            let (server, addr) = gmblockd(file, "direct", me, &stats)?;
+            gmblockd_run = Some((server, stats));
+            let p = [format!("server=1={addr}"), "node=2".into(), format!("listen={me}")];
+            std::iter::once(plugin.as_os_str().to_owned()).chain(p.into_iter().map(Into::into)).collect()
+        }
+        Side::NbdkitMemory => vec!["memory".into(), bytes.to_string().into()],
+        _ => vec!["--readonly".into(), "file".into(), file.as_os_str().to_owned()],
+    };
+    let (k, uri) = nbdkit(&args)?;
+    if side == Side::NbdkitMemory {
+        let out = Command::new("nbdcopy").arg(file).arg(&uri).output().context("nbdcopy")?;
+        ensure!(out.status.success(), "filling nbdkit memory: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let pids: Vec<u32> = std::iter::once(k.0.id()).chain(gmblockd_run.as_ref().map(|g| g.0 .0.id())).collect();
+    let cpu0: f64 = pids.iter().map(|&p| cpu_of(p)).sum::<anyhow::Result<f64>>()?;
+    let secs = nbdcopy_read(&uri)?;
+    let cpu = pids.iter().map(|&p| cpu_of(p)).sum::<anyhow::Result<f64>>()? - cpu0;
+    drop(k);
+    let host = match gmblockd_run {
+        Some((mut server, stats)) => Some(stop_gmblockd(&mut server, &stats)? as f64 / bytes as f64),
+        None => None,
+    };
+    Ok(Figures {
+        mb_s: bytes as f64 / 1e6 / secs,
+        cpu_s_per_gib: cpu / (bytes as f64 / f64::from(1u32 << 30)),
+        host_ram_bytes_per_byte: host,
     })
 }
 
@@ -248,7 +345,12 @@ fn main() -> anyhow::Result<()> {
     };
     let file = make_file(&dir, a.mib)?;
     let bytes = a.mib << 20;
-    let sides = [Side::Direct, Side::ViaRam, Side::NbdServer];
+    let mut sides = vec![Side::Direct, Side::ViaRam, Side::NbdServer];
+    if a.plugin.is_some() {
+        sides.extend([Side::Export, Side::NbdkitMemory, Side::NbdkitFile]);
+    } else {
+        eprintln!("no --plugin: the NBD export's sides are left out (cargo xtask bench block builds and passes it)");
+    }
     let mut got: Vec<(Side, Figures)> = Vec::new();
     for round in 0..a.rounds {
         for k in 0..sides.len() {
@@ -256,7 +358,8 @@ fn main() -> anyhow::Result<()> {
             evict(&file)?;
             let f = match side {
                 Side::NbdServer => run_nbd(&file, &dir, bytes)?,
-                s => run_gmblock(&file, s, &dir)?,
+                Side::Direct | Side::ViaRam => run_gmblock(&file, side, &dir)?,
+                s => run_nbdkit(&file, s, a.plugin.as_deref().context("--plugin")?, &dir, bytes)?,
             };
             let row = json!({"row": "round", "round": round, "side": side.name(), "mb_s": f.mb_s,
                 "server_cpu_s_per_gib": f.cpu_s_per_gib, "host_ram_bytes_per_byte": f.host_ram_bytes_per_byte});
@@ -272,7 +375,16 @@ fn main() -> anyhow::Result<()> {
     let mb = |s| med(s, |f| f.mb_s);
     let cpu = |s| med(s, |f| f.cpu_s_per_gib);
     let host = |s| med(s, |f| f.host_ram_bytes_per_byte.unwrap_or(f64::NAN));
-    let summary = json!({
+    let export = a.plugin.is_some().then(|| {
+        json!({"export_mb_s": mb(Side::Export), "nbdkit_memory_mb_s": mb(Side::NbdkitMemory),
+            "nbdkit_file_mb_s": mb(Side::NbdkitFile),
+            "export_over_nbdkit": mb(Side::Export) / mb(Side::NbdkitMemory),
+            "export_over_nbdkit_file": mb(Side::Export) / mb(Side::NbdkitFile),
+            "export_over_direct": mb(Side::Export) / mb(Side::Direct),
+            "nbd_server_cpu_s_per_gib": {"export_gmblockd_and_nbdkit": cpu(Side::Export),
+                "nbdkit_memory": cpu(Side::NbdkitMemory), "nbdkit_file": cpu(Side::NbdkitFile)}})
+    });
+    let mut summary = json!({
         "row": "summary", "date": rustix::time::clock_gettime(rustix::time::ClockId::Realtime).tv_sec,
         "rounds": a.rounds, "file_mib": a.mib,
         "direct_mb_s": mb(Side::Direct), "via_ram_mb_s": mb(Side::ViaRam), "nbd_server_mb_s": mb(Side::NbdServer),
@@ -282,6 +394,9 @@ fn main() -> anyhow::Result<()> {
         "cpu_per_gib_direct_over_via_ram": cpu(Side::Direct) / cpu(Side::ViaRam),
         "host_ram_bytes_per_byte": {"direct": host(Side::Direct), "via_ram": host(Side::ViaRam)},
     });
+    if let (Some(serde_json::Value::Object(e)), Some(m)) = (export, summary.as_object_mut()) {
+        m.extend(e);
+    }
     println!("{summary}");
     Ok(())
 }

@@ -70,3 +70,15 @@ fn verify_through_both_paths_between_processes() {
     }
     std::fs::remove_file(&vol).unwrap();
 }
+
+#[test]
+fn export_names_a_missing_plugin() {
+    let out = Command::new(env!("CARGO_BIN_EXE_gmblock"))
+        .args(["--node", "2", "--listen", &port(), "--server", &format!("1={}", port())])
+        .args(["export", "--plugin", "/nonexistent/libgmblock_nbdkit.so"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("/nonexistent/libgmblock_nbdkit.so: no such plugin"), "{err}");
+}

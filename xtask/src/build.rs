@@ -89,6 +89,11 @@ pub fn build_image(filter: &str) -> anyhow::Result<()> {
 
 /// The image cargo just built: `<target dir>/<TARGET>/<PROFILE>/<BIN>`.
 pub fn image_path() -> anyhow::Result<PathBuf> {
+    Ok(target_dir()?.join(TARGET).join(PROFILE).join(BIN))
+}
+
+/// The workspace's target directory (`CARGO_TARGET_DIR` or `target/`), as cargo says.
+pub fn target_dir() -> anyhow::Result<PathBuf> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = std::process::Command::new(cargo)
         .args(["metadata", "--format-version", "1", "--no-deps"])
@@ -98,7 +103,7 @@ pub fn image_path() -> anyhow::Result<PathBuf> {
     ensure!(out.status.success(), "cargo metadata failed ({})", out.status);
     let meta: serde_json::Value = serde_json::from_slice(&out.stdout)?;
     let dir = meta["target_directory"].as_str().context("cargo metadata: target_directory")?;
-    Ok(PathBuf::from(dir).join(TARGET).join(PROFILE).join(BIN))
+    Ok(PathBuf::from(dir))
 }
 
 fn percent(used: u32, of: u32) -> u32 {

@@ -80,9 +80,10 @@ const NBD_BENCH_DEPS: [(&str, &str); 2] = [
 ];
 
 /// What the baseline of `cargo xtask bench block` runs beside `gmblockd`.
-const BLOCK_BENCH_DEPS: [(&str, &str); 2] = [
+const BLOCK_BENCH_DEPS: [(&str, &str); 3] = [
     ("nbd-server", "serves the same file as the nbd-server baseline of bench block"),
-    ("libnbd-bin", "nbdcopy, which reads that baseline through libnbd"),
+    ("libnbd-bin", "nbdcopy, which reads the NBD sides of bench block through libnbd"),
+    ("nbdkit", "runs gmblock's NBD export plugin and the nbdkit memory and file baselines of bench block"),
 ];
 
 /// What the baseline of `cargo xtask bench block` needs.

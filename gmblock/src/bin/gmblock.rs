@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-only
-//! `gmblock`: a command-line client of one gmblock server.
+//! `gmblock`: a command-line client of one gmblock server, and `gmblock export`, which
+//! runs nbdkit with gmblock's plugin (the `gmblock-nbdkit` crate) so NBD clients use the
+//! server's volume.
 
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
@@ -75,6 +77,57 @@ enum Cmd {
         #[arg(long)]
         len: u32,
     },
+    /// Export the volume over NBD: run nbdkit in the foreground with gmblock's plugin,
+    /// which takes this command's --node and --listen as its own station.
+    Export {
+        /// The address nbdkit listens on.
+        #[arg(long, default_value = "127.0.0.1")]
+        bind: std::net::IpAddr,
+        /// The NBD port.
+        #[arg(long, default_value_t = 10809)]
+        port: u16,
+        /// The plugin (default: libgmblock_nbdkit.so beside this program).
+        #[arg(long)]
+        plugin: Option<PathBuf>,
+        /// Offer the export read-only.
+        #[arg(long)]
+        read_only: bool,
+    },
+}
+
+/// Replace this process with nbdkit serving the plugin; returns only on failure.
+fn export(a: &Args, bind: std::net::IpAddr, port: u16, plugin: Option<PathBuf>, read_only: bool) -> anyhow::Error {
+    use std::os::unix::process::CommandExt;
+    let plugin = match plugin {
+        Some(p) => p,
+        None => match std::env::current_exe() {
+            Ok(exe) => exe.with_file_name("libgmblock_nbdkit.so"),
+            Err(e) => return anyhow::anyhow!("finding the plugin beside this program: {e}"),
+        },
+    };
+    if !plugin.is_file() {
+        return anyhow::anyhow!(
+            "{}: no such plugin; build it with `cargo build -p trapeze-gmblock-nbdkit` or give --plugin",
+            plugin.display()
+        );
+    }
+    let mut cmd = std::process::Command::new("nbdkit");
+    cmd.args(["-f", "-i", &bind.to_string(), "-p", &port.to_string()]);
+    if read_only {
+        cmd.arg("-r");
+    }
+    cmd.arg(&plugin).args([
+        format!("server={}={}", a.server.0, a.server.1),
+        format!("node={}", a.node),
+        format!("listen={}", a.listen),
+        format!("window={}", a.window),
+    ]);
+    let e = cmd.exec();
+    if e.kind() == std::io::ErrorKind::NotFound {
+        anyhow::anyhow!("nbdkit not found: install it (apt-get install nbdkit)")
+    } else {
+        anyhow::anyhow!("running nbdkit: {e}")
+    }
 }
 
 /// The pattern byte at volume offset `at` for `seed`.
@@ -127,6 +180,10 @@ fn scan(c: &mut Client, offset: u64, len: u64) -> anyhow::Result<()> {
 
 fn main() -> anyhow::Result<()> {
     let a = Args::parse();
+    if let Cmd::Export { bind, port, ref plugin, read_only } = a.cmd {
+        // The plugin binds --listen itself: this process must not.
+        return Err(export(&a, bind, port, plugin.clone(), read_only));
+    }
     let cfg = StationConfig {
         node: a.node,
         listen: a.listen,
@@ -160,6 +217,8 @@ fn main() -> anyhow::Result<()> {
         Cmd::Scan { offset, len } => scan(&mut c, offset, len)?,
         Cmd::Flush => c.flush()?,
         Cmd::Trim { offset, len } => c.trim(offset, len)?,
+        // Ran nbdkit (or failed) before connecting, above.
+        Cmd::Export { .. } => {}
     }
     Ok(())
 }

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! `cargo xtask bench block`: gmblockd's direct and via-RAM data paths against Debian's
-//! `nbd-server`, a sequential read of the same file in interleaved rounds
-//! (`gmblock/benches/block.rs`, release build). Run it on a quiet machine: the figures are
+//! `nbd-server`, and gmblock's NBD export (nbdkit with the `gmblock-nbdkit` plugin, built
+//! here in release first) against `nbdkit memory` and `nbdkit file`: a sequential read of
+//! the same file in interleaved rounds (`gmblock/benches/block.rs`, release build). Run it on a quiet machine: the figures are
 //! MB/s and CPU time, which other jobs on the cores change.
 
 #[derive(clap::Args)]
@@ -22,6 +23,9 @@ pub struct BlockArgs {
 
 pub fn run(a: BlockArgs) -> anyhow::Result<()> {
     crate::prereq::ensure_block_bench_deps()?;
+    crate::cargo(&["build", "--release", "--locked", "-p", "trapeze-gmblock-nbdkit"])?;
+    let plugin = crate::build::target_dir()?.join("release/libgmblock_nbdkit.so");
+    let plugin = plugin.display().to_string();
     let (mib, rounds) = (a.mib.to_string(), a.rounds.to_string());
     let dir = a.dir.map(|d| d.display().to_string());
     let mut args = vec![
@@ -37,6 +41,8 @@ pub fn run(a: BlockArgs) -> anyhow::Result<()> {
         &mib,
         "--rounds",
         &rounds,
+        "--plugin",
+        &plugin,
     ];
     if let Some(d) = &dir {
         args.extend(["--dir", d.as_str()]);
