@@ -136,6 +136,9 @@ impl Server for Export {
         if !(1..=32).contains(&s.window) {
             return Err(config_error(format!("window={}: must be 1..=32", s.window)));
         }
+        if s.timeout.is_zero() || s.timeout > Duration::from_secs(600) {
+            return Err(config_error(format!("timeout_ms={}: must be 1..=600000", s.timeout.as_millis())));
+        }
         Ok(())
     }
 

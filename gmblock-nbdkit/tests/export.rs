@@ -36,10 +36,11 @@ fn tmp(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("gmblock-nbdkit-{name}-{}", std::process::id()))
 }
 
-/// The plugin cargo built beside this test's binary (target/PROFILE/deps/..).
+/// The plugin cargo built for this test, beside its binary in target/PROFILE/deps (the
+/// copy in target/PROFILE is refreshed only by a build of the plugin itself).
 fn plugin() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
-    let p = exe.parent().unwrap().parent().unwrap().join("libgmblock_nbdkit.so");
+    let p = exe.parent().unwrap().join("libgmblock_nbdkit.so");
     assert!(p.exists(), "{} not built", p.display());
     p
 }
@@ -271,6 +272,9 @@ fn a_bad_command_line_or_a_silent_server_stops_nbdkit_with_the_reason() {
     assert!(e.contains("unknown parameter colour"), "{e}");
     let Err(e) = nbdkit("badpeer", &["server=one".into()]) else { panic!("started") };
     assert!(e.contains("server=one: not ID=IP:PORT"), "{e}");
+    let zero = ["server=1=127.0.0.1:1".into(), "node=2".into(), "listen=127.0.0.1:0".into(), "timeout_ms=0".into()];
+    let Err(e) = nbdkit("zerotimeout", &zero) else { panic!("started") };
+    assert!(e.contains("timeout_ms=0: must be 1..=600000"), "{e}");
     let silent = udp_port();
     let params =
         [format!("server=1={silent}"), "node=2".into(), format!("listen={}", udp_port()), "timeout_ms=200".into()];
