@@ -10,7 +10,7 @@
 //! (`gmblock ... export` runs that line.) nbdkit owns the NBD side: the handshake, the
 //! request parsing, the bounds and size checks, the error replies, many connections.
 //! This crate is what nbdkit calls per request ([`Export`], through the callback table the
-//! `nbdkit` crate builds in [`ffi`]): each read, write, flush and trim goes to gmblockd
+//! `nbdkit` crate builds in `ffi.rs`): each read, write, flush and trim goes to gmblockd
 //! over NetRPC through one [`gmblock::client::Client`] — a station of its own on the
 //! UDP link, made after nbdkit forked — shared by every connection behind a mutex, so
 //! requests reach the server one at a time in the order they took the lock. NBD allows
