@@ -15,8 +15,12 @@
 # Guest 0 (A) connects Linux's NBD client (/dev/nbd0, the Debian nbd-client) to B, loads
 # trapeze.ko with the GMS disk /dev/gms0, then measures the two devices in the same way,
 # taking turns (nbd, then gms):
-# 1. raw device: trapeze-blkbench for trapeze_bench_rounds rounds (the first writes the
-#    pattern): random 4 KiB and sequential reads with O_DIRECT, every page checked;
+# 1. raw device: trapeze-blkbench for trapeze_bench_rounds rounds on four devices — also
+#    the fair baseline's virtio-blk disk (QEMU's NBD client to qemu-nbd on the host, serial
+#    trapeze-fair) and the null-co floor (serial trapeze-null) — in an order reversed
+#    every other round; each round writes the pattern, times trapeze_bench_writes random
+#    4 KiB writes, random 4 KiB and sequential reads with O_DIRECT, every page checked
+#    (not on null-co); "cpu begin/end NAME ROUND" lines around each for the host;
 # 2. files: ext2 (mke2fs, 4 KiB blocks) on each device, a file of trapeze_bench_file_mb
 #    MiB of pattern pages written and synced (trapeze-filebench), then per round the page
 #    cache dropped and the file read whole with streaming read(), dropped again and read
@@ -39,7 +43,8 @@ k=${trapeze_guest:-0}
 mb=${trapeze_bench_mb:-64}
 reads=${trapeze_bench_reads:-2000}
 seed=${trapeze_bench_seed:-1}
-rounds=${trapeze_bench_rounds:-3}
+rounds=${trapeze_bench_rounds:-5}
+writes=${trapeze_bench_writes:-500}
 file_mb=${trapeze_bench_file_mb:-16}
 swap_avail_mb=${trapeze_bench_swap_avail_mb:-16}
 swap_rounds=${trapeze_bench_swap_rounds:-2}
@@ -64,21 +69,37 @@ load_trapeze() {
     insmod /lib/modules/trapeze.ko $ko_args || { say "gms: insmod trapeze.ko $ko_args failed"; return 1; }
 }
 
-# One measurement: name, device, round (round 1 writes the pattern first); prints the
-# result line or the error.
+# One measurement: name, device, round. Every round writes the pattern (timed), times
+# $writes random 4 KiB writes, then the reads; the null-co disk holds no pattern, so its
+# pages are not checked. The host samples its processes' CPU time at the "cpu begin" and
+# "cpu end" lines (the 0.1 s pause lets it see the first before the work starts). Prints
+# the result line, with its round, or the error.
 measure() {
     name=$1 dev=$2 round=$3
-    w=
-    [ "$round" = 1 ] && w=--write
-    say "$name: round $round: trapeze-blkbench${w:+ $w} --size-mb $mb --reads $reads on $dev"
-    # shellcheck disable=SC2086 # $w is one optional word
+    nv=
+    [ "$name" = null ] && nv=--no-verify
+    say "$name: round $round: trapeze-blkbench --write --writes $writes --size-mb $mb --reads $reads${nv:+ $nv} on $dev"
     phase_start
-    if out=$(trapeze-blkbench --name "$name" $w --size-mb "$mb" --reads "$reads" --seed "$seed" "$dev" 2>&1); then
-        say "result $out"
+    say "cpu begin $name $round"
+    sleep 0.1
+    # shellcheck disable=SC2086 # $nv is one optional word
+    out=$(trapeze-blkbench --name "$name" --write --writes "$writes" --size-mb "$mb" --reads "$reads" --seed "$seed" $nv "$dev" 2>&1)
+    rc=$?
+    say "cpu end $name $round"
+    if [ "$rc" = 0 ]; then
+        say "result $(echo "$out" | sed "s/^{/{\"round\":$round,/")"
     else
         say "errors: device $name round $round: trapeze-blkbench failed: $(echo "$out" | tail -n 2 | tr '\n' ' ')"
     fi
     phase_end "device $name round $round"
+}
+
+# The virtio-blk disk whose serial is $1 (QEMU's -device …,serial=), as /dev/vdX.
+disk_by_serial() {
+    for b in /sys/block/vd*; do
+        [ "$(cat "$b/serial" 2>/dev/null)" = "$1" ] && { echo "/dev/${b##*/}"; return 0; }
+    done
+    return 1
 }
 
 # I/O trouble in the kernel log, counted before and after every phase.
@@ -341,11 +362,22 @@ case "$k" in
             say "gms: /dev/gms0 does not exist after insmod trapeze.ko $ko_args"
         fi
     fi
-    # The devices take turns, round after round; the first round writes the pattern.
+    # The fair baseline's virtio-blk disks (QEMU's NBD client to qemu-nbd on the host; the
+    # null-co floor): a missing one is an error, never skipped.
+    fair=$(disk_by_serial trapeze-fair) || say "errors: device fair: no virtio-blk disk with serial trapeze-fair"
+    null=$(disk_by_serial trapeze-null) || say "errors: device null: no virtio-blk disk with serial trapeze-null"
+    say "fair: ${fair:-missing} (QEMU NBD client -> host qemu-nbd), null: ${null:-missing} (null-co)"
+    [ -n "$nbd" ] || say "errors: device nbd: /dev/nbd0 not connected"
+    [ -n "$gms" ] || say "errors: device gms: no /dev/gms0"
+    # The devices take turns, round after round, the order reversed every other round
+    # (gms fair null nbd, nbd null fair gms: A-B-B-A over pairs of rounds).
     r=1
     while [ "$r" -le "$rounds" ]; do
-        [ -n "$nbd" ] && measure nbd "$nbd" "$r"
-        [ -n "$gms" ] && measure gms "$gms" "$r"
+        if [ $((r % 2)) -eq 1 ]; then order="gms fair null nbd"; else order="nbd null fair gms"; fi
+        for d in $order; do
+            eval "dev=\$$d"
+            [ -n "$dev" ] && measure "$d" "$dev" "$r"
+        done
         r=$((r + 1))
     done
     # Files on ext2: written once, then read by stream and by mmap after dropping caches.

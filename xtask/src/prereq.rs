@@ -74,9 +74,10 @@ pub fn ensure_emulator_build_deps() -> anyhow::Result<()> {
 
 /// What `cargo xtask bench vm` copies into the guests for its NBD baseline (the binaries and
 /// the shared libraries `ldd` lists for them).
-const NBD_BENCH_DEPS: [(&str, &str); 2] = [
+const NBD_BENCH_DEPS: [(&str, &str); 3] = [
     ("nbd-client", "Linux's NBD client setup tool, run in guest A (busybox has no nbd-client applet)"),
     ("nbd-server", "serves the NBD baseline's RAM-backed export from guest B"),
+    ("qemu-utils", "qemu-nbd, the host NBD server of the fair baseline (a RAM file in /dev/shm)"),
 ];
 
 /// What the baseline of `cargo xtask bench block` runs beside `gmblockd`.

@@ -41,6 +41,7 @@ pub mod bench_guests;
 mod big_disk;
 mod blk_test;
 mod cluster;
+pub mod cpu_marks;
 mod disks;
 mod gmsd_test;
 mod host_gmsd;

@@ -13,6 +13,7 @@
 use super::cluster::{
     check_interrupted, nic_args, run_key, setpriv_pdeathsig, stop_on_signals, tail, Ask, Cluster, OnLine,
 };
+use super::cpu_marks::{CpuMark, MarkWatch};
 use super::initramfs::{base64, build_initramfs, Cpio};
 use super::report::{printable, KERNEL_TROUBLE};
 use super::runtime::{free_udp_ports, prune_stale, runtime_base, which};
@@ -47,6 +48,12 @@ pub struct BenchGuests {
     pub nic_trace: Option<PathBuf>,
     /// Run the link unauthenticated (no cluster key).
     pub no_key: bool,
+    /// More QEMU arguments for guest 0 (e.g. `-blockdev`/`-device` pairs of extra disks).
+    pub guest0_qemu: Vec<String>,
+    /// Sample the host CPU time of every guest's QEMU and NIC and of these host processes
+    /// ((label, pid)) at each `trapeze-bench: cpu begin|end PHASE ROUND` line of guest 0
+    /// ([`super::cpu_marks`]); the console is then polled every 10 ms.
+    pub cpu_marks: Option<Vec<(String, u32)>>,
 }
 
 /// What a guest left.
@@ -58,6 +65,8 @@ pub struct GuestOutcome {
     pub exited: bool,
     /// Console lines that show the kernel in trouble (oops, BUG, WARNING, panic…).
     pub trouble: Vec<String>,
+    /// Guest 0's CPU marks (empty for the others, or without `cpu_marks`).
+    pub marks: Vec<CpuMark>,
 }
 
 /// MAC address of guest K's virtio-net interface (52:54:00 is QEMU's prefix).
@@ -127,6 +136,9 @@ pub fn run(spec: BenchGuests) -> anyhow::Result<Vec<GuestOutcome>> {
                 format!("virtio-net-pci,netdev=net0,mac={},romfile=", guest_mac(k)),
             ];
         }
+        if k == 0 {
+            cluster.guest(0).qemu_extra.extend(spec.guest0_qemu.iter().cloned());
+        }
     }
     for k in 0..spec.guests {
         let mut append = format!("console=ttyS0 panic=-1 trapeze_guest={k} trapeze_guests={}", spec.guests);
@@ -148,8 +160,25 @@ pub fn run(spec: BenchGuests) -> anyhow::Result<Vec<GuestOutcome>> {
 
     let t = Instant::now();
     let mut exited = false;
+    let mut watch = spec.cpu_marks.as_ref().map(|_| MarkWatch::new(&cluster.guest(0).console));
+    let mut procs: Vec<(String, u32)> = Vec::new();
+    for g in &cluster.guests {
+        procs.extend(g.qemu.as_ref().map(|c| (format!("qemu{}", g.idx), c.id())));
+        procs.extend(g.nic.as_ref().map(|c| (format!("nic{}", g.idx), c.id())));
+    }
+    procs.extend(spec.cpu_marks.iter().flatten().cloned());
+    let mut tick = 0u32;
     loop {
         check_interrupted()?;
+        if let Some(w) = watch.as_mut() {
+            w.poll(&procs);
+            // Marks every 10 ms, the rest every 100 ms.
+            tick = tick.wrapping_add(1);
+            if !tick.is_multiple_of(10) {
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+        }
         cluster.do_asks()?;
         for g in &mut cluster.guests {
             g.echo_console();
@@ -172,7 +201,9 @@ pub fn run(spec: BenchGuests) -> anyhow::Result<Vec<GuestOutcome>> {
             eprintln!("  guest 0: still running after {:?}: stopping every guest", spec.timeout);
             break;
         }
-        std::thread::sleep(Duration::from_millis(100));
+        if watch.is_none() {
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
     for g in &mut cluster.guests {
         if let Some(mut q) = g.qemu.take() {
@@ -191,7 +222,19 @@ pub fn run(spec: BenchGuests) -> anyhow::Result<Vec<GuestOutcome>> {
             let console = fs::read_to_string(&g.console).unwrap_or_default();
             let trouble =
                 console.lines().filter(|l| KERNEL_TROUBLE.iter().any(|t| l.contains(t))).map(printable).collect();
-            GuestOutcome { idx: g.idx, console, console_path: g.console.clone(), exited: g.idx == 0 && exited, trouble }
+            let marks = if g.idx == 0 {
+                watch.as_mut().map(|w| std::mem::take(&mut w.marks)).unwrap_or_default()
+            } else {
+                Vec::new()
+            };
+            GuestOutcome {
+                idx: g.idx,
+                console,
+                console_path: g.console.clone(),
+                exited: g.idx == 0 && exited,
+                trouble,
+                marks,
+            }
         })
         .collect();
     drop(cluster);

@@ -22,9 +22,16 @@
 //! Then `replication_cost` (`replication.rs`): fresh guests per session, a writer keeping
 //! one copy of each page and then two, in interleaved pairs of sessions.
 //!
+//! The headline is against the fair baseline (`fair.rs`, issue 33): a virtio-blk disk in
+//! guest 0 whose QEMU backend is QEMU's own NBD client reading `qemu-nbd` on the host from
+//! `/dev/shm`, beside a `null-co` virtio-blk floor, all four devices interleaved round by
+//! round with the host CPU time of each path's processes (`gms_over_fair_nbd`). NBD over
+//! virtio-net between the guests stays as the secondary row (`gms_over_nbd`).
+//!
 //! Under TCG every guest instruction is emulated, so the absolute figures measure this
 //! emulation; the ratios between the two devices measured in the same guests are the point.
 
+mod fair;
 mod guest_files;
 mod module_args;
 mod replication;
@@ -58,8 +65,9 @@ pub struct VmBenchArgs {
     /// file_mmap_mb_s, and swap_phase_time: each phase of the swap workload).
     #[arg(long)]
     json: bool,
-    /// Guests: 0 measures, 1 serves NBD and GMS, the others serve GMS.
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(2..=8))]
+    /// Guests: 0 measures, 1 serves NBD and GMS, the others serve GMS. Two by default: one
+    /// GMS server against one NBD server.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(2..=8))]
     guests: u16,
     /// Size of both disks in MiB (the GMS disk's gms_disk_pages / 256 and the NBD
     /// export). The servers (guests - 1) hold the disk with a quarter to spare, in their
@@ -82,10 +90,14 @@ pub struct VmBenchArgs {
     /// Seed of the random offsets and of the data pattern.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Rounds: the two devices take turns, each round measuring both; the figures are the
-    /// medians over the rounds (the first round also writes the pattern).
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
+    /// Rounds: the four devices (gms, fair, null, nbd) take turns, each round measuring
+    /// each, the order reversed every other round; ratios are per round, reported as median
+    /// with p10-p90 (5 at least for a figure to quote; fewer only while developing).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=20))]
     rounds: u32,
+    /// Random 4 KiB writes timed per device and round (after the pattern write).
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    writes: u32,
     /// Size in MiB of the file written on ext2 on each device and read back by stream and
     /// by mmap each round (at most three quarters of --disk-mb).
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=768))]
@@ -185,7 +197,7 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
         a.mem
     );
     let root = crate::workspace_root();
-    eprintln!("==> NBD baseline: Debian nbd-client and nbd-server");
+    eprintln!("==> NBD baselines: Debian nbd-client and nbd-server (guests), qemu-nbd (host)");
     crate::prereq::ensure_nbd_bench_deps()?;
     let mut files: Vec<(String, Vec<u8>, u32)> = Vec::new();
     let mut seen = std::collections::BTreeSet::new();
@@ -243,8 +255,9 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
         .map(|k| {
             let mut w = format!(
                 "trapeze_bench_mb={} trapeze_bench_reads={} trapeze_bench_seed={} trapeze_bench_rounds={} \
-                 trapeze_bench_file_mb={} trapeze_bench_swap_avail_mb={} trapeze_bench_swap_rounds={}",
-                a.disk_mb, a.reads, a.seed, a.rounds, a.file_mb, a.swap_avail_mb, a.swap_rounds
+                 trapeze_bench_file_mb={} trapeze_bench_swap_avail_mb={} trapeze_bench_swap_rounds={} \
+                 trapeze_bench_writes={}",
+                a.disk_mb, a.reads, a.seed, a.rounds, a.file_mb, a.swap_avail_mb, a.swap_rounds, a.writes
             );
             match &gms {
                 Ok(args) => w.push_str(&format!(
@@ -268,6 +281,10 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
         files: files.clone(),
         params: params.clone(),
     };
+    let hz = crate::vm::cpu_marks::ticks_per_second()?;
+    eprintln!("==> fair baseline: qemu-nbd on the host serving {} MiB of /dev/shm", a.disk_mb);
+    let host_nbd = fair::HostNbd::start(a.disk_mb)?;
+    eprintln!("  qemu-nbd pid {} on 127.0.0.1:{}", host_nbd.pid(), host_nbd.port);
     let outcomes = bench_guests::run(BenchGuests {
         guests: a.guests,
         mem_mib: a.mem,
@@ -281,7 +298,10 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
         kill_on: None,
         nic_trace: a.nic_trace.clone(),
         no_key: false,
+        guest0_qemu: fair::guest0_disks(host_nbd.port, a.disk_mb),
+        cpu_marks: Some(vec![("qemu-nbd".to_string(), host_nbd.pid())]),
     })?;
+    drop(host_nbd);
     let g0 = outcomes.iter().find(|o| o.idx == 0).context("guest 0 missing")?;
     let (rows, notes) = parse_console(&g0.console);
     eprintln!();
@@ -339,6 +359,21 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
             failures.extend(work.missing("gms"));
         }
     }
+    if let Some(why) = &gms_missing {
+        failures.push(format!("gms: no /dev/gms0 measured ({why})"));
+    }
+    if ram_backend {
+        failures.push("gms: trapeze.ko's /dev/gms0 is RAM-backed (no gms_disk_pages): it would not measure GMS".into());
+    }
+    // The fair baseline: every device in every round, with its CPU marks.
+    let fair = match fair::round_rows(&g0.console) {
+        Ok(rows) => fair::Fair::build(rows, &g0.marks, a.rounds, a.guests, hz).map_err(|m| failures.extend(m)).ok(),
+        Err(e) => {
+            failures.push(format!("a raw-device result of guest 0 did not parse: {e:#}"));
+            None
+        }
+    };
+    let fair_ratios = fair.as_ref().map(|f| f.ratios("gms", "fair"));
     // What a second copy costs the writer: sessions of their own, after the comparison.
     let replicas = gms_row.is_some() && !ram_backend && params.iter().any(|p| p == "gms_replicas");
     let replication = extra_sessions(
@@ -376,6 +411,12 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
         "swap_rounds": a.swap_rounds,
         "io_errors": work.errors.len(),
         "kernel_trouble": trouble,
+        "gms_over_fair_nbd": fair_ratios,
+        "gms_over_nbd_per_round": fair.as_ref().map(|f| f.ratios("gms", "nbd")),
+        "fair_over_null": fair.as_ref().map(|f| f.ratios("fair", "null")),
+        "host_processes": fair::DEVICES.iter().map(|d| (d.to_string(), json!(fair::path_processes(d, a.guests).len()))).collect::<serde_json::Map<_, _>>(),
+        "fair_baseline": "fair: virtio-blk in guest 0, QEMU's NBD client (iothread, poll-max-ns 32768, cache.direct) \
+            to qemu-nbd on the host (TCP 127.0.0.1, --cache=none, a /dev/shm file); null: virtio-blk on null-co",
         "gms_over_nbd": ratios,
         "gms_missing": gms_missing,
         "gms_backend": gms_row.as_ref().map(|_| if ram_backend { "ram" } else { "gms" }),
@@ -396,6 +437,15 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
     if let Some(g) = &gms_row {
         lines.push(row(g));
     }
+    for d in ["fair", "null"] {
+        lines.extend(of(d).map(|r| r.json()));
+    }
+    if let Some(f) = &fair {
+        for l in &mut lines {
+            let d = l["device"].as_str().unwrap_or_default().to_string();
+            merge(l, json!({ "rounds_spread": f.device_json(&d) }));
+        }
+    }
     lines.push(summary);
     // The device table, then the file and swap workloads' rows for `devices`.
     let print_tables = |devices: &[&str]| {
@@ -408,6 +458,9 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
             ram_backend,
         );
         work.print_table(devices);
+        if let (Some(f), Some(r)) = (&fair, &fair_ratios) {
+            f.print(r);
+        }
     };
     if !failures.is_empty() {
         print_tables(&["nbd", "gms"]);

@@ -137,6 +137,8 @@ impl Sessions {
             kill_on,
             nic_trace: None,
             no_key: false,
+            guest0_qemu: Vec::new(),
+            cpu_marks: None,
         })?;
         let g0 = outcomes.iter().find(|o| o.idx == 0).context("guest 0 missing")?;
         let trouble: Vec<&String> = outcomes.iter().flat_map(|o| o.trouble.iter()).collect();
