@@ -380,34 +380,37 @@ case "$k" in
         done
         r=$((r + 1))
     done
-    # Files on ext2: written once, then read by stream and by mmap after dropping caches.
+    # Files on ext2: written once, then read by stream and by mmap after dropping caches,
+    # the devices' order reversed every other round.
     files=
-    [ -n "$nbd" ] && file_prepare nbd "$nbd" && files="$files nbd"
-    [ -n "$gms" ] && file_prepare gms "$gms" && files="$files gms"
+    for d in gms fair nbd; do
+        eval "dev=\$$d"
+        [ -n "$dev" ] && file_prepare "$d" "$dev" && files="$files $d"
+    done
+    rfiles=$(for d in $files; do echo "$d"; done | sed -n '1!G;h;$p' | tr '\n' ' ')
     r=1
     while [ -n "$files" ] && [ "$r" -le "$rounds" ]; do
-        for d in $files; do
+        if [ $((r % 2)) -eq 1 ]; then order=$files; else order=$rfiles; fi
+        for d in $order; do
             file_read "$d" stream "$r"
             file_read "$d" mmap "$r"
         done
         r=$((r + 1))
     done
-    for d in nbd gms; do
+    for d in nbd gms fair; do
         if grep -q " /mnt/$d " /proc/mounts; then
             umount "/mnt/$d" || say "errors: file $d: umount /mnt/$d failed"
         fi
     done
     # Swap under memory pressure, one device after the other, in $swap_rounds rounds whose
-    # order alternates (nbd gms, gms nbd, ...): each device's figures are the mean of its
-    # runs, so neither always runs first.
+    # order alternates (gms fair nbd, nbd fair gms, ...): each device's figures are the
+    # mean of its runs, so none always runs first.
     r=1
     while [ "$r" -le "$swap_rounds" ]; do
-        if [ $((r % 2)) -eq 1 ]; then order="nbd gms"; else order="gms nbd"; fi
+        if [ $((r % 2)) -eq 1 ]; then order="gms fair nbd"; else order="nbd fair gms"; fi
         for d in $order; do
-            case $d in
-            nbd) [ -n "$nbd" ] && swap_run nbd "$nbd" ;;
-            gms) [ -n "$gms" ] && swap_run gms "$gms" ;;
-            esac
+            eval "dev=\$$d"
+            [ -n "$dev" ] && swap_run "$d" "$dev"
         done
         r=$((r + 1))
     done

@@ -23,6 +23,7 @@
 //! Ratios gms/fair are taken per round and reported as median, p10 and p90.
 
 use super::report::round_to;
+use super::workloads::Workloads;
 use crate::vm::cpu_marks::{CpuMark, Edge};
 use anyhow::{bail, ensure, Context};
 use serde_json::{json, Value};
@@ -148,6 +149,9 @@ pub(super) struct RoundRow {
     pub seq_write_mb_s: f64,
     pub write4k_p50_us: f64,
     pub write4k_p99_us: f64,
+    /// Guest 0's kernel CPU (system and interrupt time of all its CPUs) per page of the
+    /// sequential reads, µs.
+    pub guest_us_per_page: f64,
     /// Bytes the phase moved: the pattern written, the random writes and reads, the
     /// sequential reads.
     pub moved: u64,
@@ -169,6 +173,7 @@ impl RoundRow {
             seq_write_mb_s: f("write_mb_s")?,
             write4k_p50_us: f("write4k_p50_us")?,
             write4k_p99_us: f("write4k_p99_us")?,
+            guest_us_per_page: f("seq_kernel_us_per_page")?,
             moved: bytes + (reads + writes) * 4096 + bytes / block * block,
         })
     }
@@ -245,14 +250,37 @@ pub(super) fn spread(v: &[f64], digits: i32) -> Value {
 type Figure = fn(&RoundRow) -> f64;
 
 /// The figures a ratio is taken of, with their JSON key.
-pub(super) const KEYS: [(&str, Figure); 6] = [
+pub(super) const KEYS: [(&str, Figure); 7] = [
     ("rand4k_p50", |r| r.p50_us),
     ("rand4k_p99", |r| r.p99_us),
     ("seq_mb_s", |r| r.seq_mb_s),
     ("write4k_p50", |r| r.write4k_p50_us),
     ("write4k_p99", |r| r.write4k_p99_us),
     ("seq_write_mb_s", |r| r.seq_write_mb_s),
+    ("guest_cpu_per_page", |r| r.guest_us_per_page),
 ];
+
+/// `a` over `b` of the file and swap workloads, pairing their runs in order (the k-th
+/// file read of a mode is round k; the k-th swap run, swap round k): `file_write_mb_s`
+/// (one run each), `file_stream_mb_s`, `file_mmap_mb_s`, `swap_time`, each {median, p10,
+/// p90}; a workload either device lacks is left out (the caller fails the run on it).
+pub(super) fn workload_ratios(w: &Workloads, a: &str, b: &str) -> Value {
+    let mut o = serde_json::Map::new();
+    let pair = |x: Vec<f64>, y: Vec<f64>| -> Vec<f64> { x.iter().zip(&y).map(|(p, q)| p / q).collect() };
+    for (key, mode) in [("file_write_mb_s", "write"), ("file_stream_mb_s", "stream"), ("file_mmap_mb_s", "mmap")] {
+        let runs = |d: &str| w.files.iter().filter(|f| f.device == d && f.mode == mode).map(|f| f.mb_s).collect();
+        let v = pair(runs(a), runs(b));
+        if !v.is_empty() {
+            o.insert(key.into(), spread(&v, 3));
+        }
+    }
+    let swaps = |d: &str| w.swaps.iter().filter(|s| s.device == d).map(|s| s.secs).collect();
+    let v = pair(swaps(a), swaps(b));
+    if !v.is_empty() {
+        o.insert("swap_time".into(), spread(&v, 3));
+    }
+    Value::Object(o)
+}
 
 /// Everything of the raw-device phase: rows and CPU per round and device.
 pub(super) struct Fair {
@@ -376,7 +404,8 @@ impl Fair {
         let each: Vec<String> = KEYS
             .iter()
             .map(|(k, _)| *k)
-            .chain(["cpu_per_gib"])
+            .chain(["cpu_per_gib", "file_write_mb_s", "file_stream_mb_s", "file_mmap_mb_s", "swap_time"])
+            .filter(|k| ratios.get(k).is_some())
             .map(|k| {
                 let s = &ratios[k];
                 format!("{k} {}x [{}-{}]", num(&s["median"]), num(&s["p10"]), num(&s["p90"]))
@@ -384,7 +413,7 @@ impl Fair {
             .collect();
         println!("gms / fair NBD (QEMU's NBD client to qemu-nbd on /dev/shm), per round: {}", each.join(", "));
         println!(
-            "  (latency and CPU: below 1 is better for gms; MB/s: above 1 is better for gms. Host processes: gms {} \
+            "  (latency, time and CPU: below 1 is better for gms; MB/s: above 1 is better for gms. Host processes: gms {} \
              ({} guests' QEMU + NIC), fair 2 (guest 0's QEMU, qemu-nbd), null 1, nbd 2 (two guests' QEMU). Each \
              phase's CPU includes ~0.1 s idle before it starts.)",
             path_processes("gms", self.guests).len(),
@@ -408,7 +437,7 @@ mod tests {
     fn line(d: &str, round: u32, p50: f64, seq: f64) -> Value {
         json!({"name": d, "round": round, "bytes": 1u64 << 20, "rand4k_reads": 100, "write4k_writes": 28,
             "seq_block_kib": 256, "rand4k_p50_us": p50, "rand4k_p99_us": p50 * 3.0, "seq_mb_s": seq,
-            "write_mb_s": seq / 2.0, "write4k_p50_us": p50 * 2.0, "write4k_p99_us": p50 * 4.0})
+            "write_mb_s": seq / 2.0, "seq_kernel_us_per_page": 5.0, "write4k_p50_us": p50 * 2.0, "write4k_p99_us": p50 * 4.0})
     }
 
     fn mark(edge: Edge, d: &str, r: u32, ticks: &[(&str, u64)]) -> CpuMark {
@@ -426,6 +455,46 @@ mod tests {
         let r = RoundRow::parse(&line("gms", 2, 200.0, 100.0)).unwrap();
         assert_eq!((r.round, r.moved), (2, 2 * (1 << 20) + 128 * 4096));
         assert!(RoundRow::parse(&json!({"name": "gms"})).is_err());
+    }
+
+    #[test]
+    fn workload_ratios_pair_runs_in_order() {
+        use super::super::workloads::{FileRun, SwapRun};
+        let file = |d: &str, mode: &str, mb_s: f64| FileRun {
+            device: d.into(),
+            mode: mode.into(),
+            bytes: 1,
+            mb_s,
+            pages_verified: 1,
+        };
+        let swap = |d: &str, secs: f64| SwapRun {
+            device: d.into(),
+            secs,
+            mib: 24,
+            avail_mb: 16,
+            pages_verified: 1,
+            peak_swap_kib: 1,
+            swap_in_kib: 1,
+            swap_out_kib: 1,
+            phases: Vec::new(),
+        };
+        let w = Workloads {
+            files: vec![
+                file("gms", "write", 10.0),
+                file("fair", "write", 20.0),
+                file("gms", "stream", 30.0),
+                file("fair", "stream", 10.0),
+                file("fair", "stream", 30.0),
+                file("gms", "stream", 30.0),
+            ],
+            swaps: vec![swap("gms", 4.0), swap("fair", 2.0), swap("fair", 8.0), swap("gms", 4.0)],
+            errors: Vec::new(),
+        };
+        let r = workload_ratios(&w, "gms", "fair");
+        assert_eq!(r["file_write_mb_s"]["median"].as_f64(), Some(0.5));
+        assert_eq!(r["file_stream_mb_s"]["per_round"], json!([3.0, 1.0]));
+        assert_eq!(r["swap_time"]["per_round"], json!([2.0, 0.5]));
+        assert!(r.get("file_mmap_mb_s").is_none(), "no mmap runs: no ratio");
     }
 
     #[test]

@@ -359,6 +359,9 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
             failures.extend(work.missing("gms"));
         }
     }
+    if failures.is_empty() {
+        failures.extend(work.missing("fair"));
+    }
     if let Some(why) = &gms_missing {
         failures.push(format!("gms: no /dev/gms0 measured ({why})"));
     }
@@ -373,7 +376,11 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
             None
         }
     };
-    let fair_ratios = fair.as_ref().map(|f| f.ratios("gms", "fair"));
+    let fair_ratios = fair.as_ref().map(|f| {
+        let mut r = f.ratios("gms", "fair");
+        merge(&mut r, fair::workload_ratios(&work, "gms", "fair"));
+        r
+    });
     // What a second copy costs the writer: sessions of their own, after the comparison.
     let replicas = gms_row.is_some() && !ram_backend && params.iter().any(|p| p == "gms_replicas");
     let replication = extra_sessions(
@@ -437,9 +444,8 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
     if let Some(g) = &gms_row {
         lines.push(row(g));
     }
-    for d in ["fair", "null"] {
-        lines.extend(of(d).map(|r| r.json()));
-    }
+    lines.extend(of("fair").map(|r| row(&r)));
+    lines.extend(of("null").map(|r| r.json()));
     if let Some(f) = &fair {
         for l in &mut lines {
             let d = l["device"].as_str().unwrap_or_default().to_string();
@@ -463,7 +469,7 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
         }
     };
     if !failures.is_empty() {
-        print_tables(&["nbd", "gms"]);
+        print_tables(&["nbd", "gms", "fair"]);
         for f in &failures {
             eprintln!("  FAILED: {f}");
         }
@@ -479,7 +485,7 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
         let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
         fs::write(p, text).with_context(|| format!("writing {}", p.display()))?;
     }
-    print_tables(if gms_row.is_some() { &["nbd", "gms"] } else { &["nbd"] });
+    print_tables(&["nbd", "gms", "fair"]);
     if let Some(r) = &replication {
         let us = |side: &str| r["replication"][side]["write4k_p50_us"].as_f64().unwrap_or(f64::NAN);
         let mb = |side: &str| r["replication"][side]["write_mb_s"].as_f64().unwrap_or(f64::NAN);
