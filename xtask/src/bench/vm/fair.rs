@@ -237,12 +237,16 @@ pub(super) fn percentile(v: &[f64], p: f64) -> Option<f64> {
     Some(s[lo] + (s[hi] - s[lo]) * (pos - lo as f64))
 }
 
-/// {median, p10, p90, per_round} of per-round values.
+/// {median, p10, p90, per_round, rounds} of per-round values; a value that is not finite
+/// (a ratio whose denominator was 0: the guest's tick-sampled CPU time can be) is left
+/// out, and `rounds` says how many counted.
 pub(super) fn spread(v: &[f64], digits: i32) -> Value {
-    let q = |p: f64| percentile(v, p).map(|x| round_to(x, digits));
+    let v: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
+    let q = |p: f64| percentile(&v, p).map(|x| round_to(x, digits));
     json!({
         "median": q(50.0), "p10": q(10.0), "p90": q(90.0),
         "per_round": v.iter().map(|x| round_to(*x, digits)).collect::<Vec<_>>(),
+        "rounds": v.len(),
     })
 }
 
@@ -504,6 +508,8 @@ mod tests {
         assert_eq!(percentile(&v, 10.0), Some(1.4));
         assert_eq!(percentile(&v, 90.0), Some(4.6));
         assert_eq!(percentile(&[], 50.0), None);
+        let s = spread(&[1.0, f64::NAN, 3.0, f64::INFINITY], 1);
+        assert_eq!((s["median"].as_f64(), s["rounds"].as_u64()), (Some(2.0), Some(2)));
     }
 
     #[test]
