@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! The figure of `cargo xtask bench vm --plot`: the guest block device `/dev/gms0` against
-//! Linux's NBD client, 4 KiB random read p50/p99, sequential MB/s of the raw device and
-//! of a file on ext2 read by `read()` and by `mmap`, and the swap workload's ratio, from
-//! the bench's JSON lines (the device rows and the summary).
+//! the fair baseline (a virtio-blk disk on QEMU's NBD client reading `qemu-nbd` on the
+//! host), the `null-co` floor and Linux's NBD client over virtio-net: 4 KiB random read
+//! p50/p99, sequential MB/s of the raw device and of a file on ext2 read by `read()` and
+//! by `mmap`, and the ratios against the fair baseline (or, for a run before it, against
+//! NBD), from the bench's JSON lines (the device rows and the summary).
 
 use super::{bars, num, Area, Bars, FONT};
 use anyhow::Context;
@@ -10,7 +12,12 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 
 /// The device rows' names, in the order drawn, with their legend labels.
-const DEVICES: [(&str, &str); 2] = [("gms", "/dev/gms0 on GMS"), ("nbd", "NBD (nbd-server in guest B)")];
+const DEVICES: [(&str, &str); 4] = [
+    ("gms", "/dev/gms0 on GMS"),
+    ("fair", "virtio-blk on QEMU's NBD client (qemu-nbd on the host)"),
+    ("null", "virtio-blk on null-co (the floor)"),
+    ("nbd", "NBD over virtio-net (nbd-server in guest B)"),
+];
 
 /// Write `dir/vm.svg` from the bench's JSON lines.
 pub fn write(dir: &Path, lines: &[Value]) -> anyhow::Result<PathBuf> {
@@ -33,14 +40,15 @@ fn draw(root: &Area, lines: &[Value]) -> anyhow::Result<()> {
     }
     anyhow::ensure!(!series.is_empty(), "no device rows (gms, nbd) in the bench's output");
     let summary = lines.iter().find(|l| l["summary"] == "vm").context("no summary line in the bench's output")?;
-    let ratios = &summary["gms_over_nbd"];
-    let subtitle = match (ratios["rand4k_p50"].as_f64(), ratios["rand4k_p99"].as_f64(), ratios["seq_mb_s"].as_f64()) {
+    // The fair baseline's ratios are medians of per-round ones; an older run has only NBD.
+    let fair = &summary["gms_over_fair_nbd"];
+    let (ratios, against) = if fair.is_object() { (fair, "fair NBD") } else { (&summary["gms_over_nbd"], "nbd") };
+    let r = |k: &str| ratios[k].as_f64().or_else(|| ratios[k]["median"].as_f64());
+    let subtitle = match (r("rand4k_p50"), r("rand4k_p99"), r("seq_mb_s")) {
         (Some(a), Some(b), Some(c)) => {
-            let mut t = format!("gms / nbd: p50 {a:.2}×, p99 {b:.2}×, sequential {c:.2}×");
-            if let (Some(s), Some(r), Some(m)) =
-                (ratios["swap_time"].as_f64(), ratios["file_stream_mb_s"].as_f64(), ratios["file_mmap_mb_s"].as_f64())
-            {
-                t.push_str(&format!(", file read() {r:.2}×, mmap {m:.2}×; swap time {s:.2}×"));
+            let mut t = format!("gms / {against}: p50 {a:.2}×, p99 {b:.2}×, sequential {c:.2}×");
+            if let (Some(s), Some(f), Some(m)) = (r("swap_time"), r("file_stream_mb_s"), r("file_mmap_mb_s")) {
+                t.push_str(&format!(", file read() {f:.2}×, mmap {m:.2}×; swap time {s:.2}×"));
             }
             t
         }
@@ -122,7 +130,24 @@ mod tests {
         ];
         let before = super::super::svg_of((1300, 480), |a| draw(a, &old)).unwrap();
         assert!(before.contains("42.0") && before.contains("sequential 0.69×") && !before.contains("swap time"));
-        assert!(svg.contains("/dev/gms0 on GMS") && svg.contains("NBD (nbd-server in guest B)"));
+        assert!(svg.contains("/dev/gms0 on GMS") && svg.contains("NBD over virtio-net (nbd-server in guest B)"));
+        // A run with the fair baseline: its rows drawn, its medians in the title.
+        let fair = vec![
+            lines[0].clone(),
+            lines[1].clone(),
+            json!({"device": "fair", "rand4k_p50_us": 690.0, "rand4k_p99_us": 1300.0, "seq_mb_s": 160.0}),
+            json!({"device": "null", "rand4k_p50_us": 350.0, "rand4k_p99_us": 700.0, "seq_mb_s": 500.0}),
+            json!({"summary": "vm", "disk_mb": 48, "rounds": 5,
+                   "gms_over_fair_nbd": {"rand4k_p50": {"median": 1.038, "p10": 0.93, "p90": 1.04},
+                                         "rand4k_p99": {"median": 1.5}, "seq_mb_s": {"median": 0.184}},
+                   "gms_over_nbd": {"rand4k_p50": 0.652, "rand4k_p99": 0.773, "seq_mb_s": 0.69}}),
+        ];
+        let svg = super::super::svg_of((1300, 480), |a| draw(a, &fair)).unwrap();
+        assert!(svg.contains("gms / fair NBD: p50 1.04×") && svg.contains("sequential 0.18×"), "{svg}");
+        assert!(
+            svg.contains("690 µs") && svg.contains("null-co") && svg.contains("QEMU&apos;s NBD client")
+                || svg.contains("QEMU's NBD client")
+        );
         // Without a GMS row the figure still shows NBD and says why.
         let nbd_only =
             vec![lines[0].clone(), json!({"summary": "vm", "disk_mb": 32, "rounds": 3, "gms_over_nbd": null})];
