@@ -144,10 +144,7 @@ mod tests {
         ];
         let svg = super::super::svg_of((1300, 480), |a| draw(a, &fair)).unwrap();
         assert!(svg.contains("gms / fair NBD: p50 1.04×") && svg.contains("sequential 0.18×"), "{svg}");
-        assert!(
-            svg.contains("690 µs") && svg.contains("null-co") && svg.contains("QEMU&apos;s NBD client")
-                || svg.contains("QEMU's NBD client")
-        );
+        assert!(svg.contains("690 µs") && svg.contains("500.0") && svg.contains("null-co (the floor)"));
         // Without a GMS row the figure still shows NBD and says why.
         let nbd_only =
             vec![lines[0].clone(), json!({"summary": "vm", "disk_mb": 32, "rounds": 3, "gms_over_nbd": null})];
