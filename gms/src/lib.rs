@@ -41,7 +41,8 @@
 //! - **discardpage**: the directory forgets the page; its holder drops it.
 //! - **Replicas** ([`replica`]): a writer that wants `r` copies puts `r` GMS pages (replica
 //!   `k` in a derived space) to `r` distinct targets and reads the next when one misses;
-//!   the core itself keeps one copy per GMS page.
+//!   the core itself keeps one copy per GMS page. A reader of a volume it does not write
+//!   ([`reader`]) asks the replicas in turn with the store's retry numbers.
 //! - **The store** ([`store`]): the writer's side — a volume of pages kept as `r` replicas,
 //!   with its records, versions per disk identity, placement with site avoidance, write
 //!   and read retries, re-replication, liveness and the volume's label and floor map in
@@ -179,6 +180,7 @@ pub mod page;
 pub mod pending;
 pub mod placement;
 pub mod readahead;
+pub mod reader;
 pub mod registration;
 pub mod replica;
 pub mod serve;
