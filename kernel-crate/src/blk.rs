@@ -122,10 +122,7 @@ impl PageIo {
         self.part.copy_to_rq(self.base() + off, data)
     }
 
-    /// A read of a page that holds nothing: zeros.
-    // Used by backends that do not store every page (the GMS backend); the RAM backend's
-    // store is zeroed.
-    #[allow(dead_code)]
+    /// A read of a page never written (the GMS backend; the RAM backend's store is zeroed).
     pub(crate) fn fill_zero(&self) -> Result {
         const ZEROS: [u8; 512] = [0; 512];
         for off in (0..PAGE_BYTES).step_by(ZEROS.len()) {

@@ -1,32 +1,16 @@
 // SPDX-License-Identifier: GPL-2.0-only
-//! The GMS backend of the block device `/dev/gms0` (K1b's [`crate::blk`]): an adapter
-//! around `gms::store`, which owns every decision about a page — its identity and page
-//! space (`gms_disk_id=`), placement with site avoidance, versions, retries, the rule that
-//! a write is acknowledged only with all `gms_replicas` copies (unless
-//! `gms_degraded_writes=1`), reads and their fallbacks, re-replication after a failure,
-//! and the volume's label and floor map, so that a reload never reads a lost page as
-//! zeros. This file keeps only what is the kernel's:
+//! The GMS backend of the block device `/dev/gms0` ([`crate::blk`]): an adapter around
+//! `gms::store`, which owns every decision about a page (identity, placement, versions,
+//! retries, reads, re-replication, the volume's label and floor map). This file keeps
+//! only what is the kernel's (`kernel-crate/README.md` tells how they work): **frames**
+//! ([`KFrames`]: a request's own page lent to the NIC, pool frames for meta pages and
+//! repairs, their bytes through [`DiskState::meta`]), the **blk-mq glue** (the FIFO from
+//! `queue_rq`, [`DiskState::backlog`]; pages completed after the core lock is released,
+//! [`take_finished`]) and the **counters** (the store's, published into `stats`).
 //!
-//! * **frames** ([`send`], [`KFrames`]): a write's put is sent straight from the block
-//!   request's own page, lent to the NIC once per replica (`KHost::lend`); a read's reply
-//!   lands in it, armed in the IPT; re-replication's copies and the volume's meta pages
-//!   use pool frames (`KHost::solicit`, `KHost::alloc`), whose bytes are copied through a
-//!   page-sized buffer of the disk's ([`DiskState::meta`]: nothing forms a reference to
-//!   DMA memory);
-//! * **blk-mq glue**: pages arrive in `queue_rq` (atomic context, core lock held) and wait
-//!   in a FIFO ([`DiskState::backlog`]) until the store takes them — while GMS has
-//!   operation slots and lend slots for all their replicas, so the store never meets a
-//!   full node — and finished pages are completed once the core lock is released
-//!   ([`take_finished`]: ending a block request may submit I/O again);
-//! * **counters** (the store's, published into `stats`).
-//!
-//! Not ported yet (the old backend had them): read-ahead (`gms_disk_readahead=` is
-//! accepted and ignored, with a warning) and `GETPAGES` grouping of a request's reads.
-//!
-//! A client of the runtime: it uses `net` (the [`Core`] it keeps its state in, as
-//! [`DiskCore`]), `blk` and `stats`, never the driver, which owns the locking and the
-//! doorbell and calls these functions from blk-mq's `queue_rq`, the poll loop and the
-//! ticker.
+//! A client of the runtime: it uses `net` (its state in the [`Core`], [`DiskCore`]), `blk`
+//! and `stats`, never the driver, which owns the locking and the doorbell and calls these
+//! functions from blk-mq's `queue_rq`, the poll loop and the ticker.
 
 use crate::blk::{PageIo, PAGE_BYTES};
 use crate::net::stack::{Client, Core};
@@ -338,16 +322,6 @@ fn give_back(host: &mut KHost, f: Frame) {
     }
 }
 
-/// `io`'s page lent to the NIC and armed for a getpage's reply.
-fn arm(host: &mut KHost, io: &PageIo) -> Option<ReplyTo<Frame>> {
-    let f = host.lend(io)?;
-    let reply = host.arm(f);
-    if reply.is_none() {
-        host.release(f);
-    }
-    reply
-}
-
 /// The kernel's frames as the store's completions need them.
 struct KFrames<'a> {
     host: &'a mut KHost,
@@ -359,8 +333,14 @@ impl Frames<PageIo, Frame> for KFrames<'_> {
     fn lend(&mut self, io: &PageIo, _page: PageId, _version: Version) -> Option<Frame> {
         self.host.lend(io)
     }
+    /// `io`'s page lent to the NIC and armed for a getpage's reply.
     fn arm(&mut self, io: &PageIo) -> Option<ReplyTo<Frame>> {
-        arm(self.host, io)
+        let f = self.host.lend(io)?;
+        let reply = self.host.arm(f);
+        if reply.is_none() {
+            self.host.release(f);
+        }
+        reply
     }
     fn scratch(&mut self) -> Option<ReplyTo<Frame>> {
         self.host.solicit()
