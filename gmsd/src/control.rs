@@ -23,14 +23,15 @@ use crate::volumes::{gms_page, Done, Item, Refused, Volumes};
 use anyhow::{bail, Context};
 use clients::{queue, request_ready, Conn};
 use gms::prelude::*;
+use gms::reader::{Heard, ReadNext, Reader, ReaderEnd};
 use gms::store::liveness::Event;
-use gms::store::StoreError;
+use gms::store::{StoreConfig, StoreError};
 use rustix::event::{PollFd, PollFlags};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use trapeze_node::gms::{read_step, GmsPort, Got, ReadStep, MAX_REPLICAS};
+use trapeze_node::gms::{GmsPort, Got, MAX_REPLICAS};
 
 /// Most clients served at once; a further connection is answered with an error and closed.
 pub const MAX_CLIENTS: usize = 64;
@@ -39,8 +40,6 @@ pub const MAX_CLIENTS: usize = 64;
 /// unwritten (it does not read them): what one client makes the daemon hold is bounded.
 pub const MAX_UNWRITTEN: usize = MAX_FRAME_BYTES;
 
-/// Times a reader's get is issued at most (a timed-out one is retried once).
-const MAX_TRIES: u8 = 2;
 /// How often the loop looks for new clients. Linux makes a socket for every `accept`
 /// before it finds none pending: tried on every pass of the spinning loop, `accept4` was
 /// 13–22 % of a lender's perf samples while it served getpages. A client waits at most
@@ -81,30 +80,23 @@ impl Counters {
 
 enum Items {
     /// An item's data moves into its volume's store when it is issued.
-    Put {
-        items: Vec<(PageId, Vec<u8>)>,
-        res: Vec<Option<PutOutcome>>,
-    },
-    Get {
-        network_only: bool,
-        pages: Vec<PageId>,
-        res: Vec<Option<GetOutcome>>,
-    },
+    Put { items: Vec<(PageId, Vec<u8>)>, res: Vec<Option<PutOutcome>> },
+    /// A page of a volume this daemon writes is read by its store; any other page as a
+    /// reader, by its item's [`Reader`] (which replica to ask, and when it is a miss).
+    Get { network_only: bool, pages: Vec<PageId>, readers: Vec<Reader>, res: Vec<Option<GetOutcome>> },
 }
 
 struct Job {
     conn: u64,
     items: Items,
-    /// (item, replica) to issue, in order (a put's replicas are its store's: replica 0;
-    /// a reader's retried get goes to the back, its next replica to the front).
-    queue: VecDeque<(usize, u8)>,
-    /// Times each item's replica was issued (a get: its passes, counted at replica 0).
-    tries: Vec<[u8; MAX_REPLICAS as usize]>,
+    /// Items to issue, in order (a reader's item asked again goes to the back, its next
+    /// replica to the front).
+    queue: VecDeque<usize>,
     /// Items without a result.
     left: usize,
     deadline: Instant,
-    /// Reads to issue again (from replica 0) at a time: (when, item).
-    later: Vec<(Instant, usize)>,
+    /// Readers' items to issue at a time: (when, port clock ns; item).
+    later: Vec<(u64, usize)>,
 }
 
 /// A page's waiter: (job, item, replica, issued at).
@@ -135,8 +127,8 @@ pub struct Control {
     alone: bool,
     /// The membership view as of the last step.
     view: u64,
-    /// A miss that took at least this long was a timeout.
-    retry_after: Duration,
+    /// A reader's replicas and retries ([`Reader::new`]).
+    reader: StoreConfig,
     pub counters: Counters,
     /// getpage latency, issue to answer (hits and misses), and the port's 2-/3-way figures.
     pub lat_all: Histogram,
@@ -152,7 +144,7 @@ impl Control {
     /// without the sticky bit. A stale socket file (nobody accepting) is replaced; a live
     /// socket (a daemon, or a NIC by its socket type) or any other file is an error. The
     /// socket is mode 0600.
-    pub fn bind(path: &Path, op_timeout: Duration, replicas: u8, volume_pages: u64) -> anyhow::Result<Control> {
+    pub fn bind(path: &Path, replicas: u8, volume_pages: u64) -> anyhow::Result<Control> {
         if !(1..=MAX_REPLICAS).contains(&replicas) {
             bail!("replicas {replicas}: must be 1..={MAX_REPLICAS}");
         }
@@ -164,6 +156,7 @@ impl Control {
         // A connection made before this is refused by the peer check in `accept`.
         trapeze_vnic::local::restrict_socket(path)?;
         listener.set_nonblocking(true)?;
+        let volumes = Volumes::new(replicas, volume_pages);
         Ok(Control {
             listener,
             next_accept: Instant::now(),
@@ -174,13 +167,13 @@ impl Control {
             conn_ids: Vec::new(),
             jobs: BTreeMap::new(),
             next_job: 0,
-            volumes: Volumes::new(replicas, volume_pages),
+            reader: volumes.reader_config(),
+            volumes,
             store_done: Vec::new(),
             get_wait: HashMap::new(),
             read_wait: HashMap::new(),
             alone: false,
             view: 0,
-            retry_after: op_timeout / 2,
             counters: Counters::default(),
             lat_all: Histogram::default(),
             lat_2way: Histogram::default(),
@@ -235,8 +228,10 @@ impl Control {
     /// comes, if ever: a job's deadline or a read to issue again at a time, and the
     /// stores' timers (retries, write windows, re-replication).
     pub fn poll_timeout(&self, port: &GmsPort) -> Option<Instant> {
-        let jobs = self.jobs.values().flat_map(|j| j.later.iter().map(|l| l.0).chain([j.deadline])).min();
-        [jobs, self.volumes.poll_timeout(port)].into_iter().flatten().min()
+        let later = self.jobs.values().flat_map(|j| j.later.iter().map(|l| l.0)).min();
+        let later = later.map(|at| Instant::now() + Duration::from_nanos(at.saturating_sub(port.now())));
+        let jobs = self.jobs.values().map(|j| j.deadline).min();
+        [jobs, later, self.volumes.poll_timeout(port)].into_iter().flatten().min()
     }
 
     /// The loop slept in `poll(2)` on [`Self::poll_fds`]: the next step accepts at once
@@ -344,7 +339,8 @@ impl Control {
             }
             Request::Get { network_only, pages } => {
                 let n = pages.len();
-                Items::Get { network_only, pages, res: vec![None; n] }
+                let readers = vec![Reader::new(&self.reader, None, 0); n];
+                Items::Get { network_only, pages, readers, res: vec![None; n] }
             }
         };
         self.next_job += 1;
@@ -353,15 +349,8 @@ impl Control {
             Items::Put { res, .. } => res.len(),
             Items::Get { res, .. } => res.len(),
         };
-        let job = Job {
-            conn: id,
-            items,
-            queue: (0..left).map(|i| (i, 0)).collect(),
-            tries: vec![[0; MAX_REPLICAS as usize]; left],
-            left,
-            deadline: now + JOB_TIMEOUT,
-            later: Vec::new(),
-        };
+        let job =
+            Job { conn: id, items, queue: (0..left).collect(), left, deadline: now + JOB_TIMEOUT, later: Vec::new() };
         self.jobs.insert(self.next_job, job);
         true
     }
@@ -374,17 +363,17 @@ impl Control {
         let mut answered = Vec::new();
         let Control { jobs, get_wait, read_wait, volumes, .. } = self;
         'jobs: for (&jid, job) in jobs.iter_mut() {
-            let now = Instant::now();
+            let ns = port.now();
             job.later.retain(|&(at, idx)| {
-                let due = at <= now;
+                let due = at <= ns;
                 if due {
-                    job.queue.push_back((idx, 0));
+                    job.queue.push_back(idx);
                 }
                 !due
             });
             while port.in_flight() < window {
-                let Some(&(idx, k)) = job.queue.front() else { break };
-                let now = Instant::now();
+                let Some(&idx) = job.queue.front() else { break };
+                let (now, ns) = (Instant::now(), port.now());
                 match &mut job.items {
                     Items::Put { items, res } => {
                         let (page, data) = &mut items[idx];
@@ -417,7 +406,12 @@ impl Control {
                             break 'jobs;
                         }
                     }
-                    Items::Get { network_only, pages, .. } => {
+                    Items::Get { network_only, pages, readers, .. } => {
+                        // The replica the reader asks next (taken once it is asked).
+                        let ReadNext::Ask { replica: k, .. } = readers[idx].next() else {
+                            job.queue.pop_front();
+                            continue;
+                        };
                         let page = gms_page(pages[idx], k);
                         if *network_only {
                             match port.get_start(page) {
@@ -430,25 +424,26 @@ impl Control {
                                 }
                                 Err(e) => {
                                     tracing::warn!("get {}: {e:#}", PageRef(page));
-                                    answered.push((jid, idx, k, Got::Miss, now));
+                                    answered.push((jid, idx, k, (Got::Miss, Heard::NoAnswer), now));
                                 }
                             }
                         } else if let Some(w) = read_wait.get_mut(&page) {
                             w.push((jid, idx, k, now));
                         } else if let Some(got) = port.read_start(page) {
-                            answered.push((jid, idx, k, got, now));
+                            answered.push((jid, idx, k, heard(got), now));
                         } else {
                             read_wait.insert(page, vec![(jid, idx, k, now)]);
                         }
+                        readers[idx].poll_ask(ns);
                     }
                 }
                 job.queue.pop_front();
-                job.tries[idx][usize::from(k)] = job.tries[idx][usize::from(k)].saturating_add(1);
                 any = true;
             }
         }
+        let ns = port.now();
         for (jid, idx, k, got, t0) in answered {
-            self.deliver(jid, idx, k, got, t0);
+            self.deliver(jid, idx, k, got, t0, ns);
         }
         any
     }
@@ -508,15 +503,15 @@ impl Control {
 
     /// Take finished operations from the port.
     fn collect(&mut self, port: &mut GmsPort) -> bool {
-        let mut any = false;
+        let (mut any, ns) = (false, port.now());
         // The stores' putpages are theirs; the port's own log is not read.
         port.put_log.clear();
         if !self.get_wait.is_empty() {
             let ops: Vec<OpId> = self.get_wait.keys().copied().collect();
             for op in ops {
-                if let Some(got) = port.get_poll(op) {
+                if let Some(got) = port.get_poll_heard(op) {
                     let (jid, idx, k, t0) = self.get_wait.remove(&op).expect("key taken from the map");
-                    self.deliver(jid, idx, k, got, t0);
+                    self.deliver(jid, idx, k, got, t0, ns);
                     any = true;
                 }
             }
@@ -525,8 +520,9 @@ impl Control {
             let pages: Vec<PageId> = self.read_wait.keys().copied().collect();
             for page in pages {
                 if let Some(got) = port.read_poll(page) {
+                    let got = heard(got);
                     for (jid, idx, k, t0) in self.read_wait.remove(&page).unwrap_or_default() {
-                        self.deliver(jid, idx, k, got.clone(), t0);
+                        self.deliver(jid, idx, k, got.clone(), t0, ns);
                     }
                     any = true;
                 }
@@ -541,58 +537,50 @@ impl Control {
         any
     }
 
-    /// Replica `k` of job `jid`'s item `idx` answered `got`.
-    fn deliver(&mut self, jid: u64, idx: usize, k: u8, got: Got, t0: Instant) {
-        let took = t0.elapsed();
-        self.lat_all.record(took.as_nanos() as u64);
+    /// Replica `k` of job `jid`'s item `idx` answered `got` (at `now`, port clock): its
+    /// reader says what is next.
+    fn deliver(&mut self, jid: u64, idx: usize, k: u8, got: (Got, Heard), t0: Instant, now: u64) {
+        self.lat_all.record(t0.elapsed().as_nanos() as u64);
         let Some(job) = self.jobs.get_mut(&jid) else { return };
-        let Items::Get { network_only, res, .. } = &job.items else { return };
+        let Items::Get { readers, res, .. } = &mut job.items else { return };
         if res[idx].is_some() {
             return;
         }
-        let hit = match &got {
-            Got::Hit { version, .. } => Some(*version),
-            Got::Miss => None,
-        };
-        // A reader knows no version to insist on: the newest copy of the replicas it asks
-        // (the daemons of a cluster keep the same --replicas).
-        let take = match read_step(self.volumes.replicas(), k, hit, None) {
-            ReadStep::Next(n) => {
-                self.counters.replica_fallbacks += 1;
-                job.queue.push_front((idx, n));
+        let end = match readers[idx].handle(k, got.1, now) {
+            ReadNext::Wait => return,
+            ReadNext::Ask { replica, at } => {
+                // On to the next replica at once, or the same one (another pass) again.
+                if replica > k {
+                    self.counters.replica_fallbacks += 1;
+                    job.queue.push_front(idx);
+                } else {
+                    self.counters.retries += 1;
+                    match at <= now {
+                        true => job.queue.push_back(idx),
+                        false => job.later.push((at, idx)),
+                    }
+                }
                 return;
             }
-            ReadStep::Take => true,
-            ReadStep::Miss => false,
+            ReadNext::Done(end) => end,
         };
-        let timed_out = hit.is_none() && took >= self.retry_after;
-        // A miss that took this long was a timeout, not a "not cached" answer: a dropped
-        // packet or a dead node. Once more from replica 0 (the failure may be known by now).
-        if timed_out && *network_only && job.tries[idx][0] < MAX_TRIES {
-            self.counters.retries += 1;
-            job.queue.push_back((idx, 0));
-            return;
-        }
         self.counters.gets += 1;
-        let out = match got {
-            Got::Hit { version, data, source } if take => {
+        let why = |why| if self.alone { MissWhy::Alone } else { why };
+        let out = match (end, got.0) {
+            (ReaderEnd::Hit { .. }, Got::Hit { version, data, source }) => {
                 let s = Served::from(source);
                 self.counters.hits_by[s as usize] += 1;
                 GetOutcome::Hit { version: version.0, source: s, data }
             }
-            _ => {
-                self.counters.misses += 1;
-                GetOutcome::Miss(match () {
-                    _ if self.alone => MissWhy::Alone,
-                    _ if timed_out => MissWhy::TimedOut,
-                    _ => MissWhy::NotFound,
-                })
-            }
+            (ReaderEnd::Failed(StoreError::Lost), _) => GetOutcome::Miss(MissWhy::Lost),
+            (ReaderEnd::Failed(_), _) => GetOutcome::Miss(why(MissWhy::TimedOut)),
+            (ReaderEnd::Hit { .. } | ReaderEnd::NotFound, _) => GetOutcome::Miss(why(MissWhy::NotFound)),
         };
-        if let Items::Get { res, .. } = &mut job.items {
-            res[idx] = Some(out);
-            job.left -= 1;
+        if matches!(out, GetOutcome::Miss(_)) {
+            self.counters.misses += 1;
         }
+        res[idx] = Some(out);
+        job.left -= 1;
     }
 
     /// Answer finished (or overdue) jobs.
@@ -630,6 +618,16 @@ impl Drop for Control {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.path);
     }
+}
+
+/// A read through the port's cache as a reader hears it: a miss there carries no reason
+/// (read-ahead answers some from its own memory), so it counts as "nobody has it".
+fn heard(got: Got) -> (Got, Heard) {
+    let h = match &got {
+        Got::Hit { version, .. } => Heard::Hit(*version),
+        Got::Miss => Heard::NotFound,
+    };
+    (got, h)
 }
 
 /// How an item ended.

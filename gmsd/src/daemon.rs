@@ -188,7 +188,7 @@ impl Daemon {
             opts.dead_after,
             Instant::now(),
         )?;
-        let control = Control::bind(&opts.socket, opts.op_timeout, opts.replicas, opts.volume_pages)
+        let control = Control::bind(&opts.socket, opts.replicas, opts.volume_pages)
             .with_context(|| format!("control socket (--socket) {}", opts.socket.display()))?;
         let mut link = Link::new(opts.node, backend, opts.faults);
         link.set_key(opts.key.as_ref());

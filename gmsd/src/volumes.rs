@@ -100,6 +100,14 @@ impl Volumes {
         self.cfg.replicas
     }
 
+    /// How this daemon reads, as a reader ([`gms::reader`]), the volumes it does not write:
+    /// its own replica count (the daemons of a cluster keep the same `--replicas`), each
+    /// getpage asked once — it already waited out GMS's operation timeout — and a second
+    /// pass at once while a replica did not answer (a failure may be known by then).
+    pub fn reader_config(&self) -> StoreConfig {
+        StoreConfig { read_tries: 1, read_passes: 2, retry_delay_ns: 0, ..self.cfg }
+    }
+
     /// Whether this daemon has volume `vol` open (and so reads it through its store).
     pub fn is_open(&self, vol: u64) -> bool {
         self.open.contains_key(&vol)

@@ -41,7 +41,6 @@ mod host;
 mod poll;
 mod putpage;
 mod read;
-mod replicas;
 mod store;
 #[cfg(test)]
 mod tests;
@@ -51,9 +50,11 @@ pub mod cluster;
 pub use gms::epochs as lru;
 
 pub use cluster::{Cluster, NodeView, Servers, VIEW_EVERY_NS};
+/// A replicated page's copies ([`gms::replica`]); a reader's read of them is
+/// [`gms::reader`]'s.
+pub use gms::replica::{default_replicas, replica, MAX_REPLICAS};
 pub use host::PortHost;
 pub use read::{Got, ReadInto, Source};
-pub use replicas::{default_replicas, read_step, replica, ReadStep, MAX_REPLICAS};
 pub use store::{StoreFrames, StoreIo, UserStore, STORE_REQUESTS};
 
 use completions::{Finished, Pending};

@@ -5,6 +5,7 @@ use super::GmsPort;
 use crate::rpc::Frame;
 use gms::placement::Outcome;
 use gms::prelude::*;
+use gms::reader::Heard;
 
 /// Where a read was served from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -47,13 +48,10 @@ pub(super) const MISS_TTL: u64 = 100_000_000;
 #[derive(Clone, Copy, Debug)]
 pub(super) enum Finished {
     /// `len`: the page's length in bytes (the bytes the hit carried into `frame`).
-    Hit {
-        version: Version,
-        frame: Frame,
-        len: u32,
-        source: Source,
-    },
-    Miss,
+    Hit { version: Version, frame: Frame, len: u32, source: Source },
+    /// How the getpage missed (a reader's retry policy, [`gms::reader`], needs to know
+    /// whether anyone answered).
+    Miss(Heard),
 }
 
 impl GmsPort {
@@ -79,7 +77,7 @@ impl GmsPort {
                     }
                     if self.issue_get_for(page, kind, false, Some(for_op)).is_err() {
                         self.stats.gets_miss += 1;
-                        self.finish_get(page, kind, for_op, Finished::Miss, now);
+                        self.finish_get(page, kind, for_op, Finished::Miss(Heard::NoAnswer), now);
                     }
                 }
                 (Pending::Get { frame, issued, kind, for_op, .. }, OpResult::Get(r)) => {
@@ -106,22 +104,22 @@ impl GmsPort {
                                     (true, true) => Finished::Hit { version, frame: mine, len, source },
                                     (true, false) => {
                                         self.node.host.frames.free(mine);
-                                        Finished::Miss
+                                        Finished::Miss(Heard::NoAnswer)
                                     }
-                                    (false, _) => Finished::Miss,
+                                    (false, _) => Finished::Miss(Heard::NoAnswer),
                                 }
                             } else if self.node.host.frames.unarm(f) {
                                 Finished::Hit { version, frame: f, len, source }
                             } else {
-                                Finished::Miss
+                                Finished::Miss(Heard::NoAnswer)
                             }
                         }
-                        GetResult::Miss { frame: f, .. } => {
+                        GetResult::Miss { frame: f, reason } => {
                             self.stats.gets_miss += 1;
                             if let Some(f) = f {
                                 self.node.host.release(f);
                             }
-                            Finished::Miss
+                            Finished::Miss(Heard::of_miss(reason))
                         }
                     };
                     self.finish_get(page, kind, for_op, fin, now);
@@ -174,7 +172,7 @@ impl GmsPort {
             (GetKind::Prefetch, Finished::Hit { version, frame, len, .. }) => {
                 self.cache_insert(page, version, frame, len)
             }
-            (GetKind::Prefetch, Finished::Miss) => {
+            (GetKind::Prefetch, Finished::Miss(_)) => {
                 if self.missed.len() > 4096 {
                     self.missed.retain(|_, t| now.saturating_sub(*t) < MISS_TTL);
                 }

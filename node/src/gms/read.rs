@@ -9,6 +9,7 @@ use anyhow::{bail, Context};
 use gms::cache::Cached;
 use gms::prelude::*;
 use gms::readahead::Decision;
+use gms::reader::Heard;
 use netrpc::prelude::*;
 
 /// The result of a get.
@@ -282,7 +283,7 @@ impl GmsPort {
                 self.cache_insert(page, version, frame, len);
                 ReadInto::Hit { version, len: len as usize, source }
             }
-            Finished::Miss => ReadInto::Miss,
+            Finished::Miss(_) => ReadInto::Miss,
         }
     }
 
@@ -295,13 +296,19 @@ impl GmsPort {
     /// The result of a getpage started with [`Self::get_start`], once finished (the
     /// local cache is left alone).
     pub fn get_poll(&mut self, op: OpId) -> Option<Got> {
+        self.get_poll_heard(op).map(|(got, _)| got)
+    }
+
+    /// [`Self::get_poll`], with what the getpage heard ([`gms::reader`]'s input: a miss
+    /// that got no answer is not a page nobody has).
+    pub fn get_poll_heard(&mut self, op: OpId) -> Option<(Got, Heard)> {
         Some(match self.plain.remove(&op)? {
             Finished::Hit { version, frame, len, source } => {
                 let data = self.read_frame(frame, len);
                 self.node.host.frames.free(frame);
-                Got::Hit { version, data, source }
+                (Got::Hit { version, data, source }, Heard::Hit(version))
             }
-            Finished::Miss => Got::Miss,
+            Finished::Miss(heard) => (Got::Miss, heard),
         })
     }
 }

@@ -138,18 +138,3 @@ fn client_nic_on_servers() {
     assert!(c.ports[0].cpu.is_some(), "the client's NIC is back");
     assert!(matches!(c.get_wait(0, PageId::new(3, 5)).expect("get"), Got::Hit { .. }));
 }
-
-/// A read takes a replica at the known version or newer; a miss or an older copy goes on
-/// to the next replica; past the last, a miss.
-#[test]
-fn a_read_goes_on_past_missing_and_stale_replicas() {
-    let v = Some(Version(10));
-    assert_eq!(read_step(2, 0, Some(Version(10)), v), ReadStep::Take);
-    assert_eq!(read_step(2, 0, Some(Version(11)), v), ReadStep::Take);
-    assert_eq!(read_step(2, 0, Some(Version(9)), v), ReadStep::Next(1), "stale");
-    assert_eq!(read_step(2, 0, None, v), ReadStep::Next(1));
-    assert_eq!(read_step(2, 1, None, v), ReadStep::Miss);
-    assert_eq!(read_step(2, 1, Some(Version(9)), v), ReadStep::Miss, "stale everywhere is a miss");
-    assert_eq!(read_step(2, 1, Some(Version(1)), None), ReadStep::Take, "no known version: any copy");
-    assert_eq!(read_step(1, 0, None, None), ReadStep::Miss);
-}
