@@ -17,7 +17,7 @@
 use crate::proto::{Nodes, PutOutcome, PAGE_BYTES};
 use gms::prelude::*;
 use gms::store::liveness::Event;
-use gms::store::{space_of, Finished, Outcome, Phase, StoreConfig, StoreError, StoreStats};
+use gms::store::{space_of, Outcome, Phase, StoreConfig, StoreError, StoreStats};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use trapeze_node::gms::{GmsPort, StoreFrames, StoreIo, UserStore};
@@ -164,22 +164,11 @@ impl Volumes {
         for store in self.open.values_mut() {
             busy |= port.drive_store(store, &mut StoreFrames);
         }
-        for c in port.take_store_done() {
-            busy = true;
-            let claimed = self.open.values_mut().any(|s| port.complete_store(s, &mut StoreFrames, &c));
-            if !claimed {
-                port.drop_store_done(&c);
-            }
-        }
+        busy |= port.complete_stores(self.open.values_mut().map(|s| &mut **s));
         for (&vol, store) in self.open.iter_mut() {
-            while let Some(f) = store.poll_done() {
+            while let Some((io, outcome, bytes)) = port.poll_store_done(store) {
                 busy = true;
-                match f {
-                    Finished::Request { io, outcome } => {
-                        done.push(Self::ended(vol, store, port, io, outcome, self.pages))
-                    }
-                    Finished::Scratch(frame) => port.node.host.frames.release(frame),
-                }
+                done.push(Self::ended(vol, store, port, (io, outcome, bytes), self.pages));
             }
         }
         self.close_refused();
@@ -198,20 +187,19 @@ impl Volumes {
         for v in refused {
             if let Some(s) = self.open.remove(&v) {
                 tracing::info!(volume = v, "volume closed: {:?}", s.phase());
-                add(&mut self.closed, &s.stats);
+                self.closed.accumulate(&s.stats);
             }
         }
     }
 
-    fn ended(vol: u64, store: &UserStore<Item>, port: &mut GmsPort, io: Item, outcome: Outcome, pages: u64) -> Done {
-        let landed = port.take_landed(io.key());
-        let bytes = landed.map(|f| {
-            let mut b = vec![0; PAGE_BYTES];
-            if !port.read_and_free(f, &mut b) {
-                b.clear();
-            }
-            b
-        });
+    fn ended(
+        vol: u64,
+        store: &UserStore<Item>,
+        port: &GmsPort,
+        end: (Item, Outcome, Option<Vec<u8>>),
+        pages: u64,
+    ) -> Done {
+        let (io, outcome, bytes) = end;
         let read = io.data.is_none();
         let (job, idx, page, took) = (io.job, io.idx, io.page, io.t0.elapsed());
         match outcome {
@@ -266,7 +254,7 @@ impl Volumes {
     pub fn stats(&self) -> StoreStats {
         let mut t = self.closed;
         for s in self.open.values() {
-            add(&mut t, &s.stats);
+            t.accumulate(&s.stats);
         }
         t
     }
@@ -299,24 +287,4 @@ fn put_outcome(replicas: u8, pages: u64, vol: u64, e: StoreError, port: &GmsPort
             PutOutcome::Error
         }
     }
-}
-
-/// `t` += `s`, counter by counter.
-fn add(t: &mut StoreStats, s: &StoreStats) {
-    t.writes += s.writes;
-    t.reads += s.reads;
-    t.zero_reads += s.zero_reads;
-    t.puts += s.puts;
-    t.gets += s.gets;
-    t.retries += s.retries;
-    t.fallbacks += s.fallbacks;
-    t.under_replicated += s.under_replicated;
-    t.repaired += s.repaired;
-    t.failed_writes += s.failed_writes;
-    t.failed_reads += s.failed_reads;
-    t.lost += s.lost;
-    t.repair_passes += s.repair_passes;
-    t.repair_short += s.repair_short;
-    t.puts_by_plan += s.puts_by_plan;
-    t.puts_kept += s.puts_kept;
 }

@@ -263,6 +263,26 @@ impl StoreStats {
         puts_by_plan: 0,
         puts_kept: 0,
     };
+
+    /// Add `o`'s counters to these (a runtime's total over several stores).
+    pub fn accumulate(&mut self, o: &StoreStats) {
+        self.writes += o.writes;
+        self.reads += o.reads;
+        self.zero_reads += o.zero_reads;
+        self.puts += o.puts;
+        self.gets += o.gets;
+        self.retries += o.retries;
+        self.fallbacks += o.fallbacks;
+        self.under_replicated += o.under_replicated;
+        self.repaired += o.repaired;
+        self.failed_writes += o.failed_writes;
+        self.failed_reads += o.failed_reads;
+        self.lost += o.lost;
+        self.repair_passes += o.repair_passes;
+        self.repair_short += o.repair_short;
+        self.puts_by_plan += o.puts_by_plan;
+        self.puts_kept += o.puts_kept;
+    }
 }
 
 /// A GMS operation in flight for a request: its id, and the request's frame lent to it.

@@ -17,6 +17,7 @@ use super::GmsPort;
 use crate::rpc::{Frame, Frames, FRAME_BYTES};
 use gms::prelude::*;
 use gms::store::drive::{Frames as StoreFramesTrait, FramesIn};
+use gms::store::{Finished, Outcome};
 use netrpc::prelude::ReplyTo;
 use trapeze_runtime::storage::Heap;
 
@@ -136,90 +137,84 @@ impl GmsPort {
         sent
     }
 
-    /// Completions of operations the port did not start itself (a store's), to hand to
-    /// [`Self::complete_store`].
-    pub fn take_store_done(&mut self) -> Vec<Completion<Frame>> {
-        std::mem::take(&mut self.store_done)
+    /// Hand each completion of a store's operation to the store among `stores` it belongs
+    /// to; one no store claims gives its frame back. Whether there were any.
+    pub fn complete_stores<'s, Io: StoreIo + 's>(
+        &mut self,
+        stores: impl IntoIterator<Item = &'s mut UserStore<Io>>,
+    ) -> bool {
+        if self.store_done.is_empty() {
+            return false;
+        }
+        let now = self.now();
+        let mut done = std::mem::take(&mut self.store_done);
+        for s in stores {
+            let host = &mut self.node.host;
+            done.retain(|c| !s.complete(now, c, &mut FramesIn::<Io, Frame, PortHost>::frames(&mut StoreFrames, host)));
+        }
+        for c in done.drain(..) {
+            let frame = match c.result {
+                OpResult::Get(GetResult::Hit { frame, .. }) => Some(frame),
+                OpResult::Get(GetResult::Miss { frame, .. }) => frame,
+                _ => None,
+            };
+            if let Some(f) = frame {
+                self.node.host.release(f);
+            }
+        }
+        // The vector goes back, empty, for the next completions.
+        self.store_done = done;
+        true
     }
 
-    /// Hand `done` to `store` if it is one of its operations (`true`).
-    pub fn complete_store<Io: StoreIo>(
+    /// The next request `store` finished: its handle, how it ended, and a read's page
+    /// (`None`: a write, or a read that brought no bytes). Frames the store gives back go
+    /// to the pool.
+    pub fn poll_store_done<Io: StoreIo>(
         &mut self,
         store: &mut UserStore<Io>,
-        frames: &mut StoreFrames,
-        done: &Completion<Frame>,
-    ) -> bool {
-        let now = self.now();
-        store.complete(now, done, &mut FramesIn::<Io, Frame, PortHost>::frames(frames, &mut self.node.host))
-    }
-
-    /// The frame request `key`'s read landed in, now the caller's (read its bytes with
-    /// [`Self::read_and_free`]). `None`: it has none (a write, a read that never landed).
-    pub fn take_landed(&mut self, key: u64) -> Option<Frame> {
-        let l = &mut self.node.host.landing;
-        let f = l.landing.remove(&key)?;
-        l.owner.remove(&f);
-        Some(f)
+    ) -> Option<(Io, Outcome, Option<Vec<u8>>)> {
+        loop {
+            match store.poll_done()? {
+                Finished::Request { io, outcome } => {
+                    let l = &mut self.node.host.landing;
+                    let bytes = l.landing.remove(&io.key()).map(|frame| {
+                        l.owner.remove(&frame);
+                        let mut b = vec![0; FRAME_BYTES as usize];
+                        if !self.node.host.frames.read(frame, &mut b) {
+                            b.clear();
+                        }
+                        self.node.host.frames.release(frame);
+                        b
+                    });
+                    return Some((io, outcome, bytes));
+                }
+                Finished::Scratch(frame) => self.node.host.frames.release(frame),
+            }
+        }
     }
 
     /// Frames held for store requests' reads.
     pub fn landing_frames(&self) -> usize {
         self.node.host.landing.landing.len()
     }
-
-    /// A completion nobody claimed: its frame goes back to the pool.
-    pub fn drop_store_done(&mut self, done: &Completion<Frame>) {
-        let frame = match done.result {
-            OpResult::Get(GetResult::Hit { frame, .. }) => Some(frame),
-            OpResult::Get(GetResult::Miss { frame, .. }) => frame,
-            _ => None,
-        };
-        if let Some(f) = frame {
-            self.node.host.release(f);
-        }
-    }
-
-    /// The bytes of `frame` (a store request's landing frame, [`Self::take_landed`]) into
-    /// `out`; then the frame goes back to the pool.
-    pub fn read_and_free(&mut self, frame: Frame, out: &mut [u8]) -> bool {
-        let ok = self.node.host.frames.read(frame, out);
-        self.node.host.frames.release(frame);
-        ok
-    }
 }
 
 impl super::Cluster {
     /// One pass of the in-process cluster and of `store` on node `at`: the store's sends
-    /// and completions; the requests it finished go to `out`, each with its read's page
-    /// (`None`: a write, or a read that brought no bytes).
+    /// and completions; the requests it finished go to `out` ([`GmsPort::poll_store_done`]).
     pub fn store_step<Io: StoreIo>(
         &mut self,
         at: usize,
         store: &mut UserStore<Io>,
-        out: &mut Vec<(Io, gms::store::Outcome, Option<Vec<u8>>)>,
+        out: &mut Vec<(Io, Outcome, Option<Vec<u8>>)>,
     ) {
         self.poll();
         let port = &mut self.ports[at];
         port.drive_store(store, &mut StoreFrames);
-        for done in port.take_store_done() {
-            if !port.complete_store(store, &mut StoreFrames, &done) {
-                port.drop_store_done(&done);
-            }
-        }
-        while let Some(f) = store.poll_done() {
-            match f {
-                gms::store::Finished::Request { io, outcome } => {
-                    let bytes = port.take_landed(io.key()).map(|frame| {
-                        let mut b = vec![0; FRAME_BYTES as usize];
-                        if !port.read_and_free(frame, &mut b) {
-                            b.clear();
-                        }
-                        b
-                    });
-                    out.push((io, outcome, bytes));
-                }
-                gms::store::Finished::Scratch(frame) => port.node.host.frames.release(frame),
-            }
+        port.complete_stores([&mut *store]);
+        while let Some(done) = port.poll_store_done(store) {
+            out.push(done);
         }
     }
 }
