@@ -242,7 +242,7 @@ pub enum MissWhy {
     /// No node answered with the page: never stored, or lost with a failed node (its holder
     /// or its directory node) that this daemon has no record of storing it on.
     NotFound,
-    /// No answer within the operation timeout (a network-only get is retried once first).
+    /// No answer within the operation timeout (a reader makes a second pass first).
     TimedOut,
     /// This node has no live peer (and does not hold the page itself).
     Alone,

@@ -1,15 +1,15 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! The client core (`gms::store`) on a user-space port: the store's frames are the port's
 //! pool ([`StoreFrames`]), its operations go through the port's node with the store's own
-//! loop ([`gms::store::drive`]), and their completions come back through
-//! [`GmsPort::take_store_done`]. The store decides everything about a page (placement,
+//! loop ([`gms::store::drive`]), and their completions are handed back by
+//! [`GmsPort::complete_stores`]. The store decides everything about a page (placement,
 //! versions, retries, repair, recovery); this file only moves bytes between a request's
 //! buffer and the pool's frames.
 //!
 //! A write's data is copied into a pool frame for each replica's put (a page shorter than
 //! a frame is padded with zeros: the store keeps whole pages). A read's reply lands in a
 //! pool frame armed for the request, which stays the request's until it finishes
-//! ([`GmsPort::take_landed`]), even when NetRPC gives it back after a failed call
+//! ([`GmsPort::poll_store_done`]), even when NetRPC gives it back after a failed call
 //! ([`Landing::release`]): the host keeps the landing frames' record ([`Landing`]).
 
 use super::host::{Landing, PortHost};
