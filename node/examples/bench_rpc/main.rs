@@ -144,6 +144,11 @@ struct Args {
     /// Only run the link-MAC cost comparisons and print them (with --json, one object).
     #[arg(long)]
     mac_only: bool,
+    /// Only run the equal-terms comparison (`--echo-rounds` x `--echo-calls`) and print
+    /// it (with --json, its object and the headline ratios): the mode to measure the UDP
+    /// link against the busy-polled echo with, before and after a change.
+    #[arg(long)]
+    echo_only: bool,
 }
 fn main() {
     let a = <Args as clap::Parser>::parse();
@@ -208,7 +213,7 @@ fn run(a: Args) -> anyhow::Result<()> {
         let r = same_thread_on(a.case, a.calls, a.window);
         Placement::unpin()?;
         let what = match a.case {
-            SameThreadCase::Wait2 | SameThreadCase::Wait3 => "p50",
+            SameThreadCase::Wait2 | SameThreadCase::Wait3 | SameThreadCase::Wait2Udp => "p50",
             SameThreadCase::Cont | SameThreadCase::Raw => "per call",
         };
         println!("same thread {:?} 8 KB solicited: {what} {:.2} us ({} calls)", a.case, r?, a.calls);
@@ -226,6 +231,20 @@ fn run(a: Args) -> anyhow::Result<()> {
     if a.ways_only {
         let mut ways = WaysSeries::ways(a.ways_blocks, a.ways_block_calls)?;
         print_ways(&mut ways, &a);
+        return Ok(());
+    }
+    if a.echo_only {
+        let mut echo = EchoSeries::measure(a.echo_rounds, a.echo_calls)?;
+        if a.json {
+            let (rpc_udp, rpc_mem, udp_echo) = (echo.p50(0), echo.p50(1), echo.p50(2));
+            println!(
+                "{}",
+                json!({ "rpc_udp_over_udp_echo": rpc_udp / udp_echo, "rpc_over_udp_echo": rpc_mem / udp_echo,
+                        "equal_terms": echo.json(a.echo_rounds, a.echo_calls) })
+            );
+        } else {
+            echo.print(a.echo_rounds, a.echo_calls);
+        }
         return Ok(());
     }
     if a.mac_only {

@@ -16,9 +16,19 @@ pub(crate) enum SameThreadCase {
     Cont,
     /// Raw Trapeze request / 8 KB solicited reply, `--window` outstanding (µs per reply).
     Raw,
+    /// 2-way blocking 8 KB solicited call over the UDP link (two NICs on loopback, no
+    /// cluster key) (p50 µs): what a call costs over the deployed transport, for
+    /// callgrind (instructions) and `perf stat` (system calls) per call.
+    Wait2Udp,
 }
 
 pub(crate) fn same_thread_on(case: SameThreadCase, calls: u32, window: u32) -> anyhow::Result<f64> {
+    if case == SameThreadCase::Wait2Udp {
+        let (mut client, mut server) = mac_setup(MacLink::Udp, None)?;
+        return wait_8k_p50_on(&mut client, 2, calls, || {
+            server.poll();
+        });
+    }
     let sw = InProcSwitch::new();
     let mut client = node(&sw, 0, false)?;
     let mut server = node(&sw, 1, case == SameThreadCase::Wait3)?;
@@ -45,6 +55,7 @@ pub(crate) fn same_thread_on(case: SameThreadCase, calls: u32, window: u32) -> a
             })?;
             secs * 1e6 / calls as f64
         }
+        SameThreadCase::Wait2Udp => unreachable!("answered above"),
         SameThreadCase::Raw => {
             let mut raw = RawClient { port: client, solicited: true, armed: Default::default() };
             let mut srv = RawServer { port: server, owed: Default::default() };
