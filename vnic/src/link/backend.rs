@@ -127,6 +127,20 @@ pub trait LinkBackend: Send {
         false
     }
 
+    /// Whether the medium checks every frame itself and delivers it whole and undamaged
+    /// or not at all, though it may duplicate one (UDP: the datagram's checksum, computed
+    /// by the sending kernel and verified by the receiving one). The link then sends a
+    /// one-frame packet with no faults configured with a verdict instead of a CRC over it,
+    /// and believes such a verdict when it receives one, as over a memory medium; what a
+    /// CRC still guards against there is its own doing (a packet of several frames put
+    /// together from the wrong fragments, frames an injector corrupts), and such packets
+    /// keep their CRC. Unlike over a memory medium, a verdict packet's key is remembered,
+    /// so a duplicated datagram is still caught. Default `false`. Fixed for a backend: a
+    /// [`Link`](super::Link) asks once, when it is made.
+    fn checksums_frames(&self) -> bool {
+        false
+    }
+
     /// Frames the medium dropped because they did not come from where the node they name
     /// is (a datagram from an address no peer has, or from another peer's). Default 0.
     fn foreign_frames(&self) -> u64 {

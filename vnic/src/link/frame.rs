@@ -18,11 +18,12 @@ pub const MAGIC: u16 = 0x7A4C;
 pub const VERSION: u8 = 1;
 /// Bytes of the frame header.
 pub const HEADER_BYTES: usize = 24;
-/// Flag of a one-frame packet sent over a memory medium
-/// ([`LinkBackend::is_memory_medium`](super::LinkBackend::is_memory_medium)) with no
-/// faults configured: its trailer is a verdict ([`VERDICT_GOOD`], or anything else for
-/// an aborted packet) instead of a CRC. A receiver whose own backend is not a memory
-/// medium treats such a packet as failing its CRC.
+/// Flag of a one-frame packet sent with no faults configured over a memory medium
+/// ([`LinkBackend::is_memory_medium`](super::LinkBackend::is_memory_medium)) or one that
+/// checks its frames ([`LinkBackend::checksums_frames`](super::LinkBackend::checksums_frames),
+/// UDP): its trailer is a verdict ([`VERDICT_GOOD`], or anything else for an aborted
+/// packet) instead of a CRC. A receiver whose own backend is neither (raw Ethernet)
+/// treats such a packet as failing its CRC.
 pub const FLAG_VERDICT: u8 = 0x01;
 /// Flag of every frame of a packet that carries a MAC tag (`super::mac`) between its
 /// bytes and its trailer: sent by a link with a key. A link with a key drops packets

@@ -7,10 +7,7 @@
 //! (`iface::wire::crc32`; inverted when the sender aborts the packet), splits it into
 //! link frames no larger than the backend allows, and sends them to the packet's
 //! destination node. [`Link::poll_packet`] reassembles frames into packets and checks
-//! the trailer: the receiver sees each packet once, whole, with `crc_ok`. Over a memory
-//! medium (the in-process switch) with no faults configured, a one-frame packet carries a
-//! verdict instead of a CRC ([`frame::FLAG_VERDICT`]; nothing between the two buffers can
-//! damage it, as Linux's loopback skips checksums). A seeded
+//! the trailer: the receiver sees each packet once, whole, with `crc_ok`. A seeded
 //! [`faults::FaultInjector`] can drop, duplicate, reorder or corrupt frames on the way.
 //!
 //! Under a cluster key ([`Link::set_key`]) every packet carries a stamp (this link's
@@ -31,6 +28,23 @@
 //! +20 fragment offset u32
 //! +24 fragment bytes...
 //! ```
+//!
+//! When a packet carries a CRC and when a verdict ([`frame::FLAG_VERDICT`]: `GOOD`, or
+//! anything else for an aborted packet): a CRC guards against damage the link cannot
+//! otherwise see. A packet that is one frame, sent with no faults configured, carries a
+//! verdict over a medium that delivers frames whole and undamaged or not at all: a
+//! memory medium (the in-process switch: nothing between the two buffers can damage it,
+//! as Linux's loopback skips checksums) and UDP (the datagram's checksum, computed and
+//! verified by the kernels, covers the frame, header included;
+//! [`LinkBackend::checksums_frames`]). A CRC is still computed where it protects
+//! something the medium's check does not: a packet of several frames (reassembly could
+//! put it together from fragments of different packets that share a key — a sender that
+//! restarted, an id that wrapped), any packet while a fault injector may corrupt, drop,
+//! duplicate or reorder frames (the tests and fuzz targets that check the link's
+//! guarantees run there), and every packet over raw Ethernet, whose frame check is
+//! hop-by-hop. A receiver believes a verdict only over a medium where it would send one;
+//! elsewhere the packet fails its check. Under a cluster key the MAC tag covers the
+//! packet's bytes, its stamp and its verdict, whichever trailer it has.
 //!
 //! Delivery rules (details in `reassembly.rs` and `faults.rs`):
 //! - A packet is delivered at most once, whole, with `crc_ok` computed over all of it;
@@ -189,6 +203,10 @@ pub struct Link {
     /// asked once here rather than through the trait object on every receive and send.
     keeps_last_frame: bool,
     memory_medium: bool,
+    /// Whether one-frame packets carry a verdict, and a received verdict is believed: a
+    /// memory medium, or one that checks its frames itself
+    /// ([`LinkBackend::checksums_frames`]). Asked once, when the link is made.
+    verdict_medium: bool,
     /// The MAC key, under a cluster key.
     mac: Option<LinkMac>,
     /// This incarnation's epoch and next sequence number (used under a key).
@@ -225,6 +243,7 @@ impl Link {
     pub fn new(node: u16, backend: Box<dyn LinkBackend>, faults: FaultConfig) -> Link {
         let max_frame = backend.max_frame_bytes();
         let (keeps_last_frame, memory_medium) = (backend.keeps_last_frame(), backend.is_memory_medium());
+        let verdict_medium = memory_medium || backend.checksums_frames();
         Link {
             node,
             tx_frame: vec![0; max_frame.max(frame::HEADER_BYTES)],
@@ -238,6 +257,7 @@ impl Link {
             held: None,
             keeps_last_frame,
             memory_medium,
+            verdict_medium,
             mac: None,
             stamper: replay::Stamper::new(),
             windows: Box::default(),

@@ -60,6 +60,7 @@ impl Link {
         let mut now = None;
         let mut budget = RX_FRAMES_PER_POLL;
         let (keeps, memory, node) = (self.keeps_last_frame, self.memory_medium, self.node);
+        let verdict_medium = self.verdict_medium;
         let mut held = None;
         while !self.rx.has_ready() && out.is_none() && budget > 0 {
             budget -= 1;
@@ -72,7 +73,7 @@ impl Link {
                 let t = (stats.frames_received % STAMP_FRAMES == 0).then(|| *now.get_or_insert_with(Instant::now));
                 match rx.take_whole(frame, t, memory) {
                     Some((src, bytes, flags)) => {
-                        let verdict = (flags & frame::FLAG_VERDICT != 0).then_some(memory);
+                        let verdict = (flags & frame::FLAG_VERDICT != 0).then_some(verdict_medium);
                         let seal = mac.map(|m| (m, &mut *windows));
                         let Some((body, crc_ok)) = check_packet(bytes, src, node, flags, verdict, seal, stats) else {
                             return;
@@ -126,8 +127,9 @@ const STAMP_FRAMES: u64 = 64;
 /// with frame flags `flags` and count it: `None` if it is refused (see [`super::mac`] and
 /// [`super::replay`]; counted by why), else the packet's bytes and whether its trailer
 /// checked. `verdict`: `None` for a CRC trailer (over the bytes, stamp and tag); for a
-/// [`frame::FLAG_VERDICT`] packet, whether it came over a memory medium (only there is a
-/// verdict believed). `seal`: the MAC and the receive windows, under a key.
+/// [`frame::FLAG_VERDICT`] packet, whether it came over a medium where verdicts are
+/// believed (memory, or one that checks its frames; see the module doc of `link`).
+/// `seal`: the MAC and the receive windows, under a key.
 #[inline(always)]
 fn check_packet<'p>(
     bytes: &'p [u8],

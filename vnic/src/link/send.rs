@@ -59,7 +59,7 @@ impl Link {
         let tag_bytes = if self.mac.is_some() { SEAL_BYTES } else { 0 };
         let total = len + tag_bytes + TRAILER_BYTES;
         let chunk = reassembly::chunk_bytes(self.tx_frame.len());
-        if total <= chunk && self.memory_medium && self.faults.is_passthrough() {
+        if total <= chunk && self.verdict_medium && self.faults.is_passthrough() {
             // The common case: one frame, a verdict, straight to the backend.
             return self.send_verdict_frame(dst, len, abort, ok, payload_at, read);
         }
@@ -78,9 +78,9 @@ impl Link {
         let id = self.next_packet_id;
         self.next_packet_id = id.wrapping_add(1);
         let stamp = self.mac.is_some().then(|| self.stamper.stamp().emit());
-        // One frame through process memory and no faults (a wire delay is not one): a
-        // verdict, not a CRC (see `LinkBackend::is_memory_medium`).
-        let verdict = count == 1 && self.faults.faultless() && self.memory_medium;
+        // One frame over a medium that checks it (process memory, a UDP datagram) and no
+        // faults (a wire delay is not one): a verdict, not a CRC (the module doc's rule).
+        let verdict = count == 1 && self.faults.faultless() && self.verdict_medium;
         // A verdict frame carries no CRC: no hasher (making one detects CPU features).
         let mut hasher = (!verdict).then(crc32fast::Hasher::new);
         let mut tagger = self.mac.as_ref().map(LinkMac::tagger);
@@ -175,7 +175,7 @@ impl Link {
     }
 
     /// [`send_packet_from`](Self::send_packet_from) for a packet that fits one frame, over
-    /// a memory medium with frames passing untouched (no faults, no delay, none held):
+    /// a medium that checks frames (memory, UDP) with frames passing untouched (no faults, no delay, none held):
     /// what the general loop does for that case (a [`frame::FLAG_VERDICT`] frame, counted
     /// the same), without its per-fragment bookkeeping. `ok`: the route peek's result.
     #[inline]

@@ -3,6 +3,7 @@
 
 use super::backend::{InProcSwitch, UdpBackend};
 use super::*;
+use std::os::fd::BorrowedFd;
 
 fn packet(len: usize) -> Vec<u8> {
     let mut p: Vec<u8> = (0..len).map(|i| (i * 13 + 1) as u8).collect();
@@ -69,7 +70,7 @@ fn raw_frames(port: &mut dyn LinkBackend) -> Vec<Vec<u8>> {
 }
 
 #[test]
-fn memory_medium_packets_carry_a_verdict_believed_only_there() {
+fn checked_media_carry_a_verdict_believed_only_there() {
     let sw = InProcSwitch::new();
     let mut a = Link::new(1, Box::new(sw.port(1)), FaultConfig::NONE);
     let mut raw = sw.port(2);
@@ -109,23 +110,85 @@ fn memory_medium_packets_carry_a_verdict_believed_only_there() {
     assert_eq!(b.poll_packet_with(|body, _, ok| (body.len(), ok)), Some((100, false)));
     assert_eq!(b.stats().crc_errors, 1);
 
-    // ... while a link that is not a memory medium never believes a verdict.
+    // ... and so do they over UDP, whose datagrams the kernels check; a duplicated
+    // datagram is still caught (UDP may duplicate, unlike the switch) ...
     let mut udp = UdpBackend::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let addr = udp.local_addr();
     // The frame names node 1: it must come from node 1's address to be taken at all.
     let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     udp.add_peer(1, sock.local_addr().unwrap());
     let mut u = Link::new(2, Box::new(udp), FaultConfig::NONE);
-    sock.send_to(&frames[0], addr).unwrap();
+    for f in [&frames[0], &frames[0], &frames[1]] {
+        sock.send_to(f, addr).unwrap();
+    }
     let deadline = Instant::now() + std::time::Duration::from_secs(5);
-    let got = loop {
+    let mut got = Vec::new();
+    while got.len() < 2 || u.stats().frames_received < 3 {
         if let Some(r) = u.poll_packet_with(|body, _, ok| (body.len(), ok)) {
-            break r;
+            got.push(r);
         }
-        assert!(Instant::now() < deadline, "the UDP frame never arrived");
-    };
-    assert_eq!(got, (9000, false));
-    assert_eq!(u.stats().crc_errors, 1);
+        assert!(Instant::now() < deadline, "the UDP frames never arrived");
+    }
+    assert_eq!(got, [(9000, true), (100, false)]);
+    let s = u.stats();
+    assert_eq!((s.crc_errors, s.duplicate_frames), (1, 1));
+
+    // ... while a medium that neither is memory nor checks its frames never believes one.
+    drop(b);
+    let mut plain = Link::new(2, Box::new(Unchecked(sw.port(2))), FaultConfig::NONE);
+    injector.send_frame(2, &frames[0]).unwrap();
+    assert_eq!(plain.poll_packet_with(|body, _, ok| (body.len(), ok)), Some((9000, false)));
+    assert_eq!(plain.stats().crc_errors, 1);
+}
+
+/// A switch port that says it is neither a memory medium nor one that checks frames (as
+/// raw Ethernet): what the link does over such a medium.
+struct Unchecked(backend::InProcPort);
+
+impl LinkBackend for Unchecked {
+    fn send_frame(&mut self, dst: u16, frame: &[u8]) -> io::Result<()> {
+        self.0.send_frame(dst, frame)
+    }
+    fn try_recv_frame(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        self.0.try_recv_frame(buf)
+    }
+    fn readable_fd(&self) -> Option<BorrowedFd<'_>> {
+        self.0.readable_fd()
+    }
+    fn max_frame_bytes(&self) -> usize {
+        self.0.max_frame_bytes()
+    }
+    fn routes_to(&self, dst: u16) -> bool {
+        self.0.routes_to(dst)
+    }
+    fn describe(&self) -> String {
+        "unchecked".into()
+    }
+}
+
+#[test]
+fn udp_sends_one_frame_packets_with_a_verdict_and_others_with_a_crc() {
+    let bind = || UdpBackend::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let mut ua = bind();
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    sock.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+    ua.add_peer(2, sock.local_addr().unwrap());
+    let mut a = Link::new(1, Box::new(ua), FaultConfig::NONE);
+    a.send_packet(&packet(9000), false).unwrap();
+    a.send_packet(&packet(70_000), false).unwrap(); // two frames: a real CRC
+    let corrupt = FaultConfig { corrupt_ppm: 1, ..FaultConfig::NONE };
+    let mut uc = bind();
+    uc.add_peer(2, sock.local_addr().unwrap());
+    let mut c = Link::new(3, Box::new(uc), corrupt);
+    c.send_packet(&packet(9000), false).unwrap(); // faults configured: a CRC
+    let mut buf = vec![0u8; 70_000];
+    let flags: Vec<u8> = (0..4)
+        .map(|_| {
+            let n = sock.recv(&mut buf).unwrap();
+            frame::FrameHeader::parse(&buf[..n]).unwrap().0.flags
+        })
+        .collect();
+    assert_eq!(flags, [frame::FLAG_VERDICT, 0, 0, 0]);
 }
 
 #[test]

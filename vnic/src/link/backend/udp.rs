@@ -2,6 +2,16 @@
 //! Link frames as UDP datagrams: one non-blocking bound socket, a route table from node
 //! to socket address. A datagram is taken only from the address of the node its frame
 //! header names (anyone else on the network could write any node id there).
+//!
+//! Received datagrams land in a buffer of the backend's own, which it lends in place and
+//! keeps readable until its next receive ([`LinkBackend::keeps_last_frame`]): a packet's
+//! payload then goes from there to the host once, not through a copy in NIC staging.
+//!
+//! A datagram carries the UDP checksum, which Linux always computes on send (this
+//! backend never turns it off) and verifies on receive, dropping a damaged datagram: the
+//! medium delivers a frame whole and undamaged or not at all
+//! ([`LinkBackend::checksums_frames`]), so the link sends a one-frame packet with a
+//! verdict instead of a CRC over it (see [`super::super::frame::FLAG_VERDICT`]).
 
 use std::collections::HashMap;
 use std::io;
@@ -27,6 +37,10 @@ pub struct UdpBackend {
     peers: HashMap<u16, SocketAddr>,
     /// Datagrams dropped: not from the address of the node their frame names.
     foreign: u64,
+    /// Where datagrams are received: lent to the link, kept until the next receive.
+    rx: Box<[u8]>,
+    /// Bytes of the frame last lent (0 before the first).
+    rx_len: usize,
 }
 
 impl UdpBackend {
@@ -39,7 +53,10 @@ impl UdpBackend {
         let _ = rustix::net::sockopt::set_socket_recv_buffer_size(&socket, SOCKET_BUFFER_BYTES);
         let _ = rustix::net::sockopt::set_socket_send_buffer_size(&socket, SOCKET_BUFFER_BYTES);
         let local = socket.local_addr()?;
-        Ok(UdpBackend { socket, local, peers: HashMap::new(), foreign: 0 })
+        // Slack past the largest frame, so an oversized datagram is seen as such (and
+        // rejected by the link), not cut to fit.
+        let rx = vec![0u8; UDP_MAX_FRAME_BYTES + 64].into_boxed_slice();
+        Ok(UdpBackend { socket, local, peers: HashMap::new(), foreign: 0, rx, rx_len: 0 })
     }
 
     /// The bound address (with the real port if bound to port 0).
@@ -68,23 +85,32 @@ impl LinkBackend for UdpBackend {
     }
 
     fn try_recv_frame(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
-        loop {
-            match self.socket.recv_from(buf) {
-                Ok((n, from)) => {
-                    let src = FrameHeader::parse(&buf[..n.min(buf.len())]).ok().map(|(h, _)| h.src);
-                    if src.is_some_and(|s| self.peers.get(&s) == Some(&from)) {
-                        return Ok(Some(n));
-                    }
-                    self.foreign += 1;
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                // An ICMP error from an earlier send (a peer not listening) is reported
-                // on a later receive; it says nothing about waiting frames.
-                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => continue,
-                Err(e) => return Err(e),
+        recv_from_peer(&self.socket, &self.peers, &mut self.foreign, buf)
+    }
+
+    fn recv_frame_with(&mut self, _scratch: &mut [u8], take: &mut dyn FnMut(&[u8])) -> io::Result<bool> {
+        // The frame last lent is given back now, whatever comes.
+        self.rx_len = 0;
+        match recv_from_peer(&self.socket, &self.peers, &mut self.foreign, &mut self.rx)? {
+            Some(n) => {
+                self.rx_len = n;
+                take(&self.rx[..n]);
+                Ok(true)
             }
+            None => Ok(false),
         }
+    }
+
+    fn last_frame(&self) -> Option<&[u8]> {
+        (self.rx_len > 0).then(|| &self.rx[..self.rx_len])
+    }
+
+    fn keeps_last_frame(&self) -> bool {
+        true
+    }
+
+    fn checksums_frames(&self) -> bool {
+        true
     }
 
     fn readable_fd(&self) -> Option<BorrowedFd<'_>> {
@@ -105,6 +131,34 @@ impl LinkBackend for UdpBackend {
 
     fn describe(&self) -> String {
         format!("udp {} ({})", self.local, super::peers_in_words(self.peers.len()))
+    }
+}
+
+/// The next datagram from the address of the node its frame header names, into `buf`
+/// (its length), or `None` when none is waiting; others are counted in `foreign` and
+/// dropped.
+fn recv_from_peer(
+    socket: &UdpSocket,
+    peers: &HashMap<u16, SocketAddr>,
+    foreign: &mut u64,
+    buf: &mut [u8],
+) -> io::Result<Option<usize>> {
+    loop {
+        match socket.recv_from(buf) {
+            Ok((n, from)) => {
+                let src = FrameHeader::parse(&buf[..n.min(buf.len())]).ok().map(|(h, _)| h.src);
+                if src.is_some_and(|s| peers.get(&s) == Some(&from)) {
+                    return Ok(Some(n));
+                }
+                *foreign += 1;
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            // An ICMP error from an earlier send (a peer not listening) is reported
+            // on a later receive; it says nothing about waiting frames.
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => continue,
+            Err(e) => return Err(e),
+        }
     }
 }
 
