@@ -64,12 +64,24 @@ impl SocketPair {
             let _ = place.pin(true);
             let mut buf = [0u8; 64];
             let reply = vec![0x5Au8; 8192];
+            let mut idle = 0u32;
             while !st.load(Ordering::Relaxed) {
                 match srv.recv_from(&mut buf) {
                     Ok((_, from)) => {
+                        idle = 0;
                         let _ = srv.send_to(&reply, from);
                     }
-                    Err(_) => std::thread::yield_now(),
+                    // Busy-polled, it yields only after as many empty passes as NetRPC's
+                    // server thread spins (a yield per empty poll made every look a
+                    // second system call, slowing the echo); blocking, the 50 ms read
+                    // timeout ran out.
+                    Err(_) => {
+                        idle += 1;
+                        if !spin || idle >= SPIN_PASSES {
+                            idle = 0;
+                            std::thread::yield_now();
+                        }
+                    }
                 }
             }
             Ok(())
