@@ -90,7 +90,7 @@ impl LinkBackend for Racer {
     fn keeps_last_frame(&self) -> bool {
         self.inner.keeps_last_frame()
     }
-    fn frames_waiting(&self) -> bool {
+    fn frames_waiting(&mut self) -> bool {
         self.inner.frames_waiting()
     }
     fn is_memory_medium(&self) -> bool {

@@ -111,8 +111,9 @@ pub trait LinkBackend: Send {
     }
 
     /// Whether a receive might find a frame now. `false` only when none is surely
-    /// waiting (a cheap look, no lock, no syscall); backends that cannot tell say `true`.
-    fn frames_waiting(&self) -> bool {
+    /// waiting; backends that cannot tell say `true`. Cheap (no lock), or at most the one
+    /// system call that receives the frame, kept for the next receive (UDP).
+    fn frames_waiting(&mut self) -> bool {
         true
     }
 

@@ -350,7 +350,7 @@ impl Link {
     /// Whether [`poll_packet`](Self::poll_packet) could return a packet or run a timer
     /// now: a packet is reassembled and waiting, a timer is pending, or the backend may
     /// hold frames. `false` only when a poll would surely find nothing.
-    pub fn rx_pending(&self) -> bool {
+    pub fn rx_pending(&mut self) -> bool {
         self.rx.has_ready() || self.has_timers() || self.backend.frames_waiting()
     }
 

@@ -479,7 +479,7 @@ impl LinkBackend for InProcPort {
         self.queue.waiting.store(false, Ordering::SeqCst);
     }
 
-    fn frames_waiting(&self) -> bool {
+    fn frames_waiting(&mut self) -> bool {
         self.any_waiting()
     }
 

@@ -6,6 +6,10 @@
 //! Received datagrams land in a buffer of the backend's own, which it lends in place and
 //! keeps readable until its next receive ([`LinkBackend::keeps_last_frame`]): a packet's
 //! payload then goes from there to the host once, not through a copy in NIC staging.
+//! Asked whether frames wait ([`LinkBackend::frames_waiting`]), it receives one ahead
+//! into its other buffer, so a caller polling in a tight loop makes one system call per
+//! look, and none more to take the datagram it found; a pass of the NIC's firmware runs
+//! only when one came.
 //!
 //! A datagram carries the UDP checksum, which Linux always computes on send (this
 //! backend never turns it off) and verifies on receive, dropping a damaged datagram: the
@@ -13,7 +17,6 @@
 //! ([`LinkBackend::checksums_frames`]), so the link sends a one-frame packet with a
 //! verdict instead of a CRC over it (see [`super::super::frame::FLAG_VERDICT`]).
 
-use std::collections::HashMap;
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::{AsFd, BorrowedFd};
@@ -34,13 +37,18 @@ const SOCKET_BUFFER_BYTES: usize = 4 << 20;
 pub struct UdpBackend {
     socket: UdpSocket,
     local: SocketAddr,
-    peers: HashMap<u16, SocketAddr>,
+    /// Routes by node, few: a scan is cheaper than hashing (looked up on every send and
+    /// every received datagram).
+    peers: Vec<(u16, SocketAddr)>,
     /// Datagrams dropped: not from the address of the node their frame names.
     foreign: u64,
-    /// Where datagrams are received: lent to the link, kept until the next receive.
-    rx: Box<[u8]>,
-    /// Bytes of the frame last lent (0 before the first).
-    rx_len: usize,
+    /// Where datagrams are received: the one lent last, kept until the next receive,
+    /// and the other, where a datagram received ahead waits.
+    rx: [Box<[u8]>; 2],
+    /// The buffer lent last and the length of its frame (0: none lent, or given back).
+    lent: (usize, usize),
+    /// A datagram received ahead by `frames_waiting`, in the buffer not lent: its length.
+    ahead: Option<usize>,
 }
 
 impl UdpBackend {
@@ -55,8 +63,9 @@ impl UdpBackend {
         let local = socket.local_addr()?;
         // Slack past the largest frame, so an oversized datagram is seen as such (and
         // rejected by the link), not cut to fit.
-        let rx = vec![0u8; UDP_MAX_FRAME_BYTES + 64].into_boxed_slice();
-        Ok(UdpBackend { socket, local, peers: HashMap::new(), foreign: 0, rx, rx_len: 0 })
+        let buf = || vec![0u8; UDP_MAX_FRAME_BYTES + 64].into_boxed_slice();
+        let rx = [buf(), buf()];
+        Ok(UdpBackend { socket, local, peers: Vec::new(), foreign: 0, rx, lent: (0, 0), ahead: None })
     }
 
     /// The bound address (with the real port if bound to port 0).
@@ -66,7 +75,10 @@ impl UdpBackend {
 
     /// Route frames for `node` to `addr` (replacing any earlier route).
     pub fn add_peer(&mut self, node: u16, addr: SocketAddr) {
-        self.peers.insert(node, addr);
+        match self.peers.iter_mut().find(|(n, _)| *n == node) {
+            Some(p) => p.1 = addr,
+            None => self.peers.push((node, addr)),
+        }
     }
 }
 
@@ -78,35 +90,67 @@ impl LinkBackend for UdpBackend {
                 format!("frame of {} bytes exceeds {UDP_MAX_FRAME_BYTES}", frame.len()),
             ));
         }
-        let Some(addr) = self.peers.get(&dst) else {
+        let Some(addr) = peer(&self.peers, dst) else {
             return Err(io::Error::new(io::ErrorKind::NotFound, format!("udp link: no peer address for node {dst}")));
         };
         self.socket.send_to(frame, addr).map(|_| ())
     }
 
     fn try_recv_frame(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        if let Some(n) = self.ahead.take() {
+            let k = n.min(buf.len());
+            buf[..k].copy_from_slice(&self.rx[1 - self.lent.0][..k]);
+            return Ok(Some(k));
+        }
         recv_from_peer(&self.socket, &self.peers, &mut self.foreign, buf)
     }
 
     fn recv_frame_with(&mut self, _scratch: &mut [u8], take: &mut dyn FnMut(&[u8])) -> io::Result<bool> {
-        // The frame last lent is given back now, whatever comes.
-        self.rx_len = 0;
-        match recv_from_peer(&self.socket, &self.peers, &mut self.foreign, &mut self.rx)? {
-            Some(n) => {
-                self.rx_len = n;
-                take(&self.rx[..n]);
-                Ok(true)
-            }
-            None => Ok(false),
-        }
+        // The frame last lent is given back now, whatever comes; the next one is in (or
+        // goes to) the other buffer.
+        let next = 1 - self.lent.0;
+        self.lent.1 = 0;
+        let n = match self.ahead.take() {
+            Some(n) => n,
+            None => match recv_from_peer(&self.socket, &self.peers, &mut self.foreign, &mut self.rx[next])? {
+                Some(n) => n,
+                None => return Ok(false),
+            },
+        };
+        self.lent = (next, n);
+        take(&self.rx[next][..n]);
+        Ok(true)
     }
 
     fn last_frame(&self) -> Option<&[u8]> {
-        (self.rx_len > 0).then(|| &self.rx[..self.rx_len])
+        let (i, n) = self.lent;
+        (n > 0).then(|| &self.rx[i][..n])
     }
 
     fn keeps_last_frame(&self) -> bool {
         true
+    }
+
+    fn frames_waiting(&mut self) -> bool {
+        if self.ahead.is_some() {
+            return true;
+        }
+        // Into the buffer not lent: the frame lent last stays readable.
+        let next = 1 - self.lent.0;
+        match recv_from_peer(&self.socket, &self.peers, &mut self.foreign, &mut self.rx[next]) {
+            Ok(Some(n)) => {
+                self.ahead = Some(n);
+                true
+            }
+            Ok(None) => false,
+            // Let the receive see (and count) it.
+            Err(_) => true,
+        }
+    }
+
+    fn prepare_wait(&self) -> bool {
+        // A datagram received ahead no longer makes the socket readable.
+        self.ahead.is_none()
     }
 
     fn checksums_frames(&self) -> bool {
@@ -122,7 +166,7 @@ impl LinkBackend for UdpBackend {
     }
 
     fn routes_to(&self, dst: u16) -> bool {
-        self.peers.contains_key(&dst)
+        peer(&self.peers, dst).is_some()
     }
 
     fn foreign_frames(&self) -> u64 {
@@ -134,12 +178,17 @@ impl LinkBackend for UdpBackend {
     }
 }
 
+/// The address of `node`, if it is a peer.
+fn peer(peers: &[(u16, SocketAddr)], node: u16) -> Option<&SocketAddr> {
+    peers.iter().find(|(n, _)| *n == node).map(|(_, a)| a)
+}
+
 /// The next datagram from the address of the node its frame header names, into `buf`
 /// (its length), or `None` when none is waiting; others are counted in `foreign` and
 /// dropped.
 fn recv_from_peer(
     socket: &UdpSocket,
-    peers: &HashMap<u16, SocketAddr>,
+    peers: &[(u16, SocketAddr)],
     foreign: &mut u64,
     buf: &mut [u8],
 ) -> io::Result<Option<usize>> {
@@ -147,7 +196,7 @@ fn recv_from_peer(
         match socket.recv_from(buf) {
             Ok((n, from)) => {
                 let src = FrameHeader::parse(&buf[..n.min(buf.len())]).ok().map(|(h, _)| h.src);
-                if src.is_some_and(|s| peers.get(&s) == Some(&from)) {
+                if src.is_some_and(|s| peer(peers, s) == Some(&from)) {
                     return Ok(Some(n));
                 }
                 *foreign += 1;
