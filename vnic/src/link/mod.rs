@@ -4,7 +4,8 @@
 //!
 //! [`Link::send_packet`] takes a packet (Trapeze header + control message + payload, as
 //! the firmware's link-out pulses assembled it), appends the CRC-32 trailer
-//! (`iface::wire::crc32`; inverted when the sender aborts the packet), splits it into
+//! (`iface::wire::crc32`; inverted when the sender aborts the packet) or a verdict (see
+//! below), splits it into
 //! link frames no larger than the backend allows, and sends them to the packet's
 //! destination node. [`Link::poll_packet`] reassembles frames into packets and checks
 //! the trailer: the receiver sees each packet once, whole, with `crc_ok`. A seeded
@@ -43,7 +44,9 @@
 //! duplicate or reorder frames (the tests and fuzz targets that check the link's
 //! guarantees run there), and every packet over raw Ethernet, whose frame check is
 //! hop-by-hop. A receiver believes a verdict only over a medium where it would send one;
-//! elsewhere the packet fails its check. Under a cluster key the MAC tag covers the
+//! elsewhere the packet fails its check. (Verdicts over UDP date from 2026-11-29: a node
+//! built before then counts such packets as CRC errors, so both ends of a UDP link must
+//! be at least that new.) Under a cluster key the MAC tag covers the
 //! packet's bytes, its stamp and its verdict, whichever trailer it has.
 //!
 //! Delivery rules (details in `reassembly.rs` and `faults.rs`):

@@ -239,3 +239,36 @@ fn crc_matches_the_firmware() {
     assert_eq!(crc32fast::hash(&data), trapeze_firmware::iface::wire::crc32(&data));
     assert_eq!(crc32fast::hash(b""), trapeze_firmware::iface::wire::crc32(b""));
 }
+
+#[test]
+fn a_udp_look_receives_ahead_and_keeps_the_lent_frame() {
+    let bind = || UdpBackend::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let (mut ua, mut ub) = (bind(), bind());
+    ua.add_peer(2, ub.local_addr());
+    ub.add_peer(1, ua.local_addr());
+    let mut a = Link::new(1, Box::new(ua), FaultConfig::NONE);
+    let mut b = Link::new(2, Box::new(ub), FaultConfig::NONE);
+    let (p, mut q) = (packet(9000), packet(5000));
+    q[40] ^= 0xFF;
+    assert!(!b.rx_pending(), "nothing sent yet");
+    assert!(b.prepare_wait());
+    a.send_packet(&p, false).unwrap();
+    a.send_packet(&q, false).unwrap();
+    let deadline = Instant::now() + std::time::Duration::from_secs(5);
+    while !b.rx_pending() {
+        assert!(Instant::now() < deadline, "the first datagram never arrived");
+    }
+    // The look took the first datagram: the socket no longer shows it, so no sleeping.
+    assert!(!b.prepare_wait());
+    let held = b.poll_packet_held_with(|body, _, ok, held| (body.to_vec(), ok, held));
+    assert_eq!(held, Some((p.clone(), true, true)));
+    // A look for the next one leaves the lent frame as it was.
+    while !b.rx_pending() {
+        assert!(Instant::now() < deadline, "the second datagram never arrived");
+    }
+    assert_eq!(b.held_packet(), Some(&p[..]));
+    assert_eq!(b.poll_packet_with(|body, _, ok| (body.to_vec(), ok)), Some((q, true)));
+    assert!(!b.rx_pending());
+    let s = b.stats();
+    assert_eq!((s.packets_received, s.crc_errors, s.frames_received), (2, 0, 2));
+}
