@@ -292,10 +292,13 @@ impl<S: Service> RpcPort<S> {
     /// One pass: NIC firmware, send completions, received messages, timeouts, deferred
     /// continuations, transmits. Returns whether anything happened.
     pub fn poll(&mut self) -> bool {
+        // A call made since the last pass goes out first: running the NIC before would
+        // poll the link (a system call over UDP) ahead of the request.
+        let mut busy = self.rpc.peek_transmit().is_some() && self.flush();
         // Run the firmware until it settles or a message has landed for the host (a
         // received payload takes a second pass to reach host memory), so what arrived is
         // in the receive ring below.
-        let mut busy = self.run_nic();
+        busy |= self.run_nic();
         busy |= self.node.frames.reap(|_, _| {});
         let mut now = None;
         while self.node.frames.ep.poll_recv_into(&mut self.recv_msg) {
