@@ -231,6 +231,8 @@ fn table_row(v: &NodeView) -> String {
 }
 
 const SPACE: u64 = 1;
+/// A GMS operation with no answer after this long fails (ns).
+const OP_TIMEOUT_NS: u64 = 500_000_000;
 
 /// Per page: newest version put, newest stored.
 #[derive(Default)]
@@ -312,7 +314,7 @@ fn run(a: Args) -> anyhow::Result<()> {
     let mut c = Cluster::with_firmware(
         3,
         z.budget,
-        GmsConfig { op_timeout: 500_000_000, ..GmsConfig::default() },
+        GmsConfig { op_timeout: OP_TIMEOUT_NS, ..GmsConfig::default() },
         image.as_deref(),
         a.link_faults,
     )?;
@@ -471,6 +473,7 @@ fn run(a: Args) -> anyhow::Result<()> {
     ui.pass(0, all);
     let (mut vh, mut missed) = (0, Vec::new());
     let wrong0 = m.wrong;
+    let (t, failed0) = (Instant::now(), c.ports[0].node.stats().get_failures);
     for n in 0..all {
         let g = c.get_wait(0, PageId::new(SPACE, n))?;
         if m.check(n, &g) {
@@ -482,7 +485,13 @@ fn run(a: Args) -> anyhow::Result<()> {
             ui.inc(64, &c, sv);
         }
     }
-    ui.line(format!("verify: {all} pages read back: {vh} hits, {} misses, {} wrong", missed.len(), m.wrong - wrong0));
+    ui.line(format!(
+        "verify: {all} pages read back in {:.2}s: {vh} hits, {} misses ({} failed: no answer in time), {} wrong",
+        t.elapsed().as_secs_f64(),
+        missed.len(),
+        c.ports[0].node.stats().get_failures - failed0,
+        m.wrong - wrong0
+    ));
     ui.finish();
 
     // Summary.
@@ -533,6 +542,15 @@ fn run(a: Args) -> anyhow::Result<()> {
     let answered: u64 = c.ports.iter().map(|p| p.view().nic_answered).sum();
     let served: u64 = c.ports.iter().map(|p| p.view().gets_served).sum::<u64>() + answered;
     println!("getpages served: {served} by the servers, {answered} of them answered by their NICs alone");
+    // A getpage with no answer within the operation timeout fails (a miss); its server may
+    // still serve it, and the reply then finds its frame disarmed (the client's NIC drops
+    // its payload as `rx_bad_token`). Only on a loaded machine or a lossy link.
+    let late = c.ports[0].node.host.frames.ep.counter(trapeze_firmware::iface::layout::Counter::RxBadToken);
+    println!(
+        "getpages failed:  {} (no answer within the {:.0} ms operation timeout); {late} replies came after it",
+        g.get_failures,
+        OP_TIMEOUT_NS as f64 / 1e6,
+    );
     println!(
         "hit rate:         {:.1}% of getpages hit network memory ({} of {}); {:.1}% of reads from the cache",
         100.0 * s.gets_hit as f64 / (s.gets_hit + s.gets_miss).max(1) as f64,
