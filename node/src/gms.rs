@@ -367,6 +367,7 @@ impl GmsPort {
             gets: self.stats.gets_hit + self.stats.gets_miss,
             p50_us: (!lat.is_empty()).then(|| lat[lat.len() / 2] as f64 / 1000.0),
             discarded: self.pages_discarded(),
+            task_retries: g.task_retries,
         }
     }
 }

@@ -219,6 +219,11 @@ fn views(c: &Cluster, servers: Option<&Servers>) -> Vec<NodeView> {
     v
 }
 
+/// Background directory updates retried so far, over every node (servers as last published).
+fn views_retries(c: &Cluster, servers: Option<&Servers>) -> u64 {
+    views(c, servers).iter().map(|v| v.task_retries).sum()
+}
+
 fn table_row(v: &NodeView) -> String {
     let hit = if v.gets == 0 { "-".to_string() } else { format!("{:.1}%", 100.0 * v.gets_hit as f64 / v.gets as f64) };
     let p50 = v.p50_us.map_or("-".to_string(), |p| format!("{p:.1} µs"));
@@ -349,12 +354,15 @@ fn run(a: Args) -> anyhow::Result<()> {
     let load_s = t.elapsed().as_secs_f64();
     let s0 = c.ports[0].stats;
     ui.line(format!(
-        "load: {} putpages in {load_s:.2}s ({:.0}/s, {:.0} MB/s): {} stored, {} refused",
+        "load: {} putpages in {load_s:.2}s ({:.0}/s, {:.0} MB/s): {} stored, {} refused, {} failed; NIC drops: {:?}; directory-update retries: {}",
         z.pages,
         z.pages as f64 / load_s,
         mb(z.pages, load_s),
         s0.puts_stored,
         s0.puts_refused,
+        s0.puts_other,
+        c.drops(),
+        views_retries(&c, sv),
     ));
 
     // 2. Sequential scans with read-ahead.
@@ -581,6 +589,8 @@ fn run(a: Args) -> anyhow::Result<()> {
         }
     };
     println!("NIC drops:        {}", list(c.drops()));
+    let retries: u64 = c.ports.iter().map(|p| p.node.stats().task_retries).sum();
+    println!("directory-update retries: {retries} (an update with no answer in time is sent again)");
     println!("link faults:      {} (injected by --link-faults)", list(c.injected_faults()));
     println!(
         "longest wait:     {:.1} ms for one operation (a wait fails after {:.0} s)",

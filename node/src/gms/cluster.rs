@@ -61,6 +61,8 @@ pub struct NodeView {
     pub p50_us: Option<f64>,
     /// Pages discarded by the global LRU.
     pub discarded: u64,
+    /// Background directory updates it retried (no answer in time).
+    pub task_retries: u64,
 }
 
 /// Several GMS nodes driven from one thread (an in-process cluster on one switch).
