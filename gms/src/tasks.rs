@@ -14,6 +14,18 @@ use super::table::Scan;
 /// Slots of each table one scrub step looks at, at most.
 const SCRUB_SLOTS: usize = 64;
 
+/// A background update's `k`-th retry waits `retry_delay << k` before it is sent and
+/// `task_timeout << k` for its answer, `k` capped here (×32): an update that timed out
+/// because its peer or the network is slow (a loaded machine: every thread waits for a
+/// core) must not multiply the traffic that slows it. Retried at a fixed 25 ms, a node's
+/// 128 task slots could send 5,000 updates a second to peers that answered a few hundred.
+const BACKOFF_DOUBLINGS: u32 = 5;
+
+/// `base` doubled once per failed attempt, at most [`BACKOFF_DOUBLINGS`] times.
+fn backed_off(base: u64, attempts: u32) -> u64 {
+    base.saturating_mul(1 << attempts.min(BACKOFF_DOUBLINGS))
+}
+
 /// A wrapping cursor's step: the entry found, and the slot the next step starts at.
 fn cursor<K, V>(s: Scan<K, V>) -> (Option<(K, V)>, usize) {
     match s {
@@ -106,7 +118,10 @@ impl<
         for i in 0..TASKS {
             let state = self.tasks[i].state;
             match state {
-                TaskState::Backoff => self.tasks[i].state = TaskState::Due(now.saturating_add(self.cfg.retry_delay)),
+                TaskState::Backoff => {
+                    let wait = backed_off(self.cfg.retry_delay, self.tasks[i].attempts.saturating_sub(1));
+                    self.tasks[i].state = TaskState::Due(now.saturating_add(wait));
+                }
                 TaskState::Due(at) if at <= now && !self.issue(now, rpc, i) => break,
                 _ => {}
             }
@@ -245,7 +260,7 @@ impl<
                     self.retry(i);
                     return true;
                 }
-                let deadline = now.saturating_add(self.cfg.task_timeout);
+                let deadline = now.saturating_add(backed_off(self.cfg.task_timeout, self.tasks[i].attempts));
                 self.tasks[i].state = TaskState::InFlight { call, deadline };
                 self.tasks[i].sent = version;
                 self.tasks[i].sent_seq = seq;

@@ -398,10 +398,12 @@ fn run(a: Args) -> anyhow::Result<()> {
         let s = c.ports[0].stats;
         ui.line(format!(
             "scan, read-ahead {depth:>2}: {passes} x {} reads in {secs:.2}s, {hits} hits ({:.0} MB/s), \
-             {} prefetches",
+             {} prefetches; NIC drops so far: {:?}, directory-update retries: {}",
             z.pages,
             mb(hits, secs),
             s.prefetches - before.prefetches,
+            c.drops(),
+            views_retries(&c, sv),
         ));
         seq.push((depth, mb(hits, secs)));
     }
