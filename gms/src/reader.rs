@@ -199,8 +199,8 @@ impl Reader {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use super::super::net::prelude::RpcError;
+    use super::*;
 
     const CFG: StoreConfig =
         StoreConfig { replicas: 2, read_tries: 2, read_passes: 2, retry_delay_ns: 100, ..StoreConfig::DEFAULT };
