@@ -668,3 +668,21 @@ fn a_page_whose_only_holder_was_declared_failed_is_unreachable_and_the_store_doe
     assert!(net.issue(&mut s, now).is_empty());
     assert!(s.poll_timeout().is_some_and(|t| t > now), "{:?}", s.poll_timeout());
 }
+
+#[test]
+fn a_replica_left_out_of_a_degraded_write_leaves_its_old_copy_as_a_stray_below_a_new_floor() {
+    let mut net = Net::new();
+    let mut s = store(StoreConfig { degraded_writes: true, ..StoreConfig::default() }, &[1, 2]);
+    let first = write_all(&mut s, &mut net, 4, 1);
+    let floor = s.floor(4);
+    // One member left: the rewrite keeps one copy; the other replica's old copy stays.
+    let gone = first[1];
+    s.handle_member(10, Event::Failed(gone));
+    s.write(20, 4, 2).unwrap();
+    for (op, i) in net.issue(&mut s, 20) {
+        stored(&mut s, 20, op, &i);
+    }
+    net.issue(&mut s, 20);
+    assert_eq!(done(&mut s), Some((2, Outcome::Written { copies: 1 })));
+    assert!(s.floor(4) > floor, "the left-out replica's old copy is below the page's floor");
+}

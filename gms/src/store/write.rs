@@ -231,11 +231,13 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
     }
 
     /// Replica `k` is left out of a degraded write: its older copies are not current any
-    /// more (a read asks for a version none of them has).
+    /// more (a read asks for a version none of them has) and are strays ([`super::record`]).
     fn skip(&mut self, i: usize, page: u64, k: u8, now: u64) {
         let version = self.clock.tick();
         if let Some(at) = self.at(page, k) {
-            self.entries[at].replica = Replica::Lost { version };
+            let e = &mut self.entries[at];
+            (e.strays, e.sites) = (e.strays.union(e.sites), NodeSet::EMPTY);
+            e.replica = Replica::Lost { version };
         }
         if let Req::Write(w) = &mut self.reqs[i] {
             w.puts[usize::from(k)] = Put::Skipped;
