@@ -238,10 +238,25 @@ mod load {
             }
             let per = self.map_words();
             let first = usize::try_from(m - 1).unwrap_or(usize::MAX).saturating_mul(per);
+            let mut newest = 0;
             for (j, w) in self.floors.iter_mut().skip(first).take(per).enumerate() {
                 if let Some(b) = bytes.get(j * 8..j * 8 + 8).and_then(|b| <[u8; 8]>::try_from(b).ok()) {
-                    *w = (*w).max(u64::from_le_bytes(b));
+                    let floor = u64::from_le_bytes(b);
+                    newest = newest.max(floor);
+                    *w = (*w).max(floor);
                 }
+            }
+            self.claim_above(Clock::epoch_of(Version(newest)));
+        }
+
+        /// A copy of the volume's written in epoch `epoch` exists: this load claims a later
+        /// one. The label read may be older than the volume's last claim (that claim's
+        /// copies died, an older copy lived on): the floors and map pages that claim wrote
+        /// name its epoch, and reusing it would give new writes versions below its own.
+        fn claim_above(&mut self, epoch: u32) {
+            if epoch >= self.label.epoch {
+                self.label.epoch = epoch.saturating_add(1);
+                self.clock = Clock::new(self.label.epoch);
             }
         }
 
@@ -273,7 +288,10 @@ mod load {
                 // map). One was, on a member now declared failed (perhaps only suspected):
                 // it is waited for, not taken for a new volume.
                 (Phase::Label, Outcome::Failed(StoreError::Lost)) if self.label_nowhere() => self.phase = Phase::Claim,
-                (Phase::Map { .. }, Outcome::Read { .. }) => self.phase = self.after_map(m),
+                (Phase::Map { .. }, Outcome::Read { version }) => {
+                    self.claim_above(Clock::epoch_of(version));
+                    self.phase = self.after_map(m);
+                }
                 (Phase::Map { .. }, Outcome::Failed(_)) => {
                     // Which of its pages were written is lost: all of them count as written,
                     // any copy of them as theirs.
