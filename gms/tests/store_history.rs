@@ -4,7 +4,9 @@
 //! ([`gms::store::drive`]), writing and reading a small volume with two copies of every
 //! page, while servers crash, are declared failed and restart empty, the writer itself
 //! crashes and loads the volume again, the network is cut and healed, and messages are
-//! lost, duplicated (the duplicate reaches NetRPC and GMS) and reordered.
+//! lost, duplicated (the duplicate reaches NetRPC and GMS) and reordered. In half the
+//! scenarios the store reads ahead ([`gms::store::ahead`]) and most reads are sequential,
+//! so reads are served from copies read ahead, or take over read-aheads under way.
 //!
 //! Every frame of the simulation is named by the data it carries (a replica's page id and
 //! version), and the checker maps each name back to the user's write it came from. The
@@ -151,8 +153,9 @@ impl Frames<u32, Frame> for SimFrames {
     }
 }
 
-fn store_config() -> StoreConfig {
+fn store_config(read_ahead: u8) -> StoreConfig {
     StoreConfig {
+        read_ahead,
         replicas: 2,
         write_window_ns: 6_000,
         retry_delay_ns: 40,
@@ -193,6 +196,8 @@ struct Counts {
     torn_unavailable: u64,
     crashes: u64,
     repaired: u64,
+    /// Reads served by a read-ahead's copy.
+    read_ahead_hits: u64,
 }
 
 struct Checker {
@@ -211,16 +216,19 @@ struct Checker {
     loaded: bool,
     /// A node the others declared failed while it runs.
     suspected: Option<u16>,
+    /// Pages the store reads ahead of sequential reads (0: off), and the last page read.
+    read_ahead: u8,
+    last_read: u64,
     counts: Counts,
 }
 
 impl Checker {
-    fn new(seed: u64, knobs: Knobs) -> Checker {
+    fn new(seed: u64, knobs: Knobs, read_ahead: u8) -> Checker {
         let mut sim = Sim::new(seed, knobs);
         sim.client = Some(WRITER);
         let w = sim.w.clone();
         let members: Vec<u16> = (1..knobs.nodes as u16).collect();
-        let store = Store::new(store_config(), IDENTITY, WRITER, PAGES, &members).unwrap();
+        let store = Store::new(store_config(read_ahead), IDENTITY, WRITER, PAGES, &members).unwrap();
         let frames = SimFrames {
             w,
             next_token: 1 << 40,
@@ -244,6 +252,8 @@ impl Checker {
             torn: HashMap::new(),
             loaded: false,
             suspected: None,
+            read_ahead,
+            last_read: 0,
             counts: Counts::default(),
         }
     }
@@ -281,6 +291,13 @@ impl Checker {
                 match f {
                     Finished::Request { io, outcome } => self.judge(io, outcome),
                     Finished::Scratch(frame) => self.frames.give_back(frame),
+                    Finished::Copy { io, frame, version } => {
+                        // The runtime copies the read-ahead's frame into the request's page.
+                        let c = self.sim.w.borrow().frames.get(&frame).and_then(|i| i.contents);
+                        self.frames.landed.insert(io, c);
+                        self.frames.give_back(frame);
+                        self.judge(io, Outcome::Read { version });
+                    }
                 }
             }
             if !moved && !ended {
@@ -460,6 +477,7 @@ impl Checker {
         if self.busy(page) || self.sim.crashed[WRITER as usize] {
             return;
         }
+        self.last_read = page;
         self.next_io += 1;
         let io = self.next_io;
         if self.store.read(self.sim.clock.now(), page, io).is_ok() {
@@ -531,7 +549,7 @@ impl Checker {
                 }
             }
             let members: Vec<u16> = self.sim.live().into_iter().filter(|&m| m != WRITER).collect();
-            self.store = Store::new(store_config(), IDENTITY, WRITER, PAGES, &members).unwrap();
+            self.store = Store::new(store_config(self.read_ahead), IDENTITY, WRITER, PAGES, &members).unwrap();
             self.reqs.clear();
             self.frames.armed.clear();
             self.frames.twins.clear();
@@ -558,7 +576,9 @@ fn scenario(seed: u64, steps: usize) -> Counts {
         max_dt: 10,
         budget: 64,
     };
-    let mut c = Checker::new(seed, knobs);
+    // Read-ahead in half the scenarios; then most reads are sequential.
+    let read_ahead = [0, 0, 2, 4][rng.below(4) as usize];
+    let mut c = Checker::new(seed, knobs, read_ahead);
     // Crashed nodes: the step they are declared failed and the step they restart.
     let mut down: HashMap<u16, (usize, usize)> = HashMap::new();
     let mut cut_until = 0;
@@ -569,6 +589,7 @@ fn scenario(seed: u64, steps: usize) -> Counts {
         let page = c.sim.rng.below(PAGES);
         match roll {
             0..=149 => c.write(page),
+            150..=299 if read_ahead > 0 && !roll.is_multiple_of(4) => c.read((c.last_read + 1) % PAGES),
             150..=299 => c.read(page),
             300..=306 => {
                 // A crash: a server while three stay up, or the writer.
@@ -668,6 +689,7 @@ fn scenario(seed: u64, steps: usize) -> Counts {
         );
     }
     c.counts.repaired = c.store.stats.repaired;
+    c.counts.read_ahead_hits = c.store.stats.ahead_hits;
     c.counts
 }
 
@@ -685,6 +707,7 @@ impl Counts {
         self.torn_unavailable += c.torn_unavailable;
         self.crashes += c.crashes;
         self.repaired += c.repaired;
+        self.read_ahead_hits += c.read_ahead_hits;
         self
     }
 }
@@ -699,7 +722,7 @@ fn checked_store_histories() {
     eprintln!("300 scenarios: {c:?}");
     assert!(c.writes_acked > 1000 && c.reads_ok > 1000, "the scenarios did little: {c:?}");
     assert!(
-        c.writer_restarts > 0 && c.crashes > 0 && c.repaired > 0 && c.suspicions > 0,
+        c.writer_restarts > 0 && c.crashes > 0 && c.repaired > 0 && c.suspicions > 0 && c.read_ahead_hits > 0,
         "faults never happened: {c:?}"
     );
 }

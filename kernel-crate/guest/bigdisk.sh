@@ -89,8 +89,9 @@ check "rmmod trapeze clean, 0 errors at unload" zero_errors
 
 # --- reloaded, and the cluster full -------------------------------------------------
 # B and C still hold the pages the first load wrote (versions of that load). A loads again
-# with a disk larger than both budgets together.
-insmod "$ko" node=0 gms_nodes="$members" gms_fail_ms="$fail_ms" gms_disk_pages="$full_pages" gms_replicas=1 ||
+# with a disk larger than both budgets together, reading ahead of sequential reads.
+insmod "$ko" node=0 gms_nodes="$members" gms_fail_ms="$fail_ms" gms_disk_pages="$full_pages" gms_replicas=1 \
+    gms_disk_readahead=16 ||
     { fail "insmod again ($full_mb MiB disk)"; finish; exit 1; }
 check "module loaded again, $dev on GMS: $full_mb MiB, more than the servers' budgets together" [ -b "$dev" ]
 t=0
@@ -102,6 +103,10 @@ sed 's/^/trapeze-big: | /' /tmp/again.out
 again=$(sed -n 's/.*"pages_verified":\([0-9]*\).*/\1/p' /tmp/again.out)
 check "after the reload, the first load's first 16 MiB read back as it wrote them (${again:-no} pages verified)" \
     [ "${again:-0}" -ge 4096 ]
+ahead=$(sed -n 's/^disk_read_ahead: *//p' /sys/module/trapeze/parameters/stats | head -1)
+hits=$(sed -n 's/^disk_read_ahead_hits: *//p' /sys/module/trapeze/parameters/stats | head -1)
+check "read-ahead on (gms_disk_readahead=16): ${hits:-no} sequential reads served by ${ahead:-no} pages read ahead" \
+    [ "${hits:-0}" -gt 0 ]
 head -c $((8 << 20)) /dev/urandom > /tmp/new
 t=0
 while ! dd if=/tmp/new of="$dev" bs=256k count=32 oflag=direct 2>/dev/null && [ "$t" -lt 60 ]; do

@@ -68,8 +68,8 @@ drop_caches
 dd if="$dev" of=/tmp/b2 bs=4k skip=800 count=64 iflag=direct 2>/dev/null
 check "256 KiB written and read back after node $last failed" cmp -s /tmp/p2 /tmp/b2
 say "disk stats: $(tr '\n' ' ' < /sys/module/trapeze/parameters/gms_disk_stats 2>/dev/null)"
+cached=$(sed -n 's/^disk_read_ahead_hits: *//p' /sys/module/trapeze/parameters/stats | head -1)
 rmmod trapeze || { say "rmmod failed"; exit 1; }
-cached=$(dmesg | sed -n 's/.* \([0-9]*\) from the read-ahead cache.*/\1/p' | tail -1)
 say "reads served by read-ahead: ${cached:-none}"
 check "read-ahead served reads" [ "${cached:-0}" -gt 0 ]
 say "done: $fails check(s) failed"

@@ -38,7 +38,7 @@ const BACKLOG: usize = 64 * 64;
 const FINISHED: usize = 1024;
 /// Failures whose cause is logged (the counters count them all).
 const FAILURES_LOGGED: u32 = 16;
-pub(crate) const MAX_READAHEAD: u32 = 32;
+pub(crate) const MAX_READAHEAD: u32 = crate::tpz::gms::store::ahead::MAX_AHEAD as u32;
 
 type DiskStore = Store<PageIo, Frame, KStorage, MEMBERS, REQUESTS, OPS>;
 
@@ -92,6 +92,8 @@ pub(crate) struct DiskParams {
     pub(crate) degraded_writes: bool,
     pub(crate) direct_reads: bool,
     pub(crate) nic_answers: bool,
+    /// Pages read ahead of sequential reads (0: off).
+    pub(crate) read_ahead: u8,
 }
 
 impl DiskState {
@@ -103,6 +105,7 @@ impl DiskState {
             degraded_writes: p.degraded_writes,
             direct_reads: p.direct_reads,
             nic_answers: p.nic_answers,
+            read_ahead: p.read_ahead,
             ..STORE_CONFIG
         };
         if let Err(e) = store.load(cfg, p.identity, p.me, p.pages, members) {
@@ -283,6 +286,18 @@ impl DiskState {
                     n += 1;
                 }
                 Finished::Scratch(frame) => give_back(host, frame),
+                // A copy read ahead: its frame's bytes are the page.
+                Finished::Copy { io, frame, version } => {
+                    let meta = &mut self.meta[..];
+                    let copied = host.frame(frame).is_some_and(|b| b.read(0, meta).is_ok()) && io.fill(0, meta).is_ok();
+                    give_back(host, frame);
+                    if copied {
+                        self.ended(io, Outcome::Read { version });
+                    } else {
+                        self.fail(io);
+                    }
+                    n += 1;
+                }
             }
         }
         self.publish();
@@ -297,6 +312,8 @@ impl DiskState {
         STATS.disk_rereplicated.add(s.repaired - p.repaired);
         STATS.disk_rereplicate_passes.add(s.repair_passes - p.repair_passes);
         STATS.lru_puts_by_plan.add(s.puts_by_plan - p.puts_by_plan);
+        STATS.disk_read_ahead.add(s.ahead_reads - p.ahead_reads);
+        STATS.disk_read_ahead_hits.add(s.ahead_hits - p.ahead_hits);
         if s.repair_passes != p.repair_passes {
             STATS.disk_replicas_short.set(s.repair_short);
         }

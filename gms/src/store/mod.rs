@@ -12,6 +12,7 @@
 //!   others) over [`crate::placement::Placement`];
 //! - the write and read state machines with their retries ([`mod@write`], [`mod@read`]);
 //! - re-replication of the replicas a failed member held, rate-bounded ([`repair`]);
+//! - read-ahead of sequential reads, into frames it holds ([`ahead`]);
 //! - liveness ([`liveness`]: heartbeats, failure, restart, rejoin), which the runtime
 //!   runs beside it and whose events it passes to [`Store::handle_member`].
 //!
@@ -34,6 +35,7 @@
 //! only in their frames. Time is always a parameter (ns); no heap (the records live in the
 //! runtime's [`Storage`]); no `unsafe`.
 
+pub mod ahead;
 pub mod drive;
 pub mod liveness;
 pub mod nodes;
@@ -89,6 +91,8 @@ pub struct StoreConfig {
     pub repair_gap_ns: u64,
     /// Bytes of a page (the runtime's frames hold one each).
     pub page_bytes: u32,
+    /// Pages read ahead of sequential reads (0: off; at most [`ahead::MAX_AHEAD`]).
+    pub read_ahead: u8,
 }
 
 impl Default for StoreConfig {
@@ -113,6 +117,7 @@ impl StoreConfig {
             repair_in_flight: 4,
             repair_gap_ns: 1_000_000,
             page_bytes: 4096,
+            read_ahead: 0,
         }
     };
 }
@@ -167,6 +172,13 @@ pub enum Finished<Io, F> {
     Request {
         io: Io,
         outcome: Outcome,
+    },
+    /// A read served from a copy read ahead ([`ahead`]): copy `frame` into the request's
+    /// page, give the frame back, and the request read `version`.
+    Copy {
+        io: Io,
+        frame: F,
+        version: Version,
     },
     /// A frame the store fetched a copy into (re-replication), no longer needed.
     Scratch(F),
@@ -242,6 +254,9 @@ pub struct StoreStats {
     /// on the replica's holder (a rewrite in place, [`record`]: no stray left).
     pub puts_by_plan: u64,
     pub puts_kept: u64,
+    /// Read-ahead getpages started ([`ahead`]), and user reads served by one.
+    pub ahead_reads: u64,
+    pub ahead_hits: u64,
 }
 
 impl StoreStats {
@@ -262,6 +277,8 @@ impl StoreStats {
         repair_short: 0,
         puts_by_plan: 0,
         puts_kept: 0,
+        ahead_reads: 0,
+        ahead_hits: 0,
     };
 
     /// Add `o`'s counters to these (a runtime's total over several stores).
@@ -282,6 +299,8 @@ impl StoreStats {
         self.repair_short += o.repair_short;
         self.puts_by_plan += o.puts_by_plan;
         self.puts_kept += o.puts_kept;
+        self.ahead_reads += o.ahead_reads;
+        self.ahead_hits += o.ahead_hits;
     }
 }
 
@@ -293,10 +312,12 @@ pub(crate) struct OpRec<F> {
     lent: Option<F>,
 }
 
-/// Whose request: a user's, or the store's own on its meta pages ([`volume`]).
+/// Whose request: a user's, the store's own on its meta pages ([`volume`]), or a
+/// read-ahead ([`ahead`]).
 pub(crate) enum Owner<Io> {
     User(Io),
     Meta,
+    Ahead(ahead::Fetch),
 }
 
 /// Where loading the volume stands ([`volume`]).
@@ -362,6 +383,7 @@ pub struct Store<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const 
     ops: [Option<OpRec<F>>; OPS],
     ended: [Option<OpRec<F>>; OPS],
     repair: Repair,
+    ahead: ahead::Ahead<F>,
     /// Where the next scan of the request table starts (fairness).
     cursor: usize,
     pub stats: StoreStats,
@@ -427,6 +449,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
             ops: [None; OPS],
             ended: [None; OPS],
             repair: Repair::NEW,
+            ahead: ahead::Ahead::new(),
             cursor: 0,
             stats: StoreStats::ZERO,
         }
@@ -558,7 +581,8 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
     fn page_free(&self, page: u64, write: bool) -> bool {
         self.reqs.iter().all(|r| match r {
             Req::Write(w) => w.page != page,
-            Req::Read(r) => !write || r.page != page,
+            // A read-ahead does not hold a write back: the write marks it overwritten.
+            Req::Read(r) => !write || r.page != page || matches!(r.io, Owner::Ahead(_)),
             Req::Repair(r) => r.page != page,
             _ => true,
         })
@@ -585,6 +609,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
             Err(e) => return Err((io, e)),
         };
         self.stats.writes += 1;
+        self.ahead_overwritten(page);
         self.reqs[slot] =
             Req::Write(WriteReq::new(Owner::User(io), page, now.saturating_add(self.cfg.write_window_ns)));
         Ok(ReqId(slot as u16))
@@ -597,6 +622,10 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
             Err(e) => return Err((io, e)),
         };
         self.stats.reads += 1;
+        let io = match self.read_from_ahead(slot, page, io) {
+            Ok(req) => return Ok(req),
+            Err(io) => io,
+        };
         self.reqs[slot] = Req::Read(ReadReq::new(Owner::User(io), page, now));
         Ok(ReqId(slot as u16))
     }
@@ -614,6 +643,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
             self.rewrite_lost_meta(now);
             self.start_map_writes(now);
             self.start_repairs(now);
+            self.start_ahead(now);
         }
         if self.ended.iter().all(Option::is_some) {
             return None;
@@ -637,6 +667,9 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
 
     /// A finished request or a frame to give back, oldest slot first.
     pub fn poll_done(&mut self) -> Option<Finished<Io, F>> {
+        if let Some(frame) = self.ahead.poll_drop() {
+            return Some(Finished::Scratch(frame));
+        }
         let i = self.reqs.iter().position(|r| matches!(r, Req::Done(_)))?;
         match core::mem::replace(&mut self.reqs[i], Req::Free) {
             Req::Done(f) => Some(f),
@@ -652,6 +685,9 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
             Owner::Meta => {
                 self.reqs[i] = Req::Free;
                 self.meta_done(page, outcome, now);
+            }
+            Owner::Ahead(fetch) => {
+                self.ahead_done(i, fetch, page, None);
             }
         }
     }
@@ -745,6 +781,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
     pub fn shut(&mut self, e: StoreError) {
         self.phase = Phase::Refused(e);
         self.fail_waiting(e);
+        self.ahead.drop_all();
     }
 
     /// A member's free room as last heard (its heartbeat), for placement.

@@ -100,7 +100,15 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
     pub fn requests(&self) -> impl Iterator<Item = (usize, &'static str, u64)> + '_ {
         self.reqs.iter().enumerate().filter_map(|(i, r)| match r {
             Req::Write(w) => Some((i, if matches!(w.io, Owner::Meta) { "meta write" } else { "write" }, w.page)),
-            Req::Read(r) => Some((i, if matches!(r.io, Owner::Meta) { "meta read" } else { "read" }, r.page)),
+            Req::Read(r) => Some((
+                i,
+                match r.io {
+                    Owner::Meta => "meta read",
+                    Owner::Ahead(_) => "read ahead",
+                    Owner::User(_) => "read",
+                },
+                r.page,
+            )),
             Req::Repair(r) => Some((i, "repair", r.page)),
             _ => None,
         })
@@ -123,8 +131,9 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
     }
 
     /// A getpage this store issued ended. Returns whether the store keeps the hit's frame
-    /// (a re-replication's copy, handed back later as [`super::Finished::Scratch`]); every other
-    /// frame stays the runtime's.
+    /// (a re-replication's copy or a read-ahead's, handed back later as
+    /// [`super::Finished::Scratch`] or [`super::Finished::Copy`]); every other frame stays
+    /// the runtime's.
     pub fn handle_get(&mut self, now: u64, op: OpId, result: &GetResult<F>) -> bool {
         self.get_done(now, op, result, None)
     }
@@ -132,10 +141,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
     fn get_done(&mut self, now: u64, op: OpId, result: &GetResult<F>, bytes: Option<&[u8]>) -> bool {
         let Some(i) = self.take_op(op) else { return false };
         match self.reqs[i] {
-            Req::Read(_) => {
-                self.read_get_done(i, result, now, bytes);
-                false
-            }
+            Req::Read(_) => self.read_get_done(i, result, now, bytes),
             Req::Repair(_) => self.repair_get_done(i, result, now),
             _ => false,
         }

@@ -23,9 +23,10 @@ use super::super::net::storage::Storage;
 use super::super::page::Version;
 use super::super::replica::MAX_REPLICAS;
 use super::super::types::{GetResult, MissReason};
+use super::ahead::Fetch;
 use super::nodes::NodeSet;
 use super::record::{Clock, Entry, Replica};
-use super::{Data, IssueKind, Outcome, Owner, Phase, Req, Route, Store, StoreError};
+use super::{Data, Finished, IssueKind, Outcome, Owner, Phase, Req, Route, Store, StoreError};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Step {
@@ -38,9 +39,19 @@ enum Step {
     Probing { replica: u8, node: u16 },
 }
 
+/// Where a read's data lands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Lands {
+    /// In the request's own page (a user's read), or the runtime's meta frame.
+    Request,
+    /// In a frame of the runtime's the store keeps ([`super::ahead`]).
+    Scratch,
+}
+
 pub(crate) struct ReadReq<Io> {
     pub(crate) io: Owner<Io>,
     pub(crate) page: u64,
+    lands: Lands,
     k: u8,
     /// The members asked for replica `k` that have no copy of it.
     asked: NodeSet,
@@ -91,7 +102,33 @@ impl<Io> ReadReq<Io> {
     pub(crate) fn new(io: Owner<Io>, page: u64, now: u64) -> Self {
         let step = Step::Ready { not_before: now };
         let (asked, survey) = (NodeSet::EMPTY, Survey::default());
-        ReadReq { io, page, k: 0, asked, tries: 0, pass: 0, silent: false, swept: false, survey, step }
+        ReadReq {
+            io,
+            page,
+            lands: Lands::Request,
+            k: 0,
+            asked,
+            tries: 0,
+            pass: 0,
+            silent: false,
+            swept: false,
+            survey,
+            step,
+        }
+    }
+
+    /// A read-ahead of `page` ([`super::ahead`]), from `now`.
+    pub(crate) fn ahead(page: u64, now: u64) -> Self {
+        ReadReq { lands: Lands::Scratch, ..Self::new(Owner::Ahead(Fetch::Live), page, now) }
+    }
+
+    /// Where a getpage of this read lands, volume of `pages` pages.
+    pub(super) fn into<F>(&self, pages: u64) -> Data<F> {
+        match (&self.io, self.lands) {
+            (Owner::Meta, _) => Data::Meta(self.page - pages),
+            (_, Lands::Scratch) => Data::Scratch,
+            (_, Lands::Request) => Data::Request,
+        }
     }
 
     pub(crate) fn wake(&self) -> Option<u64> {
@@ -107,7 +144,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
     pub(super) fn poll_read(&mut self, i: usize, now: u64) -> Option<IssueKind<F>> {
         let Req::Read(r) = &self.reqs[i] else { return None };
         let Step::Ready { not_before } = r.step else { return None };
-        let (meta, asked) = (matches!(r.io, Owner::Meta), r.asked);
+        let (meta, asked, into) = (matches!(r.io, Owner::Meta), r.asked, r.into(self.pages));
         if now < not_before || (!meta && self.phase != Phase::Ready) {
             return None;
         }
@@ -116,7 +153,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
             self.end_pass(i, now);
             return None;
         }
-        if let Some(probe) = self.poll_survey(i, page, meta, now) {
+        if let Some(probe) = self.poll_survey(i, page, into, now) {
             return Some(probe);
         }
         while k < self.cfg.replicas {
@@ -146,7 +183,6 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
                 };
                 r.step = Step::InFlight { from };
             }
-            let into = if meta { Data::Meta(page - self.pages) } else { Data::Request };
             return Some(IssueKind::Get { page: self.page_id(page, k), at_least, route, into });
         }
         self.end_pass(i, now);
@@ -173,6 +209,10 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
     /// if a site of the newest data is alive, else the page is lost.
     fn end_pass(&mut self, i: usize, now: u64) {
         let Req::Read(r) = &self.reqs[i] else { return };
+        if let Owner::Ahead(fetch) = r.io {
+            self.ahead_done(i, fetch, r.page, None);
+            return;
+        }
         let (page, pass) = (r.page, r.pass);
         let written = page >= self.pages || self.is_written(page);
         let entries = || (0..self.cfg.replicas).filter_map(|k| self.entry(page, k));
@@ -242,30 +282,48 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
                         r.ready(later);
                     }
                 }
-                Step::Ready { .. } | Step::Probing { .. } => {}
+                // A probe not sent: what that member holds is unknown.
+                Step::Probing { node, .. } => {
+                    r.survey.asked.insert(node);
+                    r.survey.unanswered = true;
+                    r.ready(later);
+                }
+                Step::Ready { .. } => {}
             }
         }
     }
 
     /// Read `i`'s getpage ended with `result` at `now`; `bytes`: a meta page's hit.
-    pub(super) fn read_get_done(&mut self, i: usize, result: &GetResult<F>, now: u64, bytes: Option<&[u8]>) {
-        let Req::Read(r) = &self.reqs[i] else { return };
+    /// Returns whether the store keeps the hit's frame (one it landed in: [`Lands::Scratch`]).
+    pub(super) fn read_get_done(&mut self, i: usize, result: &GetResult<F>, now: u64, bytes: Option<&[u8]>) -> bool {
+        let Req::Read(r) = &self.reqs[i] else { return false };
         let from = match r.step {
             Step::InFlight { from } => from,
-            Step::Probing { replica, node } => return self.survey_done(i, replica, node, result, now),
-            Step::Ready { .. } => return,
+            Step::Probing { replica, node } => {
+                self.survey_done(i, replica, node, result, now);
+                return false;
+            }
+            Step::Ready { .. } => return false,
         };
         let tries = self.cfg.read_tries;
-        let Req::Read(r) = &mut self.reqs[i] else { return };
+        let Req::Read(r) = &mut self.reqs[i] else { return false };
         match *result {
-            GetResult::Hit { version, .. } => {
-                if let Req::Read(r) = core::mem::replace(&mut self.reqs[i], Req::Free) {
-                    if let (Owner::Meta, Some(b)) = (&r.io, bytes) {
-                        self.meta_read(r.page - self.pages, b);
+            GetResult::Hit { version, frame, .. } => {
+                let Req::Read(r) = core::mem::replace(&mut self.reqs[i], Req::Free) else { return false };
+                return match (r.io, r.lands) {
+                    (Owner::Ahead(fetch), _) => self.ahead_done(i, fetch, r.page, Some((version, frame))),
+                    (Owner::User(io), Lands::Scratch) => {
+                        self.finish(i, Finished::Copy { io, frame, version });
+                        true
                     }
-                    self.finish_req(i, r.io, r.page, Outcome::Read { version }, now);
-                }
-                return;
+                    (io, _) => {
+                        if let (Owner::Meta, Some(b)) = (&io, bytes) {
+                            self.meta_read(r.page - self.pages, b);
+                        }
+                        self.finish_req(i, io, r.page, Outcome::Read { version }, now);
+                        false
+                    }
+                };
             }
             GetResult::Miss { reason, .. } => {
                 let failed = matches!(reason, MissReason::Failed(_) | MissReason::Malformed);
@@ -289,5 +347,6 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
             }
         }
         self.stats.fallbacks += 1;
+        false
     }
 }

@@ -33,7 +33,7 @@ use super::{Data, IssueKind, Req, Route, Store};
 impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> Store<Io, F, S, M, Q, OPS> {
     /// The next probe of read `i`'s survey of `page`, if it has one to make; resolves the
     /// survey once every probe is answered.
-    pub(super) fn poll_survey(&mut self, i: usize, page: u64, meta: bool, now: u64) -> Option<IssueKind<F>> {
+    pub(super) fn poll_survey(&mut self, i: usize, page: u64, into: Data<F>, now: u64) -> Option<IssueKind<F>> {
         let Req::Read(r) = &self.reqs[i] else { return None };
         if r.survey.done {
             return None;
@@ -62,7 +62,6 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
             (r.survey.replica, r.survey.asked) = (replica, asked);
             r.probing(replica, node);
         }
-        let into = if meta { Data::Meta(page - self.pages) } else { Data::Request };
         let route = Route::Holder { node, answer: None };
         // A sweep wants the recorded write or a newer one; a survey, any copy at the
         // page's floor or newer (an older one is a stray, [`super::record`]).

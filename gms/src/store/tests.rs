@@ -115,6 +115,7 @@ fn done<const OPS: usize>(s: &mut SOps<OPS>) -> Option<(u32, Outcome)> {
     match s.poll_done()? {
         Finished::Request { io, outcome } => Some((io, outcome)),
         Finished::Scratch(f) => panic!("scratch {f}"),
+        Finished::Copy { io, frame, .. } => panic!("copy {frame} for {io}"),
     }
 }
 
@@ -686,3 +687,5 @@ fn a_replica_left_out_of_a_degraded_write_leaves_its_old_copy_as_a_stray_below_a
     assert_eq!(done(&mut s), Some((2, Outcome::Written { copies: 1 })));
     assert!(s.floor(4) > floor, "the left-out replica's old copy is below the page's floor");
 }
+
+mod ahead;

@@ -248,9 +248,6 @@ impl Shared {
             pr_err!("gms_replicas={} needs that many other GMS members; gms_nodes= lists {}\n", replicas, peers);
             return Err(EINVAL);
         }
-        if params::GMS_DISK_READAHEAD.get() > 0 {
-            pr_warn!("gms_disk_readahead=: read-ahead is not ported to the store yet; reads are not read ahead\n");
-        }
         let degraded_writes = params::GMS_DEGRADED_WRITES.get() == 1;
         if degraded_writes {
             pr_warn!("gms_degraded_writes=1: with fewer live members than gms_replicas= a write is acknowledged with fewer copies (counted in disk_under_replicated)\n");
@@ -263,6 +260,8 @@ impl Shared {
             degraded_writes,
             direct_reads: params::GMS_DISK_DIRECT_READS.get() == 1,
             nic_answers: params::GMS_NIC_ANSWERS.get() == 1,
+            // Checked at load: 0..=MAX_READAHEAD.
+            read_ahead: u8::try_from(params::GMS_DISK_READAHEAD.get()).unwrap_or(0),
         };
         let mut state = DiskState::new(&p, &[])?;
         pr_info!("/dev/gms0: disk identity {:#x} (gms_disk_id=)\n", p.identity);

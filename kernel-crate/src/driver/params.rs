@@ -140,8 +140,8 @@ pub(super) static GMS_DIR_PAGES: IntParam = IntParam::new(0);
 /// `gms_disk_pages=`: if > 0 (and `gms_nodes=` lists another member), `/dev/gms0` with
 /// that many 4 KiB pages on the GMS backend (needs `gms_disk_mb=0`: one disk per module).
 pub(super) static GMS_DISK_PAGES: IntParam = IntParam::new(0);
-/// `gms_disk_readahead=`: accepted (0..=32) and ignored, with a warning when above 0:
-/// read-ahead is not ported to `gms::store` yet.
+/// `gms_disk_readahead=`: pages `/dev/gms0` reads ahead once two reads in a row were of
+/// consecutive pages (0..=32; 0, the default: off; `gms::store::ahead`).
 pub(super) static GMS_DISK_READAHEAD: IntParam = IntParam::new(0);
 /// `gms_fail_ms=`: how long a GMS member may stay silent before it is declared failed,
 /// and how long probe waits to hear the `gms_nodes=` peers (ms; default 3000, `FAIL_MS_MIN ..= FAIL_MS_MAX`). Loaded hosts
@@ -225,7 +225,7 @@ modinfo!(
 modinfo!(PARMTYPE_GMS_DISK_RA, "parmtype=gms_disk_readahead:int\0");
 modinfo!(
     PARM_GMS_DISK_RA,
-    "parm=gms_disk_readahead:accepted (at most 32) and ignored: read-ahead is not ported to gms::store yet\0"
+    "parm=gms_disk_readahead:pages read ahead of sequential reads (0..=32, default 0: off)\0"
 );
 modinfo!(PARMTYPE_GMS_FAIL_MS, "parmtype=gms_fail_ms:int\0");
 modinfo!(

@@ -190,6 +190,15 @@ impl GmsPort {
                     return Some((io, outcome, bytes));
                 }
                 Finished::Scratch(frame) => self.node.host.frames.release(frame),
+                // A copy read ahead: its frame's bytes are the page.
+                Finished::Copy { io, frame, version } => {
+                    let mut b = vec![0; FRAME_BYTES as usize];
+                    if !self.node.host.frames.read(frame, &mut b) {
+                        b.clear();
+                    }
+                    self.node.host.frames.release(frame);
+                    return Some((io, Outcome::Read { version }, Some(b)));
+                }
             }
         }
     }
