@@ -253,17 +253,6 @@ impl DiskState {
         }
     }
 
-    /// Move up to `out.len()` finished pages into `out`; how many.
-    fn take_finished(&mut self, out: &mut [Option<(PageIo, Result)>]) -> usize {
-        let mut n = 0;
-        while n < out.len() && self.nfinished > 0 {
-            self.nfinished -= 1;
-            out[n] = self.finished[self.nfinished].take();
-            n += 1;
-        }
-        n
-    }
-
     /// Fail every page queued or held by the store (teardown). The operations in flight
     /// keep their frames until GMS finishes them.
     pub(crate) fn fail_all(&mut self, host: &mut KHost) -> usize {
@@ -429,7 +418,14 @@ fn complete(d: &mut DiskState, host: &mut KHost, now: u64, done: &Completion<Fra
 /// Move up to `out.len()` pages that finished into `out` (under the core lock); the
 /// caller completes them once the lock is released. How many.
 pub(crate) fn take_finished(core: &mut DiskCore, out: &mut [Option<(PageIo, Result)>]) -> usize {
-    core.client.as_mut().map_or(0, |d| d.take_finished(out))
+    let Some(d) = core.client.as_mut() else { return 0 };
+    let DiskState { finished, nfinished, .. } = &mut **d;
+    let n = (*nfinished).min(out.len());
+    for slot in out.iter_mut().take(n) {
+        *nfinished -= 1;
+        *slot = finished[*nfinished].take();
+    }
+    n
 }
 
 /// A disk page from blk-mq (atomic context, core lock held): queued for the store, and
