@@ -66,31 +66,46 @@ fn end_of(size: u64, offset: u64, len: usize) -> Result<u64, Refused> {
     }
 }
 
-/// The part of the block at `block` that `[pos, end)` covers, as (start in the block,
-/// bytes).
-fn part(block: u64, pos: u64, end: u64) -> (usize, usize) {
-    let start = pos - block;
-    let stop = end.min(block + BLOCK) - block;
-    (start as usize, (stop - start) as usize)
+/// One step over a range: whole blocks, or part of one block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Piece {
+    /// Whole blocks from volume offset `pos` (at most 1 MiB of them).
+    Whole { pos: u64 },
+    /// Part of the block at volume offset `block`, from its byte `start`.
+    Part { block: u64, start: usize },
+}
+
+/// The pieces of `[offset, end)`: each as (where it starts in the caller's buffer, its
+/// length, the piece).
+fn pieces(offset: u64, end: u64) -> impl Iterator<Item = (usize, usize, Piece)> {
+    let mut pos = offset;
+    std::iter::from_fn(move || {
+        if pos >= end {
+            return None;
+        }
+        let at = (pos - offset) as usize;
+        let block = pos / BLOCK * BLOCK;
+        let (n, piece) = if pos == block && end - pos >= BLOCK {
+            (((end - pos) / BLOCK * BLOCK).min(MAX), Piece::Whole { pos })
+        } else {
+            (end.min(block + BLOCK) - pos, Piece::Part { block, start: (pos - block) as usize })
+        };
+        pos += n;
+        Some((at, n as usize, piece))
+    })
 }
 
 /// Read `out.len()` bytes at `offset`.
 pub fn read_at<B: Blocks>(b: &mut B, offset: u64, out: &mut [u8]) -> anyhow::Result<()> {
     let end = end_of(b.size(), offset, out.len())?;
-    let mut pos = offset;
     let mut bounce = [0u8; BLOCK_BYTES as usize];
-    while pos < end {
-        let at = (pos - offset) as usize;
-        let block = pos / BLOCK * BLOCK;
-        if pos == block && end - pos >= BLOCK {
-            let n = ((end - pos) / BLOCK * BLOCK).min(MAX) as usize;
-            b.read_blocks(pos, &mut out[at..at + n])?;
-            pos += n as u64;
-        } else {
-            let (start, n) = part(block, pos, end);
-            b.read_blocks(block, &mut bounce)?;
-            out[at..at + n].copy_from_slice(&bounce[start..start + n]);
-            pos += n as u64;
+    for (at, n, piece) in pieces(offset, end) {
+        match piece {
+            Piece::Whole { pos } => b.read_blocks(pos, &mut out[at..at + n])?,
+            Piece::Part { block, start } => {
+                b.read_blocks(block, &mut bounce)?;
+                out[at..at + n].copy_from_slice(&bounce[start..start + n]);
+            }
         }
     }
     Ok(())
@@ -99,21 +114,15 @@ pub fn read_at<B: Blocks>(b: &mut B, offset: u64, out: &mut [u8]) -> anyhow::Res
 /// Write `data` at `offset`; partial blocks are read, patched and written whole.
 pub fn write_at<B: Blocks>(b: &mut B, offset: u64, data: &[u8]) -> anyhow::Result<()> {
     let end = end_of(b.size(), offset, data.len())?;
-    let mut pos = offset;
     let mut bounce = [0u8; BLOCK_BYTES as usize];
-    while pos < end {
-        let at = (pos - offset) as usize;
-        let block = pos / BLOCK * BLOCK;
-        if pos == block && end - pos >= BLOCK {
-            let n = ((end - pos) / BLOCK * BLOCK).min(MAX) as usize;
-            b.write_blocks(pos, &data[at..at + n])?;
-            pos += n as u64;
-        } else {
-            let (start, n) = part(block, pos, end);
-            b.read_blocks(block, &mut bounce)?;
-            bounce[start..start + n].copy_from_slice(&data[at..at + n]);
-            b.write_blocks(block, &bounce)?;
-            pos += n as u64;
+    for (at, n, piece) in pieces(offset, end) {
+        match piece {
+            Piece::Whole { pos } => b.write_blocks(pos, &data[at..at + n])?,
+            Piece::Part { block, start } => {
+                b.read_blocks(block, &mut bounce)?;
+                bounce[start..start + n].copy_from_slice(&data[at..at + n]);
+                b.write_blocks(block, &bounce)?;
+            }
         }
     }
     Ok(())
