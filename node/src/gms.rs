@@ -184,8 +184,11 @@ pub struct GmsPort {
     /// Where putpages go (the plan over the members that take puts, else least loaded).
     placement: Placement<{ gms::epochs::LRU_NODES }>,
     pub stats: PortStats,
-    /// Completions of operations the port did not start (a store's, [`store`]).
-    store_done: Vec<Completion<Frame>>,
+    /// Completions of operations the port did not start (a store's, [`store`]); `None`
+    /// until a store is driven through the port: until then such a completion is no one's,
+    /// and its frame goes back at once (kept, it would make [`Self::poll_timeout`] say
+    /// "now" for ever).
+    store_done: Option<Vec<Completion<Frame>>>,
     /// Every finished putpage: (page, version, result), in completion order.
     pub put_log: Vec<(PageId, Version, PutResult)>,
     /// The pages this node put whose holder's NIC answers getpages of them by itself
@@ -238,7 +241,7 @@ impl GmsPort {
             ra: ReadAhead::new(readahead::Config { trigger: 2, depth: 0 }),
             placement: Placement::new(u32::MAX),
             stats: PortStats::default(),
-            store_done: Vec::new(),
+            store_done: None,
             put_log: Vec::new(),
             answers: HashMap::default(),
             lat_2way: Vec::new(),

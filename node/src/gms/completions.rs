@@ -63,7 +63,10 @@ impl GmsPort {
         let done = std::mem::take(&mut self.node.host.done);
         for c in done {
             let Some((page, what)) = self.pending.remove(&c.op) else {
-                self.store_done.push(c);
+                match &mut self.store_done {
+                    Some(d) => d.push(c),
+                    None => self.release_completion(&c),
+                }
                 continue;
             };
             match (what, c.result) {

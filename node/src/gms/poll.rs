@@ -93,7 +93,7 @@ impl GmsPort {
         let now = Instant::now();
         let at = |ns: u64| self.epoch + Duration::from_nanos(ns);
         let pending = !self.node.host.done.is_empty()
-            || !self.store_done.is_empty()
+            || self.store_done.as_ref().is_some_and(|d| !d.is_empty())
             || !self.node.host.lru_inbox.is_empty()
             || self.rpc.has_deferred();
         let coordinating = self.coordinator() == Some(self.id());

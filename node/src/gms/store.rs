@@ -129,6 +129,7 @@ impl GmsPort {
     /// Run `store`'s timers and send what it wants sent now. Whether anything was sent.
     pub fn drive_store<Io: StoreIo>(&mut self, store: &mut UserStore<Io>, frames: &mut StoreFrames) -> bool {
         let now = self.now();
+        self.store_done.get_or_insert_with(Vec::new);
         store.handle_timeout(now);
         let sent = store.issue(now, &mut self.node, &mut self.rpc, &mut self.lru, frames);
         if sent {
@@ -143,28 +144,31 @@ impl GmsPort {
         &mut self,
         stores: impl IntoIterator<Item = &'s mut UserStore<Io>>,
     ) -> bool {
-        if self.store_done.is_empty() {
-            return false;
-        }
+        let Some(done) = self.store_done.as_mut().filter(|d| !d.is_empty()) else { return false };
+        let mut done = std::mem::take(done);
         let now = self.now();
-        let mut done = std::mem::take(&mut self.store_done);
         for s in stores {
             let host = &mut self.node.host;
             done.retain(|c| !s.complete(now, c, &mut FramesIn::<Io, Frame, PortHost>::frames(&mut StoreFrames, host)));
         }
         for c in done.drain(..) {
-            let frame = match c.result {
-                OpResult::Get(GetResult::Hit { frame, .. }) => Some(frame),
-                OpResult::Get(GetResult::Miss { frame, .. }) => frame,
-                _ => None,
-            };
-            if let Some(f) = frame {
-                self.node.host.release(f);
-            }
+            self.release_completion(&c);
         }
         // The vector goes back, empty, for the next completions.
-        self.store_done = done;
+        self.store_done = Some(done);
         true
+    }
+
+    /// A completion no one claims: its frame goes back.
+    pub(super) fn release_completion(&mut self, c: &Completion<Frame>) {
+        let frame = match c.result {
+            OpResult::Get(GetResult::Hit { frame, .. }) => Some(frame),
+            OpResult::Get(GetResult::Miss { frame, .. }) => frame,
+            _ => None,
+        };
+        if let Some(f) = frame {
+            self.node.host.release(f);
+        }
     }
 
     /// The next request `store` finished: its handle, how it ended, and a read's page

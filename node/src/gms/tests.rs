@@ -138,3 +138,25 @@ fn client_nic_on_servers() {
     assert!(c.ports[0].cpu.is_some(), "the client's NIC is back");
     assert!(matches!(c.get_wait(0, PageId::new(3, 5)).expect("get"), Got::Hit { .. }));
 }
+
+/// A completion of an operation the port did not start, in a port that drives no store,
+/// is no one's: its frame goes back at once, and nothing is left that would make
+/// `poll_timeout` say "now" for ever.
+#[test]
+fn a_completion_no_one_claims_gives_its_frame_back() {
+    super::on_big_stack(unclaimed).unwrap();
+}
+
+fn unclaimed() {
+    let mut c = Cluster::new(2, 16, GmsConfig::default()).expect("cluster");
+    c.settle(0).expect("settled");
+    let p = &mut c.ports[0];
+    let free = p.free_frames();
+    let frame = p.node.host.frames.alloc().expect("a frame");
+    let miss = GetResult::Miss { reason: gms::types::MissReason::NotCached, frame: Some(frame) };
+    let op = gms::types::OpId { slot: 0, generation: u32::MAX };
+    p.node.host.done.push(Completion { op, page: PageId::new(9, 9), result: OpResult::Get(miss), answer: None });
+    p.handle_completions();
+    assert_eq!(p.free_frames(), free, "the frame went back");
+    assert!(p.store_done.is_none() && p.node.host.done.is_empty());
+}
