@@ -476,6 +476,8 @@ fn a_full_receive_ring_holds_packets_until_the_host_reads() {
     assert_eq!(counter(&c, 1, Counter::RxPackets), u64::from(RECV_RING_ENTRIES));
     assert_eq!(counter(&c, 1, Counter::RxRingWait), 1);
     assert_eq!(counter(&c, 1, Counter::RxDropCrc) + counter(&c, 1, Counter::RxDropMalformed), 0);
+    // It waits on the host, not on an engine: the flashed image sleeps until a doorbell.
+    assert!(!c.firmware(1).engines_busy(), "a packet waiting for a receive slot keeps the NIC spinning");
 
     // The host catches up: every message arrives, in order, none lost; later ones flow.
     c.host_mut(1).set_reading(true);

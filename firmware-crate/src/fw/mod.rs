@@ -166,10 +166,16 @@ impl<M: NicMemory> Firmware<M> {
     pub fn run<E: Engines>(&mut self, eng: &mut E) -> ! {
         loop {
             if !self.poll(eng) {
-                let busy = self.bus != Bus::Idle || !self.tx.is_empty() || !self.rx.is_quiet();
-                eng.idle(busy);
+                eng.idle(self.engines_busy());
             }
         }
+    }
+
+    /// Whether progress may come without an event ([`Engines::idle`]): a host-bus
+    /// transfer, a packet to send, or a packet arriving. A received packet that waits for
+    /// a receive slot (the ring was full) waits on the host's doorbell, not on an engine.
+    pub fn engines_busy(&self) -> bool {
+        self.bus != Bus::Idle || !self.tx.is_empty() || !(self.rx.is_quiet() || self.rx.waits_for_host())
     }
 
     fn reload_config(&mut self) -> bool {

@@ -134,6 +134,12 @@ impl RxSide {
         self.active == 0
     }
 
+    /// Whether every packet link in has put bytes of waits for a receive slot: only the
+    /// host reading its ring (a doorbell) lets the receive side go on.
+    pub(super) fn waits_for_host(&self) -> bool {
+        self.q.iter().filter(|p| p.active()).all(|p| p.waiting && p.complete)
+    }
+
     /// Whether a buffer is posted to link in.
     pub(super) fn is_receiving(&self) -> bool {
         self.receiving
