@@ -377,11 +377,10 @@ impl Control {
                 match &mut job.items {
                     Items::Put { items, res } => {
                         let (page, data) = &mut items[idx];
-                        let me = port.id();
-                        let alone = port.node.members().ids().iter().all(|&n| n == me);
-                        // GMS carries no empty page; a lone node has nowhere to put one.
-                        if alone || data.is_empty() {
-                            res[idx] = Some(if alone { PutOutcome::NoTarget } else { PutOutcome::Error });
+                        // GMS carries no empty page. (A lone node's put is the store's to
+                        // refuse: too few members, told as `NoTarget`.)
+                        if data.is_empty() {
+                            res[idx] = Some(PutOutcome::Error);
                             job.left -= 1;
                         } else {
                             let item =
