@@ -15,7 +15,7 @@ pub const PREREQS: [(&str, &str); 8] = [
     ("root", "root (network namespaces, raw sockets)"),
     ("ip", "the `ip` command (apt-get install iproute2)"),
     ("qemu", "qemu-system-x86_64 (apt-get install --no-install-recommends qemu-system-x86)"),
-    ("vpclmulqdq", "a CPU with AVX-512 (F, BW) and VPCLMULQDQ"),
+    ("vpclmulqdq", "a CPU with VPCLMULQDQ and AVX2 or AVX-512 (F, BW)"),
     ("nbdkit", "the `nbdkit` server (apt-get install nbdkit)"),
     ("nbdcopy", "libnbd's `nbdcopy` (apt-get install libnbd-bin)"),
     ("qemu-img", "`qemu-img` (apt-get install qemu-utils)"),
@@ -54,9 +54,8 @@ pub fn available(prereq: &str) -> bool {
 
 #[cfg(target_arch = "x86_64")]
 fn has_vpclmulqdq() -> bool {
-    std::arch::is_x86_feature_detected!("avx512f")
-        && std::arch::is_x86_feature_detected!("avx512bw")
-        && std::arch::is_x86_feature_detected!("vpclmulqdq")
+    let avx512 = std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx512bw");
+    (avx512 || std::arch::is_x86_feature_detected!("avx2")) && std::arch::is_x86_feature_detected!("vpclmulqdq")
 }
 
 #[cfg(not(target_arch = "x86_64"))]
