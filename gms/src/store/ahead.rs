@@ -13,7 +13,7 @@
 //! **Why a copy is never stale.** The store is its volume's one writer. A read-ahead
 //! starts only on a page no write is running on, at that page's generation or newer, as
 //! any read; a write of a page admitted later drops the page's held copy and marks a
-//! read-ahead under way as overwritten ([`Fetch::Overwritten`]: its data is dropped when
+//! read-ahead under way as overwritten ([`super::Fetch::Overwritten`]: its data is dropped when
 //! it lands, and no user read takes it over). So a copy served was read after the newest
 //! acknowledged write of its page was acknowledged, as a read issued then would be.
 //!
@@ -26,7 +26,7 @@
 use super::super::net::storage::Storage;
 use super::super::page::Version;
 use super::read::ReadReq;
-use super::{Finished, Owner, Phase, Req, ReqId, Store};
+use super::{Fetch, Finished, Owner, Phase, Req, ReqId, Store};
 use core::ops::Range;
 
 /// The most pages read ahead (the largest `read_ahead`).
@@ -34,15 +34,6 @@ pub const MAX_AHEAD: usize = 32;
 
 /// Consecutive sequential user reads before read-ahead starts.
 pub const TRIGGER: u8 = 2;
-
-/// Where a read-ahead under way stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Fetch {
-    /// Its copy is the page's newest: held when it lands.
-    Live,
-    /// A write of the page was admitted since it started: dropped when it lands.
-    Overwritten,
-}
 
 /// A frame of the read-ahead's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -241,7 +241,16 @@ pub(crate) struct OpRec<F> {
 pub(crate) enum Owner<Io> {
     User(Io),
     Meta,
-    Ahead(ahead::Fetch),
+    Ahead(Fetch),
+}
+
+/// Where a read-ahead under way stands ([`ahead`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Fetch {
+    /// Its copy is the page's newest: held when it lands.
+    Live,
+    /// A write of the page was admitted since it started: dropped when it lands.
+    Overwritten,
 }
 
 /// Where loading the volume stands ([`volume`]).

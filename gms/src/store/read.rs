@@ -23,10 +23,9 @@ use super::super::net::storage::Storage;
 use super::super::page::Version;
 use super::super::replica::MAX_REPLICAS;
 use super::super::types::{GetResult, MissReason};
-use super::ahead::Fetch;
 use super::nodes::NodeSet;
 use super::record::{Clock, Entry, Replica};
-use super::{Data, Finished, IssueKind, Outcome, Owner, Phase, Req, Route, Store, StoreError};
+use super::{Data, Fetch, Finished, IssueKind, Outcome, Owner, Phase, Req, Route, Store, StoreError};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Step {

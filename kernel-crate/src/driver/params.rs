@@ -223,10 +223,7 @@ modinfo!(
     "parm=gms_disk_pages:if > 0, /dev/gms0 with that many 4 KiB pages on GMS (default 0, at most 16777216 = 64 GiB)\0"
 );
 modinfo!(PARMTYPE_GMS_DISK_RA, "parmtype=gms_disk_readahead:int\0");
-modinfo!(
-    PARM_GMS_DISK_RA,
-    "parm=gms_disk_readahead:pages read ahead of sequential reads (0..=32, default 0: off)\0"
-);
+modinfo!(PARM_GMS_DISK_RA, "parm=gms_disk_readahead:pages read ahead of sequential reads (0..=32, default 0: off)\0");
 modinfo!(PARMTYPE_GMS_FAIL_MS, "parmtype=gms_fail_ms:int\0");
 modinfo!(
     PARM_GMS_FAIL_MS,
