@@ -61,10 +61,28 @@
 //! writing on (the wall clock: in [`VERSION_STEP`] ns; the store: by a load's epoch above
 //! it), and a leap, which is refused over a firm copy and lapses otherwise.
 //!
-//! Limits. A step by a member displaces the named copy, as its put would (any member may
-//! write any page); so does a registration at the named version claiming the named
-//! copy's identity or above (a hand-over: the directory cannot tell a copy that descends
-//! from the named one from a claimed one). A leap over no firm copy binds a page against
+//! *Confirmed displacement.* A registration from another member that displaces the named
+//! copy of another site (a step, or a hand-over at the named version claiming its
+//! identity) is applied at once, but the displaced holder is told to drop its copy only
+//! once the new site confirms it holds the copy it was named for: the directory asks it
+//! (`DIRVERIFY`, [`Directory::reinstate`]'s caller). A site that gave its copy up since
+//! (taken back, handed on) confirms it too, until its removal reaches the directory, which
+//! holds such a removal (answers `Busy`) while the confirmation is out. If the site does
+//! not hold it and the entry still names that copy, the displaced copy is named again,
+//! under a new identity, and counted (`rejected_handovers`); it was never dropped. So one
+//! message claiming a copy its sender does not hold (at a step, or a same-version hand-over
+//! claiming the named identity) costs the page at most a miss while the question is out.
+//! The firm versions and horizon the claim moved stay moved (a step's worth).
+//!
+//! Limits. A step by a member that holds the copy it registers displaces the named copy,
+//! as its put would (any member may write any page); so does a registration at the named
+//! version claiming the named copy's identity or above that it confirms (a hand-over: the
+//! directory cannot tell a copy that descends from the named one from a claimed one). A
+//! member whose GMS itself lies (confirms a copy it lacks) is not caught: that is a write
+//! followed by a loss, as its put and a crash would be. A site that loses a copy it was just
+//! named for without telling its directory (its task table full) answers the confirmation
+//! `Rejected`, and the older displaced copy is named again: a stale read, as rare as that
+//! overflow (`task_overflow`). A leap over no firm copy binds a page against
 //! lower versions for the ttl (a new page's first put is refused meanwhile), and may
 //! displace a provisional copy. Provisional copies are those that leapt: on a directory
 //! that knows nothing near them (a new node, after a cluster restart) with writers whose
@@ -308,6 +326,20 @@ impl<B: DerefMut<Target = [DirSlot]>> Directory<B> {
             }
             Err(DirFull) => Update::Full,
         }
+    }
+
+    /// The copy `named` (site, version, identity) was not confirmed by its site: if the
+    /// entry still names it, name `back` (the copy it displaced: site, version) again, under
+    /// a new identity, which is returned. The firm versions and the floor stay (see the
+    /// module doc).
+    pub fn reinstate(&mut self, page: &PageId, named: Named, back: (u16, Version), now: u64) -> Option<u64> {
+        let e = self.t.get_mut(page)?;
+        if (e.site, e.version, e.seq) != named || back.1 < e.floor_at(now, self.ttl) {
+            return None;
+        }
+        let seq = e.seq.saturating_add(1);
+        *e = DirEntry { site: back.0, version: back.1, seq, last: back.0, stamp: now, ..*e };
+        Some(seq)
     }
 
     /// `site` no longer holds `page` up to `version` (at `version`, the copies up to

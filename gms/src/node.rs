@@ -357,7 +357,7 @@ impl<
         match h.state {
             HeldState::Registered => {
                 self.cancel_register(page, PutStatus::Failed);
-                self.forget_site(*page, h.version, h.seq);
+                self.forget_copy(*page, h.version, h.seq);
             }
             HeldState::Registering => self.withdraw_register(page),
         }

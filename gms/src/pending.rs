@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! A node's pending work: the client operation slots and the background directory tasks.
 
-use super::directory::NO_SITE;
+use super::directory::{Named, NO_SITE};
 use super::net::prelude::*;
 use super::net::storage::Storage;
 use super::node::{GmsNode, Host};
@@ -160,7 +160,40 @@ impl<
         t.notify = notify;
         t.attempts = 0;
         t.withdrawn = false;
+        t.then = None;
+        t.gave_up = false;
         true
+    }
+
+    /// Ask `named`'s site whether it holds the copy the directory just named it for, which
+    /// displaced `then`: the displaced copy is dropped once it does (see
+    /// [`super::directory`]'s module doc). `false` if the table is full.
+    pub(super) fn queue_confirm(&mut self, page: PageId, named: Named, then: Named) -> bool {
+        let (site, version, seq) = named;
+        if !self.queue_task(TaskKind::Confirm, page, version, seq, site, None) {
+            return false;
+        }
+        if let Some(i) = self.confirming(&page, site) {
+            // A registration merged with an earlier one's: it asks about the newer.
+            (self.tasks[i].version, self.tasks[i].seq) = (version, seq);
+            self.tasks[i].then = Some(then);
+        }
+        true
+    }
+
+    /// The live confirmation of `site`'s copy of `page`, if any.
+    pub(super) fn confirming(&self, page: &PageId, site: u16) -> Option<usize> {
+        self.tasks.iter().position(|t| t.live() && t.kind == TaskKind::Confirm && t.page == *page && t.site == site)
+    }
+
+    /// Have the displaced copy `(site, version, seq)` of `page` dropped (here, or by a
+    /// `DROPPAGE`).
+    pub(super) fn displaced_dropped(&mut self, page: PageId, (site, version, seq): Named) {
+        if site == self.id {
+            self.drop_held(&page, version, seq);
+        } else {
+            self.queue_task(TaskKind::Drop, page, version, seq, site, None);
+        }
     }
 
     /// End task `i`, telling a waiting putter `status`. A call in flight is cancelled by

@@ -62,7 +62,7 @@ impl<
             }
             AckStatus::Ok => {
                 // Named for a copy this node no longer has: take the name back.
-                self.forget_site(page, version, seq);
+                self.forget_copy(page, version, seq);
                 self.notify(notify, page, version, PutStatus::Failed);
             }
             AckStatus::Rejected => {
@@ -108,8 +108,8 @@ impl<
         self.held.get(page).is_some_and(|h| h.version == version && h.state == HeldState::Registered)
     }
 
-    /// This node no longer holds `page` up to `version` (at `version`, the copies up to
-    /// identity `seq`): un-name it in the directory.
+    /// This node does not hold `page` up to `version` (at `version`, the copies up to
+    /// identity `seq`), which it was named for: un-name it in the directory.
     pub(super) fn forget_site(&mut self, page: PageId, version: Version, seq: u64) {
         if self.members.directory_of(&page) == Some(self.id) {
             if self.dir.remove(&page, self.id, version, seq, self.now) {
@@ -118,6 +118,57 @@ impl<
         } else {
             self.queue_task(TaskKind::Remove, page, version, seq, self.id, None);
         }
+    }
+
+    /// [`Self::forget_site`] for a copy this node held and gave up (taken back, handed
+    /// over): until the directory has the removal, this node confirms the copy existed
+    /// (a `DIRVERIFY` of it is answered `Ok`), so that its directory never takes the
+    /// removal for a copy that was never held (see [`super::directory`]).
+    pub(super) fn forget_copy(&mut self, page: PageId, version: Version, seq: u64) {
+        self.forget_site(page, version, seq);
+        let me = self.id;
+        let removal =
+            |t: &&mut super::slots::Task| t.live() && t.kind == TaskKind::Remove && t.page == page && t.site == me;
+        if let Some(t) = self.tasks.iter_mut().find(removal) {
+            t.gave_up = true;
+        }
+    }
+
+    /// The directory asked for `page` at `version` or newer: whether this node holds such a
+    /// copy, or gave one up and has not yet told the directory.
+    pub(super) fn holds_or_gave_up(&self, page: &PageId, version: Version) -> bool {
+        self.held.get(page).is_some_and(|h| h.version >= version)
+            || self
+                .tasks
+                .iter()
+                .any(|t| t.live() && t.kind == TaskKind::Remove && t.gave_up && t.page == *page && t.version >= version)
+    }
+
+    /// The directory's confirmation of task `t` came back: whether `t.site` holds the copy
+    /// it was named for (or gave it up since). If it does not and the entry still names
+    /// that copy, the copy it displaced is named again; otherwise the displaced copy is
+    /// dropped (see [`super::directory`]'s module doc).
+    pub(super) fn confirmed(&mut self, t: &super::slots::Task, holds: bool) {
+        let Some(then) = t.then else { return };
+        // A displaced copy is named again only at a member (this node: while it holds it).
+        let there = if then.0 == self.id {
+            self.held.get(&t.page).is_some_and(|h| h.version == then.1)
+        } else {
+            self.members.contains(then.0)
+        };
+        if !holds && there && self.members.directory_of(&t.page) == Some(self.id) {
+            let named = (t.site, t.version, t.seq);
+            if let Some(seq) = self.dir.reinstate(&t.page, named, (then.0, then.1), self.now) {
+                self.stats.rejected_handovers += 1;
+                if then.0 == self.id {
+                    if let Some(h) = self.held.get_mut(&t.page).filter(|h| h.version == then.1) {
+                        h.seq = seq;
+                    }
+                }
+                return;
+            }
+        }
+        self.displaced_dropped(t.page, then);
     }
 
     /// Drop the held copy of `page` if it is older than `version`, or at `version` with
@@ -152,19 +203,21 @@ impl<
             self.stats.dir_rejects += 1;
             return (AckStatus::Rejected, 0);
         };
+        // A displaced copy is dropped by a task: a `DROPPAGE`, or first a confirmation.
         let displaced = prev.filter(|&(p, _, _)| p != site);
-        if displaced.is_some_and(|(p, _, _)| p != self.id) && self.free_task().is_none() {
+        if displaced.is_some() && self.free_task().is_none() {
             return (AckStatus::Busy, 0);
         }
         match self.dir.update(page, site, version, claim, self.now) {
             Update::Accepted { seq, .. } => {
                 self.stats.dir_updates += 1;
                 match displaced {
-                    Some((p, v, s)) if p == self.id => {
-                        self.drop_held(&page, v, s);
-                    }
-                    Some((p, v, s)) => {
-                        self.queue_task(TaskKind::Drop, page, v, s, p, None);
+                    // This node's own copy (stored or read here): it holds it.
+                    Some(d) if site == self.id => self.displaced_dropped(page, d),
+                    // Another member's: the displaced copy goes once it confirms it holds
+                    // the copy named (one message may claim a copy it does not hold).
+                    Some(d) => {
+                        self.queue_confirm(page, (site, version, seq), d);
                     }
                     None => {}
                 }

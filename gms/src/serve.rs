@@ -93,6 +93,16 @@ impl<
                     Action::Error(RpcError::Malformed)
                 }
                 Ok(req) if !member => self.refuse(|s| &mut s.rejected_removes, AckStatus::WrongView, &req),
+                // The copy named is being confirmed: its answer decides (the site may never
+                // have held it, and its displaced copy is then named again). Asked again.
+                Ok(req)
+                    if self.confirming(&req.page, req.site).is_some()
+                        && self.dir.named(&req.page).is_some_and(|(s, v, q)| {
+                            s == req.site && (v < req.version || (v == req.version && q <= req.seq))
+                        }) =>
+                {
+                    ack(AckStatus::Busy, &req)
+                }
                 Ok(req) if self.members.directory_of(&req.page) == Some(self.id) => {
                     if self.dir.remove(&req.page, req.site, req.version, req.seq, self.now) {
                         self.stats.dir_removes += 1;
@@ -107,7 +117,7 @@ impl<
                     self.refuse(|s| &mut s.rejected_drops, AckStatus::NotDirectory, &req)
                 }
                 Ok(req) => {
-                    let holds = self.held.get(&req.page).is_some_and(|h| h.version >= req.version);
+                    let holds = self.holds_or_gave_up(&req.page, req.version);
                     ack(if holds { AckStatus::Ok } else { AckStatus::Rejected }, &req)
                 }
                 Err(e) => Action::Error(e),
@@ -311,7 +321,7 @@ impl<
                     self.stats.dir_removes += 1;
                 }
             } else {
-                self.queue_task(TaskKind::Remove, page, h.version, h.seq, self.id, None);
+                self.forget_copy(page, h.version, h.seq);
             }
             let_go(&mut self.host, page, &Held { dirty: false, ..h });
         }

@@ -85,6 +85,10 @@ pub(super) enum TaskKind {
     Drop,
     /// `DIRVERIFY` to `site` (scrub): un-name it unless it holds the page.
     Verify,
+    /// `DIRVERIFY` to `site`, just named for a copy that displaced another site's
+    /// (`Task::then`): the displaced copy is dropped once `site` confirms it holds its own,
+    /// and named again if it does not (see [`super::directory`]'s module doc).
+    Confirm,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -123,6 +127,12 @@ pub(super) struct Task {
     /// again; only the answer of the call in flight is awaited (to take back exactly the
     /// identity it names).
     pub(super) withdrawn: bool,
+    /// A confirmation: the copy displaced (site, version, identity).
+    pub(super) then: Option<super::directory::Named>,
+    /// A removal of a copy this node held and gave up (taken back, moved, dropped), not
+    /// one it was named for and lacked: it answers a `DIRVERIFY` as holding the copy, since
+    /// the copy existed.
+    pub(super) gave_up: bool,
 }
 
 impl Task {
@@ -144,6 +154,8 @@ impl Task {
         notify: None,
         attempts: 0,
         withdrawn: false,
+        then: None,
+        gave_up: false,
     };
 }
 

@@ -177,6 +177,10 @@ impl<
     /// The directory learnt that `site` does not hold `page` at `version` (the copy with
     /// identity `seq` it named when it asked).
     fn unname(&mut self, page: super::page::PageId, site: u16, version: super::page::Version, seq: u64) {
+        // A copy being confirmed: the confirmation decides.
+        if self.confirming(&page, site).is_some() {
+            return;
+        }
         if self.dir.remove(&page, site, version, seq, self.now) {
             self.stats.scrub_removed += 1;
             self.stats.dir_removes += 1;
@@ -203,7 +207,7 @@ impl<
         let t = self.tasks[i];
         let dst = match t.kind {
             TaskKind::Register | TaskKind::Remove => self.members.directory_of(&t.page),
-            TaskKind::Drop | TaskKind::Verify => Some(t.site).filter(|&s| self.members.contains(s)),
+            TaskKind::Drop | TaskKind::Verify | TaskKind::Confirm => Some(t.site).filter(|&s| self.members.contains(s)),
         };
         let Some(dst) = dst else {
             self.give_up(i);
@@ -229,6 +233,10 @@ impl<
                         self.unname(t.page, self.id, t.version, t.seq);
                     }
                 }
+                TaskKind::Confirm => {
+                    let holds = self.holds_or_gave_up(&t.page, t.version);
+                    self.confirmed(&t, holds);
+                }
             }
             return true;
         }
@@ -244,7 +252,9 @@ impl<
                 rpc.call::<DirRemove>(now, self, dst, &DirRemoveReq { page, version, seq, site: me }, none, nb)
             }
             TaskKind::Drop => rpc.call::<DropPage>(now, self, dst, &DropReq { page, version, seq }, none, nb),
-            TaskKind::Verify => rpc.call::<DirVerify>(now, self, dst, &DropReq { page, version, seq }, none, nb),
+            TaskKind::Verify | TaskKind::Confirm => {
+                rpc.call::<DirVerify>(now, self, dst, &DropReq { page, version, seq }, none, nb)
+            }
         };
         match r {
             Ok(call) => {
@@ -314,6 +324,12 @@ impl<
                     node.unname(t.page, t.site, t.sent, t.sent_seq);
                 }
             }
+            (TaskKind::Confirm, Some(s @ (AckStatus::Ok | AckStatus::Rejected))) => {
+                let t = node.take_task(i);
+                node.confirmed(&t, s == AckStatus::Ok);
+            }
+            // The directory is confirming the copy this removal un-names: asked again.
+            (TaskKind::Remove, Some(AckStatus::Busy)) => node.retry(i),
             (TaskKind::Remove | TaskKind::Drop, Some(_)) => {
                 if (t.version, t.seq) > (t.sent, t.sent_seq) {
                     // Merged with a newer version while in flight: send that too.
@@ -343,12 +359,22 @@ impl<
         }
     }
 
-    /// Abandon task `i`: an unregistered copy is dropped (never served as if named).
+    /// Abandon task `i`: an unregistered copy is dropped (never served as if named); a copy
+    /// displaced by one whose holder never answered is dropped (as it would have been
+    /// without the confirmation).
     fn give_up(&mut self, i: usize) {
         let t = self.take_task(i);
-        if t.kind == TaskKind::Register {
-            self.drop_held(&t.page, t.version, ANY_SEQ);
-            self.notify(t.notify, t.page, t.version, PutStatus::Failed);
+        match t.kind {
+            TaskKind::Register => {
+                self.drop_held(&t.page, t.version, ANY_SEQ);
+                self.notify(t.notify, t.page, t.version, PutStatus::Failed);
+            }
+            TaskKind::Confirm => {
+                if let Some(then) = t.then {
+                    self.displaced_dropped(t.page, then);
+                }
+            }
+            _ => {}
         }
     }
 }

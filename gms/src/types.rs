@@ -275,6 +275,9 @@ pub struct GmsStats {
     pub rejected_drops: u64,
     /// Heartbeats whose body speaks for another node than their sender.
     pub rejected_heartbeats: u64,
+    /// Registrations that displaced another site's copy and that their sender, asked, did
+    /// not hold: the displaced copy was named again (`directory.rs`).
+    pub rejected_handovers: u64,
 }
 
 impl GmsStats {
@@ -316,6 +319,7 @@ impl GmsStats {
         rejected_discards: 0,
         rejected_drops: 0,
         rejected_heartbeats: 0,
+        rejected_handovers: 0,
     };
 
     /// Messages rejected because their sender was not entitled to send them (the sum of
@@ -329,6 +333,7 @@ impl GmsStats {
             + self.rejected_discards
             + self.rejected_drops
             + self.rejected_heartbeats
+            + self.rejected_handovers
     }
 }
 

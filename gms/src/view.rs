@@ -121,7 +121,7 @@ impl<
                 },
                 TaskKind::Remove => old.directory_of(&t.page) == new.directory_of(&t.page),
                 TaskKind::Drop => new.contains(t.site),
-                TaskKind::Verify => new.contains(t.site) && new.directory_of(&t.page) == Some(me),
+                TaskKind::Verify | TaskKind::Confirm => new.contains(t.site) && new.directory_of(&t.page) == Some(me),
             };
             if !keep {
                 self.end_task(i, PutStatus::Failed);

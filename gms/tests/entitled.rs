@@ -247,6 +247,49 @@ fn a_leap_inside_the_lead_over_a_named_copy_blocks_nothing() {
     s.check_frames();
 }
 
+/// A member that holds nothing claims the named copy with one registration: a step above
+/// it (what its put would register), or a hand-over at the named version claiming the
+/// named identity (what a movepage's target registers). Before the directory confirmed
+/// displacements (issue 34), the holder was told to drop its copy at once: reads missed
+/// and the page was lost until rewritten. Now the directory asks the claimant first; it
+/// holds nothing, so the displaced copy is named again and the claim counted.
+#[test]
+fn a_claimed_copy_its_sender_does_not_hold_displaces_nothing() {
+    let mut s = Sim::new(0xe1d, knobs(3));
+    let p = s.page_with_dir(0, 0, 0);
+    stored(&mut s, p);
+    let view = s.nodes[0].members().view();
+    let named = |s: &Sim| s.nodes[0].directory().named(&p).unwrap();
+    let claims = [(Version(1 + 16), 0), (Version(1), named(&s).2)];
+    for (i, (version, seq)) in claims.into_iter().enumerate() {
+        let seq = if seq == 0 { 0 } else { named(&s).2 };
+        let up = DirUpdateReq { page: p, version, seq, view, site: 1 };
+        send(&mut s, 1, 0, forge(Kind::Request, OP_DIRUPDATE, 1, 0, &up), None);
+        s.settle();
+        assert_eq!(s.nodes[0].stats().rejected_handovers, i as u64 + 1, "{version:?}: counted");
+        assert_eq!(s.nodes[0].directory().lookup(&p), Some((2, Version(1))), "{version:?}: the holder named again");
+        assert!(s.nodes[2].held(&p).is_some(), "{version:?}: the holder keeps its copy");
+        assert_eq!(s.nodes[2].stats().pages_dropped, 0);
+        for r in 0..3 {
+            let get = s.getpage(r, p).unwrap();
+            s.run_net();
+            let hit = matches!(s.result(r, get), Some(OpResult::Get(GetResult::Hit { version: Version(1), .. })));
+            assert!(hit, "{version:?}: read at node {r}: {:?}", s.result(r, get));
+        }
+    }
+    // Honest puts still displace the copy they supersede, and moves hand it over.
+    for (v, target) in [(2u64, 1u16), (3, 2)] {
+        let put = s.putpage(0, p, target).unwrap();
+        s.run_net();
+        assert_eq!(s.result(0, put), Some(OpResult::Put(PutResult::Stored { target })), "put of version {v}");
+        assert_eq!(s.nodes[0].directory().lookup(&p), Some((target, Version(v))));
+    }
+    s.settle();
+    assert!(s.nodes[1].held(&p).is_none(), "the superseded copy was dropped");
+    s.check_converged();
+    s.check_frames();
+}
+
 /// A member that holds nothing names itself the holder of a page nobody holds, at a leap
 /// (far beyond every version the directory knows, inside the lead). Accepted, but only
 /// provisionally: a writer's put is refused while it binds, and stored once the ttl has
@@ -360,14 +403,24 @@ fn hostile(s: &mut Sim, rng: &mut sim::rng::Rng, p: PageId, dir: u16, known: u64
     let victim = rng.below(3) as u16;
     // Leaps where the page has a firm copy (over none, one binds for the ttl: the test
     // above), or beyond the lead.
-    let (ctrl, to, payload) = match rng.below(9) {
+    let (ctrl, to, payload) = match rng.below(11) {
+        // A step, or a hand-over claiming the named copy's identity: confirmed with member
+        // 3 first, which holds nothing, so the holder keeps its copy.
+        9 | 10 if known > 0 => {
+            let Some((_, v, seq)) = s.nodes[dir as usize].directory().named(&p) else { return };
+            let (version, seq) = if rng.pct(50) { (Version(v.0 + 1 + rng.below(VERSION_STEP)), 0) } else { (v, seq) };
+            let up = DirUpdateReq { page: p, version, seq, view, site: 3 };
+            (forge(Kind::Request, OP_DIRUPDATE, 3, 0, &up), dir, None)
+        }
         0 if known > 0 => (
             forge(Kind::Request, OP_DIRUPDATE, 3, 0, &DirUpdateReq { page: p, version: leap, seq: 0, view, site: 3 }),
             dir,
             None,
         ),
         1 => {
-            let v = Version(if rng.pct(50) { u64::MAX } else { known + VERSION_LEAD + 1 + rng.below(1 << 40) });
+            // Beyond the lead above the horizon too, which steps move (120 rounds < 2^8 steps).
+            let beyond = known + VERSION_LEAD + (VERSION_STEP << 8) + 1;
+            let v = Version(if rng.pct(50) { u64::MAX } else { beyond + rng.below(1 << 40) });
             (
                 forge(Kind::Request, OP_DIRUPDATE, 3, 0, &DirUpdateReq { page: p, version: v, seq: 0, view, site: 3 }),
                 dir,

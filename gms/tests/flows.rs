@@ -491,15 +491,18 @@ fn a_dead_directorys_drop_spares_a_copy_registering_again() {
         s.net.queue_mut().insert(0, m);
         s.deliver(false);
     };
-    // Node 1 moves its copy to node 0, whose registration node 2 applies: node 2 names node 0
-    // and asks node 1 to drop its copy. Neither that nor the answer to node 0 arrives yet.
+    // Node 1 moves its copy to node 0, whose registration node 2 applies: node 2 names node 0,
+    // and once node 0 confirms it holds the copy, asks node 1 to drop its own. Neither that
+    // nor the answer to node 0 arrives yet.
     let mv = s.movepage(1, p, 0).unwrap();
     s.deliver(false);
     assert_eq!(s.net.len(), 1);
     s.deliver(false);
     assert_eq!(s.nodes[2].directory().lookup(&p), Some((0, Version(1))));
-    let drop = take(&mut s, 2, 1, gms::ops::OP_DROPPAGE);
     let answer = take(&mut s, 2, 0, gms::ops::OP_DIRUPDATE);
+    send(&mut s, 2, 0, gms::ops::OP_DIRVERIFY);
+    send(&mut s, 0, 2, gms::ops::OP_DIRVERIFY);
+    let drop = take(&mut s, 2, 1, gms::ops::OP_DROPPAGE);
     // Node 2 dies and comes back empty; node 1 registers its copy with it first.
     s.crash(2);
     s.declare_failed(2);
