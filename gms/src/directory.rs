@@ -55,7 +55,11 @@
 //!   `tombstone_ttl` only. After that, a registration below it (a writer moving on; a late message of an
 //!   older version would have arrived by then) displaces it, named or not, and its floor
 //!   lapses as a discard's does. A step from it (its writer writing again, its holder
-//!   registering it again) makes it firm.
+//!   registering it again) makes it firm. Another member's leap is confirmed as a
+//!   displacement is (below): if its site does not hold it, it is withdrawn
+//!   ([`Directory::withdraw`]: un-named, its floor and firm versions those from before it),
+//!   so one message claiming a copy it does not hold blocks a new page's first put for a
+//!   round trip at most.
 //!
 //! So one message moves a page's firm versions by at most a step, which a writer passes by
 //! writing on (the wall clock: in [`VERSION_STEP`] ns; the store: by a load's epoch above
@@ -69,7 +73,7 @@
 //! (taken back, handed on) confirms it too, until its removal reaches the directory, which
 //! holds such a removal (answers `Busy`) while the confirmation is out. If the site does
 //! not hold it and the entry still names that copy, the displaced copy is named again,
-//! under a new identity, and counted (`rejected_handovers`); it was never dropped. So one
+//! under a new identity, and counted (`rejected_claims`); it was never dropped. So one
 //! message claiming a copy its sender does not hold (at a step, or a same-version hand-over
 //! claiming the named identity) costs the page at most a miss while the question is out.
 //! The firm versions and horizon the claim moved stay moved (a step's worth).
@@ -82,9 +86,9 @@
 //! followed by a loss, as its put and a crash would be. A site that loses a copy it was just
 //! named for without telling its directory (its task table full) answers the confirmation
 //! `Rejected`, and the older displaced copy is named again: a stale read, as rare as that
-//! overflow (`task_overflow`). A leap over no firm copy binds a page against
-//! lower versions for the ttl (a new page's first put is refused meanwhile), and may
-//! displace a provisional copy. Provisional copies are those that leapt: on a directory
+//! overflow (`task_overflow`). A leap its site holds (or a lying member's) binds a
+//! page against lower versions for the ttl (a new page's first put is refused meanwhile),
+//! and may displace a provisional copy. Provisional copies are those that leapt: on a directory
 //! that knows nothing near them (a new node, after a cluster restart) with writers whose
 //! versions are far apart (the wall clock's); the store's versions are steps. A
 //! provisional copy's holder registering it again (the scrub) makes it firm.
@@ -340,6 +344,20 @@ impl<B: DerefMut<Target = [DirSlot]>> Directory<B> {
         let seq = e.seq.saturating_add(1);
         *e = DirEntry { site: back.0, version: back.1, seq, last: back.0, stamp: now, ..*e };
         Some(seq)
+    }
+
+    /// The leap `named` (site, version, identity) was not confirmed by its site: if the
+    /// entry still names it, un-name it as if it had never been named: a tombstone at the
+    /// firm version (the page's reach is what it was), its floor that from before the leap.
+    /// Returns whether it did.
+    pub fn withdraw(&mut self, page: &PageId, named: Named, now: u64) -> bool {
+        match self.t.get_mut(page) {
+            Some(e) if (e.site, e.version, e.seq) == named && e.provisional() => {
+                *e = DirEntry { site: NO_SITE, version: e.firm, last: named.0, stamp: now, ..*e };
+                true
+            }
+            _ => false,
+        }
     }
 
     /// `site` no longer holds `page` up to `version` (at `version`, the copies up to
@@ -641,6 +659,31 @@ mod tests {
         assert_eq!(d.site_failed(2, 501), 1);
         assert_eq!(up(&mut d, r, 1, 7, FRESH, 550), None);
         assert!(up(&mut d, r, 1, 7, FRESH, 601).is_some());
+    }
+
+    #[test]
+    fn an_unconfirmed_copy_gives_way_to_the_one_it_displaced_and_a_leap_is_withdrawn() {
+        let mut d = Directory::new(vec![None; 4], 100);
+        let s1 = up(&mut d, P, 1, 5, FRESH, 0).unwrap();
+        // A step claimed by site 2, not confirmed: site 1's copy is named again.
+        let s2 = up(&mut d, P, 2, 21, FRESH, 1).unwrap();
+        assert_eq!(d.reinstate(&P, (2, Version(21), s2 - 1), (1, Version(5)), 2), None, "another copy");
+        let s3 = d.reinstate(&P, (2, Version(21), s2), (1, Version(5)), 2).unwrap();
+        assert!(s3 > s2 && s2 > s1);
+        assert_eq!(d.named(&P), Some((1, Version(5), s3)));
+        assert_eq!(up(&mut d, P, 1, 5, s1, 3), Some(s3), "its holder learns the new identity");
+        assert!(up(&mut d, P, 3, 6, FRESH, 4).is_some(), "the next write is a step from it");
+        // A leap over no copy, withdrawn: the page's first put is not bound by it, and the
+        // page's reach is what it was.
+        let q = PageId::new(2, 2);
+        let leap = 2 * VERSION_STEP + 40;
+        let sq = up(&mut d, q, 2, leap, FRESH, 5).unwrap();
+        assert!(!d.withdraw(&q, (2, Version(leap), sq + 1), 6));
+        assert!(d.withdraw(&q, (2, Version(leap), sq), 6));
+        assert_eq!(d.lookup(&q), None);
+        assert!(!d.step(&q, Version(leap - 20), 6), "no reach left from the leap");
+        assert!(up(&mut d, q, 1, 1, FRESH, 7).is_some(), "the first put");
+        assert!(!d.entry(&q).unwrap().provisional());
     }
 
     #[test]

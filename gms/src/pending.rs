@@ -166,9 +166,9 @@ impl<
     }
 
     /// Ask `named`'s site whether it holds the copy the directory just named it for, which
-    /// displaced `then`: the displaced copy is dropped once it does (see
+    /// displaced `then` (or leapt): the displaced copy is dropped once it does (see
     /// [`super::directory`]'s module doc). `false` if the table is full.
-    pub(super) fn queue_confirm(&mut self, page: PageId, named: Named, then: Named) -> bool {
+    pub(super) fn queue_confirm(&mut self, page: PageId, named: Named, then: Option<Named>) -> bool {
         let (site, version, seq) = named;
         if !self.queue_task(TaskKind::Confirm, page, version, seq, site, None) {
             return false;
@@ -176,7 +176,7 @@ impl<
         if let Some(i) = self.confirming(&page, site) {
             // A registration merged with an earlier one's: it asks about the newer.
             (self.tasks[i].version, self.tasks[i].seq) = (version, seq);
-            self.tasks[i].then = Some(then);
+            self.tasks[i].then = then;
         }
         true
     }

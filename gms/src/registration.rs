@@ -146,29 +146,39 @@ impl<
 
     /// The directory's confirmation of task `t` came back: whether `t.site` holds the copy
     /// it was named for (or gave it up since). If it does not and the entry still names
-    /// that copy, the copy it displaced is named again; otherwise the displaced copy is
-    /// dropped (see [`super::directory`]'s module doc).
+    /// that copy, the copy it displaced is named again, or a leap that displaced none is
+    /// withdrawn; otherwise the displaced copy is dropped (see [`super::directory`]'s
+    /// module doc).
     pub(super) fn confirmed(&mut self, t: &super::slots::Task, holds: bool) {
-        let Some(then) = t.then else { return };
-        // A displaced copy is named again only at a member (this node: while it holds it).
-        let there = if then.0 == self.id {
-            self.held.get(&t.page).is_some_and(|h| h.version == then.1)
-        } else {
-            self.members.contains(then.0)
-        };
-        if !holds && there && self.members.directory_of(&t.page) == Some(self.id) {
-            let named = (t.site, t.version, t.seq);
-            if let Some(seq) = self.dir.reinstate(&t.page, named, (then.0, then.1), self.now) {
-                self.stats.rejected_handovers += 1;
-                if then.0 == self.id {
-                    if let Some(h) = self.held.get_mut(&t.page).filter(|h| h.version == then.1) {
-                        h.seq = seq;
-                    }
+        let named = (t.site, t.version, t.seq);
+        if !holds && self.members.directory_of(&t.page) == Some(self.id) {
+            let undone = match t.then {
+                // A displaced copy is named again only at a member (here: while held).
+                Some((site, version, _)) if site == self.id => self
+                    .held
+                    .get(&t.page)
+                    .filter(|h| h.version == version)
+                    .and_then(|_| self.dir.reinstate(&t.page, named, (site, version), self.now))
+                    .inspect(|&seq| {
+                        if let Some(h) = self.held.get_mut(&t.page) {
+                            h.seq = seq;
+                        }
+                    })
+                    .is_some(),
+                Some((site, version, _)) => {
+                    self.members.contains(site)
+                        && self.dir.reinstate(&t.page, named, (site, version), self.now).is_some()
                 }
+                None => self.dir.withdraw(&t.page, named, self.now),
+            };
+            if undone {
+                self.stats.rejected_claims += 1;
                 return;
             }
         }
-        self.displaced_dropped(t.page, then);
+        if let Some(then) = t.then {
+            self.displaced_dropped(t.page, then);
+        }
     }
 
     /// Drop the held copy of `page` if it is older than `version`, or at `version` with
@@ -203,9 +213,11 @@ impl<
             self.stats.dir_rejects += 1;
             return (AckStatus::Rejected, 0);
         };
-        // A displaced copy is dropped by a task: a `DROPPAGE`, or first a confirmation.
+        // A displaced copy is dropped by a task: a `DROPPAGE`, or first a confirmation; so
+        // is another member's leap confirmed.
         let displaced = prev.filter(|&(p, _, _)| p != site);
-        if displaced.is_some() && self.free_task().is_none() {
+        let leap = site != self.id && !self.dir.step(&page, version, self.now);
+        if (displaced.is_some() || leap) && self.free_task().is_none() {
             return (AckStatus::Busy, 0);
         }
         match self.dir.update(page, site, version, claim, self.now) {
@@ -217,7 +229,12 @@ impl<
                     // Another member's: the displaced copy goes once it confirms it holds
                     // the copy named (one message may claim a copy it does not hold).
                     Some(d) => {
-                        self.queue_confirm(page, (site, version, seq), d);
+                        self.queue_confirm(page, (site, version, seq), Some(d));
+                    }
+                    // A leap binds lower versions (a new page's first put): withdrawn if its
+                    // sender does not hold it.
+                    None if leap => {
+                        self.queue_confirm(page, (site, version, seq), None);
                     }
                     None => {}
                 }

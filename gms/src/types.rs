@@ -275,9 +275,10 @@ pub struct GmsStats {
     pub rejected_drops: u64,
     /// Heartbeats whose body speaks for another node than their sender.
     pub rejected_heartbeats: u64,
-    /// Registrations that displaced another site's copy and that their sender, asked, did
-    /// not hold: the displaced copy was named again (`directory.rs`).
-    pub rejected_handovers: u64,
+    /// Registrations (displacing another site's copy, or leaping) whose sender, asked, did
+    /// not hold the copy it claimed: the displaced copy was named again, or the leap
+    /// withdrawn (`directory.rs`).
+    pub rejected_claims: u64,
 }
 
 impl GmsStats {
@@ -319,7 +320,7 @@ impl GmsStats {
         rejected_discards: 0,
         rejected_drops: 0,
         rejected_heartbeats: 0,
-        rejected_handovers: 0,
+        rejected_claims: 0,
     };
 
     /// Messages rejected because their sender was not entitled to send them (the sum of
@@ -333,7 +334,7 @@ impl GmsStats {
             + self.rejected_discards
             + self.rejected_drops
             + self.rejected_heartbeats
-            + self.rejected_handovers
+            + self.rejected_claims
     }
 }
 

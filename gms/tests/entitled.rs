@@ -266,7 +266,7 @@ fn a_claimed_copy_its_sender_does_not_hold_displaces_nothing() {
         let up = DirUpdateReq { page: p, version, seq, view, site: 1 };
         send(&mut s, 1, 0, forge(Kind::Request, OP_DIRUPDATE, 1, 0, &up), None);
         s.settle();
-        assert_eq!(s.nodes[0].stats().rejected_handovers, i as u64 + 1, "{version:?}: counted");
+        assert_eq!(s.nodes[0].stats().rejected_claims, i as u64 + 1, "{version:?}: counted");
         assert_eq!(s.nodes[0].directory().lookup(&p), Some((2, Version(1))), "{version:?}: the holder named again");
         assert!(s.nodes[2].held(&p).is_some(), "{version:?}: the holder keeps its copy");
         assert_eq!(s.nodes[2].stats().pages_dropped, 0);
@@ -291,11 +291,14 @@ fn a_claimed_copy_its_sender_does_not_hold_displaces_nothing() {
 }
 
 /// A member that holds nothing names itself the holder of a page nobody holds, at a leap
-/// (far beyond every version the directory knows, inside the lead). Accepted, but only
-/// provisionally: a writer's put is refused while it binds, and stored once the ttl has
-/// passed; before the step rule the leap was firm and every later put `Superseded` for good.
+/// (far beyond every version the directory knows, inside the lead). Accepted
+/// provisionally, it bound the page against lower versions for the ttl: a new page's first
+/// put was `Superseded` for 10 s (issue 34). The directory asks the member whether it holds
+/// the copy; it does not, so the leap is withdrawn, counted, and the first put is stored.
+/// A real writer's leap (its put stored at such a version) is confirmed, and binds for the
+/// ttl only.
 #[test]
-fn a_leap_over_no_named_copy_binds_for_the_ttl_only() {
+fn a_leap_over_no_named_copy_is_withdrawn_unless_its_site_holds_it() {
     const TTL: u64 = 2_000;
     let mut s = Sim::new(0xe1b, knobs(3));
     let ids = [0u16, 1, 2];
@@ -308,21 +311,36 @@ fn a_leap_over_no_named_copy_binds_for_the_ttl_only() {
     let view = s.nodes[0].members().view();
     let up = DirUpdateReq { page: p, version: Version(2 * VERSION_STEP), seq: 0, view, site: 1 };
     send(&mut s, 1, 0, forge(Kind::Request, OP_DIRUPDATE, 1, 0, &up), None);
-    assert_eq!(s.nodes[0].directory().lookup(&p), Some((1, Version(2 * VERSION_STEP))), "named, provisionally");
-    assert!(s.nodes[0].directory().entry(&p).unwrap().provisional());
+    assert_eq!(s.nodes[0].directory().lookup(&p), None, "withdrawn: node 1 holds nothing");
+    assert_eq!(s.nodes[0].stats().rejected_claims, 1);
     let put = s.putpage(2, p, 0).unwrap();
+    s.run_net();
+    assert_eq!(s.result(2, put), Some(OpResult::Put(PutResult::Stored { target: 0 })), "the first put is stored");
+    assert_eq!(s.nodes[0].directory().lookup(&p), Some((0, Version(1))));
+    let get = s.getpage(1, p).unwrap();
+    s.run_net();
+    let hit = matches!(s.result(1, get), Some(OpResult::Get(GetResult::Hit { version: Version(1), .. })));
+    assert!(hit, "{:?}", s.result(1, get));
+
+    // A writer's put at a leap, stored at node 1: confirmed, it binds for the ttl.
+    let q = s.page_with_dir(0, 0, 1);
+    s.issued.insert(q, 2 * VERSION_STEP - 1);
+    let put = s.putpage(2, q, 1).unwrap();
+    s.run_net();
+    assert_eq!(s.result(2, put), Some(OpResult::Put(PutResult::Stored { target: 1 })));
+    assert_eq!(s.nodes[0].directory().lookup(&q), Some((1, Version(2 * VERSION_STEP))));
+    assert!(s.nodes[0].directory().entry(&q).unwrap().provisional());
+    assert_eq!(s.nodes[0].stats().rejected_claims, 1, "confirmed");
+    s.issued.insert(q, 0);
+    let put = s.putpage(2, q, 0).unwrap();
     s.run_net();
     assert_eq!(s.result(2, put), Some(OpResult::Put(PutResult::Superseded)), "it binds within the ttl");
     s.tick(TTL + 1);
     s.run_net();
-    let put = s.putpage(2, p, 0).unwrap();
+    let put = s.putpage(2, q, 0).unwrap();
     s.run_net();
     assert_eq!(s.result(2, put), Some(OpResult::Put(PutResult::Stored { target: 0 })), "lapsed");
-    assert_eq!(s.nodes[0].directory().lookup(&p), Some((0, Version(2))));
-    let get = s.getpage(1, p).unwrap();
-    s.run_net();
-    let hit = matches!(s.result(1, get), Some(OpResult::Get(GetResult::Hit { version: Version(2), .. })));
-    assert!(hit, "{:?}", s.result(1, get));
+    assert_eq!(s.nodes[0].directory().lookup(&q), Some((0, Version(2))));
     s.settle();
     s.check_converged();
     s.check_frames();
@@ -401,8 +419,8 @@ fn a_hostile_member_blocks_no_page_and_takes_no_copy() {
 fn hostile(s: &mut Sim, rng: &mut sim::rng::Rng, p: PageId, dir: u16, known: u64, view: u64, round: u64) {
     let leap = Version(known + 2 * VERSION_STEP + rng.below(VERSION_LEAD - 2 * VERSION_STEP));
     let victim = rng.below(3) as u16;
-    // Leaps where the page has a firm copy (over none, one binds for the ttl: the test
-    // above), or beyond the lead.
+    // Leaps (refused over a firm copy, withdrawn over none: member 3 holds nothing), or
+    // beyond the lead.
     let (ctrl, to, payload) = match rng.below(11) {
         // A step, or a hand-over claiming the named copy's identity: confirmed with member
         // 3 first, which holds nothing, so the holder keeps its copy.
@@ -412,7 +430,7 @@ fn hostile(s: &mut Sim, rng: &mut sim::rng::Rng, p: PageId, dir: u16, known: u64
             let up = DirUpdateReq { page: p, version, seq, view, site: 3 };
             (forge(Kind::Request, OP_DIRUPDATE, 3, 0, &up), dir, None)
         }
-        0 if known > 0 => (
+        0 => (
             forge(Kind::Request, OP_DIRUPDATE, 3, 0, &DirUpdateReq { page: p, version: leap, seq: 0, view, site: 3 }),
             dir,
             None,
