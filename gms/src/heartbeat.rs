@@ -9,9 +9,9 @@
 //! from it for its own timeout; how often to send and how long to wait are the runtime's.
 //!
 //! A heartbeat speaks only for its sender ([`Heartbeat::from_message`]; the NIC stamps the
-//! sender): a member sending heartbeats of alternating incarnations flaps its own
-//! membership only: the view changes its restarts cause make no other holder give a copy
-//! up (each registers its copies again with their new directory node).
+//! sender). An incarnation only rises while it beats: a member (or a replay) alternating
+//! between an old incarnation and a new one restarts once, and the old one's heartbeats
+//! are refused and counted (`crate::store::liveness`).
 //!
 //! Body (24 bytes, little-endian): `u8` wire version (1), `u8` 0, `u16 node`,
 //! `u64 incarnation`, `u32 held pages`, `u32 budget pages`, `u32` 0.

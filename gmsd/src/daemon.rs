@@ -519,6 +519,7 @@ pub fn stat(port: &GmsPort, live: &Peers, control: &Control, ds: &DaemonStats, m
         pages_discarded: port.pages_discarded(),
         unentitled: gs.unentitled(),
         foreign_rpc: port.rpc.stats().foreign_replies + port.rpc.stats().foreign_requests,
+        stale_incarnations: live.stale_incarnations(),
         plan_weights: port.lru.plan().map_or(Vec::new(), |p| {
             let n = p.weights().iter().rposition(|&w| w > 0).map_or(0, |i| i + 1);
             p.weights()[..n].to_vec()

@@ -129,6 +129,11 @@ impl Peers {
         })
     }
 
+    /// Heartbeats refused for an incarnation older than the one alive and beating.
+    pub fn stale_incarnations(&self) -> u64 {
+        self.live.stale_incarnations
+    }
+
     /// A heartbeat arrived at `now` (the port checked that it names its sender). Whether
     /// the table took it (a node not configured, or this node's own id, is refused).
     pub fn heard(&mut self, now: Instant, hb: &Heartbeat) -> bool {

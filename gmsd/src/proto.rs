@@ -651,6 +651,10 @@ pub struct Stat {
     pub unentitled: u64,
     #[serde(default)]
     pub foreign_rpc: u64,
+    /// Heartbeats refused for an incarnation older than the one its sender is alive as
+    /// (a member or a replay alternating incarnations: `Liveness::stale_incarnations`).
+    #[serde(default)]
+    pub stale_incarnations: u64,
     /// The weights of the global LRU's plan in force, by node id (empty before the first).
     pub plan_weights: Vec<u32>,
     /// Copies this daemon keeps of each page put through it (`--replicas`).

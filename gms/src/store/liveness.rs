@@ -17,6 +17,13 @@
 //! and did not see before; a heartbeat naming a node that is not a configured peer, or
 //! this node, is refused and counted ([`Liveness::refused`]).
 //!
+//! An incarnation only rises while it beats: a heartbeat of a lower incarnation than the
+//! alive peer's, which sent a heartbeat within `dead_after`, is refused and counted
+//! ([`Liveness::stale_incarnations`]), so a member (or a replay) alternating between an
+//! old incarnation and a new one restarts once, not at every heartbeat. A real restart
+//! whose incarnation happens to be lower (a random one, a clock set back) is taken once the
+//! old incarnation has been silent for `dead_after`; a higher one at once.
+//!
 //! A host that did not run for a while (an emulator starved of CPU, a suspended VM) heard
 //! nothing meanwhile through no fault of its peers: when [`Liveness::handle_timeout`] runs
 //! more than half of `dead_after` after the previous call, every alive peer gets a fresh
@@ -84,6 +91,8 @@ pub enum LivenessError {
 struct Slot {
     node: u16,
     now: Peer,
+    /// When the alive incarnation last sent a heartbeat (other messages do not count).
+    beat: u64,
     /// What the consumer was told last.
     told: Peer,
 }
@@ -102,6 +111,9 @@ pub struct Liveness<const M: usize> {
     made: u64,
     /// Heartbeats refused: from this node's own id or a node not configured.
     pub refused: u64,
+    /// Heartbeats refused for an incarnation lower than the one alive and beating (see the
+    /// module doc).
+    pub stale_incarnations: u64,
     /// Checks that found this host had not run for half of `dead_after`.
     pub stalls: u64,
 }
@@ -111,7 +123,7 @@ impl<const M: usize> Liveness<M> {
     /// with `peers`, none heard yet, at `now`.
     pub fn new(me: u16, incarnation: u64, peers: &[u16], cfg: LivenessConfig, now: u64) -> Result<Self, LivenessError> {
         NodeSet::check(me).map_err(LivenessError::OutOfRange)?;
-        let empty = Slot { node: 0, now: Peer::Unheard, told: Peer::Unheard };
+        let empty = Slot { node: 0, now: Peer::Unheard, told: Peer::Unheard, beat: 0 };
         let mut t = Liveness {
             me,
             incarnation: incarnation.max(1),
@@ -122,6 +134,7 @@ impl<const M: usize> Liveness<M> {
             next_beat: now,
             made: now,
             refused: 0,
+            stale_incarnations: 0,
             stalls: 0,
         };
         for &p in peers {
@@ -183,13 +196,22 @@ impl<const M: usize> Liveness<M> {
     }
 
     /// A fresh heartbeat from `node`, running as `incarnation`, arrived at `now`.
-    /// Returns whether it was accepted.
+    /// Returns whether it was accepted: not from a stranger, and not of an incarnation
+    /// lower than the one alive and beating (see the module doc).
     pub fn handle_heartbeat(&mut self, now: u64, node: u16, incarnation: u64) -> bool {
         let Some(i) = self.slot(node).filter(|_| incarnation != 0) else {
             self.refused += 1;
             return false;
         };
-        self.peers[i].now = Peer::Alive { last: now, incarnation };
+        let p = &mut self.peers[i];
+        if let Peer::Alive { incarnation: alive, .. } = p.now {
+            if incarnation < alive && now.saturating_sub(p.beat) < self.cfg.dead_after_ns {
+                self.stale_incarnations += 1;
+                return false;
+            }
+        }
+        p.now = Peer::Alive { last: now, incarnation };
+        p.beat = now;
         true
     }
 
@@ -227,6 +249,7 @@ impl<const M: usize> Liveness<M> {
             if let Peer::Alive { last, incarnation } = p.now {
                 if stalled {
                     p.now = Peer::Alive { last: now.max(last), incarnation };
+                    p.beat = now.max(p.beat);
                 } else if now.saturating_sub(last) >= self.cfg.dead_after_ns {
                     p.now = Peer::Dead { incarnation };
                 }
@@ -394,6 +417,30 @@ mod tests {
         t.handle_heard(4600 * MS, 1);
         assert_eq!(t.poll_event(), None, "only a heartbeat brings a dead peer back");
         assert_eq!(t.peer(1), Some(Peer::Dead { incarnation: 5 }));
+    }
+
+    #[test]
+    fn an_older_incarnation_is_refused_while_the_newer_one_beats() {
+        let mut t = table();
+        // A member (or a replay of its old packets) alternating two incarnations.
+        for k in 0..10u64 {
+            let inc = if k % 2 == 0 { 5 } else { 9 };
+            assert_eq!(t.handle_heartbeat(k * 100 * MS, 1, inc), inc == 9 || k == 0, "heartbeat {k}");
+        }
+        assert_eq!(t.stale_incarnations, 4);
+        assert_eq!(t.poll_event(), Some(Event::Joined(1)));
+        assert_eq!(t.poll_event(), None, "one restart at most, told as the newest run");
+        assert_eq!(t.peer(1), Some(Peer::Alive { last: 900 * MS, incarnation: 9 }));
+        // Other messages keep it alive but are no heartbeat of incarnation 9: once 9 has been
+        // silent for `dead_after`, a lower one is a real restart (a random incarnation).
+        t.handle_heard(1500 * MS, 1);
+        assert!(!t.handle_heartbeat(1800 * MS, 1, 3));
+        assert!(t.handle_heartbeat(1900 * MS, 1, 3));
+        assert_eq!(t.poll_event(), Some(Event::Restarted(1)));
+        assert_eq!(t.stale_incarnations, 5);
+        // A higher one is taken at once.
+        assert!(t.handle_heartbeat(2000 * MS, 1, 4));
+        assert_eq!(t.poll_event(), Some(Event::Restarted(1)));
     }
 
     #[test]

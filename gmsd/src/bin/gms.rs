@@ -289,8 +289,9 @@ fn table(s: &Stat) -> String {
         );
     }
     o += &format!(
-        "  refused from senders not entitled: GMS messages {}, NetRPC replies/requests {}\n\n",
-        s.unentitled, s.foreign_rpc
+        "  refused from senders not entitled: GMS messages {}, NetRPC replies/requests {}; old-incarnation \
+         heartbeats {}\n\n",
+        s.unentitled, s.foreign_rpc, s.stale_incarnations
     );
     o += "  getpage                       samples    p50 µs     p99 µs     max µs\n";
     o += &hist_line("request to answer, all", &s.get_latency);
