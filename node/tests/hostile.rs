@@ -9,22 +9,37 @@
 //! and every honest operation completes. Then a member turns hostile (its host crafts
 //! packets a keyed link would authenticate): registrations beyond and inside the version
 //! lead, a discard, drop and dir-verify it is not entitled to, a movepage of junk at a
-//! leap, a moving read, heartbeats alternating between two of its incarnations; no page is blocked or
-//! loses its copy.
+//! leap, a moving read, heartbeats alternating between two of its incarnations, and claims of
+//! a copy it does not hold (a step, a same-version hand-over); no page is blocked or loses
+//! its copy.
+//!
+//! On a keyed link (every frame recorded as it went on the wire): an outsider without the key
+//! replays the captured frames, as they were and altered; after a node dies a keyed member
+//! replays its packets; the member alternates an old and a new incarnation in its
+//! heartbeats (fed to the liveness table every runtime uses); after the whole cluster
+//! restarts, the old run's packets are replayed into the new one. Each is refused and
+//! counted by name (`replayed`, `mac_rejected`, `replay_stale_epoch`, `stale_incarnations`),
+//! no replayed put is stored, and every page reads back at its version with its bytes.
 
 use gms::directory::{ANY_SEQ, VERSION_LEAD};
 use gms::heartbeat::{Heartbeat, OP_HEARTBEAT};
 use gms::ops::*;
 use gms::prelude::*;
+use gms::store::liveness::{Event, Liveness, LivenessConfig};
 use netrpc::prelude::{Message, ReplyToken};
 use netrpc::wire::{Header, Kind, HEADER_BYTES};
 use sim::rng::Rng;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use trapeze_host::endpoint::{EndpointConfig, SendError, SendMsg};
 use trapeze_host::iface::entry::Segment;
 use trapeze_host::iface::ipt::PayloadToken;
 use trapeze_node::gms::page_pattern as content;
 use trapeze_node::gms::{Cluster, Got};
 use trapeze_runtime::FrameMem;
+use trapeze_vnic::key::ClusterKey;
+use trapeze_vnic::link::backend::{InProcPort, InProcSwitch, LinkBackend};
+use trapeze_vnic::link::{FaultConfig, Link};
 
 const SPACE: u64 = 11;
 const PAGES: u64 = 240;
@@ -374,11 +389,333 @@ fn run() {
         }
     }
 
+    // The same member claims the page's copy with one registration it holds nothing for:
+    // a step above the named version, then the named version claiming the named identity
+    // (a hand-over). Its directory asks it first; it holds nothing, so the holder keeps its
+    // copy, named again, and each claim is counted.
+    let named = |c: &Cluster, p: &PageId| {
+        let d = members.directory_of(p).expect("a directory node") as usize;
+        c.ports[d].node.directory().named(p).map(|(s, v, _)| (d, s, v))
+    };
+    let (page, (dir, _, v)) = (0..PAGES)
+        .map(|n| PageId::new(SPACE, n))
+        .find_map(|p| named(&c, &p).filter(|&(d, s, _)| d != 1 && s != 1).map(|x| (p, x)))
+        .expect("a page neither directed nor held by node 1");
+    let claims = c.ports[dir].node.stats().rejected_claims;
+    for step in [true, false] {
+        let (_, named_v, seq) = c.ports[dir].node.directory().named(&page).expect("named");
+        assert_eq!(named_v, v);
+        let up = if step {
+            DirUpdateReq { page, version: Version(v.0 + 16), seq: 0, view, site: 1 }
+        } else {
+            DirUpdateReq { page, version: v, seq, view, site: 1 }
+        };
+        inject_from(&mut c, 1, dir as u16, &ctrl(Kind::Request, OP_DIRUPDATE, own(1), 0, &up), None);
+        for _ in 0..4000 {
+            c.poll();
+        }
+        let holder = c.ports[dir].node.directory().lookup(&page).map(|(s, _)| s);
+        assert!(holder.is_some_and(|h| h != 1 && c.ports[h as usize].node.held(&page).is_some()), "{holder:?}");
+    }
+    assert_eq!(c.ports[dir].node.stats().rejected_claims, claims + 2, "both claims refused and counted");
+    for from in 0..3 {
+        match c.get_wait(from, page).expect("get after the member's claims") {
+            Got::Hit { version: got, data, .. } => assert!(got == v && data == content(page, got)),
+            Got::Miss => panic!("node {from} missed {page:?} after the member's claims"),
+        }
+    }
+
     // The cluster still serves: a last honest put and read.
     let page = PageId::new(SPACE, PAGES + 1);
     c.put_wait(1, page, Version(9), &content(page, Version(9))).expect("put after the attack");
     match c.get_wait(2, page).expect("get after the attack") {
         Got::Hit { version, data, .. } => assert!(version == Version(9) && data == content(page, version)),
         Got::Miss => panic!("missed after the attack"),
+    }
+}
+
+// ---- replays on a keyed link (issue 34 item 6) -------------------------------------------
+
+/// A switch port that records every frame its link sends: (source, destination, bytes),
+/// sealed as they went on the wire.
+struct Tap {
+    port: InProcPort,
+    log: Arc<Mutex<Vec<Captured>>>,
+}
+
+type Captured = (u16, u16, Vec<u8>);
+
+impl LinkBackend for Tap {
+    fn send_frame(&mut self, dst: u16, frame: &[u8]) -> std::io::Result<()> {
+        self.log.lock().unwrap().push((self.port.node(), dst, frame.to_vec()));
+        self.port.send_frame(dst, frame)
+    }
+    fn send_frame_with(
+        &mut self,
+        dst: u16,
+        len: usize,
+        align_at: usize,
+        scratch: &mut [u8],
+        fill: &mut dyn FnMut(&mut [u8]),
+    ) -> std::io::Result<()> {
+        let (src, log) = (self.port.node(), self.log.clone());
+        self.port.send_frame_with(dst, len, align_at, scratch, &mut |b| {
+            fill(b);
+            log.lock().unwrap().push((src, dst, b.to_vec()));
+        })
+    }
+    fn try_recv_frame(&mut self, buf: &mut [u8]) -> std::io::Result<Option<usize>> {
+        self.port.try_recv_frame(buf)
+    }
+    fn recv_frame_with(&mut self, scratch: &mut [u8], take: &mut dyn FnMut(&[u8])) -> std::io::Result<bool> {
+        self.port.recv_frame_with(scratch, take)
+    }
+    fn readable_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.port.readable_fd()
+    }
+    fn max_frame_bytes(&self) -> usize {
+        self.port.max_frame_bytes()
+    }
+    fn routes_to(&self, dst: u16) -> bool {
+        self.port.routes_to(dst)
+    }
+    fn prepare_wait(&self) -> bool {
+        self.port.prepare_wait()
+    }
+    fn end_wait(&self) {
+        self.port.end_wait()
+    }
+    fn last_frame(&self) -> Option<&[u8]> {
+        self.port.last_frame()
+    }
+    fn keeps_last_frame(&self) -> bool {
+        self.port.keeps_last_frame()
+    }
+    fn frames_waiting(&mut self) -> bool {
+        self.port.frames_waiting()
+    }
+    fn is_memory_medium(&self) -> bool {
+        self.port.is_memory_medium()
+    }
+    fn describe(&self) -> String {
+        format!("tap on {}", self.port.describe())
+    }
+}
+
+const NODES: u16 = 5;
+/// The keyed member that turns hostile, and the node that dies.
+const MEMBER: usize = 3;
+const DEAD: usize = 4;
+const RPAGES: u64 = 60;
+
+/// A keyed cluster of [`NODES`] on `sw`, every frame recorded in `log`.
+fn keyed(sw: &InProcSwitch, key: &ClusterKey, log: &Arc<Mutex<Vec<Captured>>>) -> Cluster {
+    let cfg = GmsConfig { op_timeout: 500_000_000, ..GmsConfig::default() };
+    let link = |id: u16| {
+        let tap = Tap { port: sw.port(id), log: log.clone() };
+        let mut l = Link::new(id, Box::new(tap), FaultConfig::NONE);
+        l.set_key(Some(key));
+        l
+    };
+    Cluster::with_links(NODES, BUDGET, cfg, None, sw.clone(), link).expect("keyed cluster")
+}
+
+/// The honest nodes' link counters summed: (replays refused, tags refused).
+fn refused_on_links(c: &Cluster) -> (u64, u64) {
+    let s: Vec<_> = HONEST.iter().map(|&i| c.link_stats(i as usize)).collect();
+    let replays = s.iter().map(|l| l.replayed + l.replay_stale_epoch + l.duplicate_frames).sum();
+    (replays, s.iter().map(|l| l.mac_rejected).sum())
+}
+
+/// Every page reads back at `version` with its bytes, from every honest node.
+#[track_caller]
+fn all_read_back(c: &mut Cluster, version: &[Version], what: &str) {
+    for (n, &v) in version.iter().enumerate() {
+        let page = PageId::new(SPACE, n as u64);
+        let from = HONEST[n % 3] as usize;
+        match c.get_wait(from, page).expect("get") {
+            Got::Hit { version: got, data, .. } => {
+                assert_eq!(got, v, "{what}: {page:?} from node {from}: version");
+                assert!(data == content(page, v), "{what}: {page:?} {v:?} from node {from}: wrong bytes");
+            }
+            Got::Miss => panic!("{what}: {page:?} {v:?} from node {from}: missed"),
+        }
+    }
+}
+
+/// Send `frames` as they were recorded, from a port of the switch that is no node's (`via`).
+fn replay(c: &mut Cluster, sw: &InProcSwitch, via: u16, frames: &[Captured]) {
+    let mut port = sw.port(via);
+    for (_, dst, f) in frames {
+        port.send_frame(*dst, f).expect("replay");
+        c.poll();
+    }
+    for _ in 0..2000 {
+        c.poll();
+    }
+}
+
+#[test]
+fn replays_are_refused_and_change_no_byte() {
+    std::thread::Builder::new().stack_size(256 << 20).spawn(run_replays).unwrap().join().unwrap();
+}
+
+fn run_replays() {
+    let key = ClusterKey::from_bytes([0x5a; 32]);
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let sw = InProcSwitch::new();
+    let mut c = keyed(&sw, &key, &log);
+    let mut version = vec![Version(0); RPAGES as usize];
+    for round in 1..=2u64 {
+        for n in 0..RPAGES {
+            let page = PageId::new(SPACE, n);
+            let v = Version(4 + round);
+            c.put_wait((n % NODES as u64) as usize, page, v, &content(page, v)).expect("put");
+            version[n as usize] = v;
+        }
+    }
+    // The node that will die says it is alive, to everyone.
+    for &victim in &HONEST {
+        let hb = Heartbeat { node: DEAD as u16, incarnation: 0x4d, held: 0, budget: 1 };
+        inject_from(&mut c, DEAD, victim, &ctrl(Kind::OneWay, OP_HEARTBEAT, own(DEAD as u16), 0, &hb), None);
+    }
+    for _ in 0..2000 {
+        c.poll();
+    }
+    all_read_back(&mut c, &version, "before");
+    let run1: Vec<Captured> = log.lock().unwrap().clone();
+    assert!(run1.len() > 4 * RPAGES as usize, "frames recorded: {}", run1.len());
+    // Past the reassembler's duplicate memory (100 ms): the replay windows decide.
+    std::thread::sleep(Duration::from_millis(150));
+    let stored = |c: &Cluster| HONEST.iter().map(|&i| c.ports[i as usize].node.stats().pages_stored).sum::<u64>();
+
+    // An outsider without the key replays what it captured, as it was and altered.
+    let (replays, tags) = refused_on_links(&c);
+    let before = stored(&c);
+    let to_honest: Vec<Captured> = run1.iter().filter(|(_, d, _)| HONEST.contains(d)).cloned().collect();
+    replay(&mut c, &sw, 9, &to_honest);
+    let altered: Vec<Captured> = to_honest
+        .iter()
+        .map(|(s, d, f)| {
+            let mut f = f.clone();
+            let at = f.len() / 2;
+            f[at] ^= 0x20;
+            (*s, *d, f)
+        })
+        .collect();
+    replay(&mut c, &sw, 9, &altered);
+    let (replays2, tags2) = refused_on_links(&c);
+    for &i in &HONEST {
+        let l = c.link_stats(i as usize);
+        let by = (l.replayed, l.replay_stale_epoch, l.duplicate_frames, l.mac_rejected);
+        eprintln!("node {i} after the outsider: replayed, stale epoch, duplicates, MAC refused: {by:?}");
+    }
+    assert!(
+        replays2 - replays >= to_honest.len() as u64 / 2,
+        "replays refused: {} of {}",
+        replays2 - replays,
+        to_honest.len()
+    );
+    assert!(tags2 - tags >= altered.len() as u64 / 2, "altered frames refused: {} of {}", tags2 - tags, altered.len());
+    assert_eq!(stored(&c), before, "no replayed put stored");
+    all_read_back(&mut c, &version, "after an outsider's replays");
+
+    // Node 4 dies; the keyed member replays its packets (its heartbeats and puts): none is
+    // a sign of life, none stores anything.
+    let lost: Vec<u64> = (0..RPAGES).filter(|&n| c.ports[DEAD].node.held(&PageId::new(SPACE, n)).is_some()).collect();
+    c.kill(DEAD);
+    for &i in &HONEST {
+        c.ports[i as usize].node.host.heartbeats.clear();
+    }
+    // Its copies went with it (GMS keeps one): written again.
+    for &n in &lost {
+        let (page, v) = (PageId::new(SPACE, n), version[n as usize].next());
+        c.put_wait(0, page, v, &content(page, v)).expect("put again");
+        version[n as usize] = v;
+    }
+    let (replays, _) = refused_on_links(&c);
+    let before = stored(&c);
+    let dead: Vec<Captured> =
+        run1.iter().filter(|(s, d, _)| *s == DEAD as u16 && HONEST.contains(d)).cloned().collect();
+    assert!(!dead.is_empty());
+    replay(&mut c, &sw, 10 + MEMBER as u16, &dead);
+    let (replays2, _) = refused_on_links(&c);
+    assert!(replays2 - replays >= dead.len() as u64 / 2, "{} of {}", replays2 - replays, dead.len());
+    for &i in &HONEST {
+        let hb = &c.ports[i as usize].node.host.heartbeats;
+        assert!(hb.iter().all(|(src, _)| *src != DEAD as u16), "node {i} heard the dead node: {hb:?}");
+    }
+    assert_eq!(stored(&c), before);
+
+    // The keyed member alternates between an old incarnation and a new one in its
+    // heartbeats: each honest node's liveness table restarts it once and refuses the rest.
+    for k in 0..8u64 {
+        let incarnation = if k % 2 == 0 { 0x01d } else { 0x2e3 };
+        let hb = Heartbeat { node: MEMBER as u16, incarnation, held: 0, budget: 1 };
+        for &victim in &HONEST {
+            inject_from(&mut c, MEMBER, victim, &ctrl(Kind::OneWay, OP_HEARTBEAT, own(MEMBER as u16), 0, &hb), None);
+        }
+    }
+    for _ in 0..2000 {
+        c.poll();
+    }
+    for &i in &HONEST {
+        let peers: Vec<u16> = (0..NODES).filter(|&p| p != i).collect();
+        let mut live = Liveness::<8>::new(i, 1, &peers, LivenessConfig::default(), 0).unwrap();
+        let beats: Vec<_> =
+            c.ports[i as usize].node.host.heartbeats.iter().filter(|(s, _)| *s == MEMBER as u16).copied().collect();
+        assert_eq!(beats.len(), 8, "node {i}: the member's heartbeats arrived");
+        let mut events = Vec::new();
+        for (k, (src, hb)) in beats.iter().enumerate() {
+            live.handle_heartbeat(k as u64 * 100_000_000, *src, hb.incarnation);
+            while let Some(e) = live.poll_event() {
+                events.push(e);
+            }
+        }
+        assert_eq!(events, [Event::Joined(MEMBER as u16), Event::Restarted(MEMBER as u16)], "node {i}");
+        assert_eq!(live.stale_incarnations, 3, "node {i}: the old incarnation's heartbeats refused and counted");
+    }
+    all_read_back(&mut c, &version, "after the member's replays and heartbeats");
+    drop(c);
+
+    // The whole cluster restarts (new NICs: new link epochs; new incarnations: a new view)
+    // and writes the pages anew, at lower versions than the old run's. Old PUTPAGEs (of
+    // versions 5 and 6, other bytes) replayed into it are refused: no rollback.
+    let sw = InProcSwitch::new();
+    let mut c = keyed(&sw, &key, &log);
+    let ids: Vec<u16> = (0..NODES).collect();
+    let view = gms::heartbeat::view_of_run(&ids, |n| 0x7000 + u64::from(n));
+    for i in 0..NODES as usize {
+        c.ports[i].set_members(view, &ids).expect("members");
+    }
+    for n in 0..RPAGES {
+        let page = PageId::new(SPACE, n);
+        let v = Version(1);
+        // Every node puts to every other, so each has heard every link's new epoch.
+        c.put_wait((n % NODES as u64) as usize, page, v, &content(page, v)).expect("put after the restart");
+        version[n as usize] = v;
+    }
+    all_read_back(&mut c, &version, "the new run");
+    let (replays, _) = refused_on_links(&c);
+    let before = stored(&c);
+    let puts: Vec<Captured> = to_honest.into_iter().filter(|(s, _, _)| *s != DEAD as u16).collect();
+    replay(&mut c, &sw, 9, &puts);
+    let (replays2, _) = refused_on_links(&c);
+    let stale: u64 = HONEST.iter().map(|&i| c.link_stats(i as usize).replay_stale_epoch).sum();
+    assert!(stale >= puts.len() as u64 / 2, "old run's packets refused as stale: {stale} of {}", puts.len());
+    assert!(replays2 > replays);
+    assert_eq!(stored(&c), before, "no old put stored");
+    for &i in &HONEST {
+        let l = c.link_stats(i as usize);
+        let by = (l.replayed, l.replay_stale_epoch, l.duplicate_frames, l.mac_rejected);
+        eprintln!("node {i} after the restart: replayed, stale epoch, duplicates, MAC refused: {by:?}");
+    }
+    all_read_back(&mut c, &version, "after the old run's replays");
+    // The cluster still serves.
+    let page = PageId::new(SPACE, RPAGES + 1);
+    c.put_wait(1, page, Version(9), &content(page, Version(9))).expect("put after the replays");
+    match c.get_wait(2, page).expect("get after the replays") {
+        Got::Hit { version, data, .. } => assert!(version == Version(9) && data == content(page, version)),
+        Got::Miss => panic!("missed after the replays"),
     }
 }

@@ -97,11 +97,25 @@ impl Cluster {
         image: Option<&[u8]>,
         faults: trapeze_vnic::link::FaultConfig,
     ) -> anyhow::Result<Self> {
-        use crate::host::DEFAULT_REGION_BASE;
-        use trapeze_vnic::link::backend::InProcSwitch;
         use trapeze_vnic::link::Link;
+        let sw = trapeze_vnic::link::backend::InProcSwitch::new();
+        let port = sw.clone();
+        Self::with_links(n, budget, gms_cfg, image, sw, |id| Link::new(id, Box::new(port.port(id)), faults))
+    }
+
+    /// Like [`Self::with_firmware`], each node's NIC on the link `link(id)` makes (on
+    /// `sw`, which the cluster keeps alive): a keyed link, or one whose frames a test
+    /// records.
+    pub fn with_links(
+        n: u16,
+        budget: usize,
+        gms_cfg: GmsConfig,
+        image: Option<&[u8]>,
+        sw: trapeze_vnic::link::backend::InProcSwitch,
+        mut link: impl FnMut(u16) -> trapeze_vnic::link::Link,
+    ) -> anyhow::Result<Self> {
+        use crate::host::DEFAULT_REGION_BASE;
         use trapeze_vnic::nic::Nic;
-        let sw = InProcSwitch::new();
         // One clock origin for every node, so the global LRU compares their page ages.
         let origin = Instant::now();
         let frames = budget + CACHE_PAGES + 2 * RECV_RING_ENTRIES as usize + 512;
@@ -109,8 +123,7 @@ impl Cluster {
         let mut ports = Vec::new();
         let mut nics = Vec::new();
         for id in 0..n {
-            let nic =
-                Arc::new(Nic::new(&format!("g{id}"), Link::new(id, Box::new(sw.port(id)), faults), Duration::ZERO)?);
+            let nic = Arc::new(Nic::new(&format!("g{id}"), link(id), Duration::ZERO)?);
             let (inline, doorbell) = match image {
                 None => (Some(nic.start_inline()?), None),
                 Some(img) => {
@@ -380,6 +393,14 @@ impl Cluster {
         ];
         out.retain(|&(_, v)| v > 0);
         out
+    }
+
+    /// Node `i`'s link statistics now (its inline NIC publishes them first).
+    pub fn link_stats(&self, i: usize) -> trapeze_vnic::link::LinkStats {
+        if let Some(c) = &self.ports[i].cpu {
+            c.publish_link_stats();
+        }
+        trapeze_vnic::nic::link_stats(&self._nics[i])
     }
 
     /// Node `dead` stops (never polled again); the survivors are told it failed.
