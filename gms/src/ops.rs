@@ -12,7 +12,7 @@
 //! | `DIRUPDATE` 0x4706 | call, holder → directory | [`DirUpdateReq`] 42 B | [`DirAck`] |
 //! | `DIRREMOVE` 0x4707 | call, ex-holder → directory | [`DirRemoveReq`] 34 B | [`DirAck`] |
 //! | `DROPPAGE` 0x4708 | call, directory → stale holder | [`DropReq`] 32 B | [`DirAck`] |
-//! | `DIRVERIFY` 0x4709 | call, directory → named holder (scrub) | [`DropReq`] | [`DirAck`] |
+//! | `DIRVERIFY` 0x4709 | call, directory → named holder (scrub; a displacing or leaping registration's confirmation) | [`DropReq`] | [`DirAck`] |
 //! | `GETPAGES` 0x470A | call, requester → holder ([`super::getpages`]) | [`GetPagesReq`] 72 B | [`GetPagesReply`] 67 B + the pages, one payload |
 //!
 //! The `seq` fields carry a copy's identity at its version (see [`super::directory`]):

@@ -7,8 +7,9 @@
 //!   tagged with R's IPT token (3-way); nobody: D→R miss; D names R itself: "local".
 //!   A moving read: C drops its copy (and has D un-name it); R registers itself.
 //! - putpage/movepage: R→T `PUTPAGE`/`MOVEPAGE` + page (one-way); T stores it (or
-//!   refuses), T→D `DIRUPDATE`, D→T ack (D has a displaced holder drop its copy with
-//!   `DROPPAGE`), T→R `PUTDONE`. A movepage's R drops its copy on `Stored`.
+//!   refuses), T→D `DIRUPDATE`, D→T ack (a displaced holder H of another node: D asks T
+//!   whether it holds the copy, `DIRVERIFY`, then has H drop its own with `DROPPAGE`; if T
+//!   does not, H is named again), T→R `PUTDONE`. A movepage's R drops its copy on `Stored`.
 //! - discard: R→D `DISCARDPAGE`, D→R ack; D→C `DROPPAGE` in the background.
 //! - upkeep: a holder that lost a copy tells D (`DIRREMOVE`); a caching site asked for a
 //!   copy it lacks does too (lazy repair); the scrub has D ask each named holder
