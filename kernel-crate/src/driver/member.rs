@@ -76,8 +76,10 @@ impl Shared {
             k += 1;
         }
         let cfg = LivenessConfig { interval_ns: HEARTBEAT_MS * 1_000_000, dead_after_ns: self.fail_ms * 1_000_000 };
-        // This run's incarnation in the GMS heartbeats (never 0).
-        let table = match Liveness::new(self.node, sys::random_u64() | 1, &peers[..k], cfg, now_ns()) {
+        // This run's incarnation in the GMS heartbeats (never 0): the wall clock, so that a
+        // reload's is higher and its peers take it at once (a lower one waits until the old
+        // one has been silent for the failure timeout: `gms::store::liveness`).
+        let table = match Liveness::new(self.node, sys::real_ns() | 1, &peers[..k], cfg, now_ns()) {
             Ok(t) => t,
             Err(e) => {
                 // `params::check` refused out-of-range ids in `gms_nodes=`; `node=` may be one.

@@ -44,6 +44,16 @@ pub(crate) fn random_u64() -> u64 {
     v
 }
 
+/// The wall clock (`CLOCK_REALTIME`) in ns since 1970: it rises from one load of the
+/// module to the next unless the clock is set back.
+pub(crate) fn real_ns() -> u64 {
+    let mut ts = bindings::timespec64 { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ktime_get_real_ts64` only writes the `timespec64` it is given, which is
+    // `ts`, valid and exclusively ours for the call.
+    unsafe { bindings::ktime_get_real_ts64(&raw mut ts) };
+    (ts.tv_sec.max(0) as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec.max(0) as u64)
+}
+
 /// `ETIMEDOUT` (not among the kernel crate's named codes in 6.12).
 pub(crate) fn etimedout() -> kernel::error::Error {
     kernel::error::Error::from_errno(-(bindings::ETIMEDOUT as i32))
