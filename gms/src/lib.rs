@@ -48,6 +48,9 @@
 //!   and read retries, re-replication, liveness and the volume's label and floor map in
 //!   the cluster — as one sans-IO core with `poll_issue`/`handle_*`/`poll_done`, so that
 //!   every runtime and the checker drive the same policy.
+//! - **Striping** ([`stripe`]): the client-side policy of a volume striped over block
+//!   servers (Slice's round-robin at a grain): per-server chunks in flight at once,
+//!   sequential read-ahead, bounded retries — for any runtime that moves the bytes.
 //! - **Failures**: calls time out into clean misses; a failed node's entries are removed;
 //!   on every membership change, survivors mark the copies whose directory node moved
 //!   and a sweep registers them with the new one as the task table frees up (repair,
@@ -186,6 +189,7 @@ pub mod replica;
 pub mod serve;
 pub mod slots;
 pub mod store;
+pub mod stripe;
 pub mod table;
 pub mod tasks;
 pub mod types;
