@@ -61,7 +61,7 @@ pub struct Client {
 }
 
 /// What a failed chunk means.
-fn error_of(e: RpcError) -> anyhow::Error {
+pub(crate) fn error_of(e: RpcError) -> anyhow::Error {
     match e {
         RpcError::Remote(c) => match BlockError::from_code(c) {
             Some(b) => anyhow!("server: {b}"),
@@ -151,42 +151,9 @@ impl Client {
     }
 
     fn start_read(&mut self, offset: u64, at: usize, len: u32, tries: u32) -> Result<Chunk, RpcError> {
-        let (piece, n) = read_layout(len).ok_or(RpcError::Malformed)?;
-        let frames = &mut self.station.port.node.frames;
-        let mut mine = Vec::new();
-        for _ in 0..n {
-            match frames.alloc() {
-                Some(f) => mine.push(f),
-                None => return Err(free_all(frames, &mine, RpcError::TableFull)),
-            }
-        }
-        let (frame, group) = match mine.as_slice() {
-            [one] => (*one, None),
-            _ => match frames.frames_mut().group(&mine, piece) {
-                Some(g) => (g, Some(g)),
-                None => return Err(free_all(frames, &mine, RpcError::TableFull)),
-            },
-        };
-        let token = match frames.arm(frame) {
-            Ok(t) => t,
-            Err(_) => {
-                if let Some(g) = group {
-                    frames.release(g);
-                }
-                return Err(free_all(frames, &mine, RpcError::TableFull));
-            }
-        };
-        let rt = ReplyTo::Solicited { token: token.0, frame };
-        let req = Range { offset: offset + at as u64, len };
-        let port = &mut self.station.port;
-        let now = port.now();
-        match port.rpc.call::<ReadOp>(now, &mut port.node, self.server, &req, rt, Mode::Wait) {
-            Ok(call) => Ok(Chunk { dir: Dir::Read, call, at, len, frames: mine, group, tries }),
-            Err(e) => {
-                port.node.frames.release(frame);
-                Err(free_all(&mut port.node.frames, if group.is_some() { &mine } else { &[] }, e))
-            }
-        }
+        let r = Range { offset: offset + at as u64, len };
+        let f = send_read(&mut self.station.port, self.server, r)?;
+        Ok(Chunk { dir: Dir::Read, call: f.call, at, len, frames: f.frames, group: f.group, tries })
     }
 
     /// Take the outcomes of finished read chunks; resend retryable ones. The first error.
@@ -200,12 +167,8 @@ impl Client {
             let c = flight.swap_remove(i);
             match o {
                 Ok(_) => {
-                    let (piece, _) = read_layout(c.len).unwrap_or((c.len, 1));
                     let frames = &mut self.station.port.node.frames;
-                    let dst = &mut buf[c.at..c.at + c.len as usize];
-                    for (k, &f) in c.frames.iter().enumerate() {
-                        let _ = frames.read(f, &mut dst[k * piece as usize..(k + 1) * piece as usize]);
-                    }
+                    copy_out(frames, &c.frames, c.len, 0, &mut buf[c.at..c.at + c.len as usize]);
                     finish(frames, &c, true);
                 }
                 Err(e) => {
@@ -247,15 +210,9 @@ impl Client {
     }
 
     fn start_write(&mut self, offset: u64, at: usize, data: &[u8], tries: u32) -> Result<Chunk, RpcError> {
-        let port = &mut self.station.port;
-        let f = port.node.frames.alloc().ok_or(RpcError::TableFull)?;
-        port.node.frames.write(f, data);
-        let req = Range { offset: offset + at as u64, len: data.len() as u32 };
-        let now = port.now();
-        match port.rpc.call_with_payload::<WriteOp>(now, &mut port.node, self.server, &req, (f, req.len), Mode::Wait) {
-            Ok(call) => Ok(Chunk { dir: Dir::Write, call, at, len: req.len, frames: vec![f], group: None, tries }),
-            Err(e) => Err(free_all(&mut port.node.frames, &[f], e)),
-        }
+        let r = Range { offset: offset + at as u64, len: data.len() as u32 };
+        let f = send_write(&mut self.station.port, self.server, r, data)?;
+        Ok(Chunk { dir: Dir::Write, call: f.call, at, len: r.len, frames: f.frames, group: None, tries })
     }
 
     fn reap_writes(&mut self, offset: u64, data: &[u8], flight: &mut Vec<Chunk>) -> Option<anyhow::Error> {
@@ -340,12 +297,102 @@ impl Client {
     }
 }
 
+/// A call on its way and the frames it holds: a read's reply frames (and the group naming
+/// them when several), or a write's payload frame.
+pub(crate) struct Flight {
+    pub call: CallId,
+    pub frames: Vec<Frame>,
+    pub group: Option<Frame>,
+}
+
+/// Send read chunk `r` to `dst`, its reply solicited into fresh frames (gathered into one
+/// IPT entry when it spans several). On `Err` nothing is held.
+pub(crate) fn send_read(port: &mut RpcPort<NoService>, dst: u16, r: Range) -> Result<Flight, RpcError> {
+    let (piece, n) = read_layout(r.len).ok_or(RpcError::Malformed)?;
+    let frames = &mut port.node.frames;
+    let mut mine = Vec::new();
+    for _ in 0..n {
+        match frames.alloc() {
+            Some(f) => mine.push(f),
+            None => return Err(free_all(frames, &mine, RpcError::TableFull)),
+        }
+    }
+    let (frame, group) = match mine.as_slice() {
+        [one] => (*one, None),
+        _ => match frames.frames_mut().group(&mine, piece) {
+            Some(g) => (g, Some(g)),
+            None => return Err(free_all(frames, &mine, RpcError::TableFull)),
+        },
+    };
+    let token = match frames.arm(frame) {
+        Ok(t) => t,
+        Err(_) => {
+            if let Some(g) = group {
+                frames.release(g);
+            }
+            return Err(free_all(frames, &mine, RpcError::TableFull));
+        }
+    };
+    let rt = ReplyTo::Solicited { token: token.0, frame };
+    let now = port.now();
+    match port.rpc.call::<ReadOp>(now, &mut port.node, dst, &r, rt, Mode::Wait) {
+        Ok(call) => Ok(Flight { call, frames: mine, group }),
+        Err(e) => {
+            port.node.frames.release(frame);
+            Err(free_all(&mut port.node.frames, if group.is_some() { &mine } else { &[] }, e))
+        }
+    }
+}
+
+/// Send write chunk `r` to `dst` with `data` (at most one frame) as its payload.
+pub(crate) fn send_write(port: &mut RpcPort<NoService>, dst: u16, r: Range, data: &[u8]) -> Result<Flight, RpcError> {
+    let f = port.node.frames.alloc().ok_or(RpcError::TableFull)?;
+    port.node.frames.write(f, data);
+    let now = port.now();
+    match port.rpc.call_with_payload::<WriteOp>(now, &mut port.node, dst, &r, (f, r.len), Mode::Wait) {
+        Ok(call) => Ok(Flight { call, frames: vec![f], group: None }),
+        Err(e) => Err(free_all(&mut port.node.frames, &[f], e)),
+    }
+}
+
+/// Copy `dst.len()` bytes of a landed read chunk of `len` bytes, from its byte `from`.
+pub(crate) fn copy_out(frames: &mut Frames, mine: &[Frame], len: u32, from: usize, dst: &mut [u8]) {
+    let (piece, _) = read_layout(len).unwrap_or((len, 1));
+    let piece = piece as usize;
+    let mut done = 0;
+    while done < dst.len() {
+        let at = from + done;
+        let (k, within) = (at / piece, at % piece);
+        let n = (piece - within).min(dst.len() - done);
+        if let Some(&f) = mine.get(k) {
+            // A frame is its byte offset in the region: `f + within` is inside it.
+            let _ = frames.read(f + within as u64, &mut dst[done..done + n]);
+        }
+        done += n;
+    }
+}
+
 /// Free `frames` and pass `e` on.
 fn free_all(frames: &mut Frames, mine: &[Frame], e: RpcError) -> RpcError {
     for &f in mine {
         frames.free(f);
     }
     e
+}
+
+/// A read call is over: its reply frame (or group) goes back — NetRPC already released it
+/// if the call failed — and so do the frames a group named.
+pub(crate) fn finish_flight(frames: &mut Frames, f: &Flight, ok: bool) {
+    match f.group {
+        Some(g) => {
+            if ok {
+                frames.release(g);
+            }
+            free_all(frames, &f.frames, RpcError::Cancelled);
+        }
+        None if ok => frames.release(f.frames[0]),
+        None => {}
+    }
 }
 
 /// A read chunk is over: its reply frame (or group) goes back — NetRPC already released

@@ -22,6 +22,11 @@
 //! bus traffic, MB/s or CPU. Making the direct path cheaper for real needs the vNIC to
 //! send straight from the bank instead of copying it to staging first.
 //!
+//! [`striped`] is a client of a volume striped over several servers (Slice's round-robin
+//! at a 32 KiB grain), driving the client core's policy (`gms::stripe`); a server may
+//! model a slower disk ([`model`]: `--model-mbps`, `--model-latency-us`) so that several
+//! servers on one machine behave like several disks. [`Volume`] is what both clients do.
+//!
 //! [`frameio`] is the only `unsafe`: I/O vectors over the frames for `preadv`/`pwritev`.
 //! The [`client`] library (and the `gmblock` command) has a station of its own, keeps a
 //! window of chunks in flight and verifies nothing itself: the tests and `gmblock verify`
@@ -36,9 +41,98 @@
 pub mod client;
 pub mod disk;
 pub mod frameio;
+pub mod model;
 pub mod proto;
 pub mod server;
 pub mod station;
+pub mod striped;
+
+/// A volume as the `gmblock` command, the bench and the tests use it: one server's
+/// ([`client::Client`]) or one striped over several ([`striped::StripedClient`]).
+pub trait Volume {
+    /// Bytes in the volume.
+    fn size(&self) -> u64;
+    /// Read `buf.len()` bytes (4 KiB–1 MiB, aligned) at `offset`.
+    fn read(&mut self, offset: u64, buf: &mut [u8]) -> anyhow::Result<()>;
+    /// Write `data` (4 KiB–1 MiB, aligned) at `offset`.
+    fn write(&mut self, offset: u64, data: &[u8]) -> anyhow::Result<()>;
+    /// Make every acknowledged write durable.
+    fn flush(&mut self) -> anyhow::Result<()>;
+    /// Deallocate a range (aligned, at most 1 MiB).
+    fn trim(&mut self, offset: u64, len: u32) -> anyhow::Result<()>;
+    /// One line on what it is (`gmblock info`).
+    fn describe(&self) -> String;
+}
+
+fn access(read_only: bool) -> &'static str {
+    if read_only {
+        "read-only"
+    } else {
+        "read-write"
+    }
+}
+
+impl Volume for client::Client {
+    fn size(&self) -> u64 {
+        self.info.size
+    }
+    fn read(&mut self, offset: u64, buf: &mut [u8]) -> anyhow::Result<()> {
+        client::Client::read(self, offset, buf)
+    }
+    fn write(&mut self, offset: u64, data: &[u8]) -> anyhow::Result<()> {
+        client::Client::write(self, offset, data)
+    }
+    fn flush(&mut self) -> anyhow::Result<()> {
+        client::Client::flush(self)
+    }
+    fn trim(&mut self, offset: u64, len: u32) -> anyhow::Result<()> {
+        client::Client::trim(self, offset, len)
+    }
+    fn describe(&self) -> String {
+        format!("size {} bytes, path {:?}, {}", self.info.size, self.info.path, access(self.info.read_only))
+    }
+}
+
+impl Volume for striped::StripedClient {
+    fn size(&self) -> u64 {
+        striped::StripedClient::size(self)
+    }
+    fn read(&mut self, offset: u64, buf: &mut [u8]) -> anyhow::Result<()> {
+        striped::StripedClient::read(self, offset, buf)
+    }
+    fn write(&mut self, offset: u64, data: &[u8]) -> anyhow::Result<()> {
+        striped::StripedClient::write(self, offset, data)
+    }
+    fn flush(&mut self) -> anyhow::Result<()> {
+        striped::StripedClient::flush(self)
+    }
+    fn trim(&mut self, offset: u64, len: u32) -> anyhow::Result<()> {
+        striped::StripedClient::trim(self, offset, len)
+    }
+    fn describe(&self) -> String {
+        let (n, grain) = (self.servers.len(), self.layout().grain());
+        format!(
+            "size {} bytes striped over {n} server(s) at a {grain}-byte grain, {}",
+            self.size(),
+            access(self.read_only())
+        )
+    }
+}
+
+/// A size in bytes: a number with an optional `K`/`KiB` or `M`/`MiB` suffix (`32K`).
+pub fn parse_bytes(s: &str) -> Result<u32, String> {
+    let t = s.trim();
+    let (num, mult) = match t.find(|c: char| !c.is_ascii_digit()) {
+        None => (t, 1u64),
+        Some(i) => match t[i..].to_ascii_lowercase().as_str() {
+            "k" | "kib" => (&t[..i], 1 << 10),
+            "m" | "mib" => (&t[..i], 1 << 20),
+            _ => return Err(format!("{s:?}: a size is a number with an optional K or M suffix")),
+        },
+    };
+    let n: u64 = num.parse().map_err(|_| format!("{s:?}: a size is a number with an optional K or M suffix"))?;
+    n.checked_mul(mult).and_then(|b| u32::try_from(b).ok()).ok_or_else(|| format!("{s:?}: too large"))
+}
 
 /// CPU time this process has used, in seconds (user + system, all threads).
 pub fn cpu_seconds() -> f64 {

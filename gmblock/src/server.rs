@@ -10,6 +10,7 @@
 
 use crate::disk::{Disk, Kind};
 use crate::frameio;
+use crate::model::DiskModel;
 use crate::proto::*;
 use crate::station::{NicBytes, Placement, Station, StationConfig};
 use netrpc::prelude::*;
@@ -37,6 +38,8 @@ pub struct BlockService {
     pub disk: Disk,
     pub path: DataPath,
     pub stats: ServerStats,
+    /// When set, reads and writes take as long as this modelled disk would.
+    pub model: Option<DiskModel>,
 }
 
 impl Service for BlockService {
@@ -47,7 +50,12 @@ impl Service for BlockService {
             InPayload::Buffer { frame, len } => Some((frame, len)),
             _ => None,
         };
+        let arrived = Instant::now();
         let out = self.dispatch(inc, payload, frames);
+        if let (Some(m), Ok(Action::Reply { .. }), ReadOp::OP | WriteOp::OP) = (self.model.as_mut(), &out, inc.op) {
+            let bytes = inc.decode::<ReadOp>().map_or(0, |r| u64::from(r.len));
+            m.serve(arrived, bytes);
+        }
         // The stub owns a received buffer: done with it whatever the outcome.
         if let Some((f, _)) = payload {
             frames.release(f);
@@ -161,6 +169,7 @@ pub struct ServerConfig {
     pub export: std::path::PathBuf,
     pub read_only: bool,
     pub path: DataPath,
+    pub model: Option<DiskModel>,
 }
 
 /// A running server.
@@ -183,6 +192,8 @@ pub struct Report {
     pub disk_host_ram_bytes: u64,
     pub stats: ServerStats,
     pub last_error: Option<String>,
+    /// Seconds replies were held for the modelled disk.
+    pub model_held_s: f64,
 }
 
 impl Server {
@@ -196,7 +207,7 @@ impl Server {
             DataPath::Direct => Placement::NicLocal,
             DataPath::ViaRam => Placement::HostRam,
         };
-        let service = BlockService { disk, path: cfg.path, stats: ServerStats::default() };
+        let service = BlockService { disk, path: cfg.path, stats: ServerStats::default(), model: cfg.model };
         let station = Station::open(&cfg.station, service)?;
         Ok(Server { station, started: Instant::now() })
     }
@@ -234,6 +245,7 @@ impl Server {
             },
             stats: svc.stats,
             last_error: svc.disk.last_error.clone(),
+            model_held_s: svc.model.as_ref().map_or(0.0, |m| m.held.as_secs_f64()),
         }
     }
 }

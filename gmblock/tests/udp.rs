@@ -54,7 +54,7 @@ fn serve(export: &Path, path: DataPath, read_only: bool, clients: &[(u16, Socket
         placement: Placement::HostRam,
         call_timeout: Duration::from_secs(2),
     };
-    let cfg = ServerConfig { station, export: export.to_path_buf(), read_only, path };
+    let cfg = ServerConfig { station, export: export.to_path_buf(), read_only, path, model: None };
     let stop = Arc::new(AtomicBool::new(false));
     let (tx, rx) = mpsc::channel();
     let s = stop.clone();

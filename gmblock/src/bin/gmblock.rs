@@ -1,12 +1,15 @@
 // SPDX-License-Identifier: GPL-2.0-only
-//! `gmblock`: a command-line client of one gmblock server, and `gmblock export`, which
-//! runs nbdkit with gmblock's plugin (the `gmblock-nbdkit` crate) so NBD clients use the
+//! `gmblock`: a command-line client of one gmblock server or of a volume striped over
+//! several (`--server` repeated, or `--grain` given), and `gmblock export`, which runs
+//! nbdkit with gmblock's plugin (the `gmblock-nbdkit` crate) so NBD clients use one
 //! server's volume.
 
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
 use gmblock::client::Client;
 use gmblock::station::{Placement, StationConfig};
+use gmblock::striped::{StripeConfig, StripedClient};
+use gmblock::Volume;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -21,12 +24,22 @@ struct Args {
     /// This client's UDP link address.
     #[arg(long, value_name = "IP:PORT")]
     listen: SocketAddr,
-    /// The server: ID=IP:PORT.
-    #[arg(long, value_name = "ID=IP:PORT", value_parser = gmblock::parse_peer)]
-    server: (u16, SocketAddr),
-    /// Chunks in flight at most.
+    /// A server: ID=IP:PORT. Repeated: a volume striped over the servers in this order.
+    #[arg(long, value_name = "ID=IP:PORT", value_parser = gmblock::parse_peer, required = true)]
+    server: Vec<(u16, SocketAddr)>,
+    /// One server: chunks in flight at most.
     #[arg(long, default_value_t = 16)]
     window: usize,
+    /// Striped: the stripe unit (bytes, or with a K/M suffix; default 32K). Given with one
+    /// server, that server is read through the striping client too.
+    #[arg(long, value_parser = gmblock::parse_bytes)]
+    grain: Option<u32>,
+    /// Striped: chunks in flight per server.
+    #[arg(long, default_value_t = 8)]
+    depth: u16,
+    /// Striped: stripes read ahead of a sequential stream (0: none).
+    #[arg(long, default_value_t = 2)]
+    readahead: u16,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -116,8 +129,11 @@ fn export(a: &Args, bind: std::net::IpAddr, port: u16, plugin: Option<PathBuf>, 
     if read_only {
         cmd.arg("-r");
     }
+    let [server] = a.server.as_slice() else {
+        return anyhow::anyhow!("export serves one server's volume; {} servers given", a.server.len());
+    };
     cmd.arg(&plugin).args([
-        format!("server={}={}", a.server.0, a.server.1),
+        format!("server={}={}", server.0, server.1),
         format!("node={}", a.node),
         format!("listen={}", a.listen),
         format!("window={}", a.window),
@@ -140,7 +156,7 @@ fn pattern(seed: u64, at: u64, out: &mut [u8]) {
 
 const STEP: u64 = 1 << 20;
 
-fn verify(c: &mut Client, offset: u64, len: u64, seed: u64) -> anyhow::Result<()> {
+fn verify(c: &mut dyn Volume, offset: u64, len: u64, seed: u64) -> anyhow::Result<()> {
     let mut buf = vec![0u8; STEP as usize];
     let t = Instant::now();
     for at in (offset..offset + len).step_by(STEP as usize) {
@@ -166,7 +182,7 @@ fn verify(c: &mut Client, offset: u64, len: u64, seed: u64) -> anyhow::Result<()
     Ok(())
 }
 
-fn scan(c: &mut Client, offset: u64, len: u64) -> anyhow::Result<()> {
+fn scan(c: &mut dyn Volume, offset: u64, len: u64) -> anyhow::Result<()> {
     let mut buf = vec![0u8; STEP as usize];
     let t = Instant::now();
     for at in (offset..offset + len).step_by(STEP as usize) {
@@ -178,28 +194,38 @@ fn scan(c: &mut Client, offset: u64, len: u64) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Connect to the one server, or to the striped volume.
+fn open(a: &Args) -> anyhow::Result<Box<dyn Volume>> {
+    let cfg = StationConfig {
+        node: a.node,
+        listen: a.listen,
+        peers: a.server.clone(),
+        region_bytes: 0,
+        placement: Placement::HostRam,
+        call_timeout: Duration::from_secs(2),
+    };
+    if a.server.len() == 1 && a.grain.is_none() {
+        return Ok(Box::new(Client::connect(cfg, a.server[0].0, a.window)?));
+    }
+    let sc = StripeConfig {
+        grain: a.grain.unwrap_or(StripeConfig::default().grain),
+        depth: a.depth,
+        readahead_stripes: a.readahead,
+        ..StripeConfig::default()
+    };
+    let ids: Vec<u16> = a.server.iter().map(|s| s.0).collect();
+    Ok(Box::new(StripedClient::connect(cfg, &ids, sc)?))
+}
+
 fn main() -> anyhow::Result<()> {
     let a = Args::parse();
     if let Cmd::Export { bind, port, ref plugin, read_only } = a.cmd {
         // The plugin binds --listen itself: this process must not.
         return Err(export(&a, bind, port, plugin.clone(), read_only));
     }
-    let cfg = StationConfig {
-        node: a.node,
-        listen: a.listen,
-        peers: vec![a.server],
-        region_bytes: 0,
-        placement: Placement::HostRam,
-        call_timeout: Duration::from_secs(2),
-    };
-    let mut c = Client::connect(cfg, a.server.0, a.window)?;
+    let mut c = open(&a)?;
     match a.cmd {
-        Cmd::Info => println!(
-            "size {} bytes, path {:?}, {}",
-            c.info.size,
-            c.info.path,
-            if c.info.read_only { "read-only" } else { "read-write" }
-        ),
+        Cmd::Info => println!("{}", c.describe()),
         Cmd::Read { offset, len, out } => {
             let mut buf = vec![0u8; len as usize];
             c.read(offset, &mut buf)?;
@@ -213,8 +239,8 @@ fn main() -> anyhow::Result<()> {
             c.write(offset, &data)?;
             c.flush()?;
         }
-        Cmd::Verify { offset, len, seed } => verify(&mut c, offset, len, seed)?,
-        Cmd::Scan { offset, len } => scan(&mut c, offset, len)?,
+        Cmd::Verify { offset, len, seed } => verify(c.as_mut(), offset, len, seed)?,
+        Cmd::Scan { offset, len } => scan(c.as_mut(), offset, len)?,
         Cmd::Flush => c.flush()?,
         Cmd::Trim { offset, len } => c.trim(offset, len)?,
         // Ran nbdkit (or failed) before connecting, above.

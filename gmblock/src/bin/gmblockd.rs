@@ -3,6 +3,7 @@
 //! NIC (crate doc: the two data paths).
 
 use clap::Parser;
+use gmblock::model::DiskModel;
 use gmblock::proto::DataPath;
 use gmblock::server::{Server, ServerConfig};
 use gmblock::station::{Placement, StationConfig};
@@ -37,6 +38,13 @@ struct Args {
     /// Frame region size in MiB.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=1024))]
     region_mb: u64,
+    /// Model the disk's throughput (MB/s): reads and writes take as long as such a disk
+    /// would, one at a time (so several servers on one machine behave like several disks).
+    #[arg(long, value_name = "MB/S", value_parser = gmblock::model::parse_mbps)]
+    model_mbps: Option<f64>,
+    /// Model the disk's latency per request (µs), with or without --model-mbps.
+    #[arg(long, value_name = "US", value_parser = gmblock::model::parse_latency_us)]
+    model_latency_us: Option<u64>,
     /// On exit, write the server's report (counters, CPU time, NIC DMA bytes) here as JSON.
     #[arg(long, value_name = "FILE")]
     stats_json: Option<PathBuf>,
@@ -52,7 +60,11 @@ fn main() -> anyhow::Result<()> {
         placement: Placement::HostRam,
         call_timeout: Duration::from_secs(2),
     };
-    let cfg = ServerConfig { station, export: a.export, read_only: a.read_only, path: a.path };
+    let model = match (a.model_mbps, a.model_latency_us) {
+        (None, None) => None,
+        (mbps, us) => Some(DiskModel::new(mbps, us.unwrap_or(0)).map_err(anyhow::Error::msg)?),
+    };
+    let cfg = ServerConfig { station, export: a.export, read_only: a.read_only, path: a.path, model };
     let mut server = Server::open(cfg)?;
     let stop = Arc::new(AtomicBool::new(false));
     let s = stop.clone();
