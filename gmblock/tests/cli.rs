@@ -82,3 +82,64 @@ fn export_names_a_missing_plugin() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("/nonexistent/libgmblock_nbdkit.so: no such plugin"), "{err}");
 }
+
+#[test]
+fn bad_disk_models_are_refused_with_the_flag_named() {
+    let cases = [
+        ("--model-mbps", "0", "--model-mbps 0: must be a number above 0"),
+        ("--model-mbps", "fast", "is not a number of MB/s"),
+        ("--model-mbps", "-3", "--model-mbps -3"),
+        ("--model-latency-us", "99999999", "--model-latency-us 99999999: at most"),
+        ("--model-latency-us", "1.5", "is not a whole number of microseconds"),
+    ];
+    for (flag, value, want) in cases {
+        let out = Command::new(env!("CARGO_BIN_EXE_gmblockd"))
+            .args(["--node", "1", "--listen", &port(), "--export", "/nonexistent", &format!("{flag}={value}")])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(want), "{flag} {value}: {err}");
+    }
+}
+
+#[test]
+fn a_striped_verify_over_two_processes_one_with_a_modelled_disk() {
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let c = port();
+    let mut daemons = Vec::new();
+    let mut servers = Vec::new();
+    for (node, model) in [("1", true), ("3", false)] {
+        let vol = dir.join(format!("gmblock-cli-stripe-{node}-{}", std::process::id()));
+        std::fs::File::create(&vol).unwrap().set_len(4 << 20).unwrap();
+        let s = port();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_gmblockd"));
+        cmd.args(["--node", node, "--listen", &s, "--peer", &format!("2={c}")]).arg("--export").arg(&vol);
+        if model {
+            cmd.args(["--model-mbps", "200", "--model-latency-us", "100"]);
+        }
+        daemons.push((Daemon(cmd.stdout(Stdio::null()).spawn().unwrap()), vol));
+        servers.extend(["--server".to_string(), format!("{node}={s}")]);
+    }
+    let gmblock = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_gmblock"))
+            .args(["--node", "2", "--listen", &c])
+            .args(&servers)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = gmblock(&["--grain", "32K", "info"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("size 8388608 bytes striped over 2 server(s) at a 32768-byte grain"), "{text}");
+    let out = gmblock(&["verify", "--len", "8388608"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text} {}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("verified 8388608 bytes"), "{text}");
+    let out = gmblock(&["--grain", "36K", "info"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("grain 36864 with read-ahead"), "{err}");
+    for (d, vol) in daemons {
+        drop(d);
+        std::fs::remove_file(vol).unwrap();
+    }
+}

@@ -1,0 +1,198 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! A volume striped over several gmblock servers (threads of this process, each on its own
+//! virtual NIC over the UDP link): what is written reads back and lies, unit by unit, in
+//! each server's file; a server slowed by its modelled disk holds up nothing but its
+//! share; a server that dies mid-run fails the next request with its name, promptly,
+//! and no read ever returns wrong data.
+
+use gmblock::model::DiskModel;
+use gmblock::proto::DataPath;
+use gmblock::server::{Report, Server, ServerConfig};
+use gmblock::station::{Placement, StationConfig};
+use gmblock::striped::{StripeConfig, StripedClient};
+use std::net::{SocketAddr, UdpSocket};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+const CLIENT: u16 = 100;
+const GRAIN: u64 = 32 << 10;
+
+fn free_port() -> SocketAddr {
+    UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+}
+
+fn volume(name: &str, bytes: u64) -> PathBuf {
+    let p = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("gmblock-stripe-{name}-{}", std::process::id()));
+    std::fs::File::create(&p).unwrap().set_len(bytes).unwrap();
+    p
+}
+
+struct Running {
+    file: PathBuf,
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<Report>>,
+}
+
+impl Running {
+    fn stop(&mut self) -> Report {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.take().expect("running").join().unwrap()
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if self.thread.is_some() {
+            self.stop();
+        }
+        let _ = std::fs::remove_file(&self.file);
+    }
+}
+
+/// Server `node` on a file of `bytes`, its disk modelled when `model` is given.
+fn serve(name: &str, node: u16, bytes: u64, client: SocketAddr, model: Option<DiskModel>) -> Running {
+    let file = volume(&format!("{name}-{node}"), bytes);
+    let addr = free_port();
+    let station = StationConfig {
+        node,
+        listen: addr,
+        peers: vec![(CLIENT, client)],
+        region_bytes: 8 << 20,
+        placement: Placement::HostRam,
+        call_timeout: Duration::from_secs(2),
+    };
+    let cfg = ServerConfig { station, export: file.clone(), read_only: false, path: DataPath::Direct, model };
+    let stop = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = mpsc::channel();
+    let s = stop.clone();
+    let thread = std::thread::spawn(move || {
+        let mut server = Server::open(cfg).expect("server opens");
+        tx.send(()).unwrap();
+        server.run(&s);
+        server.report()
+    });
+    rx.recv_timeout(Duration::from_secs(10)).expect("server up");
+    Running { file, addr, stop, thread: Some(thread) }
+}
+
+fn connect(me: SocketAddr, servers: &[(u16, &Running)], sc: StripeConfig) -> StripedClient {
+    let cfg = StationConfig {
+        node: CLIENT,
+        listen: me,
+        peers: servers.iter().map(|(n, r)| (*n, r.addr)).collect(),
+        region_bytes: 0,
+        placement: Placement::HostRam,
+        call_timeout: Duration::from_secs(2),
+    };
+    let ids: Vec<u16> = servers.iter().map(|s| s.0).collect();
+    StripedClient::connect(cfg, &ids, sc).expect("striped client connects")
+}
+
+fn pattern(seed: u8, at: u64, len: usize) -> Vec<u8> {
+    (0..len as u64).map(|i| ((at + i).wrapping_mul(2654435761) >> 9) as u8 ^ seed).collect()
+}
+
+/// Requests of every shape: inside a unit, across units and servers, whole stripes, 1 MiB.
+const SHAPES: [(u64, usize); 6] =
+    [(0, 4096), (28 << 10, 8192), (60 << 10, 102400), (1 << 20, 1 << 20), (3 << 20, 96 << 10), (5 << 20, 12288)];
+
+/// Write every shape, flush, read each back; then check each server's file holds its
+/// units: byte `o` of server `s` is volume byte `((o / grain) * n + s) * grain + o % grain`.
+fn round_trip(c: &mut StripedClient, servers: &[&Running]) {
+    for (k, &(at, len)) in SHAPES.iter().enumerate() {
+        c.write(at, &pattern(k as u8, at, len)).unwrap();
+    }
+    c.flush().unwrap();
+    for (k, &(at, len)) in SHAPES.iter().enumerate() {
+        let mut got = vec![0u8; len];
+        c.read(at, &mut got).unwrap();
+        assert!(got == pattern(k as u8, at, len), "{len} bytes at {at} read back wrong");
+    }
+    let files: Vec<Vec<u8>> = servers.iter().map(|r| std::fs::read(&r.file).unwrap()).collect();
+    let n = servers.len() as u64;
+    for (k, &(at, len)) in SHAPES.iter().enumerate() {
+        let want = pattern(k as u8, at, len);
+        for (i, &b) in want.iter().enumerate() {
+            let v = at + i as u64;
+            let unit = v / GRAIN;
+            let (s, o) = ((unit % n) as usize, (unit / n) * GRAIN + v % GRAIN);
+            assert_eq!(files[s][o as usize], b, "volume byte {v}: not at byte {o} of server {s}'s file");
+        }
+    }
+}
+
+#[test]
+fn a_striped_volume_over_three_servers_reads_back_and_lies_in_each_servers_file() {
+    let me = free_port();
+    let rs: Vec<Running> = (1..=3).map(|n| serve("three", n, 4 << 20, me, None)).collect();
+    let mut c = connect(me, &[(1, &rs[0]), (2, &rs[1]), (3, &rs[2])], StripeConfig::default());
+    assert_eq!(c.size(), 12 << 20);
+    round_trip(&mut c, &[&rs[0], &rs[1], &rs[2]]);
+    // A sequential stream is read ahead, and what came from the slots is right.
+    let mut got = vec![0u8; 1 << 20];
+    for at in [1 << 20, 2 << 20] {
+        c.read(at, &mut got).unwrap();
+    }
+    let want = pattern(3, 1 << 20, 1 << 20);
+    c.read(3 << 20, &mut got[..96 << 10]).unwrap();
+    assert!(got[..96 << 10] == pattern(4, 3 << 20, 96 << 10));
+    assert!(c.stats().ahead_bytes_used > 0, "{:?}", c.stats());
+    c.read(1 << 20, &mut got).unwrap();
+    assert!(got == want);
+    // Trim crosses servers; bad requests get the volume's words.
+    c.trim(0, 128 << 10).unwrap();
+    c.read(0, &mut got[..128 << 10]).unwrap();
+    assert!(got[..128 << 10].iter().all(|&b| b == 0), "trimmed reads back zeros");
+    let e = c.read(12 << 20, &mut got[..4096]).unwrap_err().to_string();
+    assert!(e.contains("past the end of the striped volume"), "{e}");
+    let e = c.write(4096, &[0u8; 100]).unwrap_err().to_string();
+    assert!(e.contains("not a multiple of the block size"), "{e}");
+}
+
+#[test]
+fn a_slowed_server_delays_only_its_share_and_the_data_is_right() {
+    let me = free_port();
+    let slow = DiskModel::new(Some(20.0), 2000).unwrap();
+    let mut rs: Vec<Running> = (1..=3).map(|n| serve("slow", n, 4 << 20, me, (n == 2).then(|| slow.clone()))).collect();
+    let mut c = connect(me, &[(1, &rs[0]), (2, &rs[1]), (3, &rs[2])], StripeConfig::default());
+    round_trip(&mut c, &[&rs[0], &rs[1], &rs[2]]);
+    let held: Vec<f64> = rs.iter_mut().map(|r| r.stop().model_held_s).collect();
+    assert!(held[1] > 0.05 && held[0] == 0.0 && held[2] == 0.0, "only server 2's replies were held: {held:?}");
+}
+
+#[test]
+fn a_server_that_dies_mid_run_fails_requests_with_its_name_never_wrong_data() {
+    let me = free_port();
+    let mut rs: Vec<Running> = (1..=3).map(|n| serve("dies", n, 4 << 20, me, None)).collect();
+    let sc = StripeConfig { chunk_timeout: Duration::from_millis(200), tries: 3, ..StripeConfig::default() };
+    let mut c = connect(me, &[(1, &rs[0]), (2, &rs[1]), (3, &rs[2])], sc);
+    for at in (0..12u64 << 20).step_by(1 << 20) {
+        c.write(at, &pattern(7, at, 1 << 20)).unwrap();
+    }
+    let mut got = vec![0u8; 1 << 20];
+    let mut failed = None;
+    for (i, at) in (0..12u64 << 20).step_by(1 << 20).cycle().take(24).enumerate() {
+        if i == 5 {
+            rs[2].stop();
+        }
+        let t = Instant::now();
+        match c.read(at, &mut got) {
+            Ok(()) => assert!(got == pattern(7, at, 1 << 20), "read {i} at {at} returned wrong data"),
+            Err(e) => {
+                assert!(t.elapsed() < Duration::from_secs(5), "gave up promptly: {:?}", t.elapsed());
+                failed = Some((i, e.to_string()));
+                break;
+            }
+        }
+    }
+    let (i, e) = failed.expect("a read after the server died failed");
+    assert!(i >= 5, "failed only after the server died (read {i}: {e})");
+    assert!(e.contains("stripe server 2 (node 3) did not answer: gave up after 3 tries"), "{e}");
+    // The others still serve a range that has no unit on the dead server.
+    c.read(0, &mut got[..64 << 10]).unwrap();
+    assert!(got[..64 << 10] == pattern(7, 0, 64 << 10));
+}
