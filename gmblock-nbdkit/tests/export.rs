@@ -81,7 +81,8 @@ fn gmblockd(export: &Path, client: (u16, SocketAddr)) -> Gmblockd {
         placement: Placement::HostRam,
         call_timeout: Duration::from_secs(2),
     };
-    let cfg = ServerConfig { station, export: export.to_path_buf(), read_only: false, path: DataPath::Direct, model: None };
+    let cfg =
+        ServerConfig { station, export: export.to_path_buf(), read_only: false, path: DataPath::Direct, model: None };
     let stop = Arc::new(AtomicBool::new(false));
     let (tx, rx) = mpsc::channel();
     let s = stop.clone();

@@ -19,13 +19,24 @@
 //! host-RAM frames (the model's accounting: `NIC_LOCAL_DMA_BASE`; nbd-server has no such
 //! counter, so none). Ratios are medians over the rounds.
 //!
-//! `cargo bench -p trapeze-gmblock --bench block -- [--mib N] [--rounds N] [--json]`
+//! **Striping** (`stripe_scaling`): a sequential read of the same number of bytes
+//! (`--stripe-mib`) from a volume striped at 32 KiB over 1, 2 and 4 gmblockd servers
+//! (direct path), each on its own file with a modelled disk (`--model-mbps`,
+//! `--model-latency-us`: one request at a time, latency + bytes/throughput), read by
+//! gmblock's striping client (this process; 8 chunks in flight per server, two stripes
+//! of read-ahead), in the same interleaved rounds. Ratios are over the one-server side
+//! of the same round, the median over rounds; `ideal_mb_s_per_server` is what the model
+//! allows one server at 32 KiB requests.
+//!
+//! `cargo bench -p trapeze-gmblock --bench block -- [--mib N] [--rounds N] [--json]
+//! [--stripe-only]`
 
 use anyhow::{bail, ensure, Context};
 use clap::Parser;
 use gmblock::client::Client;
 use gmblock::proto::MAX_REQUEST_BYTES;
 use gmblock::station::{Placement, StationConfig};
+use gmblock::striped::{StripeConfig, StripedClient};
 use serde_json::json;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, UdpSocket};
@@ -48,6 +59,18 @@ struct Args {
     /// gmblock-nbdkit's plugin (`libgmblock_nbdkit.so`): adds the NBD export's sides.
     #[arg(long)]
     plugin: Option<PathBuf>,
+    /// Bytes each striping side reads, in MiB (each server's file holds as much).
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    stripe_mib: u64,
+    /// The striping sides' modelled disks: throughput in MB/s.
+    #[arg(long, default_value = "100", value_parser = gmblock::model::parse_mbps)]
+    model_mbps: f64,
+    /// The striping sides' modelled disks: latency per request in µs.
+    #[arg(long, default_value = "200", value_parser = gmblock::model::parse_latency_us)]
+    model_latency_us: u64,
+    /// Only the striping sides.
+    #[arg(long)]
+    stripe_only: bool,
     /// JSON lines on stdout (rounds, then the summary).
     #[arg(long)]
     json: bool,
@@ -64,7 +87,12 @@ enum Side {
     Export,
     NbdkitMemory,
     NbdkitFile,
+    /// A volume striped over this many servers.
+    Stripe(u16),
 }
+
+/// The striping sides' server counts.
+const STRIPES: [u16; 3] = [1, 2, 4];
 
 impl Side {
     fn name(self) -> &'static str {
@@ -75,6 +103,9 @@ impl Side {
             Side::Export => "export",
             Side::NbdkitMemory => "nbdkit-memory",
             Side::NbdkitFile => "nbdkit-file",
+            Side::Stripe(1) => "stripe-1",
+            Side::Stripe(2) => "stripe-2",
+            Side::Stripe(_) => "stripe-4",
         }
     }
 }
@@ -327,6 +358,97 @@ fn run_nbd(file: &Path, dir: &Path, bytes: u64) -> anyhow::Result<Figures> {
     })
 }
 
+/// What the striping sides share: the files (one per server) and the disk model.
+struct StripeSetup {
+    files: Vec<PathBuf>,
+    bytes: u64,
+    mbps: f64,
+    latency_us: u64,
+}
+
+/// Start gmblockd `node` on `file` (direct path, read-only, modelled disk) for `client`.
+fn modelled_gmblockd(
+    node: u16,
+    file: &Path,
+    client: SocketAddr,
+    st: &StripeSetup,
+) -> anyhow::Result<(Reaped, SocketAddr)> {
+    let addr = udp_port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gmblockd"))
+        .args(["--node", &node.to_string(), "--listen", &addr.to_string(), "--peer", &format!("100={client}")])
+        .args(["--read-only", "--model-mbps", &st.mbps.to_string(), "--model-latency-us", &st.latency_us.to_string()])
+        .arg("--export")
+        .arg(file)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting gmblockd")?;
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().context("gmblockd stdout")?).read_line(&mut line)?;
+    ensure!(line.starts_with("gmblockd ready"), "gmblockd did not start: {line:?}");
+    Ok((Reaped(child), addr))
+}
+
+/// Read `st.bytes` of a volume striped over `n` modelled servers, checking a few bytes of
+/// each request against the files' pattern where the layout puts them.
+fn run_stripe(n: u16, st: &StripeSetup) -> anyhow::Result<Figures> {
+    let me = udp_port();
+    let mut servers = Vec::new();
+    for k in 0..n {
+        servers.push(modelled_gmblockd(k + 1, &st.files[usize::from(k)], me, st)?);
+    }
+    let cfg = StationConfig {
+        node: 100,
+        listen: me,
+        peers: servers.iter().enumerate().map(|(k, s)| (k as u16 + 1, s.1)).collect(),
+        region_bytes: 0,
+        placement: Placement::HostRam,
+        call_timeout: Duration::from_secs(2),
+    };
+    let ids: Vec<u16> = (1..=n).collect();
+    let mut c = StripedClient::connect(cfg, &ids, StripeConfig::default())?;
+    let pids: Vec<u32> = servers.iter().map(|s| s.0 .0.id()).collect();
+    let cpu0: f64 = pids.iter().map(|&p| cpu_of(p)).sum::<anyhow::Result<f64>>()? + gmblock::cpu_seconds();
+    let mut buf = vec![0u8; MAX_REQUEST_BYTES as usize];
+    let layout = *c.layout();
+    let t = Instant::now();
+    for at in (0..st.bytes).step_by(buf.len()) {
+        let len = (st.bytes - at).min(buf.len() as u64) as usize;
+        c.read(at, &mut buf[..len])?;
+        for i in [0, len / 3, len - 1] {
+            let (_, o) = layout.locate(at + i as u64);
+            ensure!(buf[i] == pattern(o), "striped over {n}: wrong byte at {}", at + i as u64);
+        }
+    }
+    let secs = t.elapsed().as_secs_f64();
+    let cpu = pids.iter().map(|&p| cpu_of(p)).sum::<anyhow::Result<f64>>()? + gmblock::cpu_seconds() - cpu0;
+    drop(c);
+    drop(servers);
+    Ok(Figures {
+        mb_s: st.bytes as f64 / 1e6 / secs,
+        cpu_s_per_gib: cpu / (st.bytes as f64 / f64::from(1u32 << 30)),
+        host_ram_bytes_per_byte: None,
+    })
+}
+
+/// The summary's `stripe_scaling`: MB/s per server count (medians) and each count over
+/// one server in the same round (median over rounds).
+fn stripe_summary(got: &[(u32, Side, Figures)], st: &StripeSetup) -> serde_json::Value {
+    let rounds: Vec<u32> = got.iter().map(|g| g.0).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
+    let mb_in = |r: u32, n: u16| got.iter().find(|g| g.0 == r && g.1 == Side::Stripe(n)).map(|g| g.2.mb_s);
+    let over = |n: u16| median(rounds.iter().filter_map(|&r| Some(mb_in(r, n)? / mb_in(r, 1)?)).collect());
+    let mb = |n: u16| median(got.iter().filter(|g| g.1 == Side::Stripe(n)).map(|g| g.2.mb_s).collect());
+    let piece = 32768.0;
+    let ideal = piece / (st.latency_us as f64 * 1e-6 + piece / (st.mbps * 1e6)) / 1e6;
+    json!({
+        "servers": STRIPES, "mb_s": STRIPES.map(mb), "over_one_server": STRIPES.map(over),
+        "ratio_4_over_1": over(4), "target_4_over_1": 3.0,
+        "client_and_servers_cpu_s_per_gib": STRIPES.map(|n| median(got.iter().filter(|g| g.1 == Side::Stripe(n)).map(|g| g.2.cpu_s_per_gib).collect())),
+        "model": {"mbps": st.mbps, "latency_us": st.latency_us, "grain_bytes": 32768, "ideal_mb_s_per_server": ideal},
+        "bytes_per_side": st.bytes,
+    })
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     let n = v.len();
@@ -351,12 +473,22 @@ fn main() -> anyhow::Result<()> {
     } else {
         eprintln!("no --plugin: the NBD export's sides are left out (cargo xtask bench block builds and passes it)");
     }
+    if a.stripe_only {
+        sides.clear();
+    }
+    sides.extend(STRIPES.map(Side::Stripe));
+    let stripe_dir = dir.join("stripe");
+    let files =
+        (1..=4).map(|k| make_file(&stripe_dir.join(k.to_string()), a.stripe_mib)).collect::<anyhow::Result<_>>()?;
+    let st = StripeSetup { files, bytes: a.stripe_mib << 20, mbps: a.model_mbps, latency_us: a.model_latency_us };
     let mut got: Vec<(Side, Figures)> = Vec::new();
+    let mut striped: Vec<(u32, Side, Figures)> = Vec::new();
     for round in 0..a.rounds {
         for k in 0..sides.len() {
             let side = sides[(k + round as usize) % sides.len()];
             evict(&file)?;
             let f = match side {
+                Side::Stripe(n) => run_stripe(n, &st)?,
                 Side::NbdServer => run_nbd(&file, &dir, bytes)?,
                 Side::Direct | Side::ViaRam => run_gmblock(&file, side, &dir)?,
                 s => run_nbdkit(&file, s, a.plugin.as_deref().context("--plugin")?, &dir, bytes)?,
@@ -369,7 +501,16 @@ fn main() -> anyhow::Result<()> {
                 eprintln!("round {round}: {:>10} {:8.1} MB/s, {:6.3} CPU-s/GiB", side.name(), f.mb_s, f.cpu_s_per_gib);
             }
             got.push((side, f));
+            if let Side::Stripe(_) = side {
+                striped.push((round, side, f));
+            }
         }
+    }
+    let stripe_scaling = stripe_summary(&striped, &st);
+    if a.stripe_only {
+        let date = rustix::time::clock_gettime(rustix::time::ClockId::Realtime).tv_sec;
+        println!("{}", json!({"row": "summary", "date": date, "rounds": a.rounds, "stripe_scaling": stripe_scaling}));
+        return Ok(());
     }
     let med = |s: Side, f: fn(&Figures) -> f64| median(got.iter().filter(|g| g.0 == s).map(|g| f(&g.1)).collect());
     let mb = |s| med(s, |f| f.mb_s);
@@ -396,6 +537,9 @@ fn main() -> anyhow::Result<()> {
     });
     if let (Some(serde_json::Value::Object(e)), Some(m)) = (export, summary.as_object_mut()) {
         m.extend(e);
+    }
+    if let Some(m) = summary.as_object_mut() {
+        m.insert("stripe_scaling".into(), stripe_scaling);
     }
     println!("{summary}");
     Ok(())

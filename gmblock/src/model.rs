@@ -5,14 +5,13 @@
 //! does the real I/O, then holds the reply until the modelled disk would have finished
 //! (never earlier than the real one did).
 //!
-//! A request the server takes up within [`QUEUED_WITHIN`] of the disk going idle counts
-//! as queued behind the previous one: the server's own lateness in waking up is not
-//! charged to the disk, so a busy disk runs at its modelled rate.
+//! A request the server takes up before it next finds nothing to do ([`DiskModel::went_idle`])
+//! was queued behind the previous one: the disk starts it when it finished that one, not
+//! when the server woke up to take it — the server's lateness in waking (a loaded machine)
+//! is not charged to the disk, so a busy disk runs at its modelled rate. A request that
+//! arrives at an idle server starts when it is taken up.
 
 use std::time::{Duration, Instant};
-
-/// How soon after the disk went idle a request still counts as queued behind it.
-pub const QUEUED_WITHIN: Duration = Duration::from_micros(500);
 /// The fastest throughput accepted: 100 GB/s.
 pub const MAX_MBPS: f64 = 100_000.0;
 /// The longest latency accepted: 10 s.
@@ -24,8 +23,12 @@ pub struct DiskModel {
     bytes_per_s: f64,
     latency: Duration,
     idle_at: Option<Instant>,
+    /// Whether the server found nothing to do since the last request.
+    idle_seen: bool,
     /// Time replies were held for the model, in all.
     pub held: Duration,
+    /// Requests that found the disk idle (not queued behind another).
+    pub started_idle: u64,
 }
 
 impl DiskModel {
@@ -43,17 +46,27 @@ impl DiskModel {
             bytes_per_s: mbps.map_or(f64::INFINITY, |m| m * 1e6),
             latency: Duration::from_micros(latency_us),
             idle_at: None,
+            idle_seen: true,
             held: Duration::ZERO,
+            started_idle: 0,
         })
+    }
+
+    /// The server found nothing to do: the next request was not queued.
+    pub fn went_idle(&mut self) {
+        self.idle_seen = true;
     }
 
     /// A request of `bytes` the server took up at `arrived`: when the modelled disk is
     /// done with it.
     pub fn charge(&mut self, arrived: Instant, bytes: u64) -> Instant {
         let start = match self.idle_at {
-            Some(idle) if arrived <= idle + QUEUED_WITHIN => idle,
-            _ => arrived,
+            Some(idle) if !self.idle_seen => idle.min(arrived),
+            Some(idle) => idle.max(arrived),
+            None => arrived,
         };
+        self.started_idle += u64::from(self.idle_seen);
+        self.idle_seen = false;
         let transfer = Duration::from_secs_f64(bytes as f64 / self.bytes_per_s);
         let done = start + self.latency + transfer;
         self.idle_at = Some(done);
@@ -94,13 +107,14 @@ mod tests {
         // 32 KiB at 100 MB/s is 327.68 µs, plus 200 µs.
         let one = d.charge(t0, 32768);
         assert_eq!(one - t0, Duration::from_nanos(527_680));
-        // Queued behind it (arrived before, or taken up a little late): back to back.
-        let two = d.charge(t0 + Duration::from_micros(10), 32768);
+        // Queued behind it, taken up on time or late: back to back.
+        let two = d.charge(one, 32768);
         assert_eq!(two - one, Duration::from_nanos(527_680));
-        let three = d.charge(two + Duration::from_micros(300), 32768);
+        let three = d.charge(two + Duration::from_millis(3), 32768);
         assert_eq!(three - two, Duration::from_nanos(527_680));
-        // Idle for long: starts when taken up.
-        let later = three + Duration::from_secs(1);
+        // The server went idle in between: it starts when taken up.
+        d.went_idle();
+        let later = three + Duration::from_millis(1);
         assert_eq!(d.charge(later, 0) - later, Duration::from_micros(200));
     }
 

@@ -192,8 +192,9 @@ pub struct Report {
     pub disk_host_ram_bytes: u64,
     pub stats: ServerStats,
     pub last_error: Option<String>,
-    /// Seconds replies were held for the modelled disk.
+    /// Seconds replies were held for the modelled disk, and requests that found it idle.
     pub model_held_s: f64,
+    pub model_started_idle: u64,
 }
 
 impl Server {
@@ -215,6 +216,9 @@ impl Server {
     /// One pass: poll the port, then let the frames retired in it wait for its sends.
     pub fn pass(&mut self) -> bool {
         let busy = self.station.port.poll();
+        if let (false, Some(m)) = (busy, self.station.port.node.service.model.as_mut()) {
+            m.went_idle();
+        }
         self.station.port.node.frames.tag_limbo();
         busy
     }
@@ -246,6 +250,7 @@ impl Server {
             stats: svc.stats,
             last_error: svc.disk.last_error.clone(),
             model_held_s: svc.model.as_ref().map_or(0.0, |m| m.held.as_secs_f64()),
+            model_started_idle: svc.model.as_ref().map_or(0, |m| m.started_idle),
         }
     }
 }

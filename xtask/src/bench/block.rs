@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! `cargo xtask bench block`: gmblockd's direct and via-RAM data paths against Debian's
-//! `nbd-server`, and gmblock's NBD export (nbdkit with the `gmblock-nbdkit` plugin, built
-//! here in release first) against `nbdkit memory` and `nbdkit file`: a sequential read of
-//! the same file in interleaved rounds (`gmblock/benches/block.rs`, release build). Run it on a quiet machine: the figures are
-//! MB/s and CPU time, which other jobs on the cores change.
+//! `nbd-server`, gmblock's NBD export (nbdkit with the `gmblock-nbdkit` plugin, built
+//! here in release first) against `nbdkit memory` and `nbdkit file`, and a volume striped
+//! over 1, 2 and 4 gmblockd servers with modelled disks (`stripe_scaling`): sequential
+//! reads in interleaved rounds (`gmblock/benches/block.rs`, release build). Run it on a
+//! quiet machine: the figures are MB/s and CPU time, which other jobs on the cores change.
 
 #[derive(clap::Args)]
 pub struct BlockArgs {
@@ -19,6 +20,17 @@ pub struct BlockArgs {
     /// Directory on a disk file system for the file (default ~/.cache/trapeze/bench).
     #[arg(long)]
     dir: Option<std::path::PathBuf>,
+    /// Bytes each striping side reads, in MiB.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    stripe_mib: u64,
+    /// The striping sides' modelled disks: MB/s and µs per request.
+    #[arg(long, default_value = "100")]
+    model_mbps: String,
+    #[arg(long, default_value = "200")]
+    model_latency_us: String,
+    /// Only the striping sides.
+    #[arg(long)]
+    stripe_only: bool,
 }
 
 pub fn run(a: BlockArgs) -> anyhow::Result<()> {
@@ -26,7 +38,7 @@ pub fn run(a: BlockArgs) -> anyhow::Result<()> {
     crate::cargo(&["build", "--release", "--locked", "-p", "trapeze-gmblock-nbdkit"])?;
     let plugin = crate::build::target_dir()?.join("release/libgmblock_nbdkit.so");
     let plugin = plugin.display().to_string();
-    let (mib, rounds) = (a.mib.to_string(), a.rounds.to_string());
+    let (mib, rounds, stripe_mib) = (a.mib.to_string(), a.rounds.to_string(), a.stripe_mib.to_string());
     let dir = a.dir.map(|d| d.display().to_string());
     let mut args = vec![
         "bench",
@@ -43,7 +55,16 @@ pub fn run(a: BlockArgs) -> anyhow::Result<()> {
         &rounds,
         "--plugin",
         &plugin,
+        "--stripe-mib",
+        &stripe_mib,
+        "--model-mbps",
+        &a.model_mbps,
+        "--model-latency-us",
+        &a.model_latency_us,
     ];
+    if a.stripe_only {
+        args.push("--stripe-only");
+    }
     if let Some(d) = &dir {
         args.extend(["--dir", d.as_str()]);
     }
