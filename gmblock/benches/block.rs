@@ -24,7 +24,9 @@
 //! (direct path), each on its own file with a modelled disk (`--model-mbps`,
 //! `--model-latency-us`: one request at a time, latency + bytes/throughput), read by
 //! gmblock's striping client (this process; 8 chunks in flight per server, two stripes
-//! of read-ahead), in the same interleaved rounds. Ratios are over the one-server side
+//! of read-ahead), in the same interleaved rounds. The four servers run for the whole
+//! bench, warmed up by one uncounted round; each side connects a new client to the first
+//! 1, 2 or 4 of them. Ratios are over the one-server side
 //! of the same round, the median over rounds; `ideal_mb_s_per_server` is what the model
 //! allows one server at 32 KiB requests.
 //!
@@ -358,9 +360,12 @@ fn run_nbd(file: &Path, dir: &Path, bytes: u64) -> anyhow::Result<Figures> {
     })
 }
 
-/// What the striping sides share: the files (one per server) and the disk model.
+/// What the striping sides share: four modelled servers, started once and warmed up (a
+/// first round, not counted: fresh processes and cold file ranges made the first
+/// requests take ~100 ms), and the client's address they all know.
 struct StripeSetup {
-    files: Vec<PathBuf>,
+    servers: Vec<(Reaped, SocketAddr)>,
+    me: SocketAddr,
     bytes: u64,
     mbps: f64,
     latency_us: u64,
@@ -371,12 +376,13 @@ fn modelled_gmblockd(
     node: u16,
     file: &Path,
     client: SocketAddr,
-    st: &StripeSetup,
+    mbps: f64,
+    us: u64,
 ) -> anyhow::Result<(Reaped, SocketAddr)> {
     let addr = udp_port();
     let mut child = Command::new(env!("CARGO_BIN_EXE_gmblockd"))
         .args(["--node", &node.to_string(), "--listen", &addr.to_string(), "--peer", &format!("100={client}")])
-        .args(["--read-only", "--model-mbps", &st.mbps.to_string(), "--model-latency-us", &st.latency_us.to_string()])
+        .args(["--read-only", "--model-mbps", &mbps.to_string(), "--model-latency-us", &us.to_string()])
         .arg("--export")
         .arg(file)
         .stdout(Stdio::piped())
@@ -389,46 +395,57 @@ fn modelled_gmblockd(
     Ok((Reaped(child), addr))
 }
 
-/// Read `st.bytes` of a volume striped over `n` modelled servers, checking a few bytes of
-/// each request against the files' pattern where the layout puts them.
-fn run_stripe(n: u16, st: &StripeSetup) -> anyhow::Result<Figures> {
-    let me = udp_port();
-    let mut servers = Vec::new();
-    for k in 0..n {
-        servers.push(modelled_gmblockd(k + 1, &st.files[usize::from(k)], me, st)?);
-    }
-    let cfg = StationConfig {
-        node: 100,
-        listen: me,
-        peers: servers.iter().enumerate().map(|(k, s)| (k as u16 + 1, s.1)).collect(),
-        region_bytes: 0,
-        placement: Placement::HostRam,
-        call_timeout: Duration::from_secs(2),
-    };
-    let ids: Vec<u16> = (1..=n).collect();
-    let mut c = StripedClient::connect(cfg, &ids, StripeConfig::default())?;
-    let pids: Vec<u32> = servers.iter().map(|s| s.0 .0.id()).collect();
-    let cpu0: f64 = pids.iter().map(|&p| cpu_of(p)).sum::<anyhow::Result<f64>>()? + gmblock::cpu_seconds();
-    let mut buf = vec![0u8; MAX_REQUEST_BYTES as usize];
-    let layout = *c.layout();
-    let t = Instant::now();
-    for at in (0..st.bytes).step_by(buf.len()) {
-        let len = (st.bytes - at).min(buf.len() as u64) as usize;
-        c.read(at, &mut buf[..len])?;
-        for i in [0, len / 3, len - 1] {
-            let (_, o) = layout.locate(at + i as u64);
-            ensure!(buf[i] == pattern(o), "striped over {n}: wrong byte at {}", at + i as u64);
+impl StripeSetup {
+    /// Files of `mib` MiB under `dir`, a server on each, and the warm-up round.
+    fn start(dir: &Path, mib: u64, mbps: f64, latency_us: u64) -> anyhow::Result<StripeSetup> {
+        let me = udp_port();
+        let mut servers = Vec::new();
+        for k in 1..=STRIPES[STRIPES.len() - 1] {
+            let file = make_file(&dir.join(k.to_string()), mib)?;
+            servers.push(modelled_gmblockd(k, &file, me, mbps, latency_us)?);
         }
+        let st = StripeSetup { servers, me, bytes: mib << 20, mbps, latency_us };
+        for n in STRIPES {
+            st.run(n)?;
+        }
+        Ok(st)
     }
-    let secs = t.elapsed().as_secs_f64();
-    let cpu = pids.iter().map(|&p| cpu_of(p)).sum::<anyhow::Result<f64>>()? + gmblock::cpu_seconds() - cpu0;
-    drop(c);
-    drop(servers);
-    Ok(Figures {
-        mb_s: st.bytes as f64 / 1e6 / secs,
-        cpu_s_per_gib: cpu / (st.bytes as f64 / f64::from(1u32 << 30)),
-        host_ram_bytes_per_byte: None,
-    })
+
+    /// Read `bytes` of a volume striped over the first `n` servers, checking a few bytes of
+    /// each request against the files' pattern where the layout puts them.
+    fn run(&self, n: u16) -> anyhow::Result<Figures> {
+        let cfg = StationConfig {
+            node: 100,
+            listen: self.me,
+            peers: self.servers.iter().enumerate().map(|(k, s)| (k as u16 + 1, s.1)).collect(),
+            region_bytes: 0,
+            placement: Placement::HostRam,
+            call_timeout: Duration::from_secs(2),
+        };
+        let ids: Vec<u16> = (1..=n).collect();
+        let mut c = StripedClient::connect(cfg, &ids, StripeConfig::default())?;
+        let pids: Vec<u32> = self.servers[..usize::from(n)].iter().map(|s| s.0 .0.id()).collect();
+        let cpu = || pids.iter().map(|&p| cpu_of(p)).sum::<anyhow::Result<f64>>().map(|s| s + gmblock::cpu_seconds());
+        let cpu0 = cpu()?;
+        let mut buf = vec![0u8; MAX_REQUEST_BYTES as usize];
+        let layout = *c.layout();
+        let t = Instant::now();
+        for at in (0..self.bytes).step_by(buf.len()) {
+            let len = (self.bytes - at).min(buf.len() as u64) as usize;
+            c.read(at, &mut buf[..len])?;
+            for i in [0, len / 3, len - 1] {
+                let (_, o) = layout.locate(at + i as u64);
+                ensure!(buf[i] == pattern(o), "striped over {n}: wrong byte at {}", at + i as u64);
+            }
+        }
+        let secs = t.elapsed().as_secs_f64();
+        let cpu = cpu()? - cpu0;
+        Ok(Figures {
+            mb_s: self.bytes as f64 / 1e6 / secs,
+            cpu_s_per_gib: cpu / (self.bytes as f64 / f64::from(1u32 << 30)),
+            host_ram_bytes_per_byte: None,
+        })
+    }
 }
 
 /// The summary's `stripe_scaling`: MB/s per server count (medians) and each count over
@@ -477,10 +494,7 @@ fn main() -> anyhow::Result<()> {
         sides.clear();
     }
     sides.extend(STRIPES.map(Side::Stripe));
-    let stripe_dir = dir.join("stripe");
-    let files =
-        (1..=4).map(|k| make_file(&stripe_dir.join(k.to_string()), a.stripe_mib)).collect::<anyhow::Result<_>>()?;
-    let st = StripeSetup { files, bytes: a.stripe_mib << 20, mbps: a.model_mbps, latency_us: a.model_latency_us };
+    let st = StripeSetup::start(&dir.join("stripe"), a.stripe_mib, a.model_mbps, a.model_latency_us)?;
     let mut got: Vec<(Side, Figures)> = Vec::new();
     let mut striped: Vec<(u32, Side, Figures)> = Vec::new();
     for round in 0..a.rounds {
@@ -488,7 +502,7 @@ fn main() -> anyhow::Result<()> {
             let side = sides[(k + round as usize) % sides.len()];
             evict(&file)?;
             let f = match side {
-                Side::Stripe(n) => run_stripe(n, &st)?,
+                Side::Stripe(n) => st.run(n)?,
                 Side::NbdServer => run_nbd(&file, &dir, bytes)?,
                 Side::Direct | Side::ViaRam => run_gmblock(&file, side, &dir)?,
                 s => run_nbdkit(&file, s, a.plugin.as_deref().context("--plugin")?, &dir, bytes)?,

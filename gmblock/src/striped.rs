@@ -7,10 +7,11 @@
 //! The driver loop: hand the striper the user's request, run its commands (a send is a
 //! read or write chunk call, an abandon cancels a call, a copy takes bytes from an ahead
 //! slot), poll the port, report every ended call to the striper, give it the time when its
-//! deadline passes, until it hands the request back. A read-ahead fetch keeps its reply
-//! frames as the ahead slot's buffer until the slot is filled again, so data read ahead
-//! is copied once, into the user's buffer. Read chunks are at most 32 KiB (any block
-//! multiple up to that fits one reply's frames), write chunks one frame.
+//! deadline passes, until it hands the request back. A read-ahead fetch is copied from its
+//! reply frames into the ahead slot's buffer as it lands, so a window of data held ahead
+//! holds no frames, IPT entries or reply groups (the port has 64 of those). Read chunks
+//! are at most 32 KiB (any block multiple up to that fits one reply's frames), write
+//! chunks one frame.
 
 use crate::client::{copy_out, error_of, finish_flight, send_read, send_write, Flight, NoService, SPIN, TRIES};
 use crate::proto::*;
@@ -83,8 +84,8 @@ pub struct StripedClient {
     core: Box<Core>,
     /// Calls by chunk slot.
     calls: Vec<Option<Call>>,
-    /// Landed read-ahead: (piece length, its reply frames) by ahead slot.
-    ahead: Vec<Option<(u32, Flight)>>,
+    /// Landed read-ahead by ahead slot (each the striper's piece size, made on first use).
+    ahead: Vec<Vec<u8>>,
     epoch: Instant,
     last_work: Instant,
     next_io: u32,
@@ -114,7 +115,7 @@ impl StripedClient {
             let most = CHUNKS / servers.len();
             bail!("depth {}: 1..={most} chunks in flight per server with {} servers", sc.depth, servers.len());
         }
-        let frames_needed = (usize::from(sc.depth) * servers.len() + AHEAD) * 4 + 64;
+        let frames_needed = usize::from(sc.depth) * servers.len() * 4 + 64;
         cfg.placement = Placement::HostRam;
         cfg.region_bytes = cfg.region_bytes.max(frames_needed * FRAME_BYTES as usize);
         let mut station = Station::open(&cfg, NoService)?;
@@ -143,7 +144,7 @@ impl StripedClient {
             infos,
             core: Box::new(core),
             calls: (0..CHUNKS).map(|_| None).collect(),
-            ahead: (0..AHEAD).map(|_| None).collect(),
+            ahead: (0..AHEAD).map(|_| Vec::new()).collect(),
             epoch: Instant::now(),
             last_work: Instant::now(),
             next_io: 0,
@@ -264,9 +265,11 @@ impl StripedClient {
                 }
             }
             Command::Copy { slot, slot_at, at, len, .. } => {
-                let (Some((piece, flight)), Buf::Read(dst)) = (&self.ahead[usize::from(slot)], buf) else { return };
-                let dst = &mut dst[at as usize..(at + len) as usize];
-                copy_out(&mut self.station.port.node.frames, &flight.frames, *piece, slot_at as usize, dst);
+                // The striper copies only from a slot whose fetch landed (`reap` filled it)
+                // into a read.
+                let (src, Buf::Read(dst)) = (&self.ahead[usize::from(slot)], buf) else { return };
+                let (from, to) = (slot_at as usize, at as usize);
+                dst[to..to + len as usize].copy_from_slice(&src[from..from + len as usize]);
             }
         }
     }
@@ -301,11 +304,12 @@ impl StripedClient {
                     self.end_call(&call, true);
                 }
                 (Ok(()), Dir::Read, Target::Ahead { slot }, _) => {
-                    // The frames are the slot's buffer now; its previous data goes.
-                    if let Some((_, old)) = self.ahead[usize::from(slot)].take() {
-                        finish_flight(&mut self.station.port.node.frames, &old, true);
-                    }
-                    self.ahead[usize::from(slot)] = Some((call.len, call.flight));
+                    let piece = self.core.piece_bytes() as usize;
+                    let dst = &mut self.ahead[usize::from(slot)];
+                    dst.resize(piece, 0);
+                    let n = (call.len as usize).min(piece);
+                    copy_out(&mut self.station.port.node.frames, &call.flight.frames, call.len, 0, &mut dst[..n]);
+                    self.end_call(&call, true);
                 }
                 (r, _, _, _) => self.end_call(&call, r.is_ok()),
             }

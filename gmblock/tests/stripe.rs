@@ -196,3 +196,24 @@ fn a_server_that_dies_mid_run_fails_requests_with_its_name_never_wrong_data() {
     c.read(0, &mut got[..64 << 10]).unwrap();
     assert!(got[..64 << 10] == pattern(7, 0, 64 << 10));
 }
+
+#[test]
+fn a_wide_read_ahead_window_over_four_servers_reads_right_without_running_out() {
+    let me = free_port();
+    let rs: Vec<Running> = (1..=4).map(|n| serve("wide", n, 4 << 20, me, None)).collect();
+    let servers: Vec<(u16, &Running)> = rs.iter().enumerate().map(|(k, r)| (k as u16 + 1, r)).collect();
+    // Eight stripes ahead over four servers: 32 pieces held beside 32 chunks in flight.
+    let sc = StripeConfig { readahead_stripes: 8, ..StripeConfig::default() };
+    let mut c = connect(me, &servers, sc);
+    for at in (0..16u64 << 20).step_by(1 << 20) {
+        c.write(at, &pattern(5, at, 1 << 20)).unwrap();
+    }
+    let mut got = vec![0u8; 1 << 20];
+    for round in 0..2 {
+        for at in (0..16u64 << 20).step_by(1 << 20) {
+            c.read(at, &mut got).unwrap_or_else(|e| panic!("round {round}, read at {at}: {e:#}"));
+            assert!(got == pattern(5, at, 1 << 20), "round {round}: read at {at} returned wrong data");
+        }
+    }
+    assert!(c.stats().ahead_bytes_used >= 8 << 20, "{:?}", c.stats());
+}
