@@ -440,6 +440,10 @@ impl StripeSetup {
         }
         let secs = t.elapsed().as_secs_f64();
         let cpu = cpu()? - cpu0;
+        let s = c.stats();
+        if s.retries + s.timeouts > 0 {
+            eprintln!("striped over {n}: {secs:.3} s, {s:?}");
+        }
         Ok(Figures {
             mb_s: self.bytes as f64 / 1e6 / secs,
             cpu_s_per_gib: cpu / (self.bytes as f64 / f64::from(1u32 << 30)),
