@@ -27,9 +27,9 @@
 //! of read-ahead), in the same interleaved rounds. The four servers run for the whole
 //! bench, warmed up by one uncounted round; each side connects a new client to the first
 //! 1, 2 or 4 of them. Their CPU figure (`server_cpu_s_per_gib` in the round rows,
-//! `client_and_servers_cpu_s_per_gib` in the summary) counts the client and the servers. Ratios are over the one-server side
-//! of the same round, the median over rounds; `ideal_mb_s_per_server` is what the model
-//! allows one server at 32 KiB requests.
+//! `client_and_servers_cpu_s_per_gib` in the summary) counts the client and the servers.
+//! Ratios are over the one-server side of the same round, the median over rounds;
+//! `ideal_mb_s_per_server` is what the model allows one server at 32 KiB requests.
 //!
 //! `cargo bench -p trapeze-gmblock --bench block -- [--mib N] [--rounds N] [--json]
 //! [--stripe-only]`
