@@ -278,6 +278,34 @@ fn a_refusal_fails_the_request_at_once() {
     assert_eq!(st.stats().failed, 1);
 }
 
+#[test]
+fn requests_in_flight_together_finish_on_their_own() {
+    let mut st = St::new(cfg(32, 2, 4), 3, 1 << 20).unwrap();
+    let mut sim = Sim::new(&st, 1 << 20);
+    let data: Vec<u8> = (0..128 << 10).map(|i| (i % 241) as u8).collect();
+    sim.bufs.insert(1, vec![0; 256 << 10]);
+    sim.bufs.insert(2, data.clone());
+    sim.bufs.insert(3, vec![0; 128 << 10]);
+    st.read(1, 0, 256 << 10).unwrap();
+    st.write(2, 512 << 10, 128 << 10).unwrap();
+    st.read(3, 1 << 20, 128 << 10).unwrap();
+    sim.drive(&mut st, 0);
+    let mut rng = Rng(0x9E37_79B9);
+    while !sim.flying.is_empty() {
+        let k = rng.below(sim.flying.len());
+        sim.answer(&mut st, 0, k, Ok(()));
+        sim.drive(&mut st, 0);
+    }
+    let mut done: Vec<u32> = sim.done.iter().map(|d| d.io).collect();
+    done.sort_unstable();
+    assert_eq!(done, [1, 2, 3]);
+    assert!(sim.done.iter().all(|d| d.result.is_ok()));
+    assert!((0..256 << 10).all(|v| sim.bufs[&1][v as usize] == sim.volume_byte(v)));
+    assert!((0..128 << 10).all(|i| sim.bufs[&3][i as usize] == sim.volume_byte((1 << 20) + i)));
+    assert!(data.iter().enumerate().all(|(i, &b)| sim.volume_byte((512 << 10) + i as u64) == b));
+    assert!(st.is_idle());
+}
+
 /// A tiny deterministic generator for completion orders.
 struct Rng(u64);
 impl Rng {
