@@ -32,6 +32,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use trapeze_host::endpoint::EndpointConfig;
+use trapeze_host::iface::layout::LinkCounter;
 use trapeze_node::gms::{GmsPort, CACHE_PAGES};
 use trapeze_node::host::DEFAULT_REGION_BASE;
 use trapeze_node::rpc::FRAME_BYTES;
@@ -450,6 +451,8 @@ impl Daemon {
         let mut s = stat(&self.port, &self.live, &self.control, &self.stats, self.opts.node, self.started);
         self.port.publish_link_stats();
         s.nic = nic_counters(&self.nic);
+        let link = trapeze_vnic::nic::link_stats(&self.nic);
+        s.link_refused = LinkCounter::ALL.iter().map(|&c| (c.name().to_string(), link.counter(c))).collect();
         s
     }
 }
@@ -518,6 +521,20 @@ pub fn stat(port: &GmsPort, live: &Peers, control: &Control, ds: &DaemonStats, m
         lru_rejected: port.lru.stats.rejected,
         pages_discarded: port.pages_discarded(),
         unentitled: gs.unentitled(),
+        refused: [
+            ("rejected_gets", gs.rejected_gets),
+            ("rejected_puts", gs.rejected_puts),
+            ("rejected_putdones", gs.rejected_putdones),
+            ("rejected_updates", gs.rejected_updates),
+            ("rejected_removes", gs.rejected_removes),
+            ("rejected_discards", gs.rejected_discards),
+            ("rejected_drops", gs.rejected_drops),
+            ("rejected_heartbeats", gs.rejected_heartbeats),
+        ]
+        .iter()
+        .map(|&(k, v)| (k.to_string(), v))
+        .collect(),
+        link_refused: Vec::new(),
         foreign_rpc: port.rpc.stats().foreign_replies + port.rpc.stats().foreign_requests,
         stale_incarnations: live.stale_incarnations(),
         plan_weights: port.lru.plan().map_or(Vec::new(), |p| {

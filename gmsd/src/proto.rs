@@ -655,6 +655,14 @@ pub struct Stat {
     /// (a member or a replay alternating incarnations: `Liveness::stale_incarnations`).
     #[serde(default)]
     pub stale_incarnations: u64,
+    /// Those GMS messages by kind (`GmsStats`' `rejected_*` counters), every kind, zero
+    /// or not.
+    #[serde(default)]
+    pub refused: Vec<(String, u64)>,
+    /// What the NIC's link refused before GMS saw it, every reason by name, zero or not
+    /// (`LinkCounter`: MAC failures, replays, stale incarnations, forged trailers, ...).
+    #[serde(default)]
+    pub link_refused: Vec<(String, u64)>,
     /// The weights of the global LRU's plan in force, by node id (empty before the first).
     pub plan_weights: Vec<u32>,
     /// Copies this daemon keeps of each page put through it (`--replicas`).

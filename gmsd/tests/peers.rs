@@ -89,8 +89,18 @@ fn a_node_on_another_key_is_named_with_the_fix() {
         t.contains("node 2 was never heard (") && t.contains("claiming to be node 2 failed the cluster key check"),
         "{t}"
     );
+    // Refusals by name: the link's (node 2's packets failed the key check; nothing was
+    // replayed), GMS's by kind.
+    assert!(t.contains("refused by the link before GMS saw them: mac_rejected="), "{t}");
+    assert!(!t.contains("mac_rejected=0 ") && t.contains(" replayed=0 replay_stale_epoch=0 "), "{t}");
+    assert!(
+        t.contains(" trailer_forged=0 ") && t.contains("rejected_updates=0 rejected_removes=0 rejected_discards=0"),
+        "{t}"
+    );
     let json: serde_json::Value = serde_json::from_slice(&gms(&cl.sock(0), &["stat", "--json"]).stdout).expect("JSON");
     assert_eq!(json["nodes"][2]["state"], "never_heard", "{json}");
+    assert_eq!(json["link_refused"][0][0], "mac_rejected", "{json}");
+    assert!(json["link_refused"][0][1].as_u64().unwrap_or(0) > 0, "{json}");
     assert!(json["nodes"][2]["mac_rejected"].as_u64().unwrap_or(0) > 0, "{json}");
 
     // A put needs two copies and has one member: the error names node 2 and the key.

@@ -144,15 +144,26 @@ pub mod ctrl {
     /// by the NIC when it is created (like an adapter's burnt-in address); 0 if unknown.
     /// A host should configure `NODE_ID` to it: the link routes packets by node id.
     pub const NIC_NODE: u32 = 0x0C8;
+    /// device: whether the NIC's link runs under a cluster key (every packet carries a MAC
+    /// and a stamp: `super::LINK_KEYED`) or not (0), published when the NIC is created.
+    pub const LINK_FLAGS: u32 = 0x0CC;
 
     /// fw: counters, [`super::Counter::COUNT`] × u64 (low word first).
     pub const COUNTERS: u32 = 0x100;
+    /// device: the link's counters of packets it refused before the firmware saw them,
+    /// [`super::LinkCounter::COUNT`] × u64 (low word first), counted since the NIC was
+    /// created (a host's reload does not reset them) and published by the NIC whenever
+    /// its processor parks and when it halts: a host reads them current after `HALT`.
+    pub const LINK_COUNTERS: u32 = 0x200;
 }
 
 pub const ENDPOINT_MAGIC: u32 = 0x545A_5045; // "TPZE"
 pub const LAYOUT_VERSION: u32 = 1;
 /// Set in `ctrl::NIC_NODE` when the word holds a node id (bits 0..16).
 pub const NIC_NODE_VALID: u32 = 1 << 31;
+/// Set in `ctrl::LINK_FLAGS` when the NIC's link authenticates every packet under a
+/// cluster key.
+pub const LINK_KEYED: u32 = 1 << 0;
 
 /// Requests to the NIC device in `ctrl::HOST_REQ` (see there for the handshake).
 pub mod host_req {
@@ -387,6 +398,70 @@ impl Counter {
     }
 }
 
+/// The link's refusals, each a u64 at `ctrl::LINK_COUNTERS + 8 * index`, written by the
+/// NIC device (its link, below the firmware), read by hosts: what was dropped on arrival
+/// and why. Names are those of the vNIC's `LinkStats` fields (`trapeze-nic status`).
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LinkCounter {
+    /// Under a key: a missing or wrong MAC tag (a forgery, or a node under another key).
+    MacRejected = 0,
+    /// Under a key: a packet whose stamp was seen before (a replay).
+    Replayed,
+    /// Under a key: a packet of an older incarnation of its source (a replay across a
+    /// restart).
+    ReplayStaleEpoch,
+    /// Under a key: a packet from a source beyond the receive windows the link keeps.
+    ReplayTableFull,
+    /// Under a key: a packet whose trailer (CRC or verdict) was changed on the way.
+    TrailerForged,
+    /// A trailer that did not check (damage, or a packet its sender aborted).
+    CrcErrors,
+    /// Frames that could not be parsed, were for another node or did not fit.
+    BadFrames,
+    /// Frames from an address that is not the node they name.
+    ForeignFrames,
+    /// Packets abandoned with a fragment missing.
+    ReassemblyTimeouts,
+    /// Packets dropped because the link's ready queue was full.
+    RxQueueDrops,
+}
+
+impl LinkCounter {
+    pub const COUNT: usize = 10;
+    pub const ALL: [LinkCounter; Self::COUNT] = [
+        Self::MacRejected,
+        Self::Replayed,
+        Self::ReplayStaleEpoch,
+        Self::ReplayTableFull,
+        Self::TrailerForged,
+        Self::CrcErrors,
+        Self::BadFrames,
+        Self::ForeignFrames,
+        Self::ReassemblyTimeouts,
+        Self::RxQueueDrops,
+    ];
+
+    pub const fn offset(self) -> u32 {
+        CTRL_OFF + ctrl::LINK_COUNTERS + 8 * self as u32
+    }
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::MacRejected => "mac_rejected",
+            Self::Replayed => "replayed",
+            Self::ReplayStaleEpoch => "replay_stale_epoch",
+            Self::ReplayTableFull => "replay_table_full",
+            Self::TrailerForged => "trailer_forged",
+            Self::CrcErrors => "crc_errors",
+            Self::BadFrames => "bad_frames",
+            Self::ForeignFrames => "foreign_frames",
+            Self::ReassemblyTimeouts => "reassembly_timeouts",
+            Self::RxQueueDrops => "rx_queue_drops",
+        }
+    }
+}
+
 /// Absolute offset of a control-block word.
 pub const fn ctrl_word(rel: u32) -> u32 {
     CTRL_OFF + rel
@@ -397,8 +472,9 @@ const _: () = {
     assert!(IMAGE_RAM_OFF == IMAGE_TEXT_OFF + IMAGE_TEXT_BYTES);
     assert!(CTRL_OFF == IMAGE_RAM_OFF + IMAGE_RAM_BYTES);
     assert!(SEND_RING_OFF >= CTRL_OFF + CTRL_BYTES);
-    assert!(ctrl::COUNTERS + 8 * Counter::COUNT as u32 <= CTRL_BYTES);
-    assert!(ctrl::FW_FAULT < ctrl::HOST_REQ_STATUS && ctrl::NIC_NODE < ctrl::COUNTERS);
+    assert!(ctrl::COUNTERS + 8 * Counter::COUNT as u32 <= ctrl::LINK_COUNTERS);
+    assert!(ctrl::LINK_COUNTERS + 8 * LinkCounter::COUNT as u32 <= CTRL_BYTES);
+    assert!(ctrl::FW_FAULT < ctrl::HOST_REQ_STATUS && ctrl::LINK_FLAGS < ctrl::COUNTERS);
     assert!(SEND_RING_ENTRIES.is_power_of_two() && RECV_RING_ENTRIES.is_power_of_two());
     assert!(STAGING_OFF.is_multiple_of(8) && RECV_STAGING_OFF.is_multiple_of(8));
     assert!(RECV_STAGING_OFF + RECV_STAGING_BYTES == ANSWER_OFF);

@@ -28,7 +28,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use trapeze_firmware::hal::{EngineStatus, Engines, HostDir, RxStatus};
-use trapeze_firmware::iface::layout::{CTRL_MSG_BYTES, MAX_MTU_BYTES, NIC_LOCAL_DMA_BASE};
+use trapeze_firmware::iface::layout::{LinkCounter, CTRL_MSG_BYTES, MAX_MTU_BYTES, NIC_LOCAL_DMA_BASE};
+use trapeze_firmware::iface::mem::NicMemory;
 use trapeze_firmware::iface::regs::tx_flags;
 use trapeze_firmware::iface::wire::{self, HEADER_BYTES};
 
@@ -185,8 +186,14 @@ impl SoftEngines {
         &self.wakers
     }
 
+    /// Publish the link's statistics: to the NIC's own status ([`crate::nic::link_stats`])
+    /// and to the hosts, as the control block's link counters (`ctrl::LINK_COUNTERS`).
     pub(crate) fn publish_link_stats(&self) {
-        *self.stats.link.lock().unwrap_or_else(|e| e.into_inner()) = self.link.stats();
+        let s = self.link.stats();
+        for c in LinkCounter::ALL {
+            self.words.store_u64(c.offset(), s.counter(c));
+        }
+        *self.stats.link.lock().unwrap_or_else(|e| e.into_inner()) = s;
     }
 }
 

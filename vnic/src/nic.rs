@@ -25,7 +25,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use trapeze_firmware::fw::Firmware;
 use trapeze_firmware::iface::layout::{
-    ctrl, ctrl_word, Counter, FwState, NIC_MEM_BYTES, NIC_NODE_VALID, SEND_RING_OFF,
+    ctrl, ctrl_word, Counter, FwState, LINK_KEYED, NIC_MEM_BYTES, NIC_NODE_VALID, SEND_RING_OFF,
 };
 use trapeze_firmware::iface::mem::NicMemory;
 
@@ -171,11 +171,14 @@ impl Nic {
     pub fn with_reply_spin(name: &str, link: Link, spin: Duration, reply_spin: Duration) -> anyhow::Result<Nic> {
         let mem = Arc::new(Mapping::create_memfd(&format!("trapeze-nic-{name}"), NIC_MEM_BYTES as usize)?);
         // The node id on the link, for hosts that see only NIC memory (a guest driver).
-        NicMem::new(mem.clone()).store(
-            ctrl_word(ctrl::NIC_NODE),
-            NIC_NODE_VALID | link.node() as u32,
-            Ordering::Release,
+        // And whether its link authenticates (the link counters follow at each park).
+        let words = NicMem::new(mem.clone());
+        words.store(
+            ctrl_word(ctrl::LINK_FLAGS),
+            if link.is_authenticated() { LINK_KEYED } else { 0 },
+            Ordering::Relaxed,
         );
+        words.store(ctrl_word(ctrl::NIC_NODE), NIC_NODE_VALID | link.node() as u32, Ordering::Release);
         let shared = Arc::new(NicShared {
             node: link.node(),
             name: name.into(),
@@ -421,7 +424,11 @@ impl Nic {
                     }
                 }
                 match thread.join() {
-                    Ok(eng) => *cpu = Cpu::Halted(Box::new(eng)),
+                    Ok(eng) => {
+                        // A host reading the link counters after HALT sees them current.
+                        eng.publish_link_stats();
+                        *cpu = Cpu::Halted(Box::new(eng));
+                    }
                     Err(_) => bail!("the NIC processor thread panicked; the NIC must be recreated"),
                 }
             }
@@ -628,6 +635,7 @@ impl InlineNative {
 impl Drop for InlineNative {
     fn drop(&mut self) {
         if let Some(e) = self.eng.take() {
+            e.publish_link_stats();
             *self.nic.cpu.lock().unwrap_or_else(|e| e.into_inner()) = Cpu::Halted(Box::new(e));
             self.nic.mem().store(ctrl_word(ctrl::FW_STATE), FwState::Halted as u32, Ordering::Release);
         }

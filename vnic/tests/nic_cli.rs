@@ -155,7 +155,13 @@ fn a_second_nic_on_a_live_socket_is_refused_and_the_first_still_answers() {
     }
     let out = s.run(&["status", "dup"]);
     assert!(out.status.success(), "status dup: {}", text(&out.stderr));
-    assert!(text(&out.stdout).starts_with("NIC dup "), "status names the NIC: {}", text(&out.stdout));
+    let shown = text(&out.stdout);
+    assert!(shown.starts_with("NIC dup "), "status names the NIC: {shown}");
+    // What the link refused, each by name (zero or not): replays, stale incarnations,
+    // forged trailers, MAC failures, the rest.
+    for c in trapeze_firmware::iface::layout::LinkCounter::ALL {
+        assert!(shown.contains(&format!("\n    {} ", c.name())), "status shows {}: {shown}", c.name());
+    }
 }
 
 #[test]

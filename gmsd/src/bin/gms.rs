@@ -290,9 +290,17 @@ fn table(s: &Stat) -> String {
     }
     o += &format!(
         "  refused from senders not entitled: GMS messages {}, NetRPC replies/requests {}; old-incarnation \
-         heartbeats {}\n\n",
+         heartbeats {}\n",
         s.unentitled, s.foreign_rpc, s.stale_incarnations
     );
+    let named = |v: &[(String, u64)]| v.iter().map(|(k, n)| format!("{k}={n}")).collect::<Vec<_>>().join(" ");
+    if !s.refused.is_empty() {
+        o += &format!("    GMS messages by kind: {}\n", named(&s.refused));
+    }
+    if !s.link_refused.is_empty() {
+        o += &format!("  refused by the link before GMS saw them: {}\n", named(&s.link_refused));
+    }
+    o += "\n";
     o += "  getpage                       samples    p50 µs     p99 µs     max µs\n";
     o += &hist_line("request to answer, all", &s.get_latency);
     o += &hist_line("  GMS operation, 2-way", &s.get_latency_2way);

@@ -6,7 +6,7 @@ use super::shared::{Device, Shared, BOUND, SENDS_TIMEOUT_MS};
 use crate::stats::{SliceWriter, STATS};
 use crate::sys;
 use crate::sys::work::Worked;
-use crate::tpz::iface::layout::{ctrl, ctrl_word, host_req, Counter, FwState};
+use crate::tpz::iface::layout::{ctrl, ctrl_word, host_req, Counter, FwState, LinkCounter, LINK_KEYED};
 use crate::tpz::iface::mem::NicMemory;
 use core::fmt::Write;
 use core::sync::atomic::Ordering;
@@ -178,6 +178,7 @@ impl Shared {
             }
         });
         pr_info!("node {} driver counters:{}\n", self.node, w.as_str());
+        self.log_link_counters();
         let core = self.core.lock();
         let (r, g) = (core.rpc.stats(), core.node.stats());
         pr_info!(
@@ -185,6 +186,31 @@ impl Shared {
             self.node, r.calls, r.requests_served, r.replies, r.timeouts, r.deferred,
             r.foreign_replies + r.foreign_requests, g.puts, g.puts_stored, g.gets, g.hits_2way, g.hits_3way, g.misses,
             g.pages_stored, g.puts_refused, core.node.held_count(), g.unentitled(), g.reregistered
+        );
+        pr_info!(
+            "node {} gms refused from senders not entitled: rejected_gets={} rejected_puts={} rejected_putdones={} rejected_updates={} rejected_removes={} rejected_discards={} rejected_drops={} rejected_heartbeats={}\n",
+            self.node, g.rejected_gets, g.rejected_puts, g.rejected_putdones, g.rejected_updates, g.rejected_removes,
+            g.rejected_discards, g.rejected_drops, g.rejected_heartbeats
+        );
+    }
+
+    /// The link's refusals, every one by name, zero or not (the NIC device publishes them
+    /// in the control block, current after the HALT that came before): replays, stale
+    /// incarnations, forged trailers and MAC failures never reach the firmware, so the
+    /// firmware's counters cannot show them. Counted since the NIC was created.
+    #[inline(never)]
+    fn log_link_counters(&self) {
+        let mut buf = [0u8; 384];
+        let mut w = SliceWriter::new(&mut buf);
+        for c in LinkCounter::ALL {
+            let _ = write!(w, " {}={}", c.name(), self.ctl.load_u64(c.offset()));
+        }
+        let keyed = self.ctl.load_relaxed(ctrl_word(ctrl::LINK_FLAGS)) & LINK_KEYED != 0;
+        pr_info!(
+            "node {} link ({}) refused:{}\n",
+            self.node,
+            if keyed { "keyed" } else { "no cluster key" },
+            w.as_str()
         );
     }
 }

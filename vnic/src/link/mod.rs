@@ -104,6 +104,7 @@ use std::time::Instant;
 use crate::key::ClusterKey;
 use mac::LinkMac;
 use reassembly::Reassembler;
+use trapeze_firmware::iface::layout::LinkCounter;
 
 /// Bytes of the CRC-32 trailer the link appends to every packet.
 pub const TRAILER_BYTES: usize = 4;
@@ -175,6 +176,25 @@ pub struct LinkStats {
     /// Frames dropped because the wire-delay line already held
     /// [`faults::DELAY_LINE_FRAMES`] (a sender outrunning its modelled wire).
     pub delay_line_drops: u64,
+}
+
+impl LinkStats {
+    /// The count a host reads as `c` among the control block's link counters
+    /// (`ctrl::LINK_COUNTERS`, named as this struct's fields).
+    pub fn counter(&self, c: LinkCounter) -> u64 {
+        match c {
+            LinkCounter::MacRejected => self.mac_rejected,
+            LinkCounter::Replayed => self.replayed,
+            LinkCounter::ReplayStaleEpoch => self.replay_stale_epoch,
+            LinkCounter::ReplayTableFull => self.replay_table_full,
+            LinkCounter::TrailerForged => self.trailer_forged,
+            LinkCounter::CrcErrors => self.crc_errors,
+            LinkCounter::BadFrames => self.bad_frames,
+            LinkCounter::ForeignFrames => self.foreign_frames,
+            LinkCounter::ReassemblyTimeouts => self.reassembly_timeouts,
+            LinkCounter::RxQueueDrops => self.rx_queue_drops,
+        }
+    }
 }
 
 /// A packet delivered by [`Link::poll_packet`]. If the caller's buffer was too small,

@@ -272,3 +272,29 @@ fn a_udp_look_receives_ahead_and_keeps_the_lent_frame() {
     let s = b.stats();
     assert_eq!((s.packets_received, s.crc_errors, s.frames_received), (2, 0, 2));
 }
+
+#[test]
+fn the_control_blocks_link_counters_are_the_stats_fields_of_their_names() {
+    let mut s = LinkStats::default();
+    let fields = [
+        &mut s.mac_rejected,
+        &mut s.replayed,
+        &mut s.replay_stale_epoch,
+        &mut s.replay_table_full,
+        &mut s.trailer_forged,
+        &mut s.crc_errors,
+        &mut s.bad_frames,
+        &mut s.foreign_frames,
+        &mut s.reassembly_timeouts,
+        &mut s.rx_queue_drops,
+    ];
+    for (i, f) in fields.into_iter().enumerate() {
+        *f = 100 + i as u64;
+    }
+    let json = serde_json::to_value(s).unwrap();
+    let mut seen = std::collections::BTreeSet::new();
+    for c in LinkCounter::ALL {
+        assert_eq!(json[c.name()].as_u64(), Some(s.counter(c)), "{c:?} is the field {}", c.name());
+        assert!(seen.insert(s.counter(c)), "{c:?} reads a field another counter reads too");
+    }
+}

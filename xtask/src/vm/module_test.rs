@@ -8,10 +8,11 @@
 //! byte. Then NetRPC echo calls to node 0 and GMS put/get between the guests (guest 1 also
 //! checks `/dev/gms0` on GMS), and an unload with calls and getpages in flight. It passes
 //! when each guest's console shows the endpoint up, its side of the ping and of the later
-//! phases, a clean `rmmod` (NIC halted, frames freed), the script's status 0, no
-//! oops/BUG/WARNING, and a clean power-off.
+//! phases, a clean `rmmod` (NIC halted, frames freed) whose link line names every refusal
+//! of the link (MAC failures, replays, stale incarnations, forged trailers, …; none under
+//! the run's key), the script's status 0, no oops/BUG/WARNING, and a clean power-off.
 
-use super::report::{rpc_phase_ok, yes_no, Mode};
+use super::report::{link_line_ok, rpc_phase_ok, yes_no, Mode};
 use super::session::{Common, Prepared, Setup};
 
 /// The guests' script, relative to the workspace root.
@@ -40,6 +41,9 @@ pub(super) fn run(a: ModuleTestArgs) -> anyhow::Result<()> {
         // with requests in flight.
         let (rpc_ok, rpc) = rpc_phase_ok(g.console, g.idx);
         eprintln!("guest {}: netrpc/gms phase: {rpc}", g.idx);
+        // The unload names every refusal of the link, keyed as the run asked.
+        let (link_ok, link) = link_line_ok(g.console, !a.common.no_key);
+        eprintln!("guest {}: {} {link}", g.idx, if link_ok { "link line:" } else { "LINK LINE WRONG:" });
         let r = &g.report;
         let what = format!(
             "trapeze.ko up: {}; {}: {}; rmmod clean: {}; script status 0: {}; kernel quiet: {}",
@@ -50,7 +54,7 @@ pub(super) fn run(a: ModuleTestArgs) -> anyhow::Result<()> {
             yes_no(r.script_ok),
             yes_no(!r.kernel_trouble),
         );
-        (r.ok(Mode::ModuleTest) && rpc_ok, what)
+        (r.ok(Mode::ModuleTest) && rpc_ok && link_ok, what)
     });
     s.finish(all_off, timeout, &failures, "module test", "module test passed")
 }

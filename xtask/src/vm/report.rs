@@ -224,6 +224,35 @@ impl GuestReport {
     }
 }
 
+/// The unload's link line of a guest (`node N link (keyed) refused: mac_rejected=0 …`,
+/// kernel-crate `driver/remove.rs`): whether it names every refusal of the link
+/// (`LinkCounter`), says the link was keyed as the run asked (`keyed`), and, under a key,
+/// counts no refusal an honest cluster cannot cause (a MAC failure, a replay, a stale
+/// incarnation, a forged trailer: every member has the key, none restarts its NIC); and
+/// the line itself (or why it is missing).
+pub(super) fn link_line_ok(console: &str, keyed: bool) -> (bool, String) {
+    use trapeze_firmware::iface::layout::LinkCounter;
+    let Some(line) = console.lines().map(printable).find(|l| l.contains(" link (") && l.contains(") refused:")) else {
+        return (false, "no link line at unload".to_string());
+    };
+    let text = line[line.find("node ").unwrap_or(0)..].to_string();
+    let count =
+        |name: &str| text.split_whitespace().find_map(|w| w.strip_prefix(name)?.strip_prefix('=')?.parse::<u64>().ok());
+    let named = LinkCounter::ALL.iter().all(|c| count(c.name()).is_some());
+    let as_asked = text.contains(if keyed { "(keyed)" } else { "(no cluster key)" });
+    let honest = !keyed
+        || [
+            LinkCounter::MacRejected,
+            LinkCounter::Replayed,
+            LinkCounter::ReplayStaleEpoch,
+            LinkCounter::ReplayTableFull,
+            LinkCounter::TrailerForged,
+        ]
+        .iter()
+        .all(|c| count(c.name()) == Some(0));
+    (named && as_asked && honest, text)
+}
+
 /// A console line without terminal escape sequences (the BIOS clears the screen) and
 /// other control characters.
 pub(super) fn printable(line: &str) -> String {
@@ -289,6 +318,25 @@ mod tests {
         assert_eq!(ctx[0], "before 8");
         assert_eq!(ctx[12], "BUG: unable to handle page fault");
         assert_eq!(ctx[14], " ? frame0+0x10");
+    }
+
+    #[test]
+    fn the_link_line_names_every_refusal_keyed_as_asked() {
+        let all = "mac_rejected=0 replayed=0 replay_stale_epoch=0 replay_table_full=0 trailer_forged=0 \
+                   crc_errors=0 bad_frames=3 foreign_frames=0 reassembly_timeouts=0 rx_queue_drops=0";
+        let keyed = format!("[   9.1] trapeze: node 1 link (keyed) refused: {all}\r\n");
+        let (ok, line) = link_line_ok(&keyed, true);
+        assert!(ok, "{line}");
+        assert!(line.starts_with("node 1 link (keyed)"), "{line}");
+        assert!(!link_line_ok(&keyed, false).0, "keyed, asked for no key");
+        let open = keyed.replace("(keyed)", "(no cluster key)").replace("replayed=0", "replayed=2");
+        assert!(link_line_ok(&open, false).0, "without a key nothing is refused as a replay, whatever it says");
+        assert!(
+            !link_line_ok(&keyed.replace("replayed=0", "replayed=2"), true).0,
+            "an honest keyed run replays nothing"
+        );
+        assert!(!link_line_ok(&keyed.replace(" trailer_forged=0", ""), true).0, "every name");
+        assert_eq!(link_line_ok("nothing\n", true), (false, "no link line at unload".to_string()));
     }
 
     #[test]
