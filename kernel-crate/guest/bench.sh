@@ -35,8 +35,9 @@
 # and the host fails the bench on any. Then powers off.
 # Lines for the host start with "trapeze-bench:"; each measurement is one
 # "trapeze-bench: result {json}" (raw device), "file-result {json}" or
-# "swap-result {json}" line. With trapeze_bench_mode=replication the guests run one
-# replication session instead (see replication_session).
+# "swap-result {json}" line. With trapeze_bench_mode=replication (repair, mac) the guests
+# run one replication (repair, MAC-cost) session instead (see replication_session,
+# repair_session, mac_session).
 
 say() { echo "trapeze-bench: $*"; }
 k=${trapeze_guest:-0}
@@ -321,6 +322,29 @@ repair_session() {
     exit 0
 }
 [ "${trapeze_bench_mode:-}" = repair ] && repair_session
+
+# The MAC-cost sessions (trapeze_bench_mode=mac): fresh guests whose link the host runs
+# under a cluster key or without one, session by session. Guest 0 measures /dev/gms0 as a
+# raw-device round does (the pattern written, $writes random 4 KiB writes, $reads random
+# 4 KiB reads and sequential reads, every page checked): one "mac-result {json}" line,
+# then the unload's link line ("link: node 0 link (keyed) refused: …"), which says whether
+# the NIC under this guest authenticated its link.
+mac_session() {
+    session_start mac
+    phase_start
+    if out=$(trapeze-blkbench --name gms --write --writes "$writes" --size-mb "$mb" --reads "$reads" --seed "$seed" /dev/gms0 2>&1); then
+        say "mac-result $out"
+    else
+        say "errors: mac: trapeze-blkbench failed: $(echo "$out" | tail -n 2 | tr '\n' ' ')"
+    fi
+    phase_end "mac"
+    rmmod trapeze || say "errors: mac: rmmod trapeze failed"
+    l=$(dmesg | sed -n 's/.*\(node [0-9]* link (.*) refused:.*\)/\1/p' | tail -n 1)
+    say "link: ${l:-no link line at unload}"
+    say "done"
+    exit 0
+}
+[ "${trapeze_bench_mode:-}" = mac ] && mac_session
 
 case "$k" in
 1)

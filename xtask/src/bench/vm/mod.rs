@@ -19,7 +19,9 @@
 //! the runtime directory of `cargo xtask vm`; the results are also appended to
 //! `~/.cache/trapeze/bench/vm.jsonl`.
 //!
-//! Then `replication_cost` (`replication.rs`): fresh guests per session, a writer keeping
+//! Then `mac_cost_vm` (`mac.rs`): fresh guests per session, `/dev/gms0` measured with
+//! the link under a cluster key and without, in interleaved pairs of sessions (A-B-B-A);
+//! and `replication_cost` (`replication.rs`): fresh guests per session, a writer keeping
 //! one copy of each page and then two, in interleaved pairs of sessions.
 //!
 //! The headline is against the fair baseline (`fair.rs`, issue 33): a virtio-blk disk in
@@ -33,6 +35,7 @@
 
 mod fair;
 mod guest_files;
+mod mac;
 mod module_args;
 mod replication;
 mod report;
@@ -62,7 +65,9 @@ pub struct VmBenchArgs {
     /// CPU per page), bytes, reads, file_stream_mb_s, file_mmap_mb_s, swap_secs,
     /// swap_phase_secs, …), then a summary object with the gms/nbd ratios (gms_over_nbd:
     /// rand4k_p50, rand4k_p99, seq_mb_s, swap_time, swap_time_per_mib, file_stream_mb_s,
-    /// file_mmap_mb_s, and swap_phase_time: each phase of the swap workload).
+    /// file_mmap_mb_s, and swap_phase_time: each phase of the swap workload), the link
+    /// MAC's cost (mac_cost_vm, mac_cost_vm_seq, mac_vm; see --mac-pairs) and the
+    /// replication and repair figures.
     #[arg(long)]
     json: bool,
     /// Guests: 0 measures, 1 serves NBD and GMS, the others serve GMS. Two by default: one
@@ -117,6 +122,12 @@ pub struct VmBenchArgs {
     /// `replication_cost`; 0 skips them.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(0..=10))]
     replication_pairs: u32,
+    /// Pairs of MAC sessions (fresh guests like the main run's, their link under a cluster
+    /// key or without one, the order alternating pair by pair: A-B-B-A) for `mac_cost_vm`
+    /// (random 4 KiB read p50 of /dev/gms0, key on over off: the headline) and
+    /// `mac_cost_vm_seq` (sequential read time); 0 skips them.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(0..=10))]
+    mac_pairs: u32,
     /// Size in MiB of the disk the replication sessions write.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=64))]
     replication_mb: u32,
@@ -381,8 +392,38 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
         merge(&mut r, fair::workload_ratios(&work, "gms", "fair"));
         r
     });
+    // What the link MAC costs /dev/gms0: sessions of their own, keyed and not, after the
+    // comparison.
+    let gms_measured = gms_row.is_some() && !ram_backend;
+    let mac = match &gms {
+        Ok(args) => extra_sessions(
+            a.mac_pairs,
+            "MAC",
+            "mac_cost_vm",
+            (!gms_measured).then_some("no GMS disk in this run"),
+            &mut failures,
+            format!(
+                "{} pairs of sessions, /dev/gms0 with the cluster key on and off (A-B-B-A), {} MiB, {} reads",
+                a.mac_pairs, a.disk_mb, a.reads
+            ),
+            || {
+                mac::MacRun {
+                    sessions: &sessions,
+                    pairs: a.mac_pairs,
+                    args,
+                    disk_mb: a.disk_mb,
+                    reads: a.reads,
+                    writes: a.writes,
+                    seed: a.seed,
+                }
+                .run()
+            },
+        ),
+        Err(_) => None,
+    };
     // What a second copy costs the writer: sessions of their own, after the comparison.
-    let replicas = gms_row.is_some() && !ram_backend && params.iter().any(|p| p == "gms_replicas");
+    let replicas = (!(gms_measured && params.iter().any(|p| p == "gms_replicas")))
+        .then_some("no GMS disk with gms_replicas in this run");
     let replication = extra_sessions(
         a.replication_pairs,
         "replication",
@@ -432,7 +473,7 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
         "net_ping": notes.iter().find_map(|n| n.strip_prefix("net: ping ")),
         "note": "TCG guests on a shared 2-core host: compare the ratios, not the absolute figures",
     });
-    for r in [&replication, &repair].into_iter().flatten() {
+    for r in [&mac, &replication, &repair].into_iter().flatten() {
         merge(&mut summary, r.clone());
     }
     let row = |r: &report::Row| {
@@ -486,6 +527,26 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
         fs::write(p, text).with_context(|| format!("writing {}", p.display()))?;
     }
     print_tables(&["nbd", "gms", "fair"]);
+    if let Some(m) = &mac {
+        let r = |k: &str| {
+            let s = &m["mac_vm"][k];
+            format!("{}x [{}-{}]", s["median"], s["p10"], s["p90"])
+        };
+        let us = |side: &str, k: &str| m["mac_vm"][side][k]["median"].as_f64().unwrap_or(f64::NAN);
+        println!(
+            "link MAC in the guests (cluster key on / off, {} pairs of fresh-guest sessions, A-B-B-A): mac_cost_vm {} \
+             (the headline: random 4 KiB read p50 {:.0} / {:.0} us), mac_cost_vm_seq {} (sequential read time; \
+             {:.1} / {:.1} MB/s); 4 KiB write p50 {}",
+            a.mac_pairs,
+            r("rand4k_p50"),
+            us("on", "rand4k_p50_us"),
+            us("off", "rand4k_p50_us"),
+            r("seq_time"),
+            us("on", "seq_mb_s"),
+            us("off", "seq_mb_s"),
+            r("write4k_p50")
+        );
+    }
     if let Some(r) = &replication {
         let us = |side: &str| r["replication"][side]["write4k_p50_us"].as_f64().unwrap_or(f64::NAN);
         let mb = |side: &str| r["replication"][side]["write_mb_s"].as_f64().unwrap_or(f64::NAN);
@@ -527,16 +588,16 @@ fn merge(into: &mut Value, extra: Value) {
     }
 }
 
-/// Append the run's lines to ~/.cache/trapeze/bench/vm.jsonl (best effort).
 /// `n` sessions of fresh guests after the comparison (`run`), measuring `key`: none when
-/// none are asked, when the run's disk keeps no replicas (said), or when the comparison
-/// already failed; a session that fails is one of `failures`, named `what`.
+/// none are asked, when the run lacks what they measure (`missing` says what, printed),
+/// or when the comparison already failed; a session that fails is one of `failures`,
+/// named `what`.
 #[allow(clippy::too_many_arguments)]
 fn extra_sessions(
     n: u32,
     what: &str,
     key: &str,
-    replicas: bool,
+    missing: Option<&str>,
     failures: &mut Vec<String>,
     heading: String,
     run: impl FnOnce() -> anyhow::Result<Value>,
@@ -544,8 +605,8 @@ fn extra_sessions(
     if n == 0 {
         return None;
     }
-    if !replicas {
-        eprintln!("  {key} NOT measured: no GMS disk with gms_replicas in this run");
+    if let Some(m) = missing {
+        eprintln!("  {key} NOT measured: {m}");
         return None;
     }
     if !failures.is_empty() {
@@ -555,6 +616,7 @@ fn extra_sessions(
     run().map_err(|e| failures.push(format!("{what}: {e:#}"))).ok()
 }
 
+/// Append the run's lines to ~/.cache/trapeze/bench/vm.jsonl (best effort).
 fn save(lines: &[Value]) {
     let Some(home) = std::env::var_os("HOME") else {
         return;

@@ -111,21 +111,30 @@ impl Sessions {
         let extra = [format!("gms_replicas={r}"), format!("gms_budget_pages={}", pages * 5 / 4)];
         let args = super::module_args::gms_args(&self.params, guests, self.disk_mb, 0, &extra)
             .map_err(|why| anyhow::anyhow!("{why}"))?;
+        let words = format!(
+            "trapeze_bench_mb={} trapeze_bench_seed={} trapeze_bench_repl_writes={}",
+            self.disk_mb, self.seed, self.writes
+        );
+        self.boot_with(mode, &args, &words, kill_on, false)
+    }
+
+    /// Boot one fresh guest per entry of `args` (its trapeze.ko arguments) in bench mode
+    /// `mode` with the kernel command-line `words`, the link under a fresh cluster key
+    /// unless `no_key`; guest 0's console, once it finished without kernel trouble.
+    pub(super) fn boot_with(
+        &self,
+        mode: &str,
+        args: &[String],
+        words: &str,
+        kill_on: Option<(&'static str, u16)>,
+        no_key: bool,
+    ) -> anyhow::Result<String> {
         let append = args
             .iter()
-            .map(|a| {
-                format!(
-                    "trapeze_bench_mode={mode} trapeze_bench_mb={} trapeze_bench_seed={} \
-                     trapeze_bench_repl_writes={} trapeze_bench_ko={}",
-                    self.disk_mb,
-                    self.seed,
-                    self.writes,
-                    bench_guests::base64_word(a)
-                )
-            })
+            .map(|a| format!("trapeze_bench_mode={mode} {words} trapeze_bench_ko={}", bench_guests::base64_word(a)))
             .collect();
         let outcomes = bench_guests::run(BenchGuests {
-            guests,
+            guests: u16::try_from(args.len())?,
             mem_mib: self.mem_mib,
             bzimage: self.bzimage.clone(),
             modules: self.modules.clone(),
@@ -136,7 +145,7 @@ impl Sessions {
             timeout: Duration::from_secs(600),
             kill_on,
             nic_trace: None,
-            no_key: false,
+            no_key,
             guest0_qemu: Vec::new(),
             cpu_marks: None,
         })?;
