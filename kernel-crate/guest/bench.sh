@@ -5,7 +5,9 @@
 # kernel command line, trapeze_bench_mb (disk size), trapeze_bench_reads,
 # trapeze_bench_seed, trapeze_bench_rounds, trapeze_bench_file_mb (the file of the file
 # phase), trapeze_bench_swap_avail_mb (RAM left to the swap workload),
-# trapeze_bench_swap_rounds (its runs on each device) and
+# trapeze_bench_swap_rounds (its runs on each device), trapeze_bench_large_mb (the large
+# data set: /dev/gms0 and the fair disk are that large, rows gms_large and fair_large; 0 =
+# none) and
 # trapeze_bench_ko (base64 of the insmod arguments of trapeze.ko for this guest; absent =
 # no GMS part).
 #
@@ -17,7 +19,8 @@
 # taking turns (nbd, then gms):
 # 1. raw device: trapeze-blkbench for trapeze_bench_rounds rounds on four devices — also
 #    the fair baseline's virtio-blk disk (QEMU's NBD client to qemu-nbd on the host, serial
-#    trapeze-fair) and the null-co floor (serial trapeze-null) — in an order reversed
+#    trapeze-fair), the null-co floor (serial trapeze-null), /dev/gms0's own floor on the
+#    RAM backend (/dev/gmsram0, row ram) and the large data set — in an order reversed
 #    every other round; each round writes the pattern, times trapeze_bench_writes random
 #    4 KiB writes, random 4 KiB and sequential reads with O_DIRECT, every page checked
 #    (not on null-co); "cpu begin/end NAME ROUND" lines around each for the host;
@@ -50,6 +53,7 @@ file_mb=${trapeze_bench_file_mb:-16}
 swap_avail_mb=${trapeze_bench_swap_avail_mb:-16}
 swap_rounds=${trapeze_bench_swap_rounds:-2}
 swap_mb=$((swap_avail_mb * 3 / 2))
+large_mb=${trapeze_bench_large_mb:-0}
 ko_args=
 [ -n "$trapeze_bench_ko" ] && ko_args=$(echo "$trapeze_bench_ko" | base64 -d)
 export LD_LIBRARY_PATH=/lib/x86_64-linux-gnu:/usr/lib/x86_64-linux-gnu
@@ -76,15 +80,15 @@ load_trapeze() {
 # "cpu end" lines (the 0.1 s pause lets it see the first before the work starts). Prints
 # the result line, with its round, or the error.
 measure() {
-    name=$1 dev=$2 round=$3
+    name=$1 dev=$2 round=$3 size=${4:-$mb}
     nv=
     [ "$name" = null ] && nv=--no-verify
-    say "$name: round $round: trapeze-blkbench --write --writes $writes --size-mb $mb --reads $reads${nv:+ $nv} on $dev"
+    say "$name: round $round: trapeze-blkbench --write --writes $writes --size-mb $size --reads $reads${nv:+ $nv} on $dev"
     phase_start
     say "cpu begin $name $round"
     sleep 0.1
     # shellcheck disable=SC2086 # $nv is one optional word
-    out=$(trapeze-blkbench --name "$name" --write --writes "$writes" --size-mb "$mb" --reads "$reads" --seed "$seed" $nv "$dev" 2>&1)
+    out=$(trapeze-blkbench --name "$name" --write --writes "$writes" --size-mb "$size" --reads "$reads" --seed "$seed" $nv "$dev" 2>&1)
     rc=$?
     say "cpu end $name $round"
     if [ "$rc" = 0 ]; then
@@ -332,7 +336,12 @@ repair_session() {
 mac_session() {
     session_start mac
     phase_start
-    if out=$(trapeze-blkbench --name gms --write --writes "$writes" --size-mb "$mb" --reads "$reads" --seed "$seed" /dev/gms0 2>&1); then
+    say "cpu begin mac 1"
+    sleep 0.1
+    out=$(trapeze-blkbench --name gms --write --writes "$writes" --size-mb "$mb" --reads "$reads" --seed "$seed" /dev/gms0 2>&1)
+    rc=$?
+    say "cpu end mac 1"
+    if [ "$rc" = 0 ]; then
         say "mac-result $out"
     else
         say "errors: mac: trapeze-blkbench failed: $(echo "$out" | tail -n 2 | tr '\n' ' ')"
@@ -393,14 +402,35 @@ case "$k" in
     say "fair: ${fair:-missing} (QEMU NBD client -> host qemu-nbd), null: ${null:-missing} (null-co)"
     [ -n "$nbd" ] || say "errors: device nbd: /dev/nbd0 not connected"
     [ -n "$gms" ] || say "errors: device gms: no /dev/gms0"
+    devices="gms fair null nbd"
+    # The floor of /dev/gms0: the same block driver on local RAM (/dev/gmsram0, made when
+    # the insmod arguments give gms_disk_mb beside gms_disk_pages).
+    ram=
+    if echo " $ko_args " | grep -q ' gms_disk_mb=' && [ -n "$gms" ]; then
+        t=0
+        while [ ! -b /dev/gmsram0 ] && [ "$t" -lt 50 ]; do sleep 0.1; t=$((t + 1)); done
+        if [ -b /dev/gmsram0 ]; then ram=/dev/gmsram0; else say "errors: device ram: no /dev/gmsram0"; fi
+        devices="$devices ram"
+    fi
+    # The large data set: the first $large_mb MiB of /dev/gms0 and of the fair disk (both
+    # that large), 4x the answer tables' reach, beside the small one ($mb MiB).
+    gms_large= fair_large=
+    if [ "$large_mb" -gt 0 ]; then
+        gms_large=$gms fair_large=$fair
+        devices="$devices gms_large fair_large"
+        say "large data set: $large_mb MiB of $gms and $fair"
+    fi
+    rdevices=$(for d in $devices; do echo "$d"; done | sed -n '1!G;h;$p' | tr '\n' ' ')
     # The devices take turns, round after round, the order reversed every other round
-    # (gms fair null nbd, nbd null fair gms: A-B-B-A over pairs of rounds).
+    # (gms fair null nbd …, … nbd null fair gms: A-B-B-A over pairs of rounds).
     r=1
     while [ "$r" -le "$rounds" ]; do
-        if [ $((r % 2)) -eq 1 ]; then order="gms fair null nbd"; else order="nbd null fair gms"; fi
+        if [ $((r % 2)) -eq 1 ]; then order=$devices; else order=$rdevices; fi
         for d in $order; do
             eval "dev=\$$d"
-            [ -n "$dev" ] && measure "$d" "$dev" "$r"
+            size=$mb
+            case "$d" in *_large) size=$large_mb ;; esac
+            [ -n "$dev" ] && measure "$d" "$dev" "$r" "$size"
         done
         r=$((r + 1))
     done

@@ -74,7 +74,7 @@ param_table!(PARAMS: 5 = [
 ]);
 
 modinfo!(T_DISK_MB, "parmtype=gms_disk_mb:int\0");
-modinfo!(P_DISK_MB, "parm=gms_disk_mb:size of /dev/gms0 in MiB, RAM backend (default 0: no disk)\0");
+modinfo!(P_DISK_MB, "parm=gms_disk_mb:size of /dev/gms0 in MiB, RAM backend (default 0: no disk; /dev/gmsram0 beside a gms_disk_pages disk)\0");
 modinfo!(T_TIMEOUT, "parmtype=gms_disk_timeout_ms:int\0");
 modinfo!(P_TIMEOUT, "parm=gms_disk_timeout_ms:requests pending longer fail (default 30000)\0");
 modinfo!(T_FAIL, "parmtype=gms_ram_fail_page:int\0");
@@ -266,11 +266,15 @@ pub(crate) struct GmsDisk {
     /// `Some` until dropped.
     disk: Option<Disk<BlkDriver>>,
     pages: u64,
+    /// `gms0` (or `gmsram0`, a RAM disk beside a GMS one), for the log.
+    name: &'static str,
 }
 
 impl GmsDisk {
-    /// Add `/dev/gms0` with `pages` 4 KiB pages served by `backend` (process context).
-    pub(crate) fn new(pages: u64, backend: Arc<dyn PageBackend>) -> Result<Self> {
+    /// Add `/dev/NAME` (`gms0`) with `pages` 4 KiB pages served by `backend` (process
+    /// context).
+    pub(crate) fn new(disk_name: &'static core::ffi::CStr, pages: u64, backend: Arc<dyn PageBackend>) -> Result<Self> {
+        let name = disk_name.to_str().unwrap_or("gms");
         if pages == 0 || pages > MAX_GMS_DISK_MB.max(MAX_DISK_MB) * 1024 * 1024 / PAGE_BYTES as u64 {
             return Err(EINVAL);
         }
@@ -282,7 +286,7 @@ impl GmsDisk {
             }
         };
         let cfg = Config {
-            name: c"gms0",
+            name: disk_name,
             capacity_bytes: pages * PAGE_BYTES as u64,
             block_bytes: PAGE_BYTES as u32,
             max_request_bytes: MAX_REQUEST_BYTES,
@@ -290,23 +294,23 @@ impl GmsDisk {
             timeout_ms,
         };
         let disk = Disk::new(&cfg, BlkDriver { backend, pages })?;
-        pr_info!("gms0: {} MiB disk ({pages} pages of 4 KiB), timeout {timeout_ms} ms\n", pages / 256);
-        Ok(Self { disk: Some(disk), pages })
+        pr_info!("{name}: {} MiB disk ({pages} pages of 4 KiB), timeout {timeout_ms} ms\n", pages / 256);
+        Ok(Self { disk: Some(disk), pages, name })
     }
 }
 
 impl Drop for GmsDisk {
     fn drop(&mut self) {
-        pr_info!("gms0: removing the disk ({} pages)\n", self.pages);
+        pr_info!("{}: removing the disk ({} pages)\n", self.name, self.pages);
         // del_gendisk (waits for requests in flight), backend, tag set.
         drop(self.disk.take());
         let mut buf = [0u8; 256];
         let mut w = SliceWriter::new(&mut buf);
         let _ = STATS.write_to(&mut w);
         let mut text = w.as_str().lines();
-        pr_info!("gms0: removed (no request left in flight)\n");
+        pr_info!("{}: removed (no request left in flight)\n", self.name);
         for line in text.by_ref() {
-            pr_info!("gms0: {line}\n");
+            pr_info!("{}: {line}\n", self.name);
         }
     }
 }

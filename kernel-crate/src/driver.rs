@@ -35,6 +35,12 @@ mod remove;
 mod shared;
 
 pub(crate) use params::{check as check_params, gms_fail_ms, NODE};
+
+/// Whether `gms_disk_pages=` asks for `/dev/gms0` on GMS (a RAM disk beside it is then
+/// `/dev/gmsram0`).
+pub(crate) fn gms_disk_asked() -> bool {
+    params::GMS_DISK_PAGES.get() > 0
+}
 pub(crate) use shared::{BOUND, IDS};
 
 use crate::gms_backend::DiskCore;

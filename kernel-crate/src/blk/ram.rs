@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-2.0-only
-//! The RAM backend of `/dev/gms0`: every page in one vmalloc'd store allocated at load
+//! The RAM backend of `/dev/gms0` (or `/dev/gmsram0` beside a GMS disk): every page in one vmalloc'd store allocated at load
 //! (`gms_disk_mb` is its budget), so the block device can be tested on its own. It
 //! completes every page inside `read`/`write`, except two fault injections for tests:
 //! `gms_ram_fail_page=P` fails every read and write of disk page P, `gms_ram_stall_page=S`
@@ -16,7 +16,10 @@ use kernel::{
 };
 
 /// `gms_disk_mb` > 0: `/dev/gms0` of that size on a [`RamBackend`] (with the fault
-/// injection parameters); 0: none.
+/// injection parameters); 0: none. With `gms_disk_pages` > 0 too, `/dev/gms0` is the GMS
+/// disk and this one is `/dev/gmsram0`: the same block driver over local RAM, the floor
+/// a benchmark measures beside it (`cargo xtask bench vm`'s `ram` row). The two disks
+/// share `gms_disk_stats`.
 pub(crate) fn disk_from_params() -> Result<Option<GmsDisk>> {
     let mb = DISK_MB.get();
     if mb == 0 {
@@ -30,7 +33,8 @@ pub(crate) fn disk_from_params() -> Result<Option<GmsDisk>> {
     let page_param = |v: i32| u64::try_from(v).ok();
     let backend = RamBackend::new(pages, page_param(RAM_FAIL_PAGE.get()), page_param(RAM_STALL_PAGE.get()))?;
     let backend: Arc<dyn PageBackend> = Arc::new(backend, GFP_KERNEL)?;
-    GmsDisk::new(pages, backend).map(Some)
+    let name = if crate::driver::gms_disk_asked() { c"gmsram0" } else { c"gms0" };
+    GmsDisk::new(name, pages, backend).map(Some)
 }
 
 /// Disk pages in RAM.

@@ -290,7 +290,7 @@ impl Shared {
             );
         }
         let backend: Arc<dyn crate::blk::PageBackend> = Arc::new(GmsBackend(this.clone()), GFP_KERNEL)?;
-        let disk = crate::blk::GmsDisk::new(pages, backend);
+        let disk = crate::blk::GmsDisk::new(c"gms0", pages, backend);
         if disk.is_err() {
             self.core.lock().client = None;
         }

@@ -138,7 +138,8 @@ pub(super) static GMS_BUDGET_MB: IntParam = IntParam::new(0);
 /// 16384).
 pub(super) static GMS_DIR_PAGES: IntParam = IntParam::new(0);
 /// `gms_disk_pages=`: if > 0 (and `gms_nodes=` lists another member), `/dev/gms0` with
-/// that many 4 KiB pages on the GMS backend (needs `gms_disk_mb=0`: one disk per module).
+/// that many 4 KiB pages on the GMS backend (with `gms_disk_mb=` too, the RAM disk is
+/// `/dev/gmsram0` beside it).
 pub(super) static GMS_DISK_PAGES: IntParam = IntParam::new(0);
 /// `gms_disk_readahead=`: pages `/dev/gms0` reads ahead once two reads in a row were of
 /// consecutive pages (0..=32; 0, the default: off; `gms::store::ahead`).

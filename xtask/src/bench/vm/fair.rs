@@ -14,11 +14,17 @@
 //! - **gms**: `/dev/gms0`. Host processes: every guest's QEMU and NIC.
 //! - **nbd**: Linux's NBD client in guest 0 over virtio-net to `nbd-server` in guest 1 (the
 //!   secondary row). Host processes: the two guests' QEMUs.
+//! - **ram**: `/dev/gms0`'s own floor, `/dev/gmsram0` in guest 0 (trapeze.ko's block
+//!   driver on local RAM, made beside the GMS disk by `gms_disk_mb`): `gms_over_ram`.
+//!   Host processes: guest 0's QEMU.
+//! - **gms_large**, **fair_large**: the large data set, the first `--large-mb` MiB of
+//!   `/dev/gms0` and of the fair disk (both that large; 4x the answer tables' reach by
+//!   default): `gms_over_fair_nbd_large`, and `gms_large_over_small` (gms_large / gms).
 //!
-//! Every round measures the four devices, in the order gms fair null nbd in odd rounds and
-//! the reverse in even ones (A-B-B-A over pairs of rounds); each round writes the pattern,
-//! times random 4 KiB writes, random 4 KiB reads and sequential reads (`trapeze-blkbench`).
-//! The host reads each process's CPU time at the edges of every device's phase
+//! Every round measures every device, in the order gms fair null nbd (ram gms_large
+//! fair_large) in odd rounds and the reverse in even ones (A-B-B-A over pairs of rounds);
+//! each round writes the pattern, times random 4 KiB writes, random 4 KiB reads and
+//! sequential reads (`trapeze-blkbench`). The host reads each process's CPU time at the edges of every device's phase
 //! ([`crate::vm::cpu_marks`]) and divides by the bytes the phase moved: `cpu_per_gib`.
 //! Ratios gms/fair are taken per round and reported as median, p10 and p90.
 
@@ -34,8 +40,23 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// The devices of the raw-device phase, in the order of odd rounds.
+/// The devices of the raw-device phase every run measures, in the order of odd rounds.
 pub(super) const DEVICES: [&str; 4] = ["gms", "fair", "null", "nbd"];
+
+/// The devices of a run, in the order of odd rounds: [`DEVICES`], then `ram` (the floor
+/// of `/dev/gms0`: its block driver on local RAM, `/dev/gmsram0`) if `ram`, then the large
+/// data set (`gms_large`, `fair_large`: the first `--large-mb` MiB of `/dev/gms0` and of
+/// the fair disk) if `large`.
+pub(super) fn devices(ram: bool, large: bool) -> Vec<&'static str> {
+    let mut d = DEVICES.to_vec();
+    if ram {
+        d.push("ram");
+    }
+    if large {
+        d.extend(["gms_large", "fair_large"]);
+    }
+    d
+}
 /// The iothreads' adaptive polling limit (QEMU's default on Linux, said explicitly).
 const POLL_MAX_NS: u32 = 32_768;
 
@@ -130,9 +151,9 @@ pub(super) fn guest0_disks(port: u16, disk_mb: u32) -> Vec<String> {
 /// The host processes (labels of [`crate::vm::cpu_marks`]) that serve `device`'s requests.
 pub(super) fn path_processes(device: &str, guests: u16) -> Vec<String> {
     match device {
-        "gms" => (0..guests).flat_map(|k| [format!("qemu{k}"), format!("nic{k}")]).collect(),
-        "fair" => vec!["qemu0".into(), "qemu-nbd".into()],
-        "null" => vec!["qemu0".into()],
+        "gms" | "gms_large" => (0..guests).flat_map(|k| [format!("qemu{k}"), format!("nic{k}")]).collect(),
+        "fair" | "fair_large" => vec!["qemu0".into(), "qemu-nbd".into()],
+        "null" | "ram" => vec!["qemu0".into()],
         "nbd" => vec!["qemu0".into(), "qemu1".into()],
         _ => Vec::new(),
     }
@@ -288,6 +309,8 @@ pub(super) fn workload_ratios(w: &Workloads, a: &str, b: &str) -> Value {
 
 /// Everything of the raw-device phase: rows and CPU per round and device.
 pub(super) struct Fair {
+    /// The run's devices ([`devices`]).
+    pub devices: Vec<&'static str>,
     pub rows: Vec<RoundRow>,
     pub cpu: Vec<(String, u32, CpuUse)>,
     pub rounds: u32,
@@ -297,6 +320,7 @@ pub(super) struct Fair {
 impl Fair {
     /// Pair every (device, round) with its CPU; a missing row or mark is an error, named.
     pub(super) fn build(
+        devices: Vec<&'static str>,
         rows: Vec<RoundRow>,
         marks: &[CpuMark],
         rounds: u32,
@@ -305,7 +329,7 @@ impl Fair {
     ) -> Result<Fair, Vec<String>> {
         let mut missing = Vec::new();
         let mut cpu = Vec::new();
-        for d in DEVICES {
+        for &d in &devices {
             for r in 1..=rounds {
                 match rows.iter().find(|x| x.device == d && x.round == r) {
                     None => missing.push(format!("{d}: no raw-device result in round {r}")),
@@ -317,7 +341,7 @@ impl Fair {
             }
         }
         if missing.is_empty() {
-            Ok(Fair { rows, cpu, rounds, guests })
+            Ok(Fair { devices, rows, cpu, rounds, guests })
         } else {
             Err(missing)
         }
@@ -374,10 +398,10 @@ impl Fair {
         println!(
             "raw device, {} rounds interleaved (odd: {}, even: reversed); medians [p10-p90]:",
             self.rounds,
-            DEVICES.join(" ")
+            self.devices.join(" ")
         );
         println!(
-            "{:<5} {:>22} {:>22} {:>20} {:>22} {:>20} {:>22} {:>6}",
+            "{:<10} {:>22} {:>22} {:>20} {:>22} {:>20} {:>22} {:>6}",
             "dev",
             "rand 4k p50 us",
             "rand 4k p99 us",
@@ -387,14 +411,14 @@ impl Fair {
             "host CPU s/GiB",
             "procs"
         );
-        for d in DEVICES {
+        for &d in &self.devices {
             let j = self.device_json(d);
             let c = |k: &str| {
                 let s = &j[k];
                 format!("{} [{}-{}]", num(&s["median"]), num(&s["p10"]), num(&s["p90"]))
             };
             println!(
-                "{:<5} {:>22} {:>22} {:>20} {:>22} {:>20} {:>22} {:>6}",
+                "{:<10} {:>22} {:>22} {:>20} {:>22} {:>20} {:>22} {:>6}",
                 d,
                 c("rand4k_p50"),
                 c("rand4k_p99"),
@@ -405,17 +429,16 @@ impl Fair {
                 j["host_processes"]
             );
         }
-        let each: Vec<String> = KEYS
-            .iter()
-            .map(|(k, _)| *k)
-            .chain(["cpu_per_gib", "file_write_mb_s", "file_stream_mb_s", "file_mmap_mb_s", "swap_time"])
-            .filter(|k| ratios.get(k).is_some())
-            .map(|k| {
-                let s = &ratios[k];
-                format!("{k} {}x [{}-{}]", num(&s["median"]), num(&s["p10"]), num(&s["p90"]))
-            })
-            .collect();
-        println!("gms / fair NBD (QEMU's NBD client to qemu-nbd on /dev/shm), per round: {}", each.join(", "));
+        println!("gms / fair NBD (QEMU's NBD client to qemu-nbd on /dev/shm), per round: {}", ratio_list(ratios));
+        for (a, b, what) in [
+            ("gms", "ram", "gms / ram (its own floor: the same block driver on local RAM, /dev/gmsram0)"),
+            ("gms_large", "fair_large", "large data set, gms / fair NBD"),
+            ("gms_large", "gms", "gms, large data set / small"),
+        ] {
+            if self.devices.contains(&a) && self.devices.contains(&b) {
+                println!("{what}, per round: {}", ratio_list(&self.ratios(a, b)));
+            }
+        }
         println!(
             "  (latency, time and CPU: below 1 is better for gms; MB/s: above 1 is better for gms. Host processes: gms {} \
              ({} guests' QEMU + NIC), fair 2 (guest 0's QEMU, qemu-nbd), null 1, nbd 2 (two guests' QEMU). Each \
@@ -424,6 +447,20 @@ impl Fair {
             self.guests
         );
     }
+}
+
+/// `key median× [p10-p90]` of every ratio `ratios` has, in the table's order.
+fn ratio_list(ratios: &Value) -> String {
+    KEYS.iter()
+        .map(|(k, _)| *k)
+        .chain(["cpu_per_gib", "file_write_mb_s", "file_stream_mb_s", "file_mmap_mb_s", "swap_time"])
+        .filter(|k| ratios.get(k).is_some())
+        .map(|k| {
+            let s = &ratios[k];
+            format!("{k} {}x [{}-{}]", num(&s["median"]), num(&s["p10"]), num(&s["p90"]))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn num(v: &Value) -> String {
@@ -502,6 +539,15 @@ mod tests {
     }
 
     #[test]
+    fn the_floor_and_the_large_set_are_devices_of_their_own_on_the_same_paths() {
+        assert_eq!(devices(false, false), DEVICES);
+        assert_eq!(devices(true, true), ["gms", "fair", "null", "nbd", "ram", "gms_large", "fair_large"]);
+        assert_eq!(path_processes("gms_large", 3), path_processes("gms", 3));
+        assert_eq!(path_processes("fair_large", 2), path_processes("fair", 2));
+        assert_eq!(path_processes("ram", 2), ["qemu0"]);
+    }
+
+    #[test]
     fn percentiles_interpolate() {
         let v = [5.0, 1.0, 3.0, 2.0, 4.0];
         assert_eq!(percentile(&v, 50.0), Some(3.0));
@@ -530,7 +576,7 @@ mod tests {
                 marks.push(mark(Edge::End, d, r, &end));
             }
         }
-        let f = Fair::build(rows.clone(), &marks, 3, 2, 100).unwrap();
+        let f = Fair::build(DEVICES.to_vec(), rows.clone(), &marks, 3, 2, 100).unwrap();
         let r = f.ratios("gms", "fair");
         // gms 200 against fair 100, 200, 300: 2, 1, 0.667.
         assert_eq!(r["rand4k_p50"]["median"].as_f64(), Some(1.0));
@@ -543,10 +589,10 @@ mod tests {
         assert_eq!(j["rand4k_p50"]["median"].as_f64(), Some(200.0));
         // A round without a row or a mark fails, naming it.
         let short: Vec<RoundRow> = rows.iter().filter(|x| !(x.device == "null" && x.round == 2)).cloned().collect();
-        let e = Fair::build(short, &marks, 3, 2, 100).err().unwrap();
+        let e = Fair::build(DEVICES.to_vec(), short, &marks, 3, 2, 100).err().unwrap();
         assert_eq!(e, ["null: no raw-device result in round 2"]);
         let few: Vec<CpuMark> = marks.iter().filter(|m| !(m.phase == "fair" && m.round == 3)).cloned().collect();
-        let e = Fair::build(rows, &few, 3, 2, 100).err().unwrap();
+        let e = Fair::build(DEVICES.to_vec(), rows, &few, 3, 2, 100).err().unwrap();
         assert!(e[0].contains("no cpu begin mark of fair round 3"), "{e:?}");
     }
 }

@@ -19,6 +19,7 @@
 
 use super::fair::spread;
 use super::replication::Sessions;
+use crate::vm::cpu_marks::{CpuMark, Edge};
 use anyhow::{bail, ensure, Context};
 use serde_json::{json, Value};
 
@@ -30,6 +31,34 @@ struct Figures {
     seq_mb_s: f64,
     write4k_p50_us: f64,
     write_mb_s: f64,
+    /// Host CPU seconds of every guest's NIC and of every guest's QEMU over the measured
+    /// phase, and the phase's wall time (the host's clock, between guest 0's marks).
+    nic_cpu_s: f64,
+    qemu_cpu_s: f64,
+    wall_s: f64,
+}
+
+/// Host CPU seconds of the processes whose label starts with `prefix`, over the phase
+/// `mac` round 1 of `marks`; and the phase's wall seconds.
+fn cpu_of(marks: &[CpuMark], prefix: &str, hz: u64) -> anyhow::Result<(f64, f64)> {
+    let find = |edge: Edge| {
+        marks
+            .iter()
+            .find(|m| m.edge == edge && m.phase == "mac" && m.round == 1)
+            .context("a cpu mark of the session is missing")
+    };
+    let (b, e) = (find(Edge::Begin)?, find(Edge::End)?);
+    let mut ticks = 0;
+    for (label, t1) in e.ticks.iter().filter(|(l, _)| l.starts_with(prefix)) {
+        let t0 = b
+            .ticks
+            .iter()
+            .find(|(l, _)| l == label)
+            .map(|x| x.1)
+            .with_context(|| format!("{label} was not running when the phase began"))?;
+        ticks += t1.saturating_sub(t0);
+    }
+    Ok((ticks as f64 / hz as f64, e.at.duration_since(b.at).as_secs_f64()))
 }
 
 /// What the main run measures, for the sessions to measure the same.
@@ -42,6 +71,8 @@ pub(super) struct MacRun<'a> {
     pub reads: u32,
     pub writes: u32,
     pub seed: u64,
+    /// Clock ticks per second of /proc/PID/stat.
+    pub hz: u64,
 }
 
 impl MacRun<'_> {
@@ -56,8 +87,9 @@ impl MacRun<'_> {
                 let what = if keyed { "key on" } else { "key off" };
                 let f = self.session(keyed).with_context(|| format!("MAC pair {p}, {what}"))?;
                 eprintln!(
-                    "  MAC pair {p}, {what}: 4 KiB read p50 {:.0} us, p99 {:.0} us, sequential {:.1} MB/s",
-                    f.p50_us, f.p99_us, f.seq_mb_s
+                    "  MAC pair {p}, {what}: 4 KiB read p50 {:.0} us, p99 {:.0} us, sequential {:.1} MB/s; \
+                     host CPU: NICs {:.2} s, QEMUs {:.2} s in {:.2} s",
+                    f.p50_us, f.p99_us, f.seq_mb_s, f.nic_cpu_s, f.qemu_cpu_s, f.wall_s
                 );
                 got[usize::from(!keyed)] = Some(f);
             }
@@ -73,8 +105,11 @@ impl MacRun<'_> {
             "trapeze_bench_mb={} trapeze_bench_seed={} trapeze_bench_reads={} trapeze_bench_writes={}",
             self.disk_mb, self.seed, self.reads, self.writes
         );
-        let console = self.sessions.boot_with("mac", self.args, &words, None, !keyed)?;
-        parse(&console, keyed)
+        let (console, marks) = self.sessions.boot_with("mac", self.args, &words, None, !keyed, true)?;
+        let mut f = parse(&console, keyed)?;
+        (f.nic_cpu_s, f.wall_s) = cpu_of(&marks, "nic", self.hz)?;
+        f.qemu_cpu_s = cpu_of(&marks, "qemu", self.hz)?.0;
+        Ok(f)
     }
 }
 
@@ -101,6 +136,9 @@ fn parse(console: &str, keyed: bool) -> anyhow::Result<Figures> {
         seq_mb_s: f("seq_mb_s")?,
         write4k_p50_us: f("write4k_p50_us")?,
         write_mb_s: f("write_mb_s")?,
+        nic_cpu_s: 0.0,
+        qemu_cpu_s: 0.0,
+        wall_s: 0.0,
     })
 }
 
@@ -117,6 +155,9 @@ fn summarize(pairs: &[(Figures, Figures)], disk_mb: u32, reads: u32) -> Value {
             "seq_mb_s": each(|f| f.seq_mb_s),
             "write4k_p50_us": each(|f| f.write4k_p50_us),
             "write_mb_s": each(|f| f.write_mb_s),
+            "nic_cpu_s": each(|f| f.nic_cpu_s),
+            "qemu_cpu_s": each(|f| f.qemu_cpu_s),
+            "phase_secs": each(|f| f.wall_s),
         })
     };
     json!({
@@ -128,6 +169,7 @@ fn summarize(pairs: &[(Figures, Figures)], disk_mb: u32, reads: u32) -> Value {
             "rand4k_p99": ratios(|(on, off)| on.p99_us / off.p99_us),
             "seq_time": seq,
             "write4k_p50": ratios(|(on, off)| on.write4k_p50_us / off.write4k_p50_us),
+            "nic_cpu_per_sec": ratios(|(on, off)| (on.nic_cpu_s / on.wall_s) / (off.nic_cpu_s / off.wall_s)),
             "pairs": pairs.len(),
             "order": "fresh guests per session, pairs alternating on-off, off-on (A-B-B-A)",
             "disk_mb": disk_mb,
@@ -159,6 +201,22 @@ mod tests {
     }
 
     #[test]
+    fn the_sessions_cpu_is_summed_by_process_kind_between_its_marks() {
+        let at = std::time::Instant::now();
+        let mark = |edge, secs: u64, t: [u64; 4]| CpuMark {
+            edge,
+            phase: "mac".into(),
+            round: 1,
+            at: at + std::time::Duration::from_secs(secs),
+            ticks: ["qemu0", "nic0", "qemu1", "nic1"].iter().zip(t).map(|(l, t)| (l.to_string(), t)).collect(),
+        };
+        let marks = [mark(Edge::Begin, 0, [100, 10, 50, 5]), mark(Edge::End, 2, [300, 60, 150, 105])];
+        assert_eq!(cpu_of(&marks, "nic", 100).unwrap(), (1.5, 2.0));
+        assert_eq!(cpu_of(&marks, "qemu", 100).unwrap().0, 3.0);
+        assert!(cpu_of(&marks[..1], "nic", 100).is_err(), "a missing mark is an error");
+    }
+
+    #[test]
     fn the_cost_is_the_median_of_the_pairs_ratios() {
         let f = |p50: f64, mb: f64| Figures {
             p50_us: p50,
@@ -166,6 +224,9 @@ mod tests {
             seq_mb_s: mb,
             write4k_p50_us: 3.0 * p50,
             write_mb_s: mb / 2.0,
+            nic_cpu_s: 1.0,
+            qemu_cpu_s: 2.0,
+            wall_s: 4.0,
         };
         let pairs =
             [(f(110.0, 40.0), f(100.0, 50.0)), (f(120.0, 45.0), f(100.0, 45.0)), (f(100.0, 50.0), f(100.0, 50.0))];

@@ -80,6 +80,13 @@ pub struct VmBenchArgs {
     /// workload must fit in it.
     #[arg(long, default_value_t = 48, value_parser = clap::value_parser!(u32).range(1..=1024))]
     disk_mb: u32,
+    /// The large data set in MiB (0: none): `/dev/gms0` and the fair disk are this large,
+    /// and each round also measures their first `--large-mb` MiB (rows gms_large and
+    /// fair_large: `gms_over_fair_nbd_large`, `gms_large_over_small`). The default is 4x
+    /// the answer tables' reach (12,288 pages: 48 MiB, the small set), so most of its reads
+    /// miss the holder's answer table. More than --disk-mb.
+    #[arg(long, default_value_t = 192, value_parser = clap::value_parser!(u32).range(0..=1024))]
+    large_mb: u32,
     /// Read-ahead of the GMS disk (`gms_disk_readahead`, pages; 0 = off): after two
     /// sequential page reads it prefetches the next N pages. Off by default: measured with
     /// 0, 8 and 32 it did not raise the sequential figure (each 256 KiB O_DIRECT request
@@ -207,6 +214,14 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
         a.swap_avail_mb,
         a.mem
     );
+    ensure!(
+        a.large_mb == 0 || a.large_mb > a.disk_mb,
+        "--large-mb {}: the large data set must be larger than the small one (--disk-mb {}), or 0 for none",
+        a.large_mb,
+        a.disk_mb
+    );
+    // The GMS and fair disks hold the large data set; the small one is their start.
+    let disk_size = a.disk_mb.max(a.large_mb);
     let root = crate::workspace_root();
     eprintln!("==> NBD baselines: Debian nbd-client and nbd-server (guests), qemu-nbd (host)");
     crate::prereq::ensure_nbd_bench_deps()?;
@@ -243,7 +258,7 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
             let bytes = fs::read(&ko)?;
             params = module_params(&bytes);
             ram_backend = disk_is_ram_backed(&bytes);
-            let gms = gms_args(&params, a.guests, a.disk_mb, a.readahead, &a.ko_param);
+            let gms = gms_args(&params, a.guests, disk_size, a.readahead, &a.ko_param);
             match &gms {
                 Ok(args) => eprintln!(
                     "  {}: GMS disk measured{}; insmod arguments per guest: {}",
@@ -261,16 +276,26 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
         }
     };
 
+    // /dev/gms0's floor: a RAM disk beside it in guest 0 (/dev/gmsram0), if the module
+    // makes one (its gms_disk_mb beside gms_disk_pages); the MAC sessions go without.
+    let ram_floor = !ram_backend && ["gms_disk_mb", "gms_disk_pages"].iter().all(|p| params.iter().any(|x| x == p));
+    let main_args = gms.clone().map(|mut args| {
+        if ram_floor {
+            args[0].push_str(&format!(" gms_disk_mb={}", a.disk_mb));
+        }
+        args
+    });
+    let devices = fair::devices(ram_floor && main_args.is_ok(), a.large_mb > 0);
     let script = fs::read(root.join(SCRIPT)).with_context(|| format!("reading {SCRIPT}"))?;
     let append = (0..a.guests)
         .map(|k| {
             let mut w = format!(
                 "trapeze_bench_mb={} trapeze_bench_reads={} trapeze_bench_seed={} trapeze_bench_rounds={} \
                  trapeze_bench_file_mb={} trapeze_bench_swap_avail_mb={} trapeze_bench_swap_rounds={} \
-                 trapeze_bench_writes={}",
-                a.disk_mb, a.reads, a.seed, a.rounds, a.file_mb, a.swap_avail_mb, a.swap_rounds, a.writes
+                 trapeze_bench_writes={} trapeze_bench_large_mb={}",
+                a.disk_mb, a.reads, a.seed, a.rounds, a.file_mb, a.swap_avail_mb, a.swap_rounds, a.writes, a.large_mb
             );
-            match &gms {
+            match &main_args {
                 Ok(args) => w.push_str(&format!(
                     " trapeze_bench_ko={}",
                     crate::vm::bench_guests::base64_word(&args[k as usize])
@@ -293,8 +318,8 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
         params: params.clone(),
     };
     let hz = crate::vm::cpu_marks::ticks_per_second()?;
-    eprintln!("==> fair baseline: qemu-nbd on the host serving {} MiB of /dev/shm", a.disk_mb);
-    let host_nbd = fair::HostNbd::start(a.disk_mb)?;
+    eprintln!("==> fair baseline: qemu-nbd on the host serving {disk_size} MiB of /dev/shm");
+    let host_nbd = fair::HostNbd::start(disk_size)?;
     eprintln!("  qemu-nbd pid {} on 127.0.0.1:{}", host_nbd.pid(), host_nbd.port);
     let outcomes = bench_guests::run(BenchGuests {
         guests: a.guests,
@@ -309,7 +334,7 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
         kill_on: None,
         nic_trace: a.nic_trace.clone(),
         no_key: false,
-        guest0_qemu: fair::guest0_disks(host_nbd.port, a.disk_mb),
+        guest0_qemu: fair::guest0_disks(host_nbd.port, disk_size),
         cpu_marks: Some(vec![("qemu-nbd".to_string(), host_nbd.pid())]),
     })?;
     drop(host_nbd);
@@ -381,7 +406,9 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
     }
     // The fair baseline: every device in every round, with its CPU marks.
     let fair = match fair::round_rows(&g0.console) {
-        Ok(rows) => fair::Fair::build(rows, &g0.marks, a.rounds, a.guests, hz).map_err(|m| failures.extend(m)).ok(),
+        Ok(rows) => fair::Fair::build(devices.clone(), rows, &g0.marks, a.rounds, a.guests, hz)
+            .map_err(|m| failures.extend(m))
+            .ok(),
         Err(e) => {
             failures.push(format!("a raw-device result of guest 0 did not parse: {e:#}"));
             None
@@ -415,6 +442,7 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
                     reads: a.reads,
                     writes: a.writes,
                     seed: a.seed,
+                    hz,
                 }
                 .run()
             },
@@ -462,7 +490,12 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
         "gms_over_fair_nbd": fair_ratios,
         "gms_over_nbd_per_round": fair.as_ref().map(|f| f.ratios("gms", "nbd")),
         "fair_over_null": fair.as_ref().map(|f| f.ratios("fair", "null")),
-        "host_processes": fair::DEVICES.iter().map(|d| (d.to_string(), json!(fair::path_processes(d, a.guests).len()))).collect::<serde_json::Map<_, _>>(),
+        "large_mb": a.large_mb,
+        "answer_table_reach_pages": trapeze_firmware::iface::layout::ANSWER_ENTRIES,
+        "gms_over_ram": fair.as_ref().filter(|f| f.devices.contains(&"ram")).map(|f| f.ratios("gms", "ram")),
+        "gms_over_fair_nbd_large": fair.as_ref().filter(|f| f.devices.contains(&"gms_large")).map(|f| f.ratios("gms_large", "fair_large")),
+        "gms_large_over_small": fair.as_ref().filter(|f| f.devices.contains(&"gms_large")).map(|f| f.ratios("gms_large", "gms")),
+        "host_processes": devices.iter().map(|d| (d.to_string(), json!(fair::path_processes(d, a.guests).len()))).collect::<serde_json::Map<_, _>>(),
         "fair_baseline": "fair: virtio-blk in guest 0, QEMU's NBD client (iothread, poll-max-ns 32768, cache.direct) \
             to qemu-nbd on the host (TCP 127.0.0.1, --cache=none, a /dev/shm file); null: virtio-blk on null-co",
         "gms_over_nbd": ratios,
@@ -486,7 +519,9 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
         lines.push(row(g));
     }
     lines.extend(of("fair").map(|r| row(&r)));
-    lines.extend(of("null").map(|r| r.json()));
+    for d in ["null", "ram", "gms_large", "fair_large"] {
+        lines.extend(of(d).map(|r| r.json()));
+    }
     if let Some(f) = &fair {
         for l in &mut lines {
             let d = l["device"].as_str().unwrap_or_default().to_string();
@@ -536,7 +571,7 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
         println!(
             "link MAC in the guests (cluster key on / off, {} pairs of fresh-guest sessions, A-B-B-A): mac_cost_vm {} \
              (the headline: random 4 KiB read p50 {:.0} / {:.0} us), mac_cost_vm_seq {} (sequential read time; \
-             {:.1} / {:.1} MB/s); 4 KiB write p50 {}",
+             {:.1} / {:.1} MB/s); 4 KiB write p50 {}; the NICs' host CPU per second {}",
             a.mac_pairs,
             r("rand4k_p50"),
             us("on", "rand4k_p50_us"),
@@ -544,7 +579,8 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
             r("seq_time"),
             us("on", "seq_mb_s"),
             us("off", "seq_mb_s"),
-            r("write4k_p50")
+            r("write4k_p50"),
+            r("nic_cpu_per_sec")
         );
     }
     if let Some(r) = &replication {

@@ -115,12 +115,14 @@ impl Sessions {
             "trapeze_bench_mb={} trapeze_bench_seed={} trapeze_bench_repl_writes={}",
             self.disk_mb, self.seed, self.writes
         );
-        self.boot_with(mode, &args, &words, kill_on, false)
+        Ok(self.boot_with(mode, &args, &words, kill_on, false, false)?.0)
     }
 
     /// Boot one fresh guest per entry of `args` (its trapeze.ko arguments) in bench mode
     /// `mode` with the kernel command-line `words`, the link under a fresh cluster key
-    /// unless `no_key`; guest 0's console, once it finished without kernel trouble.
+    /// unless `no_key`; guest 0's console, once it finished without kernel trouble, and
+    /// (with `cpu_marks`) the host CPU time of every guest's QEMU and NIC at guest 0's
+    /// `cpu begin|end` lines.
     pub(super) fn boot_with(
         &self,
         mode: &str,
@@ -128,7 +130,8 @@ impl Sessions {
         words: &str,
         kill_on: Option<(&'static str, u16)>,
         no_key: bool,
-    ) -> anyhow::Result<String> {
+        cpu_marks: bool,
+    ) -> anyhow::Result<(String, Vec<crate::vm::cpu_marks::CpuMark>)> {
         let append = args
             .iter()
             .map(|a| format!("trapeze_bench_mode={mode} {words} trapeze_bench_ko={}", bench_guests::base64_word(a)))
@@ -147,7 +150,7 @@ impl Sessions {
             nic_trace: None,
             no_key,
             guest0_qemu: Vec::new(),
-            cpu_marks: None,
+            cpu_marks: cpu_marks.then(Vec::new),
         })?;
         let g0 = outcomes.iter().find(|o| o.idx == 0).context("guest 0 missing")?;
         let trouble: Vec<&String> = outcomes.iter().flat_map(|o| o.trouble.iter()).collect();
@@ -155,7 +158,7 @@ impl Sessions {
             bail!("kernel trouble in a guest: {t}");
         }
         ensure!(g0.exited, "guest 0 did not finish (console {})", g0.console_path.display());
-        Ok(g0.console.clone())
+        Ok((g0.console.clone(), g0.marks.clone()))
     }
 }
 
