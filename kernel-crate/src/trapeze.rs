@@ -62,7 +62,7 @@ impl kernel::Module for Trapeze {
     fn init(module: &'static ThisModule) -> Result<Self> {
         // A parameter out of range refuses the load itself (not only each NIC's probe).
         driver::check_params()?;
-        let gms_disk = blk::ram::disk_from_params()?;
+        let gms_disk = blk::ram::disk_from_params(driver::gms_disk_asked())?;
         let pci = sys::pci::Registration::register(c_str!("trapeze"), &driver::IDS, module)?;
         pr_info!(
             "loaded (node={}, ping_peer={}): {} NIC(s) bound\n",

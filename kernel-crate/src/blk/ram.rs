@@ -16,11 +16,11 @@ use kernel::{
 };
 
 /// `gms_disk_mb` > 0: `/dev/gms0` of that size on a [`RamBackend`] (with the fault
-/// injection parameters); 0: none. With `gms_disk_pages` > 0 too, `/dev/gms0` is the GMS
-/// disk and this one is `/dev/gmsram0`: the same block driver over local RAM, the floor
+/// injection parameters); 0: none. `beside_gms` (`gms_disk_pages` > 0 too): `/dev/gms0`
+/// is the GMS disk and this one is `/dev/gmsram0`: the same block driver over local RAM, the floor
 /// a benchmark measures beside it (`cargo xtask bench vm`'s `ram` row). The two disks
 /// share `gms_disk_stats`.
-pub(crate) fn disk_from_params() -> Result<Option<GmsDisk>> {
+pub(crate) fn disk_from_params(beside_gms: bool) -> Result<Option<GmsDisk>> {
     let mb = DISK_MB.get();
     if mb == 0 {
         return Ok(None);
@@ -33,7 +33,7 @@ pub(crate) fn disk_from_params() -> Result<Option<GmsDisk>> {
     let page_param = |v: i32| u64::try_from(v).ok();
     let backend = RamBackend::new(pages, page_param(RAM_FAIL_PAGE.get()), page_param(RAM_STALL_PAGE.get()))?;
     let backend: Arc<dyn PageBackend> = Arc::new(backend, GFP_KERNEL)?;
-    let name = if crate::driver::gms_disk_asked() { c"gmsram0" } else { c"gms0" };
+    let name = if beside_gms { c"gmsram0" } else { c"gms0" };
     GmsDisk::new(name, pages, backend).map(Some)
 }
 
