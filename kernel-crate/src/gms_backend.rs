@@ -42,9 +42,10 @@ pub(crate) const MAX_READAHEAD: u32 = crate::tpz::gms::store::ahead::MAX_AHEAD a
 
 type DiskStore = Store<PageIo, Frame, KStorage, MEMBERS, REQUESTS, OPS>;
 
-/// The store's configuration in the kernel; `gms_disk` sets replicas, degraded writes and
-/// the read routes from the parameters.
-const STORE_CONFIG: StoreConfig = StoreConfig { replicas: 1, page_bytes: PAGE_BYTES as u32, ..StoreConfig::DEFAULT };
+/// The store's configuration in the kernel; `gms_disk` sets replicas, degraded writes,
+/// the read routes and read-ahead from the parameters.
+pub(crate) const STORE_CONFIG: StoreConfig =
+    StoreConfig { replicas: 1, page_bytes: PAGE_BYTES as u32, ..StoreConfig::DEFAULT };
 /// The store is ~4 KiB with its request table: made by constant evaluation and copied to
 /// the heap ([`Template`]), never on the stack.
 static STORE_TEMPLATE: Template<DiskStore> =
@@ -88,27 +89,16 @@ pub(crate) struct DiskParams {
     pub(crate) pages: u64,
     pub(crate) identity: u64,
     pub(crate) me: u16,
-    pub(crate) replicas: u8,
-    pub(crate) degraded_writes: bool,
-    pub(crate) direct_reads: bool,
-    pub(crate) nic_answers: bool,
-    /// Pages read ahead of sequential reads (0: off).
-    pub(crate) read_ahead: u8,
+    /// [`STORE_CONFIG`] with the parameters' replicas, degraded writes, read routes and
+    /// read-ahead.
+    pub(crate) store: StoreConfig,
 }
 
 impl DiskState {
     /// The disk of `p`, over the live members `members` (this node excluded).
     pub(crate) fn new(p: &DiskParams, members: &[u16]) -> Result<KBox<Self>> {
         let mut store = STORE_TEMPLATE.copy_kv()?;
-        let cfg = StoreConfig {
-            replicas: p.replicas,
-            degraded_writes: p.degraded_writes,
-            direct_reads: p.direct_reads,
-            nic_answers: p.nic_answers,
-            read_ahead: p.read_ahead,
-            ..STORE_CONFIG
-        };
-        if let Err(e) = store.load(cfg, p.identity, p.me, p.pages, members) {
+        if let Err(e) = store.load(p.store, p.identity, p.me, p.pages, members) {
             pr_err!("/dev/gms0: the store refused its configuration: {:?}\n", e);
             return Err(EINVAL);
         }

@@ -20,6 +20,7 @@ use crate::stats::STATS;
 use crate::sys;
 use crate::tpz::gms::heartbeat;
 use crate::tpz::gms::store::liveness::{Event, Liveness, LivenessConfig, LivenessError, Peer};
+use crate::tpz::gms::store::StoreConfig;
 use core::sync::atomic::Ordering;
 use kernel::prelude::*;
 use kernel::sync::Arc;
@@ -258,12 +259,15 @@ impl Shared {
             pages,
             identity: params::gms_disk_id(self.node),
             me: self.node,
-            replicas,
-            degraded_writes,
-            direct_reads: params::GMS_DISK_DIRECT_READS.get() == 1,
-            nic_answers: params::GMS_NIC_ANSWERS.get() == 1,
-            // Checked at load: 0..=MAX_READAHEAD.
-            read_ahead: u8::try_from(params::GMS_DISK_READAHEAD.get()).unwrap_or(0),
+            store: StoreConfig {
+                replicas,
+                degraded_writes,
+                direct_reads: params::GMS_DISK_DIRECT_READS.get() == 1,
+                nic_answers: params::GMS_NIC_ANSWERS.get() == 1,
+                // Checked at load: 0..=MAX_READAHEAD.
+                read_ahead: u8::try_from(params::GMS_DISK_READAHEAD.get()).unwrap_or(0),
+                ..gms_backend::STORE_CONFIG
+            },
         };
         let mut state = DiskState::new(&p, &[])?;
         pr_info!("/dev/gms0: disk identity {:#x} (gms_disk_id=)\n", p.identity);
