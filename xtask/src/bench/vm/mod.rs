@@ -88,12 +88,12 @@ pub struct VmBenchArgs {
     #[arg(long, default_value_t = 192, value_parser = clap::value_parser!(u32).range(0..=1024))]
     large_mb: u32,
     /// Read-ahead of the GMS disk (`gms_disk_readahead`, pages; 0 = off): after two
-    /// sequential page reads it prefetches the next N pages. Off by default: measured with
-    /// 0, 8 and 32 it did not raise the sequential figure (each 256 KiB O_DIRECT request
-    /// already puts its 64 pages in flight, up to GMS's operation slots, so the prefetches
-    /// mostly fetch pages of the same request); see kernel-crate/README.md. Random 4 KiB
-    /// reads never trigger it. NBD's workload is the same (O_DIRECT: no page-cache
-    /// read-ahead on either device).
+    /// reads of consecutive pages the store reads the next N ahead (`gms::store::ahead`).
+    /// Off by default: the old backend's read-ahead, measured with 0, 8 and 32 on
+    /// 2026-11-21, did not raise the sequential figure (each 256 KiB O_DIRECT request
+    /// already puts its 64 pages in flight), and the store's has not been measured here
+    /// yet. Random 4 KiB reads never trigger it. NBD's workload is the same (O_DIRECT: no
+    /// page-cache read-ahead on either device).
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=32))]
     readahead: u32,
     /// Random 4 KiB reads per device.
