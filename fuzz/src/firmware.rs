@@ -1,24 +1,33 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! Target `firmware_send`: the firmware taking send-ring entries of a hostile host, in
 //! the timing model (`trapeze_firmware::sim`), with the oracle "never DMA outside a
-//! posted frame or an armed IPT entry".
+//! posted frame, an armed IPT entry or an exported answer-table entry".
 //!
 //! Two nodes. The input writes raw send-ring entries on node 0 — any lengths, segment
-//! counts, segments (inside host memory or anywhere), peers and payload tokens (forged,
-//! or real ones of node 1 with their key bits flipped or not) — bypassing the modelled
-//! host's checks; node 1 arms IPT entries first. The model then runs until quiet. Every
-//! transfer each NIC's host-bus engine started is checked against what its host offered:
-//! a host read must lie inside one segment of a send entry posted on that node, a host
-//! write inside a frame attached to one of its receive slots or armed in its IPT. The
-//! engine's own bus check (which refuses addresses outside host memory) is not relied on:
-//! the log records what the firmware asked for.
+//! counts, segments (inside host memory or anywhere), peers, payload tokens (forged, or
+//! real ones of node 1 with their key bits flipped or not) and send flags, answerable
+//! requests among them whose control message ends with a descriptor naming an entry of
+//! node 1's answer table (its key right or not, the payload token one node 0 armed or
+//! not) — bypassing the modelled host's checks; both nodes arm IPT entries first, and
+//! node 1 exports, retracts, reuses and half-changes answer-table entries while the
+//! requests and answers are in flight ([`crate::answers`]). The model then runs until
+//! quiet. Every transfer each NIC's host-bus engine started is checked against what its
+//! host offered: a host read on node 0 must lie inside one segment of a send entry posted
+//! there, a host read on node 1 (answers: its host posts nothing) inside a frame its host
+//! exported, a host write inside a frame attached to one of the node's receive slots or
+//! armed in its IPT. An answer leaves only whole, from its entry's live export (the
+//! sequence unchanged since it was looked up) and with that export's bytes, and node 0
+//! receives only such answers. The engine's own bus check (which refuses addresses
+//! outside host memory) is not relied on: the log records what the firmware asked for.
 
+use crate::answers::{key_of, Change, Exports, SLOTS};
 use arbitrary::{Arbitrary, Unstructured};
-use trapeze_firmware::iface::entry::{state, Ring, Segment, Slot};
+use trapeze_firmware::iface::answer::{send_flags, Descriptor};
+use trapeze_firmware::iface::entry::{rx_flags, state, Ring, Segment, Slot};
 use trapeze_firmware::iface::layout::{Policy, MAX_SEGMENTS, RECV_RING_ENTRIES, SEND_RING_ENTRIES};
 use trapeze_firmware::sim::{Cluster, Faults, NodeConfig, Params, TransferKind, HOST_DMA_BASE, US};
 
-const HOST_MEM: u64 = 192 << 10;
+const HOST_MEM: u64 = 256 << 10;
 /// Model time a script may take (µs); a quiet cluster stops sooner.
 const LIMIT_US: u64 = 2000;
 
@@ -49,12 +58,25 @@ struct Seg {
 #[derive(Arbitrary, Debug)]
 enum Token {
     None,
-    /// IPT entry `index % armed` of node 1, its token xor `flip`.
+    /// IPT entry `index % armed` of the node, its token xor `flip` if given.
     Armed {
         index: u8,
-        flip: u64,
+        flip: Option<u64>,
     },
     Forged(u64),
+}
+
+/// An answerable request's descriptor, appended to the control message.
+#[derive(Arbitrary, Debug)]
+struct Desc {
+    /// Entry `slot % SLOTS` of node 1's table, or any index if `raw`.
+    slot: u32,
+    raw: bool,
+    /// The key: one of the harness's (`answers::key_of`), xor `flip` if given.
+    key: u8,
+    flip: Option<u64>,
+    /// IPT entry `index % armed` of node 0 (its token xor `flip`), or this token.
+    token: Token,
 }
 
 #[derive(Arbitrary, Debug)]
@@ -68,6 +90,9 @@ struct Entry {
     nseg: u32,
     segs: Vec<Seg>,
     ctrl: [u8; 8],
+    /// Send flags (any bits); a descriptor sets `ANSWERABLE` too.
+    flags: u32,
+    desc: Option<Desc>,
 }
 
 #[derive(Arbitrary, Debug)]
@@ -78,7 +103,13 @@ struct Script {
     mtu: u16,
     /// IPT entries node 1 arms: frame length and segment count.
     arms: Vec<(u16, u8)>,
+    /// IPT entries node 0 arms (for answers).
+    arms0: Vec<(u16, u8)>,
+    /// Node 1's answer table before the run.
+    exports: Vec<Change>,
     entries: Vec<Entry>,
+    /// Changes of node 1's table during the run, each after a pause (µs, modulo 64).
+    changes: Vec<(u8, Change)>,
 }
 
 /// Host-memory ranges a node offered for DMA, `[start, end)` as DMA addresses.
@@ -97,7 +128,13 @@ fn range(addr: u64, len: u32) -> (u64, u64) {
 }
 
 pub fn fuzz(data: &[u8]) {
-    let Ok(s) = Script::arbitrary(&mut Unstructured::new(data)) else { return };
+    let _ = run(data);
+}
+
+/// What an input made of the answer table: answers that left node 1 whole, answers node
+/// 0's host received (`None`: not a script).
+pub fn run(data: &[u8]) -> Option<(u32, usize)> {
+    let s = Script::arbitrary(&mut Unstructured::new(data)).ok()?;
     let policy = match s.policy % 3 {
         0 => Policy::Eager,
         1 => Policy::FixedPulse,
@@ -122,13 +159,19 @@ pub fn fuzz(data: &[u8]) {
             }
         }
     }
-    let mut tokens = Vec::new();
-    for &(len, frames) in s.arms.iter().take(8) {
-        let len = 1 + len as u32 % (2 * mtu);
-        if let Some((token, addr)) = c.host_mut(1).arm(len, frames as u32) {
-            tokens.push(token.0);
-            offered[1].writes.push(range(addr, len));
+    let mut tokens = [Vec::new(), Vec::new()];
+    for (n, arms) in [(1, &s.arms), (0, &s.arms0)] {
+        for &(len, frames) in arms.iter().take(8) {
+            let len = 1 + len as u32 % (2 * mtu);
+            if let Some((token, addr)) = c.host_mut(n).arm(len, frames as u32) {
+                tokens[n].push(token.0);
+                offered[n].writes.push(range(addr, len));
+            }
         }
+    }
+    let mut exports = Exports::new(1, mtu);
+    for ch in s.exports.iter().take(SLOTS as usize + 2) {
+        exports.apply(&mut c, ch);
     }
     for (i, e) in s.entries.iter().take(SEND_RING_ENTRIES as usize).enumerate() {
         let slot = Slot::new(c.nic_mem(0), Ring::Send, i as u32);
@@ -154,27 +197,53 @@ pub fn fuzz(data: &[u8]) {
         for g in segs.iter().take(nseg.min(MAX_SEGMENTS) as usize) {
             offered[0].reads.push(range(g.addr, g.len));
         }
-        let token = match e.token {
-            Token::None => 0,
-            Token::Armed { index, flip } if !tokens.is_empty() => tokens[index as usize % tokens.len()] ^ flip,
-            Token::Armed { flip, .. } => flip,
-            Token::Forged(t) => t,
-        };
+        let token = token_of(&e.token, &tokens[1]);
+        let mut ctrl = e.ctrl.to_vec();
+        let (mut ctrl_len, mut peer, mut flags) = (ctrl_len, e.peer as u32 % 3, e.flags);
+        if let Some(d) = &e.desc {
+            let index = if d.raw { d.slot } else { d.slot % SLOTS };
+            let desc =
+                Descriptor { index, key: key_of(d.key) ^ d.flip.unwrap_or(0), token: token_of(&d.token, &tokens[0]) };
+            ctrl.truncate((ctrl_len as usize).min(ctrl.len()) & !3);
+            ctrl.extend_from_slice(&desc.to_bytes());
+            flags |= send_flags::ANSWERABLE;
+            if !e.raw_len {
+                (ctrl_len, peer) = (ctrl.len() as u32, 1);
+            }
+        }
         slot.set_ctrl_len(ctrl_len);
         slot.set_payload_len(payload_len);
-        slot.set_peer(e.peer as u32 % 3);
+        slot.set_peer(peer);
         slot.set_token(token);
         slot.set_nseg(nseg);
-        slot.set_flags(0);
-        slot.write_ctrl(&e.ctrl);
+        slot.set_flags(flags);
+        slot.write_ctrl(&ctrl);
         slot.set_state_release(state::READY | (i as u32 + 1) << state::SEQ_SHIFT);
     }
-    // Let the firmware see the entries, then run until nothing moves.
-    c.run_until(20 * US, |_| false);
-    c.run_until(LIMIT_US * US, |c| c.is_quiet());
+    // Let the firmware see the entries, changing node 1's table as the script says,
+    // then run until nothing moves; node 1's transfers are checked after every tick.
+    for (pause, ch) in s.changes.iter().take(16) {
+        c.run_until((*pause as u64 % 64) * US, |c| {
+            exports.scan(c);
+            false
+        });
+        exports.apply(&mut c, ch);
+    }
+    c.run_until(20 * US, |c| {
+        exports.scan(c);
+        false
+    });
+    c.run_until(LIMIT_US * US, |c| {
+        exports.scan(c);
+        c.is_quiet()
+    });
+    exports.check_delivered(&c, 0);
+    let received = c.host(0).delivered.iter().filter(|d| d.flags & rx_flags::ANSWER != 0).count();
     for (n, o) in offered.iter().enumerate() {
         for t in c.transfer_log(n) {
             match t.kind {
+                // Node 1's reads are answers, checked by `exports`.
+                TransferKind::HostRead if n == 1 => {}
                 TransferKind::HostRead => assert!(
                     inside(&o.reads, t.host_addr, t.len),
                     "node {n}: host read {:#x}+{} outside every posted send segment",
@@ -190,5 +259,16 @@ pub fn fuzz(data: &[u8]) {
                 TransferKind::LinkTx => {}
             }
         }
+    }
+    Some((exports.answers, received))
+}
+
+/// The payload token a script's [`Token`] stands for, `armed` the node's armed tokens.
+fn token_of(t: &Token, armed: &[u64]) -> u64 {
+    match *t {
+        Token::None => 0,
+        Token::Armed { index, flip } if !armed.is_empty() => armed[index as usize % armed.len()] ^ flip.unwrap_or(0),
+        Token::Armed { flip, .. } => flip.unwrap_or(0),
+        Token::Forged(t) => t,
     }
 }

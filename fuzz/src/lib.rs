@@ -7,6 +7,7 @@
 //! replay on the stable toolchain (`tests/corpus.rs`, part of `cargo xtask test`), which
 //! feeds it every file of `corpus/NAME/`.
 
+pub mod answers;
 pub mod elf;
 pub mod firmware;
 pub mod gms_bodies;

@@ -176,6 +176,18 @@ impl Host {
         self.memory[off as usize..off as usize + bytes.len()].copy_from_slice(bytes);
         Some(HOST_DMA_BASE + off)
     }
+    /// Overwrite host memory at DMA address `addr` with `bytes` (host software reusing a
+    /// frame it exported, say). `false`, and nothing written, outside host memory.
+    pub fn write(&mut self, addr: u64, bytes: &[u8]) -> bool {
+        let Some(off) = addr.checked_sub(HOST_DMA_BASE).and_then(|o| usize::try_from(o).ok()) else { return false };
+        match off.checked_add(bytes.len()).and_then(|end| self.memory.get_mut(off..end)) {
+            Some(m) => {
+                m.copy_from_slice(bytes);
+                true
+            }
+            None => false,
+        }
+    }
     /// Stop (`false`) or resume reading the receive ring. While stopped, delivered
     /// messages stay `READY` in the ring, so the ring fills up.
     pub fn set_reading(&mut self, on: bool) {
