@@ -33,7 +33,7 @@ const LIMIT_US: u64 = 2000;
 
 /// A fast, coarse platform: 1 µs ticks, 1 GB/s everywhere, so an iteration takes
 /// hundreds of ticks rather than the calibrated platforms' hundred thousand.
-const FAST: Params = Params {
+pub(crate) const FAST: Params = Params {
     host_read_mb_s: 1000,
     host_write_mb_s: 1000,
     link_mb_s: 1000,
@@ -55,8 +55,8 @@ struct Seg {
     len: u32,
 }
 
-#[derive(Arbitrary, Debug)]
-enum Token {
+#[derive(Arbitrary, Clone, Debug)]
+pub(crate) enum Token {
     None,
     /// IPT entry `index % armed` of the node, its token xor `flip` if given.
     Armed {
@@ -67,16 +67,16 @@ enum Token {
 }
 
 /// An answerable request's descriptor, appended to the control message.
-#[derive(Arbitrary, Debug)]
-struct Desc {
+#[derive(Arbitrary, Clone, Debug)]
+pub(crate) struct Desc {
     /// Entry `slot % SLOTS` of node 1's table, or any index if `raw`.
-    slot: u32,
-    raw: bool,
+    pub(crate) slot: u32,
+    pub(crate) raw: bool,
     /// The key: one of the harness's (`answers::key_of`), xor `flip` if given.
-    key: u8,
-    flip: Option<u64>,
+    pub(crate) key: u8,
+    pub(crate) flip: Option<u64>,
     /// IPT entry `index % armed` of node 0 (its token xor `flip`), or this token.
-    token: Token,
+    pub(crate) token: Token,
 }
 
 #[derive(Arbitrary, Debug)]
@@ -119,11 +119,11 @@ struct Offered {
     writes: Vec<(u64, u64)>,
 }
 
-fn inside(ranges: &[(u64, u64)], addr: u64, len: u32) -> bool {
+pub(crate) fn inside(ranges: &[(u64, u64)], addr: u64, len: u32) -> bool {
     len == 0 || ranges.iter().any(|&(s, e)| addr >= s && addr.checked_add(len as u64).is_some_and(|end| end <= e))
 }
 
-fn range(addr: u64, len: u32) -> (u64, u64) {
+pub(crate) fn range(addr: u64, len: u32) -> (u64, u64) {
     (addr, addr.saturating_add(len as u64))
 }
 
@@ -201,11 +201,8 @@ pub fn run(data: &[u8]) -> Option<(u32, usize)> {
         let mut ctrl = e.ctrl.to_vec();
         let (mut ctrl_len, mut peer, mut flags) = (ctrl_len, e.peer as u32 % 3, e.flags);
         if let Some(d) = &e.desc {
-            let index = if d.raw { d.slot } else { d.slot % SLOTS };
-            let desc =
-                Descriptor { index, key: key_of(d.key) ^ d.flip.unwrap_or(0), token: token_of(&d.token, &tokens[0]) };
             ctrl.truncate((ctrl_len as usize).min(ctrl.len()) & !3);
-            ctrl.extend_from_slice(&desc.to_bytes());
+            ctrl.extend_from_slice(&d.bytes(&tokens[0]));
             flags |= send_flags::ANSWERABLE;
             if !e.raw_len {
                 (ctrl_len, peer) = (ctrl.len() as u32, 1);
@@ -264,11 +261,20 @@ pub fn run(data: &[u8]) -> Option<(u32, usize)> {
 }
 
 /// The payload token a script's [`Token`] stands for, `armed` the node's armed tokens.
-fn token_of(t: &Token, armed: &[u64]) -> u64 {
+pub(crate) fn token_of(t: &Token, armed: &[u64]) -> u64 {
     match *t {
         Token::None => 0,
         Token::Armed { index, flip } if !armed.is_empty() => armed[index as usize % armed.len()] ^ flip.unwrap_or(0),
         Token::Armed { flip, .. } => flip.unwrap_or(0),
         Token::Forged(t) => t,
+    }
+}
+
+impl Desc {
+    /// The descriptor's bytes, `armed` the requester's armed tokens.
+    pub(crate) fn bytes(&self, armed: &[u64]) -> [u8; Descriptor::BYTES] {
+        let index = if self.raw { self.slot } else { self.slot % SLOTS };
+        Descriptor { index, key: key_of(self.key) ^ self.flip.unwrap_or(0), token: token_of(&self.token, armed) }
+            .to_bytes()
     }
 }

@@ -10,6 +10,7 @@
 pub mod answers;
 pub mod elf;
 pub mod firmware;
+pub mod firmware_recv;
 pub mod gms_bodies;
 pub mod gmsd_proto;
 pub mod host_recv;
@@ -32,12 +33,14 @@ pub const TARGETS: &[Target] = &[
     ("gmsd_proto", targets::gmsd_proto),
     ("vnic_control", targets::vnic_control),
     ("elf_image", targets::elf_image),
+    ("firmware_recv", targets::firmware_recv),
 ];
 
 /// One function per target, named like its `fuzz_targets/` file.
 pub mod targets {
     pub use super::elf::fuzz as elf_image;
     pub use super::firmware::fuzz as firmware_send;
+    pub use super::firmware_recv::fuzz as firmware_recv;
     pub use super::gms_bodies::fuzz as gms_bodies;
     pub use super::gmsd_proto::fuzz as gmsd_proto;
     pub use super::host_recv::fuzz as host_recv;

@@ -27,3 +27,16 @@ fn every_target_has_a_corpus_and_every_file_passes() {
     }
     println!("{total} corpus inputs replayed");
 }
+
+#[test]
+fn every_libfuzzer_entry_point_is_a_listed_target() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz_targets");
+    let mut stems: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .filter_map(|e| e.expect("entry").file_name().to_str()?.strip_suffix(".rs").map(str::to_string))
+        .collect();
+    stems.sort();
+    let mut listed: Vec<String> = TARGETS.iter().map(|(n, _)| n.to_string()).collect();
+    listed.sort();
+    assert_eq!(stems, listed, "fuzz_targets/*.rs and trapeze_fuzz::TARGETS differ: the replay would miss a corpus");
+}

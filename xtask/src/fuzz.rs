@@ -220,11 +220,13 @@ fn read_line(line: &str, o: &mut Outcome) {
 }
 
 /// The stage of `cargo xtask test`: every committed corpus input through its target on
-/// the stable toolchain (`fuzz/tests/corpus.rs`), libFuzzer left out. Uses the
-/// workspace's target directory, so the dependencies built for the host tests are reused.
+/// the stable toolchain (`fuzz/tests/corpus.rs`), and the harnesses' own tests (the
+/// library's: scenarios that show an oracle can fire), libFuzzer left out. Uses the
+/// workspace's target directory (`CARGO_TARGET_DIR` if set), so the dependencies built
+/// for the host tests are reused.
 pub fn replay_corpus() -> anyhow::Result<()> {
     let root = crate::workspace_root();
-    let target_dir = root.join("target");
+    let target_dir = crate::build::target_dir()?;
     let (manifest, dir) = (root.join("fuzz/Cargo.toml"), target_dir.display().to_string());
     crate::cargo(&[
         "test",
@@ -234,6 +236,7 @@ pub fn replay_corpus() -> anyhow::Result<()> {
         "--no-default-features",
         "--target-dir",
         &dir,
+        "--lib",
         "--test",
         "corpus",
     ])

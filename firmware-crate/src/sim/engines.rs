@@ -8,7 +8,22 @@ use crate::iface::layout::MAX_MTU_BYTES;
 use crate::iface::layout::NIC_MEM_BYTES;
 use crate::iface::regs::tx_flags;
 use crate::iface::wire::{crc32_update, Header, HEADER_BYTES};
+use std::collections::VecDeque;
 use std::vec::Vec;
+
+/// The sender index an injected packet holds a link in with (no modelled node has it).
+const OUTSIDE: usize = usize::MAX;
+
+/// A packet from outside the modelled nodes (a broken or hostile peer): any bytes, fed
+/// into one node's link in, `chunk` bytes per tick, ended with a good or bad trailer.
+struct Injected {
+    dst: usize,
+    bytes: Vec<u8>,
+    chunk: usize,
+    trailer_ok: bool,
+    pos: usize,
+    crc: u32,
+}
 
 /// What a logged transfer was.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -239,11 +254,24 @@ pub(super) struct Wire {
     faults: Faults,
     rng: Rng,
     stats: LinkStats,
+    injected: VecDeque<Injected>,
 }
 
 impl Wire {
     pub(super) fn new(n: usize, faults: Faults) -> Self {
-        Wire { routes: std::vec![None; n], faults, rng: Rng::new(faults.seed), stats: LinkStats::default() }
+        Wire {
+            routes: std::vec![None; n],
+            faults,
+            rng: Rng::new(faults.seed),
+            stats: LinkStats::default(),
+            injected: VecDeque::new(),
+        }
+    }
+
+    /// Queue `bytes` for node `dst`'s link in, after the packets injected before it.
+    pub(super) fn inject(&mut self, dst: usize, bytes: &[u8], chunk: u32, trailer_ok: bool) {
+        let chunk = (chunk as usize).max(1);
+        self.injected.push_back(Injected { dst, bytes: bytes.to_vec(), chunk, trailer_ok, pos: 0, crc: 0xFFFF_FFFF });
     }
 
     pub(super) fn stats(&self) -> LinkStats {
@@ -251,12 +279,38 @@ impl Wire {
     }
 
     pub(super) fn is_quiet(&self) -> bool {
-        self.routes.iter().all(|r| r.is_none())
+        self.routes.iter().all(|r| r.is_none()) && self.injected.is_empty()
     }
 
     pub(super) fn tick(&mut self, now: u64, nodes: &mut [(&mut NicEngines, &SharedMem)]) {
         for s in 0..nodes.len() {
             self.tick_sender(now, s, nodes);
+        }
+        self.tick_injected(nodes);
+    }
+
+    /// Move the next chunk of the oldest injected packet, as a sender would (it waits
+    /// for a posted buffer that no other sender holds).
+    fn tick_injected(&mut self, nodes: &mut [(&mut NicEngines, &SharedMem)]) {
+        let Some(p) = self.injected.front_mut() else { return };
+        let Some((eng, mem)) = nodes.get_mut(p.dst) else {
+            self.injected.pop_front();
+            return;
+        };
+        let rx = &eng.rx;
+        if rx.posted.is_none() || rx.complete || rx.from.is_some_and(|f| f != OUTSIDE) {
+            return;
+        }
+        eng.rx.from = Some(OUTSIDE);
+        let end = p.bytes.len().min(p.pos + p.chunk);
+        let chunk = &p.bytes[p.pos..end];
+        p.crc = crc32_update(p.crc, chunk);
+        deliver(eng, mem, chunk);
+        p.pos = end;
+        if p.pos == p.bytes.len() {
+            let trailer = if p.trailer_ok { p.crc } else { !p.crc };
+            end_packet(eng, trailer);
+            self.injected.pop_front();
         }
     }
 

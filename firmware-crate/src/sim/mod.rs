@@ -235,6 +235,14 @@ impl Cluster {
         self.wire.stats()
     }
 
+    /// Feed `bytes` into `node`'s link in as a packet from outside the cluster (a broken
+    /// or hostile peer), `chunk` bytes per tick once a buffer is posted, ended by a good
+    /// trailer (`trailer_ok`) or a bad one. Packets injected go in order, after a packet
+    /// a modelled sender is in the middle of.
+    pub fn inject(&mut self, node: usize, bytes: &[u8], chunk: u32, trailer_ok: bool) {
+        self.wire.inject(node, bytes, chunk, trailer_ok);
+    }
+
     /// Advance one tick.
     pub fn step(&mut self) {
         let now = self.now_ps;
