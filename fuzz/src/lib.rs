@@ -14,8 +14,10 @@ pub mod firmware_recv;
 pub mod gms_bodies;
 pub mod gmsd_proto;
 pub mod host_recv;
+pub mod ivshmem;
 pub mod link;
 pub mod rpc;
+pub mod trace;
 pub mod vnic_control;
 pub mod wire;
 
@@ -34,6 +36,8 @@ pub const TARGETS: &[Target] = &[
     ("vnic_control", targets::vnic_control),
     ("elf_image", targets::elf_image),
     ("firmware_recv", targets::firmware_recv),
+    ("trace", targets::trace),
+    ("ivshmem", targets::ivshmem),
 ];
 
 /// One function per target, named like its `fuzz_targets/` file.
@@ -44,8 +48,10 @@ pub mod targets {
     pub use super::gms_bodies::fuzz as gms_bodies;
     pub use super::gmsd_proto::fuzz as gmsd_proto;
     pub use super::host_recv::fuzz as host_recv;
+    pub use super::ivshmem::fuzz as ivshmem;
     pub use super::link::fuzz as link;
     pub use super::rpc::fuzz as netrpc;
+    pub use super::trace::fuzz as trace;
     pub use super::vnic_control::fuzz as vnic_control;
     pub use super::wire::fuzz as wire;
 }

@@ -175,13 +175,19 @@ impl Drop for EventLog {
 pub fn read(path: &Path) -> anyhow::Result<(u16, Vec<Record>)> {
     let mut bytes = Vec::new();
     File::open(path)?.read_to_end(&mut bytes)?;
+    parse(&bytes, &path.display().to_string())
+}
+
+/// The bytes of a trace file (`name` for the errors): its node and its records in order.
+/// Bytes after the last whole record (a write cut short) are left out.
+pub fn parse(bytes: &[u8], name: &str) -> anyhow::Result<(u16, Vec<Record>)> {
     let mut recs = bytes.chunks_exact(RECORD_BYTES).map(|c| Record::from_bytes(c.try_into().expect("exact chunk")));
     let node = match recs.next().flatten() {
         Some(Record { kind: Kind::Header, seq: FORMAT, peer, .. }) => peer,
-        _ => anyhow::bail!("{} is not a NIC trace (format {FORMAT})", path.display()),
+        _ => anyhow::bail!("{name} is not a NIC trace (format {FORMAT})"),
     };
     let recs: Option<Vec<Record>> = recs.collect();
-    Ok((node, recs.ok_or_else(|| anyhow::anyhow!("{}: a record of unknown kind", path.display()))?))
+    Ok((node, recs.ok_or_else(|| anyhow::anyhow!("{name}: a record of unknown kind"))?))
 }
 
 /// Samples of one quantity, µs.

@@ -1,0 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! libFuzzer entry point of the `trace` target (logic in `trapeze_fuzz::targets`).
+#![no_main]
+libfuzzer_sys::fuzz_target!(|data: &[u8]| trapeze_fuzz::targets::trace(data));
