@@ -109,7 +109,11 @@ fn wait(what: &str, mut cond: impl FnMut() -> bool) {
 fn read_msg(sock: &UnixStream) -> Option<(i64, Vec<OwnedFd>)> {
     let (mut buf, mut got, mut fds) = ([0u8; 8], 0, Vec::new());
     while got < 8 {
-        let (n, f) = recv_with_fds(sock.as_fd(), &mut buf[got..]).expect("a message within the deadline");
+        // libFuzzer's timers interrupt the wait now and then: wait again.
+        let (n, f) = match recv_with_fds(sock.as_fd(), &mut buf[got..]) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            r => r.expect("a message within the deadline"),
+        };
         fds.extend(f);
         if n == 0 {
             assert_eq!(got, 0, "end of file in the middle of a message");
