@@ -13,7 +13,7 @@
 //! **Why a copy is never stale.** The store is its volume's one writer. A read-ahead
 //! starts only on a page no write is running on, at that page's generation or newer, as
 //! any read; a write of a page admitted later drops the page's held copy and marks a
-//! read-ahead under way as overwritten ([`super::Fetch::Overwritten`]: its data is dropped when
+//! read-ahead under way as overwritten (`Fetch::Overwritten`: its data is dropped when
 //! it lands, and no user read takes it over). So a copy served was read after the newest
 //! acknowledged write of its page was acknowledged, as a read issued then would be.
 //!
