@@ -130,10 +130,11 @@ impl<
             match self.dir.named(&page).filter(|&(_, v, _)| v >= known) {
                 None => {
                     self.stats.misses += 1;
-                    self.finish(
-                        i,
-                        OpResult::Get(GetResult::Miss { reason: MissReason::NotCached, frame: caller_frame }),
-                    );
+                    let reason = match self.dir.named(&page).is_none() && self.rebuilding(&page) {
+                        true => MissReason::Rebuilding,
+                        false => MissReason::NotCached,
+                    };
+                    self.finish(i, OpResult::Get(GetResult::Miss { reason, frame: caller_frame }));
                     return Ok(id);
                 }
                 Some((site, v, seq)) if site == self.id => {
@@ -427,6 +428,10 @@ impl<
             (GetStatus::Refused, frame) => {
                 self.stats.get_failures += 1;
                 GetResult::Miss { reason: MissReason::Refused, frame }
+            }
+            (GetStatus::Rebuilding, frame) => {
+                self.stats.misses += 1;
+                GetResult::Miss { reason: MissReason::Rebuilding, frame }
             }
             (GetStatus::Local, frame) => {
                 // A receive buffer is no caller frame: hand it back and serve from the copy.

@@ -55,7 +55,10 @@
 //!   on every membership change, survivors mark the copies whose directory node moved
 //!   and a sweep registers them with the new one as the task table frees up (repair,
 //!   counted in [`types::GmsStats::reregistered`]; the new directory keeps the newest
-//!   version it is told of); background updates are retried until
+//!   version it is told of). Until those registrations are in, a directory that names no
+//!   copy of a page it took over answers the getpage [`types::MissReason::Rebuilding`]
+//!   ("ask again"), not "nobody has it", for [`types::GmsConfig::rebuild_window`]; a
+//!   reader counts that as no answer. Background updates are retried until
 //!   answered and a slow scrub re-checks entries and copies, so the directory converges.
 //!   Versions (and tombstones that keep a version floor after an entry is removed) make
 //!   sure a getpage never returns a version older than the newest completed putpage while

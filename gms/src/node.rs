@@ -169,7 +169,22 @@ pub struct GmsNode<
     pub(super) scrub_held: usize,
     /// Where the repair sweep goes on looking for copies marked `repair` (`None`: none).
     pub(super) repair_from: Option<usize>,
+    /// The directory share this node is rebuilding since its last membership change.
+    pub(super) rebuild: Rebuild<MEMBERS>,
     pub(super) stats: GmsStats,
+}
+
+/// A node's directory share after membership changes: the pages it took over are
+/// registered with it by their holders over the next moments ([`GmsConfig::rebuild_window`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Rebuild<const M: usize> {
+    Settled,
+    /// Since `since`, pages whose directory was not this node in view `before` are being
+    /// registered with it (`before` empty: every page it directs).
+    Since {
+        before: Members<M>,
+        since: u64,
+    },
 }
 
 impl<
@@ -221,6 +236,7 @@ impl<
             scrub_dir: 0,
             scrub_held: 0,
             repair_from: None,
+            rebuild: Rebuild::Settled,
             stats: GmsStats::ZERO,
         }
     }

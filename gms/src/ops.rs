@@ -203,6 +203,9 @@ wire_enum!(
         /// The server does not count the requester as a member of its view (it declared
         /// it failed, perhaps only suspecting it): the answer says nothing of the page.
         Refused = 4,
+        /// The directory took the page over in a recent membership change and names no
+        /// copy yet (its holders may still be registering theirs): ask again.
+        Rebuilding = 5,
     }
 );
 

@@ -32,8 +32,10 @@ pub enum Heard {
     Hit(Version),
     /// The cluster answered it holds no copy (or has no directory node for it).
     NotFound,
-    /// No answer: the call timed out or failed, the reply was malformed, or the member
-    /// asked does not count this node as one (it may later).
+    /// No answer: the call timed out or failed, the reply was malformed, the member
+    /// asked does not count this node as one (it may later), or the page's directory is
+    /// still being rebuilt after a membership change (its holders may not have
+    /// registered their copies yet).
     NoAnswer,
 }
 
@@ -42,7 +44,9 @@ impl Heard {
     pub const fn of_miss(reason: MissReason) -> Heard {
         match reason {
             MissReason::NotCached | MissReason::NoDirectory => Heard::NotFound,
-            MissReason::Failed(_) | MissReason::Malformed | MissReason::Refused => Heard::NoAnswer,
+            MissReason::Failed(_) | MissReason::Malformed | MissReason::Refused | MissReason::Rebuilding => {
+                Heard::NoAnswer
+            }
         }
     }
 }
@@ -307,5 +311,6 @@ mod tests {
         assert_eq!(Heard::of_miss(MissReason::Failed(RpcError::Cancelled)), Heard::NoAnswer);
         assert_eq!(Heard::of_miss(MissReason::Malformed), Heard::NoAnswer);
         assert_eq!(Heard::of_miss(MissReason::Refused), Heard::NoAnswer);
+        assert_eq!(Heard::of_miss(MissReason::Rebuilding), Heard::NoAnswer, "nothing known yet");
     }
 }

@@ -268,6 +268,9 @@ impl<
         }
         // A requester's `want` is the version it knows of: an older copy is no answer.
         match self.dir.named(&req.page).filter(|&(_, v, _)| v >= req.want) {
+            None if self.dir.named(&req.page).is_none() && self.rebuilding(&req.page) => {
+                self.get_answer(GetStatus::Rebuilding, &req, Version(0), 0)
+            }
             None => self.get_answer(GetStatus::Miss, &req, Version(0), 0),
             Some((site, v, seq)) if site == inc.token.origin => self.get_answer(GetStatus::Local, &req, v, seq),
             Some((site, v, seq)) if site == self.id => self.serve_as_site(&GetReq { want: v, seq, ..req }, true),

@@ -39,6 +39,10 @@ pub enum MissReason {
     /// The node asked does not count this one as a member (it declared it failed,
     /// perhaps only suspecting it): nothing is known of the page there.
     Refused,
+    /// The page's directory node took the page over in a membership change less than
+    /// [`GmsConfig::rebuild_window`] ago and names no copy of it yet: its holders may still
+    /// be registering their copies with it. Nothing is known of the page yet; ask again.
+    Rebuilding,
 }
 
 /// How a getpage ended.
@@ -188,6 +192,12 @@ pub struct GmsConfig {
     /// and re-registers one held page: soft-state repair after races between duplicated
     /// or reordered updates (0: off).
     pub scrub_interval: u64,
+    /// For this long after a membership change gave a node pages to be the directory of
+    /// (a directory node failed, or a node joined), the holders of those pages are
+    /// registering their copies with it: a getpage of such a page it names no copy of is
+    /// answered [`MissReason::Rebuilding`], not "nobody has it". Cover the members'
+    /// failure-detection skew and their repair sweeps (0: never).
+    pub rebuild_window: u64,
 }
 
 impl Default for GmsConfig {
@@ -200,6 +210,7 @@ impl Default for GmsConfig {
             tombstone_ttl: 10_000_000_000,
             budget: usize::MAX,
             scrub_interval: 10_000_000,
+            rebuild_window: 1_000_000_000,
         }
     }
 }

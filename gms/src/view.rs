@@ -5,8 +5,9 @@ use super::directory::NO_SITE;
 use super::members::Members;
 use super::net::prelude::*;
 use super::net::storage::Storage;
-use super::node::{let_go, GmsNode, HeldState, Host};
+use super::node::{let_go, GmsNode, HeldState, Host, Rebuild};
 use super::ops::PutStatus;
+use super::page::PageId;
 use super::slots::{OpState, TaskKind, TaskState};
 use super::table::Scan;
 use super::types::*;
@@ -89,8 +90,17 @@ impl<
         let me = self.id;
         let new = self.members;
         let now = self.now;
-        // The directory keeps only pages it still owns, and forgets departed holders.
+        // The directory keeps only pages it still owns, and forgets departed holders. The
+        // pages it took over are registered with it by their holders over the next moments.
         self.dir.retain_pages(|p| new.directory_of(p) == Some(me));
+        // After a second change within the window the views between are gone: then every
+        // page it directs is being rebuilt. (A node that was alone cannot tell a cluster
+        // forming from one it joins: what it takes over then is answered as before.)
+        let before = match self.rebuild {
+            Rebuild::Since { since, .. } if now < since.saturating_add(self.cfg.rebuild_window) => Members::new(),
+            _ => *old,
+        };
+        self.rebuild = Rebuild::Since { before, since: now };
         for &n in old.ids() {
             if !new.contains(n) {
                 self.dir.site_failed(n, now);
@@ -244,5 +254,28 @@ impl<
             }
         }
         self.repair_from = None;
+    }
+
+    /// Held copies still to be registered with the directory node a membership change
+    /// gave them (marked for the repair sweep, or their registration under way): when
+    /// every member has none, the directory is rebuilt. Walks the held table.
+    pub fn reregistrations_pending(&self) -> usize {
+        let marked = self.held.iter().filter(|(_, h)| h.repair).count();
+        let under_way = |t: &&super::slots::Task| {
+            t.live() && t.kind == TaskKind::Register && self.reregistering(&t.page, t.version)
+        };
+        marked + self.tasks.iter().filter(under_way).count()
+    }
+
+    /// Whether this node, `page`'s directory node, took the page over in a membership
+    /// change less than [`GmsConfig::rebuild_window`] ago: its holders may not have
+    /// registered their copies with it yet, so naming no copy proves nothing.
+    pub(super) fn rebuilding(&self, page: &PageId) -> bool {
+        match self.rebuild {
+            Rebuild::Since { before, since } => {
+                self.now < since.saturating_add(self.cfg.rebuild_window) && before.directory_of(page) != Some(self.id)
+            }
+            Rebuild::Settled => false,
+        }
     }
 }

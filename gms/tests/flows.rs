@@ -4,7 +4,8 @@
 //! moving reads; discard; refusals; supersession; a crash with requests in flight; a copy
 //! taken back while registering; a copy handed over while its re-registration after a
 //! membership change is answered; a dead directory's drop of a copy registering again;
-//! a repair with more moved copies than the task table holds.
+//! a repair with more moved copies than the task table holds; a directory rebuilding
+//! after a failure answering "ask again".
 
 use gms::prelude::*;
 use netrpc::prelude::Mode;
@@ -313,6 +314,48 @@ fn a_crashed_node_costs_clean_misses_and_its_entries() {
     let g5 = s.getpage(0, q).unwrap();
     s.run_net();
     assert_eq!(hit(&s, 0, g5).0, Version(2));
+    s.settle();
+    s.check_converged();
+    s.check_quiet();
+}
+
+/// A directory node that took pages over in a membership change names none of them until
+/// their holders register their copies with it: meanwhile a getpage of such a page is
+/// answered "rebuilding" (ask again), not "nobody has it"; once the window
+/// (`rebuild_window`) is over, a page nobody registered is a plain miss.
+#[test]
+fn a_rebuilding_directory_says_ask_again_not_that_nobody_has_the_page() {
+    let mut s = cluster(4, 16);
+    let mut after = *s.nodes[0].members();
+    after.remove(3);
+    // Two pages whose directory moves from node 3 to the same node `d`, which is not
+    // node 1, the holder of the first; the second is never put.
+    let moved_to = |p: &PageId| after.directory_of(p);
+    let q = (0..).map(|i| s.page_with_dir(0, 3, i)).find(|p| moved_to(p) != Some(1)).unwrap();
+    let d = moved_to(&q).unwrap();
+    let r = (0..).map(|i| s.page_with_dir(0, 3, i)).find(|p| *p != q && moved_to(p) == Some(d)).unwrap();
+    let asker = [0u16, 2].into_iter().find(|&n| n != d).unwrap();
+    let a = s.putpage(0, q, 1).unwrap();
+    s.run_net();
+    assert_eq!(put_result(&s, 0, a), PutResult::Stored { target: 1 });
+
+    s.crash(3);
+    s.declare_failed(3);
+    // Node 1's registration of q with `d` is on its way: `d` names no copy yet.
+    let g = s.getpage(d, q).unwrap();
+    assert_eq!(miss(&s, d, g), MissReason::Rebuilding);
+    let g = s.getpage(asker, r).unwrap();
+    s.run_net();
+    assert_eq!(miss(&s, asker, g), MissReason::Rebuilding);
+    assert!(s.nodes[d as usize].directory().lookup(&q).is_some(), "node 1 registered q with its new directory");
+    let g = s.getpage(asker, q).unwrap();
+    s.run_net();
+    assert_eq!(hit(&s, asker, g).0, Version(1));
+    // The window over, a page nobody registered is one nobody has.
+    s.tick(s.k.op_timeout + 1);
+    let g = s.getpage(asker, r).unwrap();
+    s.run_net();
+    assert_eq!(miss(&s, asker, g), MissReason::NotCached);
     s.settle();
     s.check_converged();
     s.check_quiet();

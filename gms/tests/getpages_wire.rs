@@ -85,12 +85,18 @@ fn getpages_reply_rejects_bad_status_codes() {
         GetPagesReply { status: GetStatus::Miss, first: PageId::new(0, 0), mask: 1, versions: vs(&[0]), server: 0 };
     let mut buf = [0u8; GetPagesReply::WIRE_BYTES];
     rep.encode(&mut buf).unwrap();
-    for bad in [0u8, 5, 0x80, 255] {
+    for bad in [0u8, 6, 0x80, 255] {
         buf[0] = bad;
         assert!(GetPagesReply::decode(&buf).is_err(), "status {bad}");
     }
-    for (code, status) in [(1u8, GetStatus::Hit), (2, GetStatus::Miss), (3, GetStatus::Local), (4, GetStatus::Refused)]
-    {
+    let codes = [
+        (1u8, GetStatus::Hit),
+        (2, GetStatus::Miss),
+        (3, GetStatus::Local),
+        (4, GetStatus::Refused),
+        (5, GetStatus::Rebuilding),
+    ];
+    for (code, status) in codes {
         buf[0] = code;
         assert_eq!(GetPagesReply::decode(&buf).unwrap().status, status);
     }

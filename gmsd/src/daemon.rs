@@ -545,6 +545,7 @@ pub fn stat(port: &GmsPort, live: &Peers, control: &Control, ds: &DaemonStats, m
         replica_fallbacks: c.replica_fallbacks,
         re_replicated: c.re_replicated,
         re_replicate_pending: control.re_replicate_pending() as u64,
+        reregister_pending: port.node.reregistrations_pending() as u64,
     }
 }
 

@@ -677,6 +677,10 @@ pub struct Stat {
     /// Replicas lost with a failed node still to be put again (waiting or under way).
     #[serde(default)]
     pub re_replicate_pending: u64,
+    /// Copies this node holds still to be registered with the directory node a
+    /// membership change gave them (until then a reader may be told "ask again").
+    #[serde(default)]
+    pub reregister_pending: u64,
 }
 
 /// `u64` as a "0x…" string in JSON (a view number is a hash: hex is how people compare it).

@@ -668,7 +668,8 @@ fn two_replicas_lose_nothing_to_a_kill() {
 /// Re-replication: four daemons with `--replicas 2`, pages put through daemon 0 (so their
 /// copies are on nodes 1, 2 and 3); node 3 is `kill -9`ed; daemon 0 puts the copies it
 /// lost again from the surviving ones (counted as `re_replicated`), after which nodes 1
-/// and 2 hold two copies of every page and both copies of every page read back right.
+/// and 2 hold two copies of every page and, once they registered the copies whose
+/// directory node was node 3 with the new ones, every page reads back right.
 #[test]
 fn lost_copies_are_made_again() {
     const PAGES: u64 = 512;
@@ -706,6 +707,11 @@ fn lost_copies_are_made_again() {
         let held: u64 =
             [1u16, 2].iter().filter_map(|&n| Some(stat(&cl.sock(n))?.nodes.iter().find(|m| m.node == n)?.held)).sum();
         (held >= 2 * PAGES && held <= 2 * (PAGES + NODES as u64 * META)).then_some(held)
+    });
+    // The survivors' copies whose directory node was node 3 are registered with their new
+    // one (until then a reader is told "ask again", never "nobody has it").
+    wait_for(Duration::from_secs(10), "the survivors to register their copies with new directory nodes", || {
+        [0u16, 1, 2].iter().all(|&n| stat(&cl.sock(n)).is_some_and(|s| s.reregister_pending == 0)).then_some(())
     });
     // Every page reads back right through daemon 0 (its store) and daemon 1 (a reader).
     for sock in [cl.sock(0), cl.sock(1)] {

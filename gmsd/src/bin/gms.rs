@@ -268,9 +268,9 @@ fn table(s: &Stat) -> String {
         s.refused_here, s.dir_full, s.pages_dropped
     );
     o += &format!(
-        "  operations timed out {}; peers declared failed {}, rejoined {}; pages re-registered after a \
-         membership change {}\n",
-        s.op_timeouts, s.failures_detected, s.rejoins, s.reregistered
+        "  operations timed out {}; peers declared failed {}, rejoined {}\n  pages re-registered after a \
+         membership change {} ({} still to go)\n",
+        s.op_timeouts, s.failures_detected, s.rejoins, s.reregistered, s.reregister_pending
     );
     o += &format!(
         "  reads that went on to the next copy {}; copies put again after a failure {} ({} still to go)\n",

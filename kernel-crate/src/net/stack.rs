@@ -26,6 +26,7 @@ const GMS_CONFIG: GmsConfig = GmsConfig {
     tombstone_ttl: 10_000_000_000,
     budget: 0,
     scrub_interval: 1_000_000_000,
+    rebuild_window: 2_000_000_000,
 };
 /// The global LRU in the kernel (ns): epochs of 500 ms (TCG guests answer in ~0.1–10 ms),
 /// summaries awaited 200 ms, ages in 10 ms ticks. No headroom: the kernel discards no

@@ -246,6 +246,7 @@ pub fn gms_config(k: &Knobs) -> GmsConfig {
         tombstone_ttl: u64::MAX / 4,
         budget: k.budget,
         scrub_interval: 40,
+        rebuild_window: k.op_timeout,
     }
 }
 
