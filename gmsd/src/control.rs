@@ -428,8 +428,8 @@ impl Control {
                             }
                         } else if let Some(w) = read_wait.get_mut(&page) {
                             w.push((jid, idx, k, now));
-                        } else if let Some(got) = port.read_start(page) {
-                            answered.push((jid, idx, k, heard(got), now));
+                        } else if let Some(got) = port.read_start_heard(page) {
+                            answered.push((jid, idx, k, got, now));
                         } else {
                             read_wait.insert(page, vec![(jid, idx, k, now)]);
                         }
@@ -518,8 +518,7 @@ impl Control {
         if !self.read_wait.is_empty() {
             let pages: Vec<PageId> = self.read_wait.keys().copied().collect();
             for page in pages {
-                if let Some(got) = port.read_poll(page) {
-                    let got = heard(got);
+                if let Some(got) = port.read_poll_heard(page) {
                     for (jid, idx, k, t0) in self.read_wait.remove(&page).unwrap_or_default() {
                         self.deliver(jid, idx, k, got.clone(), t0, ns);
                     }
@@ -617,16 +616,6 @@ impl Drop for Control {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.path);
     }
-}
-
-/// A read through the port's cache as a reader hears it: a miss there carries no reason
-/// (read-ahead answers some from its own memory), so it counts as "nobody has it".
-fn heard(got: Got) -> (Got, Heard) {
-    let h = match &got {
-        Got::Hit { version, .. } => Heard::Hit(*version),
-        Got::Miss => Heard::NotFound,
-    };
-    (got, h)
 }
 
 /// How an item ended.

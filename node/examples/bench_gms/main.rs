@@ -211,7 +211,7 @@ fn scan(c: &mut Cluster, depth: u32, pages: u64, expected: &[[u64; 8]]) -> anyho
     for n in 0..pages {
         match c.read_into(0, PageId::new(SPACE, n), &mut buf)? {
             ReadInto::Hit { len, .. } if len == PAGE && fingerprint(&buf) == expected[n as usize] => {}
-            g => bail!("page {n}: {}", if g == ReadInto::Miss { "missed" } else { "wrong bytes" }),
+            g => bail!("page {n}: {}", if matches!(g, ReadInto::Miss(_)) { "missed" } else { "wrong bytes" }),
         }
     }
     let us = t.elapsed().as_secs_f64() * 1e6 / pages as f64;

@@ -266,7 +266,7 @@ impl Cluster {
                 out.is_some()
             },
         )?;
-        Ok(out.unwrap_or(ReadInto::Miss))
+        Ok(out.unwrap_or(ReadInto::Miss(gms::reader::Heard::NoAnswer)))
     }
 
     /// Blocking read from node `i` through its cache and read-ahead.

@@ -36,8 +36,8 @@ pub(super) enum GetKind {
     Plain,
     /// A reader's fetch through the cache: kept by page for the reader.
     Reader,
-    /// Read-ahead: a hit goes into the cache; a miss is remembered briefly for a reader
-    /// that waited for it.
+    /// Read-ahead: a hit goes into the cache; a miss that found no copy is remembered
+    /// briefly for a reader that waited for it.
     Prefetch,
 }
 
@@ -175,6 +175,8 @@ impl GmsPort {
             (GetKind::Prefetch, Finished::Hit { version, frame, len, .. }) => {
                 self.cache_insert(page, version, frame, len)
             }
+            // A prefetch that got no answer says nothing of the page: its reader asks itself.
+            (GetKind::Prefetch, Finished::Miss(heard)) if heard != Heard::NotFound => {}
             (GetKind::Prefetch, Finished::Miss(_)) => {
                 if self.missed.len() > 4096 {
                     self.missed.retain(|_, t| now.saturating_sub(*t) < MISS_TTL);

@@ -29,12 +29,10 @@ pub enum Got {
 pub enum ReadInto {
     /// The page's first `min(len, buf.len())` bytes are in the buffer; `len` is the page's
     /// length (a buffer shorter than the page gets only its start).
-    Hit {
-        version: Version,
-        len: usize,
-        source: Source,
-    },
-    Miss,
+    Hit { version: Version, len: usize, source: Source },
+    /// No copy came back; how the getpage missed ([`gms::reader`]'s input: a miss that
+    /// got no answer is not a page nobody has).
+    Miss(Heard),
 }
 
 /// Where a read's bytes go: a fresh `Vec` ([`Got`]) or the reader's buffer.
@@ -141,6 +139,11 @@ impl GmsPort {
     /// answered now (cache hit, or a fetch that already finished), else the fetch (or the
     /// pending prefetch) is under way: poll and ask again. Issues read-ahead.
     pub fn read_start(&mut self, page: PageId) -> Option<Got> {
+        self.read_start_heard(page).map(|(got, _)| got)
+    }
+
+    /// [`Self::read_start`], with what the read heard (see [`Self::get_poll_heard`]).
+    pub fn read_start_heard(&mut self, page: PageId) -> Option<(Got, Heard)> {
         let mut sink = Sink::Vec(Vec::new());
         let r = self.read_start_to(page, &mut sink);
         r.map(|r| Self::got(r, sink))
@@ -157,10 +160,13 @@ impl GmsPort {
         self.read_poll_to(page, &mut Sink::Buf(buf))
     }
 
-    fn got(r: ReadInto, sink: Sink<'_>) -> Got {
+    fn got(r: ReadInto, sink: Sink<'_>) -> (Got, Heard) {
         match (r, sink) {
-            (ReadInto::Hit { version, source, .. }, Sink::Vec(data)) => Got::Hit { version, data, source },
-            _ => Got::Miss,
+            (ReadInto::Hit { version, source, .. }, Sink::Vec(data)) => {
+                (Got::Hit { version, data, source }, Heard::Hit(version))
+            }
+            (ReadInto::Miss(heard), _) => (Got::Miss, heard),
+            (ReadInto::Hit { .. }, Sink::Buf(_)) => (Got::Miss, Heard::NoAnswer),
         }
     }
 
@@ -176,7 +182,7 @@ impl GmsPort {
             if let Some(t) = self.missed.remove(&page) {
                 if self.now().saturating_sub(t) < MISS_TTL && cached.is_none() {
                     self.stats.reads += 1;
-                    return Some(ReadInto::Miss);
+                    return Some(ReadInto::Miss(Heard::NotFound));
                 }
             }
         }
@@ -185,7 +191,7 @@ impl GmsPort {
             Decision::Hit => {
                 self.stats.reads += 1;
                 // Read-ahead answers a hit only for a page said to be cached.
-                let Some(Cached { version, frame, len }) = cached else { return Some(ReadInto::Miss) };
+                let Some(Cached { version, frame, len }) = cached else { return Some(ReadInto::Miss(Heard::NotFound)) };
                 self.stats.cache_hits += 1;
                 sink.fill(&self.node.host.frames, frame, len);
                 Some(ReadInto::Hit { version, len: len as usize, source: Source::Cache })
@@ -200,7 +206,7 @@ impl GmsPort {
                         self.ra.complete(page.space, page.page, false);
                     }
                     self.stats.reads += 1;
-                    Some(ReadInto::Miss)
+                    Some(ReadInto::Miss(Heard::NoAnswer))
                 } else {
                     None
                 }
@@ -246,6 +252,11 @@ impl GmsPort {
     /// Continue a read started with [`Self::read_start`]: the answer once the fetch it
     /// waits for finished (a prefetch lands in the cache; a reader's fetch is kept for it).
     pub fn read_poll(&mut self, page: PageId) -> Option<Got> {
+        self.read_poll_heard(page).map(|(got, _)| got)
+    }
+
+    /// [`Self::read_poll`], with what the read heard (see [`Self::get_poll_heard`]).
+    pub fn read_poll_heard(&mut self, page: PageId) -> Option<(Got, Heard)> {
         let mut sink = Sink::Vec(Vec::new());
         let r = self.read_poll_to(page, &mut sink);
         r.map(|r| Self::got(r, sink))
@@ -261,9 +272,9 @@ impl GmsPort {
             return None;
         }
         if !self.missed.is_empty() && self.missed.remove(&page).is_some() {
-            // The prefetch this reader waited for missed.
+            // The prefetch this reader waited for found nothing.
             self.stats.reads += 1;
-            return Some(ReadInto::Miss);
+            return Some(ReadInto::Miss(Heard::NotFound));
         }
         if let Some(Cached { version, frame, len }) = self.cache.get(&page) {
             self.stats.reads += 1;
@@ -283,7 +294,7 @@ impl GmsPort {
                 self.cache_insert(page, version, frame, len);
                 ReadInto::Hit { version, len: len as usize, source }
             }
-            Finished::Miss(_) => ReadInto::Miss,
+            Finished::Miss(heard) => ReadInto::Miss(heard),
         }
     }
 

@@ -89,7 +89,7 @@ fn read_into_pages() {
                 assert!(buf[..len] == d[..], "page {n}: wrong bytes");
                 assert!(buf[len..].iter().all(|&b| b == 0), "page {n}: bytes past its end");
             }
-            ReadInto::Miss => panic!("page {n} missed"),
+            ReadInto::Miss(_) => panic!("page {n} missed"),
         }
     }
     assert!(c.ports[2].stats.prefetches > 0, "a sequential scan reads ahead");
@@ -102,13 +102,16 @@ fn read_into_pages() {
             assert_eq!((len, source), (pages[63].len(), Source::Cache));
             assert!(short[..] == pages[63][..100]);
         }
-        ReadInto::Miss => panic!("cached page missed"),
+        ReadInto::Miss(_) => panic!("cached page missed"),
     }
     match c.read(2, page).expect("read") {
         Got::Hit { data, .. } => assert!(data == pages[63]),
         Got::Miss => panic!("cached page missed"),
     }
-    assert_eq!(c.read_into(2, PageId::new(7, 1000), &mut buf).expect("read"), ReadInto::Miss);
+    assert_eq!(
+        c.read_into(2, PageId::new(7, 1000), &mut buf).expect("read"),
+        ReadInto::Miss(gms::reader::Heard::NotFound)
+    );
     assert!(c.ports[2].frame_audit().balanced(), "{:?}", c.ports[2].frame_audit());
 }
 
@@ -131,7 +134,7 @@ fn client_nic_on_servers() {
         c.ports[0].cache_remove(&PageId::new(3, n));
         match c.read_into(0, PageId::new(3, n), &mut buf).expect("read") {
             ReadInto::Hit { len, .. } => assert!(len == d.len() && buf == d, "page {n}: wrong bytes"),
-            ReadInto::Miss => panic!("page {n} missed"),
+            ReadInto::Miss(_) => panic!("page {n} missed"),
         }
     }
     c.rejoin(s).expect("rejoin");
