@@ -39,6 +39,7 @@ use trapeze_node::gms::{Cluster, Got};
 use trapeze_runtime::FrameMem;
 use trapeze_vnic::key::ClusterKey;
 use trapeze_vnic::link::backend::{InProcPort, InProcSwitch, LinkBackend};
+use trapeze_vnic::link::testing::{Hooks, Wrap};
 use trapeze_vnic::link::{FaultConfig, Link};
 
 const SPACE: u64 = 11;
@@ -436,69 +437,34 @@ fn run() {
 
 // ---- replays on a keyed link (issue 34 item 6) -------------------------------------------
 
-/// A switch port that records every frame its link sends: (source, destination, bytes),
-/// sealed as they went on the wire.
-struct Tap {
-    port: InProcPort,
-    log: Arc<Mutex<Vec<Captured>>>,
-}
+/// Hooks on a switch port that record every frame its link sends: (source, destination,
+/// bytes), sealed as they went on the wire.
+struct Tap(Arc<Mutex<Vec<Captured>>>);
 
 type Captured = (u16, u16, Vec<u8>);
 
-impl LinkBackend for Tap {
-    fn send_frame(&mut self, dst: u16, frame: &[u8]) -> std::io::Result<()> {
-        self.log.lock().unwrap().push((self.port.node(), dst, frame.to_vec()));
-        self.port.send_frame(dst, frame)
+impl Hooks<InProcPort> for Tap {
+    fn send_frame(&mut self, port: &mut InProcPort, dst: u16, frame: &[u8]) -> std::io::Result<()> {
+        self.0.lock().unwrap().push((port.node(), dst, frame.to_vec()));
+        port.send_frame(dst, frame)
     }
     fn send_frame_with(
         &mut self,
+        port: &mut InProcPort,
         dst: u16,
         len: usize,
         align_at: usize,
         scratch: &mut [u8],
         fill: &mut dyn FnMut(&mut [u8]),
     ) -> std::io::Result<()> {
-        let (src, log) = (self.port.node(), self.log.clone());
-        self.port.send_frame_with(dst, len, align_at, scratch, &mut |b| {
+        let (src, log) = (port.node(), &self.0);
+        port.send_frame_with(dst, len, align_at, scratch, &mut |b| {
             fill(b);
             log.lock().unwrap().push((src, dst, b.to_vec()));
         })
     }
-    fn try_recv_frame(&mut self, buf: &mut [u8]) -> std::io::Result<Option<usize>> {
-        self.port.try_recv_frame(buf)
-    }
-    fn recv_frame_with(&mut self, scratch: &mut [u8], take: &mut dyn FnMut(&[u8])) -> std::io::Result<bool> {
-        self.port.recv_frame_with(scratch, take)
-    }
-    fn readable_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
-        self.port.readable_fd()
-    }
-    fn max_frame_bytes(&self) -> usize {
-        self.port.max_frame_bytes()
-    }
-    fn routes_to(&self, dst: u16) -> bool {
-        self.port.routes_to(dst)
-    }
-    fn prepare_wait(&self) -> bool {
-        self.port.prepare_wait()
-    }
-    fn end_wait(&self) {
-        self.port.end_wait()
-    }
-    fn last_frame(&self) -> Option<&[u8]> {
-        self.port.last_frame()
-    }
-    fn keeps_last_frame(&self) -> bool {
-        self.port.keeps_last_frame()
-    }
-    fn frames_waiting(&mut self) -> bool {
-        self.port.frames_waiting()
-    }
-    fn is_memory_medium(&self) -> bool {
-        self.port.is_memory_medium()
-    }
-    fn describe(&self) -> String {
-        format!("tap on {}", self.port.describe())
+    fn describe(&self, port: &InProcPort) -> String {
+        format!("tap on {}", port.describe())
     }
 }
 
@@ -512,7 +478,7 @@ const RPAGES: u64 = 60;
 fn keyed(sw: &InProcSwitch, key: &ClusterKey, log: &Arc<Mutex<Vec<Captured>>>) -> Cluster {
     let cfg = GmsConfig { op_timeout: 500_000_000, ..GmsConfig::default() };
     let link = |id: u16| {
-        let tap = Tap { port: sw.port(id), log: log.clone() };
+        let tap = Wrap::new(sw.port(id), Tap(log.clone()));
         let mut l = Link::new(id, Box::new(tap), FaultConfig::NONE);
         l.set_key(Some(key));
         l

@@ -9,7 +9,8 @@
 //! server for QEMU guests ([`ivshmem`]); a link-level echo between NICs for
 //! `trapeze-nic ping` ([`echo`]); an event trace of the engines for timing round
 //! trips across NICs ([`trace`]). The `trapeze-nic` binary runs one NIC as a
-//! process.
+//! process. Tests of this crate and the node's share a link backend wrapper
+//! (`link::testing`, feature `test-support`).
 //!
 //! What runs on the host side — the host binding, the NetRPC and GMS runtimes, the
 //! in-process cluster — is the `trapeze-node` crate, which depends on this one.

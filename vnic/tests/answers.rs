@@ -19,7 +19,8 @@ use trapeze_firmware::iface::layout::Policy;
 use trapeze_host::endpoint::EndpointConfig;
 use trapeze_node::host::{random_seed, HostPort, DEFAULT_REGION_BASE};
 use trapeze_vnic::engines::new_eventfd;
-use trapeze_vnic::link::backend::InProcSwitch;
+use trapeze_vnic::link::backend::{InProcPort, InProcSwitch};
+use trapeze_vnic::link::testing::{Hooks, Wrap};
 use trapeze_vnic::link::{FaultConfig, Link, LinkBackend};
 use trapeze_vnic::nic::Nic;
 use trapeze_vnic::shm::Mapping;
@@ -35,72 +36,25 @@ const REUSED: u8 = 0x55;
 /// What the host does at the racing moment; run once.
 type Move = Box<dyn FnOnce() + Send>;
 
-/// A link backend that runs the host's [`Move`] when link out asks for the route of the
-/// next packet, then behaves as the backend it wraps.
+/// Hooks that run the host's [`Move`] when link out asks for the route of the next
+/// packet, then leave the wrapped switch port as it is.
 struct Racer {
-    inner: Box<dyn LinkBackend>,
     armed: Arc<Mutex<Option<Move>>>,
     /// Packets the move ran before.
     raced: Arc<AtomicU64>,
 }
 
-impl LinkBackend for Racer {
-    fn send_frame(&mut self, dst: u16, frame: &[u8]) -> std::io::Result<()> {
-        self.inner.send_frame(dst, frame)
-    }
-    fn try_recv_frame(&mut self, buf: &mut [u8]) -> std::io::Result<Option<usize>> {
-        self.inner.try_recv_frame(buf)
-    }
-    fn send_frame_with(
-        &mut self,
-        dst: u16,
-        len: usize,
-        align_at: usize,
-        scratch: &mut [u8],
-        fill: &mut dyn FnMut(&mut [u8]),
-    ) -> std::io::Result<()> {
-        self.inner.send_frame_with(dst, len, align_at, scratch, fill)
-    }
-    fn recv_frame_with(&mut self, scratch: &mut [u8], take: &mut dyn FnMut(&[u8])) -> std::io::Result<bool> {
-        self.inner.recv_frame_with(scratch, take)
-    }
-    fn readable_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
-        self.inner.readable_fd()
-    }
-    fn max_frame_bytes(&self) -> usize {
-        self.inner.max_frame_bytes()
-    }
-    fn routes_to(&self, dst: u16) -> bool {
+impl Hooks<InProcPort> for Racer {
+    fn routes_to(&self, port: &InProcPort, dst: u16) -> bool {
         let mv = self.armed.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(mv) = mv {
             mv();
             self.raced.fetch_add(1, Ordering::SeqCst);
         }
-        self.inner.routes_to(dst)
+        port.routes_to(dst)
     }
-    fn prepare_wait(&self) -> bool {
-        self.inner.prepare_wait()
-    }
-    fn end_wait(&self) {
-        self.inner.end_wait()
-    }
-    fn last_frame(&self) -> Option<&[u8]> {
-        self.inner.last_frame()
-    }
-    fn keeps_last_frame(&self) -> bool {
-        self.inner.keeps_last_frame()
-    }
-    fn frames_waiting(&mut self) -> bool {
-        self.inner.frames_waiting()
-    }
-    fn is_memory_medium(&self) -> bool {
-        self.inner.is_memory_medium()
-    }
-    fn foreign_frames(&self) -> u64 {
-        self.inner.foreign_frames()
-    }
-    fn describe(&self) -> String {
-        format!("racer over {}", self.inner.describe())
+    fn describe(&self, port: &InProcPort) -> String {
+        format!("racer over {}", port.describe())
     }
 }
 
@@ -130,7 +84,7 @@ fn an_answer_carries_the_bytes_its_check_vouched_for(mode: Mode) {
     let switch = InProcSwitch::new();
     let armed = Arc::new(Mutex::new(None));
     let raced = Arc::new(AtomicU64::new(0));
-    let racer = Racer { inner: Box::new(switch.port(1)), armed: armed.clone(), raced: raced.clone() };
+    let racer = Wrap::new(switch.port(1), Racer { armed: armed.clone(), raced: raced.clone() });
     let mut a = node(mode, 0, Box::new(switch.port(0)));
     let mut b = node(mode, 1, Box::new(racer));
 

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use trapeze_firmware::iface::wire::Header;
 use trapeze_vnic::link::backend::{InProcPort, InProcSwitch, UdpBackend};
+use trapeze_vnic::link::testing::{Hooks, Wrap};
 use trapeze_vnic::link::{FaultConfig, Link, LinkBackend, LinkStats, RxPacket, REASSEMBLY_TIMEOUT};
 
 const WAIT: Duration = Duration::from_secs(5);
@@ -160,28 +161,35 @@ fn unroutable_short_and_truncated() {
     assert!(recv(&mut a, &mut out).unwrap().crc_ok);
 }
 
-/// Limits frames to `max` bytes so packets split into many fragments.
-struct SmallFrames(InProcPort, usize);
+/// Hooks that limit a switch port's frames to this many bytes so packets split into many
+/// fragments, and present it as a plain medium, so packets keep their CRC.
+struct SmallFrames(usize);
 
-impl LinkBackend for SmallFrames {
-    fn send_frame(&mut self, dst: u16, frame: &[u8]) -> io::Result<()> {
-        assert!(frame.len() <= self.1);
-        self.0.send_frame(dst, frame)
+impl Hooks<InProcPort> for SmallFrames {
+    fn send_frame(&mut self, port: &mut InProcPort, dst: u16, frame: &[u8]) -> io::Result<()> {
+        assert!(frame.len() <= self.0);
+        port.send_frame(dst, frame)
     }
-    fn try_recv_frame(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
-        self.0.try_recv_frame(buf)
+    fn send_frame_with(
+        &mut self,
+        port: &mut InProcPort,
+        dst: u16,
+        len: usize,
+        align_at: usize,
+        scratch: &mut [u8],
+        fill: &mut dyn FnMut(&mut [u8]),
+    ) -> io::Result<()> {
+        assert!(len <= self.0);
+        port.send_frame_with(dst, len, align_at, scratch, fill)
     }
-    fn readable_fd(&self) -> Option<BorrowedFd<'_>> {
-        self.0.readable_fd()
+    fn max_frame_bytes(&self, _: &InProcPort) -> usize {
+        self.0
     }
-    fn max_frame_bytes(&self) -> usize {
-        self.1
+    fn plain_medium(&self) -> bool {
+        true
     }
-    fn routes_to(&self, dst: u16) -> bool {
-        self.0.routes_to(dst)
-    }
-    fn describe(&self) -> String {
-        format!("{} (frames <= {})", self.0.describe(), self.1)
+    fn describe(&self, port: &InProcPort) -> String {
+        format!("{} (frames <= {})", port.describe(), self.0)
     }
 }
 
@@ -251,8 +259,8 @@ fn run_faults(mut a: Link, mut b: Link, n: u32, frames_per_packet: impl Fn(usize
 
 fn inproc_pair(max_frame: usize, faults: FaultConfig) -> (Link, Link, impl Fn(usize) -> u64) {
     let sw = InProcSwitch::new();
-    let a = Link::new(1, Box::new(SmallFrames(sw.port(1), max_frame)), faults);
-    let b = Link::new(2, Box::new(SmallFrames(sw.port(2), max_frame)), FaultConfig::NONE);
+    let a = Link::new(1, Box::new(Wrap::new(sw.port(1), SmallFrames(max_frame))), faults);
+    let b = Link::new(2, Box::new(Wrap::new(sw.port(2), SmallFrames(max_frame))), FaultConfig::NONE);
     (a, b, move |total: usize| total.div_ceil(max_frame - 24) as u64)
 }
 

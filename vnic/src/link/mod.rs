@@ -89,6 +89,8 @@ mod reassembly;
 mod receive;
 pub mod replay;
 mod send;
+#[cfg(any(test, feature = "test-support"))]
+pub mod testing;
 #[cfg(test)]
 mod tests;
 

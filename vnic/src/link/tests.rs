@@ -2,8 +2,8 @@
 //! Tests of the link: sends read once in order, lent frames, verdicts, the wire delay, the CRC.
 
 use super::backend::{InProcSwitch, UdpBackend};
+use super::testing::{Hooks, Wrap};
 use super::*;
-use std::os::fd::BorrowedFd;
 
 fn packet(len: usize) -> Vec<u8> {
     let mut p: Vec<u8> = (0..len).map(|i| (i * 13 + 1) as u8).collect();
@@ -135,33 +135,21 @@ fn checked_media_carry_a_verdict_believed_only_there() {
 
     // ... while a medium that neither is memory nor checks its frames never believes one.
     drop(b);
-    let mut plain = Link::new(2, Box::new(Unchecked(sw.port(2))), FaultConfig::NONE);
+    let mut plain = Link::new(2, Box::new(Wrap::new(sw.port(2), Unchecked)), FaultConfig::NONE);
     injector.send_frame(2, &frames[0]).unwrap();
     assert_eq!(plain.poll_packet_with(|body, _, ok| (body.len(), ok)), Some((9000, false)));
     assert_eq!(plain.stats().crc_errors, 1);
 }
 
-/// A switch port that says it is neither a memory medium nor one that checks frames (as
-/// raw Ethernet): what the link does over such a medium.
-struct Unchecked(backend::InProcPort);
+/// Hooks that make a switch port say it is neither a memory medium nor one that checks
+/// frames (as raw Ethernet): what the link does over such a medium.
+struct Unchecked;
 
-impl LinkBackend for Unchecked {
-    fn send_frame(&mut self, dst: u16, frame: &[u8]) -> io::Result<()> {
-        self.0.send_frame(dst, frame)
+impl Hooks<backend::InProcPort> for Unchecked {
+    fn plain_medium(&self) -> bool {
+        true
     }
-    fn try_recv_frame(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
-        self.0.try_recv_frame(buf)
-    }
-    fn readable_fd(&self) -> Option<BorrowedFd<'_>> {
-        self.0.readable_fd()
-    }
-    fn max_frame_bytes(&self) -> usize {
-        self.0.max_frame_bytes()
-    }
-    fn routes_to(&self, dst: u16) -> bool {
-        self.0.routes_to(dst)
-    }
-    fn describe(&self) -> String {
+    fn describe(&self, _: &backend::InProcPort) -> String {
         "unchecked".into()
     }
 }
