@@ -173,23 +173,32 @@ fn pattern(at: u64) -> u8 {
     (at.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) as u8
 }
 
-/// Start gmblockd on `file` with `path`; its child, address and stats file.
-fn gmblockd(file: &Path, path: &str, client: SocketAddr, stats: &Path) -> anyhow::Result<(Reaped, SocketAddr)> {
+/// Start gmblockd as `node` on a free UDP port, its one peer `peer` (node id, address)
+/// and the rest of its command line from `args`, and wait for its ready line; its child
+/// and address.
+fn start_gmblockd(
+    node: u16,
+    peer: (u16, SocketAddr),
+    args: impl FnOnce(&mut Command) -> &mut Command,
+) -> anyhow::Result<(Reaped, SocketAddr)> {
     let addr = udp_port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_gmblockd"))
-        .args(["--node", "1", "--listen", &addr.to_string(), "--peer", &format!("2={client}"), "--path", path])
-        .args(["--read-only", "--region-mb", "16", "--export"])
-        .arg(file)
-        .arg("--stats-json")
-        .arg(stats)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("starting gmblockd")?;
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gmblockd"));
+    cmd.args(["--node", &node.to_string(), "--listen", &addr.to_string(), "--peer", &format!("{}={}", peer.0, peer.1)]);
+    let mut child = args(&mut cmd).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().context("starting gmblockd")?;
     let mut line = String::new();
     BufReader::new(child.stdout.take().context("gmblockd stdout")?).read_line(&mut line)?;
     ensure!(line.starts_with("gmblockd ready"), "gmblockd did not start: {line:?}");
     Ok((Reaped(child), addr))
+}
+
+/// Start gmblockd on `file` with `path` for `client`, writing its stats to `stats`.
+fn gmblockd(file: &Path, path: &str, client: SocketAddr, stats: &Path) -> anyhow::Result<(Reaped, SocketAddr)> {
+    start_gmblockd(1, (2, client), |c| {
+        c.args(["--path", path, "--read-only", "--region-mb", "16", "--export"])
+            .arg(file)
+            .arg("--stats-json")
+            .arg(stats)
+    })
 }
 
 /// Read the whole volume in 1 MiB requests, checking a few bytes of each.
@@ -380,20 +389,11 @@ fn modelled_gmblockd(
     mbps: f64,
     us: u64,
 ) -> anyhow::Result<(Reaped, SocketAddr)> {
-    let addr = udp_port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_gmblockd"))
-        .args(["--node", &node.to_string(), "--listen", &addr.to_string(), "--peer", &format!("100={client}")])
-        .args(["--read-only", "--model-mbps", &mbps.to_string(), "--model-latency-us", &us.to_string()])
-        .arg("--export")
-        .arg(file)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("starting gmblockd")?;
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().context("gmblockd stdout")?).read_line(&mut line)?;
-    ensure!(line.starts_with("gmblockd ready"), "gmblockd did not start: {line:?}");
-    Ok((Reaped(child), addr))
+    start_gmblockd(node, (100, client), |c| {
+        c.args(["--read-only", "--model-mbps", &mbps.to_string(), "--model-latency-us", &us.to_string()])
+            .arg("--export")
+            .arg(file)
+    })
 }
 
 impl StripeSetup {
