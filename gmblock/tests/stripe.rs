@@ -5,89 +5,42 @@
 //! share; a server that dies mid-run fails the next request with its name, promptly,
 //! and no read ever returns wrong data.
 
+mod support;
+
 use gmblock::model::DiskModel;
 use gmblock::proto::DataPath;
-use gmblock::server::{Report, Server, ServerConfig};
-use gmblock::station::{Placement, StationConfig};
+use gmblock::server::ServerConfig;
 use gmblock::striped::{StripeConfig, StripedClient};
-use std::net::{SocketAddr, UdpSocket};
+use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+use support::{free_port, server_station, station, volume, Running};
 
 const CLIENT: u16 = 100;
 const GRAIN: u64 = 32 << 10;
 
-fn free_port() -> SocketAddr {
-    UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
-}
-
-fn volume(name: &str, bytes: u64) -> PathBuf {
-    let p = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("gmblock-stripe-{name}-{}", std::process::id()));
-    std::fs::File::create(&p).unwrap().set_len(bytes).unwrap();
-    p
-}
-
-struct Running {
+/// A server and its volume file, removed when done.
+struct StripeServer {
+    server: Running,
     file: PathBuf,
-    addr: SocketAddr,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<Report>>,
 }
 
-impl Running {
-    fn stop(&mut self) -> Report {
-        self.stop.store(true, Ordering::Relaxed);
-        self.thread.take().expect("running").join().unwrap()
-    }
-}
-
-impl Drop for Running {
+impl Drop for StripeServer {
     fn drop(&mut self) {
-        if self.thread.is_some() {
-            self.stop();
-        }
         let _ = std::fs::remove_file(&self.file);
     }
 }
 
 /// Server `node` on a file of `bytes`, its disk modelled when `model` is given.
-fn serve(name: &str, node: u16, bytes: u64, client: SocketAddr, model: Option<DiskModel>) -> Running {
-    let file = volume(&format!("{name}-{node}"), bytes);
-    let addr = free_port();
-    let station = StationConfig {
-        node,
-        listen: addr,
-        peers: vec![(CLIENT, client)],
-        region_bytes: 8 << 20,
-        placement: Placement::HostRam,
-        call_timeout: Duration::from_secs(2),
-    };
+fn serve(name: &str, node: u16, bytes: u64, client: SocketAddr, model: Option<DiskModel>) -> StripeServer {
+    let file = volume(&format!("stripe-{name}-{node}"), bytes);
+    let station = server_station(node, vec![(CLIENT, client)]);
     let cfg = ServerConfig { station, export: file.clone(), read_only: false, path: DataPath::Direct, model };
-    let stop = Arc::new(AtomicBool::new(false));
-    let (tx, rx) = mpsc::channel();
-    let s = stop.clone();
-    let thread = std::thread::spawn(move || {
-        let mut server = Server::open(cfg).expect("server opens");
-        tx.send(()).unwrap();
-        server.run(&s);
-        server.report()
-    });
-    rx.recv_timeout(Duration::from_secs(10)).expect("server up");
-    Running { file, addr, stop, thread: Some(thread) }
+    StripeServer { server: support::serve(cfg), file }
 }
 
-fn connect(me: SocketAddr, servers: &[(u16, &Running)], sc: StripeConfig) -> StripedClient {
-    let cfg = StationConfig {
-        node: CLIENT,
-        listen: me,
-        peers: servers.iter().map(|(n, r)| (*n, r.addr)).collect(),
-        region_bytes: 0,
-        placement: Placement::HostRam,
-        call_timeout: Duration::from_secs(2),
-    };
+fn connect(me: SocketAddr, servers: &[(u16, &StripeServer)], sc: StripeConfig) -> StripedClient {
+    let cfg = station(CLIENT, me, servers.iter().map(|(n, r)| (*n, r.server.addr)).collect(), 0);
     let ids: Vec<u16> = servers.iter().map(|s| s.0).collect();
     StripedClient::connect(cfg, &ids, sc).expect("striped client connects")
 }
@@ -102,7 +55,7 @@ const SHAPES: [(u64, usize); 6] =
 
 /// Write every shape, flush, read each back; then check each server's file holds its
 /// units: byte `o` of server `s` is volume byte `((o / grain) * n + s) * grain + o % grain`.
-fn round_trip(c: &mut StripedClient, servers: &[&Running]) {
+fn round_trip(c: &mut StripedClient, servers: &[&StripeServer]) {
     for (k, &(at, len)) in SHAPES.iter().enumerate() {
         c.write(at, &pattern(k as u8, at, len)).unwrap();
     }
@@ -128,7 +81,7 @@ fn round_trip(c: &mut StripedClient, servers: &[&Running]) {
 #[test]
 fn a_striped_volume_over_three_servers_reads_back_and_lies_in_each_servers_file() {
     let me = free_port();
-    let rs: Vec<Running> = (1..=3).map(|n| serve("three", n, 4 << 20, me, None)).collect();
+    let rs: Vec<StripeServer> = (1..=3).map(|n| serve("three", n, 4 << 20, me, None)).collect();
     let mut c = connect(me, &[(1, &rs[0]), (2, &rs[1]), (3, &rs[2])], StripeConfig::default());
     assert_eq!(c.size(), 12 << 20);
     round_trip(&mut c, &[&rs[0], &rs[1], &rs[2]]);
@@ -157,17 +110,18 @@ fn a_striped_volume_over_three_servers_reads_back_and_lies_in_each_servers_file(
 fn a_slowed_server_delays_only_its_share_and_the_data_is_right() {
     let me = free_port();
     let slow = DiskModel::new(Some(20.0), 2000).unwrap();
-    let mut rs: Vec<Running> = (1..=3).map(|n| serve("slow", n, 4 << 20, me, (n == 2).then(|| slow.clone()))).collect();
+    let mut rs: Vec<StripeServer> =
+        (1..=3).map(|n| serve("slow", n, 4 << 20, me, (n == 2).then(|| slow.clone()))).collect();
     let mut c = connect(me, &[(1, &rs[0]), (2, &rs[1]), (3, &rs[2])], StripeConfig::default());
     round_trip(&mut c, &[&rs[0], &rs[1], &rs[2]]);
-    let held: Vec<f64> = rs.iter_mut().map(|r| r.stop().model_held_s).collect();
+    let held: Vec<f64> = rs.iter_mut().map(|r| r.server.stop().model_held_s).collect();
     assert!(held[1] > 0.05 && held[0] == 0.0 && held[2] == 0.0, "only server 2's replies were held: {held:?}");
 }
 
 #[test]
 fn a_server_that_dies_mid_run_fails_requests_with_its_name_never_wrong_data() {
     let me = free_port();
-    let mut rs: Vec<Running> = (1..=3).map(|n| serve("dies", n, 4 << 20, me, None)).collect();
+    let mut rs: Vec<StripeServer> = (1..=3).map(|n| serve("dies", n, 4 << 20, me, None)).collect();
     let sc = StripeConfig { chunk_timeout: Duration::from_millis(200), tries: 3, ..StripeConfig::default() };
     let mut c = connect(me, &[(1, &rs[0]), (2, &rs[1]), (3, &rs[2])], sc);
     for at in (0..12u64 << 20).step_by(1 << 20) {
@@ -177,7 +131,7 @@ fn a_server_that_dies_mid_run_fails_requests_with_its_name_never_wrong_data() {
     let mut failed = None;
     for (i, at) in (0..12u64 << 20).step_by(1 << 20).cycle().take(24).enumerate() {
         if i == 5 {
-            rs[2].stop();
+            rs[2].server.stop();
         }
         let t = Instant::now();
         match c.read(at, &mut got) {
@@ -200,8 +154,8 @@ fn a_server_that_dies_mid_run_fails_requests_with_its_name_never_wrong_data() {
 #[test]
 fn a_wide_read_ahead_window_over_four_servers_reads_right_without_running_out() {
     let me = free_port();
-    let rs: Vec<Running> = (1..=4).map(|n| serve("wide", n, 4 << 20, me, None)).collect();
-    let servers: Vec<(u16, &Running)> = rs.iter().enumerate().map(|(k, r)| (k as u16 + 1, r)).collect();
+    let rs: Vec<StripeServer> = (1..=4).map(|n| serve("wide", n, 4 << 20, me, None)).collect();
+    let servers: Vec<(u16, &StripeServer)> = rs.iter().enumerate().map(|(k, r)| (k as u16 + 1, r)).collect();
     // Eight stripes ahead over four servers: 32 pieces held beside 32 chunks in flight.
     let sc = StripeConfig { readahead_stripes: 8, ..StripeConfig::default() };
     let mut c = connect(me, &servers, sc);

@@ -4,80 +4,25 @@
 //! counters tell the paths apart, and every bad request gets its clear error while the
 //! server keeps serving.
 
+mod support;
+
 use gmblock::client::Client;
 use gmblock::proto::*;
-use gmblock::server::{Report, Server, ServerConfig};
-use gmblock::station::{Placement, StationConfig};
-use std::net::{SocketAddr, UdpSocket};
+use gmblock::server::{Report, ServerConfig};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc};
-use std::thread::JoinHandle;
-use std::time::Duration;
+use support::{free_port, server_station, station, volume, Running};
 
 const SERVER: u16 = 1;
 
-fn free_port() -> SocketAddr {
-    UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
-}
-
-/// A file of `bytes` in the target directory (a disk file system: O_DIRECT works there).
-fn volume(name: &str, bytes: u64) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    let p = dir.join(format!("gmblock-{name}-{}", std::process::id()));
-    let f = std::fs::File::create(&p).unwrap();
-    f.set_len(bytes).unwrap();
-    p
-}
-
-struct Running {
-    addr: SocketAddr,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<Report>>,
-}
-
-impl Running {
-    fn stop(mut self) -> Report {
-        self.stop.store(true, Ordering::Relaxed);
-        self.thread.take().unwrap().join().unwrap()
-    }
-}
-
 /// Start a server on `export` for clients `clients` (id, address).
 fn serve(export: &Path, path: DataPath, read_only: bool, clients: &[(u16, SocketAddr)]) -> Running {
-    let addr = free_port();
-    let station = StationConfig {
-        node: SERVER,
-        listen: addr,
-        peers: clients.to_vec(),
-        region_bytes: 8 << 20,
-        placement: Placement::HostRam,
-        call_timeout: Duration::from_secs(2),
-    };
-    let cfg = ServerConfig { station, export: export.to_path_buf(), read_only, path, model: None };
-    let stop = Arc::new(AtomicBool::new(false));
-    let (tx, rx) = mpsc::channel();
-    let s = stop.clone();
-    let thread = std::thread::spawn(move || {
-        let mut server = Server::open(cfg).expect("server opens");
-        tx.send(()).unwrap();
-        server.run(&s);
-        server.report()
-    });
-    rx.recv_timeout(Duration::from_secs(10)).expect("server up");
-    Running { addr, stop, thread: Some(thread) }
+    let station = server_station(SERVER, clients.to_vec());
+    support::serve(ServerConfig { station, export: export.to_path_buf(), read_only, path, model: None })
 }
 
 fn client(node: u16, listen: SocketAddr, server: SocketAddr) -> Client {
-    let cfg = StationConfig {
-        node,
-        listen,
-        peers: vec![(SERVER, server)],
-        region_bytes: 0,
-        placement: Placement::HostRam,
-        call_timeout: Duration::from_secs(2),
-    };
-    Client::connect(cfg, SERVER, 16).expect("client connects")
+    Client::connect(station(node, listen, vec![(SERVER, server)], 0), SERVER, 16).expect("client connects")
 }
 
 fn pattern(seed: u8, at: u64, len: usize) -> Vec<u8> {
@@ -91,7 +36,7 @@ const SHAPES: [(u64, usize); 6] =
 fn round_trip(path: DataPath) -> Report {
     let file = volume(&format!("{path:?}"), 8 << 20);
     let me = free_port();
-    let srv = serve(&file, path, false, &[(2, me)]);
+    let mut srv = serve(&file, path, false, &[(2, me)]);
     let mut c = client(2, me, srv.addr);
     assert_eq!((c.info.size, c.info.path, c.info.read_only), (8 << 20, path, false));
     for (k, &(at, len)) in SHAPES.iter().enumerate() {
@@ -146,7 +91,7 @@ fn bad_requests_get_clear_errors_and_the_server_keeps_serving() {
     let size = 1u64 << 20;
     let file = volume("bad", size);
     let (a, b) = (free_port(), free_port());
-    let srv = serve(&file, DataPath::Direct, false, &[(2, a), (3, b)]);
+    let mut srv = serve(&file, DataPath::Direct, false, &[(2, a), (3, b)]);
     let mut c = client(2, a, srv.addr);
     let mut other = client(3, b, srv.addr);
     let r = |offset, len| Range { offset, len };
@@ -177,7 +122,7 @@ fn bad_requests_get_clear_errors_and_the_server_keeps_serving() {
 fn a_removed_or_shrunk_export_is_an_error_not_wrong_data() {
     let file = volume("gone", 1 << 20);
     let me = free_port();
-    let srv = serve(&file, DataPath::ViaRam, false, &[(2, me)]);
+    let mut srv = serve(&file, DataPath::ViaRam, false, &[(2, me)]);
     let mut c = client(2, me, srv.addr);
     c.write(0, &pattern(3, 0, 8192)).unwrap();
     // Shrunk under the server: a read past the new end is a short read, an I/O error.
@@ -200,7 +145,7 @@ fn a_removed_or_shrunk_export_is_an_error_not_wrong_data() {
 fn a_read_only_export_refuses_writes_and_trims() {
     let file = volume("ro", 1 << 20);
     let me = free_port();
-    let srv = serve(&file, DataPath::Direct, true, &[(2, me)]);
+    let mut srv = serve(&file, DataPath::Direct, true, &[(2, me)]);
     let mut c = client(2, me, srv.addr);
     assert!(c.info.read_only);
     let e = c.write(0, &[7u8; 4096]).unwrap_err().to_string();
