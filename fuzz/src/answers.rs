@@ -18,18 +18,27 @@
 //!
 //! [`Exports::check_delivered`] then checks what the requester's host received as
 //! answers: a generation's reply and bytes, never a mixture.
+//!
+//! Both targets also share the run around it: [`offer_writes`] arms the nodes' IPT
+//! entries and notes every range they offer for DMA writes, [`Exports::run_for`] and
+//! [`Exports::settle`] run the cluster with the scan after every tick (settle: until it
+//! is quiet, then the delivered answers checked), and [`check_host_writes`] checks that
+//! every DMA write of a node landed in a range it offered.
 
+use crate::firmware::{inside, range};
 use arbitrary::Arbitrary;
 use trapeze_firmware::iface::answer::{self, Export, REPLY_MAX};
-use trapeze_firmware::iface::entry::rx_flags;
-use trapeze_firmware::iface::layout::MAX_MTU_BYTES;
+use trapeze_firmware::iface::entry::{rx_flags, Ring, Slot};
+use trapeze_firmware::iface::layout::{MAX_MTU_BYTES, MAX_SEGMENTS, RECV_RING_ENTRIES};
 use trapeze_firmware::iface::mem::NicMemory;
 use trapeze_firmware::iface::regs::tx_flags;
 use trapeze_firmware::iface::wire::{Header, FLAG_ANSWERED, HEADER_BYTES};
-use trapeze_firmware::sim::{Cluster, TransferKind};
+use trapeze_firmware::sim::{Cluster, TransferKind, US};
 
 /// Entries a script uses (indexes `0..SLOTS`): few, so requests and changes collide.
 pub const SLOTS: u32 = 4;
+/// Model time the cluster may take to go quiet at the end of a script (µs).
+pub const LIMIT_US: u64 = 2000;
 
 /// A change of the serving host's table, applied between model ticks.
 #[derive(Arbitrary, Debug)]
@@ -202,6 +211,24 @@ impl Exports {
         self.answers += 1;
     }
 
+    /// Run `c` for `us` µs of model time, scanning after every tick.
+    pub fn run_for(&mut self, c: &mut Cluster, us: u64) {
+        c.run_until(us * US, |c| {
+            self.scan(c);
+            false
+        });
+    }
+
+    /// Run `c` until it is quiet (at most [`LIMIT_US`]), scanning after every tick; then
+    /// check the answers the requester's host `node` received.
+    pub fn settle(&mut self, c: &mut Cluster, node: usize) {
+        c.run_until(LIMIT_US * US, |c| {
+            self.scan(c);
+            c.is_quiet()
+        });
+        self.check_delivered(c, node);
+    }
+
     /// Check the answers the requester's host `node` received: each a generation's reply,
     /// and its bytes when it came with a payload.
     pub fn check_delivered(&self, c: &Cluster, node: usize) {
@@ -215,5 +242,47 @@ impl Exports {
                 assert!(d.payload == g.bytes, "node {node}: an answer's bytes are not its export's");
             }
         }
+    }
+}
+
+/// Host-memory ranges, `[start, end)` as DMA addresses.
+pub type Ranges = Vec<(u64, u64)>;
+
+/// Arm the IPT entries `arms[n]` (frame length modulo twice the `mtu`, segment count) on
+/// node `n`'s host, node 1 first. Returns each node's armed tokens and the host-memory
+/// ranges it offered for DMA writes: its receive frames and the armed entries' frames.
+pub fn offer_writes(c: &mut Cluster, mtu: u32, arms: [&[(u16, u8)]; 2]) -> ([Vec<u64>; 2], [Ranges; 2]) {
+    let mut writes: [Ranges; 2] = [Vec::new(), Vec::new()];
+    for (n, w) in writes.iter_mut().enumerate() {
+        for i in 0..RECV_RING_ENTRIES {
+            let slot = Slot::new(c.nic_mem(n), Ring::Recv, i);
+            for k in 0..slot.nseg().min(MAX_SEGMENTS) {
+                let seg = slot.segment(k);
+                w.push(range(seg.addr, seg.len));
+            }
+        }
+    }
+    let mut tokens = [Vec::new(), Vec::new()];
+    for n in [1, 0] {
+        for &(len, frames) in arms[n].iter().take(8) {
+            let len = 1 + len as u32 % (2 * mtu);
+            if let Some((token, addr)) = c.host_mut(n).arm(len, frames as u32) {
+                tokens[n].push(token.0);
+                writes[n].push(range(addr, len));
+            }
+        }
+    }
+    (tokens, writes)
+}
+
+/// Every DMA write of node `n` lies inside a range of `writes` it offered.
+pub fn check_host_writes(c: &Cluster, n: usize, writes: &[(u64, u64)]) {
+    for t in c.transfer_log(n).iter().filter(|t| t.kind == TransferKind::HostWrite) {
+        assert!(
+            inside(writes, t.host_addr, t.len),
+            "node {n}: host write {:#x}+{} outside every receive frame and armed IPT entry",
+            t.host_addr,
+            t.len
+        );
     }
 }

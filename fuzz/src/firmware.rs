@@ -20,16 +20,14 @@
 //! receives only such answers. The engine's own bus check (which refuses addresses
 //! outside host memory) is not relied on: the log records what the firmware asked for.
 
-use crate::answers::{key_of, Change, Exports, SLOTS};
+use crate::answers::{check_host_writes, key_of, offer_writes, Change, Exports, SLOTS};
 use arbitrary::{Arbitrary, Unstructured};
 use trapeze_firmware::iface::answer::{send_flags, Descriptor};
 use trapeze_firmware::iface::entry::{rx_flags, state, Ring, Segment, Slot};
-use trapeze_firmware::iface::layout::{Policy, MAX_SEGMENTS, RECV_RING_ENTRIES, SEND_RING_ENTRIES};
+use trapeze_firmware::iface::layout::{Policy, MAX_SEGMENTS, SEND_RING_ENTRIES};
 use trapeze_firmware::sim::{Cluster, Faults, NodeConfig, Params, TransferKind, HOST_DMA_BASE, US};
 
 const HOST_MEM: u64 = 256 << 10;
-/// Model time a script may take (µs); a quiet cluster stops sooner.
-const LIMIT_US: u64 = 2000;
 
 /// A fast, coarse platform: 1 µs ticks, 1 GB/s everywhere, so an iteration takes
 /// hundreds of ticks rather than the calibrated platforms' hundred thousand.
@@ -112,13 +110,6 @@ struct Script {
     changes: Vec<(u8, Change)>,
 }
 
-/// Host-memory ranges a node offered for DMA, `[start, end)` as DMA addresses.
-#[derive(Default)]
-struct Offered {
-    reads: Vec<(u64, u64)>,
-    writes: Vec<(u64, u64)>,
-}
-
 pub(crate) fn inside(ranges: &[(u64, u64)], addr: u64, len: u32) -> bool {
     len == 0 || ranges.iter().any(|&(s, e)| addr >= s && addr.checked_add(len as u64).is_some_and(|end| end <= e))
 }
@@ -149,26 +140,9 @@ pub fn run(data: &[u8]) -> Option<(u32, usize)> {
         notify: 0,
     };
     let mut c = Cluster::with_host_mem(FAST, 2, cfg, Faults::default(), HOST_MEM as usize);
-    let mut offered = [Offered::default(), Offered::default()];
-    for (n, o) in offered.iter_mut().enumerate() {
-        for i in 0..RECV_RING_ENTRIES {
-            let slot = Slot::new(c.nic_mem(n), Ring::Recv, i);
-            for k in 0..slot.nseg().min(MAX_SEGMENTS) {
-                let seg = slot.segment(k);
-                o.writes.push(range(seg.addr, seg.len));
-            }
-        }
-    }
-    let mut tokens = [Vec::new(), Vec::new()];
-    for (n, arms) in [(1, &s.arms), (0, &s.arms0)] {
-        for &(len, frames) in arms.iter().take(8) {
-            let len = 1 + len as u32 % (2 * mtu);
-            if let Some((token, addr)) = c.host_mut(n).arm(len, frames as u32) {
-                tokens[n].push(token.0);
-                offered[n].writes.push(range(addr, len));
-            }
-        }
-    }
+    let (tokens, writes) = offer_writes(&mut c, mtu, [&s.arms0, &s.arms]);
+    // Host-memory ranges node 0 offered for DMA reads: its posted send segments.
+    let mut reads = Vec::new();
     let mut exports = Exports::new(1, mtu);
     for ch in s.exports.iter().take(SLOTS as usize + 2) {
         exports.apply(&mut c, ch);
@@ -195,7 +169,7 @@ pub fn run(data: &[u8]) -> Option<(u32, usize)> {
             slot.set_segment(k as u32, *g);
         }
         for g in segs.iter().take(nseg.min(MAX_SEGMENTS) as usize) {
-            offered[0].reads.push(range(g.addr, g.len));
+            reads.push(range(g.addr, g.len));
         }
         let token = token_of(&e.token, &tokens[1]);
         let mut ctrl = e.ctrl.to_vec();
@@ -220,42 +194,23 @@ pub fn run(data: &[u8]) -> Option<(u32, usize)> {
     // Let the firmware see the entries, changing node 1's table as the script says,
     // then run until nothing moves; node 1's transfers are checked after every tick.
     for (pause, ch) in s.changes.iter().take(16) {
-        c.run_until((*pause as u64 % 64) * US, |c| {
-            exports.scan(c);
-            false
-        });
+        exports.run_for(&mut c, *pause as u64 % 64);
         exports.apply(&mut c, ch);
     }
-    c.run_until(20 * US, |c| {
-        exports.scan(c);
-        false
-    });
-    c.run_until(LIMIT_US * US, |c| {
-        exports.scan(c);
-        c.is_quiet()
-    });
-    exports.check_delivered(&c, 0);
+    exports.run_for(&mut c, 20);
+    exports.settle(&mut c, 0);
     let received = c.host(0).delivered.iter().filter(|d| d.flags & rx_flags::ANSWER != 0).count();
-    for (n, o) in offered.iter().enumerate() {
-        for t in c.transfer_log(n) {
-            match t.kind {
-                // Node 1's reads are answers, checked by `exports`.
-                TransferKind::HostRead if n == 1 => {}
-                TransferKind::HostRead => assert!(
-                    inside(&o.reads, t.host_addr, t.len),
-                    "node {n}: host read {:#x}+{} outside every posted send segment",
-                    t.host_addr,
-                    t.len
-                ),
-                TransferKind::HostWrite => assert!(
-                    inside(&o.writes, t.host_addr, t.len),
-                    "node {n}: host write {:#x}+{} outside every receive frame and armed IPT entry",
-                    t.host_addr,
-                    t.len
-                ),
-                TransferKind::LinkTx => {}
-            }
-        }
+    // Node 1's reads are answers, checked by `exports`; node 0's are its sends.
+    for t in c.transfer_log(0).iter().filter(|t| t.kind == TransferKind::HostRead) {
+        assert!(
+            inside(&reads, t.host_addr, t.len),
+            "node 0: host read {:#x}+{} outside every posted send segment",
+            t.host_addr,
+            t.len
+        );
+    }
+    for (n, w) in writes.iter().enumerate() {
+        check_host_writes(&c, n, w);
     }
     Some((exports.answers, received))
 }

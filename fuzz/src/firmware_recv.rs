@@ -17,18 +17,15 @@
 //! only such answers, and its host writes stay inside its own frames. Nothing panics (the
 //! firmware's debug assertions are on).
 
-use crate::answers::{Change, Exports};
-use crate::firmware::{inside, range, token_of, Desc, Token, FAST};
+use crate::answers::{check_host_writes, offer_writes, Change, Exports};
+use crate::firmware::{token_of, Desc, Token, FAST};
 use arbitrary::{Arbitrary, Unstructured};
-use trapeze_firmware::iface::entry::{Ring, Slot};
 use trapeze_firmware::iface::ipt::PayloadToken;
-use trapeze_firmware::iface::layout::{Policy, MAX_SEGMENTS, RECV_RING_ENTRIES};
+use trapeze_firmware::iface::layout::Policy;
 use trapeze_firmware::iface::wire::{ctrl_wire_bytes, Header, MAGIC};
-use trapeze_firmware::sim::{Cluster, Faults, NodeConfig, OutMsg, TransferKind, US};
+use trapeze_firmware::sim::{Cluster, Faults, NodeConfig, OutMsg};
 
 const HOST_MEM: usize = 256 << 10;
-/// Model time the cluster may take to go quiet at the end (µs).
-const LIMIT_US: u64 = 2000;
 
 /// A packet the script builds: a header of its choosing, then control bytes and payload.
 #[derive(Arbitrary, Clone, Debug)]
@@ -104,27 +101,7 @@ fn run_script(s: &Script) -> (u32, usize) {
     let mtu = 64 + (s.mtu as u32 % 4033);
     let cfg = NodeConfig { policy, send_pulse: 256, recv_pulse: 4 + (s.recv_pulse as u32 % 4096), mtu, notify: 0 };
     let mut c = Cluster::with_host_mem(FAST, 2, cfg, Faults::default(), HOST_MEM);
-    // Host-memory ranges each node offered for DMA writes.
-    let mut writes: [Vec<(u64, u64)>; 2] = [Vec::new(), Vec::new()];
-    for (n, w) in writes.iter_mut().enumerate() {
-        for i in 0..RECV_RING_ENTRIES {
-            let slot = Slot::new(c.nic_mem(n), Ring::Recv, i);
-            for k in 0..slot.nseg().min(MAX_SEGMENTS) {
-                let seg = slot.segment(k);
-                w.push(range(seg.addr, seg.len));
-            }
-        }
-    }
-    let mut tokens = [Vec::new(), Vec::new()];
-    for (n, arms) in [(1, &s.arms1), (0, &s.arms0)] {
-        for &(len, frames) in arms.iter().take(8) {
-            let len = 1 + len as u32 % (2 * mtu);
-            if let Some((token, addr)) = c.host_mut(n).arm(len, frames as u32) {
-                tokens[n].push(token.0);
-                writes[n].push(range(addr, len));
-            }
-        }
-    }
+    let (tokens, writes) = offer_writes(&mut c, mtu, [&s.arms0, &s.arms1]);
     let mut exports = Exports::new(1, mtu);
     for step in s.steps.iter().take(24) {
         match step {
@@ -154,28 +131,12 @@ fn run_script(s: &Script) -> (u32, usize) {
                 c.host_mut(0).post(now, msg);
             }
             Step::Change(ch) => exports.apply(&mut c, ch),
-            Step::Pause(us) => {
-                c.run_until((*us as u64 % 64) * US, |c| {
-                    exports.scan(c);
-                    false
-                });
-            }
+            Step::Pause(us) => exports.run_for(&mut c, *us as u64 % 64),
         }
     }
-    c.run_until(LIMIT_US * US, |c| {
-        exports.scan(c);
-        c.is_quiet()
-    });
-    exports.check_delivered(&c, 0);
+    exports.settle(&mut c, 0);
     for (n, w) in writes.iter().enumerate() {
-        for t in c.transfer_log(n).iter().filter(|t| t.kind == TransferKind::HostWrite) {
-            assert!(
-                inside(w, t.host_addr, t.len),
-                "node {n}: host write {:#x}+{} outside every receive frame and armed IPT entry",
-                t.host_addr,
-                t.len
-            );
-        }
+        check_host_writes(&c, n, w);
     }
     (exports.answers, c.host(1).delivered.len())
 }
