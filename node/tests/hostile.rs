@@ -437,31 +437,15 @@ fn run() {
 
 // ---- replays on a keyed link (issue 34 item 6) -------------------------------------------
 
-/// Hooks on a switch port that record every frame its link sends: (source, destination,
-/// bytes), sealed as they went on the wire.
-struct Tap(Arc<Mutex<Vec<Captured>>>);
+/// Hooks on the switch port of node `.0` that record every frame its link sends:
+/// (source, destination, bytes), sealed as they went on the wire.
+struct Tap(u16, Arc<Mutex<Vec<Captured>>>);
 
 type Captured = (u16, u16, Vec<u8>);
 
 impl Hooks<InProcPort> for Tap {
-    fn send_frame(&mut self, port: &mut InProcPort, dst: u16, frame: &[u8]) -> std::io::Result<()> {
-        self.0.lock().unwrap().push((port.node(), dst, frame.to_vec()));
-        port.send_frame(dst, frame)
-    }
-    fn send_frame_with(
-        &mut self,
-        port: &mut InProcPort,
-        dst: u16,
-        len: usize,
-        align_at: usize,
-        scratch: &mut [u8],
-        fill: &mut dyn FnMut(&mut [u8]),
-    ) -> std::io::Result<()> {
-        let (src, log) = (port.node(), &self.0);
-        port.send_frame_with(dst, len, align_at, scratch, &mut |b| {
-            fill(b);
-            log.lock().unwrap().push((src, dst, b.to_vec()));
-        })
+    fn sending(&mut self, dst: u16, frame: &[u8]) {
+        self.1.lock().unwrap().push((self.0, dst, frame.to_vec()));
     }
     fn describe(&self, port: &InProcPort) -> String {
         format!("tap on {}", port.describe())
@@ -478,7 +462,7 @@ const RPAGES: u64 = 60;
 fn keyed(sw: &InProcSwitch, key: &ClusterKey, log: &Arc<Mutex<Vec<Captured>>>) -> Cluster {
     let cfg = GmsConfig { op_timeout: 500_000_000, ..GmsConfig::default() };
     let link = |id: u16| {
-        let tap = Wrap::new(sw.port(id), Tap(log.clone()));
+        let tap = Wrap::new(sw.port(id), Tap(id, log.clone()));
         let mut l = Link::new(id, Box::new(tap), FaultConfig::NONE);
         l.set_key(Some(key));
         l

@@ -166,21 +166,8 @@ fn unroutable_short_and_truncated() {
 struct SmallFrames(usize);
 
 impl Hooks<InProcPort> for SmallFrames {
-    fn send_frame(&mut self, port: &mut InProcPort, dst: u16, frame: &[u8]) -> io::Result<()> {
+    fn sending(&mut self, _: u16, frame: &[u8]) {
         assert!(frame.len() <= self.0);
-        port.send_frame(dst, frame)
-    }
-    fn send_frame_with(
-        &mut self,
-        port: &mut InProcPort,
-        dst: u16,
-        len: usize,
-        align_at: usize,
-        scratch: &mut [u8],
-        fill: &mut dyn FnMut(&mut [u8]),
-    ) -> io::Result<()> {
-        assert!(len <= self.0);
-        port.send_frame_with(dst, len, align_at, scratch, fill)
     }
     fn max_frame_bytes(&self, _: &InProcPort) -> usize {
         self.0

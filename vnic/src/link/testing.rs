@@ -2,32 +2,23 @@
 //! Test support (feature `test-support`, and this crate's own unit tests): a link backend
 //! that wraps another and changes only what a test needs.
 //!
-//! [`Wrap`] forwards every [`LinkBackend`] method to the backend it wraps, except those
-//! its [`Hooks`] take over: the send paths (to record or check frames), the route lookup
-//! (to act at the moment link out asks for it), the frame size, the medium's properties
-//! and the description. Each hook gets the inner backend and forwards by default, so a
-//! test writes only the one or two methods it changes.
+//! [`Wrap`] forwards every [`LinkBackend`] method to the backend it wraps; its [`Hooks`]
+//! see each frame sent (to record or check it) and may take over the route lookup (to
+//! act at the moment link out asks for it), the frame size, the medium's properties and
+//! the description. Every hook does nothing or forwards by default, so a test writes
+//! only the one or two it changes.
 
 use super::LinkBackend;
 use std::io;
 use std::os::fd::BorrowedFd;
 
-/// What a [`Wrap`] changes; every method forwards to `inner` unless overridden.
+/// What a [`Wrap`] changes; unless overridden, each method that gets `inner` forwards
+/// to it.
 pub trait Hooks<B: LinkBackend>: Send {
-    fn send_frame(&mut self, inner: &mut B, dst: u16, frame: &[u8]) -> io::Result<()> {
-        inner.send_frame(dst, frame)
-    }
-
-    fn send_frame_with(
-        &mut self,
-        inner: &mut B,
-        dst: u16,
-        len: usize,
-        align_at: usize,
-        scratch: &mut [u8],
-        fill: &mut dyn FnMut(&mut [u8]),
-    ) -> io::Result<()> {
-        inner.send_frame_with(dst, len, align_at, scratch, fill)
+    /// Sees every frame as it is sent to `dst`, by either send path (in place: once
+    /// written), before the inner backend sends it.
+    fn sending(&mut self, dst: u16, frame: &[u8]) {
+        let _ = (dst, frame);
     }
 
     fn routes_to(&self, inner: &B, dst: u16) -> bool {
@@ -67,7 +58,8 @@ impl<B, H> Wrap<B, H> {
 
 impl<B: LinkBackend, H: Hooks<B>> LinkBackend for Wrap<B, H> {
     fn send_frame(&mut self, dst: u16, frame: &[u8]) -> io::Result<()> {
-        self.hooks.send_frame(&mut self.inner, dst, frame)
+        self.hooks.sending(dst, frame);
+        self.inner.send_frame(dst, frame)
     }
     fn try_recv_frame(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
         self.inner.try_recv_frame(buf)
@@ -80,7 +72,11 @@ impl<B: LinkBackend, H: Hooks<B>> LinkBackend for Wrap<B, H> {
         scratch: &mut [u8],
         fill: &mut dyn FnMut(&mut [u8]),
     ) -> io::Result<()> {
-        self.hooks.send_frame_with(&mut self.inner, dst, len, align_at, scratch, fill)
+        let hooks = &mut self.hooks;
+        self.inner.send_frame_with(dst, len, align_at, scratch, &mut |frame| {
+            fill(frame);
+            hooks.sending(dst, frame);
+        })
     }
     fn recv_frame_with(&mut self, scratch: &mut [u8], take: &mut dyn FnMut(&[u8])) -> io::Result<bool> {
         self.inner.recv_frame_with(scratch, take)
@@ -128,13 +124,13 @@ mod tests {
     use super::*;
     use crate::link::backend::InProcSwitch;
 
-    /// Doubles every frame it is asked to send and says it is plain.
-    struct Twice;
+    /// Counts the frames sent and says it is plain.
+    #[derive(Default)]
+    struct Counted(Vec<(u16, usize)>);
 
-    impl<B: LinkBackend> Hooks<B> for Twice {
-        fn send_frame(&mut self, inner: &mut B, dst: u16, frame: &[u8]) -> io::Result<()> {
-            inner.send_frame(dst, frame)?;
-            inner.send_frame(dst, frame)
+    impl<B: LinkBackend> Hooks<B> for Counted {
+        fn sending(&mut self, dst: u16, frame: &[u8]) {
+            self.0.push((dst, frame.len()));
         }
         fn plain_medium(&self) -> bool {
             true
@@ -144,12 +140,15 @@ mod tests {
     #[test]
     fn forwards_all_but_the_hooks() {
         let sw = InProcSwitch::new();
-        let mut a = Wrap::new(sw.port(1), Twice);
+        let mut a = Wrap::new(sw.port(1), Counted::default());
         let mut b = Wrap::new(sw.port(2), ());
         a.send_frame(2, b"frame").unwrap();
+        a.send_frame_with(2, 3, 0, &mut [], &mut |f| f.copy_from_slice(b"abc")).unwrap();
+        assert_eq!(a.hooks.0, [(2, 5), (2, 3)], "both send paths seen");
         let mut buf = [0u8; 16];
         assert_eq!(b.try_recv_frame(&mut buf).unwrap(), Some(5));
-        assert_eq!(b.try_recv_frame(&mut buf).unwrap(), Some(5));
+        assert_eq!(b.try_recv_frame(&mut buf).unwrap(), Some(3));
+        assert_eq!(&buf[..3], b"abc");
         assert_eq!(b.try_recv_frame(&mut buf).unwrap(), None);
         assert!(b.is_memory_medium() && b.keeps_last_frame(), "no hooks: the port's own properties");
         assert!(!a.is_memory_medium() && !a.checksums_frames(), "a plain medium");
