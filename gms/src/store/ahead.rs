@@ -174,10 +174,12 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         let Some(window) = self.ahead.window(depth) else { return };
         let keep = window.clone();
         self.ahead.drop_unless(|p| keep.contains(&p));
+        // Read-aheads running or held, and request slots free: counted once, then kept
+        // up to date as reads start.
+        let running = self.reqs.iter().filter(|r| matches!(r, Req::Read(r) if matches!(r.io, Owner::Ahead(_))));
+        let mut busy = running.count() + self.ahead.used();
+        let mut free = self.reqs.iter().filter(|r| matches!(r, Req::Free)).count();
         for page in window.take_while(|&p| p < self.pages) {
-            let running = self.reqs.iter().filter(|r| matches!(r, Req::Read(r) if matches!(r.io, Owner::Ahead(_))));
-            let busy = running.count() + self.ahead.used();
-            let free = self.reqs.iter().filter(|r| matches!(r, Req::Free)).count();
             if busy >= usize::from(depth) || busy >= MAX_AHEAD || free <= Q / 2 {
                 break;
             }
@@ -188,6 +190,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
             let Some(slot) = self.reqs.iter().position(|r| matches!(r, Req::Free)) else { break };
             self.reqs[slot] = Req::Read(ReadReq::ahead(page, now));
             self.stats.ahead_reads += 1;
+            (busy, free) = (busy + 1, free - 1);
         }
     }
 
