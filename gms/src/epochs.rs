@@ -86,6 +86,9 @@ pub struct LruStats {
     pub evictions_discarded: u64,
     /// Held pages discarded to make room (the globally oldest).
     pub held_discarded: u64,
+    /// Held pages old enough to discard that were kept because they are dirty (their
+    /// writer has not written them to their block server yet: [`super::node::AgeOut`]).
+    pub dirty_kept: u64,
     /// LRU messages that were malformed or for another epoch, and summaries that came
     /// after their epoch's plan (kept for the next plan).
     pub rejected: u64,
@@ -102,6 +105,7 @@ impl LruStats {
         puts_fallback: 0,
         evictions_discarded: 0,
         held_discarded: 0,
+        dirty_kept: 0,
         rejected: 0,
         outbox_full: 0,
     };

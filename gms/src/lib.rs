@@ -203,7 +203,7 @@ pub mod prelude {
     pub use super::directory::{DirEntry, DirSlot, Directory};
     pub use super::members::Members;
     pub use super::net::storage::Storage;
-    pub use super::node::{GmsNode, Held, HeldSlot, HeldState, Host};
+    pub use super::node::{AgeOut, GmsNode, Held, HeldSlot, HeldState, Host};
     pub use super::ops::is_gms_op;
     pub use super::page::{PageId, Version};
     pub use super::table::slots_for;

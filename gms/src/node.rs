@@ -77,6 +77,18 @@ pub(super) fn let_go<F: Copy, H: Host<F>>(host: &mut H, page: PageId, h: &Held<F
     host.dropped(page, h.frame, h.dirty);
 }
 
+/// What [`GmsNode::age_out`] did with a held page.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AgeOut<F> {
+    /// Let go: the frame is the runtime's again (free it once sends carrying it are done).
+    Gone(Held<F>),
+    /// Dirty: kept until its writer cleans it.
+    KeptDirty,
+    /// Its registration is on its way: kept for now.
+    Registering,
+    NotHeld,
+}
+
 /// Whether the directory names a held copy yet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HeldState {
@@ -378,6 +390,23 @@ impl<
             HeldState::Registering => self.withdraw_register(page),
         }
         Some(h)
+    }
+
+    /// The global LRU's only way to let a held page go for room: a clean, registered copy
+    /// is taken back ([`Self::drop_local`]); a dirty one is the only copy of data its
+    /// writer has not written to its block server yet and is never discarded — it is kept
+    /// until its writer cleans it (puts a clean version, which supersedes it, or discards
+    /// it: [`crate::cached`]); a copy still registering cannot be let go yet.
+    pub fn age_out(&mut self, now: u64, page: &PageId) -> AgeOut<F> {
+        match self.held.get(page) {
+            None => AgeOut::NotHeld,
+            Some(h) if h.dirty => AgeOut::KeptDirty,
+            Some(h) if h.state == HeldState::Registering => AgeOut::Registering,
+            Some(_) => match self.drop_local(now, page) {
+                Some(h) => AgeOut::Gone(h),
+                None => AgeOut::NotHeld,
+            },
+        }
     }
 
     // ---- internals shared by the client, server and task halves ---------------------------

@@ -47,7 +47,7 @@ impl GmsPort {
     /// as the plan's threshold (ages as of the plan), oldest first, down to twice the
     /// headroom free. A node that is full while the plan still sends it putpages (its
     /// weight is not used up) discards its oldest pages whatever their age: the puts
-    /// replace them, as the plan intends.
+    /// replace them, as the plan intends. Dirty pages are skipped (kept), never discarded.
     pub(super) fn make_room(&mut self, now: u64) {
         let budget = self.node.budget();
         let headroom = self.lru.cfg.headroom;
@@ -79,11 +79,22 @@ impl GmsPort {
                 n = want.min(owed.max(1)).min(old.len());
             }
         }
-        for &(_, page) in old.iter().take(n) {
-            if let Some(h) = self.node.drop_local(now, &page) {
-                // Replies posted earlier may still carry the frame.
-                self.node.host.frames.retire(h.frame);
-                self.lru.stats.held_discarded += 1;
+        // Oldest first; a dirty page is never discarded (`GmsNode::age_out`): it is kept
+        // until its writer cleans it, and the next oldest goes instead.
+        let mut gone = 0;
+        for &(_, page) in &old {
+            if gone == n {
+                break;
+            }
+            match self.node.age_out(now, &page) {
+                AgeOut::Gone(h) => {
+                    // Replies posted earlier may still carry the frame.
+                    self.node.host.frames.retire(h.frame);
+                    self.lru.stats.held_discarded += 1;
+                    gone += 1;
+                }
+                AgeOut::KeptDirty => self.lru.stats.dirty_kept += 1,
+                AgeOut::Registering | AgeOut::NotHeld => {}
             }
         }
     }
