@@ -51,6 +51,11 @@
 //! - **Striping** ([`stripe`]): the client-side policy of a volume striped over block
 //!   servers (Slice's round-robin at a grain): per-server chunks in flight at once,
 //!   sequential read-ahead, bounded retries — for any runtime that moves the bytes.
+//! - **GMS over disk** ([`cached`]): the client-side policy of a volume on a block server
+//!   cached in network memory — getpage first, the block server on a miss; write-through,
+//!   or write-back where the writer cleans every dirty page (block write, then a clean put)
+//!   before a flush completes, and a holder never lets a dirty page go for room
+//!   ([`node::GmsNode::age_out`]).
 //! - **Failures**: calls time out into clean misses; a failed node's entries are removed;
 //!   on every membership change, survivors mark the copies whose directory node moved
 //!   and a sweep registers them with the new one as the task table frees up (repair,
@@ -173,6 +178,7 @@ pub use super::netrpc as net;
 pub use netrpc as net;
 
 pub mod cache;
+pub mod cached;
 pub mod client;
 pub mod directory;
 pub mod epochs;

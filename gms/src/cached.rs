@@ -1,0 +1,337 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! A volume on a block server cached in network memory (GMS over disk): the client-side
+//! policy — sans-IO, `no_std`, no heap, no `unsafe` — for any runtime that moves the bytes.
+//!
+//! The volume is `blocks` blocks of one page each; block `b` is GMS page `(space, b)`.
+//! - **read**: getpage first; on a miss, the block server, and the clean block goes into
+//!   GMS (a put at a new version) behind the user's back.
+//! - **write-through** ([`WritePolicy::WriteThrough`]): the block server, then a clean put.
+//! - **write-back** ([`WritePolicy::WriteBack`]): a *dirty* put; the write is acknowledged
+//!   once GMS stored it. The writer records every dirty page ([`Rec`]) and is responsible
+//!   for it: it *cleans* it — getpage, block write, then a clean put at a newer version
+//!   (which supersedes the dirty copy) or a discard — when the record table passes
+//!   [`Config::clean_at`] or a flush asks. The holder never lets a dirty page go for room
+//!   ([`crate::node::GmsNode::age_out`]), so nothing dirty is discarded before it is
+//!   written. A dirty put that is refused or whose outcome is unknown falls back to
+//!   write-through (the block write, then a clean put at a newer version — or a discard —
+//!   covering any dirty copy that did land).
+//! - **flush**: every page dirty when the flush was accepted is cleaned, then the block
+//!   server's `FLUSH` is acknowledged: all of it durable on the server's disk. A dirty page
+//!   whose copy is gone (its holder died: GMS keeps one copy) is [`CachedError::Lost`]: a
+//!   read of it fails and so does every flush until the page is written again — never is
+//!   an older block read in its place.
+//!
+//! **One job per page at a time**: a request on a page waits for the job before it (user
+//! request, cleaning) to end, so versions of a page are issued in order and no clean
+//! insertion of an old block can pass a newer write. Versions come from one counter per
+//! volume, starting at [`Config::first_version`] (the runtime makes it exceed every
+//! version it put before).
+//!
+//! **Call order**, for a driver: [`Cache::read`], [`Cache::write`], [`Cache::flush`]; then
+//! [`Cache::poll_command`] until `None`, executing each (a `Put` or `BlockWrite` takes its
+//! buffer's bytes when executed); report every command's end (`handle_*`); then
+//! [`Cache::poll_done`]. Every command ends (GMS and the block calls have their own
+//! timeouts), so the core has no timer of its own. Capacities are const generics: `JOBS`
+//! jobs (user requests and cleanings; one is kept for cleaning) and `DIRTY` records.
+
+use crate::page::{PageId, Version};
+use crate::types::{PutResult, WritePolicy};
+use core::fmt;
+
+mod ends;
+mod jobs;
+#[cfg(test)]
+mod tests;
+
+/// How a cached volume behaves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// The GMS space of its pages.
+    pub space: u64,
+    /// Blocks (pages) in the volume.
+    pub blocks: u64,
+    pub writes: WritePolicy,
+    /// The first version put (every later one is larger).
+    pub first_version: u64,
+    /// Sends of one GMS or block operation at most before the job gives up.
+    pub tries: u8,
+    /// Dirty records at which cleaning starts without a flush (≤ `DIRTY`).
+    pub clean_at: u16,
+}
+
+impl Config {
+    pub const DEFAULT: Config =
+        Config { space: 0, blocks: 0, writes: WritePolicy::WriteBack, first_version: 1, tries: 3, clean_at: 48 };
+}
+
+/// Why a request was refused or failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CachedError {
+    /// The block is past the end of the volume.
+    PastEnd,
+    /// No job is free: submit again after a completion.
+    Busy,
+    /// The page was written back (dirty) and its only copy is gone.
+    Lost { block: u64 },
+    /// The block server failed or refused a block operation, every try.
+    Block { block: Option<u64>, fault: BlockFault },
+    /// A dirty page could not be fetched from GMS to be cleaned (no answer, every try).
+    Unreachable { block: u64 },
+}
+
+impl fmt::Display for CachedError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            CachedError::PastEnd => f.write_str("the block is past the end of the cached volume"),
+            CachedError::Busy => f.write_str("every job of the cached volume is in use"),
+            CachedError::Lost { block } => {
+                write!(f, "block {block} was written back and its only copy in network memory is gone")
+            }
+            CachedError::Block { block: Some(b), fault } => write!(f, "block {b}: the block server: {fault:?}"),
+            CachedError::Block { block: None, fault } => write!(f, "flush: the block server: {fault:?}"),
+            CachedError::Unreachable { block } => write!(f, "block {block}: its dirty copy did not answer"),
+        }
+    }
+}
+
+/// How one block operation failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlockFault {
+    /// The server answered with this error code (not retried).
+    Refused(u16),
+    /// No answer, or the call could not be made.
+    Failed,
+}
+
+/// How a getpage ended, as the cache needs it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Got {
+    /// The page is in the job's buffer at `version`.
+    Hit { version: Version },
+    /// GMS holds no copy (at the version asked, or newer).
+    Miss,
+    /// The call failed, or could not be issued: nothing is known.
+    Failed,
+}
+
+/// Whether a put's copy is the only one of its data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dirt {
+    /// The block server has the data.
+    Clean,
+    /// Only GMS has it: never discarded before its writer cleans it.
+    Dirty,
+}
+
+/// Whose bytes a command moves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Buf<Io> {
+    /// The user's request buffer.
+    User(Io),
+    /// The driver's scratch page of job `job` (a cleaning's).
+    Scratch(u16),
+}
+
+/// What the driver does next. Each names its job, to be passed back with its end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use]
+pub enum Command<Io> {
+    /// Getpage `page` (no copy older than `at_least`) into `buf` → [`Cache::handle_get`].
+    Get { job: u16, page: PageId, at_least: Version, buf: Buf<Io> },
+    /// Putpage `buf`'s bytes as `page` at `version` → [`Cache::handle_put`].
+    Put { job: u16, page: PageId, version: Version, dirt: Dirt, buf: Buf<Io> },
+    /// Discard `page` up to `version` → [`Cache::handle_discard`].
+    Discard { job: u16, page: PageId, version: Version },
+    /// Read `block` into `buf` → [`Cache::handle_block`].
+    BlockRead { job: u16, block: u64, buf: Buf<Io> },
+    /// Write `buf`'s bytes to `block` → [`Cache::handle_block`].
+    BlockWrite { job: u16, block: u64, buf: Buf<Io> },
+    /// The block server's `FLUSH` → [`Cache::handle_block`].
+    BlockFlush { job: u16 },
+}
+
+/// Where a finished request's data was, or went.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Served {
+    /// Read from network memory.
+    FromGms,
+    /// Read from the block server (a miss).
+    FromBlock,
+    /// Written to network memory, dirty (write-back).
+    Dirty,
+    /// Written to the block server.
+    Through,
+    /// Every write before the flush is durable on the server's disk.
+    Flushed,
+}
+
+/// A finished request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Done<Io> {
+    pub io: Io,
+    pub result: Result<Served, CachedError>,
+}
+
+/// What a cached volume counts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub reads: u64,
+    pub read_hits: u64,
+    pub read_misses: u64,
+    pub writes_dirty: u64,
+    pub writes_through: u64,
+    /// Dirty puts refused or failed, written through instead.
+    pub fallbacks: u64,
+    /// Dirty pages written to the block server (cleanings that wrote).
+    pub cleaned: u64,
+    /// Dirty pages whose copy was gone when they were cleaned or read.
+    pub lost: u64,
+    /// Cleanings that failed (block error, GMS unreachable): the page stays dirty.
+    pub clean_failures: u64,
+    pub flushes: u64,
+    /// Clean puts (insertions after a miss, after a write-through or a cleaning).
+    pub clean_puts: u64,
+    /// Discards sent because a clean put did not store.
+    pub discards: u64,
+    /// Pages left [`Rec::Stale`] (neither the clean put nor the discard went through).
+    pub stale: u64,
+}
+
+/// The writer's record of a page it put dirty.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rec {
+    Free,
+    /// GMS may hold the only copy of `block`'s data, at `version`; `seq` orders it
+    /// against flushes.
+    Dirty {
+        block: u64,
+        version: Version,
+        seq: u64,
+    },
+    /// Its last cleaning failed so (retried on the next flush, which reports it).
+    Stuck {
+        block: u64,
+        version: Version,
+        seq: u64,
+        error: CachedError,
+    },
+    /// Its copy is gone: reads and flushes fail until the block is written again.
+    Lost {
+        block: u64,
+        seq: u64,
+    },
+    /// The block server has the data; GMS may still hold older copies, below `version`,
+    /// that could not be superseded yet: reads take no copy below it, and a cleaning
+    /// discards them.
+    Stale {
+        block: u64,
+        version: Version,
+    },
+}
+
+impl Rec {
+    fn block(&self) -> Option<u64> {
+        match *self {
+            Rec::Free => None,
+            Rec::Dirty { block, .. }
+            | Rec::Stuck { block, .. }
+            | Rec::Lost { block, .. }
+            | Rec::Stale { block, .. } => Some(block),
+        }
+    }
+    fn seq(&self) -> u64 {
+        match *self {
+            Rec::Free | Rec::Stale { .. } => u64::MAX,
+            Rec::Dirty { seq, .. } | Rec::Stuck { seq, .. } | Rec::Lost { seq, .. } => seq,
+        }
+    }
+}
+
+/// What a job is doing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Step {
+    /// Not begun: waits for the job before it on the page.
+    Start(Kind),
+    /// A read's getpage (of a dirty page: a miss means it is lost); then its block read;
+    /// then its clean insertion.
+    Get {
+        at_least: Version,
+        dirt: Dirt,
+    },
+    Read,
+    Insert {
+        version: Version,
+    },
+    /// A write-back write's dirty put.
+    PutDirty {
+        version: Version,
+    },
+    /// A write-through write's block write (or a fallback's); then its clean put.
+    WriteThrough,
+    PutClean {
+        version: Version,
+    },
+    /// A clean put that did not store: the page's versions up to `version` are discarded.
+    Discard {
+        version: Version,
+    },
+    /// A cleaning's getpage of the dirty copy, then its block write.
+    Fetch {
+        version: Version,
+    },
+    Clean {
+        version: Version,
+    },
+    /// A flush waiting for the pages dirty at its start to be cleaned, then the server's.
+    FlushWait {
+        upto: u64,
+    },
+    Flush,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Read,
+    Write,
+    Clean,
+    Flush,
+}
+
+/// Whether a job's current step waits to be issued or for its end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Ready,
+    Flying,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Job<Io> {
+    /// The user's request (`None`: a cleaning, or a read already handed back).
+    io: Option<Io>,
+    /// The block (`None`: a flush).
+    block: Option<u64>,
+    order: u64,
+    step: Step,
+    phase: Phase,
+    tries: u8,
+}
+
+/// The cached-volume policy for one volume.
+pub struct Cache<Io: Copy, const JOBS: usize, const DIRTY: usize> {
+    cfg: Config,
+    jobs: [Option<Job<Io>>; JOBS],
+    recs: [Rec; DIRTY],
+    done: crate::net::ring::Ring<Done<Io>, JOBS>,
+    next_version: u64,
+    seq: u64,
+    order: u64,
+    stats: Stats,
+}
+
+/// What is wrong with a cached volume's configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConfigError {
+    /// No block, fewer than two jobs, no record, `clean_at` zero or above `DIRTY`, no
+    /// try, or version 0 (the "any" of getpage).
+    Sizes,
+}

@@ -1,0 +1,192 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! The cached volume's completions: how a getpage, put, discard or block operation that
+//! ended moves its job on.
+
+use super::*;
+
+impl<Io: Copy, const JOBS: usize, const DIRTY: usize> Cache<Io, JOBS, DIRTY> {
+    /// The flying job `job`, if it is one.
+    fn flying(&self, job: u16) -> Option<(usize, Job<Io>)> {
+        let i = usize::from(job);
+        let j = (*self.jobs.get(i)?)?;
+        (j.phase == Phase::Flying).then_some((i, j))
+    }
+
+    /// Job `i` goes on with `step` (its tries counted afresh).
+    fn next(&mut self, i: usize, step: Step) {
+        if let Some(j) = self.jobs[i].as_mut() {
+            j.step = step;
+            j.phase = Phase::Ready;
+            j.tries = 0;
+        }
+    }
+
+    /// Job `i`'s step goes again if it has tries left; `false`: it has none.
+    fn again(&mut self, i: usize) -> bool {
+        let tries = self.cfg.tries;
+        match self.jobs[i].as_mut() {
+            Some(j) if j.tries < tries => {
+                j.phase = Phase::Ready;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// A getpage ended. `false`: no such command in flight (ignored).
+    pub fn handle_get(&mut self, job: u16, got: Got) -> bool {
+        let Some((i, j)) = self.flying(job) else { return false };
+        let block = j.block.unwrap_or(0);
+        match (j.step, got) {
+            (Step::Get { .. }, Got::Hit { .. }) => {
+                self.stats.read_hits += 1;
+                self.end(i, Ok(Served::FromGms));
+            }
+            (Step::Get { dirt: Dirt::Dirty, .. }, Got::Miss) | (Step::Fetch { .. }, Got::Miss) => {
+                self.lose(block);
+                self.end(i, Err(CachedError::Lost { block }));
+            }
+            (Step::Get { dirt: Dirt::Dirty, .. }, Got::Failed) => {
+                if !self.again(i) {
+                    self.end(i, Err(CachedError::Unreachable { block }));
+                }
+            }
+            // A clean page: the block server has it.
+            (Step::Get { .. }, _) => {
+                self.stats.read_misses += 1;
+                self.next(i, Step::Read);
+            }
+            (Step::Fetch { .. }, Got::Hit { version }) => self.next(i, Step::Clean { version }),
+            (Step::Fetch { .. }, Got::Failed) => {
+                if !self.again(i) {
+                    self.stuck(i, block, CachedError::Unreachable { block });
+                }
+            }
+            _ => return false,
+        }
+        true
+    }
+
+    /// Block `block`'s dirty copy is gone.
+    fn lose(&mut self, block: u64) {
+        self.stats.lost += 1;
+        let seq = self.rec_of(block).map_or(0, |r| self.recs[r].seq());
+        self.set_rec(block, Rec::Lost { block, seq });
+    }
+
+    /// A cleaning of `block` failed: the page stays dirty, and the next flush says why.
+    fn stuck(&mut self, i: usize, block: u64, error: CachedError) {
+        self.stats.clean_failures += 1;
+        if let Some(r) = self.rec_of(block) {
+            if let Rec::Dirty { version, seq, .. } = self.recs[r] {
+                self.recs[r] = Rec::Stuck { block, version, seq, error };
+            }
+        }
+        self.end(i, Err(error));
+    }
+
+    /// A put ended.
+    pub fn handle_put(&mut self, job: u16, result: PutResult) -> bool {
+        let Some((i, j)) = self.flying(job) else { return false };
+        let block = j.block.unwrap_or(0);
+        let stored = matches!(result, PutResult::Stored { .. });
+        match j.step {
+            Step::PutDirty { version } if stored => {
+                // Dirty since its oldest unwritten write: a flush that began before a
+                // rewrite still waits for the page (and writes the newer data).
+                self.seq += 1;
+                let seq = match self.rec_of(block).map(|r| self.recs[r]) {
+                    Some(Rec::Dirty { seq, .. } | Rec::Stuck { seq, .. }) => seq,
+                    _ => self.seq,
+                };
+                // Room was kept for it (`write_step`); were it taken all the same, the
+                // write goes through the block server rather than leave a dirty copy
+                // unrecorded.
+                if self.set_rec(block, Rec::Dirty { block, version, seq }) {
+                    self.stats.writes_dirty += 1;
+                    self.end(i, Ok(Served::Dirty));
+                } else {
+                    self.stats.fallbacks += 1;
+                    self.next(i, Step::WriteThrough);
+                }
+            }
+            // Refused, or its outcome unknown: through the block server, whose clean
+            // put (or discard) covers a dirty copy that may have landed.
+            Step::PutDirty { .. } => {
+                self.stats.fallbacks += 1;
+                self.next(i, Step::WriteThrough);
+            }
+            Step::Insert { .. } | Step::PutClean { .. } if stored => {
+                // Every older copy is superseded: none is dirty or stale any more.
+                self.free_rec(block);
+                self.end(i, Ok(Served::Through));
+            }
+            Step::Insert { .. } => self.end(i, Ok(Served::FromBlock)),
+            Step::PutClean { version } => {
+                self.stats.discards += 1;
+                self.next(i, Step::Discard { version });
+            }
+            _ => return false,
+        }
+        if matches!(j.step, Step::Insert { .. } | Step::PutClean { .. }) {
+            self.stats.clean_puts += 1;
+        }
+        true
+    }
+
+    /// A discard ended (`done`: the directory forgot every version up to the one asked).
+    pub fn handle_discard(&mut self, job: u16, done: bool) -> bool {
+        let Some((i, j)) = self.flying(job) else { return false };
+        let Step::Discard { version } = j.step else { return false };
+        let block = j.block.unwrap_or(0);
+        if done {
+            self.free_rec(block);
+        } else if self.again(i) {
+            return true;
+        } else {
+            // Copies below `version` may stay: reads skip them, a cleaning tries again.
+            self.stats.stale += 1;
+            self.set_rec(block, Rec::Stale { block, version });
+        }
+        self.end(i, Ok(Served::Through));
+        true
+    }
+
+    /// A block operation (read, write, flush) ended.
+    pub fn handle_block(&mut self, job: u16, result: Result<(), BlockFault>) -> bool {
+        let Some((i, j)) = self.flying(job) else { return false };
+        let block = j.block.unwrap_or(0);
+        if let Err(fault) = result {
+            let retry = fault == BlockFault::Failed && self.again(i);
+            if !retry {
+                let error = CachedError::Block { block: j.block, fault };
+                match j.step {
+                    Step::Clean { .. } => self.stuck(i, block, error),
+                    _ => self.end(i, Err(error)),
+                }
+            }
+            return true;
+        }
+        match j.step {
+            Step::Read => {
+                let version = self.version();
+                self.next(i, Step::Insert { version });
+            }
+            Step::WriteThrough => {
+                self.stats.writes_through += 1;
+                let version = self.version();
+                self.next(i, Step::PutClean { version });
+            }
+            Step::Clean { .. } => {
+                // The block server has the data; a clean put supersedes the dirty copy
+                // (or a discard drops it) so that its holder may let it go.
+                self.stats.cleaned += 1;
+                let version = self.version();
+                self.next(i, Step::PutClean { version });
+            }
+            Step::Flush => self.end(i, Ok(Served::Flushed)),
+            _ => return false,
+        }
+        true
+    }
+}
