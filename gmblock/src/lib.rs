@@ -27,6 +27,11 @@
 //! model a slower disk ([`model`]: `--model-mbps`, `--model-latency-us`) so that several
 //! servers on one machine behave like several disks. [`Volume`] is what both clients do.
 //!
+//! [`cached`] is a server's volume cached in GMS (the client core's `gms::cached`: getpage
+//! first, the server on a miss; write-through or write-back with every dirty page written
+//! to the server before a flush completes), over a [`client::Client`] and a node of an
+//! in-process GMS cluster.
+//!
 //! [`frameio`] is the only `unsafe`: I/O vectors over the frames for `preadv`/`pwritev`.
 //! The [`client`] library (and the `gmblock` command) has a station of its own, keeps a
 //! window of chunks in flight and verifies nothing itself: the tests and `gmblock verify`
@@ -38,6 +43,7 @@
 
 #![deny(unsafe_code)]
 
+pub mod cached;
 pub mod client;
 pub mod disk;
 pub mod frameio;

@@ -34,8 +34,9 @@
 //! timeouts), so the core has no timer of its own. Capacities are const generics: `JOBS`
 //! jobs (user requests and cleanings; one is kept for cleaning) and `DIRTY` records.
 
-use crate::page::{PageId, Version};
-use crate::types::{PutResult, WritePolicy};
+use super::net::ring::Ring;
+use super::page::{PageId, Version};
+use super::types::{PutResult, WritePolicy};
 use core::fmt;
 
 mod ends;
@@ -321,7 +322,7 @@ pub struct Cache<Io: Copy, const JOBS: usize, const DIRTY: usize> {
     cfg: Config,
     jobs: [Option<Job<Io>>; JOBS],
     recs: [Rec; DIRTY],
-    done: crate::net::ring::Ring<Done<Io>, JOBS>,
+    done: Ring<Done<Io>, JOBS>,
     next_version: u64,
     seq: u64,
     order: u64,

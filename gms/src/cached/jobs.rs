@@ -17,7 +17,7 @@ impl<Io: Copy, const JOBS: usize, const DIRTY: usize> Cache<Io, JOBS, DIRTY> {
             cfg,
             jobs: [None; JOBS],
             recs: [Rec::Free; DIRTY],
-            done: crate::net::ring::Ring::new(),
+            done: Ring::new(),
             next_version: cfg.first_version,
             seq: 0,
             order: 0,

@@ -25,6 +25,20 @@ impl GmsPort {
     /// global LRU, [`Self::choose_target`]). The page leaves the local cache (it may be
     /// stale now).
     pub fn put(&mut self, page: PageId, version: Version, data: &[u8], target: Option<u16>) -> anyhow::Result<OpId> {
+        self.put_with(page, version, data, target, false)
+    }
+
+    /// [`Self::put`] of a page that is `dirty` (its writer has not written it to its
+    /// block server: the holder keeps it until a newer version or a discard supersedes
+    /// it, `gms::cached`).
+    pub fn put_with(
+        &mut self,
+        page: PageId,
+        version: Version,
+        data: &[u8],
+        target: Option<u16>,
+        dirty: bool,
+    ) -> anyhow::Result<OpId> {
         let target = match target {
             Some(t) => t,
             None => self.choose_target().context("no put target")?,
@@ -45,7 +59,7 @@ impl GmsPort {
             f,
             data.len() as u32,
             target,
-            false,
+            dirty,
             Mode::NonBlocking,
         ) {
             Ok(op) => {
