@@ -1,15 +1,17 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! A gmblock server's volume cached in a GMS cluster too small to hold it (write-back,
-//! `gms::cached` over `gmblock::cached`): every block written reads back right, and after
-//! a flush the server's file holds every byte; no dirty page was ever lost.
+//! `gms::cached` over `gmblock::cached`), write-back and write-through: every block written
+//! reads back right, and after a flush the server's file holds every byte; no dirty page
+//! was lost — but those of lenders that died, which fail their reads and the flush.
 
 use gmblock::cached::CachedVolume;
 use gmblock::client::Client;
 use gmblock::proto::DataPath;
 use gmblock::server::{Server, ServerConfig};
 use gmblock::station::{Placement, StationConfig};
-use gms::cached::{Config, Served};
+use gms::cached::{Config, Stats};
 use gms::prelude::*;
+use std::collections::HashMap;
 use std::net::{SocketAddr, UdpSocket};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,8 +31,25 @@ fn block_data(b: u64, round: u8) -> Vec<u8> {
     (0..4096u64).map(|i| ((b * 4096 + i).wrapping_mul(2654435761) >> 11) as u8 ^ round).collect()
 }
 
-fn write_back_under_pressure() {
-    let file = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("gmblock-cached-{}", std::process::id()));
+/// A gmblockd thread serving a fresh file of `BLOCKS` blocks, and a client of it.
+struct Served_ {
+    file: PathBuf,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Served_ {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        let _ = std::fs::remove_file(&self.file);
+    }
+}
+
+fn serve(name: &str) -> (Served_, Client) {
+    let file = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("gmblock-cached-{name}-{}", std::process::id()));
     std::fs::File::create(&file).unwrap().set_len(BLOCKS * 4096).unwrap();
     let (addr, me) = (free_port(), free_port());
     let station = |node, listen, peer: (u16, SocketAddr)| StationConfig {
@@ -51,48 +70,87 @@ fn write_back_under_pressure() {
     let stop = Arc::new(AtomicBool::new(false));
     let (tx, rx) = mpsc::channel();
     let s = stop.clone();
-    let server = std::thread::spawn(move || {
+    let thread = std::thread::spawn(move || {
         let mut server = Server::open(cfg).expect("server opens");
         tx.send(()).unwrap();
         server.run(&s);
     });
     rx.recv_timeout(Duration::from_secs(10)).expect("server up");
     let block = Client::connect(station(CLIENT, me, (SERVER, addr)), SERVER, 8).expect("client connects");
+    (Served_ { file, stop, thread: Some(thread) }, block)
+}
 
-    // Three GMS nodes of 24 pages each: the two lenders hold 48 of the 256 blocks.
+/// Two rounds of writes over every block through a GMS of two 24-page lenders, reads
+/// back before the flush, then the server's file after it.
+fn round_trip(name: &str, writes: WritePolicy, clean_at: u16) -> (Stats, HashMap<String, u32>, u64) {
+    let (srv, block) = serve(name);
     let gms = Cluster::new(3, 24, GmsConfig::default()).expect("cluster");
-    let cfg = Config { space: 77, clean_at: 32, ..Config::DEFAULT };
+    let cfg = Config { space: 77, clean_at, writes, ..Config::DEFAULT };
     let mut v = CachedVolume::new(gms, 0, block, cfg).expect("cached volume");
-    let mut served = std::collections::HashMap::new();
+    let mut served = HashMap::new();
     for round in 0..2u8 {
         for b in 0..BLOCKS {
             let r = v.write(b, &block_data(b, round)).expect("write");
             *served.entry(format!("{r:?}")).or_insert(0) += 1;
         }
     }
-    assert!(served.contains_key(&format!("{:?}", Served::Dirty)), "some writes went back dirty: {served:?}");
     for b in (0..BLOCKS).step_by(7) {
         let (data, _) = v.read(b).expect("read");
-        assert!(data == block_data(b, 1), "block {b} read back wrong before the flush");
+        assert!(data == block_data(b, 1), "{name}: block {b} read back wrong before the flush");
     }
     v.flush().expect("flush");
-    assert_eq!(v.dirty(), 0, "a flush leaves nothing dirty");
-    let bytes = std::fs::read(&file).unwrap();
+    assert_eq!(v.dirty(), 0, "{name}: a flush leaves nothing dirty");
+    let bytes = std::fs::read(&srv.file).unwrap();
     for b in 0..BLOCKS {
         let at = (b * 4096) as usize;
-        assert!(bytes[at..at + 4096] == block_data(b, 1)[..], "block {b} on the server's disk is wrong");
+        assert!(bytes[at..at + 4096] == block_data(b, 1)[..], "{name}: block {b} on the server's disk is wrong");
     }
-    let st = v.stats();
     let kept: u64 = v.gms.ports.iter().map(|p| p.lru.stats.dirty_kept).sum();
-    eprintln!("served {served:?}; stats {st:?}; dirty pages the LRU kept: {kept}");
-    assert_eq!(st.lost, 0, "no dirty page was lost");
-    assert!(st.cleaned > 0, "pressure cleaned dirty pages");
-    stop.store(true, Ordering::Relaxed);
-    server.join().unwrap();
-    let _ = std::fs::remove_file(&file);
+    eprintln!("{name}: served {served:?}; {:?}; dirty pages the LRU kept: {kept}", v.stats());
+    assert_eq!(v.stats().lost, 0, "{name}: no dirty page was lost");
+    (v.stats(), served, kept)
+}
+
+fn policies() {
+    // Cleaning starts at 32 dirty pages: the lenders' 48 frames hold them.
+    let (st, served, _) = round_trip("back32", WritePolicy::WriteBack, 32);
+    assert_eq!(served.get("Dirty"), Some(&512), "every write went back dirty: {served:?}");
+    assert!(st.cleaned >= 256, "pressure and the flush cleaned every block: {st:?}");
+    // Up to 240 dirty pages, five times what the lenders hold: puts are refused and those
+    // writes go through the server; the LRU keeps every dirty page it would age out.
+    let (st, served, _) = round_trip("back240", WritePolicy::WriteBack, 240);
+    assert!(st.fallbacks > 0 && served.get("Through").is_some(), "{served:?} {st:?}");
+    let (st, served, _) = round_trip("through", WritePolicy::WriteThrough, 32);
+    assert_eq!((served.get("Through"), st.writes_dirty, st.cleaned), (Some(&512), 0, 0));
+}
+
+/// Write-back pages whose lenders die: a read of one fails (lost or unreachable), never
+/// returning the server's older block, and so does the flush.
+fn lenders_die() {
+    let (_srv, block) = serve("die");
+    let gms = Cluster::new(3, 24, GmsConfig::default()).expect("cluster");
+    let cfg = Config { space: 78, clean_at: 200, ..Config::DEFAULT };
+    let mut v = CachedVolume::new(gms, 0, block, cfg).expect("cached volume");
+    for b in 0..8 {
+        assert_eq!(v.write(b, &block_data(b, 5)).expect("write"), gms::cached::Served::Dirty);
+    }
+    v.gms.kill(1);
+    v.gms.kill(2);
+    for b in 0..8 {
+        let e = v.read(b).expect_err("a dirty block whose lender died is no read");
+        let s = e.to_string();
+        assert!(s.contains("gone") || s.contains("did not answer"), "block {b}: {s}");
+    }
+    assert!(v.flush().is_err(), "the flush reports the lost pages");
+    assert_eq!(v.stats().lost, 8);
 }
 
 #[test]
-fn write_back_under_gms_pressure_reaches_the_disk() {
-    trapeze_node::gms::on_big_stack(write_back_under_pressure).unwrap();
+fn write_back_write_through_and_pressure_reach_the_disk() {
+    trapeze_node::gms::on_big_stack(policies).unwrap();
+}
+
+#[test]
+fn dirty_pages_of_dead_lenders_are_lost_never_read_stale() {
+    trapeze_node::gms::on_big_stack(lenders_die).unwrap();
 }

@@ -12,7 +12,9 @@
 //!   (which supersedes the dirty copy) or a discard — when the record table passes
 //!   [`Config::clean_at`] or a flush asks. The holder never lets a dirty page go for room
 //!   ([`crate::node::GmsNode::age_out`]), so nothing dirty is discarded before it is
-//!   written. A dirty put that is refused or whose outcome is unknown falls back to
+//!   written. Once a dirty put is refused (the lenders are full of dirty pages), cleaning
+//!   runs whatever the record count until one stores again. A dirty put that is refused
+//!   or whose outcome is unknown falls back to
 //!   write-through (the block write, then a clean put at a newer version — or a discard —
 //!   covering any dirty copy that did land).
 //! - **flush**: every page dirty when the flush was accepted is cleaned, then the block
@@ -222,8 +224,9 @@ pub enum Rec {
         seq: u64,
     },
     /// The block server has the data; GMS may still hold older copies, below `version`,
-    /// that could not be superseded yet: reads take no copy below it, and a cleaning
-    /// discards them.
+    /// that could not be superseded (clean put and discard failed): reads take no copy
+    /// below it, and the next clean put of the block (a read's insertion, a write)
+    /// supersedes them. Until then such a dirty copy keeps its holder's frame.
     Stale {
         block: u64,
         version: Version,
@@ -324,9 +327,19 @@ pub struct Cache<Io: Copy, const JOBS: usize, const DIRTY: usize> {
     recs: [Rec; DIRTY],
     done: Ring<Done<Io>, JOBS>,
     next_version: u64,
+    /// Whether GMS refused the last dirty put (its lenders are full): then cleaning runs
+    /// whatever the record count, until a dirty put stores again.
+    room: Room,
     seq: u64,
     order: u64,
     stats: Stats,
+}
+
+/// How GMS took the last dirty put.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Room {
+    Stored,
+    Refused,
 }
 
 /// What is wrong with a cached volume's configuration.

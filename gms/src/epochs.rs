@@ -86,8 +86,9 @@ pub struct LruStats {
     pub evictions_discarded: u64,
     /// Held pages discarded to make room (the globally oldest).
     pub held_discarded: u64,
-    /// Held pages old enough to discard that were kept because they are dirty (their
-    /// writer has not written them to their block server yet: [`super::node::AgeOut`]).
+    /// Dirty held pages old enough to discard, kept when a node made room and found too
+    /// few clean ones (summed over such scans: their writer has not written them to their
+    /// block server yet, [`super::node::AgeOut`]).
     pub dirty_kept: u64,
     /// LRU messages that were malformed or for another epoch, and summaries that came
     /// after their epoch's plan (kept for the next plan).

@@ -92,6 +92,7 @@ impl<Io: Copy, const JOBS: usize, const DIRTY: usize> Cache<Io, JOBS, DIRTY> {
         let stored = matches!(result, PutResult::Stored { .. });
         match j.step {
             Step::PutDirty { version } if stored => {
+                self.room = Room::Stored;
                 // Dirty since its oldest unwritten write: a flush that began before a
                 // rewrite still waits for the page (and writes the newer data).
                 self.seq += 1;
@@ -113,6 +114,9 @@ impl<Io: Copy, const JOBS: usize, const DIRTY: usize> Cache<Io, JOBS, DIRTY> {
             // Refused, or its outcome unknown: through the block server, whose clean
             // put (or discard) covers a dirty copy that may have landed.
             Step::PutDirty { .. } => {
+                if result == PutResult::Refused {
+                    self.room = Room::Refused;
+                }
                 self.stats.fallbacks += 1;
                 self.next(i, Step::WriteThrough);
             }

@@ -19,6 +19,7 @@ impl<Io: Copy, const JOBS: usize, const DIRTY: usize> Cache<Io, JOBS, DIRTY> {
             recs: [Rec::Free; DIRTY],
             done: Ring::new(),
             next_version: cfg.first_version,
+            room: Room::Stored,
             seq: 0,
             order: 0,
             stats: Stats::default(),
@@ -135,7 +136,7 @@ impl<Io: Copy, const JOBS: usize, const DIRTY: usize> Cache<Io, JOBS, DIRTY> {
                 _ => None,
             });
             let upto = flush_upto.max().unwrap_or(0);
-            let over = self.dirty() >= usize::from(self.cfg.clean_at);
+            let over = self.dirty() >= usize::from(self.cfg.clean_at) || self.room == Room::Refused;
             let due = self
                 .recs
                 .iter()
@@ -217,7 +218,6 @@ impl<Io: Copy, const JOBS: usize, const DIRTY: usize> Cache<Io, JOBS, DIRTY> {
             (Kind::Read, _) => Ok(Step::Get { at_least: Version(0), dirt: Dirt::Clean }),
             (Kind::Write, _) => Ok(self.write_step(block)),
             (Kind::Clean, Some(Rec::Dirty { version, .. })) => Ok(Step::Fetch { version }),
-            (Kind::Clean, Some(Rec::Stale { version, .. })) => Ok(Step::Discard { version }),
             // A cleaning of a page a write cleaned meanwhile: nothing left to do.
             (Kind::Clean, _) => Err(None),
             (Kind::Flush, _) => Ok(Step::FlushWait { upto: self.seq }),

@@ -375,3 +375,95 @@ fn check(
     }
     Ok(())
 }
+
+#[test]
+fn a_cleaning_that_fails_is_reported_by_the_flush_and_tried_again() {
+    let (mut c, mut s) = (cache(WritePolicy::WriteBack), Sim::new(8));
+    s.user.insert(1, 21);
+    assert_eq!(s.one(&mut c, 1, |c| c.write(1, 7)), Ok(Served::Dirty));
+    s.fail_blocks = true;
+    let e = s.one(&mut c, 2, |c| c.flush(2));
+    assert_eq!(e, Err(CachedError::Block { block: Some(7), fault: BlockFault::Failed }));
+    assert_eq!((c.dirty(), c.stats().clean_failures), (1, 1));
+    assert!(matches!(s.gms[&7], Held { data: 21, dirt: Dirt::Dirty, .. }), "the dirty copy stays");
+    s.fail_blocks = false;
+    assert_eq!(s.one(&mut c, 3, |c| c.flush(3)), Ok(Served::Flushed));
+    assert_eq!((s.durable[&7], c.dirty()), (21, 0));
+}
+
+#[test]
+fn a_dirty_page_that_does_not_answer_is_unreachable_not_read_from_the_block() {
+    let (mut c, mut s) = (cache(WritePolicy::WriteBack), Sim::new(8));
+    s.durable.insert(3, 1);
+    s.user.insert(1, 2);
+    assert_eq!(s.one(&mut c, 1, |c| c.write(1, 3)), Ok(Served::Dirty));
+    s.fail_gets = true;
+    assert_eq!(s.one(&mut c, 2, |c| c.read(2, 3)), Err(CachedError::Unreachable { block: 3 }));
+    assert_eq!(c.dirty(), 1, "still dirty, not lost");
+    // A clean page whose getpage fails is read from the block server.
+    assert_eq!(s.one(&mut c, 3, |c| c.read(3, 5)), Ok(Served::FromBlock));
+    s.fail_gets = false;
+    assert_eq!(s.one(&mut c, 4, |c| c.read(4, 3)), Ok(Served::FromGms));
+    assert_eq!(s.user[&4], 2);
+}
+
+#[test]
+fn a_write_through_the_block_server_refuses_fails_and_leaves_gms_alone() {
+    let (mut c, mut s) = (cache(WritePolicy::WriteThrough), Sim::new(8));
+    s.fail_blocks = true;
+    s.user.insert(1, 9);
+    let e = s.one(&mut c, 1, |c| c.write(1, 2));
+    assert_eq!(e, Err(CachedError::Block { block: Some(2), fault: BlockFault::Failed }));
+    assert!(s.gms.is_empty() && s.volatile.is_empty());
+}
+
+#[test]
+fn copies_that_could_not_be_superseded_are_skipped_by_reads_until_a_newer_version_covers_them() {
+    let (mut c, mut s) = (cache(WritePolicy::WriteBack), Sim::new(8));
+    s.user.insert(1, 5);
+    assert_eq!(s.one(&mut c, 1, |c| c.write(1, 4)), Ok(Served::Dirty));
+    // The rewrite's dirty put is refused, its clean put too, and so is the discard: the
+    // old dirty copy stays in GMS, behind the block server's newer data.
+    s.refuse_puts = true;
+    s.user.insert(2, 6);
+    let mut discards = 0;
+    c.write(2, 4).unwrap();
+    loop {
+        s.issue(&mut c);
+        let Some(k) = s.flying.iter().position(|_| true) else { break };
+        if let Command::Discard { job, .. } = s.flying[k].0 {
+            let _ = s.flying.remove(k);
+            discards += 1;
+            assert!(c.handle_discard(job, false));
+            continue;
+        }
+        s.complete(&mut c, k);
+    }
+    assert_eq!((discards, c.stats().stale), (3, 1));
+    assert!(matches!(s.gms[&4], Held { data: 5, .. }));
+    s.refuse_puts = false;
+    // A read skips the stale copy: the block server's data, put back clean.
+    assert_eq!(s.one(&mut c, 3, |c| c.read(3, 4)), Ok(Served::FromBlock));
+    assert_eq!(s.user[&3], 6);
+    assert_eq!(c.records().count(), 0, "the clean put superseded the stale copy");
+}
+
+#[test]
+fn a_refused_dirty_put_starts_cleaning_below_the_threshold() {
+    let mut c = C::new(Config { space: 5, blocks: 64, clean_at: 4, ..Config::DEFAULT }).unwrap();
+    let mut s = Sim::new(2);
+    for b in 0..2u32 {
+        s.user.insert(b, 40 + u64::from(b));
+        assert_eq!(s.one(&mut c, b, |c| c.write(b, u64::from(b))), Ok(Served::Dirty));
+    }
+    assert_eq!((c.dirty(), c.stats().cleaned), (2, 0), "below clean_at: nothing cleaned");
+    // GMS is full of dirty pages: this write goes through, and the writer cleans.
+    s.user.insert(2, 42);
+    assert_eq!(s.one(&mut c, 2, |c| c.write(2, 2)), Ok(Served::Through));
+    assert_eq!((c.dirty(), c.stats().cleaned), (0, 2));
+    assert_eq!((s.volatile[&0], s.volatile[&1], s.volatile[&2]), (40, 41, 42));
+    // Room again: back to dirty puts, and no cleaning below the threshold.
+    s.user.insert(3, 43);
+    assert_eq!(s.one(&mut c, 3, |c| c.write(3, 3)), Ok(Served::Dirty));
+    assert_eq!((c.dirty(), c.stats().cleaned), (1, 2));
+}

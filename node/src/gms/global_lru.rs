@@ -63,24 +63,28 @@ impl GmsPort {
         if self.room_blocked == Some(plan.epoch()) && !(full && owed > 0) {
             return;
         }
-        let mut old: Vec<(u32, PageId)> = self
-            .node
-            .holdings()
-            .filter(|(_, h)| h.state == HeldState::Registered)
-            .map(|(p, h)| (self.lru.age_at_plan(h.last_access), *p))
-            .collect();
+        // Dirty pages are never candidates (`GmsNode::age_out`): kept until their writer
+        // cleans them; those old enough to go are counted when room came up short.
+        let mut dirty_old = 0u64;
+        let mut old: Vec<(u32, PageId)> = Vec::new();
+        for (p, h) in self.node.holdings().filter(|(_, h)| h.state == HeldState::Registered) {
+            let age = self.lru.age_at_plan(h.last_access);
+            match h.dirty {
+                true => dirty_old += u64::from(age >= plan.threshold()),
+                false => old.push((age, *p)),
+            }
+        }
         old.sort_unstable_by_key(|a| std::cmp::Reverse(a.0));
         let want = (held + 2 * headroom).saturating_sub(budget);
         let old_enough = old.iter().take_while(|a| a.0 >= plan.threshold()).count();
         let mut n = want.min(old_enough);
         if n < want {
+            self.lru.stats.dirty_kept += dirty_old;
             self.room_blocked = Some(plan.epoch());
             if full && owed > 0 {
                 n = want.min(owed.max(1)).min(old.len());
             }
         }
-        // Oldest first; a dirty page is never discarded (`GmsNode::age_out`): it is kept
-        // until its writer cleans it, and the next oldest goes instead.
         let mut gone = 0;
         for &(_, page) in &old {
             if gone == n {
@@ -93,6 +97,7 @@ impl GmsPort {
                     self.lru.stats.held_discarded += 1;
                     gone += 1;
                 }
+                // Dirtied since the scan (a put replaced it): kept.
                 AgeOut::KeptDirty => self.lru.stats.dirty_kept += 1,
                 AgeOut::Registering | AgeOut::NotHeld => {}
             }
