@@ -31,8 +31,14 @@
 //! Ratios are over the one-server side of the same round, the median over rounds;
 //! `ideal_mb_s_per_server` is what the model allows one server at 32 KiB requests.
 //!
+//! **GMS over disk** (`cached`): `--cached-blocks` 4 KiB writes and a flush to a
+//! read-write gmblockd with the same modelled disk, through gmblock's client (the
+//! baseline), the GMS-cached volume in write-through and in write-back
+//! (`block_sides/cached.rs`), in the same rounds, the order rotating; ratios over the
+//! baseline of the same round, medians over rounds.
+//!
 //! `cargo bench -p trapeze-gmblock --bench block -- [--mib N] [--rounds N] [--json]
-//! [--stripe-only]`
+//! [--stripe-only] [--cached-only]`
 
 use anyhow::{bail, ensure, Context};
 use clap::Parser;
@@ -41,6 +47,10 @@ use gmblock::proto::MAX_REQUEST_BYTES;
 use gmblock::station::{Placement, StationConfig};
 use gmblock::striped::{StripeConfig, StripedClient};
 use serde_json::json;
+
+/// The GMS-cached sides (`block_sides/cached.rs`).
+#[path = "block_sides/cached.rs"]
+mod cached;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
@@ -74,6 +84,12 @@ struct Args {
     /// Only the striping sides.
     #[arg(long)]
     stripe_only: bool,
+    /// 4 KiB writes of each GMS-cached side (`cached`; 0: none).
+    #[arg(long, default_value_t = 2048, value_parser = clap::value_parser!(u64).range(0..=65536))]
+    cached_blocks: u64,
+    /// Only the GMS-cached sides.
+    #[arg(long)]
+    cached_only: bool,
     /// JSON lines on stdout (rounds, then the summary).
     #[arg(long)]
     json: bool,
@@ -471,6 +487,34 @@ fn stripe_summary(got: &[(u32, Side, Figures)], st: &StripeSetup) -> serde_json:
     })
 }
 
+/// The summary's `cached`: MB/s per side (medians) and the cached sides over gmblock's
+/// own client in the same round (medians over rounds).
+fn cached_summary(got: &[(u32, cached::Way, cached::Cached)], blocks: u64, mbps: f64, us: u64) -> serde_json::Value {
+    use cached::Way;
+    let rounds: std::collections::BTreeSet<u32> = got.iter().map(|g| g.0).collect();
+    let fig =
+        |r: u32, w: Way, f: fn(&cached::Cached) -> f64| got.iter().find(|g| g.0 == r && g.1 == w).map(|g| f(&g.2));
+    let over = |a: Way, b: Way, f: fn(&cached::Cached) -> f64| {
+        median(rounds.iter().filter_map(|&r| Some(fig(r, a, f)? / fig(r, b, f)?)).collect())
+    };
+    let mb = |w: Way, f: fn(&cached::Cached) -> f64| median(got.iter().filter(|g| g.1 == w).map(|g| f(&g.2)).collect());
+    fn ack(c: &cached::Cached) -> f64 {
+        c.ack_mb_s
+    }
+    fn flushed(c: &cached::Cached) -> f64 {
+        c.flushed_mb_s
+    }
+    json!({
+        "ack_mb_s": {"block": mb(Way::Block, ack), "write_through": mb(Way::Through, ack), "write_back": mb(Way::Back, ack)},
+        "flushed_mb_s": {"block": mb(Way::Block, flushed), "write_through": mb(Way::Through, flushed), "write_back": mb(Way::Back, flushed)},
+        "write_back_ack_over_block": over(Way::Back, Way::Block, ack),
+        "write_back_flushed_over_block": over(Way::Back, Way::Block, flushed),
+        "write_through_flushed_over_block": over(Way::Through, Way::Block, flushed),
+        "write_back_flushed_over_write_through": over(Way::Back, Way::Through, flushed),
+        "blocks_per_side": blocks, "model": {"mbps": mbps, "latency_us": us},
+    })
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     let n = v.len();
@@ -495,11 +539,24 @@ fn main() -> anyhow::Result<()> {
     } else {
         eprintln!("no --plugin: the NBD export's sides are left out (cargo xtask bench block builds and passes it)");
     }
-    if a.stripe_only {
+    if a.stripe_only || a.cached_only {
         sides.clear();
     }
-    sides.extend(STRIPES.map(Side::Stripe));
-    let st = StripeSetup::start(&dir.join("stripe"), a.stripe_mib, a.model_mbps, a.model_latency_us)?;
+    if !a.cached_only {
+        sides.extend(STRIPES.map(Side::Stripe));
+    }
+    let st = StripeSetup::start(
+        &dir.join("stripe"),
+        if a.cached_only { 1 } else { a.stripe_mib },
+        a.model_mbps,
+        a.model_latency_us,
+    )?;
+    let ways = if a.stripe_only || a.cached_blocks == 0 {
+        vec![]
+    } else {
+        vec![cached::Way::Block, cached::Way::Through, cached::Way::Back]
+    };
+    let mut cached_got: Vec<(u32, cached::Way, cached::Cached)> = Vec::new();
     let mut got: Vec<(Side, Figures)> = Vec::new();
     let mut striped: Vec<(u32, Side, Figures)> = Vec::new();
     for round in 0..a.rounds {
@@ -524,6 +581,27 @@ fn main() -> anyhow::Result<()> {
                 striped.push((round, side, f));
             }
         }
+        for k in 0..ways.len() {
+            let way = ways[(k + round as usize) % ways.len()];
+            let f = cached::run(way, &dir, a.cached_blocks, a.model_mbps, a.model_latency_us, round as u8)?;
+            let row = json!({"row": "round", "round": round, "side": format!("cached-{way:?}").to_lowercase(),
+                "ack_mb_s": f.ack_mb_s, "flushed_mb_s": f.flushed_mb_s});
+            if a.json {
+                println!("{row}");
+            } else {
+                eprintln!(
+                    "round {round}: cached {way:?}: {:8.2} MB/s acknowledged, {:8.2} MB/s flushed",
+                    f.ack_mb_s, f.flushed_mb_s
+                );
+            }
+            cached_got.push((round, way, f));
+        }
+    }
+    let cached_summary = cached_summary(&cached_got, a.cached_blocks, a.model_mbps, a.model_latency_us);
+    if a.cached_only {
+        let date = rustix::time::clock_gettime(rustix::time::ClockId::Realtime).tv_sec;
+        println!("{}", json!({"row": "summary", "date": date, "rounds": a.rounds, "cached": cached_summary}));
+        return Ok(());
     }
     let stripe_scaling = stripe_summary(&striped, &st);
     if a.stripe_only {
@@ -559,6 +637,7 @@ fn main() -> anyhow::Result<()> {
     }
     if let Some(m) = summary.as_object_mut() {
         m.insert("stripe_scaling".into(), stripe_scaling);
+        m.insert("cached".into(), cached_summary);
     }
     println!("{summary}");
     Ok(())

@@ -3,7 +3,9 @@
 //! `nbd-server`, gmblock's NBD export (nbdkit with the `gmblock-nbdkit` plugin, built
 //! here in release first) against `nbdkit memory` and `nbdkit file`, and a volume striped
 //! over 1, 2 and 4 gmblockd servers with modelled disks (`stripe_scaling`): sequential
-//! reads in interleaved rounds (`gmblock/benches/block.rs`, release build). Run it on a
+//! reads in interleaved rounds; and 4 KiB writes and a flush through a GMS-cached volume
+//! (write-through, write-back) against gmblock's client on the same modelled disk
+//! (`cached`) (`gmblock/benches/block.rs`, release build). Run it on a
 //! quiet machine: the figures are MB/s and CPU time, which other jobs on the cores change.
 
 #[derive(clap::Args)]
@@ -31,6 +33,10 @@ pub struct BlockArgs {
     /// Only the striping sides.
     #[arg(long)]
     stripe_only: bool,
+    /// Only the GMS-cached sides (writes through gmblock's client, and a GMS-cached volume
+    /// in write-through and write-back, to a modelled disk).
+    #[arg(long)]
+    cached_only: bool,
 }
 
 pub fn run(a: BlockArgs) -> anyhow::Result<()> {
@@ -64,6 +70,9 @@ pub fn run(a: BlockArgs) -> anyhow::Result<()> {
     ];
     if a.stripe_only {
         args.push("--stripe-only");
+    }
+    if a.cached_only {
+        args.push("--cached-only");
     }
     if let Some(d) = &dir {
         args.extend(["--dir", d.as_str()]);

@@ -1,0 +1,119 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! The GMS-cached sides of `bench block`: `--cached-blocks` 4 KiB writes to a gmblockd
+//! with a modelled disk (read-write), then a flush, through
+//! - **block**: gmblock's own client, block by block (the baseline: what a write costs
+//!   without GMS),
+//! - **through**: the GMS-cached volume in write-through (the block write, then a clean
+//!   put),
+//! - **back**: the GMS-cached volume in write-back (a dirty put; the flush writes every
+//!   page to the server, then its `FLUSH`).
+//!
+//! Per side: `ack_mb_s`, the write bytes over the time until the last write was
+//! acknowledged, and `flushed_mb_s`, over the time until the flush was. The GMS cluster is
+//! three in-process nodes whose two lenders hold every block. After each side the server's
+//! file is checked byte for byte.
+
+use super::{make_file, udp_port, Reaped};
+use anyhow::{ensure, Context};
+use gmblock::cached::CachedVolume;
+use gmblock::client::Client;
+use gmblock::station::{Placement, StationConfig};
+use gms::cached::Config;
+use gms::prelude::*;
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How a cached side writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Way {
+    Block,
+    Through,
+    Back,
+}
+
+/// One cached side's figures.
+#[derive(Clone, Copy, Debug)]
+pub struct Cached {
+    pub ack_mb_s: f64,
+    pub flushed_mb_s: f64,
+}
+
+fn data(b: u64, salt: u8) -> Vec<u8> {
+    (0..4096u64).map(|i| ((b * 4096 + i).wrapping_mul(0x9e37_79b1) >> 13) as u8 ^ salt).collect()
+}
+
+/// A read-write gmblockd on `file` with a modelled disk, for client node 100 at `client`.
+fn gmblockd_rw(file: &Path, client: SocketAddr, mbps: f64, us: u64) -> anyhow::Result<(Reaped, SocketAddr)> {
+    let addr = udp_port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gmblockd"))
+        .args(["--node", "1", "--listen", &addr.to_string(), "--peer", &format!("100={client}")])
+        .args(["--model-mbps", &mbps.to_string(), "--model-latency-us", &us.to_string()])
+        .arg("--export")
+        .arg(file)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting gmblockd")?;
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().context("gmblockd stdout")?).read_line(&mut line)?;
+    ensure!(line.starts_with("gmblockd ready"), "gmblockd did not start: {line:?}");
+    Ok((Reaped(child), addr))
+}
+
+/// Run side `way`: `blocks` writes and a flush, timed; the file checked after.
+pub fn run(way: Way, dir: &Path, blocks: u64, mbps: f64, us: u64, salt: u8) -> anyhow::Result<Cached> {
+    let dir: PathBuf = dir.to_path_buf();
+    trapeze_node::gms::on_big_stack(move || side(way, &dir, blocks, mbps, us, salt))?
+}
+
+fn side(way: Way, dir: &Path, blocks: u64, mbps: f64, us: u64, salt: u8) -> anyhow::Result<Cached> {
+    let mib = (blocks * 4096).div_ceil(1 << 20);
+    let file = make_file(&dir.join("cached"), mib)?;
+    let me = udp_port();
+    let (_server, addr) = gmblockd_rw(&file, me, mbps, us)?;
+    let cfg = StationConfig {
+        node: 100,
+        listen: me,
+        peers: vec![(1, addr)],
+        region_bytes: 0,
+        placement: Placement::HostRam,
+        call_timeout: Duration::from_secs(2),
+    };
+    let mut c = Client::connect(cfg, 1, 8)?;
+    let bytes = (blocks * 4096) as f64;
+    let figures = match way {
+        Way::Block => {
+            let t = Instant::now();
+            for b in 0..blocks {
+                c.write(b * 4096, &data(b, salt))?;
+            }
+            let ack = t.elapsed().as_secs_f64();
+            c.flush()?;
+            Cached { ack_mb_s: bytes / 1e6 / ack, flushed_mb_s: bytes / 1e6 / t.elapsed().as_secs_f64() }
+        }
+        Way::Through | Way::Back => {
+            let writes = if way == Way::Back { WritePolicy::WriteBack } else { WritePolicy::WriteThrough };
+            let per_lender = blocks as usize + 64;
+            let gms = trapeze_node::gms::Cluster::new(3, per_lender, GmsConfig::default())?;
+            let cfg = Config { space: 90, writes, clean_at: 256, ..Config::DEFAULT };
+            let mut v = CachedVolume::new(gms, 0, c, cfg)?;
+            let t = Instant::now();
+            for b in 0..blocks {
+                v.write(b, &data(b, salt))?;
+            }
+            let ack = t.elapsed().as_secs_f64();
+            v.flush()?;
+            ensure!(v.stats().lost == 0 && v.dirty() == 0, "cached side: {:?}", v.stats());
+            Cached { ack_mb_s: bytes / 1e6 / ack, flushed_mb_s: bytes / 1e6 / t.elapsed().as_secs_f64() }
+        }
+    };
+    let on_disk = std::fs::read(&file)?;
+    for b in 0..blocks {
+        let at = (b * 4096) as usize;
+        ensure!(on_disk[at..at + 4096] == data(b, salt)[..], "{way:?}: block {b} on the server's disk is wrong");
+    }
+    Ok(figures)
+}
