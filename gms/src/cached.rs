@@ -196,7 +196,8 @@ pub struct Stats {
     pub clean_puts: u64,
     /// Discards sent because a clean put did not store.
     pub discards: u64,
-    /// Pages left [`Rec::Stale`] (neither the clean put nor the discard went through).
+    /// Pages left [`Rec::Stale`] (neither the clean put nor the discard went through, or
+    /// a write failed whose dirty copy may have landed).
     pub stale: u64,
 }
 

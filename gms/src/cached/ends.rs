@@ -85,6 +85,22 @@ impl<Io: Copy, const JOBS: usize, const DIRTY: usize> Cache<Io, JOBS, DIRTY> {
         self.end(i, Err(error));
     }
 
+    /// A write's block write failed for good. A copy of it may have landed in GMS (a dirty
+    /// put whose answer was lost): unless an older dirty copy is recorded (then the newer
+    /// one, if any, is what its cleaning writes), the block server's data is marked the
+    /// page's, every copy below the next version stale.
+    fn write_failed(&mut self, i: usize, block: u64, error: CachedError) {
+        let dirty = self.rec_of(block).is_some_and(|r| matches!(self.recs[r], Rec::Dirty { .. } | Rec::Stuck { .. }));
+        if !dirty {
+            // Without a free record the copy may be read (a failed write's outcome is
+            // unspecified); it is superseded by the block's next clean put.
+            let version = self.version();
+            self.stats.stale += 1;
+            self.set_rec(block, Rec::Stale { block, version });
+        }
+        self.end(i, Err(error));
+    }
+
     /// A put ended.
     pub fn handle_put(&mut self, job: u16, result: PutResult) -> bool {
         let Some((i, j)) = self.flying(job) else { return false };
@@ -166,6 +182,7 @@ impl<Io: Copy, const JOBS: usize, const DIRTY: usize> Cache<Io, JOBS, DIRTY> {
                 let error = CachedError::Block { block: j.block, fault };
                 match j.step {
                     Step::Clean { .. } => self.stuck(i, block, error),
+                    Step::WriteThrough => self.write_failed(i, block, error),
                     _ => self.end(i, Err(error)),
                 }
             }

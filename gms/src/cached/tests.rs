@@ -467,3 +467,22 @@ fn a_refused_dirty_put_starts_cleaning_below_the_threshold() {
     assert_eq!(s.one(&mut c, 3, |c| c.write(3, 3)), Ok(Served::Dirty));
     assert_eq!((c.dirty(), c.stats().cleaned), (1, 2));
 }
+
+#[test]
+fn a_failed_write_whose_dirty_copy_may_have_landed_is_never_read() {
+    let (mut c, mut s) = (cache(WritePolicy::WriteBack), Sim::new(8));
+    s.durable.insert(6, 60);
+    // The dirty put lands but its answer is lost, and the block server fails the
+    // fallback: the write fails.
+    (s.fail_puts, s.fail_blocks) = (true, true);
+    s.user.insert(1, 61);
+    assert!(matches!(s.one(&mut c, 1, |c| c.write(1, 6)), Err(CachedError::Block { .. })));
+    assert!(matches!(s.gms[&6], Held { data: 61, dirt: Dirt::Dirty, .. }), "the copy landed");
+    (s.fail_puts, s.fail_blocks) = (false, false);
+    // A read gets the server's data, not the failed write's copy; its insertion
+    // supersedes that copy.
+    assert_eq!(s.one(&mut c, 2, |c| c.read(2, 6)), Ok(Served::FromBlock));
+    assert_eq!(s.user[&2], 60);
+    assert!(matches!(s.gms[&6], Held { data: 60, dirt: Dirt::Clean, .. }));
+    assert_eq!(c.records().count(), 0);
+}
