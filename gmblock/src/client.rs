@@ -91,6 +91,11 @@ impl Client {
         Ok(c)
     }
 
+    /// The server's node id.
+    pub fn server(&self) -> u16 {
+        self.server
+    }
+
     fn port(&mut self) -> &mut RpcPort<NoService> {
         &mut self.station.port
     }

@@ -88,9 +88,15 @@ fn round_trip(name: &str, writes: WritePolicy, clean_at: u16) -> (Stats, HashMap
     let cfg = Config { space: 77, clean_at, writes, ..Config::DEFAULT };
     let mut v = CachedVolume::new(gms, 0, block, cfg).expect("cached volume");
     let mut served = HashMap::new();
-    for round in 0..2u8 {
-        for b in 0..BLOCKS {
-            let r = v.write(b, &block_data(b, round)).expect("write");
+    // Round 0 one write at a time, round 1 in batches of 64 in flight together.
+    for b in 0..BLOCKS {
+        let r = v.write(b, &block_data(b, 0)).expect("write");
+        *served.entry(format!("{r:?}")).or_insert(0) += 1;
+    }
+    let data: Vec<Vec<u8>> = (0..BLOCKS).map(|b| block_data(b, 1)).collect();
+    for batch in (0..BLOCKS).collect::<Vec<_>>().chunks(64) {
+        let writes: Vec<(u64, &[u8])> = batch.iter().map(|&b| (b, &data[b as usize][..])).collect();
+        for r in v.write_many(&writes).expect("writes") {
             *served.entry(format!("{r:?}")).or_insert(0) += 1;
         }
     }
@@ -114,7 +120,9 @@ fn round_trip(name: &str, writes: WritePolicy, clean_at: u16) -> (Stats, HashMap
 fn policies() {
     // Cleaning starts at 32 dirty pages: the lenders' 48 frames hold them.
     let (st, served, _) = round_trip("back32", WritePolicy::WriteBack, 32);
-    assert_eq!(served.get("Dirty"), Some(&512), "every write went back dirty: {served:?}");
+    // One at a time every write fits; 64 in flight at once overrun the lenders' frames
+    // now and then, and those go through the server.
+    assert!(served.get("Dirty").is_some_and(|&n| n >= 256), "writes went back dirty: {served:?}");
     assert!(st.cleaned >= 256, "pressure and the flush cleaned every block: {st:?}");
     // Up to 240 dirty pages, five times what the lenders hold: puts are refused and those
     // writes go through the server; the LRU keeps every dirty page it would age out.

@@ -240,19 +240,16 @@ impl Cluster {
     /// Blocking discard of `page` up to `version` from node `i`: whether the directory
     /// forgot it.
     pub fn discard_wait(&mut self, i: usize, page: PageId, version: Version) -> anyhow::Result<bool> {
-        let now = self.ports[i].now();
-        let p = &mut self.ports[i];
-        let op = p.node.discard(now, &mut p.rpc, page, version, Mode::Wait).map_err(|e| anyhow::anyhow!("{e:?}"))?;
-        p.after_input();
+        let op = self.ports[i].discard_start(page, version)?;
         let mut out = None;
         self.wait_until(
             || format!("node {i}: discard of {page:?}"),
             |c| {
-                out = c.ports[i].node.take(op);
+                out = c.ports[i].discard_poll(op);
                 out.is_some()
             },
         )?;
-        Ok(matches!(out.map(|c| c.result), Some(OpResult::Discard(DiscardResult::Done))))
+        Ok(out == Some(true))
     }
 
     /// Blocking plain getpage from node `i`.

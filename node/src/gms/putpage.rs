@@ -75,6 +75,23 @@ impl GmsPort {
         }
     }
 
+    /// Start a discard of `page` up to `version` (the directory forgets those versions;
+    /// the holder drops its copy): poll, then [`Self::discard_poll`].
+    pub fn discard_start(&mut self, page: PageId, version: Version) -> anyhow::Result<OpId> {
+        let now = self.now();
+        let op = self.node.discard(now, &mut self.rpc, page, version, Mode::Wait);
+        let op = op.map_err(|e| anyhow::anyhow!("discard: {e:?}"))?;
+        self.after_input();
+        Ok(op)
+    }
+
+    /// How a discard started with [`Self::discard_start`] ended, once it did: whether the
+    /// directory forgot the page.
+    pub fn discard_poll(&mut self, op: OpId) -> Option<bool> {
+        let c = self.node.take(op)?;
+        Some(c.result == OpResult::Discard(DiscardResult::Done))
+    }
+
     /// Evict a page this node last used at `last_used` (ns of [`Self::now`]): discarded
     /// (`Ok(None)`, counted in the LRU's `evictions_discarded`) if it is older than the
     /// plan's threshold, else put like [`Self::put`].
