@@ -118,6 +118,7 @@ fn side(way: Way, dir: &Path, blocks: u64, mbps: f64, us: u64, salt: u8) -> anyh
             let ack = t.elapsed().as_secs_f64();
             v.flush()?;
             ensure!(v.stats().lost == 0 && v.dirty() == 0, "cached side: {:?}", v.stats());
+            eprintln!("cached {way:?}: {:?}", v.stats());
             Cached { ack_mb_s: bytes / 1e6 / ack, flushed_mb_s: bytes / 1e6 / t.elapsed().as_secs_f64() }
         }
     };
