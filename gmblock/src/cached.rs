@@ -101,7 +101,7 @@ impl CachedVolume {
     /// Read block `b` (4 KiB).
     pub fn read(&mut self, b: u64) -> anyhow::Result<(Vec<u8>, Served)> {
         let io = self.io(vec![0; BLOCK_BYTES as usize]);
-        self.core.read(io, b).map_err(|e| anyhow!("block {b}: {e}"))?;
+        self.submit(|c| c.read(io, b)).map_err(|e| anyhow!("block {b}: {e}"))?;
         let served = self.wait(io)?;
         Ok((self.user.remove(&io).unwrap_or_default(), served))
     }
@@ -119,13 +119,7 @@ impl CachedVolume {
                 bail!("{} bytes: a block is {BLOCK_BYTES}", data.len());
             }
             let io = self.io(data.to_vec());
-            loop {
-                match self.core.write(io, b) {
-                    Ok(()) => break,
-                    Err(CachedError::Busy) => self.step()?,
-                    Err(e) => return Err(anyhow!("block {b}: {e}")),
-                }
-            }
+            self.submit(|c| c.write(io, b)).map_err(|e| anyhow!("block {b}: {e}"))?;
             ios.push(io);
         }
         let mut out = Vec::with_capacity(ios.len());
@@ -140,10 +134,22 @@ impl CachedVolume {
     /// Every write so far durable on the server's disk.
     pub fn flush(&mut self) -> anyhow::Result<()> {
         let io = self.io(Vec::new());
-        self.core.flush(io).map_err(|e| anyhow!("flush: {e}"))?;
+        self.submit(|c| c.flush(io)).map_err(|e| anyhow!("flush: {e}"))?;
         let r = self.wait(io);
         self.user.remove(&io);
         r.map(|_| ())
+    }
+
+    /// Hand the policy a request, driving it while every job is busy (cleanings and
+    /// earlier requests free them).
+    fn submit(&mut self, mut req: impl FnMut(&mut Core) -> Result<(), CachedError>) -> anyhow::Result<()> {
+        let since = Instant::now();
+        loop {
+            match req(&mut self.core) {
+                Err(CachedError::Busy) if since.elapsed() < STALL => self.step()?,
+                r => return r.map_err(|e| anyhow!("{e}")),
+            }
+        }
     }
 
     fn io(&mut self, buf: Vec<u8>) -> u32 {
