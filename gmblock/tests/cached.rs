@@ -7,83 +7,57 @@
 use gmblock::cached::CachedVolume;
 use gmblock::client::Client;
 use gmblock::proto::DataPath;
-use gmblock::server::{Server, ServerConfig};
-use gmblock::station::{Placement, StationConfig};
+use gmblock::server::ServerConfig;
 use gms::cached::{Config, Stats};
 use gms::prelude::*;
 use std::collections::HashMap;
-use std::net::{SocketAddr, UdpSocket};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc};
-use std::time::Duration;
+use support::{free_port, server_station, station, volume, Running};
 use trapeze_node::gms::Cluster;
+
+mod support;
 
 const CLIENT: u16 = 100;
 const SERVER: u16 = 1;
 const BLOCKS: u64 = 256;
 
-fn free_port() -> SocketAddr {
-    UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
-}
-
 fn block_data(b: u64, round: u8) -> Vec<u8> {
     (0..4096u64).map(|i| ((b * 4096 + i).wrapping_mul(2654435761) >> 11) as u8 ^ round).collect()
 }
 
-/// A gmblockd thread serving a fresh file of `BLOCKS` blocks, and a client of it.
+/// A gmblockd thread serving a fresh file of `BLOCKS` blocks (removed with it), and a
+/// client of it.
 struct Served_ {
     file: PathBuf,
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    server: Running,
 }
 
 impl Drop for Served_ {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
         let _ = std::fs::remove_file(&self.file);
     }
 }
 
 fn serve(name: &str) -> (Served_, Client) {
-    let file = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("gmblock-cached-{name}-{}", std::process::id()));
-    std::fs::File::create(&file).unwrap().set_len(BLOCKS * 4096).unwrap();
-    let (addr, me) = (free_port(), free_port());
-    let station = |node, listen, peer: (u16, SocketAddr)| StationConfig {
-        node,
-        listen,
-        peers: vec![peer],
-        region_bytes: 8 << 20,
-        placement: Placement::HostRam,
-        call_timeout: Duration::from_secs(2),
-    };
+    let file = volume(&format!("cached-{name}"), BLOCKS * 4096);
+    let me = free_port();
     let cfg = ServerConfig {
-        station: station(SERVER, addr, (CLIENT, me)),
+        station: server_station(SERVER, vec![(CLIENT, me)]),
         export: file.clone(),
         read_only: false,
         path: DataPath::ViaRam,
         model: None,
     };
-    let stop = Arc::new(AtomicBool::new(false));
-    let (tx, rx) = mpsc::channel();
-    let s = stop.clone();
-    let thread = std::thread::spawn(move || {
-        let mut server = Server::open(cfg).expect("server opens");
-        tx.send(()).unwrap();
-        server.run(&s);
-    });
-    rx.recv_timeout(Duration::from_secs(10)).expect("server up");
-    let block = Client::connect(station(CLIENT, me, (SERVER, addr)), SERVER, 8).expect("client connects");
-    (Served_ { file, stop, thread: Some(thread) }, block)
+    let server = support::serve(cfg);
+    let block =
+        Client::connect(station(CLIENT, me, vec![(SERVER, server.addr)], 0), SERVER, 8).expect("client connects");
+    (Served_ { file, server }, block)
 }
 
 /// Two rounds of writes over every block through a GMS of two 24-page lenders, reads
 /// back before the flush, then the server's file after it.
 fn round_trip(name: &str, writes: WritePolicy, clean_at: u16) -> (Stats, HashMap<String, u32>, u64) {
-    let (srv, block) = serve(name);
+    let (mut srv, block) = serve(name);
     let gms = Cluster::new(3, 24, GmsConfig::default()).expect("cluster");
     let cfg = Config { space: 77, clean_at, writes, ..Config::DEFAULT };
     let mut v = CachedVolume::new(gms, 0, block, cfg).expect("cached volume");
@@ -119,6 +93,7 @@ fn round_trip(name: &str, writes: WritePolicy, clean_at: u16) -> (Stats, HashMap
     );
     assert!(writes == WritePolicy::WriteThrough || discarded > 0, "{name}: the budget forced discards");
     assert_eq!(v.stats().lost, 0, "{name}: no dirty page was lost");
+    srv.server.stop();
     (v.stats(), served, kept)
 }
 

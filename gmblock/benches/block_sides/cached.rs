@@ -14,17 +14,15 @@
 //! three in-process nodes whose two lenders hold every block. After each side the server's
 //! file is checked byte for byte.
 
-use super::{make_file, udp_port, Reaped};
-use anyhow::{ensure, Context};
+use super::{make_file, start_gmblockd, udp_port, Reaped};
+use anyhow::ensure;
 use gmblock::cached::CachedVolume;
 use gmblock::client::Client;
 use gmblock::station::{Placement, StationConfig};
 use gms::cached::Config;
 use gms::prelude::*;
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Writes handed over at once (the cached volume keeps up to 30 of them in flight; the
@@ -52,20 +50,9 @@ fn data(b: u64, salt: u8) -> Vec<u8> {
 
 /// A read-write gmblockd on `file` with a modelled disk, for client node 100 at `client`.
 fn gmblockd_rw(file: &Path, client: SocketAddr, mbps: f64, us: u64) -> anyhow::Result<(Reaped, SocketAddr)> {
-    let addr = udp_port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_gmblockd"))
-        .args(["--node", "1", "--listen", &addr.to_string(), "--peer", &format!("100={client}")])
-        .args(["--model-mbps", &mbps.to_string(), "--model-latency-us", &us.to_string()])
-        .arg("--export")
-        .arg(file)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("starting gmblockd")?;
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().context("gmblockd stdout")?).read_line(&mut line)?;
-    ensure!(line.starts_with("gmblockd ready"), "gmblockd did not start: {line:?}");
-    Ok((Reaped(child), addr))
+    start_gmblockd(1, (100, client), |c| {
+        c.args(["--model-mbps", &mbps.to_string(), "--model-latency-us", &us.to_string()]).arg("--export").arg(file)
+    })
 }
 
 /// Run side `way`: `blocks` writes and a flush, timed; the file checked after.
