@@ -174,11 +174,16 @@ impl KHost {
     }
 
     /// A heartbeat from `hb.node` (checked to name its sender), fresh off the link: to
-    /// liveness, which refuses strangers and this node's own id (counted).
+    /// liveness, which refuses strangers and this node's own id, and heartbeats of an
+    /// incarnation older than the one its sender is alive as (each counted apart).
     fn heard_beat(&mut self, hb: &crate::tpz::gms::heartbeat::Heartbeat) {
         let Some(l) = self.liveness.as_mut() else { return };
+        let stale = l.stale_incarnations;
         if !l.handle_heartbeat(now_ns(), hb.node, hb.incarnation) {
-            STATS.gms_heartbeats_refused.inc();
+            match l.stale_incarnations > stale {
+                true => STATS.gms_heartbeats_stale.inc(),
+                false => STATS.gms_heartbeats_refused.inc(),
+            }
         }
     }
 

@@ -86,6 +86,7 @@ counters! {
     gms_rejoins: "members admitted again: heard after being declared failed, or restarted (a heartbeat with a new incarnation)",
     gms_never_heard: "gms_nodes= peers not heard within gms_fail_ms of the load: not members (never declared failed) until first heard",
     gms_heartbeats_refused: "GMS heartbeats refused by liveness: from a node not in gms_nodes=, or naming this node",
+    gms_heartbeats_stale: "GMS heartbeats refused for an incarnation older than the one their sender is alive as (a replay, or a member alternating incarnations)",
     ticker_stalls: "GMS ticks that came more than half the failure timeout late (this guest did not run): members got a fresh grace period",
     lru_msgs: "global-LRU messages received (epoch starts, summaries, plans, next-epoch requests)",
     lru_plans: "global-LRU epoch plans adopted",
