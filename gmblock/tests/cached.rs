@@ -11,8 +11,7 @@ use gmblock::server::ServerConfig;
 use gms::cached::{Config, Stats};
 use gms::prelude::*;
 use std::collections::HashMap;
-use std::path::PathBuf;
-use support::{free_port, server_station, station, volume, Running};
+use support::{free_port, server_station, station, volume, Served};
 use trapeze_node::gms::Cluster;
 
 mod support;
@@ -27,18 +26,7 @@ fn block_data(b: u64, round: u8) -> Vec<u8> {
 
 /// A gmblockd thread serving a fresh file of `BLOCKS` blocks (removed with it), and a
 /// client of it.
-struct Served_ {
-    file: PathBuf,
-    server: Running,
-}
-
-impl Drop for Served_ {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.file);
-    }
-}
-
-fn serve(name: &str) -> (Served_, Client) {
+fn serve(name: &str) -> (Served, Client) {
     let file = volume(&format!("cached-{name}"), BLOCKS * 4096);
     let me = free_port();
     let cfg = ServerConfig {
@@ -51,7 +39,7 @@ fn serve(name: &str) -> (Served_, Client) {
     let server = support::serve(cfg);
     let block =
         Client::connect(station(CLIENT, me, vec![(SERVER, server.addr)], 0), SERVER, 8).expect("client connects");
-    (Served_ { file, server }, block)
+    (Served { file, server }, block)
 }
 
 /// Two rounds of writes over every block through a GMS of two 24-page lenders, reads

@@ -12,34 +12,21 @@ use gmblock::proto::DataPath;
 use gmblock::server::ServerConfig;
 use gmblock::striped::{StripeConfig, StripedClient};
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
-use support::{free_port, server_station, station, volume, Running};
+use support::{free_port, server_station, station, volume, Served};
 
 const CLIENT: u16 = 100;
 const GRAIN: u64 = 32 << 10;
 
-/// A server and its volume file, removed when done.
-struct StripeServer {
-    server: Running,
-    file: PathBuf,
-}
-
-impl Drop for StripeServer {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.file);
-    }
-}
-
 /// Server `node` on a file of `bytes`, its disk modelled when `model` is given.
-fn serve(name: &str, node: u16, bytes: u64, client: SocketAddr, model: Option<DiskModel>) -> StripeServer {
+fn serve(name: &str, node: u16, bytes: u64, client: SocketAddr, model: Option<DiskModel>) -> Served {
     let file = volume(&format!("stripe-{name}-{node}"), bytes);
     let station = server_station(node, vec![(CLIENT, client)]);
     let cfg = ServerConfig { station, export: file.clone(), read_only: false, path: DataPath::Direct, model };
-    StripeServer { server: support::serve(cfg), file }
+    Served { server: support::serve(cfg), file }
 }
 
-fn connect(me: SocketAddr, servers: &[(u16, &StripeServer)], sc: StripeConfig) -> StripedClient {
+fn connect(me: SocketAddr, servers: &[(u16, &Served)], sc: StripeConfig) -> StripedClient {
     let cfg = station(CLIENT, me, servers.iter().map(|(n, r)| (*n, r.server.addr)).collect(), 0);
     let ids: Vec<u16> = servers.iter().map(|s| s.0).collect();
     StripedClient::connect(cfg, &ids, sc).expect("striped client connects")
@@ -55,7 +42,7 @@ const SHAPES: [(u64, usize); 6] =
 
 /// Write every shape, flush, read each back; then check each server's file holds its
 /// units: byte `o` of server `s` is volume byte `((o / grain) * n + s) * grain + o % grain`.
-fn round_trip(c: &mut StripedClient, servers: &[&StripeServer]) {
+fn round_trip(c: &mut StripedClient, servers: &[&Served]) {
     for (k, &(at, len)) in SHAPES.iter().enumerate() {
         c.write(at, &pattern(k as u8, at, len)).unwrap();
     }
@@ -81,7 +68,7 @@ fn round_trip(c: &mut StripedClient, servers: &[&StripeServer]) {
 #[test]
 fn a_striped_volume_over_three_servers_reads_back_and_lies_in_each_servers_file() {
     let me = free_port();
-    let rs: Vec<StripeServer> = (1..=3).map(|n| serve("three", n, 4 << 20, me, None)).collect();
+    let rs: Vec<Served> = (1..=3).map(|n| serve("three", n, 4 << 20, me, None)).collect();
     let mut c = connect(me, &[(1, &rs[0]), (2, &rs[1]), (3, &rs[2])], StripeConfig::default());
     assert_eq!(c.size(), 12 << 20);
     round_trip(&mut c, &[&rs[0], &rs[1], &rs[2]]);
@@ -110,8 +97,7 @@ fn a_striped_volume_over_three_servers_reads_back_and_lies_in_each_servers_file(
 fn a_slowed_server_delays_only_its_share_and_the_data_is_right() {
     let me = free_port();
     let slow = DiskModel::new(Some(20.0), 2000).unwrap();
-    let mut rs: Vec<StripeServer> =
-        (1..=3).map(|n| serve("slow", n, 4 << 20, me, (n == 2).then(|| slow.clone()))).collect();
+    let mut rs: Vec<Served> = (1..=3).map(|n| serve("slow", n, 4 << 20, me, (n == 2).then(|| slow.clone()))).collect();
     let mut c = connect(me, &[(1, &rs[0]), (2, &rs[1]), (3, &rs[2])], StripeConfig::default());
     round_trip(&mut c, &[&rs[0], &rs[1], &rs[2]]);
     let held: Vec<f64> = rs.iter_mut().map(|r| r.server.stop().model_held_s).collect();
@@ -121,7 +107,7 @@ fn a_slowed_server_delays_only_its_share_and_the_data_is_right() {
 #[test]
 fn a_server_that_dies_mid_run_fails_requests_with_its_name_never_wrong_data() {
     let me = free_port();
-    let mut rs: Vec<StripeServer> = (1..=3).map(|n| serve("dies", n, 4 << 20, me, None)).collect();
+    let mut rs: Vec<Served> = (1..=3).map(|n| serve("dies", n, 4 << 20, me, None)).collect();
     let sc = StripeConfig { chunk_timeout: Duration::from_millis(200), tries: 3, ..StripeConfig::default() };
     let mut c = connect(me, &[(1, &rs[0]), (2, &rs[1]), (3, &rs[2])], sc);
     for at in (0..12u64 << 20).step_by(1 << 20) {
@@ -154,8 +140,8 @@ fn a_server_that_dies_mid_run_fails_requests_with_its_name_never_wrong_data() {
 #[test]
 fn a_wide_read_ahead_window_over_four_servers_reads_right_without_running_out() {
     let me = free_port();
-    let rs: Vec<StripeServer> = (1..=4).map(|n| serve("wide", n, 4 << 20, me, None)).collect();
-    let servers: Vec<(u16, &StripeServer)> = rs.iter().enumerate().map(|(k, r)| (k as u16 + 1, r)).collect();
+    let rs: Vec<Served> = (1..=4).map(|n| serve("wide", n, 4 << 20, me, None)).collect();
+    let servers: Vec<(u16, &Served)> = rs.iter().enumerate().map(|(k, r)| (k as u16 + 1, r)).collect();
     // Eight stripes ahead over four servers: 32 pieces held beside 32 chunks in flight.
     let sc = StripeConfig { readahead_stripes: 8, ..StripeConfig::default() };
     let mut c = connect(me, &servers, sc);

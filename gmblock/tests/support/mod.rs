@@ -65,6 +65,19 @@ impl Drop for Running {
     }
 }
 
+/// A server and its volume file, removed when done.
+#[allow(dead_code)] // udp.rs keeps its files itself (some are shared by two servers)
+pub struct Served {
+    pub server: Running,
+    pub file: PathBuf,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.file);
+    }
+}
+
 /// Open `cfg`'s server and run it in a thread; returns once it is serving.
 pub fn serve(cfg: ServerConfig) -> Running {
     let addr = cfg.station.listen;
