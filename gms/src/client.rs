@@ -355,6 +355,7 @@ impl<
                 OpResult::Discard(if ok { DiscardResult::Done } else { DiscardResult::Failed })
             }
             OpKind::Put | OpKind::Move => OpResult::Put(PutResult::Failed),
+            OpKind::Top => OpResult::Top(node.top_reply(i, o)),
         };
         node.finish(i, result);
         true

@@ -215,6 +215,10 @@ impl<B: DerefMut<Target = [DirSlot]>> Directory<B> {
     pub fn iter(&self) -> impl Iterator<Item = (&PageId, &DirEntry)> {
         self.t.iter()
     }
+    /// The entries, tombstones included, in slots `from` up to `end`.
+    pub fn range(&self, from: usize, end: usize) -> impl Iterator<Item = (&PageId, &DirEntry)> {
+        self.t.range(from, end)
+    }
     /// The live entry with the named copy's identity: (site, version, seq).
     pub fn named(&self, page: &PageId) -> Option<Named> {
         self.t.get(page).and_then(|e| e.site().map(|s| (s, e.version, e.seq)))

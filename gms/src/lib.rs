@@ -18,6 +18,8 @@
 //!   it to the directory. Several such pages may go as one **getpages** ([`getpages`]):
 //!   one request, and one reply whose payload the holder gathers from its frames and the
 //!   NIC scatters into the requester's.
+//! - **topversion**: the newest version a member knows of a volume's pages ([`top`]), which
+//!   a writer's load asks every member before it claims an epoch ([`store::claim`]).
 //! - **One-sided reads**: a holder exports each copy its directory names in its NIC's
 //!   answer table ([`node::Host::export`], with the reply a hit of it is) and retracts the
 //!   export before it lets the frame go; its `PUTDONE` tells the putter the entry and key.
@@ -201,6 +203,7 @@ pub mod store;
 pub mod stripe;
 pub mod table;
 pub mod tasks;
+pub mod top;
 pub mod types;
 pub mod view;
 
@@ -215,6 +218,6 @@ pub mod prelude {
     pub use super::table::slots_for;
     pub use super::types::{
         Answer, Completion, DiscardResult, GetResult, GmsConfig, GmsError, GmsStats, MissReason, OpId, OpResult,
-        Policy, PutResult, ReadPolicy, Via, WritePolicy,
+        Policy, PutResult, ReadPolicy, TopResult, Via, WritePolicy,
     };
 }

@@ -14,6 +14,7 @@
 //! | `DROPPAGE` 0x4708 | call, directory → stale holder | [`DropReq`] 32 B | [`DirAck`] |
 //! | `DIRVERIFY` 0x4709 | call, directory → named holder (scrub; a displacing or leaping registration's confirmation) | [`DropReq`] | [`DirAck`] |
 //! | `GETPAGES` 0x470A | call, requester → holder ([`super::getpages`]) | [`GetPagesReq`] 72 B | [`GetPagesReply`] 67 B + the pages, one payload |
+//! | `TOPVERSION` 0x470B | call, a loading writer → a member ([`super::top`]) | [`TopReq`] 16 B | [`TopReply`] 16 B |
 //!
 //! The `seq` fields carry a copy's identity at its version (see [`super::directory`]):
 //! the directory assigns it when it accepts a registration (`DirAck::seq`), a hand-over
@@ -35,11 +36,12 @@ pub const OP_DIRREMOVE: u16 = 0x4707;
 pub const OP_DROPPAGE: u16 = 0x4708;
 pub const OP_DIRVERIFY: u16 = 0x4709;
 pub const OP_GETPAGES: u16 = 0x470A;
+pub const OP_TOPVERSION: u16 = 0x470B;
 
 /// Whether `op` is one of GMS's (a runtime sharing its NetRPC with other services routes
 /// on this).
 pub fn is_gms_op(op: u16) -> bool {
-    (OP_GETPAGE..=OP_GETPAGES).contains(&op)
+    (OP_GETPAGE..=OP_TOPVERSION).contains(&op)
 }
 
 // ---- encoding helpers -------------------------------------------------------------------
@@ -568,6 +570,40 @@ body!(
     |i| { Ok(DirAck { status: AckStatus::from_u8(i.u8()?)?, page: i.page()?, seq: i.u64()? }) }
 );
 
+/// "The newest version you know of any page of the spaces in `family`" (a volume's
+/// replicas: [`super::top::family`]), scanning slot `from` on of the node's tables.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TopReq {
+    pub family: u64,
+    pub from: u64,
+}
+body!(
+    TopReq,
+    16,
+    |s, o| {
+        o.u64(s.family)?;
+        o.u64(s.from)?;
+    },
+    |i| { Ok(TopReq { family: i.u64()?, from: i.u64()? }) }
+);
+
+/// The newest version found in the slots scanned, and the slot to ask from next (0: the
+/// scan reached the end of the tables).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TopReply {
+    pub top: Version,
+    pub next: u64,
+}
+body!(
+    TopReply,
+    16,
+    |s, o| {
+        o.u64(s.top.0)?;
+        o.u64(s.next)?;
+    },
+    |i| { Ok(TopReply { top: i.version()?, next: i.u64()? }) }
+);
+
 // ---- the operations -----------------------------------------------------------------------
 
 macro_rules! operation {
@@ -622,6 +658,10 @@ operation!(
     /// Ask a named holder whether it still holds the page (`Ok`) or not (`Rejected`).
     DirVerify, OP_DIRVERIFY, DropReq, DirAck
 );
+operation!(
+    /// The newest version a member knows of a volume's pages ([`super::top`]).
+    TopVersion, OP_TOPVERSION, TopReq, TopReply
+);
 
 #[cfg(test)]
 mod tests {
@@ -660,6 +700,8 @@ mod tests {
         round_trip(DirRemoveReq { page, version: v, seq: 9, site: 1 }, DirRemoveReq::WIRE_BYTES);
         round_trip(DropReq { page, version: v, seq: u64::MAX }, DropReq::WIRE_BYTES);
         round_trip(DirAck { status: AckStatus::Busy, page, seq: 10 }, DirAck::WIRE_BYTES);
+        round_trip(TopReq { family: 7, from: 1 << 33 }, TopReq::WIRE_BYTES);
+        round_trip(TopReply { top: v, next: 0 }, TopReply::WIRE_BYTES);
     }
 
     #[test]
@@ -677,7 +719,8 @@ mod tests {
     fn op_codes() {
         assert!(is_gms_op(OP_GETPAGE) && is_gms_op(OP_DROPPAGE) && is_gms_op(OP_DIRVERIFY));
         assert!(is_gms_op(OP_GETPAGES), "GETPAGES is routed to GMS");
-        assert!(!is_gms_op(0x0101) && !is_gms_op(OP_GETPAGE - 1) && !is_gms_op(OP_GETPAGES + 1));
+        assert!(is_gms_op(OP_TOPVERSION), "TOPVERSION is routed to GMS");
+        assert!(!is_gms_op(0x0101) && !is_gms_op(OP_GETPAGE - 1) && !is_gms_op(OP_TOPVERSION + 1));
         assert_eq!(<GetPage as Operation>::OP, OP_GETPAGE);
         assert_eq!(<GetPages as Operation>::OP, OP_GETPAGES);
     }

@@ -99,6 +99,7 @@ impl<
             }
             OpKind::Put | OpKind::Move => OpResult::Put(PutResult::Failed),
             OpKind::Discard => OpResult::Discard(DiscardResult::Failed),
+            OpKind::Top => OpResult::Top(TopResult::Failed),
         };
         self.finish(i, result);
     }

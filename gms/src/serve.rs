@@ -63,6 +63,7 @@ impl<
         match (inc.op, inc.one_way) {
             (OP_GETPAGE, false) => self.serve_get(inc, member),
             (OP_GETPAGES, false) => self.serve_getpages(inc, member),
+            (OP_TOPVERSION, false) => self.serve_top(inc, member),
             (OP_PUTDONE, true) => {
                 match inc.decode::<PutDoneOp>() {
                     Ok(d) if self.put_in_flight(inc.src, &d) => self.put_done(inc.src, &d),

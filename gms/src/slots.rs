@@ -15,6 +15,7 @@ pub(super) enum OpKind {
     Put,
     Move,
     Discard,
+    Top,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -240,6 +240,12 @@ impl<K: Key, V: Copy, B: DerefMut<Target = [Slot<K, V>]>> Table<K, V, B> {
         head.iter().chain(tail).take(limit.min(n)).filter_map(|s| s.as_ref().map(|(k, v)| (k, v)))
     }
 
+    /// The entries in slots `from` up to `end` (cut to the table).
+    pub fn range(&self, from: usize, end: usize) -> impl Iterator<Item = (&K, &V)> {
+        let end = end.min(self.slots.len());
+        self.slots[from.min(end)..end].iter().filter_map(|s| s.as_ref().map(|(k, v)| (k, v)))
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
         self.slots.iter().filter_map(|s| s.as_ref().map(|(k, v)| (k, v)))
     }

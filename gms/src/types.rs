@@ -87,6 +87,17 @@ pub enum OpResult<F> {
     Get(GetResult<F>),
     Put(PutResult),
     Discard(DiscardResult),
+    Top(TopResult),
+}
+
+/// How a `TOPVERSION` ended ([`super::top`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TopResult {
+    /// The newest version in the slots scanned, and the slot to ask from next (`None`:
+    /// every slot was scanned).
+    Known { top: Version, next: Option<u64> },
+    /// No answer, or refused.
+    Failed,
 }
 
 /// A finished client operation, handed to [`super::node::Host::completed`] (nonblocking

@@ -5,7 +5,7 @@
 //! taken back while registering; a copy handed over while its re-registration after a
 //! membership change is answered; a dead directory's drop of a copy registering again;
 //! a repair with more moved copies than the task table holds; a directory rebuilding
-//! after a failure answering "ask again".
+//! after a failure answering "ask again"; `TOPVERSION` over held copies and floors.
 
 use gms::prelude::*;
 use netrpc::prelude::Mode;
@@ -602,4 +602,44 @@ fn repair_registers_more_moved_copies_than_the_task_table_holds_and_leaves_room_
     s.settle();
     s.check_converged();
     s.check_quiet();
+}
+
+/// Node `from` asks `node` for the newest version it knows in `family` (a client core's
+/// operation: its completion goes to `client_done`).
+fn top(s: &mut Sim, from: u16, node: u16, family: u64) -> TopResult {
+    s.client = Some(from);
+    let i = usize::from(from);
+    let op = s.nodes[i].top_version(s.clock.now(), &mut s.rpcs[i], node, family, 0, Mode::NonBlocking).unwrap();
+    s.drain(from);
+    s.run_net();
+    let at = s.client_done.iter().position(|c| c.op == op).expect("the TOPVERSION completed");
+    match s.client_done.remove(at).result {
+        OpResult::Top(r) => r,
+        r => panic!("expected a TOPVERSION answer, got {r:?}"),
+    }
+}
+
+#[test]
+fn top_version_names_the_newest_copy_or_floor_a_member_keeps_of_a_family() {
+    let mut s = cluster(3, 16);
+    // Replica 1 of a page of space 5: the family is the space without its top bits.
+    let p = s.page_with_dir(5 | 1 << 60, 1, 0);
+    let a = s.putpage(0, p, 2).unwrap();
+    s.run_net();
+    assert_eq!(put_result(&s, 0, a), PutResult::Stored { target: 2 });
+    let v = s.nodes[2].held(&p).unwrap().version;
+    let known = |top| TopResult::Known { top, next: None };
+    assert_eq!(top(&mut s, 0, 2, 5), known(v), "the holder's copy");
+    assert_eq!(top(&mut s, 0, 1, 5), known(v), "the directory's entry");
+    assert_eq!(top(&mut s, 1, 1, 5), known(v), "a node asking itself");
+    assert_eq!(top(&mut s, 0, 0, 5), known(Version(0)), "a node that knows nothing of it");
+    assert_eq!(top(&mut s, 0, 2, 6), known(Version(0)), "another family");
+    // Discarded: the copy is gone, the directory's floor stays.
+    s.client = None;
+    let d = s.discard(0, p).unwrap();
+    s.run_net();
+    assert_eq!(s.result(0, d), Some(OpResult::Discard(DiscardResult::Done)));
+    s.settle();
+    assert_eq!(top(&mut s, 0, 2, 5), known(Version(0)), "the holder dropped it");
+    assert!(matches!(top(&mut s, 0, 1, 5), TopResult::Known { top, next: None } if top >= v), "the floor");
 }

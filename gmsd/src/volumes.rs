@@ -282,7 +282,7 @@ fn put_outcome(replicas: u8, pages: u64, vol: u64, e: StoreError, port: &GmsPort
         StoreError::Unreachable | StoreError::NotSent => PutOutcome::Failed { targets: Nodes::default() },
         StoreError::IdentityInUse { owner } => PutOutcome::NotOwner { owner },
         StoreError::OutOfRange => PutOutcome::OutOfRange { pages },
-        StoreError::NotThisVolume | StoreError::Lost | StoreError::Busy => {
+        StoreError::NotThisVolume | StoreError::VersionsExhausted | StoreError::Lost | StoreError::Busy => {
             tracing::warn!("volume {vol}: a put failed: {e:?}");
             PutOutcome::Error
         }

@@ -223,6 +223,13 @@ impl DiskState {
                     self.store.identity()
                 );
             }
+            StoreError::VersionsExhausted if !self.refusal_told => {
+                self.refusal_told = true;
+                pr_err!(
+                    "/dev/gms0: gms_disk_id={:#x}: a member knows a version of this disk in its last epoch, so no load can claim a newer one: every I/O fails\n",
+                    self.store.identity()
+                );
+            }
             StoreError::TooFewMembers => {
                 self.counters.too_few += 1;
                 log_failure(format_args!(
@@ -293,6 +300,7 @@ impl DiskState {
         STATS.lru_puts_by_plan.add(s.puts_by_plan - p.puts_by_plan);
         STATS.disk_read_ahead.add(s.ahead_reads - p.ahead_reads);
         STATS.disk_read_ahead_hits.add(s.ahead_hits - p.ahead_hits);
+        STATS.disk_top_asks.add(s.top_asks - p.top_asks);
         if s.repair_passes != p.repair_passes {
             STATS.disk_replicas_short.set(s.repair_short);
         }

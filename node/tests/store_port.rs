@@ -52,7 +52,7 @@ impl Client {
     fn until_loaded(&mut self, cl: &mut Cluster) -> Phase {
         let t0 = Instant::now();
         let mut out = Vec::new();
-        while matches!(self.store.phase(), Phase::Label | Phase::Map { .. } | Phase::Claim) {
+        while self.store.phase().loading() {
             self.step(cl, &mut out);
             assert!(t0.elapsed() < Duration::from_secs(60), "still loading: {:?}", self.store.phase());
         }

@@ -181,6 +181,9 @@ impl<Io, F: Copy + PartialEq, S: Storage, const M: usize, const Q: usize, const 
                     }
                 }
             }
+            IssueKind::Top { node: to, family, from } => {
+                (node.top_version(now, rpc, to, family, from, Mode::NonBlocking).ok(), None)
+            }
         }
     }
 
@@ -213,6 +216,7 @@ impl<Io, F: Copy + PartialEq, S: Storage, const M: usize, const Q: usize, const 
                     frames.give_back(f);
                 }
             }
+            OpResult::Top(result) => self.handle_top(now, done.op, result),
             _ => {}
         }
         true

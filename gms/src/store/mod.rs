@@ -36,6 +36,7 @@
 //! runtime's [`Storage`]); no `unsafe`.
 
 pub mod ahead;
+pub mod claim;
 pub mod drive;
 pub mod liveness;
 pub mod nodes;
@@ -150,6 +151,10 @@ pub enum StoreError {
     /// The cluster holds a volume of this identity that is larger (a volume may grow, not
     /// shrink) or keeps another number of replicas.
     NotThisVolume,
+    /// A member knows a version of this volume in its last epoch: a load cannot claim one
+    /// above it ([`record::Clock::MAX_EPOCH`]; only a member lying or a runaway writer
+    /// gets there).
+    VersionsExhausted,
 }
 
 /// How a request ended.
@@ -224,8 +229,25 @@ pub struct Issue<F> {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum IssueKind<F> {
-    Put { page: PageId, version: Version, target: u16, data: Data<F> },
-    Get { page: PageId, at_least: Version, route: Route, into: Data<F> },
+    Put {
+        page: PageId,
+        version: Version,
+        target: u16,
+        data: Data<F>,
+    },
+    Get {
+        page: PageId,
+        at_least: Version,
+        route: Route,
+        into: Data<F>,
+    },
+    /// Ask `node` for the newest version it knows of the volume's pages, from slot `from`
+    /// of its tables ([`claim`]).
+    Top {
+        node: u16,
+        family: u64,
+        from: u64,
+    },
 }
 
 /// A GMS operation in flight for a request: its id, and the request's frame lent to it.
@@ -256,6 +278,9 @@ pub(crate) enum Fetch {
 /// Where loading the volume stands ([`volume`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Phase {
+    /// Asking every member for the newest version it knows of the volume ([`claim`]):
+    /// first, and again for members that joined meanwhile before the claim.
+    Top,
     /// Reading the label (meta page 0).
     Label,
     /// Reading map page `m` (1..).
@@ -268,12 +293,20 @@ pub enum Phase {
     Refused(StoreError),
 }
 
+impl Phase {
+    /// Whether the volume is still loading (requests wait).
+    pub fn loading(self) -> bool {
+        matches!(self, Phase::Top | Phase::Label | Phase::Map { .. } | Phase::Claim)
+    }
+}
+
 /// One request slot.
 pub(crate) enum Req<Io, F> {
     Free,
     Write(WriteReq<Io>),
     Read(ReadReq<Io>),
     Repair(RepairReq<F>),
+    Top(claim::TopAsk),
     Done(Finished<Io, F>),
 }
 
@@ -308,6 +341,12 @@ pub struct Store<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const 
     /// since this load began that have not been heard again.
     members: NodeSet,
     departed: NodeSet,
+    /// The members that answered this load's `TOPVERSION` to the end, and the one being
+    /// asked with the slot it goes on from ([`claim`]).
+    top_asked: NodeSet,
+    top_at: Option<(u16, u64)>,
+    /// The label and map were read (or found missing): the claim comes next.
+    meta_known: bool,
     placement: Placement<M>,
     reqs: [Req<Io, F>; Q],
     /// The request behind each GMS operation in flight, by its slot; and operations that
@@ -377,6 +416,9 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
             clock: Clock::new(1),
             members: NodeSet::EMPTY,
             departed: NodeSet::EMPTY,
+            top_asked: NodeSet::EMPTY,
+            top_at: None,
+            meta_known: false,
             placement: Placement::new(u32::MAX),
             reqs: [const { Req::Free }; Q],
             ops: [None; OPS],
@@ -428,7 +470,8 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         self.pages_before = pages;
         self.label_found = false;
         self.meta = meta;
-        self.phase = Phase::Label;
+        self.phase = Phase::Top;
+        self.meta_known = false;
         self.label = volume::Label { identity, pages, replicas: cfg.replicas, epoch: 1, owner: me };
         self.floors = floors;
         self.maps = maps;
@@ -438,6 +481,8 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         self.clock = Clock::new(1);
         self.members = members;
         self.departed = NodeSet::EMPTY;
+        self.top_asked = NodeSet::EMPTY;
+        self.top_at = None;
         self.placement = placement;
         self.reqs.iter_mut().for_each(|r| *r = Req::Free);
         self.ops = [None; OPS];
@@ -588,6 +633,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
                 Req::Write(_) => self.poll_write(i, now, lru, coordinator),
                 Req::Read(_) => self.poll_read(i, now),
                 Req::Repair(_) => self.poll_repair(i, now, lru, coordinator),
+                Req::Top(_) => self.poll_top(i),
                 _ => None,
             };
             if let Some(kind) = issue {
@@ -646,7 +692,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         let pending_maps = self.maps.iter().any(|p| p.set > p.stored && p.writing.is_none());
         let load = match self.phase {
             Phase::Ready if pending_maps || self.meta_check => Some(self.load_at),
-            Phase::Label | Phase::Map { .. } | Phase::Claim if !self.meta_req_running() => Some(self.load_at),
+            p if p.loading() && !self.meta_req_running() => Some(self.load_at),
             _ => None,
         };
         reqs.chain(self.repair.wake()).chain(load).min()

@@ -34,6 +34,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
                 match issue.kind {
                     IssueKind::Put { .. } => self.stats.puts += 1,
                     IssueKind::Get { .. } => self.stats.gets += 1,
+                    IssueKind::Top { .. } => self.stats.top_asks += 1,
                 }
             }
             None => self.not_sent(now, issue),
@@ -51,6 +52,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
             }
             (IssueKind::Get { .. }, Some(Req::Read(_))) => self.get_not_sent(i, now),
             (IssueKind::Get { .. }, Some(Req::Repair(_))) => self.repair_ended(i, false),
+            (IssueKind::Top { .. }, Some(Req::Top(_))) => self.top_unanswered(i, now),
             _ => {}
         }
     }

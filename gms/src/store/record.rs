@@ -136,7 +136,11 @@ pub const EPOCH_SHIFT: u32 = 40;
 pub const RETRY_BITS: u32 = 4;
 
 impl Clock {
-    /// The clock of a load in `epoch` (≥ 1; the previous load's epoch + 1).
+    /// The last epoch a version holds.
+    pub const MAX_EPOCH: u32 = (1 << (64 - EPOCH_SHIFT)) - 1;
+
+    /// The clock of a load in `epoch` (≥ 1, at most [`Self::MAX_EPOCH`]; the previous
+    /// load's epoch + 1).
     pub const fn new(epoch: u32) -> Clock {
         Clock { next: ((epoch as u64) << EPOCH_SHIFT) | (1 << RETRY_BITS) }
     }

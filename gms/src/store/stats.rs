@@ -32,6 +32,8 @@ pub struct StoreStats {
     /// Read-ahead getpages started ([`super::ahead`]), and user reads served by one.
     pub ahead_reads: u64,
     pub ahead_hits: u64,
+    /// `TOPVERSION` questions a load asked before its claim ([`super::claim`]).
+    pub top_asks: u64,
 }
 
 impl StoreStats {
@@ -54,6 +56,7 @@ impl StoreStats {
         puts_kept: 0,
         ahead_reads: 0,
         ahead_hits: 0,
+        top_asks: 0,
     };
 
     /// Add `o`'s counters to these (a runtime's total over several stores).
@@ -76,5 +79,6 @@ impl StoreStats {
         self.puts_kept += o.puts_kept;
         self.ahead_reads += o.ahead_reads;
         self.ahead_hits += o.ahead_hits;
+        self.top_asks += o.top_asks;
     }
 }

@@ -8,7 +8,7 @@ use super::super::epochs::{Lru, LruConfig};
 use super::super::net::prelude::RpcError;
 use super::super::net::storage::Heap;
 use super::super::page::Version;
-use super::super::types::{GetResult, MissReason, OpId, PutResult, Via};
+use super::super::types::{GetResult, MissReason, OpId, PutResult, TopResult, Via};
 use super::liveness::Event;
 use super::*;
 use std::collections::HashMap;
@@ -26,11 +26,13 @@ struct Net {
     lru: Lru,
     next: u32,
     meta: HashMap<PageId, (u16, Vec<u8>)>,
+    /// The newest version each member says it knows of the volume (`TOPVERSION`).
+    top: HashMap<u16, Version>,
 }
 
 impl Net {
     fn new() -> Self {
-        Net { lru: Lru::new(0, LruConfig::default()), next: 0, meta: HashMap::new() }
+        Net { lru: Lru::new(0, LruConfig::default()), next: 0, meta: HashMap::new(), top: HashMap::new() }
     }
 
     /// Member `node` lost its memory: the meta pages put to it are gone.
@@ -61,6 +63,10 @@ impl Net {
                         s.handle_get(now, op, &miss());
                     }
                 },
+                IssueKind::Top { node, .. } => {
+                    let top = self.top.get(&node).copied().unwrap_or(Version(0));
+                    s.handle_top(now, op, TopResult::Known { top, next: None });
+                }
                 _ => out.push((op, i)),
             }
         }
@@ -195,6 +201,7 @@ fn an_unanswered_put_is_put_again_and_the_other_replica_keeps_clear_of_where_it_
 fn page_of(i: &Issue<u32>) -> PageId {
     match i.kind {
         IssueKind::Put { page, .. } | IssueKind::Get { page, .. } => page,
+        IssueKind::Top { .. } => panic!("the test network answers TOPVERSION itself"),
     }
 }
 
@@ -412,6 +419,7 @@ fn a_repair_pass_counts_the_lost_replicas_it_could_not_make_again() {
                     s.handle_get(now, op, &miss());
                 }
                 IssueKind::Put { .. } => stored(&mut s, now, op, &i),
+                IssueKind::Top { .. } => panic!("the test network answers TOPVERSION itself"),
             }
         }
         while s.poll_done().is_some() {}
@@ -689,3 +697,48 @@ fn a_replica_left_out_of_a_degraded_write_leaves_its_old_copy_as_a_stray_below_a
 }
 
 mod ahead;
+
+#[test]
+fn a_load_claims_an_epoch_above_the_newest_version_any_member_knows() {
+    let mut net = Net::new();
+    let a = store_on(&mut net, StoreConfig::default(), 0, &[1, 2, 3]);
+    assert_eq!(a.epoch(), 1);
+    assert!(a.stats.top_asks >= 4, "every member and itself asked: {}", a.stats.top_asks);
+    // A later load's label and map died; member 3 still keeps a floor of its epoch 6.
+    net.top.insert(3, Version((6 << record::EPOCH_SHIFT) | 0x70));
+    let b = store_on(&mut net, StoreConfig::default(), 0, &[1, 2, 3]);
+    assert_eq!(b.phase(), Phase::Ready);
+    assert_eq!(b.epoch(), 7, "above what member 3 knows, not the label's 1 + 1");
+}
+
+#[test]
+fn the_claim_waits_for_a_member_declared_failed_during_the_load() {
+    let mut net = Net::new();
+    store_on(&mut net, StoreConfig::default(), 0, &[1, 2, 3]);
+    net.top.insert(2, Version(9 << record::EPOCH_SHIFT));
+    let mut b: S = Store::new(StoreConfig::default(), 1, 0, 64, &[1, 2, 3]).unwrap();
+    // Member 2 is declared failed before it was asked: perhaps only suspected.
+    b.handle_member(0, Event::Failed(2));
+    net.load(&mut b);
+    assert_eq!(b.phase(), Phase::Top, "no claim while what member 2 knows is unknown");
+    b.handle_member(1, Event::Joined(2));
+    net.load(&mut b);
+    assert_eq!(b.phase(), Phase::Ready);
+    assert_eq!(b.epoch(), 10);
+    // A member that restarted lost what it knew: the claim does not wait for it.
+    let mut c: S = Store::new(StoreConfig::default(), 1, 0, 64, &[1, 2, 3]).unwrap();
+    c.handle_member(0, Event::Failed(3));
+    c.handle_member(1, Event::Restarted(3));
+    net.load(&mut c);
+    assert_eq!(c.phase(), Phase::Ready);
+}
+
+#[test]
+fn a_member_knowing_the_last_epoch_has_the_load_refused_not_its_versions_wrapped() {
+    let mut net = Net::new();
+    net.top.insert(1, Version(u64::MAX));
+    let mut s: S = Store::new(StoreConfig::default(), 1, 0, 64, &[1, 2, 3]).unwrap();
+    net.load(&mut s);
+    assert_eq!(s.phase(), Phase::Refused(StoreError::VersionsExhausted));
+    assert_eq!(s.write(0, 1, 7), Err((7, StoreError::VersionsExhausted)));
+}

@@ -6,8 +6,9 @@
 //!   epoch of the load that last claimed it and the node it runs on. A load reads it,
 //!   refuses to start when another live member owns the identity
 //!   ([`StoreError::IdentityInUse`]) or the volume would shrink or change its replica count
-//!   ([`StoreError::NotThisVolume`]; it may grow), and claims it with the next epoch: every version
-//!   this load writes is above every version an earlier load wrote ([`super::record::Clock`]);
+//!   ([`StoreError::NotThisVolume`]; it may grow), and claims it with the next epoch, above
+//!   every epoch a member still knows of ([`super::claim`]): every version this load writes
+//!   is above every version an earlier load wrote ([`super::record::Clock`]);
 //! - the **floor map** (meta pages 1..): per page, a version below which its copies
 //!   are strays ([`super::record`]; 0: never written). A write of a page never written
 //!   sets it before it is acknowledged (the write waits for its map page to be stored),
@@ -36,7 +37,7 @@
 //!
 //! Limits: with every copy of the label gone while no load held the volume, a load starts
 //! the volume afresh: the floor map is gone with the label, so the pages the earlier loads
-//! wrote read as zeros, and a copy they left may outlive the first writes of the new load.
+//! wrote read as zeros (the copies they left are below its epoch, [`super::claim`]).
 //! A map page is itself found as its newest copy a reload can reach: when every newer copy
 //! of a map page died while no load held the volume (and, with it, every copy of a page's
 //! newest write), an older copy a suspected member kept gives older floors, and that page
@@ -172,7 +173,12 @@ mod load {
     impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> Store<Io, F, S, M, Q, OPS> {
         pub(in super::super) fn meta_req_running(&self) -> bool {
             self.reqs.iter().any(|r| {
-                matches!(r, Req::Read(ReadReq { io: Owner::Meta, .. }) | Req::Write(WriteReq { io: Owner::Meta, .. }))
+                matches!(
+                    r,
+                    Req::Read(ReadReq { io: Owner::Meta, .. })
+                        | Req::Write(WriteReq { io: Owner::Meta, .. })
+                        | Req::Top(_)
+                )
             })
         }
 
@@ -181,6 +187,11 @@ mod load {
             let page = match self.phase {
                 Phase::Ready => return,
                 Phase::Refused(e) => return self.fail_waiting(e),
+                Phase::Top => return self.advance_top(now),
+                Phase::Claim if self.label.epoch > Clock::MAX_EPOCH => {
+                    self.phase = Phase::Refused(StoreError::VersionsExhausted);
+                    return self.fail_waiting(StoreError::VersionsExhausted);
+                }
                 Phase::Label | Phase::Claim => self.pages,
                 Phase::Map { m } => self.pages + m,
             };
@@ -226,8 +237,7 @@ mod load {
                                 .map(Clock::epoch_of)
                                 .max()
                                 .unwrap_or(0);
-                            self.label.epoch = old.epoch.max(seen).saturating_add(1);
-                            self.clock = Clock::new(self.label.epoch);
+                            self.claim_above(old.epoch.max(seen));
                             Phase::Label
                         }
                         Err(e) => Phase::Refused(e),
@@ -253,9 +263,17 @@ mod load {
         /// one. The label read may be older than the volume's last claim (that claim's
         /// copies died, an older copy lived on): the floors and map pages that claim wrote
         /// name its epoch, and reusing it would give new writes versions below its own.
-        fn claim_above(&mut self, epoch: u32) {
+        pub(in super::super) fn claim_above(&mut self, epoch: u32) {
             if epoch >= self.label.epoch {
-                self.label.epoch = epoch.saturating_add(1);
+                self.set_epoch(u64::from(epoch) + 1);
+            }
+        }
+
+        /// This load's epoch is `epoch`. One past the last a version holds
+        /// ([`Clock::MAX_EPOCH`]) has the claim refused rather than its versions wrapped.
+        fn set_epoch(&mut self, epoch: u64) {
+            self.label.epoch = u32::try_from(epoch).unwrap_or(u32::MAX);
+            if self.label.epoch <= Clock::MAX_EPOCH {
                 self.clock = Clock::new(self.label.epoch);
             }
         }
@@ -283,14 +301,14 @@ mod load {
             let m = page - self.pages;
             let retry = now.saturating_add(self.cfg.retry_delay_ns);
             match (self.phase, outcome) {
-                (Phase::Label, Outcome::Read { .. }) => self.phase = self.after_map(0),
+                (Phase::Label, Outcome::Read { .. }) => self.after_map(0),
                 // No copy of a label was ever seen: a new volume (nothing to read of its
                 // map). One was, on a member now declared failed (perhaps only suspected):
                 // it is waited for, not taken for a new volume.
-                (Phase::Label, Outcome::Failed(StoreError::Lost)) if self.label_nowhere() => self.phase = Phase::Claim,
+                (Phase::Label, Outcome::Failed(StoreError::Lost)) if self.label_nowhere() => self.end_meta(),
                 (Phase::Map { .. }, Outcome::Read { version }) => {
                     self.claim_above(Clock::epoch_of(version));
-                    self.phase = self.after_map(m);
+                    self.after_map(m);
                 }
                 (Phase::Map { .. }, Outcome::Failed(_)) => {
                     // Which of its pages were written is lost: all of them count as written,
@@ -298,7 +316,7 @@ mod load {
                     let per = self.map_words();
                     let first = usize::try_from(m - 1).unwrap_or(usize::MAX).saturating_mul(per);
                     self.floors.iter_mut().skip(first).take(per).for_each(|w| *w = (*w).max(1));
-                    self.phase = self.after_map(m);
+                    self.after_map(m);
                 }
                 (Phase::Claim, Outcome::Written { .. }) => self.ready(),
                 // The cluster holds a newer label than this load's: read it again (it could
@@ -306,11 +324,9 @@ mod load {
                 // died, but the directory remembers its version).
                 (Phase::Claim, Outcome::Failed(StoreError::Superseded)) => {
                     self.load_at = retry;
-                    self.label.epoch = self.label.epoch.saturating_add(1);
-                    self.clock = Clock::new(self.label.epoch);
+                    self.set_epoch(u64::from(self.label.epoch) + 1);
                     self.relabel();
                 }
-                // Tried again later; meanwhile the users hear why the volume cannot start.
                 // Tried again later. Users waiting hear why the volume cannot start when it
                 // is the cluster's state (too few members, no room); a label not read yet
                 // (its holder unreachable for now) keeps them waiting.
@@ -354,10 +370,9 @@ mod load {
             if self.label_found || self.phase != Phase::Ready {
                 return;
             }
-            self.label.epoch = self.label.epoch.saturating_mul(2).max(self.label.epoch + 1);
-            self.clock = Clock::new(self.label.epoch);
             self.phase = Phase::Claim;
             self.load_at = now;
+            self.set_epoch(u64::from(self.label.epoch) * 2);
         }
 
         /// Start loading again from the label: every meta page's copies unknown.
@@ -368,6 +383,7 @@ mod load {
                 *e = Entry::UNKNOWN;
             }
             self.phase = Phase::Label;
+            self.meta_known = false;
         }
 
         /// Whether a copy of the label was found on a node that is not a member now (declared
@@ -385,15 +401,22 @@ mod load {
             !self.label_seen() && self.departed.is_empty()
         }
 
-        /// The phase after map page `m` (0: the label) was read.
-        fn after_map(&self, m: u64) -> Phase {
+        /// Map page `m` (0: the label) was read: the next one, or the last question round.
+        fn after_map(&mut self, m: u64) {
             // The map pages the volume had: a volume grown since has none beyond them.
             let had = super::meta_pages(self.pages_before.min(self.pages), self.cfg.page_bytes);
             if m + 1 < had {
-                Phase::Map { m: m + 1 }
+                self.phase = Phase::Map { m: m + 1 };
             } else {
-                Phase::Claim
+                self.end_meta();
             }
+        }
+
+        /// The label and map are read: members that joined meanwhile are asked
+        /// ([`super::super::claim`]), then the claim.
+        fn end_meta(&mut self) {
+            self.meta_known = true;
+            self.phase = Phase::Top;
         }
 
         /// The volume is this load's: pages the map says were written are known as such,

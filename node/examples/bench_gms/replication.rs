@@ -94,7 +94,7 @@ fn store(c: &mut Cluster, r: u8, pages: u64) -> anyhow::Result<UserStore<W>> {
         .map_err(|e| anyhow::anyhow!("replication: a store: {e:?}"))?;
     let t = Instant::now();
     let mut done = Vec::new();
-    while matches!(s.phase(), Phase::Label | Phase::Map { .. } | Phase::Claim) {
+    while s.phase().loading() {
         c.store_step(0, &mut s, &mut done);
         if t.elapsed().as_secs() > 30 {
             bail!("replication: the r = {r} volume did not load in 30 s");

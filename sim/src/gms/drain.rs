@@ -99,6 +99,10 @@ impl Sim {
         if self.getpages.contains_key(&key) {
             return self.complete_getpages(node, c);
         }
+        // This simulator issues no `TOPVERSION` (only a store's load does).
+        if let OpResult::Top(_) = c.result {
+            panic!("{ctx}: a TOPVERSION completed that nobody asked: {c:?}");
+        }
         let rec = self.ops.get(&key).cloned().unwrap_or_else(|| panic!("{ctx}: completion of unknown op {key:?}"));
         assert!(rec.result.is_none(), "{ctx}: op {key:?} ({rec:?}) completed twice: {c:?}");
         assert_eq!(c.page, rec.page, "{ctx}: op {key:?}");
@@ -112,6 +116,7 @@ impl Sim {
             OpResult::Put(PutResult::Stored { .. }) => history::Outcome::Stored,
             OpResult::Put(r) => history::Outcome::NotStored(r),
             OpResult::Discard(r) => history::Outcome::Discard(r),
+            OpResult::Top(_) => return,
         };
         self.hist.end(self.clock.now(), self.step, node, c.op, outcome);
         let learnt = match c.result {

@@ -1,0 +1,101 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! A load first asks every member — itself included — for the newest version it knows of
+//! the volume's pages (`TOPVERSION`, [`crate::top`]: the copies it holds, its directory
+//! entries and their floors), and claims an epoch above it ([`super::volume`]). Members
+//! that joined while the label and map were read are asked before the claim.
+//!
+//! Why: the label and floor map name the epochs of the loads that wrote them, but when
+//! every newer copy of both died while no load held the volume, an older label is all a
+//! reload finds, and it would claim again an epoch an earlier load used. Its writes would
+//! then carry versions below what that load left: a directory keeping such a floor refuses
+//! the new copies' registrations, and their holders drop them after the write was
+//! acknowledged; a surviving copy of the earlier load would pass for newer than the new
+//! data. Whatever is left of an epoch is on a member.
+//!
+//! So the claim waits until every member has answered to the end of its tables, and until
+//! every member declared failed during this load before it answered was heard again (its
+//! memory, if it was only suspected, holds what it knew) or restarted (its memory is gone,
+//! and what it knew with it). A member that answers nothing is asked again after the retry
+//! delay.
+//!
+//! Limit: a member that was unreachable (and never a member) for the whole load is not
+//! asked; should it come back later with copies or floors of a newer epoch, the load's
+//! writes meet them as before.
+
+use super::super::net::storage::Storage;
+use super::super::top::family;
+use super::super::types::{OpId, TopResult};
+use super::record::Clock;
+use super::{IssueKind, Phase, Req, Store};
+
+/// One member's `TOPVERSION` of the load, from slot `from` of its tables.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct TopAsk {
+    node: u16,
+    from: u64,
+    sent: bool,
+}
+
+impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> Store<Io, F, S, M, Q, OPS> {
+    /// The next member's question, once the last one was answered; the claim once every
+    /// member was heard to the end.
+    pub(super) fn advance_top(&mut self, now: u64) {
+        if now < self.load_at || self.meta_req_running() {
+            return;
+        }
+        let askable = |n: u16| n == self.me || self.members.contains(n);
+        let at = self.top_at.filter(|&(n, _)| askable(n));
+        let next = at.or_else(|| {
+            let first = [self.me].into_iter().chain(self.members.iter()).find(|&n| !self.top_asked.contains(n));
+            first.map(|n| (n, 0))
+        });
+        let Some((node, from)) = next else {
+            // Every member answered; so did every member declared failed since, or it
+            // restarted: nothing of the volume is on a member left unasked.
+            if self.departed.minus(self.top_asked).is_empty() {
+                self.phase = if self.meta_known { Phase::Claim } else { Phase::Label };
+            }
+            return;
+        };
+        self.top_at = Some((node, from));
+        if let Some(slot) = self.free_slot() {
+            self.reqs[slot] = Req::Top(TopAsk { node, from, sent: false });
+        }
+    }
+
+    /// Request `i`'s question, if it is still to be sent.
+    pub(super) fn poll_top(&mut self, i: usize) -> Option<IssueKind<F>> {
+        let Req::Top(t) = &mut self.reqs[i] else { return None };
+        if t.sent {
+            return None;
+        }
+        t.sent = true;
+        Some(IssueKind::Top { node: t.node, family: family(self.space), from: t.from })
+    }
+
+    /// Request `i`'s question could not be sent, or got no answer: asked again later.
+    pub(super) fn top_unanswered(&mut self, i: usize, now: u64) {
+        self.reqs[i] = Req::Free;
+        self.load_at = now.saturating_add(self.cfg.retry_delay_ns);
+    }
+
+    /// A `TOPVERSION` this store asked ended.
+    pub fn handle_top(&mut self, now: u64, op: OpId, result: TopResult) {
+        let Some(i) = self.take_op(op) else { return };
+        let Req::Top(t) = self.reqs[i] else { return };
+        match result {
+            TopResult::Known { top, next } => {
+                self.reqs[i] = Req::Free;
+                self.claim_above(Clock::epoch_of(top));
+                match next {
+                    Some(from) => self.top_at = Some((t.node, from)),
+                    None => {
+                        self.top_asked.insert(t.node);
+                        self.top_at = None;
+                    }
+                }
+            }
+            TopResult::Failed => self.top_unanswered(i, now),
+        }
+    }
+}
