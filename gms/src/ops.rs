@@ -14,7 +14,7 @@
 //! | `DROPPAGE` 0x4708 | call, directory → stale holder | [`DropReq`] 32 B | [`DirAck`] |
 //! | `DIRVERIFY` 0x4709 | call, directory → named holder (scrub; a displacing or leaping registration's confirmation) | [`DropReq`] | [`DirAck`] |
 //! | `GETPAGES` 0x470A | call, requester → holder ([`super::getpages`]) | [`GetPagesReq`] 72 B | [`GetPagesReply`] 67 B + the pages, one payload |
-//! | `TOPVERSION` 0x470B | call, a loading writer → a member ([`super::top`]) | [`TopReq`] 16 B | [`TopReply`] 16 B |
+//! | `TOPVERSION` 0x470B | call, a loading writer → a member ([`super::top`]) | [`TopReq`] 17 B | [`TopReply`] 16 B |
 //!
 //! The `seq` fields carry a copy's identity at its version (see [`super::directory`]):
 //! the directory assigns it when it accepts a registration (`DirAck::seq`), a hand-over
@@ -570,21 +570,43 @@ body!(
     |i| { Ok(DirAck { status: AckStatus::from_u8(i.u8()?)?, page: i.page()?, seq: i.u64()? }) }
 );
 
-/// "The newest version you know of any page of the spaces in `family`" (a volume's
-/// replicas: [`super::top::family`]), scanning slot `from` on of the node's tables.
+/// Which pages of a family a `TOPVERSION` asks about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TopScope {
+    /// Every page, scanning the node's tables from slot `from` on.
+    Tables { from: u64 },
+    /// Page number `page` (of every space of the family: each replica of one page).
+    Page(u64),
+}
+
+/// "The newest version you know of the pages `scope` names of the spaces in `family`" (a
+/// volume's replicas: [`super::top::family`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TopReq {
     pub family: u64,
-    pub from: u64,
+    pub scope: TopScope,
 }
 body!(
     TopReq,
-    16,
+    17,
     |s, o| {
         o.u64(s.family)?;
-        o.u64(s.from)?;
+        let (tag, v) = match s.scope {
+            TopScope::Tables { from } => (1, from),
+            TopScope::Page(p) => (2, p),
+        };
+        o.u8(tag)?;
+        o.u64(v)?;
     },
-    |i| { Ok(TopReq { family: i.u64()?, from: i.u64()? }) }
+    |i| {
+        let family = i.u64()?;
+        let scope = match (i.u8()?, i.u64()?) {
+            (1, from) => TopScope::Tables { from },
+            (2, p) => TopScope::Page(p),
+            _ => return Err(CodecError),
+        };
+        Ok(TopReq { family, scope })
+    }
 );
 
 /// The newest version found in the slots scanned, and the slot to ask from next (0: the
@@ -700,7 +722,8 @@ mod tests {
         round_trip(DirRemoveReq { page, version: v, seq: 9, site: 1 }, DirRemoveReq::WIRE_BYTES);
         round_trip(DropReq { page, version: v, seq: u64::MAX }, DropReq::WIRE_BYTES);
         round_trip(DirAck { status: AckStatus::Busy, page, seq: 10 }, DirAck::WIRE_BYTES);
-        round_trip(TopReq { family: 7, from: 1 << 33 }, TopReq::WIRE_BYTES);
+        round_trip(TopReq { family: 7, scope: TopScope::Tables { from: 1 << 33 } }, TopReq::WIRE_BYTES);
+        round_trip(TopReq { family: 7, scope: TopScope::Page(u64::MAX - 1) }, TopReq::WIRE_BYTES);
         round_trip(TopReply { top: v, next: 0 }, TopReply::WIRE_BYTES);
     }
 
@@ -713,6 +736,11 @@ mod tests {
             assert!(DirAck::decode(&buf[..n]).is_err());
         }
         assert!(GetStatus::from_u8(0).is_err() && PutStatus::from_u8(6).is_err());
+        let n = TopReq { family: 1, scope: TopScope::Page(2) }.encode(&mut buf).unwrap();
+        for bad in [0u8, 3, 255] {
+            buf[8] = bad;
+            assert!(TopReq::decode(&buf[..n]).is_err(), "TOPVERSION scope {bad}");
+        }
     }
 
     #[test]

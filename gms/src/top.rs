@@ -14,7 +14,8 @@
 //! A volume's replicas are pages of distinct spaces that differ in their top four bits
 //! ([`crate::replica`]): one question names their [`family`]. The member answers from a
 //! bounded run of its table slots ([`TOP_SCAN`]) and says where to go on, so one answer
-//! costs the same however large its tables are.
+//! costs the same however large its tables are; or about one page number (every replica
+//! of it): a load asks so whether a map page it read is the newest one written.
 
 use super::net::prelude::*;
 use super::net::storage::Storage;
@@ -45,29 +46,34 @@ impl<
         const OUTQ: usize,
     > GmsNode<F, H, S, MEMBERS, OPS, TASKS, OUTQ>
 {
-    /// Ask `node` (this node itself included) for the newest version it knows of any page
-    /// in `family` ([`family`]), scanning its tables from slot `from` (0 to start). The
-    /// completion is [`OpResult::Top`]: the newest version in the slots scanned and where
-    /// to ask from next, or `Failed` (no answer, or refused: the asker is not a member).
+    /// Ask `node` (this node itself included) for the newest version it knows of the pages
+    /// `scope` names in `family` ([`family`]): every page, scanning its tables from a slot
+    /// (0 to start), or one page number. The completion is [`OpResult::Top`]: the newest
+    /// version found and, for a scan, where to ask from next; or `Failed` (no answer, or
+    /// refused: the asker is not a member).
     pub fn top_version<const C: usize, const K: usize, const X: usize>(
         &mut self,
         now: u64,
         rpc: &mut Rpc<Self, F, C, K, X>,
         node: u16,
         family: u64,
-        from: u64,
+        scope: TopScope,
         mode: Mode,
     ) -> Result<OpId, GmsError> {
         self.enter(now);
-        let i = self.alloc_op(OpKind::Top, mode, PageId::new(family, from), Version(0))?;
+        let at = match scope {
+            TopScope::Tables { from } => from,
+            TopScope::Page(_) => 0,
+        };
+        let i = self.alloc_op(OpKind::Top, mode, PageId::new(family, at), Version(0))?;
         let id = self.op_id(i);
         if node == self.id {
-            let (top, next) = self.top_in(family, from);
+            let (top, next) = self.top_of(family, scope);
             self.finish(i, OpResult::Top(TopResult::Known { top, next }));
             return Ok(id);
         }
         self.ops[i].dst = node;
-        let req = TopReq { family, from };
+        let req = TopReq { family, scope };
         match rpc.call::<TopVersion>(now, self, node, &req, ReplyTo::None, Mode::NonBlocking) {
             Ok(call) => self.launched(rpc, i, call),
             Err(e) => {
@@ -78,10 +84,24 @@ impl<
         Ok(id)
     }
 
+    /// The newest version of `family` that `scope` asks for, and for a scan the slot to go
+    /// on from (`None`: the end).
+    fn top_of(&self, family: u64, scope: TopScope) -> (Version, Option<u64>) {
+        match scope {
+            TopScope::Tables { from } => self.top_in(family, from),
+            TopScope::Page(page) => {
+                let spaces = (0..16u64).map(|k| PageId::new(family | k << 60, page));
+                let held = spaces.clone().filter_map(|p| self.held.get(&p)).map(|h| h.version);
+                let dir = spaces.filter_map(|p| self.dir.entry(&p)).map(|e| e.version.max(e.floor));
+                (held.chain(dir).max().unwrap_or(Version(0)), None)
+            }
+        }
+    }
+
     /// The newest version of `family` in [`TOP_SCAN`] slots from `from` of the held table
     /// then the directory (numbered on from the held table's end), and the slot after
     /// them (`None`: the end).
-    pub(super) fn top_in(&self, family: u64, from: u64) -> (Version, Option<u64>) {
+    fn top_in(&self, family: u64, from: u64) -> (Version, Option<u64>) {
         let of = |p: &PageId| super::top::family(p.space) == family;
         let held_slots = self.held.capacity();
         let from = usize::try_from(from).unwrap_or(usize::MAX);
@@ -100,7 +120,7 @@ impl<
         match inc.decode::<TopVersion>() {
             Ok(_) if !member => Action::Error(RpcError::Remote(NOT_A_MEMBER)),
             Ok(req) => {
-                let (top, next) = self.top_in(req.family, req.from);
+                let (top, next) = self.top_of(req.family, req.scope);
                 Action::reply(&TopReply { top, next: next.unwrap_or(0) }, None)
             }
             Err(e) => Action::Error(e),

@@ -7,6 +7,7 @@
 //! a repair with more moved copies than the task table holds; a directory rebuilding
 //! after a failure answering "ask again"; `TOPVERSION` over held copies and floors.
 
+use gms::ops::TopScope;
 use gms::prelude::*;
 use netrpc::prelude::Mode;
 use sim::gms::*;
@@ -607,9 +608,13 @@ fn repair_registers_more_moved_copies_than_the_task_table_holds_and_leaves_room_
 /// Node `from` asks `node` for the newest version it knows in `family` (a client core's
 /// operation: its completion goes to `client_done`).
 fn top(s: &mut Sim, from: u16, node: u16, family: u64) -> TopResult {
+    top_of(s, from, node, family, TopScope::Tables { from: 0 })
+}
+
+fn top_of(s: &mut Sim, from: u16, node: u16, family: u64, scope: TopScope) -> TopResult {
     s.client = Some(from);
     let i = usize::from(from);
-    let op = s.nodes[i].top_version(s.clock.now(), &mut s.rpcs[i], node, family, 0, Mode::NonBlocking).unwrap();
+    let op = s.nodes[i].top_version(s.clock.now(), &mut s.rpcs[i], node, family, scope, Mode::NonBlocking).unwrap();
     s.drain(from);
     s.run_net();
     let at = s.client_done.iter().position(|c| c.op == op).expect("the TOPVERSION completed");
@@ -634,6 +639,8 @@ fn top_version_names_the_newest_copy_or_floor_a_member_keeps_of_a_family() {
     assert_eq!(top(&mut s, 1, 1, 5), known(v), "a node asking itself");
     assert_eq!(top(&mut s, 0, 0, 5), known(Version(0)), "a node that knows nothing of it");
     assert_eq!(top(&mut s, 0, 2, 6), known(Version(0)), "another family");
+    assert_eq!(top_of(&mut s, 0, 2, 5, TopScope::Page(p.page)), known(v), "the page, every replica of it");
+    assert_eq!(top_of(&mut s, 0, 1, 5, TopScope::Page(p.page + 1)), known(Version(0)), "another page");
     // Discarded: the copy is gone, the directory's floor stays.
     s.client = None;
     let d = s.discard(0, p).unwrap();

@@ -301,6 +301,7 @@ impl DiskState {
         STATS.disk_read_ahead.add(s.ahead_reads - p.ahead_reads);
         STATS.disk_read_ahead_hits.add(s.ahead_hits - p.ahead_hits);
         STATS.disk_top_asks.add(s.top_asks - p.top_asks);
+        STATS.disk_stale_maps.add(s.stale_maps - p.stale_maps);
         if s.repair_passes != p.repair_passes {
             STATS.disk_replicas_short.set(s.repair_short);
         }

@@ -18,21 +18,27 @@
 //! and what it knew with it). A member that answers nothing is asked again after the retry
 //! delay.
 //!
+//! The same question about one page guards the floor map: each map page's copy read is
+//! checked with every member (its copies, its directory entries and floors), and one
+//! older than a write a member knows of is taken as unreadable — its pages count as
+//! written, at any copy — rather than let an older map say a written page never was.
+//!
 //! Limit: a member that was unreachable (and never a member) for the whole load is not
 //! asked; should it come back later with copies or floors of a newer epoch, the load's
-//! writes meet them as before.
+//! writes meet them as before. A map page is checked with the members of the time only.
 
 use super::super::net::storage::Storage;
+use super::super::ops::TopScope;
 use super::super::top::family;
 use super::super::types::{OpId, TopResult};
 use super::record::Clock;
 use super::{IssueKind, Phase, Req, Store};
 
-/// One member's `TOPVERSION` of the load, from slot `from` of its tables.
+/// One member's `TOPVERSION` of the load.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct TopAsk {
     node: u16,
-    from: u64,
+    scope: TopScope,
     sent: bool,
 }
 
@@ -59,7 +65,21 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         };
         self.top_at = Some((node, from));
         if let Some(slot) = self.free_slot() {
-            self.reqs[slot] = Req::Top(TopAsk { node, from, sent: false });
+            self.reqs[slot] = Req::Top(TopAsk { node, scope: TopScope::Tables { from }, sent: false });
+        }
+    }
+
+    /// The next member's question about map page `m`, once the last one was answered; the
+    /// next map page once every member answered.
+    pub(super) fn advance_map_check(&mut self, now: u64, m: u64) {
+        if now < self.load_at || self.meta_req_running() {
+            return;
+        }
+        let next = [self.me].into_iter().chain(self.members.iter()).find(|&n| !self.map_asked.contains(n));
+        let Some(node) = next else { return self.after_map(m) };
+        let page = self.page_id(self.pages + m, 0).page;
+        if let Some(slot) = self.free_slot() {
+            self.reqs[slot] = Req::Top(TopAsk { node, scope: TopScope::Page(page), sent: false });
         }
     }
 
@@ -70,7 +90,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
             return None;
         }
         t.sent = true;
-        Some(IssueKind::Top { node: t.node, family: family(self.space), from: t.from })
+        Some(IssueKind::Top { node: t.node, family: family(self.space), scope: t.scope })
     }
 
     /// Request `i`'s question could not be sent, or got no answer: asked again later.
@@ -83,19 +103,24 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
     pub fn handle_top(&mut self, now: u64, op: OpId, result: TopResult) {
         let Some(i) = self.take_op(op) else { return };
         let Req::Top(t) = self.reqs[i] else { return };
-        match result {
-            TopResult::Known { top, next } => {
-                self.reqs[i] = Req::Free;
-                self.claim_above(Clock::epoch_of(top));
-                match next {
-                    Some(from) => self.top_at = Some((t.node, from)),
-                    None => {
-                        self.top_asked.insert(t.node);
-                        self.top_at = None;
-                    }
-                }
+        let TopResult::Known { top, next } = result else { return self.top_unanswered(i, now) };
+        self.reqs[i] = Req::Free;
+        self.claim_above(Clock::epoch_of(top));
+        match (t.scope, next, self.phase) {
+            (TopScope::Tables { .. }, Some(from), _) => self.top_at = Some((t.node, from)),
+            (TopScope::Tables { .. }, None, _) => {
+                self.top_asked.insert(t.node);
+                self.top_at = None;
             }
-            TopResult::Failed => self.top_unanswered(i, now),
+            // A write of the map page newer than the copy read: what it said is lost.
+            (TopScope::Page(_), _, Phase::MapCheck { m })
+                if Clock::generation(top) > Clock::generation(self.map_read) =>
+            {
+                self.stats.stale_maps += 1;
+                self.map_unknown(m);
+                self.after_map(m);
+            }
+            (TopScope::Page(_), _, _) => self.map_asked.insert(t.node),
         }
     }
 }

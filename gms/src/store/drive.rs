@@ -181,8 +181,8 @@ impl<Io, F: Copy + PartialEq, S: Storage, const M: usize, const Q: usize, const 
                     }
                 }
             }
-            IssueKind::Top { node: to, family, from } => {
-                (node.top_version(now, rpc, to, family, from, Mode::NonBlocking).ok(), None)
+            IssueKind::Top { node: to, family, scope } => {
+                (node.top_version(now, rpc, to, family, scope, Mode::NonBlocking).ok(), None)
             }
         }
     }

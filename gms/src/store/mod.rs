@@ -241,12 +241,12 @@ pub enum IssueKind<F> {
         route: Route,
         into: Data<F>,
     },
-    /// Ask `node` for the newest version it knows of the volume's pages, from slot `from`
-    /// of its tables ([`claim`]).
+    /// Ask `node` for the newest version it knows of the volume's pages `scope` names
+    /// ([`claim`]).
     Top {
         node: u16,
         family: u64,
-        from: u64,
+        scope: super::ops::TopScope,
     },
 }
 
@@ -285,6 +285,9 @@ pub enum Phase {
     Label,
     /// Reading map page `m` (1..).
     Map { m: u64 },
+    /// Asking every member whether map page `m` was written after the copy read
+    /// ([`claim`]).
+    MapCheck { m: u64 },
     /// Writing the label that claims the volume for this load.
     Claim,
     /// Serving requests.
@@ -296,7 +299,7 @@ pub enum Phase {
 impl Phase {
     /// Whether the volume is still loading (requests wait).
     pub fn loading(self) -> bool {
-        matches!(self, Phase::Top | Phase::Label | Phase::Map { .. } | Phase::Claim)
+        matches!(self, Phase::Top | Phase::Label | Phase::Map { .. } | Phase::MapCheck { .. } | Phase::Claim)
     }
 }
 
@@ -347,6 +350,10 @@ pub struct Store<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const 
     top_at: Option<(u16, u64)>,
     /// The label and map were read (or found missing): the claim comes next.
     meta_known: bool,
+    /// The version of the map page copy read, and the members asked whether one was
+    /// written after it ([`claim`]).
+    map_read: Version,
+    map_asked: NodeSet,
     placement: Placement<M>,
     reqs: [Req<Io, F>; Q],
     /// The request behind each GMS operation in flight, by its slot; and operations that
@@ -419,6 +426,8 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
             top_asked: NodeSet::EMPTY,
             top_at: None,
             meta_known: false,
+            map_read: Version(0),
+            map_asked: NodeSet::EMPTY,
             placement: Placement::new(u32::MAX),
             reqs: [const { Req::Free }; Q],
             ops: [None; OPS],

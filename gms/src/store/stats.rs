@@ -32,8 +32,10 @@ pub struct StoreStats {
     /// Read-ahead getpages started ([`super::ahead`]), and user reads served by one.
     pub ahead_reads: u64,
     pub ahead_hits: u64,
-    /// `TOPVERSION` questions a load asked before its claim ([`super::claim`]).
+    /// `TOPVERSION` questions a load asked before its claim ([`super::claim`]), and the map
+    /// pages it read whose copy a member knew a newer write of (taken as unreadable).
     pub top_asks: u64,
+    pub stale_maps: u64,
 }
 
 impl StoreStats {
@@ -57,6 +59,7 @@ impl StoreStats {
         ahead_reads: 0,
         ahead_hits: 0,
         top_asks: 0,
+        stale_maps: 0,
     };
 
     /// Add `o`'s counters to these (a runtime's total over several stores).
@@ -80,5 +83,6 @@ impl StoreStats {
         self.ahead_reads += o.ahead_reads;
         self.ahead_hits += o.ahead_hits;
         self.top_asks += o.top_asks;
+        self.stale_maps += o.stale_maps;
     }
 }

@@ -7,6 +7,7 @@ extern crate std;
 use super::super::epochs::{Lru, LruConfig};
 use super::super::net::prelude::RpcError;
 use super::super::net::storage::Heap;
+use super::super::ops::TopScope;
 use super::super::page::Version;
 use super::super::types::{GetResult, MissReason, OpId, PutResult, TopResult, Via};
 use super::liveness::Event;
@@ -26,13 +27,21 @@ struct Net {
     lru: Lru,
     next: u32,
     meta: HashMap<PageId, (u16, Vec<u8>)>,
-    /// The newest version each member says it knows of the volume (`TOPVERSION`).
+    /// The newest version each member says it knows of the volume (`TOPVERSION`), and of
+    /// one page number.
     top: HashMap<u16, Version>,
+    page_top: HashMap<(u16, u64), Version>,
 }
 
 impl Net {
     fn new() -> Self {
-        Net { lru: Lru::new(0, LruConfig::default()), next: 0, meta: HashMap::new(), top: HashMap::new() }
+        Net {
+            lru: Lru::new(0, LruConfig::default()),
+            next: 0,
+            meta: HashMap::new(),
+            top: HashMap::new(),
+            page_top: HashMap::new(),
+        }
     }
 
     /// Member `node` lost its memory: the meta pages put to it are gone.
@@ -63,8 +72,12 @@ impl Net {
                         s.handle_get(now, op, &miss());
                     }
                 },
-                IssueKind::Top { node, .. } => {
-                    let top = self.top.get(&node).copied().unwrap_or(Version(0));
+                IssueKind::Top { node, scope, .. } => {
+                    let top = match scope {
+                        TopScope::Tables { .. } => self.top.get(&node),
+                        TopScope::Page(p) => self.page_top.get(&(node, p)),
+                    };
+                    let top = top.copied().unwrap_or(Version(0));
                     s.handle_top(now, op, TopResult::Known { top, next: None });
                 }
                 _ => out.push((op, i)),
@@ -741,4 +754,29 @@ fn a_member_knowing_the_last_epoch_has_the_load_refused_not_its_versions_wrapped
     net.load(&mut s);
     assert_eq!(s.phase(), Phase::Refused(StoreError::VersionsExhausted));
     assert_eq!(s.write(0, 1, 7), Err((7, StoreError::VersionsExhausted)));
+}
+
+#[test]
+fn a_map_page_older_than_a_write_a_member_knows_of_is_not_taken_for_the_floors() {
+    let mut net = Net::new();
+    let mut a = store_on(&mut net, StoreConfig::default(), 0, &[1, 2, 3]);
+    write_all(&mut a, &mut net, 5, 1);
+    // Checked and current, a map page says what it says: page 7 was never written.
+    let mut c = store_on(&mut net, StoreConfig::default(), 0, &[1, 2, 3]);
+    assert_eq!(c.stats.stale_maps, 0);
+    c.read(0, 7, 9).unwrap();
+    assert!(net.issue(&mut c, 0).is_empty());
+    assert_eq!(done(&mut c), Some((9, Outcome::Zero)));
+    // The map page's newest copies died; member 2's directory keeps a floor of a later
+    // write of it than the copy the reload will find.
+    let map = a.page_id(a.pages() + 1, 0).page;
+    net.page_top.insert((2, map), Version((3 << record::EPOCH_SHIFT) | 0x40));
+    let mut b = store_on(&mut net, StoreConfig::default(), 0, &[1, 2, 3]);
+    assert_eq!(b.phase(), Phase::Ready);
+    assert_eq!(b.stats.stale_maps, 1);
+    assert!(b.epoch() > 3);
+    // A page the old map says was never written is not read as zeros: it is looked for.
+    b.read(0, 7, 9).unwrap();
+    assert_eq!(b.poll_done(), None);
+    assert!(!net.issue(&mut b, 0).is_empty(), "the read asks the members");
 }

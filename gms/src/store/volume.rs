@@ -38,11 +38,12 @@
 //! Limits: with every copy of the label gone while no load held the volume, a load starts
 //! the volume afresh: the floor map is gone with the label, so the pages the earlier loads
 //! wrote read as zeros (the copies they left are below its epoch, [`super::claim`]).
-//! A map page is itself found as its newest copy a reload can reach: when every newer copy
-//! of a map page died while no load held the volume (and, with it, every copy of a page's
-//! newest write), an older copy a suspected member kept gives older floors, and that page
-//! may read as an older write's (the checker met this once in 40,000 scenarios; a floor
-//! for each map page in the label would close it one level up).
+//! A map page is itself found as its newest copy a reload can reach, checked with every
+//! member ([`super::claim`]): one older than a write of it a member knows of counts as
+//! unreadable. When every newer copy of a map page died while no load held the volume and
+//! no member keeps a trace of its write (its directory node died too), an older copy gives
+//! older floors, and a page whose every newest copy died with them may read as an older
+//! write's.
 //!
 //! Cost: the floor map takes 8 bytes per page, `r` copies, in the cluster's memory (1/1024
 //! of the volume at 8 KiB pages), all written when the volume is made.
@@ -188,6 +189,7 @@ mod load {
                 Phase::Ready => return,
                 Phase::Refused(e) => return self.fail_waiting(e),
                 Phase::Top => return self.advance_top(now),
+                Phase::MapCheck { m } => return self.advance_map_check(now, m),
                 Phase::Claim if self.label.epoch > Clock::MAX_EPOCH => {
                     self.phase = Phase::Refused(StoreError::VersionsExhausted);
                     return self.fail_waiting(StoreError::VersionsExhausted);
@@ -308,14 +310,12 @@ mod load {
                 (Phase::Label, Outcome::Failed(StoreError::Lost)) if self.label_nowhere() => self.end_meta(),
                 (Phase::Map { .. }, Outcome::Read { version }) => {
                     self.claim_above(Clock::epoch_of(version));
-                    self.after_map(m);
+                    self.map_read = version;
+                    self.map_asked = super::super::nodes::NodeSet::EMPTY;
+                    self.phase = Phase::MapCheck { m };
                 }
                 (Phase::Map { .. }, Outcome::Failed(_)) => {
-                    // Which of its pages were written is lost: all of them count as written,
-                    // any copy of them as theirs.
-                    let per = self.map_words();
-                    let first = usize::try_from(m - 1).unwrap_or(usize::MAX).saturating_mul(per);
-                    self.floors.iter_mut().skip(first).take(per).for_each(|w| *w = (*w).max(1));
+                    self.map_unknown(m);
                     self.after_map(m);
                 }
                 (Phase::Claim, Outcome::Written { .. }) => self.ready(),
@@ -401,8 +401,17 @@ mod load {
             !self.label_seen() && self.departed.is_empty()
         }
 
+        /// Which of map page `m`'s pages were written is lost (no copy of it could be read,
+        /// or the one read is older than its last write): all of them count as written, any
+        /// copy of them as theirs.
+        pub(in super::super) fn map_unknown(&mut self, m: u64) {
+            let per = self.map_words();
+            let first = usize::try_from(m - 1).unwrap_or(usize::MAX).saturating_mul(per);
+            self.floors.iter_mut().skip(first).take(per).for_each(|w| *w = (*w).max(1));
+        }
+
         /// Map page `m` (0: the label) was read: the next one, or the last question round.
-        fn after_map(&mut self, m: u64) {
+        pub(in super::super) fn after_map(&mut self, m: u64) {
             // The map pages the volume had: a volume grown since has none beyond them.
             let had = super::meta_pages(self.pages_before.min(self.pages), self.cfg.page_bytes);
             if m + 1 < had {
