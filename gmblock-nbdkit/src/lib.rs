@@ -1,36 +1,47 @@
 // SPDX-License-Identifier: GPL-2.0-only
-//! `gmblock-nbdkit`: an nbdkit plugin that exports a gmblock server's volume over NBD,
-//! so stock clients — `nbdinfo`, `nbdcopy`, `qemu-img`, the kernel's `nbd-client` — read
-//! and write it.
+//! `gmblock-nbdkit`: an nbdkit plugin that exports a gmblock server's volume, or a volume
+//! striped over several gmblock servers, over NBD, so stock clients — `nbdinfo`,
+//! `nbdcopy`, `qemu-img`, the kernel's `nbd-client` — read and write it.
 //!
 //! ```text
-//! nbdkit -f libgmblock_nbdkit.so server=1=127.0.0.1:7001 node=2 listen=127.0.0.1:7002
+//! nbdkit -f libgmblock_nbdkit.so server=1=127.0.0.1:7001 node=9 listen=127.0.0.1:7009
+//! nbdkit -f libgmblock_nbdkit.so server=1=127.0.0.1:7001 server=2=127.0.0.1:7002 \
+//!        grain=32K node=9 listen=127.0.0.1:7009
 //! ```
 //!
-//! (`gmblock ... export` runs that line.) nbdkit owns the NBD side: the handshake, the
+//! (`gmblock ... export` runs those lines.) nbdkit owns the NBD side: the handshake, the
 //! request parsing, the bounds and size checks, the error replies, many connections.
 //! This crate is what nbdkit calls per request ([`Export`], through the callback table the
-//! `nbdkit` crate builds in `ffi.rs`): each read, write, flush and trim goes to gmblockd
-//! over NetRPC through one [`gmblock::client::Client`] — a station of its own on the
-//! UDP link, made after nbdkit forked — shared by every connection behind a mutex, so
-//! requests reach the server one at a time in the order they took the lock. NBD allows
-//! any offset and length; gmblock wants 4 KiB-aligned requests of at most 1 MiB:
-//! [`span`] cuts and patches.
+//! `nbdkit` crate builds in `ffi.rs`): each read, write, flush and trim goes over NetRPC
+//! to gmblockd through one [`Backend`] — a [`gmblock::client::Client`] of one server, or
+//! a [`gmblock::striped::StripedClient`] when `server=` is repeated or `grain=` given —
+//! a station of its own on the UDP link, made after nbdkit forked, shared by every
+//! connection behind a mutex, so requests reach the servers one at a time in the order
+//! they took the lock. NBD allows any offset and length; gmblock wants 4 KiB-aligned
+//! requests of at most 1 MiB: [`span`] cuts and patches.
 //!
-//! What a client is told: a write is acknowledged once the server acknowledged every
-//! block of it (written with `O_DIRECT`); `FLUSH` is gmblock's flush (`fdatasync`); FUA is
-//! nbdkit's emulation (a flush after the write); multi-conn is offered because every
-//! connection goes through the one client to the one server, so a flush on any of them
-//! covers writes acknowledged on all. Zeroing is nbdkit's fallback (writes of zeros).
-//! Errors reach the client as NBD errors (`EIO` from the server, `EINVAL` for a range the
-//! volume does not hold, `EROFS` for a read-only export) and end only that request.
+//! A striped export's servers must hold volumes of one size (a stripe set whose members
+//! differ is refused when nbdkit starts, naming them), each server once, the grain a
+//! multiple of 4 KiB (above 32 KiB, of 32 KiB: the striping client's read-ahead cuts).
+//!
+//! What a client is told: a write is acknowledged once the server (every server of a
+//! stripe it touches) acknowledged every block of it (written with `O_DIRECT`); `FLUSH`
+//! is gmblock's flush (`fdatasync`) on every server; FUA is nbdkit's emulation (a flush
+//! after the write); multi-conn is offered because every connection goes through the one
+//! client, so a flush on any of them covers writes acknowledged on all. Zeroing is
+//! nbdkit's fallback (writes of zeros). Errors reach the client as NBD errors (`EIO` from
+//! a server, `EINVAL` for a range the volume does not hold, `EROFS` for a read-only
+//! export) and end only that request.
 
 pub mod span;
 
 mod ffi;
 
 use gmblock::client::Client;
+use gmblock::proto::BLOCK_BYTES;
 use gmblock::station::{Placement, StationConfig};
+use gmblock::striped::{StripeConfig, StripedClient};
+use gmblock::Volume;
 use nbdkit::{Error, FuaFlags, Result, Server, ThreadModel};
 use std::net::SocketAddr;
 use std::sync::{Mutex, MutexGuard};
@@ -39,19 +50,72 @@ use std::time::Duration;
 /// What the command line gave (`key=value` after the plugin's name).
 #[derive(Clone, Debug)]
 struct Settings {
-    server: Option<(u16, SocketAddr)>,
+    /// `server=` in the order given (the stripe order).
+    servers: Vec<(u16, SocketAddr)>,
     node: Option<u16>,
     listen: Option<SocketAddr>,
     window: usize,
     timeout: Duration,
+    /// `grain=`: stripe even over one server.
+    grain: Option<u32>,
+    depth: u16,
+    readahead: u16,
 }
 
-static SETTINGS: Mutex<Settings> =
-    Mutex::new(Settings { server: None, node: None, listen: None, window: 16, timeout: Duration::from_secs(2) });
+static SETTINGS: Mutex<Settings> = Mutex::new(Settings {
+    servers: Vec::new(),
+    node: None,
+    listen: None,
+    window: 16,
+    timeout: Duration::from_secs(2),
+    grain: None,
+    depth: 8,
+    readahead: 2,
+});
 
-/// The one client, made after nbdkit forked (its NIC and socket belong to the server
+/// What the export reads and writes: one server's volume, or a striped one.
+pub enum Backend {
+    One(Client),
+    Striped(Box<StripedClient>),
+}
+
+impl Backend {
+    fn volume(&mut self) -> &mut dyn Volume {
+        match self {
+            Backend::One(c) => c,
+            Backend::Striped(s) => s.as_mut(),
+        }
+    }
+
+    fn read_only(&self) -> bool {
+        match self {
+            Backend::One(c) => c.info.read_only,
+            Backend::Striped(s) => s.read_only(),
+        }
+    }
+}
+
+impl span::Blocks for Backend {
+    fn size(&self) -> u64 {
+        match self {
+            Backend::One(c) => c.info.size,
+            Backend::Striped(s) => s.size(),
+        }
+    }
+    fn read_blocks(&mut self, offset: u64, buf: &mut [u8]) -> anyhow::Result<()> {
+        self.volume().read(offset, buf)
+    }
+    fn write_blocks(&mut self, offset: u64, data: &[u8]) -> anyhow::Result<()> {
+        self.volume().write(offset, data)
+    }
+    fn trim_blocks(&mut self, offset: u64, len: u32) -> anyhow::Result<()> {
+        self.volume().trim(offset, len)
+    }
+}
+
+/// The one backend, made after nbdkit forked (its NIC and socket belong to the server
 /// process).
-static CLIENT: Mutex<Option<Client>> = Mutex::new(None);
+static BACKEND: Mutex<Option<Backend>> = Mutex::new(None);
 
 /// A lock that a panicking holder poisoned is still the data: every callback leaves the
 /// client consistent between calls (a failed request has drained its chunks).
@@ -74,18 +138,91 @@ fn config_error(msg: String) -> Error {
     Error::new(errno(rustix::io::Errno::INVAL), msg)
 }
 
-/// Run `f` on the client.
-fn with_client<R>(f: impl FnOnce(&mut Client) -> anyhow::Result<R>) -> Result<R> {
-    let mut g = lock(&CLIENT);
-    let c = g.as_mut().ok_or_else(|| Error::new(errno(rustix::io::Errno::NOTCONN), "not connected to gmblockd"))?;
-    f(c).map_err(fail)
+/// Run `f` on the backend.
+fn with_backend<R>(f: impl FnOnce(&mut Backend) -> anyhow::Result<R>) -> Result<R> {
+    let mut g = lock(&BACKEND);
+    let b = g.as_mut().ok_or_else(|| Error::new(errno(rustix::io::Errno::NOTCONN), "not connected to gmblockd"))?;
+    f(b).map_err(fail)
 }
 
 fn read_only() -> bool {
-    lock(&CLIENT).as_ref().is_none_or(|c| c.info.read_only)
+    lock(&BACKEND).as_ref().is_none_or(Backend::read_only)
 }
 
-/// One NBD connection: all of them share the client.
+/// `server=ID=IP:PORT` as written.
+fn peer(s: &(u16, SocketAddr)) -> String {
+    format!("server={}={}", s.0, s.1)
+}
+
+/// Add `server=`: each node id and each address once.
+fn add_server(servers: &mut Vec<(u16, SocketAddr)>, new: (u16, SocketAddr)) -> std::result::Result<(), String> {
+    if let Some(old) = servers.iter().find(|s| s.0 == new.0 || s.1 == new.1) {
+        let what = if old.0 == new.0 { format!("node {}", new.0) } else { format!("address {}", new.1) };
+        return Err(format!("{}: {what} is already given by {} (each server once)", peer(&new), peer(old)));
+    }
+    if servers.len() == gmblock::striped::MAX_SERVERS {
+        return Err(format!("{}: at most {} servers", peer(&new), gmblock::striped::MAX_SERVERS));
+    }
+    servers.push(new);
+    Ok(())
+}
+
+/// `grain=`: bytes, or with a K/M suffix; a positive multiple of 4 KiB.
+fn parse_grain(value: &str) -> std::result::Result<u32, String> {
+    let g = gmblock::parse_bytes(value)?;
+    if g == 0 || g % BLOCK_BYTES != 0 {
+        return Err(format!("{g} bytes: must be a positive multiple of {BLOCK_BYTES} (4 KiB)"));
+    }
+    Ok(g)
+}
+
+/// A striped volume's servers must agree on its size: the first that differs, named.
+fn sizes_agree(servers: &[(u16, SocketAddr)], sizes: &[u64]) -> std::result::Result<(), String> {
+    let Some(&first) = sizes.first() else { return Ok(()) };
+    match sizes.iter().position(|&s| s != first) {
+        None => Ok(()),
+        Some(k) => Err(format!(
+            "{} holds {} bytes but {} holds {first}: the servers of a striped export must be the same size",
+            peer(&servers[k]),
+            sizes[k],
+            peer(&servers[0]),
+        )),
+    }
+}
+
+/// Connect to the servers `s` names.
+fn connect(s: &Settings) -> std::result::Result<Backend, String> {
+    let (Some(node), Some(listen)) = (s.node, s.listen) else { return Err("missing parameters".into()) };
+    let cfg = StationConfig {
+        node,
+        listen,
+        peers: s.servers.clone(),
+        region_bytes: 0,
+        placement: Placement::HostRam,
+        call_timeout: s.timeout,
+    };
+    let striped = s.servers.len() > 1 || s.grain.is_some();
+    if !striped {
+        let server = s.servers[0];
+        let c = Client::connect(cfg, server.0, s.window).map_err(|e| format!("gmblockd {}: {e:#}", server.1))?;
+        return Ok(Backend::One(c));
+    }
+    let sc = StripeConfig {
+        grain: s.grain.unwrap_or(StripeConfig::default().grain),
+        depth: s.depth,
+        readahead_stripes: s.readahead,
+        chunk_timeout: s.timeout,
+        ..StripeConfig::default()
+    };
+    let ids: Vec<u16> = s.servers.iter().map(|p| p.0).collect();
+    let names: Vec<String> = s.servers.iter().map(peer).collect();
+    let c = StripedClient::connect(cfg, &ids, sc).map_err(|e| format!("striping over {}: {e:#}", names.join(" ")))?;
+    let sizes: Vec<u64> = c.infos.iter().map(|i| i.size).collect();
+    sizes_agree(&s.servers, &sizes)?;
+    Ok(Backend::Striped(Box::new(c)))
+}
+
+/// One NBD connection: all of them share the backend.
 pub struct Export;
 
 impl Server for Export {
@@ -94,16 +231,21 @@ impl Server for Export {
     }
 
     fn description() -> Option<&'static str> {
-        Some("exports a gmblock server's volume (gmblockd over NetRPC on the UDP link)")
+        Some("exports a gmblock server's volume, or one striped over several (gmblockd over NetRPC on the UDP link)")
     }
 
     fn config_help() -> Option<&'static str> {
         Some(
-            "server=ID=IP:PORT  (required) the gmblockd to export: its node id and UDP link address\n\
+            "server=ID=IP:PORT  (required) a gmblockd to export: its node id and UDP link address;\n\
+             \x20                  repeated: a volume striped over them in this order (same sizes)\n\
              node=ID            (required) this plugin's node id on the link (gmblockd's --peer)\n\
              listen=IP:PORT     (required) this plugin's UDP link address (gmblockd's --peer)\n\
-             window=N           chunks in flight per request, 1..=32 (default 16)\n\
-             timeout_ms=MS      a chunk unanswered this long is sent again (default 2000)",
+             window=N           one server: chunks in flight per request, 1..=32 (default 16)\n\
+             timeout_ms=MS      a chunk unanswered this long is sent again (default 2000)\n\
+             grain=BYTES        striped: the stripe unit, a multiple of 4K (default 32K; K/M suffixes);\n\
+             \x20                  given with one server, that server is read through the striping client\n\
+             depth=N            striped: chunks in flight per server (default 8)\n\
+             readahead=N        striped: stripes read ahead of a sequential stream (default 2; 0: none)",
         )
     }
 
@@ -111,13 +253,19 @@ impl Server for Export {
         let mut s = lock(&SETTINGS);
         let bad = |what: &str, e: &dyn std::fmt::Display| config_error(format!("{key}={value}: {what}: {e}"));
         match key {
-            "server" => s.server = Some(gmblock::parse_peer(value).map_err(|e| bad("not ID=IP:PORT", &e))?),
+            "server" => {
+                let p = gmblock::parse_peer(value).map_err(|e| bad("not ID=IP:PORT", &e))?;
+                add_server(&mut s.servers, p).map_err(config_error)?;
+            }
             "node" => s.node = Some(value.parse().map_err(|e| bad("not a node id", &e))?),
             "listen" => s.listen = Some(value.parse().map_err(|e| bad("not IP:PORT", &e))?),
             "window" => s.window = value.parse().map_err(|e| bad("not a number", &e))?,
             "timeout_ms" => {
                 s.timeout = Duration::from_millis(value.parse().map_err(|e| bad("not milliseconds", &e))?);
             }
+            "grain" => s.grain = Some(parse_grain(value).map_err(|e| config_error(format!("grain={value}: {e}")))?),
+            "depth" => s.depth = value.parse().map_err(|e| bad("not a number", &e))?,
+            "readahead" => s.readahead = value.parse().map_err(|e| bad("not a number of stripes", &e))?,
             _ => return Err(config_error(format!("unknown parameter {key} (nbdkit gmblock --help lists them)"))),
         }
         Ok(())
@@ -126,7 +274,7 @@ impl Server for Export {
     fn config_complete() -> Result<()> {
         let s = lock(&SETTINGS);
         let missing: Vec<&str> =
-            [("server", s.server.is_none()), ("node", s.node.is_none()), ("listen", s.listen.is_none())]
+            [("server", s.servers.is_empty()), ("node", s.node.is_none()), ("listen", s.listen.is_none())]
                 .into_iter()
                 .filter_map(|(k, m)| m.then_some(k))
                 .collect();
@@ -139,27 +287,19 @@ impl Server for Export {
         if s.timeout.is_zero() || s.timeout > Duration::from_secs(600) {
             return Err(config_error(format!("timeout_ms={}: must be 1..=600000", s.timeout.as_millis())));
         }
+        if let Some(me) = s.servers.iter().find(|p| Some(p.0) == s.node) {
+            return Err(config_error(format!("node={}: {} has that node id too", me.0, peer(me))));
+        }
         Ok(())
     }
 
-    /// Connect to gmblockd (after nbdkit forked into the background, if it did): a
-    /// server that does not answer stops nbdkit here, with the reason.
+    /// Connect to the server(s) (after nbdkit forked into the background, if it did): a
+    /// server that does not answer, or a stripe set that does not fit together, stops
+    /// nbdkit here, with the reason.
     fn after_fork() -> Result<()> {
         let s = lock(&SETTINGS).clone();
-        let (Some(server), Some(node), Some(listen)) = (s.server, s.node, s.listen) else {
-            return Err(config_error("missing parameters".into()));
-        };
-        let cfg = StationConfig {
-            node,
-            listen,
-            peers: vec![server],
-            region_bytes: 0,
-            placement: Placement::HostRam,
-            call_timeout: s.timeout,
-        };
-        let c = Client::connect(cfg, server.0, s.window)
-            .map_err(|e| Error::new(errno(rustix::io::Errno::IO), format!("gmblockd {}: {e:#}", server.1)))?;
-        *lock(&CLIENT) = Some(c);
+        let b = connect(&s).map_err(|e| Error::new(errno(rustix::io::Errno::IO), e))?;
+        *lock(&BACKEND) = Some(b);
         Ok(())
     }
 
@@ -172,23 +312,23 @@ impl Server for Export {
     }
 
     fn get_size(&self) -> Result<i64> {
-        with_client(|c| Ok(c.info.size as i64))
+        with_backend(|b| Ok(span::Blocks::size(b) as i64))
     }
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
-        with_client(|c| span::read_at(c, offset, buf))
+        with_backend(|b| span::read_at(b, offset, buf))
     }
 
     fn write_at(&self, buf: &[u8], offset: u64, _flags: nbdkit::Flags) -> Result<()> {
-        with_client(|c| span::write_at(c, offset, buf))
+        with_backend(|b| span::write_at(b, offset, buf))
     }
 
     fn flush(&self) -> Result<()> {
-        with_client(|c| c.flush())
+        with_backend(|b| b.volume().flush())
     }
 
     fn trim(&self, count: u32, offset: u64, _flags: nbdkit::Flags) -> Result<()> {
-        with_client(|c| span::trim_at(c, offset, count))
+        with_backend(|b| span::trim_at(b, offset, count))
     }
 
     fn can_write(&self) -> Result<bool> {
@@ -209,5 +349,47 @@ impl Server for Export {
 
     fn can_multi_conn(&self) -> Result<bool> {
         Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(id: u16, port: u16) -> (u16, SocketAddr) {
+        (id, SocketAddr::from(([127, 0, 0, 1], port)))
+    }
+
+    #[test]
+    fn each_server_once() {
+        let mut v = Vec::new();
+        add_server(&mut v, p(1, 7001)).unwrap();
+        add_server(&mut v, p(2, 7002)).unwrap();
+        let e = add_server(&mut v, p(1, 7003)).unwrap_err();
+        assert!(e.contains("server=1=127.0.0.1:7003: node 1 is already given by server=1=127.0.0.1:7001"), "{e}");
+        let e = add_server(&mut v, p(3, 7002)).unwrap_err();
+        assert!(e.contains("address 127.0.0.1:7002 is already given by server=2="), "{e}");
+        assert_eq!(v.len(), 2);
+    }
+
+    #[test]
+    fn a_grain_is_a_positive_multiple_of_4_kib() {
+        assert_eq!(parse_grain("32K"), Ok(32 << 10));
+        assert_eq!(parse_grain("4096"), Ok(4096));
+        assert_eq!(parse_grain("1M"), Ok(1 << 20));
+        assert!(parse_grain("6000").unwrap_err().contains("6000 bytes: must be a positive multiple of 4096"));
+        assert!(parse_grain("0").is_err());
+        assert!(parse_grain("lots").is_err());
+    }
+
+    #[test]
+    fn a_stripe_set_of_unequal_servers_is_named() {
+        let s = [p(1, 7001), p(2, 7002), p(3, 7003)];
+        assert_eq!(sizes_agree(&s, &[8 << 20; 3]), Ok(()));
+        let e = sizes_agree(&s, &[8 << 20, 8 << 20, 4 << 20]).unwrap_err();
+        assert!(
+            e.starts_with("server=3=127.0.0.1:7003 holds 4194304 bytes but server=1=127.0.0.1:7001 holds 8388608"),
+            "{e}"
+        );
     }
 }

@@ -72,9 +72,14 @@ impl Drop for Gmblockd {
 }
 
 fn gmblockd(export: &Path, client: (u16, SocketAddr)) -> Gmblockd {
+    gmblockd_node(export, 1, client)
+}
+
+/// gmblockd as node `node` serving `export` to `client`.
+fn gmblockd_node(export: &Path, node: u16, client: (u16, SocketAddr)) -> Gmblockd {
     let addr = udp_port();
     let station = StationConfig {
-        node: 1,
+        node,
         listen: addr,
         peers: vec![client],
         region_bytes: 8 << 20,
@@ -279,8 +284,14 @@ fn a_bad_command_line_or_a_silent_server_stops_nbdkit_with_the_reason() {
     let silent = udp_port();
     let params =
         [format!("server=1={silent}"), "node=2".into(), format!("listen={}", udp_port()), "timeout_ms=200".into()];
-    // nbdkit listens before it connects to gmblockd: it may accept first, then exit.
-    let log = match nbdkit("silent", &params) {
+    let log = stops("silent", &params);
+    assert!(log.contains("the server did not answer in time"), "{log}");
+}
+
+/// Start nbdkit with `params` and wait for it to stop; its log. nbdkit listens before it
+/// connects to the servers: it may accept first, then exit.
+fn stops(name: &str, params: &[String]) -> String {
+    match nbdkit(name, params) {
         Err(e) => e,
         Ok(mut k) => {
             let t = Instant::now();
@@ -290,6 +301,124 @@ fn a_bad_command_line_or_a_silent_server_stops_nbdkit_with_the_reason() {
             }
             k.log()
         }
-    };
-    assert!(log.contains("the server did not answer in time"), "{log}");
+    }
+}
+
+/// `n` servers (nodes 1..=n) on volumes of `sizes[k]` bytes, the plugin's station (node
+/// 9) and its parameters: every server, then node= and listen=.
+fn stripe_set(name: &str, sizes: &[u64]) -> (Vec<PathBuf>, Vec<Gmblockd>, Vec<String>) {
+    let me = udp_port();
+    let mut files = Vec::new();
+    let mut servers = Vec::new();
+    let mut params = Vec::new();
+    for (k, &bytes) in sizes.iter().enumerate() {
+        let vol = tmp(&format!("{name}-{k}.vol"));
+        std::fs::File::create(&vol).unwrap().set_len(bytes).unwrap();
+        let node = k as u16 + 1;
+        let server = gmblockd_node(&vol, node, (9, me));
+        params.push(format!("server={node}={}", server.addr));
+        files.push(vol);
+        servers.push(server);
+    }
+    params.extend(["node=9".to_string(), format!("listen={me}")]);
+    (files, servers, params)
+}
+
+/// Server `k`'s file as the layout wants it after the volume held `volume`: its stripe
+/// units in order (unit u lives on server u mod n, at unit u div n).
+fn stripes_of(volume: &[u8], grain: usize, n: usize, k: usize) -> Vec<u8> {
+    volume.chunks(grain).skip(k).step_by(n).flatten().copied().collect()
+}
+
+fn assert_stripes(files: &[PathBuf], volume: &[u8], grain: usize, what: &str) {
+    for (k, f) in files.iter().enumerate() {
+        let disk = std::fs::read(f).unwrap();
+        let want = stripes_of(volume, grain, files.len(), k);
+        assert_eq!(disk.len(), want.len(), "{what}: server {k}'s file size");
+        assert!(checksum(&disk) == checksum(&want), "{what}: server {k}'s file holds other bytes than its stripes");
+    }
+}
+
+#[test]
+#[ignore = "needs: nbdkit, nbdcopy, qemu-img — Debian's nbdkit, libnbd-bin and qemu-utils"]
+fn a_striped_export_is_written_and_read_by_nbdcopy_and_qemu_img_and_each_server_holds_its_stripes() {
+    let (per_server, grain) = (8usize << 20, 16usize << 10);
+    let (files, _servers, mut params) = stripe_set("stripe", &[per_server as u64; 3]);
+    params.push(format!("grain={}K", grain >> 10));
+    let k = nbdkit("stripe", &params).unwrap();
+    let uri = k.uri();
+    let size = 3 * per_server;
+    let info = run("nbdinfo", &["--size", &uri]);
+    if info.status.success() {
+        assert_eq!(String::from_utf8_lossy(&info.stdout).trim(), size.to_string(), "the striped volume's size");
+    }
+    let (a, b) = (tmp("stripe-a.img"), tmp("stripe-b.img"));
+    let (a_back, b_back) = (tmp("stripe-a-back.img"), tmp("stripe-b-back.img"));
+    let (da, db) = (pattern(5, size), pattern(6, size));
+    std::fs::write(&a, &da).unwrap();
+    std::fs::write(&b, &db).unwrap();
+
+    ok("nbdcopy", &[a.to_str().unwrap(), &uri], &k);
+    ok("nbdcopy", &[&uri, a_back.to_str().unwrap()], &k);
+    assert_eq!(checksum(&std::fs::read(&a_back).unwrap()), checksum(&da), "nbdcopy read back other bytes");
+    assert_stripes(&files, &da, grain, "after nbdcopy");
+
+    ok("qemu-img", &["convert", "-n", "-f", "raw", "-O", "raw", b.to_str().unwrap(), &uri], &k);
+    let same = run("qemu-img", &["compare", "-f", "raw", "-F", "raw", b.to_str().unwrap(), &uri]);
+    if !same.status.success() {
+        // Which side is wrong: the servers' disks, or what the export read back.
+        assert_stripes(&files, &db, grain, "after qemu-img convert");
+        panic!("the disks hold the data, the export read other bytes: {}", String::from_utf8_lossy(&same.stdout));
+    }
+    ok("qemu-img", &["convert", "-f", "raw", "-O", "raw", &uri, b_back.to_str().unwrap()], &k);
+    assert_eq!(checksum(&std::fs::read(&b_back).unwrap()), checksum(&db), "qemu-img read back other bytes");
+    assert_stripes(&files, &db, grain, "after qemu-img");
+
+    // An unaligned write across a stripe boundary: read-modify-write on two servers.
+    let mut nbd = Nbd::connect(k.port).unwrap();
+    let at = 3 * grain - 1000;
+    let data = pattern(7, 5000);
+    assert_eq!(nbd.write(at as u64, &data).unwrap(), 0);
+    assert_eq!(nbd.flush().unwrap(), 0);
+    assert_eq!(nbd.read(at as u64, data.len()).unwrap().unwrap(), data);
+    let mut model = db;
+    model[at..at + data.len()].copy_from_slice(&data);
+    assert_stripes(&files, &model, grain, "after an unaligned write");
+    assert!(!k.log().contains("panicked"), "{}", k.log());
+    drop(k);
+    for p in [&a, &b, &a_back, &b_back].into_iter().chain(&files) {
+        let _ = std::fs::remove_file(p);
+    }
+}
+
+#[test]
+#[ignore = "needs: nbdkit — Debian's nbdkit"]
+fn a_bad_stripe_set_stops_nbdkit_naming_the_parameter() {
+    // Servers that disagree on size.
+    let (files, servers, params) = stripe_set("uneven", &[8 << 20, 8 << 20, 4 << 20]);
+    let log = stops("uneven", &params);
+    let third = &params[2];
+    assert!(log.contains(&format!("{third} holds 4194304 bytes but {} holds 8388608", params[0])), "{log}");
+    assert!(log.contains("the servers of a striped export must be the same size"), "{log}");
+    drop(servers);
+    for f in &files {
+        let _ = std::fs::remove_file(f);
+    }
+    // A grain that is not a multiple of 4 KiB; one that is not a size.
+    let base = ["server=1=127.0.0.1:1".to_string(), "server=2=127.0.0.1:2".into(), "node=9".into()];
+    let with = |x: &str| base.iter().cloned().chain([x.to_string(), "listen=127.0.0.1:0".into()]).collect::<Vec<_>>();
+    let Err(e) = nbdkit("grain", &with("grain=6000")) else { panic!("started") };
+    assert!(e.contains("grain=6000: 6000 bytes: must be a positive multiple of 4096"), "{e}");
+    let Err(e) = nbdkit("grain0", &with("grain=0")) else { panic!("started") };
+    assert!(e.contains("grain=0: 0 bytes"), "{e}");
+    let Err(e) = nbdkit("grainx", &with("grain=wide")) else { panic!("started") };
+    assert!(e.contains("grain=wide: \"wide\": a size is a number"), "{e}");
+    // A server given twice (by node id, or by address).
+    let Err(e) = nbdkit("dupid", &with("server=1=127.0.0.1:3")) else { panic!("started") };
+    assert!(e.contains("server=1=127.0.0.1:3: node 1 is already given by server=1=127.0.0.1:1"), "{e}");
+    let Err(e) = nbdkit("dupaddr", &with("server=3=127.0.0.1:2")) else { panic!("started") };
+    assert!(e.contains("server=3=127.0.0.1:2: address 127.0.0.1:2 is already given by server=2=127.0.0.1:2"), "{e}");
+    // The plugin's own node id among the servers'.
+    let Err(e) = nbdkit("selfnode", &with("node=2")) else { panic!("started") };
+    assert!(e.contains("node=2: server=2=127.0.0.1:2 has that node id too"), "{e}");
 }

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! `gmblock`: a command-line client of one gmblock server or of a volume striped over
 //! several (`--server` repeated, or `--grain` given), and `gmblock export`, which runs
-//! nbdkit with gmblock's plugin (the `gmblock-nbdkit` crate) so NBD clients use one
-//! server's volume.
+//! nbdkit with gmblock's plugin (the `gmblock-nbdkit` crate) so NBD clients use the same
+//! volume: one server's, or the striped one.
 
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
@@ -91,7 +91,9 @@ enum Cmd {
         len: u32,
     },
     /// Export the volume over NBD: run nbdkit in the foreground with gmblock's plugin,
-    /// which takes this command's --node and --listen as its own station.
+    /// which takes this command's --node and --listen as its own station, and its
+    /// --server list (striped when repeated or --grain is given, with --grain, --depth
+    /// and --readahead).
     Export {
         /// The address nbdkit listens on.
         #[arg(long, default_value = "127.0.0.1")]
@@ -129,15 +131,18 @@ fn export(a: &Args, bind: std::net::IpAddr, port: u16, plugin: Option<PathBuf>, 
     if read_only {
         cmd.arg("-r");
     }
-    let [server] = a.server.as_slice() else {
-        return anyhow::anyhow!("export serves one server's volume; {} servers given", a.server.len());
-    };
-    cmd.arg(&plugin).args([
-        format!("server={}={}", server.0, server.1),
+    cmd.arg(&plugin).args(a.server.iter().map(|s| format!("server={}={}", s.0, s.1))).args([
         format!("node={}", a.node),
         format!("listen={}", a.listen),
         format!("window={}", a.window),
     ]);
+    // Striped (several servers, or --grain): the plugin takes the same stripe options.
+    if a.server.len() > 1 || a.grain.is_some() {
+        if let Some(g) = a.grain {
+            cmd.arg(format!("grain={g}"));
+        }
+        cmd.args([format!("depth={}", a.depth), format!("readahead={}", a.readahead)]);
+    }
     let e = cmd.exec();
     if e.kind() == std::io::ErrorKind::NotFound {
         anyhow::anyhow!("nbdkit not found: install it (apt-get install nbdkit)")
