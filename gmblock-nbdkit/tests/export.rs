@@ -45,9 +45,16 @@ fn plugin() -> PathBuf {
     p
 }
 
-/// `len` seeded bytes (no two 512-byte sectors alike).
+/// `len` seeded bytes: every 8-byte word a hash of the seed and its position, so no two
+/// blocks of any two patterns are alike (a misplaced block shows where it came from).
 fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    (0..len as u64).map(|i| ((i.wrapping_add(seed << 32)).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 52) as u8).collect()
+    let word = |w: u64| {
+        let mut z = (seed << 40 | w).wrapping_add(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    };
+    (0..len as u64).map(|i| (word(i / 8) >> (8 * (i % 8))) as u8).collect()
 }
 
 /// FNV-1a, 64-bit: the checksum compared between what was sent and what came back.
@@ -331,29 +338,79 @@ fn stripes_of(volume: &[u8], grain: usize, n: usize, k: usize) -> Vec<u8> {
 }
 
 fn assert_stripes(files: &[PathBuf], volume: &[u8], grain: usize, what: &str) {
+    assert_stripes_over(files, volume, None, grain, what)
+}
+
+/// [`assert_stripes`], and if a server's file is wrong, where its wrong bytes came from:
+/// the volume's other blocks, or `before` (what the volume held earlier).
+fn assert_stripes_over(files: &[PathBuf], volume: &[u8], before: Option<&[u8]>, grain: usize, what: &str) {
     for (k, f) in files.iter().enumerate() {
         let disk = std::fs::read(f).unwrap();
         let want = stripes_of(volume, grain, files.len(), k);
         assert_eq!(disk.len(), want.len(), "{what}: server {k}'s file size");
-        assert!(checksum(&disk) == checksum(&want), "{what}: server {k}'s file holds other bytes than its stripes");
+        let Some(at) = (0..disk.len()).find(|&i| disk[i] != want[i]) else { continue };
+        let end = (at..disk.len()).find(|&i| disk[i] == want[i]).unwrap_or(disk.len());
+        let bad = (at..disk.len()).filter(|&i| disk[i] != want[i]).count();
+        let block = &disk[at / 4096 * 4096..(at / 4096 + 1) * 4096];
+        let find = |v: &[u8]| {
+            let s = stripes_of(v, grain, files.len(), k);
+            s.chunks(4096).position(|c| c == block).map(|b| b * 4096)
+        };
+        let bad_block = &disk[at..at + 64];
+        let mut seen = Vec::new();
+        for seed in 1..8u64 {
+            let p = pattern(seed, 32 << 20);
+            if let Some(i) = p.windows(64).position(|w| w == bad_block) {
+                seen.push(format!("pattern({seed}) at {i}"));
+            }
+        }
+        panic!(
+            "{what}: server {k}'s file holds other bytes than its stripes: first at {at}, {} bytes on, {bad} bytes \
+             in all; its block is at {:?} of the stripes now, at {:?} of those before; seen in {seen:?}; head {:02x?}",
+            end - at,
+            find(volume),
+            before.and_then(find),
+            &disk[at..at + 16]
+        );
     }
 }
 
 #[test]
 #[ignore = "needs: nbdkit, nbdcopy, qemu-img — Debian's nbdkit, libnbd-bin and qemu-utils"]
 fn a_striped_export_is_written_and_read_by_nbdcopy_and_qemu_img_and_each_server_holds_its_stripes() {
+    striped_round_trip("stripe", &[]);
+}
+
+/// The same with the striping client's read-ahead on. It fails today, in about one run of
+/// three: read-ahead fetches still in flight when nbdcopy's read-back ends stay unanswered
+/// while the export is idle (nothing polls the link between requests) for longer than the
+/// 2 s chunk timeout; among the first writes after that, an 8 KiB write chunk reaches a
+/// server holding bytes the volume held elsewhere before (another server's too), so a
+/// frame the late fetch owned was reused for the write's payload. With `timeout_ms=60000`
+/// (no timeout in the gap) or `readahead=0` (the export's default) it passes. Fix in
+/// gmblock::striped / the port's frame handling, then make read-ahead the default again.
+#[test]
+#[ignore = "on demand: reproduces the striped read-ahead write corruption after an idle gap (fails today)"]
+fn a_striped_export_with_read_ahead_keeps_every_write_after_an_idle_gap() {
+    striped_round_trip("stripe-ra", &["readahead=2".to_string()]);
+}
+
+/// nbdcopy and qemu-img write and read a volume striped over three servers (with `extra`
+/// parameters), checksums compared and each server's file checked against its stripes.
+fn striped_round_trip(name: &str, extra: &[String]) {
     let (per_server, grain) = (8usize << 20, 16usize << 10);
-    let (files, _servers, mut params) = stripe_set("stripe", &[per_server as u64; 3]);
+    let (files, _servers, mut params) = stripe_set(name, &[per_server as u64; 3]);
     params.push(format!("grain={}K", grain >> 10));
-    let k = nbdkit("stripe", &params).unwrap();
+    params.extend(extra.iter().cloned());
+    let k = nbdkit(name, &params).unwrap();
     let uri = k.uri();
     let size = 3 * per_server;
     let info = run("nbdinfo", &["--size", &uri]);
     if info.status.success() {
         assert_eq!(String::from_utf8_lossy(&info.stdout).trim(), size.to_string(), "the striped volume's size");
     }
-    let (a, b) = (tmp("stripe-a.img"), tmp("stripe-b.img"));
-    let (a_back, b_back) = (tmp("stripe-a-back.img"), tmp("stripe-b-back.img"));
+    let (a, b) = (tmp(&format!("{name}-a.img")), tmp(&format!("{name}-b.img")));
+    let (a_back, b_back) = (tmp(&format!("{name}-a-back.img")), tmp(&format!("{name}-b-back.img")));
     let (da, db) = (pattern(5, size), pattern(6, size));
     std::fs::write(&a, &da).unwrap();
     std::fs::write(&b, &db).unwrap();
@@ -367,7 +424,7 @@ fn a_striped_export_is_written_and_read_by_nbdcopy_and_qemu_img_and_each_server_
     let same = run("qemu-img", &["compare", "-f", "raw", "-F", "raw", b.to_str().unwrap(), &uri]);
     if !same.status.success() {
         // Which side is wrong: the servers' disks, or what the export read back.
-        assert_stripes(&files, &db, grain, "after qemu-img convert");
+        assert_stripes_over(&files, &db, Some(&da), grain, "after qemu-img convert");
         panic!("the disks hold the data, the export read other bytes: {}", String::from_utf8_lossy(&same.stdout));
     }
     ok("qemu-img", &["convert", "-f", "raw", "-O", "raw", &uri, b_back.to_str().unwrap()], &k);

@@ -92,8 +92,8 @@ enum Cmd {
     },
     /// Export the volume over NBD: run nbdkit in the foreground with gmblock's plugin,
     /// which takes this command's --node and --listen as its own station, and its
-    /// --server list (striped when repeated or --grain is given, with --grain, --depth
-    /// and --readahead).
+    /// --server list (striped when repeated or --grain is given, with --grain and --depth;
+    /// the export reads no stripes ahead).
     Export {
         /// The address nbdkit listens on.
         #[arg(long, default_value = "127.0.0.1")]
@@ -141,7 +141,8 @@ fn export(a: &Args, bind: std::net::IpAddr, port: u16, plugin: Option<PathBuf>, 
         if let Some(g) = a.grain {
             cmd.arg(format!("grain={g}"));
         }
-        cmd.args([format!("depth={}", a.depth), format!("readahead={}", a.readahead)]);
+        // Not --readahead: the export keeps read-ahead off (gmblock-nbdkit's crate doc).
+        cmd.arg(format!("depth={}", a.depth));
     }
     let e = cmd.exec();
     if e.kind() == std::io::ErrorKind::NotFound {
