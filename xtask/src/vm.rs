@@ -24,7 +24,8 @@
 //! mid-run), [`swap`] (swap on `/dev/gms0` under memory pressure), [`big_disk`] (a disk
 //! larger than a server's budget, reloaded larger than the cluster), [`disks`] (disk
 //! identities: two guests' own disks, a second load refused, a reload after pages died),
-//! [`gmsd_test`] (a host gmsd in a guest's cluster) and [`run`](mod@run) (given commands
+//! [`gmsd_test`] (a host gmsd in a guest's cluster), [`nbd_test`] (a guest's kernel NBD
+//! client mounting ext4 from gmblock's NBD export) and [`run`](mod@run) (given commands
 //! or a script). What they share: [`session`] (the common options; build, boot, wait,
 //! report), [`cluster`] (the guests' processes, the wait, a kill on request, cleanup),
 //! [`initramfs`], [`report`] (what a console shows), [`runtime`] (directories, ports,
@@ -48,6 +49,7 @@ mod host_gmsd;
 mod initramfs;
 pub(crate) use initramfs::guest_tool;
 mod module_test;
+mod nbd_test;
 mod report;
 mod run;
 mod runtime;
@@ -127,6 +129,16 @@ pub enum VmCmd {
     /// held and `gms get` reads each one. Waits at least 240 s for the power-off. Exit
     /// status 0 or 1.
     GmsdTest(gmsd_test::GmsdTestArgs),
+    /// A guest's kernel NBD client mounts ext4 from gmblock's NBD export (striped over two gmblockd).
+    ///
+    /// Build gmblockd and the nbdkit plugin, run two gmblockd servers and nbdkit exporting
+    /// the volume striped over them on the host, and one guest (`kernel-crate/guest/nbd.sh`)
+    /// on QEMU's user-mode network: nbd-client connects /dev/nbd0, mke2fs makes ext4, files
+    /// are written, remounted with caches dropped and verified by md5sum; then the host
+    /// reassembles the volume from the servers' files, runs `e2fsck -fn` on it and reads
+    /// every file back with debugfs. Skipped without nbdkit, nbd-client or e2fsprogs.
+    /// Waits at least 300 s for the power-off. Exit status 0 or 1.
+    NbdTest(nbd_test::NbdTestArgs),
     /// Guests that run --cmd and/or --script, then power off.
     ///
     /// Boot the guests, run --cmd, then --script, in each, echoing their consoles (unless
@@ -145,6 +157,7 @@ pub fn run(cmd: VmCmd) -> anyhow::Result<()> {
         VmCmd::BigDisk(a) => big_disk::run(a),
         VmCmd::Disks(a) => disks::run(a),
         VmCmd::GmsdTest(a) => gmsd_test::run(a),
+        VmCmd::NbdTest(a) => nbd_test::run(a),
         VmCmd::Run(a) => run::run(a),
     }
 }

@@ -9,6 +9,7 @@ mod nic;
 mod plot;
 mod rpc;
 mod vm;
+pub(crate) use vm::with_libraries;
 
 #[derive(clap::Args)]
 pub struct BenchArgs {

@@ -16,7 +16,7 @@ pub(super) fn build_tool(name: &str) -> anyhow::Result<Vec<u8>> {
 }
 
 /// A program and the shared libraries `ldd` lists for it, at the same paths in the guest.
-pub(super) fn with_libraries(program: &str) -> anyhow::Result<Vec<(String, PathBuf)>> {
+pub(crate) fn with_libraries(program: &str) -> anyhow::Result<Vec<(String, PathBuf)>> {
     let out = Command::new("ldd").arg(program).output().with_context(|| format!("running ldd {program}"))?;
     ensure!(out.status.success(), "ldd {program} failed: {}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8_lossy(&out.stdout);

@@ -35,6 +35,7 @@
 
 mod fair;
 mod guest_files;
+pub(crate) use guest_files::with_libraries;
 mod mac;
 mod module_args;
 mod replication;
@@ -43,7 +44,7 @@ mod workloads;
 
 use crate::vm::bench_guests::{self, BenchGuests};
 use anyhow::{bail, ensure, Context};
-use guest_files::{build_tool, with_libraries, TOOLS};
+use guest_files::{build_tool, TOOLS};
 use module_args::{disk_is_ram_backed, gms_args, module_params};
 use report::{parse_console, round_to, Row};
 use serde_json::{json, Value};

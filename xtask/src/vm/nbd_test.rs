@@ -1,0 +1,293 @@
+// SPDX-License-Identifier: GPL-2.0-only
+//! `cargo xtask vm nbd-test`: a guest's kernel NBD client mounts ext4 from gmblock's NBD
+//! export (`kernel-crate/guest/nbd.sh`, a stage of `cargo xtask test`).
+//!
+//! On the host: two `gmblockd` servers (nodes 1 and 2) each on a 32 MiB file in the target
+//! directory (a disk file system: they open it with `O_DIRECT`), and nbdkit with gmblock's
+//! plugin exporting the volume striped over both at a 32 KiB grain (64 MiB). Guest 0 has a
+//! virtio-net interface on QEMU's user-mode network (`-netdev user`), where 10.0.2.2 is
+//! the host's 127.0.0.1: it connects `/dev/nbd0` with Debian's `nbd-client`, makes the
+//! ext4 file system itself with Debian's `mke2fs` (both copied into the initramfs with
+//! their libraries), writes files, remounts with caches dropped and checks every file's
+//! md5sum. After it powers off, xtask stops nbdkit and the servers, reassembles the volume
+//! from the two servers' files (stripe unit u is on server u mod 2 at unit u div 2),
+//! checks it with `e2fsck -fn` and reads every file the guest listed out of it with
+//! `debugfs`, comparing md5sums with the guest's. It passes when the guest's checks show
+//! no FAIL and end with a total of 0 failed, the guest powered off with a quiet kernel,
+//! and the host's checks pass. Without nbdkit, nbd-client or e2fsprogs it is skipped
+//! ("skipped: needs …").
+
+use super::bench_guests::append_files;
+use super::cluster::{child_command, setpriv_pdeathsig, tail};
+use super::report::{pass_fail, printable, yes_no};
+use super::runtime::{free_udp_ports, target_dir, which};
+use super::session::{Common, Prepared, Setup};
+use anyhow::{bail, ensure, Context};
+use std::fs;
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The guest's script, relative to the workspace root.
+const SCRIPT: &str = "kernel-crate/guest/nbd.sh";
+/// Shortest power-off wait (boot, mkfs.ext4 and about 5 MiB of files over emulated TCP
+/// under TCG, a remount).
+const MIN_TIMEOUT: u64 = 300;
+/// The prefix of the script's lines.
+const PREFIX: &str = "trapeze-nbd: ";
+/// Bytes each server holds.
+const SERVER_BYTES: u64 = 32 << 20;
+/// The stripe unit.
+const GRAIN: usize = 32 << 10;
+/// The servers' node ids on the link; the plugin's.
+const SERVERS: [u16; 2] = [1, 2];
+const PLUGIN_NODE: u16 = 9;
+/// Host programs the stage needs: (program, package).
+const NEEDS: [(&str, &str); 5] = [
+    ("nbdkit", "nbdkit"),
+    ("nbd-client", "nbd-client"),
+    ("mke2fs", "e2fsprogs"),
+    ("e2fsck", "e2fsprogs"),
+    ("debugfs", "e2fsprogs"),
+];
+/// Programs copied into the initramfs with their libraries.
+const GUEST_PROGRAMS: [&str; 2] = ["/usr/sbin/nbd-client", "/usr/sbin/mke2fs"];
+
+#[derive(clap::Args)]
+pub struct NbdTestArgs {
+    #[command(flatten)]
+    common: Common,
+}
+
+/// A host process of the test: killed on drop, its output in a log.
+struct HostProc {
+    name: &'static str,
+    child: Child,
+    log: PathBuf,
+}
+
+impl HostProc {
+    fn start(name: &'static str, mut cmd: Command, log: PathBuf) -> anyhow::Result<HostProc> {
+        let out = fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+        cmd.stdin(Stdio::null()).stdout(out.try_clone()?).stderr(out);
+        let child = cmd.spawn().with_context(|| format!("starting {name}"))?;
+        eprintln!("  {name}: pid {} (log {})", child.id(), log.display());
+        Ok(HostProc { name, child, log })
+    }
+
+    /// It must still run: an exit is an error with its log's tail.
+    fn alive(&mut self) -> anyhow::Result<()> {
+        if let Some(st) = self.child.try_wait()? {
+            bail!("{} exited ({st}): {}", self.name, tail(&fs::read_to_string(&self.log).unwrap_or_default(), 8));
+        }
+        Ok(())
+    }
+
+    fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for HostProc {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// What is missing on the host, as "skipped: needs …", if anything is.
+fn missing() -> Option<String> {
+    let gone: Vec<String> =
+        NEEDS.iter().filter(|(p, _)| which(p).is_none()).map(|(p, pkg)| format!("{p} ({pkg})")).collect();
+    (!gone.is_empty()).then(|| format!("needs: {} (apt-get install them)", gone.join(", ")))
+}
+
+/// The servers, then nbdkit with the plugin striping over them on `nbd_port`.
+fn start_export(bin: &Path, dir: &Path, files: &[PathBuf], nbd_port: u16) -> anyhow::Result<Vec<HostProc>> {
+    let setpriv = setpriv_pdeathsig();
+    let ports = free_udp_ports(SERVERS.len() + 1)?;
+    let plugin_addr = format!("127.0.0.1:{}", ports[SERVERS.len()]);
+    let mut procs = Vec::new();
+    let mut params = Vec::new();
+    for (k, (&node, file)) in SERVERS.iter().zip(files).enumerate() {
+        let listen = format!("127.0.0.1:{}", ports[k]);
+        let mut cmd = child_command(&bin.join("gmblockd"), setpriv);
+        cmd.args(["--node", &node.to_string(), "--listen", &listen])
+            .args(["--peer", &format!("{PLUGIN_NODE}={plugin_addr}")])
+            .arg("--export")
+            .arg(file);
+        procs.push(HostProc::start("gmblockd", cmd, dir.join(format!("gmblockd{node}.log")))?);
+        params.push(format!("server={node}={listen}"));
+    }
+    params.extend([format!("grain={}K", GRAIN >> 10), format!("node={PLUGIN_NODE}"), format!("listen={plugin_addr}")]);
+    let mut cmd = child_command(&which("nbdkit").context("nbdkit")?, setpriv);
+    cmd.args(["-f", "-i", "127.0.0.1", "-p", &nbd_port.to_string()])
+        .arg(bin.join("libgmblock_nbdkit.so"))
+        .args(&params);
+    eprintln!("  nbdkit {}", params.join(" "));
+    procs.push(HostProc::start("nbdkit", cmd, dir.join("nbdkit.log"))?);
+    let t = Instant::now();
+    while TcpStream::connect(("127.0.0.1", nbd_port)).is_err() {
+        for p in procs.iter_mut() {
+            p.alive()?;
+        }
+        ensure!(t.elapsed() < Duration::from_secs(20), "nbdkit did not listen on 127.0.0.1:{nbd_port} within 20 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(procs)
+}
+
+/// The striped volume rebuilt from the servers' files.
+fn reassemble(files: &[PathBuf], out: &Path) -> anyhow::Result<()> {
+    let disks: Vec<Vec<u8>> = files
+        .iter()
+        .map(|f| fs::read(f).with_context(|| format!("reading {}", f.display())))
+        .collect::<Result<_, _>>()?;
+    let units = disks.iter().map(|d| d.len() / GRAIN).min().unwrap_or(0);
+    let mut vol = Vec::with_capacity(units * GRAIN * disks.len());
+    for u in 0..units {
+        for d in &disks {
+            vol.extend_from_slice(&d[u * GRAIN..(u + 1) * GRAIN]);
+        }
+    }
+    fs::write(out, &vol).with_context(|| format!("writing {}", out.display()))
+}
+
+/// `e2fsck -fn` over the image, and each file the guest listed read out with `debugfs`
+/// against its md5sum: what was found, and what failed.
+fn host_checks(image: &Path, console: &str) -> (Vec<String>, Vec<String>) {
+    let (mut found, mut failed) = (Vec::new(), Vec::new());
+    match Command::new("e2fsck").arg("-fn").arg(image).output() {
+        Ok(o) if o.status.success() => found.push("e2fsck -fn: clean".to_string()),
+        Ok(o) => failed.push(format!(
+            "e2fsck -fn ({}): {}",
+            o.status,
+            tail(&format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)), 8)
+        )),
+        Err(e) => failed.push(format!("running e2fsck: {e}")),
+    }
+    let listed: Vec<(String, String)> = console
+        .lines()
+        .map(printable)
+        .filter_map(|l| {
+            let mut w = l.strip_prefix(PREFIX)?.strip_prefix("file ")?.split_whitespace();
+            Some((w.next()?.to_string(), w.next()?.to_string()))
+        })
+        .collect();
+    if listed.is_empty() {
+        failed.push("the guest listed no files".into());
+    }
+    for (name, sum) in &listed {
+        let script = format!("debugfs -R 'cat /{name}' '{}' 2>/dev/null | md5sum", image.display());
+        match Command::new("sh").args(["-c", &script]).output() {
+            Ok(o) if String::from_utf8_lossy(&o.stdout).split_whitespace().next() == Some(sum.as_str()) => {
+                found.push(format!("debugfs: /{name} md5 {sum}"));
+            }
+            Ok(o) => failed.push(format!(
+                "debugfs: /{name} md5 {} (the guest wrote {sum})",
+                String::from_utf8_lossy(&o.stdout).trim()
+            )),
+            Err(e) => failed.push(format!("running debugfs: {e}")),
+        }
+    }
+    (found, failed)
+}
+
+/// The extra initramfs files: the NBD client and mke2fs with their libraries, mke2fs's
+/// configuration, and the port.
+fn guest_files(nbd_port: u16) -> anyhow::Result<Vec<(String, Vec<u8>, u32)>> {
+    let mut files: Vec<(String, Vec<u8>, u32)> = Vec::new();
+    for prog in GUEST_PROGRAMS {
+        for (path, src) in crate::bench::with_libraries(prog)? {
+            if files.iter().any(|f| f.0 == path) {
+                continue;
+            }
+            let data = fs::read(&src).with_context(|| format!("reading {}", src.display()))?;
+            files.push((path, data, 0o755));
+        }
+    }
+    if let Ok(conf) = fs::read("/etc/mke2fs.conf") {
+        files.push(("/etc/mke2fs.conf".into(), conf, 0o644));
+    }
+    files.push(("/etc/trapeze/nbd.env".into(), format!("port={nbd_port}\n").into_bytes(), 0o644));
+    Ok(files)
+}
+
+pub(super) fn run(a: NbdTestArgs) -> anyhow::Result<()> {
+    if let Some(why) = missing() {
+        eprintln!("xtask vm nbd-test: skipped: {why}");
+        return Ok(());
+    }
+    let timeout = a.common.timeout.max(MIN_TIMEOUT);
+    let prepared = Prepared::build(&a.common, false)?;
+    eprintln!("==> gmblockd and the NBD plugin: cargo build -p trapeze-gmblock -p trapeze-gmblock-nbdkit");
+    crate::cargo(&["build", "--locked", "-p", "trapeze-gmblock", "--bin", "gmblockd"])?;
+    crate::cargo(&["build", "--locked", "-p", "trapeze-gmblock-nbdkit", "--lib"])?;
+    let bin = target_dir()?.join("debug");
+    let work = target_dir()?.join(format!("tmp/nbd-test-{}", std::process::id()));
+    fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
+    let files: Vec<PathBuf> = SERVERS.iter().map(|n| work.join(format!("server{n}.vol"))).collect();
+    for f in &files {
+        fs::File::create(f)
+            .and_then(|h| h.set_len(SERVER_BYTES))
+            .with_context(|| format!("creating {}", f.display()))?;
+    }
+    let nbd_port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+
+    let setup = Setup { guests: 1, script: Some(crate::workspace_root().join(SCRIPT)), ..Setup::default() };
+    let mut s = prepared.start(&a.common, setup)?;
+    eprintln!("==> the export: 2 gmblockd servers ({} MiB each), nbdkit on 127.0.0.1:{nbd_port}", SERVER_BYTES >> 20);
+    let mut procs = start_export(&bin, &s.dir, &files, nbd_port)?;
+    append_files(&s.dir.join("initramfs.cpio.gz"), &guest_files(nbd_port)?)?;
+    // QEMU's user-mode network: the guest is 10.0.2.15, the host's 127.0.0.1 is 10.0.2.2.
+    // romfile= : no iPXE option ROM (the kernel is booted directly).
+    s.cluster.guest(0).qemu_extra.extend([
+        "-netdev".into(),
+        "user,id=net0".into(),
+        "-device".into(),
+        "virtio-net-pci,netdev=net0,romfile=".into(),
+    ]);
+    s.boot()?;
+    let all_off = s.wait(timeout, false)?;
+    let alive: Vec<String> = procs.iter_mut().filter_map(|p| p.alive().err()).map(|e| format!("{e:#}")).collect();
+    procs.iter_mut().for_each(HostProc::stop);
+
+    let console = s.console(0);
+    let mut failures = s.report(false, |g| {
+        let r = &g.report;
+        let (passed, failed, done) = pass_fail(g.console, PREFIX);
+        let ok = r.powered_off && !r.kernel_trouble && r.script_ok && done && passed > 0 && failed == 0;
+        let what = format!(
+            "nbd checks: {passed} passed, {failed} failed{}; script status 0: {}; kernel quiet: {}",
+            if done { "" } else { " (script did not finish)" },
+            yes_no(r.script_ok),
+            yes_no(!r.kernel_trouble),
+        );
+        (ok, what)
+    });
+    for l in console.lines().map(printable).filter(|l| l.starts_with(PREFIX)) {
+        eprintln!("    | {l}");
+    }
+    failures.extend(alive.into_iter().map(|e| format!("a host process died during the run: {e}")));
+    let image = work.join("volume.img");
+    let (found, failed) = match reassemble(&files, &image) {
+        Ok(()) => host_checks(&image, &console),
+        Err(e) => (Vec::new(), vec![format!("{e:#}")]),
+    };
+    for l in &found {
+        eprintln!("host: {l}");
+    }
+    for l in &failed {
+        eprintln!("host: FAIL {l}");
+    }
+    if !failed.is_empty() {
+        failures.push(format!("host checks of the servers' files: {}", failed.join("; ")));
+    }
+    if failures.is_empty() {
+        let _ = fs::remove_dir_all(&work);
+    } else {
+        eprintln!("the servers' files and the reassembled volume are kept in {}", work.display());
+    }
+    s.finish(all_off, timeout, &failures, "nbd test", "nbd test passed")
+}
