@@ -78,16 +78,17 @@ static SETTINGS: Mutex<Settings> = Mutex::new(Settings {
     readahead: 0,
 });
 
-/// What the export reads and writes: one server's volume, or a striped one.
+/// What the export reads and writes: one server's volume, or a striped one (both large:
+/// boxed, made once).
 pub enum Backend {
-    One(Client),
+    One(Box<Client>),
     Striped(Box<StripedClient>),
 }
 
 impl Backend {
     fn volume(&mut self) -> &mut dyn Volume {
         match self {
-            Backend::One(c) => c,
+            Backend::One(c) => c.as_mut(),
             Backend::Striped(s) => s.as_mut(),
         }
     }
@@ -210,7 +211,7 @@ fn connect(s: &Settings) -> std::result::Result<Backend, String> {
     if !striped {
         let server = s.servers[0];
         let c = Client::connect(cfg, server.0, s.window).map_err(|e| format!("gmblockd {}: {e:#}", server.1))?;
-        return Ok(Backend::One(c));
+        return Ok(Backend::One(Box::new(c)));
     }
     let sc = StripeConfig {
         grain: s.grain.unwrap_or(StripeConfig::default().grain),

@@ -50,6 +50,7 @@ mod initramfs;
 pub(crate) use initramfs::guest_tool;
 mod module_test;
 mod nbd_test;
+pub(crate) use nbd_test::missing as nbd_test_missing;
 mod report;
 mod run;
 mod runtime;

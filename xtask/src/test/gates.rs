@@ -22,12 +22,14 @@ pub const PREREQS: [(&str, &str); 8] = [
 ];
 
 /// Packages behind the prerequisites: installed as root, named otherwise.
-const PACKAGES: [(&str, &str); 5] = [
+const PACKAGES: [(&str, &str); 7] = [
     ("qemu-system-x86", "the ivshmem test boots a real QEMU against the NIC's server"),
     ("iproute2", "the raw-Ethernet link test makes namespaces and a veth pair with `ip`"),
     ("nbdkit", "the NBD export's tests run gmblock's nbdkit plugin in it"),
     ("libnbd-bin", "the NBD export's tests read and write it with nbdcopy"),
     ("qemu-utils", "the NBD export's tests convert and compare images on it with qemu-img"),
+    ("nbd-client", "the guest stage vm nbd-test connects a guest's kernel NBD client to the export with it"),
+    ("e2fsprogs", "vm nbd-test makes ext4 in the guest with mke2fs and checks it on the host with e2fsck and debugfs"),
 ];
 
 fn is_root() -> bool {

@@ -96,8 +96,9 @@ impl Drop for HostProc {
     }
 }
 
-/// What is missing on the host, as "skipped: needs …", if anything is.
-fn missing() -> Option<String> {
+/// What is missing on the host, as "needs: …", if anything is (`xtask test` then lists
+/// the stage as skipped).
+pub(crate) fn missing() -> Option<String> {
     let gone: Vec<String> =
         NEEDS.iter().filter(|(p, _)| which(p).is_none()).map(|(p, pkg)| format!("{p} ({pkg})")).collect();
     (!gone.is_empty()).then(|| format!("needs: {} (apt-get install them)", gone.join(", ")))
@@ -167,14 +168,7 @@ fn host_checks(image: &Path, console: &str) -> (Vec<String>, Vec<String>) {
         )),
         Err(e) => failed.push(format!("running e2fsck: {e}")),
     }
-    let listed: Vec<(String, String)> = console
-        .lines()
-        .map(printable)
-        .filter_map(|l| {
-            let mut w = l.strip_prefix(PREFIX)?.strip_prefix("file ")?.split_whitespace();
-            Some((w.next()?.to_string(), w.next()?.to_string()))
-        })
-        .collect();
+    let listed = listed_files(console);
     if listed.is_empty() {
         failed.push("the guest listed no files".into());
     }
@@ -192,6 +186,18 @@ fn host_checks(image: &Path, console: &str) -> (Vec<String>, Vec<String>) {
         }
     }
     (found, failed)
+}
+
+/// The files the guest listed (`trapeze-nbd: file NAME MD5`): (name, md5).
+fn listed_files(console: &str) -> Vec<(String, String)> {
+    console
+        .lines()
+        .map(printable)
+        .filter_map(|l| {
+            let mut w = l.strip_prefix(PREFIX)?.strip_prefix("file ")?.split_whitespace();
+            Some((w.next()?.to_string(), w.next()?.to_string()))
+        })
+        .collect()
 }
 
 /// The extra initramfs files: the NBD client and mke2fs with their libraries, mke2fs's
@@ -290,4 +296,39 @@ pub(super) fn run(a: NbdTestArgs) -> anyhow::Result<()> {
         eprintln!("the servers' files and the reassembled volume are kept in {}", work.display());
     }
     s.finish(all_off, timeout, &failures, "nbd test", "nbd test passed")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_volume_is_rebuilt_unit_by_unit_across_the_servers() {
+        let dir = std::env::temp_dir().join(format!("xtask-nbd-reassemble-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let unit = |s: u8, u: u8| vec![s * 16 + u; GRAIN];
+        let files: Vec<PathBuf> = (0..2u8)
+            .map(|s| {
+                let p = dir.join(format!("s{s}"));
+                fs::write(&p, [unit(s, 0), unit(s, 1), unit(s, 2)].concat()).unwrap();
+                p
+            })
+            .collect();
+        let out = dir.join("vol");
+        reassemble(&files, &out).unwrap();
+        let vol = fs::read(&out).unwrap();
+        let firsts: Vec<u8> = vol.chunks(GRAIN).map(|c| c[0]).collect();
+        assert_eq!(firsts, [0, 16, 1, 17, 2, 18], "unit u of the volume is server u % 2's unit u / 2");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_guests_file_lines_are_read_back() {
+        let console =
+            "trapeze-nbd: PASS x\r\ntrapeze-nbd: file small 0123abcd\nnoise\ntrapeze-nbd: file dir/sub/copy 99ff\n";
+        assert_eq!(
+            listed_files(console),
+            [("small".to_string(), "0123abcd".to_string()), ("dir/sub/copy".to_string(), "99ff".to_string())]
+        );
+    }
 }
