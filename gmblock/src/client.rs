@@ -386,31 +386,98 @@ fn free_all(frames: &mut Frames, mine: &[Frame], e: RpcError) -> RpcError {
 }
 
 /// A read call is over: its reply frame (or group) goes back — NetRPC already released it
-/// if the call failed — and so do the frames a group named.
+/// if the call failed — and so do the frames a group named, unless the group outlived its
+/// release: the port could not disarm its IPT entry because the NIC was still delivering
+/// a (late) reply into it, and kept the group live rather than end it under the NIC. Its
+/// frames then stay out of the pool (leaked, as the port counts the entry): freed, they
+/// would be handed out again — as a write's payload, say — and the NIC's delivery would
+/// finish into them.
 pub(crate) fn finish_flight(frames: &mut Frames, f: &Flight, ok: bool) {
-    match f.group {
+    end_read(frames, &f.frames, f.group, ok)
+}
+
+fn end_read(frames: &mut Frames, mine: &[Frame], group: Option<Frame>, ok: bool) {
+    match group {
         Some(g) => {
             if ok {
                 frames.release(g);
             }
-            free_all(frames, &f.frames, RpcError::Cancelled);
+            if frames.frames().group_frames(g) != Some(mine) {
+                free_all(frames, mine, RpcError::Cancelled);
+            }
         }
-        None if ok => frames.release(f.frames[0]),
+        None if ok => frames.release(mine[0]),
         None => {}
     }
 }
 
-/// A read chunk is over: its reply frame (or group) goes back — NetRPC already released
-/// it if the call failed — and so do the frames a group named.
+/// [`finish_flight`] for a chunk of this client.
 fn finish(frames: &mut Frames, c: &Chunk, ok: bool) {
-    match c.group {
-        Some(g) => {
-            if ok {
-                frames.release(g);
-            }
-            free_all(frames, &c.frames, RpcError::Cancelled);
+    end_read(frames, &c.frames, c.group, ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::station::Placement;
+    use std::net::UdpSocket;
+    use trapeze_iface::ipt::{self, PayloadToken};
+
+    fn free_port() -> std::net::SocketAddr {
+        UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+    }
+
+    /// A station whose only peer (node 9) never answers, and a 32 KiB read sent to it:
+    /// its reply gathered into a group of frames armed in the IPT.
+    fn read_in_flight() -> (Station<NoService>, Flight) {
+        let cfg = StationConfig {
+            node: 2,
+            listen: free_port(),
+            peers: vec![(9, free_port())],
+            region_bytes: 4 << 20,
+            placement: Placement::HostRam,
+            call_timeout: Duration::from_secs(2),
+        };
+        let mut st = Station::open(&cfg, NoService).unwrap();
+        let flight = send_read(&mut st.port, 9, Range { offset: 0, len: 32 * 1024 }).unwrap();
+        assert!(flight.group.is_some() && flight.frames.len() > 1, "a 32 KiB reply spans several frames");
+        (st, flight)
+    }
+
+    /// Whether any of `mine` can be allocated again (takes the whole pool).
+    fn pool_hands_out(frames: &mut Frames, mine: &[Frame]) -> bool {
+        let mut again = false;
+        while let Some(f) = frames.alloc() {
+            again |= mine.contains(&f);
         }
-        None if ok => frames.release(c.frames[0]),
-        None => {}
+        again
+    }
+
+    #[test]
+    fn a_read_given_up_on_gives_its_frames_back() {
+        let (mut st, flight) = read_in_flight();
+        let port = &mut st.port;
+        port.rpc.cancel(&mut port.node, flight.call).unwrap();
+        finish_flight(&mut port.node.frames, &flight, false);
+        assert_eq!(port.node.frames.stats.leaked, 0);
+        assert!(pool_hands_out(&mut port.node.frames, &flight.frames));
+    }
+
+    /// The striped client's abandon (and a NetRPC timeout) while the NIC has taken the
+    /// late reply's header and claimed its IPT entry but not yet delivered the payload:
+    /// the entry cannot be disarmed, so the reply's frames must never be handed out again
+    /// (once they were, and the delivery finished into a write's payload: issue 35).
+    #[test]
+    fn a_read_given_up_on_while_the_nic_delivers_its_reply_keeps_its_frames_out_of_the_pool() {
+        let (mut st, flight) = read_in_flight();
+        let port = &mut st.port;
+        let request = port.rpc.peek_transmit().expect("the read request is queued");
+        let (h, _) = netrpc::wire::Header::parse(request.ctrl()).unwrap();
+        let token = PayloadToken(h.token.payload_token);
+        ipt::fw_claim(port.node.frames.ep.mem(), token, 32 * 1024).expect("the NIC claims the armed entry");
+        port.rpc.cancel(&mut port.node, flight.call).unwrap();
+        finish_flight(&mut port.node.frames, &flight, false);
+        assert_eq!(port.node.frames.stats.leaked, 1, "the busy entry is counted");
+        assert!(!pool_hands_out(&mut port.node.frames, &flight.frames), "a frame the NIC still writes was reused");
     }
 }

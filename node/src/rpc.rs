@@ -83,6 +83,13 @@ impl RegionFrames {
         Some(GROUP_BASE + self.groups.start(frames, piece)? as u64)
     }
 
+    /// The frames live group `g` names (`None`: `g` is no live group). A group whose IPT
+    /// entry the port could not disarm (the NIC still delivering into it) stays live: the
+    /// port keeps it rather than end it under the NIC.
+    pub fn group_frames(&self, g: Frame) -> Option<&[Frame]> {
+        Self::group_index(g).and_then(|i| self.groups.get(i)).map(|e| e.frames())
+    }
+
     fn group_index(f: Frame) -> Option<usize> {
         f.checked_sub(GROUP_BASE).map(|g| g as usize).filter(|&g| g < GROUPS)
     }
