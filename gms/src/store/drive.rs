@@ -9,8 +9,10 @@ use super::super::epochs::Lru;
 use super::super::net::prelude::*;
 use super::super::net::storage::Storage;
 use super::super::node::{GmsNode, Host};
+use super::super::ops::GETPAGES_MAX;
 use super::super::page::{PageId, Version};
 use super::super::types::{Completion, GetResult, GmsError, OpId, OpResult};
+use super::group::Group;
 use super::{Data, Issue, IssueKind, Route, Store};
 
 /// A runtime's frames, as the store's loop needs them.
@@ -26,6 +28,14 @@ pub trait Frames<Io, F> {
     fn arm(&mut self, io: &Io) -> Option<ReplyTo<F>>;
     /// A frame of the runtime's armed for a getpage's reply (a copy re-replication puts).
     fn scratch(&mut self) -> Option<ReplyTo<F>>;
+    /// The pages of `ios` (2 to `GETPAGES_MAX`, in order) as one frame armed for a
+    /// `GETPAGES` reply, which fills them one after the other ([`super::group`]); given
+    /// back as one ([`Self::give_back`]). `None`: not now, or never in this runtime (the
+    /// default): the store then reads them page by page.
+    fn group(&mut self, ios: &[&Io]) -> Option<ReplyTo<F>> {
+        let _ = ios;
+        None
+    }
     /// A frame lent, armed or handed out is the runtime's again (disarm it if armed).
     fn give_back(&mut self, frame: F);
     /// A frame of the runtime's whose bytes `write` fills: meta page `page` to put at
@@ -53,6 +63,9 @@ impl<Io, F, T: Frames<Io, F>> Frames<Io, F> for &mut T {
     }
     fn scratch(&mut self) -> Option<ReplyTo<F>> {
         (**self).scratch()
+    }
+    fn group(&mut self, ios: &[&Io]) -> Option<ReplyTo<F>> {
+        (**self).group(ios)
     }
     fn give_back(&mut self, frame: F) {
         (**self).give_back(frame)
@@ -161,6 +174,23 @@ impl<Io, F: Copy + PartialEq, S: Storage, const M: usize, const Q: usize, const 
                     }
                 }
             }
+            IssueKind::Gets(g) => {
+                let mut fr = frames.frames(&mut node.host);
+                let reply = self.ios_of(&g).and_then(|ios| fr.group(&ios[..g.len()]));
+                drop(fr);
+                let Some(reply) = reply else { return (None, None) };
+                let frame = frame_of(&reply);
+                let (mode, known) = (Mode::NonBlocking, g.known());
+                match node.getpages_hinted(now, rpc, g.first, g.mask, known, g.holder, reply, mode) {
+                    Ok(op) => (Some(op), None),
+                    Err(_) => {
+                        if let Some(f) = frame {
+                            frames.frames(&mut node.host).give_back(f);
+                        }
+                        (None, None)
+                    }
+                }
+            }
             IssueKind::Get { page, at_least, route, into } => {
                 let mut fr = frames.frames(&mut node.host);
                 let reply = match into {
@@ -185,6 +215,16 @@ impl<Io, F: Copy + PartialEq, S: Storage, const M: usize, const Q: usize, const 
                 (node.top_version(now, rpc, to, family, scope, Mode::NonBlocking).ok(), None)
             }
         }
+    }
+
+    /// The user requests of `g`'s reads, in its order (`None`: one is not a user's).
+    fn ios_of(&self, g: &Group) -> Option<[&Io; GETPAGES_MAX]> {
+        let first = self.io(*g.reads().first()?)?;
+        let mut ios = [first; GETPAGES_MAX];
+        for (io, &r) in ios.iter_mut().zip(g.reads()) {
+            *io = self.io(r)?;
+        }
+        Some(ios)
     }
 
     /// A completion from the node's host: the store's own operations are handled here

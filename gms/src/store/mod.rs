@@ -13,6 +13,7 @@
 //! - the write and read state machines with their retries ([`mod@write`], [`mod@read`]);
 //! - re-replication of the replicas a failed member held, rate-bounded ([`repair`]);
 //! - read-ahead of sequential reads, into frames it holds ([`ahead`]);
+//! - reads of nearby pages one member holds, asked together as one `GETPAGES` ([`group`]);
 //! - liveness ([`liveness`]: heartbeats, failure, restart, rejoin), which the runtime
 //!   runs beside it and whose events it passes to [`Store::handle_member`].
 //!
@@ -38,6 +39,7 @@
 pub mod ahead;
 pub mod claim;
 pub mod drive;
+pub mod group;
 pub mod liveness;
 pub mod nodes;
 pub mod ops;
@@ -248,6 +250,9 @@ pub enum IssueKind<F> {
         family: u64,
         scope: super::ops::TopScope,
     },
+    /// Replica `k`'s pages of a [`group::Group`] of reads, in one `GETPAGES` from their
+    /// holder (`GmsNode::getpages_hinted`) into the reads' own pages.
+    Gets(group::Group),
 }
 
 /// A GMS operation in flight for a request: its id, and the request's frame lent to it.
@@ -640,7 +645,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
             let i = (self.cursor + step) % n;
             let issue = match &self.reqs[i] {
                 Req::Write(_) => self.poll_write(i, now, lru, coordinator),
-                Req::Read(_) => self.poll_read(i, now),
+                Req::Read(_) => self.poll_read(i, now).map(|get| self.poll_group(i, get, now)),
                 Req::Repair(_) => self.poll_repair(i, now, lru, coordinator),
                 Req::Top(_) => self.poll_top(i),
                 _ => None,

@@ -35,6 +35,11 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
                     IssueKind::Put { .. } => self.stats.puts += 1,
                     IssueKind::Get { .. } => self.stats.gets += 1,
                     IssueKind::Top { .. } => self.stats.top_asks += 1,
+                    IssueKind::Gets(g) => {
+                        self.stats.gets += 1;
+                        self.stats.group_gets += 1;
+                        self.stats.group_reads += g.len() as u64;
+                    }
                 }
             }
             None => self.not_sent(now, issue),
@@ -53,6 +58,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
             (IssueKind::Get { .. }, Some(Req::Read(_))) => self.get_not_sent(i, now),
             (IssueKind::Get { .. }, Some(Req::Repair(_))) => self.repair_ended(i, false),
             (IssueKind::Top { .. }, Some(Req::Top(_))) => self.top_unanswered(i, now),
+            (IssueKind::Gets(_), _) => self.group_not_sent(i, now),
             _ => {}
         }
     }
@@ -142,7 +148,11 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
 
     fn get_done(&mut self, now: u64, op: OpId, result: &GetResult<F>, bytes: Option<&[u8]>) -> bool {
         let Some(i) = self.take_op(op) else { return false };
-        match self.reqs[i] {
+        match &self.reqs[i] {
+            Req::Read(r) if r.lead() == Some(i as u16) => {
+                self.group_done(i, result, now);
+                false
+            }
             Req::Read(_) => self.read_get_done(i, result, now, bytes),
             Req::Repair(_) => self.repair_get_done(i, result, now),
             _ => false,

@@ -36,6 +36,9 @@ enum Step {
     InFlight { from: Option<u16> },
     /// A probe of `node` for replica `replica` in the survey ([`super::survey`]).
     Probing { replica: u8, node: u16 },
+    /// One of the reads of a `GETPAGES` whose operation is read `lead`'s
+    /// ([`super::group`]).
+    Grouped { lead: u16 },
 }
 
 /// Where a read's data lands.
@@ -51,7 +54,7 @@ pub(crate) struct ReadReq<Io> {
     pub(crate) io: Owner<Io>,
     pub(crate) page: u64,
     lands: Lands,
-    k: u8,
+    pub(super) k: u8,
     /// The members asked for replica `k` that have no copy of it.
     asked: NodeSet,
     tries: u8,
@@ -61,6 +64,8 @@ pub(crate) struct ReadReq<Io> {
     silent: bool,
     /// Every member was asked for the page ([`Survey::sweep`]) before it is called lost.
     swept: bool,
+    /// Read page by page from now on: its `GETPAGES` group got no hit, or could not go.
+    solo: bool,
     pub(super) survey: Survey,
     step: Step,
 }
@@ -111,6 +116,7 @@ impl<Io> ReadReq<Io> {
             pass: 0,
             silent: false,
             swept: false,
+            solo: false,
             survey,
             step,
         }
@@ -133,8 +139,42 @@ impl<Io> ReadReq<Io> {
     pub(crate) fn wake(&self) -> Option<u64> {
         match self.step {
             Step::Ready { not_before, .. } => Some(not_before),
-            Step::InFlight { .. } | Step::Probing { .. } => None,
+            Step::InFlight { .. } | Step::Probing { .. } | Step::Grouped { .. } => None,
         }
+    }
+
+    /// The replica a user's read into its own page asks its holder for first, if it may
+    /// go in a `GETPAGES` group ([`super::group`]): its first pass, first try of that
+    /// replica, no member asked and no survey or sweep under way; `sent` whether the read
+    /// was just handed its getpage (the group's first read), else it must be ready `now`.
+    pub(super) fn groupable(&self, sent: bool, now: u64) -> Option<u8> {
+        let fresh = self.tries == 0 && self.pass == 0 && self.asked.is_empty() && !self.swept && !self.solo;
+        let user = matches!(self.io, Owner::User(_)) && self.lands == Lands::Request && !self.survey.sweep;
+        let step = match self.step {
+            Step::InFlight { from: Some(_) } => sent,
+            Step::Ready { not_before } => !sent && not_before <= now,
+            _ => false,
+        };
+        (fresh && user && step).then_some(self.k)
+    }
+
+    /// In the `GETPAGES` group of read `lead`.
+    pub(super) fn join(&mut self, lead: u16) {
+        self.step = Step::Grouped { lead };
+    }
+
+    /// The read whose `GETPAGES` this read is in, if any.
+    pub(super) fn lead(&self) -> Option<u16> {
+        match self.step {
+            Step::Grouped { lead } => Some(lead),
+            _ => None,
+        }
+    }
+
+    /// Its group got no hit (or never went): read alone from `now`, as if just admitted.
+    pub(super) fn alone(&mut self, now: u64) {
+        self.solo = true;
+        self.ready(now);
     }
 }
 
@@ -287,7 +327,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
                     r.survey.unanswered = true;
                     r.ready(later);
                 }
-                Step::Ready { .. } => {}
+                Step::Ready { .. } | Step::Grouped { .. } => {}
             }
         }
     }
@@ -302,7 +342,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
                 self.survey_done(i, replica, node, result, now);
                 return false;
             }
-            Step::Ready { .. } => return false,
+            Step::Ready { .. } | Step::Grouped { .. } => return false,
         };
         let tries = self.cfg.read_tries;
         let Req::Read(r) = &mut self.reqs[i] else { return false };

@@ -36,6 +36,11 @@ pub struct StoreStats {
     /// pages it read whose copy a member knew a newer write of (taken as unreadable).
     pub top_asks: u64,
     pub stale_maps: u64,
+    /// `GETPAGES` sent ([`super::group`]), the reads they carried, and those answered
+    /// with no hit (their reads went on page by page).
+    pub group_gets: u64,
+    pub group_reads: u64,
+    pub group_misses: u64,
 }
 
 impl StoreStats {
@@ -60,6 +65,9 @@ impl StoreStats {
         ahead_hits: 0,
         top_asks: 0,
         stale_maps: 0,
+        group_gets: 0,
+        group_reads: 0,
+        group_misses: 0,
     };
 
     /// Add `o`'s counters to these (a runtime's total over several stores).
@@ -84,5 +92,8 @@ impl StoreStats {
         self.ahead_hits += o.ahead_hits;
         self.top_asks += o.top_asks;
         self.stale_maps += o.stale_maps;
+        self.group_gets += o.group_gets;
+        self.group_reads += o.group_reads;
+        self.group_misses += o.group_misses;
     }
 }

@@ -215,6 +215,7 @@ fn page_of(i: &Issue<u32>) -> PageId {
     match i.kind {
         IssueKind::Put { page, .. } | IssueKind::Get { page, .. } => page,
         IssueKind::Top { .. } => panic!("the test network answers TOPVERSION itself"),
+        IssueKind::Gets(g) => g.first,
     }
 }
 
@@ -428,7 +429,7 @@ fn a_repair_pass_counts_the_lost_replicas_it_could_not_make_again() {
         // The volume's meta pages may be made again from a surviving copy; page 2 not.
         for (op, i) in net.issue(&mut s, now) {
             match i.kind {
-                IssueKind::Get { .. } => {
+                IssueKind::Get { .. } | IssueKind::Gets(_) => {
                     s.handle_get(now, op, &miss());
                 }
                 IssueKind::Put { .. } => stored(&mut s, now, op, &i),
@@ -710,6 +711,7 @@ fn a_replica_left_out_of_a_degraded_write_leaves_its_old_copy_as_a_stray_below_a
 }
 
 mod ahead;
+mod group;
 
 #[test]
 fn a_load_claims_an_epoch_above_the_newest_version_any_member_knows() {
