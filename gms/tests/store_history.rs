@@ -6,7 +6,9 @@
 //! crashes and loads the volume again, the network is cut and healed, and messages are
 //! lost, duplicated (the duplicate reaches NetRPC and GMS) and reordered. In half the
 //! scenarios the store reads ahead ([`gms::store::ahead`]) and most reads are sequential,
-//! so reads are served from copies read ahead, or take over read-aheads under way.
+//! so reads are served from copies read ahead, or take over read-aheads under way. Some
+//! reads come several pages at once (a block request), which the store asks for together
+//! where one member holds them ([`gms::store::group`]: `GETPAGES`).
 //!
 //! Every frame of the simulation is named by the data it carries (a replica's page id and
 //! version), and the checker maps each name back to the user's write it came from. The
@@ -65,6 +67,8 @@ struct SimFrames {
     landed: HashMap<u32, Option<(PageId, u64)>>,
     /// A fetched copy's relabelled twin (freed with it).
     twins: HashMap<Frame, Frame>,
+    /// Group frames armed for a `GETPAGES` reply: each piece's request, in order.
+    groups: HashMap<Frame, Vec<(Frame, u32)>>,
 }
 
 impl SimFrames {
@@ -113,7 +117,22 @@ impl Frames<u32, Frame> for SimFrames {
         Some(self.armed_frame().1)
     }
 
+    /// One group frame over a fresh piece for each request, armed under one token.
+    fn group(&mut self, ios: &[&u32]) -> Option<ReplyTo<Frame>> {
+        let g = self.w.borrow_mut().group(WRITER, ios.len());
+        let pieces = self.w.borrow().groups[&g].clone();
+        self.next_token += 1;
+        self.w.borrow_mut().ipt[WRITER as usize].insert(self.next_token, g);
+        self.groups.insert(g, pieces.into_iter().zip(ios.iter().map(|io| **io)).collect());
+        Some(ReplyTo::Solicited { token: self.next_token, frame: g })
+    }
+
     fn give_back(&mut self, frame: Frame) {
+        // What landed in a group's pieces is each request's (freeing the group frees them).
+        for (piece, io) in self.groups.remove(&frame).unwrap_or_default() {
+            let c = self.w.borrow().frames.get(&piece).and_then(|i| i.contents);
+            self.landed.insert(io, c);
+        }
         if let Some(io) = self.armed.remove(&frame) {
             let c = self.w.borrow().frames.get(&frame).and_then(|i| i.contents);
             self.landed.insert(io, c);
@@ -198,6 +217,10 @@ struct Counts {
     repaired: u64,
     /// Reads served by a read-ahead's copy.
     read_ahead_hits: u64,
+    /// `GETPAGES` the store sent, the reads they carried, and those with no hit.
+    group_gets: u64,
+    group_reads: u64,
+    group_misses: u64,
 }
 
 struct Checker {
@@ -238,6 +261,7 @@ impl Checker {
             armed: HashMap::new(),
             landed: HashMap::new(),
             twins: HashMap::new(),
+            groups: HashMap::new(),
         };
         let lru = gms::epochs::Lru::new(WRITER, gms::epochs::LruConfig::default());
         Checker {
@@ -487,6 +511,14 @@ impl Checker {
         }
     }
 
+    /// The store's `GETPAGES` counts into the run's (before it is replaced, and at the end).
+    fn count_groups(&mut self) {
+        let s = self.store.stats;
+        self.counts.group_gets += s.group_gets;
+        self.counts.group_reads += s.group_reads;
+        self.counts.group_misses += s.group_misses;
+    }
+
     fn mark_cut(&mut self) {
         for r in self.reqs.values_mut() {
             r.cut = true;
@@ -549,10 +581,12 @@ impl Checker {
                 }
             }
             let members: Vec<u16> = self.sim.live().into_iter().filter(|&m| m != WRITER).collect();
+            self.count_groups();
             self.store = Store::new(store_config(self.read_ahead), IDENTITY, WRITER, PAGES, &members).unwrap();
             self.reqs.clear();
             self.frames.armed.clear();
             self.frames.twins.clear();
+            self.frames.groups.clear();
             self.counts.writer_restarts += 1;
             self.loaded = false;
         } else if !self.sim.crashed[WRITER as usize] {
@@ -589,6 +623,8 @@ fn scenario(seed: u64, steps: usize) -> Counts {
         let page = c.sim.rng.below(PAGES);
         match roll {
             0..=149 => c.write(page),
+            // A request of several pages (a block read): they go together as a group.
+            150..=299 if roll % 8 == 1 => (page..page + 2 + roll % 3).for_each(|p| c.read(p % PAGES)),
             150..=299 if read_ahead > 0 && !roll.is_multiple_of(4) => c.read((c.last_read + 1) % PAGES),
             150..=299 => c.read(page),
             300..=306 => {
@@ -690,6 +726,7 @@ fn scenario(seed: u64, steps: usize) -> Counts {
     }
     c.counts.repaired = c.store.stats.repaired;
     c.counts.read_ahead_hits = c.store.stats.ahead_hits;
+    c.count_groups();
     c.counts
 }
 
@@ -708,6 +745,9 @@ impl Counts {
         self.crashes += c.crashes;
         self.repaired += c.repaired;
         self.read_ahead_hits += c.read_ahead_hits;
+        self.group_gets += c.group_gets;
+        self.group_reads += c.group_reads;
+        self.group_misses += c.group_misses;
         self
     }
 }
@@ -722,7 +762,13 @@ fn checked_store_histories() {
     eprintln!("300 scenarios: {c:?}");
     assert!(c.writes_acked > 1000 && c.reads_ok > 1000, "the scenarios did little: {c:?}");
     assert!(
-        c.writer_restarts > 0 && c.crashes > 0 && c.repaired > 0 && c.suspicions > 0 && c.read_ahead_hits > 0,
+        c.writer_restarts > 0
+            && c.crashes > 0
+            && c.repaired > 0
+            && c.suspicions > 0
+            && c.read_ahead_hits > 0
+            && c.group_gets > 0
+            && c.group_misses > 0,
         "faults never happened: {c:?}"
     );
 }
