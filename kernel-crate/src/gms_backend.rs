@@ -14,6 +14,7 @@
 
 use crate::blk::{PageIo, PAGE_BYTES};
 use crate::net::stack::{Client, Core};
+use crate::net::pool::GROUP_FRAMES;
 use crate::net::{now_ns, Frame, KHost, KStorage, MEMBERS, OPS};
 use crate::stats::STATS;
 use crate::sys::boxed::Template;
@@ -302,6 +303,9 @@ impl DiskState {
         STATS.disk_read_ahead_hits.add(s.ahead_hits - p.ahead_hits);
         STATS.disk_top_asks.add(s.top_asks - p.top_asks);
         STATS.disk_stale_maps.add(s.stale_maps - p.stale_maps);
+        STATS.disk_getpages.add(s.group_gets - p.group_gets);
+        STATS.disk_getpages_pages.add(s.group_reads - p.group_reads);
+        STATS.disk_getpages_missed.add(s.group_misses - p.group_misses);
         if s.repair_passes != p.repair_passes {
             STATS.disk_replicas_short.set(s.repair_short);
         }
@@ -349,6 +353,34 @@ impl Frames<PageIo, Frame> for KFrames<'_> {
     }
     fn scratch(&mut self) -> Option<ReplyTo<Frame>> {
         self.host.solicit()
+    }
+    /// The requests' pages lent to the NIC as one group, armed in one IPT entry for a
+    /// `GETPAGES` reply (the NIC scatters it page by page); given back as one.
+    fn group(&mut self, ios: &[&PageIo]) -> Option<ReplyTo<Frame>> {
+        let n = ios.len();
+        if n > GROUP_FRAMES || !self.host.can_lend(n) {
+            return None;
+        }
+        let mut lent = [0 as Frame; GROUP_FRAMES];
+        for (i, io) in ios.iter().enumerate() {
+            match self.host.lend(io) {
+                Some(f) => lent[i] = f,
+                None => {
+                    lent[..i].iter().for_each(|&f| self.host.release(f));
+                    return None;
+                }
+            }
+        }
+        let Some(g) = self.host.group(&lent[..n]) else {
+            lent[..n].iter().for_each(|&f| self.host.release(f));
+            return None;
+        };
+        // Releasing the group gives its pages back.
+        let reply = self.host.arm(g);
+        if reply.is_none() {
+            self.host.release(g);
+        }
+        reply
     }
     fn give_back(&mut self, frame: Frame) {
         give_back(self.host, frame);

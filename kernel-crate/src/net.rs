@@ -236,6 +236,14 @@ impl KHost {
         pool.lend(lent)
     }
 
+    /// One frame naming lent pages `frames` in order (the pool's group), to [`Self::arm`]
+    /// for a reply that fills them all; `None`: no group free. Releasing it gives the
+    /// pages back.
+    pub(crate) fn group(&mut self, frames: &[Frame]) -> Option<Frame> {
+        let pool = self.ep.0.as_mut()?.frames_mut();
+        frames.iter().all(|&f| Pool::is_lent(f)).then(|| pool.group(frames)).flatten()
+    }
+
     /// Arm an IPT entry on frame `f` (a lent page, or a group of them): a solicited reply
     /// lands in it.
     pub(crate) fn arm(&mut self, f: Frame) -> Option<ReplyTo<Frame>> {
