@@ -91,8 +91,9 @@ impl Volumes {
     pub fn new(replicas: u8, pages: u64) -> Volumes {
         // Repairs start at most every 500 µs: 2,000 copies (16.4 MB) a second, the
         // bound gmsd kept before it ran the store (`repair_mb_s`, BENCHMARKS.md).
-        let cfg =
-            StoreConfig { replicas, page_bytes: PAGE_BYTES as u32, repair_gap_ns: 500_000, ..StoreConfig::DEFAULT };
+        // Reads of nearby pages go four at a time: one reply fills the daemon's MTU.
+        let (page_bytes, group_pages) = (PAGE_BYTES as u32, trapeze_node::gms::GROUP_PAGES);
+        let cfg = StoreConfig { replicas, page_bytes, group_pages, repair_gap_ns: 500_000, ..StoreConfig::DEFAULT };
         Volumes { cfg, pages, open: BTreeMap::new(), closed: StoreStats::ZERO }
     }
 

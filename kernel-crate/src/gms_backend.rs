@@ -28,9 +28,10 @@ use kernel::prelude::*;
 /// The runtime's core with the disk as its client (`None` until `/dev/gms0` exists).
 pub(crate) type DiskCore = Core<Option<KBox<DiskState>>>;
 
-/// Requests the store runs at once (two of them kept for its meta pages): with two
-/// replicas, as many puts as GMS has operation slots.
-const REQUESTS: usize = 20;
+/// Requests the store runs at once (two of them kept for its meta pages): more than GMS
+/// has operation slots, as reads asked together take one for up to eight pages
+/// (`GETPAGES`); [`issue`] admits a page only while its operations would find slots.
+const REQUESTS: usize = 36;
 /// GMS operation slots the disk leaves to others (tests, heartbeats).
 const OPS_RESERVE: usize = 4;
 /// Pages queued at most: blk-mq's queue depth × pages per request.
@@ -492,20 +493,29 @@ pub(crate) fn issue(c: &mut DiskCore, now: u64) -> bool {
         // The store's own loop (`gms::store::drive`); a getpage answered inside a call
         // completes through the host and is handed in when the core settles.
         sent |= store.issue(now, node, rpc, lru, &mut KFramesIn { meta: &mut meta[..] });
-        // The next page, while every replica of it finds an operation slot and a lend.
-        let room = node.ops_in_use() + OPS_RESERVE + replicas <= OPS && node.host.can_lend(replicas);
-        if !room || d.queued == 0 {
-            break;
-        }
-        let Some((page, io, write)) = d.pop() else { break };
-        let r = if write { d.store.write(now, page, io) } else { d.store.read(now, page, io) };
-        match r {
-            Ok(_) => {}
-            Err((io, StoreError::Busy)) => {
-                d.unpop((page, io, write));
+        // The next pages, while every replica of each finds an operation slot and a lend
+        // beside those admitted before it: reads admitted together are asked together
+        // where one member holds them (`GETPAGES`, `gms::store::group`).
+        let mut admitted = 0;
+        loop {
+            let need = admitted + replicas;
+            let room = node.ops_in_use() + OPS_RESERVE + need <= OPS && node.host.can_lend(need);
+            if !room || d.queued == 0 {
                 break;
             }
-            Err((io, e)) => d.ended(io, Outcome::Failed(e)),
+            let Some((page, io, write)) = d.pop() else { break };
+            let r = if write { d.store.write(now, page, io) } else { d.store.read(now, page, io) };
+            match r {
+                Ok(_) => admitted += if write { replicas } else { 1 },
+                Err((io, StoreError::Busy)) => {
+                    d.unpop((page, io, write));
+                    break;
+                }
+                Err((io, e)) => d.ended(io, Outcome::Failed(e)),
+            }
+        }
+        if admitted == 0 {
+            break;
         }
     }
     d.drain(&mut node.host);

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! The client core (`gms::store`) on user-space ports over real virtual NICs: a volume is
-//! written with two copies of each page and read back byte for byte; a reload of the
+//! written with two copies of each page and read back byte for byte (reads of nearby pages
+//! one member holds go together, as `GETPAGES` into the requests' frames); a reload of the
 //! volume finds what was written (and reads a page never written as zeros); a second
 //! load of the same identity on another node while the first is live is refused, naming
 //! the owner.
@@ -8,7 +9,7 @@
 use gms::prelude::*;
 use gms::store::{Outcome, Phase, StoreConfig, StoreError};
 use std::time::{Duration, Instant};
-use trapeze_node::gms::{page_pattern, Cluster, StoreIo, UserStore};
+use trapeze_node::gms::{page_pattern, Cluster, StoreIo, UserStore, GROUP_PAGES};
 use trapeze_node::rpc::FRAME_BYTES;
 
 const IDENTITY: u64 = 0x7e57_0001;
@@ -36,7 +37,8 @@ struct Client {
 
 impl Client {
     fn load(cl: &Cluster, at: usize) -> Client {
-        let cfg = StoreConfig { replicas: 2, page_bytes: FRAME_BYTES, ..StoreConfig::DEFAULT };
+        let cfg =
+            StoreConfig { replicas: 2, page_bytes: FRAME_BYTES, group_pages: GROUP_PAGES, ..StoreConfig::DEFAULT };
         let others: Vec<u16> = (0..cl.ports.len() as u16).filter(|&n| n != at as u16).collect();
         let store = UserStore::new(cfg, IDENTITY, at as u16, PAGES, &others).expect("a store");
         Client { at, store }
@@ -111,6 +113,10 @@ fn a_volume_on_user_space_ports_writes_reads_and_reloads() {
     };
     check(all(&mut c, &mut cl, &every, false));
     assert_eq!(c.store.stats.lost, 0);
+    // Reads of nearby pages one member holds went together, into the requests' frames.
+    let st = c.store.stats;
+    assert!(st.group_gets > 0 && st.group_reads > st.group_gets, "no GETPAGES: {st:?}");
+    eprintln!("GETPAGES: {} carrying {} reads, {} without a hit", st.group_gets, st.group_reads, st.group_misses);
 
     // Another node loading the same identity while node 0's load is live is refused.
     let mut other = Client::load(&cl, 1);

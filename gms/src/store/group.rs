@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! Reads of nearby pages asked together: when a user's read is about to ask the member
 //! that holds its replica, the other user reads ready to ask that same member for the
-//! same replica of pages within [`GETPAGES_SPAN`] above it join it, up to
-//! [`GETPAGES_MAX`] in all, and go as one `GETPAGES` ([`crate::getpages`]): one round
+//! same replica of pages within [`GETPAGES_SPAN`] join it, up to
+//! [`StoreConfig::group_pages`](super::StoreConfig::group_pages) ([`GETPAGES_MAX`] at
+//! most) in all, and go as one `GETPAGES` ([`crate::getpages`]): one round
 //! trip, its reply scattered into the reads' own pages, which the runtime arms as one
 //! reply target ([`super::drive::Frames::group`]).
 //!
@@ -71,7 +72,8 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         let IssueKind::Get { route: Route::Holder { node: holder, .. }, into: Data::Request, .. } = get else {
             return get;
         };
-        let Some((k, page)) = self.group_lead(i, now) else { return get };
+        let most = usize::from(self.cfg.group_pages).min(GETPAGES_MAX);
+        let Some((k, page)) = self.group_lead(i, now).filter(|_| most > 1) else { return get };
         let Some(known) = self.groupable_page(page, k, holder) else { return get };
         let others = || self.joiners(i, k, holder, known, now);
         let base = others().map(|(p, ..)| p).filter(|&p| p < page && page - p < GETPAGES_SPAN).fold(page, u64::min);
@@ -82,10 +84,10 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
             if picked[..n].iter().any(|x| x.0 == p) {
                 continue;
             }
-            if n < GETPAGES_MAX {
+            if n < most {
                 picked[n] = (p, j, v);
                 n += 1;
-            } else if let Some(x) = picked[1..].iter_mut().filter(|x| x.0 > p).max_by_key(|x| x.0) {
+            } else if let Some(x) = picked[1..n].iter_mut().filter(|x| x.0 > p).max_by_key(|x| x.0) {
                 *x = (p, j, v);
             }
         }

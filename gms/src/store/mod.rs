@@ -98,6 +98,10 @@ pub struct StoreConfig {
     pub page_bytes: u32,
     /// Pages read ahead of sequential reads (0: off; at most [`ahead::MAX_AHEAD`]).
     pub read_ahead: u8,
+    /// Reads asked together in one `GETPAGES` at most ([`group`]; 0 or 1: every read
+    /// alone; at most `GETPAGES_MAX`): as many pages as the runtime's NIC takes in one
+    /// reply.
+    pub group_pages: u8,
 }
 
 impl Default for StoreConfig {
@@ -123,6 +127,7 @@ impl StoreConfig {
             repair_gap_ns: 1_000_000,
             page_bytes: 4096,
             read_ahead: 0,
+            group_pages: super::ops::GETPAGES_MAX as u8,
         }
     };
 }

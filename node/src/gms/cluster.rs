@@ -138,7 +138,9 @@ impl Cluster {
                 .dma
                 .register("gms", DEFAULT_REGION_BASE, region.clone(), 0, bytes as u64)
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
-            let cfg = EndpointConfig { node_id: id, mtu: FRAME_BYTES, ..EndpointConfig::default() };
+            // Four pages in one reply, as gmsd's: a `GETPAGES` of four (`gms::store::group`).
+            let cfg =
+                EndpointConfig { node_id: id, mtu: u32::from(GROUP_PAGES) * FRAME_BYTES, ..EndpointConfig::default() };
             let rcfg = Config { call_timeout: CALL_TIMEOUT_NS, nonblocking_timeout: Some(CALL_TIMEOUT_NS) };
             let gcfg = GmsConfig { budget, ..gms_cfg };
             let seed = [id as u64 + 1, 77];

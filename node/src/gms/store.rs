@@ -15,11 +15,17 @@
 use super::host::{Landing, PortHost};
 use super::GmsPort;
 use crate::rpc::{Frame, Frames, FRAME_BYTES};
+use gms::ops::GETPAGES_MAX;
 use gms::prelude::*;
 use gms::store::drive::{Frames as StoreFramesTrait, FramesIn};
 use gms::store::{Finished, Outcome};
 use netrpc::prelude::ReplyTo;
 use trapeze_runtime::storage::Heap;
+
+/// Reads a user-space store asks in one `GETPAGES` at most (`StoreConfig::group_pages`):
+/// as many frames as one reply carries on gmsd's and the test cluster's NICs (MTU four
+/// frames).
+pub const GROUP_PAGES: u8 = 4;
 
 /// Requests a user-space store runs at once (two kept for its meta pages).
 pub const STORE_REQUESTS: usize = 34;
@@ -53,6 +59,18 @@ impl<Io: StoreIo> FramesIn<Io, Frame, PortHost> for StoreFrames {
 }
 
 impl PortFrames<'_> {
+    /// A group that could not be armed: the group `g` ended, the frames taken for it
+    /// (`fresh`) freed. `None`.
+    fn unwind(&mut self, frames: &[Frame], fresh: &[bool], g: Option<Frame>) -> Option<ReplyTo<Frame>> {
+        if let Some(g) = g {
+            self.pool.free(g);
+        }
+        for (&f, _) in frames.iter().zip(fresh).filter(|(_, &new)| new) {
+            self.pool.free(f);
+        }
+        None
+    }
+
     /// A pool frame holding `write`'s bytes (the rest of the page zeros).
     fn filled(&mut self, write: impl FnOnce(&mut [u8])) -> Option<Frame> {
         let f = self.pool.alloc()?;
@@ -100,6 +118,32 @@ impl<Io: StoreIo> StoreFramesTrait<Io, Frame> for PortFrames<'_> {
 
     fn scratch(&mut self) -> Option<ReplyTo<Frame>> {
         self.pool.solicit()
+    }
+
+    /// The requests' landing frames (each request's own, as for [`Self::arm`]) as one
+    /// group of the region's, armed for a `GETPAGES` reply; the group ends when it is
+    /// given back, the frames staying the requests'.
+    fn group(&mut self, ios: &[&Io]) -> Option<ReplyTo<Frame>> {
+        let n = ios.len();
+        if n > GETPAGES_MAX {
+            return None;
+        }
+        let (mut frames, mut fresh) = ([0 as Frame; GETPAGES_MAX], [false; GETPAGES_MAX]);
+        for (i, io) in ios.iter().enumerate() {
+            match self.st.landing.get(&io.key()).copied().or_else(|| self.pool.alloc().inspect(|_| fresh[i] = true)) {
+                Some(f) => frames[i] = f,
+                None => return self.unwind(&frames[..i], &fresh[..i], None),
+            }
+        }
+        let Some(g) = self.pool.frames_mut().group(&frames[..n], FRAME_BYTES) else {
+            return self.unwind(&frames[..n], &fresh[..n], None);
+        };
+        let Ok(token) = self.pool.arm(g) else { return self.unwind(&frames[..n], &fresh[..n], Some(g)) };
+        for (io, &f) in ios.iter().zip(&frames[..n]) {
+            self.st.landing.insert(io.key(), f);
+            self.st.owner.insert(f, io.key());
+        }
+        Some(ReplyTo::Solicited { token: token.0, frame: g })
     }
 
     fn give_back(&mut self, frame: Frame) {
