@@ -55,7 +55,7 @@ pub use cluster::{Cluster, NodeView, Servers, VIEW_EVERY_NS};
 pub use gms::replica::{default_replicas, replica, MAX_REPLICAS};
 pub use host::PortHost;
 pub use read::{Got, ReadInto, Source};
-pub use store::{StoreFrames, StoreIo, UserStore, STORE_REQUESTS};
+pub use store::{StoreFrames, StoreIo, UserStore, GROUP_PAGES, STORE_REQUESTS};
 
 use completions::{Finished, Pending};
 
