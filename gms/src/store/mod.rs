@@ -98,9 +98,8 @@ pub struct StoreConfig {
     pub page_bytes: u32,
     /// Pages read ahead of sequential reads (0: off; at most [`ahead::MAX_AHEAD`]).
     pub read_ahead: u8,
-    /// Reads asked together in one `GETPAGES` at most ([`group`]; 0 or 1: every read
-    /// alone; at most `GETPAGES_MAX`): as many pages as the runtime's NIC takes in one
-    /// reply.
+    /// Reads asked together in one `GETPAGES` at most ([`group`]; 0 or 1: each alone; at
+    /// most `GETPAGES_MAX`): the pages one reply to the runtime's NIC holds.
     pub group_pages: u8,
 }
 
@@ -255,8 +254,7 @@ pub enum IssueKind<F> {
         family: u64,
         scope: super::ops::TopScope,
     },
-    /// Replica `k`'s pages of a [`group::Group`] of reads, in one `GETPAGES` from their
-    /// holder (`GmsNode::getpages_hinted`) into the reads' own pages.
+    /// A [`group::Group`] of reads in one `GETPAGES` (`GmsNode::getpages_hinted`).
     Gets(group::Group),
 }
 
