@@ -13,8 +13,8 @@
 //! functions from blk-mq's `queue_rq`, the poll loop and the ticker.
 
 use crate::blk::{PageIo, PAGE_BYTES};
-use crate::net::stack::{Client, Core};
 use crate::net::pool::GROUP_FRAMES;
+use crate::net::stack::{Client, Core};
 use crate::net::{now_ns, Frame, KHost, KStorage, MEMBERS, OPS};
 use crate::stats::STATS;
 use crate::sys::boxed::Template;
