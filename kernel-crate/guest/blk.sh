@@ -41,15 +41,15 @@ refused() { # refused PARAM=VALUE: insmod fails and the log names PARAM=VALUE ou
         rmmod trapeze
         return 1
     fi
-    dmesg | tail -5 | grep -q "$1 is out of range"
+    dmesg | tail -10 | grep -q "$1 is out of range"
 }
 for p in gms_budget_pages=999999 gms_budget_pages=-1 gms_budget_mb=1025 "gms_budget_mb=4 gms_budget_pages=100" gms_dir_pages=-1 gms_dir_pages=2000000 \
     gms_disk_readahead=33 gms_disk_pages=-2 gms_replicas=5 gms_replicas=-1 gms_disk_direct_reads=2 \
     gms_disk_pages=99999999 node=-2 node=65535 gms_fail_ms=10 gms_disk_mb=-1 gms_nodes=0,64; do
     case $p in
-    gms_nodes=*) check "insmod $p refused, named in the log" sh -c "! insmod $ko $p 2>/dev/null && dmesg | tail -3 | grep -q 'gms_nodes=\"0,64\": node 64 is past the ids GMS liveness covers'" ;;
-    gms_disk_mb=*) check "insmod $p refused" sh -c "! insmod $ko $p 2>/dev/null && dmesg | tail -3 | grep -q 'gms_disk_mb=-1: must be'" ;;
-    *" "*) check "insmod $p refused" sh -c "! insmod $ko $p 2>/dev/null && dmesg | tail -3 | grep -q 'both given'" ;;
+    gms_nodes=*) check "insmod $p refused, named in the log" sh -c "! insmod $ko $p 2>/dev/null && dmesg | tail -10 | grep -q 'gms_nodes=\"0,64\": node 64 is past the ids GMS liveness covers'" ;;
+    gms_disk_mb=*) check "insmod $p refused" sh -c "! insmod $ko $p 2>/dev/null && dmesg | tail -10 | grep -q 'gms_disk_mb=-1: must be'" ;;
+    *" "*) check "insmod $p refused" sh -c "! insmod $ko $p 2>/dev/null && dmesg | tail -10 | grep -q 'both given'" ;;
     *) check "insmod $p refused, named in the log" refused "$p" ;;
     esac
 done

@@ -496,11 +496,14 @@ pub(crate) fn issue(c: &mut DiskCore, now: u64) -> bool {
         // The next pages, while every replica of each finds an operation slot and a lend
         // beside those admitted before it: reads admitted together are asked together
         // where one member holds them (`GETPAGES`, `gms::store::group`).
+        // With read-ahead on, user requests leave the store half its table: it reads ahead
+        // only then (`gms::store::ahead`), and batches would otherwise fill it.
+        let cap = if d.store.config().read_ahead > 0 { REQUESTS / 2 - 1 } else { REQUESTS };
         let mut admitted = 0;
         loop {
             let need = admitted + replicas;
             let room = node.ops_in_use() + OPS_RESERVE + need <= OPS && node.host.can_lend(need);
-            if !room || d.queued == 0 {
+            if !room || d.queued == 0 || d.store.user_requests() >= cap {
                 break;
             }
             let Some((page, io, write)) = d.pop() else { break };
