@@ -31,6 +31,7 @@ use super::super::net::storage::Storage;
 use super::super::ops::TopScope;
 use super::super::top::family;
 use super::super::types::{OpId, TopResult};
+use super::nodes::NodeSet;
 use super::record::Clock;
 use super::{IssueKind, Phase, Req, Store};
 
@@ -51,10 +52,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         }
         let askable = |n: u16| n == self.me || self.members.contains(n);
         let at = self.top_at.filter(|&(n, _)| askable(n));
-        let next = at.or_else(|| {
-            let first = [self.me].into_iter().chain(self.members.iter()).find(|&n| !self.top_asked.contains(n));
-            first.map(|n| (n, 0))
-        });
+        let next = at.or_else(|| self.unasked(self.top_asked).map(|n| (n, 0)));
         let Some((node, from)) = next else {
             // Every member answered; so did every member declared failed since, or it
             // restarted: nothing of the volume is on a member left unasked.
@@ -75,12 +73,16 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         if now < self.load_at || self.meta_req_running() {
             return;
         }
-        let next = [self.me].into_iter().chain(self.members.iter()).find(|&n| !self.map_asked.contains(n));
-        let Some(node) = next else { return self.after_map(m) };
+        let Some(node) = self.unasked(self.map_asked) else { return self.after_map(m) };
         let page = self.page_id(self.pages + m, 0).page;
         if let Some(slot) = self.free_slot() {
             self.reqs[slot] = Req::Top(TopAsk { node, scope: TopScope::Page(page), sent: false });
         }
+    }
+
+    /// This node, then each member, that is not in `asked`.
+    fn unasked(&self, asked: NodeSet) -> Option<u16> {
+        [self.me].into_iter().chain(self.members.iter()).find(|&n| !asked.contains(n))
     }
 
     /// Request `i`'s question, if it is still to be sent.
