@@ -79,8 +79,9 @@ pub(crate) struct Survey {
     /// The newest copy of each replica found: (version, member).
     pub(super) best: [Option<(Version, u16)>; MAX_REPLICAS as usize],
     pub(super) done: bool,
-    /// A member did not answer its probe: that nothing was found proves nothing.
-    pub(super) unanswered: bool,
+    /// The members that did not answer their probe: that nothing was found there proves
+    /// nothing.
+    pub(super) unanswered: NodeSet,
     /// Every written replica is asked for, not only the unknown ones: the read found no
     /// copy where the store knew of one, and GMS may have moved one where it never heard.
     pub(super) sweep: bool,
@@ -261,11 +262,15 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         });
         // Copies an earlier load left are somewhere unknown: worth the passes too.
         let unknown = entries().any(|e| e.replica == Replica::Unknown);
-        // A site of it is a member declared failed that may be heard again.
-        let departed = entries().any(|e| !e.sites.intersect(self.departed).is_empty());
+        // A site of it is a member declared failed that may be heard again (where copies
+        // an earlier load left are is unknown: any such member may hold one).
+        let departed = entries().any(|e| {
+            let sites = if e.replica == Replica::Unknown { NodeSet::ALL } else { e.sites };
+            !sites.intersect(self.departed).is_empty()
+        });
         // A member asked did not answer, or refused this node as outside its view (this
         // node may be suspected, and admitted again): nothing is proven yet.
-        let silent = matches!(&self.reqs[i], Req::Read(r) if r.silent || r.survey.unanswered);
+        let silent = matches!(&self.reqs[i], Req::Read(r) if r.silent || !r.survey.unanswered.is_empty());
         let outcome = if !written {
             self.stats.zero_reads += 1;
             Outcome::Zero
@@ -324,7 +329,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
                 // A probe not sent: what that member holds is unknown.
                 Step::Probing { node, .. } => {
                     r.survey.asked.insert(node);
-                    r.survey.unanswered = true;
+                    r.survey.unanswered.insert(node);
                     r.ready(later);
                 }
                 Step::Ready { .. } | Step::Grouped { .. } => {}

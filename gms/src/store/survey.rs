@@ -13,7 +13,10 @@
 //! a write's copies share a generation, whatever their puts again), so the newest
 //! generation found at the floor or newer is that write or a newer one. A replica whose
 //! best copy is of an older generation is recorded lost at the newest: never read, and
-//! made again by re-replication, which starts at once. The label is the exception: an
+//! made again by re-replication, which starts at once. Its sites are the members that may
+//! hold a copy the survey did not see — one that did not answer, one declared failed
+//! since the load began (it may only be suspected) — so a read asks them once they are
+//! heard again, and until then ends `Unreachable`, not `Lost`. The label is the exception: an
 //! older label is still the volume's (a newer claim whose copies died never reached
 //! `Ready`, or the epochs it used are skipped: the load claims one above every label
 //! copy it saw). Nothing found anywhere: the
@@ -83,7 +86,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
             }
             (GetResult::Miss { reason: MissReason::NotCached, .. }, _) => {}
             // No answer: what that member holds is unknown.
-            _ => s.unanswered = true,
+            _ => s.unanswered.insert(node),
         }
         s.asked.insert(node);
         r.ready(now);
@@ -94,6 +97,9 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         let Req::Read(r) = &mut self.reqs[i] else { return };
         r.survey.done = true;
         let best = r.survey.best;
+        // Members that may hold a copy nobody saw: one that did not answer, and one
+        // declared failed (not asked) that may only be suspected.
+        let unseen = r.survey.unanswered.union(self.departed);
         let known = (0..self.cfg.replicas).filter_map(|k| self.entry(page, k)).filter_map(|e| e.replica.version());
         let found = best.iter().flatten().map(|(v, _)| *v);
         let Some(newest) = known.chain(found).max() else { return };
@@ -125,6 +131,8 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
                 _ => {
                     let base = Version(generation << RETRY_BITS);
                     self.entries[at].replica = Replica::Lost { version: base };
+                    // They are its sites: reads ask them once they are members again.
+                    self.entries[at].sites = self.entries[at].sites.union(unseen);
                     short = true;
                 }
             }

@@ -347,42 +347,6 @@ fn a_second_request_on_a_page_being_written_waits() {
     assert!(s.read(0, 2, 4).is_ok());
 }
 
-/// Write pages 1 and 2 on a fresh volume; then load it again (another load of the same
-/// identity on node 0, its pages' holders all gone).
-fn reloaded(net: &mut Net) -> S {
-    let mut a = store_on(net, StoreConfig::default(), 0, &[1, 2, 3]);
-    write_all(&mut a, net, 1, 1);
-    write_all(&mut a, net, 2, 2);
-    let last = a.entry(2, 0).unwrap().replica.version().unwrap();
-    let b = store_on(net, StoreConfig::default(), 0, &[1, 2, 3]);
-    assert_eq!(b.phase(), Phase::Ready);
-    assert!(b.epoch() > a.epoch());
-    let mut c = b;
-    let v = c.clock.tick();
-    assert!(v > last, "a reload's versions are above every earlier load's");
-    c
-}
-
-#[test]
-fn after_a_reload_a_written_page_with_no_copy_fails_and_an_unwritten_one_is_zeros() {
-    let mut net = Net::new();
-    let mut s = reloaded(&mut net);
-    assert!(s.is_written(1) && s.is_written(2) && !s.is_written(3));
-    s.read(0, 3, 30).unwrap();
-    assert!(net.issue(&mut s, 0).is_empty());
-    assert_eq!(done(&mut s), Some((30, Outcome::Zero)));
-    s.read(0, 1, 10).unwrap();
-    let floor = s.floor(1);
-    assert!(floor > Version(1), "the first load's write set the page's floor");
-    let d = until_done(&mut s, &mut net, 0, |_, i| {
-        // Each member is asked for an earlier load's copy at the floor or newer, then
-        // the directory.
-        assert!(matches!(i.kind, IssueKind::Get { at_least, .. } if at_least == floor));
-        miss()
-    });
-    assert_eq!(d, (10, Outcome::Failed(StoreError::Lost)), "never zeros for a written page");
-}
-
 #[test]
 fn a_second_load_of_an_identity_a_live_member_owns_is_refused() {
     let mut net = Net::new();
@@ -712,6 +676,7 @@ fn a_replica_left_out_of_a_degraded_write_leaves_its_old_copy_as_a_stray_below_a
 
 mod ahead;
 mod group;
+mod survey;
 
 #[test]
 fn a_load_claims_an_epoch_above_the_newest_version_any_member_knows() {
