@@ -127,22 +127,18 @@ impl<
             (h, known, 0)
         } else if dir == self.id {
             // The requester is the directory node: look up here, ask the site directly.
-            match self.dir.named(&page).filter(|&(_, v, _)| v >= known) {
-                None => {
+            match self.named_at(&page, known) {
+                Err(reason) => {
                     self.stats.misses += 1;
-                    let reason = match self.dir.named(&page).is_none() && self.rebuilding(&page) {
-                        true => MissReason::Rebuilding,
-                        false => MissReason::NotCached,
-                    };
                     self.finish(i, OpResult::Get(GetResult::Miss { reason, frame: caller_frame }));
                     return Ok(id);
                 }
-                Some((site, v, seq)) if site == self.id => {
+                Ok((site, v, seq)) if site == self.id => {
                     let r = self.local_hit(page, v, seq, caller_frame);
                     self.finish(i, OpResult::Get(r));
                     return Ok(id);
                 }
-                Some((site, v, seq)) => {
+                Ok((site, v, seq)) => {
                     flags |= GET_DIRECT;
                     (site, v, seq)
                 }

@@ -24,7 +24,7 @@ use super::node::{let_go, GmsNode, Held, HeldState, Host};
 use super::ops::*;
 use super::page::Version;
 use super::slots::{OpKind, OpState, TaskKind};
-use super::types::{GmsStats, ReadPolicy};
+use super::types::{GmsStats, MissReason, ReadPolicy};
 
 impl<
         F: Copy + PartialEq,
@@ -268,14 +268,12 @@ impl<
             return self.get_answer(GetStatus::Miss, &req, Version(0), 0);
         }
         // A requester's `want` is the version it knows of: an older copy is no answer.
-        match self.dir.named(&req.page).filter(|&(_, v, _)| v >= req.want) {
-            None if self.dir.named(&req.page).is_none() && self.rebuilding(&req.page) => {
-                self.get_answer(GetStatus::Rebuilding, &req, Version(0), 0)
-            }
-            None => self.get_answer(GetStatus::Miss, &req, Version(0), 0),
-            Some((site, v, seq)) if site == inc.token.origin => self.get_answer(GetStatus::Local, &req, v, seq),
-            Some((site, v, seq)) if site == self.id => self.serve_as_site(&GetReq { want: v, seq, ..req }, true),
-            Some((site, v, seq)) => {
+        match self.named_at(&req.page, req.want) {
+            Err(MissReason::Rebuilding) => self.get_answer(GetStatus::Rebuilding, &req, Version(0), 0),
+            Err(_) => self.get_answer(GetStatus::Miss, &req, Version(0), 0),
+            Ok((site, v, seq)) if site == inc.token.origin => self.get_answer(GetStatus::Local, &req, v, seq),
+            Ok((site, v, seq)) if site == self.id => self.serve_as_site(&GetReq { want: v, seq, ..req }, true),
+            Ok((site, v, seq)) => {
                 self.stats.gets_delegated += 1;
                 match Body::encode(&GetReq { want: v, seq, ..req }) {
                     Ok(body) => Action::Delegate { to: site, body },

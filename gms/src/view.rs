@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! Membership changes at a node (view, join, failure, leave) and what each one invalidates.
 
-use super::directory::NO_SITE;
+use super::directory::{Named, NO_SITE};
 use super::members::Members;
 use super::net::prelude::*;
 use super::net::storage::Storage;
 use super::node::{let_go, GmsNode, HeldState, Host, Rebuild};
 use super::ops::PutStatus;
-use super::page::PageId;
+use super::page::{PageId, Version};
 use super::slots::{OpState, TaskKind, TaskState};
 use super::table::Scan;
 use super::types::*;
@@ -276,6 +276,17 @@ impl<
                 self.now < since.saturating_add(self.cfg.rebuild_window) && before.directory_of(page) != Some(self.id)
             }
             Rebuild::Settled => false,
+        }
+    }
+
+    /// This node's directory entry for `page` at `want` or newer: the site, version and
+    /// copy identity it names, or why none (`Rebuilding`: no entry while it is rebuilt).
+    pub(super) fn named_at(&self, page: &PageId, want: Version) -> Result<Named, MissReason> {
+        match self.dir.named(page) {
+            Some(named) if named.1 >= want => Ok(named),
+            Some(_) => Err(MissReason::NotCached),
+            None if self.rebuilding(page) => Err(MissReason::Rebuilding),
+            None => Err(MissReason::NotCached),
         }
     }
 }
