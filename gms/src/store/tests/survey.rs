@@ -40,6 +40,18 @@ fn after_a_reload_a_written_page_with_no_copy_fails_and_an_unwritten_one_is_zero
     assert_eq!(d, (10, Outcome::Failed(StoreError::Lost)), "never zeros for a written page");
 }
 
+/// A user read's getpage hits at `v` when it asks member `node` for `replica`, else misses.
+fn only(node: u16, replica: u8, v: Version) -> impl FnMut(&S, &Issue<u32>) -> GetResult<u32> {
+    move |s, i| match i.kind {
+        IssueKind::Get { page, route: Route::Holder { node: n, .. }, into: Data::Request, .. }
+            if n == node && s.replica_of(page) == replica =>
+        {
+            hit(0, v.0)
+        }
+        _ => miss(),
+    }
+}
+
 #[test]
 fn a_replica_the_survey_did_not_find_keeps_a_suspected_member_as_its_site() {
     let mut net = Net::new();
@@ -49,14 +61,7 @@ fn a_replica_the_survey_did_not_find_keeps_a_suspected_member_as_its_site() {
     s.handle_member(0, Event::Failed(3));
     s.read(0, 1, 10).unwrap();
     // Member 1 has replica 0's copy; no member asked has replica 1's.
-    let d = until_done(&mut s, &mut net, 0, |s, i| match i.kind {
-        IssueKind::Get { page, route: Route::Holder { node: 1, .. }, into: Data::Request, .. }
-            if s.replica_of(page) == 0 =>
-        {
-            hit(0, v.0)
-        }
-        _ => miss(),
-    });
+    let d = until_done(&mut s, &mut net, 0, only(1, 0, v));
     assert_eq!(d, (10, Outcome::Read { version: v }));
     let e = s.entry(1, 1).unwrap();
     assert!(matches!(e.replica, record::Replica::Lost { .. }) && e.sites.contains(3), "{e:?}");
@@ -68,13 +73,6 @@ fn a_replica_the_survey_did_not_find_keeps_a_suspected_member_as_its_site() {
     // Member 3 is heard again: it is asked for its copy.
     s.handle_member(2, Event::Joined(3));
     s.read(2, 1, 12).unwrap();
-    let d = until_done(&mut s, &mut net, 2, |s, i| match i.kind {
-        IssueKind::Get { page, route: Route::Holder { node: 3, .. }, into: Data::Request, .. }
-            if s.replica_of(page) == 1 =>
-        {
-            hit(0, v.0)
-        }
-        _ => miss(),
-    });
+    let d = until_done(&mut s, &mut net, 2, only(3, 1, v));
     assert_eq!(d, (12, Outcome::Read { version: v }));
 }
