@@ -8,7 +8,7 @@
 //! command's end is reported back — so the commands of several requests and cleanings are
 //! in flight together ([`CachedVolume::write_many`]).
 
-use crate::client::{copy_out, finish_flight, send_read, send_write, Client, Flight};
+use crate::client::{copy_out, send_read, send_write, Client, Flight};
 use crate::proto::{FlushOp, Range, BLOCK_BYTES};
 use anyhow::{anyhow, bail};
 use gms::cached::{BlockFault, Buf, Cache, CachedError, Command, Config, Dirt, Done, Got, Served, Stats};
@@ -181,6 +181,7 @@ impl CachedVolume {
             self.done.insert(io, result);
         }
         self.gms.poll();
+        self.block.poll_holds();
         self.block.station.port.poll();
         self.reap();
         Ok(())
@@ -309,22 +310,20 @@ impl CachedVolume {
                     copy_out(&mut rpc.node.frames, &flight.frames, BLOCK_BYTES, 0, &mut data);
                     *self.buf(buf) = data;
                 }
-                let Some(Flying::Read { flight, .. }) = self.flying.get(&job) else { return None };
-                finish_flight(&mut self.block.station.port.node.frames, flight, ok);
                 Ended::Block(outcome.map(|_| ()).map_err(fault_of))
             }
             Flying::Write(flight) => {
                 let outcome = rpc.rpc.take_outcome(flight.call)?;
-                // The payload's send is over once its call ended.
-                for &f in &flight.frames {
-                    rpc.node.frames.retire(f);
-                }
-                rpc.node.frames.tag_limbo();
                 Ended::Block(outcome.map(|_| ()).map_err(fault_of))
             }
             Flying::Flush(call) => Ended::Block(rpc.rpc.take_outcome(*call)?.map(|_| ()).map_err(fault_of)),
         };
-        self.flying.remove(&job);
+        // A block call's frames go back as `crate::hold` says (a late reply may still land
+        // in a read's; a write's request may not have left yet).
+        let ok = matches!(e, Ended::Block(Ok(())));
+        if let Some(Flying::Read { flight, .. } | Flying::Write(flight)) = self.flying.remove(&job) {
+            self.block.end_flight(flight, ok);
+        }
         Some(e)
     }
 }

@@ -47,6 +47,7 @@ pub mod cached;
 pub mod client;
 pub mod disk;
 pub mod frameio;
+mod hold;
 pub mod model;
 pub mod proto;
 pub mod server;

@@ -11,9 +11,11 @@
 //! reply frames into the ahead slot's buffer as it lands, so a window of data held ahead
 //! holds no frames, IPT entries or reply groups (the port has 64 of those). Read chunks
 //! are at most 32 KiB (any block multiple up to that fits one reply's frames), write
-//! chunks one frame.
+//! chunks one frame. A call's frames go back to the pool only once the NIC can no longer
+//! touch them (the `hold` module): a fetch given up on may still have its reply landing.
 
-use crate::client::{copy_out, error_of, finish_flight, send_read, send_write, Flight, NoService, SPIN, TRIES};
+use crate::client::{copy_out, error_of, send_read, send_write, Flight, NoService, SPIN, TRIES};
+use crate::hold::Holds;
 use crate::proto::*;
 use crate::station::{Placement, Station, StationConfig};
 use anyhow::{anyhow, bail, Context};
@@ -31,6 +33,9 @@ pub const AHEAD: usize = 64;
 const CHUNKS: usize = 56;
 /// The largest read chunk the striper cuts (see the module doc).
 pub const STRIPE_READ_BYTES: u32 = 32 * 1024;
+/// Stripes read ahead of a sequential stream unless asked otherwise: while a reader's
+/// next request is on its way, every server already fetches its next two units.
+pub const DEFAULT_READAHEAD_STRIPES: u16 = 2;
 
 type Core = Striper<u32, MAX_SERVERS, 1, CHUNKS, AHEAD>;
 
@@ -53,7 +58,7 @@ impl Default for StripeConfig {
         StripeConfig {
             grain: stripe::DEFAULT_GRAIN_BYTES,
             depth: 8,
-            readahead_stripes: 2,
+            readahead_stripes: DEFAULT_READAHEAD_STRIPES,
             chunk_timeout: Duration::from_secs(2),
             tries: 4,
         }
@@ -89,6 +94,8 @@ pub struct StripedClient {
     epoch: Instant,
     last_work: Instant,
     next_io: u32,
+    /// Frames of finished calls the NIC may still touch (the `hold` module).
+    holds: Holds,
 }
 
 /// What a failed call means to the striper.
@@ -148,6 +155,7 @@ impl StripedClient {
             epoch: Instant::now(),
             last_work: Instant::now(),
             next_io: 0,
+            holds: Holds::default(),
         })
     }
 
@@ -261,7 +269,7 @@ impl StripedClient {
                 if let Some(call) = slot.take_if(|c| c.id == id) {
                     let port = &mut self.station.port;
                     let _ = port.rpc.cancel(&mut port.node, call.flight.call);
-                    self.end_call(&call, false);
+                    self.holds.end(&mut port.node.frames, call.flight, false);
                 }
             }
             Command::Copy { slot, slot_at, at, len, .. } => {
@@ -274,21 +282,6 @@ impl StripedClient {
         }
     }
 
-    /// A call is over: give back what it holds. A write's payload frame waits until the
-    /// NIC has sent it (a cancelled call's send may still be queued).
-    fn end_call(&mut self, call: &Call, ok: bool) {
-        let frames = &mut self.station.port.node.frames;
-        match call.dir {
-            Dir::Read => finish_flight(frames, &call.flight, ok),
-            Dir::Write => {
-                for &f in &call.flight.frames {
-                    frames.retire(f);
-                }
-                frames.tag_limbo();
-            }
-        }
-    }
-
     /// Report every call that ended to the striper, moving read data where it goes.
     fn reap(&mut self, buf: &mut Buf<'_>) {
         let now = self.now();
@@ -297,30 +290,32 @@ impl StripedClient {
             let Some(outcome) = self.station.port.rpc.take_outcome(call.flight.call) else { continue };
             let Some(call) = self.calls[i].take() else { continue };
             let result = outcome.map(|_| ()).map_err(fault_of);
+            let frames = &mut self.station.port.node.frames;
             match (result, call.dir, call.target, &mut *buf) {
                 (Ok(()), Dir::Read, Target::Request { at, .. }, Buf::Read(dst)) => {
                     let dst = &mut dst[at as usize..(at + call.len) as usize];
-                    copy_out(&mut self.station.port.node.frames, &call.flight.frames, call.len, 0, dst);
-                    self.end_call(&call, true);
+                    copy_out(frames, &call.flight.frames, call.len, 0, dst);
                 }
                 (Ok(()), Dir::Read, Target::Ahead { slot }, _) => {
                     let piece = self.core.piece_bytes() as usize;
                     let dst = &mut self.ahead[usize::from(slot)];
                     dst.resize(piece, 0);
                     let n = (call.len as usize).min(piece);
-                    copy_out(&mut self.station.port.node.frames, &call.flight.frames, call.len, 0, &mut dst[..n]);
-                    self.end_call(&call, true);
+                    copy_out(frames, &call.flight.frames, call.len, 0, &mut dst[..n]);
                 }
-                (r, _, _, _) => self.end_call(&call, r.is_ok()),
+                _ => {}
             }
-            self.core.handle_complete(now, call.id, result);
+            let id = call.id;
+            self.holds.end(frames, call.flight, result.is_ok());
+            self.core.handle_complete(now, id, result);
         }
     }
 
     /// One pass of the port; after [`SPIN`] idle, sleep on the link until an answer or
     /// the striper's next deadline (at most 1 ms).
     fn pump(&mut self) {
-        if self.station.port.poll() {
+        let back = self.holds.poll(&mut self.station.port.node.frames);
+        if self.station.port.poll() || back {
             self.last_work = Instant::now();
             return;
         }

@@ -157,3 +157,52 @@ fn a_wide_read_ahead_window_over_four_servers_reads_right_without_running_out() 
     }
     assert!(c.stats().ahead_bytes_used >= 8 << 20, "{:?}", c.stats());
 }
+
+/// Read-ahead fetches still in flight when the client goes idle for longer than the chunk
+/// timeout are given up on when the next request comes, their late replies landing
+/// meanwhile, and the writes that follow take frames as they come back: every write lies
+/// in the servers' files and every read returns what was written (issue 35: a late reply
+/// once finished into a frame already given to a write).
+#[test]
+fn writes_after_idle_gaps_with_read_ahead_fetches_in_flight_reach_the_servers_intact() {
+    let me = free_port();
+    let rs: Vec<Served> = (1..=3).map(|n| serve("gap", n, 2 << 20, me, None)).collect();
+    let timeout = Duration::from_millis(200);
+    let sc = StripeConfig { chunk_timeout: timeout, tries: 8, ..StripeConfig::default() };
+    let mut c = connect(me, &[(1, &rs[0]), (2, &rs[1]), (3, &rs[2])], sc);
+    let size = c.size();
+    let mut model = pattern(1, 0, size as usize);
+    for at in (0..size).step_by(1 << 20) {
+        c.write(at, &model[at as usize..(at + (1 << 20)) as usize]).unwrap();
+    }
+    let (read, write) = (64u64 << 10, 256u64 << 10);
+    for round in 0..12u64 {
+        // A sequential stream (read ahead from its second read), then an idle gap.
+        let start = (round * 7 % 16) * (256 << 10);
+        let mut got = vec![0u8; read as usize];
+        for k in 0..3 {
+            let at = start + k * read;
+            c.read(at, &mut got).unwrap();
+            assert!(got[..] == model[at as usize..(at + read) as usize], "round {round}: read at {at}");
+        }
+        std::thread::sleep(2 * timeout);
+        let at = (round * 5 % (size / write)) * write;
+        let data = pattern(round as u8 + 2, at, write as usize);
+        c.write(at, &data).unwrap();
+        model[at as usize..(at + write) as usize].copy_from_slice(&data);
+    }
+    c.flush().unwrap();
+    let files: Vec<Vec<u8>> = rs.iter().map(|r| std::fs::read(&r.file).unwrap()).collect();
+    for (v, &b) in model.iter().enumerate() {
+        let (v, n) = (v as u64, files.len() as u64);
+        let unit = v / GRAIN;
+        let (s, o) = ((unit % n) as usize, (unit / n) * GRAIN + v % GRAIN);
+        assert_eq!(files[s][o as usize], b, "volume byte {v}: not at byte {o} of server {s}'s file");
+    }
+    let mut got = vec![0u8; 1 << 20];
+    for at in (0..size).step_by(1 << 20) {
+        c.read(at, &mut got).unwrap();
+        assert!(got[..] == model[at as usize..at as usize + (1 << 20)], "read back at {at}");
+    }
+    assert!(c.stats().timeouts > 0, "fetches were given up on after the gaps: {:?}", c.stats());
+}
