@@ -23,9 +23,11 @@
 //! A striped export's servers must hold volumes of one size (a stripe set whose members
 //! differ is refused when nbdkit starts, naming them), each server once, the grain a
 //! multiple of 4 KiB (above 32 KiB, of 32 KiB: the striping client's read-ahead cuts).
-//! Read-ahead is off unless `readahead=` asks for it: with it on, fetches still in flight
-//! when the export goes idle for longer than the chunk timeout have been seen to corrupt
-//! the writes that follow (an on-demand test in `tests/export.rs` reproduces it).
+//! A sequential stream is read ahead by [`DEFAULT_READAHEAD_STRIPES`] stripes unless
+//! `readahead=` says otherwise (`readahead=0`: none). Fetches still in flight when the
+//! export goes idle are given up on when the next request comes, if the gap was longer
+//! than the chunk timeout; their frames go back to the pool only once the NIC can no
+//! longer deliver a late reply into them (`gmblock`'s `hold` module).
 //!
 //! What a client is told: a write is acknowledged once the server (every server of a
 //! stripe it touches) acknowledged every block of it (written with `O_DIRECT`); `FLUSH`
@@ -43,7 +45,7 @@ mod ffi;
 use gmblock::client::Client;
 use gmblock::proto::BLOCK_BYTES;
 use gmblock::station::{Placement, StationConfig};
-use gmblock::striped::{StripeConfig, StripedClient};
+use gmblock::striped::{StripeConfig, StripedClient, DEFAULT_READAHEAD_STRIPES};
 use gmblock::Volume;
 use nbdkit::{Error, FuaFlags, Result, Server, ThreadModel};
 use std::net::SocketAddr;
@@ -73,9 +75,7 @@ static SETTINGS: Mutex<Settings> = Mutex::new(Settings {
     timeout: Duration::from_secs(2),
     grain: None,
     depth: 8,
-    // Off by default: read-ahead fetches left in flight while the export is idle corrupt
-    // later writes (see the on-demand test in tests/export.rs).
-    readahead: 0,
+    readahead: DEFAULT_READAHEAD_STRIPES,
 });
 
 /// What the export reads and writes: one server's volume, or a striped one (both large:
@@ -251,7 +251,7 @@ impl Server for Export {
              grain=BYTES        striped: the stripe unit, a multiple of 4K (default 32K; K/M suffixes);\n\
              \x20                  given with one server, that server is read through the striping client\n\
              depth=N            striped: chunks in flight per server (default 8)\n\
-             readahead=N        striped: stripes read ahead of a sequential stream (default 0: none)",
+             readahead=N        striped: stripes read ahead of a sequential stream (default 2; 0: none)",
         )
     }
 

@@ -38,7 +38,7 @@ struct Args {
     #[arg(long, default_value_t = 8)]
     depth: u16,
     /// Striped: stripes read ahead of a sequential stream (0: none).
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = gmblock::striped::DEFAULT_READAHEAD_STRIPES)]
     readahead: u16,
     #[command(subcommand)]
     cmd: Cmd,
@@ -141,8 +141,8 @@ fn export(a: &Args, bind: std::net::IpAddr, port: u16, plugin: Option<PathBuf>, 
         if let Some(g) = a.grain {
             cmd.arg(format!("grain={g}"));
         }
-        // Not --readahead: the export keeps read-ahead off (gmblock-nbdkit's crate doc).
         cmd.arg(format!("depth={}", a.depth));
+        cmd.arg(format!("readahead={}", a.readahead));
     }
     let e = cmd.exec();
     if e.kind() == std::io::ErrorKind::NotFound {
