@@ -11,9 +11,9 @@
 //! the newest data is still alive (its copy may be registering with a new directory
 //! node after a membership change), the read makes another pass after the retry delay,
 //! [`super::StoreConfig::read_passes`] passes in all. A page never written reads as
-//! zeros without the network. A written page that no member the store knew of and no
-//! directory has is asked of every member once more (a *sweep*, [`super::survey`]: GMS
-//! may have moved a copy where the store never heard). It fails with
+//! zeros without the network. A written page no read found is asked of every member once
+//! more before the read fails (a *sweep*, [`super::survey`]: GMS may have moved a copy
+//! where the store never heard, while a site it knows of is away). It fails with
 //! [`StoreError::Lost`] when every member asked for a copy it may hold answered that it
 //! has none, else
 //! with [`StoreError::Unreachable`] (one did not answer, or a site of it is a member
@@ -284,8 +284,9 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
                 r.survey = Survey::default();
             }
             return;
-        } else if !departed && !silent && matches!(&self.reqs[i], Req::Read(r) if !r.swept) {
-            // Before calling it lost, every member is asked for every replica.
+        } else if matches!(&self.reqs[i], Req::Read(r) if !r.swept) {
+            // Before failing, every member is asked for every replica: GMS may have moved
+            // a copy to a live member no record names, while a recorded site is away.
             if let Req::Read(r) = &mut self.reqs[i] {
                 r.swept = true;
                 r.survey = Survey { sweep: true, ..Survey::default() };
