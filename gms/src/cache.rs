@@ -23,6 +23,7 @@
 //! ```
 
 use super::page::{PageId, Version};
+use super::queue::{Inline, Queue};
 use super::table::{InlineTable, Table};
 
 /// A cached page: its version, the frame holding it, and its length in bytes.
@@ -43,11 +44,9 @@ struct Entry<T> {
 /// Up to `N - N/8` pages (the table stays below 7/8 full), fewer if set so.
 pub struct PageCache<T: Copy, const N: usize> {
     table: InlineTable<PageId, Entry<T>, N>,
-    /// Insertion order, a ring of `(page, seq)`: an item whose seq is not the page's
-    /// entry's any more was removed or replaced since, and is skipped.
-    order: [Option<(PageId, u32)>; N],
-    head: usize,
-    queued: usize,
+    /// Insertion order, `(page, seq)`: an item whose seq is not the page's entry's any
+    /// more was removed or replaced since, and is skipped.
+    order: Queue<Inline<Option<(PageId, u32)>, N>>,
     seq: u32,
     cap: usize,
     /// Pages evicted to make room.
@@ -72,7 +71,7 @@ impl<T: Copy, const N: usize> PageCache<T, N> {
     /// An empty cache of `pages` pages at most (clamped to [`Self::MAX`]).
     pub const fn with_capacity(pages: usize) -> Self {
         let cap = if pages < Self::MAX { pages } else { Self::MAX };
-        PageCache { table: Table::new(), order: [None; N], head: 0, queued: 0, seq: 0, cap, evictions: 0 }
+        PageCache { table: Table::new(), order: Queue::over(Inline([None; N])), seq: 0, cap, evictions: 0 }
     }
 
     /// Keep at most `pages` (clamped to [`Self::MAX`]; 0: cache nothing), evicting the
@@ -112,7 +111,7 @@ impl<T: Copy, const N: usize> PageCache<T, N> {
                 return;
             }
         }
-        if self.queued == N {
+        if self.order.is_full() {
             // The order is full of items for pages removed since (or the oldest is live).
             self.evict_oldest(&mut release);
         }
@@ -123,8 +122,8 @@ impl<T: Copy, const N: usize> PageCache<T, N> {
             release(full.1.c.frame);
             return;
         }
-        self.order[(self.head + self.queued) % N] = Some((page, self.seq));
-        self.queued += 1;
+        // Never full here: room was made above.
+        let _ = self.order.push_back((page, self.seq));
     }
 
     /// Take `page` out of the cache (written, or its frame is wanted): its frame is the
@@ -142,11 +141,7 @@ impl<T: Copy, const N: usize> PageCache<T, N> {
 
     /// Evict the oldest live page (its frame to `release`); false if there is none.
     fn evict_oldest(&mut self, release: &mut impl FnMut(T)) -> bool {
-        while self.queued > 0 {
-            let item = self.order[self.head].take();
-            self.head = (self.head + 1) % N;
-            self.queued -= 1;
-            let Some((page, seq)) = item else { continue };
+        while let Some((page, seq)) = self.order.pop_front() {
             if self.table.get(&page).is_some_and(|e| e.seq == seq) {
                 if let Some(e) = self.table.remove(&page) {
                     release(e.c.frame);

@@ -193,6 +193,7 @@ pub mod ops;
 pub mod page;
 pub mod pending;
 pub mod placement;
+pub mod queue;
 pub mod readahead;
 pub mod reader;
 pub mod registration;
