@@ -179,15 +179,17 @@ impl Volumes {
     /// A volume whose load was refused (another daemon writes it) is closed once its
     /// requests have been answered: a later put tries to open it again.
     fn close_refused(&mut self) {
-        let refused: Vec<u64> = self
+        let refused: Vec<(u64, StoreError)> = self
             .open
             .iter()
-            .filter(|(_, s)| matches!(s.phase(), Phase::Refused(_)) && s.user_requests() == 0)
-            .map(|(&v, _)| v)
+            .filter_map(|(&v, s)| match s.phase() {
+                Phase::Refused(e) if s.user_requests() == 0 => Some((v, e)),
+                _ => None,
+            })
             .collect();
-        for v in refused {
+        for (v, e) in refused {
             if let Some(s) = self.open.remove(&v) {
-                tracing::info!(volume = v, "volume closed: {:?}", s.phase());
+                tracing::info!(volume = v, "volume closed, its load refused: {e}");
                 self.closed.accumulate(&s.stats);
             }
         }
@@ -284,7 +286,7 @@ fn put_outcome(replicas: u8, pages: u64, vol: u64, e: StoreError, port: &GmsPort
         StoreError::IdentityInUse { owner } => PutOutcome::NotOwner { owner },
         StoreError::OutOfRange => PutOutcome::OutOfRange { pages },
         StoreError::NotThisVolume | StoreError::VersionsExhausted | StoreError::Lost | StoreError::Busy => {
-            tracing::warn!("volume {vol}: a put failed: {e:?}");
+            tracing::warn!("volume {vol}: a put failed: {e}");
             PutOutcome::Error
         }
     }

@@ -39,6 +39,7 @@
 pub mod ahead;
 pub mod claim;
 pub mod drive;
+mod error;
 pub mod group;
 pub mod liveness;
 pub mod nodes;
