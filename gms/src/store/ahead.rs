@@ -124,6 +124,15 @@ impl<F: Copy> Ahead<F> {
 }
 
 impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> Store<Io, F, S, M, Q, OPS> {
+    /// Whether a runtime that hands in user requests in batches (a block request's pages)
+    /// should hand in another now. With read-ahead on, user requests stay below half the
+    /// slots: read-ahead starts only while more than half are free, and batches would
+    /// fill the table first. (A request handed in anyway is taken while a slot is free.)
+    pub fn takes_user_request(&self) -> bool {
+        let cap = if self.cfg.read_ahead > 0 { (Q / 2).saturating_sub(1) } else { Q };
+        self.user_requests() < cap
+    }
+
     /// A user read of `page` admitted into `slot`: the detector sees it; a copy read ahead
     /// serves it at once, a read-ahead under way is taken over. `Err`: neither, `io` back.
     pub(super) fn read_from_ahead(&mut self, slot: usize, page: u64, io: Io) -> Result<ReqId, Io> {

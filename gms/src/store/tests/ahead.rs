@@ -155,3 +155,30 @@ fn random_reads_read_nothing_ahead_and_read_ahead_off_costs_nothing() {
     }
     assert_eq!(s.stats.ahead_reads, 0);
 }
+
+#[test]
+fn a_runtime_that_hands_in_batches_leaves_read_ahead_its_half_of_the_table() {
+    // Sequential reads handed in while the store takes them: it stops below half its 16
+    // slots, and read-ahead starts in the rest. (Each read asked alone: no `GETPAGES`.)
+    let cfg = StoreConfig { group_pages: 1, ..ahead_cfg(4) };
+    let (mut s, mut net) = written(cfg, 16);
+    let mut p = 0;
+    while s.takes_user_request() {
+        s.read(1, p, p as u32).unwrap();
+        p += 1;
+    }
+    assert_eq!(p, 7);
+    answer_all(&mut s, &mut net, 1);
+    assert!(s.stats.ahead_reads > 0, "{:?}", s.stats);
+    // Handed in until the store is busy, the same reads fill the table: no read-ahead.
+    let (mut s, mut net) = written(cfg, 16);
+    let mut p = 0;
+    while s.read(1, p, p as u32).is_ok() {
+        p += 1;
+    }
+    answer_all(&mut s, &mut net, 1);
+    assert_eq!(s.stats.ahead_reads, 0);
+    // With read-ahead off, a runtime may fill the table.
+    let (s, _) = written(StoreConfig::default(), 1);
+    assert!(s.takes_user_request());
+}
