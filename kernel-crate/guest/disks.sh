@@ -17,7 +17,7 @@
 #       A's reload reads alpha back too.
 #   (b) a second load of an identity a live member owns is refused: A' loads again with
 #       gms_disk_id=alpha while A holds it; its reads and writes fail with EIO and the
-#       kernel log says "/dev/gms0: gms_disk_id=<its identity> is in use by node 0". A
+#       kernel log says "/dev/gms0: gms_disk_id=<its identity> refused: ... in use by node 0". A
 #       then reads alpha back unchanged (once node 1 has stayed declared failed for 10 s:
 #       A' has powered off).
 #   (c) a reload after every copy of some pages died: A loads gms_disk_id=gamma with one
@@ -153,7 +153,7 @@ if [ "$k" = 1 ]; then
     check "(b) a second load of alpha while node 0 holds it: a read and a write fail with EIO" eio
     line=$(dmesg | grep "/dev/gms0: gms_disk_id=" | tail -1)
     say "kernel log: ${line#*] }"
-    named() { echo "$line" | grep -q "/dev/gms0: gms_disk_id=$mine is in use by node 0 "; }
+    named() { echo "$line" | grep -q "/dev/gms0: gms_disk_id=$mine refused: .* in use by node 0,"; }
     check "(b) the kernel log names gms_disk_id=$mine and its owner, node 0" named
     # Node 0 hears this load (heartbeats every second) before it goes.
     sleep 3

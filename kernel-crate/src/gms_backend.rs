@@ -19,6 +19,7 @@ use crate::net::{now_ns, Frame, KHost, KStorage, MEMBERS, OPS};
 use crate::stats::STATS;
 use crate::sys::boxed::Template;
 use crate::tpz::gms::prelude::*;
+use crate::tpz::gms::queue::Queue;
 use crate::tpz::gms::store::drive::{Frames, FramesIn};
 use crate::tpz::gms::store::liveness::Event;
 use crate::tpz::gms::store::{Finished, Outcome, Phase, Store, StoreConfig, StoreError, StoreStats};
@@ -65,13 +66,14 @@ pub(crate) struct DiskCounters {
     pub(crate) too_few: u64,
 }
 
+/// A queue of the disk's, its slots off the stack (kvmalloc'd).
+type KQueue<T> = Queue<KVVec<Option<T>>>;
+
 /// The disk's state on the host (under the core spinlock).
 pub(crate) struct DiskState {
     store: KVBox<DiskStore>,
-    /// Pages the store has not taken yet (`page`, the page, a write?): a ring.
-    backlog: KVVec<Option<(u64, PageIo, bool)>>,
-    head: usize,
-    queued: usize,
+    /// Pages the store has not taken yet, oldest first: (`page`, the page, a write?).
+    backlog: KQueue<(u64, PageIo, bool)>,
     /// A page of bytes: a meta page on its way to or from a pool frame.
     meta: KVVec<u8>,
     /// The store's counters as last published into `stats`.
@@ -79,9 +81,8 @@ pub(crate) struct DiskState {
     /// Pages finished (and how) and not yet completed: `PageIo::complete` ends the block
     /// request, whose completion path may submit I/O again (stacked devices), so it never
     /// runs under the core spinlock ([`take_finished`] hands it out after).
-    finished: KVec<Option<(PageIo, Result)>>,
-    nfinished: usize,
-    /// The identity refusal was logged.
+    finished: KQueue<(PageIo, Result)>,
+    /// The load's refusal was logged (once: every I/O fails with it).
     refusal_told: bool,
     pub(crate) counters: DiskCounters,
 }
@@ -104,23 +105,12 @@ impl DiskState {
             pr_err!("/dev/gms0: the store refused its configuration: {:?}\n", e);
             return Err(EINVAL);
         }
-        let mut finished = KVec::with_capacity(FINISHED, GFP_KERNEL)?;
-        for _ in 0..FINISHED {
-            finished.push(None, GFP_KERNEL)?;
-        }
-        let mut backlog = KVVec::with_capacity(BACKLOG, GFP_KERNEL)?;
-        for _ in 0..BACKLOG {
-            backlog.push(None, GFP_KERNEL)?;
-        }
         let state = DiskState {
             store,
-            backlog,
-            head: 0,
-            queued: 0,
+            backlog: Queue::over(slots(BACKLOG)?),
             meta: KVVec::from_elem(0u8, PAGE_BYTES, GFP_KERNEL)?,
             published: StoreStats::ZERO,
-            finished,
-            nfinished: 0,
+            finished: Queue::over(slots(FINISHED)?),
             refusal_told: false,
             counters: DiskCounters { reads_zero: 0, reads_ok: 0, writes_ok: 0, errors: 0, full: 0, too_few: 0 },
         };
@@ -137,34 +127,6 @@ impl DiskState {
         self.store.poll_timeout()
     }
 
-    fn push(&mut self, page: u64, io: PageIo, write: bool) -> core::result::Result<(), PageIo> {
-        if self.queued == self.backlog.len() {
-            return Err(io);
-        }
-        let i = (self.head + self.queued) % self.backlog.len();
-        self.backlog[i] = Some((page, io, write));
-        self.queued += 1;
-        Ok(())
-    }
-
-    fn pop(&mut self) -> Option<(u64, PageIo, bool)> {
-        if self.queued == 0 {
-            return None;
-        }
-        let x = self.backlog[self.head].take();
-        self.head = (self.head + 1) % self.backlog.len();
-        self.queued -= 1;
-        x
-    }
-
-    /// Put `x`, just popped, back at the front.
-    fn unpop(&mut self, x: (u64, PageIo, bool)) {
-        let len = self.backlog.len();
-        self.head = (self.head + len - 1) % len;
-        self.backlog[self.head] = Some(x);
-        self.queued += 1;
-    }
-
     fn fail(&mut self, io: PageIo) {
         self.counters.errors += 1;
         self.finish(io, Err(EIO));
@@ -172,14 +134,10 @@ impl DiskState {
 
     /// Finish a page: completed once the core lock is released.
     fn finish(&mut self, io: PageIo, r: Result) {
-        match self.finished.get_mut(self.nfinished) {
-            Some(slot) => {
-                *slot = Some((io, r));
-                self.nfinished += 1;
-            }
-            // Cannot happen (more than every page queued or in flight); completing here
-            // is the lesser evil.
-            None => io.complete(r),
+        // Full cannot happen (more than every page queued or in flight); completing here
+        // is the lesser evil.
+        if let Err((io, r)) = self.finished.push_back((io, r)) {
+            io.complete(r);
         }
     }
 
@@ -206,44 +164,27 @@ impl DiskState {
         self.finish(io, r);
     }
 
-    /// Count and explain a failure; its errno.
+    /// Count and explain a failure (the store's words, `gms::store::StoreError`'s
+    /// `Display`, with the parameters that name it here); its errno.
     fn failed(&mut self, e: StoreError) -> Error {
         self.counters.errors += 1;
         match e {
-            StoreError::IdentityInUse { owner } if !self.refusal_told => {
-                self.refusal_told = true;
-                pr_err!(
-                    "/dev/gms0: gms_disk_id={:#x} is in use by node {} (a live member loaded it): every I/O fails; give this node's disk another gms_disk_id=\n",
-                    self.store.identity(),
-                    owner
-                );
-            }
-            StoreError::NotThisVolume if !self.refusal_told => {
-                self.refusal_told = true;
-                pr_err!(
-                    "/dev/gms0: gms_disk_id={:#x} names a disk of another size or gms_replicas= in the cluster: every I/O fails\n",
-                    self.store.identity()
-                );
-            }
-            StoreError::VersionsExhausted if !self.refusal_told => {
-                self.refusal_told = true;
-                pr_err!(
-                    "/dev/gms0: gms_disk_id={:#x}: a member knows a version of this disk in its last epoch, so no load can claim a newer one: every I/O fails\n",
-                    self.store.identity()
-                );
+            // The load was refused: every I/O fails with it, told once.
+            StoreError::IdentityInUse { .. } | StoreError::NotThisVolume | StoreError::VersionsExhausted => {
+                if !core::mem::replace(&mut self.refusal_told, true) {
+                    pr_err!("/dev/gms0: gms_disk_id={:#x} refused: {e}; every I/O fails\n", self.store.identity());
+                }
             }
             StoreError::TooFewMembers => {
                 self.counters.too_few += 1;
-                log_failure(format_args!(
-                    "a write needs gms_replicas={} live members (gms_degraded_writes=1 stores it with fewer)",
-                    self.store.config().replicas
-                ));
+                let r = self.store.config().replicas;
+                log_failure(format_args!("{e} (gms_replicas={r}; gms_degraded_writes=1 stores a write with fewer)"));
             }
             StoreError::NoSpace => {
                 self.counters.full += 1;
-                log_failure(format_args!("no member has room for a page (ENOSPC)"));
+                log_failure(format_args!("{e} (ENOSPC)"));
             }
-            e => log_failure(format_args!("{:?}", e)),
+            e => log_failure(format_args!("{e}")),
         }
         if e == StoreError::NoSpace {
             ENOSPC
@@ -256,7 +197,7 @@ impl DiskState {
     /// keep their frames until GMS finishes them.
     pub(crate) fn fail_all(&mut self, host: &mut KHost) -> usize {
         let mut n = 0;
-        while let Some((_, io, _)) = self.pop() {
+        while let Some((_, io, _)) = self.backlog.pop_front() {
             self.fail(io);
             n += 1;
         }
@@ -315,12 +256,30 @@ impl DiskState {
     }
 }
 
+/// `n` free slots for a queue of the disk's.
+fn slots<T>(n: usize) -> Result<KVVec<Option<T>>> {
+    let mut v = KVVec::with_capacity(n, GFP_KERNEL)?;
+    for _ in 0..n {
+        v.push(None, GFP_KERNEL)?;
+    }
+    Ok(v)
+}
+
 /// Log why a request failed: the first [`FAILURES_LOGGED`] after the load.
 fn log_failure(why: core::fmt::Arguments<'_>) {
     static LOGGED: core::sync::atomic::AtomicU32 = core::sync::atomic::AtomicU32::new(0);
     if LOGGED.fetch_add(1, core::sync::atomic::Ordering::Relaxed) < FAILURES_LOGGED {
         pr_warn!("/dev/gms0: a request failed: {}\n", why);
     }
+}
+
+/// `f` armed for a reply, or released (a lent page given back) if it cannot be.
+fn armed(host: &mut KHost, f: Frame) -> Option<ReplyTo<Frame>> {
+    let reply = host.arm(f);
+    if reply.is_none() {
+        host.release(f);
+    }
+    reply
 }
 
 /// A frame the store or a completion is done with: disarmed if armed, and freed (a lent
@@ -346,11 +305,7 @@ impl Frames<PageIo, Frame> for KFrames<'_> {
     /// `io`'s page lent to the NIC and armed for a getpage's reply.
     fn arm(&mut self, io: &PageIo) -> Option<ReplyTo<Frame>> {
         let f = self.host.lend(io)?;
-        let reply = self.host.arm(f);
-        if reply.is_none() {
-            self.host.release(f);
-        }
-        reply
+        armed(self.host, f)
     }
     fn scratch(&mut self) -> Option<ReplyTo<Frame>> {
         self.host.solicit()
@@ -363,25 +318,19 @@ impl Frames<PageIo, Frame> for KFrames<'_> {
             return None;
         }
         let mut lent = [0 as Frame; GROUP_FRAMES];
-        for (i, io) in ios.iter().enumerate() {
-            match self.host.lend(io) {
-                Some(f) => lent[i] = f,
-                None => {
-                    lent[..i].iter().for_each(|&f| self.host.release(f));
-                    return None;
-                }
-            }
+        let mut k = 0;
+        while let Some(f) = ios.get(k).and_then(|io| self.host.lend(io)) {
+            lent[k] = f;
+            k += 1;
         }
-        let Some(g) = self.host.group(&lent[..n]) else {
-            lent[..n].iter().for_each(|&f| self.host.release(f));
+        // Every page lent and grouped; else the pages lent so far are given back.
+        let g = if k == n { self.host.group(&lent[..n]) } else { None };
+        let Some(g) = g else {
+            lent[..k].iter().for_each(|&f| self.host.release(f));
             return None;
         };
         // Releasing the group gives its pages back.
-        let reply = self.host.arm(g);
-        if reply.is_none() {
-            self.host.release(g);
-        }
-        reply
+        armed(self.host, g)
     }
     fn give_back(&mut self, frame: Frame) {
         give_back(self.host, frame);
@@ -451,11 +400,9 @@ fn complete(d: &mut DiskState, host: &mut KHost, now: u64, done: &Completion<Fra
 /// caller completes them once the lock is released. How many.
 pub(crate) fn take_finished(core: &mut DiskCore, out: &mut [Option<(PageIo, Result)>]) -> usize {
     let Some(d) = core.client.as_mut() else { return 0 };
-    let DiskState { finished, nfinished, .. } = &mut **d;
-    let n = (*nfinished).min(out.len());
-    for slot in out.iter_mut().take(n) {
-        *nfinished -= 1;
-        *slot = finished[*nfinished].take();
+    let n = d.finished.len().min(out.len());
+    for slot in &mut out[..n] {
+        *slot = d.finished.pop_front();
     }
     n
 }
@@ -473,7 +420,7 @@ pub(crate) fn submit(c: &mut DiskCore, page: u64, io: PageIo, write: bool, closi
         d.fail(io);
         return false;
     }
-    if let Err(io) = d.push(page, io, write) {
+    if let Err((_, io, _)) = d.backlog.push_back((page, io, write)) {
         d.fail(io);
     }
     (last || write) && issue(c, now_ns())
@@ -496,22 +443,22 @@ pub(crate) fn issue(c: &mut DiskCore, now: u64) -> bool {
         // The next pages, while every replica of each finds an operation slot and a lend
         // beside those admitted before it: reads admitted together are asked together
         // where one member holds them (`GETPAGES`, `gms::store::group`).
-        // With read-ahead on, user requests leave the store half its table: it reads ahead
-        // only then (`gms::store::ahead`), and batches would otherwise fill it.
-        let cap = if d.store.config().read_ahead > 0 { REQUESTS / 2 - 1 } else { REQUESTS };
+        // With read-ahead on, the store stops taking them at half its table, so that it
+        // reads ahead in the rest (`takes_user_request`, `gms::store::ahead`).
         let mut admitted = 0;
         loop {
             let need = admitted + replicas;
             let room = node.ops_in_use() + OPS_RESERVE + need <= OPS && node.host.can_lend(need);
-            if !room || d.queued == 0 || d.store.user_requests() >= cap {
+            if !room || !d.store.takes_user_request() {
                 break;
             }
-            let Some((page, io, write)) = d.pop() else { break };
+            let Some((page, io, write)) = d.backlog.pop_front() else { break };
             let r = if write { d.store.write(now, page, io) } else { d.store.read(now, page, io) };
             match r {
                 Ok(_) => admitted += if write { replicas } else { 1 },
                 Err((io, StoreError::Busy)) => {
-                    d.unpop((page, io, write));
+                    // Back in the slot it was just taken from: never full.
+                    let _ = d.backlog.push_front((page, io, write));
                     break;
                 }
                 Err((io, e)) => d.ended(io, Outcome::Failed(e)),
@@ -524,7 +471,7 @@ pub(crate) fn issue(c: &mut DiskCore, now: u64) -> bool {
     d.drain(&mut node.host);
     if let Phase::Refused(e) = d.store.phase() {
         // Nothing queued will ever be served.
-        while let Some((_, io, _)) = d.pop() {
+        while let Some((_, io, _)) = d.backlog.pop_front() {
             d.ended(io, Outcome::Failed(e));
         }
     }
