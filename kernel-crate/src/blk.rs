@@ -48,12 +48,11 @@
 
 pub(crate) mod ram;
 
-use crate::stats::SliceWriter;
+use crate::stats::{counters, SliceWriter};
 use crate::sys::blk::{Config, Dir, Disk, Driver, Lent, Op, Part, RqInfo};
 use crate::sys::param::{int_entry, modinfo, param_table, show_entry, IntParam, Show};
 use crate::sys::pci::PciDev;
 use core::fmt::Write;
-use core::sync::atomic::{AtomicU64, Ordering};
 use kernel::{prelude::*, sync::Arc};
 
 /// `gms_disk_mb=`: size of `/dev/gms0` on the RAM backend in MiB; 0 (default): no disk.
@@ -153,7 +152,7 @@ impl PageIo {
             (Ok(()), false) => &STATS.pages_read,
             (Ok(()), true) => &STATS.pages_written,
         };
-        c.fetch_add(1, Ordering::Relaxed);
+        c.inc();
         self.part.complete(result);
     }
 }
@@ -168,41 +167,22 @@ pub(crate) trait PageBackend: Send + Sync {
     fn write(&self, page: u64, io: PageIo, last: bool);
 }
 
-/// The disk's counters (module-wide: one disk), in `gms_disk_stats`.
-pub(crate) struct Stats {
-    requests: AtomicU64,
-    rejected: AtomicU64,
-    pages_read: AtomicU64,
-    pages_written: AtomicU64,
-    page_errors: AtomicU64,
-    timeouts: AtomicU64,
-}
-
-pub(crate) static STATS: Stats = Stats {
-    requests: AtomicU64::new(0),
-    rejected: AtomicU64::new(0),
-    pages_read: AtomicU64::new(0),
-    pages_written: AtomicU64::new(0),
-    page_errors: AtomicU64::new(0),
-    timeouts: AtomicU64::new(0),
-};
-
-impl Stats {
-    fn write_to(&self, w: &mut impl Write) -> core::fmt::Result {
-        let c = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        writeln!(w, "requests: {}", c(&self.requests))?;
-        writeln!(w, "rejected: {}", c(&self.rejected))?;
-        writeln!(w, "pages_read: {}", c(&self.pages_read))?;
-        writeln!(w, "pages_written: {}", c(&self.pages_written))?;
-        writeln!(w, "page_errors: {}", c(&self.page_errors))?;
-        writeln!(w, "timeouts: {}", c(&self.timeouts))
-    }
+counters! {
+    Stats in STATS: "The disk's counters (module-wide: one disk), in `gms_disk_stats`.";
+    requests: "read and write requests accepted",
+    rejected: "requests refused (not whole pages inside the disk, or neither a read nor a write)",
+    pages_read: "pages read",
+    pages_written: "pages written",
+    page_errors: "pages that failed",
+    timeouts: "requests that timed out (`gms_disk_timeout_ms`)",
 }
 
 impl Show for Stats {
     fn show(out: &mut [u8]) -> usize {
         let mut w = SliceWriter::new(out);
-        let _ = STATS.write_to(&mut w);
+        STATS.each(|name, v| {
+            let _ = writeln!(w, "{name}: {v}");
+        });
         w.as_str().len()
     }
 }
@@ -220,7 +200,7 @@ impl Driver for BlkDriver {
             Op::Other(_) => Err(ENOTSUPP),
         };
         let c = if r.is_ok() { &STATS.requests } else { &STATS.rejected };
-        c.fetch_add(1, Ordering::Relaxed);
+        c.inc();
         r
     }
 
@@ -236,7 +216,7 @@ impl Driver for BlkDriver {
     }
 
     fn timed_out(&self, rq: &RqInfo, pending: u32) {
-        STATS.timeouts.fetch_add(1, Ordering::Relaxed);
+        STATS.timeouts.inc();
         pr_warn!(
             "gms0: {:?} of {} bytes at sector {} timed out with {pending} page(s) pending\n",
             rq.op,
@@ -304,13 +284,7 @@ impl Drop for GmsDisk {
         pr_info!("{}: removing the disk ({} pages)\n", self.name, self.pages);
         // del_gendisk (waits for requests in flight), backend, tag set.
         drop(self.disk.take());
-        let mut buf = [0u8; 256];
-        let mut w = SliceWriter::new(&mut buf);
-        let _ = STATS.write_to(&mut w);
-        let mut text = w.as_str().lines();
         pr_info!("{}: removed (no request left in flight)\n", self.name);
-        for line in text.by_ref() {
-            pr_info!("{}: {line}\n", self.name);
-        }
+        STATS.each(|counter, v| pr_info!("{}: {counter}: {v}\n", self.name));
     }
 }

@@ -11,7 +11,7 @@ use core::sync::atomic::{AtomicU64, Ordering};
 pub(crate) struct Counter(AtomicU64);
 
 impl Counter {
-    const fn new() -> Self {
+    pub(crate) const fn new() -> Self {
         Self(AtomicU64::new(0))
     }
     pub(crate) fn inc(&self) {
@@ -29,17 +29,19 @@ impl Counter {
     }
 }
 
+/// A struct of [`Counter`]s, each named and described once, and its static: the driver's
+/// (`Stats in STATS` here) and the disk's (`crate::blk`).
 macro_rules! counters {
-    ($($name:ident: $doc:literal,)*) => {
-        /// The driver's counters.
-        pub(crate) struct Stats {
-            $(#[doc = $doc] pub(crate) $name: Counter,)*
+    ($ty:ident in $stat:ident: $doc:literal; $($name:ident: $what:literal,)*) => {
+        #[doc = $doc]
+        pub(crate) struct $ty {
+            $(#[doc = $what] pub(crate) $name: $crate::stats::Counter,)*
         }
 
         /// The counters of this module.
-        pub(crate) static STATS: Stats = Stats { $($name: Counter::new(),)* };
+        pub(crate) static $stat: $ty = $ty { $($name: $crate::stats::Counter::new(),)* };
 
-        impl Stats {
+        impl $ty {
             /// Every counter as (name, value).
             pub(crate) fn each(&self, mut f: impl FnMut(&'static str, u64)) {
                 $(f(stringify!($name), self.$name.get());)*
@@ -47,8 +49,10 @@ macro_rules! counters {
         }
     };
 }
+pub(crate) use counters;
 
 counters! {
+    Stats in STATS: "The driver's counters.";
     irqs: "interrupts handled (a receive batch in the hard interrupt)",
     irq_thread_runs: "interrupts whose receive work went on in the IRQ thread (more than a batch)",
     irqs_empty: "interrupts that found no message (merged or early interrupts)",
