@@ -117,6 +117,17 @@ pub trait LinkBackend: Send {
         true
     }
 
+    /// Whether each look for a frame ([`recv_frame_with`](Self::recv_frame_with) finding
+    /// none waiting, [`frames_waiting`](Self::frames_waiting)) is a system call (UDP:
+    /// a `recvfrom` that fails with `EAGAIN`). The link then does not look again in the
+    /// receive right after one that delivered a packet (see [`super::Link::poll_packet`]):
+    /// a request's reply is sent without a system call before it that would find nothing.
+    /// Default `false`. Fixed for a backend: a [`Link`](super::Link) asks once, when it is
+    /// made.
+    fn looks_are_system_calls(&self) -> bool {
+        false
+    }
+
     /// Whether frames cross process memory only, handed from sender to receiver
     /// without a wire, a socket or a copy the medium could damage (the in-process
     /// switch). The link then writes a verdict instead of computing the CRC trailer, as

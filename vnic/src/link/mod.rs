@@ -232,6 +232,12 @@ pub struct Link {
     /// memory medium, or one that checks its frames itself
     /// ([`LinkBackend::checksums_frames`]). Asked once, when the link is made.
     verdict_medium: bool,
+    /// The backend's [`looks_are_system_calls`](LinkBackend::looks_are_system_calls),
+    /// asked once, and whether the next receive skips its look at the medium (set by a
+    /// receive that delivered a packet, cleared by the next receive and by a look through
+    /// [`Self::rx_pending`]).
+    looks_are_system_calls: bool,
+    skip_look: bool,
     /// The MAC key, under a cluster key.
     mac: Option<LinkMac>,
     /// This incarnation's epoch and next sequence number (used under a key).
@@ -269,6 +275,7 @@ impl Link {
         let max_frame = backend.max_frame_bytes();
         let (keeps_last_frame, memory_medium) = (backend.keeps_last_frame(), backend.is_memory_medium());
         let verdict_medium = memory_medium || backend.checksums_frames();
+        let looks_are_system_calls = backend.looks_are_system_calls();
         Link {
             node,
             tx_frame: vec![0; max_frame.max(frame::HEADER_BYTES)],
@@ -283,6 +290,8 @@ impl Link {
             keeps_last_frame,
             memory_medium,
             verdict_medium,
+            looks_are_system_calls,
+            skip_look: false,
             mac: None,
             stamper: replay::Stamper::new(),
             windows: Box::default(),
@@ -376,7 +385,12 @@ impl Link {
     /// now: a packet is reassembled and waiting, a timer is pending, or the backend may
     /// hold frames. `false` only when a poll would surely find nothing.
     pub fn rx_pending(&mut self) -> bool {
-        self.rx.has_ready() || self.has_timers() || self.backend.frames_waiting()
+        if self.rx.has_ready() || self.has_timers() {
+            return true;
+        }
+        // A look: what it finds, the next receive takes, so that receive looks again.
+        self.skip_look = false;
+        self.backend.frames_waiting()
     }
 
     /// Run the timers: send a reordered frame held too long and the frames due off the

@@ -20,6 +20,16 @@ impl Link {
     /// If `out` is shorter than the packet, the first `out.len()` bytes are delivered
     /// with `len == out.len()` and `crc_ok == false` (counted in `rx_truncated`).
     /// Packets come out in the order they completed.
+    ///
+    /// Over a medium whose looks are system calls
+    /// ([`LinkBackend::looks_are_system_calls`](super::LinkBackend::looks_are_system_calls):
+    /// UDP), the receive right after one that delivered a packet does not look at the
+    /// medium: it returns packets already put together and runs the timers, but leaves a
+    /// frame that may have come since for the next receive or [`Link::rx_pending`]. A NIC
+    /// answering a request then sends the reply with no `recvfrom` before it that finds
+    /// nothing (one system call fewer per request on its path); nothing waits longer than
+    /// one more receive, and the descriptor stays readable meanwhile ([`Link::readable_fd`]
+    /// polls level-triggered), so a caller that sleeps on it wakes at once.
     pub fn poll_packet(&mut self, out: &mut [u8]) -> Option<RxPacket> {
         let (rx, truncated) = self.poll_packet_with(|body, src, crc_ok| {
             if out.len() >= body.len() {
@@ -51,6 +61,8 @@ impl Link {
     /// then a receiver may leave them where they are instead of copying them out now.
     pub fn poll_packet_held_with<R>(&mut self, take: impl FnOnce(&[u8], u16, bool, bool) -> R) -> Option<R> {
         self.held = None;
+        // One-shot: only the receive right after a delivery skips its look.
+        let skip_look = std::mem::replace(&mut self.skip_look, false);
         if self.has_timers() {
             // A send error here is counted; the receive path has nothing to add to it.
             let _ = self.poll_timers();
@@ -58,7 +70,7 @@ impl Link {
         let mut take = Some(take);
         let mut out = None;
         let mut now = None;
-        let mut budget = RX_FRAMES_PER_POLL;
+        let mut budget = if skip_look { 0 } else { RX_FRAMES_PER_POLL };
         let (keeps, memory, node) = (self.keeps_last_frame, self.memory_medium, self.node);
         let verdict_medium = self.verdict_medium;
         let mut held = None;
@@ -102,6 +114,7 @@ impl Link {
         }
         if out.is_some() {
             self.held = held;
+            self.skip_look = self.looks_are_system_calls;
             return out;
         }
         let take = take.take()?;
@@ -112,6 +125,7 @@ impl Link {
             if let Some((body, crc_ok)) = checked {
                 let r = take(body, ready.src, crc_ok, false);
                 self.rx.recycle(ready.bytes);
+                self.skip_look = self.looks_are_system_calls;
                 return Some(r);
             }
             self.rx.recycle(ready.bytes);

@@ -21,6 +21,9 @@ pub trait Hooks<B: LinkBackend>: Send {
         let _ = (dst, frame);
     }
 
+    /// Sees every receive asked of the inner backend (either receive path), before it.
+    fn receiving(&mut self) {}
+
     fn routes_to(&self, inner: &B, dst: u16) -> bool {
         inner.routes_to(dst)
     }
@@ -62,6 +65,7 @@ impl<B: LinkBackend, H: Hooks<B>> LinkBackend for Wrap<B, H> {
         self.inner.send_frame(dst, frame)
     }
     fn try_recv_frame(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        self.hooks.receiving();
         self.inner.try_recv_frame(buf)
     }
     fn send_frame_with(
@@ -79,6 +83,7 @@ impl<B: LinkBackend, H: Hooks<B>> LinkBackend for Wrap<B, H> {
         })
     }
     fn recv_frame_with(&mut self, scratch: &mut [u8], take: &mut dyn FnMut(&[u8])) -> io::Result<bool> {
+        self.hooks.receiving();
         self.inner.recv_frame_with(scratch, take)
     }
     fn readable_fd(&self) -> Option<BorrowedFd<'_>> {
@@ -110,6 +115,9 @@ impl<B: LinkBackend, H: Hooks<B>> LinkBackend for Wrap<B, H> {
     }
     fn checksums_frames(&self) -> bool {
         !self.hooks.plain_medium() && self.inner.checksums_frames()
+    }
+    fn looks_are_system_calls(&self) -> bool {
+        self.inner.looks_are_system_calls()
     }
     fn foreign_frames(&self) -> u64 {
         self.inner.foreign_frames()

@@ -261,6 +261,50 @@ fn a_udp_look_receives_ahead_and_keeps_the_lent_frame() {
     assert_eq!((s.packets_received, s.crc_errors, s.frames_received), (2, 0, 2));
 }
 
+/// Counts the receives asked of the backend it wraps.
+struct CountReceives(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl<B: LinkBackend> Hooks<B> for CountReceives {
+    fn receiving(&mut self) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+#[test]
+fn over_udp_the_receive_after_a_delivery_does_not_look_and_loses_nothing() {
+    let bind = || UdpBackend::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let (mut ua, mut ub) = (bind(), bind());
+    ua.add_peer(2, ub.local_addr());
+    ub.add_peer(1, ua.local_addr());
+    let looks = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let looked = || looks.load(std::sync::atomic::Ordering::Relaxed);
+    let mut a = Link::new(1, Box::new(ua), FaultConfig::NONE);
+    let mut b = Link::new(2, Box::new(Wrap::new(ub, CountReceives(looks.clone()))), FaultConfig::NONE);
+    // Three packets, the last of two frames (over 65,000 bytes), all in the socket first.
+    let (p, q, r) = (packet(9000), packet(100), packet(70_000));
+    for x in [&p, &q, &r] {
+        a.send_packet(x, false).unwrap();
+    }
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let mut out = vec![0u8; 80_000];
+    let mut got = |b: &mut Link| b.poll_packet(&mut out).map(|rx| out[..rx.len].to_vec());
+    assert_eq!(got(&mut b), Some(p));
+    let n = looked();
+    // Right after a delivery: no look, though a datagram waits; the next receive looks.
+    assert_eq!(got(&mut b), None);
+    assert_eq!(looked(), n, "the receive after a delivery asked the socket");
+    assert_eq!(got(&mut b), Some(q));
+    // A look through rx_pending is one: the receive after it takes what it found (the
+    // first frame of r) and the second frame with it, in one call.
+    assert!(b.rx_pending());
+    assert_eq!(got(&mut b), Some(r));
+    assert_eq!(got(&mut b), None);
+    assert_eq!(got(&mut b), None);
+    assert!(!b.rx_pending());
+    let s = b.stats();
+    assert_eq!((s.packets_received, s.crc_errors, s.frames_received), (3, 0, 4));
+}
+
 #[test]
 fn the_control_blocks_link_counters_are_the_stats_fields_of_their_names() {
     let mut s = LinkStats::default();

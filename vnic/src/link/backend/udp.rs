@@ -157,6 +157,10 @@ impl LinkBackend for UdpBackend {
         true
     }
 
+    fn looks_are_system_calls(&self) -> bool {
+        true
+    }
+
     fn readable_fd(&self) -> Option<BorrowedFd<'_>> {
         Some(self.socket.as_fd())
     }
