@@ -213,7 +213,9 @@ fn run(a: Args) -> anyhow::Result<()> {
         let r = same_thread_on(a.case, a.calls, a.window);
         Placement::unpin()?;
         let what = match a.case {
-            SameThreadCase::Wait2 | SameThreadCase::Wait3 | SameThreadCase::Wait2Udp => "p50",
+            SameThreadCase::Wait2 | SameThreadCase::Wait3 | SameThreadCase::Wait2Udp | SameThreadCase::Wait2UdpKey => {
+                "p50"
+            }
             SameThreadCase::Cont | SameThreadCase::Raw => "per call",
         };
         println!("same thread {:?} 8 KB solicited: {what} {:.2} us ({} calls)", a.case, r?, a.calls);

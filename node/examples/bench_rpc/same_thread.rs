@@ -20,11 +20,15 @@ pub(crate) enum SameThreadCase {
     /// cluster key) (p50 µs): what a call costs over the deployed transport, for
     /// callgrind (instructions) and `perf stat` (system calls) per call.
     Wait2Udp,
+    /// The same under a cluster key: the link MAC's tags and replay stamps on every
+    /// packet (`mac_cost`'s keyed side), for callgrind.
+    Wait2UdpKey,
 }
 
 pub(crate) fn same_thread_on(case: SameThreadCase, calls: u32, window: u32) -> anyhow::Result<f64> {
-    if case == SameThreadCase::Wait2Udp {
-        let (mut client, mut server) = mac_setup(MacLink::Udp, None)?;
+    if matches!(case, SameThreadCase::Wait2Udp | SameThreadCase::Wait2UdpKey) {
+        let key = (case == SameThreadCase::Wait2UdpKey).then(trapeze_vnic::key::ClusterKey::random).transpose()?;
+        let (mut client, mut server) = mac_setup(MacLink::Udp, key.as_ref())?;
         return wait_8k_p50_on(&mut client, 2, calls, || {
             server.poll();
         });
@@ -55,7 +59,7 @@ pub(crate) fn same_thread_on(case: SameThreadCase, calls: u32, window: u32) -> a
             })?;
             secs * 1e6 / calls as f64
         }
-        SameThreadCase::Wait2Udp => unreachable!("answered above"),
+        SameThreadCase::Wait2Udp | SameThreadCase::Wait2UdpKey => unreachable!("answered above"),
         SameThreadCase::Raw => {
             let mut raw = RawClient { port: client, solicited: true, armed: Default::default() };
             let mut srv = RawServer { port: server, owed: Default::default() };
