@@ -233,10 +233,12 @@ pub struct Link {
     /// ([`LinkBackend::checksums_frames`]). Asked once, when the link is made.
     verdict_medium: bool,
     /// The backend's [`looks_are_system_calls`](LinkBackend::looks_are_system_calls),
-    /// asked once, and whether the next receive skips its look at the medium (set by a
-    /// receive that delivered a packet, cleared by the next receive and by a look through
-    /// [`Self::rx_pending`]).
+    /// asked once; whether the caller has asked [`Self::rx_pending`] (then it looks
+    /// before its passes); and whether the next receive skips its look at the medium (set
+    /// by a receive that delivered a packet when both hold, cleared by the next receive
+    /// and by a look through `rx_pending`).
     looks_are_system_calls: bool,
+    caller_looks: bool,
     skip_look: bool,
     /// The MAC key, under a cluster key.
     mac: Option<LinkMac>,
@@ -291,6 +293,7 @@ impl Link {
             memory_medium,
             verdict_medium,
             looks_are_system_calls,
+            caller_looks: false,
             skip_look: false,
             mac: None,
             stamper: replay::Stamper::new(),
@@ -385,6 +388,7 @@ impl Link {
     /// now: a packet is reassembled and waiting, a timer is pending, or the backend may
     /// hold frames. `false` only when a poll would surely find nothing.
     pub fn rx_pending(&mut self) -> bool {
+        self.caller_looks = true;
         if self.rx.has_ready() || self.has_timers() {
             return true;
         }

@@ -23,13 +23,16 @@ impl Link {
     ///
     /// Over a medium whose looks are system calls
     /// ([`LinkBackend::looks_are_system_calls`](super::LinkBackend::looks_are_system_calls):
-    /// UDP), the receive right after one that delivered a packet does not look at the
-    /// medium: it returns packets already put together and runs the timers, but leaves a
-    /// frame that may have come since for the next receive or [`Link::rx_pending`]. A NIC
-    /// answering a request then sends the reply with no `recvfrom` before it that finds
-    /// nothing (one system call fewer per request on its path); nothing waits longer than
-    /// one more receive, and the descriptor stays readable meanwhile ([`Link::readable_fd`]
-    /// polls level-triggered), so a caller that sleeps on it wakes at once.
+    /// UDP), for a caller that asks [`Link::rx_pending`] before it receives (an inline
+    /// NIC, whose passes run only when something may have come), the receive right after
+    /// one that delivered a packet does not look at the medium: it returns packets already
+    /// put together and runs the timers, but leaves a frame that may have come since for
+    /// the next receive or `rx_pending`. A NIC answering a request then sends the reply
+    /// with no `recvfrom` before it that finds nothing (one system call fewer per request
+    /// on its path); nothing waits longer than one more receive, and the descriptor stays
+    /// readable meanwhile ([`Link::readable_fd`] polls level-triggered). A caller that
+    /// never asks `rx_pending` (a NIC on its own thread, which idles when a pass finds
+    /// nothing) looks in every receive.
     pub fn poll_packet(&mut self, out: &mut [u8]) -> Option<RxPacket> {
         let (rx, truncated) = self.poll_packet_with(|body, src, crc_ok| {
             if out.len() >= body.len() {
@@ -114,7 +117,7 @@ impl Link {
         }
         if out.is_some() {
             self.held = held;
-            self.skip_look = self.looks_are_system_calls;
+            self.skip_look = self.looks_are_system_calls && self.caller_looks;
             return out;
         }
         let take = take.take()?;
@@ -125,7 +128,7 @@ impl Link {
             if let Some((body, crc_ok)) = checked {
                 let r = take(body, ready.src, crc_ok, false);
                 self.rx.recycle(ready.bytes);
-                self.skip_look = self.looks_are_system_calls;
+                self.skip_look = self.looks_are_system_calls && self.caller_looks;
                 return Some(r);
             }
             self.rx.recycle(ready.bytes);

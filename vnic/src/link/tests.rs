@@ -271,7 +271,7 @@ impl<B: LinkBackend> Hooks<B> for CountReceives {
 }
 
 #[test]
-fn over_udp_the_receive_after_a_delivery_does_not_look_and_loses_nothing() {
+fn over_udp_an_inline_nics_receive_after_a_delivery_does_not_look_and_loses_nothing() {
     let bind = || UdpBackend::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let (mut ua, mut ub) = (bind(), bind());
     ua.add_peer(2, ub.local_addr());
@@ -282,12 +282,23 @@ fn over_udp_the_receive_after_a_delivery_does_not_look_and_loses_nothing() {
     let mut b = Link::new(2, Box::new(Wrap::new(ub, CountReceives(looks.clone()))), FaultConfig::NONE);
     // Three packets, the last of two frames (over 65,000 bytes), all in the socket first.
     let (p, q, r) = (packet(9000), packet(100), packet(70_000));
-    for x in [&p, &q, &r] {
-        a.send_packet(x, false).unwrap();
-    }
-    std::thread::sleep(std::time::Duration::from_millis(50));
+    let send_all = |a: &mut Link| {
+        for x in [&p, &q, &r] {
+            a.send_packet(x, false).unwrap();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
     let mut out = vec![0u8; 80_000];
     let mut got = |b: &mut Link| b.poll_packet(&mut out).map(|rx| out[..rx.len].to_vec());
+    // A caller that never asks rx_pending (a NIC on its own thread) looks in every receive.
+    send_all(&mut a);
+    for x in [&p, &q, &r] {
+        assert_eq!(got(&mut b).as_ref(), Some(x));
+    }
+    assert_eq!(got(&mut b), None);
+    // One that asks (an inline NIC) leaves the look after a delivery to rx_pending.
+    assert!(!b.rx_pending(), "nothing sent yet");
+    send_all(&mut a);
     assert_eq!(got(&mut b), Some(p));
     let n = looked();
     // Right after a delivery: no look, though a datagram waits; the next receive looks.
@@ -302,7 +313,7 @@ fn over_udp_the_receive_after_a_delivery_does_not_look_and_loses_nothing() {
     assert_eq!(got(&mut b), None);
     assert!(!b.rx_pending());
     let s = b.stats();
-    assert_eq!((s.packets_received, s.crc_errors, s.frames_received), (3, 0, 4));
+    assert_eq!((s.packets_received, s.crc_errors, s.frames_received), (6, 0, 8));
 }
 
 #[test]
