@@ -443,9 +443,11 @@ body!(
             tag: i.op()?,
             status: PutStatus::from_u8(i.u8()?)?,
             site: i.u16()?,
-            answer: {
-                let a = Answer { index: i.u32()?, key: i.u64()? };
-                (a.key != 0).then_some(a)
+            // Key 0 is "no answer entry", and then the index is 0 too: one encoding each.
+            answer: match (Answer { index: i.u32()?, key: i.u64()? }) {
+                Answer { key: 0, index: 0 } => None,
+                Answer { key: 0, .. } => return Err(CodecError),
+                a => Some(a),
             },
         })
     }
@@ -717,6 +719,11 @@ mod tests {
         );
         let answer = Some(Answer { index: 12_287, key: u64::MAX });
         round_trip(PutDone { page, version: v, tag, status: PutStatus::Stored, site: 2, answer }, PutDone::WIRE_BYTES);
+        // No answer entry (key 0) with an index is not an encoding of anything.
+        let mut b = [0u8; PutDone::WIRE_BYTES];
+        PutDone { page, version: v, tag, status: PutStatus::Stored, site: 2, answer: None }.encode(&mut b).unwrap();
+        b[PutDone::WIRE_BYTES - 12] = 1;
+        assert!(PutDone::decode(&b).is_err(), "an index without a key accepted");
         round_trip(DiscardReq { page, version: v }, DiscardReq::WIRE_BYTES);
         round_trip(DirUpdateReq { page, version: v, seq: 8, view: 3, site: 1 }, DirUpdateReq::WIRE_BYTES);
         round_trip(DirRemoveReq { page, version: v, seq: 9, site: 1 }, DirRemoveReq::WIRE_BYTES);
