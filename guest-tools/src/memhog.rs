@@ -7,6 +7,9 @@
 //! back is checked without keeping a copy. Sized larger than the guest's free RAM, the
 //! pages must go to swap and come back; a page that comes back wrong is counted, never
 //! fatal in the middle of a pass, so the report says how many were wrong.
+//!
+//! [`Pattern::Compressible`] keeps the pattern in each page's first half and zeroes in the
+//! second: about 2:1 for a compressing swap device (zram), the same work for any other.
 
 use crate::blkbench::{check_page, fill_page, AlignedBuf, SplitMix, PAGE};
 use std::fmt::Write as _;
@@ -20,6 +23,45 @@ const PHASES: [(&str, bool, bool, u64); 5] = [
     ("rewrite-random", true, true, 2),
     ("verify-seq-2", false, false, 2),
 ];
+
+/// What a page holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pattern {
+    /// [`fill_page`] over the whole page: a compressor finds nothing to take out.
+    Incompressible,
+    /// [`fill_page`]'s first half, then zeroes: about 2:1.
+    Compressible,
+}
+
+impl Pattern {
+    /// The name in the report's JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Pattern::Incompressible => "incompressible",
+            Pattern::Compressible => "compressible",
+        }
+    }
+
+    /// Fill `page` (one page) with page `p`'s content of generation `g`.
+    fn fill(self, g: u64, p: u64, page: &mut [u8]) {
+        fill_page(g, p, page);
+        if self == Pattern::Compressible {
+            page[PAGE / 2..].fill(0);
+        }
+    }
+
+    /// The first byte of `page` that differs from what [`Pattern::fill`] wrote, if any.
+    fn check(self, g: u64, p: u64, page: &[u8]) -> Option<usize> {
+        match self {
+            Pattern::Incompressible => check_page(g, p, page),
+            Pattern::Compressible => {
+                let mut want = [0u8; PAGE];
+                self.fill(g, p, &mut want);
+                page.iter().zip(want).position(|(a, b)| *a != b)
+            }
+        }
+    }
+}
 
 /// One phase's outcome.
 #[derive(Clone, Debug, PartialEq)]
@@ -38,6 +80,7 @@ pub struct Phase {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Report {
     pub pages: u64,
+    pub pattern: Pattern,
     pub phases: Vec<Phase>,
     /// The first wrong page: (phase, page, first differing byte).
     pub first_wrong: Option<(&'static str, u64, usize)>,
@@ -55,11 +98,12 @@ impl Report {
     /// One JSON object on one line (keys in a fixed order).
     pub fn json(&self) -> String {
         let mut s = format!(
-            "{{\"tool\":\"trapeze-memhog\",\"pages\":{},\"mib\":{},\"pages_verified\":{},\"pages_wrong\":{},\"secs\":{:.2},\"phases\":[",
+            "{{\"tool\":\"trapeze-memhog\",\"pages\":{},\"mib\":{},\"pages_verified\":{},\"pages_wrong\":{},\"pattern\":\"{}\",\"secs\":{:.2},\"phases\":[",
             self.pages,
             (self.pages * PAGE as u64) >> 20,
             self.verified(),
             self.wrong(),
+            self.pattern.name(),
             self.secs
         );
         for (i, p) in self.phases.iter().enumerate() {
@@ -159,9 +203,9 @@ fn permutation(n: u64, seed: u64) -> Vec<u64> {
     v
 }
 
-/// Allocate `pages` pages and run every phase over them; `progress` gets each phase's
-/// outcome as it ends.
-pub fn run(pages: u64, seed: u64, mut progress: impl FnMut(&Phase)) -> Result<Report, String> {
+/// Allocate `pages` pages of `pattern` and run every phase over them; `progress` gets each
+/// phase's outcome as it ends.
+pub fn run(pages: u64, seed: u64, pattern: Pattern, mut progress: impl FnMut(&Phase)) -> Result<Report, String> {
     if pages == 0 {
         return Err("no pages to use".into());
     }
@@ -169,7 +213,7 @@ pub fn run(pages: u64, seed: u64, mut progress: impl FnMut(&Phase)) -> Result<Re
     let start = Instant::now();
     let mut mem = AlignedBuf::new(bytes);
     let order = permutation(pages, seed);
-    let mut report = Report { pages, phases: Vec::new(), first_wrong: None, secs: 0.0 };
+    let mut report = Report { pages, pattern, phases: Vec::new(), first_wrong: None, secs: 0.0 };
     for (name, write, random, generation) in PHASES {
         // The counters are read outside the phase's timed span.
         let swap0 = swap_io_now();
@@ -181,10 +225,10 @@ pub fn run(pages: u64, seed: u64, mut progress: impl FnMut(&Phase)) -> Result<Re
             let page = &mut buf[p as usize * PAGE..(p as usize + 1) * PAGE];
             let g = seed.wrapping_add(generation);
             if write {
-                fill_page(g, p, page);
+                pattern.fill(g, p, page);
             } else {
                 phase.verified += 1;
-                if let Some(at) = check_page(g, p, page) {
+                if let Some(at) = pattern.check(g, p, page) {
                     phase.wrong += 1;
                     report.first_wrong.get_or_insert((name, p, at));
                 }
@@ -206,7 +250,7 @@ mod tests {
     #[test]
     fn every_page_is_written_and_checked_in_every_phase() {
         let mut seen = Vec::new();
-        let r = run(64, 7, |p| seen.push(p.name)).unwrap();
+        let r = run(64, 7, Pattern::Incompressible, |p| seen.push(p.name)).unwrap();
         assert_eq!(seen, ["write", "verify-seq", "verify-random", "rewrite-random", "verify-seq-2"]);
         assert_eq!(r.verified(), 3 * 64);
         assert_eq!(r.wrong(), 0);
@@ -215,6 +259,23 @@ mod tests {
         assert!(!r.json().contains('\n'));
         assert!(r.secs >= r.phases.iter().map(|p| p.secs).sum::<f64>());
         assert!(r.json().contains(",\"secs\":"), "{}", r.json());
+    }
+
+    #[test]
+    fn the_compressible_pattern_is_half_zeroes_and_checked_whole() {
+        let r = run(16, 3, Pattern::Compressible, |_| {}).unwrap();
+        assert_eq!((r.verified(), r.wrong()), (3 * 16, 0));
+        assert!(r.json().contains("\"pattern\":\"compressible\""), "{}", r.json());
+        let mut page = vec![0u8; PAGE];
+        Pattern::Compressible.fill(5, 9, &mut page);
+        assert!(page[PAGE / 2..].iter().all(|&b| b == 0));
+        assert!(page[..PAGE / 2].iter().filter(|&&b| b == 0).count() < PAGE / 16);
+        assert_eq!(Pattern::Compressible.check(5, 9, &page), None);
+        // The zero half is checked too, and the pattern's half against the right page.
+        page[PAGE - 1] = 1;
+        assert_eq!(Pattern::Compressible.check(5, 9, &page), Some(PAGE - 1));
+        assert!(Pattern::Compressible.check(5, 8, &page).is_some_and(|at| at < PAGE / 2));
+        assert!(Pattern::Incompressible.check(5, 9, &page).is_some_and(|at| at >= PAGE / 2));
     }
 
     #[test]
@@ -247,6 +308,6 @@ mod tests {
 
     #[test]
     fn zero_pages_is_an_error() {
-        assert!(run(0, 1, |_| {}).is_err());
+        assert!(run(0, 1, Pattern::Compressible, |_| {}).is_err());
     }
 }

@@ -3,7 +3,8 @@
 //! the guest's available RAM (`MemAvailable`) in anonymous pages, writes a pattern derived
 //! from each page's index, re-reads and checks every page (sequential, then random order),
 //! rewrites them in random order and checks again. Prints a line per phase and one JSON
-//! line; exits 1 if any page came back wrong.
+//! line; exits 1 if any page came back wrong. `--compressible`: each page's second half
+//! zeroes (about 2:1 for a compressing swap device such as zram).
 
 use clap::Parser;
 use std::process::ExitCode;
@@ -22,6 +23,10 @@ struct Args {
     /// Seed of the pattern and of the random order.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Pages compress about 2:1 (the pattern in each page's first half, zeroes in the
+    /// second) instead of not at all.
+    #[arg(long)]
+    compressible: bool,
 }
 
 fn ratio(s: &str) -> Result<f64, String> {
@@ -59,8 +64,9 @@ fn main() -> ExitCode {
         }
     };
     let pages = bytes / PAGE as u64;
-    println!("trapeze-memhog: {pages} pages ({} MiB), seed {}", bytes >> 20, a.seed);
-    let r = memhog::run(pages, a.seed, |p| {
+    let pattern = if a.compressible { memhog::Pattern::Compressible } else { memhog::Pattern::Incompressible };
+    println!("trapeze-memhog: {pages} pages ({} MiB), seed {}, {}", bytes >> 20, a.seed, pattern.name());
+    let r = memhog::run(pages, a.seed, pattern, |p| {
         println!(
             "trapeze-memhog: {} {} pages in {:.1} s{}",
             p.name,
