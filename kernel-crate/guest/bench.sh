@@ -31,7 +31,11 @@
 # 3. swap: mkswap + swapon on the device, trapeze-memhog over 1.5x trapeze_bench_swap_avail_mb
 #    MiB in a memory cgroup limited to that (every page written, checked in order and at
 #    random, rewritten, checked: they go to swap and come back), its wall time reported;
-#    swapoff; trapeze_bench_swap_rounds times, the devices' order alternating.
+#    swapoff; trapeze_bench_swap_rounds times, the runs' order reversed every other round.
+#    The runs: gms, fair, nbd and zram (/dev/zram0, lzo-rle) with the incompressible
+#    pattern; gms_compressible and zram_compressible with trapeze-memhog --compressible
+#    (about 2:1); ram (no swap, no memory.max: all in RAM, the floor); gms_half (/dev/gms0,
+#    memory.max half the workload).
 # Every phase counts I/O trouble: new kernel log lines (I/O errors, swap read/write errors,
 # ext2 errors, NBD request failures, OOM kills, hung tasks), page errors of /dev/gms0
 # (gms_disk_stats) and the tools' own failures; each becomes an "errors: PHASE: …" line,
@@ -124,7 +128,10 @@ phase_end() {
 drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 # KiB read and written on block device $1 so far, and its read and write requests
 # (/sys/block/NAME/stat).
-dev_io() { awk '{ print int($3 / 2), int($7 / 2), $1, $5 }' "/sys/block/${1##*/}/stat"; }
+# 0 0 0 0 without a device ("-": the all-in-RAM swap run).
+dev_io() {
+    if [ -b "$1" ]; then awk '{ print int($3 / 2), int($7 / 2), $1, $5 }' "/sys/block/${1##*/}/stat"; else echo 0 0 0 0; fi
+}
 # This guest's CPU time so far in USER_HZ ticks (/proc/stat): user (with nice), system,
 # irq, softirq, idle.
 cpu_ticks() { awk '$1 == "cpu" { print $2 + $3, $4, $7, $8, $5 }' /proc/stat; }
@@ -172,45 +179,74 @@ memory_cgroups() {
     grep -qw memory /sys/fs/cgroup/cgroup.subtree_control || echo +memory > /sys/fs/cgroup/cgroup.subtree_control
 }
 
-# Swap phase on device $2 (name $1): swap on it, trapeze-memhog over $swap_mb MiB in a
-# memory cgroup of $swap_avail_mb MiB; its report, with the peak swap use seen.
+# zram's data and compressed bytes now, KiB (/sys/block/zram0/mm_stat's first two fields).
+zram_kib() { awk '{ print int($1 / 1024), int($2 / 1024) }' /sys/block/zram0/mm_stat 2>/dev/null || echo 0 0; }
+
+# /dev/zram0 emptied and sized $mb MiB for the next swap run (lzo-rle: the kernel's
+# default); the error line and a failure if it cannot be.
+zram_ready() {
+    [ -b /dev/zram0 ] || { say "errors: swap $1: no /dev/zram0 (a kernel without CONFIG_ZRAM?)"; return 1; }
+    if ! { echo 1 > /sys/block/zram0/reset && echo lzo-rle > /sys/block/zram0/comp_algorithm &&
+        echo "${mb}M" > /sys/block/zram0/disksize; } 2>/tmp/zram.err; then
+        say "errors: swap $1: setting up /dev/zram0 failed: $(cat /tmp/zram.err)"
+        return 1
+    fi
+}
+
+# One swap run, named $1: swap on device $2 ("-": none), trapeze-memhog over $swap_mb MiB
+# in a memory cgroup whose memory.max is $3 MiB ("max": no limit), pattern $4
+# (incompressible or compressible); its report, with the peak swap use seen and, on zram,
+# the data and compressed KiB at the peak.
 swap_run() {
-    name=$1 dev=$2
+    name=$1 dev=$2 avail=$3 pattern=$4
     phase_start
-    if ! mkswap "$dev" > /tmp/mkswap.log 2>&1; then
-        say "errors: swap $name: mkswap $dev failed: $(tail -n 1 /tmp/mkswap.log)"
-        phase_end "swap $name"
-        return
+    if [ "$dev" != - ]; then
+        case "$dev" in /dev/zram*) zram_ready "$name" || { phase_end "swap $name"; return; } ;; esac
+        if ! mkswap "$dev" > /tmp/mkswap.log 2>&1; then
+            say "errors: swap $name: mkswap $dev failed: $(tail -n 1 /tmp/mkswap.log)"
+            phase_end "swap $name"
+            return
+        fi
+        if ! swapon "$dev" 2>/tmp/swapon.err; then
+            say "errors: swap $name: swapon $dev failed: $(cat /tmp/swapon.err)"
+            phase_end "swap $name"
+            return
+        fi
     fi
-    if ! swapon "$dev" 2>/tmp/swapon.err; then
-        say "errors: swap $name: swapon $dev failed: $(cat /tmp/swapon.err)"
-        phase_end "swap $name"
-        return
-    fi
-    # The workload runs in a memory cgroup of its own, limited to $swap_avail_mb MiB
-    # (memory.max): exactly the same RAM on either device, whatever the rest of the guest
-    # uses (pinning the rest of RAM away instead left 15.6 to 17 MiB by MemAvailable's
-    # drift, and the devices then swapped 125 to 218 MiB).
+    # The workload runs in a memory cgroup of its own, limited to $avail MiB (memory.max):
+    # exactly the same RAM on either device, whatever the rest of the guest uses (pinning
+    # the rest of RAM away instead left 15.6 to 17 MiB by MemAvailable's drift, and the
+    # devices then swapped 125 to 218 MiB).
     cg=/sys/fs/cgroup/swap-$name
+    limit=max
+    [ "$avail" = max ] || limit=${avail}M
     if ! memory_cgroups 2>/tmp/cg.err || ! mkdir "$cg" 2>>/tmp/cg.err ||
-        ! echo "${swap_avail_mb}M" > "$cg/memory.max" 2>>/tmp/cg.err; then
+        ! echo "$limit" > "$cg/memory.max" 2>>/tmp/cg.err; then
         say "errors: swap $name: no memory cgroup for the workload (a kernel without CONFIG_MEMCG?): $(cat /tmp/cg.err)"
-        swapoff "$dev"
+        [ "$dev" = - ] || swapoff "$dev"
         phase_end "swap $name"
         return
     fi
-    say "swap $name: MemTotal $(mem_mb MemTotal) MiB, MemAvailable $(mem_mb MemAvailable) MiB; trapeze-memhog over $swap_mb MiB in a cgroup of $swap_avail_mb MiB"
+    flag=
+    [ "$pattern" = compressible ] && flag=--compressible
+    say "swap $name: MemTotal $(mem_mb MemTotal) MiB, MemAvailable $(mem_mb MemAvailable) MiB; trapeze-memhog${flag:+ $flag} over $swap_mb MiB in a cgroup of $limit on $dev"
     set -- $(dev_io "$dev") $(cpu_ticks)
     in0=$1 out0=$2 rq0=$3 wq0=$4 us0=$5 sy0=$6 hi0=$7 si0=$8 id0=$9
-    sh -c 'echo $$ > "$1/cgroup.procs" && exec trapeze-memhog --mib "$2" --seed "$3"' memhog "$cg" "$swap_mb" "$seed" \
+    # shellcheck disable=SC2086 # $5 is one optional word
+    sh -c 'echo $$ > "$1/cgroup.procs" && exec trapeze-memhog --mib "$2" --seed "$3" $4' memhog "$cg" "$swap_mb" "$seed" "$flag" \
         > /tmp/memhog.out 2>&1 &
     pid=$!
-    peak=0
+    peak=0 zorig=0 zcompr=0
     t=0
-    # At most 600 s, /proc/swaps sampled every 0.5 s.
+    # At most 600 s, /proc/swaps (and zram's mm_stat) sampled every 0.5 s.
     while kill -0 "$pid" 2>/dev/null && [ "$t" -lt 1200 ]; do
         u=$(awk -v d="$dev" '$1 == d { print $4; f = 1 } END { if (!f) print 0 }' /proc/swaps)
         [ "$u" -gt "$peak" ] && peak=$u
+        case "$dev" in /dev/zram*)
+            set -- $(zram_kib)
+            [ "$1" -gt "$zorig" ] && zorig=$1 zcompr=$2
+            ;;
+        esac
         sleep 0.5
         t=$((t + 1))
     done
@@ -224,21 +260,44 @@ swap_run() {
     swin=$(($1 - in0)) swout=$(($2 - out0)) swrq=$(($3 - rq0)) swwq=$(($4 - wq0))
     ticks="{\"user\":$(($5 - us0)),\"system\":$(($6 - sy0)),\"irq\":$(($7 - hi0)),\"softirq\":$(($8 - si0)),\"idle\":$(($9 - id0))}"
     json=$(grep '^{"tool":"trapeze-memhog"' /tmp/memhog.out)
+    zram=
+    case "$dev" in /dev/zram*) zram=",\"zram_peak_data_kib\":$zorig,\"zram_peak_compr_kib\":$zcompr" ;; esac
+    amb=$avail
+    [ "$avail" = max ] && amb=null
     if [ "$rc" = 0 ] && [ -n "$json" ] && grep -q "pages verified, 0 wrong" /tmp/memhog.out; then
-        say "swap-result {\"name\":\"$name\",\"device\":\"$dev\",\"avail_mb\":$swap_avail_mb,\"peak_swap_kib\":$peak,\"swap_in_kib\":$swin,\"swap_out_kib\":$swout,\"read_requests\":$swrq,\"write_requests\":$swwq,\"cpu_ticks\":$ticks,\"memhog\":$json}"
-        [ "$peak" -gt 1024 ] || say "errors: swap $name: swap barely used (peak $peak KiB in /proc/swaps)"
-        # The workload is 1.5x the RAM left: at least half the excess must go out to swap
-        # while it runs, or its time says nothing about the device.
-        least=$(((swap_mb - swap_avail_mb) * 512))
-        [ "$swout" -ge "$least" ] ||
-            say "errors: swap $name: the workload barely swapped ($swout KiB written to $dev while it ran, less than $least)"
+        say "swap-result {\"name\":\"$name\",\"device\":\"$dev\",\"avail_mb\":$amb,\"peak_swap_kib\":$peak,\"swap_in_kib\":$swin,\"swap_out_kib\":$swout,\"read_requests\":$swrq,\"write_requests\":$swwq,\"cpu_ticks\":$ticks$zram,\"memhog\":$json}"
+        if [ "$dev" = - ]; then
+            [ "$(awk 'NR > 1' /proc/swaps | wc -l)" = 0 ] || say "errors: swap $name: a swap device was on during the all-in-RAM run"
+        else
+            [ "$peak" -gt 1024 ] || say "errors: swap $name: swap barely used (peak $peak KiB in /proc/swaps)"
+            # The workload is larger than the RAM left: at least half the excess must go
+            # out to swap while it runs, or its time says nothing about the device.
+            least=$(((swap_mb - avail) * 512))
+            [ "$swout" -ge "$least" ] ||
+                say "errors: swap $name: the workload barely swapped ($swout KiB written to $dev while it ran, less than $least)"
+        fi
     else
         say "errors: swap $name: trapeze-memhog exit status $rc: $(tail -n 3 /tmp/memhog.out | tr '\n' ' ')"
     fi
     rmdir "$cg" || say "errors: swap $name: the workload's cgroup $cg could not be removed"
-    timeout 120 swapoff "$dev" || say "errors: swap $name: swapoff $dev failed or took over 120 s"
-    grep -q "^$dev " /proc/swaps && say "errors: swap $name: $dev still in /proc/swaps after swapoff"
+    if [ "$dev" != - ]; then
+        timeout 120 swapoff "$dev" || say "errors: swap $name: swapoff $dev failed or took over 120 s"
+        grep -q "^$dev " /proc/swaps && say "errors: swap $name: $dev still in /proc/swaps after swapoff"
+    fi
     phase_end "swap $name"
+}
+
+# The swap runs (see the header): name, then device, memory.max in MiB and pattern.
+SWAP_RUNS="gms fair nbd zram gms_compressible zram_compressible ram gms_half"
+swap_case() {
+    case "$1" in
+    gms | fair | nbd) eval "echo \"\${$1:--}\"" "$swap_avail_mb" incompressible ;;
+    zram) echo /dev/zram0 "$swap_avail_mb" incompressible ;;
+    gms_compressible) echo "${gms:--}" "$swap_avail_mb" compressible ;;
+    zram_compressible) echo /dev/zram0 "$swap_avail_mb" compressible ;;
+    ram) echo - max incompressible ;;
+    gms_half) echo "${gms:--}" $((swap_mb / 2)) incompressible ;;
+    esac
 }
 
 serve_forever() {
@@ -456,15 +515,21 @@ case "$k" in
             umount "/mnt/$d" || say "errors: file $d: umount /mnt/$d failed"
         fi
     done
-    # Swap under memory pressure, one device after the other, in $swap_rounds rounds whose
-    # order alternates (gms fair nbd, nbd fair gms, ...): each device's figures are the
-    # mean of its runs, so none always runs first.
+    # Swap under memory pressure, one run after the other, in $swap_rounds rounds whose
+    # order is reversed every other round (A-B-B-A): each run's figures are the mean of its
+    # rounds, so none always runs first. A run whose device is missing is an error line.
+    rswap=$(for d in $SWAP_RUNS; do echo "$d"; done | sed -n '1!G;h;$p' | tr '\n' ' ')
     r=1
     while [ "$r" -le "$swap_rounds" ]; do
-        if [ $((r % 2)) -eq 1 ]; then order="gms fair nbd"; else order="nbd fair gms"; fi
+        if [ $((r % 2)) -eq 1 ]; then order=$SWAP_RUNS; else order=$rswap; fi
         for d in $order; do
-            eval "dev=\$$d"
-            [ -n "$dev" ] && swap_run "$d" "$dev"
+            # shellcheck disable=SC2046 # three words
+            set -- $(swap_case "$d")
+            if [ "$1" = - ] && [ "$d" != ram ]; then
+                say "errors: swap $d: no device"
+            else
+                swap_run "$d" "$1" "$2" "$3"
+            fi
         done
         r=$((r + 1))
     done

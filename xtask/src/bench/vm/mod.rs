@@ -5,7 +5,8 @@
 //! same workloads on each: 4 KiB random read latency (p50/p99) and sequential read
 //! bandwidth of the raw device; a file on ext2 read with streaming `read()` and through
 //! `mmap` after the page cache was dropped (the GMS paper's Fig. 4); and the wall time of
-//! a program whose memory is 1.5× its memory cgroup's limit, swapping onto the device. Every
+//! a program whose memory is 1.5× its memory cgroup's limit, swapping onto the device, beside
+//! the same program swapping onto zram, all in RAM, and at half the RAM (`swap_baselines.rs`). Every
 //! page is checked, and any I/O error of any phase (kernel log, the disk's page errors,
 //! a tool's failure) fails the bench, naming the phase.
 //!
@@ -40,6 +41,7 @@ mod mac;
 mod module_args;
 mod replication;
 mod report;
+mod swap_baselines;
 mod workloads;
 
 use crate::vm::bench_guests::{self, BenchGuests};
@@ -68,7 +70,10 @@ pub struct VmBenchArgs {
     /// rand4k_p50, rand4k_p99, seq_mb_s, swap_time, swap_time_per_mib, file_stream_mb_s,
     /// file_mmap_mb_s, and swap_phase_time: each phase of the swap workload), the link
     /// MAC's cost (mac_cost_vm, mac_cost_vm_seq, mac_vm; see --mac-pairs) and the
-    /// replication and repair figures.
+    /// replication and repair figures; the swap baselines (gms_over_zram: swap_time,
+    /// swap_time_compressible; gms_over_ram.swap_time: against the workload all in RAM;
+    /// swap_half_over_ram: /dev/gms0 at 50 % local memory against all in RAM; swap_baselines:
+    /// each run's figures).
     #[arg(long)]
     json: bool,
     /// Guests: 0 measures, 1 serves NBD and GMS, the others serve GMS. Two by default: one
@@ -398,6 +403,7 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
     }
     if failures.is_empty() {
         failures.extend(work.missing("fair"));
+        failures.extend(swap_baselines::missing(&work));
     }
     if let Some(why) = &gms_missing {
         failures.push(format!("gms: no /dev/gms0 measured ({why})"));
@@ -475,6 +481,12 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
         ),
         || sessions.repairs(a.repair_sessions),
     );
+    let swap_base = swap_baselines::ratios(&work);
+    // gms_over_ram: the raw device against /dev/gmsram0, and the swap workload against
+    // itself all in RAM.
+    let mut gms_over_ram =
+        fair.as_ref().filter(|f| f.devices.contains(&"ram")).map(|f| f.ratios("gms", "ram")).unwrap_or(json!({}));
+    merge(&mut gms_over_ram, json!({ "swap_time": swap_base["gms_over_ram_swap"] }));
     let mut summary = json!({
         "summary": "vm",
         "guests": a.guests,
@@ -493,7 +505,11 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
         "fair_over_null": fair.as_ref().map(|f| f.ratios("fair", "null")),
         "large_mb": a.large_mb,
         "answer_table_reach_pages": trapeze_firmware::iface::layout::ANSWER_ENTRIES,
-        "gms_over_ram": fair.as_ref().filter(|f| f.devices.contains(&"ram")).map(|f| f.ratios("gms", "ram")),
+        "gms_over_ram": gms_over_ram,
+        "gms_over_zram": swap_base["gms_over_zram"],
+        "swap_half_over_ram": swap_base["swap_half_over_ram"],
+        "zram_compression": swap_base["zram_compression"],
+        "swap_baselines": swap_baselines::RUNS.iter().map(|&d| (d.to_string(), work.swap_keys(d))).collect::<serde_json::Map<_, _>>(),
         "gms_over_fair_nbd_large": fair.as_ref().filter(|f| f.devices.contains(&"gms_large")).map(|f| f.ratios("gms_large", "fair_large")),
         "gms_large_over_small": fair.as_ref().filter(|f| f.devices.contains(&"gms_large")).map(|f| f.ratios("gms_large", "gms")),
         "host_processes": devices.iter().map(|d| (d.to_string(), json!(fair::path_processes(d, a.guests).len()))).collect::<serde_json::Map<_, _>>(),
@@ -541,6 +557,7 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
             ram_backend,
         );
         work.print_table(devices);
+        swap_baselines::print(&work, &swap_base);
         if let (Some(f), Some(r)) = (&fair, &fair_ratios) {
             f.print(r);
         }

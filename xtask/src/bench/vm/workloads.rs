@@ -33,8 +33,12 @@ pub(super) struct SwapRun {
     /// Wall time of the whole workload.
     pub secs: f64,
     pub mib: u64,
-    /// RAM left to it (MemAvailable after the ramfs pin), MiB.
-    pub avail_mb: u64,
+    /// RAM left to it (its cgroup's memory.max), MiB; `None`: no limit (the all-in-RAM run).
+    pub avail_mb: Option<u64>,
+    /// What its pages held: "incompressible" or "compressible" (`trapeze-memhog`'s pattern).
+    pub pattern: String,
+    /// On zram: the data and compressed KiB when it held the most (`mm_stat`).
+    pub zram_kib: Option<(u64, u64)>,
     pub pages_verified: u64,
     pub peak_swap_kib: u64,
     /// KiB read from and written to the device while the workload ran (its
@@ -84,11 +88,21 @@ impl Workloads {
                 if m["pages_wrong"].as_u64() != Some(0) {
                     bail!("swap result with wrong pages (or no count of them): {v}");
                 }
+                let avail_mb = match &v["avail_mb"] {
+                    Value::Null => None,
+                    a => Some(a.as_u64().with_context(|| format!("swap result with a bad avail_mb: {v}"))?),
+                };
+                let zram_kib = match (&v["zram_peak_data_kib"], &v["zram_peak_compr_kib"]) {
+                    (Value::Null, Value::Null) => None,
+                    _ => Some((u64_of(&v, "zram_peak_data_kib")?, u64_of(&v, "zram_peak_compr_kib")?)),
+                };
                 w.swaps.push(SwapRun {
                     device: str_of(&v, "name")?,
                     secs: m["secs"].as_f64().with_context(|| format!("swap result without memhog secs: {v}"))?,
                     mib: u64_of(m, "mib")?,
-                    avail_mb: u64_of(&v, "avail_mb")?,
+                    avail_mb,
+                    pattern: str_of(m, "pattern")?,
+                    zram_kib,
                     pages_verified: u64_of(m, "pages_verified")?,
                     peak_swap_kib: u64_of(&v, "peak_swap_kib")?,
                     swap_in_kib: u64_of(&v, "swap_in_kib")?,
@@ -151,18 +165,29 @@ impl Workloads {
     /// The device row's keys for the workloads (merged into the row of `trapeze-blkbench`).
     pub(super) fn row_keys(&self, device: &str) -> Value {
         let runs = |mode: &str| self.files.iter().filter(|f| f.device == device && f.mode == mode).count();
-        let swap = self.swap(device);
-        json!({
+        let mut keys = json!({
             "file_bytes": self.files.iter().find(|f| f.device == device).map(|f| f.bytes),
             "file_write_mb_s": self.file_mb_s(device, "write").map(|v| round_to(v, 1)),
             "file_stream_mb_s": self.file_mb_s(device, "stream").map(|v| round_to(v, 1)),
             "file_mmap_mb_s": self.file_mb_s(device, "mmap").map(|v| round_to(v, 1)),
             "file_rounds": runs("stream").min(runs("mmap")),
             "file_pages_verified": self.files.iter().filter(|f| f.device == device).map(|f| f.pages_verified).sum::<u64>(),
+        });
+        if let (Some(o), Value::Object(s)) = (keys.as_object_mut(), self.swap_keys(device)) {
+            o.extend(s);
+        }
+        keys
+    }
+
+    /// The keys of a swap run (`device`: a device row's name, or a swap baseline's).
+    pub(super) fn swap_keys(&self, device: &str) -> Value {
+        let swap = self.swap(device);
+        json!({
             "swap_runs": self.swaps.iter().filter(|s| s.device == device).count(),
             "swap_secs": swap.as_ref().map(|s| round_to(s.secs, 2)),
             "swap_mib": swap.as_ref().map(|s| s.mib),
-            "swap_avail_mb": swap.as_ref().map(|s| s.avail_mb),
+            "swap_avail_mb": swap.as_ref().and_then(|s| s.avail_mb),
+            "swap_pattern": swap.as_ref().map(|s| s.pattern.clone()),
             "swap_peak_mib": swap.as_ref().map(|s| round_to(s.peak_swap_kib as f64 / 1024.0, 1)),
             "swap_in_mib": swap.as_ref().map(|s| round_to(s.swap_in_kib as f64 / 1024.0, 1)),
             "swap_out_mib": swap.as_ref().map(|s| round_to(s.swap_out_kib as f64 / 1024.0, 1)),
@@ -231,11 +256,12 @@ impl Workloads {
             let each: Vec<String> = phases.iter().map(|(n, r)| format!("{n} {r:.2}x")).collect();
             println!("  swap workload's phases, gms / nbd time: {}", each.join(", "));
         }
-        if let Some(s) = self.swaps.first() {
+        if let Some(s) = self.swaps.iter().find(|s| s.device == "gms") {
             println!(
                 "  (file: ext2, page cache dropped before each read; swap: {} MiB of trapeze-memhog pages with {} MiB \
                  of RAM left, every page verified)",
-                s.mib, s.avail_mb
+                s.mib,
+                s.avail_mb.unwrap_or(0)
             );
         }
     }
@@ -294,7 +320,7 @@ mod tests {
         format!(
             "swap-result {{\"name\":\"{dev}\",\"device\":\"/dev/{dev}0\",\"avail_mb\":16,\"peak_swap_kib\":9216,\
              \"swap_in_kib\":20480,\"swap_out_kib\":12288,\"memhog\":{{\"tool\":\"trapeze-memhog\",\"pages\":6144,\"mib\":24,\"pages_verified\":18432,\
-             \"pages_wrong\":{wrong},\"secs\":{secs},\"phases\":[{{\"name\":\"write\",\"secs\":1.0}},\
+             \"pages_wrong\":{wrong},\"pattern\":\"incompressible\",\"secs\":{secs},\"phases\":[{{\"name\":\"write\",\"secs\":1.0}},\
              {{\"name\":\"verify-seq\",\"secs\":{}}}]}}}}",
             secs - 1.0
         )
