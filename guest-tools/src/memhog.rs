@@ -98,7 +98,7 @@ impl Report {
     /// One JSON object on one line (keys in a fixed order).
     pub fn json(&self) -> String {
         let mut s = format!(
-            "{{\"tool\":\"trapeze-memhog\",\"pages\":{},\"mib\":{},\"pages_verified\":{},\"pages_wrong\":{},\"pattern\":\"{}\",\"secs\":{:.2},\"phases\":[",
+            "{{\"tool\":\"trapeze-memhog\",\"pages\":{},\"mib\":{},\"pages_verified\":{},\"pages_wrong\":{},\"pattern\":\"{}\",\"secs\":{:.3},\"phases\":[",
             self.pages,
             (self.pages * PAGE as u64) >> 20,
             self.verified(),
