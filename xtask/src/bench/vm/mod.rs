@@ -72,8 +72,8 @@ pub struct VmBenchArgs {
     /// MAC's cost (mac_cost_vm, mac_cost_vm_seq, mac_vm; see --mac-pairs) and the
     /// replication and repair figures; the swap baselines (gms_over_zram: swap_time,
     /// swap_time_compressible; gms_over_ram.swap_time: against the workload all in RAM;
-    /// swap_half_over_ram: /dev/gms0 at 50 % local memory against all in RAM; swap_baselines:
-    /// each run's figures).
+    /// swap_half_over_ram: /dev/gms0 at 50 % local memory against all in RAM; zram_over_ram;
+    /// swap_baselines: each run's figures).
     #[arg(long)]
     json: bool,
     /// Guests: 0 measures, 1 serves NBD and GMS, the others serve GMS. Two by default: one
@@ -508,6 +508,7 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
         "gms_over_ram": gms_over_ram,
         "gms_over_zram": swap_base["gms_over_zram"],
         "swap_half_over_ram": swap_base["swap_half_over_ram"],
+        "zram_over_ram": swap_base["zram_over_ram"],
         "zram_compression": swap_base["zram_compression"],
         "swap_baselines": swap_baselines::RUNS.iter().map(|&d| (d.to_string(), work.swap_keys(d))).collect::<serde_json::Map<_, _>>(),
         "gms_over_fair_nbd_large": fair.as_ref().filter(|f| f.devices.contains(&"gms_large")).map(|f| f.ratios("gms_large", "fair_large")),

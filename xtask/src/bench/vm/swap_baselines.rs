@@ -82,8 +82,9 @@ fn per_round(w: &Workloads, a: &str, b: &str) -> Option<Value> {
 }
 
 /// The summary's keys: `gms_over_zram`, `gms_over_ram_swap` (merged into `gms_over_ram` as
-/// `swap_time`), `swap_half_over_ram` and `zram_compression` (data/compressed at its
-/// fullest, per pattern).
+/// `swap_time`), `swap_half_over_ram`, `zram_over_ram` (what swapping costs with no I/O at
+/// all: the bound under `swap_half_over_ram`) and `zram_compression` (data/compressed at
+/// its fullest, per pattern).
 pub(super) fn ratios(w: &Workloads) -> Value {
     json!({
         "gms_over_zram": {
@@ -92,6 +93,7 @@ pub(super) fn ratios(w: &Workloads) -> Value {
         },
         "gms_over_ram_swap": per_round(w, "gms", "ram"),
         "swap_half_over_ram": per_round(w, "gms_half", "ram"),
+        "zram_over_ram": per_round(w, "zram", "ram"),
         "zram_compression": {
             "incompressible": zram_ratio(w, "zram").map(|r| super::report::round_to(r, 2)),
             "compressible": zram_ratio(w, "zram_compressible").map(|r| super::report::round_to(r, 2)),
@@ -121,11 +123,12 @@ pub(super) fn print(w: &Workloads, r: &Value) {
     let f = |v: &Value| v["median"].as_f64().map_or("-".into(), |m| format!("{m}x [{}-{}]", v["p10"], v["p90"]));
     println!(
         "gms / zram: swap_time {} (incompressible), swap_time_compressible {}; gms / all in RAM: swap_time {}; \
-         gms at 50 % local memory / all in RAM: swap_half_over_ram {} (target <= 2)",
+         gms at 50 % local memory / all in RAM: swap_half_over_ram {} (target <= 2); zram / all in RAM {}",
         f(&r["gms_over_zram"]["swap_time"]),
         f(&r["gms_over_zram"]["swap_time_compressible"]),
         f(&r["gms_over_ram_swap"]),
-        f(&r["swap_half_over_ram"])
+        f(&r["swap_half_over_ram"]),
+        f(&r["zram_over_ram"])
     );
 }
 
@@ -170,6 +173,7 @@ mod tests {
         assert_eq!(r["gms_over_zram"]["swap_time_compressible"]["median"].as_f64(), Some(4.0));
         assert_eq!(r["gms_over_ram_swap"]["median"].as_f64(), Some(6.0));
         assert_eq!(r["swap_half_over_ram"]["per_round"], json!([1.5, 3.0]));
+        assert_eq!(r["zram_over_ram"]["median"].as_f64(), Some(2.0));
         assert_eq!(r["zram_compression"]["compressible"].as_f64(), Some(1.95));
     }
 
