@@ -40,10 +40,13 @@ impl Cluster {
         // Node 0 is the directory node of a third of the pages: its directory is sized
         // for half the set, as it would be by default for a node lending that much.
         let dir0 = (mib / 2 + 64).to_string();
+        // Node 0 writes the whole set as one volume: it must be that large.
+        let pages = (mib << 20) / PAGE_BYTES as u64;
+        let volume = pages.to_string();
         let ports = udp_ports(NODES)?;
         let mut daemons = Daemons::new(tag, NODES, move |n| {
             let mut cmd = match n {
-                0 => over_udp(&ports, n, &["--budget-mb", "1", "--directory-mb", &dir0]),
+                0 => over_udp(&ports, n, &["--budget-mb", "1", "--directory-mb", &dir0, "--volume-pages", &volume]),
                 _ => over_udp(&ports, n, &["--budget-mb", &lend]),
             };
             // A bench measures reads, not failure detection: a peer starved of CPU for a
@@ -62,7 +65,7 @@ impl Cluster {
             .map_err(anyhow::Error::msg)
             .and_then(|()| Client::connect(&daemons.sock(0)).context("connecting to gmsd 0"));
         match client {
-            Ok(client) => Ok(Cluster { daemons, client, pages: (mib << 20) / PAGE_BYTES as u64 }),
+            Ok(client) => Ok(Cluster { daemons, client, pages }),
             Err(e) => {
                 daemons.print_logs();
                 Err(e)
