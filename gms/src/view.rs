@@ -71,6 +71,21 @@ impl<
         }
     }
 
+    /// Node `n` is back: heard again after it was declared failed, or restarted. GMS
+    /// forgets it as for a failure (directory entries naming it, calls waiting on it)
+    /// before the runtime's next view readmits it, so nothing known of it from before the
+    /// gap outlives it: what it held was written off when it failed, or died with its
+    /// restart (the store keeps its own record of which copies a suspected member kept).
+    /// Nothing happens for a node that is not a member.
+    pub fn member_back<const C: usize, const K: usize, const X: usize>(
+        &mut self,
+        now: u64,
+        rpc: &mut Rpc<Self, F, C, K, X>,
+        n: u16,
+    ) {
+        self.node_failed(now, rpc, n)
+    }
+
     /// A graceful leave is a failure as far as the protocol core goes (move pages away
     /// first with [`GmsNode::movepage`]).
     pub fn leave<const C: usize, const K: usize, const X: usize>(

@@ -468,13 +468,8 @@ impl Control {
                             self.counters.hits_by[Served::TwoWay as usize] += 1;
                             GetOutcome::Hit { version: version.0, source: Served::TwoWay, data }
                         }
-                        Ok(None) => GetOutcome::Miss(MissWhy::NotFound),
-                        Err(e) => GetOutcome::Miss(match e {
-                            StoreError::Lost => MissWhy::Lost,
-                            StoreError::Unreachable => MissWhy::Unreachable,
-                            _ if self.alone => MissWhy::Alone,
-                            _ => MissWhy::TimedOut,
-                        }),
+                        Ok(None) => GetOutcome::Miss(miss_why(NoData::NeverWritten, self.alone)),
+                        Err(e) => GetOutcome::Miss(miss_why(NoData::Failed(e), self.alone)),
                     };
                     if matches!(out, GetOutcome::Miss(_)) {
                         self.counters.misses += 1;
@@ -563,16 +558,16 @@ impl Control {
             ReadNext::Done(end) => end,
         };
         self.counters.gets += 1;
-        let why = |why| if self.alone { MissWhy::Alone } else { why };
         let out = match (end, got.0) {
             (ReaderEnd::Hit { .. }, Got::Hit { version, data, source }) => {
                 let s = Served::from(source);
                 self.counters.hits_by[s as usize] += 1;
                 GetOutcome::Hit { version: version.0, source: s, data }
             }
-            (ReaderEnd::Failed(StoreError::Lost), _) => GetOutcome::Miss(MissWhy::Lost),
-            (ReaderEnd::Failed(_), _) => GetOutcome::Miss(why(MissWhy::TimedOut)),
-            (ReaderEnd::Hit { .. } | ReaderEnd::NotFound, _) => GetOutcome::Miss(why(MissWhy::NotFound)),
+            (ReaderEnd::Failed(e), _) => GetOutcome::Miss(miss_why(NoData::Failed(e), self.alone)),
+            (ReaderEnd::Hit { .. } | ReaderEnd::NotFound, _) => {
+                GetOutcome::Miss(miss_why(NoData::NotFound, self.alone))
+            }
         };
         if matches!(out, GetOutcome::Miss(_)) {
             self.counters.misses += 1;
@@ -612,6 +607,31 @@ impl Control {
     }
 }
 
+/// How a read ended without data.
+enum NoData {
+    /// A volume's store knows the page was never written (its record of written pages).
+    NeverWritten,
+    /// No member had a copy (a read outside a volume: nothing records what was written).
+    NotFound,
+    /// The read failed.
+    Failed(StoreError),
+}
+
+/// Why a read brought no data, as the wire says it: one rule for the volumes' reads and
+/// the others. What the store knows is said as it is (never written, every copy lost,
+/// holders unreachable); a miss or failure with no other member is `Alone`, the cause a
+/// user can act on; anything else ran out of time or tries.
+fn miss_why(end: NoData, alone: bool) -> MissWhy {
+    match end {
+        NoData::NeverWritten => MissWhy::NotFound,
+        NoData::Failed(StoreError::Lost) => MissWhy::Lost,
+        NoData::Failed(StoreError::Unreachable) => MissWhy::Unreachable,
+        _ if alone => MissWhy::Alone,
+        NoData::NotFound => MissWhy::NotFound,
+        NoData::Failed(_) => MissWhy::TimedOut,
+    }
+}
+
 impl Drop for Control {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.path);
@@ -622,4 +642,23 @@ impl Drop for Control {
 enum Answer {
     Put(PutOutcome),
     Get(GetOutcome),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_read_paths_say_a_miss_by_one_rule() {
+        // A reader outside a volume that could not reach a replica says so, as a volume's
+        // store does (it used to be reported as a timeout).
+        assert_eq!(miss_why(NoData::Failed(StoreError::Unreachable), false), MissWhy::Unreachable);
+        assert_eq!(miss_why(NoData::Failed(StoreError::Lost), true), MissWhy::Lost);
+        assert_eq!(miss_why(NoData::Failed(StoreError::NotSent), true), MissWhy::Alone);
+        assert_eq!(miss_why(NoData::Failed(StoreError::NotSent), false), MissWhy::TimedOut);
+        // Only the store knows a page was never written; a plain miss alone is being alone.
+        assert_eq!(miss_why(NoData::NeverWritten, true), MissWhy::NotFound);
+        assert_eq!(miss_why(NoData::NotFound, true), MissWhy::Alone);
+        assert_eq!(miss_why(NoData::NotFound, false), MissWhy::NotFound);
+    }
 }

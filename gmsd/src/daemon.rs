@@ -369,12 +369,7 @@ impl Daemon {
                 let how = if matches!(change, Change::Restarted(_)) { "restarted" } else { "heard again" };
                 tracing::info!(node = me, peer = n, "peer {how}: rejoins");
                 self.stats.rejoins += 1;
-                // What this daemon stored there counts as lost (a restarted peer lost its
-                // pages; one declared failed had its copies written off): forget it first,
-                // then add it back.
-                if self.port.node.members().contains(n) {
-                    self.port.node_failed(n);
-                }
+                self.port.member_back(n);
                 // The stores: a restarted peer lost every copy it held; one heard again
                 // after it was declared failed kept them (it may only have been suspected).
                 let event = if matches!(change, Change::Restarted(_)) { Event::Restarted(n) } else { Event::Joined(n) };

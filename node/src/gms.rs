@@ -352,6 +352,15 @@ impl GmsPort {
         self.after_input();
     }
 
+    /// Node `n` is back (heard again after it was declared failed, or restarted): GMS
+    /// forgets it first ([`gms::node::GmsNode::member_back`]); the next view readmits it.
+    pub fn member_back(&mut self, n: u16) {
+        let now = self.now();
+        self.node.member_back(now, &mut self.rpc, n);
+        self.placement.remove(n);
+        self.after_input();
+    }
+
     /// This node at a glance.
     pub fn view(&self) -> NodeView {
         let g = self.node.stats();

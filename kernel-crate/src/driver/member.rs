@@ -222,9 +222,7 @@ impl Shared {
                     let how = if matches!(e, Event::Restarted(_)) { " with a new incarnation" } else { "" };
                     pr_info!("gms: node {} is back{}: admitted again\n", m, how);
                 }
-                if c.node.members().contains(m) {
-                    c.node.node_failed(now, &mut c.rpc, m);
-                }
+                c.node.member_back(now, &mut c.rpc, m);
             }
         }
         let mut ids = [0u16; net::MEMBERS];
