@@ -37,8 +37,13 @@
 //! (`block_sides/cached.rs`), in the same rounds, the order rotating; ratios over the
 //! baseline of the same round, medians over rounds.
 //!
+//! **Co-location** (`corunner_slowdown`, `block_sides/corunner.rs`): a memory-bound job
+//! on CPU 1 — alone, then beside the direct path, the path via RAM and nbd-server, each
+//! on CPU 0 — in the same rounds; its slowdown beside each against its rate alone in the
+//! same round, medians over rounds.
+//!
 //! `cargo bench -p trapeze-gmblock --bench block -- [--mib N] [--rounds N] [--json]
-//! [--stripe-only] [--cached-only]`
+//! [--stripe-only] [--cached-only] [--no-corunner]`
 
 use anyhow::{bail, ensure, Context};
 use clap::Parser;
@@ -51,6 +56,10 @@ use serde_json::json;
 /// The GMS-cached sides (`block_sides/cached.rs`).
 #[path = "block_sides/cached.rs"]
 mod cached;
+/// The co-location experiment (`block_sides/corunner.rs`).
+#[path = "block_sides/corunner.rs"]
+mod corunner;
+use corunner::Neighbour;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
@@ -90,6 +99,9 @@ struct Args {
     /// Only the GMS-cached sides.
     #[arg(long)]
     cached_only: bool,
+    /// Leave out the co-location experiment (`corunner_slowdown`; it needs CPUs 0 and 1).
+    #[arg(long)]
+    no_corunner: bool,
     /// JSON lines on stdout (rounds, then the summary).
     #[arg(long)]
     json: bool,
@@ -108,6 +120,8 @@ enum Side {
     NbdkitFile,
     /// A volume striped over this many servers.
     Stripe(u16),
+    /// The memory-bound job on CPU 1 beside a side on CPU 0, or alone.
+    Corunner(Neighbour),
 }
 
 /// The striping sides' server counts.
@@ -125,6 +139,7 @@ impl Side {
             Side::Stripe(1) => "stripe-1",
             Side::Stripe(2) => "stripe-2",
             Side::Stripe(_) => "stripe-4",
+            Side::Corunner(n) => n.name(),
         }
     }
 }
@@ -135,6 +150,8 @@ struct Figures {
     mb_s: f64,
     cpu_s_per_gib: f64,
     host_ram_bytes_per_byte: Option<f64>,
+    /// The co-runner's copy rate while the side ran (GB/s), on the co-runner's sides.
+    corunner_gb_s: Option<f64>,
 }
 
 struct Reaped(Child);
@@ -257,6 +274,7 @@ fn run_gmblock(file: &Path, side: Side, dir: &Path) -> anyhow::Result<Figures> {
         mb_s: bytes as f64 / 1e6 / secs,
         cpu_s_per_gib: cpu / (bytes as f64 / f64::from(1u32 << 30)),
         host_ram_bytes_per_byte: Some(host as f64 / bytes as f64),
+        corunner_gb_s: None,
     })
 }
 
@@ -345,6 +363,7 @@ fn run_nbdkit(file: &Path, side: Side, plugin: &Path, dir: &Path, bytes: u64) ->
         mb_s: bytes as f64 / 1e6 / secs,
         cpu_s_per_gib: cpu / (bytes as f64 / f64::from(1u32 << 30)),
         host_ram_bytes_per_byte: host,
+        corunner_gb_s: None,
     })
 }
 
@@ -383,6 +402,7 @@ fn run_nbd(file: &Path, dir: &Path, bytes: u64) -> anyhow::Result<Figures> {
         mb_s: bytes as f64 / 1e6 / secs,
         cpu_s_per_gib: cpu / (bytes as f64 / f64::from(1u32 << 30)),
         host_ram_bytes_per_byte: None,
+        corunner_gb_s: None,
     })
 }
 
@@ -465,6 +485,7 @@ impl StripeSetup {
             mb_s: self.bytes as f64 / 1e6 / secs,
             cpu_s_per_gib: cpu / (self.bytes as f64 / f64::from(1u32 << 30)),
             host_ram_bytes_per_byte: None,
+            corunner_gb_s: None,
         })
     }
 }
@@ -515,10 +536,46 @@ fn cached_summary(got: &[(u32, cached::Way, cached::Cached)], blocks: u64, mbps:
     })
 }
 
+/// One co-runner side: the job beside `n` (the side's own figures, the job's rate added).
+fn run_corunner(n: Neighbour, file: &Path, dir: &Path, bytes: u64) -> anyhow::Result<Figures> {
+    let (f, gb_s) = corunner::beside(|| match n {
+        Neighbour::Alone => {
+            std::thread::sleep(corunner::ALONE);
+            Ok(Figures { mb_s: 0.0, cpu_s_per_gib: 0.0, host_ram_bytes_per_byte: None, corunner_gb_s: None })
+        }
+        Neighbour::Direct => run_gmblock(file, Side::Direct, dir),
+        Neighbour::ViaRam => run_gmblock(file, Side::ViaRam, dir),
+        Neighbour::NbdServer => run_nbd(file, dir, bytes),
+    })?;
+    Ok(Figures { corunner_gb_s: Some(gb_s), ..f })
+}
+
+/// The summary's `corunner_slowdown`: the job's rate alone and beside each side (medians),
+/// and its slowdown beside each side against its rate alone in the same round (median over
+/// rounds).
+fn corunner_summary(got: &[(u32, Side, Figures)]) -> serde_json::Value {
+    let rounds: std::collections::BTreeSet<u32> = got.iter().map(|g| g.0).collect();
+    let rate = |r: u32, n: Neighbour| got.iter().find(|g| g.0 == r && g.1 == Side::Corunner(n))?.2.corunner_gb_s;
+    let slowdown =
+        |n| median(rounds.iter().filter_map(|&r| Some(rate(r, Neighbour::Alone)? / rate(r, n)? - 1.0)).collect());
+    let gb_s = |n| median(rounds.iter().filter_map(|&r| rate(r, n)).collect());
+    let (d, v, nbd) = (slowdown(Neighbour::Direct), slowdown(Neighbour::ViaRam), slowdown(Neighbour::NbdServer));
+    json!({
+        "alone_gb_s": gb_s(Neighbour::Alone),
+        "beside_gb_s": {"direct": gb_s(Neighbour::Direct), "via_ram": gb_s(Neighbour::ViaRam), "nbd_server": gb_s(Neighbour::NbdServer)},
+        "direct": d, "via_ram": v, "nbd_server": nbd,
+        "direct_over_nbd_server": d / nbd, "via_ram_over_nbd_server": v / nbd, "target_direct_over_nbd_server": 1.0 / 3.0,
+        "job": "a copy between two 64 MiB buffers on CPU 1; each side on CPU 0",
+    })
+}
+
+/// The median; NaN (JSON `null`) for no figures (a phase left out by a flag).
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     let n = v.len();
-    if n % 2 == 1 {
+    if n == 0 {
+        f64::NAN
+    } else if n % 2 == 1 {
         v[n / 2]
     } else {
         (v[n / 2 - 1] + v[n / 2]) / 2.0
@@ -539,6 +596,9 @@ fn main() -> anyhow::Result<()> {
     } else {
         eprintln!("no --plugin: the NBD export's sides are left out (cargo xtask bench block builds and passes it)");
     }
+    if !a.no_corunner {
+        sides.extend(Neighbour::ALL.map(Side::Corunner));
+    }
     if a.stripe_only || a.cached_only {
         sides.clear();
     }
@@ -558,7 +618,7 @@ fn main() -> anyhow::Result<()> {
     };
     let mut cached_got: Vec<(u32, cached::Way, cached::Cached)> = Vec::new();
     let mut got: Vec<(Side, Figures)> = Vec::new();
-    let mut striped: Vec<(u32, Side, Figures)> = Vec::new();
+    let mut by_round: Vec<(u32, Side, Figures)> = Vec::new();
     for round in 0..a.rounds {
         for k in 0..sides.len() {
             let side = sides[(k + round as usize) % sides.len()];
@@ -567,18 +627,20 @@ fn main() -> anyhow::Result<()> {
                 Side::Stripe(n) => st.run(n)?,
                 Side::NbdServer => run_nbd(&file, &dir, bytes)?,
                 Side::Direct | Side::ViaRam => run_gmblock(&file, side, &dir)?,
+                Side::Corunner(n) => run_corunner(n, &file, &dir, bytes)?,
                 s => run_nbdkit(&file, s, a.plugin.as_deref().context("--plugin")?, &dir, bytes)?,
             };
             let row = json!({"row": "round", "round": round, "side": side.name(), "mb_s": f.mb_s,
-                "server_cpu_s_per_gib": f.cpu_s_per_gib, "host_ram_bytes_per_byte": f.host_ram_bytes_per_byte});
+                "server_cpu_s_per_gib": f.cpu_s_per_gib, "host_ram_bytes_per_byte": f.host_ram_bytes_per_byte,
+                "corunner_gb_s": f.corunner_gb_s});
             if a.json {
                 println!("{row}");
             } else {
                 eprintln!("round {round}: {:>10} {:8.1} MB/s, {:6.3} CPU-s/GiB", side.name(), f.mb_s, f.cpu_s_per_gib);
             }
             got.push((side, f));
-            if let Side::Stripe(_) = side {
-                striped.push((round, side, f));
+            if let Side::Stripe(_) | Side::Corunner(_) = side {
+                by_round.push((round, side, f));
             }
         }
         for k in 0..ways.len() {
@@ -603,7 +665,7 @@ fn main() -> anyhow::Result<()> {
         println!("{}", json!({"row": "summary", "date": date, "rounds": a.rounds, "cached": cached_summary}));
         return Ok(());
     }
-    let stripe_scaling = stripe_summary(&striped, &st);
+    let stripe_scaling = stripe_summary(&by_round, &st);
     if a.stripe_only {
         let date = rustix::time::clock_gettime(rustix::time::ClockId::Realtime).tv_sec;
         println!("{}", json!({"row": "summary", "date": date, "rounds": a.rounds, "stripe_scaling": stripe_scaling}));
@@ -638,6 +700,9 @@ fn main() -> anyhow::Result<()> {
     if let Some(m) = summary.as_object_mut() {
         m.insert("stripe_scaling".into(), stripe_scaling);
         m.insert("cached".into(), cached_summary);
+        if !a.no_corunner {
+            m.insert("corunner_slowdown".into(), corunner_summary(&by_round));
+        }
     }
     println!("{summary}");
     Ok(())

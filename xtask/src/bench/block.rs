@@ -5,7 +5,8 @@
 //! over 1, 2 and 4 gmblockd servers with modelled disks (`stripe_scaling`): sequential
 //! reads in interleaved rounds; and 4 KiB writes and a flush through a GMS-cached volume
 //! (write-through, write-back) against gmblock's client on the same modelled disk
-//! (`cached`) (`gmblock/benches/block.rs`, release build). Run it on a
+//! (`cached`); and a memory-bound job's slowdown beside the direct path, the path via RAM
+//! and nbd-server (`corunner_slowdown`) (`gmblock/benches/block.rs`, release build). Run it on a
 //! quiet machine: the figures are MB/s and CPU time, which other jobs on the cores change.
 
 #[derive(clap::Args)]
@@ -37,6 +38,10 @@ pub struct BlockArgs {
     /// in write-through and write-back, to a modelled disk).
     #[arg(long)]
     cached_only: bool,
+    /// Leave out the co-location experiment (`corunner_slowdown`: a memory-bound job on
+    /// CPU 1 beside each server path on CPU 0; it needs both CPUs).
+    #[arg(long)]
+    no_corunner: bool,
 }
 
 pub fn run(a: BlockArgs) -> anyhow::Result<()> {
@@ -73,6 +78,9 @@ pub fn run(a: BlockArgs) -> anyhow::Result<()> {
     }
     if a.cached_only {
         args.push("--cached-only");
+    }
+    if a.no_corunner {
+        args.push("--no-corunner");
     }
     if let Some(d) = &dir {
         args.extend(["--dir", d.as_str()]);
