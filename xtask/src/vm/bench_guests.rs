@@ -141,7 +141,7 @@ pub fn run(spec: BenchGuests) -> anyhow::Result<Vec<GuestOutcome>> {
         }
     }
     for k in 0..spec.guests {
-        let mut append = format!("console=ttyS0 panic=-1 trapeze_guest={k} trapeze_guests={}", spec.guests);
+        let mut append = Cluster::cmdline(k, spec.guests);
         if let Some(x) = spec.append.get(k as usize).filter(|x| !x.is_empty()) {
             append.push(' ');
             append.push_str(x);

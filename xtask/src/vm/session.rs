@@ -182,7 +182,7 @@ impl Session {
     /// Start every guest's QEMU and say where its logs are.
     pub(super) fn boot(&mut self) -> anyhow::Result<()> {
         for k in 0..self.guests {
-            let mut append = format!("console=ttyS0 panic=-1 trapeze_guest={k} trapeze_guests={}", self.guests);
+            let mut append = Cluster::cmdline(k, self.guests);
             if let Some(c) = &self.cmd {
                 append.push_str(&format!(" trapeze_cmd={}", base64(c.as_bytes())));
             }
