@@ -11,6 +11,13 @@ impl GmsPort {
     /// The target of a putpage: by the global LRU's plan over the other members that
     /// take puts now, else the least loaded ([`gms::placement`]).
     pub fn choose_target(&mut self) -> Option<u16> {
+        self.choose_target_apart(&[])
+    }
+
+    /// [`Self::choose_target`] among the members not in `apart` (the holders of a page's
+    /// other copies, as the store places replicas): `None` when none of the others takes
+    /// a put now.
+    pub fn choose_target_apart(&mut self, apart: &[u16]) -> Option<u16> {
         let me = self.id();
         let others = || self.node.members().ids().iter().copied().filter(move |&n| n != me);
         if !self.placement.targets().eq(others()) {
@@ -18,7 +25,7 @@ impl GmsPort {
             self.placement.set_targets(nodes);
         }
         let (now, c) = (self.now(), self.coordinator());
-        self.placement.pick_avoiding(now, &mut self.lru, c, &[]).map(|(t, _)| t)
+        self.placement.pick_avoiding(now, &mut self.lru, c, apart).map(|(t, _)| t)
     }
 
     /// Start a putpage of `data` as `page` at `version` to `target` (default: by the
