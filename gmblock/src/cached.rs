@@ -1,12 +1,16 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! A volume on one block server cached in GMS (network memory), the client core's policy
-//! (`gms::cached`: getpage first, the server on a miss; write-through or write-back, every
-//! dirty page cleaned before a flush completes) driven over a gmblock [`Client`] and a
-//! node of an in-process GMS [`Cluster`]. This file only moves bytes: every command of the
-//! policy is started at once (a getpage, put or discard through the node; a read, write or
-//! flush call to the server), the cluster and the server's port are polled, and each
-//! command's end is reported back — so the commands of several requests and cleanings are
-//! in flight together ([`CachedVolume::write_many`]).
+//! (`gms::cached`: getpage first, the server on a miss; write-through or write-back, a
+//! write acknowledged once its dirty copies are on distinct lenders, every dirty page
+//! cleaned before a flush completes) driven over a gmblock [`Client`] and a node of an
+//! in-process GMS [`Cluster`]. This file only moves bytes: every command of the policy is
+//! started at once (a getpage, put or discard through the node; a read, write or flush
+//! call to the server), the cluster and the server's port are polled, and each command's
+//! end is reported back — so the commands of several requests and cleanings are in flight
+//! together ([`CachedVolume::write_many`]). A put that must keep clear of the lenders of a
+//! page's other copies goes to the node's placement among the rest
+//! (`GmsPort::choose_target_apart`); with none of them taking puts it fails, and the
+//! policy writes through.
 
 use crate::client::{copy_out, send_read, send_write, Client, Flight};
 use crate::proto::{FlushOp, Range, BLOCK_BYTES};
@@ -202,10 +206,17 @@ impl CachedVolume {
             Command::Get { job, page, at_least, buf } => {
                 (job, self.gms.ports[self.at].get_start(page).map(|op| Flying::Get { op, at_least, buf }).ok())
             }
-            Command::Put { job, page, version, dirt, buf } => {
+            Command::Put { job, page, version, dirt, buf, apart } => {
                 let data = self.buf(buf).clone();
-                let put = self.gms.ports[self.at].put_with(page, version, &data, None, dirt == Dirt::Dirty);
-                (job, put.ok().map(|_| Flying::Put { page, version }))
+                let port = &mut self.gms.ports[self.at];
+                // A copy goes to a lender clear of the others; none left: it fails (the
+                // policy writes through).
+                let target = match apart.as_slice() {
+                    [] => Some(None),
+                    nodes => port.choose_target_apart(nodes).map(Some),
+                };
+                let put = target.and_then(|t| port.put_with(page, version, &data, t, dirt == Dirt::Dirty).ok());
+                (job, put.map(|_| Flying::Put { page, version }))
             }
             Command::Discard { job, page, version } => {
                 (job, self.gms.ports[self.at].discard_start(page, version).ok().map(Flying::Discard))

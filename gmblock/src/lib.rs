@@ -28,9 +28,10 @@
 //! servers on one machine behave like several disks. [`Volume`] is what both clients do.
 //!
 //! [`cached`] is a server's volume cached in GMS (the client core's `gms::cached`: getpage
-//! first, the server on a miss; write-through or write-back with every dirty page written
-//! to the server before a flush completes), over a [`client::Client`] and a node of an
-//! in-process GMS cluster.
+//! first, the server on a miss; write-through or write-back with a dirty copy on each of
+//! two lenders before a write is acknowledged, and every dirty page written to the server
+//! before a flush completes), over a [`client::Client`] and a node of an in-process GMS
+//! cluster.
 //!
 //! [`frameio`] is the only `unsafe`: I/O vectors over the frames for `preadv`/`pwritev`.
 //! The [`client`] library (and the `gmblock` command) has a station of its own, keeps a

@@ -6,22 +6,42 @@
 //! - **read**: getpage first; on a miss, the block server, and the clean block goes into
 //!   GMS (a put at a new version) behind the user's back.
 //! - **write-through** ([`WritePolicy::WriteThrough`]): the block server, then a clean put.
-//! - **write-back** ([`WritePolicy::WriteBack`]): a *dirty* put; the write is acknowledged
-//!   once GMS stored it. The writer records every dirty page ([`Rec`]) and is responsible
-//!   for it: it *cleans* it — getpage, block write, then a clean put at a newer version
-//!   (which supersedes the dirty copy) or a discard — when the record table passes
-//!   [`Config::clean_at`] or a flush asks. The holder never lets a dirty page go for room
+//! - **write-back** ([`WritePolicy::WriteBack`]): *dirty* puts of [`Config::copies`] copies
+//!   (2 by default) on distinct lenders; the write is acknowledged once GMS stored every
+//!   copy, so one lender's death between the acknowledgement and the cleaning loses
+//!   nothing. The copies are the replicas of [`crate::replica`] (copy `k` is GMS page
+//!   `replica(page, k)`, all at the write's version), put one after another: copy `k`'s
+//!   put names the lenders of copies `0..k` ([`Command::Put`]'s `apart`), which the
+//!   runtime keeps clear of with the same placement as [`crate::store`]'s replicas
+//!   ([`crate::placement::Placement::pick_avoiding`]). A dirty write that cannot place
+//!   every copy (fewer live lenders than copies, a copy refused or unanswered, or stored
+//!   beside another copy) is never acknowledged with fewer: it falls back to
+//!   write-through, counted in [`Stats::short_copies`].
+//!
+//!   The writer records every dirty page ([`Rec`]) and is responsible for it: it *cleans*
+//!   it — getpage (copy 0, the next copy while one misses), block write, then a clean put
+//!   of copy 0 at a newer version (which supersedes its dirty copy, or a discard) and a
+//!   discard of every other copy — when the record table passes [`Config::clean_at`] or a
+//!   flush asks. The holder never lets a dirty page go for room
 //!   ([`crate::node::GmsNode::age_out`]), so nothing dirty is discarded before it is
 //!   written. Once a dirty put is refused (the lenders are full of dirty pages), cleaning
-//!   runs whatever the record count until one stores again. A dirty put that is refused
-//!   or whose outcome is unknown falls back to
-//!   write-through (the block write, then a clean put at a newer version — or a discard —
-//!   covering any dirty copy that did land).
+//!   runs whatever the record count until one stores again. A dirty put that is refused or
+//!   whose outcome is unknown falls back to write-through (the block write, then a clean
+//!   put at a newer version — or a discard — covering any dirty copy that did land, and
+//!   the discard of the other copies).
+//!
+//!   Why copies and not the papers' clean global memory: GMS proper sends only clean pages
+//!   to global memory (a dirty page is written to disk first), which keeps an
+//!   acknowledged-but-unwritten page in the writer's own memory — a write-back cache
+//!   whose acknowledgement means no more than the local page cache's. Here the dirty data
+//!   lives in network memory instead, so the writer holds no dirty buffers (the runtime
+//!   keeps none: `no_std`, no heap), and the guarantee is the replicated store's: a write
+//!   is acknowledged with `r` copies on `r` members, as [`crate::store`] does.
 //! - **flush**: every page dirty when the flush was accepted is cleaned, then the block
 //!   server's `FLUSH` is acknowledged: all of it durable on the server's disk. A dirty page
-//!   whose copy is gone (its holder died: GMS keeps one copy) is [`CachedError::Lost`]: a
-//!   read of it fails and so does every flush until the page is written again — never is
-//!   an older block read in its place.
+//!   whose every copy is gone (all its holders died) is [`CachedError::Lost`]: a read of
+//!   it fails and so does every flush until the page is written again — never is an older
+//!   block read in its place.
 //!
 //! **One job per page at a time**: a request on a page waits for the job before it (user
 //! request, cleaning) to end, so versions of a page are issued in order and no clean
@@ -38,6 +58,7 @@
 
 use super::net::ring::Ring;
 use super::page::{PageId, Version};
+use super::replica::{replica, MAX_REPLICAS};
 use super::types::{PutResult, WritePolicy};
 use core::fmt;
 
@@ -60,11 +81,22 @@ pub struct Config {
     pub tries: u8,
     /// Dirty records at which cleaning starts without a flush (≤ `DIRTY`).
     pub clean_at: u16,
+    /// Copies of a dirty page, on distinct lenders, before a write-back write is
+    /// acknowledged (1..=[`MAX_REPLICAS`]): `copies - 1` lenders may die before it is
+    /// cleaned. 1 is the user's choice to risk acknowledged writes on one lender.
+    pub copies: u8,
 }
 
 impl Config {
-    pub const DEFAULT: Config =
-        Config { space: 0, blocks: 0, writes: WritePolicy::WriteBack, first_version: 1, tries: 3, clean_at: 48 };
+    pub const DEFAULT: Config = Config {
+        space: 0,
+        blocks: 0,
+        writes: WritePolicy::WriteBack,
+        first_version: 1,
+        tries: 3,
+        clean_at: 48,
+        copies: 2,
+    };
 }
 
 /// Why a request was refused or failed.
@@ -74,7 +106,7 @@ pub enum CachedError {
     PastEnd,
     /// No job is free: submit again after a completion.
     Busy,
-    /// The page was written back (dirty) and its only copy is gone.
+    /// The page was written back (dirty) and every copy of it is gone.
     Lost { block: u64 },
     /// The block server failed or refused a block operation, every try.
     Block { block: Option<u64>, fault: BlockFault },
@@ -88,7 +120,7 @@ impl fmt::Display for CachedError {
             CachedError::PastEnd => f.write_str("the block is past the end of the cached volume"),
             CachedError::Busy => f.write_str("every job of the cached volume is in use"),
             CachedError::Lost { block } => {
-                write!(f, "block {block} was written back and its only copy in network memory is gone")
+                write!(f, "block {block} was written back and every copy of it in network memory is gone")
             }
             CachedError::Block { block: Some(b), fault } => write!(f, "block {b}: the block server: {fault:?}"),
             CachedError::Block { block: None, fault } => write!(f, "flush: the block server: {fault:?}"),
@@ -141,8 +173,9 @@ pub enum Buf<Io> {
 pub enum Command<Io> {
     /// Getpage `page` (no copy older than `at_least`) into `buf` → [`Cache::handle_get`].
     Get { job: u16, page: PageId, at_least: Version, buf: Buf<Io> },
-    /// Putpage `buf`'s bytes as `page` at `version` → [`Cache::handle_put`].
-    Put { job: u16, page: PageId, version: Version, dirt: Dirt, buf: Buf<Io> },
+    /// Putpage `buf`'s bytes as `page` at `version` → [`Cache::handle_put`], on a lender
+    /// that is none of `apart` (the holders of the page's other copies).
+    Put { job: u16, page: PageId, version: Version, dirt: Dirt, buf: Buf<Io>, apart: Holders },
     /// Discard `page` up to `version` → [`Cache::handle_discard`].
     Discard { job: u16, page: PageId, version: Version },
     /// Read `block` into `buf` → [`Cache::handle_block`].
@@ -185,9 +218,15 @@ pub struct Stats {
     pub writes_through: u64,
     /// Dirty puts refused or failed, written through instead.
     pub fallbacks: u64,
+    /// Of those, write-back writes that stored some copies but not all (too few live
+    /// lenders, a later copy refused, unanswered or beside another): written through.
+    pub short_copies: u64,
+    /// Dirty pages read or cleaned from a copy other than the first (the first was gone or
+    /// did not answer).
+    pub from_spare: u64,
     /// Dirty pages written to the block server (cleanings that wrote).
     pub cleaned: u64,
-    /// Dirty pages whose copy was gone when they were cleaned or read.
+    /// Dirty pages whose every copy was gone when they were cleaned or read.
     pub lost: u64,
     /// Cleanings that failed (block error, GMS unreachable): the page stays dirty.
     pub clean_failures: u64,
@@ -196,6 +235,8 @@ pub struct Stats {
     pub clean_puts: u64,
     /// Discards sent because a clean put did not store.
     pub discards: u64,
+    /// Discards of a cleaned page's other copies (copies 1.. of a write-back write).
+    pub copies_dropped: u64,
     /// Pages left [`Rec::Stale`] (neither the clean put nor the discard went through, or
     /// a write failed whose dirty copy may have landed).
     pub stale: u64,
@@ -205,8 +246,8 @@ pub struct Stats {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Rec {
     Free,
-    /// GMS may hold the only copy of `block`'s data, at `version`; `seq` orders it
-    /// against flushes.
+    /// Only GMS holds `block`'s data, at `version`, in every copy; `seq` orders it against
+    /// flushes.
     Dirty {
         block: u64,
         version: Version,
@@ -219,15 +260,16 @@ pub enum Rec {
         seq: u64,
         error: CachedError,
     },
-    /// Its copy is gone: reads and flushes fail until the block is written again.
+    /// Every copy is gone: reads and flushes fail until the block is written again.
     Lost {
         block: u64,
         seq: u64,
     },
     /// The block server has the data; GMS may still hold older copies, below `version`,
-    /// that could not be superseded (clean put and discard failed): reads take no copy
-    /// below it, and the next clean put of the block (a read's insertion, a write)
-    /// supersedes them. Until then such a dirty copy keeps its holder's frame.
+    /// that could not be superseded (clean put and discard failed, or another copy's
+    /// discard): reads take no copy below it, and the next clean put of the block (a
+    /// read's insertion, a write) supersedes them and discards the other copies again.
+    /// Until then such a dirty copy keeps its holder's frame.
     Stale {
         block: u64,
         version: Version,
@@ -257,19 +299,25 @@ impl Rec {
 enum Step {
     /// Not begun: waits for the job before it on the page.
     Start(Kind),
-    /// A read's getpage (of a dirty page: a miss means it is lost); then its block read;
-    /// then its clean insertion.
+    /// A read's getpage of copy `copy` (of a dirty page: a miss asks the next copy, and
+    /// after the last the page is lost — or unreachable if one of them did not answer); then its
+    /// block read; then its clean insertion.
     Get {
         at_least: Version,
         dirt: Dirt,
+        copy: u8,
+        replies: Replies,
     },
     Read,
     Insert {
         version: Version,
     },
-    /// A write-back write's dirty put.
+    /// A write-back write's dirty put of copy `copy`, apart from the lenders of the
+    /// copies before it.
     PutDirty {
         version: Version,
+        copy: u8,
+        held: Holders,
     },
     /// A write-through write's block write (or a fallback's); then its clean put.
     WriteThrough,
@@ -280,9 +328,18 @@ enum Step {
     Discard {
         version: Version,
     },
-    /// A cleaning's getpage of the dirty copy, then its block write.
+    /// The page is clean: copy `copy` (≥ 1) of a write-back write, up to `version`, is
+    /// discarded so that its holder may let it go.
+    DropCopy {
+        version: Version,
+        copy: u8,
+    },
+    /// A cleaning's getpage of dirty copy `copy` (the next while one misses), then its
+    /// block write.
     Fetch {
         version: Version,
+        copy: u8,
+        replies: Replies,
     },
     Clean {
         version: Version,
@@ -292,6 +349,52 @@ enum Step {
         upto: u64,
     },
     Flush,
+}
+
+/// Whether every copy of a dirty page asked so far answered (a miss), or one did not
+/// (a copy may still be there: the page is unreachable, not lost).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Replies {
+    AllMissed,
+    NoAnswer,
+}
+
+/// Whether a job may leave copies other than copy 0 of its page in GMS (the page had a
+/// record, or the job put them): once the page is clean they are discarded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Spares {
+    None,
+    Maybe,
+}
+
+/// The lenders holding a dirty page's copies so far, which the next copy's put keeps
+/// clear of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Holders {
+    nodes: [u16; MAX_REPLICAS as usize],
+    len: u8,
+}
+
+impl Holders {
+    pub const NONE: Holders = Holders { nodes: [0; MAX_REPLICAS as usize], len: 0 };
+
+    /// The lenders, for [`crate::placement::Placement::pick_avoiding`].
+    pub fn as_slice(&self) -> &[u16] {
+        &self.nodes[..usize::from(self.len)]
+    }
+
+    pub fn contains(&self, node: u16) -> bool {
+        self.as_slice().contains(&node)
+    }
+
+    /// These and `node` (unchanged when full).
+    fn with(mut self, node: u16) -> Holders {
+        if let Some(n) = self.nodes.get_mut(usize::from(self.len)) {
+            *n = node;
+            self.len += 1;
+        }
+        self
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -319,6 +422,7 @@ struct Job<Io> {
     step: Step,
     phase: Phase,
     tries: u8,
+    spares: Spares,
 }
 
 /// The cached-volume policy for one volume.
@@ -347,6 +451,9 @@ enum Room {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ConfigError {
     /// No block, fewer than two jobs, no record, `clean_at` zero or above `DIRTY`, no
-    /// try, or version 0 (the "any" of getpage).
+    /// try, version 0 (the "any" of getpage), or copies outside 1..=[`MAX_REPLICAS`].
     Sizes,
+    /// The space's top four bits are set: they number a page's copies
+    /// ([`crate::replica`]).
+    Space,
 }

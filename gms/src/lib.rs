@@ -55,9 +55,11 @@
 //!   sequential read-ahead, bounded retries — for any runtime that moves the bytes.
 //! - **GMS over disk** ([`cached`]): the client-side policy of a volume on a block server
 //!   cached in network memory — getpage first, the block server on a miss; write-through,
-//!   or write-back where the writer cleans every dirty page (block write, then a clean put)
-//!   before a flush completes, and a holder never lets a dirty page go for room
-//!   ([`node::GmsNode::age_out`]).
+//!   or write-back where a write is acknowledged once its dirty copies are on two distinct
+//!   lenders ([`replica`] pages, placed apart as the store's replicas: one lender may die
+//!   before the page is cleaned), the writer cleans every dirty page (block write, then a
+//!   clean put, the other copies discarded) before a flush completes, and a holder never
+//!   lets a dirty page go for room ([`node::GmsNode::age_out`]).
 //! - **Failures**: calls time out into clean misses; a failed node's entries are removed;
 //!   on every membership change, survivors mark the copies whose directory node moved
 //!   and a sweep registers them with the new one as the task table frees up (repair,

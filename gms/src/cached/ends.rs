@@ -4,6 +4,15 @@
 
 use super::*;
 
+/// `step` (a dirty page's getpage) after its copy did not answer.
+fn silent(step: Step) -> Step {
+    match step {
+        Step::Get { at_least, dirt, copy, .. } => Step::Get { at_least, dirt, copy, replies: Replies::NoAnswer },
+        Step::Fetch { version, copy, .. } => Step::Fetch { version, copy, replies: Replies::NoAnswer },
+        s => s,
+    }
+}
+
 impl<Io: Copy, const JOBS: usize, const DIRTY: usize> Cache<Io, JOBS, DIRTY> {
     /// The flying job `job`, if it is one.
     fn flying(&self, job: u16) -> Option<(usize, Job<Io>)> {
@@ -37,18 +46,19 @@ impl<Io: Copy, const JOBS: usize, const DIRTY: usize> Cache<Io, JOBS, DIRTY> {
     pub fn handle_get(&mut self, job: u16, got: Got) -> bool {
         let Some((i, j)) = self.flying(job) else { return false };
         let block = j.block.unwrap_or(0);
+        let spare = |s: Step| matches!(s, Step::Get { copy: 1.., .. } | Step::Fetch { copy: 1.., .. });
+        if matches!(got, Got::Hit { .. }) && spare(j.step) {
+            self.stats.from_spare += 1;
+        }
         match (j.step, got) {
             (Step::Get { .. }, Got::Hit { .. }) => {
                 self.stats.read_hits += 1;
                 self.end(i, Ok(Served::FromGms));
             }
-            (Step::Get { dirt: Dirt::Dirty, .. }, Got::Miss) | (Step::Fetch { .. }, Got::Miss) => {
-                self.lose(block);
-                self.end(i, Err(CachedError::Lost { block }));
-            }
-            (Step::Get { dirt: Dirt::Dirty, .. }, Got::Failed) => {
+            (Step::Get { dirt: Dirt::Dirty, .. } | Step::Fetch { .. }, Got::Miss) => self.next_copy(i, block, j.step),
+            (Step::Get { dirt: Dirt::Dirty, .. } | Step::Fetch { .. }, Got::Failed) => {
                 if !self.again(i) {
-                    self.end(i, Err(CachedError::Unreachable { block }));
+                    self.next_copy(i, block, silent(j.step));
                 }
             }
             // A clean page: the block server has it.
@@ -57,17 +67,37 @@ impl<Io: Copy, const JOBS: usize, const DIRTY: usize> Cache<Io, JOBS, DIRTY> {
                 self.next(i, Step::Read);
             }
             (Step::Fetch { .. }, Got::Hit { version }) => self.next(i, Step::Clean { version }),
-            (Step::Fetch { .. }, Got::Failed) => {
-                if !self.again(i) {
-                    self.stuck(i, block, CachedError::Unreachable { block });
-                }
-            }
             _ => return false,
         }
         true
     }
 
-    /// Block `block`'s dirty copy is gone.
+    /// A dirty page's copy did not give it (`step`, the getpage's, says whether one of its
+    /// copies asked so far did not answer): the next copy is asked; after the last, the
+    /// page is lost if every copy missed, else unreachable (a cleaning's stays dirty).
+    fn next_copy(&mut self, i: usize, block: u64, step: Step) {
+        let next = match step {
+            Step::Get { at_least, dirt, copy, replies } => Step::Get { at_least, dirt, copy: copy + 1, replies },
+            Step::Fetch { version, copy, replies } => Step::Fetch { version, copy: copy + 1, replies },
+            _ => return,
+        };
+        let (Step::Get { copy, replies, .. } | Step::Fetch { copy, replies, .. }) = next else { return };
+        if copy < self.cfg.copies {
+            self.next(i, next);
+            return;
+        }
+        let unreachable = CachedError::Unreachable { block };
+        match (next, replies) {
+            (Step::Fetch { .. }, Replies::NoAnswer) => self.stuck(i, block, unreachable),
+            (_, Replies::NoAnswer) => self.end(i, Err(unreachable)),
+            (_, Replies::AllMissed) => {
+                self.lose(block);
+                self.end(i, Err(CachedError::Lost { block }));
+            }
+        }
+    }
+
+    /// Every copy of block `block`'s dirty data is gone.
     fn lose(&mut self, block: u64) {
         self.stats.lost += 1;
         let seq = self.rec_of(block).map_or(0, |r| self.recs[r].seq());
@@ -95,8 +125,7 @@ impl<Io: Copy, const JOBS: usize, const DIRTY: usize> Cache<Io, JOBS, DIRTY> {
             // Without a free record the copy may be read (a failed write's outcome is
             // unspecified); it is superseded by the block's next clean put.
             let version = self.version();
-            self.stats.stale += 1;
-            self.set_rec(block, Rec::Stale { block, version });
+            self.stale(block, version);
         }
         self.end(i, Err(error));
     }
@@ -106,8 +135,14 @@ impl<Io: Copy, const JOBS: usize, const DIRTY: usize> Cache<Io, JOBS, DIRTY> {
         let Some((i, j)) = self.flying(job) else { return false };
         let block = j.block.unwrap_or(0);
         let stored = matches!(result, PutResult::Stored { .. });
-        match j.step {
-            Step::PutDirty { version } if stored => {
+        match (j.step, result) {
+            // A copy is stored, on a lender none of the others is on: the next one goes.
+            (Step::PutDirty { version, copy, held }, PutResult::Stored { target })
+                if !held.contains(target) && copy + 1 < self.cfg.copies =>
+            {
+                self.next(i, Step::PutDirty { version, copy: copy + 1, held: held.with(target) });
+            }
+            (Step::PutDirty { version, held, .. }, PutResult::Stored { target }) if !held.contains(target) => {
                 self.room = Room::Stored;
                 // Dirty since its oldest unwritten write: a flush that began before a
                 // rewrite still waits for the page (and writes the newer data).
@@ -127,22 +162,26 @@ impl<Io: Copy, const JOBS: usize, const DIRTY: usize> Cache<Io, JOBS, DIRTY> {
                     self.next(i, Step::WriteThrough);
                 }
             }
-            // Refused, or its outcome unknown: through the block server, whose clean
-            // put (or discard) covers a dirty copy that may have landed.
-            Step::PutDirty { .. } => {
+            // Refused, its outcome unknown, or stored beside another copy: through the
+            // block server, whose clean put (or discard) covers a dirty copy 0 that may
+            // have landed, and the discard of the others.
+            (Step::PutDirty { copy, .. }, _) => {
                 if result == PutResult::Refused {
                     self.room = Room::Refused;
                 }
                 self.stats.fallbacks += 1;
+                if copy > 0 {
+                    self.stats.short_copies += 1;
+                }
                 self.next(i, Step::WriteThrough);
             }
-            Step::Insert { .. } | Step::PutClean { .. } if stored => {
-                // Every older copy is superseded: none is dirty or stale any more.
+            (Step::Insert { version } | Step::PutClean { version }, _) if stored => {
+                // Every older copy 0 is superseded: none is dirty or stale any more.
                 self.free_rec(block);
-                self.end(i, Ok(Served::Through));
+                self.drop_copies(i, version, 1);
             }
-            Step::Insert { .. } => self.end(i, Ok(Served::FromBlock)),
-            Step::PutClean { version } => {
+            (Step::Insert { .. }, _) => self.end(i, Ok(Served::FromBlock)),
+            (Step::PutClean { version }, _) => {
                 self.stats.discards += 1;
                 self.next(i, Step::Discard { version });
             }
@@ -157,19 +196,51 @@ impl<Io: Copy, const JOBS: usize, const DIRTY: usize> Cache<Io, JOBS, DIRTY> {
     /// A discard ended (`done`: the directory forgot every version up to the one asked).
     pub fn handle_discard(&mut self, job: u16, done: bool) -> bool {
         let Some((i, j)) = self.flying(job) else { return false };
-        let Step::Discard { version } = j.step else { return false };
         let block = j.block.unwrap_or(0);
+        let version = match j.step {
+            Step::Discard { version } => version,
+            Step::DropCopy { version, copy } => {
+                if !done {
+                    if self.again(i) {
+                        return true;
+                    }
+                    // Its holder keeps the frame; the block's next clean put discards it
+                    // again.
+                    self.stale(block, version);
+                }
+                self.drop_copies(i, version, copy + 1);
+                return true;
+            }
+            _ => return false,
+        };
         if done {
             self.free_rec(block);
         } else if self.again(i) {
             return true;
         } else {
             // Copies below `version` may stay: reads skip them, a cleaning tries again.
-            self.stats.stale += 1;
-            self.set_rec(block, Rec::Stale { block, version });
+            self.stale(block, version);
         }
-        self.end(i, Ok(Served::Through));
+        self.drop_copies(i, version, 1);
         true
+    }
+
+    /// Block `block`'s copies below `version` may stay in GMS.
+    fn stale(&mut self, block: u64, version: Version) {
+        self.stats.stale += 1;
+        self.set_rec(block, Rec::Stale { block, version });
+    }
+
+    /// Job `i`'s page is clean at `version`: copies `from..` of a write-back write that
+    /// may be in GMS are discarded (up to `version`) one after another, then it ends.
+    fn drop_copies(&mut self, i: usize, version: Version, from: u8) {
+        let spares = self.jobs[i].is_some_and(|j| j.spares == Spares::Maybe);
+        if spares && from < self.cfg.copies {
+            self.stats.copies_dropped += 1;
+            self.next(i, Step::DropCopy { version, copy: from });
+        } else {
+            self.end(i, Ok(Served::Through));
+        }
     }
 
     /// A block operation (read, write, flush) ended.

@@ -10,8 +10,11 @@ impl<Io: Copy, const JOBS: usize, const DIRTY: usize> Cache<Io, JOBS, DIRTY> {
         if cfg.blocks == 0 || JOBS < 2 || JOBS > usize::from(u16::MAX) || bad_clean || cfg.tries == 0 {
             return Err(ConfigError::Sizes);
         }
-        if cfg.first_version == 0 {
+        if cfg.first_version == 0 || cfg.copies == 0 || cfg.copies > MAX_REPLICAS {
             return Err(ConfigError::Sizes);
+        }
+        if cfg.space >> 60 != 0 {
+            return Err(ConfigError::Space);
         }
         Ok(Cache {
             cfg,
@@ -36,7 +39,7 @@ impl<Io: Copy, const JOBS: usize, const DIRTY: usize> Cache<Io, JOBS, DIRTY> {
     pub fn records(&self) -> impl Iterator<Item = &Rec> {
         self.recs.iter().filter(|r| **r != Rec::Free)
     }
-    /// Pages GMS may hold the only copy of.
+    /// Pages only GMS holds (the block server has an older block).
     pub fn dirty(&self) -> usize {
         self.recs.iter().filter(|r| matches!(r, Rec::Dirty { .. } | Rec::Stuck { .. })).count()
     }
@@ -44,8 +47,9 @@ impl<Io: Copy, const JOBS: usize, const DIRTY: usize> Cache<Io, JOBS, DIRTY> {
     pub fn is_idle(&self) -> bool {
         self.jobs.iter().all(Option::is_none) && self.done.is_empty()
     }
-    fn page(&self, block: u64) -> PageId {
-        PageId::new(self.cfg.space, block)
+    /// Copy `copy` of `block`'s page (copy 0: the page itself).
+    fn page(&self, block: u64, copy: u8) -> PageId {
+        replica(PageId::new(self.cfg.space, block), copy)
     }
     pub(super) fn version(&mut self) -> Version {
         let v = Version(self.next_version);
@@ -87,8 +91,8 @@ impl<Io: Copy, const JOBS: usize, const DIRTY: usize> Cache<Io, JOBS, DIRTY> {
     fn start_job(&mut self, io: Option<Io>, block: Option<u64>, kind: Kind) -> Option<()> {
         let i = self.jobs.iter().position(Option::is_none)?;
         self.order += 1;
-        let (step, phase) = (Step::Start(kind), Phase::Ready);
-        self.jobs[i] = Some(Job { io, block, order: self.order, step, phase, tries: 0 });
+        let (step, phase, spares) = (Step::Start(kind), Phase::Ready, Spares::None);
+        self.jobs[i] = Some(Job { io, block, order: self.order, step, phase, tries: 0, spares });
         Some(())
     }
 
@@ -160,27 +164,37 @@ impl<Io: Copy, const JOBS: usize, const DIRTY: usize> Cache<Io, JOBS, DIRTY> {
             None => Buf::Scratch(job),
         };
         let block = j.block.unwrap_or(0);
-        let page = self.page(block);
+        let page = self.page(block, 0);
+        let apart = Holders::NONE;
         j.phase = Phase::Flying;
         j.tries += 1;
         let cmd = match j.step {
             Step::Start(kind) => {
+                // A page with a record may have copies beyond the first in GMS.
+                let recorded = j.block.is_some() && self.rec_of(block).is_some();
+                let spares = if recorded && self.cfg.copies > 1 { Spares::Maybe } else { Spares::None };
                 match self.first_step(kind, block) {
-                    Ok(step) => self.jobs[i] = Some(Job { tries: 0, phase: Phase::Ready, step, ..j }),
+                    Ok(step) => self.jobs[i] = Some(Job { tries: 0, phase: Phase::Ready, step, spares, ..j }),
                     Err(e) => self.end(i, e.map_or(Ok(Served::Through), Err)),
                 }
                 return None;
             }
-            Step::Get { at_least, .. } => Command::Get { job, page, at_least, buf },
+            Step::Get { at_least, copy, .. } => Command::Get { job, page: self.page(block, copy), at_least, buf },
             Step::Read => Command::BlockRead { job, block, buf },
             Step::Insert { version } => {
                 // The bytes are taken as the put is made: the reader has its block.
                 if let Some(io) = j.io.take() {
                     self.finish_user(io, Ok(Served::FromBlock));
                 }
-                Command::Put { job, page, version, dirt: Dirt::Clean, buf }
+                Command::Put { job, page, version, dirt: Dirt::Clean, buf, apart }
             }
-            Step::PutDirty { version } => Command::Put { job, page, version, dirt: Dirt::Dirty, buf },
+            Step::PutDirty { version, copy, held } => {
+                if copy > 0 {
+                    j.spares = Spares::Maybe;
+                }
+                let page = self.page(block, copy);
+                Command::Put { job, page, version, dirt: Dirt::Dirty, buf, apart: held }
+            }
             Step::WriteThrough | Step::Clean { .. } => Command::BlockWrite { job, block, buf },
             Step::PutClean { version } => {
                 // The block server has the write: the writer has its answer once the
@@ -188,10 +202,13 @@ impl<Io: Copy, const JOBS: usize, const DIRTY: usize> Cache<Io, JOBS, DIRTY> {
                 if let Some(io) = j.io.take() {
                     self.finish_user(io, Ok(Served::Through));
                 }
-                Command::Put { job, page, version, dirt: Dirt::Clean, buf }
+                Command::Put { job, page, version, dirt: Dirt::Clean, buf, apart }
             }
             Step::Discard { version } => Command::Discard { job, page, version },
-            Step::Fetch { version } => Command::Get { job, page, at_least: version, buf },
+            Step::DropCopy { version, copy } => Command::Discard { job, page: self.page(block, copy), version },
+            Step::Fetch { version, copy, .. } => {
+                Command::Get { job, page: self.page(block, copy), at_least: version, buf }
+            }
             Step::FlushWait { upto } => {
                 self.jobs[i] = Some(j);
                 return self.flush_ready(i, upto);
@@ -212,12 +229,18 @@ impl<Io: Copy, const JOBS: usize, const DIRTY: usize> Cache<Io, JOBS, DIRTY> {
                 Err(Some(CachedError::Lost { block }))
             }
             (Kind::Read, Some(Rec::Dirty { version, .. } | Rec::Stuck { version, .. })) => {
-                Ok(Step::Get { at_least: version, dirt: Dirt::Dirty })
+                Ok(Step::Get { at_least: version, dirt: Dirt::Dirty, copy: 0, replies: Replies::AllMissed })
             }
-            (Kind::Read, Some(Rec::Stale { version, .. })) => Ok(Step::Get { at_least: version, dirt: Dirt::Clean }),
-            (Kind::Read, _) => Ok(Step::Get { at_least: Version(0), dirt: Dirt::Clean }),
+            (Kind::Read, Some(Rec::Stale { version, .. })) => {
+                Ok(Step::Get { at_least: version, dirt: Dirt::Clean, copy: 0, replies: Replies::AllMissed })
+            }
+            (Kind::Read, _) => {
+                Ok(Step::Get { at_least: Version(0), dirt: Dirt::Clean, copy: 0, replies: Replies::AllMissed })
+            }
             (Kind::Write, _) => Ok(self.write_step(block)),
-            (Kind::Clean, Some(Rec::Dirty { version, .. })) => Ok(Step::Fetch { version }),
+            (Kind::Clean, Some(Rec::Dirty { version, .. })) => {
+                Ok(Step::Fetch { version, copy: 0, replies: Replies::AllMissed })
+            }
             // A cleaning of a page a write cleaned meanwhile: nothing left to do.
             (Kind::Clean, _) => Err(None),
             (Kind::Flush, _) => Ok(Step::FlushWait { upto: self.seq }),
@@ -240,7 +263,7 @@ impl<Io: Copy, const JOBS: usize, const DIRTY: usize> Cache<Io, JOBS, DIRTY> {
             self.stats.fallbacks += 1;
             return Step::WriteThrough;
         }
-        Step::PutDirty { version: self.version() }
+        Step::PutDirty { version: self.version(), copy: 0, held: Holders::NONE }
     }
 
     /// A flush whose pages are cleaned: it fails on the first of them lost or stuck

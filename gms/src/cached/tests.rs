@@ -1,15 +1,17 @@
 // SPDX-License-Identifier: GPL-2.0-only
-//! The cached volume driven by a simulated GMS (one copy per page, versions, a budget
-//! whose room-making lets only clean copies go, a holder that may die) and a simulated
-//! block server (acknowledged writes volatile until a flush): reads, both write policies,
-//! cleaning under pressure, flushes, lost pages, and a property test over random request
-//! mixes, completion orders and faults.
+//! The cached volume driven by a simulated GMS (lenders that each hold one copy of a GMS
+//! page, versions, a budget per lender whose room-making lets only clean copies go,
+//! lenders that may die) and a simulated block server (acknowledged writes volatile until
+//! a flush): reads, both write policies, dirty copies on distinct lenders, cleaning under
+//! pressure, flushes, lost pages, and a property test over random request mixes,
+//! completion orders, faults and a lender's death.
 
 extern crate std;
 
 use super::*;
 use proptest::prelude::*;
 use std::collections::HashMap;
+use std::vec;
 use std::vec::Vec;
 
 type C = Cache<u32, 8, 4>;
@@ -19,15 +21,21 @@ struct Held {
     version: Version,
     data: u64,
     dirt: Dirt,
+    lender: u16,
 }
+
+/// The volume's GMS space in these tests.
+const SPACE: u64 = 5;
 
 /// GMS, the block server, the buffers, and the commands in flight (each with the bytes a
 /// put or block write took when it was issued).
 #[derive(Default)]
 struct Sim {
-    gms: HashMap<u64, Held>,
-    /// GMS holds at most this many pages; a put beyond it first lets the oldest clean
-    /// copy go (the holder's rule), and is refused if every copy is dirty.
+    gms: HashMap<PageId, Held>,
+    /// Whether lender `n + 1` is alive.
+    alive: Vec<bool>,
+    /// A lender holds at most this many pages; a put beyond it first lets its oldest
+    /// clean copy go (the holder's rule), and is refused if every copy there is dirty.
     budget: usize,
     evicted: u64,
     volatile: HashMap<u64, u64>,
@@ -42,11 +50,37 @@ struct Sim {
     fail_puts: bool,
     fail_gets: bool,
     fail_blocks: bool,
+    /// The runtime puts a copy where it likes, ignoring `apart`.
+    ignore_apart: bool,
 }
 
 impl Sim {
+    /// Two lenders of `budget` pages each.
     fn new(budget: usize) -> Sim {
-        Sim { budget, ..Sim::default() }
+        Sim::lenders(2, budget)
+    }
+
+    fn lenders(n: usize, budget: usize) -> Sim {
+        Sim { budget, alive: vec![true; n], ..Sim::default() }
+    }
+
+    /// Copy `k` of block `b`, if GMS holds it.
+    fn copy(&self, b: u64, k: u8) -> Option<Held> {
+        self.gms.get(&replica(PageId::new(SPACE, b), k)).copied()
+    }
+
+    /// Lender `n` dies: its copies are gone.
+    fn kill(&mut self, n: u16) {
+        self.alive[usize::from(n) - 1] = false;
+        self.gms.retain(|_, h| h.lender != n);
+    }
+
+    /// The live lender a put goes to: the one with the fewest copies that is none of
+    /// `apart`.
+    fn target(&self, apart: &Holders) -> Option<u16> {
+        let live = (1..=self.alive.len() as u16).filter(|&n| self.alive[usize::from(n) - 1]);
+        let held = |n: u16| self.gms.values().filter(|h| h.lender == n).count();
+        live.filter(|&n| self.ignore_apart || !apart.contains(n)).min_by_key(|&n| (held(n), n))
     }
 
     fn buf(&mut self, b: Buf<u32>) -> &mut u64 {
@@ -56,12 +90,15 @@ impl Sim {
         }
     }
 
-    /// Room for one more page: the oldest clean copy goes; `false`: all are dirty.
-    fn room(&mut self, page: u64) -> bool {
-        if self.gms.contains_key(&page) || self.gms.len() < self.budget {
+    /// Room for one more page on `lender`: its oldest clean copy goes; `false`: all of
+    /// them are dirty.
+    fn room(&mut self, lender: u16, page: PageId) -> bool {
+        let on = |h: &Held| h.lender == lender;
+        let here = self.gms.values().filter(|h| on(h)).count();
+        if self.gms.get(&page).is_some_and(on) || here < self.budget {
             return true;
         }
-        let clean = self.gms.iter().filter(|(_, h)| h.dirt == Dirt::Clean);
+        let clean = self.gms.iter().filter(|(_, h)| h.dirt == Dirt::Clean && on(h));
         match clean.min_by_key(|(_, h)| h.version).map(|(p, _)| *p) {
             Some(p) => {
                 self.gms.remove(&p);
@@ -91,7 +128,7 @@ impl Sim {
         let (cmd, bytes) = self.flying.remove(k);
         let known = match cmd {
             Command::Get { job, page, at_least, buf } => {
-                let got = match self.gms.get(&page.page).copied() {
+                let got = match self.gms.get(&page).copied() {
                     _ if self.fail_gets => Got::Failed,
                     Some(h) if h.version >= at_least => {
                         *self.buf(buf) = h.data;
@@ -101,12 +138,12 @@ impl Sim {
                 };
                 c.handle_get(job, got)
             }
-            Command::Put { job, page, version, dirt, .. } => {
-                c.handle_put(job, self.put(page.page, version, dirt, bytes))
+            Command::Put { job, page, version, dirt, apart, .. } => {
+                c.handle_put(job, self.put(page, version, dirt, bytes, &apart))
             }
             Command::Discard { job, page, version } => {
-                if self.gms.get(&page.page).is_some_and(|h| h.version <= version) {
-                    self.gms.remove(&page.page);
+                if self.gms.get(&page).is_some_and(|h| h.version <= version) {
+                    self.gms.remove(&page);
                 }
                 c.handle_discard(job, true)
             }
@@ -144,22 +181,24 @@ impl Sim {
         }
     }
 
-    fn put(&mut self, page: u64, version: Version, dirt: Dirt, data: u64) -> PutResult {
+    fn put(&mut self, page: PageId, version: Version, dirt: Dirt, data: u64, apart: &Holders) -> PutResult {
+        // No lender to take it: the runtime could not start the put.
+        let Some(lender) = self.target(apart) else { return PutResult::Failed };
         if self.refuse_puts {
             return PutResult::Refused;
         }
         if self.gms.get(&page).is_some_and(|h| h.version > version) {
             return PutResult::Superseded;
         }
-        if !self.room(page) {
+        if !self.room(lender, page) {
             return PutResult::Refused;
         }
-        self.gms.insert(page, Held { version, data, dirt });
+        self.gms.insert(page, Held { version, data, dirt, lender });
         if self.fail_puts {
             // Stored, but the answer is lost.
             return PutResult::Failed;
         }
-        PutResult::Stored { target: 1 }
+        PutResult::Stored { target: lender }
     }
 
     /// Run until `c` is idle, completing the oldest command first.
@@ -189,7 +228,7 @@ impl Sim {
 }
 
 fn cache(writes: WritePolicy) -> C {
-    C::new(Config { space: 5, blocks: 64, writes, clean_at: 3, ..Config::DEFAULT }).unwrap()
+    C::new(Config { space: SPACE, blocks: 64, writes, clean_at: 3, ..Config::DEFAULT }).unwrap()
 }
 
 #[test]
@@ -198,7 +237,7 @@ fn a_miss_reads_the_block_and_puts_it_clean() {
     s.durable.insert(3, 33);
     assert_eq!(s.one(&mut c, 1, |c| c.read(1, 3)), Ok(Served::FromBlock));
     assert_eq!(s.user[&1], 33);
-    assert!(matches!(s.gms[&3], Held { data: 33, dirt: Dirt::Clean, .. }));
+    assert!(matches!(s.copy(3, 0).unwrap(), Held { data: 33, dirt: Dirt::Clean, .. }));
     assert_eq!(s.one(&mut c, 2, |c| c.read(2, 3)), Ok(Served::FromGms));
     assert_eq!(s.user[&2], 33);
 }
@@ -209,7 +248,7 @@ fn write_through_reaches_the_block_server_first() {
     s.user.insert(1, 77);
     assert_eq!(s.one(&mut c, 1, |c| c.write(1, 9)), Ok(Served::Through));
     assert_eq!(s.volatile[&9], 77);
-    assert!(matches!(s.gms[&9], Held { data: 77, dirt: Dirt::Clean, .. }));
+    assert!(matches!(s.copy(9, 0).unwrap(), Held { data: 77, dirt: Dirt::Clean, .. }));
     assert_eq!(c.dirty(), 0);
 }
 
@@ -218,13 +257,76 @@ fn write_back_stays_dirty_until_a_flush_makes_it_durable() {
     let (mut c, mut s) = (cache(WritePolicy::WriteBack), Sim::new(8));
     s.user.insert(1, 11);
     assert_eq!(s.one(&mut c, 1, |c| c.write(1, 4)), Ok(Served::Dirty));
-    assert!(matches!(s.gms[&4], Held { data: 11, dirt: Dirt::Dirty, .. }));
+    let (c0, c1) = (s.copy(4, 0).unwrap(), s.copy(4, 1).unwrap());
+    assert!(matches!((c0, c1), (Held { data: 11, dirt: Dirt::Dirty, .. }, Held { data: 11, dirt: Dirt::Dirty, .. })));
+    assert_ne!(c0.lender, c1.lender, "the copies are on distinct lenders");
     assert!(s.volatile.is_empty() && c.dirty() == 1);
     assert_eq!(s.one(&mut c, 2, |c| c.read(2, 4)), Ok(Served::FromGms));
     assert_eq!(s.user[&2], 11);
     assert_eq!(s.one(&mut c, 3, |c| c.flush(3)), Ok(Served::Flushed));
     assert_eq!((s.durable[&4], c.dirty()), (11, 0));
-    assert!(matches!(s.gms[&4], Held { data: 11, dirt: Dirt::Clean, .. }), "the dirty copy was superseded");
+    assert!(matches!(s.copy(4, 0).unwrap(), Held { data: 11, dirt: Dirt::Clean, .. }), "the dirty copy was superseded");
+    assert!(s.copy(4, 1).is_none(), "the second copy was discarded");
+    assert_eq!(c.stats().copies_dropped, 1);
+}
+
+#[test]
+fn a_lender_holding_dirty_pages_dies_after_the_ack_and_nothing_acknowledged_is_lost() {
+    // Cleaning waits for the flush: every record is dirty when the lender dies.
+    let mut c = C::new(Config { space: SPACE, blocks: 64, clean_at: 4, ..Config::DEFAULT }).unwrap();
+    let mut s = Sim::new(8);
+    for b in 0..3u64 {
+        s.durable.insert(b, 1);
+        s.user.insert(b as u32, 50 + b);
+        assert_eq!(s.one(&mut c, b as u32, |c| c.write(b as u32, b)), Ok(Served::Dirty));
+    }
+    assert!(s.volatile.is_empty() && c.dirty() == 3, "acknowledged before the block server has any");
+    let first_on_1 = (0..3).filter(|&b| s.copy(b, 0).unwrap().lender == 1).count() as u64;
+    assert!(first_on_1 > 0, "lender 1 holds some first copies");
+    s.kill(1);
+    // Reads return the written data, from the copies lender 2 holds.
+    for b in 0..3u64 {
+        assert_eq!(s.one(&mut c, 10 + b as u32, |c| c.read(10 + b as u32, b)), Ok(Served::FromGms));
+        assert_eq!(s.user[&(10 + b as u32)], 50 + b, "block {b}");
+    }
+    assert_eq!(s.one(&mut c, 20, |c| c.flush(20)), Ok(Served::Flushed));
+    for b in 0..3u64 {
+        assert_eq!(s.durable[&b], 50 + b, "block {b} on the durable disk");
+    }
+    let st = c.stats();
+    assert_eq!((st.lost, st.cleaned, c.dirty()), (0, 3, 0));
+    assert!(st.from_spare >= first_on_1, "{st:?}");
+    assert!(s.gms.values().all(|h| h.dirt == Dirt::Clean), "no dirty copy left behind");
+}
+
+#[test]
+fn with_fewer_live_lenders_than_copies_a_write_goes_through_never_acknowledged_with_one_copy() {
+    let (mut c, mut s) = (cache(WritePolicy::WriteBack), Sim::new(8));
+    s.kill(2);
+    s.user.insert(1, 31);
+    assert_eq!(s.one(&mut c, 1, |c| c.write(1, 3)), Ok(Served::Through));
+    assert_eq!(s.volatile[&3], 31);
+    let st = c.stats();
+    assert_eq!((st.writes_dirty, st.fallbacks, st.short_copies, c.dirty()), (0, 1, 1, 0));
+    assert!(matches!(s.copy(3, 0).unwrap(), Held { data: 31, dirt: Dirt::Clean, .. }), "covered by the clean put");
+    // One copy was the user's choice: acknowledged dirty on the one lender.
+    let one = Config { space: SPACE, blocks: 64, clean_at: 3, copies: 1, ..Config::DEFAULT };
+    let mut c = C::new(one).unwrap();
+    s.user.insert(2, 32);
+    assert_eq!(s.one(&mut c, 2, |c| c.write(2, 4)), Ok(Served::Dirty));
+    assert!(s.copy(4, 1).is_none());
+}
+
+#[test]
+fn a_copy_put_beside_another_is_no_second_copy() {
+    let (mut c, mut s) = (cache(WritePolicy::WriteBack), Sim::new(8));
+    s.ignore_apart = true;
+    s.kill(2);
+    s.user.insert(1, 41);
+    assert_eq!(s.one(&mut c, 1, |c| c.write(1, 5)), Ok(Served::Through));
+    assert_eq!((c.stats().short_copies, c.dirty()), (1, 0));
+    assert_eq!(s.volatile[&5], 41);
+    assert!(s.copy(5, 1).is_none(), "the copy beside the first was discarded");
 }
 
 #[test]
@@ -267,7 +369,8 @@ fn refused_or_failed_dirty_puts_are_written_through() {
         assert_eq!(s.one(&mut c, 1, |c| c.write(1, 6)), Ok(Served::Through));
         assert_eq!(s.volatile[&6], 8);
         // A dirty copy that landed unanswered was covered by the discard.
-        assert!(s.gms.get(&6).is_none_or(|h| h.dirt == Dirt::Clean && h.data == 8), "{:?}", s.gms.get(&6));
+        assert!(s.copy(6, 0).is_none_or(|h| h.dirt == Dirt::Clean && h.data == 8), "{:?}", s.copy(6, 0));
+        assert!(s.copy(6, 1).is_none(), "the second copy was discarded");
     }
 }
 
@@ -281,6 +384,13 @@ fn bad_requests_are_refused() {
     assert_eq!(c.read(8, 8), Err(CachedError::Busy));
     let bad = |blocks, clean_at, first_version| C::new(Config { blocks, clean_at, first_version, ..Config::DEFAULT });
     assert!(bad(0, 2, 1).is_err() && bad(8, 0, 1).is_err() && bad(8, 5, 1).is_err() && bad(8, 2, 0).is_err());
+    let copies = |copies| C::new(Config { blocks: 8, clean_at: 2, copies, ..Config::DEFAULT }).err();
+    assert_eq!(
+        (copies(0), copies(MAX_REPLICAS + 1), copies(MAX_REPLICAS)),
+        (Some(ConfigError::Sizes), Some(ConfigError::Sizes), None)
+    );
+    let space = C::new(Config { blocks: 8, clean_at: 2, space: 1 << 60, ..Config::DEFAULT });
+    assert_eq!(space.err(), Some(ConfigError::Space));
 }
 
 #[derive(Clone, Debug)]
@@ -295,10 +405,11 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 proptest! {
-    /// Random requests, several in flight, completions in random order, GMS pressure and
-    /// transient put and get faults: every read returns the last write acknowledged before
-    /// it was accepted (or one in flight with it), every flush that succeeds leaves every
-    /// write acknowledged before it on the durable disk, and nothing is ever lost.
+    /// Random requests, several in flight, completions in random order, GMS pressure,
+    /// transient put faults and the death of one of three lenders at a random point: every
+    /// read returns the last write acknowledged before it was accepted (or one in flight
+    /// with it), every flush that succeeds leaves every write acknowledged before it on the
+    /// durable disk, nothing is ever lost, and no dirty copy is left behind.
     #[test]
     fn reads_and_flushes_see_every_acknowledged_write(
         ops in prop::collection::vec(op(), 1..60),
@@ -306,15 +417,19 @@ proptest! {
         budget in 1..6usize,
         back in any::<bool>(),
         faults in any::<u8>(),
+        death in prop::option::of((0..60usize, 1..=3u16)),
     ) {
         let writes = if back { WritePolicy::WriteBack } else { WritePolicy::WriteThrough };
-        let (mut c, mut s) = (cache(writes), Sim::new(budget));
+        let (mut c, mut s) = (cache(writes), Sim::lenders(3, budget));
         let mut acked: HashMap<u64, u64> = HashMap::new();
         let mut in_flight: HashMap<u32, (Op, HashMap<u64, u64>)> = HashMap::new();
         let mut pick = picks.iter().cycle();
         for (n, o) in ops.iter().enumerate() {
             let io = n as u32;
             s.fail_puts = faults & 1 << (n % 8) != 0;
+            if let Some((_, lender)) = death.filter(|d| d.0 == n) {
+                s.kill(lender);
+            }
             s.user.insert(io, 1000 + n as u64);
             let r = match *o { Op::Read(b) => c.read(io, b), Op::Write(b) => c.write(io, b), Op::Flush => c.flush(io) };
             match r {
@@ -342,6 +457,7 @@ proptest! {
         for (b, d) in &acked {
             prop_assert_eq!(s.durable.get(b), Some(d), "block {} after the last flush", b);
         }
+        prop_assert!(s.gms.values().all(|h| h.dirt == Dirt::Clean), "dirty copies left: {:?}", s.gms);
     }
 }
 
@@ -385,7 +501,7 @@ fn a_cleaning_that_fails_is_reported_by_the_flush_and_tried_again() {
     let e = s.one(&mut c, 2, |c| c.flush(2));
     assert_eq!(e, Err(CachedError::Block { block: Some(7), fault: BlockFault::Failed }));
     assert_eq!((c.dirty(), c.stats().clean_failures), (1, 1));
-    assert!(matches!(s.gms[&7], Held { data: 21, dirt: Dirt::Dirty, .. }), "the dirty copy stays");
+    assert!(matches!(s.copy(7, 0).unwrap(), Held { data: 21, dirt: Dirt::Dirty, .. }), "the dirty copy stays");
     s.fail_blocks = false;
     assert_eq!(s.one(&mut c, 3, |c| c.flush(3)), Ok(Served::Flushed));
     assert_eq!((s.durable[&7], c.dirty()), (21, 0));
@@ -422,8 +538,9 @@ fn copies_that_could_not_be_superseded_are_skipped_by_reads_until_a_newer_versio
     let (mut c, mut s) = (cache(WritePolicy::WriteBack), Sim::new(8));
     s.user.insert(1, 5);
     assert_eq!(s.one(&mut c, 1, |c| c.write(1, 4)), Ok(Served::Dirty));
-    // The rewrite's dirty put is refused, its clean put too, and so is the discard: the
-    // old dirty copy stays in GMS, behind the block server's newer data.
+    // The rewrite's dirty put is refused, its clean put too, and so are the discards (of
+    // copy 0, then of copy 1): the old dirty copies stay in GMS, behind the block server's
+    // newer data.
     s.refuse_puts = true;
     s.user.insert(2, 6);
     let mut discards = 0;
@@ -439,13 +556,14 @@ fn copies_that_could_not_be_superseded_are_skipped_by_reads_until_a_newer_versio
         }
         s.complete(&mut c, k);
     }
-    assert_eq!((discards, c.stats().stale), (3, 1));
-    assert!(matches!(s.gms[&4], Held { data: 5, .. }));
+    assert_eq!((discards, c.stats().stale), (6, 2));
+    assert!(matches!((s.copy(4, 0).unwrap(), s.copy(4, 1).unwrap()), (Held { data: 5, .. }, Held { data: 5, .. })));
     s.refuse_puts = false;
     // A read skips the stale copy: the block server's data, put back clean.
     assert_eq!(s.one(&mut c, 3, |c| c.read(3, 4)), Ok(Served::FromBlock));
     assert_eq!(s.user[&3], 6);
     assert_eq!(c.records().count(), 0, "the clean put superseded the stale copy");
+    assert!(s.copy(4, 1).is_none(), "and the other copy was discarded");
 }
 
 #[test]
@@ -477,12 +595,12 @@ fn a_failed_write_whose_dirty_copy_may_have_landed_is_never_read() {
     (s.fail_puts, s.fail_blocks) = (true, true);
     s.user.insert(1, 61);
     assert!(matches!(s.one(&mut c, 1, |c| c.write(1, 6)), Err(CachedError::Block { .. })));
-    assert!(matches!(s.gms[&6], Held { data: 61, dirt: Dirt::Dirty, .. }), "the copy landed");
+    assert!(matches!(s.copy(6, 0).unwrap(), Held { data: 61, dirt: Dirt::Dirty, .. }), "the copy landed");
     (s.fail_puts, s.fail_blocks) = (false, false);
     // A read gets the server's data, not the failed write's copy; its insertion
     // supersedes that copy.
     assert_eq!(s.one(&mut c, 2, |c| c.read(2, 6)), Ok(Served::FromBlock));
     assert_eq!(s.user[&2], 60);
-    assert!(matches!(s.gms[&6], Held { data: 60, dirt: Dirt::Clean, .. }));
+    assert!(matches!(s.copy(6, 0).unwrap(), Held { data: 60, dirt: Dirt::Clean, .. }));
     assert_eq!(c.records().count(), 0);
 }
