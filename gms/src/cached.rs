@@ -211,6 +211,7 @@ pub struct Done<Io> {
 /// What a cached volume counts.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
+    /// Reads accepted (one refused [`CachedError::Busy`] is not counted).
     pub reads: u64,
     pub read_hits: u64,
     pub read_misses: u64,
@@ -230,6 +231,7 @@ pub struct Stats {
     pub lost: u64,
     /// Cleanings that failed (block error, GMS unreachable): the page stays dirty.
     pub clean_failures: u64,
+    /// Flushes accepted.
     pub flushes: u64,
     /// Clean puts (insertions after a miss, after a write-through or a cleaning).
     pub clean_puts: u64,

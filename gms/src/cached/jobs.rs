@@ -59,8 +59,9 @@ impl<Io: Copy, const JOBS: usize, const DIRTY: usize> Cache<Io, JOBS, DIRTY> {
 
     /// Read `block` into the request's buffer.
     pub fn read(&mut self, io: Io, block: u64) -> Result<(), CachedError> {
+        self.accept(io, Some(block), Kind::Read)?;
         self.stats.reads += 1;
-        self.accept(io, Some(block), Kind::Read)
+        Ok(())
     }
 
     /// Write the request's buffer to `block` (by the configured policy).
@@ -70,8 +71,9 @@ impl<Io: Copy, const JOBS: usize, const DIRTY: usize> Cache<Io, JOBS, DIRTY> {
 
     /// Make every write acknowledged so far durable on the block server's disk.
     pub fn flush(&mut self, io: Io) -> Result<(), CachedError> {
+        self.accept(io, None, Kind::Flush)?;
         self.stats.flushes += 1;
-        self.accept(io, None, Kind::Flush)
+        Ok(())
     }
 
     fn accept(&mut self, io: Io, block: Option<u64>, kind: Kind) -> Result<(), CachedError> {

@@ -382,6 +382,8 @@ fn bad_requests_are_refused() {
         assert_eq!(c.read(b, b as u64), Ok(()));
     }
     assert_eq!(c.read(8, 8), Err(CachedError::Busy));
+    assert_eq!(c.flush(9), Err(CachedError::Busy));
+    assert_eq!((c.stats().reads, c.stats().flushes), (7, 0), "refused requests are not counted");
     let bad = |blocks, clean_at, first_version| C::new(Config { blocks, clean_at, first_version, ..Config::DEFAULT });
     assert!(bad(0, 2, 1).is_err() && bad(8, 0, 1).is_err() && bad(8, 5, 1).is_err() && bad(8, 2, 0).is_err());
     let copies = |copies| C::new(Config { blocks: 8, clean_at: 2, copies, ..Config::DEFAULT }).err();
