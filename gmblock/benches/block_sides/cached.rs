@@ -5,8 +5,8 @@
 //!   GMS, in the client's pipeline of 8 KiB chunks),
 //! - **through**: the GMS-cached volume in write-through (the block write, then a clean
 //!   put),
-//! - **back**: the GMS-cached volume in write-back (a dirty put; the flush writes every
-//!   page to the server, then its `FLUSH`).
+//! - **back**: the GMS-cached volume in write-back (dirty puts of two copies on distinct
+//!   lenders; the flush writes every page to the server, then its `FLUSH`).
 //!
 //! The cached sides hand over 64 writes at a time (`write_many`: the policy's commands
 //! for all of them in flight together). Per side: `ack_mb_s`, the write bytes over the time until the last write was
