@@ -15,7 +15,7 @@
 use crate::client::{copy_out, send_read, send_write, Client, Flight};
 use crate::proto::{FlushOp, Range, BLOCK_BYTES};
 use anyhow::{anyhow, bail};
-use gms::cached::{BlockFault, Buf, Cache, CachedError, Command, Config, Dirt, Done, Got, Served, Stats};
+use gms::cached::{BlockFault, Buf, Cache, CachedError, Command, Config, Dirt, Done, Got, Rec, Served, Stats};
 use gms::prelude::*;
 use netrpc::prelude::*;
 use std::collections::HashMap;
@@ -63,6 +63,8 @@ pub struct CachedVolume {
     done: HashMap<u32, Result<Served, CachedError>>,
     /// Entries of the node's put log already matched.
     log_seen: usize,
+    /// Nodes of the cluster alive when last looked at: one fewer is a lender lost.
+    alive: usize,
     next_io: u32,
 }
 
@@ -81,6 +83,7 @@ impl CachedVolume {
         let blocks = block.info.size / u64::from(BLOCK_BYTES);
         let core = Core::new(Config { blocks, ..cfg }).map_err(|e| anyhow!("cached volume: {e:?}"))?;
         Ok(CachedVolume {
+            alive: gms.alive.iter().filter(|a| **a).count(),
             gms,
             at,
             block,
@@ -97,9 +100,13 @@ impl CachedVolume {
     pub fn stats(&self) -> Stats {
         self.core.stats()
     }
-    /// Pages GMS may hold the only copy of.
+    /// Pages only GMS holds (not yet written to the server).
     pub fn dirty(&self) -> usize {
         self.core.dirty()
+    }
+    /// Pages written back whose every copy is gone (until written again).
+    pub fn lost(&self) -> usize {
+        self.core.records().filter(|r| matches!(r, Rec::Lost { .. })).count()
     }
 
     /// Read block `b` (4 KiB).
@@ -178,6 +185,12 @@ impl CachedVolume {
 
     /// One pass: start what the policy wants, poll both sides, report what ended.
     fn step(&mut self) -> anyhow::Result<()> {
+        let alive = self.gms.alive.iter().filter(|a| **a).count();
+        if alive < self.alive {
+            // Dirty pages may be down to fewer copies: they are cleaned at once.
+            self.core.handle_lender_lost();
+        }
+        self.alive = alive;
         while let Some(c) = self.core.poll_command() {
             self.start(c);
         }

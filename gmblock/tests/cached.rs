@@ -161,7 +161,11 @@ fn lenders_die() {
         assert!(s.contains("gone") || s.contains("did not answer"), "block {b}: {s}");
     }
     assert!(v.flush().is_err(), "the flush reports the lost pages");
-    assert_eq!(v.stats().lost, 8);
+    // Each page was found lost (by the cleaning the deaths started, or by its read) and
+    // every read after that counts again.
+    let lost = v.stats().lost;
+    assert!((8..=16).contains(&lost), "{:?}", v.stats());
+    assert_eq!(v.lost(), 8);
 }
 
 #[test]

@@ -37,6 +37,10 @@
 //!   lives in network memory instead, so the writer holds no dirty buffers (the runtime
 //!   keeps none: `no_std`, no heap), and the guarantee is the replicated store's: a write
 //!   is acknowledged with `r` copies on `r` members, as [`crate::store`] does.
+//!
+//!   A lender's death ([`Cache::handle_lender_lost`], from the runtime's membership) may
+//!   leave dirty pages with fewer copies: every page dirty then is cleaned at once, so a
+//!   second death soon after finds as few of them as the cleaning allows.
 //! - **flush**: every page dirty when the flush was accepted is cleaned, then the block
 //!   server's `FLUSH` is acknowledged: all of it durable on the server's disk. A dirty page
 //!   whose every copy is gone (all its holders died) is [`CachedError::Lost`]: a read of
@@ -438,6 +442,9 @@ pub struct Cache<Io: Copy, const JOBS: usize, const DIRTY: usize> {
     /// whatever the record count, until a dirty put stores again.
     room: Room,
     seq: u64,
+    /// Dirty pages up to this `seq` are cleaned at once: a lender died after they were
+    /// acknowledged, and some may be down to fewer copies ([`Cache::handle_lender_lost`]).
+    rescue: u64,
     order: u64,
     stats: Stats,
 }

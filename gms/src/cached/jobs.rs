@@ -24,6 +24,7 @@ impl<Io: Copy, const JOBS: usize, const DIRTY: usize> Cache<Io, JOBS, DIRTY> {
             next_version: cfg.first_version,
             room: Room::Stored,
             seq: 0,
+            rescue: 0,
             order: 0,
             stats: Stats::default(),
         })
@@ -67,6 +68,14 @@ impl<Io: Copy, const JOBS: usize, const DIRTY: usize> Cache<Io, JOBS, DIRTY> {
     /// Write the request's buffer to `block` (by the configured policy).
     pub fn write(&mut self, io: Io, block: u64) -> Result<(), CachedError> {
         self.accept(io, Some(block), Kind::Write)
+    }
+
+    /// A lender died or left: a page dirty now may have lost a copy, and one more death
+    /// would lose it, so every one of them is cleaned at once (as for a flush, whatever
+    /// [`Config::clean_at`] says). Pages written from now on get all their copies on the
+    /// lenders left.
+    pub fn handle_lender_lost(&mut self) {
+        self.rescue = self.seq;
     }
 
     /// Make every write acknowledged so far durable on the block server's disk.
@@ -141,7 +150,7 @@ impl<Io: Copy, const JOBS: usize, const DIRTY: usize> Cache<Io, JOBS, DIRTY> {
                 Step::FlushWait { upto } => Some(upto),
                 _ => None,
             });
-            let upto = flush_upto.max().unwrap_or(0);
+            let upto = flush_upto.max().unwrap_or(0).max(self.rescue);
             let over = self.dirty() >= usize::from(self.cfg.clean_at) || self.room == Room::Refused;
             let due = self
                 .recs

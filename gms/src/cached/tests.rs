@@ -300,6 +300,25 @@ fn a_lender_holding_dirty_pages_dies_after_the_ack_and_nothing_acknowledged_is_l
 }
 
 #[test]
+fn a_lender_lost_starts_the_cleaning_of_every_page_dirty_then() {
+    let mut c = C::new(Config { space: SPACE, blocks: 64, clean_at: 4, ..Config::DEFAULT }).unwrap();
+    let mut s = Sim::lenders(3, 8);
+    for b in 0..3u64 {
+        s.user.insert(b as u32, 70 + b);
+        assert_eq!(s.one(&mut c, b as u32, |c| c.write(b as u32, b)), Ok(Served::Dirty));
+    }
+    s.kill(2);
+    c.handle_lender_lost();
+    s.run(&mut c);
+    assert_eq!((c.dirty(), c.stats().cleaned, c.stats().lost), (0, 3, 0), "cleaned without a flush");
+    assert_eq!((s.volatile[&0], s.volatile[&1], s.volatile[&2]), (70, 71, 72));
+    // A page written after the death has its two copies on the lenders left: it stays.
+    s.user.insert(9, 79);
+    assert_eq!(s.one(&mut c, 9, |c| c.write(9, 9)), Ok(Served::Dirty));
+    assert_eq!((c.dirty(), c.stats().cleaned), (1, 3));
+}
+
+#[test]
 fn with_fewer_live_lenders_than_copies_a_write_goes_through_never_acknowledged_with_one_copy() {
     let (mut c, mut s) = (cache(WritePolicy::WriteBack), Sim::new(8));
     s.kill(2);
@@ -431,6 +450,7 @@ proptest! {
             s.fail_puts = faults & 1 << (n % 8) != 0;
             if let Some((_, lender)) = death.filter(|d| d.0 == n) {
                 s.kill(lender);
+                c.handle_lender_lost();
             }
             s.user.insert(io, 1000 + n as u64);
             let r = match *o { Op::Read(b) => c.read(io, b), Op::Write(b) => c.write(io, b), Op::Flush => c.flush(io) };
