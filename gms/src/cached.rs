@@ -30,13 +30,15 @@
 //!   put at a newer version — or a discard — covering any dirty copy that did land, and
 //!   the discard of the other copies).
 //!
-//!   Why copies and not the papers' clean global memory: GMS proper sends only clean pages
-//!   to global memory (a dirty page is written to disk first), which keeps an
-//!   acknowledged-but-unwritten page in the writer's own memory — a write-back cache
-//!   whose acknowledgement means no more than the local page cache's. Here the dirty data
-//!   lives in network memory instead, so the writer holds no dirty buffers (the runtime
-//!   keeps none: `no_std`, no heap), and the guarantee is the replicated store's: a write
-//!   is acknowledged with `r` copies on `r` members, as [`crate::store`] does.
+//!   Why copies: the GMS-over-Trapeze paper's write-back variant (a scratch file system
+//!   whose dirty blocks go to global memory without reaching the disk) runs writes at
+//!   network speed but, as the paper says, loses file data when a caching site fails;
+//!   its default writes a dirty block to disk as it is demoted to global memory, so
+//!   unwritten data only ever waits in the writer's own memory (lost only with the writer
+//!   itself, as with a local page cache). Here the dirty data stays in network memory —
+//!   the writer holds no dirty buffers (the core keeps none: `no_std`, no heap) — and is
+//!   safe against a lender's failure the way [`crate::store`]'s writes are: a write is
+//!   acknowledged with its copies on distinct members.
 //!
 //!   A lender's death ([`Cache::handle_lender_lost`], from the runtime's membership) may
 //!   leave dirty pages with fewer copies: every page dirty then is cleaned at once, so a
