@@ -38,8 +38,7 @@ if [ "$k" != 0 ]; then
     insmod "$ko" node="$k" gms_nodes="$members" gms_budget_mb="$server_mb" gms_fail_ms="$fail_ms" ||
         { say "insmod failed"; exit 1; }
     say "node $k: serving, budget $server_mb MiB"
-    t=0
-    while ! dmesg | grep -q "gms: node 0 silent" && [ "$t" -lt 6000 ]; do sleep 0.1; t=$((t + 1)); done
+    wait_gone 0 6000
     say "node $k: node 0 gone after $((t / 10)) s; $(grep -E 'MemTotal|MemFree' /proc/meminfo | tr -s ' \n' ' ')"
     rmmod trapeze || { say "rmmod failed"; exit 1; }
     say "node $k: rmmod trapeze done"

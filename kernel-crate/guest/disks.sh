@@ -106,8 +106,6 @@ left() { logged "gms: node $1 silent" || reloaded "$1"; }
 wait_until() { t=0; while ! "$1" "$2" && [ "$t" -lt "$3" ]; do sleep 0.1; t=$((t + 1)); done; "$1" "$2"; }
 
 # ---- B and C: servers -------------------------------------------------------------
-# Node $1 is gone for now: its last line is its failure, not its return.
-gone() { dmesg | grep -E "gms: node $1 (silent|is back)" | tail -1 | grep -q silent; }
 if [ "$k" -ge 2 ]; then
     insmod "$ko" node="$k" gms_nodes="$members" gms_budget_pages="$budget" gms_fail_ms="$fail_ms" ||
         { say "insmod failed"; exit 1; }
@@ -183,8 +181,7 @@ vcheck "(a) alpha after beta's writes to the same page numbers: every page still
 # node's own reload; that A' is done does not: it stays declared failed (it loads alpha
 # right after beta's unload, far inside the failure timeout, so a quiet this long comes
 # only once it has powered off).
-gone_quiet() { q=0; t=0; while [ "$q" -lt 100 ] && [ "$t" -lt 3000 ]; do
-    if gone "$1"; then q=$((q + 1)); else q=0; fi; sleep 0.1; t=$((t + 1)); done; [ "$q" -ge 100 ]; }
+gone_quiet() { wait_gone "$1" 3000; [ "$q" -ge 100 ]; }
 check "(b) node 1 done with its load of alpha (declared failed and silent for 10 s)" gone_quiet 1
 vcheck "(b) alpha after node 1's refused load of it: every page unchanged" /tmp/alpha
 rmmod trapeze || fail "rmmod after alpha"

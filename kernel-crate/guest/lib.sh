@@ -27,3 +27,18 @@ logged() { dmesg | grep -q "$1"; }
 # Wait until the kernel log shows $1, at most $2 tenths of a second.
 wait_logged() { t=0; while ! logged "$1" && [ "$t" -lt "$2" ]; do sleep 0.1; t=$((t + 1)); done; }
 drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+# Node $1 is gone for now: its last liveness line is its failure, not its return.
+gone() { dmesg | grep -E "gms: node $1 (silent|is back)" | tail -1 | grep -q silent; }
+# Wait until node $1 is gone and has stayed gone for 10 s, at most $2 tenths of a second
+# (t: tenths waited). A member declared failed on a busy host while it runs (its guest
+# starved of CPU for the failure timeout) is back within that: a server must not take
+# that for the end of the run.
+wait_gone() {
+    t=0
+    q=0
+    while [ "$q" -lt 100 ] && [ "$t" -lt "$2" ]; do
+        if gone "$1"; then q=$((q + 1)); else q=0; fi
+        sleep 0.1
+        t=$((t + 1))
+    done
+}

@@ -63,8 +63,8 @@ if [ "$k" != 0 ]; then
     insmod "$ko" node="$k" gms_nodes="$members" gms_budget_pages="$budget" || { say "insmod failed"; exit 1; }
     say "node $k: serving, budget $budget pages"
     # C is killed by the host long before this ends. B waits until A unloaded (A silent
-    # for 3 s: declared failed here), at most 280 s.
-    wait_logged "gms: node 0 silent" 2800
+    # for 3 s: declared failed here, and not back), at most 280 s.
+    wait_gone 0 2800
     say "node $k: node 0 gone after $((t / 10)) s; stats: $(tr '\n' ' ' < /sys/module/trapeze/parameters/stats)"
     rmmod trapeze || { say "rmmod failed"; exit 1; }
     say "node $k: rmmod trapeze done"

@@ -56,9 +56,9 @@ if [ "$k" != 0 ]; then
     insmod "$ko" node="$k" gms_nodes="$members" gms_budget_pages="$server_budget" gms_fail_ms="$fail_ms" ||
         { say "insmod failed"; exit 1; }
     say "node $k: serving, budget $server_budget pages"
-    # A unloads at the end (silent for gms_fail_ms: declared failed here); at most 400 s.
-    t=0
-    while ! dmesg | grep -q "gms: node 0 silent" && [ "$t" -lt 4000 ]; do sleep 0.1; t=$((t + 1)); done
+    # A unloads at the end (silent for gms_fail_ms: declared failed here, and not back);
+    # at most 400 s.
+    wait_gone 0 4000
     say "node $k: node 0 gone after $((t / 10)) s; stats: $(tr '\n' ' ' < /sys/module/trapeze/parameters/stats)"
     rmmod trapeze || { say "rmmod failed"; exit 1; }
     say "node $k: rmmod trapeze done"
