@@ -184,7 +184,13 @@ impl DiskState {
                 self.counters.full += 1;
                 log_failure(format_args!("{e} (ENOSPC)"));
             }
-            e => log_failure(format_args!("{e}")),
+            e => match self.store.load_waits_for() {
+                w if w.is_empty() => log_failure(format_args!("{e}")),
+                w => log_failure(format_args!(
+                    "{e}: the disk is still loading, waiting for node(s) {w}, declared failed before they \
+                     answered (rmmod and insmod start without a member gone for good)"
+                )),
+            },
         }
         if e == StoreError::NoSpace {
             ENOSPC

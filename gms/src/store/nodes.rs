@@ -90,9 +90,30 @@ impl NodeSet {
     }
 }
 
+/// The ids, ascending, separated by commas (as `gms_nodes=` lists them).
+impl core::fmt::Display for NodeSet {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        for (k, n) in self.iter().enumerate() {
+            if k > 0 {
+                f.write_str(",")?;
+            }
+            write!(f, "{n}")?;
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_set_reads_as_its_ids() {
+        extern crate std;
+        use std::string::ToString;
+        assert_eq!(NodeSet::of(&[3, 1, 63]).unwrap().to_string(), "1,3,63");
+        assert_eq!(NodeSet::EMPTY.to_string(), "");
+    }
 
     #[test]
     fn ids_out_of_range_are_refused_not_aliased() {

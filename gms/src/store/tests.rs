@@ -701,9 +701,11 @@ fn the_claim_waits_for_a_member_declared_failed_during_the_load() {
     b.handle_member(0, Event::Failed(2));
     net.load(&mut b);
     assert_eq!(b.phase(), Phase::Top, "no claim while what member 2 knows is unknown");
+    assert_eq!(b.load_waits_for(), NodeSet::one(2));
     b.handle_member(1, Event::Joined(2));
     net.load(&mut b);
     assert_eq!(b.phase(), Phase::Ready);
+    assert!(b.load_waits_for().is_empty());
     assert_eq!(b.epoch(), 10);
     // A member that restarted lost what it knew: the claim does not wait for it.
     let mut c: S = Store::new(StoreConfig::default(), 1, 0, 64, &[1, 2, 3]).unwrap();
