@@ -101,14 +101,17 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         self.load_at = now.saturating_add(self.cfg.retry_delay_ns);
     }
 
-    /// The members this load waits for: declared failed before they told what they know
-    /// of the volume, and not heard since (they may only be suspected, and hold copies of
-    /// a later epoch). Empty once the claim is made. A member gone for good holds the load
-    /// until the volume is loaded again without it (a member never heard during a load is
-    /// not asked): what a runtime tells its user when requests fail meanwhile.
+    /// The members this load may be waiting for: declared failed before they told what
+    /// they know of the volume, or — once every member was asked — while the label and
+    /// map are read (they may hold their only copies), and not heard since. They may only
+    /// be suspected, with copies of a later epoch. Empty once the volume is loaded. A
+    /// member gone for good holds the load until the volume is loaded again without it (a
+    /// member never heard during a load is not asked): what a runtime tells its user when
+    /// requests fail meanwhile.
     pub fn load_waits_for(&self) -> NodeSet {
         match self.phase {
             Phase::Top => self.departed.minus(self.top_asked),
+            p if p.loading() => self.departed,
             _ => NodeSet::EMPTY,
         }
     }
