@@ -58,8 +58,13 @@ fn run() {
     let exported: usize = (1..3).map(|k| c.ports[k].node.host.frames.exports()).sum();
     assert_eq!(exported, PAGES as usize, "every stored copy exported");
 
+    let work = |c: &Cluster| c.ports[1].foreground_messages() + c.ports[2].foreground_messages();
+    let before = work(&c);
     read_all(&mut c, 1);
     assert_eq!(served(&c), (PAGES, 0), "every getpage answered by a NIC, none by a host");
+    // Their hosts received nothing, yet served every read: work that keeps a daemon
+    // polling rather than asleep (gmsd's idle spin).
+    assert!(work(&c) >= before + PAGES, "answers the NICs sent count as work: {} after {before}", work(&c));
     assert_eq!(c.ports[0].rpc.stats().answers, PAGES);
 
     // New versions, all on node 2: node 1's copies are dropped (their exports retracted),
