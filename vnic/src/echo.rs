@@ -213,6 +213,12 @@ impl EchoBoard {
         }
     }
 
+    /// Whether requests may be queued (a plain load: [`Self::take_queued`] decides).
+    #[inline]
+    pub fn any_queued(&self) -> bool {
+        self.queued.load(Ordering::Relaxed)
+    }
+
     /// For the engines: the requests queued since the last call, each marked sent now
     /// (the caller sends them at once). Cheap when nothing is queued.
     pub fn take_queued(&self, me: u16, out: &mut Vec<EchoRepr>) {
