@@ -210,7 +210,14 @@ impl Link {
             let (h, body) = f.split_at_mut(frame::HEADER_BYTES);
             h.copy_from_slice(&header);
             let (data, suffix) = body.split_at_mut(len);
-            ok &= read(0, data);
+            // Header and control message, then the payload on its own: the backend put the
+            // payload on a cache line, and a copy that starts there is the cheap one.
+            let split = payload_at.min(len);
+            let (head, payload) = data.split_at_mut(split);
+            ok &= read(0, head);
+            if !payload.is_empty() {
+                ok &= read(split, payload);
+            }
             let (seal, trailer) = suffix.split_at_mut(tag_bytes);
             if let (Some(m), Some(stamp)) = (mac, stamp) {
                 // The tag covers the bytes and the stamp (hashed in place, in the frame)
