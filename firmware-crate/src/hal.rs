@@ -5,6 +5,8 @@
 //! image. Engines are started with a command and then polled: the firmware reads
 //! progress counters to pipeline a packet through the NIC while a transfer still runs.
 
+use crate::iface::answer;
+
 /// Direction of a host-bus DMA.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HostDir {
@@ -67,14 +69,17 @@ pub trait Engines {
     fn tx_staging_released(&mut self, nic_off: u32, len: u32) {
         let _ = (nic_off, len);
     }
-    /// The firmware is about to vouch for the bytes finished host-bus reads brought into
-    /// `len` bytes of send staging at `nic_off` (an answer's payload, whose entry's
-    /// sequence it checks next): they must be in NIC memory when this returns, not taken
-    /// from host memory later, when the host may have changed them. Engines that copy
-    /// when a read runs (hardware, the flashed image's registers) have nothing to do:
-    /// the default.
-    fn settle_host_reads(&mut self, nic_off: u32, len: u32) {
-        let _ = (nic_off, len);
+    /// The firmware is about to send `len` bytes of send staging at `nic_off` (an
+    /// answer's payload) as long as answer entry `entry` still holds what the firmware
+    /// found there, which it checks next ([`answer::still`]). Host-bus reads brought those
+    /// bytes in, and the host may reuse the frame they came from as soon as it retracted
+    /// the entry. Engines whose reads copied when they ran (hardware, the flashed image's
+    /// registers) have nothing to do: the default. Engines that leave read bytes in host
+    /// memory until link out sends them (the native engines: one copy fewer) must send
+    /// what the check vouched for: copy them now, or check the entry again once link out
+    /// has read them and send the packet aborted if it changed.
+    fn vouch_answer(&mut self, nic_off: u32, len: u32, entry: &answer::Found) {
+        let _ = (nic_off, len, entry);
     }
     /// Called when a main-loop iteration found nothing to do. `engines_busy` says a
     /// transfer is running (so progress will come without an event); an implementation

@@ -28,6 +28,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use trapeze_firmware::hal::{EngineStatus, Engines, HostDir, RxStatus};
+use trapeze_firmware::iface::answer;
 use trapeze_firmware::iface::layout::{LinkCounter, CTRL_MSG_BYTES, MAX_MTU_BYTES, NIC_LOCAL_DMA_BASE};
 use trapeze_firmware::iface::mem::NicMemory;
 use trapeze_firmware::iface::regs::tx_flags;
@@ -45,7 +46,9 @@ mod wake;
 pub use wake::{new_eventfd, Notifier, Wake, Wakers, BUSY_PARK};
 
 use echo::{echo_traced, Received, ECHOES_PER_POLL};
-use staging::{read_staging, settle_deferred, settle_held, write_from_held, Deferred, DEFERRED_MAX, RX_PREFIX_BYTES};
+use staging::{
+    read_staging, settle_deferred, settle_held, write_from_held, Deferred, Vouched, DEFERRED_MAX, RX_PREFIX_BYTES,
+};
 
 /// Engine counters visible outside the processor thread.
 #[derive(Default)]
@@ -60,6 +63,9 @@ pub struct EngineStats {
     /// Received packets whose header named another sender than the NIC that sent them:
     /// the header's source was set to the sending NIC's link address.
     pub src_stamped: AtomicU64,
+    /// Answers sent aborted because their entry changed after the firmware checked it
+    /// and before link out read the payload from the host's frame (see `vouch_answer`).
+    pub answers_torn: AtomicU64,
     pub link: Mutex<LinkStats>,
     /// The link-level echo: probes to send, replies come back, counters ([`crate::echo`]).
     pub echo: crate::echo::EchoBoard,
@@ -86,6 +92,9 @@ pub struct SoftEngines {
     tx_pulses: Vec<(u32, u32)>,
     tx_len: usize,
     tx_over: bool,
+    /// The answer payload the firmware vouched for, still in host memory: its staging
+    /// range and the entry link out checks again once it has read it.
+    tx_vouched: Option<Vouched>,
     rx_post: Option<(u32, u32)>,
     rx: RxStatus,
     /// A received packet whose bytes past [`RX_PREFIX_BYTES`] are still only in the
@@ -132,6 +141,7 @@ impl SoftEngines {
             tx_pulses: Vec::with_capacity(8),
             tx_len: 0,
             tx_over: false,
+            tx_vouched: None,
             rx_post: None,
             rx: RxStatus::default(),
             rx_held: None,
@@ -169,6 +179,7 @@ impl SoftEngines {
         self.tx = EngineStatus::default();
         self.tx_pulses.clear();
         self.tx_len = 0;
+        self.tx_vouched = None;
         self.rx_post = None;
         self.rx = RxStatus::default();
         self.rx_held = None;
@@ -262,6 +273,19 @@ impl Engines for SoftEngines {
         if flags & tx_flags::LAST != 0 {
             let abort = flags & tx_flags::ABORT != 0 || self.tx_over;
             let (nic, pulses, deferred) = (&self.nic, &self.tx_pulses, &self.tx_deferred);
+            let (vouched, words, mut torn) = (self.tx_vouched.take(), &self.words, false);
+            // Staging bytes at `off`, and once they complete a vouched payload, whether its
+            // entry still holds what the firmware checked (a seqlock's second look).
+            let mut piece = |off: usize, buf: &mut [u8]| {
+                let ok = read_staging(deferred, nic, off, buf);
+                match vouched {
+                    Some(v) if v.completed_by(off, buf.len()) && !answer::still(words, &v.entry) => {
+                        torn = true;
+                        false
+                    }
+                    _ => ok,
+                }
+            };
             // Packet offset `at` → the pulse holding it; `read` asks for bytes in order.
             let (mut i, mut base) = (0usize, 0usize);
             let mut read = |at: usize, buf: &mut [u8]| {
@@ -269,7 +293,7 @@ impl Engines for SoftEngines {
                     // One pulse (a control message, a packet staged whole): the bytes are
                     // at `off + at`, no cursor to keep (the loop below would find the same).
                     if at + buf.len() <= l as usize {
-                        return read_staging(deferred, nic, off as usize + at, buf);
+                        return piece(off as usize + at, buf);
                     }
                 }
                 if at < base {
@@ -285,7 +309,7 @@ impl Engines for SoftEngines {
                     let Some(&(off, l)) = pulses.get(i) else { return false };
                     let skip = at + done - base;
                     let n = (l as usize - skip).min(buf.len() - done);
-                    if !read_staging(deferred, nic, off as usize + skip, &mut buf[done..done + n]) {
+                    if !piece(off as usize + skip, &mut buf[done..done + n]) {
                         return false;
                     }
                     done += n;
@@ -302,6 +326,9 @@ impl Engines for SoftEngines {
             };
             // Send errors are counted by the link; the firmware sees the packet sent.
             let _ = self.link.send_packet_from(self.tx_len, abort, &mut read);
+            if torn {
+                self.stats.answers_torn.fetch_add(1, Ordering::Relaxed);
+            }
             if let (Some(log), Some(r)) = (self.trace.as_mut(), traced) {
                 log.push(&r);
             }
@@ -325,9 +352,11 @@ impl Engines for SoftEngines {
         }
     }
 
-    fn settle_host_reads(&mut self, nic_off: u32, len: u32) {
-        // An answer: the host may change its bytes once the firmware's check has passed.
-        settle_deferred(&mut self.tx_deferred, &self.nic, Some((nic_off, len)));
+    fn vouch_answer(&mut self, nic_off: u32, len: u32, entry: &answer::Found) {
+        // Bytes still in the host's frame are read by link out after the firmware's check:
+        // it checks the entry again after reading them (no copy into staging first).
+        let deferred = self.tx_deferred.iter().any(|d| d.overlaps(nic_off, len));
+        self.tx_vouched = deferred.then_some(Vouched { off: nic_off, len, entry: *entry });
     }
 
     fn completes_at_once(&self) -> bool {

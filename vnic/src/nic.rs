@@ -100,6 +100,8 @@ pub struct NicStatus {
     pub parks: u64,
     /// Received packets whose header claimed another sender (see `EngineStats`).
     pub src_stamped: u64,
+    /// Answers sent aborted: their entry changed before link out had read the payload.
+    pub answers_torn: u64,
     pub regions: Vec<(String, u64, u64)>,
 }
 
@@ -520,6 +522,7 @@ impl Nic {
             nic_local_dma_bytes: s.stats.nic_local_dma_bytes.load(Ordering::Relaxed),
             parks: s.stats.parks.load(Ordering::Relaxed),
             src_stamped: s.stats.src_stamped.load(Ordering::Relaxed),
+            answers_torn: s.stats.answers_torn.load(Ordering::Relaxed),
             regions: s.dma.regions(),
         }
     }

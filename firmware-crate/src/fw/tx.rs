@@ -324,10 +324,10 @@ impl<M: NicMemory> Firmware<M> {
             }
             if p.sent + len == p.total() {
                 if let Some(f) = p.answer {
-                    // The check vouches for the bytes in staging, so they must be there
-                    // first: the host never sees an answer leave and may reuse its frame
-                    // as soon as it retracted the entry.
-                    eng.settle_host_reads(p.off + p.prefix, p.payload);
+                    // The check vouches for the payload: the engines make what leaves
+                    // match it (the host never sees an answer leave and may reuse its
+                    // frame as soon as it retracted the entry).
+                    eng.vouch_answer(p.off + p.prefix, p.payload, &f);
                     // An answer whose entry changed while its payload was read may carry
                     // torn bytes: the receiver drops it instead.
                     if !answer::still(&self.mem, &f) {

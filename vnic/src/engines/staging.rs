@@ -4,6 +4,7 @@
 use crate::link::Link;
 use crate::shm::Mapping;
 use std::sync::Arc;
+use trapeze_firmware::iface::answer::Found;
 use trapeze_firmware::iface::layout::CTRL_MSG_BYTES;
 use trapeze_firmware::iface::wire::HEADER_BYTES;
 
@@ -14,14 +15,33 @@ use trapeze_firmware::iface::wire::HEADER_BYTES;
 /// memcpy. The firmware never reads payload bytes in staging, and a host must not
 /// change a frame before its send completes (which comes after link out read it), so the
 /// packet carries the bytes the read would have copied. An answer (one-sided read) has no
-/// send the host waits for: the firmware settles its payload
-/// (`Engines::settle_host_reads`) before it checks the answer's entry, so what leaves is
-/// what the check vouched for.
+/// send the host waits for: the firmware names the entry it checked
+/// (`Engines::vouch_answer`, [`Vouched`]), and link out checks it again once it has read
+/// the payload from the host's frame, sending the packet aborted if it changed — so what
+/// leaves is what the check vouched for, with no copy into staging first.
 pub(super) struct Deferred {
     pub(super) nic_off: u32,
     pub(super) len: u32,
     pub(super) map: Arc<Mapping>,
     pub(super) map_off: usize,
+}
+
+/// An answer's payload the firmware vouched for while its bytes were still in host memory:
+/// link out checks `entry` again once it has read the last byte of `off..off + len`.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Vouched {
+    pub(super) off: u32,
+    pub(super) len: u32,
+    pub(super) entry: Found,
+}
+
+impl Vouched {
+    /// Whether reading `len` bytes at `off` (the packet's bytes are read in order)
+    /// completes the vouched range.
+    pub(super) fn completed_by(&self, off: usize, len: usize) -> bool {
+        let end = self.off as usize + self.len as usize;
+        off < end && off + len >= end
+    }
 }
 
 /// Deferred reads kept at most; the oldest is copied to make room.
