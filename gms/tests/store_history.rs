@@ -439,7 +439,14 @@ impl Checker {
                             _ => None,
                         })
                         .collect();
-                    (n, self.sim.crashed[n], self.sim.failed[n], held)
+                    (
+                        n,
+                        self.sim.crashed[n],
+                        self.sim.failed[n],
+                        held,
+                        self.sim.nodes[n].held_count(),
+                        self.sim.nodes[n].budget(),
+                    )
                 })
                 .collect();
             panic!(
