@@ -526,6 +526,7 @@ impl<
         let result = match d.status {
             PutStatus::Stored => PutResult::Stored { target: d.site },
             PutStatus::Refused => PutResult::Refused,
+            PutStatus::Busy => PutResult::Busy,
             PutStatus::Superseded => PutResult::Superseded,
             PutStatus::WrongView => PutResult::WrongView,
             PutStatus::Failed => PutResult::Failed,

@@ -408,8 +408,9 @@ body!(
 );
 
 wire_enum!(
-    /// A putpage's outcome as the target reports it.
-    PutStatus { Stored = 1, Refused = 2, Superseded = 3, WrongView = 4, Failed = 5 }
+    /// A putpage's outcome as the target reports it (`Busy`: busy with an earlier copy of
+    /// the page, registering or removing it; `Refused`: no room).
+    PutStatus { Stored = 1, Refused = 2, Superseded = 3, WrongView = 4, Failed = 5, Busy = 6 }
 );
 
 /// Target → putter, one-way.
@@ -742,7 +743,7 @@ mod tests {
             buf[0] = bad;
             assert!(DirAck::decode(&buf[..n]).is_err());
         }
-        assert!(GetStatus::from_u8(0).is_err() && PutStatus::from_u8(6).is_err());
+        assert!(GetStatus::from_u8(0).is_err() && PutStatus::from_u8(7).is_err());
         let n = TopReq { family: 1, scope: TopScope::Page(2) }.encode(&mut buf).unwrap();
         for bad in [0u8, 3, 255] {
             buf[8] = bad;

@@ -379,12 +379,12 @@ impl<
                 match h.state {
                     HeldState::Registered => self.notify(to, page, req.version, PutStatus::Stored),
                     HeldState::Registering if self.attach_notify(&page, to) => {}
-                    HeldState::Registering => self.notify(to, page, req.version, PutStatus::Refused),
+                    HeldState::Registering => self.notify(to, page, req.version, PutStatus::Busy),
                 }
                 return Ok(());
             }
             // Busy registering an older version: try again later.
-            Some(h) if h.state == HeldState::Registering => return Err(PutStatus::Refused),
+            Some(h) if h.state == HeldState::Registering => return Err(PutStatus::Busy),
             // Far beyond the copy held (a leap, as the directory would see it without the
             // time since): the directory may refuse it, and the copy must not be given up
             // for it first. The putter tries another target.
@@ -396,7 +396,7 @@ impl<
         // Busy with an earlier copy of the page (its removal not answered yet): a mover keeps
         // its copy, a putter tries elsewhere.
         if (dir != self.id && self.free_task().is_none()) || self.settling(&page) {
-            return Err(PutStatus::Refused);
+            return Err(PutStatus::Busy);
         }
         // A movepage hands over the mover's copy: its registration claims the mover's
         // identity. A putpage's copy is one no directory named yet (its `seq` is 0).

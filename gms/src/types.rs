@@ -63,8 +63,13 @@ pub enum PutResult {
     /// The target holds the page and the directory names it: a getpage issued from now
     /// on returns this version (or newer) or a miss.
     Stored { target: u16 },
-    /// The target had no room (budget, or its update table), or was busy with the page.
+    /// The target had no room (budget, or its update table), or would not take a copy so
+    /// far above the one it holds.
     Refused,
+    /// The target is busy with an earlier copy of the page (registering it with its
+    /// directory, or removing it): the same target may take it later. Says nothing about
+    /// room.
+    Busy,
     /// A newer version (or a discard) is already recorded: the target dropped the copy.
     Superseded,
     /// The target or the directory is in another view (membership changed).

@@ -277,7 +277,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
                 self.stats.repaired += 1;
                 self.repair_ended(i, true);
             }
-            PutResult::Refused => {
+            PutResult::Refused | PutResult::Busy => {
                 self.placement.done(target, Placed::Refused, now);
                 self.repair_retry(i, frame, tries, now, Some(version));
             }

@@ -240,6 +240,36 @@ fn every_target_refusing_for_full_after_rounds_is_no_space() {
 }
 
 #[test]
+fn a_target_busy_with_the_page_is_asked_again_and_never_taken_for_a_full_cluster() {
+    // Seed 18,006,729: the label's holders were busy registering its old copy for a long
+    // while, and the store, counting that as no room, failed the reads waiting for its load.
+    let mut s = store(StoreConfig { replicas: 1, ..StoreConfig::default() }, &[1, 2]);
+    let mut net = Net::new();
+    s.write(0, 0, 9).unwrap();
+    let mut now = 0;
+    for _ in 0..20 {
+        for (op, i) in net.issue(&mut s, now) {
+            s.handle_put(now, op, page_of(&i), PutResult::Busy, None);
+        }
+        assert_ne!(done(&mut s), Some((9, Outcome::Failed(StoreError::NoSpace))));
+        now = s.poll_timeout().unwrap();
+        s.handle_timeout(now);
+    }
+    // Then the target takes it.
+    let d = loop {
+        for (op, i) in net.issue(&mut s, now) {
+            stored(&mut s, now, op, &i);
+        }
+        if let Some(d) = done(&mut s) {
+            break d;
+        }
+        now = s.poll_timeout().unwrap();
+        s.handle_timeout(now);
+    };
+    assert!(matches!(d, (9, Outcome::Written { .. }) | (9, Outcome::Failed(StoreError::Unreachable))), "{d:?}");
+}
+
+#[test]
 fn a_page_never_written_reads_as_zeros_without_the_network() {
     let mut s = store(StoreConfig::default(), &[1, 2, 3]);
     let mut net = Net::new();

@@ -295,6 +295,17 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
                 }
                 Put::Delayed { until: now.saturating_add(self.cfg.retry_delay_ns) }
             }
+            // Busy with an earlier copy of the page (registering it while its directory is
+            // away, say): no sign of a full cluster, so it never counts toward `NoSpace`;
+            // asked again after the delay until the write's window ends.
+            PutResult::Busy => {
+                self.stats.retries += 1;
+                self.placement.done(target, Placed::Refused, now);
+                if now >= deadline {
+                    self.fail_write(i, StoreError::Unreachable, now);
+                }
+                Put::Delayed { until: now.saturating_add(self.cfg.retry_delay_ns) }
+            }
             PutResult::Failed | PutResult::WrongView => {
                 self.stats.retries += 1;
                 self.placement.done(target, Placed::Failed, now);

@@ -135,7 +135,7 @@ impl GmsPort {
                             self.stats.puts_stored += 1;
                             Outcome::Stored
                         }
-                        PutResult::Refused => {
+                        PutResult::Refused | PutResult::Busy => {
                             self.stats.puts_refused += 1;
                             Outcome::Refused
                         }

@@ -205,7 +205,7 @@ impl Sim {
                         self.cov.stored += 1;
                     }
                 }
-                PutResult::Refused => self.cov.refused += 1,
+                PutResult::Refused | PutResult::Busy => self.cov.refused += 1,
                 PutResult::Superseded => self.cov.superseded += 1,
                 PutResult::WrongView | PutResult::Failed => {
                     // Without faults only the target's runtime taking the page back while
