@@ -224,19 +224,30 @@ fn every_target_refusing_for_full_after_rounds_is_no_space() {
     let mut s = store(StoreConfig { replicas: 1, ..StoreConfig::default() }, &[1, 2]);
     let mut net = Net::new();
     s.write(0, 0, 9).unwrap();
-    let mut now = 0;
-    for _ in 0..20 {
-        for (op, i) in net.issue(&mut s, now) {
-            s.handle_put(now, op, page_of(&i), PutResult::Refused, None);
+    let (d, _) = answer_puts(&mut s, &mut net, 0, 20, |_| PutResult::Refused);
+    assert_eq!(d, Some((9, Outcome::Failed(StoreError::NoSpace))), "a full cluster ends the write");
+}
+
+/// Answer every put the store issues with `result` (given the put's target) for at most
+/// `rounds` timeouts from `now`, or until a request ends: what ended, and the time reached.
+fn answer_puts(
+    s: &mut S,
+    net: &mut Net,
+    mut now: u64,
+    rounds: usize,
+    result: impl Fn(u16) -> PutResult,
+) -> (Option<(u32, Outcome)>, u64) {
+    for _ in 0..rounds {
+        for (op, i) in net.issue(s, now) {
+            s.handle_put(now, op, page_of(&i), result(put_target(&i)), None);
         }
-        if let Some(d) = done(&mut s) {
-            assert_eq!(d, (9, Outcome::Failed(StoreError::NoSpace)));
-            return;
+        if let Some(d) = done(s) {
+            return (Some(d), now);
         }
         now = s.poll_timeout().unwrap();
         s.handle_timeout(now);
     }
-    panic!("a full cluster never ended the write");
+    (None, now)
 }
 
 #[test]
@@ -246,27 +257,11 @@ fn a_target_busy_with_the_page_is_asked_again_and_never_taken_for_a_full_cluster
     let mut s = store(StoreConfig { replicas: 1, ..StoreConfig::default() }, &[1, 2]);
     let mut net = Net::new();
     s.write(0, 0, 9).unwrap();
-    let mut now = 0;
-    for _ in 0..20 {
-        for (op, i) in net.issue(&mut s, now) {
-            s.handle_put(now, op, page_of(&i), PutResult::Busy, None);
-        }
-        assert_ne!(done(&mut s), Some((9, Outcome::Failed(StoreError::NoSpace))));
-        now = s.poll_timeout().unwrap();
-        s.handle_timeout(now);
-    }
+    let (d, now) = answer_puts(&mut s, &mut net, 0, 20, |_| PutResult::Busy);
+    assert_eq!(d, None, "a busy target neither failed the write nor was taken for a full cluster");
     // Then the target takes it.
-    let d = loop {
-        for (op, i) in net.issue(&mut s, now) {
-            stored(&mut s, now, op, &i);
-        }
-        if let Some(d) = done(&mut s) {
-            break d;
-        }
-        now = s.poll_timeout().unwrap();
-        s.handle_timeout(now);
-    };
-    assert!(matches!(d, (9, Outcome::Written { .. }) | (9, Outcome::Failed(StoreError::Unreachable))), "{d:?}");
+    let (d, _) = answer_puts(&mut s, &mut net, now, 20, |t| PutResult::Stored { target: t });
+    assert!(matches!(d, Some((9, Outcome::Written { .. }))), "{d:?}");
 }
 
 #[test]
