@@ -41,6 +41,9 @@ const BACKLOG: usize = 64 * 64;
 const FINISHED: usize = 1024;
 /// Failures whose cause is logged (the counters count them all).
 const FAILURES_LOGGED: u32 = 16;
+/// How often `disk_meta_lost` is counted again: it looks at every meta page's records, too
+/// much for every batch of completions.
+const META_LOST_NS: u64 = 50_000_000;
 pub(crate) const MAX_READAHEAD: u32 = crate::tpz::gms::store::ahead::MAX_AHEAD as u32;
 
 type DiskStore = Store<PageIo, Frame, KStorage, MEMBERS, REQUESTS, OPS>;
@@ -84,6 +87,8 @@ pub(crate) struct DiskState {
     finished: KQueue<(PageIo, Result)>,
     /// The load's refusal was logged (once: every I/O fails with it).
     refusal_told: bool,
+    /// When `disk_meta_lost` is counted next ([`META_LOST_NS`]).
+    meta_lost_at: u64,
     pub(crate) counters: DiskCounters,
 }
 
@@ -112,6 +117,7 @@ impl DiskState {
             published: StoreStats::ZERO,
             finished: Queue::over(slots(FINISHED)?),
             refusal_told: false,
+            meta_lost_at: 0,
             counters: DiskCounters { reads_zero: 0, reads_ok: 0, writes_ok: 0, errors: 0, full: 0, too_few: 0 },
         };
         Ok(KBox::new(state, GFP_KERNEL)?)
@@ -208,11 +214,11 @@ impl DiskState {
             n += 1;
         }
         self.store.shut(StoreError::NotSent);
-        n + self.drain(host)
+        n + self.drain(host, now_ns())
     }
 
     /// Hand on what the store finished; how many requests.
-    fn drain(&mut self, host: &mut KHost) -> usize {
+    fn drain(&mut self, host: &mut KHost, now: u64) -> usize {
         let mut n = 0;
         while let Some(f) = self.store.poll_done() {
             match f {
@@ -235,12 +241,12 @@ impl DiskState {
                 }
             }
         }
-        self.publish();
+        self.publish(now);
         n
     }
 
     /// The store's counters into `stats` (what changed since the last call).
-    fn publish(&mut self) {
+    fn publish(&mut self, now: u64) {
         let (s, p) = (self.store.stats, &mut self.published);
         STATS.disk_replica_fallbacks.add(s.fallbacks - p.fallbacks);
         STATS.disk_under_replicated.add(s.under_replicated - p.under_replicated);
@@ -257,8 +263,11 @@ impl DiskState {
         if s.repair_passes != p.repair_passes {
             STATS.disk_replicas_short.set(s.repair_short);
         }
-        STATS.disk_meta_lost.set(self.store.meta_lost());
         *p = s;
+        if now >= self.meta_lost_at {
+            self.meta_lost_at = now.saturating_add(META_LOST_NS);
+            STATS.disk_meta_lost.set(self.store.meta_lost());
+        }
     }
 }
 
@@ -387,7 +396,7 @@ impl Client for Option<KBox<DiskState>> {
                 complete(d, &mut node.host, now, &done);
             }
         }
-        d.drain(&mut node.host);
+        d.drain(&mut node.host, now);
     }
 }
 
@@ -474,7 +483,7 @@ pub(crate) fn issue(c: &mut DiskCore, now: u64) -> bool {
             break;
         }
     }
-    d.drain(&mut node.host);
+    d.drain(&mut node.host, now);
     if let Phase::Refused(e) = d.store.phase() {
         // Nothing queued will ever be served.
         while let Some((_, io, _)) = d.backlog.pop_front() {

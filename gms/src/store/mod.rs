@@ -63,6 +63,7 @@ use read::ReadReq;
 use record::{Clock, Entry};
 use repair::{Repair, RepairReq};
 pub use stats::StoreStats;
+pub use volume::space_of;
 use write::WriteReq;
 
 /// How the store behaves.
@@ -347,6 +348,8 @@ pub struct Store<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const 
     /// A member failed or restarted since the meta pages were last looked at: one with no
     /// copy on a live member is written again from this load's own ([`volume`]).
     meta_check: bool,
+    /// A map page's generations moved since the last look found none to write.
+    maps_due: bool,
     entries: S::Buf<Entry>,
     clock: Clock,
     /// Live members that take puts (this node excluded), and the members declared failed
@@ -428,6 +431,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
             maps,
             load_at: 0,
             meta_check: false,
+            maps_due: false,
             entries,
             clock: Clock::new(1),
             members: NodeSet::EMPTY,
@@ -494,7 +498,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         self.floors = floors;
         self.maps = maps;
         self.load_at = 0;
-        self.meta_check = false;
+        (self.meta_check, self.maps_due) = (false, false);
         self.entries = entries;
         self.clock = Clock::new(1);
         self.members = members;
@@ -608,6 +612,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         self.ahead_overwritten(page);
         self.reqs[slot] =
             Req::Write(WriteReq::new(Owner::User(io), page, now.saturating_add(self.cfg.write_window_ns)));
+        self.check_floor(slot);
         Ok(ReqId(slot as u16))
     }
 
@@ -646,7 +651,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         }
         let n = self.reqs.len();
         for step in 0..n {
-            let i = (self.cursor + step) % n;
+            let i = if self.cursor + step < n { self.cursor + step } else { self.cursor + step - n };
             let issue = match &self.reqs[i] {
                 Req::Write(_) => self.poll_write(i, now, lru, coordinator),
                 Req::Read(_) => self.poll_read(i, now).map(|get| self.poll_group(i, get, now)),
@@ -707,7 +712,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
             _ => None,
         });
         // Loading's next step, or a map page written again after a failure.
-        let pending_maps = self.maps.iter().any(|p| p.set > p.stored && p.writing.is_none());
+        let pending_maps = self.maps_due && self.maps.iter().any(|p| p.set > p.stored && p.writing.is_none());
         let load = match self.phase {
             Phase::Ready if pending_maps || self.meta_check => Some(self.load_at),
             p if p.loading() && !self.meta_req_running() => Some(self.load_at),
@@ -789,12 +794,6 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
 
 /// Request slots user requests leave free for the store's meta pages.
 const META_SLOTS: usize = 2;
-
-/// The page space of the disk named `identity` (a user's name for it, hashed): replica
-/// numbers take the top four bits ([`crate::replica`]), so they are left clear.
-pub const fn space_of(identity: u64) -> u64 {
-    super::page::mix64(identity ^ 0x6773_6d2d_6469_736b) & !(0xf << 60)
-}
 
 #[cfg(test)]
 mod tests;

@@ -93,9 +93,9 @@ impl<F> RepairReq<F> {
 impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> Store<Io, F, S, M, Q, OPS> {
     /// Start the repairs the scan finds, within the bounds.
     pub(super) fn start_repairs(&mut self, now: u64) {
+        let Some(mut p) = self.repair.cursor else { return };
         let running = self.reqs.iter().filter(|r| matches!(r, Req::Repair(_))).count();
         let free = self.reqs.iter().filter(|r| matches!(r, Req::Free)).count();
-        let Some(mut p) = self.repair.cursor else { return };
         if running >= usize::from(self.cfg.repair_in_flight) || now < self.repair.next_start || free * 4 < Q {
             return;
         }

@@ -121,6 +121,12 @@ pub const fn meta_pages(pages: u64, page_bytes: u32) -> u64 {
     1 + pages.div_ceil(page_bytes as u64 / 8)
 }
 
+/// The page space of the disk named `identity` (a user's name for it, hashed): replica
+/// numbers take the top four bits ([`crate::replica`]), so they are left clear.
+pub const fn space_of(identity: u64) -> u64 {
+    super::super::page::mix64(identity ^ 0x6773_6d2d_6469_736b) & !(0xf << 60)
+}
+
 /// A map page's state: `set` counts the floors raised in it (a generation), `stored` the
 /// generation its last stored copy holds, `writing` the one on its way.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -340,6 +346,7 @@ mod load {
                     if let Some(p) = self.maps.get_mut(usize::try_from(m - 1).unwrap_or(usize::MAX)) {
                         p.stored = p.stored.max(p.writing.take().unwrap_or(0));
                     }
+                    self.maps_due = true;
                     for i in 0..self.reqs.len() {
                         if matches!(self.reqs[i], Req::Write(_)) {
                             self.settle_write(i, now);
@@ -350,7 +357,7 @@ mod load {
                     if let Some(p) = self.maps.get_mut(usize::try_from(m - 1).unwrap_or(usize::MAX)) {
                         p.writing = None;
                     }
-                    self.load_at = retry;
+                    (self.load_at, self.maps_due) = (retry, true);
                 }
                 // The label written again ([`Self::rewrite_lost_meta`]) failed: later.
                 (Phase::Ready, Outcome::Failed(_)) => {
@@ -442,6 +449,7 @@ mod load {
             for p in self.maps.iter_mut().skip(had) {
                 p.set = p.set.max(p.stored + 1);
             }
+            self.maps_due = true;
             let r = usize::from(self.cfg.replicas);
             for p in 0..self.pages {
                 if self.is_written(p) {
@@ -485,6 +493,7 @@ mod load {
             let m = 1 + page / (u64::from(self.cfg.page_bytes) / 8);
             let p = self.maps.get_mut(usize::try_from(m - 1).ok()?)?;
             p.set += 1;
+            self.maps_due = true;
             Some(super::super::write::MapWait::Until { m, gen: p.set })
         }
 
@@ -521,6 +530,7 @@ mod load {
                         // A write on its way stores a copy (or fails, and is made again).
                         if p.writing.is_none() && p.set <= p.stored {
                             p.set = p.stored + 1;
+                            self.maps_due = true;
                         }
                     }
                     continue;
@@ -551,20 +561,29 @@ mod load {
             (self.pages..self.pages.saturating_add(self.meta)).filter(|&p| lost(p) && !self.meta_held(p)).count() as u64
         }
 
-        /// Start writing the map pages with bits not yet stored.
+        /// Start writing the map pages with bits not yet stored (looked for only when a
+        /// generation moved, or one could not start last time).
         pub(in super::super) fn start_map_writes(&mut self, now: u64) {
-            if now < self.load_at {
+            if !self.maps_due || now < self.load_at {
                 return;
             }
+            self.maps_due = false;
             for c in 0..self.maps.len() {
                 let p = self.maps[c];
+                if p.set <= p.stored || p.writing.is_some() {
+                    continue;
+                }
                 let page = self.pages + 1 + c as u64;
                 // A repair of the page runs to its end first: its put would land beside
                 // this write's (the store makes one request on a page at a time).
-                if p.set <= p.stored || p.writing.is_some() || !self.page_free(page, true) {
+                if !self.page_free(page, true) {
+                    self.maps_due = true;
                     continue;
                 }
-                let Some(slot) = self.free_slot() else { return };
+                let Some(slot) = self.free_slot() else {
+                    self.maps_due = true;
+                    return;
+                };
                 self.reqs[slot] =
                     Req::Write(WriteReq::new(Owner::Meta, page, now.saturating_add(self.cfg.write_window_ns)));
                 self.maps[c].writing = Some(p.set);

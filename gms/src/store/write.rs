@@ -113,29 +113,51 @@ impl<Io> WriteReq<Io> {
 }
 
 impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> Store<Io, F, S, M, Q, OPS> {
-    /// The next put write `i` wants sent, if any.
+    /// Write `i` of a page never written raises the page's floor beside its puts (nothing
+    /// acknowledged can be left below it), and waits for its map page to be stored. Done
+    /// as the write is taken once the volume is loaded, so that the writes taken together
+    /// go in one map write ([`Self::start_map_writes`]), else at its first put.
+    pub(super) fn check_floor(&mut self, i: usize) {
+        let Req::Write(w) = &mut self.reqs[i] else { return };
+        if w.map != MapWait::Unchecked || self.phase != Phase::Ready {
+            return;
+        }
+        w.map = MapWait::Clear;
+        let page = w.page;
+        if !self.is_written(page) {
+            let v = self.clock.tick();
+            let wait = self.raise_floor(page, Clock::generation_start(v));
+            if let Req::Write(w) = &mut self.reqs[i] {
+                w.version = Some(v);
+                w.map = wait.unwrap_or(MapWait::Clear);
+            }
+        }
+    }
+
+    /// The next put write `i` wants sent, if any: a replica that has to wait (delayed,
+    /// or left out of a degraded write) lets the next one go now.
     pub(super) fn poll_write(&mut self, i: usize, now: u64, lru: &mut Lru, coord: Option<u16>) -> Option<IssueKind<F>> {
+        let r = usize::from(self.cfg.replicas);
+        for _ in 0..r {
+            let put = self.poll_put(i, now, lru, coord);
+            let todo = matches!(&self.reqs[i], Req::Write(w) if w.puts[..r].contains(&Put::Todo));
+            if put.is_some() || !todo {
+                return put;
+            }
+        }
+        None
+    }
+
+    /// The put of write `i`'s first replica to put, if it can go now.
+    fn poll_put(&mut self, i: usize, now: u64, lru: &mut Lru, coord: Option<u16>) -> Option<IssueKind<F>> {
         let r = self.cfg.replicas;
         let (page, k, meta) = {
-            let Req::Write(w) = &mut self.reqs[i] else { return None };
+            let Req::Write(w) = &self.reqs[i] else { return None };
             let meta = matches!(w.io, Owner::Meta);
             if w.failing.is_some() || (!meta && self.phase != Phase::Ready) {
                 return None;
             }
-            if w.map == MapWait::Unchecked {
-                w.map = MapWait::Clear;
-                let page = w.page;
-                if !self.is_written(page) {
-                    // A page never written gets its floor beside the puts: nothing
-                    // acknowledged can be left below it.
-                    let v = self.clock.tick();
-                    let wait = self.raise_floor(page, Clock::generation_start(v));
-                    if let Req::Write(w) = &mut self.reqs[i] {
-                        w.version = Some(v);
-                        w.map = wait.unwrap_or(MapWait::Clear);
-                    }
-                }
-            }
+            self.check_floor(i);
             let Req::Write(w) = &mut self.reqs[i] else { return None };
             for p in w.puts[..usize::from(r)].iter_mut() {
                 if matches!(*p, Put::Delayed { until } if now >= until) {
