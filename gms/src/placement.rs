@@ -56,6 +56,8 @@ pub enum Outcome {
     Refused,
     /// Timed out, or the target failed.
     Failed,
+    /// The target is busy with an earlier copy of the page: it takes others.
+    Busy,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -242,7 +244,7 @@ impl<const M: usize> Placement<M> {
                     t.refused_until = 0;
                 }
                 Outcome::Refused => t.refused_until = now.saturating_add(REFUSED_NS),
-                Outcome::Failed => {}
+                Outcome::Failed | Outcome::Busy => {}
             }
         }
         (0..self.len).any(|i| self.fresh(i, now))

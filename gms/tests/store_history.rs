@@ -178,6 +178,7 @@ fn store_config(read_ahead: u8) -> StoreConfig {
         replicas: 2,
         write_window_ns: 6_000,
         retry_delay_ns: 40,
+        busy_delay_ns: 40,
         read_passes: 4,
         repair_gap_ns: 1,
         page_bytes: PAGE_LEN,

@@ -249,6 +249,8 @@ impl DiskState {
     fn publish(&mut self, now: u64) {
         let (s, p) = (self.store.stats, &mut self.published);
         STATS.disk_replica_fallbacks.add(s.fallbacks - p.fallbacks);
+        STATS.disk_retries.add(s.retries - p.retries);
+        STATS.disk_busy_puts.add(s.busy_puts - p.busy_puts);
         STATS.disk_under_replicated.add(s.under_replicated - p.under_replicated);
         STATS.disk_rereplicated.add(s.repaired - p.repaired);
         STATS.disk_rereplicate_passes.add(s.repair_passes - p.repair_passes);

@@ -101,6 +101,8 @@ counters! {
     disk_getpages: "/dev/gms0 GETPAGES sent: reads of nearby pages one member holds, asked together into their request pages (gms::store::group)",
     disk_getpages_pages: "/dev/gms0 reads carried by GETPAGES",
     disk_getpages_missed: "/dev/gms0 GETPAGES answered with no hit (their reads went on page by page)",
+    disk_retries: "/dev/gms0 puts and getpages sent again (no answer, a refusal, a busy target, another view)",
+    disk_busy_puts: "/dev/gms0 puts whose target was still registering an earlier copy of the page (put again after a millisecond)",
     disk_replica_fallbacks: "/dev/gms0 reads that went on to the next replica (the one before missed or was stale)",
     disk_under_replicated: "/dev/gms0 copies a write could not place (fewer live members than gms_replicas)",
     disk_rereplicated: "/dev/gms0 replicas copied to another member after their holder was declared failed",

@@ -9,8 +9,10 @@ pub struct StoreStats {
     pub zero_reads: u64,
     pub puts: u64,
     pub gets: u64,
-    /// Puts and gets sent again after no answer, a refusal or another view.
+    /// Puts and gets sent again after no answer, a refusal, a busy target or another
+    /// view; of them, the puts whose target was busy with an earlier copy of the page.
     pub retries: u64,
+    pub busy_puts: u64,
     /// Reads that went on to another replica or the directory.
     pub fallbacks: u64,
     /// Degraded writes acknowledged with fewer copies than configured.
@@ -51,6 +53,7 @@ impl StoreStats {
         puts: 0,
         gets: 0,
         retries: 0,
+        busy_puts: 0,
         fallbacks: 0,
         under_replicated: 0,
         repaired: 0,
@@ -78,6 +81,7 @@ impl StoreStats {
         self.puts += o.puts;
         self.gets += o.gets;
         self.retries += o.retries;
+        self.busy_puts += o.busy_puts;
         self.fallbacks += o.fallbacks;
         self.under_replicated += o.under_replicated;
         self.repaired += o.repaired;

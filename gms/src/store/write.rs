@@ -317,16 +317,18 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
                 }
                 Put::Delayed { until: now.saturating_add(self.cfg.retry_delay_ns) }
             }
-            // Busy with an earlier copy of the page (registering it while its directory is
-            // away, say): no sign of a full cluster, so it never counts toward `NoSpace`;
-            // asked again after the delay until the write's window ends.
+            // Busy with an earlier copy of the page (registering it, as a page written
+            // again at once finds it, or while its directory is away): no sign of a full
+            // cluster or of a target to avoid, so it never counts toward `NoSpace`; asked
+            // again after the short busy delay until the write's window ends.
             PutResult::Busy => {
                 self.stats.retries += 1;
-                self.placement.done(target, Placed::Refused, now);
+                self.stats.busy_puts += 1;
+                self.placement.done(target, Placed::Busy, now);
                 if now >= deadline {
                     self.fail_write(i, StoreError::Unreachable, now);
                 }
-                Put::Delayed { until: now.saturating_add(self.cfg.retry_delay_ns) }
+                Put::Delayed { until: now.saturating_add(self.cfg.busy_delay_ns) }
             }
             PutResult::Failed | PutResult::WrongView => {
                 self.stats.retries += 1;
