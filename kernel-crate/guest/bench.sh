@@ -453,6 +453,18 @@ case "$k" in
         else
             say "gms: /dev/gms0 does not exist after insmod trapeze.ko $ko_args"
         fi
+        # The disk's load (the volume's label and floor map read, its claim written, a new
+        # volume's map made) is timed on its own: the rounds measure the loaded disk.
+        t=0
+        while [ -n "$gms" ] && [ "$(sed -n 's/^disk_ready: //p' /sys/module/trapeze/parameters/stats)" != 1 ] && [ "$t" -lt 600 ]; do
+            sleep 0.1
+            t=$((t + 1))
+        done
+        if [ -n "$gms" ] && [ "$t" -ge 600 ]; then
+            say "errors: device gms: /dev/gms0 did not load within 60 s"
+        elif [ -n "$gms" ]; then
+            say "gms: /dev/gms0 loaded $((t / 10)).$((t % 10)) s after it appeared"
+        fi
     fi
     # The fair baseline's virtio-blk disks (QEMU's NBD client to qemu-nbd on the host; the
     # null-co floor): a missing one is an error, never skipped.

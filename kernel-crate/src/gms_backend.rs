@@ -266,6 +266,7 @@ impl DiskState {
             STATS.disk_replicas_short.set(s.repair_short);
         }
         *p = s;
+        STATS.disk_ready.set(u64::from(self.store.phase() == Phase::Ready));
         if now >= self.meta_lost_at {
             self.meta_lost_at = now.saturating_add(META_LOST_NS);
             STATS.disk_meta_lost.set(self.store.meta_lost());
