@@ -426,9 +426,10 @@ pub(crate) fn take_finished(core: &mut DiskCore, out: &mut [Option<(PageIo, Resu
 }
 
 /// A disk page from blk-mq (atomic context, core lock held): queued for the store, and
-/// the queue issued after the request's `last` page or a write. `closing`: the NIC is
-/// going away, the page fails. Whether anything was sent (the caller flushes and rings
-/// the doorbell).
+/// the queue issued after the request's `last` page, reads and writes alike: one pass of
+/// the store (and one doorbell) per request, not per page. `closing`: the NIC is going
+/// away, the page fails. Whether anything was sent (the caller flushes and rings the
+/// doorbell).
 pub(crate) fn submit(c: &mut DiskCore, page: u64, io: PageIo, write: bool, closing: bool, last: bool) -> bool {
     let Some(d) = c.client.as_mut() else {
         io.complete(Err(EIO));
@@ -441,7 +442,7 @@ pub(crate) fn submit(c: &mut DiskCore, page: u64, io: PageIo, write: bool, closi
     if let Err((_, io, _)) = d.backlog.push_back((page, io, write)) {
         d.fail(io);
     }
-    (last || write) && issue(c, now_ns())
+    last && issue(c, now_ns())
 }
 
 /// Hand the store the queued pages it and GMS have room for, and send everything it

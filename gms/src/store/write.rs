@@ -137,15 +137,27 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
     /// The next put write `i` wants sent, if any: a replica that has to wait (delayed,
     /// or left out of a degraded write) lets the next one go now.
     pub(super) fn poll_write(&mut self, i: usize, now: u64, lru: &mut Lru, coord: Option<u16>) -> Option<IssueKind<F>> {
-        let r = usize::from(self.cfg.replicas);
-        for _ in 0..r {
-            let put = self.poll_put(i, now, lru, coord);
-            let todo = matches!(&self.reqs[i], Req::Write(w) if w.puts[..r].contains(&Put::Todo));
-            if put.is_some() || !todo {
-                return put;
+        for _ in 0..self.cfg.replicas {
+            // Most calls find every put in flight, stored or waiting: nothing to do.
+            if !self.put_due(i, now) {
+                return None;
+            }
+            if let Some(put) = self.poll_put(i, now, lru, coord) {
+                return Some(put);
             }
         }
         None
+    }
+
+    /// Whether write `i` has a replica to put now.
+    fn put_due(&self, i: usize, now: u64) -> bool {
+        let Req::Write(w) = &self.reqs[i] else { return false };
+        let due = |p: &Put| match *p {
+            Put::Todo => true,
+            Put::Delayed { until } => now >= until,
+            _ => false,
+        };
+        w.failing.is_none() && w.puts[..usize::from(self.cfg.replicas)].iter().any(due)
     }
 
     /// The put of write `i`'s first replica to put, if it can go now.
