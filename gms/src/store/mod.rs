@@ -653,7 +653,10 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
             p if p.loading() && !self.meta_req_running() => Some(self.load_at),
             _ => None,
         };
-        reqs.chain(self.repair.wake()).chain(load).min()
+        // Repairs wait for the volume to load: a scan started meanwhile (a member failed)
+        // is no deadline until then, or the runtime would spin through the load's waits.
+        let repair = self.repair.wake().filter(|_| self.phase == Phase::Ready);
+        reqs.chain(repair).chain(load).min()
     }
 
     /// Time passed: delayed puts and reads are due, writes past their window fail.
