@@ -689,10 +689,16 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         };
         match event {
             // Back with its memory (it was only suspected): the copies it kept are
-            // still sites of their replicas, and reads ask it again. Replicas the last
-            // repair pass could not place (no member clear of the other copies) may go to
-            // it now.
+            // still sites of their replicas, and reads ask it again: a read under way that
+            // missed while it was away asks it before it calls the page lost (or a load
+            // its label missing). Replicas the last repair pass could not place (no member
+            // clear of the other copies) may go to it now.
             liveness::Event::Joined(_) => {
+                self.reqs.iter_mut().for_each(|r| {
+                    if let Req::Read(r) = r {
+                        r.member_back()
+                    }
+                });
                 if self.stats.repair_short > 0 {
                     self.repair.start(now);
                 }

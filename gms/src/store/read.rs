@@ -16,8 +16,9 @@
 //! where the store never heard, while a site it knows of is away). It fails with
 //! [`StoreError::Lost`] when every member asked for a copy it may hold answered that it
 //! has none, else
-//! with [`StoreError::Unreachable`] (one did not answer, or a site of it is a member
-//! declared failed that may be heard again).
+//! with [`StoreError::Unreachable`] (one did not answer, a site of it is a member
+//! declared failed that may be heard again, or a member was heard again during the last
+//! pass: it may hold a copy that pass looked for while it was away).
 
 use super::super::net::storage::Storage;
 use super::super::page::Version;
@@ -91,6 +92,12 @@ impl<Io> ReadReq<Io> {
     /// Waiting for a survey's probe of `node` for `replica`.
     pub(super) fn probing(&mut self, replica: u8, node: u16) {
         self.step = Step::Probing { replica, node };
+    }
+
+    /// A member was heard again with its memory: it may hold a copy this pass looked for
+    /// while it was away, so this pass's misses prove nothing ([`Store::handle_member`]).
+    pub(super) fn member_back(&mut self) {
+        self.silent = true;
     }
 
     /// Ready to go on from `now`.

@@ -780,3 +780,5 @@ fn a_map_page_older_than_a_write_a_member_knows_of_is_not_taken_for_the_floors()
     assert_eq!(b.poll_done(), None);
     assert!(!net.issue(&mut b, 0).is_empty(), "the read asks the members");
 }
+
+mod reload;

@@ -24,7 +24,9 @@
 //!
 //! A label found during a load whose holder is then declared failed is waited for (the
 //! holder may only be suspected), never taken for a missing one; nor is a volume taken for
-//! new while a member declared failed during the load has not been heard again.
+//! new while a member declared failed during the load has not been heard again, and asked
+//! for the label since ([`super::read`]: a member heard again during a read's last pass
+//! has the read end `Unreachable`, not `Lost`).
 //!
 //! A load that started afresh and then meets a newer version of one of the volume's pages
 //! (an earlier load's, whose label died) claims a higher epoch and writes on from there
