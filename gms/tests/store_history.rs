@@ -22,6 +22,10 @@
 //!   was cut during the read, while the writer itself was declared failed at the others
 //!   (they refuse its requests), or while every node holding one is declared failed at the
 //!   others though it runs (suspected: GMS serves nothing from outside the view);
+//! * a read may also fail, with `Lost`, for a page not written since a reload that took the
+//!   floor map for lost — right only when no node that is up holds a copy of the map as it
+//!   stood when the writer went down (checked as the volume loads): without its floor the
+//!   store cannot tell the page's newest copy from a stray;
 //! * a write is acknowledged only when two distinct nodes took a copy of it.
 //!
 //! A violation panics with the seed; replay it with `GMS_STORE_SEED=<seed> cargo test -p
@@ -208,8 +212,11 @@ struct Counts {
     lost_excused: u64,
     unavailable: u64,
     writer_restarts: u64,
-    /// Writer loads that found no label (every copy died while the writer was down).
+    /// Writer loads that found no label (every copy died while the writer was down), or
+    /// no copy of the floor map as it stood then; and reads that failed for that.
     volumes_lost: u64,
+    maps_lost: u64,
+    floors_lost: u64,
     /// Live nodes the others declared failed for a while.
     suspicions: u64,
     /// Reads that failed after an unacknowledged newer write of the page.
@@ -238,6 +245,9 @@ struct Checker {
     torn: HashMap<u64, u32>,
     /// The writer's store reached `Ready` since its last start.
     loaded: bool,
+    /// The generation of the newest copy of the floor map page a node held, as far as
+    /// seen before each restart wiped a node's memory.
+    map_newest: u64,
     /// A node the others declared failed while it runs.
     suspected: Option<u16>,
     /// Pages the store reads ahead of sequential reads (0: off), and the last page read.
@@ -276,6 +286,7 @@ impl Checker {
             acked: HashMap::new(),
             torn: HashMap::new(),
             loaded: false,
+            map_newest: 0,
             suspected: None,
             read_ahead,
             last_read: 0,
@@ -337,8 +348,11 @@ impl Checker {
     /// claim's own copies are not sent yet).
     fn loaded(&mut self) {
         self.loaded = true;
-        if self.counts.writer_restarts == 0 || self.store.label_found() {
+        if self.counts.writer_restarts == 0 {
             return;
+        }
+        if self.store.label_found() {
+            return self.lost_map();
         }
         let label: Vec<PageId> = (0..2).map(|k| self.store.page_id(PAGES, k)).collect();
         let held: Vec<_> = (0..self.sim.n())
@@ -358,6 +372,49 @@ impl Checker {
             r.acked_at_issue = None;
         }
         self.counts.volumes_lost += 1;
+    }
+
+    /// The copies of the floor map page (one covers the volume) and their holders.
+    fn map_copies(&self, live_only: bool) -> Vec<(usize, Version)> {
+        let map: Vec<PageId> = (0..2).map(|k| self.store.page_id(PAGES + 1, k)).collect();
+        (0..self.sim.n())
+            .filter(|&n| !live_only || !self.sim.crashed[n])
+            .flat_map(|n| {
+                let h: Vec<_> = self.sim.nodes[n]
+                    .holdings()
+                    .filter(|(p, _)| map.contains(p))
+                    .map(|(_, h)| (n, h.version))
+                    .collect();
+                h
+            })
+            .collect()
+    }
+
+    /// Note the newest floor map copy held now (a copy goes only with its node's memory,
+    /// or for a newer one).
+    fn see_map(&mut self) {
+        let newest = self.map_copies(false).into_iter().map(|(_, v)| v.0 >> 4).max().unwrap_or(0);
+        self.map_newest = self.map_newest.max(newest);
+    }
+
+    /// The load found the label and took the floor map for lost (no copy of its newest
+    /// write found, or the copy read older than a write of it a member knew of): right
+    /// only when no node that is up holds a copy of the newest write of it any node held.
+    /// Reads of its pages may then fail until they are written again (the store cannot
+    /// tell a page's newest copy from a stray without its floor).
+    fn lost_map(&mut self) {
+        if self.store.stats.lost_maps == 0 {
+            return;
+        }
+        self.see_map();
+        let newest = self.map_newest;
+        let held: Vec<_> = self.map_copies(true).into_iter().filter(|(_, v)| v.0 >> 4 >= newest).collect();
+        assert!(
+            held.is_empty(),
+            "{}: the floor map taken for lost while live nodes hold its newest write: {held:?}",
+            self.ctx()
+        );
+        self.counts.maps_lost += 1;
     }
 
     /// A user request ended: the oracles.
@@ -411,6 +468,11 @@ impl Checker {
             self.counts.lost_excused += 1;
             return;
         };
+        // Its floor was lost with the floor map (checked as the volume loaded).
+        if self.store.floor_lost(r.page) && e == StoreError::Lost {
+            self.counts.floors_lost += 1;
+            return;
+        }
         let live = self.holders_of(r.page, |w| w >= a, false);
         let unsuspected = self.holders_of_up(r.page, |w| w >= a);
         if live == 0 {
@@ -578,6 +640,7 @@ impl Checker {
 
     fn restart(&mut self, n: u16) {
         self.trace(&format!("node {n} restarts"));
+        self.see_map();
         self.sim.restart(n);
         if n == WRITER {
             // The writer loads the volume again: a new store, the old requests gone (writes
@@ -748,6 +811,8 @@ impl Counts {
         self.unavailable += c.unavailable;
         self.writer_restarts += c.writer_restarts;
         self.volumes_lost += c.volumes_lost;
+        self.maps_lost += c.maps_lost;
+        self.floors_lost += c.floors_lost;
         self.suspicions += c.suspicions;
         self.torn_unavailable += c.torn_unavailable;
         self.crashes += c.crashes;

@@ -193,7 +193,12 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
                 break;
             }
             let reading = self.reqs.iter().any(|r| matches!(r, Req::Read(r) if r.page == page));
-            if reading || self.ahead.held(page) || !self.page_free(page, true) || !self.is_written(page) {
+            if reading
+                || self.ahead.held(page)
+                || !self.page_free(page, true)
+                || !self.is_written(page)
+                || self.floor_lost(page)
+            {
                 continue;
             }
             let Some(slot) = self.reqs.iter().position(|r| matches!(r, Req::Free)) else { break };

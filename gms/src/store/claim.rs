@@ -20,8 +20,10 @@
 //!
 //! The same question about one page guards the floor map: each map page's copy read is
 //! checked with every member (its copies, its directory entries and floors), and one
-//! older than a write a member knows of is taken as unreadable — its pages count as
-//! written, at any copy — rather than let an older map say a written page never was.
+//! older than a write a member knows of is taken as unreadable — its pages' floors are
+//! lost ([`super::volume`]) — rather than let an older map say a written page never was,
+//! or take a stray for a page's copy. While a member declared failed during the load may
+//! hold the newer copy, the map page is read again later instead.
 //!
 //! Limit: a member that was unreachable (and never a member) for the whole load is not
 //! asked; should it come back later with copies or floors of a newer epoch, the load's
@@ -129,13 +131,24 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
                 self.top_asked.insert(t.node);
                 self.top_at = None;
             }
-            // A write of the map page newer than the copy read: what it said is lost.
+            // A write of the map page newer than the copy read: the page is looked for
+            // anew, every member asked, once the retry delay passed (a member that was
+            // away may hold it), and again after members came or went, and while a
+            // member declared failed (perhaps only suspected) may hold it; else what it
+            // said is lost.
             (TopScope::Page(_), _, Phase::MapCheck { m })
                 if Clock::generation(top) > Clock::generation(self.map_read) =>
             {
                 self.stats.stale_maps += 1;
-                self.map_unknown(m);
-                self.after_map(m);
+                if self.map_again && self.departed.is_empty() {
+                    self.map_unknown(m);
+                    self.after_map(m);
+                } else {
+                    self.map_again = true;
+                    self.forget_meta(m);
+                    self.phase = Phase::Map { m };
+                    self.load_at = now.saturating_add(self.cfg.retry_delay_ns);
+                }
             }
             (TopScope::Page(_), _, _) => self.map_asked.insert(t.node),
         }

@@ -301,6 +301,9 @@ pub struct Store<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const 
     /// written after it ([`claim`]).
     map_read: Version,
     map_asked: NodeSet,
+    /// The map page being read was looked for anew after a member knew of a newer write,
+    /// and no member joined or failed since ([`claim`]).
+    map_again: bool,
     placement: Placement<M>,
     reqs: [Req<Io, F>; Q],
     /// The request behind each GMS operation in flight, by its slot; and operations that
@@ -376,6 +379,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
             meta_known: false,
             map_read: Version(0),
             map_asked: NodeSet::EMPTY,
+            map_again: false,
             placement: Placement::new(u32::MAX),
             reqs: [const { Req::Free }; Q],
             ops: [None; OPS],
@@ -440,6 +444,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         self.departed = NodeSet::EMPTY;
         self.top_asked = NodeSet::EMPTY;
         self.top_at = None;
+        self.map_again = false;
         self.placement = placement;
         self.reqs.iter_mut().for_each(|r| *r = Req::Free);
         self.ops = [None; OPS];
@@ -687,6 +692,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
                 n
             }
         };
+        self.map_again = false;
         match event {
             // Back with its memory (it was only suspected): the copies it kept are
             // still sites of their replicas, and reads ask it again: a read under way that

@@ -196,7 +196,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
             return None;
         }
         let (page, mut k) = (r.page, r.k);
-        if !meta && !self.is_written(page) {
+        if !meta && (!self.is_written(page) || self.floor_lost(page)) {
             self.end_pass(i, now);
             return None;
         }
@@ -281,6 +281,10 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         let outcome = if !written {
             self.stats.zero_reads += 1;
             Outcome::Zero
+        } else if page < self.pages && self.floor_lost(page) {
+            // Which copy is the page's is lost with its map page ([`super::volume`]).
+            self.stats.failed_reads += 1;
+            Outcome::Failed(StoreError::Lost)
         } else if (alive || unknown || departed || silent) && pass + 1 < self.cfg.read_passes {
             if let Req::Read(r) = &mut self.reqs[i] {
                 r.pass += 1;
@@ -362,6 +366,11 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         match *result {
             GetResult::Hit { version, frame, .. } => {
                 let Req::Read(r) = core::mem::replace(&mut self.reqs[i], Req::Free) else { return false };
+                // A meta page read while a member asked did not answer: a newer copy may be
+                // there, and a map page older than a write known of is looked for again.
+                if matches!(r.io, Owner::Meta) && (r.silent || !r.survey.unanswered.is_empty()) {
+                    self.map_again = false;
+                }
                 return match (r.io, r.lands) {
                     (Owner::Ahead(fetch), _) => self.ahead_done(i, fetch, r.page, Some((version, frame))),
                     (Owner::User(io), Lands::Scratch) => {

@@ -35,9 +35,11 @@ pub struct StoreStats {
     pub ahead_reads: u64,
     pub ahead_hits: u64,
     /// `TOPVERSION` questions a load asked before its claim ([`super::claim`]), and the map
-    /// pages it read whose copy a member knew a newer write of (taken as unreadable).
+    /// pages it read whose copy a member knew a newer write of (taken as unreadable), and
+    /// the map pages whose floors it lost so (or with no copy left): [`super::volume`].
     pub top_asks: u64,
     pub stale_maps: u64,
+    pub lost_maps: u64,
     /// `GETPAGES` sent ([`super::group`]), the reads they carried, and those answered
     /// with no hit (their reads went on page by page).
     pub group_gets: u64,
@@ -68,6 +70,7 @@ impl StoreStats {
         ahead_hits: 0,
         top_asks: 0,
         stale_maps: 0,
+        lost_maps: 0,
         group_gets: 0,
         group_reads: 0,
         group_misses: 0,
@@ -96,6 +99,7 @@ impl StoreStats {
         self.ahead_hits += o.ahead_hits;
         self.top_asks += o.top_asks;
         self.stale_maps += o.stale_maps;
+        self.lost_maps += o.lost_maps;
         self.group_gets += o.group_gets;
         self.group_reads += o.group_reads;
         self.group_misses += o.group_misses;

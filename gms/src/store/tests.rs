@@ -773,12 +773,14 @@ fn a_map_page_older_than_a_write_a_member_knows_of_is_not_taken_for_the_floors()
     net.page_top.insert((2, map), Version((3 << record::EPOCH_SHIFT) | 0x40));
     let mut b = store_on(&mut net, StoreConfig::default(), 0, &[1, 2, 3]);
     assert_eq!(b.phase(), Phase::Ready);
-    assert_eq!(b.stats.stale_maps, 1);
+    assert_eq!((b.stats.stale_maps, b.stats.lost_maps), (2, 1), "read again once before it is lost");
     assert!(b.epoch() > 3);
-    // A page the old map says was never written is not read as zeros: it is looked for.
+    // A page the old map says was never written is not read as zeros, nor any copy of it
+    // taken: its floor is lost.
+    assert!(b.floor_lost(7) && b.floor_lost(5));
     b.read(0, 7, 9).unwrap();
-    assert_eq!(b.poll_done(), None);
-    assert!(!net.issue(&mut b, 0).is_empty(), "the read asks the members");
+    assert!(net.issue(&mut b, 0).is_empty());
+    assert_eq!(done(&mut b), Some((9, Outcome::Failed(StoreError::Lost))));
 }
 
 mod reload;

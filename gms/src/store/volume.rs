@@ -15,8 +15,14 @@
 //!   and so does a write that leaves strays ([`super::write`]). So
 //!   after a reload a written page whose every copy died fails instead of reading as
 //!   zeros, a page never written still reads as zeros without the network, and no copy
-//!   older than the floor is taken for the page's. A map page that cannot be read at
-//!   load counts every page it covers as written, at floor 1 (any copy).
+//!   older than the floor is taken for the page's. A map page the load could not get
+//!   (asked of every member, none has a copy, or the copy read is older than a write of
+//!   it a member knows of) takes its pages' floors with it: they are [`FLOOR_LOST`],
+//!   written but with no copy known to be theirs, and a read of one fails
+//!   ([`StoreError::Lost`]) until a write sets its floor again. Any copy would do instead
+//!   only while no stray is left: a stray whose page's newest copies died with the map
+//!   page would be read for the page (checker seed 35,002,170). A map page whose copies
+//!   may be on a member out of reach for now is read again later, as the label is.
 //!
 //! Meta pages are volume pages past the user's: the same replicated writes and reads,
 //! retries, sites and repair; their GMS page numbers count down from `u64::MAX`, so a
@@ -39,7 +45,8 @@
 //!
 //! Limits: with every copy of the label gone while no load held the volume, a load starts
 //! the volume afresh: the floor map is gone with the label, so the pages the earlier loads
-//! wrote read as zeros (the copies they left are below its epoch, [`super::claim`]).
+//! wrote read as zeros (the copies they left are below its epoch, [`super::claim`]). With
+//! every copy of a map page gone, its pages fail until written again, their data or not.
 //! A map page is itself found as its newest copy a reload can reach, checked with every
 //! member ([`super::claim`]): one older than a write of it a member knows of counts as
 //! unreadable. When every newer copy of a map page died while no load held the volume and
@@ -51,6 +58,11 @@
 //! of the volume at 8 KiB pages), all written when the volume is made.
 
 use super::StoreError;
+
+/// A floor lost with every copy of its map page: the page was written, and no copy is
+/// known to be its newest (a stray may have outlived every newer one). Kept in the map
+/// as it is, so a reload knows it too; below every floor a write sets.
+pub const FLOOR_LOST: u64 = u64::MAX;
 
 /// "TPZVOL" and the layout version (2: a floor per page, not a bit).
 const MAGIC: u64 = 0x0002_4c4f_565a_5054;
@@ -177,7 +189,7 @@ mod load {
     use super::super::record::{Clock, Entry, Replica};
     use super::super::write::WriteReq;
     use super::super::{Outcome, Owner, Phase, Req, Store, StoreError};
-    use super::Label;
+    use super::{Label, FLOOR_LOST};
 
     impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> Store<Io, F, S, M, Q, OPS> {
         pub(in super::super) fn meta_req_running(&self) -> bool {
@@ -262,7 +274,7 @@ mod load {
             for (j, w) in self.floors.iter_mut().skip(first).take(per).enumerate() {
                 if let Some(b) = bytes.get(j * 8..j * 8 + 8).and_then(|b| <[u8; 8]>::try_from(b).ok()) {
                     let floor = u64::from_le_bytes(b);
-                    newest = newest.max(floor);
+                    newest = newest.max(if floor == FLOOR_LOST { 0 } else { floor });
                     *w = (*w).max(floor);
                 }
             }
@@ -322,10 +334,13 @@ mod load {
                     self.map_asked = super::super::nodes::NodeSet::EMPTY;
                     self.phase = Phase::MapCheck { m };
                 }
-                (Phase::Map { .. }, Outcome::Failed(_)) => {
+                // Every member asked has no copy: the floors are lost with it. Else a copy
+                // may be on a member out of reach for now: read again later.
+                (Phase::Map { .. }, Outcome::Failed(StoreError::Lost)) => {
                     self.map_unknown(m);
                     self.after_map(m);
                 }
+                (Phase::Map { .. }, Outcome::Failed(_)) => self.load_at = retry,
                 (Phase::Claim, Outcome::Written { .. }) => self.ready(),
                 // The cluster holds a newer label than this load's: read it again (it could
                 // not be read then), and should it be gone, claim a later epoch (its copies
@@ -384,6 +399,16 @@ mod load {
             self.set_epoch(u64::from(self.label.epoch) * 2);
         }
 
+        /// What is known of meta page `m`'s copies is forgotten: the next read of it asks
+        /// every member.
+        pub(in super::super) fn forget_meta(&mut self, m: u64) {
+            for k in 0..self.cfg.replicas {
+                if let Some(at) = self.at(self.pages + m, k) {
+                    self.entries[at] = Entry::UNKNOWN;
+                }
+            }
+        }
+
         /// Start loading again from the label: every meta page's copies unknown.
         fn relabel(&mut self) {
             let first =
@@ -410,19 +435,21 @@ mod load {
             !self.label_seen() && self.departed.is_empty()
         }
 
-        /// Which of map page `m`'s pages were written is lost (no copy of it could be read,
-        /// or the one read is older than its last write): all of them count as written, any
-        /// copy of them as theirs.
+        /// Map page `m`'s floors are lost (no copy of it is left, or the one read is older
+        /// than its last write): all of its pages count as written, none of their copies as
+        /// theirs ([`FLOOR_LOST`]).
         pub(in super::super) fn map_unknown(&mut self, m: u64) {
             let per = self.map_words();
             let first = usize::try_from(m - 1).unwrap_or(usize::MAX).saturating_mul(per);
-            self.floors.iter_mut().skip(first).take(per).for_each(|w| *w = (*w).max(1));
+            self.floors.iter_mut().skip(first).take(per).for_each(|w| *w = FLOOR_LOST);
+            self.stats.lost_maps += 1;
         }
 
         /// Map page `m` (0: the label) was read: the next one, or the last question round.
         pub(in super::super) fn after_map(&mut self, m: u64) {
             // The map pages the volume had: a volume grown since has none beyond them.
             let had = super::meta_pages(self.pages_before.min(self.pages), self.cfg.page_bytes);
+            self.map_again = false;
             if m + 1 < had {
                 self.phase = Phase::Map { m: m + 1 };
             } else {
@@ -478,17 +505,23 @@ mod load {
         }
 
         /// Volume page `page`'s floor: copies older than it are strays (0: never written;
-        /// meta pages have none).
+        /// meta pages have none; [`FLOOR_LOST`]: every copy).
         pub fn floor(&self, page: u64) -> Version {
             let i = usize::try_from(page).unwrap_or(usize::MAX);
             Version(self.floors.get(i).copied().unwrap_or(0))
+        }
+
+        /// Whether volume page `page`'s floor was lost with its map page: a read of it
+        /// fails until a write sets it again.
+        pub fn floor_lost(&self, page: u64) -> bool {
+            self.floor(page) == Version(FLOOR_LOST)
         }
 
         /// Raise `page`'s floor to `v`; `Some`: it was lower, and the map page must be
         /// stored at the returned generation before the write is acknowledged.
         pub(in super::super) fn raise_floor(&mut self, page: u64, v: Version) -> Option<super::super::write::MapWait> {
             let f = self.floors.get_mut(usize::try_from(page).ok()?)?;
-            if *f >= v.0 {
+            if *f >= v.0 && *f != FLOOR_LOST {
                 return None;
             }
             *f = v.0;
