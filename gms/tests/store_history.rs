@@ -176,13 +176,15 @@ impl Frames<u32, Frame> for SimFrames {
     }
 }
 
+/// The store as the runtimes configure it, in the simulation's ticks: a put answered busy
+/// goes again well before the retry delay, as in the runtimes (1 ms against 100 ms).
 fn store_config(read_ahead: u8) -> StoreConfig {
     StoreConfig {
         read_ahead,
         replicas: 2,
         write_window_ns: 6_000,
         retry_delay_ns: 40,
-        busy_delay_ns: 40,
+        busy_delay_ns: 4,
         read_passes: 4,
         repair_gap_ns: 1,
         page_bytes: PAGE_LEN,
