@@ -437,11 +437,15 @@ mod load {
 
         /// Map page `m`'s floors are lost (no copy of it is left, or the one read is older
         /// than its last write): all of its pages count as written, none of their copies as
-        /// theirs ([`FLOOR_LOST`]).
+        /// theirs ([`FLOOR_LOST`]). The page is written so once the volume is loaded, and
+        /// later loads read it so.
         pub(in super::super) fn map_unknown(&mut self, m: u64) {
             let per = self.map_words();
             let first = usize::try_from(m - 1).unwrap_or(usize::MAX).saturating_mul(per);
             self.floors.iter_mut().skip(first).take(per).for_each(|w| *w = FLOOR_LOST);
+            if let Some(p) = self.maps.get_mut(usize::try_from(m - 1).unwrap_or(usize::MAX)) {
+                p.set = p.set.max(p.stored + 1);
+            }
             self.stats.lost_maps += 1;
         }
 

@@ -143,6 +143,11 @@ fn a_reload_that_lost_the_floor_map_takes_no_copy_for_a_page_until_it_is_written
     b.read(30, 2, 7).unwrap();
     assert!(net.issue(&mut b, 30).is_empty(), "no copy asked for: member {suspected} holds a stray");
     assert_eq!(done(&mut b), Some((7, Outcome::Failed(StoreError::Lost))));
+    // The map page was written again as the load knows it: a reload reads the loss.
+    assert!(map.iter().all(|p| net.meta.contains_key(p)));
+    let mut again: S = Store::new(StoreConfig::default(), 1, 0, 64, &[1, 2, 3, 4]).unwrap();
+    net.load(&mut again);
+    assert_eq!((again.stats.lost_maps, again.floor_lost(2)), (0, true));
     // Written again, the page has a floor, kept in the map page written with it (the other
     // pages' floors stay lost there, for the next reload too).
     b.write(40, 2, 8).unwrap();
