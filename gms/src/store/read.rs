@@ -213,6 +213,11 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
                     k += 1;
                     continue;
                 }
+                // Any copy of the label will do: an older one is still the volume's, and the
+                // load claims above every copy it saw ([`super::survey`]).
+                Replica::Held { .. } | Replica::Lost { .. } if page == self.pages => {
+                    (Version(1), self.source(&e, asked))
+                }
                 Replica::Held { version, .. } | Replica::Lost { version } => {
                     (Clock::generation_start(version), self.source(&e, asked))
                 }

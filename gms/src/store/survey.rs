@@ -24,7 +24,8 @@
 
 //! A *sweep* is the same round for a page whose copies the store knew of but nobody has
 //! any more, before a read calls it lost: every member is asked for every replica at its
-//! recorded write or newer, and a copy found is recorded where it is.
+//! recorded write or newer (the label: any copy, as every read of it asks), and a copy
+//! found is recorded where it is.
 
 use super::super::net::storage::Storage;
 use super::super::page::Version;
@@ -69,8 +70,8 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         // A sweep wants the recorded write or a newer one; a survey, any copy at the
         // page's floor or newer (an older one is a stray, [`super::record`]).
         let floor = self.floor(page).max(Version(1));
-        let at_least =
-            self.entry(page, replica).and_then(|e| e.replica.version()).map_or(floor, Clock::generation_start);
+        let recorded = self.entry(page, replica).and_then(|e| e.replica.version()).filter(|_| page != self.pages);
+        let at_least = recorded.map_or(floor, Clock::generation_start);
         Some(IssueKind::Get { page: self.page_id(page, replica), at_least, route, into })
     }
 
@@ -112,8 +113,9 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
                 Replica::Unknown => {}
                 // A sweep found a copy of the recorded write (or a newer one).
                 Replica::Held { version, .. } | Replica::Lost { version } => {
+                    let label = page == self.pages;
                     if let Some((v, holder)) =
-                        found.filter(|(v, _)| Clock::generation(*v) >= Clock::generation(version))
+                        found.filter(|(v, _)| label || Clock::generation(*v) >= Clock::generation(version))
                     {
                         self.entries[at].stored(holder, v, None);
                     }
