@@ -446,6 +446,7 @@ mod load {
             if let Some(p) = self.maps.get_mut(usize::try_from(m - 1).unwrap_or(usize::MAX)) {
                 p.set = p.set.max(p.stored + 1);
             }
+            self.maps_due = true;
             self.stats.lost_maps += 1;
         }
 
