@@ -22,7 +22,9 @@
 //! ([`StoreError::TooFewMembers`]) unless the user asked for degraded writes
 //! ([`StoreConfig::degraded_writes`]), which are counted. A read returns the version of
 //! the last acknowledged write or newer, or a page of zeros for a page never written, or
-//! fails with [`StoreError::Lost`] when every replica's copy is gone. Nothing is retried
+//! fails with [`StoreError::Lost`] when every replica's copy is gone (or, after a reload,
+//! when its floor-map page was lost: no copy is then known to be its own, [`volume`]).
+//! How long it waits and retries is the runtime's [`StoreConfig`]. Nothing is retried
 //! forever: a write gives up after [`StoreConfig::write_window_ns`], a read after
 //! [`StoreConfig::read_passes`] passes over the replicas.
 //!
