@@ -39,6 +39,17 @@ pub(crate) enum Put {
     Skipped,
 }
 
+impl Put {
+    /// To be put now: not tried yet, or its delay is over.
+    fn due(&self, now: u64) -> bool {
+        match *self {
+            Put::Todo => true,
+            Put::Delayed { until } => now >= until,
+            _ => false,
+        }
+    }
+}
+
 /// Whether a write waits for its page's floor in the floor map to be stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum MapWait {
@@ -152,12 +163,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
     /// Whether write `i` has a replica to put now.
     fn put_due(&self, i: usize, now: u64) -> bool {
         let Req::Write(w) = &self.reqs[i] else { return false };
-        let due = |p: &Put| match *p {
-            Put::Todo => true,
-            Put::Delayed { until } => now >= until,
-            _ => false,
-        };
-        w.failing.is_none() && w.puts[..usize::from(self.cfg.replicas)].iter().any(due)
+        w.failing.is_none() && w.puts[..usize::from(self.cfg.replicas)].iter().any(|p| p.due(now))
     }
 
     /// The put of write `i`'s first replica to put, if it can go now.
@@ -172,7 +178,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
             self.check_floor(i);
             let Req::Write(w) = &mut self.reqs[i] else { return None };
             for p in w.puts[..usize::from(r)].iter_mut() {
-                if matches!(*p, Put::Delayed { until } if now >= until) {
+                if p.due(now) {
                     *p = Put::Todo;
                 }
             }
