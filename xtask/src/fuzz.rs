@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-2.0-only
-//! `cargo xtask fuzz [TARGET] [--time S] [--runs N]`: coverage-guided fuzzing of the
+//! `cargo xtask fuzz [TARGET] [--time S] [--runs N] [--jobs J]`: coverage-guided fuzzing of the
 //! parsers with cargo-fuzz (libFuzzer, nightly toolchain), and the corpus replay stage of
 //! `cargo xtask test`.
 //!
@@ -25,9 +25,14 @@ pub struct FuzzArgs {
     /// Stop each target after this many seconds (default 60 unless --runs is given).
     #[arg(long, value_name = "S")]
     time: Option<u64>,
-    /// Stop each target after this many executions.
+    /// Stop each target after this many executions (with --jobs, the jobs' total).
     #[arg(long, value_name = "N")]
     runs: Option<u64>,
+    /// Run this many fuzzing processes at once (libFuzzer's fork mode), sharing one
+    /// corpus: for targets that spend most of an execution waiting (`ivshmem` talks to
+    /// a server thread over sockets and uses under half a core).
+    #[arg(long, value_name = "J", value_parser = clap::value_parser!(u32).range(1..=64))]
+    jobs: Option<u32>,
 }
 
 /// What one libFuzzer run reported.
@@ -56,7 +61,7 @@ pub fn run(a: FuzzArgs) -> anyhow::Result<()> {
     let mut results = Vec::new();
     for t in &chosen {
         let start = Instant::now();
-        let o = fuzz_one(&root, t, time, a.runs)?;
+        let o = fuzz_one(&root, t, time, a.runs, a.jobs)?;
         results.push((t.clone(), o, start.elapsed()));
     }
     println!(
@@ -139,7 +144,13 @@ fn ensure_tools() -> anyhow::Result<()> {
 
 /// Fuzz one target until `time` seconds or `runs` executions, streaming libFuzzer's
 /// output and reading its final figures.
-fn fuzz_one(root: &Path, target: &str, time: Option<u64>, runs: Option<u64>) -> anyhow::Result<Outcome> {
+fn fuzz_one(
+    root: &Path,
+    target: &str,
+    time: Option<u64>,
+    runs: Option<u64>,
+    jobs: Option<u32>,
+) -> anyhow::Result<Outcome> {
     let work: PathBuf = root.join("fuzz/target/corpus").join(target);
     std::fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
     let seeds = root.join("fuzz/corpus").join(target);
@@ -160,6 +171,10 @@ fn fuzz_one(root: &Path, target: &str, time: Option<u64>, runs: Option<u64>) -> 
     if let Some(n) = runs {
         args.push(format!("-runs={n}"));
     }
+    if let Some(j) = jobs {
+        args.push(format!("-fork={j}"));
+    }
+    let start = Instant::now();
     eprintln!("\n==> fuzz {target}: $ cargo {}", args.join(" "));
     let mut child = proxy_cargo()
         .args(&args)
@@ -181,6 +196,11 @@ fn fuzz_one(root: &Path, target: &str, time: Option<u64>, runs: Option<u64>) -> 
         read_line(&line, &mut o);
     }
     let status = child.wait().context("waiting for cargo fuzz")?;
+    if o.exec_per_s.is_none() {
+        // Fork mode prints no final stats: the rate is the jobs' total over the run.
+        let secs = start.elapsed().as_secs().max(1);
+        o.exec_per_s = o.execs.map(|n| n / secs);
+    }
     if !status.success() && !o.crashed && !o.interrupted {
         if o.execs.is_none() {
             bail!("`cargo {}` failed ({status}) before fuzzing", args.join(" "));
@@ -199,10 +219,19 @@ fn read_line(line: &str, o: &mut Outcome) {
         o.exec_per_s = num(v);
     } else if line.starts_with('#') {
         let mut words = line.split_whitespace();
+        // Fork mode's progress lines count the jobs' executions so far: `#36320: cov: ...`.
+        if let Some(n) = words.clone().next().and_then(|w| w.strip_prefix('#')?.strip_suffix(':')) {
+            o.execs = num(n).or(o.execs);
+        }
         while let Some(w) = words.next() {
             match w {
                 "cov:" => o.cov = words.next().and_then(num).or(o.cov),
                 "ft:" => o.ft = words.next().and_then(num).or(o.ft),
+                // Fork mode goes on past a timeout or an out-of-memory by default: any
+                // of the three counts fails the run.
+                "oom/timeout/crash:" => {
+                    o.crashed |= words.next().is_some_and(|v| v.split('/').any(|c| num(c) != Some(0)));
+                }
                 _ => {}
             }
         }
@@ -272,5 +301,14 @@ mod tests {
         read_line("artifact_prefix='x/'; Test unit written to fuzz/artifacts/wire/crash-abc", &mut o);
         assert!(o.crashed);
         assert_eq!(o.artifact.as_deref(), Some("fuzz/artifacts/wire/crash-abc"));
+    }
+
+    #[test]
+    fn reads_fork_mode_progress() {
+        let mut o = Outcome::default();
+        read_line("#36320: cov: 744 ft: 2406 corp: 127 exec/s: 882 oom/timeout/crash: 0/0/0 time: 15s job: 7", &mut o);
+        assert_eq!((o.execs, o.cov, o.ft, o.crashed), (Some(36_320), Some(744), Some(2406), false));
+        read_line("#40000: cov: 744 ft: 2406 corp: 127 exec/s: 880 oom/timeout/crash: 0/1/0 time: 16s job: 8", &mut o);
+        assert!(o.crashed);
     }
 }
