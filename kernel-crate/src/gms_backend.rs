@@ -259,6 +259,7 @@ impl DiskState {
         STATS.disk_read_ahead_hits.add(s.ahead_hits - p.ahead_hits);
         STATS.disk_top_asks.add(s.top_asks - p.top_asks);
         STATS.disk_stale_maps.add(s.stale_maps - p.stale_maps);
+        STATS.disk_epochs_refused.add(s.epochs_refused - p.epochs_refused);
         STATS.disk_lost_maps.add(s.lost_maps - p.lost_maps);
         STATS.disk_getpages.add(s.group_gets - p.group_gets);
         STATS.disk_getpages_pages.add(s.group_reads - p.group_reads);

@@ -110,6 +110,7 @@ counters! {
     disk_rereplicate_passes: "/dev/gms0 re-replication passes over the disk completed",
     disk_replicas_short: "/dev/gms0 replicas on failed members that the last re-replication pass met (0: every page has its copies)",
     disk_top_asks: "/dev/gms0 TOPVERSION questions its load asked members before claiming an epoch (gms::store::claim)",
+    disk_epochs_refused: "/dev/gms0 loads that took a member's TOPVERSION at gms::store::claim::EPOCH_REACH above the label's epoch, not at the epoch it named (a lying member, or 4,096 loads whose labels all died)",
     disk_lost_maps: "/dev/gms0 floor map pages its load found no copy of: their pages' reads fail (EIO) until each is written again",
     disk_stale_maps: "/dev/gms0 map pages its load read whose copy a member knew a newer write of: taken as unreadable (their pages count as written)",
     disk_ready: "/dev/gms0 loaded: 1 once its store read the volume's label and floor map and claimed it (requests wait until then)",

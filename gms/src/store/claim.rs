@@ -25,6 +25,17 @@
 //! or take a stray for a page's copy. While a member declared failed during the load may
 //! hold the newer copy, the map page is read again later instead.
 //!
+//! What members say is bounded by the volume's own meta pages: a member's answer may lift
+//! the claim at most [`EPOCH_REACH`] epochs above the newest epoch the label and map copies
+//! read name (their contents and versions); an answer beyond is taken at that reach and
+//! counted (`epochs_refused`). A keyed member that lies — one message naming the last epoch
+//! a version holds — would otherwise have every later load refused
+//! (`VersionsExhausted`); now it spends at most that many of the 2^24 epochs per load. A
+//! holder of a label or map copy is trusted with its contents, as any holder is with its
+//! page's bytes. An honest cluster goes past the reach only after 4,096 loads, each of
+//! whose label and map copies all died before the next load: its claim then reuses an
+//! epoch, as it did before this round existed.
+//!
 //! Limit: a member that was unreachable (and never a member) for the whole load is not
 //! asked; should it come back later with copies or floors of a newer epoch, the load's
 //! writes meet them as before. A map page is checked with the members of the time only.
@@ -36,6 +47,9 @@ use super::super::types::{OpId, TopResult};
 use super::nodes::NodeSet;
 use super::record::Clock;
 use super::{IssueKind, Phase, Req, Store};
+
+/// How many epochs above the volume's own meta pages a member's answer may lift a claim.
+pub const EPOCH_REACH: u32 = 1 << 12;
 
 /// One member's `TOPVERSION` of the load.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,7 +73,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
             // Every member answered; so did every member declared failed since, or it
             // restarted: nothing of the volume is on a member left unasked.
             if self.departed.minus(self.top_asked).is_empty() {
-                self.phase = if self.meta_known { Phase::Claim } else { Phase::Label };
+                self.phase = if self.meta_known { self.claim_heard() } else { Phase::Label };
             }
             return;
         };
@@ -118,13 +132,25 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         }
     }
 
+    /// The claim goes above what members said, up to [`EPOCH_REACH`] above the meta
+    /// pages' newest epoch (the claim's epoch is one past it).
+    fn claim_heard(&mut self) -> Phase {
+        let reach = self.label.epoch.saturating_add(EPOCH_REACH - 1);
+        if self.heard > reach {
+            self.stats.epochs_refused += 1;
+            self.heard = reach;
+        }
+        self.claim_above(self.heard);
+        Phase::Claim
+    }
+
     /// A `TOPVERSION` this store asked ended.
     pub fn handle_top(&mut self, now: u64, op: OpId, result: TopResult) {
         let Some(i) = self.take_op(op) else { return };
         let Req::Top(t) = self.reqs[i] else { return };
         let TopResult::Known { top, next } = result else { return self.top_unanswered(i, now) };
         self.reqs[i] = Req::Free;
-        self.claim_above(Clock::epoch_of(top));
+        self.heard = self.heard.max(Clock::epoch_of(top));
         match (t.scope, next, self.phase) {
             (TopScope::Tables { .. }, Some(from), _) => self.top_at = Some((t.node, from)),
             (TopScope::Tables { .. }, None, _) => {

@@ -297,6 +297,8 @@ pub struct Store<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const 
     /// asked with the slot it goes on from ([`claim`]).
     top_asked: NodeSet,
     top_at: Option<(u16, u64)>,
+    /// The newest epoch those answers named, bounded at the claim ([`claim::EPOCH_REACH`]).
+    heard: u32,
     /// The label and map were read (or found missing): the claim comes next.
     meta_known: bool,
     /// The version of the map page copy read, and the members asked whether one was
@@ -378,6 +380,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
             departed: NodeSet::EMPTY,
             top_asked: NodeSet::EMPTY,
             top_at: None,
+            heard: 0,
             meta_known: false,
             map_read: Version(0),
             map_asked: NodeSet::EMPTY,
@@ -445,7 +448,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         self.members = members;
         self.departed = NodeSet::EMPTY;
         self.top_asked = NodeSet::EMPTY;
-        self.top_at = None;
+        (self.top_at, self.heard) = (None, 0);
         self.map_again = false;
         self.placement = placement;
         self.reqs.iter_mut().for_each(|r| *r = Req::Free);

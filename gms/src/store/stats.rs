@@ -38,6 +38,9 @@ pub struct StoreStats {
     /// pages it read whose copy a member knew a newer write of (taken as unreadable), and
     /// the map pages whose floors it lost so (or with no copy left): [`super::volume`].
     pub top_asks: u64,
+    /// Loads that took a member's answer at [`super::claim::EPOCH_REACH`] above the meta
+    /// pages' epoch, not at the epoch it named.
+    pub epochs_refused: u64,
     pub stale_maps: u64,
     pub lost_maps: u64,
     /// `GETPAGES` sent ([`super::group`]), the reads they carried, and those answered
@@ -69,6 +72,7 @@ impl StoreStats {
         ahead_reads: 0,
         ahead_hits: 0,
         top_asks: 0,
+        epochs_refused: 0,
         stale_maps: 0,
         lost_maps: 0,
         group_gets: 0,
@@ -98,6 +102,7 @@ impl StoreStats {
         self.ahead_reads += o.ahead_reads;
         self.ahead_hits += o.ahead_hits;
         self.top_asks += o.top_asks;
+        self.epochs_refused += o.epochs_refused;
         self.stale_maps += o.stale_maps;
         self.lost_maps += o.lost_maps;
         self.group_gets += o.group_gets;

@@ -710,53 +710,6 @@ mod group;
 mod survey;
 
 #[test]
-fn a_load_claims_an_epoch_above_the_newest_version_any_member_knows() {
-    let mut net = Net::new();
-    let a = store_on(&mut net, StoreConfig::default(), 0, &[1, 2, 3]);
-    assert_eq!(a.epoch(), 1);
-    assert!(a.stats.top_asks >= 4, "every member and itself asked: {}", a.stats.top_asks);
-    // A later load's label and map died; member 3 still keeps a floor of its epoch 6.
-    net.top.insert(3, Version((6 << record::EPOCH_SHIFT) | 0x70));
-    let b = store_on(&mut net, StoreConfig::default(), 0, &[1, 2, 3]);
-    assert_eq!(b.phase(), Phase::Ready);
-    assert_eq!(b.epoch(), 7, "above what member 3 knows, not the label's 1 + 1");
-}
-
-#[test]
-fn the_claim_waits_for_a_member_declared_failed_during_the_load() {
-    let mut net = Net::new();
-    store_on(&mut net, StoreConfig::default(), 0, &[1, 2, 3]);
-    net.top.insert(2, Version(9 << record::EPOCH_SHIFT));
-    let mut b: S = Store::new(StoreConfig::default(), 1, 0, 64, &[1, 2, 3]).unwrap();
-    // Member 2 is declared failed before it was asked: perhaps only suspected.
-    b.handle_member(0, Event::Failed(2));
-    net.load(&mut b);
-    assert_eq!(b.phase(), Phase::Top, "no claim while what member 2 knows is unknown");
-    assert_eq!(b.load_waits_for(), NodeSet::one(2));
-    b.handle_member(1, Event::Joined(2));
-    net.load(&mut b);
-    assert_eq!(b.phase(), Phase::Ready);
-    assert!(b.load_waits_for().is_empty());
-    assert_eq!(b.epoch(), 10);
-    // A member that restarted lost what it knew: the claim does not wait for it.
-    let mut c: S = Store::new(StoreConfig::default(), 1, 0, 64, &[1, 2, 3]).unwrap();
-    c.handle_member(0, Event::Failed(3));
-    c.handle_member(1, Event::Restarted(3));
-    net.load(&mut c);
-    assert_eq!(c.phase(), Phase::Ready);
-}
-
-#[test]
-fn a_member_knowing_the_last_epoch_has_the_load_refused_not_its_versions_wrapped() {
-    let mut net = Net::new();
-    net.top.insert(1, Version(u64::MAX));
-    let mut s: S = Store::new(StoreConfig::default(), 1, 0, 64, &[1, 2, 3]).unwrap();
-    net.load(&mut s);
-    assert_eq!(s.phase(), Phase::Refused(StoreError::VersionsExhausted));
-    assert_eq!(s.write(0, 1, 7), Err((7, StoreError::VersionsExhausted)));
-}
-
-#[test]
 fn a_map_page_older_than_a_write_a_member_knows_of_is_not_taken_for_the_floors() {
     let mut net = Net::new();
     let mut a = store_on(&mut net, StoreConfig::default(), 0, &[1, 2, 3]);
@@ -783,4 +736,5 @@ fn a_map_page_older_than_a_write_a_member_knows_of_is_not_taken_for_the_floors()
     assert_eq!(done(&mut b), Some((9, Outcome::Failed(StoreError::Lost))));
 }
 
+mod epoch;
 mod reload;
