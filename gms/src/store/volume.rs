@@ -389,14 +389,17 @@ mod load {
         /// volume's pages. A load that found the label owns the identity, so that is another
         /// writer's, and the write failed. A load that started the volume afresh (its label
         /// was gone) runs below an earlier load's epoch: it claims a higher one (doubled, so
-        /// that a far earlier epoch is passed in a few rounds) and writes go on from there.
+        /// that a far earlier epoch is passed in a few rounds, by at most
+        /// [`super::super::claim::EPOCH_REACH`]: the answer may be a lying member's) and
+        /// writes go on from there.
         pub(in super::super) fn outrun_older_load(&mut self, now: u64) {
             if self.label_found || self.phase != Phase::Ready {
                 return;
             }
             self.phase = Phase::Claim;
             self.load_at = now;
-            self.set_epoch(u64::from(self.label.epoch) * 2);
+            let e = u64::from(self.label.epoch);
+            self.set_epoch(e + e.min(u64::from(super::super::claim::EPOCH_REACH)));
         }
 
         /// What is known of meta page `m`'s copies is forgotten: the next read of it asks

@@ -71,3 +71,26 @@ fn a_label_of_the_last_epoch_has_the_load_refused_not_its_versions_wrapped() {
     assert_eq!(s.phase(), Phase::Refused(StoreError::VersionsExhausted));
     assert_eq!(s.write(0, 1, 7), Err((7, StoreError::VersionsExhausted)));
 }
+
+#[test]
+fn a_new_volume_whose_put_is_superseded_doubles_its_epoch_by_at_most_the_reach() {
+    for (lie, want) in [(None, 2), (Some(u64::MAX), 1 + 2 * claim::EPOCH_REACH)] {
+        let mut net = Net::new();
+        if let Some(v) = lie {
+            net.top.insert(1, Version(v));
+        }
+        let mut s = store_on(&mut net, StoreConfig::default(), 0, &[1, 2, 3]);
+        assert!(!s.label_found());
+        s.write(0, 5, 7).unwrap();
+        let ops = net.issue(&mut s, 0);
+        let page = match ops[0].1.kind {
+            IssueKind::Put { page, .. } => page,
+            _ => panic!("not a put"),
+        };
+        // A directory holds a newer copy: an earlier load's, or a lying member's word.
+        s.handle_put(0, ops[0].0, page, PutResult::Superseded, None);
+        net.load(&mut s);
+        assert_eq!(s.phase(), Phase::Ready);
+        assert_eq!(s.epoch(), want, "lie {lie:?}");
+    }
+}
