@@ -25,7 +25,7 @@ use super::super::page::Version;
 use super::super::replica::MAX_REPLICAS;
 use super::super::types::{GetResult, MissReason};
 use super::nodes::NodeSet;
-use super::record::{Clock, Entry, Replica};
+use super::record::{Entry, Replica};
 use super::{Data, Fetch, Finished, IssueKind, Outcome, Owner, Phase, Req, Route, Store, StoreError};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -213,17 +213,13 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
                     k += 1;
                     continue;
                 }
-                // Any copy of the label will do: an older one is still the volume's, and the
-                // load claims above every copy it saw ([`super::survey`]).
-                Replica::Held { .. } | Replica::Lost { .. } if page == self.pages => {
-                    (Version(1), self.source(&e, asked))
-                }
+                // Any copy of the label will do, of a page its recorded write's or newer.
                 Replica::Held { version, .. } | Replica::Lost { version } => {
-                    (Clock::generation_start(version), self.source(&e, asked))
+                    (self.at_least(page, Some(version)), self.source(&e, asked))
                 }
                 // Nothing found of it on any member: its directory may know (a copy at
                 // its floor or newer: an older one is a stray).
-                Replica::Unknown => (self.floor(page).max(Version(1)), Route::Directory),
+                Replica::Unknown => (self.at_least(page, None), Route::Directory),
             };
             if let Req::Read(r) = &mut self.reqs[i] {
                 if r.k != k {

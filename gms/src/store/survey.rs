@@ -35,6 +35,22 @@ use super::record::{Clock, Replica, RETRY_BITS};
 use super::{Data, IssueKind, Req, Route, Store};
 
 impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> Store<Io, F, S, M, Q, OPS> {
+    /// The oldest copy of `page` a get may take: of the replica's recorded write's
+    /// generation or newer, else (none recorded) at the page's floor or newer — an older
+    /// one is a stray. The label: any copy (an older label is still the volume's).
+    pub(super) fn at_least(&self, page: u64, recorded: Option<Version>) -> Version {
+        match recorded.filter(|_| page != self.pages) {
+            Some(v) => Clock::generation_start(v),
+            None => self.floor(page).max(Version(1)),
+        }
+    }
+
+    /// Whether a copy of `page` at `v` found by a survey or sweep is the replica's whose
+    /// write was recorded at `of`: of its generation or newer; the label, any copy.
+    fn is_copy_of(&self, page: u64, v: Version, of: Version) -> bool {
+        page == self.pages || Clock::generation(v) >= Clock::generation(of)
+    }
+
     /// The next probe of read `i`'s survey of `page`, if it has one to make; resolves the
     /// survey once every probe is answered.
     pub(super) fn poll_survey(&mut self, i: usize, page: u64, into: Data<F>, now: u64) -> Option<IssueKind<F>> {
@@ -68,10 +84,8 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
         }
         let route = Route::Holder { node, answer: None };
         // A sweep wants the recorded write or a newer one; a survey, any copy at the
-        // page's floor or newer (an older one is a stray, [`super::record`]).
-        let floor = self.floor(page).max(Version(1));
-        let recorded = self.entry(page, replica).and_then(|e| e.replica.version()).filter(|_| page != self.pages);
-        let at_least = recorded.map_or(floor, Clock::generation_start);
+        // page's floor or newer.
+        let at_least = self.at_least(page, self.entry(page, replica).and_then(|e| e.replica.version()));
         Some(IssueKind::Get { page: self.page_id(page, replica), at_least, route, into })
     }
 
@@ -113,23 +127,17 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
                 Replica::Unknown => {}
                 // A sweep found a copy of the recorded write (or a newer one).
                 Replica::Held { version, .. } | Replica::Lost { version } => {
-                    let label = page == self.pages;
-                    if let Some((v, holder)) =
-                        found.filter(|(v, _)| label || Clock::generation(*v) >= Clock::generation(version))
-                    {
+                    if let Some((v, holder)) = found.filter(|&(v, _)| self.is_copy_of(page, v, version)) {
                         self.entries[at].stored(holder, v, None);
                     }
                     continue;
                 }
                 Replica::Unwritten => continue,
             }
-            // An older label is still the volume's label: the load claims an epoch above
-            // every one it saw ([`super::volume`]).
-            let label = page == self.pages;
+            // Of the newest write (no copy found is newer), or any label: the load claims an
+            // epoch above every one it saw ([`super::volume`]).
             match found {
-                Some((v, holder)) if label || Clock::generation(v) == generation => {
-                    self.entries[at].stored(holder, v, None)
-                }
+                Some((v, holder)) if self.is_copy_of(page, v, newest) => self.entries[at].stored(holder, v, None),
                 _ => {
                     let base = Version(generation << RETRY_BITS);
                     self.entries[at].replica = Replica::Lost { version: base };

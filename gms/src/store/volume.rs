@@ -360,7 +360,7 @@ mod load {
                     }
                 }
                 (Phase::Ready, Outcome::Written { .. }) if m > 0 => {
-                    if let Some(p) = self.maps.get_mut(usize::try_from(m - 1).unwrap_or(usize::MAX)) {
+                    if let Some(p) = self.map_mut(m) {
                         p.stored = p.stored.max(p.writing.take().unwrap_or(0));
                     }
                     self.maps_due = true;
@@ -371,7 +371,7 @@ mod load {
                     }
                 }
                 (Phase::Ready, Outcome::Failed(_)) if m > 0 => {
-                    if let Some(p) = self.maps.get_mut(usize::try_from(m - 1).unwrap_or(usize::MAX)) {
+                    if let Some(p) = self.map_mut(m) {
                         p.writing = None;
                     }
                     (self.load_at, self.maps_due) = (retry, true);
@@ -446,7 +446,7 @@ mod load {
             let per = self.map_words();
             let first = usize::try_from(m - 1).unwrap_or(usize::MAX).saturating_mul(per);
             self.floors.iter_mut().skip(first).take(per).for_each(|w| *w = FLOOR_LOST);
-            if let Some(p) = self.maps.get_mut(usize::try_from(m - 1).unwrap_or(usize::MAX)) {
+            if let Some(p) = self.map_mut(m) {
                 p.set = p.set.max(p.stored + 1);
             }
             self.maps_due = true;
@@ -534,15 +534,25 @@ mod load {
             }
             *f = v.0;
             let m = 1 + page / (u64::from(self.cfg.page_bytes) / 8);
-            let p = self.maps.get_mut(usize::try_from(m - 1).ok()?)?;
+            let p = self.map_mut(m)?;
             p.set += 1;
+            let gen = p.set;
             self.maps_due = true;
-            Some(super::super::write::MapWait::Until { m, gen: p.set })
+            Some(super::super::write::MapWait::Until { m, gen })
         }
 
         /// The generation of map page `m` stored last.
         pub(in super::super) fn map_stored(&self, m: u64) -> u32 {
-            self.maps.get(usize::try_from(m.wrapping_sub(1)).unwrap_or(usize::MAX)).map_or(u32::MAX, |p| p.stored)
+            self.map_index(m).and_then(|i| self.maps.get(i)).map_or(u32::MAX, |p| p.stored)
+        }
+
+        /// Map page `m`'s state (`m` ≥ 1: page 0 is the label).
+        pub(in super::super) fn map_mut(&mut self, m: u64) -> Option<&mut super::MapPage> {
+            self.map_index(m).and_then(|i| self.maps.get_mut(i))
+        }
+
+        fn map_index(&self, m: u64) -> Option<usize> {
+            usize::try_from(m.checked_sub(1)?).ok()
         }
 
         /// Whether meta page `page` has a copy on a live member.
@@ -569,7 +579,7 @@ mod load {
                     continue;
                 }
                 if m > 0 {
-                    if let Some(p) = self.maps.get_mut(usize::try_from(m - 1).unwrap_or(usize::MAX)) {
+                    if let Some(p) = self.map_mut(m) {
                         // A write on its way stores a copy (or fails, and is made again).
                         if p.writing.is_none() && p.set <= p.stored {
                             p.set = p.stored + 1;
