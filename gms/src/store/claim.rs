@@ -34,7 +34,10 @@
 //! holder of a label or map copy is trusted with its contents, as any holder is with its
 //! page's bytes. An honest cluster goes past the reach only after 4,096 loads, each of
 //! whose label and map copies all died before the next load: its claim then reuses an
-//! epoch, as it did before this round existed.
+//! epoch, as it did before this round existed. Not bounded: a member's word that a map page
+//! was written after the copy read. A lying member can so have that page's floors taken
+//! for lost (reads of its pages fail `Lost` until each is written again); an honest one
+//! cannot be told from it, as the newer copies it knows of are gone.
 //!
 //! Limit: a member that was unreachable (and never a member) for the whole load is not
 //! asked; should it come back later with copies or floors of a newer epoch, the load's
