@@ -61,8 +61,11 @@ pub fn run(a: FuzzArgs) -> anyhow::Result<()> {
     let mut results = Vec::new();
     for t in &chosen {
         let start = Instant::now();
-        let o = fuzz_one(&root, t, time, a.runs, a.jobs)?;
-        results.push((t.clone(), o, start.elapsed()));
+        let mut o = fuzz_one(&root, t, time, a.runs, a.jobs)?;
+        let took = start.elapsed();
+        // Fork mode prints no final stats: the rate is the jobs' total over the run.
+        o.exec_per_s = o.exec_per_s.or_else(|| o.execs.map(|n| n / took.as_secs().max(1)));
+        results.push((t.clone(), o, took));
     }
     println!(
         "\n{:<14} {:>12} {:>9} {:>7} {:>7} {:>8} {:>8}",
@@ -174,7 +177,6 @@ fn fuzz_one(
     if let Some(j) = jobs {
         args.push(format!("-fork={j}"));
     }
-    let start = Instant::now();
     eprintln!("\n==> fuzz {target}: $ cargo {}", args.join(" "));
     let mut child = proxy_cargo()
         .args(&args)
@@ -196,11 +198,6 @@ fn fuzz_one(
         read_line(&line, &mut o);
     }
     let status = child.wait().context("waiting for cargo fuzz")?;
-    if o.exec_per_s.is_none() {
-        // Fork mode prints no final stats: the rate is the jobs' total over the run.
-        let secs = start.elapsed().as_secs().max(1);
-        o.exec_per_s = o.execs.map(|n| n / secs);
-    }
     if !status.success() && !o.crashed && !o.interrupted {
         if o.execs.is_none() {
             bail!("`cargo {}` failed ({status}) before fuzzing", args.join(" "));

@@ -213,7 +213,7 @@ impl<Io, F: Copy, S: Storage, const M: usize, const Q: usize, const OPS: usize> 
                     k += 1;
                     continue;
                 }
-                // Any copy of the label will do, of a page its recorded write's or newer.
+                // A copy of the recorded write or newer (of the label, any copy).
                 Replica::Held { version, .. } | Replica::Lost { version } => {
                     (self.at_least(page, Some(version)), self.source(&e, asked))
                 }
