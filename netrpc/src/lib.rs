@@ -105,7 +105,7 @@ pub mod wire;
 
 /// Everything a service and a runtime need.
 pub mod prelude {
-    pub use super::rpc::{Config, Mode, Rpc, MAX_HOPS};
+    pub use super::rpc::{Config, Mode, Pending, Rpc, MAX_HOPS};
     pub use super::types::{
         Action, Body, CallId, Continuation, Event, InPayload, Incoming, Outcome, Payload, Reply, ReplyTo, RpcError,
         Runtime, Stats, Transmit,

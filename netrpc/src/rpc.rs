@@ -11,11 +11,13 @@
 //! continuations pushed right after `call` are in place before any reply can arrive.
 
 mod answer;
+mod later;
 
 use super::ring::Ring;
 use super::types::*;
 use super::wire::{Header, Kind, Message, Operation, PayloadKind, ReplyToken, CTRL_BYTES, HEADER_BYTES, MAX_BODY};
 pub use answer::Descriptor;
+pub use later::Pending;
 
 /// Delegations allowed before a request is answered with [`RpcError::TooManyHops`].
 pub const MAX_HOPS: u8 = 8;
@@ -554,7 +556,6 @@ impl<Ctx: Runtime<F>, F: Copy, const CALLS: usize, const CONTS: usize, const TX:
         let inc = Incoming { src, op: h.op, body, token: h.token, hops: h.hops, payload, one_way, now };
         self.stats.requests_served += 1;
         let action = ctx.serve(&inc);
-        let origin = h.token.origin;
         // A reply payload frame handed over by the stub but not sent (one-way request, or
         // transmit queue full) goes back to the runtime.
         let mut unsent = None;
@@ -567,12 +568,7 @@ impl<Ctx: Runtime<F>, F: Copy, const CALLS: usize, const CONTS: usize, const TX:
                 Ok(())
             }
             Action::Reply { body, payload } => {
-                let tag = if h.token.payload_kind == PayloadKind::Solicited as u8 && payload.is_some() {
-                    h.token.payload_token
-                } else {
-                    0
-                };
-                let r = self.queue(origin, Kind::Reply, h.op, h.token, h.hops, body.as_slice(), payload, tag, None);
+                let r = self.send_reply(Pending::of_header(h), body.as_slice(), payload);
                 if r.is_err() {
                     unsent = payload.map(|(f, _)| f);
                 }
@@ -580,7 +576,7 @@ impl<Ctx: Runtime<F>, F: Copy, const CALLS: usize, const CONTS: usize, const TX:
             }
             Action::Delegate { to, body } => {
                 if h.hops >= MAX_HOPS {
-                    self.error_reply(origin, h, RpcError::TooManyHops)
+                    self.send_error(Pending::of_header(h), RpcError::TooManyHops)
                 } else {
                     self.stats.delegated += 1;
                     self.queue(to, Kind::Request, h.op, h.token, h.hops + 1, body.as_slice(), None, 0, None)
@@ -590,7 +586,7 @@ impl<Ctx: Runtime<F>, F: Copy, const CALLS: usize, const CONTS: usize, const TX:
                 if e == RpcError::UnknownOp {
                     self.stats.unknown_ops += 1;
                 }
-                self.error_reply(origin, h, e)
+                self.send_error(Pending::of_header(h), e)
             }
         };
         if result.is_err() {
@@ -599,10 +595,6 @@ impl<Ctx: Runtime<F>, F: Copy, const CALLS: usize, const CONTS: usize, const TX:
         if let Some(f) = unsent {
             ctx.release(f);
         }
-    }
-
-    fn error_reply(&mut self, origin: u16, h: &Header, e: RpcError) -> Result<(), RpcError> {
-        self.queue(origin, Kind::ErrorReply, h.op, h.token, h.hops, &e.code().to_le_bytes(), None, 0, None)
     }
 
     fn reply(&mut self, ctx: &mut Ctx, src: u16, h: &Header, body: &[u8], payload: InPayload<F>) {

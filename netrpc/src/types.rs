@@ -260,7 +260,8 @@ pub enum Action<F> {
     Delegate { to: u16, body: Body },
     /// Answer with an error.
     Error(RpcError),
-    /// No reply (one-way requests, or the stub answers later by itself).
+    /// No reply now: a one-way request, or the stub replies later by itself
+    /// ([`super::rpc::Pending`], [`super::rpc::Rpc::reply_later`]).
     Done,
 }
 

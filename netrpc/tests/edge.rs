@@ -13,6 +13,7 @@ const OP_ECHO: u16 = 0x0100;
 const OP_FWD: u16 = 0x0200;
 const OP_ONEWAY_REPLY: u16 = 0x0300;
 const OP_PAGE: u16 = 0x0400;
+const OP_LATER: u16 = 0x0500;
 
 /// A runtime that records what NetRPC asks of it.
 #[derive(Default)]
@@ -33,6 +34,8 @@ struct Rt {
     next_frame: Frame,
     /// Receive buffers a stub took ownership of.
     stub_buffers: Vec<Frame>,
+    /// Replies owed (OP_LATER).
+    owed: Vec<Pending>,
 }
 
 impl Runtime<Frame> for Rt {
@@ -44,6 +47,10 @@ impl Runtime<Frame> for Rt {
         match inc.op {
             OP_ECHO => Action::Reply { body: Body::from_slice(inc.body).unwrap(), payload: None },
             OP_FWD => Action::delegate(self.fwd_to, inc),
+            OP_LATER => {
+                self.owed.extend(Pending::of(inc));
+                Action::Done
+            }
             OP_ONEWAY_REPLY | OP_PAGE => {
                 self.next_frame += 1;
                 let f = 1000 * (self.id as u32 + 1) + self.next_frame;
@@ -611,4 +618,45 @@ fn a_call_carries_a_request_payload_to_the_stub() {
     let r = rpcs[0].call_with_payload::<Echo>(0, &mut rts[0], 1, &Bytes(body8(7)), (44, 1), Mode::Wait);
     assert_eq!(r, Err(RpcError::TableFull));
     assert_eq!(core::iter::from_fn(|| rpcs[0].poll_transmit()).count(), 3, "the refused call queued nothing");
+}
+
+/// A stub that replies later (`Action::Done`, then `reply_later` / `error_later`): the
+/// requester gets what an immediate reply would give it — the body, the solicited payload
+/// tagged with its IPT token, an error code — and a later reply after the call ended is
+/// a stale reply, dropped.
+#[test]
+fn a_reply_sent_later_completes_the_call_as_an_immediate_one() {
+    let mut rts = [rt(0), rt(1)];
+    let mut rpcs: [Small; 2] = [Rpc::new(0, Config::default()), Rpc::new(1, Config::default())];
+    let solicited = ReplyTo::Solicited { token: 99, frame: 4 };
+    let a = rpcs[0].call_raw(0, &mut rts[0], 1, OP_LATER, &[], solicited, Mode::Wait).unwrap();
+    let b = rpcs[0].call_raw(0, &mut rts[0], 1, OP_LATER, &[], ReplyTo::None, Mode::Wait).unwrap();
+    pump(&mut rpcs, &mut rts);
+    assert_eq!(rpcs[0].take_outcome(a), None, "nothing sent yet");
+    let [pa, pb] = rts[1].owed[..] else { panic!("two replies owed: {:?}", rts[1].owed) };
+    assert_eq!(pa.requester(), 0);
+    rpcs[1].reply_later(pa, &body8(7), Some((55, 4096))).unwrap();
+    let r = rpcs[1].poll_transmit().unwrap();
+    assert_eq!(r.tag, 99, "a solicited payload is tagged with the requester's token");
+    rpcs[0].handle_message(0, &mut rts[0], 1, r.ctrl(), InPayload::Ipt { token: 99, len: 4096 });
+    let got = rpcs[0].take_outcome(a).unwrap().unwrap();
+    assert_eq!(got.body.as_slice(), &body8(7));
+    rpcs[1].error_later(pb, RpcError::Remote(0x0B05)).unwrap();
+    pump(&mut rpcs, &mut rts);
+    assert_eq!(rpcs[0].take_outcome(b), Some(Err(RpcError::Remote(0x0B05))));
+    // The same reply again: its call is over.
+    rpcs[1].error_later(pb, RpcError::Remote(0x0B05)).unwrap();
+    pump(&mut rpcs, &mut rts);
+    assert_eq!(rpcs[0].stats().stale_replies, 1);
+    assert!(Pending::of(&Incoming {
+        src: 0,
+        op: OP_LATER,
+        body: &[],
+        token: ReplyToken { origin: 0, record: 0, generation: 0, payload_kind: 0, payload_token: 0 },
+        hops: 0,
+        payload: InPayload::<Frame>::None,
+        one_way: true,
+        now: 0
+    })
+    .is_none(), "a one-way request is owed nothing");
 }
