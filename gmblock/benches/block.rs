@@ -379,11 +379,15 @@ fn run_nbd(file: &Path, dir: &Path, bytes: u64) -> anyhow::Result<Figures> {
     std::fs::write(&conf, text)?;
     let st = Command::new("nbd-server").arg("-C").arg(&conf).arg("-p").arg(&pidf).status().context("nbd-server")?;
     ensure!(st.success(), "nbd-server failed to start");
+    // The daemon creates its pid file, then writes it: wait for a number.
     let t = Instant::now();
-    while !pidf.exists() && t.elapsed() < Duration::from_secs(10) {
+    let pid: u32 = loop {
+        if let Some(pid) = std::fs::read_to_string(&pidf).ok().and_then(|s| s.trim().parse().ok()) {
+            break pid;
+        }
+        ensure!(t.elapsed() < Duration::from_secs(10), "nbd-server wrote no pid to {} in 10 s", pidf.display());
         std::thread::sleep(Duration::from_millis(10));
-    }
-    let pid: u32 = std::fs::read_to_string(&pidf)?.trim().parse()?;
+    };
     let cpu0 = cpu_of(pid)?;
     let t = Instant::now();
     let out = Command::new("nbdcopy").arg(format!("nbd://127.0.0.1:{port}/vol")).arg("null:").output()?;

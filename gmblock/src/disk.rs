@@ -85,11 +85,23 @@ impl Disk {
     /// Read `want` bytes at `offset` into `iov` (aligned); a short read (the file shrank)
     /// is an I/O error.
     pub fn read(&mut self, offset: u64, want: usize, iov: &mut [IoSliceMut<'_>]) -> Result<(), BlockError> {
-        match rustix::io::preadv(&self.file, iov, offset) {
+        let got = rustix::io::preadv(&self.file, iov, offset);
+        self.read_result(offset, want, got)
+    }
+
+    /// What a read of `want` bytes at `offset` that returned `got` means (here, or on the
+    /// ring: [`crate::uring`]).
+    pub fn read_result(&mut self, offset: u64, want: usize, got: rustix::io::Result<usize>) -> Result<(), BlockError> {
+        match got {
             Ok(n) if n == want => Ok(()),
             Ok(n) => Err(self.failed("read", format!("{n} of {want} bytes at {offset} (the export shrank)"))),
             Err(e) => Err(self.failed("read", e)),
         }
+    }
+
+    /// The open export, for reads queued on a ring.
+    pub fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        std::os::fd::AsFd::as_fd(&self.file)
     }
 
     /// Write `iov` (`want` bytes, aligned) at `offset`.

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-2.0-only
-//! The crate's only `unsafe` code: I/O vectors over pieces of a shared region's frames,
+//! With `uring` (reads in flight), the crate's `unsafe` code: I/O vectors over pieces of a shared region's frames,
 //! so that `O_DIRECT` `preadv`/`pwritev` move blocks between the disk and the frames
 //! themselves — NIC-local memory on the direct path, host RAM on the via-RAM path — with
 //! no bounce buffer.
@@ -17,7 +17,7 @@ use trapeze_vnic::shm::Mapping;
 
 /// Whether `pieces` (offset, length) lie inside a region of `len` bytes and are pairwise
 /// disjoint.
-fn valid(len: usize, pieces: &[(usize, usize)]) -> bool {
+pub(crate) fn valid(len: usize, pieces: &[(usize, usize)]) -> bool {
     let mut sorted: Vec<(usize, usize)> = pieces.to_vec();
     sorted.sort_unstable();
     let inside = sorted.iter().all(|&(o, l)| o.checked_add(l).is_some_and(|e| e <= len));

@@ -54,6 +54,7 @@ pub mod proto;
 pub mod server;
 pub mod station;
 pub mod striped;
+pub mod uring;
 
 /// A volume as the `gmblock` command, the bench and the tests use it: one server's
 /// ([`client::Client`]) or one striped over several ([`striped::StripedClient`]).

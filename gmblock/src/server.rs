@@ -16,7 +16,8 @@ use crate::station::{NicBytes, Placement, Station, StationConfig};
 use netrpc::prelude::*;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-use trapeze_node::rpc::{Frame, Frames, Service};
+use crate::uring::Reads;
+use trapeze_node::rpc::{Frame, Frames, RpcPort, Service};
 
 /// How long the loop spins after its last work before it sleeps on the link.
 pub const IDLE_SPIN: Duration = Duration::from_micros(100);
@@ -33,6 +34,18 @@ pub struct ServerStats {
     pub errors: u64,
 }
 
+/// Reads the disk works on at once (a client keeps at most 32 chunks in flight).
+pub const READS_IN_FLIGHT: u32 = 64;
+
+/// A read on the disk whose reply is owed: the request, and the frames it fills (each
+/// `piece` bytes).
+pub struct Owed {
+    pending: Pending,
+    range: Range,
+    got: Vec<Frame>,
+    piece: u32,
+}
+
 /// The protocol's server stubs over one disk.
 pub struct BlockService {
     pub disk: Disk,
@@ -40,6 +53,9 @@ pub struct BlockService {
     pub stats: ServerStats,
     /// When set, reads and writes take as long as this modelled disk would.
     pub model: Option<DiskModel>,
+    /// Reads in flight on the disk ([`crate::uring`]); `None`: each read is done inside
+    /// its request's stub, one at a time (a modelled disk serves one request at a time).
+    reads: Option<Reads<Owed>>,
 }
 
 impl Service for BlockService {
@@ -82,7 +98,7 @@ impl BlockService {
                 let info = Info { size: self.disk.size, path: self.path, read_only: self.disk.read_only };
                 Ok(Action::reply(&info, None))
             }
-            ReadOp::OP => self.read(inc.decode::<ReadOp>()?, frames).map_err(BlockError::rpc),
+            ReadOp::OP => self.read(inc.decode::<ReadOp>()?, Pending::of(inc), frames).map_err(BlockError::rpc),
             WriteOp::OP => self.write(inc.decode::<WriteOp>()?, payload, frames).map_err(BlockError::rpc),
             FlushOp::OP => {
                 inc.decode::<FlushOp>()?;
@@ -99,8 +115,9 @@ impl BlockService {
         }
     }
 
-    /// Read a chunk into fresh frames and reply with them (gathered when several).
-    fn read(&mut self, r: Range, frames: &mut Frames) -> Result<Action<Frame>, BlockError> {
+    /// Read a chunk into fresh frames and reply with them (gathered when several): on the
+    /// ring, the reply sent when the read completes ([`Server::pass`]), or here.
+    fn read(&mut self, r: Range, owed: Option<Pending>, frames: &mut Frames) -> Result<Action<Frame>, BlockError> {
         check_range(r, self.disk.size, READ_CHUNK_BYTES)?;
         let (piece, n) = read_layout(r.len).ok_or(BlockError::TooLarge)?;
         let mut got: Vec<Frame> = Vec::with_capacity(n as usize);
@@ -112,24 +129,19 @@ impl BlockService {
         }
         let pieces: Vec<(usize, usize)> = got.iter().map(|&f| (f as usize, piece as usize)).collect();
         let region = frames.frames().region.clone();
+        if let (Some(reads), Some(pending)) = (self.reads.as_mut().filter(|q| q.has_room()), owed) {
+            let fd = self.disk.fd();
+            return match reads.push(fd, &region, &pieces, r.offset, Owed { pending, range: r, got, piece }) {
+                Ok(()) => Ok(Action::Done),
+                Err(o) => Err(give_back(frames, &o.got, BlockError::Io)),
+            };
+        }
         let disk = &mut self.disk;
         let read = frameio::with_pieces_mut(&region, &pieces, |iov| disk.read(r.offset, r.len as usize, iov));
         if let Err(e) = read.unwrap_or(Err(BlockError::Io)) {
             return Err(give_back(frames, &got, e));
         }
-        let payload = match got.as_slice() {
-            [one] => *one,
-            _ => match frames.frames_mut().group(&got, piece) {
-                Some(g) => g,
-                None => return Err(give_back(frames, &got, BlockError::Busy)),
-            },
-        };
-        // Free once the reply that carries them has been sent.
-        for &f in &got {
-            frames.retire(f);
-        }
-        self.stats.reads += 1;
-        self.stats.bytes_read += u64::from(r.len);
+        let payload = read_done(&mut self.stats, r, &got, piece, frames)?;
         Ok(Action::reply(&(), Some((payload, r.len))))
     }
 
@@ -160,6 +172,52 @@ fn give_back(frames: &mut Frames, got: &[Frame], e: BlockError) -> BlockError {
         frames.free(f);
     }
     e
+}
+
+/// A read's frames hold its bytes: the reply's payload (a group when several), its frames
+/// retired (freed once the reply that carries them has been sent).
+fn read_done(stats: &mut ServerStats, r: Range, got: &[Frame], piece: u32, frames: &mut Frames) -> Result<Frame, BlockError> {
+    let payload = match got {
+        [one] => *one,
+        _ => match frames.frames_mut().group(got, piece) {
+            Some(g) => g,
+            None => return Err(give_back(frames, got, BlockError::Busy)),
+        },
+    };
+    for &f in got {
+        frames.retire(f);
+    }
+    stats.reads += 1;
+    stats.bytes_read += u64::from(r.len);
+    Ok(payload)
+}
+
+/// Reply to the reads the ring completed: their bytes, or the disk's error. Whether any
+/// completed.
+fn finish_reads(port: &mut RpcPort<BlockService>) -> bool {
+    let (rpc, node) = (&mut port.rpc, &mut port.node);
+    let (svc, frames) = (&mut node.service, &mut node.frames);
+    let Some(reads) = svc.reads.as_mut() else { return false };
+    let (disk, stats) = (&mut svc.disk, &mut svc.stats);
+    reads.complete(|o, got| {
+        let read = disk.read_result(o.range.offset, o.range.len as usize, got);
+        let replied = match read.map_err(|e| give_back(frames, &o.got, e)) {
+            Ok(()) => read_done(stats, o.range, &o.got, o.piece, frames),
+            Err(e) => Err(e),
+        };
+        match replied {
+            Ok(payload) => {
+                if rpc.reply_later(o.pending, &[], Some((payload, o.range.len))).is_err() {
+                    // Not sent (the transmit queue is full): as an unsent immediate reply.
+                    frames.release(payload);
+                }
+            }
+            Err(e) => {
+                stats.errors += 1;
+                let _ = rpc.error_later(o.pending, e.rpc());
+            }
+        }
+    })
 }
 
 /// Everything `gmblockd` is started with.
@@ -208,19 +266,34 @@ impl Server {
             DataPath::Direct => Placement::NicLocal,
             DataPath::ViaRam => Placement::HostRam,
         };
-        let service = BlockService { disk, path: cfg.path, stats: ServerStats::default(), model: cfg.model };
+        let reads = match cfg.model {
+            Some(_) => None,
+            None => Reads::new(READS_IN_FLIGHT)
+                .map_err(|e| eprintln!("gmblockd: io_uring refused ({e}): the disk reads one chunk at a time"))
+                .ok(),
+        };
+        let service = BlockService { disk, path: cfg.path, stats: ServerStats::default(), model: cfg.model, reads };
         let station = Station::open(&cfg.station, service)?;
         Ok(Server { station, started: Instant::now() })
     }
 
-    /// One pass: poll the port, then let the frames retired in it wait for its sends.
+    /// One pass: reply to the reads the disk completed, poll the port (sending those
+    /// replies, serving requests), start the reads its requests queued, then let the
+    /// frames retired in it wait for its sends. Busy while reads are in flight.
     pub fn pass(&mut self) -> bool {
-        let busy = self.station.port.poll();
-        if let (false, Some(m)) = (busy, self.station.port.node.service.model.as_mut()) {
+        let port = &mut self.station.port;
+        let done = finish_reads(port);
+        let busy = port.poll();
+        if let (false, Some(m)) = (busy, port.node.service.model.as_mut()) {
             m.went_idle();
         }
-        self.station.port.node.frames.tag_limbo();
-        busy
+        let in_flight = match port.node.service.reads.as_mut() {
+            // A refused submission leaves the reads queued for the next pass.
+            Some(r) => r.submit().map_or(true, |()| r.in_flight() > 0),
+            None => false,
+        };
+        port.node.frames.tag_limbo();
+        busy || done || in_flight
     }
 
     /// Serve until `stop` is set.
