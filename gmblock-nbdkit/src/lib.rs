@@ -16,9 +16,10 @@
 //! to gmblockd through one [`Backend`] — a [`gmblock::client::Client`] of one server, or
 //! a [`gmblock::striped::StripedClient`] when `server=` is repeated or `grain=` given —
 //! a station of its own on the UDP link, made after nbdkit forked, shared by every
-//! connection behind a mutex, so requests reach the servers one at a time in the order
-//! they took the lock. NBD allows any offset and length; gmblock wants 4 KiB-aligned
-//! requests of at most 1 MiB: [`span`] cuts and patches.
+//! connection behind a mutex. Reads waiting for it go to the servers together, their
+//! chunks in flight at once ([`batch`]); writes, flushes and trims take it one at a time.
+//! NBD allows any offset and length; gmblock wants 4 KiB-aligned requests of at most
+//! 1 MiB: [`span`] cuts and patches.
 //!
 //! A striped export's servers must hold volumes of one size (a stripe set whose members
 //! differ is refused when nbdkit starts, naming them), each server once, the grain a
@@ -38,6 +39,7 @@
 //! a server, `EINVAL` for a range the volume does not hold, `EROFS` for a read-only
 //! export) and end only that request.
 
+pub mod batch;
 pub mod span;
 
 mod ffi;
@@ -123,9 +125,22 @@ impl span::Blocks for Backend {
 /// process).
 static BACKEND: Mutex<Option<Backend>> = Mutex::new(None);
 
+/// Reads waiting for the backend.
+static BATCH: batch::Batch = batch::Batch::new();
+
+/// Read a batch: one server's client reads its requests' chunks together; a striped
+/// volume reads them one after the other (its client keeps its own servers busy).
+fn read_many(b: &mut Option<Backend>, reqs: &mut [(u64, &mut [u8])]) -> Vec<anyhow::Result<()>> {
+    match b {
+        None => reqs.iter().map(|_| Err(anyhow::anyhow!("not connected to gmblockd"))).collect(),
+        Some(Backend::One(c)) => c.read_many(reqs),
+        Some(b) => reqs.iter_mut().map(|(offset, buf)| span::read_at(b, *offset, buf)).collect(),
+    }
+}
+
 /// A lock that a panicking holder poisoned is still the data: every callback leaves the
 /// client consistent between calls (a failed request has drained its chunks).
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -322,6 +337,9 @@ impl Server for Export {
     }
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        if batch::fits(offset, buf.len()) {
+            return BATCH.read(&BACKEND, offset, buf, read_many).map_err(fail);
+        }
         with_backend(|b| span::read_at(b, offset, buf))
     }
 

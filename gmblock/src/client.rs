@@ -33,8 +33,9 @@ impl Service for NoService {
     }
 }
 
-/// A chunk on its way: where in the request, and its call.
+/// A chunk on its way: which request (of a batch), where in it, and its call.
 struct Chunk {
+    req: usize,
     at: usize,
     len: u32,
     tries: u32,
@@ -129,35 +130,55 @@ impl Client {
 
     /// Read `buf.len()` bytes (4 KiB–1 MiB, aligned) at `offset`.
     pub fn read(&mut self, offset: u64, buf: &mut [u8]) -> anyhow::Result<()> {
-        self.check(offset, buf.len())?;
-        let mut next = 0usize;
+        self.read_many(&mut [(offset, buf)]).pop().unwrap_or(Ok(()))
+    }
+
+    /// Read several requests at once, each `(offset, buf)` as [`Self::read`] takes it:
+    /// their chunks share the window, in the order given, so a batch of small requests
+    /// keeps as many chunks in flight as one large one. Each request has its outcome; one
+    /// that fails stops only its own chunks.
+    pub fn read_many(&mut self, reqs: &mut [(u64, &mut [u8])]) -> Vec<anyhow::Result<()>> {
+        let mut out: Vec<anyhow::Result<()>> = reqs.iter().map(|(o, b)| self.check(*o, b.len())).collect();
+        let mut todo = std::collections::VecDeque::new();
+        for (k, (_, buf)) in reqs.iter().enumerate().filter(|(k, _)| out[*k].is_ok()) {
+            let mut at = 0;
+            while at < buf.len() {
+                let len = read_chunk((buf.len() - at) as u32);
+                todo.push_back((k, at, len));
+                at += len as usize;
+            }
+        }
         let mut flight: Vec<Chunk> = Vec::new();
-        let mut failed = None;
-        while failed.is_none() && (next < buf.len() || !flight.is_empty()) {
-            while next < buf.len() && flight.len() < self.window {
-                let len = read_chunk((buf.len() - next) as u32);
-                match self.start_read(offset, next, len, 1) {
-                    Ok(c) => flight.push(c),
-                    Err(e) if flight.is_empty() => return Err(error_of(e)),
-                    Err(_) => break,
+        while !todo.is_empty() || !flight.is_empty() {
+            while flight.len() < self.window {
+                let Some((k, at, len)) = todo.pop_front() else { break };
+                if out[k].is_err() {
+                    continue;
                 }
-                next += len as usize;
+                match self.start_read(k, reqs[k].0, at, len, 1) {
+                    Ok(c) => flight.push(c),
+                    Err(e) if flight.is_empty() => out[k] = Err(error_of(e)),
+                    Err(_) => {
+                        todo.push_front((k, at, len));
+                        break;
+                    }
+                }
             }
             self.pump();
-            failed = self.reap_reads(offset, buf, &mut flight);
+            self.reap_reads(reqs, &mut out, &mut flight);
         }
-        self.drain(flight);
-        failed.map_or(Ok(()), Err)
+        out
     }
 
-    fn start_read(&mut self, offset: u64, at: usize, len: u32, tries: u32) -> Result<Chunk, RpcError> {
+    fn start_read(&mut self, req: usize, offset: u64, at: usize, len: u32, tries: u32) -> Result<Chunk, RpcError> {
         let r = Range { offset: offset + at as u64, len };
         let flight = send_read(&mut self.station.port, self.server, r)?;
-        Ok(Chunk { at, len, tries, flight })
+        Ok(Chunk { req, at, len, tries, flight })
     }
 
-    /// Take the outcomes of finished read chunks; resend retryable ones. The first error.
-    fn reap_reads(&mut self, offset: u64, buf: &mut [u8], flight: &mut Vec<Chunk>) -> Option<anyhow::Error> {
+    /// Take the outcomes of finished read chunks: copy out their bytes, resend retryable
+    /// ones; a request's first error is its outcome (its later chunks are only reaped).
+    fn reap_reads(&mut self, reqs: &mut [(u64, &mut [u8])], out: &mut [anyhow::Result<()>], flight: &mut Vec<Chunk>) {
         let mut i = 0;
         while i < flight.len() {
             let Some(o) = self.station.port.rpc.take_outcome(flight[i].flight.call) else {
@@ -166,22 +187,22 @@ impl Client {
             };
             let c = flight.swap_remove(i);
             let frames = &mut self.station.port.node.frames;
-            if o.is_ok() {
-                copy_out(frames, &c.flight.frames, c.len, 0, &mut buf[c.at..c.at + c.len as usize]);
+            let live = out[c.req].is_ok();
+            if o.is_ok() && live {
+                let dst = &mut reqs[c.req].1[c.at..c.at + c.len as usize];
+                copy_out(frames, &c.flight.frames, c.len, 0, dst);
             }
-            let (at, len, tries) = (c.at, c.len, c.tries);
+            let (k, at, len, tries) = (c.req, c.at, c.len, c.tries);
             self.holds.end(frames, c.flight, o.is_ok());
-            if let Err(e) = o {
-                if !(retryable(e) && tries < TRIES) {
-                    return Some(error_of(e));
-                }
-                match self.start_read(offset, at, len, tries + 1) {
+            match o {
+                Err(e) if live && retryable(e) && tries < TRIES => match self.start_read(k, reqs[k].0, at, len, tries + 1) {
                     Ok(again) => flight.push(again),
-                    Err(e) => return Some(error_of(e)),
-                }
+                    Err(e) => out[k] = Err(error_of(e)),
+                },
+                Err(e) if live => out[k] = Err(error_of(e)),
+                _ => {}
             }
         }
-        None
     }
 
     /// Write `data` (4 KiB–1 MiB, aligned) at `offset`; acknowledged chunk by chunk.
@@ -210,7 +231,7 @@ impl Client {
     fn start_write(&mut self, offset: u64, at: usize, data: &[u8], tries: u32) -> Result<Chunk, RpcError> {
         let r = Range { offset: offset + at as u64, len: data.len() as u32 };
         let flight = send_write(&mut self.station.port, self.server, r, data)?;
-        Ok(Chunk { at, len: r.len, tries, flight })
+        Ok(Chunk { req: 0, at, len: r.len, tries, flight })
     }
 
     fn reap_writes(&mut self, offset: u64, data: &[u8], flight: &mut Vec<Chunk>) -> Option<anyhow::Error> {
@@ -275,7 +296,7 @@ impl Client {
 
     /// One read chunk as given (solicited into fresh frames), not retried.
     pub fn raw_read(&mut self, offset: u64, len: u32) -> Result<(), RpcError> {
-        let c = self.start_read(offset, 0, len, TRIES)?;
+        let c = self.start_read(0, offset, 0, len, TRIES)?;
         loop {
             self.pump();
             if let Some(o) = self.station.port.rpc.take_outcome(c.flight.call) {
