@@ -28,6 +28,7 @@ struct Waiting {
 }
 
 /// The reads waiting for the backend's lock.
+#[derive(Default)]
 pub struct Batch {
     waiting: Mutex<Vec<Waiting>>,
 }
@@ -35,7 +36,7 @@ pub struct Batch {
 /// Whether a read of `len` bytes at `offset` is batched: whole blocks, 1 MiB at most.
 pub fn fits(offset: u64, len: usize) -> bool {
     let block = u64::from(BLOCK_BYTES);
-    offset % block == 0 && len > 0 && len as u64 % block == 0 && len <= MAX_REQUEST_BYTES as usize
+    offset.is_multiple_of(block) && len > 0 && (len as u64).is_multiple_of(block) && len <= MAX_REQUEST_BYTES as usize
 }
 
 impl Batch {
@@ -123,7 +124,9 @@ mod tests {
                         let offset = if t == 7 && k == 3 { 1 << 30 } else { (t * 20 + k) * 65536 };
                         let mut buf = vec![0xAAu8; 65536];
                         match BATCH.read(backend, offset, &mut buf, many) {
-                            Ok(()) => assert!(buf.iter().enumerate().all(|(i, &x)| x == ((offset + i as u64) / 4096) as u8)),
+                            Ok(()) => {
+                                assert!(buf.iter().enumerate().all(|(i, &x)| x == ((offset + i as u64) / 4096) as u8))
+                            }
                             Err(e) => {
                                 assert_eq!(offset, 1 << 30, "{e}");
                                 failed.fetch_add(1, Ordering::Relaxed);

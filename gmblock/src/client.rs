@@ -195,10 +195,12 @@ impl Client {
             let (k, at, len, tries) = (c.req, c.at, c.len, c.tries);
             self.holds.end(frames, c.flight, o.is_ok());
             match o {
-                Err(e) if live && retryable(e) && tries < TRIES => match self.start_read(k, reqs[k].0, at, len, tries + 1) {
-                    Ok(again) => flight.push(again),
-                    Err(e) => out[k] = Err(error_of(e)),
-                },
+                Err(e) if live && retryable(e) && tries < TRIES => {
+                    match self.start_read(k, reqs[k].0, at, len, tries + 1) {
+                        Ok(again) => flight.push(again),
+                        Err(e) => out[k] = Err(error_of(e)),
+                    }
+                }
                 Err(e) if live => out[k] = Err(error_of(e)),
                 _ => {}
             }

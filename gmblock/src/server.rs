@@ -13,10 +13,11 @@ use crate::frameio;
 use crate::model::DiskModel;
 use crate::proto::*;
 use crate::station::{NicBytes, Placement, Station, StationConfig};
+use crate::uring::Reads;
 use netrpc::prelude::*;
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-use crate::uring::Reads;
 use trapeze_node::rpc::{Frame, Frames, RpcPort, Service};
 
 /// How long the loop spins after its last work before it sleeps on the link.
@@ -176,7 +177,13 @@ fn give_back(frames: &mut Frames, got: &[Frame], e: BlockError) -> BlockError {
 
 /// A read's frames hold its bytes: the reply's payload (a group when several), its frames
 /// retired (freed once the reply that carries them has been sent).
-fn read_done(stats: &mut ServerStats, r: Range, got: &[Frame], piece: u32, frames: &mut Frames) -> Result<Frame, BlockError> {
+fn read_done(
+    stats: &mut ServerStats,
+    r: Range,
+    got: &[Frame],
+    piece: u32,
+    frames: &mut Frames,
+) -> Result<Frame, BlockError> {
     let payload = match got {
         [one] => *one,
         _ => match frames.frames_mut().group(got, piece) {
@@ -234,6 +241,8 @@ pub struct ServerConfig {
 pub struct Server {
     pub station: Station<BlockService>,
     started: Instant,
+    /// Readable when disk reads completed (a duplicate of the ring's descriptor).
+    reads_ready: Option<OwnedFd>,
 }
 
 /// What a server reports (`--stats-json`, the bench).
@@ -272,14 +281,15 @@ impl Server {
                 .map_err(|e| eprintln!("gmblockd: io_uring refused ({e}): the disk reads one chunk at a time"))
                 .ok(),
         };
+        let reads_ready = reads.as_ref().map(|r| r.ready_fd().try_clone_to_owned()).transpose()?;
         let service = BlockService { disk, path: cfg.path, stats: ServerStats::default(), model: cfg.model, reads };
         let station = Station::open(&cfg.station, service)?;
-        Ok(Server { station, started: Instant::now() })
+        Ok(Server { station, started: Instant::now(), reads_ready })
     }
 
     /// One pass: reply to the reads the disk completed, poll the port (sending those
     /// replies, serving requests), start the reads its requests queued, then let the
-    /// frames retired in it wait for its sends. Busy while reads are in flight.
+    /// frames retired in it wait for its sends. Whether it did anything.
     pub fn pass(&mut self) -> bool {
         let port = &mut self.station.port;
         let done = finish_reads(port);
@@ -287,13 +297,10 @@ impl Server {
         if let (false, Some(m)) = (busy, port.node.service.model.as_mut()) {
             m.went_idle();
         }
-        let in_flight = match port.node.service.reads.as_mut() {
-            // A refused submission leaves the reads queued for the next pass.
-            Some(r) => r.submit().map_or(true, |()| r.in_flight() > 0),
-            None => false,
-        };
+        // A refused submission leaves the reads queued for the next pass.
+        let refused = port.node.service.reads.as_mut().is_some_and(|r| r.submit().is_err());
         port.node.frames.tag_limbo();
-        busy || done || in_flight
+        busy || done || refused
     }
 
     /// Serve until `stop` is set.
@@ -303,7 +310,8 @@ impl Server {
             if self.pass() {
                 last_work = Instant::now();
             } else if last_work.elapsed() > IDLE_SPIN {
-                self.station.wait_link(Duration::from_millis(20));
+                // Asleep until a request arrives or a disk read completes.
+                self.station.wait_link_or(Duration::from_millis(20), self.reads_ready.as_ref().map(|fd| fd.as_fd()));
             }
         }
     }

@@ -106,13 +106,22 @@ impl<S: Service> Station<S> {
     /// Sleep until the link is readable or `timeout` passed — unless a packet already
     /// waits in the NIC's link (then return at once: poll).
     pub fn wait_link(&mut self, timeout: Duration) {
+        self.wait_link_or(timeout, None);
+    }
+
+    /// [`Self::wait_link`], waking also when `also` becomes readable (the server's
+    /// disk-read completions: [`crate::uring::Reads::ready_fd`]).
+    pub fn wait_link_or(&mut self, timeout: Duration, also: Option<std::os::fd::BorrowedFd<'_>>) {
         use rustix::event::{poll, PollFd, PollFlags, Timespec};
         if !self.port.prepare_wait() {
             return;
         }
-        let mut fds = [PollFd::new(&self.link_fd, PollFlags::IN)];
         let ts = Timespec { tv_sec: timeout.as_secs() as i64, tv_nsec: timeout.subsec_nanos() as i64 };
-        let _ = poll(&mut fds, Some(&ts));
+        let link = PollFd::new(&self.link_fd, PollFlags::IN);
+        let _ = match also {
+            Some(fd) => poll(&mut [link, PollFd::from_borrowed_fd(fd, PollFlags::IN)], Some(&ts)),
+            None => poll(&mut [link], Some(&ts)),
+        };
         self.port.end_wait();
     }
 }

@@ -15,7 +15,8 @@
 #![allow(unsafe_code)]
 
 use io_uring::{opcode, types, IoUring};
-use std::os::fd::{AsRawFd, BorrowedFd};
+use rustix::event::EventfdFlags;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 use trapeze_vnic::shm::Mapping;
 
@@ -29,6 +30,9 @@ struct Slot<T> {
 /// Reads in flight on one ring, each named by a caller's tag `T`.
 pub struct Reads<T> {
     ring: IoUring,
+    /// Readable once a read completed since the last [`Reads::complete`] (registered with
+    /// the ring): the server sleeps on it beside its link.
+    ready: OwnedFd,
     slots: Vec<Option<Slot<T>>>,
     free: Vec<usize>,
     /// Pushed, not yet submitted.
@@ -40,8 +44,15 @@ impl<T> Reads<T> {
     /// why).
     pub fn new(depth: u32) -> std::io::Result<Reads<T>> {
         let ring = IoUring::new(depth)?;
+        let ready = rustix::event::eventfd(0, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC)?;
+        ring.submitter().register_eventfd(ready.as_raw_fd())?;
         let n = depth as usize;
-        Ok(Reads { ring, slots: (0..n).map(|_| None).collect(), free: (0..n).rev().collect(), queued: 0 })
+        Ok(Reads { ring, ready, slots: (0..n).map(|_| None).collect(), free: (0..n).rev().collect(), queued: 0 })
+    }
+
+    /// Readable once a read has completed that [`Self::complete`] has not yet taken.
+    pub fn ready_fd(&self) -> BorrowedFd<'_> {
+        self.ready.as_fd()
     }
 
     /// Reads in flight (pushed and not yet completed).
@@ -112,6 +123,8 @@ impl<T> Reads<T> {
     /// Hand each completed read's tag to `done` with its result: the bytes read, or the
     /// error. Whether any completed.
     pub fn complete(&mut self, mut done: impl FnMut(T, Result<usize, rustix::io::Errno>)) -> bool {
+        // Reset the signal before looking: a read completing after this signals again.
+        let _ = rustix::io::read(&self.ready, &mut [0u8; 8]);
         let mut any = false;
         while let Some(cqe) = self.ring.completion().next() {
             let k = cqe.user_data() as usize;
@@ -141,7 +154,6 @@ impl<T> Drop for Reads<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::fd::AsFd;
 
     #[test]
     fn reads_land_in_their_pieces_and_bad_pieces_are_refused() {

@@ -648,15 +648,18 @@ fn a_reply_sent_later_completes_the_call_as_an_immediate_one() {
     rpcs[1].error_later(pb, RpcError::Remote(0x0B05)).unwrap();
     pump(&mut rpcs, &mut rts);
     assert_eq!(rpcs[0].stats().stale_replies, 1);
-    assert!(Pending::of(&Incoming {
-        src: 0,
-        op: OP_LATER,
-        body: &[],
-        token: ReplyToken { origin: 0, record: 0, generation: 0, payload_kind: 0, payload_token: 0 },
-        hops: 0,
-        payload: InPayload::<Frame>::None,
-        one_way: true,
-        now: 0
-    })
-    .is_none(), "a one-way request is owed nothing");
+    assert!(
+        Pending::of(&Incoming {
+            src: 0,
+            op: OP_LATER,
+            body: &[],
+            token: ReplyToken { origin: 0, record: 0, generation: 0, payload_kind: 0, payload_token: 0 },
+            hops: 0,
+            payload: InPayload::<Frame>::None,
+            one_way: true,
+            now: 0
+        })
+        .is_none(),
+        "a one-way request is owed nothing"
+    );
 }

@@ -37,7 +37,7 @@ enum What {
     /// with nbdcopy, interleaved rounds: MB/s, server CPU-seconds per GiB, host-RAM bytes
     /// per byte, `direct_over_via_ram`, `direct_over_nbd_server`; and the NBD export
     /// (nbdkit with gmblock's plugin) against nbdkit memory and nbdkit file, all read by
-    /// nbdcopy: `export_over_nbdkit`, `export_over_nbdkit_file`, `export_over_direct`.
+    /// nbdcopy: `export_over_nbdkit` (over nbdkit file), `export_over_nbdkit_memory`, `export_over_direct`.
     Block(block::BlockArgs),
     /// QEMU guests: 4 KiB random read p50/p99 and sequential MB/s of the GMS block device
     /// /dev/gms0 in guest A against Linux's NBD client reading nbd-server in guest B over
