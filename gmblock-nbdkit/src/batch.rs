@@ -1,39 +1,70 @@
 // SPDX-License-Identifier: GPL-2.0-only
-//! Reads that wait together go to the servers together. nbdkit calls the plugin from many
-//! threads (clients keep many requests in flight, on several connections), but the
-//! backend is one station behind one lock. A thread that wants to read queues its
-//! request, then takes the lock; if the thread that held it before already read its
-//! request, it is done, otherwise it reads every request queued by then as one batch
-//! (gmblock's [`gmblock::client::Client::read_many`]: their chunks share the window) and
-//! hands each its outcome before it lets the lock go. So the servers see the chunks of all
-//! the reads in flight, not one request's at a time, and no request waits for a wake-up
-//! that nobody sends: every queued request is read by the next holder of the lock at the
-//! latest.
+//! Reads in flight together. nbdkit calls the plugin from many threads (clients keep many
+//! requests in flight, on several connections), but the backend is one station behind one
+//! lock. A thread that wants to read queues its request and tries the lock. The thread
+//! that holds it streams the queue into the backend
+//! ([`gmblock::client::Client::read_stream`]): requests join the window while others are
+//! in flight, and each is handed back to its thread, which is woken, as soon as its own
+//! chunks are in. A thread that finds the lock taken waits for its outcome; it tries the
+//! lock again after [`RECHECK`], so a request queued just as the holder stopped taking
+//! requests is read by the next holder. A holder takes at most [`TURN`] requests, then
+//! lets the lock go, so writes are not starved by a stream of reads.
 //!
-//! Only whole-block reads of at most 1 MiB are batched ([`fits`]); the rest go through
-//! [`crate::span`] alone. Writes, flushes and trims take the lock alone as before, so a
+//! Only whole-block reads of at most 1 MiB go through the queue ([`fits`]); the rest go
+//! through [`crate::span`] alone. Writes, flushes and trims take the lock alone, so a
 //! read-modify-write of a partial block still has the backend to itself.
 
 use gmblock::proto::{BLOCK_BYTES, MAX_REQUEST_BYTES};
-use std::sync::{Arc, Mutex};
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex, TryLockError};
+use std::time::Duration;
 
-/// Where a queued read's outcome goes: its bytes, or its error.
-type Outcome = Arc<Mutex<Option<anyhow::Result<Vec<u8>>>>>;
+/// How long a thread waits for its read's outcome before it tries the lock again.
+pub const RECHECK: Duration = Duration::from_micros(200);
+/// Requests a lock holder takes from the queue before it lets the lock go.
+pub const TURN: usize = 256;
 
-/// A read waiting for the backend.
-struct Waiting {
-    offset: u64,
-    buf: Vec<u8>,
-    done: Outcome,
+/// Where a read's outcome goes: its bytes, or its error; the reading thread is woken.
+#[derive(Default)]
+struct Slot {
+    out: Mutex<Option<anyhow::Result<Vec<u8>>>>,
+    ready: Condvar,
 }
 
-/// The reads waiting for the backend's lock.
+/// A read on its way through the queue and the backend: its buffer, and its slot.
+pub struct Waiting {
+    buf: Vec<u8>,
+    slot: Arc<Slot>,
+}
+
+impl AsMut<[u8]> for Waiting {
+    fn as_mut(&mut self) -> &mut [u8] {
+        &mut self.buf
+    }
+}
+
+impl Waiting {
+    /// The read is over: hand its outcome to its thread.
+    pub fn finish(self, outcome: anyhow::Result<()>) {
+        let Waiting { buf, slot } = self;
+        *crate::lock(&slot.out) = Some(outcome.map(|()| buf));
+        slot.ready.notify_one();
+    }
+}
+
+/// What a backend reads a stream with: requests from `next` (asked again when it gave
+/// none, until the backend has nothing in flight), each handed back through `done`.
+pub type Next<'a> = &'a mut dyn FnMut() -> Option<(u64, Waiting)>;
+pub type Done<'a> = &'a mut dyn FnMut(u64, Waiting, anyhow::Result<()>);
+
+/// The reads waiting for the backend.
 #[derive(Default)]
 pub struct Batch {
-    waiting: Mutex<Vec<Waiting>>,
+    waiting: Mutex<VecDeque<(u64, Waiting)>>,
 }
 
-/// Whether a read of `len` bytes at `offset` is batched: whole blocks, 1 MiB at most.
+/// Whether a read of `len` bytes at `offset` goes through the queue: whole blocks, 1 MiB
+/// at most.
 pub fn fits(offset: u64, len: usize) -> bool {
     let block = u64::from(BLOCK_BYTES);
     offset.is_multiple_of(block) && len > 0 && (len as u64).is_multiple_of(block) && len <= MAX_REQUEST_BYTES as usize
@@ -41,48 +72,49 @@ pub fn fits(offset: u64, len: usize) -> bool {
 
 impl Batch {
     pub const fn new() -> Batch {
-        Batch { waiting: Mutex::new(Vec::new()) }
+        Batch { waiting: Mutex::new(VecDeque::new()) }
     }
 
-    /// Read `buf.len()` bytes at `offset` from the backend behind `backend`, batched with
-    /// every read waiting when this thread gets the lock; `many` reads a batch, one
-    /// outcome per request, in order.
+    /// Read `buf.len()` bytes at `offset` from the backend behind `backend`, streamed by
+    /// `stream` together with the other reads in flight (module doc).
     pub fn read<B>(
         &self,
         backend: &Mutex<B>,
         offset: u64,
         buf: &mut [u8],
-        many: impl FnOnce(&mut B, &mut [(u64, &mut [u8])]) -> Vec<anyhow::Result<()>>,
+        stream: impl Fn(&mut B, Next<'_>, Done<'_>),
     ) -> anyhow::Result<()> {
-        let done = Outcome::default();
-        crate::lock(&self.waiting).push(Waiting { offset, buf: vec![0; buf.len()], done: Arc::clone(&done) });
-        {
-            let mut b = crate::lock(backend);
-            // Still unread: this request is in the queue, and no other thread can take
-            // it while this one holds the lock.
-            if crate::lock(&done).is_none() {
-                let batch = std::mem::take(&mut *crate::lock(&self.waiting));
-                run(&mut *b, batch, many);
+        let slot = Arc::new(Slot::default());
+        crate::lock(&self.waiting).push_back((offset, Waiting { buf: vec![0; buf.len()], slot: Arc::clone(&slot) }));
+        loop {
+            if let Some(got) = crate::lock(&slot.out).take() {
+                return got.map(|bytes| buf.copy_from_slice(&bytes));
+            }
+            match backend.try_lock() {
+                Ok(mut b) => self.serve(&mut *b, &stream),
+                Err(TryLockError::Poisoned(p)) => self.serve(&mut *p.into_inner(), &stream),
+                Err(TryLockError::WouldBlock) => {
+                    let out = crate::lock(&slot.out);
+                    if out.is_none() {
+                        drop(slot.ready.wait_timeout(out, RECHECK));
+                    }
+                }
             }
         }
-        let got = crate::lock(&done).take();
-        got.unwrap_or_else(|| Err(anyhow::anyhow!("the read at {offset} was left out of its batch")))
-            .map(|bytes| buf.copy_from_slice(&bytes))
     }
-}
 
-/// Read `batch` with `many` and hand each request its outcome.
-fn run<B>(
-    b: &mut B,
-    mut batch: Vec<Waiting>,
-    many: impl FnOnce(&mut B, &mut [(u64, &mut [u8])]) -> Vec<anyhow::Result<()>>,
-) {
-    let mut reqs: Vec<(u64, &mut [u8])> = batch.iter_mut().map(|w| (w.offset, w.buf.as_mut_slice())).collect();
-    let mut outs = many(b, &mut reqs).into_iter();
-    drop(reqs);
-    for w in batch {
-        let o = outs.next().unwrap_or_else(|| Err(anyhow::anyhow!("the backend gave no outcome for this read")));
-        *crate::lock(&w.done) = Some(o.map(|()| w.buf));
+    /// Hold the backend: stream at most [`TURN`] queued reads through it.
+    fn serve<B>(&self, b: &mut B, stream: &impl Fn(&mut B, Next<'_>, Done<'_>)) {
+        let mut taken = 0;
+        let mut next = || {
+            if taken == TURN {
+                return None;
+            }
+            let got = crate::lock(&self.waiting).pop_front();
+            taken += usize::from(got.is_some());
+            got
+        };
+        stream(b, &mut next, &mut |_, w: Waiting, outcome| w.finish(outcome));
     }
 }
 
@@ -91,39 +123,43 @@ mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    /// A volume whose byte at `i` is `i / 4096` (mod 256), read in batches that are
-    /// counted; reads at 1 GiB fail.
+    /// A volume whose byte at `i` is `i / 4096` (mod 256), read in streams whose lengths
+    /// are counted, each request taking 100 µs; reads at 1 GiB fail.
     struct Fake {
-        batches: Vec<usize>,
+        streams: Vec<usize>,
     }
 
-    fn many(f: &mut Fake, reqs: &mut [(u64, &mut [u8])]) -> Vec<anyhow::Result<()>> {
-        f.batches.push(reqs.len());
-        std::thread::sleep(std::time::Duration::from_millis(2));
-        reqs.iter_mut()
-            .map(|(o, buf)| {
-                anyhow::ensure!(*o != 1 << 30, "server: I/O error");
-                for (i, x) in buf.iter_mut().enumerate() {
-                    *x = ((*o + i as u64) / 4096) as u8;
+    fn stream(f: &mut Fake, next: Next<'_>, done: Done<'_>) {
+        let mut n = 0;
+        while let Some((o, mut w)) = next() {
+            n += 1;
+            std::thread::sleep(Duration::from_micros(100));
+            let outcome = if o == 1 << 30 {
+                Err(anyhow::anyhow!("server: I/O error"))
+            } else {
+                for (i, x) in w.as_mut().iter_mut().enumerate() {
+                    *x = ((o + i as u64) / 4096) as u8;
                 }
                 Ok(())
-            })
-            .collect()
+            };
+            done(o, w, outcome);
+        }
+        f.streams.push(n);
     }
 
     #[test]
-    fn every_thread_gets_its_own_bytes_or_its_own_error_and_reads_are_batched() {
+    fn every_thread_gets_its_own_bytes_or_its_own_error_and_reads_share_a_stream() {
         static BATCH: Batch = Batch::new();
-        let backend = Mutex::new(Fake { batches: Vec::new() });
+        let backend = Mutex::new(Fake { streams: Vec::new() });
         let failed = AtomicUsize::new(0);
         std::thread::scope(|s| {
             for t in 0..8u64 {
                 let (backend, failed) = (&backend, &failed);
                 s.spawn(move || {
-                    for k in 0..20u64 {
-                        let offset = if t == 7 && k == 3 { 1 << 30 } else { (t * 20 + k) * 65536 };
+                    for k in 0..50u64 {
+                        let offset = if t == 7 && k == 3 { 1 << 30 } else { (t * 50 + k) * 65536 };
                         let mut buf = vec![0xAAu8; 65536];
-                        match BATCH.read(backend, offset, &mut buf, many) {
+                        match BATCH.read(backend, offset, &mut buf, stream) {
                             Ok(()) => {
                                 assert!(buf.iter().enumerate().all(|(i, &x)| x == ((offset + i as u64) / 4096) as u8))
                             }
@@ -137,13 +173,14 @@ mod tests {
             }
         });
         assert_eq!(failed.load(Ordering::Relaxed), 1, "only the read at 1 GiB fails");
-        let batches = &backend.lock().unwrap().batches;
-        assert_eq!(batches.iter().sum::<usize>(), 160, "every read once");
-        assert!(batches.iter().any(|&n| n > 1), "reads waiting together went together: {batches:?}");
+        let streams = &backend.lock().unwrap().streams;
+        assert_eq!(streams.iter().sum::<usize>(), 400, "every read once");
+        assert!(streams.iter().any(|&n| n > 1), "reads waiting together went together: {streams:?}");
+        assert!(streams.iter().all(|&n| n <= TURN), "a holder lets the lock go after {TURN}");
     }
 
     #[test]
-    fn only_whole_blocks_up_to_a_mebibyte_are_batched() {
+    fn only_whole_blocks_up_to_a_mebibyte_are_queued() {
         assert!(fits(0, 4096) && fits(1 << 20, 1 << 20));
         assert!(!fits(512, 4096) && !fits(0, 4000) && !fits(0, 0) && !fits(0, (1 << 20) + 4096));
     }

@@ -16,8 +16,8 @@
 //! to gmblockd through one [`Backend`] — a [`gmblock::client::Client`] of one server, or
 //! a [`gmblock::striped::StripedClient`] when `server=` is repeated or `grain=` given —
 //! a station of its own on the UDP link, made after nbdkit forked, shared by every
-//! connection behind a mutex. Reads waiting for it go to the servers together, their
-//! chunks in flight at once ([`batch`]); writes, flushes and trims take it one at a time.
+//! connection behind a mutex. Reads stream through it together, each joining the window
+//! while others are in flight ([`batch`]); writes, flushes and trims take it one at a time.
 //! NBD allows any offset and length; gmblock wants 4 KiB-aligned requests of at most
 //! 1 MiB: [`span`] cuts and patches.
 //!
@@ -128,13 +128,19 @@ static BACKEND: Mutex<Option<Backend>> = Mutex::new(None);
 /// Reads waiting for the backend.
 static BATCH: batch::Batch = batch::Batch::new();
 
-/// Read a batch: one server's client reads its requests' chunks together; a striped
-/// volume reads them one after the other (its client keeps its own servers busy).
-fn read_many(b: &mut Option<Backend>, reqs: &mut [(u64, &mut [u8])]) -> Vec<anyhow::Result<()>> {
-    match b {
-        None => reqs.iter().map(|_| Err(anyhow::anyhow!("not connected to gmblockd"))).collect(),
-        Some(Backend::One(c)) => c.read_many(reqs),
-        Some(b) => reqs.iter_mut().map(|(offset, buf)| span::read_at(b, *offset, buf)).collect(),
+/// Stream queued reads through the backend: one server's client keeps them in flight
+/// together; a striped volume reads them one after the other (its client keeps its own
+/// servers busy).
+fn read_stream(b: &mut Option<Backend>, next: batch::Next<'_>, done: batch::Done<'_>) {
+    if let Some(Backend::One(c)) = b {
+        return c.read_stream(next, done);
+    }
+    while let Some((offset, mut w)) = next() {
+        let outcome = match b.as_mut() {
+            Some(b) => span::read_at(b, offset, w.as_mut()),
+            None => Err(anyhow::anyhow!("not connected to gmblockd")),
+        };
+        done(offset, w, outcome);
     }
 }
 
@@ -338,7 +344,7 @@ impl Server for Export {
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
         if batch::fits(offset, buf.len()) {
-            return BATCH.read(&BACKEND, offset, buf, read_many).map_err(fail);
+            return BATCH.read(&BACKEND, offset, buf, read_stream).map_err(fail);
         }
         with_backend(|b| span::read_at(b, offset, buf))
     }

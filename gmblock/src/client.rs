@@ -42,6 +42,39 @@ struct Chunk {
     flight: Flight,
 }
 
+/// A request being read by [`Client::read_stream`]: its buffer, the bytes whose chunks
+/// went out, the chunks in flight, its first error.
+struct Reading<B> {
+    offset: u64,
+    buf: B,
+    sent: usize,
+    in_flight: usize,
+    failed: Option<anyhow::Error>,
+}
+
+impl<B: AsMut<[u8]>> Reading<B> {
+    /// Chunks left to send (none once it failed).
+    fn unsent(&mut self) -> bool {
+        self.failed.is_none() && self.sent < self.buf.as_mut().len()
+    }
+
+    /// All its chunks are in (or it failed and none is in flight).
+    fn over(&mut self) -> bool {
+        self.in_flight == 0 && !self.unsent()
+    }
+}
+
+/// Hand every read that is over to `done`.
+fn finish<B: AsMut<[u8]>>(reads: &mut [Option<Reading<B>>], done: &mut impl FnMut(u64, B, anyhow::Result<()>)) {
+    for slot in reads.iter_mut() {
+        if slot.as_mut().is_some_and(Reading::over) {
+            if let Some(r) = slot.take() {
+                done(r.offset, r.buf, r.failed.map_or(Ok(()), Err));
+            }
+        }
+    }
+}
+
 /// A client of one block server.
 pub struct Client {
     pub station: Station<NoService>,
@@ -130,44 +163,74 @@ impl Client {
 
     /// Read `buf.len()` bytes (4 KiB–1 MiB, aligned) at `offset`.
     pub fn read(&mut self, offset: u64, buf: &mut [u8]) -> anyhow::Result<()> {
-        self.read_many(&mut [(offset, buf)]).pop().unwrap_or(Ok(()))
+        let mut one = Some((offset, buf));
+        let mut out = Ok(());
+        self.read_stream(|| one.take(), |_, _, o| out = o);
+        out
     }
 
-    /// Read several requests at once, each `(offset, buf)` as [`Self::read`] takes it:
-    /// their chunks share the window, in the order given, so a batch of small requests
-    /// keeps as many chunks in flight as one large one. Each request has its outcome; one
-    /// that fails stops only its own chunks.
-    pub fn read_many(&mut self, reqs: &mut [(u64, &mut [u8])]) -> Vec<anyhow::Result<()>> {
-        let mut out: Vec<anyhow::Result<()>> = reqs.iter().map(|(o, b)| self.check(*o, b.len())).collect();
-        let mut todo = std::collections::VecDeque::new();
-        for (k, (_, buf)) in reqs.iter().enumerate().filter(|(k, _)| out[*k].is_ok()) {
-            let mut at = 0;
-            while at < buf.len() {
-                let len = read_chunk((buf.len() - at) as u32);
-                todo.push_back((k, at, len));
-                at += len as usize;
-            }
-        }
+    /// Reads as a stream: `next` gives the next request, `(offset, buffer)` as
+    /// [`Self::read`] takes them, whenever the window has room for more chunks than the
+    /// requests started so far still have to send (asked again later if it gives none);
+    /// `done` takes each request back with its outcome as soon as its last chunk is in.
+    /// Runs until every request is done and `next` gives none. So requests that arrive while others are in flight join the same
+    /// window, and each finishes when its own bytes have come; one that fails stops only
+    /// its own chunks.
+    pub fn read_stream<B: AsMut<[u8]>>(
+        &mut self,
+        mut next: impl FnMut() -> Option<(u64, B)>,
+        mut done: impl FnMut(u64, B, anyhow::Result<()>),
+    ) {
+        let mut reads: Vec<Option<Reading<B>>> = Vec::new();
         let mut flight: Vec<Chunk> = Vec::new();
-        while !todo.is_empty() || !flight.is_empty() {
+        loop {
             while flight.len() < self.window {
-                let Some((k, at, len)) = todo.pop_front() else { break };
-                if out[k].is_err() {
-                    continue;
-                }
-                match self.start_read(k, reqs[k].0, at, len, 1) {
-                    Ok(c) => flight.push(c),
-                    Err(e) if flight.is_empty() => out[k] = Err(error_of(e)),
-                    Err(_) => {
-                        todo.push_front((k, at, len));
-                        break;
+                let Some(k) = self.next_chunk(&mut reads, &mut next, &mut done) else { break };
+                let r = reads[k].as_mut().expect("next_chunk names a live read");
+                let len = read_chunk((r.buf.as_mut().len() - r.sent) as u32);
+                match self.start_read(k, r.offset, r.sent, len, 1) {
+                    Ok(c) => {
+                        r.sent += len as usize;
+                        r.in_flight += 1;
+                        flight.push(c);
                     }
+                    // Nothing in flight to free what the call lacked: the read fails.
+                    Err(e) if flight.is_empty() => r.failed = Some(error_of(e)),
+                    Err(_) => break,
                 }
+            }
+            finish(&mut reads, &mut done);
+            // Nothing in flight: the window had room, so `next` gave none.
+            if flight.is_empty() && reads.iter().all(Option::is_none) {
+                return;
             }
             self.pump();
-            self.reap_reads(reqs, &mut out, &mut flight);
+            self.reap_reads(&mut reads, &mut flight);
+            finish(&mut reads, &mut done);
         }
-        out
+    }
+
+    /// The read whose next chunk goes out now: the oldest with chunks left to send,
+    /// taking a new request from `next` when none has; finished reads handed to `done`.
+    fn next_chunk<B: AsMut<[u8]>>(
+        &mut self,
+        reads: &mut Vec<Option<Reading<B>>>,
+        next: &mut impl FnMut() -> Option<(u64, B)>,
+        done: &mut impl FnMut(u64, B, anyhow::Result<()>),
+    ) -> Option<usize> {
+        loop {
+            finish(reads, done);
+            if let Some(k) = reads.iter_mut().position(|r| r.as_mut().is_some_and(Reading::unsent)) {
+                return Some(k);
+            }
+            let (offset, mut buf) = next()?;
+            let failed = self.check(offset, buf.as_mut().len()).err();
+            let r = Reading { offset, buf, sent: 0, in_flight: 0, failed };
+            match reads.iter().position(Option::is_none) {
+                Some(free) => reads[free] = Some(r),
+                None => reads.push(Some(r)),
+            }
+        }
     }
 
     fn start_read(&mut self, req: usize, offset: u64, at: usize, len: u32, tries: u32) -> Result<Chunk, RpcError> {
@@ -177,8 +240,8 @@ impl Client {
     }
 
     /// Take the outcomes of finished read chunks: copy out their bytes, resend retryable
-    /// ones; a request's first error is its outcome (its later chunks are only reaped).
-    fn reap_reads(&mut self, reqs: &mut [(u64, &mut [u8])], out: &mut [anyhow::Result<()>], flight: &mut Vec<Chunk>) {
+    /// ones; a read's first error is its outcome (its later chunks are only reaped).
+    fn reap_reads<B: AsMut<[u8]>>(&mut self, reads: &mut [Option<Reading<B>>], flight: &mut Vec<Chunk>) {
         let mut i = 0;
         while i < flight.len() {
             let Some(o) = self.station.port.rpc.take_outcome(flight[i].flight.call) else {
@@ -187,21 +250,28 @@ impl Client {
             };
             let c = flight.swap_remove(i);
             let frames = &mut self.station.port.node.frames;
-            let live = out[c.req].is_ok();
+            let Some(r) = reads[c.req].as_mut() else {
+                self.holds.end(frames, c.flight, o.is_ok());
+                continue;
+            };
+            let live = r.failed.is_none();
             if o.is_ok() && live {
-                let dst = &mut reqs[c.req].1[c.at..c.at + c.len as usize];
-                copy_out(frames, &c.flight.frames, c.len, 0, dst);
+                copy_out(frames, &c.flight.frames, c.len, 0, &mut r.buf.as_mut()[c.at..c.at + c.len as usize]);
             }
             let (k, at, len, tries) = (c.req, c.at, c.len, c.tries);
             self.holds.end(frames, c.flight, o.is_ok());
+            r.in_flight -= 1;
             match o {
                 Err(e) if live && retryable(e) && tries < TRIES => {
-                    match self.start_read(k, reqs[k].0, at, len, tries + 1) {
-                        Ok(again) => flight.push(again),
-                        Err(e) => out[k] = Err(error_of(e)),
+                    match self.start_read(k, r.offset, at, len, tries + 1) {
+                        Ok(again) => {
+                            r.in_flight += 1;
+                            flight.push(again);
+                        }
+                        Err(e) => r.failed = Some(error_of(e)),
                     }
                 }
-                Err(e) if live => out[k] = Err(error_of(e)),
+                Err(e) if live => r.failed = Some(error_of(e)),
                 _ => {}
             }
         }
