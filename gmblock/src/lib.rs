@@ -33,10 +33,15 @@
 //! before a flush completes), over a [`client::Client`] and a node of an in-process GMS
 //! cluster.
 //!
-//! [`frameio`] is the only `unsafe`: I/O vectors over the frames for `preadv`/`pwritev`.
+//! The server's disk works on many reads at once: each read chunk is queued on an
+//! io_uring ([`uring`]) straight into its frames and replied to when it completes
+//! (NetRPC's later replies), while the server serves the next requests; writes, flushes
+//! and trims are done inside their requests, in order. [`frameio`] and [`uring`] are the
+//! only `unsafe`: I/O vectors over the frames for `preadv`/`pwritev` and the ring's reads.
 //! The [`client`] library (and the `gmblock` command) has a station of its own, keeps a
-//! window of chunks in flight and verifies nothing itself: the tests and `gmblock verify`
-//! compare what they read with what they wrote.
+//! window of chunks in flight — of one request, or of a stream of them
+//! ([`client::Client::read_stream`]) — and verifies nothing itself: the tests and
+//! `gmblock verify` compare what they read with what they wrote.
 //!
 //! A write is acknowledged once `pwrite` with `O_DIRECT` returned (the data is in the
 //! device, perhaps in its volatile cache); a `FLUSH` (`fdatasync`) acknowledged makes

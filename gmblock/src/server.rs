@@ -3,7 +3,11 @@
 //! from a [`Disk`], its blocks moving by `O_DIRECT` between the disk and the frames of
 //! its station's region ([`crate::frameio`]) — NIC-local memory on the direct path, host
 //! RAM on the via-RAM path — and [`Server`] runs it: one thread polling the station,
-//! spinning while there is work and sleeping on the link's socket when idle.
+//! spinning while there is work and sleeping on the link's socket (and on the completions
+//! of its disk reads in flight) when idle. A read chunk goes on the ring ([`crate::uring`],
+//! at most [`READS_IN_FLIGHT`]) and its reply is sent when it completes, so the disk works
+//! on every chunk the clients keep in flight; with a modelled disk, or a full ring, or
+//! where the kernel refuses io_uring, it is read inside its request.
 //!
 //! A read reply's frames are retired, not freed: they return to the pool once the NIC
 //! has sent them. Every bad request gets an error reply and changes nothing.
