@@ -219,6 +219,38 @@ fn nbdcopy_and_qemu_img_write_and_read_the_export_with_checksums() {
     }
 }
 
+/// A shared volume: three `nbdcopy` readers (each on several connections) read the whole
+/// export at once, every copy checked; a writer's data, flushed (`nbdcopy` flushes when it
+/// is done), is what the next readers read.
+#[test]
+#[ignore = "needs: nbdkit, nbdcopy — Debian's nbdkit and libnbd-bin"]
+fn readers_share_the_export_at_once_and_see_the_writers_flushed_data() {
+    let size = 16usize << 20;
+    let (vol, _server, k) = export("shared", size as u64);
+    let uri = k.uri();
+    for seed in [3, 4] {
+        let data = pattern(seed, size);
+        let src = tmp(&format!("shared-{seed}.img"));
+        std::fs::write(&src, &data).unwrap();
+        ok("nbdcopy", &[src.to_str().unwrap(), &uri], &k);
+        let backs: Vec<PathBuf> = (0..3).map(|r| tmp(&format!("shared-{seed}-reader{r}.img"))).collect();
+        let readers: Vec<_> = backs
+            .iter()
+            .map(|b| Command::new("nbdcopy").arg(&uri).arg(b).stderr(Stdio::piped()).spawn().unwrap())
+            .collect();
+        for (r, child) in readers.into_iter().enumerate() {
+            let out = child.wait_with_output().unwrap();
+            assert!(out.status.success(), "reader {r}: {}\nnbdkit: {}", String::from_utf8_lossy(&out.stderr), k.log());
+            let got = std::fs::read(&backs[r]).unwrap();
+            assert_eq!(checksum(&got), checksum(&data), "reader {r} read other bytes than the writer flushed");
+        }
+        for p in backs.iter().chain([&src]) {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+    let _ = std::fs::remove_file(&vol);
+}
+
 #[test]
 #[ignore = "needs: nbdkit — Debian's nbdkit"]
 fn bad_requests_get_errors_and_the_server_keeps_serving_the_others() {

@@ -37,6 +37,8 @@ pub struct ServerStats {
     pub bytes_read: u64,
     pub bytes_written: u64,
     pub errors: u64,
+    /// The most reads the disk had in flight at once (on the ring).
+    pub most_reads_in_flight: u64,
 }
 
 /// Reads the disk works on at once (a client keeps at most 32 chunks in flight).
@@ -137,7 +139,11 @@ impl BlockService {
         if let (Some(reads), Some(pending)) = (self.reads.as_mut().filter(|q| q.has_room()), owed) {
             let fd = self.disk.fd();
             return match reads.push(fd, &region, &pieces, r.offset, Owed { pending, range: r, got, piece }) {
-                Ok(()) => Ok(Action::Done),
+                Ok(()) => {
+                    let most = &mut self.stats.most_reads_in_flight;
+                    *most = (*most).max(reads.in_flight() as u64);
+                    Ok(Action::Done)
+                }
                 Err(o) => Err(give_back(frames, &o.got, BlockError::Io)),
             };
         }
