@@ -2,8 +2,8 @@
 //! The user-space client: a station of its own (frames in host RAM) talking to one
 //! server. A request is cut into chunks ([`crate::proto`]) and up to `window` chunks are
 //! in flight at once — a stream of read requests shares the window
-//! ([`Client::read_stream`]); a read chunk's reply lands, solicited, in the client's own frames
-//! (named by one group in one IPT entry). A chunk that times out or finds the server busy
+//! ([`Client::read_stream`]); a read chunk's reply lands, solicited, in the client's own
+//! frames (named by one group in one IPT entry). A chunk that times out or finds the server busy
 //! is sent again, at most [`TRIES`] times; an error reply ends the request with that
 //! error. A finished chunk's frames go back to the pool only once the NIC can no longer
 //! touch them (the `hold` module).
@@ -34,7 +34,7 @@ impl Service for NoService {
     }
 }
 
-/// A chunk on its way: which request (of a batch), where in it, and its call.
+/// A chunk on its way: which request (of a stream), where in it, and its call.
 struct Chunk {
     req: usize,
     at: usize,
@@ -174,9 +174,9 @@ impl Client {
     /// [`Self::read`] takes them, whenever the window has room for more chunks than the
     /// requests started so far still have to send (asked again later if it gives none);
     /// `done` takes each request back with its outcome as soon as its last chunk is in.
-    /// Runs until every request is done and `next` gives none. So requests that arrive while others are in flight join the same
-    /// window, and each finishes when its own bytes have come; one that fails stops only
-    /// its own chunks.
+    /// Runs until every request is done and `next` gives none. So requests that arrive
+    /// while others are in flight join the same window, and each finishes when its own
+    /// bytes have come; one that fails stops only its own chunks.
     pub fn read_stream<B: AsMut<[u8]>>(
         &mut self,
         mut next: impl FnMut() -> Option<(u64, B)>,

@@ -46,7 +46,7 @@ pub const READS_IN_FLIGHT: u32 = 64;
 
 /// A read on the disk whose reply is owed: the request, and the frames it fills (each
 /// `piece` bytes).
-pub struct Owed {
+struct Owed {
     pending: Pending,
     range: Range,
     got: Vec<Frame>,
