@@ -3,10 +3,10 @@
 //! server. A request is cut into chunks ([`crate::proto`]) and up to `window` chunks are
 //! in flight at once — a stream of read requests shares the window
 //! ([`Client::read_stream`]); a read chunk's reply lands, solicited, in the client's own
-//! frames (named by one group in one IPT entry). A chunk that times out or finds the server busy
-//! is sent again, at most [`TRIES`] times; an error reply ends the request with that
-//! error. A finished chunk's frames go back to the pool only once the NIC can no longer
-//! touch them (the `hold` module).
+//! frames (named by one group in one IPT entry). A chunk that times out or finds the
+//! server busy is sent again, at most [`TRIES`] times; an error reply ends the request
+//! with that error. A finished chunk's frames go back to the pool only once the NIC can
+//! no longer touch them (the `hold` module).
 
 use crate::hold::{Carries, Holds};
 use crate::proto::*;
