@@ -43,7 +43,7 @@ const GUEST_STAGES: [(&str, &str); 8] = [
     ("a 512 MiB /dev/gms0 on two servers with 320 MiB budgets: every page written and read back, zero I/O errors; reloaded, the first load's pages read back, new writes read back new, a full cluster gives ENOSPC", "big-disk"),
     ("disk identities: two guests' own /dev/gms0 on the same servers, each reading back only its own data; a second load of an identity a live member holds refused (EIO, logged); a reload after a server with the only copy of some pages died: those pages EIO, the rest verified, unwritten pages zeros", "disks"),
     ("host gmsd in the guests' cluster: a guest's /dev/gms0 pages stored on and read from a host gmsd", "gmsd-test"),
-    ("NBD export: a guest's kernel nbd-client mounts ext4 from gmblock's export striped over two gmblockd, files verified after a remount; e2fsck -fn and debugfs on the servers' files", "nbd-test"),
+    ("NBD export: a guest's kernel nbd-client mounts ext4 from gmblock's export striped over two gmblockd, files verified after a remount; e2fsck -fn and debugfs on the servers' files; then two guests read the writer's flushed data and all three read one shared region at once, every read verified", "nbd-test"),
 ];
 
 pub fn run(a: TestArgs) -> anyhow::Result<()> {

@@ -24,8 +24,9 @@
 //! mid-run), [`swap`] (swap on `/dev/gms0` under memory pressure), [`big_disk`] (a disk
 //! larger than a server's budget, reloaded larger than the cluster), [`disks`] (disk
 //! identities: two guests' own disks, a second load refused, a reload after pages died),
-//! [`gmsd_test`] (a host gmsd in a guest's cluster), [`nbd_test`] (a guest's kernel NBD
-//! client mounting ext4 from gmblock's NBD export) and [`run`](mod@run) (given commands
+//! [`gmsd_test`] (a host gmsd in a guest's cluster), [`nbd_test`] (guests' kernel NBD
+//! clients on gmblock's NBD export: ext4, then a volume shared by three guests, whose
+//! layout and host checks are [`nbd_shared`]) and [`run`](mod@run) (given commands
 //! or a script). What they share: [`session`] (the common options; build, boot, wait,
 //! report), [`cluster`] (the guests' processes, the wait, a kill on request, cleanup),
 //! [`initramfs`], [`report`] (what a console shows), [`runtime`] (directories, ports,
@@ -49,6 +50,7 @@ mod host_gmsd;
 mod initramfs;
 pub(crate) use initramfs::guest_tool;
 mod module_test;
+mod nbd_shared;
 mod nbd_test;
 pub(crate) use nbd_test::missing as nbd_test_missing;
 mod report;
@@ -130,15 +132,20 @@ pub enum VmCmd {
     /// held and `gms get` reads each one. Waits at least 240 s for the power-off. Exit
     /// status 0 or 1.
     GmsdTest(gmsd_test::GmsdTestArgs),
-    /// A guest's kernel NBD client mounts ext4 from gmblock's NBD export (striped over two gmblockd).
+    /// Guests' kernel NBD clients on gmblock's NBD export (striped over two gmblockd): ext4, then one shared volume.
     ///
     /// Build gmblockd and the nbdkit plugin, run two gmblockd servers and nbdkit exporting
-    /// the volume striped over them on the host, and one guest (`kernel-crate/guest/nbd.sh`)
-    /// on QEMU's user-mode network: nbd-client connects /dev/nbd0, mke2fs makes ext4, files
-    /// are written, remounted with caches dropped and verified by md5sum; then the host
-    /// reassembles the volume from the servers' files, runs `e2fsck -fn` on it and reads
-    /// every file back with debugfs. Skipped without nbdkit, nbd-client or e2fsprogs.
-    /// Waits at least 300 s for the power-off. Exit status 0 or 1.
+    /// the volume striped over them on the host, and three guests
+    /// (`kernel-crate/guest/nbd.sh`) on QEMU's user-mode network, each connecting /dev/nbd0
+    /// with nbd-client. Guest 0 makes ext4 with mke2fs, writes files, remounts with caches
+    /// dropped and verifies them by md5sum; then it writes a region after the file system,
+    /// flushes and writes a header; guests 1 and 2 wait for the header and read the region
+    /// back with O_DIRECT; then all three read a common region at once. The host
+    /// reassembles the volume from the servers' files, runs `e2fsck -fn` on it, reads every
+    /// file back with debugfs and the shared regions by md5sum, and finds in nbdkit's
+    /// request log the writer's FLUSH before its header and the three guests' reads in
+    /// flight together. Skipped without nbdkit, nbd-client or e2fsprogs. Waits at least
+    /// 300 s for the power-off. Exit status 0 or 1.
     NbdTest(nbd_test::NbdTestArgs),
     /// Guests that run --cmd and/or --script, then power off.
     ///

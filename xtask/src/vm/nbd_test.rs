@@ -1,24 +1,33 @@
 // SPDX-License-Identifier: GPL-2.0-only
-//! `cargo xtask vm nbd-test`: a guest's kernel NBD client mounts ext4 from gmblock's NBD
-//! export (`kernel-crate/guest/nbd.sh`, a stage of `cargo xtask test`).
+//! `cargo xtask vm nbd-test`: guests' kernel NBD clients on gmblock's NBD export: one
+//! mounts ext4 from it, then three share the volume (`kernel-crate/guest/nbd.sh`, a stage
+//! of `cargo xtask test`).
 //!
 //! On the host: two `gmblockd` servers (nodes 1 and 2) each on a 32 MiB file in the target
 //! directory (a disk file system: they open it with `O_DIRECT`), and nbdkit with gmblock's
-//! plugin exporting the volume striped over both at a 32 KiB grain (64 MiB). Guest 0 has a
-//! virtio-net interface on QEMU's user-mode network (`-netdev user`), where 10.0.2.2 is
-//! the host's 127.0.0.1: it connects `/dev/nbd0` with Debian's `nbd-client`, makes the
-//! ext4 file system itself with Debian's `mke2fs` (both copied into the initramfs with
-//! their libraries), writes files, remounts with caches dropped and checks every file's
-//! md5sum. After it powers off, xtask stops nbdkit and the servers, reassembles the volume
-//! from the two servers' files (stripe unit u is on server u mod 2 at unit u div 2),
-//! checks it with `e2fsck -fn` and reads every file the guest listed out of it with
-//! `debugfs`, comparing md5sums with the guest's. It passes when the guest's checks show
-//! no FAIL and end with a total of 0 failed, the guest powered off with a quiet kernel,
-//! and the host's checks pass. Without nbdkit, nbd-client or e2fsprogs it is skipped
-//! ("skipped: needs …").
+//! plugin exporting the volume striped over both at a 32 KiB grain (64 MiB), its requests
+//! logged by nbdkit's `log` filter. Each guest has a virtio-net interface on QEMU's
+//! user-mode network (`-netdev user`), where 10.0.2.2 is the host's 127.0.0.1, and
+//! connects `/dev/nbd0` to the export with Debian's `nbd-client`. Guest 0 makes an ext4
+//! file system on the first 48 MiB with Debian's `mke2fs` (both copied into the initramfs
+//! with their libraries), writes files, remounts with caches dropped and checks every
+//! file's md5sum. Then the shared volume ([`nbd_shared`]): guest 0 writes two regions
+//! after the file system and flushes them before it writes a header; guests 1 and 2 wait
+//! for the header, read the writer's first region with O_DIRECT and check it; then all
+//! three read the second region at once, each checking every pass.
+//! After they power off, xtask stops nbdkit and the servers, reassembles the volume from
+//! the two servers' files (stripe unit u is on server u mod 2 at unit u div 2), checks it
+//! with `e2fsck -fn`, reads every file guest 0 listed out of it with `debugfs` and both
+//! shared regions, comparing md5sums with the guests', and finds in nbdkit's log the
+//! writer's FLUSH before its header and the three guests' reads of the common region in
+//! flight during one span. It passes when every guest's checks show no FAIL and end with a
+//! total of 0 failed, every guest powered off with a quiet kernel, and the host's checks
+//! pass; a failing guest is named with its first FAIL line. Without nbdkit, nbd-client or
+//! e2fsprogs it is skipped ("skipped: needs …").
 
 use super::bench_guests::append_files;
 use super::cluster::{child_command, setpriv_pdeathsig, tail};
+use super::nbd_shared::{self, GUESTS};
 use super::report::{pass_fail, printable, yes_no};
 use super::runtime::{free_udp_ports, target_dir, which};
 use super::session::{Common, Prepared, Setup};
@@ -32,7 +41,8 @@ use std::time::{Duration, Instant};
 /// The guest's script, relative to the workspace root.
 const SCRIPT: &str = "kernel-crate/guest/nbd.sh";
 /// Shortest power-off wait (boot, mkfs.ext4 and about 5 MiB of files over emulated TCP
-/// under TCG, a remount).
+/// under TCG, a remount, then the shared volume: 10 MiB written, 2 MiB read by each
+/// reader and at least 24 MiB by every guest).
 const MIN_TIMEOUT: u64 = 300;
 /// The prefix of the script's lines.
 const PREFIX: &str = "trapeze-nbd: ";
@@ -51,6 +61,8 @@ const NEEDS: [(&str, &str); 5] = [
     ("e2fsck", "e2fsprogs"),
     ("debugfs", "e2fsprogs"),
 ];
+/// nbdkit's request log (its `log` filter) in the runtime directory.
+const REQUEST_LOG: &str = "nbdkit-requests.log";
 /// Programs copied into the initramfs with their libraries.
 const GUEST_PROGRAMS: [&str; 2] = ["/usr/sbin/nbd-client", "/usr/sbin/mke2fs"];
 
@@ -123,9 +135,10 @@ fn start_export(bin: &Path, dir: &Path, files: &[PathBuf], nbd_port: u16) -> any
     }
     params.extend([format!("grain={}K", GRAIN >> 10), format!("node={PLUGIN_NODE}"), format!("listen={plugin_addr}")]);
     let mut cmd = child_command(&which("nbdkit").context("nbdkit")?, setpriv);
-    cmd.args(["-f", "-i", "127.0.0.1", "-p", &nbd_port.to_string()])
+    cmd.args(["-f", "-i", "127.0.0.1", "-p", &nbd_port.to_string(), "--filter=log"])
         .arg(bin.join("libgmblock_nbdkit.so"))
-        .args(&params);
+        .args(&params)
+        .arg(format!("logfile={}", dir.join(REQUEST_LOG).display()));
     eprintln!("  nbdkit {}", params.join(" "));
     procs.push(HostProc::start("nbdkit", cmd, dir.join("nbdkit.log"))?);
     let t = Instant::now();
@@ -201,8 +214,8 @@ fn listed_files(console: &str) -> Vec<(String, String)> {
 }
 
 /// The extra initramfs files: the NBD client and mke2fs with their libraries, mke2fs's
-/// configuration, and the port.
-fn guest_files(nbd_port: u16) -> anyhow::Result<Vec<(String, Vec<u8>, u32)>> {
+/// configuration, and the port with the shared area's `env`.
+fn guest_files(nbd_port: u16, env: &str) -> anyhow::Result<Vec<(String, Vec<u8>, u32)>> {
     let mut files: Vec<(String, Vec<u8>, u32)> = Vec::new();
     for prog in GUEST_PROGRAMS {
         for (path, src) in crate::bench::with_libraries(prog)? {
@@ -216,7 +229,7 @@ fn guest_files(nbd_port: u16) -> anyhow::Result<Vec<(String, Vec<u8>, u32)>> {
     if let Ok(conf) = fs::read("/etc/mke2fs.conf") {
         files.push(("/etc/mke2fs.conf".into(), conf, 0o644));
     }
-    files.push(("/etc/trapeze/nbd.env".into(), format!("port={nbd_port}\n").into_bytes(), 0o644));
+    files.push(("/etc/trapeze/nbd.env".into(), format!("port={nbd_port}\n{env}").into_bytes(), 0o644));
     Ok(files)
 }
 
@@ -241,44 +254,60 @@ pub(super) fn run(a: NbdTestArgs) -> anyhow::Result<()> {
     }
     let nbd_port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
 
-    let setup = Setup { guests: 1, script: Some(crate::workspace_root().join(SCRIPT)), ..Setup::default() };
+    let setup = Setup { guests: GUESTS, script: Some(crate::workspace_root().join(SCRIPT)), ..Setup::default() };
     let mut s = prepared.start(&a.common, setup)?;
     eprintln!("==> the export: 2 gmblockd servers ({} MiB each), nbdkit on 127.0.0.1:{nbd_port}", SERVER_BYTES >> 20);
     let mut procs = start_export(&bin, &s.dir, &files, nbd_port)?;
-    append_files(&s.dir.join("initramfs.cpio.gz"), &guest_files(nbd_port)?)?;
-    // QEMU's user-mode network: the guest is 10.0.2.15, the host's 127.0.0.1 is 10.0.2.2.
-    // romfile= : no iPXE option ROM (the kernel is booted directly).
-    s.cluster.guest(0).qemu_extra.extend([
-        "-netdev".into(),
-        "user,id=net0".into(),
-        "-device".into(),
-        "virtio-net-pci,netdev=net0,romfile=".into(),
-    ]);
+    let env = nbd_shared::env(&nbd_shared::nonce(), timeout);
+    append_files(&s.dir.join("initramfs.cpio.gz"), &guest_files(nbd_port, &env)?)?;
+    // QEMU's user-mode network, one per guest: each guest is 10.0.2.15 on its own, the
+    // host's 127.0.0.1 is 10.0.2.2. romfile= : no iPXE option ROM (the kernel is booted
+    // directly).
+    for k in 0..GUESTS {
+        s.cluster.guest(k).qemu_extra.extend([
+            "-netdev".into(),
+            "user,id=net0".into(),
+            "-device".into(),
+            "virtio-net-pci,netdev=net0,romfile=".into(),
+        ]);
+    }
     s.boot()?;
     let all_off = s.wait(timeout, false)?;
     let alive: Vec<String> = procs.iter_mut().filter_map(|p| p.alive().err()).map(|e| format!("{e:#}")).collect();
     procs.iter_mut().for_each(HostProc::stop);
 
-    let console = s.console(0);
+    let consoles: Vec<String> = (0..GUESTS).map(|k| s.console(k)).collect();
+    let console = &consoles[0];
     let mut failures = s.report(false, |g| {
         let r = &g.report;
         let (passed, failed, done) = pass_fail(g.console, PREFIX);
         let ok = r.powered_off && !r.kernel_trouble && r.script_ok && done && passed > 0 && failed == 0;
+        let first_fail = g.console.lines().map(printable).find(|l| l.starts_with(&format!("{PREFIX}FAIL ")));
         let what = format!(
-            "nbd checks: {passed} passed, {failed} failed{}; script status 0: {}; kernel quiet: {}",
+            "nbd checks: {passed} passed, {failed} failed{}{}; script status 0: {}; kernel quiet: {}",
             if done { "" } else { " (script did not finish)" },
+            first_fail.map_or(String::new(), |l| format!(" (first: \"{l}\")")),
             yes_no(r.script_ok),
             yes_no(!r.kernel_trouble),
         );
         (ok, what)
     });
-    for l in console.lines().map(printable).filter(|l| l.starts_with(PREFIX)) {
-        eprintln!("    | {l}");
+    for (k, c) in consoles.iter().enumerate() {
+        for l in c.lines().map(printable).filter(|l| l.starts_with(PREFIX)) {
+            eprintln!("    g{k} | {l}");
+        }
     }
     failures.extend(alive.into_iter().map(|e| format!("a host process died during the run: {e}")));
     let image = work.join("volume.img");
     let (found, failed) = match reassemble(&files, &image) {
-        Ok(()) => host_checks(&image, &console),
+        Ok(()) => {
+            let (mut found, mut failed) = host_checks(&image, console);
+            let log = fs::read_to_string(s.dir.join(REQUEST_LOG)).unwrap_or_default();
+            let (f, e) = nbd_shared::checks(&consoles, PREFIX, &log, &image);
+            found.extend(f);
+            failed.extend(e);
+            (found, failed)
+        }
         Err(e) => (Vec::new(), vec![format!("{e:#}")]),
     };
     for l in &found {
@@ -288,7 +317,8 @@ pub(super) fn run(a: NbdTestArgs) -> anyhow::Result<()> {
         eprintln!("host: FAIL {l}");
     }
     if !failed.is_empty() {
-        failures.push(format!("host checks of the servers' files: {}", failed.join("; ")));
+        failures
+            .push(format!("host checks (the servers' files, the guests' sums, nbdkit's log): {}", failed.join("; ")));
     }
     if failures.is_empty() {
         let _ = fs::remove_dir_all(&work);
