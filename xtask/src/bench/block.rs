@@ -42,11 +42,20 @@ pub struct BlockArgs {
     /// CPU 1 beside each server path on CPU 0; it needs both CPUs).
     #[arg(long)]
     no_corunner: bool,
+    #[command(flatten)]
+    md: super::block_md::MdArgs,
 }
 
 pub fn run(a: BlockArgs) -> anyhow::Result<()> {
+    let md = a.md.wanted() && !a.cached_only;
+    if md {
+        a.md.check()?;
+    }
     crate::prereq::ensure_block_bench_deps()?;
     crate::cargo(&["build", "--release", "--locked", "-p", "trapeze-gmblock-nbdkit"])?;
+    if a.md.only() {
+        return super::block_md::run(&a.md, a.rounds, a.json);
+    }
     let plugin = crate::build::target_dir()?.join("release/libgmblock_nbdkit.so");
     let plugin = plugin.display().to_string();
     let (mib, rounds, stripe_mib) = (a.mib.to_string(), a.rounds.to_string(), a.stripe_mib.to_string());
@@ -88,5 +97,9 @@ pub fn run(a: BlockArgs) -> anyhow::Result<()> {
     if a.json {
         args.push("--json");
     }
-    crate::cargo(&args)
+    crate::cargo(&args)?;
+    if md {
+        super::block_md::run(&a.md, a.rounds, a.json)?;
+    }
+    Ok(())
 }
