@@ -6,8 +6,11 @@
 //! reads in interleaved rounds; and 4 KiB writes and a flush through a GMS-cached volume
 //! (write-through, write-back) against gmblock's client on the same modelled disk
 //! (`cached`); and a memory-bound job's slowdown beside the direct path, the path via RAM
-//! and nbd-server (`corunner_slowdown`) (`gmblock/benches/block.rs`, release build). Run it on a
-//! quiet machine: the figures are MB/s and CPU time, which other jobs on the cores change.
+//! and nbd-server (`corunner_slowdown`) (`gmblock/benches/block.rs`, release build). Then,
+//! in a QEMU guest, gmblock's striped NBD export against md RAID-0 over NBD exports of the
+//! same four modelled servers (`stripe_md`, `block_md.rs`; `--no-md` leaves it out). Run it
+//! on a quiet machine: the figures are MB/s and CPU time, which other jobs on the cores
+//! change.
 
 #[derive(clap::Args)]
 pub struct BlockArgs {

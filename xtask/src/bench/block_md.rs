@@ -23,9 +23,10 @@ pub struct MdArgs {
     /// MiB each side of the guest phase reads per round (its volumes' size).
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u64).range(4..=1024))]
     md_mib: u64,
-    /// The guest phase's modelled disks (each of the four servers): MB/s and µs per request.
+    /// The guest phase's modelled disks (each of the four servers): MB/s.
     #[arg(long, default_value_t = 5.0)]
     md_model_mbps: f64,
+    /// The guest phase's modelled disks: µs per request.
     #[arg(long, default_value_t = 200)]
     md_model_latency_us: u64,
 }
@@ -76,7 +77,8 @@ pub(super) fn run(a: &MdArgs, rounds: u32, json: bool) -> anyhow::Result<()> {
         let s = &summary;
         println!(
             "stripe_md: gmblock's stripe over md RAID-0 (N=4, {} MB/s + {} µs modelled): {} [{}–{}]; \
-             nbd0 {} MB/s, md0 {} MB/s; ceilings: nbdkit memory {} MB/s, unmodelled gmblockd {} MB/s",
+             nbd0 {} MB/s, md0 {} MB/s; md over nbd-server (unmodelled) {} MB/s; ceilings: nbdkit memory \
+             {} MB/s, unmodelled gmblockd {} MB/s",
             plan.model_mbps,
             plan.model_latency_us,
             s["stripe_over_md_nbd"]["median"],
@@ -84,6 +86,7 @@ pub(super) fn run(a: &MdArgs, rounds: u32, json: bool) -> anyhow::Result<()> {
             s["stripe_over_md_nbd"]["p90"],
             s["nbd0_mb_s"]["median"],
             s["md0_mb_s"]["median"],
+            s["md_over_nbd_server"]["mb_s"]["median"],
             s["ceiling_mb_s"]["nbdkit_memory"],
             s["ceiling_mb_s"]["gmblock_unmodelled"],
         );
@@ -95,18 +98,23 @@ pub(super) fn run(a: &MdArgs, rounds: u32, json: bool) -> anyhow::Result<()> {
 fn report(plan: &MdPlan, m: &MdReads) -> anyhow::Result<(Vec<Value>, Value)> {
     let mut rows = Vec::new();
     let (mut stripe, mut md, mut ratio) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut server, mut over_server) = (Vec::new(), Vec::new());
     for r in 1..=plan.rounds {
         let (Some(a), Some(b)) = (m.of("nbd0", r), m.of("md0", r)) else {
             anyhow::bail!("round {r} of the md phase has no read of nbd0 or md0");
         };
-        let (a, b) = (a.mb_s(), b.mb_s());
+        let Some(c) = m.of("md1", r) else { anyhow::bail!("round {r} of the md phase has no read of md1") };
+        let (a, b, c) = (a.mb_s(), b.mb_s(), c.mb_s());
         rows.push(json!({
             "row": "stripe_md_round", "round": r, "first": if r % 2 == 1 { "nbd0" } else { "md0" },
             "nbd0_mb_s": round3(a), "md0_mb_s": round3(b), "ratio": round3(a / b),
+            "md_nbd_server_mb_s": round3(c),
         }));
         stripe.push(a);
         md.push(b);
         ratio.push(a / b);
+        server.push(c);
+        over_server.push(a / c);
     }
     let ceiling = |side: &str| m.of(side, 0).map(|r| round3(r.mb_s()));
     let summary = json!({
@@ -121,6 +129,7 @@ fn report(plan: &MdPlan, m: &MdReads) -> anyhow::Result<(Vec<Value>, Value)> {
         "stripe_over_md_nbd": spread(&ratio, 3),
         "nbd0_mb_s": spread(&stripe, 3),
         "md0_mb_s": spread(&md, 3),
+        "md_over_nbd_server": {"mb_s": spread(&server, 3), "nbd0_over_it": spread(&over_server, 3)},
         "ceiling_mb_s": {"nbdkit_memory": ceiling("ceiling_memory"), "gmblock_unmodelled": ceiling("ceiling_plain")},
         "md5": m.md5,
     });
@@ -146,7 +155,8 @@ mod tests {
             MdPlan { rounds: 3, mib: 32, model_mbps: 5.0, model_latency_us: 200, bin: std::path::PathBuf::new() };
         let mut reads = vec![read("ceiling_memory", 0, 0.1), read("ceiling_plain", 0, 0.5)];
         for (r, (a, b)) in [(1.0, 2.0), (1.0, 1.0), (2.0, 1.0)].into_iter().enumerate() {
-            reads.extend([read("nbd0", r as u32 + 1, a), read("md0", r as u32 + 1, b)]);
+            let r = r as u32 + 1;
+            reads.extend([read("nbd0", r, a), read("md0", r, b), read("md1", r, 0.25)]);
         }
         let m = MdReads { reads, md5: "x".into() };
         let (rows, s) = report(&plan, &m).unwrap();
@@ -157,7 +167,8 @@ mod tests {
         assert_eq!(s["stripe_over_md_nbd"]["median"], 1.0);
         assert_eq!(s["ceiling_mb_s"]["nbdkit_memory"], 100.0);
         assert_eq!(s["model_sum_mb_s"], 20.0);
-        let short = MdReads { reads: m.reads[..4].to_vec(), md5: "x".into() };
+        assert_eq!(s["md_over_nbd_server"]["mb_s"]["median"], 40.0);
+        let short = MdReads { reads: m.reads[..5].to_vec(), md5: "x".into() };
         assert!(report(&plan, &short).unwrap_err().to_string().contains("round 2"));
     }
 }

@@ -13,7 +13,10 @@
 //! here: it cannot model a disk, and over page-cache files the guest's network would be
 //! measured, not the striping. Two ceilings are read too: `nbdkit memory` (the guest's NBD
 //! path over QEMU's user-mode network) and a fifth, unmodelled `gmblockd` through the
-//! plugin alone (that path with gmblock in it).
+//! plugin alone (that path with gmblock in it). A secondary side, `md1`, is md RAID-0 over
+//! four exports of one Debian `nbd-server` serving the four servers' files unmodelled
+//! (from the host's page cache): what md over the usual NBD server reads on this network,
+//! not a comparison of striping.
 //!
 //! The guest (QEMU TCG, `-netdev user`, the host's 127.0.0.1 is 10.0.2.2) connects the
 //! NBD devices with Debian's `nbd-client`, builds `/dev/md0` with Debian's `mdadm --build`
@@ -45,9 +48,10 @@ const STRIPED_NODE: u16 = 10;
 /// The stripe unit (md's chunk too), KiB.
 pub(crate) const GRAIN_KIB: u64 = 32;
 /// Host programs the phase needs: (program, package).
-const NEEDS: [(&str, &str); 5] = [
+const NEEDS: [(&str, &str); 6] = [
     ("qemu-system-x86_64", "qemu-system-x86"),
     ("nbdkit", "nbdkit"),
+    ("nbd-server", "nbd-server"),
     ("nbd-client", "nbd-client"),
     ("mdadm", "mdadm"),
     ("dd", "coreutils"),
@@ -71,7 +75,8 @@ pub(crate) struct MdPlan {
 /// One timed read in the guest.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Read {
-    /// `nbd0` (gmblock's stripe), `md0` (md's), `ceiling_memory`, `ceiling_plain`.
+    /// `nbd0` (gmblock's stripe), `md0` (md's), `md1` (md over nbd-server),
+    /// `ceiling_memory`, `ceiling_plain`.
     pub side: String,
     /// 1.. for the compared sides, 0 for the ceilings.
     pub round: u32,
@@ -125,7 +130,7 @@ pub(crate) fn parse(console: &str, rounds: u32) -> anyhow::Result<MdReads> {
         ensure!(reads.iter().any(|r| r.side == side && r.round == 0), "the guest printed no read of {side}");
     }
     for r in 1..=rounds {
-        for side in ["nbd0", "md0"] {
+        for side in ["nbd0", "md0", "md1"] {
             ensure!(
                 reads.iter().any(|x| x.side == side && x.round == r),
                 "the guest printed no read of {side} in round {r}"
@@ -133,8 +138,11 @@ pub(crate) fn parse(console: &str, rounds: u32) -> anyhow::Result<MdReads> {
         }
     }
     let sum = |side: &str| sums.iter().find(|s| s.0 == side).map(|s| s.1.clone());
-    let (Some(a), Some(b)) = (sum("nbd0"), sum("md0")) else { bail!("the guest printed no md5 of nbd0 and md0") };
+    let (Some(a), Some(b), Some(c)) = (sum("nbd0"), sum("md0"), sum("md1")) else {
+        bail!("the guest printed no md5 of nbd0, md0 and md1")
+    };
     ensure!(a == b, "gmblock's striped volume (md5 {a}) and md's (md5 {b}) read different bytes");
+    ensure!(a == c, "gmblock's striped volume (md5 {a}) and md's over nbd-server (md5 {c}) read different bytes");
     Ok(MdReads { reads, md5: a })
 }
 
@@ -182,19 +190,69 @@ struct Ports {
     members: Vec<u16>,
     memory: u16,
     plain: u16,
+    nbd_server: u16,
+}
+
+/// Debian's `nbd-server` (it forks into the background): killed by its pid file's pid on drop.
+struct NbdServer {
+    pid: Option<rustix::process::Pid>,
+}
+
+impl NbdServer {
+    /// One nbd-server on 127.0.0.1:`port` exporting `files` read-only as m1, m2, ….
+    fn start(dir: &Path, files: &[PathBuf], port: u16) -> anyhow::Result<NbdServer> {
+        let (conf, pidf) = (dir.join("md-nbd-server.conf"), dir.join("md-nbd-server.pid"));
+        let mut text = format!("[generic]\n    port = {port}\n    listenaddr = 127.0.0.1\n");
+        for (k, f) in files.iter().enumerate() {
+            text += &format!("[m{}]\n    exportname = {}\n    readonly = true\n", k + 1, f.display());
+        }
+        fs::write(&conf, text).with_context(|| format!("writing {}", conf.display()))?;
+        let out = std::process::Command::new("nbd-server").arg("-C").arg(&conf).arg("-p").arg(&pidf).output();
+        let out = out.context("running nbd-server")?;
+        ensure!(out.status.success(), "nbd-server failed to start: {}", String::from_utf8_lossy(&out.stderr).trim());
+        // The daemon creates its pid file, then writes it: wait for a number.
+        let t = std::time::Instant::now();
+        loop {
+            let pid = fs::read_to_string(&pidf).ok().and_then(|s| s.trim().parse::<i32>().ok());
+            if let Some(pid) = pid.and_then(rustix::process::Pid::from_raw) {
+                eprintln!("  nbd-server: pid {} on 127.0.0.1:{port} ({})", pid.as_raw_nonzero(), conf.display());
+                return Ok(NbdServer { pid: Some(pid) });
+            }
+            ensure!(t.elapsed().as_secs() < 10, "nbd-server wrote no pid to {} in 10 s", pidf.display());
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+
+    fn stop(&mut self) {
+        if let Some(pid) = self.pid.take() {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+        }
+    }
+}
+
+impl Drop for NbdServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
 }
 
 /// The servers and the nbdkits: the striped export, one per server, the memory and the
 /// unmodelled ceilings.
-fn start_host(plan: &MdPlan, dir: &Path, work: &Path) -> anyhow::Result<(Vec<HostProc>, Ports)> {
+fn start_host(plan: &MdPlan, dir: &Path, work: &Path) -> anyhow::Result<(Vec<HostProc>, NbdServer, Ports)> {
     let setpriv = setpriv_pdeathsig();
     let udp = free_udp_ports(2 * (SERVERS.len() + 1) + 1)?;
-    let tcp = free_tcp_ports(SERVERS.len() + 3)?;
+    let tcp = free_tcp_ports(SERVERS.len() + 4)?;
     let addr = |p: u16| format!("127.0.0.1:{p}");
     // UDP: the servers 1..=5, then the plugins 10, 11..=14, 15.
     let server_udp = |n: u16| udp[n as usize - 1];
     let plugin_udp = |n: u16| udp[SERVERS.len() + 1 + (n - STRIPED_NODE) as usize];
-    let ports = Ports { striped: tcp[0], members: tcp[1..=SERVERS.len()].to_vec(), memory: tcp[5], plain: tcp[6] };
+    let ports = Ports {
+        striped: tcp[0],
+        members: tcp[1..=SERVERS.len()].to_vec(),
+        memory: tcp[5],
+        plain: tcp[6],
+        nbd_server: tcp[7],
+    };
     let per_server = plan.mib.div_ceil(SERVERS.len() as u64);
     let mut procs = Vec::new();
     for n in SERVERS.into_iter().chain([PLAIN_SERVER]) {
@@ -255,7 +313,10 @@ fn start_host(plan: &MdPlan, dir: &Path, work: &Path) -> anyhow::Result<(Vec<Hos
         wait_listening(*port, &mut procs).context("an nbdkit of the md phase")?;
     }
     wait_listening(ports.memory, &mut procs).context("nbdkit memory")?;
-    Ok((procs, ports))
+    let files: Vec<PathBuf> = SERVERS.iter().map(|n| work.join(format!("server{n}.vol"))).collect();
+    let nbd_server = NbdServer::start(dir, &files, ports.nbd_server)?;
+    wait_listening(ports.nbd_server, &mut procs).context("nbd-server")?;
+    Ok((procs, nbd_server, ports))
 }
 
 /// The extra initramfs files: nbd-client, mdadm and dd with their libraries, and the env.
@@ -272,11 +333,12 @@ fn guest_files(plan: &MdPlan, ports: &Ports) -> anyhow::Result<Vec<(String, Vec<
     }
     let members: Vec<String> = ports.members.iter().map(u16::to_string).collect();
     let env = format!(
-        "striped={}\nmembers=\"{}\"\nmemory={}\nplain={}\nrounds={}\nmib={}\n",
+        "striped={}\nmembers=\"{}\"\nmemory={}\nplain={}\nnbd_server={}\nrounds={}\nmib={}\n",
         ports.striped,
         members.join(" "),
         ports.memory,
         ports.plain,
+        ports.nbd_server,
         plan.rounds,
         plan.mib
     );
@@ -307,7 +369,7 @@ pub(crate) fn run(plan: &MdPlan) -> anyhow::Result<MdReads> {
         plan.model_mbps, plan.model_latency_us
     );
     let started = start_host(plan, &s.dir, &work);
-    let (mut procs, ports) = match started {
+    let (mut procs, mut nbd_server, ports) = match started {
         Ok(x) => x,
         Err(e) => {
             let _ = fs::remove_dir_all(&work);
@@ -325,6 +387,7 @@ pub(crate) fn run(plan: &MdPlan) -> anyhow::Result<MdReads> {
     let all_off = s.wait(timeout, false)?;
     let alive: Vec<String> = procs.iter_mut().filter_map(|p| p.alive().err()).map(|e| format!("{e:#}")).collect();
     procs.iter_mut().for_each(HostProc::stop);
+    nbd_server.stop();
     let _ = fs::remove_dir_all(&work);
     let console = s.console(0);
     let mut failures = s.report(false, |g| {
@@ -355,9 +418,10 @@ mod tests {
     fn console(rounds: u32) -> String {
         let mut c = String::from("noise\r\ntrapeze-md: PASS x\ntrapeze-md: read ceiling_memory 0 33554432 0.5\n");
         c += "trapeze-md: read ceiling_plain 0 33554432 1.0\n";
-        c += &format!("trapeze-md: md5 nbd0 {SUM}\ntrapeze-md: md5 md0 {SUM}\n");
+        c += &format!("trapeze-md: md5 nbd0 {SUM}\ntrapeze-md: md5 md0 {SUM}\ntrapeze-md: md5 md1 {SUM}\n");
         for r in 1..=rounds {
             c += &format!("trapeze-md: read nbd0 {r} 33554432 2\ntrapeze-md: read md0 {r} 33554432 4\r\n");
+            c += &format!("trapeze-md: read md1 {r} 33554432 1\n");
         }
         c
     }
@@ -366,7 +430,7 @@ mod tests {
     fn the_guests_reads_are_parsed() {
         let m = parse(&console(2), 2).unwrap();
         assert_eq!(m.md5, SUM);
-        assert_eq!(m.reads.len(), 6);
+        assert_eq!(m.reads.len(), 8);
         assert_eq!(m.of("nbd0", 2).unwrap().mb_s(), 33554432.0 / 2.0 / 1e6);
         assert_eq!(m.of("ceiling_memory", 0).unwrap().secs, 0.5);
     }
@@ -395,7 +459,9 @@ mod tests {
     #[test]
     fn volumes_reading_different_bytes_are_an_error() {
         let c = console(1).replace(&format!("md5 md0 {SUM}"), "md5 md0 ffffffffffffffffffffffffffffffff");
-        assert!(parse(&c, 1).unwrap_err().to_string().contains("read different bytes"));
+        assert!(parse(&c, 1).unwrap_err().to_string().contains("md's (md5 ffff"));
+        let c = console(1).replace(&format!("md5 md1 {SUM}"), "md5 md1 ffffffffffffffffffffffffffffffff");
+        assert!(parse(&c, 1).unwrap_err().to_string().contains("over nbd-server (md5 ffff"));
     }
 
     #[test]
