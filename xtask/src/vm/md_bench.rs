@@ -109,7 +109,24 @@ impl MdReads {
 pub(crate) fn missing() -> Option<String> {
     let gone: Vec<String> =
         NEEDS.iter().filter(|(p, _)| which(p).is_none()).map(|(p, pkg)| format!("{p} ({pkg})")).collect();
-    (!gone.is_empty()).then(|| format!("needs: {} (apt-get install them)", gone.join(", ")))
+    if !gone.is_empty() {
+        return Some(format!("needs: {} (apt-get install them)", gone.join(", ")));
+    }
+    let kernel = crate::kernel::Paths::new().map(|p| p.bzimage());
+    match kernel {
+        Ok(bz) if bz.is_file() => None,
+        Ok(bz) => Some(format!("needs the guest kernel ({} is missing: cargo xtask kernel)", bz.display())),
+        Err(e) => Some(format!("needs the guest kernel ({e:#})")),
+    }
+}
+
+/// The servers' files: removed on drop, whatever ends the run.
+struct WorkDir(PathBuf);
+
+impl Drop for WorkDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
 }
 
 /// The guest's lines: every read of every round and both checksums, or what is wrong.
@@ -351,8 +368,6 @@ pub(crate) fn run(plan: &MdPlan) -> anyhow::Result<MdReads> {
     if let Some(why) = missing() {
         bail!("the md phase (stripe_md) {why}; or leave it out with --no-md");
     }
-    let bz = crate::kernel::Paths::new()?.bzimage();
-    ensure!(bz.is_file(), "the md phase (stripe_md) needs the guest kernel ({} is missing: cargo xtask kernel); or leave it out with --no-md", bz.display());
     // Boot and the checksums take a minute or two under TCG; each read of the modelled
     // volumes at least mib / (4 × model) s.
     let reads = 2 * u64::from(plan.rounds) + 4;
@@ -360,22 +375,15 @@ pub(crate) fn run(plan: &MdPlan) -> anyhow::Result<MdReads> {
     let timeout = 300 + (reads as f64 * per_read * 4.0) as u64;
     let common = Common { mem: 256, timeout, append: None, module: Vec::new(), no_key: false };
     let prepared = Prepared::build(&common, false)?;
-    let work = target_dir()?.join(format!("tmp/md-bench-{}", std::process::id()));
-    fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
+    let work = WorkDir(target_dir()?.join(format!("tmp/md-bench-{}", std::process::id())));
+    fs::create_dir_all(&work.0).with_context(|| format!("creating {}", work.0.display()))?;
     let setup = Setup { guests: 1, script: Some(crate::workspace_root().join(SCRIPT)), ..Setup::default() };
     let mut s = prepared.start(&common, setup)?;
     eprintln!(
         "==> md phase: 4 gmblockd ({} MB/s, {} µs modelled) and 7 nbdkit",
         plan.model_mbps, plan.model_latency_us
     );
-    let started = start_host(plan, &s.dir, &work);
-    let (mut procs, mut nbd_server, ports) = match started {
-        Ok(x) => x,
-        Err(e) => {
-            let _ = fs::remove_dir_all(&work);
-            return Err(e);
-        }
-    };
+    let (mut procs, mut nbd_server, ports) = start_host(plan, &s.dir, &work.0)?;
     append_files(&s.dir.join("initramfs.cpio.gz"), &guest_files(plan, &ports)?)?;
     s.cluster.guest(0).qemu_extra.extend([
         "-netdev".into(),
@@ -388,7 +396,7 @@ pub(crate) fn run(plan: &MdPlan) -> anyhow::Result<MdReads> {
     let alive: Vec<String> = procs.iter_mut().filter_map(|p| p.alive().err()).map(|e| format!("{e:#}")).collect();
     procs.iter_mut().for_each(HostProc::stop);
     nbd_server.stop();
-    let _ = fs::remove_dir_all(&work);
+    drop(work);
     let console = s.console(0);
     let mut failures = s.report(false, |g| {
         let r = &g.report;
