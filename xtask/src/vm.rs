@@ -30,7 +30,8 @@
 //! or a script). What they share: [`session`] (the common options; build, boot, wait,
 //! report), [`cluster`] (the guests' processes, the wait, a kill on request, cleanup),
 //! [`initramfs`], [`report`] (what a console shows), [`runtime`] (directories, ports,
-//! programs), [`host_gmsd`]; [`bench_guests`] boots guests for `cargo xtask bench vm`.
+//! programs), [`host_gmsd`], [`host_proc`]; [`bench_guests`] boots guests for `cargo xtask bench vm`, and
+//! [`md_bench`] the guest phase of `cargo xtask bench block`.
 //!
 //! A drop guard kills every child and removes RAM files, sockets and the initramfs on every
 //! return, error or not; SIGINT, SIGTERM and SIGHUP end the run through it (once the
@@ -47,8 +48,10 @@ pub mod cpu_marks;
 mod disks;
 mod gmsd_test;
 mod host_gmsd;
+mod host_proc;
 mod initramfs;
 pub(crate) use initramfs::guest_tool;
+pub(crate) mod md_bench;
 mod module_test;
 mod nbd_shared;
 mod nbd_test;

@@ -6,8 +6,11 @@
 //! reads in interleaved rounds; and 4 KiB writes and a flush through a GMS-cached volume
 //! (write-through, write-back) against gmblock's client on the same modelled disk
 //! (`cached`); and a memory-bound job's slowdown beside the direct path, the path via RAM
-//! and nbd-server (`corunner_slowdown`) (`gmblock/benches/block.rs`, release build). Run it on a
-//! quiet machine: the figures are MB/s and CPU time, which other jobs on the cores change.
+//! and nbd-server (`corunner_slowdown`) (`gmblock/benches/block.rs`, release build). Then,
+//! in a QEMU guest, gmblock's striped NBD export against md RAID-0 over NBD exports of the
+//! same four modelled servers (`stripe_md`, `block_md.rs`; `--no-md` leaves it out). Run it
+//! on a quiet machine: the figures are MB/s and CPU time, which other jobs on the cores
+//! change.
 
 #[derive(clap::Args)]
 pub struct BlockArgs {
@@ -42,11 +45,20 @@ pub struct BlockArgs {
     /// CPU 1 beside each server path on CPU 0; it needs both CPUs).
     #[arg(long)]
     no_corunner: bool,
+    #[command(flatten)]
+    md: super::block_md::MdArgs,
 }
 
 pub fn run(a: BlockArgs) -> anyhow::Result<()> {
+    let md = a.md.wanted() && !a.cached_only;
+    if md {
+        a.md.check()?;
+    }
     crate::prereq::ensure_block_bench_deps()?;
     crate::cargo(&["build", "--release", "--locked", "-p", "trapeze-gmblock-nbdkit"])?;
+    if a.md.only() {
+        return super::block_md::run(&a.md, a.rounds, a.json);
+    }
     let plugin = crate::build::target_dir()?.join("release/libgmblock_nbdkit.so");
     let plugin = plugin.display().to_string();
     let (mib, rounds, stripe_mib) = (a.mib.to_string(), a.rounds.to_string(), a.stripe_mib.to_string());
@@ -88,5 +100,9 @@ pub fn run(a: BlockArgs) -> anyhow::Result<()> {
     if a.json {
         args.push("--json");
     }
-    crate::cargo(&args)
+    crate::cargo(&args)?;
+    if md {
+        super::block_md::run(&a.md, a.rounds, a.json)?;
+    }
+    Ok(())
 }

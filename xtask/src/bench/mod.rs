@@ -3,6 +3,7 @@
 //! baseline measured in the same run.
 
 mod block;
+mod block_md;
 mod dma;
 mod gms;
 mod nic;

@@ -27,16 +27,15 @@
 
 use super::bench_guests::append_files;
 use super::cluster::{child_command, setpriv_pdeathsig, tail};
+use super::host_proc::{wait_listening, HostProc};
 use super::nbd_shared::{self, GUESTS};
 use super::report::{pass_fail, printable, yes_no};
 use super::runtime::{free_udp_ports, target_dir, which};
 use super::session::{Common, Prepared, Setup};
-use anyhow::{bail, ensure, Context};
+use anyhow::Context;
 use std::fs;
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
 /// The guest's script, relative to the workspace root.
 const SCRIPT: &str = "kernel-crate/guest/nbd.sh";
@@ -72,42 +71,6 @@ pub struct NbdTestArgs {
     common: Common,
 }
 
-/// A host process of the test: killed on drop, its output in a log.
-struct HostProc {
-    name: &'static str,
-    child: Child,
-    log: PathBuf,
-}
-
-impl HostProc {
-    fn start(name: &'static str, mut cmd: Command, log: PathBuf) -> anyhow::Result<HostProc> {
-        let out = fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
-        cmd.stdin(Stdio::null()).stdout(out.try_clone()?).stderr(out);
-        let child = cmd.spawn().with_context(|| format!("starting {name}"))?;
-        eprintln!("  {name}: pid {} (log {})", child.id(), log.display());
-        Ok(HostProc { name, child, log })
-    }
-
-    /// It must still run: an exit is an error with its log's tail.
-    fn alive(&mut self) -> anyhow::Result<()> {
-        if let Some(st) = self.child.try_wait()? {
-            bail!("{} exited ({st}): {}", self.name, tail(&fs::read_to_string(&self.log).unwrap_or_default(), 8));
-        }
-        Ok(())
-    }
-
-    fn stop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for HostProc {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
 /// What is missing on the host, as "needs: …", if anything is (`xtask test` then lists
 /// the stage as skipped).
 pub(crate) fn missing() -> Option<String> {
@@ -141,14 +104,7 @@ fn start_export(bin: &Path, dir: &Path, files: &[PathBuf], nbd_port: u16) -> any
         .arg(format!("logfile={}", dir.join(REQUEST_LOG).display()));
     eprintln!("  nbdkit {}", params.join(" "));
     procs.push(HostProc::start("nbdkit", cmd, dir.join("nbdkit.log"))?);
-    let t = Instant::now();
-    while TcpStream::connect(("127.0.0.1", nbd_port)).is_err() {
-        for p in procs.iter_mut() {
-            p.alive()?;
-        }
-        ensure!(t.elapsed() < Duration::from_secs(20), "nbdkit did not listen on 127.0.0.1:{nbd_port} within 20 s");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_listening(nbd_port, &mut procs).context("nbdkit")?;
     Ok(procs)
 }
 

@@ -261,7 +261,7 @@ pub(super) fn percentile(v: &[f64], p: f64) -> Option<f64> {
 /// {median, p10, p90, per_round, rounds} of per-round values; a value that is not finite
 /// (a ratio whose denominator was 0: the guest's tick-sampled CPU time can be) is left
 /// out, and `rounds` says how many counted.
-pub(super) fn spread(v: &[f64], digits: i32) -> Value {
+pub(in crate::bench) fn spread(v: &[f64], digits: i32) -> Value {
     let v: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
     let q = |p: f64| percentile(&v, p).map(|x| round_to(x, digits));
     json!({

@@ -35,6 +35,7 @@
 //! emulation; the ratios between the two devices measured in the same guests are the point.
 
 mod fair;
+pub(super) use fair::spread;
 mod guest_files;
 pub(crate) use guest_files::with_libraries;
 mod mac;
