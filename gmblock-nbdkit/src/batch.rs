@@ -5,10 +5,12 @@
 //! that holds it streams the queue into the backend
 //! ([`gmblock::client::Client::read_stream`]): requests join the window while others are
 //! in flight, and each is handed back to its thread, which is woken, as soon as its own
-//! chunks are in. A thread that finds the lock taken waits for its outcome; it tries the
-//! lock again after [`RECHECK`], so a request queued just as the holder stopped taking
-//! requests is read by the next holder. A holder takes at most [`TURN`] requests, then
-//! lets the lock go, so writes are not starved by a stream of reads.
+//! chunks are in. A thread that finds the lock taken sleeps until its outcome comes or it
+//! is asked to take the lock over: whoever lets the lock go ([`Batch::kick`]) wakes the
+//! thread of the oldest queued request, so a request queued just as the holder stopped
+//! taking requests is read by the next holder; a sleeper also tries again after
+//! [`RECHECK`], in case a wake-up crossed its sleep. A holder takes at most [`TURN`]
+//! requests, then lets the lock go, so writes are not starved by a stream of reads.
 //!
 //! Only whole-block reads of at most 1 MiB go through the queue ([`fits`]); the rest go
 //! through [`crate::span`] alone. Writes, flushes and trims take the lock alone, so a
@@ -19,8 +21,9 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, TryLockError};
 use std::time::Duration;
 
-/// How long a thread waits for its read's outcome before it tries the lock again.
-pub const RECHECK: Duration = Duration::from_micros(200);
+/// How long a thread sleeps for its read's outcome, unwoken, before it tries the lock
+/// again (a wake-up that came before it slept is not lost for longer).
+pub const RECHECK: Duration = Duration::from_millis(2);
 /// Requests a lock holder takes from the queue before it lets the lock go.
 pub const TURN: usize = 256;
 
@@ -91,8 +94,15 @@ impl Batch {
                 return got.map(|bytes| buf.copy_from_slice(&bytes));
             }
             match backend.try_lock() {
-                Ok(mut b) => self.serve(&mut *b, &stream),
-                Err(TryLockError::Poisoned(p)) => self.serve(&mut *p.into_inner(), &stream),
+                Ok(mut b) => {
+                    self.serve(&mut *b, &stream);
+                    drop(b);
+                    self.kick();
+                }
+                Err(TryLockError::Poisoned(p)) => {
+                    self.serve(&mut *p.into_inner(), &stream);
+                    self.kick();
+                }
                 Err(TryLockError::WouldBlock) => {
                     let out = crate::lock(&slot.out);
                     if out.is_none() {
@@ -100,6 +110,15 @@ impl Batch {
                     }
                 }
             }
+        }
+    }
+
+    /// The backend's lock was let go: wake the thread of the oldest queued read, if any,
+    /// to take it (a read queued while the lock was held waits for this).
+    pub fn kick(&self) {
+        if let Some((_, w)) = crate::lock(&self.waiting).front() {
+            let _out = crate::lock(&w.slot.out);
+            w.slot.ready.notify_one();
         }
     }
 

@@ -165,11 +165,15 @@ fn config_error(msg: String) -> Error {
     Error::new(errno(rustix::io::Errno::INVAL), msg)
 }
 
-/// Run `f` on the backend.
+/// Run `f` on the backend; then wake a queued read's thread to take the lock.
 fn with_backend<R>(f: impl FnOnce(&mut Backend) -> anyhow::Result<R>) -> Result<R> {
-    let mut g = lock(&BACKEND);
-    let b = g.as_mut().ok_or_else(|| Error::new(errno(rustix::io::Errno::NOTCONN), "not connected to gmblockd"))?;
-    f(b).map_err(fail)
+    let r = {
+        let mut g = lock(&BACKEND);
+        let b = g.as_mut().ok_or_else(|| Error::new(errno(rustix::io::Errno::NOTCONN), "not connected to gmblockd"));
+        b.and_then(|b| f(b).map_err(fail))
+    };
+    BATCH.kick();
+    r
 }
 
 fn read_only() -> bool {
