@@ -87,6 +87,17 @@ const BLOCK_BENCH_DEPS: [(&str, &str); 3] = [
     ("nbdkit", "runs gmblock's NBD export plugin and the nbdkit memory and file baselines of bench block"),
 ];
 
+/// What `cargo xtask bench block`'s guest phase (`stripe_md`) copies into the guest.
+const MD_BENCH_DEPS: [(&str, &str); 2] = [
+    ("nbd-client", "bench block's guest phase connects the guest's kernel NBD client with it"),
+    ("mdadm", "bench block's guest phase builds md RAID-0 over NBD devices with it"),
+];
+
+/// What the guest phase of `cargo xtask bench block` needs on the host.
+pub fn ensure_md_bench_deps() -> anyhow::Result<()> {
+    ensure_packages(&MD_BENCH_DEPS)
+}
+
 /// What the baseline of `cargo xtask bench block` needs.
 pub fn ensure_block_bench_deps() -> anyhow::Result<()> {
     ensure_packages(&BLOCK_BENCH_DEPS)

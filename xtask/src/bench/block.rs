@@ -51,10 +51,11 @@ pub struct BlockArgs {
 
 pub fn run(a: BlockArgs) -> anyhow::Result<()> {
     let md = a.md.wanted() && !a.cached_only;
+    crate::prereq::ensure_block_bench_deps()?;
     if md {
+        crate::prereq::ensure_md_bench_deps()?;
         a.md.check()?;
     }
-    crate::prereq::ensure_block_bench_deps()?;
     crate::cargo(&["build", "--release", "--locked", "-p", "trapeze-gmblock-nbdkit"])?;
     if a.md.only() {
         return super::block_md::run(&a.md, a.rounds, a.json);
