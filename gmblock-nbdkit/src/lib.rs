@@ -73,7 +73,7 @@ static SETTINGS: Mutex<Settings> = Mutex::new(Settings {
     servers: Vec::new(),
     node: None,
     listen: None,
-    window: 16,
+    window: 32,
     timeout: Duration::from_secs(2),
     grain: None,
     depth: 8,
@@ -271,7 +271,7 @@ impl Server for Export {
              \x20                  repeated: a volume striped over them in this order (same sizes)\n\
              node=ID            (required) this plugin's node id on the link (gmblockd's --peer)\n\
              listen=IP:PORT     (required) this plugin's UDP link address (gmblockd's --peer)\n\
-             window=N           one server: chunks in flight per request, 1..=32 (default 16)\n\
+             window=N           one server: chunks in flight at once, 1..=32 (default 32)\n\
              timeout_ms=MS      a chunk unanswered this long is sent again (default 2000)\n\
              grain=BYTES        striped: the stripe unit, a multiple of 4K (default 32K; K/M suffixes);\n\
              \x20                  given with one server, that server is read through the striping client\n\

@@ -13,7 +13,7 @@
 //! Each round evicts the file from the page cache (`posix_fadvise(DONTNEED)`) before each
 //! side, so every side reads from the disk: gmblockd with `O_DIRECT`, nbd-server through
 //! the page cache. The gmblock client is this process (a station of its own, 1 MiB
-//! requests, a window of 16 chunks); nbdcopy runs with its defaults. Per side:
+//! requests, a window of 32 chunks, as the export's); nbdcopy runs with its defaults. Per side:
 //! MB/s; server CPU-seconds per GiB (from /proc/PID/stat; nbd-server's forked
 //! per-connection children counted through the parent's reaped-children times);
 //! host-RAM bytes per byte served, from the vNIC's DMA counters plus the disk's DMA into
@@ -124,6 +124,9 @@ enum Side {
     /// The memory-bound job on CPU 1 beside a side on CPU 0, or alone.
     Corunner(Neighbour),
 }
+
+/// The gmblock client's chunks in flight (the most it takes; the export's default).
+const WINDOW: usize = 32;
 
 /// The striping sides' server counts.
 const STRIPES: [u16; 3] = [1, 2, 4];
@@ -262,7 +265,7 @@ fn run_gmblock(file: &Path, side: Side, dir: &Path) -> anyhow::Result<Figures> {
         placement: Placement::HostRam,
         call_timeout: Duration::from_secs(2),
     };
-    let mut c = Client::connect(cfg, 1, 16)?;
+    let mut c = Client::connect(cfg, 1, WINDOW)?;
     let pid = server.0.id();
     let cpu0 = cpu_of(pid)?;
     let t = Instant::now();
