@@ -93,21 +93,20 @@ impl Batch {
             if let Some(got) = crate::lock(&slot.out).take() {
                 return got.map(|bytes| buf.copy_from_slice(&bytes));
             }
-            match backend.try_lock() {
-                Ok(mut b) => {
-                    self.serve(&mut *b, &stream);
-                    drop(b);
-                    self.kick();
-                }
-                Err(TryLockError::Poisoned(p)) => {
-                    self.serve(&mut *p.into_inner(), &stream);
-                    self.kick();
-                }
-                Err(TryLockError::WouldBlock) => {
-                    let out = crate::lock(&slot.out);
-                    if out.is_none() {
-                        drop(slot.ready.wait_timeout(out, RECHECK));
-                    }
+            // A lock a panicking holder poisoned is still the backend (`crate::lock`).
+            let held = match backend.try_lock() {
+                Ok(b) => Some(b),
+                Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+                Err(TryLockError::WouldBlock) => None,
+            };
+            if let Some(mut b) = held {
+                self.serve(&mut *b, &stream);
+                drop(b);
+                self.kick();
+            } else {
+                let out = crate::lock(&slot.out);
+                if out.is_none() {
+                    drop(slot.ready.wait_timeout(out, RECHECK));
                 }
             }
         }

@@ -207,7 +207,6 @@ impl Client {
             }
             self.pump();
             self.reap_reads(&mut reads, &mut flight);
-            finish(&mut reads, &mut done);
         }
     }
 

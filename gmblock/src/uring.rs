@@ -35,8 +35,6 @@ pub struct Reads<T> {
     ready: OwnedFd,
     slots: Vec<Option<Slot<T>>>,
     free: Vec<usize>,
-    /// Pushed, not yet submitted.
-    queued: u32,
 }
 
 impl<T> Reads<T> {
@@ -47,7 +45,7 @@ impl<T> Reads<T> {
         let ready = rustix::event::eventfd(0, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC)?;
         ring.submitter().register_eventfd(ready.as_raw_fd())?;
         let n = depth as usize;
-        Ok(Reads { ring, ready, slots: (0..n).map(|_| None).collect(), free: (0..n).rev().collect(), queued: 0 })
+        Ok(Reads { ring, ready, slots: (0..n).map(|_| None).collect(), free: (0..n).rev().collect() })
     }
 
     /// Readable once a read has completed that [`Self::complete`] has not yet taken.
@@ -106,16 +104,14 @@ impl<T> Reads<T> {
             return Err(tag);
         }
         self.slots[k] = Some(Slot { _region: Arc::clone(region), _iov: iov, tag });
-        self.queued += 1;
         Ok(())
     }
 
     /// Start the reads pushed since the last call (one system call, none if nothing was
     /// pushed).
     pub fn submit(&mut self) -> std::io::Result<()> {
-        if self.queued > 0 {
+        if !self.ring.submission().is_empty() {
             self.ring.submit()?;
-            self.queued = 0;
         }
         Ok(())
     }
