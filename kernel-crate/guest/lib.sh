@@ -42,3 +42,24 @@ wait_gone() {
         t=$((t + 1))
     done
 }
+
+# user_net_up: lo, and eth0 (virtio-net on QEMU's user-mode network) as 10.0.2.15, where
+# the host's 127.0.0.1 is 10.0.2.2; a FAIL line and false when eth0 will not come up.
+user_net_up() {
+    ip link set lo up
+    if ! ip link set eth0 up || ! ip addr add 10.0.2.15/24 dev eth0; then
+        fail "eth0 (virtio-net, QEMU user network) is up as 10.0.2.15"; return 1
+    fi
+}
+
+# nbd_connect DEV PORT [EXPORT]: Debian's nbd-client (copied into the initramfs) connects
+# DEV to the host's 10.0.2.2:PORT, tried for 30 s; false if it never did. Its output is
+# in /tmp/nbd-client.log for the caller's check line.
+nbd_connect() {
+    nbd_tries=0
+    until /usr/sbin/nbd-client 10.0.2.2 "$2" "$1" -b 4096 -t 30 -N "${3:-}" >/tmp/nbd-client.log 2>&1; do
+        nbd_tries=$((nbd_tries + 1))
+        [ "$nbd_tries" -ge 60 ] && return 1
+        sleep 0.5
+    done
+}

@@ -25,20 +25,12 @@ nbd_client=/usr/sbin/nbd-client
 mdadm=/usr/sbin/mdadm
 gdd=/usr/bin/dd
 
-ip link set lo up
-if ! ip link set eth0 up || ! ip addr add 10.0.2.15/24 dev eth0; then
-    fail "eth0 (virtio-net, QEMU user network) is up as 10.0.2.15"; finish; exit 1
-fi
+user_net_up || { finish; exit 1; }
 
-# connect DEV PORT [EXPORT]: nbd-client on 10.0.2.2:PORT, retried for 30 s.
+# connect DEV PORT [EXPORT]: nbd-client on 10.0.2.2:PORT (lib.sh's nbd_connect), checked.
 connect() {
-    t=0
-    until "$nbd_client" 10.0.2.2 "$2" "$1" -b 4096 -t 30 -N "${3:-}" >/tmp/nbd-client.log 2>&1; do
-        t=$((t + 1))
-        [ "$t" -ge 60 ] && break
-        sleep 0.5
-    done
-    check "nbd-client connected $1 to 10.0.2.2:$2 ($(tail -n 1 /tmp/nbd-client.log))" [ "$t" -lt 60 ]
+    if nbd_connect "$@"; then up=yes; else up=no; fi
+    check "nbd-client connected $1 to 10.0.2.2:$2 ($(tail -n 1 /tmp/nbd-client.log))" [ "$up" = yes ]
 }
 
 connect /dev/nbd0 "$striped" || { finish; exit 1; }

@@ -172,18 +172,10 @@ read_common() {
     check "C read $p times, the last after every guest's first pass" [ "$seen" = yes ]
 }
 
-ip link set lo up
-if ! ip link set eth0 up || ! ip addr add 10.0.2.15/24 dev eth0; then
-    fail "eth0 (virtio-net, QEMU user network) is up as 10.0.2.15"; finish; exit 1
-fi
-t=0
-until "$nbd_client" 10.0.2.2 "$port" "$dev" -b 4096 -t 30 -N "" >/tmp/nbd-client.log 2>&1; do
-    t=$((t + 1))
-    [ "$t" -ge 60 ] && break
-    sleep 0.5
-done
+user_net_up || { finish; exit 1; }
+if nbd_connect "$dev" "$port"; then up=yes; else up=no; fi
 check "guest $k of $guests: nbd-client connected $dev to 10.0.2.2:$port ($(tail -n 2 /tmp/nbd-client.log | tr '\n' ' '))" \
-    [ "$t" -lt 60 ] || give_up
+    [ "$up" = yes ] || give_up
 connected=yes
 sectors=$(cat /sys/block/nbd0/size)
 check "$dev holds $((sectors / 2048)) MiB" [ "$sectors" -gt 0 ]

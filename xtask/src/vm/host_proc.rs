@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! Host processes beside a guest (`gmblockd`, nbdkit): each killed on drop with its output
-//! in a log, and the wait for a TCP listener while they must stay alive. Shared by
-//! [`nbd_test`](super::nbd_test) and [`md_bench`](super::md_bench).
+//! in a log, the wait for a TCP listener while they must stay alive, and the QEMU network
+//! by which a guest reaches them ([`USER_NET`]). Shared by [`nbd_test`](super::nbd_test)
+//! and [`md_bench`](super::md_bench).
 
 use super::cluster::tail;
 use anyhow::{bail, ensure, Context};
@@ -10,6 +11,11 @@ use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+/// QEMU arguments for a guest's virtio-net on QEMU's user-mode network: the guest is
+/// 10.0.2.15 on a network of its own, the host's 127.0.0.1 is 10.0.2.2 (the guest scripts'
+/// `user_net_up`). `romfile=`: no iPXE option ROM (the kernel is booted directly).
+pub(super) const USER_NET: [&str; 4] = ["-netdev", "user,id=net0", "-device", "virtio-net-pci,netdev=net0,romfile="];
 
 /// A host process of a run: killed on drop, its output in a log.
 pub(super) struct HostProc {

@@ -27,7 +27,7 @@
 
 use super::bench_guests::append_files;
 use super::cluster::{child_command, setpriv_pdeathsig};
-use super::host_proc::{wait_listening, HostProc};
+use super::host_proc::{wait_listening, HostProc, USER_NET};
 use super::report::{pass_fail, printable, yes_no};
 use super::runtime::{free_udp_ports, target_dir, which};
 use super::session::{Common, Prepared, Setup};
@@ -385,12 +385,7 @@ pub(crate) fn run(plan: &MdPlan) -> anyhow::Result<MdReads> {
     );
     let (mut procs, mut nbd_server, ports) = start_host(plan, &s.dir, &work.0)?;
     append_files(&s.dir.join("initramfs.cpio.gz"), &guest_files(plan, &ports)?)?;
-    s.cluster.guest(0).qemu_extra.extend([
-        "-netdev".into(),
-        "user,id=net0".into(),
-        "-device".into(),
-        "virtio-net-pci,netdev=net0,romfile=".into(),
-    ]);
+    s.cluster.guest(0).qemu_extra.extend(USER_NET.map(String::from));
     s.boot()?;
     let all_off = s.wait(timeout, false)?;
     let alive: Vec<String> = procs.iter_mut().filter_map(|p| p.alive().err()).map(|e| format!("{e:#}")).collect();

@@ -27,7 +27,7 @@
 
 use super::bench_guests::append_files;
 use super::cluster::{child_command, setpriv_pdeathsig, tail};
-use super::host_proc::{wait_listening, HostProc};
+use super::host_proc::{wait_listening, HostProc, USER_NET};
 use super::nbd_shared::{self, GUESTS};
 use super::report::{pass_fail, printable, yes_no};
 use super::runtime::{free_udp_ports, target_dir, which};
@@ -216,16 +216,9 @@ pub(super) fn run(a: NbdTestArgs) -> anyhow::Result<()> {
     let mut procs = start_export(&bin, &s.dir, &files, nbd_port)?;
     let env = nbd_shared::env(&nbd_shared::nonce(), timeout);
     append_files(&s.dir.join("initramfs.cpio.gz"), &guest_files(nbd_port, &env)?)?;
-    // QEMU's user-mode network, one per guest: each guest is 10.0.2.15 on its own, the
-    // host's 127.0.0.1 is 10.0.2.2. romfile= : no iPXE option ROM (the kernel is booted
-    // directly).
+    // QEMU's user-mode network, one per guest.
     for k in 0..GUESTS {
-        s.cluster.guest(k).qemu_extra.extend([
-            "-netdev".into(),
-            "user,id=net0".into(),
-            "-device".into(),
-            "virtio-net-pci,netdev=net0,romfile=".into(),
-        ]);
+        s.cluster.guest(k).qemu_extra.extend(USER_NET.map(String::from));
     }
     s.boot()?;
     let all_off = s.wait(timeout, false)?;
