@@ -338,16 +338,7 @@ fn start_host(plan: &MdPlan, dir: &Path, work: &Path) -> anyhow::Result<(Vec<Hos
 
 /// The extra initramfs files: nbd-client, mdadm and dd with their libraries, and the env.
 fn guest_files(plan: &MdPlan, ports: &Ports) -> anyhow::Result<Vec<(String, Vec<u8>, u32)>> {
-    let mut files: Vec<(String, Vec<u8>, u32)> = Vec::new();
-    for prog in GUEST_PROGRAMS {
-        for (path, src) in crate::bench::with_libraries(prog)? {
-            if files.iter().any(|f| f.0 == path) {
-                continue;
-            }
-            let data = fs::read(&src).with_context(|| format!("reading {}", src.display()))?;
-            files.push((path, data, 0o755));
-        }
-    }
+    let mut files = crate::bench::programs_with_libraries(&GUEST_PROGRAMS)?;
     let members: Vec<String> = ports.members.iter().map(u16::to_string).collect();
     let env = format!(
         "striped={}\nmembers=\"{}\"\nmemory={}\nplain={}\nnbd_server={}\nrounds={}\nmib={}\n",

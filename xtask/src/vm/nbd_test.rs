@@ -172,16 +172,7 @@ fn listed_files(console: &str) -> Vec<(String, String)> {
 /// The extra initramfs files: the NBD client and mke2fs with their libraries, mke2fs's
 /// configuration, and the port with the shared area's `env`.
 fn guest_files(nbd_port: u16, env: &str) -> anyhow::Result<Vec<(String, Vec<u8>, u32)>> {
-    let mut files: Vec<(String, Vec<u8>, u32)> = Vec::new();
-    for prog in GUEST_PROGRAMS {
-        for (path, src) in crate::bench::with_libraries(prog)? {
-            if files.iter().any(|f| f.0 == path) {
-                continue;
-            }
-            let data = fs::read(&src).with_context(|| format!("reading {}", src.display()))?;
-            files.push((path, data, 0o755));
-        }
-    }
+    let mut files = crate::bench::programs_with_libraries(&GUEST_PROGRAMS)?;
     if let Ok(conf) = fs::read("/etc/mke2fs.conf") {
         files.push(("/etc/mke2fs.conf".into(), conf, 0o644));
     }

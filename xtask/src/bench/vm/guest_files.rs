@@ -16,7 +16,7 @@ pub(super) fn build_tool(name: &str) -> anyhow::Result<Vec<u8>> {
 }
 
 /// A program and the shared libraries `ldd` lists for it, at the same paths in the guest.
-pub(crate) fn with_libraries(program: &str) -> anyhow::Result<Vec<(String, PathBuf)>> {
+fn with_libraries(program: &str) -> anyhow::Result<Vec<(String, PathBuf)>> {
     let out = Command::new("ldd").arg(program).output().with_context(|| format!("running ldd {program}"))?;
     ensure!(out.status.success(), "ldd {program} failed: {}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8_lossy(&out.stdout);
@@ -25,6 +25,21 @@ pub(crate) fn with_libraries(program: &str) -> anyhow::Result<Vec<(String, PathB
     }
     let mut files = vec![(program.to_string(), PathBuf::from(program))];
     files.extend(ldd_paths(&text).into_iter().map(|p| (p.clone(), PathBuf::from(p))));
+    Ok(files)
+}
+
+/// Initramfs entries (guest path, bytes, mode 0755) for `programs` and the shared libraries
+/// they need, each file once.
+pub(crate) fn programs_with_libraries(programs: &[&str]) -> anyhow::Result<Vec<(String, Vec<u8>, u32)>> {
+    let mut files: Vec<(String, Vec<u8>, u32)> = Vec::new();
+    for prog in programs {
+        for (guest_path, host_path) in with_libraries(prog)? {
+            if !files.iter().any(|f| f.0 == guest_path) {
+                let data = std::fs::read(&host_path).with_context(|| format!("reading {}", host_path.display()))?;
+                files.push((guest_path, data, 0o755));
+            }
+        }
+    }
     Ok(files)
 }
 

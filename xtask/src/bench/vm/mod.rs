@@ -37,7 +37,7 @@
 mod fair;
 pub(super) use fair::spread;
 mod guest_files;
-pub(crate) use guest_files::with_libraries;
+pub(crate) use guest_files::programs_with_libraries;
 mod mac;
 mod module_args;
 mod replication;
@@ -232,17 +232,10 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
     let root = crate::workspace_root();
     eprintln!("==> NBD baselines: Debian nbd-client and nbd-server (guests), qemu-nbd (host)");
     crate::prereq::ensure_nbd_bench_deps()?;
-    let mut files: Vec<(String, Vec<u8>, u32)> = Vec::new();
-    let mut seen = std::collections::BTreeSet::new();
     for prog in NBD_PROGRAMS {
         ensure!(Path::new(prog).is_file(), "{prog} is missing although its package is installed");
-        for (guest_path, host_path) in with_libraries(prog)? {
-            if seen.insert(guest_path.clone()) {
-                let data = fs::read(&host_path).with_context(|| format!("reading {}", host_path.display()))?;
-                files.push((guest_path, data, 0o755));
-            }
-        }
     }
+    let mut files = programs_with_libraries(&NBD_PROGRAMS)?;
     eprintln!("  {} and {} with {} libraries", NBD_PROGRAMS[0], NBD_PROGRAMS[1], files.len() - 2);
     for tool in TOOLS {
         files.push((format!("/usr/bin/{tool}"), build_tool(tool)?, 0o755));
