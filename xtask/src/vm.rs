@@ -50,7 +50,7 @@ mod gmsd_test;
 mod host_gmsd;
 mod host_proc;
 mod initramfs;
-pub(crate) use initramfs::guest_tool;
+pub(crate) use initramfs::{guest_tool, programs_with_libraries};
 pub(crate) mod md_bench;
 mod module_test;
 mod nbd_shared;

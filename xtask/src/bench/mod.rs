@@ -10,7 +10,6 @@ mod nic;
 mod plot;
 mod rpc;
 mod vm;
-pub(crate) use vm::programs_with_libraries;
 
 #[derive(clap::Args)]
 pub struct BenchArgs {

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! The guests' initramfs: a newc cpio of /init, busybox, the modules, the scripts' shared
 //! functions (`/etc/trapeze/lib.sh`) and the script; the
-//! static guest tools (`guest-tools/`) some tests add to it; base64 for `vm run --cmd`.
+//! static guest tools (`guest-tools/`) some tests add to it, and the host programs they add
+//! with the shared libraries `ldd` names; base64 for `vm run --cmd`.
 
-use anyhow::{ensure, Context};
+use anyhow::{bail, ensure, Context};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -193,6 +194,47 @@ pub(super) fn base64(data: &[u8]) -> String {
     out
 }
 
+/// A program and the shared libraries `ldd` lists for it, at the same paths in the guest.
+fn with_libraries(program: &str) -> anyhow::Result<Vec<(String, PathBuf)>> {
+    let out = Command::new("ldd").arg(program).output().with_context(|| format!("running ldd {program}"))?;
+    ensure!(out.status.success(), "ldd {program} failed: {}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    if let Some(l) = text.lines().find(|l| l.contains("not found")) {
+        bail!("{program} needs a library that is not installed: {}", l.trim());
+    }
+    let mut files = vec![(program.to_string(), PathBuf::from(program))];
+    files.extend(ldd_paths(&text).into_iter().map(|p| (p.clone(), PathBuf::from(p))));
+    Ok(files)
+}
+
+/// Initramfs entries (guest path, bytes, mode 0755) for `programs` and the shared libraries
+/// they need, each file once.
+pub(crate) fn programs_with_libraries(programs: &[&str]) -> anyhow::Result<Vec<(String, Vec<u8>, u32)>> {
+    let mut files: Vec<(String, Vec<u8>, u32)> = Vec::new();
+    for prog in programs {
+        for (guest_path, host_path) in with_libraries(prog)? {
+            if !files.iter().any(|f| f.0 == guest_path) {
+                let data = fs::read(&host_path).with_context(|| format!("reading {}", host_path.display()))?;
+                files.push((guest_path, data, 0o755));
+            }
+        }
+    }
+    Ok(files)
+}
+
+/// The library paths in `ldd` output: "libx.so.1 => /lib/…/libx.so.1 (0x…)" and
+/// "/lib64/ld-linux-x86-64.so.2 (0x…)"; the vDSO has no file.
+fn ldd_paths(text: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|l| match l.split_once("=>") {
+            Some((_, r)) => r.split_whitespace().next(),
+            None => l.split_whitespace().next(),
+        })
+        .filter(|p| p.starts_with('/'))
+        .map(str::to_string)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -238,5 +280,17 @@ mod tests {
         let s = String::from_utf8_lossy(&a);
         assert!(s.contains("TRAILER!!!"));
         assert!(s.contains("init\0"));
+    }
+
+    #[test]
+    fn ldd_output_gives_the_library_files() {
+        let text =
+            "\tlinux-vdso.so.1 (0x00007ffd)\n\tlibgnutls.so.30 => /lib/x86_64-linux-gnu/libgnutls.so.30 (0x7f9c)\n\
+                    \tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x7f9b)\n\t/lib64/ld-linux-x86-64.so.2 (0x7f9e)\n\
+                    \tlibmissing.so.1 => not found\n";
+        assert_eq!(
+            ldd_paths(text),
+            ["/lib/x86_64-linux-gnu/libgnutls.so.30", "/lib/x86_64-linux-gnu/libc.so.6", "/lib64/ld-linux-x86-64.so.2"]
+        );
     }
 }

@@ -338,7 +338,7 @@ fn start_host(plan: &MdPlan, dir: &Path, work: &Path) -> anyhow::Result<(Vec<Hos
 
 /// The extra initramfs files: nbd-client, mdadm and dd with their libraries, and the env.
 fn guest_files(plan: &MdPlan, ports: &Ports) -> anyhow::Result<Vec<(String, Vec<u8>, u32)>> {
-    let mut files = crate::bench::programs_with_libraries(&GUEST_PROGRAMS)?;
+    let mut files = super::programs_with_libraries(&GUEST_PROGRAMS)?;
     let members: Vec<String> = ports.members.iter().map(u16::to_string).collect();
     let env = format!(
         "striped={}\nmembers=\"{}\"\nmemory={}\nplain={}\nnbd_server={}\nrounds={}\nmib={}\n",

@@ -172,7 +172,7 @@ fn listed_files(console: &str) -> Vec<(String, String)> {
 /// The extra initramfs files: the NBD client and mke2fs with their libraries, mke2fs's
 /// configuration, and the port with the shared area's `env`.
 fn guest_files(nbd_port: u16, env: &str) -> anyhow::Result<Vec<(String, Vec<u8>, u32)>> {
-    let mut files = crate::bench::programs_with_libraries(&GUEST_PROGRAMS)?;
+    let mut files = super::programs_with_libraries(&GUEST_PROGRAMS)?;
     if let Ok(conf) = fs::read("/etc/mke2fs.conf") {
         files.push(("/etc/mke2fs.conf".into(), conf, 0o644));
     }

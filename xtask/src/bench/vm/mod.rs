@@ -37,7 +37,6 @@
 mod fair;
 pub(super) use fair::spread;
 mod guest_files;
-pub(crate) use guest_files::programs_with_libraries;
 mod mac;
 mod module_args;
 mod replication;
@@ -235,7 +234,7 @@ pub fn run(a: VmBenchArgs) -> anyhow::Result<()> {
     for prog in NBD_PROGRAMS {
         ensure!(Path::new(prog).is_file(), "{prog} is missing although its package is installed");
     }
-    let mut files = programs_with_libraries(&NBD_PROGRAMS)?;
+    let mut files = crate::vm::programs_with_libraries(&NBD_PROGRAMS)?;
     eprintln!("  {} and {} with {} libraries", NBD_PROGRAMS[0], NBD_PROGRAMS[1], files.len() - 2);
     for tool in TOOLS {
         files.push((format!("/usr/bin/{tool}"), build_tool(tool)?, 0o755));
